@@ -1,0 +1,5 @@
+import sys
+
+from hicache.cli.main import main
+
+sys.exit(main())

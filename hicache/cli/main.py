@@ -1,0 +1,67 @@
+"""The `hicache` command line: one table of subcommands, each a module of its own.
+
+A subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``. Modules
+are imported only when their command runs, so `hicache check` never imports torch.
+Every subcommand takes ``--json`` and then prints one JSON object as its last stdout line.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: name -> (module, one-line help). Order is the order of `hicache --help`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("hicache.cli.check", "model-check a spec, or every model in models_checked/"),
+    "prove": ("hicache.cli.prove", "discharge the Z3 obligations (THEOREMs) of the specs"),
+    "gen": ("hicache.cli.gen", "regenerate the runtime monitors from spec/"),
+    "replay": ("hicache.cli.replay", "replay a request trace through the real cache"),
+    "run": ("hicache.cli.run", "launch ranks on torch.distributed and serve a workload"),
+    "bugzoo": ("hicache.cli.bugzoo", "run every seeded fault and report which monitor caught it"),
+    "explain": ("hicache.cli.explain", "explain a recorded violation"),
+    "bench": ("hicache.cli.bench", "benchmarks, with ratios against their baselines"),
+}
+
+#: exit code for usage errors (TLC reserves 150+ for usage/parse errors).
+EXIT_USAGE = 150
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    """Commands whose module exists in this build."""
+    out = {}
+    for name, (mod, help_) in COMMANDS.items():
+        if importlib.util.find_spec(mod) is not None:
+            out[name] = (mod, help_)
+    return out
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2; TLC's usage code is 150
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hicache", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, (mod, help_) in _available().items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+        p.set_defaults(_module=mod)
+        importlib.import_module(mod).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

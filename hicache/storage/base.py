@@ -1,0 +1,46 @@
+"""The storage backend interface: one small protocol that every backend implements.
+
+Keys are hex strings of chained SHA-256 page hashes (see hicache.runtime.hashing); one key
+derivation serves `batch_exists`, `batch_get` and `batch_set` (REFERENCE.md bug 14).
+Values are the raw bytes of one page (every layer, K and V) as a uint8 tensor.
+A backend never returns wrong bytes: a missing or corrupt page is a miss (None).
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import torch
+
+
+class StorageBackend(abc.ABC):
+    """Page store. Implementations must be safe to call from several threads."""
+
+    @abc.abstractmethod
+    def batch_exists(self, keys: Sequence[str]) -> int:
+        """Number of leading keys present (stops at the first missing one)."""
+
+    @abc.abstractmethod
+    def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
+        """Page bytes per key (uint8, 1-D); None for a miss or a page failing its checksum."""
+
+    @abc.abstractmethod
+    def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
+        """Store pages; per key whether it was stored."""
+
+    def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        """Zero-copy style: write page i into dst[rows[i]] (a uint8 view of host slots)."""
+        ok = []
+        for key, row, val in zip(keys, rows, self.batch_get(keys)):
+            good = val is not None and val.numel() == dst[row].numel()
+            if good:
+                dst[row].copy_(val.view(dst[row].shape))
+            ok.append(good)
+        return ok
+
+    def batch_set_from(self, keys: Sequence[str], src: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        """Zero-copy style: store src[rows[i]] under keys[i]."""
+        return self.batch_set(keys, [src[r].reshape(-1) for r in rows])
+
+    def close(self) -> None:
+        """Release connections and files."""
