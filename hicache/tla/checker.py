@@ -1,0 +1,568 @@
+"""Breadth-first explicit-state model checking with TLC's counting rules.
+
+Counting (as TLC defines it):
+  distinct   states added to the seen set (after VIEW/SYMMETRY reduction);
+  generated  initial states generated + every successor produced by every action,
+             duplicates included; a successor outside CONSTRAINT/ACTION_CONSTRAINT counts
+             as generated but is neither added nor explored;
+  depth      number of BFS levels, the initial states being level 1.
+A violation's behavior is the BFS-tree path to the bad state: shortest by construction.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from hicache.tla.cfg import Config
+from hicache.tla.compiler import UNSET, Compiler, Ctx, Model, OpDef, Subst
+from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
+from hicache.tla.loader import Loader, node_loc
+from hicache.tla.stdlib import TLCContext
+from hicache.tla.values import Fcn, as_frozenset, fmt, permute
+
+
+def _name(node) -> str:
+    return type(node).__name__
+
+
+@dataclass(slots=True)
+class Action:
+    """One disjunct of Next, as TLC reports it: `<Name line L, col C to ... of module M>`."""
+    name: str
+    loc: Loc
+    module: str
+    fn: Callable = None
+
+    def label(self) -> str:
+        return (f"<{self.name} line {self.loc.line}, col {self.loc.col} to line {self.loc.end_line}, "
+                f"col {self.loc.end_col} of module {self.module}>")
+
+
+@dataclass(slots=True)
+class Step:
+    state: tuple
+    action: Action | None      # None for the initial state
+
+
+@dataclass
+class Result:
+    result: str                # ok | deadlock | invariant | property | error
+    distinct: int = 0
+    generated: int = 0
+    depth: int = 0
+    seconds: float = 0.0
+    violated: str | None = None
+    trace: list[Step] | None = None
+    error: TlaError | None = None
+    warnings: list[str] = field(default_factory=list)
+    variables: list[str] = field(default_factory=list)
+    queue_left: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        return {"ok": 0, "deadlock": 11, "invariant": 12, "property": 12, "liveness": 13}.get(self.result, 150)
+
+
+@dataclass
+class Checkable:
+    """A model compiled for checking."""
+    model: Model
+    init: Callable
+    actions: list[Action]
+    invariants: list[tuple[str, Callable]]
+    init_properties: list[tuple[str, Callable]]
+    action_properties: list[tuple[str, Callable]]
+    constraints: list[Callable]
+    action_constraints: list[Callable]
+    view: Callable | None
+    symmetry: list[dict] | None
+    check_deadlock: bool
+    warnings: list[str]
+
+
+def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = None) -> Checkable:
+    spec_path = Path(spec_path)
+    loader = Loader([spec_path.parent] + list(search_dirs or []))
+    root = loader.load_file(spec_path)
+    model = Model(loader, root, dict(cfg.constants), dict(cfg.overrides))
+    comp = Compiler(model)
+    warnings: list[str] = []
+    n = len(model.variables)
+
+    for expr, ctx in model.assumes:
+        v = comp.value(expr, ctx)[0]((), None, ())
+        if v is not True:
+            raise EvalError("ASSUME is violated", node_loc(ctx.module.file, expr))
+
+    # Init and Next: from INIT/NEXT or from SPECIFICATION Init /\ [][Next]_v /\ fairness
+    if cfg.specification:
+        init_node, init_ctx, next_node, next_ctx = _split_spec(model, cfg.specification)
+    else:
+        if not cfg.init or not cfg.next:
+            raise SemanticError("the configuration needs SPECIFICATION or both INIT and NEXT", Loc(cfg.file, 1, 1))
+        d_init, d_next = model.lookup_def(cfg.init), model.lookup_def(cfg.next)
+        init_node, init_ctx = d_init.body, Ctx(d_init.scope, varmode="init", module=d_init.module)
+        next_node, next_ctx = d_next.body, Ctx(d_next.scope, module=d_next.module)
+        next_name, next_d = cfg.next, d_next
+    init_fn = comp.action(init_node, Ctx(init_ctx.scope, varmode="init", module=init_ctx.module))[0]
+
+    actions = []
+    top_name = cfg.next if not cfg.specification else _next_name(next_node)
+    for name, node, ctx, loc_node, loc_mod in _split_actions(comp, next_node, next_ctx, top_name, next_node,
+                                                             next_ctx.module):
+        fn = comp.action(node, ctx)[0]
+        actions.append(Action(name, node_loc(loc_mod.file, loc_node), loc_mod.name, fn))
+
+    def state_pred(name: str) -> Callable:
+        d = model.lookup_def(name)
+        return comp.def_code(d, "value", "state", False, d.node)[0]
+
+    invariants = [(nm, state_pred(nm)) for nm in cfg.invariants]
+    init_props, act_props = [], []
+    for pname in cfg.properties:
+        d = model.lookup_def(pname)
+        for kind, node, ctx in _property_parts(model, d.body, Ctx(d.scope, module=d.module)):
+            if kind == "init":
+                init_props.append((pname, comp.value(node, ctx)[0]))
+            elif kind == "always":
+                invariants.append((pname, comp.value(node, ctx)[0]))
+            elif kind == "action":
+                act_props.append((pname, comp.value(node, ctx)[0]))
+            else:
+                warnings.append(f"property {pname}: temporal formula {kind} is not checked (liveness "
+                                f"checking is not supported); safety parts are checked")
+    constraints = [state_pred(c) for c in cfg.constraints]
+    action_constraints = []
+    for c in cfg.action_constraints:
+        d = model.lookup_def(c)
+        action_constraints.append(comp.def_code(d, "value", "state", False, d.node)[0])
+    view = state_pred(cfg.view) if cfg.view else None
+    symmetry = None
+    if cfg.symmetry:
+        perms = state_pred(cfg.symmetry)((), None, ())
+        symmetry = []
+        for p in as_frozenset(perms):
+            d = p.d if isinstance(p, Fcn) else {i + 1: x for i, x in enumerate(p)}
+            symmetry.append(d)
+    return Checkable(model, init_fn, actions, invariants, init_props, act_props, constraints,
+                     action_constraints, view, symmetry, cfg.check_deadlock, warnings)
+
+
+def _unfold(model: Model, node, ctx: Ctx):
+    """Follow zero-arity definitions and instance references to the defining body."""
+    while True:
+        k = _name(node)
+        if k == "Parentheses":
+            node = node.expression
+            continue
+        if k == "OperatorApplication" and not node.arguments and isinstance(node.operator, str):
+            e = ctx.scope.entries.get(node.operator)
+            if isinstance(e, OpDef) and not e.params and not e.is_instance and not e.is_fn:
+                node, ctx = e.body, Ctx(e.scope, module=e.module)
+                continue
+        if k == "SubexpressionReference":
+            first, last = node.items[0], node.items[-1]
+            fname = first.operator if _name(first) == "OperatorApplication" else str(first)
+            lname = last.operator if _name(last) == "OperatorApplication" else str(last)
+            inst = ctx.scope.entries.get(fname)
+            if isinstance(inst, OpDef) and inst.is_instance and len(node.items) == 2 \
+                    and not (_name(last) == "OperatorApplication" and last.arguments):
+                e = inst.body.entries.get(lname)
+                if isinstance(e, OpDef) and not e.params:
+                    node, ctx = e.body, Ctx(e.scope, module=e.module)
+                    continue
+        return node, ctx
+
+
+def _conjuncts(model, node, ctx, top: bool = True):
+    """Conjuncts of a temporal formula; definitions are unfolded only when temporal."""
+    unfolded, uctx = _unfold(model, node, ctx)
+    if top or _temporal(unfolded) or _is_conj(unfolded) and _temporal_deep(model, unfolded, uctx):
+        node, ctx = unfolded, uctx
+    else:
+        yield node, ctx
+        return
+    k = _name(node)
+    if k == "VerticalList" and node.operator in ("/\\", "\\land"):
+        for it in node.arguments:
+            yield from _conjuncts(model, it.expression, ctx, False)
+    elif k == "OperatorApplication" and node.operator in ("/\\", "\\land"):
+        for a in node.arguments:
+            yield from _conjuncts(model, a, ctx, False)
+    else:
+        yield node, ctx
+
+
+def _is_conj(node) -> bool:
+    k = _name(node)
+    return (k == "VerticalList" and node.operator in ("/\\", "\\land")) or \
+        (k == "OperatorApplication" and node.operator in ("/\\", "\\land"))
+
+
+def _temporal_deep(model, node, ctx) -> bool:
+    """Whether a conjunction has a temporal conjunct, looking through definitions."""
+    for c, cctx in _conjuncts(model, node, ctx, True):
+        u, _ = _unfold(model, c, cctx)
+        if _temporal(u):
+            return True
+    return False
+
+
+def _split_spec(model: Model, spec_name: str):
+    d = model.lookup_def(spec_name)
+    init = nxt = None
+    for node, ctx in _conjuncts(model, d.body, Ctx(d.scope, module=d.module)):
+        k = _name(node)
+        if k == "OperatorApplication" and node.operator == "[]":
+            inner = node.arguments[0]
+            if _name(inner) == "SubscriptedAction" and inner.operator == "[":
+                nxt = (inner.action, ctx)
+                continue
+        if k in ("Fairness",) or (k == "OperatorApplication" and node.operator in ("[]", "<>", "~>")):
+            continue  # fairness and temporal conjuncts do not constrain safety checking
+        if init is None:
+            init = (node, ctx)
+        else:
+            raise SemanticError(f"cannot read SPECIFICATION {spec_name}: expected Init /\\ [][Next]_vars",
+                                d.loc)
+    if init is None or nxt is None:
+        raise SemanticError(f"cannot read SPECIFICATION {spec_name}: expected Init /\\ [][Next]_vars", d.loc)
+    return init[0], init[1], nxt[0], nxt[1]
+
+
+def _next_name(node) -> str:
+    if _name(node) == "OperatorApplication" and isinstance(node.operator, str):
+        return node.operator
+    return "Next"
+
+
+def _split_actions(comp: Compiler, node, ctx: Ctx, name: str, loc_node, loc_mod):
+    """Split Next into TLC's actions: through \\/, zero-arity definitions and \\E."""
+    k = _name(node)
+    if k == "Parentheses":
+        yield from _split_actions(comp, node.expression, ctx, name, loc_node, loc_mod)
+        return
+    if k == "VerticalList" and node.operator in ("\\/", "\\lor"):
+        for it in node.arguments:
+            yield from _split_actions(comp, it.expression, ctx, name, it.expression, loc_mod)
+        return
+    if k == "OperatorApplication" and node.operator in ("\\/", "\\lor"):
+        for a in node.arguments:
+            yield from _split_actions(comp, a, ctx, name, a, loc_mod)
+        return
+    if k == "OperatorApplication" and isinstance(node.operator, str) and not ctx.names:
+        e = ctx.scope.entries.get(node.operator)
+        if isinstance(e, OpDef) and not e.is_instance and not e.is_fn:
+            if not node.arguments and not e.params:
+                yield from _split_actions(comp, e.body, Ctx(e.scope, module=e.module), e.name, e.node, e.module)
+                return
+            yield (e.name, node, ctx, e.node, e.module)
+            return
+    if k == "Quantification" and node.quantifier == "\\E":
+        subs = list(_disjuncts(node.predicate))
+        if len(subs) > 1:  # \E distributes over \/: one action per disjunct
+            for sub in subs:
+                nm, ln, lm = _leaf_name(ctx, sub, name, loc_node, loc_mod)
+                yield (nm, node._replace(predicate=sub), ctx, ln, lm)
+            return
+        nm, ln, lm = _leaf_name(ctx, node.predicate, name, loc_node, loc_mod)
+        yield (nm, node, ctx, ln, lm)
+        return
+    yield (name, node, ctx, loc_node, loc_mod)
+
+
+def _disjuncts(node):
+    k = _name(node)
+    if k == "Parentheses":
+        yield from _disjuncts(node.expression)
+    elif k == "VerticalList" and node.operator in ("\\/", "\\lor"):
+        for it in node.arguments:
+            yield from _disjuncts(it.expression)
+    elif k == "OperatorApplication" and node.operator in ("\\/", "\\lor"):
+        for a in node.arguments:
+            yield from _disjuncts(a)
+    else:
+        yield node
+
+
+def _leaf_name(ctx, node, name, loc_node, loc_mod):
+    while _name(node) in ("Parentheses", "Quantification"):
+        node = node.expression if _name(node) == "Parentheses" else node.predicate
+    if _name(node) == "OperatorApplication" and isinstance(node.operator, str):
+        e = ctx.scope.entries.get(node.operator)
+        if isinstance(e, OpDef):
+            return e.name, e.node, e.module
+    return name, loc_node, loc_mod
+
+
+def _property_parts(model, node, ctx):
+    for c, cctx in _conjuncts(model, node, ctx):
+        k = _name(c)
+        if k == "OperatorApplication" and c.operator == "[]":
+            inner, ictx = _unfold(model, c.arguments[0], cctx)
+            if _name(inner) == "SubscriptedAction" and inner.operator == "[":
+                yield "action", inner, ictx
+            elif _temporal(inner):
+                yield f"[]({_name(inner)})", inner, ictx
+            else:
+                yield "always", inner, ictx
+        elif k == "Fairness":
+            yield f"{c.operator}", c, cctx
+        elif _temporal(c):
+            yield f"{getattr(c, 'operator', k)}", c, cctx
+        else:
+            yield "init", c, cctx
+
+
+def _temporal(node) -> bool:
+    k = _name(node)
+    if k == "Fairness":
+        return True
+    if k == "OperatorApplication" and node.operator in ("[]", "<>", "~>", "-+->"):
+        return True
+    if k == "OperatorApplication":
+        return any(_temporal(a) for a in (node.arguments or []) if not isinstance(a, str))
+    return False
+
+
+# ====================================================================== search
+class Checker:
+    def __init__(self, ck: Checkable, progress: Callable[[dict], None] | None = None,
+                 progress_every: float = 2.0):
+        self.ck = ck
+        self.nvars = len(ck.model.variables)
+        self.progress = progress
+        self.progress_every = progress_every
+
+    # --- helpers
+    def _key(self, s: tuple):
+        ck = self.ck
+        if ck.view is not None:
+            s = ck.view(s, None, ())
+        if ck.symmetry:
+            best = None
+            for perm in ck.symmetry:
+                ps = permute(s, perm)
+                h = hash(ps)
+                if best is None or h < best[0]:
+                    best = (h, ps)
+            return best[1]
+        return s
+
+    def _successors(self, st: tuple):
+        blank = [UNSET] * self.nvars
+        for act in self.ck.actions:
+            for pr in act.fn(st, blank, ()):
+                if UNSET in pr:
+                    missing = [self.ck.model.variables[i] for i, v in enumerate(pr) if v is UNSET]
+                    raise EvalError(f"successor state of action {act.name} does not assign {', '.join(missing)}",
+                                    act.loc)
+                yield act, tuple(pr)
+
+    def _check_state(self, s: tuple):
+        for name, inv in self.ck.invariants:
+            v = inv(s, None, ())
+            if v is not True:
+                if v is False:
+                    return name
+                raise EvalError(f"invariant {name} evaluated to {fmt(v)}, not a boolean")
+        return None
+
+    def _in_model(self, s: tuple) -> bool:
+        for c in self.ck.constraints:
+            if c(s, None, ()) is not True:
+                return False
+        return True
+
+    # --- breadth-first search
+    def run(self) -> Result:
+        ck = self.ck
+        t0 = time.perf_counter()
+        res = Result("ok", variables=list(ck.model.variables), warnings=list(ck.warnings))
+        states: list[tuple] = []
+        parents: list[int] = []
+        acts: list[Action | None] = []
+        levels: list[int] = []
+        seen: dict = {}
+
+        def trace_to(idx: int, extra: list[Step] = ()) -> list[Step]:
+            path = []
+            while idx >= 0:
+                path.append(Step(states[idx], acts[idx]))
+                idx = parents[idx]
+            return path[::-1] + list(extra)
+
+        def finish(kind: str, violated=None, trace=None, error=None):
+            res.result, res.violated, res.trace, res.error = kind, violated, trace, error
+            res.distinct = len(states)
+            res.depth = max(levels) if levels else 0
+            res.seconds = time.perf_counter() - t0
+            return res
+
+        cur_state = None
+        try:
+            TLCContext.level = 1
+            blank = [UNSET] * self.nvars
+            for pr in ck.init(None, blank, ()):
+                if UNSET in pr:
+                    missing = [ck.model.variables[i] for i, v in enumerate(pr) if v is UNSET]
+                    raise EvalError(f"Init does not assign {', '.join(missing)}")
+                s = tuple(pr)
+                res.generated += 1
+                if not self._in_model(s):
+                    continue
+                k = self._key(s)
+                if k in seen:
+                    continue
+                seen[k] = len(states)
+                states.append(s)
+                parents.append(-1)
+                acts.append(None)
+                levels.append(1)
+                cur_state = s
+                bad = self._check_state(s)
+                if bad:
+                    return finish("invariant", bad, trace_to(len(states) - 1))
+                for pname, p in ck.init_properties:
+                    if p(s, None, ()) is not True:
+                        return finish("property", pname, trace_to(len(states) - 1))
+
+            head = 0
+            last_report = time.perf_counter()
+            check_deadlock = ck.check_deadlock
+            act_props = ck.action_properties
+            act_cons = ck.action_constraints
+            constraints = ck.constraints
+            invariants = ck.invariants
+            use_key = ck.view is not None or bool(ck.symmetry)
+            key = self._key
+            while head < len(states):
+                idx = head
+                head += 1
+                st = states[idx]
+                cur_state = st
+                lvl = levels[idx]
+                TLCContext.level = lvl
+                any_succ = False
+                for act, s2 in self._successors(st):
+                    any_succ = True
+                    res.generated += 1
+                    for pname, p in act_props:
+                        if p(st, s2, ()) is not True:
+                            states.append(s2)
+                            parents.append(idx)
+                            acts.append(act)
+                            levels.append(lvl + 1)
+                            return finish("property", pname, trace_to(len(states) - 1))
+                    if act_cons and not all(c(st, s2, ()) is True for c in act_cons):
+                        continue
+                    if constraints and not all(c(s2, None, ()) is True for c in constraints):
+                        continue
+                    k = key(s2) if use_key else s2
+                    if k in seen:
+                        continue
+                    seen[k] = len(states)
+                    states.append(s2)
+                    parents.append(idx)
+                    acts.append(act)
+                    levels.append(lvl + 1)
+                    for name, inv in invariants:
+                        v = inv(s2, None, ())
+                        if v is not True:
+                            if v is False:
+                                return finish("invariant", name, trace_to(len(states) - 1))
+                            raise EvalError(f"invariant {name} evaluated to {fmt(v)}, not a boolean")
+                if check_deadlock and not any_succ:
+                    return finish("deadlock", None, trace_to(idx))
+                if self.progress is not None and (head & 1023) == 0:
+                    now = time.perf_counter()
+                    if now - last_report >= self.progress_every:
+                        last_report = now
+                        self.progress({"generated": res.generated, "distinct": len(states),
+                                       "queue": len(states) - head, "depth": lvl,
+                                       "seconds": now - t0})
+        except TlaError as e:
+            if cur_state is not None and e.state is None:
+                e.state = format_state(ck.model.variables, cur_state)
+            return finish("error", None, None, e)
+        except RecursionError:
+            return finish("error", None, None, EvalError("recursion too deep"))
+        return finish("ok")
+
+    # --- random simulation
+    def simulate(self, depth: int, num: int, seed: int) -> Result:
+        """`num` random behaviors of at most `depth` states; invariants checked on each state."""
+        ck = self.ck
+        rng = random.Random(seed)
+        TLCContext.rng = random.Random(seed)
+        t0 = time.perf_counter()
+        res = Result("ok", variables=list(ck.model.variables), warnings=list(ck.warnings))
+        seen = set()
+        blank = [UNSET] * self.nvars
+        try:
+            inits = [tuple(p) for p in ck.init(None, blank, ())]
+            inits = [s for s in inits if self._in_model(s)]
+            inits.sort(key=repr)
+            res.generated += len(inits)
+            if not inits:
+                return self._done(res, t0, len(seen), 0)
+            max_depth = 0
+            for _ in range(num):
+                s = rng.choice(inits)
+                trace = [Step(s, None)]
+                seen.add(self._key(s))
+                bad = self._check_state(s)
+                if bad:
+                    res.result, res.violated, res.trace = "invariant", bad, trace
+                    return self._done(res, t0, len(seen), len(trace))
+                for lvl in range(1, depth):
+                    TLCContext.level = lvl
+                    succ = list(self._successors(s))
+                    res.generated += len(succ)
+                    succ = [(a, s2) for a, s2 in succ
+                            if all(c(s, s2, ()) is True for c in ck.action_constraints) and self._in_model(s2)]
+                    if not succ:
+                        if ck.check_deadlock and lvl >= 1 and not list(self._successors(s)):
+                            res.result, res.trace = "deadlock", trace
+                            return self._done(res, t0, len(seen), len(trace))
+                        break
+                    succ.sort(key=lambda x: (x[0].name, repr(x[1])))
+                    act, s2 = rng.choice(succ)
+                    for pname, p in ck.action_properties:
+                        if p(s, s2, ()) is not True:
+                            trace.append(Step(s2, act))
+                            res.result, res.violated, res.trace = "property", pname, trace
+                            return self._done(res, t0, len(seen), len(trace))
+                    s = s2
+                    trace.append(Step(s, act))
+                    seen.add(self._key(s))
+                    bad = self._check_state(s)
+                    if bad:
+                        res.result, res.violated, res.trace = "invariant", bad, trace
+                        return self._done(res, t0, len(seen), len(trace))
+                max_depth = max(max_depth, len(trace))
+            return self._done(res, t0, len(seen), max_depth)
+        except TlaError as e:
+            res.result, res.error = "error", e
+            return self._done(res, t0, len(seen), 0)
+
+    @staticmethod
+    def _done(res: Result, t0: float, distinct: int, depth: int) -> Result:
+        res.distinct, res.depth, res.seconds = distinct, depth, time.perf_counter() - t0
+        return res
+
+
+def format_state(variables: list[str], s: tuple) -> str:
+    return "\n".join(f"/\\ {v} = {fmt(x)}" for v, x in zip(variables, s))
+
+
+def check_file(spec: str | Path, cfg: Config, **kw) -> Result:
+    """Build and run a BFS check; evaluation and semantic errors become result 'error'."""
+    try:
+        ck = build(spec, cfg)
+    except TlaError as e:
+        return Result("error", error=e)
+    return Checker(ck, **kw).run()
