@@ -20,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="check every model listed in models_checked/manifest.json")
     p.add_argument("--manifest", help="manifest path (default: models_checked/manifest.json)")
     p.add_argument("--include-slow", action="store_true", help="with --all: also the models marked slow")
+    p.add_argument("--rewrite", action="store_true",
+                   help="with --all: re-record counts and counterexamples into models_checked/ (review the diff)")
     p.add_argument("--simulate", action="store_true", help="random simulation instead of exhaustive search")
     p.add_argument("--depth", type=int, default=100, help="simulation: states per behavior")
     p.add_argument("--num", type=int, default=1000, help="simulation: number of behaviors")

@@ -298,12 +298,12 @@ class Compiler:
         if hit is not None:
             return hit
         if key in d.compiling:
-            # recursive operator: indirect through a cell filled once compiled
-            cell: list = []
+            # recursive operator: indirect through a cell filled once compiled; every
+            # recursive reference in the body must share the one cell that gets filled
+            cell: list = d.cache.setdefault(("cell",) + key, [])
 
             def rec(st, pr, env):
                 return cell[0](st, pr, env)
-            d.cache.setdefault(("cell",) + key, cell)
             return rec, F_STATE | F_IMPURE
         d.compiling.add(key)
         try:
@@ -943,7 +943,7 @@ class Compiler:
         code, flags = self.action(s.expr, sctx) if kind == "action" else self.value(s.expr, sctx)
         n = len(s.ctx.names)
         if n == 0:
-            return code, flags & ~F_ENV
+            return (lambda st, pr, env: code(st, pr, ())), flags & ~F_ENV
         # instance parameters live at the start of env (see instance_ref)
         return (lambda st, pr, env: code(st, pr, env[:n])), flags
 
@@ -1016,7 +1016,10 @@ class Compiler:
             raise self.err(f"{d.name} takes {len(d.params)} arguments, got {len(args)}", node, ctx)
         code, flags = self.def_code(d, kind, ctx.varmode, ctx.primed, node)
         if not args:
-            return code, flags
+            # a definition sees only its own bound names: never the caller's env
+            if not ctx.names:
+                return code, flags
+            return (lambda st, pr, env: code(st, pr, ())), flags
         comp = [self.arg_value(a, ctx, ar) for a, (_, ar) in zip(args, d.params)]
         fns = [f for f, _ in comp]
         aflags = _or(comp)
@@ -1177,22 +1180,29 @@ class Compiler:
 
     def conj(self, items, ctx):
         parts = [self.action(x, ctx) for x in items]
-        fns = [f for f, _ in parts]
-        if len(fns) == 1:
+        if len(parts) == 1:
             return parts[0]
+        first = parts[0][0]
+        # TLC evaluates a later conjunct as a plain boolean once every variable is
+        # assigned (no splitting of its \/ or \E): this decides the generated count.
+        rest = [(f, self.value(x, ctx)[0], self.loc(x, ctx)) for x, (f, _) in zip(items[1:], parts[1:])]
 
         def conj(st, pr, env):
-            cur = fns[0](st, pr, env)
-            for f in fns[1:]:
+            cur = first(st, pr, env)
+            for f, vf, loc in rest:
                 if not cur:
                     return cur
-                if len(cur) == 1:
-                    cur = f(st, cur[0], env)
-                else:
-                    nxt = []
-                    for p in cur:
+                nxt = []
+                for p in cur:
+                    if UNSET in p:
                         nxt.extend(f(st, p, env))
-                    cur = nxt
+                    else:
+                        v = vf(st, p, env)
+                        if v is True:
+                            nxt.append(p)
+                        elif v is not False:
+                            raise EvalError(f"action conjunct evaluated to {fmt(v)}, not a boolean", loc)
+                cur = nxt
             return cur
         return conj, _or(parts)
 
@@ -1228,17 +1238,13 @@ class Compiler:
         loc = self.loc(node, ctx)
 
         def case(st, pr, env):
-            out = []
-            matched = False
+            # as TLC: the first arm whose guard holds, else OTHER
             for p, e in arms:
                 if p(st, pr, env) is True:
-                    matched = True
-                    out.extend(e(st, pr, env))
-            if not matched:
-                if other is None:
-                    raise EvalError("no CASE arm applies and there is no OTHER", loc)
-                return other(st, pr, env)
-            return out
+                    return e(st, pr, env)
+            if other is None:
+                raise EvalError("no CASE arm applies and there is no OTHER", loc)
+            return other(st, pr, env)
         return case, F_STATE
 
     def a_Let(self, node, ctx):
