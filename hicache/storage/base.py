@@ -42,5 +42,16 @@ class StorageBackend(abc.ABC):
         """Zero-copy style: store src[rows[i]] under keys[i]."""
         return self.batch_set(keys, [src[r].reshape(-1) for r in rows])
 
+    def register_buffer(self, buf: torch.Tensor) -> None:
+        """Declare a host buffer that later zero-copy calls pass as `dst`/`src`.
+
+        A backend that transfers through registered memory (Mooncake) registers it once here
+        instead of on first use; the default needs nothing.
+        """
+
+    def stats(self) -> dict[str, int]:
+        """This backend's counters by name (hits, misses, corrupt pages, ...); {} if none."""
+        return {}
+
     def close(self) -> None:
         """Release connections and files."""

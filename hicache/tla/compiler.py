@@ -467,7 +467,19 @@ class Compiler:
         loc = self.loc(node, ctx)
         if len(args) == 1:
             a = args[0][0]
-            return (lambda st, pr, env: apply_fn(f(st, pr, env), a(st, pr, env), loc)), flags
+
+            def app(st, pr, env):
+                fv = f(st, pr, env)
+                x = a(st, pr, env)
+                t = type(fv)
+                if t is Fcn:
+                    d = fv.d
+                    if x in d:
+                        return d[x]
+                elif t is tuple and type(x) is int and 0 < x <= len(fv):
+                    return fv[x - 1]
+                return apply_fn(fv, x, loc)
+            return app, flags
         afns = [x for x, _ in args]
         return (lambda st, pr, env: apply_fn(f(st, pr, env), tuple(x(st, pr, env) for x in afns), loc)), flags
 

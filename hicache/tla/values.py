@@ -196,23 +196,32 @@ class PowerSet(LazySet):
 
 class FcnSet(LazySet):
     """[S -> T]"""
-    __slots__ = ("dom", "rng")
+
+    __slots__ = ("dom", "rng", "_domset")
 
     def __init__(self, dom, rng):
         self.dom, self.rng = dom, rng
         self._mat = None
+        self._domset = None
 
     def contains(self, v):
-        if isinstance(v, tuple):
-            d = as_frozenset(self.dom)
-            if d != frozenset(range(1, len(v) + 1)):
+        d = self._domset
+        if d is None:
+            d = self._domset = as_frozenset(self.dom)
+        rng = self.rng
+        if type(v) is tuple:
+            if len(d) != len(v) or not all(i in d for i in range(1, len(v) + 1)):
                 return False
-            return all(in_set(x, self.rng) for x in v)
-        if isinstance(v, Fcn):
-            if frozenset(v.d) != as_frozenset(self.dom):
+            vals = v
+        elif type(v) is Fcn:
+            if v.d.keys() != d:
                 return False
-            return all(in_set(x, self.rng) for x in v.d.values())
-        return False
+            vals = v.d.values()
+        else:
+            return False
+        if type(rng) is frozenset:
+            return all(x in rng for x in vals)
+        return all(in_set(x, rng) for x in vals)
 
     def enumerate(self):
         dom = sorted_values(self.dom)

@@ -1,0 +1,195 @@
+"""`hicache bench kernels`: page-copy bandwidth of the dispatch layer against a plain copy.
+
+On the CPU the dispatch layer runs the torch fallback; each operation's bytes/s is compared
+with a plain contiguous ``torch`` copy of the same number of bytes, timed in the same run,
+interleaved (target ratio >= 0.7). On a GPU the Triton kernels are compared with the measured
+device-to-device copy (gather, scatter) and with the pinned host<->device copy (transfers)
+(target >= 0.8). Pages are 16 KiB (page size 16) and 64 KiB (page size 64): fp16, 4 KV heads
+of dim 128, so one page of one layer of K (or V) is ``page_size * 1 KiB``.
+
+Bytes counted = bytes written to the destination (a copy of N bytes reads N and writes N, as
+the baseline does). Page ids are random, unsorted and duplicate-free. Each figure is the best
+of ``--runs`` rounds of a few repetitions.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+#: target ratios of the issue: fallback vs contiguous copy on CPU, Triton vs hardware copy on GPU.
+CPU_TARGET = 0.7
+GPU_TARGET = 0.8
+
+#: (page_size, heads, head_dim): fp16 pages of 16 KiB and 64 KiB per layer and component.
+PAGE_SHAPES = [(16, 4, 128), (64, 4, 128)]
+LAYERS = 4
+
+#: bytes each operation moves, by device and --quick. On the CPU they exceed the last-level
+#: cache (32 MiB on the machine of docs/benchmarks.md), so memory bandwidth is what is measured.
+MOVED_BYTES = {"cpu": {False: 64 << 20, True: 16 << 20}, "cuda": {False: 256 << 20, True: 64 << 20}}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    name: str
+    baseline: str             # which reference copy it is compared with
+    nbytes: int               # bytes the operation writes
+    run: Callable[[], None]
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine(torch) -> dict:
+    info = {"cpu": _cpu_name(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def _best_interleaved(fns: list[Callable[[], None]], runs: int, reps: int, sync: Callable[[], None]) -> list[float]:
+    """Best seconds of each function, timing them in turn so that load changes hit all alike."""
+    best = [float("inf")] * len(fns)
+    for fn in fns:          # warm-up: first touch of pages, allocator, kernel compilation
+        fn()
+    sync()
+    for _ in range(runs):
+        for _ in range(reps):
+            for i, fn in enumerate(fns):
+                sync()
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+def _cases(torch, k, dev, host_dev, ps: int, heads: int, dim: int, moved: int, pin: bool) -> list[Case]:
+    """The measured operations for one page shape, with pools on ``dev`` / ``host_dev``."""
+    gen = torch.Generator().manual_seed(0)
+    page_bytes = ps * heads * dim * 2
+    n = max(1, moved // (2 * LAYERS * page_bytes))          # pages per transfer (all layers, K+V)
+    pages = 2 * n
+    dtype = torch.float16
+
+    def pool(shape, device, pinned=False):
+        t = torch.empty(shape, dtype=dtype, device=device, pin_memory=pinned and device == "cpu")
+        t.view(torch.int16).random_()      # every page touched, so no first-touch faults are timed
+        return t
+
+    device = pool((2, LAYERS, pages * ps, heads, dim), dev)
+    ids = lambda: torch.randperm(pages, generator=gen)[:n].to(torch.int64)   # noqa: E731
+    src_ids, dst_ids = ids(), ids()
+
+    # Gather / scatter of one layer's K: n_g pages so the bytes match the transfers'.
+    n_g = min(pages, 2 * LAYERS * n)
+    layer_pool = pool((2 * n_g * ps, heads, dim), dev)
+    g_ids = torch.randperm(2 * n_g, generator=gen)[:n_g].to(torch.int64)
+    scratch = pool((n_g * ps, heads, dim), dev)
+    cases = [
+        Case("gather", "d2d", n_g * page_bytes, lambda: k.gather_pages(layer_pool, g_ids, scratch, page_size=ps)),
+        Case("scatter", "d2d", n_g * page_bytes, lambda: k.scatter_pages(scratch, layer_pool, g_ids, page_size=ps)),
+    ]
+    shapes = {
+        k.Layout.LAYER_FIRST: (2, LAYERS, pages * ps, heads, dim),
+        k.Layout.PAGE_FIRST: (2, pages * ps, LAYERS, heads, dim),
+        k.Layout.PAGE_FIRST_DIRECT: (2, pages, LAYERS, ps, heads, dim),
+    }
+    for layout, shape in shapes.items():
+        host = pool(shape, host_dev, pinned=pin)
+        total = 2 * LAYERS * n * page_bytes
+        cases.append(Case(f"backup_all_layers[{layout.value}]", "d2h", total,
+                          lambda h=host, lay=layout: k.transfer_pages(device, h, src_ids, dst_ids, page_size=ps,
+                                                                      dst_layout=lay)))
+        cases.append(Case(f"load_all_layers[{layout.value}]", "h2d", total,
+                          lambda h=host, lay=layout: k.transfer_pages(h, device, dst_ids, src_ids, page_size=ps,
+                                                                      src_layout=lay)))
+        if layout is k.Layout.LAYER_FIRST:
+            cases.append(Case(f"load_one_layer[{layout.value}]", "h2d", 2 * n * page_bytes,
+                              lambda h=host: k.transfer_pages(h, device, dst_ids, src_ids, page_size=ps,
+                                                              src_layout=k.Layout.LAYER_FIRST, layer=1)))
+    return cases
+
+
+def _baselines(torch, dev: str, nbytes: int, pin: bool) -> dict[str, Callable[[], None]]:
+    """Plain copies of ``nbytes``: on the CPU one contiguous copy; on a GPU D2D, H2D and D2H."""
+    a = torch.empty(nbytes, dtype=torch.uint8, device=dev).random_()
+    b = torch.empty_like(a)
+    if dev == "cpu":
+        copy = lambda: b.copy_(a)          # noqa: E731
+        return {"d2d": copy, "d2h": copy, "h2d": copy}
+    h = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin).random_()
+    return {"d2d": lambda: b.copy_(a), "h2d": lambda: a.copy_(h, non_blocking=True),
+            "d2h": lambda: h.copy_(a, non_blocking=True)}
+
+
+BASELINE_NAMES = {"cpu": {"d2d": "contiguous torch copy", "d2h": "contiguous torch copy",
+                          "h2d": "contiguous torch copy"},
+                  "cuda": {"d2d": "device-to-device copy", "d2h": "pinned device-to-host copy",
+                           "h2d": "pinned host-to-device copy"}}
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    from hicache import kernels as k
+
+    quick = bool(getattr(args, "quick", False))
+    runs = max(1, int(getattr(args, "runs", 3) or 1))
+    gpu = torch.cuda.is_available()
+    dev = "cuda" if gpu else "cpu"
+    moved = MOVED_BYTES[dev][quick]
+    reps = 3 if quick else 5
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    target = GPU_TARGET if gpu else CPU_TARGET
+    # On the CPU both sides run on one thread: on a small shared machine a second thread's
+    # scheduling noise swamps the difference being measured.
+    threads = torch.get_num_threads()
+    if not gpu:
+        torch.set_num_threads(1)
+    comparisons = []
+    try:
+        for ps, heads, dim in PAGE_SHAPES:
+            for case in _cases(torch, k, dev, "cpu" if gpu else dev, ps, heads, dim, moved, pin=gpu):
+                base = _baselines(torch, dev, case.nbytes, pin=gpu)[case.baseline]
+                t_op, t_base = _best_interleaved([case.run, base], runs, reps, sync)
+                op_gbps, base_gbps = case.nbytes / t_op / 1e9, case.nbytes / t_base / 1e9
+                ratio = op_gbps / base_gbps
+                comparisons.append({
+                    "name": case.name, "page_size": ps, "page_bytes": ps * heads * dim * 2, "bytes": case.nbytes,
+                    "kernel_gbps": round(op_gbps, 3), "baseline": BASELINE_NAMES[dev][case.baseline],
+                    "baseline_gbps": round(base_gbps, 3), "ratio": round(ratio, 3),
+                    "meets_target": ratio >= target,
+                })
+        info = machine(torch)
+    finally:
+        torch.set_num_threads(threads)
+    return {
+        "bench": "kernels",
+        "backend": k.backend(dev).value,
+        "device": dev,
+        "machine": info,
+        "target_ratio": target,
+        "quick": quick,
+        "runs": runs,
+        "comparisons": comparisons,
+        "all_meet_target": all(c["meets_target"] for c in comparisons),
+    }

@@ -1,0 +1,72 @@
+"""Per-layer restore -> gather -> attention with two scratch slots, as a guard state machine.
+
+One rank's view of spec/LayerPipeline.tla. The gather adapter calls these actions in the
+order it performs them; an illegal order raises at once (the adapter has a bug, fail loudly).
+The collective itself supplies the cross-rank part: a rank enters the gather of layer l only
+after its own restore of l, so the gather completes only after every rank restored l.
+Slot of layer l = l mod 2.
+Pure: no torch, no I/O; not thread-safe (the adapter serialises calls under its lock).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SLOTS = 2
+
+
+class IllegalTransition(RuntimeError):
+    """An action ran in a state where the protocol forbids it."""
+
+
+def slot_of(layer: int) -> int:
+    return layer % SLOTS
+
+
+@dataclass(slots=True)
+class LayerPipelineGuard:
+    """Invariants: gather(l) starts only after restore(l); attention(l) only after gather(l)
+    finished; gather(l) into slot l%2 only after attention(l-2) finished (slot free)."""
+    num_layers: int
+    restored: set[int] = field(default_factory=set)
+    gathering: set[int] = field(default_factory=set)
+    gathered: set[int] = field(default_factory=set)
+    attending: set[int] = field(default_factory=set)
+    attended: set[int] = field(default_factory=set)
+
+    def _layer(self, layer: int) -> None:
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer {layer} outside [0, {self.num_layers})")
+
+    def rank_restore_layer(self, layer: int) -> None:
+        self._layer(layer)
+        self.restored.add(layer)
+
+    def gather_start(self, layer: int) -> None:
+        self._layer(layer)
+        if layer not in self.restored:
+            raise IllegalTransition(f"GatherStart({layer}) before RankRestoreLayer({layer})")
+        if layer in self.gathering or layer in self.gathered:
+            raise IllegalTransition(f"GatherStart({layer}) twice")
+        prev = layer - SLOTS
+        if prev >= 0 and prev not in self.attended:
+            raise IllegalTransition(
+                f"GatherStart({layer}) overwrites slot {slot_of(layer)} while layer {prev} may still be read")
+        self.gathering.add(layer)
+
+    def gather_finish(self, layer: int) -> None:
+        if layer not in self.gathering:
+            raise IllegalTransition(f"GatherFinish({layer}) without GatherStart")
+        self.gathering.discard(layer)
+        self.gathered.add(layer)
+
+    def attention_start(self, layer: int) -> None:
+        self._layer(layer)
+        if layer not in self.gathered:
+            raise IllegalTransition(f"AttentionStart({layer}) before GatherFinish({layer})")
+        self.attending.add(layer)
+
+    def attention_finish(self, layer: int) -> None:
+        if layer not in self.attending:
+            raise IllegalTransition(f"AttentionFinish({layer}) without AttentionStart")
+        self.attending.discard(layer)
+        self.attended.add(layer)

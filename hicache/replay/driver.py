@@ -1,0 +1,201 @@
+"""Replay a trace through the real cache (hicache.runtime.HiCache), one request at a time.
+
+Per request: match -> load back the host run -> prefetch from storage (policy decides)
+-> load that back -> allocate and insert the new pages -> finish -> poll completions.
+`kv="metadata"` skips KV bytes (trace scale); `kv="small"` moves real bytes through tiny
+pools, stamps each page with its own tokens and verifies every restored page.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import tempfile
+import time
+
+import numpy as np
+
+from hicache.replay.trace import TraceRequest, check_page_size, expand, read_trace
+from hicache.runtime.config import CacheConfig, PrefetchPolicy, WritePolicy
+
+
+class KVMode(enum.StrEnum):
+    METADATA = "metadata"
+    SMALL = "small"
+
+
+class StorageKind(enum.StrEnum):
+    NONE = "none"
+    FILE = "file"
+    MOONCAKE = "mooncake"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ReplayConfig:
+    page_size: int = 64
+    device_tokens: int = 2_000_000   # capacities in tokens, rounded down to whole pages
+    host_tokens: int = 0
+    storage: StorageKind = StorageKind.NONE
+    kv: KVMode = KVMode.METADATA
+    write_policy: WritePolicy = WritePolicy.WRITE_THROUGH
+    prefetch_policy: PrefetchPolicy = PrefetchPolicy.WAIT_COMPLETE
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        check_page_size(self.page_size)
+        for name in ("device_tokens", "host_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name}: must be a non-negative int, got {v!r}")
+        if self.device_tokens < self.page_size:
+            raise ValueError(f"device_tokens: must hold at least one page, got {self.device_tokens}")
+        object.__setattr__(self, "storage", StorageKind(self.storage))
+        object.__setattr__(self, "kv", KVMode(self.kv))
+        object.__setattr__(self, "write_policy", WritePolicy(self.write_policy))
+        object.__setattr__(self, "prefetch_policy", PrefetchPolicy(self.prefetch_policy))
+        if self.storage is not StorageKind.NONE and self.host_tokens == 0:
+            raise ValueError("host_tokens: storage needs a host tier (storage -> host -> device)")
+
+    def cache_config(self) -> CacheConfig:
+        small = self.kv is KVMode.SMALL
+        # small KV: one head of 4 fp16 = 8 bytes per token row = the token id itself
+        return CacheConfig(page_size=self.page_size,
+                           device_pages=self.device_tokens // self.page_size,
+                           host_pages=self.host_tokens // self.page_size,
+                           layers=2, heads=1, head_dim=4, dtype="float16",
+                           write_policy=self.write_policy, prefetch_policy=self.prefetch_policy,
+                           metadata_only=not small, model="replay")
+
+
+def _open_storage(kind: StorageKind, stack: contextlib.ExitStack):
+    """The backend for `kind`, closed (and its server stopped) when `stack` unwinds."""
+    if kind is StorageKind.NONE:
+        return None
+    if kind is StorageKind.FILE:
+        from hicache.storage.file_store import FileStorage
+        store = FileStorage(stack.enter_context(tempfile.TemporaryDirectory(prefix="hicache-replay-")))
+    else:  # raises MooncakeUnavailable with its reason when the store cannot run here
+        from hicache.storage.mooncake_server import MooncakeMaster
+        from hicache.storage.mooncake_store import MooncakeStorage, MooncakeStoreConfig
+        master = MooncakeMaster.start()
+        stack.callback(master.stop)
+        store = MooncakeStorage(MooncakeStoreConfig.for_master(master))
+    stack.callback(store.close)
+    return store
+
+
+class _Stamp:
+    """Small-KV content: plane/layer q of a page holds its token ids (int64) + q."""
+
+    def __init__(self, cache) -> None:
+        self.pool = cache.device_pool
+        c = cache.cfg
+        self.planes = c.kv * c.layers
+        self.ps = c.page_size
+
+    def expected(self, key: bytes, first: int, count: int):
+        import torch
+        toks = np.frombuffer(key, dtype="<i8", count=count * self.ps, offset=first * self.ps * 8)
+        base = torch.from_numpy(toks.copy()).view(count, self.ps, 1)
+        q = torch.arange(self.planes, dtype=torch.int64).view(self.planes, 1, 1, 1)
+        return (base.unsqueeze(0) + q).view(torch.uint8)   # (planes, count, ps, 8)
+
+    def write(self, key: bytes, first: int, pages: list[int]) -> None:
+        import torch
+        if not pages:
+            return
+        buf = self.pool.buf.view(self.planes, self.pool.pages, self.ps, -1)
+        buf[:, torch.as_tensor(pages)] = self.expected(key, first, len(pages))
+
+    def verify(self, key: bytes, pages: list[int]) -> int:
+        """Number of pages whose bytes differ from what was written (0 when correct)."""
+        import torch
+        if not pages:
+            return 0
+        buf = self.pool.buf.view(self.planes, self.pool.pages, self.ps, -1)
+        got = buf[:, torch.as_tensor(pages)]
+        bad = (got != self.expected(key, 0, len(pages))).flatten(2).any(dim=2).any(dim=0)
+        return int(bad.sum())
+
+
+def replay_requests(cfg: ReplayConfig, requests: list[tuple[bytes, int]], storage=None) -> dict:
+    """Drive HiCache over pre-expanded (key, input_length) pairs; returns the report."""
+    from hicache.runtime.cache import HiCache
+
+    cache = HiCache(cfg.cache_config(), storage=storage)
+    stamp = _Stamp(cache) if cfg.kv is KVMode.SMALL else None
+    has_host = cache.host is not None
+    has_storage = storage is not None
+    pb = cfg.page_size * 8
+    corrupt = 0
+    uncached = 0
+    t0 = time.perf_counter()
+    try:
+        for key, n_tokens in requests:
+            req = cache.match(key, n_tokens=n_tokens)
+            if has_host:
+                cache.load_back(req)
+                if has_storage and cache.prefetch(req) and cache.finish_prefetch(req):
+                    cache.load_back(req, _tier="storage")
+                for op in req.loads:
+                    op.wait()
+            prefix = cache.prefix_pages(req)
+            if stamp is not None:
+                corrupt += stamp.verify(key, prefix)
+            new = cache.alloc(len(key) // pb - len(prefix))
+            if new is None:         # every device page is locked: serve uncached
+                uncached += 1
+            else:
+                if stamp is not None:
+                    stamp.write(key, len(prefix), new)
+                cache.insert(req, new)
+            cache.finish(req)
+            if has_host:
+                cache.poll()
+        cache.drain()
+    finally:
+        cache.close()
+    seconds = time.perf_counter() - t0
+    m = cache.metrics
+    total = m.input_tokens
+
+    def tier(hit: int) -> dict:
+        return {"hit_tokens": hit, "hit_rate": hit / total if total else 0.0}
+
+    return {
+        "requests": m.requests,
+        "input_tokens": total,
+        "hit_tokens": m.hit_tokens,
+        "hit_rate": m.hit_rate,
+        "tiers": {"device": tier(m.device_hit_tokens), "host": tier(m.host_hit_tokens),
+                  "storage": tier(m.storage_hit_tokens)},
+        "seconds": seconds,
+        "kv": cfg.kv.value,
+        "corrupt_pages": corrupt if stamp is not None else None,
+        "uncached_requests": uncached,
+        "metrics": m.as_dict(),
+    }
+
+
+def load_requests(path: str, page_size: int, limit: int | None = None) -> list[tuple[bytes, int]]:
+    return [(expand(r, page_size), r.input_length) for r in read_trace(path, limit)]
+
+
+def replay(path: str, cfg: ReplayConfig) -> dict:
+    """Parse, expand (untimed, as the baseline does) and replay a trace file."""
+    t0 = time.perf_counter()
+    reqs = load_requests(path, cfg.page_size, cfg.limit)
+    expand_s = time.perf_counter() - t0
+    with contextlib.ExitStack() as stack:
+        out = replay_requests(cfg, reqs, _open_storage(cfg.storage, stack))
+    out["trace"] = path
+    out["expand_seconds"] = expand_s
+    out["config"] = {"page_size": cfg.page_size, "device_tokens": cfg.device_tokens,
+                     "host_tokens": cfg.host_tokens, "storage": cfg.storage.value,
+                     "write_policy": cfg.write_policy.value,
+                     "prefetch_policy": cfg.prefetch_policy.value}
+    return out
+
+
+__all__ = ["ReplayConfig", "KVMode", "StorageKind", "replay", "replay_requests",
+           "load_requests", "TraceRequest"]

@@ -1,0 +1,127 @@
+"""Page allocators: O(1) free lists (a stack of free page indices).
+
+`PageAllocator` serves device pages. `HostSlots` serves host slots and also carries
+each slot's state (HostSlotState) with guarded transitions: an illegal transition
+raises `SlotStateError` at once, naming the slots and their states.
+"""
+from __future__ import annotations
+
+import enum
+import threading
+
+import numpy as np
+
+
+class PageAllocator:
+    """Free list of `capacity` pages. Invariant: free pages are distinct, in [0, capacity)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._free = list(range(capacity - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def alloc(self, n: int) -> list[int] | None:
+        """n pages, or None (expected shortage) when fewer are free."""
+        if n > len(self._free):
+            return None
+        if n == 0:
+            return []
+        out = self._free[-n:]
+        del self._free[-n:]
+        out.reverse()
+        return out
+
+    def release(self, pages: list[int]) -> None:
+        self._free.extend(pages)
+
+    def free_set(self) -> set[int]:
+        return set(self._free)
+
+
+class HostSlotState(enum.IntEnum):
+    IDLE = 0        # free, in the free list
+    RESERVED = 1    # being written (device->host backup or storage->host prefetch)
+    PROTECTED = 2   # being read by a load-back: neither freed nor rewritten
+    SYNCED = 3      # holds valid bytes; readable, evictable
+    BACKUP = 4      # being read by a storage backup: not freed
+
+
+S = HostSlotState
+#: the legal transitions of one slot (spec/HostTier.tla)
+TRANSITIONS: frozenset[tuple[HostSlotState, HostSlotState]] = frozenset({
+    (S.IDLE, S.RESERVED),       # BackupStart / PrefetchStart
+    (S.RESERVED, S.SYNCED),     # BackupFinish / PrefetchFinish
+    (S.RESERVED, S.IDLE),       # failed or aborted write
+    (S.SYNCED, S.PROTECTED),    # LoadBackStart
+    (S.PROTECTED, S.SYNCED),    # LoadBackFinish
+    (S.SYNCED, S.BACKUP),       # StorageBackupStart
+    (S.BACKUP, S.SYNCED),       # StorageBackupFinish
+    (S.SYNCED, S.IDLE),         # HostEvict
+})
+
+
+class SlotStateError(RuntimeError):
+    """A broken internal invariant: a slot was moved along an illegal edge."""
+
+
+class HostSlots:
+    """Host slot allocator and state machine. Thread-safe: transfer threads never call
+    it, but the lock keeps the state array and free list consistent for readers."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.state = np.zeros(capacity, dtype=np.int8)   # HostSlotState per slot
+        self._free = list(range(capacity - 1, -1, -1))
+        self._lock = threading.Lock()
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    @property
+    def used(self) -> int:
+        return self.capacity - len(self._free)
+
+    def reserve(self, n: int) -> list[int] | None:
+        """n slots IDLE -> RESERVED, or None when fewer are free."""
+        with self._lock:
+            if n > len(self._free):
+                return None
+            if n == 0:
+                return []
+            out = self._free[-n:]
+            del self._free[-n:]
+            out.reverse()
+            idx = np.asarray(out, dtype=np.int64)
+            if (self.state[idx] != S.IDLE).any():
+                raise SlotStateError(f"free list held non-IDLE slots {self._describe(idx)}")
+            self.state[idx] = S.RESERVED
+            return out
+
+    def move(self, slots: list[int], src: HostSlotState, dst: HostSlotState) -> None:
+        """Guarded transition of every slot in `slots` from `src` to `dst`."""
+        if (src, dst) not in TRANSITIONS:
+            raise SlotStateError(f"illegal transition {src.name}->{dst.name}")
+        if not slots:
+            return
+        idx = np.asarray(slots, dtype=np.int64)
+        with self._lock:
+            if (self.state[idx] != src).any():
+                raise SlotStateError(f"{src.name}->{dst.name} on slots {self._describe(idx)}")
+            self.state[idx] = dst
+            if dst is S.IDLE:
+                self._free.extend(slots)
+
+    def all_in(self, slots: list[int], st: HostSlotState) -> bool:
+        return bool((self.state[np.asarray(slots, dtype=np.int64)] == st).all())
+
+    def free_set(self) -> set[int]:
+        with self._lock:
+            return set(self._free)
+
+    def _describe(self, idx: np.ndarray) -> str:
+        bad = [(int(i), HostSlotState(int(self.state[i])).name) for i in idx[:8]]
+        return f"{bad}{' ...' if len(idx) > 8 else ''}"

@@ -1,0 +1,679 @@
+"""HiCache: one engine's tiered KV cache (device, host, storage) around the radix tree.
+
+The scheduler thread owns the tree, the allocators and the slot states; transfer threads
+only copy bytes (and talk to storage) and signal completion. Completions are applied by
+`poll()` in issue order (ordered ack queues). Every protocol step emits the HostTier
+event of the same name.
+
+Request lifecycle (what the scheduler calls):
+  req = cache.match(tokens)          RequestMatch   device run + host run, path locked
+  cache.load_back(req)               LoadBackStart  host run -> device, per-layer events
+  cache.prefetch(req) ...            PrefetchStart  storage -> host, in the background
+  cache.finish_prefetch(req)         PrefetchFinish stop policy decides; hits join the tree
+  pages = cache.alloc(n)             DeviceEvict    LRU device victims make room
+  cache.insert(req, pages)           DeviceInsert   write policy may start BackupStart
+  cache.finish(req) / abort(req)     RequestFinish / RequestAbort
+  cache.poll()                       BackupFinish, LoadBackFinish, StorageBackupFinish
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+from hicache.protocol.vocabulary import HostTier as A
+from hicache.runtime.allocator import HostSlots, HostSlotState as S, PageAllocator
+from hicache.runtime.config import CacheConfig, PrefetchPolicy, WritePolicy
+from hicache.runtime.events import EventBus
+from hicache.runtime.hashing import chain_hashes, namespace_seed, storage_key
+from hicache.runtime.metrics import Metrics
+from hicache.runtime.radix import Node, RadixTree, TOKEN_BYTES, encode
+from hicache.runtime.transfer import FuncOp, LoadOp, Op, Worker
+
+#: hits a node needs before write-through backs it up to host
+BACKUP_THRESHOLD: dict[WritePolicy, float] = {
+    WritePolicy.WRITE_THROUGH: 1,
+    WritePolicy.WRITE_THROUGH_SELECTIVE: 2,
+    WritePolicy.WRITE_BACK: float("inf"),   # only on device eviction
+}
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Request:
+    """One request's view of the cache. Invariant: `node` is locked while not finished."""
+    rid: int
+    key: bytes                  # page-aligned token bytes
+    tokens: int                 # prompt length in tokens (partial last page included)
+    node: Node                  # deepest matched node (locked)
+    device_hit: int = 0         # pages served from device at match
+    host_hit: int = 0           # pages loaded back from host
+    storage_hit: int = 0        # pages prefetched from storage (and loaded back)
+    loads: list = dataclasses.field(default_factory=list)
+    prefetch: Any = None
+    done: bool = False
+
+
+class HiCache:
+    def __init__(self, cfg: CacheConfig, storage=None, bus: EventBus | None = None) -> None:
+        self.cfg = cfg
+        self.bus = bus or EventBus()
+        self.metrics = Metrics()
+        self.tree = RadixTree(cfg.page_size, namespace_seed(cfg.model, cfg.salt))
+        self.dev_alloc = PageAllocator(cfg.device_pages)
+        self.host = HostSlots(cfg.host_pages) if cfg.host_pages else None
+        self.storage = storage
+        self.device_pool = self.host_pool = None
+        if not cfg.metadata_only:
+            from hicache.runtime.pools import DevicePool, HostPool
+            self.device_pool = DevicePool(cfg)
+            self.host_pool = HostPool(cfg) if self.host else None
+        self._threshold = BACKUP_THRESHOLD[cfg.write_policy]
+        self._rid = 0
+        # one worker per direction: completions of one direction stay in issue order
+        self.loader = Worker("load") if self.host else None
+        self.writer = Worker("write") if self.host else None
+        self.prefetcher = Worker("prefetch") if (self.host and storage) else None
+        self.backuper = Worker("storage-backup") if (self.host and storage) else None
+        self._orphans: list[FuncOp] = []   # prefetches of aborted requests, reaped by poll
+        self._prefetching: set[FuncOp] = set()  # prefetches whose slots are RESERVED, not in tree
+        self._prefetch_slots = 0   # Invariant: == sum(len(op.slots) for op in _prefetching)
+
+    # ------------------------------------------------------------------ helpers
+    def _emit(self, action: A, **args: Any) -> None:
+        bus = self.bus
+        if bus.listeners:
+            bus.emit(action, **args)
+
+    def _attach(self, op: Op, nodes: list[Node]) -> None:
+        for x in nodes:
+            x.inflight.append(op)
+            op.nodes.append(x)
+
+    def _detach(self, op: Op) -> None:
+        tree = self.tree
+        for x in op.nodes:
+            x.inflight.remove(op)
+            if x.loading is op:
+                x.loading = None
+            if x.parent is not None:
+                tree.offer_device(x)
+                tree.offer_host(x)
+        op.nodes = []
+
+    # ------------------------------------------------------------------ match
+    def match(self, tokens: Any, rid: int | None = None, n_tokens: int | None = None) -> Request:
+        """RequestMatch: longest cached prefix; locks its path until finish/abort.
+
+        `tokens`: token ids, or key bytes from `radix.encode`; `n_tokens` the prompt
+        length for the hit-rate denominator (default: the length of `tokens`)."""
+        key = tokens if isinstance(tokens, bytes) else encode(tokens, self.cfg.page_size)
+        if n_tokens is None:
+            n_tokens = len(tokens) // TOKEN_BYTES if isinstance(tokens, bytes) else len(tokens)
+        m = self.tree.match(key)
+        self.tree.lock(m.node)
+        if rid is None:
+            self._rid += 1
+            rid = self._rid
+        req = Request(rid, key, n_tokens, m.node, device_hit=m.device_pages)
+        if m.loads:
+            req.loads.extend(m.loads)
+        met = self.metrics
+        met.requests += 1
+        met.input_tokens += n_tokens
+        met.device_hit_tokens += m.device_pages * self.cfg.page_size
+        self._emit(A.RequestMatch, rid=rid, device_pages=m.device_pages, host_pages=m.host_pages)
+        return req
+
+    def prefix_pages(self, req: Request) -> list[int]:
+        """Device pages of the request's cached prefix (wait on req.loads before reading)."""
+        return self.tree.device_pages_of(req.node)
+
+    # ------------------------------------------------------------------ device room
+    def alloc(self, n: int) -> list[int] | None:
+        """n device pages, evicting LRU device leaves; None if locks pin too much."""
+        alloc = self.dev_alloc
+        tree = self.tree
+        while alloc.free < n:
+            victim = tree.pop_device_victim()
+            if victim is None:
+                if not self._wait_one():
+                    return None
+                continue
+            self._evict_device(victim)
+        return alloc.alloc(n)
+
+    def evict_device(self, n: int) -> int:
+        """Make at least n device pages free if victims allow; returns the free count."""
+        pages = self.alloc(n)
+        if pages is not None:
+            self.dev_alloc.release(pages)
+        return self.dev_alloc.free
+
+    def evict_host(self, n: int) -> int:
+        """Make at least n host slots free if victims allow; returns the free count."""
+        if self.host is None:
+            return 0
+        slots = self._reserve_host(n)
+        if slots is not None:
+            self.host.move(slots, S.RESERVED, S.IDLE)
+        return self.host.free
+
+    def _wait_one(self) -> bool:
+        """Wait for the oldest transfer in flight and apply completions; False if none.
+        In-flight transfers pin their pages, so room may appear when they finish."""
+        for w in (self.writer, self.loader, self.backuper):
+            if w is not None and w.acks:
+                w.acks[0].done.wait()
+                self.poll()
+                return True
+        return False
+
+    def _evict_device(self, v: Node) -> None:
+        """DeviceEvict: drop v's device copy, keeping (or first making) a host copy."""
+        ps = self.cfg.page_size
+        if v.host is None and self.host is not None and self.cfg.write_policy is WritePolicy.WRITE_BACK:
+            self._backup_sync(v)
+        if v.host is not None:
+            pages = self.tree.drop_device(v)
+        else:
+            if v.children and not self._drop_host_subtree(v):
+                return  # a descendant is in use; v stays (re-offered when that ends)
+            pages = v.device
+            self.tree.delete(v)
+        self.dev_alloc.release(pages)
+        self.metrics.device_evicted_tokens += len(pages) * ps
+        self._emit(A.DeviceEvict, node=v.id, pages=len(pages), kept_host=v.parent is not None)
+
+    def _drop_host_subtree(self, v: Node) -> bool:
+        """Free the host-only descendants of v (prefetched below a device-only node)."""
+        below = []
+        stack = list(v.children.values())
+        while stack:
+            x = stack.pop()
+            if x.inflight or x.host_ref or x.lock_ref:
+                return False
+            below.append(x)
+            stack.extend(x.children.values())
+        for x in reversed(below):  # children before parents
+            self._evict_host(x)
+        return True
+
+    # ------------------------------------------------------------------ host room
+    def _reserve_host(self, n: int) -> list[int] | None:
+        host = self.host
+        tree = self.tree
+        while host.free < n:
+            victim = tree.pop_host_victim()
+            if victim is None:
+                if n > host.free + self._busy_host() or not self._wait_one():
+                    return None
+                continue
+            self._evict_host(victim)
+        return host.reserve(n)
+
+    def _busy_host(self) -> int:
+        """Host slots that in-flight loads and storage backups hold (freed when they end)."""
+        n = 0
+        for w in (self.loader, self.backuper):
+            if w is not None:
+                n += sum(len(op.slots) for op in w.acks)
+        return n
+
+    def _evict_host(self, v: Node) -> None:
+        """HostEvict: a host-only leaf leaves the tree; its slots go SYNCED -> IDLE."""
+        slots = v.host
+        self.tree.delete(v)
+        self.host.move(slots, S.SYNCED, S.IDLE)
+        self.metrics.host_evicted_tokens += len(slots) * self.cfg.page_size
+        self._emit(A.HostEvict, node=v.id, slots=slots)
+
+    # ------------------------------------------------------------------ insert + write policy
+    def insert(self, req: Request, pages: list[int]) -> None:
+        """DeviceInsert: the request's new pages (after its prefix) join the tree.
+
+        `pages` are fresh pages from `alloc` holding the KV of the pages after the
+        request's device prefix. Pages the tree already holds are freed here."""
+        prefix = self.prefix_pages(req)
+        full = prefix + pages
+        n = len(req.key) // self.tree.pb
+        if len(full) != n:
+            raise ValueError(f"pages: expected {n - len(prefix)} new pages, got {len(pages)}")
+        node, dup = self.tree.insert(req.key, full)
+        if dup > len(prefix):            # someone inserted the same pages meanwhile
+            self.dev_alloc.release(full[len(prefix):dup])
+        self.tree.lock(node)
+        self.tree.unlock(req.node)
+        req.node = node
+        self._emit(A.DeviceInsert, rid=req.rid, node=node.id, new_pages=n - dup)
+        if self.host is not None and self._threshold != float("inf"):
+            self._write_through(node)
+
+    def _write_through(self, node: Node) -> None:
+        self.backup(node, self._threshold)
+
+    def backup(self, node: Node, min_hits: float = 0) -> int:
+        """BackupStart for the nodes without a host copy on node's path, top-down, while
+        they have `min_hits` hits: host copies of backups form a prefix from the root.
+        Returns the number of nodes whose backup started."""
+        if self.host is None:
+            return 0
+        path = []
+        x = node
+        while x is not self.tree.root and x.host is None:
+            path.append(x)
+            x = x.parent
+        started = 0
+        for y in reversed(path):
+            if (y.hit_count < min_hits or y.device is None or y.parent is None
+                    or not self._backup_start(y)):
+                break
+            started += 1
+        return started
+
+    def _backup_start(self, v: Node) -> bool:
+        """BackupStart: device -> host copy of v in the background (slots IDLE->RESERVED)."""
+        slots = self._reserve_host(v.n)
+        if slots is None:
+            self.metrics.backup_skipped_tokens += v.n * self.cfg.page_size
+            return False
+        pages = list(v.device)
+        self.tree.set_host(v, slots)
+        op = FuncOp(self._copy_to_host, pages=pages, slots=slots, t0=time.perf_counter())
+        self._attach(op, [v])
+        self._emit(A.BackupStart, node=v.id, slots=slots)
+        self.writer.submit(op)
+        return True
+
+    def _copy_to_host(self, op: FuncOp) -> None:
+        if self.host_pool is not None:
+            from hicache.runtime.copy import copy_pages
+            copy_pages(self.host_pool, op.slots, self.device_pool, op.pages)
+
+    def _backup_finish(self, op: FuncOp) -> None:
+        """BackupFinish: RESERVED -> SYNCED; the node's host copy is now readable."""
+        if op.error is not None:   # a copy cannot half-fail silently: the slots are released
+            nodes = list(op.nodes)
+            self._detach(op)
+            for x in nodes:
+                if x.host is not None and x.parent is not None:
+                    self.tree.drop_host(x)
+            self.host.move(op.slots, S.RESERVED, S.IDLE)
+            return
+        self.host.move(op.slots, S.RESERVED, S.SYNCED)
+        nodes = list(op.nodes)
+        self._detach(op)
+        met = self.metrics
+        met.backup_tokens += len(op.slots) * self.cfg.page_size
+        met.backup_seconds += time.perf_counter() - op.t0
+        if self.host_pool is not None:
+            met.backup_bytes += len(op.slots) * self.host_pool.page_nbytes
+        self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots)
+        if self.storage is not None:
+            for x in nodes:
+                if x.parent is not None:
+                    self._storage_backup_start(x)
+
+    def _backup_sync(self, v: Node) -> None:
+        """write_back: v is leaving the device; copy it to host first, synchronously."""
+        slots = self._reserve_host(v.n)
+        if slots is None:
+            self.metrics.backup_skipped_tokens += v.n * self.cfg.page_size
+            return
+        self._emit(A.BackupStart, node=v.id, slots=slots)
+        if self.host_pool is not None:
+            from hicache.runtime.copy import copy_pages
+            copy_pages(self.host_pool, slots, self.device_pool, v.device)
+        self.tree.set_host(v, slots)
+        self.host.move(slots, S.RESERVED, S.SYNCED)
+        self.metrics.backup_tokens += v.n * self.cfg.page_size
+        self._emit(A.BackupFinish, node=v.id, slots=slots)
+        if self.storage is not None:
+            self._storage_backup_start(v)
+
+    # ------------------------------------------------------------------ load-back
+    def load_back(self, req: Request, _tier: str = "host") -> LoadOp | None:
+        """LoadBackStart: the host run of req's path goes to device, layer by layer.
+
+        Loads whole nodes, top-down, while device room and idle slots last; a node whose
+        slots are busy (storage backup) ends the run. Returns the op (or None)."""
+        if self.host is None:
+            return None
+        nodes = [x for x in self.tree.path(req.node) if x.device is None]
+        take = []
+        total = 0
+        for x in nodes:
+            if x.inflight:
+                break
+            take.append(x)
+            total += x.n
+        pages = None
+        while take:
+            pages = self.alloc(total)   # req's lock keeps its path off the victim heap
+            if pages is not None:
+                break
+            total -= take.pop().n
+        if not take:
+            return None
+        slots = [s for x in take for s in x.host]
+        self.host.move(slots, S.SYNCED, S.PROTECTED)
+        cfg = self.cfg
+        op = LoadOp(cfg.layers, None, None)
+        op.slots, op.pages, op.t0, op.rid = slots, pages, time.perf_counter(), req.rid
+        op._copy_layer = self._load_layer_fn(op)
+        op._on_layer = self._layer_event_fn(op)
+        off = 0
+        for x in take:
+            self.tree.set_device(x, pages[off:off + x.n])
+            x.loading = op
+            off += x.n
+        self._attach(op, take)
+        req.loads.append(op)
+        loaded = len(pages) * cfg.page_size
+        if _tier == "host":
+            req.host_hit += len(pages)
+            self.metrics.host_hit_tokens += loaded
+        else:
+            req.storage_hit += len(pages)
+            self.metrics.storage_hit_tokens += loaded
+        self._emit(A.LoadBackStart, rid=req.rid, slots=slots, pages=pages)
+        self.loader.submit(op)
+        return op
+
+    def _load_layer_fn(self, op: LoadOp):
+        if self.device_pool is None:
+            return lambda layer: None
+        from hicache.runtime.copy import copy_layer
+        dev, host = self.device_pool, self.host_pool
+        return lambda layer: copy_layer(dev, op.pages, host, op.slots[::-1], layer)
+
+    def _layer_event_fn(self, op: LoadOp):
+        return lambda layer: self._emit(A.LoadBackLayer, rid=op.rid, layer=layer)
+
+    def _load_finish(self, op: LoadOp) -> None:
+        """LoadBackFinish: PROTECTED -> SYNCED; the ack is popped in issue order."""
+        self.host.move(op.slots, S.PROTECTED, S.SYNCED)
+        self._detach(op)
+        met = self.metrics
+        met.load_tokens += len(op.pages) * self.cfg.page_size
+        met.load_seconds += time.perf_counter() - op.t0
+        if self.host_pool is not None:
+            met.load_bytes += len(op.pages) * self.host_pool.page_nbytes
+        self._emit(A.LoadBackFinish, rid=op.rid, slots=op.slots, ok=op.error is None)
+
+    # ------------------------------------------------------------------ storage backup
+    def _storage_backup_start(self, v: Node) -> None:
+        """StorageBackupStart: SYNCED -> BACKUP while the slots are written to storage."""
+        if v.stored or v.inflight or v.host is None or self.backuper is None:
+            return
+        keys = [storage_key(h) for h in self.tree.hashes_to(v)]
+        slots = list(v.host)
+        self.host.move(slots, S.SYNCED, S.BACKUP)
+        op = FuncOp(self._store_pages, keys=keys, slots=slots)
+        self._attach(op, [v])
+        self._emit(A.StorageBackupStart, node=v.id, keys=len(keys))
+        self.backuper.submit(op)
+
+    def _store_pages(self, op: FuncOp) -> list[bool]:
+        import torch
+        if self.host_pool is not None:
+            values = [self.host_pool.read_page(s) for s in op.slots]
+        else:  # metadata-only: a one-byte marker stands for the page
+            values = [torch.ones(1, dtype=torch.uint8) for _ in op.slots]
+        try:
+            ok = self.storage.batch_set(op.keys, values)
+        except Exception:  # noqa: BLE001 - a failing backend is a miss, counted
+            ok = None
+        if not isinstance(ok, list) or len(ok) != len(op.keys):
+            with self.metrics.lock:
+                self.metrics.storage_failures += 1
+            return [False] * len(op.keys)
+        return [bool(x) for x in ok]
+
+    def _storage_backup_finish(self, op: FuncOp) -> None:
+        """StorageBackupFinish: BACKUP -> SYNCED; the node is in storage if every page was."""
+        self.host.move(op.slots, S.BACKUP, S.SYNCED)
+        ok = op.error is None and op.result is not None and all(op.result)
+        nodes = list(op.nodes)
+        self._detach(op)
+        for x in nodes:
+            x.stored = x.stored or ok
+        met = self.metrics
+        if ok:
+            met.storage_backup_tokens += len(op.slots) * self.cfg.page_size
+            if self.host_pool is not None:
+                met.storage_backup_bytes += len(op.slots) * self.host_pool.page_nbytes
+        else:
+            met.storage_backup_failures += 1
+        self._emit(A.StorageBackupFinish, node=nodes[0].id if nodes else None, ok=ok)
+
+    # ------------------------------------------------------------------ storage prefetch
+    def prefetch(self, req: Request) -> bool:
+        """PrefetchStart: fetch the pages after req's cached prefix from storage into
+        reserved host slots, in the background. False when declined (no storage, too
+        short, host too full: the rate limit)."""
+        cfg = self.cfg
+        if self.prefetcher is None or req.prefetch is not None:
+            return False
+        tree = self.tree
+        off = sum(x.n for x in tree.path(req.node)) * tree.pb
+        want = (len(req.key) - off) // tree.pb
+        if want < cfg.prefetch_min_pages:
+            return False
+        # rate limit: slots held by prefetches in flight stay under a share of the host
+        # (cached host pages do not count: they are evictable)
+        room = int(cfg.prefetch_host_fraction * self.host.capacity) - self._prefetch_slots
+        want = min(want, room)
+        if want < cfg.prefetch_min_pages:
+            self.metrics.prefetch_rate_limited += 1
+            return False
+        slots = self._reserve_host(want)
+        if slots is None:
+            self.metrics.prefetch_rate_limited += 1
+            return False
+        prev = tree.path_hash(req.node)
+        hashes = chain_hashes(prev, req.key[off:off + want * tree.pb], cfg.page_size)
+        op = FuncOp(self._fetch_pages, keys=[storage_key(h) for h in hashes], hashes=hashes,
+                    slots=slots, off=off, anchor=req.node, terminate=False, completed=0,
+                    announced=0, t0=time.monotonic(), rid=req.rid)
+        tree.host_anchor(req.node, +1)  # the anchor path is never deleted (bug 7)
+        req.prefetch = op
+        self._prefetching.add(op)
+        self._prefetch_slots += len(slots)
+        self.metrics.prefetch_requests += 1
+        self._emit(A.PrefetchStart, rid=req.rid, slots=slots, pages=want)
+        self.prefetcher.submit(op)
+        return True
+
+    def _fetch_pages(self, op: FuncOp) -> int:
+        """Worker side: exists (stops at the first miss), then get, batch by batch.
+        Any backend failure ends the fetch at the pages already written; never raises."""
+        be = self.storage
+        batch = self.cfg.storage_batch_pages
+        keys = op.keys
+        hit = 0
+        while hit < len(keys) and not op.terminate:
+            chunk = keys[hit:hit + batch]
+            try:
+                k = be.batch_exists(chunk)
+            except Exception:  # noqa: BLE001
+                k = None
+            if not isinstance(k, int):
+                self._storage_failed()
+                break
+            hit += max(0, min(k, len(chunk)))
+            if k < len(chunk):
+                break
+        op.announced = hit
+        pool = self.host_pool
+        done = 0
+        while done < hit and not op.terminate:
+            chunk = keys[done:min(done + batch, hit)]
+            try:
+                values = be.batch_get(chunk)
+            except Exception:  # noqa: BLE001
+                values = None
+            if not isinstance(values, list) or len(values) != len(chunk):
+                self._storage_failed()
+                break
+            stop = False
+            for v in values:
+                if v is None or (pool is not None and v.numel() != pool.page_nbytes):
+                    self._storage_failed()
+                    stop = True
+                    break
+                if pool is not None:
+                    pool.write_page(op.slots[done], v)
+                done += 1
+                op.completed = done   # monotone; read by the scheduler after `done` is set
+            if stop:
+                break
+        return done
+
+    def _storage_failed(self) -> None:
+        with self.metrics.lock:
+            self.metrics.storage_failures += 1
+
+    def finish_prefetch(self, req: Request) -> int:
+        """PrefetchFinish: apply the stop policy, then fetched pages join the tree as host
+        copies and the rest of the slots go back to IDLE. Returns pages now loadable."""
+        op = req.prefetch
+        if op is None:
+            return 0
+        STOP[self.cfg.prefetch_policy](self, op)
+        op.done.wait()    # the worker acknowledges termination at its next batch boundary
+        req.prefetch = None
+        self._prefetching.discard(op)
+        self._prefetch_slots -= len(op.slots)
+        got = op.result if (op.error is None and isinstance(op.result, int)) else 0
+        fetched, rest = op.slots[:got], op.slots[got:]
+        self.host.move(rest, S.RESERVED, S.IDLE)
+        met = self.metrics
+        met.prefetch_unfulfilled_tokens += (op.announced - got) * self.cfg.page_size
+        self.tree.host_anchor(op.anchor, -1)
+        joined = 0
+        if fetched:
+            self.host.move(fetched, S.RESERVED, S.SYNCED)
+            tree = self.tree
+            end = op.off + got * tree.pb
+            node, off2 = tree.walk(op.anchor, req.key[:end], op.off)
+            dup = (off2 - op.off) // tree.pb
+            if dup:
+                self.host.move(fetched[:dup], S.SYNCED, S.IDLE)   # arrived meanwhile
+            if dup < got:
+                leaf = tree.add_host_leaf(node, req.key[off2:end], fetched[dup:], op.hashes[dup:got])
+                tree.lock(leaf)
+                tree.unlock(req.node)
+                req.node = leaf
+                joined = got - dup
+            met.prefetch_hit_tokens += joined * self.cfg.page_size
+        self._emit(A.PrefetchFinish, rid=req.rid, fetched=got, joined=joined)
+        return joined
+
+    def _stop_best_effort(self, op: FuncOp) -> None:
+        op.terminate = True
+
+    def _stop_wait_complete(self, op: FuncOp) -> None:
+        pass
+
+    def _stop_timeout(self, op: FuncOp) -> None:
+        left = op.t0 + self.cfg.prefetch_timeout(len(op.keys)) - time.monotonic()
+        if not op.done.wait(max(left, 0.0)):
+            op.terminate = True
+
+    # ------------------------------------------------------------------ end of a request
+    def finish(self, req: Request) -> None:
+        """RequestFinish: release the request's lock (its pages stay cached)."""
+        if req.prefetch is not None:
+            self.finish_prefetch(req)
+        self.tree.unlock(req.node)
+        req.done = True
+        self._emit(A.RequestFinish, rid=req.rid)
+
+    def abort(self, req: Request) -> None:
+        """RequestAbort: release the in-flight prefetch slots and the lock."""
+        op = req.prefetch
+        if op is not None:
+            op.terminate = True
+            req.prefetch = None
+            self._orphans.append(op)
+            self._reap_orphans()
+        self.tree.unlock(req.node)
+        req.done = True
+        self._emit(A.RequestAbort, rid=req.rid)
+
+    def _reap_orphans(self) -> None:
+        keep = []
+        for op in self._orphans:
+            if op.done.is_set():
+                self._prefetching.discard(op)
+                self._prefetch_slots -= len(op.slots)
+                self.host.move(op.slots, S.RESERVED, S.IDLE)
+                self.tree.host_anchor(op.anchor, -1)
+            else:
+                keep.append(op)
+        self._orphans = keep
+
+    # ------------------------------------------------------------------ completions
+    def poll(self) -> int:
+        """Apply every completion at the front of each ack queue, in issue order."""
+        n = 0
+        if self.writer is not None:
+            for op in self.writer.ready():
+                self._backup_finish(op)
+                n += 1
+            for op in self.loader.ready():
+                self._load_finish(op)
+                n += 1
+        if self.backuper is not None:
+            for op in self.backuper.ready():
+                self._storage_backup_finish(op)
+                n += 1
+            if self.prefetcher is not None:
+                self.prefetcher.ready()   # prefetch acks are consumed per request
+        if self._orphans:
+            self._reap_orphans()
+        if self.host is not None:
+            self.metrics.host_occupancy = self.host.used / self.host.capacity
+        return n
+
+    def drain(self) -> None:
+        """Wait for every transfer in flight and apply its completion."""
+        while True:
+            busy = False
+            for w in (self.writer, self.loader, self.backuper):
+                if w is not None and w.acks:
+                    w.acks[0].done.wait()
+                    busy = True
+            for op in self._orphans:
+                op.done.wait()
+            if not busy and not self._orphans:
+                break
+            self.poll()
+        self.poll()
+
+    def close(self) -> None:
+        self.drain()
+        for w in (self.loader, self.writer, self.prefetcher, self.backuper):
+            if w is not None:
+                w.close()
+
+    # ------------------------------------------------------------------ introspection
+    def host_partition(self) -> tuple[set[int], set[int], set[int]]:
+        """(free, tree, in-flight) host slots; tests check they partition all slots."""
+        free = self.host.free_set()
+        tree_slots: set[int] = set()
+        for x in self.tree.nodes():
+            if x.host is not None:
+                tree_slots.update(x.host)
+        inflight: set[int] = set()
+        for op in self._prefetching:
+            inflight.update(op.slots)
+        return free, tree_slots, inflight
+
+
+#: prefetch stop policy -> what finish_prefetch does before waiting for the worker
+STOP = {
+    PrefetchPolicy.BEST_EFFORT: HiCache._stop_best_effort,
+    PrefetchPolicy.WAIT_COMPLETE: HiCache._stop_wait_complete,
+    PrefetchPolicy.TIMEOUT: HiCache._stop_timeout,
+}

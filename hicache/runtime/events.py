@@ -1,0 +1,68 @@
+"""Protocol events: one typed record per protocol step, named by the spec's action.
+
+Emitting with no listener costs one attribute test (`if bus.listeners:` at the call
+site), so the runtime emits everywhere and monitors attach later without code changes.
+Listeners have the shape of `hicache.protocol.events.Listener`, `fn(action, fields)`,
+the hook every layer shares. They run synchronously on the emitting thread, in
+registration order, serialized by the bus; a listener must not call back into the cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from hicache.protocol.events import Listener
+from hicache.protocol.vocabulary import HostTier
+
+
+@dataclasses.dataclass(slots=True, frozen=True)
+class Event:
+    """One protocol step: `action` is the spec action, `args` its parameters."""
+    action: HostTier
+    args: dict[str, Any]
+    seq: int
+
+
+class EventBus:
+    """Fan-out of protocol events. Invariant: `seq` strictly increases per bus."""
+
+    __slots__ = ("listeners", "_seq", "_lock")
+
+    def __init__(self) -> None:
+        self.listeners: list[Listener] = []
+        self._seq = 0
+        self._lock = threading.Lock()  # events come from the scheduler and transfer threads
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Attach a listener; returns a function that detaches it."""
+        self.listeners = [*self.listeners, listener]  # copy-on-write: emit never locks the list
+
+        def detach() -> None:
+            self.listeners = [x for x in self.listeners if x is not listener]
+        return detach
+
+    def emit(self, action: HostTier, **args: Any) -> None:
+        """Record one step. Callers guard with `if bus.listeners:` on hot paths."""
+        listeners = self.listeners
+        if not listeners:
+            return
+        with self._lock:
+            self._seq += 1
+            args["seq"] = self._seq
+            for fn in listeners:
+                fn(action, args)
+
+
+class Recorder:
+    """A listener that keeps every event (tests, traces)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, action: HostTier, fields: dict[str, Any]) -> None:
+        self.events.append(Event(action, dict(fields), fields["seq"]))
+
+    def actions(self) -> list[HostTier]:
+        return [e.action for e in self.events]

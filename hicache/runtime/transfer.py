@@ -1,0 +1,118 @@
+"""Background transfer threads with ordered ack queues.
+
+A `Worker` owns one thread and one FIFO of operations; `submit` appends the op to the
+ack queue in issue order, and `ready()` pops only from the front, only ops whose work is
+done, so the scheduler applies completions in issue order whatever the thread timing.
+An op that raises never kills its thread: the error is stored on the op (a miss).
+"""
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from typing import Any
+
+
+class Op:
+    """One background operation. `run` executes on the worker thread."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.nodes: list[Any] = []    # tree nodes whose state this op holds (see radix._split)
+
+    def run(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.done.wait(timeout)
+
+
+class LoadOp(Op):
+    """Host -> device, layer by layer. `layers_done` only grows; consumers wait per layer."""
+
+    def __init__(self, layers: int, copy_layer, on_layer) -> None:
+        super().__init__()
+        self.layers = layers
+        self.layers_done = 0
+        self._cond = threading.Condition()
+        self._copy_layer = copy_layer   # (layer) -> None, on the worker thread
+        self._on_layer = on_layer       # (layer) -> None, emits LoadBackLayer
+        self.slots: list[int] = []
+        self.pages: list[int] = []
+
+    def run(self) -> None:
+        for layer in range(self.layers):
+            self._copy_layer(layer)
+            with self._cond:
+                self.layers_done = layer + 1
+                self._cond.notify_all()
+            self._on_layer(layer)
+
+    def wait_layer(self, layer: int, timeout: float | None = None) -> bool:
+        """Block until `layer` is on device (the forward pass calls this per layer)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.layers_done > layer or self.done.is_set(),
+                                       timeout)
+
+
+class FuncOp(Op):
+    """An op whose work is one callable; its return value lands in `result`."""
+
+    def __init__(self, fn, **fields: Any) -> None:
+        super().__init__()
+        self._fn = fn
+        self.result: Any = None
+        self.__dict__.update(fields)
+
+    def run(self) -> None:
+        self.result = self._fn(self)
+
+
+class Worker:
+    """One background thread, a FIFO of ops, and their ack queue in issue order."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._q: queue.Queue[Op | None] = queue.Queue()
+        self.acks: collections.deque[Op] = collections.deque()
+        self._thread = threading.Thread(target=self._loop, name=f"hicache-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, op: Op) -> Op:
+        self.acks.append(op)
+        self._q.put(op)
+        return op
+
+    def ready(self) -> list[Op]:
+        """Pop the finished ops at the front of the ack queue, in issue order."""
+        out = []
+        acks = self.acks
+        while acks and acks[0].done.is_set():
+            out.append(acks.popleft())
+        return out
+
+    def drain(self) -> list[Op]:
+        """Wait for every submitted op and pop them all, in issue order."""
+        out = []
+        while self.acks:
+            op = self.acks.popleft()
+            op.done.wait()
+            out.append(op)
+        return out
+
+    def _loop(self) -> None:
+        while True:
+            op = self._q.get()
+            if op is None:
+                return
+            try:
+                op.run()
+            except BaseException as exc:  # noqa: BLE001 - a failing op is a miss, never a dead thread
+                op.error = exc
+            finally:
+                op.done.set()
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join()

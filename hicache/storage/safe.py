@@ -1,0 +1,215 @@
+"""SafeStorage: the guard the prefetch and backup threads call storage through.
+
+Whatever the wrapped backend does — raise, return None or a malformed result, or hang past
+the timeout — every call returns a well-formed answer in which the failed pages are misses
+(not present, not fetched, not stored), and counts what happened. A background thread using
+it therefore never dies of a backend error (REFERENCE.md bug 14).
+
+Timeouts: with `timeout_s` set, the backend runs on a worker thread and the caller stops
+waiting at the deadline. The abandoned worker may still finish later, so it must never touch
+caller memory: under a timeout, `batch_get_into` fetches into the worker's own tensors and the
+caller copies them into `dst` only if they arrived in time, and `batch_set_from` stores a
+snapshot of the rows taken before the call. (Without a timeout the zero-copy calls go straight
+through.) At most `max_abandoned` calls may be left running; beyond that, calls fail at once
+as timeouts instead of piling up threads on a hung backend.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from hicache.storage.base import StorageBackend
+from hicache.storage.counters import Count, Counters, merge_stats
+from hicache.storage.hostbuf import check_rows
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SafeConfig:
+    timeout_s: float | None = None   # None: call the backend on the caller's thread
+    max_abandoned: int = 4           # timed-out calls allowed to linger on worker threads
+
+    def __post_init__(self) -> None:
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"timeout_s: must be positive or None, got {self.timeout_s}")
+        if self.max_abandoned < 1:
+            raise ValueError(f"max_abandoned: must be >= 1, got {self.max_abandoned}")
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Call:
+    """One backend call on a daemon worker thread; the caller waits with a deadline."""
+    __slots__ = ("done", "result", "error", "abandoned")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False   # set under SafeStorage._lock once the caller gave up
+
+
+class SafeStorage(StorageBackend):
+    """Never raises for backend failures; turns them into counted misses."""
+
+    def __init__(self, inner: StorageBackend, config: SafeConfig = SafeConfig()) -> None:
+        self.inner = inner
+        self.config = config
+        self.counters = Counters()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)   # notified when _abandoned drops
+        self._abandoned = 0   # Invariant: timed-out calls whose worker has not finished yet
+        self.last_error: str | None = None
+
+    # -- running one call ----------------------------------------------------------------
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """fn(*args), on a worker thread with a deadline when a timeout is configured."""
+        if self.config.timeout_s is None:
+            return fn(*args)
+        with self._lock:
+            if self._abandoned >= self.config.max_abandoned:
+                raise _Timeout
+        call = _Call()
+
+        def work() -> None:
+            try:
+                call.result = fn(*args)
+            except BaseException as exc:  # handed to the caller, or dropped if abandoned
+                call.error = exc
+            finally:
+                with self._lock:
+                    call.done.set()
+                    if call.abandoned:
+                        self._abandoned -= 1
+                        self._idle.notify_all()
+
+        threading.Thread(target=work, name="hicache-storage-call", daemon=True).start()
+        if not call.done.wait(self.config.timeout_s):
+            with self._lock:
+                if not call.done.is_set():
+                    call.abandoned = True
+                    self._abandoned += 1
+                    raise _Timeout
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _guard(self, n_pages: int, miss: Any, check: Callable[[Any], Any],
+               fn: Callable[..., Any], *args: Any) -> Any:
+        """Run, validate with `check` (returns the cleaned result or raises TypeError)."""
+        try:
+            result = self._run(fn, *args)
+        except _Timeout:
+            self._fail(Count.CALL_TIMEOUT, n_pages, "timeout")
+            return miss
+        except Exception as exc:
+            self._fail(Count.CALL_ERROR, n_pages, repr(exc))
+            return miss
+        try:
+            return check(result)
+        except TypeError as exc:
+            self._fail(Count.CALL_NONE, n_pages, str(exc))
+            return miss
+
+    def _fail(self, what: Count, n_pages: int, why: str) -> None:
+        self.counters.add(what)
+        self.counters.add(Count.FAILED_PAGES, n_pages)
+        self.last_error = why
+
+    # -- interface -----------------------------------------------------------------------
+    def batch_exists(self, keys: Sequence[str]) -> int:
+        n = len(keys)
+
+        def check(r: Any) -> int:
+            if type(r) is not int or not 0 <= r <= n:
+                raise TypeError(f"batch_exists returned {r!r} for {n} keys")
+            return r
+        return self._guard(n, 0, check, self.inner.batch_exists, keys)
+
+    def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
+        return self._guard(len(keys), [None] * len(keys), _pages_check(len(keys)),
+                           self.inner.batch_get, keys)
+
+    def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
+        return self._guard(len(keys), [False] * len(keys), _flags_check(len(keys), "batch_set"),
+                           self.inner.batch_set, keys, values)
+
+    def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        check_rows(keys, dst, rows, "dst")   # caller misuse still raises
+        miss = [False] * len(keys)
+        if self.config.timeout_s is None:
+            return self._guard(len(keys), miss, _flags_check(len(keys), "batch_get_into"),
+                               self.inner.batch_get_into, keys, dst, rows)
+        # The worker fills its own tensors; only this thread writes dst (see module doc).
+        vals = self._guard(len(keys), None, _pages_check(len(keys)), self.inner.batch_get, keys)
+        if vals is None:
+            return miss
+        out = []
+        for row, val in zip(rows, vals):
+            good = val is not None and val.numel() == dst[row].numel()
+            if good:
+                dst[row].copy_(val.view(dst[row].shape))
+            out.append(good)
+        return out
+
+    def batch_set_from(self, keys: Sequence[str], src: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        check_rows(keys, src, rows, "src")
+        flags = _flags_check(len(keys), "batch_set_from")
+        if self.config.timeout_s is None:
+            return self._guard(len(keys), [False] * len(keys), flags,
+                               self.inner.batch_set_from, keys, src, rows)
+        # Snapshot now: once this call returns, the caller may reuse the rows.
+        snapshot = [src[r].reshape(-1).clone() for r in rows]
+        return self._guard(len(keys), [False] * len(keys), flags,
+                           self.inner.batch_set, keys, snapshot)
+
+    def abandoned(self) -> int:
+        """Timed-out calls still running on their worker threads."""
+        with self._lock:
+            return self._abandoned
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until no abandoned call is running (e.g. before close); True if none is."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._abandoned == 0, timeout_s)
+
+    def register_buffer(self, buf: torch.Tensor) -> None:
+        self._guard(0, None, lambda r: None, self.inner.register_buffer, buf)
+
+    def stats(self) -> dict[str, int]:
+        inner = self._guard(0, {}, _stats_check, self.inner.stats)
+        return merge_stats(inner, self.counters.snapshot())
+
+    def close(self) -> None:
+        self._guard(0, None, lambda r: None, self.inner.close)
+
+
+def _pages_check(n: int) -> Callable[[Any], list[torch.Tensor | None]]:
+    def check(r: Any) -> list[torch.Tensor | None]:
+        if not isinstance(r, list) or len(r) != n:
+            raise TypeError(f"batch_get returned {type(r).__name__} for {n} keys")
+        for v in r:
+            if v is not None and not (isinstance(v, torch.Tensor) and v.dtype == torch.uint8
+                                      and v.dim() == 1 and v.device.type == "cpu"):
+                raise TypeError("batch_get returned a value that is not a 1-D CPU uint8 tensor")
+        return r
+    return check
+
+
+def _flags_check(n: int, what: str) -> Callable[[Any], list[bool]]:
+    def check(r: Any) -> list[bool]:
+        if not isinstance(r, list) or len(r) != n or not all(type(f) is bool for f in r):
+            raise TypeError(f"{what} returned {r!r:.80} for {n} keys")
+        return r
+    return check
+
+
+def _stats_check(r: Any) -> dict[str, int]:
+    if not isinstance(r, dict):
+        raise TypeError(f"stats returned {type(r).__name__}")
+    return r
