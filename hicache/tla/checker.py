@@ -221,7 +221,7 @@ def _split_spec(model: Model, spec_name: str):
             if _name(inner) == "SubscriptedAction" and inner.operator == "[":
                 nxt = (inner.action, ctx)
                 continue
-        if k in ("Fairness",) or (k == "OperatorApplication" and node.operator in ("[]", "<>", "~>")):
+        if _temporal(node):
             continue  # fairness and temporal conjuncts do not constrain safety checking
         if init is None:
             init = (node, ctx)
@@ -321,6 +321,12 @@ def _temporal(node) -> bool:
     k = _name(node)
     if k == "Fairness":
         return True
+    if k == "Quantification":
+        return _temporal(node.predicate)
+    if k == "Parentheses":
+        return _temporal(node.expression)
+    if k == "VerticalList":
+        return any(_temporal(it.expression) for it in node.arguments)
     if k == "OperatorApplication" and node.operator in ("[]", "<>", "~>", "-+->"):
         return True
     if k == "OperatorApplication":

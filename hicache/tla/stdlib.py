@@ -14,7 +14,7 @@ from typing import Callable
 
 from hicache.tla.errors import EvalError
 from hicache.tla.values import (
-    Fcn, InfiniteSet, Interval, ModelValue, PowerSet, ProductSet, RecFcn, as_frozenset, card, fmt,
+    CombinedSet, is_infinite, Fcn, InfiniteSet, Interval, ModelValue, PowerSet, ProductSet, RecFcn, as_frozenset, card, fmt,
     in_set, is_set, iter_values, mk_fcn, sorted_values,
 )
 
@@ -95,16 +95,26 @@ def _neg(a):
 
 # ------------------------------------------------------------------ sets
 def _union(a, b):
+    if is_infinite(a) or is_infinite(b):
+        return CombinedSet("cup", a, b)
     return as_frozenset(a) | as_frozenset(b)
 
 
 def _inter(a, b):
+    if is_infinite(a):
+        if is_infinite(b):
+            raise EvalError(f"cannot intersect two infinite sets {fmt(a)} and {fmt(b)}")
+        a, b = b, a
+    if is_infinite(b):
+        return frozenset(x for x in iter_values(a) if in_set(x, b))
     return as_frozenset(a) & as_frozenset(b)
 
 
 def _minus_set(a, b):
     if not is_set(a) or not is_set(b):
         raise EvalError(f"\\ applied to {fmt(a)} and {fmt(b)}; both must be sets")
+    if is_infinite(a):
+        return CombinedSet("minus", a, b)
     fa = as_frozenset(a)
     if type(b) is frozenset:
         return fa - b

@@ -173,6 +173,36 @@ class InfiniteSet(LazySet):
         return False
 
 
+class CombinedSet(LazySet):
+    """A \\cup / \\ of sets where a side is infinite: membership only (Nat \\ {0})."""
+    __slots__ = ("op", "a", "b")
+
+    def __init__(self, op: str, a, b):
+        self.op, self.a, self.b = op, a, b
+        self._mat = None
+
+    def contains(self, v):
+        if self.op == "cup":
+            return in_set(v, self.a) or in_set(v, self.b)
+        return in_set(v, self.a) and not in_set(v, self.b)
+
+    def enumerate(self):
+        raise EvalError(f"attempted to enumerate the infinite set {fmt(self)}")
+
+    def card(self):
+        raise EvalError(f"attempted to compute the cardinality of the infinite set {fmt(self)}")
+
+    def __hash__(self):
+        return hash(("$comb", self.op, self.a, self.b))
+
+    def __eq__(self, other):
+        return isinstance(other, CombinedSet) and (self.op, self.a, self.b) == (other.op, other.a, other.b)
+
+
+def is_infinite(s) -> bool:
+    return isinstance(s, (InfiniteSet, CombinedSet))
+
+
 class PowerSet(LazySet):
     """SUBSET S"""
     __slots__ = ("base",)
@@ -418,6 +448,9 @@ def fmt(v) -> str:
         return "(" + " @@ ".join(f"{fmt(k)} :> {fmt(x)}" for k, x in items) + ")"
     if isinstance(v, InfiniteSet):
         return v.name
+    if isinstance(v, CombinedSet):
+        op = "\\cup" if v.op == "cup" else "\\"
+        return "(" + fmt(v.a) + " " + op + " " + fmt(v.b) + ")"
     if isinstance(v, Interval):
         return f"{v.lo}..{v.hi}"
     if isinstance(v, SET_TYPES):
