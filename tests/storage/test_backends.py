@@ -1,0 +1,215 @@
+"""The StorageBackend contract, run against the file store and a real Mooncake Store."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from hicache.storage import envelope
+from hicache.storage.file_store import FileStorage
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float32)
+
+
+def delta(backend, before: dict[str, int]) -> dict[str, int]:
+    after = backend.stats()
+    return {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+
+
+def random_page(gen: torch.Generator, dtype: torch.dtype, elems: int = 96) -> torch.Tensor:
+    """Bytes of a random KV page of `dtype` (fp8 from random bytes: every bit pattern)."""
+    if dtype.itemsize == 1:
+        return torch.randint(0, 256, (elems,), dtype=torch.uint8, generator=gen)
+    return torch.randn(elems, generator=gen).to(dtype).view(torch.uint8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_round_trip_pages_bit_exact(backend, fresh_key, dtype):
+    gen = torch.Generator().manual_seed(7)
+    pages = [random_page(gen, dtype) for _ in range(5)]
+    keys = [fresh_key(i) for i in range(5)]
+    before = backend.stats()
+    assert backend.batch_set(keys, pages) == [True] * 5
+    got = backend.batch_get(keys)
+    for page, val in zip(pages, got):
+        assert val is not None and val.dtype == torch.uint8 and val.dim() == 1
+        assert torch.equal(val, page)
+        assert torch.equal(val.view(dtype).view(torch.uint8), page.view(dtype).view(torch.uint8))
+    assert delta(backend, before) == {"set_ok": 5, "get_hit": 5}
+
+
+def test_exists_counts_leading_present_keys(backend, fresh_key):
+    k = [fresh_key(i) for i in range(4)]
+    page = torch.arange(32, dtype=torch.uint8)
+    assert backend.batch_set([k[0], k[1], k[3]], [page, page, page]) == [True] * 3
+    assert backend.batch_exists(k) == 2                 # present, present, missing, present
+    assert backend.batch_exists([k[2], k[0]]) == 0
+    assert backend.batch_exists([k[3]]) == 1
+    assert backend.batch_exists([]) == 0
+    assert backend.batch_set([k[2]], [page]) == [True]
+    assert backend.batch_exists(k) == 4
+
+
+def test_missing_page_is_a_counted_miss(backend, fresh_key):
+    before = backend.stats()
+    assert backend.batch_get([fresh_key(0), fresh_key(1)]) == [None, None]
+    assert backend.batch_get([]) == []
+    assert delta(backend, before) == {"get_miss": 2}
+
+
+def test_every_single_byte_corruption_is_a_miss_then_restorable(backend, fresh_key):
+    page = torch.arange(8, dtype=torch.uint8) * 3
+    key = fresh_key(0)
+    stored = envelope.HEADER_BYTES + page.numel()
+    for offset in range(stored):
+        assert backend.batch_set([key], [page]) == [True]
+        assert backend.tamper(key, offset)
+        before = backend.stats()
+        assert backend.batch_get([key]) == [None], f"flip at byte {offset} not detected"
+        assert delta(backend, before) == {"get_corrupt": 1}
+        assert backend.batch_exists([key]) == 0          # a bad page is removed...
+    assert backend.batch_set([key], [page]) == [True]    # ...so it can be stored again
+    assert torch.equal(backend.batch_get([key])[0], page)
+
+
+def test_page_under_another_key_is_a_miss(backend, fresh_key):
+    """The checksum binds the key: bytes stored for one key never serve another."""
+    a, b = fresh_key(0), fresh_key(1)
+    page = torch.full((16,), 5, dtype=torch.uint8)
+    blob = envelope.encode(a, page.numpy())
+    if isinstance(backend, FileStorage):
+        backend.path_of(b).parent.mkdir(exist_ok=True)
+        backend.path_of(b).write_bytes(blob)
+    else:
+        assert backend._store.put(b, blob) == 0
+    assert backend.batch_get([b]) == [None]
+
+
+def test_zero_copy_rows_round_trip(backend, fresh_key):
+    gen = torch.Generator().manual_seed(3)
+    slots, page_bytes = 8, 64
+    src = torch.randint(0, 256, (slots, page_bytes), dtype=torch.uint8, generator=gen)
+    dst = torch.full((slots, page_bytes), 0xAB, dtype=torch.uint8)
+    backend.register_buffer(src)
+    backend.register_buffer(dst)
+    keys = [fresh_key(i) for i in range(3)]
+    assert backend.batch_set_from(keys, src, [3, 1, 5]) == [True] * 3
+    before = backend.stats()
+    assert backend.batch_get_into(keys, dst, [0, 2, 4]) == [True] * 3
+    assert torch.equal(dst[[0, 2, 4]], src[[3, 1, 5]])
+    assert bool((dst[[1, 3, 5, 6, 7]] == 0xAB).all())   # rows not named are untouched
+    assert delta(backend, before) == {"get_hit": 3}
+    # The zero-copy and copying calls agree on the stored form.
+    assert torch.equal(backend.batch_get([keys[1]])[0], src[1])
+    # A missing key or a row of another size is a miss, never a partial page.
+    small = torch.zeros((2, 32), dtype=torch.uint8)
+    assert backend.batch_get_into([fresh_key(9), keys[0]], dst, [6, 7]) == [False, True]
+    assert backend.batch_get_into([keys[0]], small, [0]) == [False]
+    assert torch.equal(backend.batch_get([keys[0]])[0], src[3])   # size mismatch keeps the page
+
+
+def test_zero_copy_non_contiguous_rows(backend, fresh_key):
+    """A layer-first host layout: one page's bytes are strided across layers."""
+    layers, slots, width = 3, 4, 16
+    host = torch.arange(layers * slots * width, dtype=torch.int64).remainder(251).to(torch.uint8)
+    src = host.view(layers, slots, width).transpose(0, 1)      # (slots, layers, width) view
+    assert not src[1].is_contiguous()
+    keys = [fresh_key(0), fresh_key(1)]
+    assert backend.batch_set_from(keys, src, [1, 2]) == [True, True]
+    out_host = torch.zeros(layers, slots, width, dtype=torch.uint8)
+    dst = out_host.transpose(0, 1)
+    assert backend.batch_get_into(keys, dst, [2, 0]) == [True, True]
+    assert torch.equal(dst[2], src[1]) and torch.equal(dst[0], src[2])
+    assert bool((dst[1] == 0).all()) and bool((dst[3] == 0).all())
+
+
+def test_rows_and_values_are_validated(backend, fresh_key):
+    buf = torch.zeros(2, 8, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="rows"):
+        backend.batch_get_into([fresh_key(0)], buf, [0, 1])
+    with pytest.raises(ValueError, match="rows"):
+        backend.batch_set_from([fresh_key(0)], buf, [2])
+    with pytest.raises(ValueError, match="uint8"):
+        backend.batch_set([fresh_key(0)], [torch.zeros(4, dtype=torch.float16)])
+    for bad in ("../etc", ".hidden", "a/b", "", "k" * 300):
+        with pytest.raises(ValueError, match="key"):
+            backend.batch_exists([bad])
+
+
+def test_concurrent_writers_and_readers(backend, fresh_key):
+    """Writers (two per page, same bytes) and readers race; a reader sees the exact page or a
+    miss, never other bytes, and every page is stored at the end."""
+    n_pages, n_threads = 24, 4
+    keys = [fresh_key(i) for i in range(n_pages)]
+    pages = [torch.full((256,), i, dtype=torch.uint8) for i in range(n_pages)]
+    start = threading.Barrier(n_threads * 2)
+    errors: list[str] = []
+    before = backend.stats()
+
+    def writer(t: int) -> None:
+        start.wait()
+        for i in range(t % 2, n_pages, 2):       # each page written by two threads
+            if backend.batch_set([keys[i]], [pages[i]]) != [True]:
+                errors.append(f"set {i} failed")
+
+    def reader(t: int) -> None:
+        start.wait()
+        for _ in range(3):
+            for i, val in enumerate(backend.batch_get(keys)):
+                if val is not None and not torch.equal(val, pages[i]):
+                    errors.append(f"reader {t} saw wrong bytes for page {i}")
+
+    threads = ([threading.Thread(target=writer, args=(t,)) for t in range(n_threads)]
+               + [threading.Thread(target=reader, args=(t,)) for t in range(n_threads)])
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert backend.batch_exists(keys) == n_pages
+    assert all(torch.equal(v, p) for v, p in zip(backend.batch_get(keys), pages))
+    assert "get_corrupt" not in delta(backend, before)
+
+
+def test_file_store_layout_and_atomic_publish(tmp_path):
+    store = FileStorage(tmp_path)
+    key = "ab" + "0" * 62
+    page = torch.arange(10, dtype=torch.uint8)
+    assert store.batch_set([key], [page]) == [True]
+    path = tmp_path / "ab" / key
+    assert store.path_of(key) == path
+    assert path.read_bytes() == envelope.encode(key, page.numpy())
+    assert [p.name for p in (tmp_path / "ab").iterdir()] == [key]   # no temporary left over
+    path.write_bytes(path.read_bytes()[:-1])                         # truncated: a miss
+    assert store.batch_get([key]) == [None]
+    assert not path.exists()
+
+
+def test_concurrent_zero_copy_threads(backend, fresh_key):
+    """Backup and prefetch threads share one host buffer on disjoint rows (per-thread
+    scratch in the backend must keep their headers apart)."""
+    n_threads, per_thread, width = 4, 6, 128
+    host = torch.zeros(n_threads * per_thread * 2, width, dtype=torch.uint8)
+    for r in range(n_threads * per_thread):
+        host[r].fill_(r + 1)
+    backend.register_buffer(host)
+    start = threading.Barrier(n_threads)
+    results: dict[int, list[bool]] = {}
+
+    def worker(t: int) -> None:
+        rows = list(range(t * per_thread, (t + 1) * per_thread))
+        keys = [fresh_key(r) for r in rows]
+        start.wait()
+        stored = backend.batch_set_from(keys, host, rows)
+        back = [r + n_threads * per_thread for r in rows]
+        results[t] = stored + backend.batch_get_into(keys, host, back)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert all(results[t] == [True] * (2 * per_thread) for t in range(n_threads))
+    half = n_threads * per_thread
+    assert torch.equal(host[half:], host[:half])

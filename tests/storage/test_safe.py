@@ -1,0 +1,170 @@
+"""SafeStorage: raise / None / malformed / hung backends become counted misses."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from hicache.storage.base import StorageBackend
+from hicache.storage.faulty import FaultConfig, FaultyStorage
+from hicache.storage.file_store import FileStorage
+from hicache.storage.safe import SafeConfig, SafeStorage
+
+PAGE = torch.arange(16, dtype=torch.uint8)
+KEYS = [f"{i:064x}" for i in range(3)]
+
+
+def test_exceptions_become_counted_misses(tmp_path):
+    safe = SafeStorage(FaultyStorage(FileStorage(tmp_path), FaultConfig(p_raise=1.0)))
+    buf = torch.zeros(3, 16, dtype=torch.uint8)
+    assert safe.batch_exists(KEYS) == 0
+    assert safe.batch_get(KEYS) == [None] * 3
+    assert safe.batch_set(KEYS, [PAGE] * 3) == [False] * 3
+    assert safe.batch_get_into(KEYS, buf, [0, 1, 2]) == [False] * 3
+    assert safe.batch_set_from(KEYS, buf, [0, 1, 2]) == [False] * 3
+    stats = safe.stats()
+    assert stats["call_error"] == 5 and stats["fault_raise"] == 5
+    assert stats["failed_pages"] == 15
+    assert "InjectedFault" in safe.last_error
+
+
+def test_none_results_become_counted_misses(tmp_path):
+    safe = SafeStorage(FaultyStorage(FileStorage(tmp_path), FaultConfig(p_none=1.0)))
+    assert safe.batch_exists(KEYS) == 0
+    assert safe.batch_get(KEYS) == [None] * 3
+    assert safe.batch_set(KEYS, [PAGE] * 3) == [False] * 3
+    stats = safe.stats()
+    assert stats["call_none"] == 3 and stats["fault_none"] == 3 and stats["failed_pages"] == 9
+
+
+class Malformed(StorageBackend):
+    """Answers of the right call with the wrong shape."""
+    def __init__(self, exists, get, flags):
+        self.exists, self.get, self.flags = exists, get, flags
+
+    def batch_exists(self, keys): return self.exists
+    def batch_get(self, keys): return self.get
+    def batch_set(self, keys, values): return self.flags
+    def batch_get_into(self, keys, dst, rows): return self.flags
+    def batch_set_from(self, keys, src, rows): return self.flags
+    def stats(self): return None
+
+
+@pytest.mark.parametrize("exists,get,flags", [
+    (True, [None, None], [True, True]),                             # bool is not a count
+    (-1, [torch.zeros(4)] * 3, [1, 1, 1]),                           # float page, int flags
+    (4, [torch.zeros((2, 2), dtype=torch.uint8)] * 3, [True] * 2),   # 2-D page, short list
+    ("3", "pages", None),
+])
+def test_malformed_results_become_counted_misses(exists, get, flags):
+    safe = SafeStorage(Malformed(exists, get, flags))
+    buf = torch.zeros(3, 16, dtype=torch.uint8)
+    assert safe.batch_exists(KEYS) == 0
+    assert safe.batch_get(KEYS) == [None] * 3
+    assert safe.batch_set(KEYS, [PAGE] * 3) == [False] * 3
+    assert safe.batch_get_into(KEYS, buf, [0, 1, 2]) == [False] * 3
+    assert safe.batch_set_from(KEYS, buf, [0, 1, 2]) == [False] * 3
+    assert safe.stats() == {"call_none": 6, "failed_pages": 15}   # stats() itself malformed
+
+
+def test_caller_misuse_still_raises(tmp_path):
+    safe = SafeStorage(FileStorage(tmp_path))
+    with pytest.raises(ValueError, match="rows"):
+        safe.batch_get_into(KEYS, torch.zeros(2, 16, dtype=torch.uint8), [0, 1, 2])
+
+
+class Hung(StorageBackend):
+    """Blocks every call until released; records what it was asked to store."""
+    def __init__(self):
+        self.release = threading.Event()
+        self.calls = 0
+        self.stored: list[torch.Tensor] = []
+
+    def _block(self):
+        self.calls += 1
+        assert self.release.wait(30), "test never released the backend"
+
+    def batch_exists(self, keys):
+        self._block()
+        return len(keys)
+
+    def batch_get(self, keys):
+        self._block()
+        return [torch.full((16,), 7, dtype=torch.uint8) for _ in keys]
+
+    def batch_set(self, keys, values):
+        self._block()
+        self.stored += [v.clone() for v in values]
+        return [True] * len(keys)
+
+    def batch_get_into(self, keys, dst, rows):
+        self._block()
+        for r in rows:                       # a late zero-copy write would corrupt reused rows
+            dst[r].fill_(0xEE)
+        return [True] * len(keys)
+
+    def batch_set_from(self, keys, src, rows):
+        self._block()
+        self.stored += [src[r].clone() for r in rows]
+        return [True] * len(keys)
+
+
+def test_timeouts_are_misses_and_late_results_never_touch_caller_memory():
+    hung = Hung()
+    safe = SafeStorage(hung, SafeConfig(timeout_s=0.05, max_abandoned=8))
+    dst = torch.zeros(3, 16, dtype=torch.uint8)
+    src = torch.full((3, 16), 1, dtype=torch.uint8)
+    assert safe.batch_exists(KEYS) == 0
+    assert safe.batch_get_into(KEYS, dst, [0, 1, 2]) == [False] * 3
+    assert safe.batch_set_from(KEYS, src, [0, 1, 2]) == [False] * 3
+    src.fill_(2)                             # the caller reuses its rows after the call
+    assert safe.abandoned() == 3
+    hung.release.set()
+    assert safe.drain(30)
+    assert safe.abandoned() == 0
+    assert bool((dst == 0).all())            # the late read went to the worker's own tensors
+    assert [bool((v == 1).all()) for v in hung.stored] == [True] * 3   # the snapshot was stored
+    stats = safe.stats()
+    assert stats == {"call_timeout": 3, "failed_pages": 9}
+    # Released, the same wrapper answers normally; the timed path still fills dst.
+    assert safe.batch_get_into(KEYS, dst, [0, 1, 2]) == [True] * 3
+    assert bool((dst == 7).all())
+
+
+def test_abandoned_calls_are_bounded():
+    hung = Hung()
+    safe = SafeStorage(hung, SafeConfig(timeout_s=0.02, max_abandoned=1))
+    assert safe.batch_exists(KEYS) == 0
+    assert safe.batch_exists(KEYS) == 0      # refused at once: one call already hangs
+    assert hung.calls == 1
+    hung.release.set()
+    assert safe.drain(30)
+    assert safe.batch_exists(KEYS) == 3
+    assert safe.stats()["call_timeout"] == 2
+
+
+def test_a_background_loop_survives_a_hostile_backend(tmp_path):
+    """The prefetch/backup pattern: a thread loops over storage calls and must finish."""
+    config = FaultConfig(seed=11, p_raise=0.3, p_none=0.3, p_corrupt=0.2, p_drop_write=0.2)
+    safe = SafeStorage(FaultyStorage(FileStorage(tmp_path), config))
+    host = torch.zeros(8, 16, dtype=torch.uint8)
+    done: list[int] = []
+
+    def loop() -> None:
+        for i in range(150):
+            ks = [f"{i:060x}{j:04x}" for j in range(4)]
+            safe.batch_set(ks, [PAGE] * 4)
+            n = safe.batch_exists(ks)
+            got = safe.batch_get_into(ks[:n], host, list(range(n)))
+            for ok, row in zip(got, range(n)):
+                assert not ok or torch.equal(host[row], PAGE)   # a hit is always the right page
+        done.append(1)
+
+    th = threading.Thread(target=loop, name="prefetch")
+    th.start()
+    th.join()
+    assert done == [1]
+    stats = safe.stats()
+    assert stats["call_error"] == stats["fault_raise"] > 0      # each injected fault counted once
+    assert stats["call_none"] == stats["fault_none"] > 0
