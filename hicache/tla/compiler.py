@@ -34,6 +34,7 @@ class _Unset:
 
 
 UNSET = _Unset()
+_MISS = object()
 _SIMPLE = (int, bool, str, tuple, frozenset, Fcn)
 
 # flags describing what a compiled expression depends on
@@ -473,9 +474,9 @@ class Compiler:
                 x = a(st, pr, env)
                 t = type(fv)
                 if t is Fcn:
-                    d = fv.d
-                    if x in d:
-                        return d[x]
+                    v = fv.d.get(x, _MISS)
+                    if v is not _MISS:
+                        return v
                 elif t is tuple and type(x) is int and 0 < x <= len(fv):
                     return fv[x - 1]
                 return apply_fn(fv, x, loc)
@@ -1148,12 +1149,24 @@ class Compiler:
         return [self.value(s, ctx) for _, s in bounds]
 
     def iter_bind(self, bounds, sets, st, pr, env):
+        """Every env extension for a list of bounds (sets are evaluated once, outside)."""
         vals = [list(iter_values(f(st, pr, env))) for f, _ in sets]
-        pats = [p for p, _ in bounds]
+        if all(isinstance(p, str) for p, _ in bounds):
+            if len(vals) == 2:
+                v1 = vals[1]
+                for a in vals[0]:
+                    ea = env + (a,)
+                    for b in v1:
+                        yield ea + (b,)
+                return
+            for combo in _product(vals):
+                yield env + combo
+            return
+        binders = [_binder(p) for p, _ in bounds]
         for combo in _product(vals):
             e = env
-            for pat, x in zip(pats, combo):
-                e = _binder(pat)(e, x)
+            for bind, x in zip(binders, combo):
+                e = bind(e, x)
             yield e
 
     # ============================================================ action compilation

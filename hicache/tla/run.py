@@ -33,8 +33,15 @@ def check_one(spec: str, cfg_path: str | None, *, simulate: bool = False, depth:
     except TlaError as e:
         res = Result("error", error=e)
         return res, _payload(res, None), f"Error: {e}"
+    except RecursionError:
+        res = Result("error", error=TlaError("recursion too deep while compiling the spec", None))
+        return res, _payload(res, None), f"Error: {res.error}"
     checker = Checker(ck, progress=_progress_line if progress else None)
-    res = checker.simulate(depth, num, seed) if simulate else checker.run()
+    try:
+        res = checker.simulate(depth, num, seed) if simulate else checker.run()
+    except Exception as exc:  # an internal fault must still be one located line, not a traceback
+        res = Result("error", error=TlaError(f"internal error ({type(exc).__name__}: {exc}); please report it "
+                                             f"with the spec", None))
     if progress:
         sys.stderr.write("\r" + " " * 100 + "\r")
     trace_path = None
