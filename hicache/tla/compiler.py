@@ -376,6 +376,8 @@ class Compiler:
         if meth is None:
             raise self.err(f"unsupported construct {_name(node)}", node, ctx)
         fn, flags = meth(node, ctx)
+        if _name(node) in _LOCATE:
+            fn = self.wrap_errors(fn, node, ctx)
         return self.const_fold(fn, flags), flags
 
     def resolve_at(self, node, ctx):
@@ -1606,6 +1608,10 @@ def _product(lists):
     import itertools
     return itertools.product(*lists)
 
+
+#: constructs whose evaluation errors (e.g. enumerating Seq(S)) get this node's location
+_LOCATE = frozenset({"Quantification", "SetSlice", "SetComprehension", "Function", "Choose", "Except",
+                     "SetOfFunctions", "SetOfRecords"})
 
 _SPECIAL_VALUE = {
     "/\\": "sv_and", "\\/": "sv_or", "~": "sv_not", "=>": "sv_implies", "<=>": "sv_equiv",

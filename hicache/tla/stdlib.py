@@ -127,6 +127,19 @@ def _subseteq(a, b):
     return all(in_set(x, b) for x in iter_values(a))
 
 
+def _domain(f):
+    t = type(f)
+    if t is tuple:
+        return Interval(1, len(f))
+    if t is Fcn:
+        return frozenset(f.d)
+    if isinstance(f, RecFcn):
+        return f.dom
+    if t is str:
+        return Interval(1, len(f))
+    raise EvalError(f"DOMAIN applied to {fmt(f)}, which is not a function")
+
+
 def _big_union(s):
     out = set()
     for x in iter_values(s):
@@ -380,7 +393,7 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     _B("\\subseteq", 2, _subseteq), _B("\\supseteq", 2, lambda a, b: _subseteq(b, a)),
     _B("\\subset", 2, lambda a, b: _subseteq(a, b) and as_frozenset(a) != as_frozenset(b)),
     _B("\\supset", 2, lambda a, b: _subseteq(b, a) and as_frozenset(a) != as_frozenset(b)),
-    _B("UNION", 1, _big_union), _B("SUBSET", 1, _subset),
+    _B("DOMAIN", 1, _domain), _B("UNION", 1, _big_union), _B("SUBSET", 1, _subset),
     _B("Cardinality", 1, _cardinality), _B("IsFiniteSet", 1, _is_finite),
     _B("\\X", -1, _product),
     _B("Seq", 1, _seq), _B("Len", 1, _len), _B("Append", 2, _append), _B("Head", 1, _head),

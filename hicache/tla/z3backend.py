@@ -876,7 +876,7 @@ class Prover:
         label = name or f"<unnamed at {node_loc(mod.file, goal)}>"
         tr = Translator(self.model, self.constants)
         try:
-            hyps, g = self._translate(tr, goal, mod)
+            background, hyps, g = self._translate(tr, goal, mod)
         except Unsupported as e:
             return TheoremResult(label, mod.name, Status.UNSUPPORTED, time.monotonic() - t0,
                                  f"{e.loc}: unsupported: {e.message}" if e.loc else f"unsupported: {e.message}",
@@ -887,25 +887,28 @@ class Prover:
             return TheoremResult(label, mod.name, Status.UNSUPPORTED, time.monotonic() - t0,
                                  "unsupported: expression nests too deeply to inline", "")
         deadline = t0 + self.timeout_s
-        status, detail = self._check_sides(tr, hyps, deadline)
+        status, detail = self._check_sides(tr, background, deadline)
         if status is None:
-            status, detail = self._check_goal(tr, hyps, g, deadline)
+            status, detail = self._check_goal(tr, background + hyps, g, deadline)
         return TheoremResult(label, mod.name, status, time.monotonic() - t0, detail,
                              str(node_loc(mod.file, goal)))
 
     # ------------------------------------------------------------ translation
     def _translate(self, tr: Translator, goal, mod: Module):
-        hyps: list = []
+        """(background, hypotheses, goal): background = ASSUMEs and arithmetic lemmas;
+        hypotheses = the stripped bound ranges and antecedents (side conditions carry
+        their own path, so they are checked against the background only)."""
+        background: list = []
         for expr, actx in self.model.assumes:
             saved = list(tr.sides)
             try:
-                hyps.append(tr.formula(expr, Ctx({}, actx.module, actx.scope)))
+                background.append(tr.formula(expr, Ctx({}, actx.module, actx.scope)))
             except Unsupported:
                 pass      # an ASSUME we cannot express only weakens the hypotheses
             tr.sides = saved
-        ctx = Ctx({}, mod, self.model.root_scope)
-        g = self._strip(tr, goal, ctx, hyps)
-        return hyps + tr.top_lemmas, g
+        hyps: list = []
+        g = self._strip(tr, goal, Ctx({}, mod, self.model.root_scope), hyps)
+        return background + tr.top_lemmas, hyps, g
 
     def _strip(self, tr: Translator, node, ctx: Ctx, hyps: list):
         """Turn leading \\A into free constants and => antecedents into hypotheses.
@@ -917,10 +920,7 @@ class Prover:
         if k == "Parentheses":
             return self._strip(tr, node.expression, ctx, hyps)
         if k == "Quantification" and node.quantifier in ("\\A", "\\forall"):
-            binds = tr.bounds(node.declarations, ctx)
-            if any(tr.candidates(s) is not None for _, s in binds):
-                return tr.formula(node, ctx)
-            for name, s in binds:
+            for name, s in tr.bounds(node.declarations, ctx):
                 sort = s.elem_sort if s is not None else "int"
                 label = name if name not in tr.free else f"{name}_{len(tr.free)}"
                 c = z3.Bool(label) if sort == "bool" else z3.Int(label)
@@ -997,13 +997,20 @@ class Prover:
         s.add(z3.Not(g))
         r = s.check()
         if r == z3.unsat:
-            return Status.PROVED, "Q.E.D."
+            return Status.PROVED, "Q.E.D." + self._vacuity_note(hyps, deadline)
         if r == z3.sat:
             return Status.COUNTEREXAMPLE, "counterexample: " + self._model_text(tr, s.model())
         why = s.reason_unknown()
         if "timeout" in why or "canceled" in why:
             return Status.UNKNOWN, f"timeout after {self.timeout_s:g} s"
         return Status.UNKNOWN, f"z3 gave up: {why}"
+
+    def _vacuity_note(self, hyps, deadline) -> str:
+        """A proof from contradictory hypotheses is valid but says nothing: flag it."""
+        s = self._solver(hyps, deadline)
+        if s is not None and s.check() == z3.unsat:
+            return " (vacuous: the ASSUMEs and antecedents are contradictory)"
+        return ""
 
     @staticmethod
     def _model_text(tr: Translator, m: z3.ModelRef) -> str:
