@@ -99,8 +99,8 @@ def _cases(torch, k, dev, host_dev, ps: int, heads: int, dim: int, moved: int, p
     ids = lambda: torch.randperm(pages, generator=gen)[:n].to(torch.int64)   # noqa: E731
     src_ids, dst_ids = ids(), ids()
 
-    # Gather / scatter of one layer's K: n_g pages so the bytes match the transfers'.
-    n_g = min(pages, 2 * LAYERS * n)
+    # Gather / scatter of one layer's K, moving as many bytes as an all-layer transfer.
+    n_g = 2 * LAYERS * n
     layer_pool = pool((2 * n_g * ps, heads, dim), dev)
     g_ids = torch.randperm(2 * n_g, generator=gen)[:n_g].to(torch.int64)
     scratch = pool((n_g * ps, heads, dim), dev)
@@ -139,6 +139,69 @@ def _baselines(torch, dev: str, nbytes: int, pin: bool) -> dict[str, Callable[[]
     h = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin).random_()
     return {"d2d": lambda: b.copy_(a), "h2d": lambda: a.copy_(h, non_blocking=True),
             "d2h": lambda: h.copy_(a, non_blocking=True)}
+
+
+def gpu_selfcheck(torch, k, device: str = "cuda") -> dict[str, bool]:
+    """On a GPU: each Triton kernel against the torch reference on small odd shapes (bit-exact
+    copies; attention within bf16 tolerance). Pinned host pools, as the runtime uses them.
+    (``device="cpu"`` runs the same checks through Triton's interpreter, for the tests.)"""
+    from hicache.kernels import attention, packed, page_gather, transfer
+
+    gen = torch.Generator().manual_seed(7)
+    ps, c, nl, h, d, pages = 16, 2, 3, 3, 5, 6
+
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def bits(shape, pinned=False):
+        t = torch.randint(0, 256, (torch.Size(shape).numel() * 2,), dtype=torch.uint8, generator=gen)
+        t = t.view(torch.bfloat16).reshape(shape)
+        return (t.pin_memory() if cuda else t) if pinned else t.to(device)
+
+    checks = {}
+    ids_a, ids_b = torch.tensor([4, 0, 2]), torch.tensor([1, 5, 3])
+    hosts = {k.Layout.LAYER_FIRST: (c, nl, pages * ps, h, d), k.Layout.PAGE_FIRST: (c, pages * ps, nl, h, d),
+             k.Layout.PAGE_FIRST_DIRECT: (c, pages, nl, ps, h, d)}
+    for layout, shape in hosts.items():
+        for layer in (None, 1):
+            dev = bits((c, nl, pages * ps, h, d))
+            host_t, host_r = bits(shape, pinned=True), None
+            host_r = host_t.clone()
+            transfer.transfer_pages_triton(dev, host_t, ids_a, ids_b, page_size=ps, dst_layout=layout, layer=layer)
+            transfer.transfer_pages_torch(dev, host_r, ids_a, ids_b, page_size=ps, dst_layout=layout, layer=layer)
+            sync()
+            ok = torch.equal(host_t.view(torch.int16), host_r.view(torch.int16))
+            back_t, back_r = torch.zeros_like(dev), torch.zeros_like(dev)
+            transfer.transfer_pages_triton(host_t, back_t, ids_b, ids_a, page_size=ps, src_layout=layout, layer=layer)
+            transfer.transfer_pages_torch(host_r, back_r, ids_b, ids_a, page_size=ps, src_layout=layout, layer=layer)
+            sync()
+            checks[f"transfer[{layout.value},layer={layer}]"] = ok and torch.equal(back_t.view(torch.int16),
+                                                                                 back_r.view(torch.int16))
+    pool = bits((pages * ps, h, d))
+    out_t, out_r = bits((3 * ps, h, d)), bits((3 * ps, h, d))
+    page_gather.gather_pages_triton(pool, ids_a.to(device), out_t, page_size=ps)
+    page_gather.gather_pages_torch(pool, ids_a.to(device), out_r, page_size=ps)
+    checks["gather"] = torch.equal(out_t.view(torch.int16), out_r.view(torch.int16))
+    pool_r = pool.clone()
+    page_gather.scatter_pages_triton(out_t, pool, ids_b, page_size=ps)
+    page_gather.scatter_pages_torch(out_t, pool_r, ids_b, page_size=ps)
+    checks["scatter"] = torch.equal(pool.view(torch.int16), pool_r.view(torch.int16))
+    tgt, dft = bits((c, nl, pages * ps, h, d)), bits((c, 1, pages * ps, h, d))
+    host_t = bits((c, pages * ps, nl + 1, h, d), pinned=True)
+    host_r = host_t.clone()
+    packed.transfer_packed_triton(tgt, dft, host_t, ids_a, ids_b, direction="to_host", page_size=ps,
+                                  host_layout="page_first")
+    packed.transfer_packed_torch(tgt, dft, host_r, ids_a, ids_b, direction="to_host", page_size=ps,
+                                 host_layout="page_first")
+    sync()
+    checks["packed"] = torch.equal(host_t.view(torch.int16), host_r.view(torch.int16))
+    q = torch.randn(5, 6, 12, generator=gen).to(device, torch.bfloat16)
+    kl, vl = (torch.randn(pages * ps, 2, 12, generator=gen).to(device, torch.bfloat16) for _ in range(2))
+    table, seq_lens, q_lens = torch.tensor([[3, 1, 5], [0, 2, 4]]), torch.tensor([40, 17]), torch.tensor([1, 4])
+    a = attention.paged_attention_triton(q, kl, vl, table, seq_lens, q_lens, page_size=ps)
+    r = attention.paged_attention_torch(q, kl, vl, table, seq_lens, q_lens, page_size=ps)
+    checks["paged_attention"] = bool(torch.allclose(a.float(), r.float(), atol=2e-2, rtol=2e-2))
+    return checks
 
 
 BASELINE_NAMES = {"cpu": {"d2d": "contiguous torch copy", "d2h": "contiguous torch copy",
@@ -182,8 +245,10 @@ def run(args: argparse.Namespace) -> dict:
         info = machine(torch)
     finally:
         torch.set_num_threads(threads)
+    checks = gpu_selfcheck(torch, k) if gpu and k.backend(dev) is k.Backend.TRITON else None
     return {
         "bench": "kernels",
+        "gpu_checks": checks,
         "backend": k.backend(dev).value,
         "device": dev,
         "machine": info,

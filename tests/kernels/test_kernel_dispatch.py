@@ -1,0 +1,91 @@
+"""The dispatch layer: one backend per device type, chosen once; every call goes through it."""
+import pytest
+import torch
+
+from hicache import kernels
+from hicache.kernels import dispatch
+from hicache.kernels.dispatch import Backend
+
+
+@pytest.fixture
+def fresh_choice(monkeypatch):
+    saved = dict(dispatch._chosen)
+    dispatch._chosen.clear()
+    yield monkeypatch
+    dispatch._chosen.clear()
+    dispatch._chosen.update(saved)
+
+
+def test_cpu_gets_the_torch_fallback_and_keeps_it(fresh_choice):
+    fresh_choice.delenv(dispatch.ENV, raising=False)
+    assert kernels.backend("cpu") is Backend.TORCH
+    fresh_choice.setenv(dispatch.ENV, "triton")       # chosen once: a later change is not seen
+    assert kernels.backend("cpu") is Backend.TORCH
+
+
+def test_cuda_gets_triton_when_it_imports(fresh_choice):
+    fresh_choice.delenv(dispatch.ENV, raising=False)
+    expected = Backend.TRITON if dispatch._triton.HAVE_TRITON else Backend.TORCH
+    assert kernels.backend("cuda") is expected
+
+
+def test_environment_override_and_its_validation(fresh_choice):
+    fresh_choice.setenv(dispatch.ENV, "torch")
+    assert kernels.backend("cuda") is Backend.TORCH
+    dispatch._chosen.clear()
+    fresh_choice.setenv(dispatch.ENV, "cuda-graphs")
+    with pytest.raises(ValueError, match=dispatch.ENV):
+        kernels.backend("cpu")
+
+
+def test_calls_route_to_the_chosen_backend(fresh_choice):
+    calls = []
+    spy = dispatch.KernelSet(*(lambda *a, _n=name, **k: calls.append(_n)
+                               for name in ("gather", "scatter", "transfer", "packed", "attention")))
+    fresh_choice.setitem(dispatch.KERNELS, Backend.TORCH, spy)
+    kernels.set_backend("torch", "cpu")
+    t = torch.zeros(1)
+    kernels.gather_pages(t, t, t, page_size=1)
+    kernels.scatter_pages(t, t, t, page_size=1)
+    kernels.transfer_pages(t, t, t, t, page_size=1)
+    kernels.transfer_packed(t, t, t, t, t, direction="to_host", page_size=1)
+    kernels.paged_attention(t, t, t, t, t, t, page_size=1)
+    assert calls == ["gather", "scatter", "transfer", "packed", "attention"]
+
+
+def test_public_api_moves_pages_on_cpu():
+    pool = torch.arange(2 * 1 * 8 * 2 * 3, dtype=torch.float32).reshape(2, 1, 8, 2, 3)
+    host = torch.zeros(2, 8, 1, 2, 3)
+    kernels.transfer_pages(pool, host, torch.tensor([3, 1]), torch.tensor([0, 2]), page_size=2,
+                           dst_layout=kernels.Layout.PAGE_FIRST)
+    assert torch.equal(host[:, 0:2, 0], pool[:, 0, 6:8]) and torch.equal(host[:, 4:6, 0], pool[:, 0, 2:4])
+    assert torch.count_nonzero(host[:, 2:4]) == 0 and torch.count_nonzero(host[:, 6:8]) == 0
+    out = kernels.gather_pages(pool[0, 0], torch.tensor([3]), torch.empty(2, 2, 3), page_size=2)
+    assert torch.equal(out, pool[0, 0, 6:8])
+
+
+def test_without_triton_the_fallback_serves_and_kernels_refuse_clearly():
+    """Where Triton is not installed, hicache.kernels still imports and copies with torch."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["triton"] = None           # any `import triton` now raises ImportError
+        import torch
+        from hicache import kernels
+        from hicache.kernels import _triton, page_gather
+        assert not _triton.HAVE_TRITON
+        assert kernels.backend("cuda") is kernels.Backend.TORCH
+        pool = torch.arange(24.0).reshape(8, 1, 3)
+        out = kernels.gather_pages(pool, torch.tensor([3, 0]), torch.empty(4, 1, 3), page_size=2)
+        assert torch.equal(out, torch.cat([pool[6:8], pool[0:2]]))
+        try:
+            page_gather.gather_pages_triton(pool, torch.tensor([0]), torch.empty(2, 1, 3), page_size=2)
+        except _triton.TritonUnavailable as exc:
+            print("refused:", exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refused:" in proc.stdout and "triton is not importable" in proc.stdout
