@@ -141,7 +141,8 @@ class Arith:
     positive); the backend decides where they go (hypotheses of the enclosing scope).
     """
 
-    def __init__(self, emit_lemma: Callable[[z3.BoolRef], None]):
+    def __init__(self, emit_lemma: Callable[[z3.BoolRef], None], zc: z3.Context | None = None):
+        self.zc = zc if zc is not None else z3.main_ctx()
         self.atoms: dict[int, Atom] = {}
         self._by_expr: dict[int, int] = {}                  # z3 ast id -> atom id
         self._divmod: dict[tuple, int] = {}                  # (kind, x.key, d.key) -> atom id
@@ -169,13 +170,13 @@ class Arith:
             for f in factors[1:]:
                 term = term * f
             if term is None:
-                parts.append(z3.IntVal(c))
+                parts.append(z3.IntVal(c, self.zc))
             elif c == 1:
                 parts.append(term)
             else:
-                parts.append(z3.IntVal(c) * term)
+                parts.append(z3.IntVal(c, self.zc) * term)
         if not parts:
-            return z3.IntVal(0)
+            return z3.IntVal(0, self.zc)
         out = parts[0]
         for t in parts[1:]:
             out = out + t

@@ -1,0 +1,46 @@
+"""`hicache prove`: discharge the THEOREMs of the specs with Z3.
+
+Default: every spec/*.tla of the checkout. Exit 0 iff every theorem is proved; 1 when
+any is not (counterexample, unknown, unsupported, or a spec that does not load).
+A spec without THEOREMs contributes nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from hicache.cli.output import emit
+
+EXIT_NOT_PROVED = 1
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("specs", nargs="*", help="SPEC.tla files (default: every spec/*.tla)")
+    p.add_argument("--timeout", type=float, default=None,
+                   help="seconds per theorem (default: 30)")
+    p.add_argument("--config", help="take constant values from this .cfg instead of proving for all values "
+                                    "allowed by the ASSUMEs")
+
+
+def run(args: argparse.Namespace) -> int:
+    import hicache
+    from hicache.tla.z3backend import DEFAULT_TIMEOUT_S, prove_files
+
+    timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
+    if timeout <= 0:
+        from hicache.cli.main import EXIT_USAGE
+        print("hicache prove: --timeout must be positive", file=sys.stderr)
+        return EXIT_USAGE
+    paths = [Path(s) for s in args.specs] or sorted((hicache.REPO_ROOT / "spec").glob("*.tla"))
+    results = prove_files(paths, timeout_s=timeout, cfg_path=Path(args.config) if args.config else None)
+    ok = all(r.proved for r in results)
+    lines = []
+    for r in results:
+        lines.append(f"{r.status.value.upper():<15} {r.module}!{r.name}  ({r.seconds:.2f} s)")
+        if not r.proved or r.detail != "Q.E.D.":
+            lines.append(f"    {r.detail}")
+    proved = sum(r.proved for r in results)
+    lines.append(f"{proved} of {len(results)} theorems proved" + ("" if ok else "; NOT all proved"))
+    emit(args, {"theorems": [r.as_json() for r in results], "ok": ok}, "\n".join(lines))
+    return 0 if ok else EXIT_NOT_PROVED

@@ -1,0 +1,195 @@
+"""`hicache prove`: Z3 discharges true THEOREMs, refutes false ones with a model, flags
+ill-defined ones (divisor, domain) at their location, and names unsupported constructs."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+import z3
+
+import hicache
+from hicache.cli.main import main
+from hicache.tla.z3arith import Arith, Poly
+from hicache.tla.z3backend import Prover, Status, prove_files
+
+MODELS = Path(__file__).parent / "prove_models"
+
+
+def _results(name: str, **kw) -> dict:
+    return {r.name: r for r in prove_files([MODELS / f"{name}.tla"], **kw)}
+
+
+@pytest.fixture(scope="module")
+def good():
+    return _results("ProveGood")
+
+
+@pytest.fixture(scope="module")
+def bad():
+    return _results("ProveBad")
+
+
+def _model(detail: str) -> dict[str, int]:
+    """name = integer pairs of a printed counterexample."""
+    return {k: int(v) for k, v in re.findall(r"(\w+) = (-?\d+)", detail)}
+
+
+@pytest.mark.parametrize("theorem", ["PlacementBijective", "OwnerInRange", "ChainBalanced", "SlotAlternates",
+                                     "PackedOffsetsDisjoint", "CaseAndLet", "InvInductive"])
+def test_true_theorems_are_proved(good, theorem):
+    r = good[theorem]
+    assert (r.status, r.detail) == (Status.PROVED, "Q.E.D.")
+
+
+def test_good_fixture_has_exactly_the_listed_theorems(good):
+    assert len(good) == 7
+
+
+def test_wrong_owner_formula_gets_a_counterexample_that_really_refutes_it(bad):
+    r = bad["WrongOwnerInRange"]
+    assert r.status is Status.COUNTEREXAMPLE
+    m = _model(r.detail)
+    # the model satisfies the hypotheses and violates Owner(N, ps, loc) < N with Owner = loc \div ps
+    assert m["N"] >= 1 and m["ps"] >= 1 and m["loc"] >= 0
+    assert m["loc"] // m["ps"] >= m["N"]
+
+
+def test_slot_reuse_mistake_is_refuted(bad):
+    r = bad["SlotWrong"]
+    assert r.status is Status.COUNTEREXAMPLE
+    assert (_model(r.detail)["l"] + 2) % 2 == _model(r.detail)["l"] % 2
+
+
+def test_possibly_zero_divisor_is_not_proved_and_is_located(bad):
+    r = bad["DivisorMayBeZero"]
+    assert r.status is Status.COUNTEREXAMPLE
+    assert r.detail.startswith(f"{MODELS / 'ProveBad.tla'}:17:48: not well-defined: divisor of \\div is positive")
+    assert _model(r.detail)["n"] <= 0
+
+
+def test_non_inductive_invariant_shows_both_states(bad):
+    r = bad["NotInductive"]
+    assert r.status is Status.COUNTEREXAMPLE
+    pre = _fn(re.search(r"done = \(([^)]*)\)", r.detail).group(1))
+    post = _fn(re.search(r"done' = \(([^)]*)\)", r.detail).group(1))
+    assert all(v <= pre[0] for v in pre.values())           # Inv holds before
+    assert any(v > post[0] for v in post.values())          # and fails after
+
+
+def test_unsupported_constructs_are_named_with_their_location():
+    res = _results("ProveUnsupported")
+    choose, rec = res["UsesChoose"], res["UsesRecursion"]
+    path = MODELS / "ProveUnsupported.tla"
+    assert (choose.status, choose.detail) == (Status.UNSUPPORTED, f"{path}:4:12: unsupported: construct Choose")
+    assert (rec.status, rec.detail) == (
+        Status.UNSUPPORTED, f"{path}:9:36: unsupported: recursive operator Sum (inlining would not terminate)")
+
+
+@pytest.fixture(scope="module")
+def semantics():
+    return _results("ProveSemantics")
+
+
+def test_semantics_fixture_is_complete(semantics):
+    assert len(semantics) == 36
+
+
+@pytest.mark.parametrize("theorem", [
+    "FloorDiv_ok", "NegConst_ok", "TruncDiv_cex", "DivExact_cex", "Multiple_ok", "ProductSign_ill",
+    "ZeroFactor_ill", "Square_cex", "Unbounded_ok", "NoWitness_cex", "Filter_ok", "Filter_cex",
+    "FilterDiv_ok", "Grid_cex", "Bool_cex", "Excluded_ok", "Vacuous_ok", "CaseGap_ill", "CaseCover_ok",
+    "CaseClash_ill", "CaseAgree_ok", "TrailBreaksInv_cex", "DomainChange_cex", "NoTypeNoDomain_cex", "NoTypeNoArg_ill",
+    "OutsideDomain_ill", "BoolEnum_cex", "TupleSet_ok", "TupleSet_cex",
+    "Except_ok", "Shift_ok", "Halve_ok", "LetPrime_cex", "ArgPrime_cex", "LetPrimeDiff_ok", "ArgPrime_ok"])
+def test_semantics(semantics, theorem):
+    r = semantics[theorem]
+    expect = theorem.rsplit("_", 1)[1]
+    if expect == "ok":
+        assert r.status is Status.PROVED, r.detail
+    elif expect == "cex":
+        assert r.status is Status.COUNTEREXAMPLE and r.detail.startswith("counterexample: "), r.detail
+    else:
+        assert r.status is Status.COUNTEREXAMPLE and ": not well-defined: " in r.detail, r.detail
+        assert r.detail.startswith(str(MODELS / "ProveSemantics.tla") + ":")
+
+
+@pytest.mark.parametrize("cfg", [None, "ProveInductive.cfg"])
+def test_inductive_invariant_over_nested_functions(cfg):
+    res = _results("ProveInductive", cfg_path=MODELS / cfg if cfg else None)
+    assert res["AppliedIsDone"].status is Status.PROVED, res["AppliedIsDone"].detail
+    bad = res["ApplyChangesApplied"]
+    assert bad.status is Status.COUNTEREXAMPLE, bad.detail
+    # the step that breaks it is an Apply at stage s: applied'[s] differs from applied[s]
+    s = _model(bad.detail)["s"]
+    before = _fn(re.search(r"applied = \(([^)]*)\)", bad.detail).group(1))
+    after = _fn(re.search(r"applied' = \(([^)]*)\)", bad.detail).group(1))
+    assert before[s] != after[s]
+    if cfg:   # the 8 stages of the configuration, printed in full
+        assert sorted(before) == list(range(8)) and "NStages" not in bad.detail
+
+
+def _fn(text: str) -> dict[int, int]:
+    """A printed integer function `0 :> 5 @@ 1 :> 6` (entries shown) as a dict."""
+    return {int(k): int(v) for k, v in re.findall(r"(-?\d+) :> (-?\d+)", text)}
+
+
+def test_timeout_gives_unknown():
+    r = _results("ProveHard", timeout_s=1.0)["NoCubeSum"]
+    assert r.status is Status.UNKNOWN and not r.proved
+
+
+def test_constants_come_from_the_config_only_when_given():
+    free = _results("ProveConfig")
+    assert free["NoWrap"].status is Status.COUNTEREXAMPLE
+    assert _model(free["NoWrap"].detail)["S"] != 3
+    fixed = _results("ProveConfig", cfg_path=MODELS / "ProveConfig.cfg")
+    assert fixed["NoWrap"].status is Status.PROVED and fixed["FlagIsBool"].status is Status.PROVED
+
+
+def test_cli_json_contract_and_exit_codes(capsys):
+    assert main(["prove", str(MODELS / "ProveGood.tla"), str(MODELS / "ProveNone.tla"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ok"] is True and len(out["theorems"]) == 7          # ProveNone contributes nothing
+    assert set(out["theorems"][0]) >= {"name", "module", "proved", "seconds", "status", "detail"}
+    assert all(t["proved"] and t["status"] == "proved" for t in out["theorems"])
+
+    assert main(["prove", str(MODELS / "ProveBad.tla"), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ok"] is False
+    assert {t["name"]: t["status"] for t in out["theorems"]} == {
+        "WrongOwnerInRange": "counterexample", "DivisorMayBeZero": "counterexample",
+        "SlotWrong": "counterexample", "NotInductive": "counterexample"}
+
+
+def test_vacuous_proof_is_flagged(tmp_path):
+    spec = tmp_path / "Vac.tla"
+    spec.write_text("---- MODULE Vac ----\nEXTENDS Naturals\nTHEOREM V == \\A x \\in Nat : x < 0 => x = 5\n====\n")
+    (r,) = prove_files([spec])
+    assert r.status is Status.PROVED and "vacuous" in r.detail
+
+
+def test_div_mod_normal_form_merges_and_splits_divisors():
+    arith = Arith(lambda lemma: None)
+    n, ps, loc = (arith.opaque(z3.Int(s)) for s in ("n", "ps", "loc"))
+    # (loc % (n*ps)) \div ps = (loc \div ps) % n          (R3)
+    assert arith.div(arith.mod(loc, n * ps), ps) == arith.mod(arith.div(loc, ps), n)
+    # (loc \div ps) \div n = loc \div (n*ps)               (R4)
+    assert arith.div(arith.div(loc, ps), n) == arith.div(loc, n * ps)
+    # (q*ps + loc % ps) % ps = loc % ps                    (R1, R2)
+    q = arith.div(loc, n * ps)
+    assert arith.mod(q * ps + arith.mod(loc, ps), ps) == arith.mod(loc, ps)
+    assert arith.div(Poly.const(-7), Poly.const(2)) == Poly.const(-4)     # floor, as TLA+
+    assert arith.mod(Poly.const(-7), Poly.const(2)) == Poly.const(1)
+
+
+def test_repository_spec_theorems_are_all_proved():
+    specs = sorted((hicache.REPO_ROOT / "spec").glob("*.tla"))
+    results = prove_files(specs, timeout_s=30)
+    if not results:
+        pytest.skip("no THEOREM in spec/ yet")
+    assert [(r.module, r.name, r.status.value, r.detail) for r in results if not r.proved] == []
+
+
+def test_prover_lists_only_the_root_module_theorems():
+    assert [t[0] for t in Prover(MODELS / "ProveBad.tla").theorems()] == [
+        "WrongOwnerInRange", "DivisorMayBeZero", "SlotWrong", "NotInductive"]
