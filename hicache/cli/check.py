@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num", type=int, default=1000, help="simulation: number of behaviors")
     p.add_argument("--seed", type=int, default=0, help="simulation: random seed")
     p.add_argument("--trace-out", help="where to write the ITF trace of a violation "
-                                       "(default: SPEC_trace.itf.json beside the spec... in the cwd)")
+                                       "(default: SPEC_CFG.itf.json in the current directory)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
 
 

@@ -55,6 +55,7 @@ class Config:
     check_deadlock: bool = True
     alias: str | None = None
     postcondition: str | None = None
+    locs: dict[str, Loc] = field(default_factory=dict)   # where each definition name appears
 
 
 @dataclass
@@ -173,6 +174,7 @@ def parse_cfg(text: str, file: str = "<cfg>") -> Config:
                         p.next("']'")
                         nxt = p.next("a definition name")
                     cfg.overrides[name.text] = nxt.text
+                    cfg.locs.setdefault(nxt.text, p.loc(nxt))
                 else:
                     raise ConfigError(f"expected '=' or '<-' after {name.text}, got {op.text!r}", p.loc(op))
         elif section in ("invariants", "properties", "constraints", "action_constraints"):
@@ -182,6 +184,7 @@ def parse_cfg(text: str, file: str = "<cfg>") -> Config:
                 if n.kind != "ident":
                     raise ConfigError(f"expected a definition name, got {n.text!r}", p.loc(n))
                 getattr(cfg, section).append(n.text)
+                cfg.locs.setdefault(n.text, p.loc(n))
                 got += 1
             if not got:
                 raise ConfigError(f"{t.text} names nothing", p.loc(t))
@@ -195,6 +198,7 @@ def parse_cfg(text: str, file: str = "<cfg>") -> Config:
             if n.kind != "ident":
                 raise ConfigError(f"{t.text} expects a definition name, got {n.text!r}", p.loc(n))
             setattr(cfg, section, n.text)
+            cfg.locs.setdefault(n.text, p.loc(n))
     if cfg.specification and (cfg.init or cfg.next):
         raise ConfigError("give either SPECIFICATION or INIT/NEXT, not both", Loc(file, 1, 1))
     return cfg

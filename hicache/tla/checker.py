@@ -21,7 +21,7 @@ from hicache.tla.compiler import UNSET, Compiler, Ctx, Model, OpDef, Subst
 from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, node_loc
 from hicache.tla.stdlib import TLCContext
-from hicache.tla.values import Fcn, as_frozenset, fmt, permute
+from hicache.tla.values import Fcn, as_frozenset, fmt, permute, sort_key
 
 
 def _name(node) -> str:
@@ -81,6 +81,7 @@ class Checkable:
     symmetry: list[dict] | None
     check_deadlock: bool
     warnings: list[str]
+    locs: dict = field(default_factory=dict)   # definition name -> Loc (for located errors)
 
 
 def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = None) -> Checkable:
@@ -88,6 +89,15 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
     loader = Loader([spec_path.parent] + list(search_dirs or []))
     root = loader.load_file(spec_path)
     model = Model(loader, root, dict(cfg.constants), dict(cfg.overrides))
+    _lookup = model.lookup_def
+
+    def lookup_cfg_name(name: str) -> OpDef:
+        """A definition the .cfg names; an unknown name is reported at its place in the .cfg."""
+        try:
+            return _lookup(name)
+        except SemanticError as e:
+            raise SemanticError(e.message, cfg.locs.get(name, e.loc)) from None
+    model.lookup_def = lookup_cfg_name
     comp = Compiler(model)
     warnings: list[str] = []
     n = len(model.variables)
@@ -147,8 +157,9 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
         for p in as_frozenset(perms):
             d = p.d if isinstance(p, Fcn) else {i + 1: x for i, x in enumerate(p)}
             symmetry.append(d)
+    locs = {name: model.lookup_def(name).loc for name in cfg.invariants}
     return Checkable(model, init_fn, actions, invariants, init_props, act_props, constraints,
-                     action_constraints, view, symmetry, cfg.check_deadlock, warnings)
+                     action_constraints, view, symmetry, cfg.check_deadlock, warnings, locs)
 
 
 def _unfold(model: Model, node, ctx: Ctx):
@@ -374,7 +385,7 @@ class Checker:
             if v is not True:
                 if v is False:
                     return name
-                raise EvalError(f"invariant {name} evaluated to {fmt(v)}, not a boolean")
+                raise EvalError(f"invariant {name} evaluated to {fmt(v)}, not a boolean", self.ck.locs.get(name))
         return None
 
     def _in_model(self, s: tuple) -> bool:
@@ -401,9 +412,12 @@ class Checker:
                 idx = parents[idx]
             return path[::-1] + list(extra)
 
+        self.head = 0
+
         def finish(kind: str, violated=None, trace=None, error=None):
             res.result, res.violated, res.trace, res.error = kind, violated, trace, error
             res.distinct = len(states)
+            res.queue_left = max(0, len(states) - self.head)
             res.depth = max(levels) if levels else 0
             res.seconds = time.perf_counter() - t0
             return res
@@ -448,6 +462,7 @@ class Checker:
             while head < len(states):
                 idx = head
                 head += 1
+                self.head = head
                 st = states[idx]
                 cur_state = st
                 lvl = levels[idx]
@@ -465,10 +480,14 @@ class Checker:
                             return finish("property", pname, trace_to(len(states) - 1))
                     if act_cons and not all(c(st, s2, ()) is True for c in act_cons):
                         continue
+                    # TLCGet("level") in a CONSTRAINT or invariant is the new state's own level
+                    TLCContext.level = lvl + 1
                     if constraints and not all(c(s2, None, ()) is True for c in constraints):
+                        TLCContext.level = lvl
                         continue
                     k = key(s2) if use_key else s2
                     if k in seen:
+                        TLCContext.level = lvl
                         continue
                     seen[k] = len(states)
                     states.append(s2)
@@ -478,9 +497,13 @@ class Checker:
                     for name, inv in invariants:
                         v = inv(s2, None, ())
                         if v is not True:
+                            self.head = head
                             if v is False:
                                 return finish("invariant", name, trace_to(len(states) - 1))
-                            raise EvalError(f"invariant {name} evaluated to {fmt(v)}, not a boolean")
+                            cur_state = s2
+                            raise EvalError(f"invariant {name} evaluated to {fmt(v)}, not a boolean",
+                                            ck.locs.get(name))
+                    TLCContext.level = lvl
                 if check_deadlock and not any_succ:
                     return finish("deadlock", None, trace_to(idx))
                 if self.progress is not None and (head & 1023) == 0:
@@ -511,7 +534,7 @@ class Checker:
         try:
             inits = [tuple(p) for p in ck.init(None, blank, ())]
             inits = [s for s in inits if self._in_model(s)]
-            inits.sort(key=repr)
+            inits.sort(key=sort_key)   # repr of a set follows hash order: not stable across runs
             res.generated += len(inits)
             if not inits:
                 return self._done(res, t0, len(seen), 0)
@@ -535,7 +558,7 @@ class Checker:
                             res.result, res.trace = "deadlock", trace
                             return self._done(res, t0, len(seen), len(trace))
                         break
-                    succ.sort(key=lambda x: (x[0].name, repr(x[1])))
+                    succ.sort(key=lambda x: (x[0].name, sort_key(x[1])))
                     act, s2 = rng.choice(succ)
                     for pname, p in ck.action_properties:
                         if p(s, s2, ()) is not True:

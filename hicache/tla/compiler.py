@@ -120,7 +120,10 @@ class Model:
         self.overrides = overrides or {}
         self.assumes: list[tuple[Any, Ctx]] = []
         self.theorems: list[tuple[str, Any, Module]] = []
+        self._building: list[str] = []
+        self._ext_loc: Loc | None = None
         self.root_scope = self._build_scope(root, None, {})
+        self._apply_overrides()
 
     # --------------------------------------------------------- scope construction
     def _build_scope(self, mod: Module, parent_subst: dict | None, subst: dict,
@@ -130,9 +133,21 @@ class Model:
         `subst` maps this instance's constant/variable names to Subst entries (instances);
         at the root it is empty and constants come from the configuration.
         """
+        if mod.name in self._building:
+            cycle = " -> ".join(self._building[self._building.index(mod.name):] + [mod.name])
+            raise SemanticError(f"circular EXTENDS/INSTANCE: {cycle}", self._ext_loc or mod.loc(mod.ast))
+        self._building.append(mod.name)
+        try:
+            return self._build_scope_body(mod, parent_subst, subst, scope)
+        finally:
+            self._building.pop()
+
+    def _build_scope_body(self, mod: Module, parent_subst: dict | None, subst: dict,
+                          scope: Scope | None) -> Scope:
         scope = scope or Scope(mod)
-        for ext in mod.extends:
-            em = self.loader.get(ext, mod.loc(mod.ast))
+        for ext, ext_node in zip(mod.extends, mod.ast.extendees or []):
+            self._ext_loc = mod.loc(ext_node)   # where a cycle closes, for the error
+            em = self.loader.get(ext, self._ext_loc)
             if em is not None:
                 self._build_scope(em, parent_subst, subst, scope, top=False)
         for name, arity, node in mod.constants:
@@ -175,10 +190,41 @@ class Model:
             else:
                 params.append((str(p), 0))
         body = u.definiens
+        old = scope.entries.get(u.name)
+        if isinstance(old, OpDef):
+            if old.node is u:
+                return  # the same module reached twice through EXTENDS (a diamond)
+            raise SemanticError(f"multiply-defined symbol {u.name} (also defined at {old.loc})", mod.loc(u))
         if _name(body) == "Instance":
             self._add_instance(scope, mod, u, body, u.name, params)
             return
         scope.entries[u.name] = OpDef(u.name, params, body, scope, u, mod, is_fn=bool(u.function))
+
+    def _apply_overrides(self) -> None:
+        """TLC's configuration substitutions: `Name <- Def` and `Name = value` apply to constants
+        and to defined operators alike; every declared constant must be given."""
+        entries = self.root_scope.entries
+        for name, target in self.overrides.items():
+            e = entries.get(name)
+            if isinstance(e, OpDef):
+                t = entries.get(target)
+                if not isinstance(t, OpDef):
+                    raise SemanticError(f"the configuration substitutes {name} <- {target}, but {target} is not "
+                                        f"defined", e.loc)
+                entries[name] = t
+            elif e is None:
+                raise SemanticError(f"the configuration substitutes {name}, which the module does not declare",
+                                    Loc(self.root.file, 0, 0))
+        for name in list(self.const_values):
+            e = entries.get(name)
+            if isinstance(e, OpDef) and not e.is_instance:
+                entries[name] = ("const", name, 0, e.node, e.module)
+        for name, e in entries.items():
+            if isinstance(e, tuple) and e[0] == "const" and name not in self.const_values \
+                    and name not in self.overrides:
+                _, _, arity, decl, mod = e
+                raise SemanticError(f"constant {name} is not given a value (or a substitution) by the "
+                                    f"configuration", node_loc(mod.file, decl))
 
     def _add_instance(self, scope: Scope, mod: Module, node, inst, name: str | None, params) -> None:
         target = self.loader.get(inst.name, mod.loc(node))
@@ -322,12 +368,25 @@ class Compiler:
             d.compiling.discard(key)
         cell = d.cache.get(("cell",) + key)
         if cell is not None:
+            code = self._guard_recursion(code, d)
             cell.append(code)
             flags |= F_STATE | F_IMPURE
         elif flags == 0 and not d.params:
             code = self.const_fold(code, flags)
         d.cache[key] = (code, flags)
         return code, flags
+
+    @staticmethod
+    def _guard_recursion(code, d: OpDef):
+        """Unbounded recursion of a RECURSIVE operator: a located error, not a traceback."""
+        loc = d.loc
+
+        def guarded(st, pr, env):
+            try:
+                return code(st, pr, env)
+            except RecursionError:
+                raise EvalError(f"recursion too deep in {d.name} (does its recursion terminate?)", loc) from None
+        return guarded
 
     def recursive_fn(self, d: OpDef, ctx: Ctx):
         """f[x \\in S, ...] == e, possibly recursive: a RecFcn over S, memoized per value."""
@@ -338,13 +397,15 @@ class Compiler:
             return self.value(node, ctx)
         pat, set_node = bounds[0]
         set_fn, sflags = self.value(set_node, ctx)
-        body_fn, bflags = self.value(node.value, ctx.bind(pat))
+        # the function's own name is bound to the RecFcn being built, so its recursive
+        # calls share one memo table (fib[n-1] + fib[n-2] is linear, not exponential)
+        body_fn, bflags = self.value(node.value, ctx.bind(d.name).bind(pat))
 
         def make(st, pr, env):
-            dom = set_fn(st, pr, env)
-            f = RecFcn(dom, lambda x: body_fn(st, pr, env + (x,)))
+            f = RecFcn(set_fn(st, pr, env), None)
+            env2 = env + (f,)
+            f.body = lambda x: body_fn(st, pr, env2 + (x,))
             return f
-        # self-reference resolves through def_code's recursion cell
         return make, (sflags | bflags) & ~F_ENV
 
     # ------------------------------------------------------------ name resolution
@@ -1428,7 +1489,7 @@ class Compiler:
                 p[i] = v
                 out.append(p)
             return out
-        return assign_in, flags | F_STATE
+        return self.wrap_errors(assign_in, rhs, ctx), flags | F_STATE
 
     def unchanged(self, node, ctx):
         """UNCHANGED e: assign every variable inside e (through tuples and definitions)."""
@@ -1517,6 +1578,8 @@ def apply_fn(f, x, loc):
 def update_path(val, keys, fn, loc):
     """[val EXCEPT ![k1][k2]... = fn(@)] for one path."""
     k = keys[0]
+    if not _in_domain(val, k):
+        return val  # [f EXCEPT ![c] = e] = f when c \notin DOMAIN f (by its definition)
     old = apply_fn(val, k, loc)
     new = fn(old) if len(keys) == 1 else update_path(old, keys[1:], fn, loc)
     if type(val) is tuple:
@@ -1532,6 +1595,20 @@ def update_path(val, keys, fn, loc):
         d[k] = new
         return mk_fcn(d)
     raise EvalError(f"EXCEPT applied to non-function {fmt(val)}", loc)
+
+
+def _in_domain(f, k) -> bool:
+    t = type(f)
+    if t is tuple:
+        return type(k) is int and 1 <= k <= len(f)
+    if t is Fcn:
+        try:
+            return k in f.d
+        except TypeError:
+            return False
+    if t is RecFcn:
+        return in_set(k, f.dom)
+    return True  # let apply_fn report the non-function
 
 
 def _as_dict(f):

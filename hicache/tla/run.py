@@ -36,6 +36,10 @@ def check_one(spec: str, cfg_path: str | None, *, simulate: bool = False, depth:
     except RecursionError:
         res = Result("error", error=TlaError("recursion too deep while compiling the spec", None))
         return res, _payload(res, None), f"Error: {res.error}"
+    except Exception as exc:  # an internal fault is one line, never a traceback
+        res = Result("error", error=TlaError(f"internal error ({type(exc).__name__}: {exc}); please report "
+                                             f"it with the spec", None))
+        return res, _payload(res, None), f"Error: {res.error}"
     checker = Checker(ck, progress=_progress_line if progress else None)
     try:
         res = checker.simulate(depth, num, seed) if simulate else checker.run()

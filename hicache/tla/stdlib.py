@@ -257,16 +257,6 @@ def _at_at(f, g):
     return mk_fcn(d)
 
 
-def _domain(f):
-    if type(f) is tuple:
-        return Interval(1, len(f))
-    if type(f) is Fcn:
-        return frozenset(f.d)
-    if isinstance(f, RecFcn):
-        return f.dom
-    raise EvalError(f"DOMAIN applied to {fmt(f)}, which is not a function")
-
-
 def _permutations(s):
     elems = sorted_values(s)
     return frozenset(mk_fcn(dict(zip(elems, p))) for p in itertools.permutations(elems))
@@ -399,7 +389,6 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     _B("Seq", 1, _seq), _B("Len", 1, _len), _B("Append", 2, _append), _B("Head", 1, _head),
     _B("Tail", 1, _tail), _B("SubSeq", 3, _subseq), _B("\\o", 2, _concat),
     _B("SelectSeq", 2, _select_seq, frozenset({1})),
-    _B("DOMAIN", 1, _domain),
     _B(":>", 2, _colon_gt), _B("@@", 2, _at_at), _B("Permutations", 1, _permutations),
     _B("Print", 2, _print, impure=True), _B("PrintT", 1, _printt, impure=True),
     _B("Assert", 2, _assert, impure=True), _B("ToString", 1, _to_string),

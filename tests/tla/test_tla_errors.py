@@ -1,0 +1,251 @@
+"""Bad input: every error is one located line (file:line:col), exit code 150+, and never a
+Python traceback. The CLI runs in a subprocess so that stderr is what a user sees."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SPEC_OK = """---- MODULE {name} ----
+EXTENDS Naturals
+VARIABLE x
+Init == x = 0
+Next == x < 2 /\\ x' = x + 1
+====
+"""
+CFG_OK = "INIT Init\nNEXT Next\nCHECK_DEADLOCK FALSE\n"
+
+
+def run_check(tmp_path: Path, name: str, spec: str, cfg: str = CFG_OK, *extra: str, subprocess_: bool = False):
+    """Run `hicache check --json`; in a subprocess (what a user sees) or, to save process
+    start-ups, in this process with stdout/stderr captured (an escaping exception fails)."""
+    (tmp_path / f"{name}.tla").write_text(spec.replace("{name}", name))
+    (tmp_path / f"{name}.cfg").write_text(cfg)
+    argv = ["check", str(tmp_path / f"{name}.tla"), "--json", "--no-progress",
+            "--trace-out", str(tmp_path / "trace.itf.json"), *extra]
+    if subprocess_:
+        proc = subprocess.run([sys.executable, "-m", "hicache.cli", *argv],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        from hicache.cli.main import main
+        o, e = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(o), contextlib.redirect_stderr(e):
+            code = main(argv)
+        out, err = o.getvalue(), e.getvalue()
+    assert "Traceback" not in err, err
+    assert "Traceback" not in out, out
+    payload = json.loads(out.strip().splitlines()[-1])
+    return Result(code, out, err), payload
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def assert_located(payload: dict, file: str, line: int | None = None, col: int | None = None):
+    """The error names file:line:col (1-based); line/col checked when given."""
+    assert payload["result"] == "error"
+    msg = payload["error"]
+    assert "\n" not in msg
+    m = re.search(re.escape(file) + r":(\d+):(\d+)", msg)
+    assert m, msg
+    if line is not None:
+        assert int(m.group(1)) == line, msg
+    if col is not None:
+        assert int(m.group(2)) == col, msg
+    return msg
+
+
+def test_ok_baseline(tmp_path):
+    proc, payload = run_check(tmp_path, "Ok", SPEC_OK)
+    assert proc.returncode == 0
+    assert (payload["result"], payload["distinct"], payload["generated"], payload["depth"]) == ("ok", 3, 3, 3)
+
+
+def test_tla_syntax_error(tmp_path):
+    spec = SPEC_OK.replace("Next == x < 2 /\\ x' = x + 1", "Next == x < 2 /\\ x' = = x + 1")
+    proc, payload = run_check(tmp_path, "Syn", spec, subprocess_=True)
+    assert proc.returncode >= 150
+    assert_located(payload, "Syn.tla", 5)
+
+
+def test_missing_module_end(tmp_path):
+    proc, payload = run_check(tmp_path, "NoEnd", SPEC_OK.replace("====\n", ""))
+    assert proc.returncode >= 150
+    assert_located(payload, "NoEnd.tla")
+
+
+def test_cfg_syntax_error(tmp_path):
+    proc, payload = run_check(tmp_path, "CfgSyn", SPEC_OK, "INIT Init\nNEXT Next\nCONSTANTS\n  N = = 3\n", subprocess_=True)
+    assert proc.returncode >= 150
+    assert_located(payload, "CfgSyn.cfg", 4)
+
+
+def test_cfg_unknown_section(tmp_path):
+    proc, payload = run_check(tmp_path, "CfgSec", SPEC_OK, "INIT Init\nNEXTSTATE Next\n")
+    assert proc.returncode >= 150
+    assert_located(payload, "CfgSec.cfg", 2, 1)
+
+
+def test_unknown_identifier(tmp_path):
+    spec = SPEC_OK.replace("x' = x + 1", "x' = x + y")
+    proc, payload = run_check(tmp_path, "Unk", spec)
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Unk.tla", 5)
+    assert "y" in msg
+
+
+def test_constant_not_given(tmp_path):
+    spec = SPEC_OK.replace("VARIABLE x", "CONSTANT N\nVARIABLE x").replace("x < 2", "x < N")
+    proc, payload = run_check(tmp_path, "NoConst", spec, subprocess_=True)
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "NoConst.tla")
+    assert "N" in msg
+
+
+def test_cfg_names_undefined_invariant(tmp_path):
+    proc, payload = run_check(tmp_path, "NoInv", SPEC_OK, CFG_OK + "INVARIANT Nope\n")
+    assert proc.returncode >= 150
+    assert "Nope" in payload["error"]
+
+
+def test_operator_outside_its_domain(tmp_path):
+    spec = SPEC_OK.replace("x' = x + 1", "x' = <<1, 2>>[x + 3]")
+    proc, payload = run_check(tmp_path, "Dom", spec)
+    assert proc.returncode >= 150
+    assert_located(payload, "Dom.tla", 5)
+    # an evaluation error names the state it happened in
+    assert payload["result"] == "error"
+
+
+def test_choose_without_witness(tmp_path):
+    spec = SPEC_OK.replace("x' = x + 1", "x' = CHOOSE y \\in 1..3 : y > 5")
+    proc, payload = run_check(tmp_path, "Choose", spec, subprocess_=True)
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Choose.tla", 5)
+    assert "CHOOSE" in msg
+
+
+def test_type_error_plus_set(tmp_path):
+    spec = SPEC_OK.replace("x' = x + 1", "x' = 1 + {}")
+    proc, payload = run_check(tmp_path, "Type", spec, subprocess_=True)
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Type.tla", 5)
+    assert "+" in msg
+
+
+def test_type_error_in_invariant(tmp_path):
+    spec = SPEC_OK.replace("====", "Inv == x \\cup 1\n====")
+    proc, payload = run_check(tmp_path, "InvType", spec, CFG_OK + "INVARIANT Inv\n")
+    assert proc.returncode >= 150
+    assert_located(payload, "InvType.tla", 6)
+
+
+def test_non_boolean_invariant(tmp_path):
+    spec = SPEC_OK.replace("====", "Inv == x + 1\n====")
+    proc, payload = run_check(tmp_path, "InvNum", spec, CFG_OK + "INVARIANT Inv\n")
+    assert proc.returncode >= 150
+    assert "Inv" in payload["error"]
+
+
+def test_evaluation_error_text_names_the_state(tmp_path):
+    spec = SPEC_OK.replace("x' = x + 1", "x' = IF x = 1 THEN 10 \\div (1 - x) ELSE x + 1")
+    (tmp_path / "State.tla").write_text(spec.replace("{name}", "State"))
+    (tmp_path / "State.cfg").write_text(CFG_OK)
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "check", str(tmp_path / "State.tla"),
+                           "--no-progress"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode >= 150
+    assert "Traceback" not in proc.stderr + proc.stdout
+    text = proc.stdout + proc.stderr
+    assert re.search(r"State\.tla:5:\d+", text), text
+    assert "x = 1" in text      # the state in which 10 \div 0 was attempted
+
+
+def test_missing_spec_file(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "check", str(tmp_path / "Nope.tla"), "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode >= 150
+    assert "Traceback" not in proc.stderr
+
+
+def test_assume_violated(tmp_path):
+    spec = SPEC_OK.replace("VARIABLE x", "ASSUME 1 > 2\nVARIABLE x")
+    proc, payload = run_check(tmp_path, "Assume", spec)
+    assert proc.returncode >= 150
+    assert_located(payload, "Assume.tla", 3)
+
+
+def test_unassigned_variable(tmp_path):
+    spec = SPEC_OK.replace("VARIABLE x", "VARIABLES x, y").replace("Init == x = 0", "Init == x = 0 /\\ y = 0")
+    proc, payload = run_check(tmp_path, "Unassigned", spec)
+    assert proc.returncode >= 150
+    assert "y" in payload["error"]
+
+
+DEEP = SPEC_OK.replace("VARIABLE x", "RECURSIVE Loop(_)\nLoop(n) == Loop(n + 1)\nVARIABLE x") \
+              .replace("x' = x + 1", "x' = Loop(x)")
+
+
+def test_recursion_too_deep_is_an_error_not_a_crash(tmp_path):
+    proc, payload = run_check(tmp_path, "Deep", DEEP)
+    assert proc.returncode >= 150 and payload["result"] == "error"
+
+
+def test_recursion_too_deep_is_located(tmp_path):
+    proc, payload = run_check(tmp_path, "Deep", DEEP)
+    assert_located(payload, "Deep.tla")
+
+
+def test_cfg_undefined_name_located_in_cfg(tmp_path):
+    proc, payload = run_check(tmp_path, "NoNext", SPEC_OK, "INIT Init\nNEXT Nxt\n")
+    assert proc.returncode >= 150
+    assert_located(payload, "NoNext.cfg", 2, 6)
+
+
+def test_unused_constant_not_given_is_an_error(tmp_path):
+    spec = SPEC_OK.replace("VARIABLE x", "CONSTANT Unused\nVARIABLE x")
+    proc, payload = run_check(tmp_path, "Unused", spec)
+    assert proc.returncode >= 150
+    assert "Unused" in payload["error"]
+
+
+@pytest.mark.parametrize("init, nxt", [("x \\in Nat", "x' = x"), ("x = 0", "x' \\in Nat")])
+def test_infinite_enumeration_in_action_is_located(tmp_path, init, nxt):
+    spec = SPEC_OK.replace("Init == x = 0", f"Init == {init}").replace("Next == x < 2 /\\ x' = x + 1",
+                                                                     f"Next == {nxt}")
+    proc, payload = run_check(tmp_path, "InfAct", spec)
+    assert proc.returncode >= 150
+    assert "infinite" in payload["error"]
+    assert_located(payload, "InfAct.tla")
+
+
+def test_circular_extends(tmp_path):
+    (tmp_path / "Cyc2.tla").write_text("---- MODULE Cyc2 ----\nEXTENDS Cyc1\n====\n")
+    proc, payload = run_check(tmp_path, "Cyc1", SPEC_OK.replace("EXTENDS Naturals", "EXTENDS Naturals, Cyc2"))
+    assert proc.returncode >= 150
+    assert "Cyc2" in payload["error"]
+    assert_located(payload, "Cyc2.tla", 2)   # where Cyc2 extends Cyc1 and closes the cycle
+
+
+def test_duplicate_definition_is_rejected(tmp_path):
+    spec = SPEC_OK.replace("====", "Next == x < 2 /\\ x' = x + 2\n====")
+    proc, payload = run_check(tmp_path, "Dup", spec)
+    assert proc.returncode >= 150
+    assert_located(payload, "Dup.tla", 6)
+
+
+def test_non_boolean_invariant_is_located(tmp_path):
+    spec = SPEC_OK.replace("====", "Inv == x + 1\n====")
+    proc, payload = run_check(tmp_path, "InvNum", spec, CFG_OK + "INVARIANT Inv\n")
+    assert_located(payload, "InvNum.tla", 6)
