@@ -1,0 +1,22 @@
+"""Errors of the distributed layer. Each names the step and the rank where it happened."""
+from __future__ import annotations
+
+
+class DistStepError(RuntimeError):
+    """A collective-bearing step failed on this rank."""
+
+    def __init__(self, step: str, rank: int, detail: str) -> None:
+        super().__init__(f"rank {rank}: step {step!r}: {detail}")
+        self.step, self.rank, self.detail = step, rank, detail
+
+
+class DivergenceError(DistStepError):
+    """Ranks disagree on a value that must be identical (step identity, tree digest, config)."""
+
+
+class PeerFailure(DistStepError):
+    """A peer died or stalled: the collective raised or timed out."""
+
+
+class LocalTimeout(DistStepError):
+    """A local wait (transfer finish, published ack) exceeded its bound."""

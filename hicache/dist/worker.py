@@ -1,0 +1,94 @@
+"""One rank of `hicache run` and of the multi-process tests: set up, agree, serve, report."""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import threading
+from dataclasses import dataclass, field
+
+from hicache.storage.faulty import FaultConfig, FaultyStorage
+from hicache.storage.file_store import FileStorage
+
+from .comm import Comm
+from .config import RunConfig
+from .engine import Engine, SeededBugs
+from .gather_bench import bench_gather
+from .topology import Topology
+from .workload import make_workload
+
+
+class EventCounter:
+    """Listener counting events by vocabulary name (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, event, fields) -> None:
+        with self._lock:
+            self.counts[str(event)] += 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Faults:
+    """Injected process faults (tests): a rank that dies or stalls at a given cache check,
+    and per-rank configuration overrides (to provoke a start-up mismatch)."""
+    die_rank: int | None = None
+    stall_rank: int | None = None
+    diverge_rank: int | None = None      # mutates its replicated state behind the others' back
+    no_wait_rank: int | None = None      # seeded bug: applies transfers without waiting (slow copies)
+    corrupt_ranks: tuple[int, ...] = ()  # seeded bug: these ranks write wrong bytes into their pages
+    at_check: int = 3
+    stall_s: float = 600.0
+    overrides: dict[int, dict[str, object]] = field(default_factory=dict)
+
+    def maybe_fire(self, rank: int, checks: int, engine: "Engine") -> None:
+        if checks != self.at_check:
+            return
+        if rank == self.diverge_rank:
+            engine.tree.device.alloc_chain(0, 0, 1)   # a rank-local allocation: trees now differ
+        if rank == self.die_rank:
+            os._exit(17)
+        if rank == self.stall_rank:
+            threading.Event().wait(self.stall_s)   # a stalled rank: never reaches its next collective
+
+
+def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
+    """payload: (RunConfig, Faults) or (RunConfig, Faults, gather-bench iterations)."""
+    import torch
+    torch.set_num_threads(1)   # ranks share few cores: intra-op threads only oversubscribe them
+    cfg, faults, *rest = payload
+    bench_iters = rest[0] if rest else 0
+    if rank in faults.overrides:
+        cfg = dataclasses.replace(cfg, **faults.overrides[rank])
+    if rank == faults.no_wait_rank:       # slow copies make the missing wait observable
+        cfg = dataclasses.replace(cfg, transfer_delay_s=0.3)
+    bugs = SeededBugs(no_wait=rank == faults.no_wait_rank, corrupt_pages=rank in faults.corrupt_ranks)
+    comm = Comm(rank, world, port, cfg.timeout_s)
+    try:
+        comm.check_config(cfg.fingerprint())    # before any group exists: mismatches fail cleanly
+        if cfg.world != world:                  # agreed config, so every rank raises alike
+            raise ValueError(f"configuration wants cp={cfg.cp} x pp={cfg.pp} = {cfg.world} ranks, "
+                             f"launched with {world}")
+        comm.build_groups(Topology(cp=cfg.cp, pp=cfg.pp, rank=rank))
+        # Injected faults differ per rank (seeded by rank). The loader's reads fail at the
+        # configured rate; exists/set calls of the scheduler at a third of it.
+        fail, inner = cfg.storage_fail_p, FileStorage(cfg.storage_dir)
+        delay = dict(p_delay=0.5 if cfg.storage_delay_s > 0 else 0.0, max_delay_s=cfg.storage_delay_s)
+        load_store = FaultyStorage(inner, FaultConfig(seed=cfg.seed * 1000 + rank, p_raise=fail / 2,
+                                                      p_none=fail / 2, **delay))
+        store = FaultyStorage(inner, FaultConfig(seed=cfg.seed * 1000 + 500 + rank, p_raise=fail / 6,
+                                                 p_none=fail / 6, **delay))
+        events = EventCounter()
+        engine = Engine(cfg, comm, store, load_store, listener=events, bugs=bugs)
+        workload = make_workload(cfg.requests, cfg.page_size, cfg.model.vocab, cfg.seed, cfg.model.max_len)
+        engine.serve(workload, faults)
+        comm.barrier("finish")
+        out = engine.report()
+        if bench_iters:
+            out["gather_bench"] = bench_gather(engine, iters=bench_iters)
+        out["events"] = dict(events.counts)
+        return out
+    finally:
+        comm.close()

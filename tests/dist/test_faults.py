@@ -1,0 +1,53 @@
+"""Faults on real processes: a dead or stalled rank, a diverged rank, mismatched configuration.
+Every case ends with a clear error naming the step and the rank, within the bounds."""
+import pytest
+
+from hicache.dist.launch import LaunchError
+from hicache.dist.runner import run_distributed
+from hicache.dist.worker import Faults
+
+QUICK = dict(cp=2, pp=1, requests=8, timeout_s=3.0, storage_fail_p=0.0, transfer_delay_s=0.002)
+
+
+def _failures(**kw) -> dict[int, str]:
+    with pytest.raises(LaunchError) as info:
+        run_distributed(launch_timeout_s=60, grace_s=4, **kw)
+    return info.value.failures
+
+
+def test_dead_rank_fails_peers_with_step_and_rank():
+    fails = _failures(faults=Faults(die_rank=1, at_check=2), **QUICK)
+    assert "exited with code 17" in fails[1]
+    assert "PeerFailure: rank 0: step 'pp_sync#" in fails[0]
+
+
+def test_stalled_rank_times_out_peers_instead_of_hanging():
+    fails = _failures(faults=Faults(stall_rank=0, at_check=2), **QUICK)
+    assert "PeerFailure: rank 1: step 'pp_sync#2'" in fails[1]     # checks are numbered from 0
+    assert "killed" in fails[0] or "exited" in fails[0]
+
+
+def test_diverged_stage0_rank_is_detected_at_the_step_where_it_happens():
+    fails = _failures(faults=Faults(diverge_rank=1, at_check=2), cp=2, pp=2, requests=8, timeout_s=5.0)
+    # Stage 0 sees it in its MIN-reduced [digest, -digest] pair at this very check and
+    # forwards the failed pair, so stage 1 reports the same step.
+    for rank in (0, 1):
+        assert f"DivergenceError: rank {rank}: step 'pp_sync#2': ranks disagree on the state digest" in fails[rank]
+    for rank in (2, 3):
+        assert (f"DivergenceError: rank {rank}: step 'pp_sync#2': an upstream stage found its ranks "
+                "disagreeing on the state digest") in fails[rank]
+
+
+def test_diverged_later_stage_rank_is_detected_against_upstream():
+    fails = _failures(faults=Faults(diverge_rank=3, at_check=2), cp=2, pp=2, requests=8, timeout_s=5.0)
+    assert "DivergenceError: rank 3: step 'pp_sync#2': state digest differs from upstream rank 1" in fails[3]
+    assert set(fails) == {0, 1, 2, 3}      # the others fail too (their peer is gone), none hangs
+
+
+@pytest.mark.parametrize("field,value", [("page_size", 8), ("layout", "page_first"), ("host_pages_per_rank", 3),
+                                         ("cp", 1)])
+def test_mismatched_configuration_is_rejected_at_start(field, value):
+    fails = _failures(faults=Faults(overrides={1: {field: value}}), **QUICK)
+    for rank in (0, 1):
+        assert f"configuration mismatch in field '{field}'" in fails[rank]
+        assert "config_agreement#0" in fails[rank]
