@@ -20,6 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefetch-policy", default="wait_complete",
                    choices=["best_effort", "wait_complete", "timeout"])
     p.add_argument("--limit", type=int, default=None, help="first N requests only")
+    p.add_argument("--sync", action="store_true",
+                   help="apply every transfer before the next request (deterministic)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel ranks (not yet supported)")
     p.add_argument("--no-shard", action="store_true", help="(not yet supported)")
     p.add_argument("--verify", choices=["off", "sample", "strict"], default="off",
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = ReplayConfig(page_size=args.page_size, device_tokens=args.device_tokens,
                            host_tokens=args.host_tokens, storage=args.storage, kv=args.kv,
                            write_policy=args.write_policy, prefetch_policy=args.prefetch_policy,
-                           limit=args.limit)
+                           limit=args.limit, sync=args.sync)
         out = replay(args.trace, cfg)
     except (ValueError, TraceError, OSError) as exc:
         emit(args, {"error": str(exc)}, text=None)

@@ -13,32 +13,39 @@ import numpy as np
 
 
 class PageAllocator:
-    """Free list of `capacity` pages. Invariant: free pages are distinct, in [0, capacity)."""
+    """Free list of `capacity` pages: a stack of returned pages, then the never-used tail
+    [next, capacity), so construction is O(1) whatever the capacity.
+    Invariant: free pages are distinct, in [0, capacity)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._free = list(range(capacity - 1, -1, -1))  # pop() hands out 0, 1, 2, ...
+        self._free: list[int] = []
+        self._next = 0
 
     @property
     def free(self) -> int:
-        return len(self._free)
+        return len(self._free) + self.capacity - self._next
 
     def alloc(self, n: int) -> list[int] | None:
         """n pages, or None (expected shortage) when fewer are free."""
-        if n > len(self._free):
+        free = self._free
+        if n > len(free) + self.capacity - self._next:
             return None
-        if n == 0:
-            return []
-        out = self._free[-n:]
-        del self._free[-n:]
+        take = min(n, len(free))
+        out = free[len(free) - take:]
+        del free[len(free) - take:]
         out.reverse()
+        if take < n:
+            nxt = self._next
+            out.extend(range(nxt, nxt + n - take))
+            self._next = nxt + n - take
         return out
 
     def release(self, pages: list[int]) -> None:
         self._free.extend(pages)
 
     def free_set(self) -> set[int]:
-        return set(self._free)
+        return set(self._free) | set(range(self._next, self.capacity))
 
 
 class HostSlotState(enum.IntEnum):
@@ -74,27 +81,23 @@ class HostSlots:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.state = np.zeros(capacity, dtype=np.int8)   # HostSlotState per slot
-        self._free = list(range(capacity - 1, -1, -1))
+        self._pages = PageAllocator(capacity)   # the free list (returned slots, then the tail)
         self._lock = threading.Lock()
 
     @property
     def free(self) -> int:
-        return len(self._free)
+        return self._pages.free
 
     @property
     def used(self) -> int:
-        return self.capacity - len(self._free)
+        return self.capacity - self._pages.free
 
     def reserve(self, n: int) -> list[int] | None:
         """n slots IDLE -> RESERVED, or None when fewer are free."""
         with self._lock:
-            if n > len(self._free):
-                return None
-            if n == 0:
-                return []
-            out = self._free[-n:]
-            del self._free[-n:]
-            out.reverse()
+            out = self._pages.alloc(n)
+            if not out:
+                return out
             idx = np.asarray(out, dtype=np.int64)
             if (self.state[idx] != S.IDLE).any():
                 raise SlotStateError(f"free list held non-IDLE slots {self._describe(idx)}")
@@ -113,14 +116,14 @@ class HostSlots:
                 raise SlotStateError(f"{src.name}->{dst.name} on slots {self._describe(idx)}")
             self.state[idx] = dst
             if dst is S.IDLE:
-                self._free.extend(slots)
+                self._pages.release(slots)
 
     def all_in(self, slots: list[int], st: HostSlotState) -> bool:
         return bool((self.state[np.asarray(slots, dtype=np.int64)] == st).all())
 
     def free_set(self) -> set[int]:
         with self._lock:
-            return set(self._free)
+            return self._pages.free_set()
 
     def _describe(self, idx: np.ndarray) -> str:
         bad = [(int(i), HostSlotState(int(self.state[i])).name) for i in idx[:8]]

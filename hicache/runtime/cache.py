@@ -54,6 +54,9 @@ class Request:
 
 
 class HiCache:
+    """The tiered cache of one engine. Not thread-safe: one scheduler thread calls it;
+    its own worker threads only copy bytes and call storage (see the module docstring)."""
+
     def __init__(self, cfg: CacheConfig, storage=None, bus: EventBus | None = None) -> None:
         self.cfg = cfg
         self.bus = bus or EventBus()
@@ -74,9 +77,13 @@ class HiCache:
         self.writer = Worker("write") if self.host else None
         self.prefetcher = Worker("prefetch") if (self.host and storage) else None
         self.backuper = Worker("storage-backup") if (self.host and storage) else None
-        self._orphans: list[FuncOp] = []   # prefetches of aborted requests, reaped by poll
+        # abandoned prefetches (aborted, or stopped while the backend had not answered),
+        # reaped by poll once their worker is done; `op.slots` = the slots they still hold
+        self._orphans: list[FuncOp] = []
         self._prefetching: set[FuncOp] = set()  # prefetches whose slots are RESERVED, not in tree
-        self._prefetch_slots = 0   # Invariant: == sum(len(op.slots) for op in _prefetching)
+        self._prefetch_slots = 0   # Invariant: == RESERVED slots of live prefetches + orphans
+        self._backup_slots = 0     # Invariant: == slots in BACKUP (storage backups in flight)
+        self._closed = False
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, action: A, **args: Any) -> None:
@@ -133,14 +140,23 @@ class HiCache:
         """n device pages, evicting LRU device leaves; None if locks pin too much."""
         alloc = self.dev_alloc
         tree = self.tree
-        while alloc.free < n:
-            victim = tree.pop_device_victim()
-            if victim is None:
-                if not self._wait_one():
-                    return None
-                continue
-            self._evict_device(victim)
-        return alloc.alloc(n)
+        kept: list[Node] = []       # victims that could not go now: back on the heap after
+        try:
+            while alloc.free < n:
+                victim = tree.pop_device_victim()
+                if victim is None:
+                    for x in kept:
+                        tree.offer_device(x)
+                    kept.clear()
+                    if not self._wait_one():
+                        return None
+                    continue
+                if not self._evict_device(victim):
+                    kept.append(victim)
+            return alloc.alloc(n)
+        finally:
+            for x in kept:
+                tree.offer_device(x)
 
     def evict_device(self, n: int) -> int:
         """Make at least n device pages free if victims allow; returns the free count."""
@@ -159,30 +175,34 @@ class HiCache:
         return self.host.free
 
     def _wait_one(self) -> bool:
-        """Wait for the oldest transfer in flight and apply completions; False if none.
-        In-flight transfers pin their pages, so room may appear when they finish."""
-        for w in (self.writer, self.loader, self.backuper):
+        """Wait for the oldest device-pinning transfer and apply completions; False if
+        none. Backups and loads pin their device pages, so room may appear when they end."""
+        for w in (self.writer, self.loader):
             if w is not None and w.acks:
                 w.acks[0].done.wait()
                 self.poll()
                 return True
         return False
 
-    def _evict_device(self, v: Node) -> None:
-        """DeviceEvict: drop v's device copy, keeping (or first making) a host copy."""
+    def _evict_device(self, v: Node) -> bool:
+        """DeviceEvict: drop v's device copy, keeping (or first making) a host copy.
+        False when v must stay for now: write_back found no host room for its only copy,
+        or a host-only descendant is in use."""
         ps = self.cfg.page_size
         if v.host is None and self.host is not None and self.cfg.write_policy is WritePolicy.WRITE_BACK:
-            self._backup_sync(v)
+            if not self._backup_sync(v):
+                return False    # write_back never drops a device copy without a host copy
         if v.host is not None:
             pages = self.tree.drop_device(v)
         else:
             if v.children and not self._drop_host_subtree(v):
-                return  # a descendant is in use; v stays (re-offered when that ends)
+                return False
             pages = v.device
             self.tree.delete(v)
         self.dev_alloc.release(pages)
         self.metrics.device_evicted_tokens += len(pages) * ps
         self._emit(A.DeviceEvict, node=v.id, pages=len(pages), kept_host=v.parent is not None)
+        return True
 
     def _drop_host_subtree(self, v: Node) -> bool:
         """Free the host-only descendants of v (prefetched below a device-only node)."""
@@ -204,20 +224,10 @@ class HiCache:
         tree = self.tree
         while host.free < n:
             victim = tree.pop_host_victim()
-            if victim is None:
-                if n > host.free + self._busy_host() or not self._wait_one():
-                    return None
-                continue
+            if victim is None:   # never wait for host room: the caller skips instead
+                return None
             self._evict_host(victim)
         return host.reserve(n)
-
-    def _busy_host(self) -> int:
-        """Host slots that in-flight loads and storage backups hold (freed when they end)."""
-        n = 0
-        for w in (self.loader, self.backuper):
-            if w is not None:
-                n += sum(len(op.slots) for op in w.acks)
-        return n
 
     def _evict_host(self, v: Node) -> None:
         """HostEvict: a host-only leaf leaves the tree; its slots go SYNCED -> IDLE."""
@@ -278,7 +288,8 @@ class HiCache:
             return False
         pages = list(v.device)
         self.tree.set_host(v, slots)
-        op = FuncOp(self._copy_to_host, pages=pages, slots=slots, t0=time.perf_counter())
+        op = FuncOp(self._copy_to_host, pins_device=True, pages=pages, slots=slots,
+                    t0=time.perf_counter())
         self._attach(op, [v])
         self._emit(A.BackupStart, node=v.id, slots=slots)
         self.writer.submit(op)
@@ -313,12 +324,12 @@ class HiCache:
                 if x.parent is not None:
                     self._storage_backup_start(x)
 
-    def _backup_sync(self, v: Node) -> None:
-        """write_back: v is leaving the device; copy it to host first, synchronously."""
+    def _backup_sync(self, v: Node) -> bool:
+        """write_back: v is leaving the device; copy it to host first, synchronously.
+        False when the host has no room (v then stays on device)."""
         slots = self._reserve_host(v.n)
         if slots is None:
-            self.metrics.backup_skipped_tokens += v.n * self.cfg.page_size
-            return
+            return False
         self._emit(A.BackupStart, node=v.id, slots=slots)
         if self.host_pool is not None:
             from hicache.runtime.copy import copy_pages
@@ -329,6 +340,7 @@ class HiCache:
         self._emit(A.BackupFinish, node=v.id, slots=slots)
         if self.storage is not None:
             self._storage_backup_start(v)
+        return True
 
     # ------------------------------------------------------------------ load-back
     def load_back(self, req: Request, _tier: str = "host") -> LoadOp | None:
@@ -359,6 +371,7 @@ class HiCache:
         cfg = self.cfg
         op = LoadOp(cfg.layers, None, None)
         op.slots, op.pages, op.t0, op.rid = slots, pages, time.perf_counter(), req.rid
+        op.node_ids = [x.id for x in take]
         op._copy_layer = self._load_layer_fn(op)
         op._on_layer = self._layer_event_fn(op)
         off = 0
@@ -375,7 +388,7 @@ class HiCache:
         else:
             req.storage_hit += len(pages)
             self.metrics.storage_hit_tokens += loaded
-        self._emit(A.LoadBackStart, rid=req.rid, slots=slots, pages=pages)
+        self._emit(A.LoadBackStart, rid=req.rid, nodes=op.node_ids, slots=slots, pages=pages)
         self.loader.submit(op)
         return op
 
@@ -384,10 +397,10 @@ class HiCache:
             return lambda layer: None
         from hicache.runtime.copy import copy_layer
         dev, host = self.device_pool, self.host_pool
-        return lambda layer: copy_layer(dev, op.pages, host, op.slots[::-1], layer)
+        return lambda layer: copy_layer(dev, op.pages, host, op.slots, layer)
 
     def _layer_event_fn(self, op: LoadOp):
-        return lambda layer: self._emit(A.LoadBackLayer, rid=op.rid, layer=layer)
+        return lambda layer: self._emit(A.LoadBackLayer, rid=op.rid, nodes=op.node_ids, layer=layer)
 
     def _load_finish(self, op: LoadOp) -> None:
         """LoadBackFinish: PROTECTED -> SYNCED; the ack is popped in issue order."""
@@ -398,15 +411,20 @@ class HiCache:
         met.load_seconds += time.perf_counter() - op.t0
         if self.host_pool is not None:
             met.load_bytes += len(op.pages) * self.host_pool.page_nbytes
-        self._emit(A.LoadBackFinish, rid=op.rid, slots=op.slots, ok=op.error is None)
+        self._emit(A.LoadBackFinish, rid=op.rid, nodes=op.node_ids, slots=op.slots,
+                   ok=op.error is None)
 
     # ------------------------------------------------------------------ storage backup
     def _storage_backup_start(self, v: Node) -> None:
         """StorageBackupStart: SYNCED -> BACKUP while the slots are written to storage."""
         if v.stored or v.inflight or v.host is None or self.backuper is None:
             return
+        if self._backup_slots + v.n > self.cfg.storage_backup_host_fraction * self.host.capacity:
+            self.metrics.storage_backup_skipped_tokens += v.n * self.cfg.page_size
+            return
         keys = [storage_key(h) for h in self.tree.hashes_to(v)]
         slots = list(v.host)
+        self._backup_slots += len(slots)
         self.host.move(slots, S.SYNCED, S.BACKUP)
         op = FuncOp(self._store_pages, keys=keys, slots=slots)
         self._attach(op, [v])
@@ -432,6 +450,7 @@ class HiCache:
     def _storage_backup_finish(self, op: FuncOp) -> None:
         """StorageBackupFinish: BACKUP -> SYNCED; the node is in storage if every page was."""
         self.host.move(op.slots, S.BACKUP, S.SYNCED)
+        self._backup_slots -= len(op.slots)
         ok = op.error is None and op.result is not None and all(op.result)
         nodes = list(op.nodes)
         self._detach(op)
@@ -490,6 +509,7 @@ class HiCache:
         be = self.storage
         batch = self.cfg.storage_batch_pages
         keys = op.keys
+        slots = op.slots   # the scheduler may shrink op.slots when it abandons the tail
         hit = 0
         while hit < len(keys) and not op.terminate:
             chunk = keys[hit:hit + batch]
@@ -522,7 +542,7 @@ class HiCache:
                     stop = True
                     break
                 if pool is not None:
-                    pool.write_page(op.slots[done], v)
+                    pool.write_page(slots[done], v)
                 done += 1
                 op.completed = done   # monotone; read by the scheduler after `done` is set
             if stop:
@@ -540,16 +560,25 @@ class HiCache:
         if op is None:
             return 0
         STOP[self.cfg.prefetch_policy](self, op)
-        op.done.wait()    # the worker acknowledges termination at its next batch boundary
         req.prefetch = None
-        self._prefetching.discard(op)
-        self._prefetch_slots -= len(op.slots)
-        got = op.result if (op.error is None and isinstance(op.result, int)) else 0
-        fetched, rest = op.slots[:got], op.slots[got:]
-        self.host.move(rest, S.RESERVED, S.IDLE)
-        met = self.metrics
-        met.prefetch_unfulfilled_tokens += (op.announced - got) * self.cfg.page_size
         self.tree.host_anchor(op.anchor, -1)
+        if op.done.is_set():
+            got = op.result if (op.error is None and isinstance(op.result, int)) else 0
+            self._prefetching.discard(op)
+            self._prefetch_slots -= len(op.slots)
+            fetched, rest = op.slots[:got], op.slots[got:]
+            self.host.move(rest, S.RESERVED, S.IDLE)
+        else:
+            # terminated but the backend has not returned (slow or hung): take the pages
+            # already written (the worker never touches slots before `completed` again)
+            # and leave the rest RESERVED to the worker until it finishes (reaped by poll)
+            got = op.completed
+            fetched, rest = op.slots[:got], op.slots[got:]
+            self._prefetch_slots -= got
+            op.slots = rest        # the worker indexes its own reference to the full list
+            self._orphans.append(op)
+        met = self.metrics
+        met.prefetch_unfulfilled_tokens += max(op.announced - got, 0) * self.cfg.page_size
         joined = 0
         if fetched:
             self.host.move(fetched, S.RESERVED, S.SYNCED)
@@ -569,11 +598,13 @@ class HiCache:
         self._emit(A.PrefetchFinish, rid=req.rid, fetched=got, joined=joined)
         return joined
 
+    # Stop policies: each decides, on the scheduler thread, how long to wait for the fetch;
+    # whatever has not arrived when it returns is abandoned (see finish_prefetch).
     def _stop_best_effort(self, op: FuncOp) -> None:
         op.terminate = True
 
     def _stop_wait_complete(self, op: FuncOp) -> None:
-        pass
+        op.done.wait()
 
     def _stop_timeout(self, op: FuncOp) -> None:
         left = op.t0 + self.cfg.prefetch_timeout(len(op.keys)) - time.monotonic()
@@ -595,6 +626,7 @@ class HiCache:
         if op is not None:
             op.terminate = True
             req.prefetch = None
+            self.tree.host_anchor(op.anchor, -1)
             self._orphans.append(op)
             self._reap_orphans()
         self.tree.unlock(req.node)
@@ -602,13 +634,13 @@ class HiCache:
         self._emit(A.RequestAbort, rid=req.rid)
 
     def _reap_orphans(self) -> None:
+        """Free the slots of abandoned prefetches whose worker has finished with them."""
         keep = []
         for op in self._orphans:
             if op.done.is_set():
                 self._prefetching.discard(op)
                 self._prefetch_slots -= len(op.slots)
                 self.host.move(op.slots, S.RESERVED, S.IDLE)
-                self.tree.host_anchor(op.anchor, -1)
             else:
                 keep.append(op)
         self._orphans = keep
@@ -651,7 +683,17 @@ class HiCache:
             self.poll()
         self.poll()
 
+    def __enter__(self) -> HiCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        """Apply every transfer in flight, then stop the worker threads. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         self.drain()
         for w in (self.loader, self.writer, self.prefetcher, self.backuper):
             if w is not None:
@@ -666,7 +708,7 @@ class HiCache:
             if x.host is not None:
                 tree_slots.update(x.host)
         inflight: set[int] = set()
-        for op in self._prefetching:
+        for op in self._prefetching:       # orphans stay in _prefetching until reaped
             inflight.update(op.slots)
         return free, tree_slots, inflight
 

@@ -61,6 +61,8 @@ class CacheConfig:
     prefetch_timeout_per_ki_token_s: float = 0.25
     prefetch_min_pages: int = 1         # shorter storage hits are not worth a prefetch
     prefetch_host_fraction: float = 0.8  # in-flight prefetches hold at most this share of host
+    storage_backup_host_fraction: float = 0.25  # storage backups in flight hold at most
+                                                # this share of host (the rest stays evictable)
     storage_batch_pages: int = 64       # pages per batch_exists / batch_get call
     metadata_only: bool = False         # skip KV bytes (replay at trace scale)
     model: str = "hicache-test"
@@ -86,6 +88,9 @@ class CacheConfig:
         if self.write_policy is WritePolicy.WRITE_BACK and self.host_pages < self.device_pages:
             raise ValueError(f"host_pages: write_back needs host_pages >= device_pages "
                              f"({self.host_pages} < {self.device_pages})")
+        if not 0.0 < self.storage_backup_host_fraction <= 1.0:
+            raise ValueError(f"storage_backup_host_fraction: must be in (0, 1], "
+                             f"got {self.storage_backup_host_fraction}")
         if not 0.0 < self.prefetch_host_fraction <= 1.0:
             raise ValueError(f"prefetch_host_fraction: must be in (0, 1], got {self.prefetch_host_fraction}")
         if self.prefetch_timeout_base_s < 0 or self.prefetch_timeout_per_ki_token_s < 0:

@@ -26,6 +26,7 @@ class Metrics:
     storage_backup_tokens: int = 0
     storage_backup_bytes: int = 0
     storage_backup_failures: int = 0
+    storage_backup_skipped_tokens: int = 0  # backlog over its host share
     device_evicted_tokens: int = 0
     host_evicted_tokens: int = 0
     prefetch_requests: int = 0

@@ -47,6 +47,11 @@ class _Pool:
         for l in range(c.layers):
             self.layer_view(l)[:, page] = src[:, l]
 
+    def kernel_view(self) -> tuple[torch.Tensor, HostLayout]:
+        """The buffer as `hicache.kernels` addresses it: (tensor, layout), one byte per element
+        and the token row as (H=1, D=row_bytes)."""
+        raise NotImplementedError
+
     def typed(self, layer: int) -> torch.Tensor:
         """Layer l as (kv, pages, page_size, heads, head_dim) in the model dtype."""
         c = self.cfg
@@ -66,6 +71,11 @@ class DevicePool(_Pool):
 
     def layer_view(self, layer: int) -> torch.Tensor:
         return self.buf[:, layer]
+
+    def kernel_view(self) -> tuple[torch.Tensor, HostLayout]:
+        c = self.cfg
+        return (self.buf.view(c.kv, c.layers, self.pages * c.page_size, 1, -1),
+                HostLayout.LAYER_FIRST)
 
 
 def _host_layer_first(cfg: CacheConfig, rb: int) -> tuple[tuple[int, ...], callable]:
@@ -101,3 +111,14 @@ class HostPool(_Pool):
 
     def layer_view(self, layer: int) -> torch.Tensor:
         return self._view(self.buf, layer)
+
+    def kernel_view(self) -> tuple[torch.Tensor, HostLayout]:
+        c = self.cfg
+        layout = c.host_layout
+        if layout is HostLayout.LAYER_FIRST:
+            shape = (c.kv, c.layers, self.pages * c.page_size, 1, -1)
+        elif layout is HostLayout.PAGE_FIRST:
+            shape = (c.kv, self.pages * c.page_size, c.layers, 1, -1)
+        else:
+            shape = (c.kv, self.pages, c.layers, c.page_size, 1, -1)
+        return self.buf.view(shape), layout

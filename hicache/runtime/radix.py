@@ -64,7 +64,8 @@ class Node:
         self.hashes: list[bytes] | None = None  # chained digests, filled lazily
         self.lock_ref = 0             # request locks at or below (device copy pinned)
         self.host_ref = 0             # anchors (prefetch) at or below: never deleted
-        self.inflight: list = []      # in-flight ops on this node's pages or slots: not evictable
+        self.inflight: list = []      # in-flight ops on its pages/slots; any op blocks host
+                                      # eviction, an op with `pins_device` device eviction
         self.loading: Any = None      # the pending load-back filling the device pages
         self.last_access = 0
         self.hit_count = 0
@@ -330,7 +331,8 @@ class RadixTree:
     @staticmethod
     def device_evictable(node: Node) -> bool:
         return (node.parent is not None and node.device is not None and node.lock_ref == 0
-                and node.dev_children == 0 and not node.inflight)
+                and node.dev_children == 0
+                and not (node.inflight and any(op.pins_device for op in node.inflight)))
 
     @staticmethod
     def host_evictable(node: Node) -> bool:

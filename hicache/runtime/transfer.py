@@ -14,7 +14,10 @@ from typing import Any
 
 
 class Op:
-    """One background operation. `run` executes on the worker thread."""
+    """One background operation. `run` executes on the worker thread.
+    `pins_device`: the op reads or writes device pages, so they must not be freed."""
+
+    pins_device = False
 
     def __init__(self) -> None:
         self.done = threading.Event()
@@ -30,6 +33,8 @@ class Op:
 
 class LoadOp(Op):
     """Host -> device, layer by layer. `layers_done` only grows; consumers wait per layer."""
+
+    pins_device = True
 
     def __init__(self, layers: int, copy_layer, on_layer) -> None:
         super().__init__()
@@ -59,8 +64,9 @@ class LoadOp(Op):
 class FuncOp(Op):
     """An op whose work is one callable; its return value lands in `result`."""
 
-    def __init__(self, fn, **fields: Any) -> None:
+    def __init__(self, fn, pins_device: bool = False, **fields: Any) -> None:
         super().__init__()
+        self.pins_device = pins_device
         self._fn = fn
         self.result: Any = None
         self.__dict__.update(fields)

@@ -1,0 +1,263 @@
+import pytest
+import torch
+
+from runtime_support import Fault, stamp
+from runtime_helpers import check_prefix, serve
+from hicache.protocol.vocabulary import HostTier as A
+from hicache.runtime.allocator import HostSlotState as S
+from hicache.runtime.cache import STOP, HiCache
+from hicache.runtime.config import CacheConfig, PrefetchPolicy
+from hicache.runtime.events import Recorder
+from hicache.runtime.metrics import export_prometheus
+
+PS = 2
+
+
+_OPEN: list[HiCache] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_caches():
+    yield
+    while _OPEN:
+        cache = _OPEN.pop()
+        if cache.storage is not None:
+            cache.storage.fault = Fault.NONE
+            cache.storage.gate.set()
+        cache.close()
+
+
+def make(storage=None, **kw):
+    base = dict(page_size=PS, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2,
+                storage_backup_host_fraction=1.0)
+    base.update(kw)
+    cache = HiCache(CacheConfig(**base), storage=storage)
+    _OPEN.append(cache)
+    rec = Recorder()
+    cache.bus.subscribe(rec)
+    return cache, rec
+
+
+def test_write_through_backs_up_on_insert_and_events_follow_the_protocol():
+    cache, rec = make()
+    serve(cache, [1, 2, 3, 4])
+    cache.drain()
+    assert rec.actions() == [A.RequestMatch, A.DeviceInsert, A.BackupStart, A.RequestFinish,
+                             A.BackupFinish]
+    node = cache.tree.match(cache.match([1, 2, 3, 4]).key).node
+    assert cache.host.all_in(node.host, S.SYNCED)
+    nb = cache.host_pool.page_nbytes
+    for i, s in enumerate(node.host):
+        assert torch.equal(cache.host_pool.read_page(s), stamp(node.key, i, nb, PS))
+    assert all(isinstance(e.action, A) for e in rec.events)
+    assert [e.seq for e in rec.events] == sorted(e.seq for e in rec.events)
+
+
+def test_write_through_selective_waits_for_the_second_hit():
+    cache, rec = make(write_policy="write_through_selective")
+    serve(cache, [1, 2, 3, 4])
+    cache.drain()
+    assert A.BackupStart not in rec.actions()
+    serve(cache, [1, 2, 3, 4])
+    cache.drain()
+    assert rec.actions().count(A.BackupStart) == 1 and cache.tree.host_pages == 2
+
+
+def test_write_back_copies_only_when_evicting_and_the_host_copy_loads_back():
+    cache, rec = make(write_policy="write_back", device_pages=4, host_pages=8)
+    serve(cache, [1, 2, 3, 4])
+    assert A.BackupStart not in rec.actions()
+    serve(cache, [5, 6, 7, 8, 9, 9])     # needs 3 pages: evicts the first prompt to host
+    acts = rec.actions()
+    i = acts.index(A.DeviceEvict)
+    assert acts[i - 2:i + 1] == [A.BackupStart, A.BackupFinish, A.DeviceEvict]
+    req = cache.match([1, 2, 3, 4])
+    assert (req.device_hit, sum(x.n for x in cache.tree.path(req.node))) == (0, 2)
+    op = cache.load_back(req)
+    assert op is not None and req.host_hit == 2
+    check_prefix(cache, req)              # restored bytes equal what was written
+    cache.finish(req)
+    cache.drain()
+
+
+def test_load_back_completes_layer_by_layer_then_finishes():
+    cache, rec = make(layers=3, device_pages=2)
+    serve(cache, [1, 2, 3, 4])
+    cache.drain()
+    cache.evict_device(2)                  # both pages leave device; host copy stays
+    req = cache.match([1, 2, 3, 4])
+    assert req.device_hit == 0
+    op = cache.load_back(req)
+    for layer in range(3):
+        assert op.wait_layer(layer)
+    op.wait()
+    check_prefix(cache, req)
+    assert cache.host.all_in(op.slots, S.PROTECTED)     # read-locked until the ack is popped
+    cache.poll()
+    assert cache.host.all_in(op.slots, S.SYNCED)
+    acts = [a for a in rec.actions() if a in (A.LoadBackStart, A.LoadBackLayer, A.LoadBackFinish)]
+    assert acts == [A.LoadBackStart, A.LoadBackLayer, A.LoadBackLayer, A.LoadBackLayer,
+                    A.LoadBackFinish]
+    layers = [e.args["layer"] for e in rec.events if e.action is A.LoadBackLayer]
+    assert layers == [0, 1, 2]
+    assert cache.metrics.host_hit_tokens == 4 and cache.metrics.load_tokens == 4
+    cache.finish(req)
+
+
+def _stored_then_forgotten(mem_storage, **kw):
+    """A prompt of 4 pages that lives only in storage."""
+    cache, rec = make(storage=mem_storage, storage_batch_pages=1, **kw)
+    serve(cache, [1, 2, 3, 4, 5, 6, 7, 8])
+    cache.drain()
+    assert len(mem_storage.data) == 4
+    cache.evict_device(4)
+    cache.evict_host(8)
+    assert cache.tree.host_pages == 0 and cache.tree.device_pages == 0
+    return cache, rec
+
+
+def test_prefetch_restores_bytes_from_storage(mem_storage):
+    cache, rec = _stored_then_forgotten(mem_storage, prefetch_policy="wait_complete")
+    req = serve(cache, [1, 2, 3, 4, 5, 6, 7, 8], storage=True)   # checks the bytes
+    assert req.storage_hit == 4 and cache.metrics.storage_hit_tokens == 8
+    assert cache.metrics.prefetch_hit_tokens == 8
+    assert [a for a in rec.actions() if a.name.startswith("Prefetch")] == [A.PrefetchStart,
+                                                                         A.PrefetchFinish]
+
+
+@pytest.mark.parametrize("policy, base_s, blocked, fetched", [
+    (PrefetchPolicy.BEST_EFFORT, 1.0, True, 0),      # terminates at once
+    (PrefetchPolicy.WAIT_COMPLETE, 1.0, True, 4),    # never stops early
+    (PrefetchPolicy.TIMEOUT, 0.0, True, 0),          # deadline 0: terminates
+    (PrefetchPolicy.TIMEOUT, 60.0, False, 4),        # finishes well before the deadline
+])
+def test_prefetch_stop_policies(mem_storage, policy, base_s, blocked, fetched):
+    cache, rec = _stored_then_forgotten(mem_storage, prefetch_policy=policy,
+                                        prefetch_timeout_base_s=base_s,
+                                        prefetch_timeout_per_ki_token_s=0.0)
+    req = cache.match([1, 2, 3, 4, 5, 6, 7, 8])
+    if blocked:
+        mem_storage.fault = Fault.BLOCK   # the worker waits inside its first batch
+    assert cache.prefetch(req)
+    op = req.prefetch
+    if policy is not PrefetchPolicy.WAIT_COMPLETE:
+        STOP[policy](cache, op)           # the policy's decision, made while blocked
+    mem_storage.fault = Fault.NONE
+    mem_storage.gate.set()
+    op.wait()                             # the worker has ended: the outcome is fixed
+    got = cache.finish_prefetch(req)
+    assert got == fetched
+    assert cache.metrics.prefetch_unfulfilled_tokens == (op.announced - fetched) * PS
+    free, tree, inflight = cache.host_partition()
+    assert not inflight and len(free) + len(tree) == 8
+    cache.finish(req)
+
+
+@pytest.mark.parametrize("fault", [Fault.RAISE, Fault.NONE_VALUE])
+def test_backend_failures_are_misses_and_the_threads_survive(mem_storage, fault):
+    cache, rec = _stored_then_forgotten(mem_storage, prefetch_policy="wait_complete")
+    mem_storage.fault = fault
+    req = cache.match([1, 2, 3, 4, 5, 6, 7, 8])
+    assert cache.prefetch(req)
+    assert cache.finish_prefetch(req) == 0
+    assert cache.metrics.storage_failures >= 1
+    cache.finish(req)
+    serve(cache, [9, 9, 8, 8])            # a storage backup that fails
+    cache.drain()
+    assert cache.metrics.storage_backup_failures >= 1
+    mem_storage.fault = Fault.NONE       # the same threads serve the next requests
+    req = serve(cache, [1, 2, 3, 4, 5, 6, 7, 8], storage=True)
+    assert req.storage_hit == 4
+    cache.close()
+
+
+def test_a_hung_backend_never_blocks_the_scheduler(mem_storage):
+    cache, rec = _stored_then_forgotten(mem_storage, prefetch_policy="best_effort")
+    mem_storage.fault = Fault.BLOCK       # the backend hangs inside batch_exists
+    req = cache.match([1, 2, 3, 4, 5, 6, 7, 8])
+    assert cache.prefetch(req)
+    assert cache.finish_prefetch(req) == 0     # returns although the worker is stuck
+    free, tree, inflight = cache.host_partition()
+    assert len(inflight) == 4                  # the worker still owns its slots
+    assert cache.host.all_in(sorted(inflight), S.RESERVED)
+    cache.finish(req)
+    mem_storage.fault = Fault.NONE
+    mem_storage.gate.set()                     # the backend answers at last
+    cache.drain()
+    free, tree, inflight = cache.host_partition()
+    assert not inflight and len(free) == 8
+    assert cache._prefetch_slots == 0
+    serve(cache, [1, 2, 3, 4, 5, 6, 7, 8], storage=True)    # and the thread still serves
+
+
+def test_abort_releases_in_flight_prefetch_slots(mem_storage):
+    cache, rec = _stored_then_forgotten(mem_storage)
+    mem_storage.fault = Fault.BLOCK
+    req = cache.match([1, 2, 3, 4, 5, 6, 7, 8])
+    assert cache.prefetch(req)
+    free, tree, inflight = cache.host_partition()
+    assert len(inflight) == 4
+    cache.abort(req)
+    mem_storage.fault = Fault.NONE
+    mem_storage.gate.set()
+    cache.drain()
+    free, tree, inflight = cache.host_partition()
+    assert not inflight and len(free) == 8 and cache.host.all_in(sorted(free), S.IDLE)
+    assert rec.actions().count(A.RequestAbort) == 1
+    cache.tree.check()
+
+
+def test_prefetch_rate_limit_by_in_flight_share(mem_storage):
+    cache, rec = _stored_then_forgotten(mem_storage, prefetch_host_fraction=0.25,
+                                        prefetch_policy="wait_complete")
+    req = cache.match([1, 2, 3, 4, 5, 6, 7, 8])
+    mem_storage.fault = Fault.BLOCK
+    assert cache.prefetch(req)                     # 2 of 8 slots: the share allowed
+    assert len(req.prefetch.slots) == 2
+    other = cache.match([1, 2, 3, 4, 5, 6, 7, 8])
+    assert not cache.prefetch(other)               # the share is used up
+    assert cache.metrics.prefetch_rate_limited == 1
+    mem_storage.fault = Fault.NONE
+    mem_storage.gate.set()
+    assert cache.finish_prefetch(req) == 2
+    cache.finish(req)
+    cache.finish(other)
+
+
+def test_storage_backups_in_flight_are_capped(mem_storage):
+    cache, rec = make(storage=mem_storage, storage_backup_host_fraction=0.25)
+    mem_storage.fault = Fault.BLOCK
+    serve(cache, [1, 2, 3, 4])            # 2 pages: within 0.25 * 8 slots
+    for op in list(cache.writer.acks):
+        op.wait()
+    cache.poll()
+    serve(cache, [5, 6, 7, 8])            # the backlog would exceed the share: skipped
+    for op in list(cache.writer.acks):
+        op.wait()
+    cache.poll()
+    assert cache.metrics.storage_backup_skipped_tokens == 4
+    assert rec.actions().count(A.StorageBackupStart) == 1
+    mem_storage.fault = Fault.NONE
+    mem_storage.gate.set()
+    cache.drain()
+    assert len(mem_storage.data) == 2
+
+
+def test_no_listener_means_no_event_work():
+    with HiCache(CacheConfig(page_size=PS, device_pages=4, host_pages=4)) as cache:
+        assert cache.bus.listeners == []
+        serve(cache, [1, 2])
+        assert cache.bus._seq == 0          # nothing was built or numbered
+
+
+def test_metrics_count_tiers_and_export():
+    cache, rec = make()
+    serve(cache, [1, 2, 3, 4])
+    serve(cache, [1, 2, 3, 4, 5, 6])
+    m = cache.metrics
+    assert (m.requests, m.input_tokens, m.device_hit_tokens) == (2, 10, 4)
+    assert m.hit_rate == 4 / 10
+    pytest.importorskip("prometheus_client")
+    reg = export_prometheus(m)
+    assert reg.get_sample_value("hicache_device_hit_tokens") == 4.0
+    assert reg.get_sample_value("hicache_hit_rate") == 0.4
