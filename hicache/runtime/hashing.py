@@ -1,41 +1,29 @@
-"""Chained SHA-256 page hashes: the one key derivation for every storage call.
+"""The runtime's view of the one key derivation: `hicache.storage.keys`.
 
-h_{-1} = SHA256(namespace), h_i = SHA256(h_{i-1} || page_i tokens as little-endian u32).
-The namespace (model, salt) seeds the chain, so two models never share keys.
-Computed once per page, lazily (on backup or prefetch), never on the match path of a
-device hit. `batch_exists`, `batch_get` and `batch_set` all use `storage_key` of the
-same digest (REFERENCE.md bug 14).
+The tree keeps page-aligned token ids as int64 little-endian bytes; storage keys are the
+chained SHA-256 digests of hicache.storage.keys (h_i = SHA256(h_{i-1} || page_i as u32)),
+seeded by the namespace hash. This module only adapts the tree's encoding: there is a
+single derivation for `batch_exists`, `batch_get` and `batch_set` (REFERENCE.md bug 14).
+Digests are computed once per page, lazily (on backup or prefetch), never on the match
+path of a device hit.
 """
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
+
+from hicache.storage import keys as _keys
 
 
 def namespace_seed(model: str, salt: str = "") -> bytes:
     """Digest that starts every chain of this (model, salt) namespace."""
-    return hashlib.sha256(f"hicache\x00{model}\x00{salt}".encode()).digest()
+    return _keys.namespace_hash(model, salt=salt)
 
 
 def chain_hashes(prev: bytes, page_tokens: bytes, page_size: int) -> list[bytes]:
-    """Digests of consecutive pages continuing the chain after `prev`.
-
-    `page_tokens` holds whole pages of int64 little-endian token ids (the tree's key
-    encoding); each page is hashed as little-endian u32, the reference format.
-    """
-    toks = np.frombuffer(page_tokens, dtype="<i8").astype("<u4")
-    raw = toks.tobytes()
-    step = page_size * 4
-    out = []
-    sha = hashlib.sha256
-    h = prev
-    for off in range(0, len(raw), step):
-        h = sha(h + raw[off:off + step]).digest()
-        out.append(h)
-    return out
+    """Digests of consecutive pages (int64 token bytes) continuing the chain after `prev`."""
+    return _keys.chain(prev, np.frombuffer(page_tokens, dtype="<i8"), page_size)
 
 
 def storage_key(digest: bytes) -> str:
     """Backend key of one page: hex of its chained digest."""
-    return digest.hex()
+    return _keys.key_of(digest)
