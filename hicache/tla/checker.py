@@ -89,6 +89,7 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
     loader = Loader([spec_path.parent] + list(search_dirs or []))
     root = loader.load_file(spec_path)
     model = Model(loader, root, dict(cfg.constants), dict(cfg.overrides))
+    model.require_constants()
     _lookup = model.lookup_def
 
     def lookup_cfg_name(name: str) -> OpDef:

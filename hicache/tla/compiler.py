@@ -219,7 +219,11 @@ class Model:
             e = entries.get(name)
             if isinstance(e, OpDef) and not e.is_instance:
                 entries[name] = ("const", name, 0, e.node, e.module)
-        for name, e in entries.items():
+
+    def require_constants(self) -> None:
+        """Model checking needs every declared constant given (TLC rejects the model up front);
+        symbolic uses of a Model (Z3, code generation) leave them open."""
+        for name, e in self.root_scope.entries.items():
             if isinstance(e, tuple) and e[0] == "const" and name not in self.const_values \
                     and name not in self.overrides:
                 _, _, arity, decl, mod = e
