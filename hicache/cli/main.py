@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 #: name -> (module, one-line help). Order is the order of `hicache --help`.
@@ -53,7 +54,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: commands whose output must not depend on Python's string-hash randomization: the order
+#: in which sets of strings and model values are enumerated decides which of several shortest
+#: counterexamples BFS reports (TLC with one worker is deterministic; so are we).
+_PINNED_HASH_SEED = frozenset({"check", "explain"})
+
+
+def _pin_hash_seed(argv: list[str]) -> None:
+    if argv and argv[0] in _PINNED_HASH_SEED and os.environ.get("PYTHONHASHSEED") != "0":
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        os.execve(sys.executable, [sys.executable, "-m", "hicache.cli", *argv], env)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a real command-line invocation (not a call from Python code)
+        _pin_hash_seed(sys.argv[1:])
     args = build_parser().parse_args(argv)
     module = importlib.import_module(args._module)
     try:

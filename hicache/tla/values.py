@@ -513,39 +513,12 @@ def permute(v, perm: dict):
     return v
 
 
-_ORDER_CACHE: dict = {}
-_ORDER_CACHE_MAX = 200_000
-
-
-def _ordered(s: frozenset):
-    """A frozenset's elements in an order independent of PYTHONHASHSEED.
-
-    Sets of plain integers already iterate deterministically; others (strings, model values,
-    tuples and records of them) are sorted once per distinct set and cached.
-    """
-    for first in s:
-        if type(first) is int or type(first) is bool:
-            # integers and booleans hash to themselves: iteration is already deterministic.
-            # (Never cached: Python's {0, 1} equals {FALSE, TRUE} as a dict key.)
-            return s
-        break
-    else:
-        return s
-    try:
-        return _ORDER_CACHE[s]
-    except KeyError:
-        pass
-    out = tuple(sorted(s, key=sort_key))
-    if len(_ORDER_CACHE) >= _ORDER_CACHE_MAX:
-        _ORDER_CACHE.clear()
-    _ORDER_CACHE[s] = out
-    return out
-
-
 def iter_values(v) -> Iterable:
-    """Elements of a set value, enumerated in a deterministic order (as TLC's one worker)."""
+    """Elements of a set value. The order follows Python's set iteration, which for strings
+    and model values depends on PYTHONHASHSEED; `hicache check` pins the seed (cli/main.py),
+    so its exploration order and counterexamples are reproducible run to run."""
     if type(v) is frozenset:
-        return _ordered(v)
+        return v
     if isinstance(v, Interval):
         return range(v.lo, v.hi + 1)
     if isinstance(v, LazySet):
