@@ -1,0 +1,333 @@
+"""Explain a violation trace against its spec: where, what, why, and whose bug.
+
+Given a trace (`hicache.explain.trace`), the spec it names and a model config (the trace's
+own, `--config`, or the spec's CI model `X.cfg`, in that order; constants the trace records
+override the config's):
+
+  1. the first violating step: the first state where the violated invariant is false (for
+     an action violation, the first step the spec does not allow);
+  2. its action and arguments (as recorded, or recovered: the parameter binding of the
+     spec action that produces the step);
+  3. the failing conjunct, quoted from the spec with file:line (`conjunct.failing_part`);
+  4. the state diff of the last steps up to it;
+  5. whether the trace is a behavior of the spec: each state a successor of the one before
+     through some action (a runtime event may be several spec steps: up to `compound`
+     steps are searched), the first state an initial state (monitor traces start after
+     the oldest recorded event, so theirs is not checked);
+  6. the spec's own shortest path from an initial state to a state violating the same
+     invariant (breadth-first, so shortest; bounded by `max_states`/`max_seconds`), or,
+     for an action violation, to the state before the disallowed step.
+The verdict: a step the spec does not allow, or an invariant the spec never violates under
+the same constants, is an implementation bug; a trace that is a spec behavior and violates
+the invariant is a spec/design bug.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hicache.explain.actions import action_def, closest_binding, recover_all_args, recover_args
+from hicache.explain.behavior import StepCheck, StepStatus, check_behavior
+from hicache.explain.conjunct import Finding, Part, display_path, failing_part, quote_location
+from hicache.explain.options import Options
+from hicache.explain.search import SpecSearch, search, search_invariant
+from hicache.explain.trace import Trace, load_trace, resolve
+from hicache.tla.cfg import Config, load_cfg
+from hicache.tla.checker import Checkable, build
+from hicache.tla.compiler import Compiler, OpDef
+from hicache.tla.values import Fcn, fmt
+
+__all__ = ["Explanation", "Options", "SpecSearch", "StepCheck", "StepStatus", "Verdict", "explain"]
+
+
+class Verdict(enum.StrEnum):
+    IMPLEMENTATION = "implementation"
+    SPEC = "spec"
+    UNKNOWN = "unknown"
+
+
+@dataclass
+class Explanation:
+    trace: Trace
+    spec: str | None                 # displayed spec path
+    config: str | None               # displayed config path
+    constants_source: str            # "trace" | "config" | "none"
+    violated: str | None
+    kind: str | None
+    first_violating_step: int | None
+    action: str | None
+    args: dict
+    finding: Finding | None
+    diff: list[dict]
+    step_checks: list[StepCheck]
+    trace_is_spec_behavior: bool | None
+    divergence: dict | None
+    spec_search: SpecSearch | None
+    verdict: Verdict
+    verdict_text: str
+    states: list[dict[str, str]]     # per step: variable -> TLA+ text
+    changed: list[list[str]]         # per step: variables changed from the step before
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def trace_length(self) -> int:
+        return len(self.trace.steps)
+
+
+# ====================================================================== model
+def _config(trace: Trace, opts: Options, spec: Path, notes: list[str]) -> tuple[Config | None, str | None]:
+    if opts.config:
+        return load_cfg(opts.config), opts.config
+    if trace.config is not None:
+        return load_cfg(trace.config), str(trace.config)
+    default = spec.with_suffix(".cfg")
+    if default.is_file():
+        if trace.constants is None and load_cfg(default).constants:
+            notes.append(f"the trace records no model constants: {display_path(str(default))} (the spec's CI "
+                         f"model) is assumed; pass --config to choose another")
+        return load_cfg(default), str(default)
+    return None, None
+
+
+def _state_tuple(model_vars: list[str], values: dict) -> tuple | None:
+    if not all(v in values for v in model_vars):
+        return None
+    return tuple(values[v] for v in model_vars)
+
+
+# ====================================================================== the explanation
+def _fmt_states(trace: Trace) -> tuple[list[dict[str, str]], list[list[str]]]:
+    states, changed = [], []
+    prev = None
+    for st in trace.steps:
+        states.append({v: fmt(st.values[v]) for v in trace.variables if v in st.values})
+        changed.append([] if prev is None else
+                       [v for v in trace.variables if v in st.values and v in prev and st.values[v] != prev[v]])
+        prev = st.values
+    return states, changed
+
+
+def _changes(name: str, a, b) -> dict[str, list[str]]:
+    """What changed in one variable: per entry when a function keeps its domain (a tuple its
+    length), so a one-slot change in a large map reads `host[9]: 1 -> 0`."""
+    if a == b:
+        return {}
+    if isinstance(a, Fcn) and isinstance(b, Fcn) and a.d.keys() == b.d.keys():
+        return {f"{name}[{fmt(k)}]": [fmt(a.d[k]), fmt(b.d[k])] for k in a.d if a.d[k] != b.d[k]}
+    if type(a) is tuple and type(b) is tuple and len(a) == len(b):
+        return {f"{name}[{i}]": [fmt(x), fmt(y)] for i, (x, y) in enumerate(zip(a, b), 1) if x != y}
+    return {name: [fmt(a), fmt(b)]}
+
+
+def _diff(trace: Trace, upto: int, n: int) -> list[dict]:
+    out = []
+    for j in range(max(1, upto - n + 1), upto + 1):
+        a, b = trace.steps[j - 1].values, trace.steps[j].values
+        ch: dict[str, list[str]] = {}
+        for v in trace.variables:
+            if v in a and v in b:
+                ch.update(_changes(v, a[v], b[v]))
+        out.append({"step": j, "action": trace.steps[j].action, "changes": ch})
+    return out
+
+
+def explain(path: str | Path, opts: Options | None = None) -> Explanation:
+    opts = opts or Options()
+    trace = load_trace(path)
+    notes: list[str] = []
+    states, changed = _fmt_states(trace)
+    v = trace.violation
+    kind, violated = v.kind, v.property
+    spec = Path(opts.spec) if opts.spec else trace.spec
+    base = dict(trace=trace, spec=display_path(str(spec)) if spec else trace.spec_named, config=None,
+                constants_source="none", violated=violated, kind=kind, action=v.action, args=dict(v.args),
+                finding=None, step_checks=[], trace_is_spec_behavior=None, divergence=None,
+                spec_search=None, states=states, changed=changed, notes=notes)
+    last = len(trace.steps) - 1
+    base["finding"] = _recorded_finding(trace)
+    if spec is None or not spec.is_file():
+        notes.append(f"spec {trace.spec_named or '(not recorded)'} not found: pass --spec; the report uses "
+                     f"only what the trace records")
+        return _finish(Explanation(first_violating_step=last, diff=_diff(trace, last, opts.diff_steps),
+                                   verdict=Verdict.UNKNOWN, verdict_text="", **base), opts)
+    cfg, cfg_path = _config(trace, opts, spec, notes)
+    if cfg is None:
+        notes.append("no model config (none recorded, no --config, no X.cfg beside the spec)")
+        return _finish(Explanation(first_violating_step=last, diff=_diff(trace, last, opts.diff_steps),
+                                   verdict=Verdict.UNKNOWN, verdict_text="", **base), opts)
+    base["config"] = display_path(cfg_path)
+    constants = dict(cfg.constants)
+    if trace.constants is not None:
+        constants.update(trace.constants)
+        base["constants_source"] = "trace"
+    else:
+        base["constants_source"] = "config"
+    cfg = dataclasses.replace(cfg, constants=constants)
+    ck = build(spec, cfg)
+    base["finding"] = _recorded_finding(trace, ck)
+    model, comp = ck.model, Compiler(ck.model)
+    tuples = [_state_tuple(model.variables, st.values) for st in trace.steps]
+    constants_fit = True
+    if base["constants_source"] == "config" and trace.writer != "check":
+        constants_fit = _constants_fit(ck, comp, tuples, notes)
+
+    if trace.writer != "monitor" and constants_fit:
+        recover_all_args(trace, ck, comp, tuples)
+
+    # 1. the first violating step
+    inv_def, first = None, None
+    if kind not in ("action", "digest"):
+        # with constants that do not fit the trace, evaluating on its states would mislead:
+        # the definition is still looked up for the spec search
+        inv_def, first = _first_invariant_violation(ck, comp, tuples if constants_fit else [], violated, cfg)
+        if inv_def is not None:
+            violated, kind = inv_def.name, kind or "invariant"
+    # 5. behavior check (needs the right constants)
+    if constants_fit:
+        checks, is_beh, divergence = check_behavior(trace, ck, tuples, opts, notes)
+    else:
+        checks = [StepCheck(i, StepStatus.UNCHECKED, note="constants unknown") for i in range(len(tuples))]
+        is_beh, divergence = None, None
+    base.update(step_checks=checks, trace_is_spec_behavior=is_beh, divergence=divergence,
+                violated=violated, kind=kind)
+    if inv_def is not None and first is not None:
+        k = first
+    elif kind == "action" and divergence is not None and divergence["step"] > 0:
+        k = divergence["step"]
+    else:
+        k = last
+    base["action"] = trace.steps[k].action if k > 0 or trace.steps[k].action else None
+    base["args"] = dict(trace.steps[k].args) if trace.steps[k].args else {}
+    if k == last and v.args and not base["args"]:
+        base["args"] = dict(v.args)
+
+    # 2-3. arguments and the failing conjunct
+    act_def = action_def(ck, base["action"])
+    s_prev = tuples[k - 1] if k > 0 else None
+    if act_def is not None and s_prev is not None and tuples[k] is not None and not base["args"]:
+        got = recover_args(comp, act_def, s_prev, tuples[k])
+        if got is not None:
+            base["args"] = {p: fmt(a) for (p, _), a in zip(act_def.params, got)}
+    if inv_def is not None and first is not None:
+        f = failing_part(comp, inv_def, tuples[k])
+        if f is not None:
+            base["finding"] = f
+    elif kind == "action" and act_def is not None and s_prev is not None and tuples[k] is not None \
+            and constants_fit:
+        f = failing_part(comp, act_def, s_prev, tuples[k], closest_binding(comp, act_def, s_prev, tuples[k]))
+        if f is not None:
+            base["finding"] = f
+
+    # 6. the spec's own shortest path
+    if inv_def is not None:
+        found = search_invariant(spec, cfg, violated, opts)
+    elif kind == "action" and constants_fit and s_prev is not None:
+        sck = build(spec, dataclasses.replace(cfg, invariants=[]))
+        target = s_prev
+        sck.invariants = [("pre-state", lambda st, pr, env: st != target)]
+        found = search(sck, f"the state before step {k} (where {base['action']} was taken)", opts)
+    elif kind == "deadlock":
+        sck = build(spec, dataclasses.replace(cfg, invariants=[], check_deadlock=True))
+        found = search(sck, "a deadlock", opts, want=("deadlock",))
+    else:
+        found = SpecSearch("-", "skipped", note="no invariant to search for (or constants unknown)")
+    base["spec_search"] = found
+    return _finish(Explanation(first_violating_step=k, diff=_diff(trace, k, opts.diff_steps),
+                               verdict=Verdict.UNKNOWN, verdict_text="", **base), opts)
+
+
+def _recorded_finding(trace: Trace, ck: Checkable | None = None) -> Finding | None:
+    """The conjunct the trace's writer recorded (a monitor's generated check), if any; its
+    text re-quoted from the spec at the recorded location (the writer may flatten it)."""
+    v = trace.violation
+    if not v.conjunct:
+        return None
+    text = v.conjunct
+    m = re.fullmatch(r"(.+):(\d+):(\d+)", v.location or "")
+    where = resolve(m.group(1), Path(trace.path).parent) if m and ck is not None else None
+    if where is not None:
+        for mod in ck.model.loader.modules.values():
+            if Path(mod.file).resolve() == where.resolve():
+                text = quote_location(mod.file, mod.ast, int(m.group(2)), int(m.group(3))) or text
+                break
+    p = Part(text, v.location or "")
+    return Finding(conjunct=p, top=p)
+
+
+def _constants_fit(ck: Checkable, comp: Compiler, tuples: list, notes: list[str]) -> bool:
+    """With assumed constants, the trace's states must at least be well typed (TypeOK)."""
+    d = ck.model.root_scope.entries.get("TypeOK")
+    if not isinstance(d, OpDef) or d.params:
+        return True
+    code = comp.def_code(d, "value", "state", False, d.node)[0]
+    for i, s in enumerate(tuples):
+        if s is None:
+            continue
+        try:
+            ok = code(s, None, ()) is True
+        except Exception:  # noqa: BLE001 - a value outside the assumed domains
+            ok = False
+        if not ok:
+            notes.append(f"the trace's states do not fit the assumed constants (TypeOK is false at step {i}): "
+                         f"the trace is not evaluated against the spec (the conjunct is the one the trace "
+                         f"records) and the spec search uses the assumed model; record the constants in "
+                         f"the trace or pass --config")
+            return False
+    return True
+
+
+def _first_invariant_violation(ck: Checkable, comp: Compiler, tuples: list, violated: str | None, cfg: Config):
+    """(definition, first index where it is false) of the violated invariant; when the trace
+    does not name one, the first of the config's invariants that some state violates."""
+    names = [violated] if violated else list(cfg.invariants)
+    best = (None, None)
+    for name in names:
+        d = ck.model.root_scope.entries.get(name)
+        if not isinstance(d, OpDef) or d.params:
+            continue
+        code = comp.def_code(d, "value", "state", False, d.node)[0]
+        for i, s in enumerate(tuples):
+            if s is None:
+                continue
+            try:
+                val = code(s, None, ())
+            except Exception:  # noqa: BLE001 - unevaluable here: keep looking
+                continue
+            if val is False:
+                if best[1] is None or i < best[1]:
+                    best = (d, i)
+                break
+        if violated and best[0] is None:
+            return d, None
+    return best
+
+
+def _finish(e: Explanation, opts: Options) -> Explanation:
+    s = e.spec_search
+    if e.trace_is_spec_behavior is False and e.divergence:
+        e.verdict = Verdict.IMPLEMENTATION
+        e.verdict_text = e.divergence["reason"] + ": the bug is in the implementation"
+    elif e.trace_is_spec_behavior is True and e.kind in ("invariant", "property") and e.violated:
+        e.verdict = Verdict.SPEC
+        e.verdict_text = (f"the trace is a behavior of the spec and violates {e.violated}: the bug is in the "
+                          f"spec/design")
+    elif e.trace_is_spec_behavior is True and e.kind == "deadlock":
+        e.verdict = Verdict.SPEC
+        e.verdict_text = ("the trace is a behavior of the spec and ends in a deadlock (no action of the spec "
+                          "is enabled): the bug is in the spec/design")
+    elif e.kind in ("invariant", "property") and s is not None and s.status == "none":
+        e.verdict = Verdict.IMPLEMENTATION
+        e.verdict_text = (f"the spec never violates {e.violated} under these constants ({s.distinct} states "
+                          f"searched): the implementation reached a state the spec cannot; the bug is in "
+                          f"the implementation")
+    elif e.kind == "action":
+        e.verdict = Verdict.IMPLEMENTATION
+        e.verdict_text = (f"the monitor's check of action {e.violated or e.action} rejected the step: the "
+                          f"implementation took a step the spec does not allow")
+    else:
+        e.verdict = Verdict.UNKNOWN
+        e.verdict_text = "not enough information to tell whether the bug is in the implementation or the spec"
+    return e

@@ -1,0 +1,136 @@
+"""Is a recorded trace a behavior of the spec?
+
+Each state must be a successor of the one before through some action of the spec, or equal
+to it (stuttering); a step that is not one spec step is searched as up to `compound` spec
+steps (a coarse runtime event, e.g. a multi-page move of the HostTier map). The first state
+of a checker trace must be an initial state; a monitor's trace starts after the oldest event
+it kept, so its first state is not checked.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+from dataclasses import dataclass, field
+
+from hicache.explain.options import Options
+from hicache.explain.trace import Trace
+from hicache.tla.checker import Checkable
+from hicache.tla.compiler import UNSET
+
+
+class StepStatus(enum.StrEnum):
+    INITIAL = "initial"              # an initial state of the spec
+    SPEC_STEP = "spec_step"          # one step of some spec action
+    STUTTER = "stutter"              # no variable changed
+    COMPOUND = "compound"            # several spec steps (a coarse runtime event)
+    NOT_INITIAL = "not_initial"      # the first state is no initial state
+    NOT_ALLOWED = "not_allowed"      # no spec action (sequence) leads here
+    UNCHECKED = "unchecked"          # not checked (see the note)
+
+
+@dataclass(slots=True)
+class StepCheck:
+    index: int
+    status: StepStatus
+    actions: list[str] = field(default_factory=list)   # the spec actions that explain the step
+    note: str = ""
+
+
+class _Steps:
+    """Successors through the spec's actions, with the names of the actions producing them."""
+
+    def __init__(self, ck: Checkable):
+        self.ck = ck
+        self.n = len(ck.model.variables)
+
+    def successors(self, s: tuple) -> dict[tuple, list[str]]:
+        out: dict[tuple, list[str]] = {}
+        blank = [UNSET] * self.n
+        for act in self.ck.actions:
+            for pr in act.fn(s, blank, ()):
+                if UNSET in pr:
+                    continue
+                names = out.setdefault(tuple(pr), [])
+                if act.name not in names:
+                    names.append(act.name)
+        return out
+
+    def initial(self, s: tuple, limit: int = 200_000) -> bool:
+        blank = [UNSET] * self.n
+        return any(tuple(pr) == s for pr in itertools.islice(self.ck.init(None, blank, ()), limit))
+
+    def path(self, s: tuple, t: tuple, depth: int, budget: int) -> list[str] | None:
+        """Actions of a shortest spec path s -> t of at most `depth` steps, within `budget` states."""
+        frontier = {s: []}
+        seen = {s}
+        for _ in range(depth):
+            nxt = {}
+            for u, acts in frontier.items():
+                for v, names in self.successors(u).items():
+                    if v == t:
+                        return acts + [names[0]]
+                    if v not in seen and len(seen) < budget:
+                        seen.add(v)
+                        nxt[v] = acts + [names[0]]
+            frontier = nxt
+            if not frontier:
+                break
+        return None
+
+
+def check_behavior(trace: Trace, ck: Checkable, tuples: list, opts: Options, notes: list[str]):
+    steps = _Steps(ck)
+    checks: list[StepCheck] = []
+    divergence = None
+    for i, s in enumerate(tuples):
+        if s is None:
+            checks.append(StepCheck(i, StepStatus.UNCHECKED, note="the state does not record every variable"))
+            continue
+        if i == 0 or tuples[i - 1] is None:
+            if i == 0 and trace.writer == "monitor":
+                rs = trace.steps[0].runtime_step
+                checks.append(StepCheck(i, StepStatus.UNCHECKED,
+                                        note=f"first recorded state (after runtime event {rs}); earlier "
+                                             f"events are not in the trace"))
+            elif i == 0 and not steps.initial(s):
+                checks.append(StepCheck(i, StepStatus.NOT_INITIAL, note="not an initial state of the spec"))
+                divergence = divergence or {"step": 0, "action": None,
+                                            "reason": "the first state is not an initial state of the spec"}
+            else:
+                checks.append(StepCheck(i, StepStatus.INITIAL if i == 0 else StepStatus.UNCHECKED))
+            continue
+        prev = tuples[i - 1]
+        if s == prev:
+            checks.append(StepCheck(i, StepStatus.STUTTER))
+            continue
+        try:
+            succ = steps.successors(prev)
+            if s in succ:
+                checks.append(StepCheck(i, StepStatus.SPEC_STEP, succ[s]))
+                continue
+            via = steps.path(prev, s, opts.compound, opts.compound_states) if opts.compound > 1 else None
+        except Exception as exc:  # noqa: BLE001 - a state outside the spec's domains (after a bad step)
+            checks.append(StepCheck(i, StepStatus.UNCHECKED,
+                                    note=f"the spec's actions cannot be evaluated on step {i - 1}: "
+                                         f"{str(exc).splitlines()[0]}"))
+            continue
+        if via is not None:
+            checks.append(StepCheck(i, StepStatus.COMPOUND, via, note=f"{len(via)} spec steps"))
+            continue
+        act = trace.steps[i].action
+        checks.append(StepCheck(i, StepStatus.NOT_ALLOWED,
+                                note=f"no spec action (nor up to {opts.compound} spec steps) leads here"))
+        if divergence is None:
+            divergence = {"step": i, "action": act,
+                          "reason": f"the implementation took a step the spec does not allow at step {i} "
+                                    f"(action {act})"}
+    bad = [c for c in checks if c.status in (StepStatus.NOT_ALLOWED, StepStatus.NOT_INITIAL)]
+    checked = [c for c in checks if c.status is not StepStatus.UNCHECKED]
+    if bad:
+        verdict = False
+    elif checked and len(checked) >= len(checks) - 1:
+        verdict = True
+    else:
+        verdict = None
+        notes.append("too few states of the trace record every spec variable to check it against the spec")
+    return checks, verdict, divergence

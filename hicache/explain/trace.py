@@ -1,0 +1,129 @@
+"""Read a violation trace (ITF) into typed records, whoever wrote it.
+
+Two writers are understood, and any ITF trace degrades gracefully:
+  hicache check   `#meta`: source (spec path), config, result, violated; each state's
+                  `#meta`: index, action (None for the initial state).
+  monitors        `#meta`: source, module, violation {kind, property, index, conjunct,
+                  location, error, action, args}; each state's `#meta`: index, step (the
+                  runtime's event number), action, args. The first state is the state after
+                  the oldest recorded event, not an initial state.
+Optional fields read when present: `#meta.constants` (ITF-encoded, the constants the run
+used), `#meta.config`, and a `rank`/`stage` in a state's `#meta` or its args (timeline lanes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hicache.tla.itf import decode, read_itf
+
+#: the value of a variable a state does not record (a monitor may map only some variables)
+MISSING = None
+
+#: field or action-parameter name -> timeline lane kind (the specs name a stage `s` and a
+#: rank `r` in their actions: StageApply(s), RankRestoreLayer(r, l), TransferComplete(t, s, r))
+LANE_KEYS = {"stage": "stage", "s": "stage", "rank": "rank", "r": "rank"}
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(slots=True)
+class TraceStep:
+    index: int                    # position in the trace (0-based)
+    action: str | None            # the action/event that led to this state (None: initial)
+    args: dict                    # its arguments as recorded (JSON values)
+    runtime_step: int | None      # the runtime's event number (monitor traces)
+    lane: str | None              # "rank 0", "stage 2", or None (one lane)
+    values: dict[str, Any]        # variable -> TLA+ value (variables the state lacks are absent)
+
+
+@dataclass(slots=True)
+class Violation:
+    """What the writer says was violated (absent fields are None)."""
+    kind: str | None = None        # invariant | action | deadlock | digest | property
+    property: str | None = None
+    conjunct: str | None = None
+    location: str | None = None
+    action: str | None = None
+    args: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Trace:
+    path: str
+    writer: str                    # "check" | "monitor" | "itf"
+    variables: list[str]
+    steps: list[TraceStep]
+    violation: Violation
+    spec: Path | None              # resolved spec file (None: not found)
+    spec_named: str | None         # as the trace names it
+    config: Path | None            # resolved config (None: not recorded / not found)
+    constants: dict[str, Any] | None   # the run's constants, when recorded
+    meta: dict
+
+
+def resolve(name: str | None, trace_dir: Path) -> Path | None:
+    """A path the trace names: as given, beside the trace, or under the repository root."""
+    if not name:
+        return None
+    p = Path(name)
+    for cand in (p, trace_dir / p, _REPO / p):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def lane_of(*sources: dict) -> str | None:
+    """"stage 1 rank 0" from the first source naming a stage and/or a rank; None: no lane."""
+    for src in sources:
+        got = {}
+        for k, kind in LANE_KEYS.items():
+            v = src.get(k)
+            if kind not in got and isinstance(v, (int, str)) and not isinstance(v, bool):
+                got[kind] = v
+        if got:
+            return " ".join(f"{kind} {got[kind]}" for kind in ("stage", "rank") if kind in got)
+    return None
+
+
+def load_trace(path: str | Path) -> Trace:
+    """Parse an ITF file; ValueError (naming the field) when it is not a usable trace."""
+    path = Path(path)
+    doc = read_itf(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("states"), list):
+        raise ValueError(f"{path}: not an ITF trace (no 'states' list)")
+    meta = doc.get("#meta") or {}
+    states = doc["states"]
+    if not states:
+        raise ValueError(f"{path}: states: the trace has no state")
+    variables = list(doc.get("vars") or [k for k in states[0] if not k.startswith("#")])
+    steps = []
+    for i, rec in enumerate(states):
+        smeta = rec.get("#meta") or {}
+        args = smeta.get("args") or {}
+        if not isinstance(args, dict):
+            args = {"args": args}
+        values = {v: decode(rec[v]) for v in variables if v in rec}
+        rstep = smeta.get("step")
+        steps.append(TraceStep(i, smeta.get("action"), args, rstep if isinstance(rstep, int) else None,
+                               lane_of(smeta, args), values))
+    raw_v = meta.get("violation")
+    if isinstance(raw_v, dict):
+        writer = "monitor"
+        v = Violation(raw_v.get("kind"), raw_v.get("property"), raw_v.get("conjunct"), raw_v.get("location"),
+                      raw_v.get("action"), raw_v.get("args") or {}, raw_v.get("error"))
+    elif "result" in meta:
+        writer = "check"
+        kind = {"invariant": "invariant", "property": "property", "deadlock": "deadlock"}.get(meta["result"])
+        v = Violation(kind=kind, property=meta.get("violated"), action=steps[-1].action)
+    else:
+        writer = "itf"
+        v = Violation()
+    trace_dir = path.parent
+    constants = None
+    if isinstance(meta.get("constants"), dict):
+        constants = {k: decode(x) for k, x in meta["constants"].items()}
+    return Trace(str(path), writer, variables, steps, v, resolve(meta.get("source"), trace_dir),
+                 meta.get("source"), resolve(meta.get("config"), trace_dir), constants, meta)
