@@ -31,6 +31,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-overlap", action="store_true", help="gather each layer right before its attention")
     p.add_argument("--bench-iters", type=int, default=5, help="gather benchmark iterations (0: skip)")
     p.add_argument("--timeout", type=float, default=30.0, help="bound on every collective and wait (s)")
+    p.add_argument("--draft", choices=("off", "packed", "sidecar"), default="off",
+                   help="also serve with a draft model whose KV is a dependent pool of this layout and "
+                        "report its acceptance rate with and without cache hits (hicache.dist.draft_accept)")
 
 
 def _tiers(t: dict) -> dict:
@@ -111,6 +114,11 @@ def _text(s: dict) -> str:
         b = s["gather"]["bench"]["forward_ms"]
         lines.append(f"gather bench: forward {b['sequential']} ms sequential vs {b['overlap']} ms overlapped "
                      f"(ratio {b['ratio']})")
+    if "draft" in s:
+        a = s["draft"]["acceptance_on_hits"]
+        lines.append(f"draft ({s['draft']['layout']}): acceptance on {s['draft']['hit_requests']} hit requests "
+                     f"{a['cached']} cached vs {a['recomputed']} recomputed "
+                     f"(without the draft restore: {a['cached_without_draft_restore']})")
     lines.extend(f"VIOLATION: {v}" for v in s["violations"])
     return "\n".join(lines)
 
@@ -143,5 +151,10 @@ def run(args: argparse.Namespace) -> int:
         emit(args, {"error": str(exc), "failures": exc.failures}, text=str(exc))
         return 2
     summary = summarize(reports, time.perf_counter() - t0)
+    if args.draft != "off":
+        from hicache.dist.draft_accept import AcceptConfig, compare
+        summary["draft"] = compare(AcceptConfig(layout=args.draft, seed=args.seed))
+        if not summary["draft"]["same_with_and_without_hits"]:
+            summary["violations"].append("draft acceptance differs with and without cache hits")
     emit(args, summary, text=_text(summary))
     return 0 if not summary["violations"] else 1

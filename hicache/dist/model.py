@@ -91,3 +91,17 @@ class TinyModel:
             kvs.append((k, v))
             h = self.finish_layer(layer, h, self.attend(q, k, v, pos))
         return self.logits(h), kvs
+
+
+def draft_of(target: TinyModel, layers: int = 1) -> TinyModel:
+    """A draft model for speculative decoding: the target's first `layers` layers with its
+    embeddings and unembedding (shared tensors), so its greedy guesses often match."""
+    if not 1 <= layers <= target.cfg.layers:
+        raise ValueError(f"layers must be in [1, {target.cfg.layers}], got {layers}")
+    from dataclasses import replace
+    d = TinyModel.__new__(TinyModel)
+    d.cfg = replace(target.cfg, layers=layers)
+    d.embed, d.pos, d.unembed = target.embed, target.pos, target.unembed
+    for name in ("wq", "wk", "wv", "wo", "w1", "w2"):
+        setattr(d, name, getattr(target, name)[:layers])
+    return d

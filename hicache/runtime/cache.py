@@ -57,7 +57,8 @@ class HiCache:
     """The tiered cache of one engine. Not thread-safe: one scheduler thread calls it;
     its own worker threads only copy bytes and call storage (see the module docstring)."""
 
-    def __init__(self, cfg: CacheConfig, storage=None, bus: EventBus | None = None) -> None:
+    def __init__(self, cfg: CacheConfig, storage=None, bus: EventBus | None = None,
+                 deps=None) -> None:
         self.cfg = cfg
         self.bus = bus or EventBus()
         self.metrics = Metrics()
@@ -70,6 +71,13 @@ class HiCache:
             from hicache.runtime.pools import DevicePool, HostPool
             self.device_pool = DevicePool(cfg)
             self.host_pool = HostPool(cfg) if self.host else None
+        # dependent pools of speculative decoding (hicache.runtime.draft): their copies ride
+        # in every transfer below, and each transfer's completion covers them
+        self.deps = deps
+        if deps is not None:
+            if self.host and not cfg.metadata_only:
+                self.host_pool = deps.host_pool()
+            deps.attach(self)
         self._threshold = BACKUP_THRESHOLD[cfg.write_policy]
         self._rid = 0
         # one worker per direction: completions of one direction stay in issue order
@@ -290,12 +298,17 @@ class HiCache:
         self.tree.set_host(v, slots)
         op = FuncOp(self._copy_to_host, pins_device=True, pages=pages, slots=slots,
                     t0=time.perf_counter())
+        if self.deps is not None:
+            op.draft_tid = self.deps.launch(_draft_kind("backup"), pages, slots)
         self._attach(op, [v])
         self._emit(A.BackupStart, node=v.id, slots=slots)
         self.writer.submit(op)
         return True
 
     def _copy_to_host(self, op: FuncOp) -> None:
+        if self.deps is not None:
+            self.deps.copy_all(op.draft_tid, True, op.pages, op.slots)
+            return
         if self.host_pool is not None:
             from hicache.runtime.copy import copy_pages
             copy_pages(self.host_pool, op.slots, self.device_pool, op.pages)
@@ -331,7 +344,10 @@ class HiCache:
         if slots is None:
             return False
         self._emit(A.BackupStart, node=v.id, slots=slots)
-        if self.host_pool is not None:
+        if self.deps is not None:
+            self.deps.copy_all(self.deps.launch(_draft_kind("backup"), v.device, slots), True,
+                               v.device, slots)
+        elif self.host_pool is not None:
             from hicache.runtime.copy import copy_pages
             copy_pages(self.host_pool, slots, self.device_pool, v.device)
         self.tree.set_host(v, slots)
@@ -372,6 +388,8 @@ class HiCache:
         op = LoadOp(cfg.layers, None, None)
         op.slots, op.pages, op.t0, op.rid = slots, pages, time.perf_counter(), req.rid
         op.node_ids = [x.id for x in take]
+        if self.deps is not None:
+            op.draft_tid = self.deps.launch(_draft_kind("load"), slots, pages)
         op._copy_layer = self._load_layer_fn(op)
         op._on_layer = self._layer_event_fn(op)
         off = 0
@@ -393,6 +411,8 @@ class HiCache:
         return op
 
     def _load_layer_fn(self, op: LoadOp):
+        if self.deps is not None:
+            return self.deps.load_layer_fn(op)
         if self.device_pool is None:
             return lambda layer: None
         from hicache.runtime.copy import copy_layer
@@ -427,13 +447,17 @@ class HiCache:
         self._backup_slots += len(slots)
         self.host.move(slots, S.SYNCED, S.BACKUP)
         op = FuncOp(self._store_pages, keys=keys, slots=slots)
+        if self.deps is not None:
+            op.draft_tid = self.deps.launch(_draft_kind("store"), slots, slots)
         self._attach(op, [v])
         self._emit(A.StorageBackupStart, node=v.id, keys=len(keys))
         self.backuper.submit(op)
 
     def _store_pages(self, op: FuncOp) -> list[bool]:
         import torch
-        if self.host_pool is not None:
+        if self.deps is not None and self.host_pool is not None:
+            values = [self.deps.read_value(s) for s in op.slots]
+        elif self.host_pool is not None:
             values = [self.host_pool.read_page(s) for s in op.slots]
         else:  # metadata-only: a one-byte marker stands for the page
             values = [torch.ones(1, dtype=torch.uint8) for _ in op.slots]
@@ -441,6 +465,8 @@ class HiCache:
             ok = self.storage.batch_set(op.keys, values)
         except Exception:  # noqa: BLE001 - a failing backend is a miss, counted
             ok = None
+        if self.deps is not None:
+            self.deps.finish_storage(getattr(op, "draft_tid", None))
         if not isinstance(ok, list) or len(ok) != len(op.keys):
             with self.metrics.lock:
                 self.metrics.storage_failures += 1
@@ -494,6 +520,8 @@ class HiCache:
         op = FuncOp(self._fetch_pages, keys=[storage_key(h) for h in hashes], hashes=hashes,
                     slots=slots, off=off, anchor=req.node, terminate=False, completed=0,
                     announced=0, t0=time.monotonic(), rid=req.rid)
+        if self.deps is not None:
+            op.draft_tid = self.deps.launch(_draft_kind("prefetch"), slots, slots)
         tree.host_anchor(req.node, +1)  # the anchor path is never deleted (bug 7)
         req.prefetch = op
         self._prefetching.add(op)
@@ -525,6 +553,8 @@ class HiCache:
                 break
         op.announced = hit
         pool = self.host_pool
+        deps = self.deps if pool is not None else None
+        nbytes = deps.value_nbytes() if deps is not None else (pool.page_nbytes if pool is not None else 0)
         done = 0
         while done < hit and not op.terminate:
             chunk = keys[done:min(done + batch, hit)]
@@ -537,16 +567,20 @@ class HiCache:
                 break
             stop = False
             for v in values:
-                if v is None or (pool is not None and v.numel() != pool.page_nbytes):
+                if v is None or (pool is not None and v.numel() != nbytes):
                     self._storage_failed()
                     stop = True
                     break
-                if pool is not None:
+                if deps is not None:
+                    deps.write_value(slots[done], v)
+                elif pool is not None:
                     pool.write_page(slots[done], v)
                 done += 1
                 op.completed = done   # monotone; read by the scheduler after `done` is set
             if stop:
                 break
+        if self.deps is not None:
+            self.deps.finish_storage(getattr(op, "draft_tid", None))
         return done
 
     def _storage_failed(self) -> None:
@@ -711,6 +745,11 @@ class HiCache:
         for op in self._prefetching:       # orphans stay in _prefetching until reaped
             inflight.update(op.slots)
         return free, tree_slots, inflight
+
+
+def _draft_kind(name: str):
+    from hicache.runtime.draft import Kind
+    return Kind(name)
 
 
 #: prefetch stop policy -> what finish_prefetch does before waiting for the worker

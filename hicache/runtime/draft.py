@@ -1,0 +1,473 @@
+"""Dependent pools of speculative decoding: draft KV, indexer, recurrent state, SWA (DraftState).
+
+A cache hit must restore not only the target model's KV but every pool the draft model
+depends on; a missing draft restore silently collapses speculative acceptance (REFERENCE.md,
+bug 13). A `DependentSet` registers these pools beside the target KV pool, each with a host
+pool, and moves their bytes inside every transfer of the cache (backup, load-back, storage
+backup, storage prefetch), so the transfer's completion covers all of them.
+
+Layouts (spec/DraftState.tla):
+  PACKED   the pool's rows are tail layers of the target host pool and share its slot
+           mapping; refused at configuration (ValueError with the reason) unless dtype, row
+           bytes, KV planes and token indexing match the target's. Moved by
+           `kernels.transfer_packed` in the target's own launches; per layer, the draft
+           layers ride with the last target layer.
+  SIDECAR  a separate host pool; its page lists are derived (`kernels.sidecar_pages`) from
+           the lists of its declared source: the target KV, or the SWA pool.
+
+Roles: DRAFT_KV, DRAFT_INDEXER (hit on all pages), DRAFT_STATE (recurrent state, hit on the
+trailing pages only) are the spec's DraftPools; SWA is target-side state and the second index
+source (spec `Sources = {"kv", "swa"}`): its copy is part of the target copy.
+
+Per transfer t the set keeps a `Transfer` record (the runtime state the DraftState
+refinement map reads) and emits, on its own bus, TransferLaunch(t), DraftCopyFinish(t, p) for
+a packed pool, TargetCopyFinish(t), DraftCopyFinish(t, p) per sidecar, CompletionFire(t); a
+consumer reading a restored pool calls `read`, which waits on the completion and emits
+BufferRead(t, p). Invariant (fault switch off): CompletionFire(t) is emitted, and the load's
+completion is signalled, only after every copy of t finished.
+
+Backups and storage copy every page of every pool (a later, shorter hit needs the state at
+its own last page); the hit policy selects what a load-back restores.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import threading
+from typing import Any
+
+from hicache.kernels import HitPolicy, IndexSource
+from hicache.protocol.vocabulary import DraftState as D
+from hicache.runtime.config import DTYPES, CacheConfig, KVKind
+from hicache.runtime.events import EventBus
+
+
+class Role(enum.StrEnum):
+    DRAFT_KV = "draft_kv"            # the draft model's KV (spec DraftPools)
+    DRAFT_INDEXER = "draft_indexer"  # indexer buffers of sparse attention, all pages
+    DRAFT_STATE = "draft_state"      # separately owned recurrent state, trailing pages
+    SWA = "swa"                      # target-side sliding-window state; an index source
+
+
+class PoolLayout(enum.StrEnum):
+    PACKED = "packed"
+    SIDECAR = "sidecar"
+
+
+class Indexing(enum.StrEnum):
+    TOKEN = "token"        # one row per token (KV-like)
+    REQUEST = "request"    # state owned per request (recurrent state): not token-indexed
+
+
+#: the roles of the spec's DraftPools (SWA is a source, copied with the target)
+DRAFT_ROLES = (Role.DRAFT_KV, Role.DRAFT_INDEXER, Role.DRAFT_STATE)
+
+
+class Faults:
+    """Seeded-bug switches, off by default; each is read only on the cold path it affects.
+    `skip_draft_restore`: a load-back or prefetch restores the target (and SWA) only and
+    fires its completion anyway (the reference system's bug 13)."""
+    skip_draft_restore = False
+
+
+FAULTS = Faults()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DependentSpec:
+    """One dependent pool. Rows are `heads * head_dim` elements of `dtype` per KV plane."""
+    role: Role
+    layout: PoolLayout = PoolLayout.SIDECAR
+    layers: int = 1
+    kv_kind: KVKind = KVKind.MHA
+    heads: int = 1
+    head_dim: int = 8
+    dtype: str = "float16"
+    indexing: Indexing = Indexing.TOKEN
+    source: IndexSource = IndexSource.TARGET_KV
+    hit_policy: HitPolicy = HitPolicy.ALL_PAGES
+    trailing: int = 1
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
+        for name, cls in (("role", Role), ("layout", PoolLayout), ("kv_kind", KVKind),
+                          ("indexing", Indexing), ("source", IndexSource), ("hit_policy", HitPolicy)):
+            try:
+                set_(name, cls(getattr(self, name)))
+            except ValueError:
+                raise ValueError(f"{name}: unknown value {getattr(self, name)!r}; expected one of "
+                                 f"{[m.value for m in cls]}") from None
+        for name in ("layers", "heads", "head_dim", "trailing"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{name}: must be a positive int, got {v!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: unknown dtype {self.dtype!r}; expected one of {DTYPES}")
+        if self.kv_kind is KVKind.MLA and self.heads != 1:
+            raise ValueError(f"heads: MLA stores one latent head, got {self.heads}")
+        if self.source is IndexSource.STATE:
+            raise ValueError("source: a dependent pool derives from target_kv or swa, not state")
+        if self.role is Role.SWA and self.source is not IndexSource.TARGET_KV:
+            raise ValueError("source: the SWA pool derives its indices from target_kv")
+
+    @property
+    def name(self) -> str:
+        return self.role.value
+
+
+def packed_refusal(target: CacheConfig, spec: DependentSpec) -> str | None:
+    """Why `spec` may not share the target's slot mapping (None: it may)."""
+    checks = (
+        (spec.dtype == target.dtype, f"dtype {spec.dtype} != target {target.dtype}"),
+        (spec.kv_kind is target.kv_kind, f"kv_kind {spec.kv_kind} != target {target.kv_kind}"),
+        (spec.heads * spec.head_dim == target.heads * target.head_dim,
+         f"row {spec.heads}x{spec.head_dim} != target {target.heads}x{target.head_dim}"),
+        (spec.indexing is Indexing.TOKEN, f"indexing {spec.indexing} is not per token"),
+        (spec.source is IndexSource.TARGET_KV, f"source {spec.source} is not the target's slot mapping"),
+        (spec.hit_policy is HitPolicy.ALL_PAGES, f"hit_policy {spec.hit_policy} selects a subset of pages"),
+        (spec.role is not Role.SWA, "the SWA pool is an index source, kept beside the target"),
+    )
+    for ok, why in checks:
+        if not ok:
+            return why
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DraftConfig:
+    """The dependent pools of one engine, validated against the target's CacheConfig."""
+    target: CacheConfig
+    pools: tuple[DependentSpec, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pools", tuple(self.pools))
+        roles = [p.role for p in self.pools]
+        if len(set(roles)) != len(roles):
+            raise ValueError(f"pools: each role at most once, got {[r.value for r in roles]}")
+        packed = [p for p in self.pools if p.layout is PoolLayout.PACKED]
+        for i, p in enumerate(self.pools):
+            if p.layout is PoolLayout.PACKED:
+                why = packed_refusal(self.target, p)
+                if why is not None:
+                    raise ValueError(f"pools[{i}].layout: packed layout refused for {p.name}: {why}; "
+                                     f"use a sidecar")
+            if p.source is IndexSource.SWA and Role.SWA not in roles:
+                raise ValueError(f"pools[{i}].source: {p.name} derives from swa but no SWA pool is registered")
+        if len(packed) > 1:
+            raise ValueError(f"pools: one packed pool per target (one packed segment per launch), "
+                             f"got {[p.name for p in packed]}")
+
+    @property
+    def packed(self) -> DependentSpec | None:
+        return next((p for p in self.pools if p.layout is PoolLayout.PACKED), None)
+
+    @property
+    def sidecars(self) -> tuple[DependentSpec, ...]:
+        """Sidecar pools, SWA first (it is the source others may derive from)."""
+        side = [p for p in self.pools if p.layout is PoolLayout.SIDECAR]
+        return tuple(sorted(side, key=lambda p: p.role is not Role.SWA))
+
+    def pool_config(self, spec: DependentSpec) -> CacheConfig:
+        """The pool geometry of a sidecar (device and host pages as the target's)."""
+        return dataclasses.replace(self.target, layers=spec.layers, heads=spec.heads,
+                                   head_dim=spec.head_dim, kv_kind=spec.kv_kind, dtype=spec.dtype)
+
+    def host_config(self) -> CacheConfig:
+        """The target host pool's geometry: the packed pool's layers appended."""
+        p = self.packed
+        if p is None:
+            return self.target
+        return dataclasses.replace(self.target, layers=self.target.layers + p.layers)
+
+
+class Kind(enum.StrEnum):
+    BACKUP = "backup"          # device -> host
+    LOAD = "load"              # host -> device (load-back)
+    STORE = "store"            # host -> storage
+    PREFETCH = "prefetch"      # storage -> host
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Transfer:
+    """The DraftState view of one transfer (written by the thread that does the step)."""
+    tid: int
+    kind: Kind
+    phase: str = "copying"                                  # "copying" | "fired"
+    tgt_done: bool = False
+    done: set = dataclasses.field(default_factory=set)      # draft roles whose copy finished
+    read: set = dataclasses.field(default_factory=set)      # pools a consumer read
+    read_stale: set = dataclasses.field(default_factory=set)
+    src_idx: dict = dataclasses.field(default_factory=dict)   # "kv"/"swa" -> page tuple
+    xfer_idx: dict = dataclasses.field(default_factory=dict)  # role -> source page tuple
+
+
+class DependentSet:
+    """The dependent pools of one HiCache, and the copies it adds to each transfer.
+
+    Created by the user, handed to `HiCache(..., deps=...)`, which calls `attach` once.
+    `bus` carries the DraftState events (separate from the HostTier bus: one protocol per
+    bus, so each monitor sees only its own steps)."""
+
+    def __init__(self, cfg: DraftConfig, bus: EventBus | None = None) -> None:
+        self.cfg = cfg
+        self.bus = bus or EventBus()
+        self.device: dict[Role, Any] = {}     # role -> DevicePool
+        self.host: dict[Role, Any] = {}       # sidecar role -> HostPool
+        self.transfers: dict[int, Transfer] = {}
+        self._tid = 0
+        # one step = the record's update and its event, atomic against the other transfer
+        # threads: a monitor mapping `transfers` inside the event sees exactly this step
+        self._lock = threading.RLock()
+        self.cache = None
+
+    # ------------------------------------------------------------------ pools
+    def attach(self, cache) -> None:
+        """Build the pools beside `cache`'s (the target host pool is built by `host_pool`)."""
+        if cache.cfg != self.cfg.target:
+            raise ValueError("deps: DraftConfig.target differs from the cache's CacheConfig")
+        self.cache = cache
+        if cache.device_pool is None:
+            return
+        from hicache.runtime.pools import DevicePool, HostPool
+        for spec in self.cfg.pools:
+            pc = self.cfg.pool_config(spec)
+            self.device[spec.role] = DevicePool(pc, device=cache.device_pool.buf.device)
+            if spec.layout is PoolLayout.SIDECAR and cache.host is not None:
+                self.host[spec.role] = HostPool(pc)
+
+    def host_pool(self):
+        """The target's host pool: with a packed pool, its layers are the tail layers."""
+        from hicache.runtime.pools import HostPool
+        return HostPool(self.cfg.host_config())
+
+    @property
+    def has_bytes(self) -> bool:
+        return bool(self.device)
+
+    # ------------------------------------------------------------------ events
+    def _emit(self, action: D, **args: Any) -> None:
+        bus = self.bus
+        if bus.listeners:
+            bus.emit(action, **args)
+
+    def launch(self, kind: Kind, src_pages: list[int], dst_pages: list[int]) -> int:
+        """TransferLaunch: record the transfer and the page lists each source hands out."""
+        with self._lock:
+            self._tid += 1
+            return self._launch(self._tid, kind, dst_pages)
+
+    def _launch(self, tid: int, kind: Kind, dst_pages: list[int]) -> int:
+        rec = Transfer(tid, kind)
+        kv = tuple(dst_pages)
+        swa = tuple(self._derive(self._spec(Role.SWA), kv, restore=kind is Kind.LOAD)) \
+            if self._spec(Role.SWA) else kv
+        rec.src_idx = {"kv": kv, "swa": swa}
+        for spec in self.cfg.pools:
+            if spec.role is not Role.SWA:
+                rec.xfer_idx[spec.role.value] = swa if spec.source is IndexSource.SWA else kv
+        self.transfers[tid] = rec
+        self._emit(D.TransferLaunch, t=tid, kind=kind.value)
+        return tid
+
+    def _spec(self, role: Role) -> DependentSpec | None:
+        return next((p for p in self.cfg.pools if p.role is role), None)
+
+    def _derive(self, spec: DependentSpec, source: tuple | list, restore: bool) -> list[int]:
+        """The pool's pages for a transfer whose source pool moves `source` (sequence order):
+        a restore selects by the hit policy; a backup copies every page."""
+        if not restore or spec.hit_policy is HitPolicy.ALL_PAGES:
+            return list(source)
+        return list(source)[max(0, len(source) - spec.trailing):]
+
+    def _finish_draft(self, rec: Transfer, role: Role) -> None:
+        with self._lock:
+            rec.done.add(role.value)
+            self._emit(D.DraftCopyFinish, t=rec.tid, p=role.value)
+
+    def _finish_target(self, rec: Transfer) -> None:
+        with self._lock:
+            rec.tgt_done = True
+            self._emit(D.TargetCopyFinish, t=rec.tid)
+
+    def _fire(self, rec: Transfer) -> None:
+        with self._lock:
+            rec.phase = "fired"
+            self._emit(D.CompletionFire, t=rec.tid)
+            if not self.bus.listeners:
+                self.transfers.pop(rec.tid, None)   # nobody maps it: keep no history
+
+    # ------------------------------------------------------------------ copies
+    def _sidecar_lists(self, spec: DependentSpec, src: list[int], dst: list[int],
+                       restore: bool) -> tuple[list[int], list[int]]:
+        """(src, dst) page lists of a sidecar, derived from its source's lists."""
+        if spec.source is IndexSource.SWA:
+            swa = self._spec(Role.SWA)
+            src, dst = self._derive(swa, src, restore), self._derive(swa, dst, restore)
+        return self._derive(spec, src, restore), self._derive(spec, dst, restore)
+
+    def copy_all(self, tid: int, to_host: bool, dev_pages: list[int], host_slots: list[int]) -> None:
+        """Every page of every pool, target included, then the completion (a backup:
+        to_host=True). Runs on the writer thread, or on the scheduler for a synchronous
+        write-back."""
+        rec = self.transfers.get(tid)
+        cache = self.cache
+        if cache.device_pool is not None:
+            if self.cfg.packed is not None:
+                self._packed(None, to_host, dev_pages, host_slots)
+            else:
+                from hicache.runtime.copy import copy_pages
+                if to_host:
+                    copy_pages(cache.host_pool, host_slots, cache.device_pool, dev_pages)
+                else:
+                    copy_pages(cache.device_pool, dev_pages, cache.host_pool, host_slots)
+        self._after_target(rec, to_host, dev_pages, host_slots, restore=False)
+
+    def _packed(self, layer: int | None, to_host: bool, dev_pages, host_slots) -> None:
+        import torch
+
+        from hicache import kernels
+        cache = self.cache
+        t, _ = cache.device_pool.kernel_view()
+        d, _ = self.device[self.cfg.packed.role].kernel_view()
+        h, layout = cache.host_pool.kernel_view()
+        kernels.transfer_packed(t, d, h, torch.as_tensor(dev_pages, dtype=torch.int64),
+                                torch.as_tensor(host_slots, dtype=torch.int64),
+                                direction="to_host" if to_host else "to_device",
+                                page_size=cache.cfg.page_size, host_layout=layout.value, layer=layer)
+
+    def _after_target(self, rec: Transfer | None, to_host: bool, dev_pages, host_slots,
+                      restore: bool, skip_draft: bool = False) -> None:
+        """The target's copy (and the packed rows) is done: SWA, the sidecars, the completion."""
+        packed = self.cfg.packed
+        if rec is not None and packed is not None and not skip_draft:
+            self._finish_draft(rec, packed.role)
+        from hicache.runtime.copy import copy_pages
+        for spec in self.cfg.sidecars:
+            if spec.role is not Role.SWA:
+                continue
+            self._copy_sidecar(spec, to_host, dev_pages, host_slots, restore, copy_pages)
+        if rec is not None:
+            self._finish_target(rec)
+        for spec in self.cfg.sidecars:
+            if spec.role is Role.SWA or skip_draft:
+                continue
+            self._copy_sidecar(spec, to_host, dev_pages, host_slots, restore, copy_pages)
+            if rec is not None:
+                self._finish_draft(rec, spec.role)
+        if rec is not None:
+            self._fire(rec)
+
+    def _copy_sidecar(self, spec, to_host, dev_pages, host_slots, restore, copy_pages) -> None:
+        if spec.role not in self.host:
+            return
+        dev, host = self.device[spec.role], self.host[spec.role]
+        d, h = self._sidecar_lists(spec, dev_pages, host_slots, restore)
+        if to_host:
+            copy_pages(host, h, dev, d)
+        else:
+            copy_pages(dev, d, host, h)
+
+    def load_layer_fn(self, op):
+        """The per-layer copy of a load-back: target layer l; with the last layer the packed
+        draft layers (same launch), SWA, the sidecars and the completion, all before the
+        load's last layer is signalled (LoadOp sets layers_done after this returns)."""
+        cache = self.cache
+        last = cache.cfg.layers - 1
+        rec = self.transfers.get(op.draft_tid)
+        packed = self.cfg.packed
+
+        def copy(layer: int) -> None:
+            skip = FAULTS.skip_draft_restore
+            if cache.device_pool is not None:
+                if packed is not None and not skip:
+                    self._packed(layer, False, op.pages, op.slots)
+                else:
+                    from hicache.runtime.copy import copy_layer
+                    copy_layer(cache.device_pool, op.pages, cache.host_pool, op.slots, layer)
+            if layer == last:
+                self._after_target(rec, False, op.pages, op.slots, restore=True, skip_draft=skip)
+        return copy
+
+    # ------------------------------------------------------------------ storage values
+    def value_nbytes(self) -> int:
+        """Bytes of one page's storage value: target host page (packed rows included), then
+        each sidecar's page, in `cfg.sidecars` order."""
+        cache = self.cache
+        return cache.host_pool.page_nbytes + sum(self.host[s.role].page_nbytes for s in self.cfg.sidecars
+                                                 if s.role in self.host)
+
+    def read_value(self, slot: int):
+        import torch
+        cache = self.cache
+        parts = [cache.host_pool.read_page(slot)]
+        parts += [self.host[s.role].read_page(slot) for s in self.cfg.sidecars if s.role in self.host]
+        return torch.cat(parts)
+
+    def write_value(self, slot: int, value) -> None:
+        """Split one storage value into the host pools (the fault skips the draft parts)."""
+        cache = self.cache
+        skip = FAULTS.skip_draft_restore
+        hp = cache.host_pool
+        n = hp.page_nbytes
+        if skip and self.cfg.packed is not None:
+            c = hp.cfg
+            src = value[:n].reshape(c.kv, c.layers, c.page_size, -1)
+            for layer in range(self.cfg.target.layers):
+                hp.layer_view(layer)[:, slot] = src[:, layer]
+        else:
+            hp.write_page(slot, value[:n])
+        off = n
+        for s in self.cfg.sidecars:
+            if s.role not in self.host:
+                continue
+            pool = self.host[s.role]
+            m = pool.page_nbytes
+            if not (skip and s.role is not Role.SWA):
+                pool.write_page(slot, value[off:off + m])
+            off += m
+
+    def finish_storage(self, tid: int | None) -> None:
+        """The storage transfer's pages are all written (or read): its completion."""
+        rec = self.transfers.get(tid) if tid is not None else None
+        if rec is None:
+            return
+        skip = FAULTS.skip_draft_restore and rec.kind is Kind.PREFETCH
+        packed = self.cfg.packed
+        if packed is not None and not skip:
+            self._finish_draft(rec, packed.role)
+        self._finish_target(rec)
+        for s in self.cfg.sidecars:
+            if s.role is not Role.SWA and not skip:
+                self._finish_draft(rec, s.role)
+        self._fire(rec)
+
+    # ------------------------------------------------------------------ consumers
+    def pages_of(self, role: Role | str, pages: list[int]) -> list[int]:
+        """The pool's restored pages of a prefix whose target pages are `pages`."""
+        spec = self._spec(Role(role))
+        if spec.source is IndexSource.SWA:
+            pages = self._derive(self._spec(Role.SWA), pages, True)
+        return self._derive(spec, pages, True)
+
+    def read(self, req, role: Role | str | None) -> list:
+        """BufferRead: wait on the completion of each of req's load-backs, then read the
+        pool's bytes of req's prefix (role None: the target KV). One CPU uint8 tensor per
+        page, canonical order (kv, layer, token, row)."""
+        cache = self.cache
+        # SWA is target-side state: reading it is a read of the spec's "target" buffer
+        name = "target" if role is None or Role(role) is Role.SWA else Role(role).value
+        for op in req.loads:
+            op.wait()                      # the completion event (fires after every copy)
+            rec = self.transfers.get(getattr(op, "draft_tid", None))
+            if rec is not None and name not in rec.read:
+                with self._lock:
+                    rec.read.add(name)
+                    copied = rec.done | ({"target"} if rec.tgt_done else set())
+                    if name not in copied:
+                        rec.read_stale.add(name)
+                    self._emit(D.BufferRead, t=rec.tid, p=name)
+        pages = cache.prefix_pages(req)
+        if role is None:
+            return [cache.device_pool.read_page(p) for p in pages]
+        pool = self.device[Role(role)]
+        return [pool.read_page(p) for p in self.pages_of(role, pages)]

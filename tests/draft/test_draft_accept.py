@@ -1,0 +1,43 @@
+"""The draft model of `hicache run`: its acceptance rate is the same whether its prefix KV
+was recomputed or restored from the cache; without the draft restore it collapses."""
+from __future__ import annotations
+
+import pytest
+
+from hicache.dist.draft_accept import AcceptConfig, acceptance, compare
+from hicache.dist.model import ModelConfig, TinyModel, draft_of
+
+
+@pytest.mark.parametrize("layout", ["packed", "sidecar"])
+def test_acceptance_same_with_and_without_cache_hits(layout):
+    cfg = AcceptConfig(requests=10, layout=layout, seed=3)
+    out = compare(cfg)
+    assert out["hit_requests"] > 0 and out["host_hit_tokens"] > 0
+    assert out["same_with_and_without_hits"]
+    hits = out["acceptance_on_hits"]
+    assert hits["cached"] == hits["recomputed"]
+    assert out["acceptance"]["cached"] == out["acceptance"]["recomputed"]
+    # bug 13: the draft attends over a prefix that was never restored
+    assert hits["cached_without_draft_restore"] < hits["cached"]
+
+
+def test_no_cache_run_has_no_hits():
+    out = acceptance(AcceptConfig(requests=4), use_cache=False)
+    assert out["hit_requests"] == [] and out["hit_tokens"] == 0
+    assert out["proposed"] == 4 * AcceptConfig().generate
+    assert 0 <= out["accepted"] <= out["proposed"]
+
+
+def test_draft_of_shares_the_targets_first_layers():
+    t = TinyModel(ModelConfig(layers=3))
+    d = draft_of(t, 2)
+    assert d.cfg.layers == 2 and d.wq[1] is t.wq[1] and d.unembed is t.unembed
+    with pytest.raises(ValueError, match="layers must be in"):
+        draft_of(t, 4)
+
+
+def test_accept_config_is_validated():
+    with pytest.raises(ValueError, match="suffix_tokens"):
+        AcceptConfig(suffix_tokens=4, page_size=4)
+    with pytest.raises(ValueError, match="requests"):
+        AcceptConfig(requests=0)
