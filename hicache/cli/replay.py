@@ -1,4 +1,9 @@
-"""`hicache replay TRACE`: replay a Mooncake-format trace through the real cache."""
+"""`hicache replay TRACE`: replay a Mooncake-format trace through the real cache.
+
+`--cp K [--no-shard]` replays one context-parallel setup (device tokens are per rank);
+`--evaluate --cp K` runs the brief's comparisons (replicate vs shard at equal memory, and
+without vs with `--storage`), with `--cost-model` and `--plot out.png` optional.
+"""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--page-size", type=int, default=64, help="tokens per page (divides 512)")
     p.add_argument("--device-tokens", type=int, default=2_000_000, help="device tier capacity")
     p.add_argument("--host-tokens", type=int, default=0, help="host tier capacity (0: none)")
-    p.add_argument("--storage", choices=["none", "file", "mooncake"], default="none")
+    p.add_argument("--storage", choices=["none", "file", "mooncake", "memory"], default="none",
+                   help="storage tier (memory: in-process dict, same protocol, no I/O)")
     p.add_argument("--kv", choices=["metadata", "small"], default="metadata",
                    help="metadata: skip KV bytes; small: copy real bytes and verify restores")
     p.add_argument("--write-policy", default="write_through",
@@ -22,41 +28,91 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None, help="first N requests only")
     p.add_argument("--sync", action="store_true",
                    help="apply every transfer before the next request (deterministic)")
-    p.add_argument("--cp", type=int, default=1, help="context-parallel ranks (not yet supported)")
-    p.add_argument("--no-shard", action="store_true", help="(not yet supported)")
+    p.add_argument("--cp", type=int, default=1,
+                   help="context-parallel ranks; --device-tokens is then memory per rank")
+    p.add_argument("--no-shard", action="store_true",
+                   help="CP ranks replicate every page (default: shard pages over owner ranks)")
+    p.add_argument("--evaluate", action="store_true",
+                   help="compare replicate vs shard (and without vs with --storage)")
+    p.add_argument("--cost-model", action="store_true",
+                   help="with --evaluate: estimated prefill and queueing time (costmodel.py)")
+    p.add_argument("--plot", default=None, metavar="OUT.PNG",
+                   help="with --evaluate: hit rate per tier against device memory (matplotlib)")
+    p.add_argument("--sweep", default=None, metavar="F,F,...",
+                   help="device-memory factors for --plot (default 0.25,0.5,1,2,4)")
     p.add_argument("--verify", choices=["off", "sample", "strict"], default="off",
                    help="runtime monitors (not yet supported; use --kv small to verify bytes)")
 
 
-def run(args: argparse.Namespace) -> int:
-    unsupported = []
-    if args.cp != 1:
-        unsupported.append("--cp (context parallelism lands with the distributed runtime)")
-    if args.no_shard:
-        unsupported.append("--no-shard (context parallelism lands with the distributed runtime)")
-    if args.verify != "off":
-        unsupported.append("--verify (runtime monitors are not attached yet)")
-    if unsupported:
-        msg = "not yet supported: " + "; ".join(unsupported)
-        emit(args, {"error": msg}, text=None)
-        print(f"hicache replay: {msg}", file=sys.stderr)
-        return 2
-    from hicache.replay.driver import ReplayConfig, replay
+def _fail(args: argparse.Namespace, msg: str, rc: int) -> int:
+    emit(args, {"error": msg}, text=None)
+    print(f"hicache replay: {msg}", file=sys.stderr)
+    return rc
+
+
+def _expected_errors(args: argparse.Namespace) -> tuple[type[BaseException], ...]:
+    """Errors reported as a message (exit 1): bad input, and a storage that cannot run here."""
     from hicache.replay.trace import TraceError
+    errs: tuple[type[BaseException], ...] = (ValueError, TraceError, OSError)
+    if args.storage == "mooncake":
+        from hicache.storage.mooncake_server import MooncakeUnavailable
+        errs += (MooncakeUnavailable,)
+    return errs
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from hicache.replay.costmodel import CostModel
+    from hicache.replay.evaluate import EvalConfig, evaluate, render
+    try:
+        factors = (0.25, 0.5, 1.0, 2.0, 4.0) if args.plot and args.sweep is None else ()
+        if args.sweep:
+            factors = tuple(float(f) for f in args.sweep.split(","))
+        cfg = EvalConfig(page_size=args.page_size, cp=args.cp, device_tokens=args.device_tokens,
+                         host_tokens=args.host_tokens, storage=args.storage,
+                         storage_on_shard=not args.no_shard, write_policy=args.write_policy,
+                         prefetch_policy=args.prefetch_policy, limit=args.limit,
+                         cost_model=CostModel() if args.cost_model else None, sweep=factors)
+        out = evaluate(args.trace, cfg)
+    except _expected_errors(args) as exc:
+        return _fail(args, str(exc), 1)
+    text = render(out)
+    if args.plot:
+        from hicache.replay.plot import plot
+        try:
+            out["plot"] = plot(out, args.plot)
+            text += f"\nplot: {args.plot}"
+        except ModuleNotFoundError:
+            out["plot"] = None
+            out["plot_error"] = "matplotlib is not installed (pip install 'hicache[plot]')"
+            text += f"\nplot skipped: {out['plot_error']}"
+    emit(args, out, text)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.verify != "off":
+        return _fail(args, "not yet supported: --verify (runtime monitors are not attached yet)", 2)
+    if args.evaluate:
+        return _evaluate(args)
+    if args.plot or args.cost_model or args.sweep:
+        return _fail(args, "--plot, --cost-model and --sweep need --evaluate", 2)
+    from hicache.replay.driver import ReplayConfig, replay
     try:
         cfg = ReplayConfig(page_size=args.page_size, device_tokens=args.device_tokens,
                            host_tokens=args.host_tokens, storage=args.storage, kv=args.kv,
                            write_policy=args.write_policy, prefetch_policy=args.prefetch_policy,
-                           limit=args.limit, sync=args.sync)
+                           limit=args.limit, sync=args.sync, cp=args.cp, shard=not args.no_shard)
         out = replay(args.trace, cfg)
-    except (ValueError, TraceError, OSError) as exc:
-        emit(args, {"error": str(exc)}, text=None)
-        print(f"hicache replay: {exc}", file=sys.stderr)
-        return 1
+    except _expected_errors(args) as exc:
+        return _fail(args, str(exc), 1)
     t = out["tiers"]
     text = (f"{out['requests']} requests, {out['input_tokens']} input tokens, "
             f"hit rate {out['hit_rate']:.2%} (device {t['device']['hit_rate']:.2%}, "
             f"host {t['host']['hit_rate']:.2%}, storage {t['storage']['hit_rate']:.2%}) "
             f"in {out['seconds']:.2f} s")
+    if args.cp > 1:
+        c = out["cp"]
+        text += (f"; CP{c['ranks']} {'sharded' if c['shard'] else 'replicated'}, "
+                 f"logical device capacity {c['logical_device_tokens']:,} tokens")
     emit(args, out, text)
     return 0 if not out.get("corrupt_pages") else 3

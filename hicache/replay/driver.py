@@ -7,6 +7,7 @@ pools, stamps each page with its own tokens and verifies every restored page.
 """
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
 import enum
@@ -29,6 +30,7 @@ class StorageKind(enum.StrEnum):
     NONE = "none"
     FILE = "file"
     MOONCAKE = "mooncake"
+    MEMORY = "memory"   # an in-process dict: the same protocol, no file I/O (fast sweeps)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,9 +44,13 @@ class ReplayConfig:
     prefetch_policy: PrefetchPolicy = PrefetchPolicy.WAIT_COMPLETE
     limit: int | None = None
     sync: bool = False      # apply every transfer before the next request: deterministic
+    cp: int = 1             # context-parallel ranks; device_tokens is then memory per rank
+    shard: bool = True      # cp > 1: shard pages over owner ranks (False: every rank replicates)
 
     def __post_init__(self) -> None:
         check_page_size(self.page_size)
+        if not isinstance(self.cp, int) or isinstance(self.cp, bool) or self.cp < 1:
+            raise ValueError(f"cp: must be a positive int, got {self.cp!r}")
         for name in ("device_tokens", "host_tokens"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
@@ -58,11 +64,28 @@ class ReplayConfig:
         if self.storage is not StorageKind.NONE and self.host_tokens == 0:
             raise ValueError("host_tokens: storage needs a host tier (storage -> host -> device)")
 
+    @property
+    def sharded(self) -> bool:
+        return self.cp > 1 and self.shard
+
+    @property
+    def ranks_holding(self) -> int:
+        """Ranks whose device memory adds up to the logical device capacity."""
+        return self.cp if self.sharded else 1
+
+    def make_cache(self, storage=None):
+        """The real cache for this setup: sharded page accounting when `sharded`."""
+        from hicache.runtime.cache import HiCache
+        if self.sharded:
+            from hicache.replay.cp import ShardedCache
+            return ShardedCache(self.cache_config(), self.cp, storage=storage)
+        return HiCache(self.cache_config(), storage=storage)
+
     def cache_config(self) -> CacheConfig:
         small = self.kv is KVMode.SMALL
         # small KV: one head of 4 fp16 = 8 bytes per token row = the token id itself
         return CacheConfig(page_size=self.page_size,
-                           device_pages=self.device_tokens // self.page_size,
+                           device_pages=self.device_tokens // self.page_size * self.ranks_holding,
                            host_pages=self.host_tokens // self.page_size,
                            layers=2, heads=1, head_dim=4, dtype="float16",
                            write_policy=self.write_policy, prefetch_policy=self.prefetch_policy,
@@ -73,7 +96,10 @@ def open_storage(kind: StorageKind, stack: contextlib.ExitStack):
     """The backend for `kind`, closed (and its server stopped) when `stack` unwinds."""
     if kind is StorageKind.NONE:
         return None
-    if kind is StorageKind.FILE:
+    if kind is StorageKind.MEMORY:
+        from hicache.replay.memstore import MemoryStorage
+        store = MemoryStorage()
+    elif kind is StorageKind.FILE:
         from hicache.storage.file_store import FileStorage
         store = FileStorage(stack.enter_context(tempfile.TemporaryDirectory(prefix="hicache-replay-")))
     else:  # raises MooncakeUnavailable with its reason when the store cannot run here
@@ -127,10 +153,12 @@ class TraceStream:
     def __init__(self, path: str, page_size: int, limit: int | None) -> None:
         self.path, self.page_size, self.limit = path, page_size, limit
         self.seconds = 0.0
+        self.timestamps = array.array("q")   # ms, one per request yielded (cost model)
 
     def __iter__(self) -> Iterator[tuple[bytes, int]]:
         pc = time.perf_counter
         it = iter(read_trace(self.path, self.limit))
+        del self.timestamps[:]
         while True:
             t0 = pc()
             r = next(it, None)
@@ -138,15 +166,35 @@ class TraceStream:
             self.seconds += pc() - t0
             if item is None:
                 return
+            self.timestamps.append(r.timestamp)
             yield item
 
 
-def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], storage=None) -> dict:
-    """Drive HiCache over (key, input_length) pairs; returns the report. `seconds` excludes
-    the time an `TraceStream` spends producing the pairs."""
-    from hicache.runtime.cache import HiCache
+class Served:
+    """Per-request tokens by where they came from (device, host, storage; the rest is
+    computed), in request order: compact arrays, so traces of any length fit."""
 
-    cache = HiCache(cfg.cache_config(), storage=storage)
+    __slots__ = ("input", "device", "host", "storage")
+
+    def __init__(self) -> None:
+        self.input, self.device, self.host, self.storage = (array.array("q") for _ in range(4))
+
+    def add(self, n_tokens: int, device: int, host: int, storage: int) -> None:
+        self.input.append(n_tokens)
+        self.device.append(device)
+        self.host.append(host)
+        self.storage.append(storage)
+
+    def __len__(self) -> int:
+        return len(self.input)
+
+
+def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], storage=None,
+                    served: Served | None = None) -> dict:
+    """Drive HiCache over (key, input_length) pairs; returns the report. `seconds` excludes
+    the time an `TraceStream` spends producing the pairs. `served` (optional) receives each
+    request's tokens per tier."""
+    cache = cfg.make_cache(storage)
     stamp = _Stamp(cache) if cfg.kv is KVMode.SMALL else None
     has_host = cache.host is not None
     has_storage = storage is not None
@@ -175,6 +223,9 @@ def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], st
                     stamp.write(key, len(prefix), new)
                 cache.insert(req, new)
             cache.finish(req)
+            if served is not None:
+                ps = cfg.page_size
+                served.add(n_tokens, req.device_hit * ps, req.host_hit * ps, req.storage_hit * ps)
             if sync:
                 cache.drain()
             elif has_host:
@@ -200,6 +251,9 @@ def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], st
         "kv": cfg.kv.value,
         "corrupt_pages": corrupt if stamp is not None else None,
         "uncached_requests": uncached,
+        "cp": {"ranks": cfg.cp, "shard": cfg.sharded,
+               "device_tokens_per_rank": cfg.device_tokens // cfg.page_size * cfg.page_size,
+               "logical_device_tokens": cache.cfg.device_pages * cfg.page_size},
         "metrics": m.as_dict(),
     }
 
@@ -208,19 +262,22 @@ def load_requests(path: str, page_size: int, limit: int | None = None) -> list[t
     return [(expand(r, page_size), r.input_length) for r in read_trace(path, limit)]
 
 
-def replay(path: str, cfg: ReplayConfig) -> dict:
-    """Parse, expand (streamed, untimed as the baseline does) and replay a trace file."""
-    reqs = TraceStream(path, cfg.page_size, cfg.limit)
+def replay(path: str, cfg: ReplayConfig, served: Served | None = None,
+           stream: TraceStream | None = None) -> dict:
+    """Parse, expand (streamed, untimed as the baseline does) and replay a trace file.
+    `stream` (optional) is the TraceStream to use: its `timestamps` are filled."""
+    reqs = stream or TraceStream(path, cfg.page_size, cfg.limit)
     with contextlib.ExitStack() as stack:
-        out = replay_requests(cfg, reqs, open_storage(cfg.storage, stack))
+        out = replay_requests(cfg, reqs, open_storage(cfg.storage, stack), served)
     out["trace"] = path
     out["expand_seconds"] = reqs.seconds
     out["config"] = {"page_size": cfg.page_size, "device_tokens": cfg.device_tokens,
                      "host_tokens": cfg.host_tokens, "storage": cfg.storage.value,
                      "write_policy": cfg.write_policy.value,
-                     "prefetch_policy": cfg.prefetch_policy.value}
+                     "prefetch_policy": cfg.prefetch_policy.value,
+                     "cp": cfg.cp, "shard": cfg.sharded}
     return out
 
 
-__all__ = ["ReplayConfig", "KVMode", "StorageKind", "TraceStream", "replay", "replay_requests", "open_storage",
+__all__ = ["ReplayConfig", "KVMode", "StorageKind", "TraceStream", "Served", "replay", "replay_requests", "open_storage",
            "load_requests", "TraceRequest"]

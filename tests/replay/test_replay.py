@@ -95,9 +95,9 @@ def test_cli_json_contract(tmp_path):
 
 
 def test_cli_reports_unsupported_flags_and_bad_lines(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--cp", "4", "--json"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--cp" in json.loads(proc.stdout.splitlines()[-1])["error"]
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--verify", "sample",
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--verify" in json.loads(proc.stdout.splitlines()[-1])["error"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"x": 1}\n')
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", str(bad), "--json"],
