@@ -18,5 +18,7 @@ python3 -m pip install -q --disable-pip-version-check -e '.[triton]' \
   || echo "setup: triton unavailable; Triton interpreter tests will be skipped" >&2
 python3 -m pip install -q --disable-pip-version-check -e '.[mooncake]' \
   || echo "setup: mooncake unavailable; Mooncake tests will be skipped" >&2
+python3 -m pip install -q --disable-pip-version-check -e '.[metrics,plot]' \
+  || echo "setup: prometheus_client/matplotlib unavailable; export and plot tests will be skipped" >&2
 # Say why Mooncake cannot run (client import, e.g. a missing libibverbs, or no master binary).
 python3 -c 'from hicache.storage.mooncake_server import unavailable_reason as r; m = r(); m and print("setup:", m, "- Mooncake tests will be skipped")' >&2 || true
