@@ -213,4 +213,13 @@ View == <<issued, [s \in Stages |-> RankBag(s)], applied, checks, upto, agreed, 
 (* Liveness is checked as deadlock-freedom: a stage that waits for its     *)
 (* transfers always gets them, so with MaxChecks >= NTransfers every stage *)
 (* eventually applies every transfer (Finished).                           *)
+-----------------------------------------------------------------------------
+(* Inductiveness of IndInv, proved by `hicache prove` (Z3) for every        *)
+(* pipeline of 1 to 8 stages, beyond what breadth-first search exhausts:   *)
+(* from any state satisfying IndInv (not only reachable ones), every step  *)
+(* keeps it.  The constants pinned in the hypothesis split the theorem     *)
+(* into one obligation per NStages.                                        *)
+THEOREM IndInvInductive ==
+    (NStages \in 1..8 /\ NRanks = 2 /\ NTransfers = 2 /\ MaxChecks = 2 /\ BugLocalCount = FALSE)
+        => (IndInv /\ Next => IndInv')
 =============================================================================

@@ -9,6 +9,10 @@ variables. Checks, within one timeout per theorem:
   2. Not(goal) is unsatisfiable given the ASSUMEs and hypotheses: proved; satisfiable:
      counterexample with the model; neither in time: unknown.
 A proof whose hypotheses are contradictory is flagged as vacuous.
+
+A theorem `H => G` whose H pins constants to literals (`NStages \\in 1..8`, `NRanks = 2`)
+is split into one such check per assignment, with those constants fixed (constant ranges
+are then expanded); it is proved iff every case is.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from hicache.tla.compiler import Model, OpDef
 from hicache.tla.errors import TlaError
 from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.z3arith import Poly
-from hicache.tla.z3translate import Ctx, FuncV, Translator, Unsupported
+from hicache.tla.z3translate import Ctx, FuncV, SetV, Translator, Unsupported
 
 #: seconds per theorem unless the caller says otherwise
 DEFAULT_TIMEOUT_S = 30.0
@@ -82,9 +86,66 @@ class Prover:
         return [self.prove(name, goal, mod) for name, goal, mod in self.theorems()]
 
     def prove(self, name: str, goal, mod: Module) -> TheoremResult:
+        """One theorem; split into one obligation per value of the constants its hypothesis
+        pins to literals (`C = 3`, `C \\in 1..8`), each proved with those values fixed."""
+        cases = self._constant_cases(goal, mod)
+        if not cases:
+            return self._prove_case(name, goal, mod, self.constants)
         t0 = time.monotonic()
         label = name or f"<unnamed at {node_loc(mod.file, goal)}>"
-        tr = Translator(self.model, self.constants)
+        varying = [k for k in cases[0] if len({repr(c[k]) for c in cases}) > 1]
+        fixed = ", ".join(f"{k} = {_lit(v)}" for k, v in cases[0].items() if k not in varying)
+        per_case: list[str] = []
+        for assign in cases:
+            r = self._prove_case(name, goal, mod, {**self.constants, **assign})
+            what = ", ".join(f"{k} = {_lit(assign[k])}" for k in varying) or fixed
+            if not r.proved:
+                return TheoremResult(label, mod.name, r.status, time.monotonic() - t0,
+                                     f"case {what}: {r.detail}", r.location)
+            note = " (vacuous)" if "vacuous" in r.detail else ""
+            per_case.append(f"{what}: {r.seconds:.2f} s{note}")
+        return TheoremResult(label, mod.name, Status.PROVED, time.monotonic() - t0,
+                             f"Q.E.D. in {len(cases)} cases" + (f" with {fixed}" if varying and fixed else "")
+                             + f" ({'; '.join(per_case)})", str(node_loc(mod.file, goal)))
+
+    def _constant_cases(self, goal, mod: Module) -> list[dict]:
+        """Assignments of the constants that the goal's antecedent (`H => ...`, H a
+        conjunction) pins with `C = literal` or `C \\in lo..hi` (literal bounds); [] if none.
+
+        The antecedent stays in the goal, so each case is the theorem with those constants
+        fixed, and together the cases are the theorem."""
+        node = goal
+        while _name(node) == "Parentheses":
+            node = node.expression
+        if not (_name(node) == "OperatorApplication" and node.operator == "=>"):
+            return []
+        choices: dict[str, list] = {}
+        for conj in _conj_nodes(node.arguments[0]):
+            if _name(conj) != "OperatorApplication" or conj.operator not in ("=", "\\in") \
+                    or len(conj.arguments or []) != 2:
+                continue
+            lhs, rhs = conj.arguments
+            if _name(lhs) != "OperatorApplication" or lhs.arguments:
+                continue
+            e = self.model.root_scope.entries.get(lhs.operator)
+            if not (isinstance(e, tuple) and e and e[0] == "const") or lhs.operator in self.constants:
+                continue
+            vals = _literal_values(rhs, conj.operator)
+            if vals is not None and lhs.operator not in choices:
+                choices[lhs.operator] = vals
+        if not choices:
+            return []
+        cases: list[dict] = [{}]
+        for k, vals in choices.items():
+            cases = [{**c, k: v} for c in cases for v in vals]
+        if len(cases) > MAX_CASES:
+            return []
+        return cases
+
+    def _prove_case(self, name: str, goal, mod: Module, constants: dict) -> TheoremResult:
+        t0 = time.monotonic()
+        label = name or f"<unnamed at {node_loc(mod.file, goal)}>"
+        tr = Translator(self.model, constants)
         try:
             background, hyps, g = self._translate(tr, goal, mod)
         except Unsupported as e:
@@ -267,9 +328,50 @@ class Prover:
         for name, v in tr.free.items():
             if isinstance(v, FuncV):
                 parts.append(f"{name} = {_fn_text(m, v, tr)}")
+            elif isinstance(v, SetV):
+                parts.append(f"{name} = {_set_text(m, v, tr)}")
             else:
                 parts.append(f"{name} = {m.eval(v.translate(m.ctx), model_completion=True)}")
         return ", ".join(parts) if parts else "(no free variables)"
+
+
+def _lit(v) -> str:
+    return ("TRUE" if v else "FALSE") if isinstance(v, bool) else str(v)
+
+
+def _conj_nodes(node) -> list:
+    k = _name(node)
+    if k == "Parentheses":
+        return _conj_nodes(node.expression)
+    if k == "VerticalList" and node.operator == "/\\":
+        return [c for it in node.arguments for c in _conj_nodes(it.expression)]
+    if k == "OperatorApplication" and node.operator == "/\\":
+        return [c for a in node.arguments for c in _conj_nodes(a)]
+    return [node]
+
+
+def _int_literal(node) -> int | None:
+    while _name(node) == "Parentheses":
+        node = node.expression
+    if _name(node) == "IntegralNumeral":
+        return int(node.value)
+    return None
+
+
+def _literal_values(rhs, op: str) -> list | None:
+    """The values `C = rhs` / `C \\in rhs` allows when rhs is a literal (or a literal range)."""
+    while _name(rhs) == "Parentheses":
+        rhs = rhs.expression
+    if op == "=":
+        if _name(rhs) == "BooleanLiteral":
+            return [rhs.value == "TRUE"]
+        n = _int_literal(rhs)
+        return None if n is None else [n]
+    if _name(rhs) == "OperatorApplication" and rhs.operator == ".." and len(rhs.arguments) == 2:
+        lo, hi = (_int_literal(a) for a in rhs.arguments)
+        if lo is not None and hi is not None and hi - lo < MAX_CASES:
+            return list(range(lo, hi + 1))
+    return None
 
 
 def _why(s: z3.Solver | None, timeout_s: float) -> str:
@@ -281,6 +383,8 @@ def _why(s: z3.Solver | None, timeout_s: float) -> str:
 
 #: solver options tried in turn on each check (see Prover._decide)
 STRATEGIES: tuple[dict, ...] = ({"rlimit": 3_000_000}, {"smt.ematching": False})
+#: a theorem pinning its constants is split into at most this many cases (else proved whole)
+MAX_CASES = 64
 #: budget of the check that the hypotheses of a proved theorem are satisfiable
 VACUITY_S = 2.0
 #: counterexamples: first try integers within +-SMALL_INT, for at most SMALL_MODEL_S
@@ -313,9 +417,23 @@ def _fn_text(m: z3.ModelRef, f: FuncV, tr: Translator) -> str:
     items = []
     for i in keys[:SHOW_ENTRIES]:
         v = f.app(Poly.const(i), None)
-        items.append(f"{i} :> " + (_fn_text(m, v, tr) if isinstance(v, FuncV) else str(val(v))))
+        text = _fn_text(m, v, tr) if isinstance(v, FuncV) else _set_text(m, v, tr) if isinstance(v, SetV) \
+            else str(val(v))
+        items.append(f"{i} :> " + text)
     more = f" @@ ... ({len(keys)} entries)" if len(keys) > SHOW_ENTRIES else ""
     return "(" + " @@ ".join(items) + more + ")"
+
+
+def _set_text(m: z3.ModelRef, s: SetV, tr: Translator) -> str:
+    """A set-valued state component as `{1, 3}`: its members among the TypeOK base, plus
+    `...` when the model puts some element outside the base in it."""
+    cands = tr.candidates(s.hint) if s.hint is not None else None
+    if cands is None or s.arr is None:
+        return f"<set {s.text}>"
+    a = s.arr.translate(m.ctx)
+    members = [k.const_value() for k in cands
+               if z3.is_true(m.eval(z3.Select(a, k.const_value()), model_completion=True))]
+    return "{" + ", ".join(map(str, members)) + "}"
 
 
 def prove_files(paths: list[Path], *, timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -57,6 +57,16 @@ class SetV:
     elems: list | None = None
     elem_sort: str = "int"                      # "int" | "bool"
     text: str = ""
+    #: the set as a Z3 array Int -> Bool when it has one (set-valued state, and unions and
+    #: finite enumerations of those): equality is then array equality, quantifier-free
+    arr: Any = None
+    hint: Any = None                            # array sets: the TypeOK base (printing only)
+
+
+@dataclass(slots=True, eq=False)
+class SubsetV:
+    """SUBSET B: usable on the right of \\in (and as the TypeOK set of a set-valued variable)."""
+    base: SetV
 
 
 @dataclass(slots=True, eq=False)
@@ -83,7 +93,7 @@ class TupleV:
 @dataclass(slots=True)
 class VarType:
     """The shape TypeOK gives a state variable: int, bool, or a function over a set."""
-    kind: str                       # "int" | "bool" | "fn"
+    kind: str                       # "int" | "bool" | "fn" | "set" (a set of integers)
     domain: SetV | None = None
     range: "VarType | None" = None
 
@@ -143,6 +153,8 @@ class Translator:
         self.zc = z3.Context()
         self.arith = Arith(self._emit_lemma, self.zc)
         self.top_lemmas: list = []
+        self._choices: dict = {}
+        self._node_ids: dict[int, int] = {}
 
     # ------------------------------------------------------------ plumbing
     def fresh(self, base: str, sort: str = "int"):
@@ -164,6 +176,8 @@ class Translator:
 
     def side(self, what: str, cond, node, ctx: Ctx) -> None:
         """Record a well-definedness condition that must hold where `ctx` stands."""
+        if z3.is_true(z3.simplify(cond)):    # e.g. a constant argument in a constant domain
+            return
         lem = [x for s in ctx.sinks for x in s]
         body = z3.Implies(z3.And(*ctx.path, *lem), cond) if (ctx.path or lem) else cond
         if ctx.bvars:
@@ -186,7 +200,7 @@ class Translator:
     @staticmethod
     def describe(v) -> str:
         return {Poly: "an integer", SetV: "a set", FuncV: "a function", TupleV: "a tuple",
-                FnSetV: "a set of functions"}.get(
+                FnSetV: "a set of functions", SubsetV: "a set of sets"}.get(
             type(v), "a boolean" if isinstance(v, z3.BoolRef) else type(v).__name__)
 
     # ------------------------------------------------------------ expressions
@@ -222,7 +236,7 @@ class Translator:
 
     def e_SetOfFunctions(self, node, ctx):
         dom, rng = self.expr(node.domain, ctx), self.expr(node.codomain, ctx)
-        if not isinstance(dom, SetV) or not isinstance(rng, (SetV, FnSetV)):
+        if not isinstance(dom, SetV) or not isinstance(rng, (SetV, FnSetV, SubsetV)):
             raise self.unsupported("[D -> R] over something else than sets", node, ctx)
         return FnSetV(dom, rng)
 
@@ -287,7 +301,87 @@ class Translator:
         sort = "bool" if elems and all(isinstance(e, z3.BoolRef) for e in elems) else \
             "int" if all(isinstance(e, Poly) for e in elems) else "other"
         return SetV("enum", lambda v, c: z3.Or(*[self.eq(v, e, node, c) for e in elems]) if elems
-                    else z3.BoolVal(False, self.zc), elems=elems, elem_sort=sort, text="{...}")
+                    else z3.BoolVal(False, self.zc), elems=elems, elem_sort=sort, text="{...}",
+                    arr=self.enum_arr(elems) if sort == "int" or not elems else None)
+
+    def enum_arr(self, elems: list):
+        """The Z3 array of a finite set of integers: stores into the empty set."""
+        a = z3.K(z3.IntSort(self.zc), z3.BoolVal(False, self.zc))
+        for e in elems:
+            a = z3.Store(a, self.arith.to_z3(e), z3.BoolVal(True, self.zc))
+        return a
+
+    def e_SetComprehension(self, node, ctx):
+        """{e : x \\in S} over a finite S: the enumeration of the images."""
+        binds = self.bounds(node.declarations, ctx)
+        if len(binds) != 1:
+            raise self.unsupported("set map with several bounds", node, ctx)
+        name, s = binds[0]
+        elems = self.candidates(s)
+        if elems is None:
+            raise self.unsupported("set map {e : x \\in S} over a set that is not a small constant range"
+                                   " or enumeration", node, ctx)
+        images = [self.expr(node.item, ctx.with_env(**{name: e})) for e in elems]
+        sort = "bool" if images and all(isinstance(e, z3.BoolRef) for e in images) else \
+            "int" if all(isinstance(e, Poly) for e in images) else "other"
+        return SetV("enum", lambda v, c: z3.Or(*[self.eq(v, e, node, c) for e in images]) if images
+                    else z3.BoolVal(False, self.zc), elems=images, elem_sort=sort, text="{e : x \\in S}",
+                    arr=self.enum_arr(images) if sort == "int" or not images else None)
+
+    def e_Choose(self, node, ctx):
+        """CHOOSE x \\in S : P as an uninterpreted value (a function of the bound variables in
+        scope) constrained by the axiom of choice `(\\E x \\in S : P) => c \\in S /\\ P(c)`.
+
+        The proof then holds for every value the axiom allows, TLA+'s CHOOSE among them, so
+        it is sound; it is complete when P determines x (a minimum, the length of a run).
+        Equal CHOOSE expressions (same node, same translated predicate, same bound
+        variables) share one value, as TLA+'s CHOOSE is a function of its arguments.
+        """
+        decl = node.declaration
+        if not (_name(decl) == "OperatorApplication" and decl.operator == "\\in" and decl.arguments
+                and _name(decl.arguments[0]) == "OperatorApplication" and not decl.arguments[0].arguments):
+            raise self.unsupported("CHOOSE without a bound `x \\in S`", node, ctx)
+        name = decl.arguments[0].operator
+        s = self.expr(decl.arguments[1], ctx)
+        if not isinstance(s, SetV) or s.elem_sort not in ("int", "bool"):
+            raise self.unsupported("CHOOSE over something else than a set of integers or booleans", node, ctx)
+        sort = s.elem_sort
+        x = self.bound_const(name, sort, node, ctx)
+        xv = x if sort == "bool" else self.arith.opaque(x)
+        sink: list = []
+        inner = replace(ctx.with_env(**{name: xv}), bvars=ctx.bvars + (x,), sinks=ctx.sinks + (sink,))
+        mem = s.member(xv, inner)
+        p = self.formula(node.predicate, inner.assume(mem))
+        self._ctx_for_lemma = ctx
+        body = z3.And(mem, *sink, p)
+        # the value depends on the bound variables in scope that the predicate mentions
+        deps = _mentions(body, [b for b in ctx.bvars if not b.eq(x)])
+        # keyed without the lemmas (valid facts whose presence depends on what was
+        # translated before); a reuse restates the axiom where it is used
+        # (by text: Z3 does not always share structurally equal quantified terms)
+        key = (id(node), z3.And(mem, p).sexpr(), tuple(b.get_id() for b in deps))
+        hit = self._choices.get(key)
+        if hit is not None:
+            self._emit_lemma(hit[1])
+            return hit[0]
+        self._fresh += 1
+        fname = f"CHOOSE!{self._fresh}"
+        if deps:
+            f = z3.Function(fname, *[b.sort() for b in deps], x.sort())
+            c = f(*deps)
+        else:
+            c = z3.Const(fname, x.sort())
+        elems = self.candidates(s)
+        if elems is not None:
+            some = z3.Or(*[z3.substitute(body, (x, e if sort == "bool" else self.arith.to_z3(e)))
+                           for e in elems]) if elems else z3.BoolVal(False, self.zc)
+        else:
+            some = z3.Exists([x], body)
+        axiom = z3.Implies(some, z3.substitute(body, (x, c)))
+        self._emit_lemma(axiom)
+        out = c if sort == "bool" else self.arith.opaque(c)
+        self._choices[key] = (out, axiom)
+        return out
 
     def e_Quantification(self, node, ctx):
         binds = self.bounds(node.declarations, ctx)
@@ -495,6 +589,8 @@ class Translator:
         """Integers, booleans, or [D -> R] with D a set of integers; anything else is unsupported."""
         if isinstance(s, SetV) and s.elem_sort in ("int", "bool"):
             return VarType(s.elem_sort)
+        if isinstance(s, SubsetV):
+            return VarType("set", s.base)
         if isinstance(s, FnSetV) and s.domain.elem_sort == "int":
             return VarType("fn", s.domain, self._type_of(s.range, name, node, ctx))
         raise self.unsupported(f"the TypeOK set of state variable {name} (only sets of integers or booleans,"
@@ -509,6 +605,11 @@ class Translator:
             c = z3.Bool(label, self.zc)
             self.free[label] = c
             return c
+        if t.kind == "set":
+            a = z3.Array(label, z3.IntSort(self.zc), z3.BoolSort(self.zc))
+            v = self.array_set(a, t.domain)
+            self.free[label] = v
+            return v
         # A function variable's domain is part of the state, not taken for granted: TypeOK
         # (when it is a hypothesis) fixes it, an assignment `v' = g` carries DOMAIN g.
         # Level k of a nested function has its domain indexed by the k outer arguments.
@@ -532,6 +633,11 @@ class Translator:
         self.free[label] = f
         return f
 
+    def array_set(self, a, hint: SetV | None) -> SetV:
+        """A set of integers held in the Z3 array `a` (Int -> Bool); `hint` (the TypeOK base)
+        only lists the candidates a counterexample prints."""
+        return SetV("array", lambda v, c: z3.Select(a, self.arith.to_z3(v)), text=f"{a}", arr=a, hint=hint)
+
     def _array_fn(self, arr, t: VarType, doms: list) -> FuncV:
         """The function held in `arr`; doms[0] is its domain, doms[1:] those of its values."""
         rt = t.range
@@ -554,6 +660,8 @@ class Translator:
                 return self.arith.opaque(x)
             if rt.kind == "bool":
                 return x
+            if rt.kind == "set":
+                return self.array_set(x, rt.domain)
             return self._array_fn(x, rt, [(k, *ps) if k == "typed" else (k, *[z3.Select(p, iz) for p in ps])
                                           for k, *ps in doms[1:]])
         f = FuncV(dom, app, text=str(arr))
@@ -629,7 +737,7 @@ class Translator:
                 parts.append(self.quantify(universal, rest, body, node, ctx.with_env(**{name: e})))
             return (z3.And(*parts) if universal else z3.Or(*parts)) if parts else z3.BoolVal(universal, self.zc)
         sort = self.bound_sort(s, node, ctx)
-        x = self.fresh(name, sort)
+        x = self.bound_const(name, sort, node, ctx)
         val = x if sort == "bool" else self.arith.opaque(x)
         sink: list = []
         inner = replace(ctx.with_env(**{name: val}), bvars=ctx.bvars + (x,), sinks=ctx.sinks + (sink,))
@@ -640,11 +748,32 @@ class Translator:
         hyp = z3.And(mem, *sink)
         return z3.ForAll([x], z3.Implies(hyp, b)) if universal else z3.Exists([x], z3.And(hyp, b))
 
+    def bound_const(self, name: str, sort: str, node, ctx: Ctx):
+        """The Z3 constant of a bound variable, named after its binder (not a counter), so
+        that translating the same expression twice gives the same Z3 term (CHOOSE values
+        are shared by that). A binder already in scope (the same node nested in itself
+        through operator arguments) gets another name, so nothing is captured."""
+        base = f"{name}!{self.node_id(node)}."
+        k = sum(1 for b in ctx.bvars if str(b).startswith(base))
+        label = f"{base}{k}"
+        return z3.Bool(label, self.zc) if sort == "bool" else z3.Int(label, self.zc)
+
+    def node_id(self, node) -> int:
+        """A number per syntax node, in order of first translation (deterministic)."""
+        return self._node_ids.setdefault(id(node), len(self._node_ids))
+
     def ite(self, c, a, b, node, ctx):
         if isinstance(a, Poly) and isinstance(b, Poly):
             return self.arith.opaque(z3.If(c, self.arith.to_z3(a), self.arith.to_z3(b)))
         if isinstance(a, z3.BoolRef) and isinstance(b, z3.BoolRef):
             return z3.If(c, a, b)
+        if isinstance(a, SetV) and isinstance(b, SetV) and a.elem_sort == b.elem_sort:
+            if a is b:
+                return a
+            out = self.ite_set(c, a, b)
+            if a.arr is not None and b.arr is not None:
+                out.arr = z3.If(c, a.arr, b.arr)
+            return out
         if isinstance(a, FuncV) and isinstance(b, FuncV) and a.domain.elem_sort == b.domain.elem_sort:
             return FuncV(self.ite_set(c, a.domain, b.domain),
                          lambda i, u: self.ite(c, a.app(i, u), b.app(i, u), node, u), text="IF")
@@ -698,6 +827,8 @@ class Translator:
             return z3.BoolVal(True, self.zc)
         if a.elem_sort != b.elem_sort:
             return z3.BoolVal(False, self.zc)
+        if a.arr is not None and b.arr is not None:
+            return a.arr == b.arr
         if a.kind == "interval" and b.kind == "interval":
             alo, ahi, blo, bhi = (self.arith.to_z3(p) for p in (a.lo, a.hi, b.lo, b.hi))
             return z3.Or(z3.And(alo > ahi, blo > bhi), z3.And(alo == blo, ahi == bhi))
@@ -718,6 +849,10 @@ class Translator:
         return SetV("interval", lambda v, c: z3.And(z(lo) <= z(v), z(v) <= z(hi)), lo=lo, hi=hi, text="a..b")
 
     def membership(self, x, s, node, ctx) -> z3.BoolRef:
+        if isinstance(s, SubsetV):
+            if not isinstance(x, SetV):
+                return z3.BoolVal(False, self.zc)
+            return self.quantify(True, [("elem", x)], lambda c: s.base.member(c.env["elem"], c), node, ctx)
         if isinstance(s, SetV):
             if s.kind == "BOOLEAN":
                 return z3.BoolVal(isinstance(x, z3.BoolRef), self.zc)
@@ -741,7 +876,28 @@ class Translator:
 
 def _union(a: SetV, b: SetV) -> SetV:
     return SetV("pred", lambda v, c: z3.Or(a.member(v, c), b.member(v, c)), elem_sort=a.elem_sort,
-                elems=(a.elems + b.elems) if a.elems is not None and b.elems is not None else None)
+                elems=(a.elems + b.elems) if a.elems is not None and b.elems is not None else None,
+                arr=z3.SetUnion(a.arr, b.arr) if a.arr is not None and b.arr is not None else None)
+
+
+def _mentions(e, consts: list) -> list:
+    """Those of `consts` that occur in the Z3 term `e`."""
+    want = {c.get_id(): c for c in consts}
+    if not want:
+        return []
+    found, seen, todo = set(), set(), [e]
+    while todo:
+        t = todo.pop()
+        if t.get_id() in seen:
+            continue
+        seen.add(t.get_id())
+        if t.get_id() in want:
+            found.add(t.get_id())
+        if z3.is_quantifier(t):
+            todo.append(t.body())
+        else:
+            todo.extend(t.children())
+    return [c for c in consts if c.get_id() in found]
 
 
 def _conjuncts(node) -> list:
@@ -767,6 +923,8 @@ def _z3_sort(t: VarType, zc: z3.Context):
         return z3.IntSort(zc)
     if t.kind == "bool":
         return z3.BoolSort(zc)
+    if t.kind == "set":
+        return z3.ArraySort(z3.IntSort(zc), z3.BoolSort(zc))
     return z3.ArraySort(z3.IntSort(zc), _z3_sort(t.range, zc))
 
 
@@ -894,6 +1052,13 @@ def _domain(tr, node, args, ctx):
     return f.domain
 
 
+def _subset(tr, node, args, ctx):
+    b = tr.expr(args[0], ctx)
+    if not isinstance(b, SetV) or b.elem_sort != "int":
+        raise tr.unsupported("SUBSET of something else than a set of integers", node, ctx)
+    return SubsetV(b)
+
+
 def _neg(tr, node, args, ctx):
     a = tr.expr(args[0], ctx)
     if not isinstance(a, Poly):
@@ -916,5 +1081,6 @@ _OPS: dict[tuple[str, int], Callable] = {
     ("=", 2): _eq, ("#", 2): _neq, ("\\in", 2): _in, ("\\notin", 2): _notin,
     ("\\", 2): _setminus, ("\\cup", 2): _setop("cup"), ("\\cap", 2): _setop("cap"),
     ("\\subseteq", 2): _subseteq,
+    ("SUBSET", 1): _subset,
     ("'", 1): _prime, ("UNCHANGED", 1): _unchanged, ("DOMAIN", 1): _domain,
 }
