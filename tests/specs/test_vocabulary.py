@@ -47,6 +47,9 @@ TWINS: dict[str, tuple[str, str, str]] = {
 }
 
 MODULES = sorted(SPECS)
+#: modules in spec/ that restate a vocabulary module in the fragment `hicache prove` translates
+#: (same action names, no actions of their own): not vocabulary modules themselves.
+PROOF_CORES = {"PrefixAgreementCore"}
 
 
 @cache
@@ -106,7 +109,7 @@ def parse_cfg(path: Path) -> dict[str, object]:
 
 
 def test_every_vocabulary_module_has_a_spec():
-    assert sorted(p.stem for p in SPEC_DIR.glob("*.tla")) == MODULES
+    assert sorted(p.stem for p in SPEC_DIR.glob("*.tla") if p.stem not in PROOF_CORES) == MODULES
 
 
 @pytest.mark.parametrize("module", MODULES)
