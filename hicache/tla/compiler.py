@@ -552,9 +552,14 @@ class Compiler:
         return (lambda st, pr, env: apply_fn(f(st, pr, env), tuple(x(st, pr, env) for x in afns), loc)), flags
 
     def v_If(self, node, ctx):
+        return self.if_then_else(node, ctx, self.value)
+
+    def if_then_else(self, node, ctx, branch):
+        """IF as a value (branch=self.value) or as an action (branch=self.action): the
+        condition is always a value, and only the taken branch is evaluated."""
         c, cf = self.value(node.predicate, ctx)
-        t, tf = self.value(node.then, ctx)
-        e, ef = self.value(node.else_, ctx)
+        t, tf = branch(node.then, ctx)
+        e, ef = branch(node.else_, ctx)
         loc = self.loc(node.predicate, ctx)
 
         def if_(st, pr, env):
@@ -1310,19 +1315,7 @@ class Compiler:
         return disj, _or(parts)
 
     def a_If(self, node, ctx):
-        c, cf = self.value(node.predicate, ctx)
-        t, tf = self.action(node.then, ctx)
-        e, ef = self.action(node.else_, ctx)
-        loc = self.loc(node.predicate, ctx)
-
-        def if_(st, pr, env):
-            v = c(st, pr, env)
-            if v is True:
-                return t(st, pr, env)
-            if v is False:
-                return e(st, pr, env)
-            raise EvalError(f"IF condition is {fmt(v)}, not a boolean", loc)
-        return if_, cf | tf | ef
+        return self.if_then_else(node, ctx, self.action)
 
     def a_Cases(self, node, ctx):
         arms = [(self.value(ci.predicate, ctx)[0], self.action(ci.expression, ctx)[0]) for ci in node.cases]
