@@ -1,0 +1,774 @@
+"""Compile a TLA+ spec's actions and invariants to Python monitor SOURCE.
+
+The generator walks the same syntax trees the interpreter compiles (`hicache.tla.loader`,
+name resolution through `hicache.tla.compiler.Model`'s scopes) and emits one module per
+spec. An action is compiled as a predicate over a pair of states (s, t): unprimed variables
+read `s`, primed ones read `t`, so `x' = e` becomes `t["x"] == e`, `x' \\in S` membership and
+UNCHANGED equality -- exactly the meaning of a TLA+ action, which makes a generated check
+agree with the interpreter's successor enumeration (the differential test checks this).
+
+Output is deterministic: definitions in source order, builtins sorted, no timestamps, so
+`hicache gen --check` can compare bytes.
+"""
+from __future__ import annotations
+
+import keyword
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hicache.tla.cfg import load_cfg
+from hicache.tla.checker import _split_spec
+from hicache.tla.compiler import Model, OpDef
+from hicache.tla.errors import SemanticError
+from hicache.tla.loader import Loader, node_loc
+from hicache.tla.stdlib import BUILTINS, CONSTANTS, SYNONYMS
+
+
+class _Unbound:
+    """Placeholder value of a constant at generation time (never evaluated)."""
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<constant bound at run time>"
+
+
+_UNBOUND = _Unbound()
+
+
+class Unsupported(SemanticError):
+    """A construct the code generator does not translate (named with its location)."""
+
+
+def _k(node) -> str:
+    return type(node).__name__
+
+
+def _strip(node):
+    while _k(node) == "Parentheses":
+        node = node.expression
+    return node
+
+
+#: names generated code may take from hicache.monitors.rt (imported when used)
+_RT_NAMES = ("BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose",
+             "conj_error", "exc", "it", "mk_fcn", "normalize", "once")
+
+#: inlined Python operators for integer/boolean builtins (same results on valid inputs)
+_INLINE_BIN = {"+": "+", "-": "-", "*": "*", "<": "<", ">": ">", "<=": "<=", ">=": ">="}
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    names: tuple = ()          # (tla name, kind, python name); kind: val | let | letop
+    s: str = "s"               # python name of the current state
+    t: str | None = "t"        # python name of the next state (None: primes illegal)
+
+    def bind(self, *items) -> "Env":
+        return Env(self.names + tuple(items), self.s, self.t)
+
+    def primed(self) -> "Env":
+        return Env(self.names, self.t, None)
+
+
+@dataclass
+class SpecInfo:
+    name: str
+    rel: str                                  # spec path as written in locations
+    constants: list[str]
+    variables: list[str]
+    invariants: list[str]
+    source: str = ""
+    actions: list[str] = field(default_factory=list)
+
+
+def _pyname(prefix: str, name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return prefix + out
+
+
+class Generator:
+    def __init__(self, spec_path: Path, rel: str, invariants: list[str]):
+        self.spec_path = Path(spec_path)
+        self.rel = rel
+        self.loader = Loader([self.spec_path.parent])
+        self.root = self.loader.load_file(self.spec_path)
+        # constants are bound at run time (C), not by a .cfg: the Model only needs to know
+        # that each declared constant will have a value
+        self.model = Model(self.loader, self.root, {n: _UNBOUND for n in self._declared_constants(self.root)})
+        self.scope = self.model.root_scope
+        self.want_invariants = invariants
+        self.files: dict[str, list[str]] = {}
+        self.const_memo: dict[str, bool] = {}
+        self.builtins_used: set[str] = set()
+        self.defs_needed: dict[str, OpDef] = {}
+        self.const_needed: set[str] = set()
+        self.hoisted: dict[str, str] = {}     # code -> key in C ("$h<i>")
+        self.no_hoist = False                  # inside a hoisted or constant-level expression
+        self.uniq = 0
+
+    def _declared_constants(self, mod, seen=None) -> list[str]:
+        seen = set() if seen is None else seen
+        if mod is None or mod.name in seen:
+            return []
+        seen.add(mod.name)
+        out = [n for n, _, _ in mod.constants]
+        for ext in mod.extends:
+            out += self._declared_constants(self.loader.get(ext), seen)
+        return out
+
+    # ------------------------------------------------------------- locations
+    def loc(self, node, mod=None) -> str:
+        mod = mod or self.root
+        lc = node_loc(mod.file, node)
+        return f"{self.rel}:{lc.line}:{lc.col}"
+
+    def line(self, node, mod=None) -> int:
+        return node_loc((mod or self.root).file, node).line
+
+    def text(self, node, mod=None) -> str:
+        mod = mod or self.root
+        lines = self.files.get(mod.file)
+        if lines is None:
+            lines = self.files[mod.file] = Path(mod.file).read_text().splitlines()
+        lc = node_loc(mod.file, node)
+        if not lc.end_line:
+            return lines[lc.line - 1][lc.col - 1:].strip()
+        if lc.end_line == lc.line:
+            seg = lines[lc.line - 1][lc.col - 1:lc.end_col]
+        else:
+            seg = " ".join([lines[lc.line - 1][lc.col - 1:]] + [x.strip() for x in lines[lc.line:lc.end_line - 1]]
+                           + [lines[lc.end_line - 1][:lc.end_col].strip()])
+        return " ".join(seg.split())
+
+    def unsupported(self, what: str, node):
+        lc = node_loc(self.root.file, node)
+        raise Unsupported(f"hicache gen: unsupported construct {what}", lc)
+
+    # ------------------------------------------------------------- levels
+    def is_const_def(self, d: OpDef) -> bool:
+        """A definition that reads no variable (directly or through others): evaluated once."""
+        hit = self.const_memo.get(d.name)
+        if hit is not None:
+            return hit
+        self.const_memo[d.name] = False      # recursion: conservatively state-level
+        ok = self._const_node(d.body)
+        self.const_memo[d.name] = ok
+        return ok
+
+    def _const_node(self, node) -> bool:
+        if isinstance(node, (list, tuple)) and not hasattr(node, "_fields"):
+            return all(self._const_node(x) for x in node)
+        if not hasattr(node, "_fields"):
+            return True
+        k = _k(node)
+        if k == "OperatorApplication" and isinstance(node.operator, str):
+            if node.operator in ("'", "UNCHANGED", "ENABLED"):
+                return False
+            e = self.scope.entries.get(node.operator)
+            if isinstance(e, tuple) and e[0] == "var":
+                return False
+            if isinstance(e, OpDef) and not self.is_const_def(e):
+                return False
+        for f in node._fields:
+            if f in ("start", "end", "symbol"):
+                continue
+            if not self._const_node(getattr(node, f)):
+                return False
+        return True
+
+    # ------------------------------------------------------------- expressions
+    def resolve(self, name: str, env: Env):
+        for n, kind, py in reversed(env.names):
+            if n == name:
+                return (kind, py)
+        e = self.scope.entries.get(name)
+        if e is not None:
+            return e
+        name = SYNONYMS.get(name, name)
+        if name in CONSTANTS:
+            return ("stdconst", name)
+        if name in BUILTINS:
+            return ("builtin", name)
+        return None
+
+    def fresh(self, base: str) -> str:
+        self.uniq += 1
+        return f"{base}{self.uniq}"
+
+    def e(self, node, env: Env) -> str:
+        if isinstance(node, str):
+            if node == "@":
+                return self.e_name("@", [], node, env)
+            self.unsupported(f"token {node!r}", node)
+        meth = getattr(self, "x_" + _k(node), None)
+        if meth is None:
+            self.unsupported(_k(node), node)
+        if not self.no_hoist and self.hoistable(node, env):
+            # a closed constant set constructor: built once per constants binding (lazy sets
+            # such as [S -> T] then keep what they materialized across checks)
+            self.no_hoist = True
+            try:
+                code = meth(node, env)
+            finally:
+                self.no_hoist = False
+            key = self.hoisted.setdefault(code, f"$h{len(self.hoisted)}")
+            return f"C[{key!r}]"
+        return meth(node, env)
+
+    #: set constructors that cannot fail on well-formed constants (hoisting evaluates them
+    #: eagerly, so an expression that may raise when evaluated must not be hoisted)
+    _HOIST_OPS = frozenset({"..", "\\cup", "\\cap", "\\", "\\X", "SUBSET"})
+
+    def hoistable(self, node, env: Env) -> bool:
+        k = _k(node)
+        if k in ("SetOfFunctions", "SetOfRecords"):
+            pass
+        elif k == "SetEnumeration":
+            if not node.items:
+                return False
+        elif k == "OperatorApplication" and isinstance(node.operator, str):
+            if SYNONYMS.get(node.operator, node.operator) not in self._HOIST_OPS:
+                return False
+            r = self.resolve(node.operator, env)
+            if not (isinstance(r, tuple) and r[0] == "builtin"):
+                return False
+        else:
+            return False
+        return self._const_node(node) and not self._mentions(node, {n for n, _, _ in env.names})
+
+    def _mentions(self, node, names: set) -> bool:
+        """Whether node refers to any of `names` (bound names of the context)."""
+        if not names:
+            return False
+        if isinstance(node, str):
+            return node in names
+        if isinstance(node, (list, tuple)) and not hasattr(node, "_fields"):
+            return any(self._mentions(x, names) for x in node)
+        if not hasattr(node, "_fields"):
+            return False
+        if _k(node) == "OperatorApplication" and isinstance(node.operator, str) and node.operator in names:
+            return True
+        for f in node._fields:
+            if f not in ("start", "end", "symbol") and self._mentions(getattr(node, f), names):
+                return True
+        return False
+
+    def x_Parentheses(self, node, env):
+        return self.e(node.expression, env)
+
+    def x_VerticalList(self, node, env):
+        items = [self.e(it.expression, env) for it in node.arguments]
+        op = " and " if node.operator in ("/\\", "\\land") else " or "
+        return "(" + op.join(items) + ")"
+
+    def x_VerticalItem(self, node, env):
+        return self.e(node.expression, env)
+
+    def x_IntegralNumeral(self, node, env):
+        return str(int(node.value))
+
+    def x_StringLiteral(self, node, env):
+        import ast
+        raw = node.value
+        return repr(ast.literal_eval(raw) if raw.startswith('"') else raw)
+
+    def x_BooleanLiteral(self, node, env):
+        return "True" if node.value == "TRUE" else "False"
+
+    def x_SetOfBooleans(self, node, env):
+        return 'STD["BOOLEAN"]'
+
+    def x_SetOfStrings(self, node, env):
+        return 'STD["STRING"]'
+
+    def x_Tuple(self, node, env):
+        items = [self.e(x, env) for x in node.items]
+        if len(items) == 1:
+            return f"({items[0]},)"
+        return "(" + ", ".join(items) + ")"
+
+    def x_SetEnumeration(self, node, env):
+        items = [self.e(x, env) if _k(x) in ("StringLiteral", "IntegralNumeral", "BooleanLiteral")
+                 else f"normalize({self.e(x, env)})" for x in node.items]
+        if not items:
+            return "frozenset()"
+        return "frozenset((" + ", ".join(items) + ",))"
+
+    def x_Record(self, node, env):
+        parts = []
+        for kv in node.key_values:
+            k, v = (kv[0], kv[1]) if isinstance(kv, (list, tuple)) and not hasattr(kv, "_fields") \
+                else (kv.name, kv.expression)
+            parts.append(f"{k!r}: {self.e(v, env)}")
+        return "Fcn({" + ", ".join(parts) + "})"
+
+    def x_SetOfRecords(self, node, env):
+        parts = [f"{kb.name!r}: {self.e(kb.bound, env)}" for kb in node.key_bounds]
+        return "RecordSet({" + ", ".join(parts) + "})"
+
+    def x_SetOfFunctions(self, node, env):
+        return f"FcnSet({self.e(node.domain, env)}, {self.e(node.codomain, env)})"
+
+    def x_Field(self, node, env):
+        return f"ap({self.e(node.expression, env)}, {node.name!r})"
+
+    def x_FunctionApplication(self, node, env):
+        f = self.e(node.function, env)
+        args = [self.e(a, env) for a in node.arguments]
+        if len(args) == 1:
+            return f"ap({f}, {args[0]})"
+        return f"ap({f}, ({', '.join(args)}))"
+
+    def x_If(self, node, env):
+        return f"({self.e(node.then, env)} if {self.e(node.predicate, env)} else {self.e(node.else_, env)})"
+
+    def x_Cases(self, node, env):
+        out = self.e(node.other, env) if node.other is not None else f"case_fail({self.loc(node)!r})"
+        for ci in reversed(node.cases):
+            out = f"({self.e(ci.expression, env)} if {self.e(ci.predicate, env)} else {out})"
+        return out
+
+    def x_Let(self, node, env):
+        binds = []
+        cur = env
+        for d in node.definitions:
+            if _k(d) != "OperatorDefinition":
+                continue
+            if d.function:
+                self.unsupported("recursive function definition inside LET", d)
+            params = [p.operator if _k(p) == "OperatorApplication" else str(p) for p in (d.arity or [])]
+            py = self.fresh(_pyname("l_", d.name) + "_")
+            if params:
+                pys = [self.fresh(_pyname("v_", p) + "_") for p in params]
+                inner = cur.bind(*[(p, "val", q) for p, q in zip(params, pys)])
+                binds.append((py, f"(lambda {', '.join(pys)}: {self.e(d.definiens, inner)})"))
+                cur = cur.bind((d.name, "letop", py))
+            else:
+                binds.append((py, f"once(lambda: {self.e(d.definiens, cur)})"))
+                cur = cur.bind((d.name, "let", py))
+        out = self.e(node.expression, cur)
+        for py, val in reversed(binds):
+            out = f"(lambda {py}: {out})({val})"
+        return out
+
+    def pattern(self, pat, env_items: list) -> str:
+        pat = _strip(pat)
+        if _k(pat) == "Tuple":
+            return "(" + ", ".join(self.pattern(p, env_items) for p in pat.items) + ("," if len(pat.items) == 1 else "") + ")"
+        if _k(pat) == "OperatorApplication" and not pat.arguments:
+            py = self.fresh(_pyname("v_", pat.operator) + "_")
+            env_items.append((pat.operator, "val", py))
+            return py
+        self.unsupported("bound pattern", pat)
+
+    def bounds(self, decls, env: Env):
+        """for-clauses of `x, y \\in S, <<a, b>> \\in T`, and the env binding their names."""
+        clauses, items, pending = [], [], []
+        for d in decls:
+            if _k(d) == "OperatorApplication" and d.operator == "\\in" and d.arguments:
+                sset = self.e(d.arguments[1], env)
+                for p in pending + [d.arguments[0]]:
+                    clauses.append(f"for {self.pattern(p, items)} in it({sset})")
+                pending = []
+            else:
+                pending.append(d)
+        if pending:
+            self.unsupported("unbounded quantifier", decls[0])
+        return " ".join(clauses), env.bind(*items), items
+
+    def x_Quantification(self, node, env):
+        clauses, inner, _ = self.bounds(node.declarations, env)
+        fn = "all" if node.quantifier == "\\A" else "any"
+        return f"{fn}({self.e(node.predicate, inner)} {clauses})"
+
+    def x_Choose(self, node, env):
+        decl = node.declaration
+        if not (_k(decl) == "OperatorApplication" and decl.operator == "\\in"):
+            self.unsupported("unbounded CHOOSE", node)
+        items: list = []
+        pat = self.pattern(decl.arguments[0], items)
+        sset = self.e(decl.arguments[1], env)
+        body = self.e(node.predicate, env.bind(*items))
+        if pat.startswith("("):
+            x = self.fresh("x_")
+            return f"choose({sset}, lambda {x}: (lambda {pat.strip('()').rstrip(',')}: {body})(*{x}))"
+        return f"choose({sset}, lambda {pat}: {body})"
+
+    def x_SetSlice(self, node, env):
+        decl = node.declaration
+        items: list = []
+        pat = self.pattern(decl.arguments[0], items)
+        sset = self.e(decl.arguments[1], env)
+        body = self.e(node.predicate, env.bind(*items))
+        return f"frozenset({pat} for {pat} in it({sset}) if {body})"
+
+    def x_SetComprehension(self, node, env):
+        clauses, inner, _ = self.bounds(node.declarations, env)
+        return f"frozenset(normalize({self.e(node.item, inner)}) {clauses})"
+
+    def x_Function(self, node, env):
+        clauses, inner, items = self.bounds(node.declaration, env)
+        val = self.e(node.value, inner)
+        if len(items) == 1:
+            key = items[0][2]
+        else:
+            key = "(" + ", ".join(py for _, _, py in items) + ")"
+        return f"mk_fcn({{{key}: {val} {clauses}}})"
+
+    def x_Except(self, node, env):
+        f = self.e(node.function, env)
+        changes = []
+        for ch in node.changes:
+            keys = []
+            for sel in ch.item:
+                if isinstance(sel, str):
+                    keys.append(repr(sel))
+                else:
+                    comp = [self.e(a, env) for a in sel]
+                    keys.append(comp[0] if len(comp) == 1 else "(" + ", ".join(comp) + ")")
+            at = self.fresh("at_")
+            val = self.e(ch.expression, env.bind(("@", "val", at)))
+            changes.append(f"(({', '.join(keys)},), lambda {at}: {val})")
+        return f"exc({f}, {', '.join(changes)})"
+
+    def x_SubscriptedAction(self, node, env):
+        a = self.e(node.action, env)
+        v = self.e(node.subscript, env)
+        vp = self.e(node.subscript, env.primed())
+        if node.operator == "[":
+            return f"({a} or {vp} == {v})"
+        return f"({a} and {vp} != {v})"
+
+    def x_OperatorApplication(self, node, env):
+        op = node.operator
+        args = node.arguments or []
+        if not isinstance(op, str):
+            self.unsupported("operator application of a non-name", node)
+        op = SYNONYMS.get(op, op)
+        if op in ("/\\", "\\/"):
+            parts = [self.e(a, env) for a in args]
+            return "(" + (" and " if op == "/\\" else " or ").join(parts) + ")"
+        if op == "~":
+            return f"(not {self.e(args[0], env)})"
+        if op == "=>":
+            return f"((not {self.e(args[0], env)}) or {self.e(args[1], env)})"
+        if op == "<=>":
+            return f"({self.e(args[0], env)} == {self.e(args[1], env)})"
+        if op == "=":
+            return f"({self.e(args[0], env)} == {self.e(args[1], env)})"
+        if op == "#":
+            return f"({self.e(args[0], env)} != {self.e(args[1], env)})"
+        if op == "\\in":
+            return f"({self.e(args[0], env)} in {self.e(args[1], env)})"
+        if op == "\\notin":
+            return f"({self.e(args[0], env)} not in {self.e(args[1], env)})"
+        if op == "'":
+            if env.t is None:
+                self.unsupported("double prime", node)
+            return self.e(args[0], env.primed())
+        if op == "UNCHANGED":
+            return self.unchanged(args[0], env)
+        if op in ("ENABLED", "[]", "<>", "~>", "-+->", "\\cdot"):
+            self.unsupported(f"temporal/ENABLED operator {op}", node)
+        return self.e_name(op, args, node, env)
+
+    def unchanged(self, node, env: Env) -> str:
+        node = _strip(node)
+        if _k(node) == "Tuple":
+            parts = [self.unchanged(x, env) for x in node.items]
+            return "(" + " and ".join(parts) + ")" if parts else "True"
+        if _k(node) == "OperatorApplication" and not node.arguments and isinstance(node.operator, str):
+            r = self.resolve(node.operator, env)
+            if isinstance(r, OpDef) and not r.params and not r.is_fn and _k(_strip(r.body)) == "Tuple":
+                return self.unchanged(r.body, Env((), env.s, env.t))
+        if env.t is None:
+            self.unsupported("UNCHANGED inside a primed expression", node)
+        return f"({self.e(node, env.primed())} == {self.e(node, env)})"
+
+    def e_name(self, op: str, args, node, env: Env) -> str:
+        if op == "-" and len(args) == 1:
+            return f"(-{self.e(args[0], env)})"
+        r = self.resolve(op, env)
+        if r is None:
+            self.unsupported(f"unknown operator {op}", node)
+        if isinstance(r, tuple):
+            tag = r[0]
+            if tag == "val":
+                return r[1]
+            if tag == "let":
+                return f"{r[1]}()"
+            if tag == "letop":
+                return f"{r[1]}({', '.join(self.e(a, env) for a in args)})"
+            if tag == "var":
+                return f"{env.s}[{self.model.variables[r[1]]!r}]"
+            if tag == "const":
+                if args:
+                    self.unsupported(f"constant operator {op} with arguments", node)
+                return f"C[{op!r}]"
+            if tag == "stdconst":
+                return f"STD[{r[1]!r}]"
+            if tag == "builtin":
+                b = BUILTINS[r[1]]
+                if b.op_params:
+                    self.unsupported(f"builtin {r[1]} taking an operator argument", node)
+                vals = [self.e(a, env) for a in args]
+                if r[1] in _INLINE_BIN and len(vals) == 2:
+                    return f"({vals[0]} {_INLINE_BIN[r[1]]} {vals[1]})"
+                self.builtins_used.add(r[1])
+                return f"{self.builtin_alias(r[1])}({', '.join(vals)})"
+        if isinstance(r, OpDef):
+            if r.is_instance:
+                self.unsupported("INSTANCE", node)
+            if len(args) != len(r.params):
+                self.unsupported(f"{op} applied to {len(args)} arguments", node)
+            if any(a for _, a in r.params):
+                self.unsupported(f"higher-order operator {op}", node)
+            if not r.params and self.is_const_def(r):
+                self.const_needed.add(r.name)
+                return f"C[{op!r}]"
+            self.defs_needed.setdefault(r.name, r)
+            vals = [self.e(a, env) for a in args]
+            t = env.t if env.t is not None else "None"
+            return f"{_pyname('d_', r.name)}(C, {env.s}, {t}{''.join(', ' + v for v in vals)})"
+        self.unsupported(f"reference to {op}", node)
+
+    def builtin_alias(self, name: str) -> str:
+        table = {"\\cup": "cup", "\\cap": "cap", "\\": "setminus", "\\subseteq": "subseteq",
+                 "\\supseteq": "supseteq", "\\subset": "subset_", "\\supset": "supset", "\\X": "times",
+                 "..": "range_", "\\div": "div", "%": "mod", "^": "pow_", "-.": "neg", "\\o": "concat",
+                 ":>": "colon_gt", "@@": "at_at", "(+)": "bag_plus", "(-)": "bag_minus",
+                 "\\sqsubseteq": "sqsubseteq", "+": "plus", "-": "minus", "*": "times_", "<": "lt",
+                 ">": "gt", "<=": "le", ">=": "ge"}
+        return "_b_" + table.get(name, _pyname("", name))
+
+    # ------------------------------------------------------------- Next's actions
+    def split_next(self, node, env: Env, name: str):
+        """(action name, any-binding code, action definition or None) for each disjunct of Next.
+
+        Splits through \\/, \\E (whose bound names wrap the disjuncts under it) and zero-arity
+        definitions; a disjunct applying a definition is named after it (the vocabulary's
+        action names are the spec's operator names).
+        """
+        node = _strip(node)
+        k = _k(node)
+        if (k == "VerticalList" and node.operator in ("\\/", "\\lor")) or \
+                (k == "OperatorApplication" and node.operator in ("\\/", "\\lor") and node.arguments):
+            subs = [it.expression for it in node.arguments] if k == "VerticalList" else node.arguments
+            out = []
+            for sub in subs:
+                out += self.split_next(sub, env, name)
+            return out
+        if k == "Quantification" and node.quantifier == "\\E":
+            clauses, inner, _ = self.bounds(node.declarations, env)
+            return [(n, f"any({code} {clauses})", d) for n, code, d in self.split_next(node.predicate, inner, name)]
+        if k == "OperatorApplication" and isinstance(node.operator, str):
+            r = self.resolve(node.operator, env)
+            if isinstance(r, OpDef) and not r.is_instance and not r.is_fn:
+                if not r.params and not node.arguments:
+                    leaves = self.split_next(r.body, Env((), env.s, env.t), r.name)
+                    if len(leaves) == 1 and leaves[0][0] == r.name:
+                        return [(r.name, self.e(node, env), r)]
+                    return leaves
+                return [(r.name, self.e(node, env), r)]
+        return [(name, self.e(node, env), None)]
+
+    # ------------------------------------------------------------- conjunct lists
+    def conjuncts(self, node) -> list:
+        node = _strip(node)
+        k = _k(node)
+        if k == "VerticalList" and node.operator in ("/\\", "\\land"):
+            out = []
+            for it in node.arguments:
+                out += self.conjuncts(it.expression)
+            return out
+        if k == "OperatorApplication" and node.operator in ("/\\", "\\land") and node.arguments:
+            out = []
+            for a in node.arguments:
+                out += self.conjuncts(a)
+            return out
+        return [node]
+
+    def checked_fn(self, fname: str, prop: str, params: list[tuple[str, str]], body, env: Env,
+                   sig: str, mod) -> list[str]:
+        self.uniq = 0
+        conj = self.conjuncts(body)
+        table = _pyname("_T_", fname)
+        rows = [f"    ({self.text(c, mod)!r}, {self.loc(c, mod)!r}),\n" for c in conj]
+        out = [f"{table} = (\n" + "".join(rows) + ")\n\n\n"]
+        out.append(f"def {fname}({sig}):\n")
+        out.append(f"    \"\"\"{prop} ({self.loc(body, mod)}): None, or the first failing conjunct.\"\"\"\n")
+        out.append("    k = 0\n    try:\n")
+        for i, c in enumerate(conj, 1):
+            code = self.e(c, env)
+            out.append(f"        # {self.loc(c, mod)}\n")
+            out.append(f"        k = {i}\n")
+            out.append(f"        if not {code}:\n")
+            out.append(f"            return Failure({prop!r}, {i}, *{table}[{i - 1}])\n")
+        out.append("    except Exception as e:  # an evaluation error fails the conjunct it happened in\n")
+        out.append(f"        return conj_error({prop!r}, {table}, k, e)\n")
+        out.append("    return None\n\n\n")
+        return out
+
+    # ------------------------------------------------------------- module
+    def generate(self) -> tuple[str, SpecInfo]:
+        m = self.model
+        variables = list(m.variables)
+        consts = [n for n, _, _ in self.root.constants]
+        cfg_path = self.spec_path.with_suffix(".cfg")
+        cfg = load_cfg(cfg_path)
+        init_node, init_ctx, next_node, next_ctx = _split_spec(m, cfg.specification or "Spec")
+        next_default = next_node.operator if _k(next_node) == "OperatorApplication" and \
+            isinstance(next_node.operator, str) and not next_node.arguments else "Next"
+        action_defs: dict[str, OpDef] = {}
+        next_of: dict[str, list] = {}
+        self.uniq = 0
+        for name, code, d in self.split_next(next_node, Env(), next_default):
+            next_of.setdefault(name, []).append(code)
+            if d is not None:
+                action_defs.setdefault(name, d)
+        invs = [n for n in self.want_invariants]
+        for n in invs:
+            if not isinstance(self.scope.entries.get(n), OpDef):
+                raise SemanticError(f"hicache gen: invariant {n} is not defined", node_loc(self.root.file, self.root.ast))
+
+        body: list[str] = []
+        # actions: conjunct-located checks, and one any-binding check per Next leaf
+        act_names = sorted(action_defs, key=lambda n: self.line(action_defs[n].node, action_defs[n].module))
+        for name in act_names:
+            d = action_defs[name]
+            items = [(p, "val", _pyname("v_", p)) for p, _ in d.params]
+            env = Env(tuple(items))
+            sig = "C, s, t" + "".join(", " + py for _, _, py in items)
+            body += self.checked_fn(_pyname("act_", name), name, items, d.body, env, sig, d.module)
+        for name in sorted(next_of, key=lambda n: (n not in action_defs, act_names.index(n) if n in action_defs else 0, n)):
+            parts = next_of[name]
+            body.append(f"def {_pyname('next_', name)}(C, s, t):\n")
+            body.append(f"    \"\"\"Some binding of {name}'s parameters allows s -> t (a disjunct of Next).\"\"\"\n")
+            body.append(f"    return bool({' or '.join(parts)})\n\n\n")
+        for name in invs:
+            d = self.scope.entries[name]
+            body += self.checked_fn(_pyname("inv_", name), name, [], d.body, Env(t=None), "C, s", d.module)
+        # Init as a state predicate (monitors check the first mapped state against it)
+        self.uniq = 0
+        body.append("def init_ok(C, s):\n    \"\"\"s satisfies Init.\"\"\"\n")
+        body.append(f"    return bool({self.e(init_node, Env(t=None))})\n\n\n")
+
+        assumes = []
+        self.no_hoist = True     # constants() evaluates these before any hoisted set
+        for expr, ctx in m.assumes:
+            self.uniq = 0
+            assumes.append((self.text(expr, ctx.module), self.loc(expr, ctx.module), self.e(expr, Env(t=None))))
+        self.no_hoist = False
+        # definitions used by the above (transitively): state-level ones as functions, in
+        # source order; constant-level zero-arity ones evaluated once per constants binding.
+        # Translating one may need others of either kind: iterate to a fixpoint.
+        defs_out: dict[str, str] = {}
+        const_code: dict[str, tuple] = {}
+        while True:
+            todo = [n for n in self.defs_needed if n not in defs_out]
+            ctodo = [n for n in self.const_needed if n not in const_code]
+            if not todo and not ctodo:
+                break
+            for n in todo:
+                d = self.defs_needed[n]
+                items = [(p, "val", _pyname("v_", p)) for p, _ in d.params]
+                if d.is_fn:
+                    self.unsupported("recursive function definition", d.node)
+                self.uniq = 0
+                code = self.e(d.body, Env(tuple(items)))
+                sig = "C, s, t" + "".join(", " + py for _, _, py in items)
+                defs_out[n] = (f"def {_pyname('d_', n)}({sig}):\n"
+                               f"    # {self.loc(d.node, d.module)}\n"
+                               f"    return {code}\n\n\n")
+            for n in ctodo:
+                d = self.scope.entries[n]
+                self.uniq = 0
+                self.no_hoist = True
+                try:
+                    const_code[n] = (self.e(d.body, Env(t=None)), self.loc(d.node, d.module),
+                                     self.line(d.node, d.module))
+                finally:
+                    self.no_hoist = False
+        order = sorted(defs_out, key=lambda n: self.line(self.defs_needed[n].node, self.defs_needed[n].module))
+        const_defs = [(n, c, lc) for n, (c, lc, _) in sorted(const_code.items(), key=lambda kv: kv[1][2])]
+        head = [
+            f'"""GENERATED by hicache gen from {self.rel} \u2014 do not edit.\n\n',
+            f"Monitor checks of module {self.root.name}: act_<Action>(C, s, t, *params) and\n",
+            "inv_<Invariant>(C, s) return None or the first failing conjunct (a Failure naming its\n",
+            "spec location); next_<Action>(C, s, t) tries every binding of the action's parameters.\n",
+            "C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).\n",
+            '"""\n',
+            "# flake8: noqa\n",
+            "{IMPORTS}",
+            f"SPEC = {self.rel!r}\n",
+            f"MODULE = {self.root.name!r}\n",
+            f"VARIABLES = {tuple(variables)!r}\n",
+            f"CONSTANTS = {tuple(consts)!r}\n\n",
+        ]
+        for b in sorted(self.builtins_used):
+            head.append(f"{self.builtin_alias(b)} = BI[{b!r}]\n")
+        head.append("\n\n")
+        cons = ["def constants(raw: dict) -> dict:\n",
+                "    \"\"\"The constants binding: the given CONSTANTS, checked against the ASSUMEs, and every\n",
+                "    constant-level definition evaluated once.\"\"\"\n",
+                "    missing = [n for n in CONSTANTS if n not in raw]\n",
+                "    if missing:\n",
+                "        raise ValueError(f\"constants: missing {', '.join(missing)}\")\n",
+                "    C = dict(raw)\n",
+                "    s = t = None  # constant-level definitions read no state\n"]
+        for name, code, loc in const_defs:
+            cons.append(f"    C[{name!r}] = {code}  # {loc}\n")
+        for text, loc, code in assumes:
+            cons.append(f"    if not {code}:\n")
+            cons.append(f"        raise ValueError({('constants violate ASSUME at ' + loc + ': ' + text)!r})\n")
+        for code, key in self.hoisted.items():
+            cons.append(f"    C[{key!r}] = {code}\n")
+        cons.append("    return C\n\n\n")
+        tail = ["#: action name -> (check, parameter names)\n", "ACTIONS = {\n"]
+        for name in act_names:
+            d = action_defs[name]
+            tail.append(f"    {name!r}: ({_pyname('act_', name)}, {tuple(p for p, _ in d.params)!r}),\n")
+        tail.append("}\n\n#: action name -> any-binding check (the disjuncts of Next)\nNEXT = {\n")
+        for name in sorted(next_of):
+            tail.append(f"    {name!r}: {_pyname('next_', name)},\n")
+        tail.append("}\n\n#: invariant name -> check\nINVARIANTS = {\n")
+        for name in invs:
+            tail.append(f"    {name!r}: {_pyname('inv_', name)},\n")
+        tail.append("}\n")
+        rest = "".join(cons + [defs_out[n] for n in order] + body + tail)
+        head_s = "".join(head)
+        used = sorted(n for n in _RT_NAMES if re.search(r"\b" + n + r"[(\[]", head_s + rest))
+        imports = "from hicache.monitors.rt import " + ", ".join(used) + "\n\n"
+        src = head_s.replace("{IMPORTS}", imports) + rest
+        info = SpecInfo(self.root.name, self.rel, consts, variables, invs, src, act_names)
+        return src, info
+
+
+def module_name(spec_name: str) -> str:
+    """HostTier -> host_tier (the generated module's file name)."""
+    out = []
+    for i, c in enumerate(spec_name):
+        if c.isupper() and i and (not spec_name[i - 1].isupper() or
+                                  (i + 1 < len(spec_name) and spec_name[i + 1].islower())):
+            out.append("_")
+        out.append(c.lower())
+    name = "".join(out)
+    return name + "_" if keyword.iskeyword(name) else name
+
+
+def cfg_invariants(spec_path: Path) -> list[str]:
+    """Invariants to generate: those of X.cfg, then any extra ones named by X_*.cfg."""
+    spec_path = Path(spec_path)
+    names: list[str] = []
+    cfgs = [spec_path.with_suffix(".cfg")] + sorted(spec_path.parent.glob(spec_path.stem + "_*.cfg"))
+    for c in cfgs:
+        if c.exists():
+            for n in load_cfg(c).invariants:
+                if n not in names:
+                    names.append(n)
+    return names
+
+
+def generate(spec_path: Path, rel: str) -> tuple[str, SpecInfo]:
+    return Generator(spec_path, rel, cfg_invariants(spec_path)).generate()

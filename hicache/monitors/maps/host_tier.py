@@ -1,0 +1,250 @@
+"""Refinement map: the single-engine runtime (hicache.runtime.cache.HiCache) -> spec/HostTier.
+
+The spec models one chain of one-page nodes, one slot per node and one slot per prefetch;
+the runtime has a radix tree of multi-page nodes and multi-slot transfers. The adapter
+(see docs/monitors.md, "HostTier abstraction"):
+
+  * spec node n     = one runtime *page*: the tree's pages numbered in DFS preorder (the
+                      pages of a node consecutively); len = pages in the tree, so InTree(n)
+                      holds for every mapped page. NNodes = len (at least 1).
+  * spec slot h     = runtime host slot h-1 (NoSlot = 0); NSlots = host capacity.
+  * host[n] / backupOp[n]: the page's slot; a slot still RESERVED under an in-flight
+                      device->host write is backupOp (the runtime records `node.host` when
+                      the write starts, the spec when it ends).
+  * spec request q  = a live request (from the events), or one slot of an in-flight
+                      prefetch: the spec gives a prefetch one slot, the runtime many, so each
+                      prefetch slot is its own pseudo-request (req "matched", pfSlot = slot,
+                      pfAbort = its request was aborted).
+  * loadReq[n]      = the pseudo index of the request whose load-back fills page n.
+
+What is not mapped (and so not checked here): hit counts (hits = min(hits, 2)), load
+layers (loadDone = 0), request prefix lengths (reqLen = 0, so LockedNodesKept is vacuous),
+and the chain order that WriteThroughPrefix relies on (parent of n is n-1): the map checks
+that property itself, per root-to-leaf path, as `WriteThroughPrefix` over the tree.
+Action checks need one spec step per event; runtime events move whole nodes, so this map
+reports every event as a compound step and the monitor checks the invariants after it.
+"""
+from __future__ import annotations
+
+from hicache.monitors.generated import host_tier as spec
+from hicache.monitors.rt import Failure
+from hicache.runtime.allocator import HostSlotState
+from hicache.tla.values import Fcn, mk_fcn
+
+_SLOT_NAME = {
+    HostSlotState.IDLE: "idle", HostSlotState.RESERVED: "reserved", HostSlotState.PROTECTED: "protected",
+    HostSlotState.SYNCED: "synced", HostSlotState.BACKUP: "backup",
+}
+_NAMES = [None] * (max(int(s) for s in HostSlotState) + 1)
+for _s, _n in _SLOT_NAME.items():
+    _NAMES[int(_s)] = _n
+
+#: runtime event -> request phase after it (None: the request leaves)
+_PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish": "running",
+          "DeviceInsert": "running", "RequestFinish": None, "RequestAbort": None}
+
+
+class HostTierMap:
+    spec = spec
+    needs_prestate = False     # every event is a compound step: invariants only
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.phase: dict[int, str] = {}      # live request id -> spec phase
+        self.sync_backup: dict[int, list[int]] = {}   # write_back: node id -> slots being copied
+
+    # ------------------------------------------------------------ events
+    def bind(self, action: str, fields: dict):
+        if action == "LoadBackLayer":
+            return None      # emitted on the transfer thread; maps to no variable here
+        rid = fields.get("rid")
+        if action in _PHASE and rid is not None:
+            ph = _PHASE[action]
+            if ph is None:
+                self.phase.pop(rid, None)
+            elif action != "DeviceInsert" or rid in self.phase:
+                self.phase[rid] = ph
+        if action == "BackupStart":
+            node = fields.get("node")
+            if node is not None and not self._node_has_host(node):
+                self.sync_backup[node] = list(fields.get("slots") or ())
+        elif action == "BackupFinish":
+            self.sync_backup.pop(fields.get("node"), None)
+        return [(action, None)]    # compound: invariants only (see module docstring)
+
+    def _node_has_host(self, nid: int) -> bool:
+        for x in self.cache.tree.nodes():
+            if x.id == nid:
+                return x.host is not None
+        return False
+
+    # ------------------------------------------------------------ constants
+    def constants(self) -> dict:
+        c = self.cache
+        pages = sum(x.n for x in c.tree.nodes())
+        nreqs = max(1, self._nreqs())
+        return {"NNodes": pages + 1, "NSlots": c.host.capacity if c.host else 1, "NLayers": c.cfg.layers,
+                "NReqs": nreqs, "Policies": frozenset({str(c.cfg.write_policy)}),
+                "BugEvictDuringLoad": False, "BugAbortLeak": False}
+
+    def _prefetch_ops(self):
+        c = self.cache
+        orphans = set(map(id, c._orphans))
+        ops = sorted(c._prefetching, key=lambda op: (op.rid, op.slots))
+        return [(op, id(op) in orphans) for op in ops]
+
+    def _nreqs(self) -> int:
+        return len(self.phase) + sum(len(op.slots) for op, _ in self._prefetch_ops())
+
+    # ------------------------------------------------------------ state
+    def state(self) -> dict:
+        c = self.cache
+        host_state = c.host.state if c.host else ()
+        nslots = len(host_state) if c.host else 1
+        slot = [_NAMES[int(x)] for x in host_state] if c.host else ["idle"]
+        if c.host:
+            # an IDLE slot missing from the free list is held by nobody yet never reusable
+            # (hidden retention): the spec's "idle" means free, so it maps to "reserved"
+            free = c.host.free_set()
+            if len(free) != slot.count("idle"):
+                for h, name in enumerate(slot):
+                    if name == "idle" and h not in free:
+                        slot[h] = "reserved"
+        slot = tuple(slot)
+        reserved = int(HostSlotState.RESERVED)
+        rids = sorted(self.phase)
+        qidx = {rid: i + 1 for i, rid in enumerate(rids)}
+        dev, host, stor, hits, backup, loadreq, parent = [], [], [], [], [], [], []
+        last_page: dict[int, int] = {}     # node id -> its last page's index
+        for x in c.tree.nodes():            # preorder: a parent's pages come before its children's
+            p = x.parent
+            first_parent = last_page.get(p.id, -1) if p is not None else -1
+            d = x.device is not None
+            hs = x.host
+            pending = self.sync_backup.get(x.id)
+            lq = 0
+            if x.loading is not None:
+                lq = qidx.get(getattr(x.loading, "rid", None), 0)
+            for i in range(x.n):
+                parent.append(first_parent if i == 0 else len(dev) - 1)
+                dev.append(d)
+                stor.append(bool(x.stored))
+                hits.append(min(x.hit_count, 2))
+                loadreq.append(lq if d else 0)
+                if hs is not None:
+                    h = hs[i]
+                    if host_state[h] == reserved:
+                        host.append(0)
+                        backup.append(h + 1)
+                    else:
+                        host.append(h + 1)
+                        backup.append(0)
+                elif pending is not None and i < len(pending):
+                    host.append(0)
+                    backup.append(pending[i] + 1)
+                else:
+                    host.append(0)
+                    backup.append(0)
+            last_page[x.id] = len(dev) - 1
+        n = len(dev)
+        # one spare node outside the tree (NNodes = len + 1): a locked prefix that left the
+        # tree is then expressible (reqLen = len + 1) and NNodes >= 1 always holds
+        for lst, v in ((dev, False), (host, 0), (stor, False), (hits, 0), (backup, 0), (loadreq, 0)):
+            lst.append(v)
+        req, pfslot, pfabort, reqlen = [], [], [], []
+        for rid in rids:
+            req.append(self.phase[rid])
+            pfslot.append(0)
+            pfabort.append(False)
+            reqlen.append(0)
+        for op, orphan in self._prefetch_ops():
+            # the prefetch's anchor path must stay in the tree (it is host-referenced): a
+            # detached anchor puts the pseudo-request's locked prefix beyond the tree
+            anchored = _in_tree(c.tree, op.anchor)
+            for h in op.slots:
+                req.append("matched")
+                pfslot.append(h + 1)
+                pfabort.append(orphan)
+                reqlen.append(0 if anchored else n + 1)
+        if not req:
+            req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
+        nq = len(req)
+        return {
+            "policy": str(c.cfg.write_policy), "len": n,
+            "dev": _fn0(dev), "host": _fn0(host), "stor": _fn0(stor), "hits": _fn0(hits),
+            "slot": slot if nslots else (), "backupOp": _fn0(backup), "loadReq": _fn0(loadreq),
+            "loadDone": _fn0([0] * len(dev)),
+            "req": tuple(req), "reqLen": tuple(reqlen), "pfSlot": tuple(pfslot), "pfNode": (0,) * nq,
+            "pfAbort": tuple(pfabort),
+            "_parent": tuple(parent),
+        }
+
+    def digest_view(self) -> dict:
+        """The mapped state up to a renaming of host slots (slot numbers are rank-local
+        addresses; which free slot a rank picks may depend on when its copies finished):
+        per page whether it has a host copy or a backup in flight, the multiset of slot
+        states, and the number of prefetch slots per request phase."""
+        s = self.state()
+        out = {k: v for k, v in s.items() if k not in ("host", "backupOp", "slot", "pfSlot", "_parent")}
+        out["host"] = tuple(v != 0 for _, v in sorted(s["host"].d.items()))
+        out["backupOp"] = tuple(v != 0 for _, v in sorted(s["backupOp"].d.items()))
+        out["slot"] = tuple(sorted(s["slot"]))
+        out["pfSlot"] = tuple(v != 0 for v in s["pfSlot"])
+        out["_shape"] = s["_parent"]
+        return out
+
+    # ------------------------------------------------------------ invariants over the tree
+    @property
+    def invariant_overrides(self) -> dict:
+        return {"WriteThroughPrefix": write_through_prefix_tree, "SlotInOneOwner": slot_in_one_owner_linear}
+
+
+def write_through_prefix_tree(C, s):
+    """WriteThroughPrefix with the tree's parent page instead of n - 1 (the spec's chain)."""
+    if s["policy"] not in C["WriteThrough"]:
+        return None
+    host = s["host"].d if s["len"] else {}
+    for n, p in enumerate(s["_parent"]):
+        if p >= 0 and host[n] != 0 and host[p] == 0:
+            text, loc = spec._T_inv_WriteThroughPrefix[0]
+            return Failure("WriteThroughPrefix", 1, text + f"  [tree form: page {n}'s parent page {p}]", loc)
+    return None
+
+
+def slot_in_one_owner_linear(C, s):
+    """SlotInOneOwner in one pass (the generated form is slots x nodes): counts each slot's
+    tree, backup and fetch references, then applies the spec's CASE per slot in order.
+    tests/monitors/test_host_tier_map.py checks it against the generated check."""
+    n_nodes = C["NNodes"]
+    length = s["len"]
+    host, backup = s["host"], s["backupOp"]
+    hd = host.d if type(host) is Fcn else dict(enumerate(host, 1))
+    bd = backup.d if type(backup) is Fcn else dict(enumerate(backup, 1))
+    tree: dict = {}
+    other: dict = {}
+    for n in range(n_nodes):
+        if n < length:
+            h = hd[n]
+            tree[h] = tree.get(h, 0) + 1
+        h = bd[n]
+        other[h] = other.get(h, 0) + 1
+    for h in s["pfSlot"]:
+        other[h] = other.get(h, 0) + 1
+    for h, st in enumerate(s["slot"], 1):
+        t, f = tree.get(h, 0), other.get(h, 0)
+        ok = (t == 0 and f == 0) if st == "idle" else (t == 0 and f == 1) if st == "reserved" else (t == 1 and f == 0)
+        if not ok:
+            text, loc = spec._T_inv_SlotInOneOwner[0]
+            return Failure("SlotInOneOwner", 1, text, loc)
+    return None
+
+
+def _in_tree(tree, node) -> bool:
+    while node is not None and node is not tree.root:
+        node = node.parent
+    return node is tree.root
+
+
+def _fn0(values: list):
+    """A function over 0..len-1 (not a sequence: its domain starts at 0)."""
+    return Fcn(dict(enumerate(values))) if values else mk_fcn({})

@@ -1,0 +1,118 @@
+"""Runtime support of the generated monitor modules (pure Python, no torch, no parser).
+
+Generated code (hicache/monitors/generated/*.py) evaluates TLA+ expressions over the value
+representation of `hicache.tla.values` (int, bool, str, frozenset, tuple, Fcn, lazy sets) and
+calls the standard-module builtins of `hicache.tla.stdlib`, so a generated check and the
+interpreter agree on every value by construction; only the control structure is generated.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hicache.tla.errors import EvalError
+from hicache.tla.stdlib import BUILTINS, CONSTANTS as STD
+from hicache.tla.values import (
+    Fcn, FcnSet, Interval, RecFcn, RecordSet, fmt, iter_values, mk_fcn, normalize, sorted_values,
+)
+
+__all__ = [
+    "BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose",
+    "conj_error", "exc", "it", "mk_fcn", "normalize", "once",
+]
+
+#: builtin implementations by TLA+ operator name
+BI = {name: b.impl for name, b in BUILTINS.items()}
+it = iter_values
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed conjunct of an action or invariant.
+
+    `index` is the 1-based position of the conjunct in the definition's top-level
+    conjunction, `text` its source text, `location` `spec/X.tla:line:col`; `error` is set
+    when evaluating the conjunct raised instead of returning FALSE (e.g. a function applied
+    outside its domain), which the monitor reports as the same violation.
+    """
+    property: str
+    index: int
+    text: str
+    location: str
+    error: str | None = None
+
+    def describe(self) -> str:
+        why = f" (evaluation error: {self.error})" if self.error else ""
+        return f"{self.property} conjunct {self.index} at {self.location}: {self.text}{why}"
+
+
+def conj_error(prop: str, table: tuple, k: int, exc_: BaseException) -> Failure:
+    text, loc = table[k - 1]
+    return Failure(prop, k, text, loc, f"{type(exc_).__name__}: {exc_}")
+
+
+def ap(f, x):
+    """f[x] with the interpreter's domain rules (tuples are functions on 1..n)."""
+    t = type(f)
+    if t is Fcn:
+        try:
+            return f.d[x]
+        except (KeyError, TypeError):
+            raise EvalError(f"{fmt(x)} is not in the domain of {fmt(f)}") from None
+    if t is tuple:
+        if type(x) is int and 1 <= x <= len(f):
+            return f[x - 1]
+        raise EvalError(f"index {fmt(x)} is out of the domain 1..{len(f)} of {fmt(f)}")
+    if t is RecFcn:
+        return f.apply(x)
+    raise EvalError(f"applying {fmt(f)}, which is not a function, to {fmt(x)}")
+
+
+def _update(val, keys, fn):
+    k = keys[0]
+    old = ap(val, k)
+    new = fn(old) if len(keys) == 1 else _update(old, keys[1:], fn)
+    t = type(val)
+    if t is tuple:
+        lst = list(val)
+        lst[k - 1] = new
+        return tuple(lst)
+    if t is Fcn:
+        d = dict(val.d)
+        d[k] = new
+        return Fcn(d)
+    if t is RecFcn:
+        m = val.materialize()
+        d = {i + 1: x for i, x in enumerate(m)} if type(m) is tuple else dict(m.d)
+        d[k] = new
+        return mk_fcn(d)
+    raise EvalError(f"EXCEPT applied to non-function {fmt(val)}")
+
+
+def exc(f, *changes):
+    """[f EXCEPT !p1 = e1, ...]; each change is (keys tuple, fn(@) -> new value)."""
+    for keys, fn in changes:
+        f = _update(f, keys, fn)
+    return f
+
+
+def choose(s, pred):
+    """CHOOSE x \\in s : pred(x), in the interpreter's deterministic order."""
+    for x in sorted_values(s):
+        if pred(x) is True:
+            return x
+    raise EvalError(f"CHOOSE found no element of {fmt(s)} satisfying the predicate")
+
+
+def case_fail(loc: str):
+    raise EvalError(f"no CASE arm applies and there is no OTHER ({loc})")
+
+
+def once(fn):
+    """A LET definition: evaluated at most once, on first use (as the interpreter does)."""
+    cell: list = []
+
+    def get():
+        if not cell:
+            cell.append(fn())
+        return cell[0]
+    return get

@@ -1,0 +1,280 @@
+"""The monitor: generated spec checks bound to runtime events through a refinement map.
+
+A `Monitor` listens to an event bus (`fn(action, fields)`). On each event it maps the
+runtime's state to the spec's variables (the refinement map), checks the named action on
+(previous mapped state -> new mapped state) and the invariants on the new one, per mode:
+
+  off     the monitor is not attached (nothing runs: the bus has no listener)
+  sample  a seeded fraction of steps is checked (the decision for step k+1 is drawn at step
+          k, so the pre-state of a sampled step is mapped only then), plus every invariant
+          at each `cache_check()`
+  strict  every step
+
+A failure raises `ProtocolViolation` (action, args, failing conjunct and its spec location,
+state diff, recent history) after writing the history as an ITF trace that `hicache
+explain` reads. Invariant: `self.prev` is the mapped state after the last event whenever
+the next step is to be checked (strict: always).
+"""
+from __future__ import annotations
+
+import collections
+import enum
+import itertools
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from hicache.monitors.rt import Failure
+
+
+class Mode(enum.StrEnum):
+    OFF = "off"
+    SAMPLE = "sample"
+    STRICT = "strict"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyConfig:
+    """How a monitor checks; validated once."""
+    mode: Mode = Mode.OFF
+    sample_rate: float = 0.05     # sample mode: fraction of steps checked
+    seed: int = 0                 # sample mode: the RNG seed (reproducible choices)
+    history: int = 64             # events kept for the violation report and trace
+    violation_dir: str = "hicache-violations"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))
+        if not 0.0 <= self.sample_rate <= 1.0:
+            raise ValueError(f"sample_rate: {self.sample_rate} is not in [0, 1]")
+        if self.history < 2:
+            raise ValueError(f"history: {self.history} < 2 (a violation needs its pre-state)")
+
+    @classmethod
+    def from_env(cls, env=None) -> "VerifyConfig":
+        """HICACHE_VERIFY=off|sample|strict, HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED,
+        HICACHE_VIOLATION_DIR."""
+        env = os.environ if env is None else env
+        raw = env.get("HICACHE_VERIFY", "off").strip().lower() or "off"
+        try:
+            mode = Mode(raw)
+        except ValueError:
+            raise ValueError(f"HICACHE_VERIFY: {raw!r} is not one of off, sample, strict") from None
+        return cls(mode=mode, sample_rate=float(env.get("HICACHE_VERIFY_RATE", "0.05")),
+                   seed=int(env.get("HICACHE_VERIFY_SEED", "0")),
+                   violation_dir=env.get("HICACHE_VIOLATION_DIR", "hicache-violations"))
+
+
+class RefinementMap(Protocol):
+    """From a runtime's state to one spec's variables.
+
+    `spec` is the generated module; `constants()` the raw constants of the current runtime
+    configuration (may change as the runtime grows: the monitor caches `spec.constants`);
+    `state()` the mapped state (dict variable -> value); `bind(action, fields)` the spec
+    action steps this event performs: [(action, params)] (params None: the event is a
+    compound of several spec steps, so only the invariants are checked after it); None to
+    skip the event entirely (not part of this protocol).
+    """
+    spec: Any
+
+    def constants(self) -> dict: ...
+
+    def state(self) -> dict: ...
+
+    def bind(self, action: str, fields: dict) -> list[tuple[str, tuple]] | None: ...
+
+
+@dataclass(slots=True)
+class Step:
+    seq: int
+    action: str
+    args: dict
+    state: dict | None        # mapped state after the event (None: not mapped, sample mode)
+
+
+class ProtocolViolation(AssertionError):
+    """The runtime did something its spec does not allow."""
+
+    def __init__(self, *, spec: str, action: str, args: dict, failure: Failure, kind: str,
+                 diff: dict, history: list[Step], step: int, trace_path: str | None):
+        self.spec = spec
+        self.action = action
+        self.arguments = args      # (`args` is BaseException's)
+        self.failure = failure
+        self.conjunct = failure.text
+        self.location = failure.location
+        self.property = failure.property
+        self.kind = kind                  # "action" | "invariant" | "digest"
+        self.diff = diff
+        self.history = history
+        self.step = step
+        self.trace_path = trace_path
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        from hicache.tla.values import fmt
+        lines = [f"{self.spec}: {self.kind} {self.property} violated at step {self.step} "
+                 f"by {self.action}({', '.join(f'{k}={v!r}' for k, v in self.arguments.items() if k != 'seq')})",
+                 f"  {self.failure.describe()}"]
+        for var, (a, b) in sorted(self.diff.items()):
+            lines.append(f"  {var}: {fmt(a)} -> {fmt(b)}")
+        tail = self.history[-8:]
+        if tail:
+            lines.append("  recent events: " + ", ".join(f"{h.seq}:{h.action}" for h in tail))
+        if self.trace_path:
+            lines.append(f"  trace: {self.trace_path} (hicache explain {self.trace_path})")
+        return "\n".join(lines)
+
+
+def state_diff(s: dict | None, t: dict) -> dict:
+    if s is None:
+        return {}
+    return {k: (s.get(k), v) for k, v in t.items() if not k.startswith("_") and s.get(k) != v}
+
+
+class Monitor:
+    """Checks one protocol's events against its generated spec module."""
+
+    def __init__(self, rmap: RefinementMap, cfg: VerifyConfig):
+        self.rmap = rmap
+        self.spec = rmap.spec
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.history: collections.deque[Step] = collections.deque(maxlen=cfg.history)
+        self.steps = 0               # events seen
+        self.checked = 0             # steps whose action was checked
+        self._cache: dict = {}
+        self._check_next = cfg.mode is Mode.STRICT or self._draw()
+        # a map whose events are all compound steps (no action checks) never needs the
+        # state before an event
+        self.needs_prestate = bool(getattr(rmap, "needs_prestate", True))
+        self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
+        self.invariants = dict(self.spec.INVARIANTS)
+        self.invariants.update(getattr(rmap, "invariant_overrides", {}))
+
+    # ------------------------------------------------------------ helpers
+    def _draw(self) -> bool:
+        return self.cfg.mode is Mode.STRICT or self.rng.random() < self.cfg.sample_rate
+
+    def constants(self) -> dict:
+        raw = self.rmap.constants()
+        key = tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
+        C = self._cache.get(key)
+        if C is None:
+            C = self._cache[key] = self.spec.constants(raw)
+        return C
+
+    # ------------------------------------------------------------ listener
+    def __call__(self, action, fields: dict) -> None:
+        name = str(action)
+        steps = self.rmap.bind(name, fields)
+        if steps is None:
+            return
+        self.steps += 1
+        check = self._check_next
+        self._check_next = self._draw()
+        if not self.needs_prestate:
+            # invariant-only map: a sampled step needs no pre-state, so unsampled steps map nothing
+            if not check:
+                self.history.append(Step(self.steps, name, dict(fields), None))
+                return
+            t = self.rmap.state()
+            self.history.append(Step(self.steps, name, dict(fields), t))
+            self.checked += 1
+            # prev: the last mapped state (the pre-state in strict mode), for the diff only
+            prev, self.prev = self.prev, t
+            self._check_step(name, fields, steps, prev, t)
+            return
+        if not check and not self._check_next:
+            self.history.append(Step(self.steps, name, dict(fields), None))
+            self.prev = None
+            return
+        t = self.rmap.state()
+        self.history.append(Step(self.steps, name, dict(fields), t))
+        if check:
+            self.checked += 1
+            self._check_step(name, fields, steps, self.prev, t)
+        self.prev = t
+
+    def _check_step(self, name, fields, steps, s, t) -> None:
+        C = self.constants()
+        if s is not None and len(steps) == 1:
+            act, params = steps[0]
+            entry = self.spec.ACTIONS.get(act)
+            if entry is not None and params is not None:
+                f = entry[0](C, s, t, *params)
+                if f is not None:
+                    self.fail("action", name, fields, f, s, t)
+        for inv in self.invariants.values():
+            f = inv(C, t)
+            if f is not None:
+                self.fail("invariant", name, fields, f, s, t)
+
+    def cache_check(self) -> None:
+        """Every invariant on the current mapped state (sample mode runs this at each cache
+        check; strict mode already did at the last step)."""
+        t = self.rmap.state()
+        C = self.constants()
+        for inv in self.invariants.values():
+            f = inv(C, t)
+            if f is not None:
+                self.fail("invariant", "cache_check", {}, f, self.prev, t)
+        if self._check_next:
+            self.prev = t
+
+    def fail(self, kind, name, fields, failure: Failure, s, t) -> None:
+        path = self.write_trace(kind, name, fields, failure)
+        raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=dict(fields), failure=failure,
+                                kind=kind, diff=state_diff(s, t), history=list(self.history),
+                                step=self.steps, trace_path=path)
+
+    def write_trace(self, kind, name, fields, failure: Failure) -> str | None:
+        """The recent mapped states as an ITF trace (the states sample mode did not map are
+        left out; each state's #meta names the event and its arguments)."""
+        from hicache.tla.itf import encode, write_itf
+        states = []
+        for h in self.history:
+            if h.state is None:
+                continue
+            rec = {"#meta": {"index": len(states), "step": h.seq, "action": h.action,
+                             "args": {k: _jsonable(v) for k, v in h.args.items()}}}
+            for v in self.spec.VARIABLES:
+                if v in h.state:
+                    rec[v] = encode(h.state[v])
+            states.append(rec)
+        doc = {"#meta": {"format": "ITF", "source": self.spec.SPEC, "module": self.spec.MODULE,
+                         "violation": {"kind": kind, "property": failure.property, "index": failure.index,
+                                       "conjunct": failure.text, "location": failure.location,
+                                       "error": failure.error, "action": name,
+                                       "args": {k: _jsonable(v) for k, v in fields.items()}}},
+               "vars": list(self.spec.VARIABLES), "states": states}
+        d = Path(self.cfg.violation_dir)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            for i in itertools.count():
+                p = d / f"{self.spec.MODULE}-step{self.steps}-{i}.itf.json"
+                if not p.exists():
+                    break
+            write_itf(p, doc)
+            return str(p)
+        except OSError:
+            return None
+
+
+def _freeze(v):
+    if isinstance(v, (set, frozenset)):
+        return frozenset(v)
+    if isinstance(v, list):
+        return tuple(v)
+    return v
+
+
+def _jsonable(v):
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    return repr(v)

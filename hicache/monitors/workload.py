@@ -1,0 +1,125 @@
+"""Seeded random workloads that drive a real single-engine cache (metadata-only KV).
+
+Used by the bugzoo (the same workload with and without a fault), the clean-run sweep (no
+false alarms) and `hicache bench monitors` (the same replay with verify off/sample/strict).
+Requests share prefixes (a few families of page strings), so the radix tree splits,
+host copies are reused, storage prefetches hit, and devices evict.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from hicache.storage.base import StorageBackend
+
+
+class MemStore(StorageBackend):
+    """A dict-backed storage backend (deterministic, in process)."""
+
+    def __init__(self) -> None:
+        self.data: dict = {}
+
+    def batch_exists(self, keys: Sequence[str]) -> int:
+        n = 0
+        for k in keys:
+            if k not in self.data:
+                break
+            n += 1
+        return n
+
+    def batch_get(self, keys: Sequence[str]):
+        return [self.data.get(k) for k in keys]
+
+    def batch_set(self, keys: Sequence[str], values) -> list[bool]:
+        for k, v in zip(keys, values):
+            self.data[k] = v
+        return [True] * len(keys)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadConfig:
+    requests: int = 40
+    page_size: int = 2
+    device_pages: int = 10
+    host_pages: int = 24
+    families: int = 3           # distinct prefix families
+    max_pages: int = 6          # pages per request (at most)
+    abort_rate: float = 0.1
+    prefetch_rate: float = 0.5
+    storage: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "page_size", "device_pages", "host_pages", "families", "max_pages"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: must be positive")
+        if self.max_pages > self.device_pages:
+            raise ValueError("max_pages: must not exceed device_pages")
+
+
+def make_cache(wcfg: WorkloadConfig, policy: str, cls=None, bus=None, prefetch_policy: str = "best_effort"):
+    from hicache.runtime.cache import HiCache
+    from hicache.runtime.config import CacheConfig
+    cls = cls or HiCache
+    cfg = CacheConfig(page_size=wcfg.page_size, device_pages=wcfg.device_pages, host_pages=wcfg.host_pages,
+                      layers=2, heads=1, head_dim=2, metadata_only=True, write_policy=policy,
+                      prefetch_policy=prefetch_policy)
+    return cls(cfg, storage=MemStore() if wcfg.storage else None, bus=bus)
+
+
+def plan(seed: int, wcfg: WorkloadConfig) -> tuple[str, list[tuple[list[int], str]]]:
+    """The write policy and [(tokens, what)] of a seeded workload; what: finish | abort."""
+    rng = random.Random(seed)
+    policy = rng.choice(["write_through", "write_through_selective", "write_back"])
+    ps = wcfg.page_size
+    fams = [[rng.randrange(1, 1000) for _ in range(wcfg.max_pages * ps)] for _ in range(wcfg.families)]
+    out = []
+    for _ in range(wcfg.requests):
+        f = rng.choice(fams)
+        pages = rng.randint(1, wcfg.max_pages)
+        toks = list(f[:pages * ps])
+        if rng.random() < 0.3:   # a divergent tail: the tree splits
+            toks[-1] = rng.randrange(1000, 2000)
+        what = "abort" if rng.random() < wcfg.abort_rate else "finish"
+        if rng.random() < wcfg.prefetch_rate:
+            what += "+prefetch"
+        out.append((toks, what))
+    return policy, out
+
+
+def serve_one(cache, tokens: list[int], what: str, on_step: Callable[[], None] | None = None) -> None:
+    """One request the way a scheduler serves it (metadata-only: no KV bytes)."""
+    req = cache.match(tokens)
+    cache.load_back(req)
+    if "prefetch" in what and cache.prefetch(req):
+        if "abort" in what:
+            cache.abort(req)
+            return
+        if cache.finish_prefetch(req):
+            cache.load_back(req, _tier="storage")
+    if what.startswith("abort"):
+        cache.abort(req)
+        return
+    for op in req.loads:
+        op.wait()
+    have = len(cache.prefix_pages(req))
+    n = len(req.key) // cache.tree.pb
+    if n > have:
+        pages = cache.alloc(n - have)
+        if pages is None:
+            cache.abort(req)
+            return
+        cache.insert(req, pages)
+    cache.finish(req)
+    cache.poll()
+    if on_step is not None:
+        on_step()
+
+
+def run_workload(cache, requests, on_request: Callable[[int], None] | None = None) -> None:
+    for i, (toks, what) in enumerate(requests):
+        serve_one(cache, toks, what)
+        cache.drain()
+        if on_request is not None:
+            on_request(i)
+    cache.close()

@@ -1,0 +1,564 @@
+"""The bug zoo: each bug class of REFERENCE.md reproduced, caught, and its clean twin quiet.
+
+Three kinds of entries:
+  runtime   a fault subclass of the real single-engine cache (hicache.monitors.faults) on a
+            seeded workload, monitored in strict mode through the HostTier refinement map;
+  ranks     two real caches as the ranks of one tensor-parallel group, served in lockstep,
+            exchanging state digests at each cache check (hicache.monitors.digest); one
+            rank carries a rank-local fault;
+  spec      a protocol whose runtime needs several processes (pipeline stages, P/D, draft
+            pools): a seeded run of the spec's bug twin (its spec/X_bug.cfg) is checked step
+            by step by the generated monitor bound to the correct constants.
+For each: the workload seeds are tried in order until the fault fires; the report gives the
+property that caught it and how many monitored steps after the faulty one (0: at it). The
+same workload without the fault must raise nothing.
+"""
+from __future__ import annotations
+
+import importlib
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(slots=True)
+class BugResult:
+    name: str
+    bug: int                    # REFERENCE.md bug class
+    kind: str                   # runtime | ranks | spec
+    caught: bool
+    property: str | None
+    steps_after_fault: int | None
+    seed: int | None
+    clean_alarm: bool           # the same workload without the fault raised
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _steps_after(exc: ProtocolViolation, fault_seq: int) -> int:
+    return sum(1 for h in exc.history if h.args.get("seq", 0) > fault_seq)
+
+
+# ====================================================================== runtime entries
+def _run_single(seed: int, cls, wcfg, vdir: str):
+    from hicache.monitors.maps.host_tier import HostTierMap
+    from hicache.monitors.workload import make_cache, plan, run_workload
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy, cls=cls)
+    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=vdir))
+    cache.bus.subscribe(mon)
+    try:
+        run_workload(cache, reqs)
+    except ProtocolViolation as e:
+        _close_quietly(cache)
+        return cache, e
+    return cache, None
+
+
+def _close_quietly(cache) -> None:
+    for w in (cache.loader, cache.writer, cache.prefetcher, cache.backuper):
+        if w is not None:
+            try:
+                w.close()
+            except Exception:  # noqa: BLE001 - a faulted cache may be inconsistent
+                pass
+
+
+def runtime_entry(bug: int, seeds: int, wcfg, vdir: str) -> BugResult:
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    from hicache.runtime.cache import HiCache
+    cls = RUNTIME_FAULTS[bug]
+    for seed in range(seeds):
+        try:
+            cache, exc = _run_single(seed, cls, wcfg, vdir)
+        except Exception as e:  # noqa: BLE001 - the fault broke the runtime before any monitor saw it
+            return BugResult(cls.__name__, bug, "runtime", False, None, None, seed, False,
+                             f"runtime raised {type(e).__name__}: {e}")
+        if not cache.fired:
+            continue
+        _, clean = _run_single(seed, HiCache, wcfg, vdir)
+        if exc is None:
+            return BugResult(cls.__name__, bug, "runtime", False, None, None, seed, clean is not None,
+                             "the fault fired and no monitor raised")
+        return BugResult(cls.__name__, bug, "runtime", True, exc.property,
+                         _steps_after(exc, cache.fault_seq), seed, clean is not None,
+                         f"{exc.kind} {exc.property} at {exc.location}")
+    return BugResult(cls.__name__, bug, "runtime", False, None, None, None, False,
+                     f"the fault never fired in {seeds} workloads")
+
+
+# ====================================================================== rank entries
+class RankFault:
+    """Hooks of a rank-local fault in the lockstep group (all no-ops: a clean rank).
+    `fired_round` is the index of the first cache check at or after the fault."""
+    fired_round: int | None = None
+    group = None
+
+    def skip_check(self, group, rank: int, stage: str) -> bool:
+        return False
+
+    def cache_class(self):
+        from hicache.runtime.cache import HiCache
+        return HiCache
+
+
+class SkipCheckOnLocalCondition(RankFault):
+    """Bug 1: a rank leaves its step on a rank-local condition (its host occupancy) before
+    the collective-bearing cache check; the other ranks make the call."""
+
+    def skip_check(self, group, rank, stage):
+        c = group.caches[rank]
+        if self.fired_round is None and rank == 1 and stage == "end" and c.host.used > c.host.capacity // 4:
+            self.fired_round = group.rounds
+            return True
+        return False
+
+
+class SkipCheckWhenNoInflight(RankFault):
+    """Bug 3: a rank skips the event check's all-reduce when its local in-flight prefetch
+    set is empty (the other ranks still make the call)."""
+
+    def skip_check(self, group, rank, stage):
+        if self.fired_round is None and rank == 1 and stage == "prefetch" and not group.caches[rank]._prefetching:
+            self.fired_round = group.rounds
+            return True
+        return False
+
+
+class DropFromLocalPrefetchTable(RankFault):
+    """Bug 2: a rank returns early for a request absent from its local prefetch table: its
+    prefetch never starts while the other ranks' do."""
+
+    def cache_class(self):
+        from hicache.runtime.cache import HiCache
+        fault = self
+
+        class NoPrefetch(HiCache):
+            rank = 0
+
+            def prefetch(self, req):
+                if self.rank == 1 and fault.fired_round is None and fault.group.last_prefetch:
+                    fault.fired_round = fault.group.rounds   # the first check after the fault
+                    return False
+                return super().prefetch(req)
+        return NoPrefetch
+
+
+class RankLocalAllocFailure(RankFault):
+    """Bug 4: an allocation fails on one rank only (its local free count) and that rank
+    drops the request: the ranks' trees diverge."""
+
+    def cache_class(self):
+        from hicache.runtime.cache import HiCache
+        fault = self
+
+        class FailAlloc(HiCache):
+            rank = 0
+
+            def alloc(self, n):
+                if self.rank == 1 and fault.fired_round is None and n > 0 and self.tree.device_pages > 0:
+                    fault.fired_round = fault.group.rounds
+                    return None
+                return super().alloc(n)
+        return FailAlloc
+
+
+RANK_FAULTS = {1: SkipCheckOnLocalCondition, 2: DropFromLocalPrefetchTable, 3: SkipCheckWhenNoInflight,
+               4: RankLocalAllocFailure}
+
+
+class RankGroup:
+    """`n` real caches served in lockstep (the same requests, stage by stage), with a
+    cache check after the prefetch stage and at the end of each request."""
+
+    def __init__(self, n: int, wcfg, policy: str, fault: RankFault, vdir: str):
+        from hicache.monitors.digest import LocalCollective
+        from hicache.monitors.maps.host_tier import HostTierMap
+        from hicache.monitors.workload import make_cache
+        self.fault = fault
+        fault.group = self
+        self.last_prefetch = False
+        cls = fault.cache_class()
+        self.caches = []
+        self.maps = []
+        for r in range(n):
+            # wait_complete: a best-effort prefetch's yield depends on thread timing, which
+            # would make ranks differ without any fault (the dist engine agrees on it)
+            c = make_cache(wcfg, policy, cls=cls, prefetch_policy="wait_complete")
+            c.rank = r
+            m = HostTierMap(c)
+            c.bus.subscribe(Monitor(m, VerifyConfig(mode="strict", violation_dir=vdir)))
+            self.caches.append(c)
+            self.maps.append(m)
+        self.coll = LocalCollective(n)
+        self.calls = [0] * n
+        self.rounds = 0
+        self.vdir = vdir
+
+    def check(self, stage: str) -> None:
+        from hicache.monitors.digest import contribution, verdict
+        for r, c in enumerate(self.caches):
+            if self.fault.skip_check(self, r, stage):
+                continue
+            self.calls[r] += 1
+            red = self.coll.contribute(r, contribution(f"cache_check:{stage}:{self.rounds}", self.calls[r],
+                                                       self.maps[r].digest_view()))
+            if red is not None:
+                f = verdict(red)
+                if f is not None:
+                    raise ProtocolViolation(spec="cross-rank", action=f"cache_check:{stage}", args={"rank": r},
+                                            failure=f, kind="digest", diff={}, history=[],
+                                            step=self.coll.rounds, trace_path=None)
+        self.rounds += 1
+
+    def serve(self, tokens, what: str) -> None:
+        reqs = [c.match(tokens) for c in self.caches]
+        for c, q in zip(self.caches, reqs):
+            c.load_back(q)
+        started = []
+        for c, q in zip(self.caches, reqs):
+            started.append(("prefetch" in what) and c.prefetch(q))
+            self.last_prefetch = started[0]
+        self.check("prefetch")
+        for c, q, st in zip(self.caches, reqs, started):
+            if st and "abort" in what:
+                c.abort(q)
+                continue
+            if st and c.finish_prefetch(q):
+                c.load_back(q, _tier="storage")
+            if what.startswith("abort"):
+                c.abort(q)
+                continue
+            for op in q.loads:
+                op.wait()
+            have = len(c.prefix_pages(q))
+            n = len(q.key) // c.tree.pb
+            pages = c.alloc(n - have) if n > have else []
+            if pages is None:
+                c.abort(q)
+                continue
+            if pages:
+                c.insert(q, pages)
+            c.finish(q)
+        for c in self.caches:
+            c.drain()
+        self.check("end")
+
+    def close(self) -> None:
+        for c in self.caches:
+            _close_quietly(c)
+
+
+def ranks_entry(bug: int, seeds: int, wcfg, vdir: str) -> BugResult:
+    from hicache.monitors.workload import plan
+    cls = RANK_FAULTS[bug]
+    name = cls.__name__
+    for seed in range(seeds):
+        policy, reqs = plan(seed, wcfg)
+        fault = cls()
+        g = RankGroup(2, wcfg, policy, fault, vdir)
+        exc = None
+        try:
+            for toks, what in reqs:
+                g.serve(toks, what)
+        except ProtocolViolation as e:
+            exc = e
+        finally:
+            g.close()
+        if fault.fired_round is None:
+            continue
+        clean = _clean_ranks(seed, wcfg, vdir)
+        if exc is None:
+            return BugResult(name, bug, "ranks", False, None, None, seed, clean, "the fault fired; no alarm")
+        # steps counted in cache checks (the exchange points) after the faulty one
+        return BugResult(name, bug, "ranks", True, exc.property, (g.rounds - fault.fired_round), seed, clean,
+                         f"{exc.kind} {exc.property} at {exc.location}")
+    return BugResult(name, bug, "ranks", False, None, None, None, False, f"never fired in {seeds} workloads")
+
+
+def _clean_ranks(seed: int, wcfg, vdir: str) -> bool:
+    from hicache.monitors.workload import plan
+    policy, reqs = plan(seed, wcfg)
+    g = RankGroup(2, wcfg, policy, RankFault(), vdir)
+    try:
+        for toks, what in reqs:
+            g.serve(toks, what)
+    except ProtocolViolation:
+        return True
+    finally:
+        g.close()
+    return False
+
+
+# ====================================================================== spec entries
+#: bug class -> (spec, bug-twin cfg, name)
+SPEC_BUGS = {
+    5: ("PPSync", "PPSync_bug.cfg", "StagesApplyLocalCounts"),
+    13: ("DraftState", "DraftState_bug.cfg", "CompletionOnTargetOnly"),
+}
+
+
+def spec_walk(spec: str, cfg_name: str, seed: int, depth: int, vdir: str):
+    """A seeded random run of the spec under `cfg_name`, checked by the generated monitor
+    with the spec's own (correct) constants. Returns (fault step or None, violation or None)."""
+    from hicache.monitors.codegen import module_name
+    from hicache.tla.cfg import load_cfg
+    from hicache.tla.checker import build
+    from hicache.tla.compiler import UNSET
+    path = ROOT / "spec" / f"{spec}.tla"
+    bug_ck = build(path, load_cfg(ROOT / "spec" / cfg_name))
+    clean_ck = build(path, load_cfg(path.with_suffix(".cfg")))
+    gen = importlib.import_module(f"hicache.monitors.generated.{module_name(spec)}")
+    C = gen.constants(dict(load_cfg(path.with_suffix(".cfg")).constants))
+    n = len(bug_ck.model.variables)
+    rng = random.Random(seed)
+    s = tuple(rng.choice(bug_ck.init((), [UNSET] * n, ())))
+    mon = _SpecMonitor(gen, C, VerifyConfig(mode="strict", violation_dir=vdir), dict(zip(gen.VARIABLES, s)))
+    fault_step = None
+    for step in range(1, depth + 1):
+        succ = [(a, tuple(p)) for a in bug_ck.actions for p in a.fn(s, [UNSET] * n, ())]
+        if not succ:
+            break
+        act, t = rng.choice(succ)
+        if fault_step is None:
+            clean_succ = {tuple(p) for a in clean_ck.actions for p in a.fn(s, [UNSET] * n, ())}
+            if t not in clean_succ:
+                fault_step = step
+        try:
+            mon(act.name, {"seq": step}, dict(zip(gen.VARIABLES, t)))
+        except ProtocolViolation as e:
+            return fault_step, e
+        s = t
+    return fault_step, None
+
+
+class _SpecMonitor(Monitor):
+    """A monitor whose refinement map is the identity (the run is already in spec terms)."""
+
+    def __init__(self, gen, C, cfg, s0):
+        self._state = s0
+        self._C = C
+        outer = self
+
+        class Identity:
+            spec = gen
+
+            def constants(self):
+                return {}
+
+            def state(self):
+                return outer._state
+
+            def bind(self, action, fields):
+                return [(action, "any")]
+        super().__init__(Identity(), cfg)
+
+    def constants(self) -> dict:
+        return self._C
+
+    def __call__(self, action, fields, t=None):  # type: ignore[override]
+        self._state = t
+        super().__call__(action, fields)
+
+    def _check_step(self, name, fields, steps, s, t) -> None:
+        nxt = self.spec.NEXT.get(name)
+        if s is not None and nxt is not None and not nxt(self._C, s, t):
+            # name the first conjunct that rejects every binding: try the action's checks
+            f = self._explain(name, s, t)
+            self.fail("action", name, fields, f, s, t)
+        super()._check_step(name, fields, [], s, t)
+
+    def _explain(self, name, s, t):
+        """The failure of the binding that passes the most conjuncts (candidate parameter
+        values: the atoms of the pre-state)."""
+        import itertools
+        from hicache.monitors.rt import Failure
+        entry = self.spec.ACTIONS.get(name)
+        best = None
+        if entry is not None:
+            atoms = sorted(_atoms(s), key=repr)
+            for args in itertools.product(atoms, repeat=len(entry[1])):
+                f = entry[0](self._C, s, t, *args)
+                if f is not None and f.error is None and (best is None or f.index > best.index):
+                    best = f
+        return best or Failure(name, 0, f"no binding of {name}'s parameters allows this step", self.spec.SPEC)
+
+
+def _atoms(v, out=None) -> set:
+    """Ints and strings inside a state (candidate action parameters)."""
+    from hicache.tla.values import Fcn
+    out = set() if out is None else out
+    if isinstance(v, dict):
+        for x in v.values():
+            _atoms(x, out)
+    elif type(v) in (int, str):
+        out.add(v)
+    elif isinstance(v, (tuple, frozenset)):
+        for x in v:
+            _atoms(x, out)
+    elif isinstance(v, Fcn):
+        for k, x in v.d.items():
+            _atoms(k, out)
+            _atoms(x, out)
+    return out
+
+
+def spec_entry(bug: int, seeds: int, vdir: str, depth: int = 40) -> BugResult:
+    spec, cfg_name, name = SPEC_BUGS[bug]
+    for seed in range(seeds):
+        fault, exc = spec_walk(spec, cfg_name, seed, depth, vdir)
+        if fault is None:
+            continue
+        _, clean = spec_walk(spec, f"{spec}.cfg", seed, depth, vdir)
+        if exc is None:
+            return BugResult(name, bug, "spec", False, None, None, seed, clean is not None, "no alarm")
+        return BugResult(name, bug, "spec", True, exc.property, exc.step - fault, seed, clean is not None,
+                         f"{exc.kind} {exc.property} at {exc.location}")
+    return BugResult(name, bug, "spec", False, None, None, None, False, f"never fired in {seeds} runs")
+
+
+# ====================================================================== layer pipeline entries
+class PipelineAdapter:
+    """The gather adapter's schedule over one LayerPipelineGuard per CP rank: restores run
+    per rank in layer order, a gather starts when its layer is restored on every rank and
+    its slot's previous reader finished, attention reads layers in order. Each step calls
+    the guards, then emits its event. `wait_all_ranks=False` is the fault: the gather waits
+    for rank 0's restore only (a rank-local condition: no happens-before from the other
+    ranks' writes to the gather's read)."""
+
+    def __init__(self, guards, listener, rng, wait_all_ranks: bool = True):
+        self.g, self.listener, self.rng = guards, listener, rng
+        self.wait_all = wait_all_ranks
+        self.n = guards[0].num_layers
+        self.restored = [0] * len(guards)
+        self.next_gather = self.next_attn = 0
+        self.busy: int | None = None
+        self.reading: int | None = None
+        self.seq = 0
+        self.fault_seq: int | None = None
+
+    def _emit(self, action: str, **fields) -> None:
+        self.seq += 1
+        fields["seq"] = self.seq
+        self.listener(action, fields)
+
+    def enabled(self) -> list:
+        out = [("restore", r) for r, k in enumerate(self.restored) if k < self.n]
+        l = self.next_gather
+        ranks = self.restored if self.wait_all else self.restored[:1]
+        if l < self.n and self.busy is None and all(k > l for k in ranks) and \
+                (l < 2 or self.next_attn >= l - 1) and self.reading != l - 2:
+            out.append(("gather_start", l))
+        if self.busy is not None:
+            out.append(("gather_finish", self.busy))
+        a = self.next_attn
+        if self.reading is None and a < self.next_gather and a != self.busy:
+            out.append(("attention_start", a))
+        if self.reading is not None:
+            out.append(("attention_finish", self.reading))
+        return out
+
+    def step(self) -> bool:
+        en = self.enabled()
+        if not en:
+            return False
+        what, x = self.rng.choice(en)
+        if what == "restore":
+            l = self.restored[x]
+            self.g[x].rank_restore_layer(l)
+            self.restored[x] += 1
+            self._emit("RankRestoreLayer", rank=x, layer=l)
+        elif what == "gather_start":
+            for g in self.g:
+                g.gather_start(x)
+            self.next_gather, self.busy = x + 1, x
+            if self.fault_seq is None and any(k <= x for k in self.restored):
+                self.fault_seq = self.seq + 1
+            self._emit("GatherStart", layer=x)
+        elif what == "gather_finish":
+            for g in self.g:
+                g.gather_finish(x)
+            self.busy = None
+            self._emit("GatherFinish", layer=x)
+        elif what == "attention_start":
+            for g in self.g:
+                g.attention_start(x)
+            self.reading = x
+            self._emit("AttentionStart", layer=x)
+        else:
+            for g in self.g:
+                g.attention_finish(x)
+            self.reading, self.next_attn = None, x + 1
+            self._emit("AttentionFinish", layer=x)
+        return True
+
+
+def _unordered_guard_class():
+    from hicache.protocol.layer_pipeline import LayerPipelineGuard
+
+    class UnorderedGatherGuard(LayerPipelineGuard):
+        """The reference system's path: the gather does not wait for this rank's restore."""
+
+        def gather_start(self, layer: int) -> None:
+            if layer in self.restored:
+                return super().gather_start(layer)
+            self.gathering.add(layer)
+    return UnorderedGatherGuard
+
+
+def pipeline_run(seed: int, faulty: bool, vdir: str, ranks: int = 3, layers: int = 6):
+    from hicache.monitors.maps.layer_pipeline import LayerPipelineMap
+    from hicache.protocol.layer_pipeline import LayerPipelineGuard
+    cls = _unordered_guard_class() if faulty else LayerPipelineGuard
+    guards = [cls(layers) for _ in range(ranks)]
+    mon = Monitor(LayerPipelineMap(guards), VerifyConfig(mode="strict", violation_dir=vdir))
+    ad = PipelineAdapter(guards, mon, random.Random(seed), wait_all_ranks=not faulty)
+    try:
+        while ad.step():
+            pass
+    except ProtocolViolation as e:
+        return ad, e
+    return ad, None
+
+
+def pipeline_entry(seeds: int, vdir: str) -> BugResult:
+    name = "GatherBeforeAllRestores"
+    for seed in range(seeds):
+        ad, exc = pipeline_run(seed, True, vdir)
+        if ad.fault_seq is None:
+            continue
+        _, clean = pipeline_run(seed, False, vdir)
+        if exc is None:
+            return BugResult(name, 11, "runtime", False, None, None, seed, clean is not None, "no alarm")
+        return BugResult(name, 11, "runtime", True, exc.property, _steps_after(exc, ad.fault_seq), seed,
+                         clean is not None, f"{exc.kind} {exc.property} at {exc.location}")
+    return BugResult(name, 11, "runtime", False, None, None, None, False, f"never fired in {seeds} runs")
+
+
+PIPELINE_BUGS = {11: pipeline_entry}
+
+
+# ====================================================================== the zoo
+def run_zoo(seeds: int = 30, vdir: str = "hicache-violations/bugzoo", only=None) -> list[BugResult]:
+    from hicache.monitors.workload import WorkloadConfig
+    wcfg = WorkloadConfig()
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    out = []
+    for bug in sorted(set(RUNTIME_FAULTS) | set(RANK_FAULTS) | set(SPEC_BUGS) | set(PIPELINE_BUGS)):
+        if only and bug not in only:
+            continue
+        if bug in PIPELINE_BUGS:
+            out.append(PIPELINE_BUGS[bug](seeds, vdir))
+        elif bug in RUNTIME_FAULTS:
+            out.append(runtime_entry(bug, seeds, wcfg, vdir))
+        elif bug in RANK_FAULTS:
+            out.append(ranks_entry(bug, seeds, wcfg, vdir))
+        else:
+            out.append(spec_entry(bug, seeds, vdir))
+    return out

@@ -1,0 +1,145 @@
+"""Monitor runtime: HostTier refinement map on the real cache, violations, ITF, modes."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from hicache.monitors.faults import AbortKeepsSlots, EvictDuringLoad
+from hicache.monitors.generated import host_tier
+from hicache.monitors.maps.host_tier import HostTierMap, slot_in_one_owner_linear, write_through_prefix_tree
+from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, VerifyConfig
+from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
+from hicache.monitors.zoo import _close_quietly
+from hicache.tla.itf import decode, read_itf
+from hicache.tla.values import Fcn
+
+W = WorkloadConfig(requests=25)
+
+
+def _run(seed, cls=None, mode="strict", tmp=None, rate=0.05, keep=None):
+    policy, reqs = plan(seed, W)
+    cache = make_cache(W, policy, cls=cls)
+    m = HostTierMap(cache)
+    mon = Monitor(m, VerifyConfig(mode=mode, sample_rate=rate, seed=seed, violation_dir=str(tmp or "viol")))
+    cache.bus.subscribe(mon)
+    if keep is not None:
+        cache.bus.subscribe(lambda a, f: keep.append(m.state()))
+    try:
+        run_workload(cache, reqs)
+    except ProtocolViolation:
+        _close_quietly(cache)
+        raise
+    return cache, mon
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_clean_workloads_raise_nothing_in_strict_mode(seed, tmp_path):
+    _, mon = _run(seed, tmp=tmp_path)
+    assert mon.steps > 20 and mon.checked == mon.steps
+    assert not list(tmp_path.iterdir())
+
+
+def _first_violation(cls, tmp_path):
+    for seed in range(30):
+        try:
+            cache, _ = _run(seed, cls=cls, tmp=tmp_path)
+        except ProtocolViolation as e:
+            return e
+    pytest.fail(f"{cls.__name__} never caught")
+
+
+def test_abort_leak_is_a_located_violation_with_trace(tmp_path):
+    e = _first_violation(AbortKeepsSlots, tmp_path)
+    assert e.action == "RequestAbort" and e.kind == "invariant"
+    assert e.property == "SlotInOneOwner"
+    line = next(i for i, t in enumerate(open("spec/HostTier.tla").read().splitlines(), 1)
+                if t.startswith("SlotInOneOwner =="))
+    assert e.location == f"spec/HostTier.tla:{line + 1}:5"
+    assert "rid" in e.arguments and e.history[-1].action == "RequestAbort"
+    assert "slot" in e.diff or "pfSlot" in e.diff
+    doc = read_itf(e.trace_path)
+    assert doc["vars"] == list(host_tier.VARIABLES)
+    assert doc["#meta"]["violation"]["property"] == "SlotInOneOwner"
+    last = doc["states"][-1]
+    assert last["#meta"]["action"] == "RequestAbort"
+    slots = decode(last["slot"])
+    assert "reserved" in slots
+    json.dumps(doc)  # plain JSON
+
+
+def test_evict_during_load_breaks_pending_load_locked(tmp_path):
+    e = _first_violation(EvictDuringLoad, tmp_path)
+    assert (e.action, e.property) == ("HostEvict", "PendingLoadLocked")
+
+
+def test_sample_mode_checks_a_seeded_fraction(tmp_path):
+    _, a = _run(3, mode="sample", tmp=tmp_path, rate=0.3)
+    _, b = _run(3, mode="sample", tmp=tmp_path, rate=0.3)
+    assert 0 < a.checked < a.steps
+    assert a.checked == b.checked           # seeded: the same steps are chosen
+
+
+def test_sample_mode_catches_at_cache_check(tmp_path):
+    policy, reqs = plan(0, W)
+    cache = make_cache(W, policy)
+    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.0, violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    run_workload(cache, reqs[:5])
+    assert mon.checked == 0
+    assert cache.host.reserve(1)            # a slot RESERVED by nobody, with no event
+    with pytest.raises(ProtocolViolation) as ei:
+        mon.cache_check()
+    assert ei.value.property == "SlotInOneOwner" and ei.value.action == "cache_check"
+
+
+def test_verify_config_from_env():
+    assert VerifyConfig.from_env({}).mode is Mode.OFF
+    cfg = VerifyConfig.from_env({"HICACHE_VERIFY": "Sample", "HICACHE_VERIFY_RATE": "0.5",
+                                 "HICACHE_VERIFY_SEED": "7", "HICACHE_VIOLATION_DIR": "/x"})
+    assert (cfg.mode, cfg.sample_rate, cfg.seed, cfg.violation_dir) == (Mode.SAMPLE, 0.5, 7, "/x")
+    with pytest.raises(ValueError, match="HICACHE_VERIFY"):
+        VerifyConfig.from_env({"HICACHE_VERIFY": "loud"})
+    with pytest.raises(ValueError, match="sample_rate"):
+        VerifyConfig(mode="sample", sample_rate=2.0)
+
+
+# ---------------------------------------------------------------- map's own invariant forms
+def test_linear_slot_in_one_owner_agrees_with_generated(tmp_path):
+    rng = random.Random(5)
+    checked = 0
+    policy, reqs = plan(1, W)
+    cache = make_cache(W, policy)
+    m = HostTierMap(cache)
+    samples = []
+    cache.bus.subscribe(lambda a, f: samples.append((m.constants(), m.state())))
+    run_workload(cache, reqs)
+    names = ("idle", "reserved", "protected", "synced", "backup")
+    for raw, s in samples:
+        C = host_tier.constants(raw)
+        variants = [s]
+        for _ in range(4):    # mutate one slot's state, or one page's host slot
+            slot = list(s["slot"])
+            h = rng.randrange(len(slot))
+            slot[h] = rng.choice(names)
+            variants.append(dict(s, slot=tuple(slot)))
+            host = dict(s["host"].d)
+            n = rng.randrange(len(host))
+            host[n] = rng.randrange(0, len(slot) + 1)
+            variants.append(dict(s, host=Fcn(host)))
+        for v in variants:
+            want = host_tier.inv_SlotInOneOwner(C, v)
+            got = slot_in_one_owner_linear(C, v)
+            assert (want is None) == (got is None)
+            checked += 1
+    assert checked > 100
+
+
+def test_tree_write_through_prefix_equals_spec_on_a_chain():
+    C = host_tier.constants({"NNodes": 4, "NSlots": 4, "NLayers": 1, "NReqs": 1,
+                             "Policies": frozenset({"write_through"}), "BugEvictDuringLoad": False,
+                             "BugAbortLeak": False})
+    for hosts in [(1, 2, 0, 0), (0, 2, 0, 0), (1, 0, 3, 0), (1, 2, 3, 0)]:
+        s = {"policy": "write_through", "len": 3, "host": Fcn(dict(enumerate(hosts))), "_parent": (-1, 0, 1, 2)}
+        assert (host_tier.inv_WriteThroughPrefix(C, s) is None) == (write_through_prefix_tree(C, s) is None)
