@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export TRITON_INTERPRET=1
-python3 -m pytest -q -p no:cacheprovider "$@"
+python3 -m pytest -p no:cacheprovider "$@"
