@@ -110,24 +110,3 @@ class PPModel:
             if early:
                 out.append(f"NoEarlyApply: ({s},{r}) applied transfers {early} before they completed")
         return out
-
-
-def explore(model: PPModel, limit: int = 2_000_000) -> tuple[int, list[str]]:
-    """Breadth-first over every reachable state; returns (distinct states, first violations)."""
-    start = model.init()
-    seen = {start}
-    frontier = [start]
-    while frontier:
-        nxt = []
-        for st in frontier:
-            bad = model.violations(st)
-            if bad:
-                return len(seen), bad
-            for _, succ in model.successors(st):
-                if succ not in seen:
-                    seen.add(succ)
-                    if len(seen) > limit:
-                        raise RuntimeError(f"state space larger than {limit}")
-                    nxt.append(succ)
-        frontier = nxt
-    return len(seen), []

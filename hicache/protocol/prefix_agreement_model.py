@@ -87,23 +87,3 @@ class PAModel:
             if used > own:
                 out.append(f"PrefixLoaded: rank {r} uses {used} pages but loaded only {own}")
         return out
-
-
-def explore(model: PAModel, limit: int = 2_000_000) -> tuple[int, list[str]]:
-    """Breadth-first over every reachable state; returns (distinct states, first violations)."""
-    start = model.init()
-    seen, frontier = {start}, [start]
-    while frontier:
-        nxt = []
-        for st in frontier:
-            bad = model.violations(st)
-            if bad:
-                return len(seen), bad
-            for _, succ in model.successors(st):
-                if succ not in seen:
-                    seen.add(succ)
-                    if len(seen) > limit:
-                        raise RuntimeError(f"state space larger than {limit}")
-                    nxt.append(succ)
-        frontier = nxt
-    return len(seen), []

@@ -22,7 +22,6 @@ from hicache.protocol.cp_layout import CPLayout, chain_owner_class, choose_rotat
 from hicache.runtime.allocator import PageAllocator
 from hicache.runtime.cache import HiCache, Request
 from hicache.runtime.config import CacheConfig
-from hicache.runtime.radix import Node
 
 
 class ShardedDeviceAllocator:
@@ -135,29 +134,14 @@ class ShardedCache(HiCache):
 
     def alloc(self, n: int) -> list[int] | None:
         """n pages for the current request's chain, evicting LRU device leaves until every
-        owner class it needs has room; None if locks pin too much. (Same victim loop as
-        HiCache.alloc, with the per-class condition.)"""
+        owner class it needs has room; None if locks pin too much. (HiCache's victim loop,
+        with the per-class condition.)"""
         base, start = self._chain(self._current)
         alloc = self.dev_alloc
         need = alloc.need(base, start, n)
-        tree = self.tree
-        kept: list[Node] = []
-        try:
-            while not alloc.fits(need):
-                victim = tree.pop_device_victim()
-                if victim is None:
-                    for x in kept:
-                        tree.offer_device(x)
-                    kept.clear()
-                    if not self._wait_one():
-                        return None
-                    continue
-                if not self._evict_device(victim):
-                    kept.append(victim)
-            return alloc.alloc_chain(base, start, n)
-        finally:
-            for x in kept:
-                tree.offer_device(x)
+        if not self._make_room(lambda: alloc.fits(need)):
+            return None
+        return alloc.alloc_chain(base, start, n)
 
     def evict_device(self, n: int) -> int:
         self._current = None

@@ -147,21 +147,30 @@ class HiCache:
     def alloc(self, n: int) -> list[int] | None:
         """n device pages, evicting LRU device leaves; None if locks pin too much."""
         alloc = self.dev_alloc
+        if not self._make_room(lambda: alloc.free >= n):
+            return None
+        return alloc.alloc(n)
+
+    def _make_room(self, fits) -> bool:
+        """Evict LRU device victims until `fits()`; False if locks pin too much.
+
+        Victims that cannot go now (pinned by an in-flight copy) go back on the heap
+        afterwards; when the heap runs dry, one pending transfer is awaited and they retry."""
         tree = self.tree
-        kept: list[Node] = []       # victims that could not go now: back on the heap after
+        kept: list[Node] = []
         try:
-            while alloc.free < n:
+            while not fits():
                 victim = tree.pop_device_victim()
                 if victim is None:
                     for x in kept:
                         tree.offer_device(x)
                     kept.clear()
                     if not self._wait_one():
-                        return None
+                        return False
                     continue
                 if not self._evict_device(victim):
                     kept.append(victim)
-            return alloc.alloc(n)
+            return True
         finally:
             for x in kept:
                 tree.offer_device(x)

@@ -2,7 +2,8 @@ import pytest
 
 from hicache.protocol.digest import digest_of, pair, pair_agrees, step_code
 from hicache.protocol.pp_sync import COUNT_PLACEHOLDER, SyncLayout, leading_ready, min_reduce, pop_plan
-from hicache.protocol.pp_sync_model import PPModel, Variant, explore
+from hicache.protocol.explore import explore
+from hicache.protocol.pp_sync_model import PPModel, Variant
 
 
 def test_leading_ready_stops_at_first_not_ready():

@@ -4,7 +4,8 @@ import pytest
 
 from hicache.protocol.prefix_agreement import (StopInput, StopPolicy, TimeoutBudget, agree_ack, agreed_prefix,
                                                batch_plan, decide_terminate, rank_acks)
-from hicache.protocol.prefix_agreement_model import PAModel, Variant, explore
+from hicache.protocol.explore import explore
+from hicache.protocol.prefix_agreement_model import PAModel, Variant
 
 
 def test_batch_plan():
