@@ -14,21 +14,21 @@ A violation raises `hicache.monitors.runtime.ProtocolViolation` on the thread th
 the event and writes the recent history as an ITF trace under HICACHE_VIOLATION_DIR
 (default ./hicache-violations/), which `hicache explain` reads.
 
-The runtime needs no hook: enabling wraps `HiCache.__init__` (attach a monitor) and
-`HiCache.close` (a final cache check); disabling restores both.
+Enabling wraps `HiCache.__init__` (attach a monitor) and `HiCache.close` (a final cache
+check); disabling restores both. Without this import, a cache created while HICACHE_VERIFY
+is sample or strict attaches its own monitor (HiCache.__init__ reads the variable once).
 """
 from __future__ import annotations
 
 import os
-import weakref
 
+from hicache.monitors import attach as _registry
 from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, VerifyConfig
 
 __all__ = ["Mode", "ProtocolViolation", "VerifyConfig", "attach", "cache_check", "disable", "enable",
            "current", "monitor_of"]
 
 _state: dict = {"cfg": VerifyConfig(), "orig": None}
-_monitors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def current() -> VerifyConfig:
@@ -36,26 +36,12 @@ def current() -> VerifyConfig:
 
 
 def attach(cache, cfg: VerifyConfig | None = None) -> Monitor | None:
-    """Attach a HostTier monitor to one cache (no-op when the mode is off)."""
-    cfg = cfg or current()
-    if cfg.mode is Mode.OFF or cache.host is None:
-        return None
-    from hicache.monitors.maps.host_tier import HostTierMap
-    mon = Monitor(HostTierMap(cache), cfg)
-    cache.bus.subscribe(mon)
-    _monitors[cache] = mon
-    return mon
+    """Attach a HostTier monitor to one cache (no-op when the mode is off; idempotent)."""
+    return _registry.attach(cache, cfg or current())
 
 
-def monitor_of(cache) -> Monitor | None:
-    return _monitors.get(cache)
-
-
-def cache_check(cache) -> None:
-    """Every invariant of the cache's monitor on its current state (a cache check)."""
-    mon = _monitors.get(cache)
-    if mon is not None:
-        mon.cache_check()
+monitor_of = _registry.monitor_of
+cache_check = _registry.cache_check
 
 
 def enable(mode: str | Mode | None = None, **overrides) -> VerifyConfig:

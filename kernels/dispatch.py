@@ -1,11 +1,14 @@
-"""The one entry point the runtime calls: Triton on a GPU, the torch fallback on the CPU.
+"""The one entry point the runtime calls: Triton on a GPU, a one-pass C loop on the CPU.
 
 The backend is chosen once per device type, on first use, and then fixed: CUDA tensors get
-the Triton kernels when Triton imports (else the torch fallback), CPU tensors get the torch
-fallback. ``HICACHE_KERNEL_BACKEND=triton|torch`` overrides the choice for every device
-(``triton`` on CPU tensors needs ``TRITON_INTERPRET=1``; the kernel tests use it).
+the Triton kernels when Triton imports (else the torch fallback); CPU tensors get the native
+one-pass copy (:mod:`.native`, compiled on first use) unless ``HICACHE_NATIVE=0`` or the build
+fails (one warning), in which case the torch fallback. Paged attention has no native form: the
+native set uses the torch reference for it. ``HICACHE_KERNEL_BACKEND=triton|native|torch``
+overrides the choice for every device (``triton`` on CPU tensors needs ``TRITON_INTERPRET=1``;
+the kernel tests use it; ``native`` sends GPU tensors to torch).
 :func:`set_backend` pins a choice for tests. Every function validates its arguments the same
-way under both backends and raises ValueError before any copy starts.
+way under every backend and raises ValueError before any copy starts.
 """
 from __future__ import annotations
 
@@ -16,13 +19,14 @@ from typing import Callable
 
 import torch
 
-from . import _triton, attention, packed, page_gather, transfer
+from . import _triton, attention, native, packed, page_gather, transfer
 from .layout import Layout
 from .packed import Direction, SidecarSpec, sidecar_pages
 
 
 class Backend(enum.StrEnum):
     TRITON = "triton"
+    NATIVE = "native"    # CPU only: the C loop of csrc/pagecopy.c
     TORCH = "torch"
 
 
@@ -42,6 +46,9 @@ KERNELS: dict[Backend, KernelSet] = {
     Backend.TORCH: KernelSet(page_gather.gather_pages_torch, page_gather.scatter_pages_torch,
                              transfer.transfer_pages_torch, packed.transfer_packed_torch,
                              attention.paged_attention_torch),
+    Backend.NATIVE: KernelSet(page_gather.gather_pages_native, page_gather.scatter_pages_native,
+                              transfer.transfer_pages_native, packed.transfer_packed_native,
+                              attention.paged_attention_torch),
 }
 
 ENV = "HICACHE_KERNEL_BACKEND"
@@ -57,9 +64,13 @@ def _choose(device_type: str) -> Backend:
             raise ValueError(f"{ENV}={forced!r}: expected one of {[b.value for b in Backend]}") from None
         if backend is Backend.TRITON and not _triton.HAVE_TRITON:
             raise ValueError(f"{ENV}=triton but {_triton.IMPORT_ERROR}")
+        if backend is Backend.NATIVE and native.library() is None:
+            raise ValueError(f"{ENV}=native but the native library is unavailable: {native.unavailable_reason()}")
         return backend
     if device_type == "cuda" and _triton.HAVE_TRITON:
         return Backend.TRITON
+    if device_type == "cpu" and native.library() is not None:
+        return Backend.NATIVE
     return Backend.TORCH
 
 

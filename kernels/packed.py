@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from .layout import TORCH_MAX_WORD, TRITON_MAX_WORD, Layout, describe, overlaps, page_list, require_pairs, require_same_dtype, word_bytes
-from .transfer import TransferPlan, plan_segment, run_plan_torch, run_plan_triton
+from .transfer import TransferPlan, plan_segment, run_plan_native, run_plan_torch, run_plan_triton
 
 
 class Direction(enum.StrEnum):
@@ -98,6 +98,15 @@ def transfer_packed_torch(device_target, device_draft, host, device_pages, host_
     run_plan_torch(plan_packed(device_target, device_draft, host, device_pages, host_pages,
                                direction=direction, page_size=page_size, host_layout=host_layout, layer=layer,
                                max_word=TORCH_MAX_WORD))
+
+
+def transfer_packed_native(device_target, device_draft, host, device_pages, host_pages, *, direction,
+                           page_size, host_layout=Layout.LAYER_FIRST, layer=None) -> None:
+    """Native one-pass CPU implementation of :func:`hicache.kernels.transfer_packed` (one C call
+    per segment: the CPU copy is synchronous, so the call's return covers both)."""
+    run_plan_native(plan_packed(device_target, device_draft, host, device_pages, host_pages,
+                                direction=direction, page_size=page_size, host_layout=host_layout, layer=layer,
+                                max_word=TORCH_MAX_WORD))
 
 
 # ------------------------------------------------------------------------------------ sidecar

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _triton
+from . import _triton, native
 from ._triton import jit, tl
 from .launch import LaunchConfig, copy_config, tuned
 from .layout import TORCH_MAX_WORD, TRITON_MAX_WORD, as_words, overlaps, page_list, require_contiguous, require_same_dtype, word_bytes
@@ -123,21 +123,56 @@ def _pages_view(flat: torch.Tensor, chunk: int) -> torch.Tensor:
     return flat.view(-1, chunk)
 
 
+def _run_torch(plan: PagePlan, *, gather: bool) -> None:
+    if not (plan.ids.numel() and plan.chunk):
+        return
+    pool, buf = _pages_view(plan.pool, plan.chunk), _pages_view(plan.buf, plan.chunk)
+    ids = plan.ids.to(plan.pool.device)
+    if gather:
+        torch.index_select(pool, 0, ids, out=buf)
+    else:
+        pool.index_copy_(0, ids, buf)
+
+
 def gather_pages_torch(pool_layer: torch.Tensor, page_ids: torch.Tensor, out: torch.Tensor | None = None, *,
                        page_size: int) -> torch.Tensor:
     """Torch reference (and CPU fallback) of :func:`hicache.kernels.gather_pages`; returns ``out``."""
     out = _out(pool_layer, page_ids, out, page_size)
-    plan = _plan(pool_layer, out, page_ids, page_size, scatter=False, max_word=TORCH_MAX_WORD)
-    if plan.ids.numel() and plan.chunk:
-        torch.index_select(_pages_view(plan.pool, plan.chunk), 0, plan.ids.to(plan.pool.device),
-                           out=_pages_view(plan.buf, plan.chunk))
+    _run_torch(_plan(pool_layer, out, page_ids, page_size, scatter=False, max_word=TORCH_MAX_WORD), gather=True)
     return out
 
 
 def scatter_pages_torch(src: torch.Tensor, pool_layer: torch.Tensor, page_ids: torch.Tensor, *,
                         page_size: int) -> None:
     """Torch reference (and CPU fallback) of :func:`hicache.kernels.scatter_pages`."""
-    plan = _plan(pool_layer, src, page_ids, page_size, scatter=True, max_word=TORCH_MAX_WORD)
-    if plan.ids.numel() and plan.chunk:
-        _pages_view(plan.pool, plan.chunk).index_copy_(0, plan.ids.to(plan.pool.device),
-                                                      _pages_view(plan.buf, plan.chunk))
+    _run_torch(_plan(pool_layer, src, page_ids, page_size, scatter=True, max_word=TORCH_MAX_WORD), gather=False)
+
+
+def _run_native(plan: PagePlan, *, gather: bool) -> None:
+    """One memcpy per page; the scratch side is addressed by list position (a NULL list)."""
+    if not (plan.ids.numel() and plan.chunk):
+        return
+    if plan.pool.device.type != "cpu":     # the C loop reads host memory only
+        _run_torch(plan, gather=gather)
+        return
+    page = plan.chunk * plan.pool.element_size()
+    nest = native.loop_nest([], page, lead_src=False, src_page_stride=page, dst_page_stride=page)
+    pool, buf, n = plan.pool.data_ptr(), plan.buf.data_ptr(), plan.ids.numel()
+    if gather:
+        native.copy_pages(pool, buf, n, plan.ids, None, page, page, nest, page_bytes=page)
+    else:
+        native.copy_pages(buf, pool, n, None, plan.ids, page, page, nest, page_bytes=page)
+
+
+def gather_pages_native(pool_layer: torch.Tensor, page_ids: torch.Tensor, out: torch.Tensor | None = None, *,
+                        page_size: int) -> torch.Tensor:
+    """Native one-pass CPU implementation of :func:`hicache.kernels.gather_pages`; returns ``out``."""
+    out = _out(pool_layer, page_ids, out, page_size)
+    _run_native(_plan(pool_layer, out, page_ids, page_size, scatter=False, max_word=TORCH_MAX_WORD), gather=True)
+    return out
+
+
+def scatter_pages_native(src: torch.Tensor, pool_layer: torch.Tensor, page_ids: torch.Tensor, *,
+                         page_size: int) -> None:
+    """Native one-pass CPU implementation of :func:`hicache.kernels.scatter_pages`."""
+    _run_native(_plan(pool_layer, src, page_ids, page_size, scatter=True, max_word=TORCH_MAX_WORD), gather=False)

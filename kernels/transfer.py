@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _triton
+from . import _triton, native
 from ._triton import jit, tl
 from .launch import LaunchConfig, copy_config, tuned
 from .layout import (TORCH_MAX_WORD, TRITON_MAX_WORD, Layout, PageGeometry, as_words, describe, page_list,
@@ -261,6 +261,53 @@ def run_plan_torch(plan: TransferPlan) -> None:
             dst_m.index_copy_(0, dst_idx[lo:lo + step], part)
 
 
+# ------------------------------------------------------------------------ native CPU path
+
+
+def _in_bytes(g: PageGeometry, word: int) -> PageGeometry:
+    return g.in_words(word, 1)
+
+
+def _keeps_page_together(g: PageGeometry) -> bool:
+    """A page's layers share one run of memory (``page_first``, ``page_first_direct``)."""
+    return g.layers > 1 and g.stride_l < g.stride_p
+
+
+def segment_nest(s: Segment) -> tuple[PageGeometry, PageGeometry, native.LoopNest]:
+    """The segment's geometries in bytes and its loop nest (see :func:`native.loop_nest`)."""
+    sg, dg = _in_bytes(s.src_geo, s.src.element_size()), _in_bytes(s.dst_geo, s.dst.element_size())
+    dims = [native.Dim(sg.components, sg.stride_c, dg.stride_c), native.Dim(s.layers, sg.stride_l, dg.stride_l),
+            native.Dim(sg.page_size, sg.stride_t, dg.stride_t)]
+    lead_src = _keeps_page_together(sg) and not _keeps_page_together(dg)
+    return sg, dg, native.loop_nest(dims, sg.row, lead_src=lead_src, src_page_stride=sg.stride_p,
+                                    dst_page_stride=dg.stride_p)
+
+
+def run_plan_native(plan: TransferPlan) -> None:
+    """One pass: the C loop copies each chunk (or token row) straight from source to destination.
+
+    Plans touching a GPU tensor go to :func:`run_plan_torch` (the C loop reads host memory only).
+    """
+    if plan.src_pages.numel() == 0:
+        return
+    if any(t.device.type != "cpu" for s in plan.segments for t in (s.src, s.dst)):
+        run_plan_torch(plan)
+        return
+    n = plan.src_pages.numel()
+    # Destination pages are distinct, so the pairs may go in any order: in the lead side's
+    # page order each of its regions is walked front to back. (lead_src -> sorted lists)
+    sorted_pairs: dict[bool, tuple[torch.Tensor, torch.Tensor]] = {}
+    for s in plan.segments:
+        sg, dg, nest = segment_nest(s)
+        if nest.lead_src not in sorted_pairs:
+            _, order = torch.sort(plan.src_pages if nest.lead_src else plan.dst_pages)
+            sorted_pairs[nest.lead_src] = plan.src_pages[order], plan.dst_pages[order]
+        src_pages, dst_pages = sorted_pairs[nest.lead_src]
+        native.copy_pages(s.src.data_ptr() + s.src_layer0 * sg.stride_l, s.dst.data_ptr() + s.dst_layer0 * dg.stride_l,
+                          n, src_pages, dst_pages, sg.stride_p, dg.stride_p, nest,
+                          page_bytes=sg.components * s.layers * sg.chunk)
+
+
 def transfer_pages_triton(src: torch.Tensor, dst: torch.Tensor, src_pages: torch.Tensor,
                           dst_pages: torch.Tensor, *, page_size: int,
                           src_layout: Layout | str = Layout.LAYER_FIRST,
@@ -278,3 +325,13 @@ def transfer_pages_torch(src: torch.Tensor, dst: torch.Tensor, src_pages: torch.
     run_plan_torch(plan_transfer(src, dst, src_pages, dst_pages, page_size=page_size,
                                  src_layout=src_layout, dst_layout=dst_layout, layer=layer,
                                  max_word=TORCH_MAX_WORD))
+
+
+def transfer_pages_native(src: torch.Tensor, dst: torch.Tensor, src_pages: torch.Tensor,
+                          dst_pages: torch.Tensor, *, page_size: int,
+                          src_layout: Layout | str = Layout.LAYER_FIRST,
+                          dst_layout: Layout | str = Layout.LAYER_FIRST, layer: int | None = None) -> None:
+    """Native one-pass CPU implementation of :func:`hicache.kernels.transfer_pages`."""
+    run_plan_native(plan_transfer(src, dst, src_pages, dst_pages, page_size=page_size,
+                                  src_layout=src_layout, dst_layout=dst_layout, layer=layer,
+                                  max_word=TORCH_MAX_WORD))

@@ -1,28 +1,41 @@
 ------------------------------ MODULE PDHandoff ------------------------------
 (***************************************************************************)
-(* Prefill-decode handoff of a cached prefix.                              *)
+(* Prefill-decode handoff of a cached prefix, as two engines exchanging   *)
+(* messages.                                                               *)
 (*                                                                         *)
 (* A prefill engine whose request hits a prefix of NPages pages on its     *)
 (* device, host or storage tier hands the prefix's KV to a decode engine.  *)
-(* Prefill loads each page back to device first (storage -> host ->        *)
-(* device); decode allocates a destination page for each page before the   *)
-(* page may be sent; a send is in flight until the page lands on decode;   *)
-(* decode reads only pages that landed.  Either side may abort at any      *)
-(* time.  An abort cannot cancel a copy already in flight: prefill keeps   *)
-(* its source pages locked and decode keeps the destination page until    *)
-(* the copy lands, then everything is freed.                               *)
+(* The engines share no state: each step below is one engine's local      *)
+(* action, reading only its own variables and the head of its inbound      *)
+(* channel (FIFO), and appending to its outbound channel.                  *)
 (*                                                                         *)
-(*   prefill: LoadBack(i) ... PrefillSend(i) ==== copy ====>               *)
-(*   decode:  DecodeAllocate(i) ............ DecodeReceive(i) DecodeRead(i)*)
-(*   aborts:  PrefillAbort / DecodeAbort free all but in-flight pages      *)
+(*   decode  -> prefill : ALLOC(i)  a destination page for page i is owned *)
+(*                        ABORT     decode gives up                        *)
+(*                        DONE      every page landed and was read         *)
+(*                        CLOSED    answer to prefill's ABORT: every copy  *)
+(*                                  prefill sent has landed                *)
+(*   prefill -> decode  : DATA(i)   page i's copy, in flight until read    *)
+(*                        ABORT     prefill sends nothing more             *)
+(*                                                                         *)
+(*   prefill: LoadBack(i) .. Send(i) [ALLOC(i) -> DATA(i)] .. Release      *)
+(*   decode:  Allocate(i) [-> ALLOC(i)] .. Receive(i) Read(i) .. Finish    *)
+(*                                                                         *)
+(* Prefill loads each page back to device (storage -> host -> device)      *)
+(* before it may send it, and keeps the prefix locked until decode         *)
+(* confirms that nothing it sent is in flight (DONE or CLOSED).  Either    *)
+(* side may abort at any time.  Decode answers an ABORT of prefill (which  *)
+(* follows every DATA on the FIFO channel) by freeing everything and       *)
+(* sending CLOSED.  Prefill answers an ABORT of decode with its own ABORT; *)
+(* until that arrives, decode keeps the pages whose copies may still be in *)
+(* flight and frees each one as its copy lands.                            *)
 (*                                                                         *)
 (* Bug twins: BugAbortFreesInFlight = TRUE makes a decode abort free the   *)
-(* destination of a copy already in flight (the reference system's bug 12, *)
-(* use-after-free): InFlightDestOwned fails.  BugSendBeforeLoadBack = TRUE *)
-(* sends a page before its load-back finished (bug 11, a missing           *)
-(* happens-before): SendAfterLoadBack fails.                               *)
+(* destinations of copies that may be in flight (the reference system's   *)
+(* bug 12, use-after-free): InFlightDestOwned fails.                       *)
+(* BugSendBeforeLoadBack = TRUE sends a page before its load-back finished *)
+(* (bug 11, a missing happens-before): SendAfterLoadBack fails.            *)
 (***************************************************************************)
-EXTENDS Naturals, Integers, FiniteSets
+EXTENDS Naturals, Integers, FiniteSets, Sequences
 
 CONSTANTS
     NPages,                 \* pages of the cached prefix
@@ -40,33 +53,48 @@ Pages == 1..NPages
 Tiers == {"device", "host", "storage"}
 TierRank(x) == CASE x = "device" -> 0 [] x = "host" -> 1 [] x = "storage" -> 2
 
+(* A message: its kind and page (0 for the control messages).              *)
+Msg(k, i) == <<k, i>>
+ToDecode  == {Msg("DATA", i) : i \in Pages} \cup {Msg("ABORT", 0)}
+ToPrefill == {Msg("ALLOC", i) : i \in Pages} \cup {Msg(k, 0) : k \in {"ABORT", "DONE", "CLOSED"}}
+
 VARIABLES
-    ploc,          \* ploc[i]: prefill tier holding page i
-    pstate,        \* prefill side: "running", "aborted" or "done"
-    plock,         \* prefill holds the prefix locked (source pages pinned)
-    dstate,        \* decode side: "waiting", "aborted" or "done"
-    dalloc,        \* dalloc[i]: decode holds a destination page for page i
-    dfree,         \* free pages of the decode pool
-    xfer,          \* xfer[i]: "none", "inflight" or "done"
-    dread,         \* dread[i]: decode read page i
+    ploc,          \* prefill: ploc[i] is the tier holding page i
+    pstate,        \* prefill: "running", "aborting", "done" or "aborted"
+    plock,         \* prefill: the prefix is locked (source pages pinned)
+    dstate,        \* decode: "waiting", "aborting", "done" or "aborted"
+    dalloc,        \* decode: dalloc[i] = it owns a destination page for page i
+    dfree,         \* decode: free pages of its pool
+    dland,         \* decode: dland[i] = the copy of page i landed
+    dread,         \* decode: dread[i] = it read page i
+    p2d,           \* channel prefill -> decode (FIFO sequence of messages)
+    d2p,           \* channel decode -> prefill (FIFO sequence of messages)
     sentUnloaded   \* ghost: pages sent before their load-back finished
 
-vars == <<ploc, pstate, plock, dstate, dalloc, dfree, xfer, dread, sentUnloaded>>
+vars  == <<ploc, pstate, plock, dstate, dalloc, dfree, dland, dread, p2d, d2p, sentUnloaded>>
+pvars == <<ploc, pstate, plock, sentUnloaded>>
+dvars == <<dstate, dalloc, dfree, dland, dread>>
 
 TypeOK ==
     /\ ploc \in [Pages -> Tiers]
-    /\ pstate \in {"running", "aborted", "done"}
+    /\ pstate \in {"running", "aborting", "done", "aborted"}
     /\ plock \in BOOLEAN
-    /\ dstate \in {"waiting", "aborted", "done"}
+    /\ dstate \in {"waiting", "aborting", "done", "aborted"}
     /\ dalloc \in [Pages -> BOOLEAN]
     /\ dfree \in 0..NDecodeSlots
-    /\ xfer \in [Pages -> {"none", "inflight", "done"}]
+    /\ dland \in [Pages -> BOOLEAN]
     /\ dread \in [Pages -> BOOLEAN]
+    /\ p2d \in Seq(ToDecode)
+    /\ d2p \in Seq(ToPrefill)
     /\ sentUnloaded \subseteq Pages
 
-InFlight   == {i \in Pages : xfer[i] = "inflight"}
-Allocated  == {i \in Pages : dalloc[i]}
-AllLanded  == \A i \in Pages : xfer[i] = "done"
+(* The messages of a channel; the head of a channel is m.                  *)
+Range(q)    == {q[k] : k \in 1..Len(q)}
+AtHead(q, m) == q # <<>> /\ Head(q) = m
+
+InFlight  == {i \in Pages : Msg("DATA", i) \in Range(p2d)}
+Requested == {i \in Pages : Msg("ALLOC", i) \in Range(d2p)}
+Allocated == {i \in Pages : dalloc[i]}
 
 (* The hit: a prefix whose pages sit on device, then host, then storage.   *)
 Init ==
@@ -77,94 +105,152 @@ Init ==
     /\ dstate = "waiting"
     /\ dalloc = [i \in Pages |-> FALSE]
     /\ dfree = NDecodeSlots
-    /\ xfer = [i \in Pages |-> "none"]
+    /\ dland = [i \in Pages |-> FALSE]
     /\ dread = [i \in Pages |-> FALSE]
+    /\ p2d = <<>>
+    /\ d2p = <<>>
     /\ sentUnloaded = {}
+
+-----------------------------------------------------------------------------
+(* Prefill's steps.                                                         *)
 
 (* Prefill moves page i one tier up: storage -> host -> device.            *)
 PrefillLoadBack(i) ==
     /\ pstate = "running"
     /\ ploc[i] # "device"
     /\ ploc' = [ploc EXCEPT ![i] = IF ploc[i] = "storage" THEN "host" ELSE "device"]
-    /\ UNCHANGED <<pstate, plock, dstate, dalloc, dfree, xfer, dread, sentUnloaded>>
+    /\ UNCHANGED <<pstate, plock, sentUnloaded, p2d, d2p>>
+    /\ UNCHANGED dvars
 
-(* Decode allocates the destination page of page i.                        *)
+(* Prefill answers ALLOC(i) with page i's copy, once page i is on device   *)
+(* (the bug: without waiting for the load-back).                           *)
+PrefillSend(i) ==
+    /\ pstate = "running"
+    /\ AtHead(d2p, Msg("ALLOC", i))
+    /\ BugSendBeforeLoadBack \/ ploc[i] = "device"
+    /\ d2p' = Tail(d2p)
+    /\ p2d' = Append(p2d, Msg("DATA", i))
+    /\ sentUnloaded' = IF ploc[i] = "device" THEN sentUnloaded ELSE sentUnloaded \cup {i}
+    /\ UNCHANGED <<ploc, pstate, plock>>
+    /\ UNCHANGED dvars
+
+(* Prefill aborts (on its own, or seeing decode's ABORT): it sends nothing *)
+(* more and keeps its prefix pinned until decode's CLOSED.                 *)
+PrefillAbort ==
+    /\ pstate = "running"
+    /\ pstate' = "aborting"
+    /\ p2d' = Append(p2d, Msg("ABORT", 0))
+    /\ UNCHANGED <<ploc, plock, sentUnloaded, d2p>>
+    /\ UNCHANGED dvars
+
+(* An aborting prefill drops what decode sent before it saw the ABORT.     *)
+PrefillDrop ==
+    /\ pstate = "aborting"
+    /\ d2p # <<>>
+    /\ Head(d2p)[1] \in {"ALLOC", "ABORT", "DONE"}
+    /\ d2p' = Tail(d2p)
+    /\ UNCHANGED <<ploc, pstate, plock, sentUnloaded, p2d>>
+    /\ UNCHANGED dvars
+
+(* DONE (all landed) or, after an abort, CLOSED (nothing in flight): the   *)
+(* prefill unlocks its prefix.                                             *)
+PrefillRelease ==
+    /\ \/ pstate = "running" /\ AtHead(d2p, Msg("DONE", 0))
+       \/ pstate = "aborting" /\ AtHead(d2p, Msg("CLOSED", 0))
+    /\ d2p' = Tail(d2p)
+    /\ pstate' = IF pstate = "running" THEN "done" ELSE "aborted"
+    /\ plock' = FALSE
+    /\ UNCHANGED <<ploc, sentUnloaded, p2d>>
+    /\ UNCHANGED dvars
+
+-----------------------------------------------------------------------------
+(* Decode's steps.                                                          *)
+
+(* Decode allocates the destination page of page i and asks for it.       *)
 DecodeAllocate(i) ==
     /\ dstate = "waiting"
     /\ ~dalloc[i]
-    /\ xfer[i] = "none"
     /\ dfree > 0
     /\ dalloc' = [dalloc EXCEPT ![i] = TRUE]
     /\ dfree' = dfree - 1
-    /\ UNCHANGED <<ploc, pstate, plock, dstate, xfer, dread, sentUnloaded>>
+    /\ d2p' = Append(d2p, Msg("ALLOC", i))
+    /\ UNCHANGED <<dstate, dland, dread, p2d>>
+    /\ UNCHANGED pvars
 
-(* Prefill sends page i: loaded on device, destination allocated (the bug: *)
-(* without waiting for the load-back).                                     *)
-PrefillSend(i) ==
-    /\ pstate = "running"
-    /\ dstate = "waiting"
-    /\ xfer[i] = "none"
-    /\ dalloc[i]
-    /\ BugSendBeforeLoadBack \/ ploc[i] = "device"
-    /\ xfer' = [xfer EXCEPT ![i] = "inflight"]
-    /\ sentUnloaded' = IF ploc[i] = "device" THEN sentUnloaded ELSE sentUnloaded \cup {i}
-    /\ UNCHANGED <<ploc, pstate, plock, dstate, dalloc, dfree, dread>>
-
-(* Page i lands on decode.  After an abort the landed page is freed, and   *)
-(* once nothing is in flight the prefill side unpins its prefix.           *)
+(* Page i's copy lands; an aborting decode then frees its page.            *)
 DecodeReceive(i) ==
-    /\ xfer[i] = "inflight"
-    /\ xfer' = [xfer EXCEPT ![i] = "done"]
-    /\ IF dstate = "aborted" /\ dalloc[i]
+    /\ dstate \in {"waiting", "aborting"}
+    /\ AtHead(p2d, Msg("DATA", i))
+    /\ p2d' = Tail(p2d)
+    /\ dland' = [dland EXCEPT ![i] = TRUE]
+    /\ IF dstate = "aborting" /\ dalloc[i]
        THEN /\ dalloc' = [dalloc EXCEPT ![i] = FALSE]
             /\ dfree' = dfree + 1
        ELSE UNCHANGED <<dalloc, dfree>>
-    /\ LET quiet == InFlight = {i}
-           all   == \A j \in Pages : j = i \/ xfer[j] = "done"
-       IN  /\ pstate' = IF pstate = "running" /\ all THEN "done" ELSE pstate
-           /\ plock' = IF quiet /\ (pstate # "running" \/ all) THEN FALSE ELSE plock
-    /\ UNCHANGED <<ploc, dstate, dread, sentUnloaded>>
+    /\ UNCHANGED <<dstate, dread, d2p>>
+    /\ UNCHANGED pvars
 
-(* Decode reads a landed page; after the last one its request runs.        *)
+(* Decode reads a landed page.                                             *)
 DecodeRead(i) ==
     /\ dstate = "waiting"
-    /\ xfer[i] = "done"
+    /\ dland[i]
     /\ ~dread[i]
     /\ dread' = [dread EXCEPT ![i] = TRUE]
-    /\ dstate' = IF \A j \in Pages : j = i \/ dread[j] THEN "done" ELSE dstate
-    /\ UNCHANGED <<ploc, pstate, plock, dalloc, dfree, xfer, sentUnloaded>>
+    /\ UNCHANGED <<dstate, dalloc, dfree, dland, p2d, d2p>>
+    /\ UNCHANGED pvars
 
-(* Prefill aborts: no more sends; the prefix stays pinned until in-flight  *)
-(* copies land.                                                            *)
-PrefillAbort ==
-    /\ pstate = "running"
-    /\ pstate' = "aborted"
-    /\ plock' = (InFlight # {})
-    /\ UNCHANGED <<ploc, dstate, dalloc, dfree, xfer, dread, sentUnloaded>>
+(* Every page read: the request runs on decode, which tells prefill.       *)
+DecodeFinish ==
+    /\ dstate = "waiting"
+    /\ \A i \in Pages : dread[i]
+    /\ dstate' = "done"
+    /\ d2p' = Append(d2p, Msg("DONE", 0))
+    /\ UNCHANGED <<dalloc, dfree, dland, dread, p2d>>
+    /\ UNCHANGED pvars
 
-(* Decode aborts: it frees every destination page not in flight (the bug:  *)
-(* also those in flight).                                                  *)
+(* Decode aborts: it frees every page whose copy cannot be in flight any   *)
+(* more (landed ones) and keeps the rest until prefill's ABORT (the bug:   *)
+(* it frees them all).                                                     *)
 DecodeAbort ==
     /\ dstate = "waiting"
-    /\ LET kept == IF BugAbortFreesInFlight THEN {} ELSE Allocated \cap InFlight
+    /\ LET kept == IF BugAbortFreesInFlight THEN {} ELSE {i \in Allocated : ~dland[i]}
        IN  /\ dalloc' = [i \in Pages |-> i \in kept]
            /\ dfree' = dfree + Cardinality(Allocated \ kept)
-    /\ dstate' = "aborted"
-    /\ UNCHANGED <<ploc, pstate, plock, xfer, dread, sentUnloaded>>
+    /\ dstate' = "aborting"
+    /\ d2p' = Append(d2p, Msg("ABORT", 0))
+    /\ UNCHANGED <<dland, dread, p2d>>
+    /\ UNCHANGED pvars
 
-(* Both sides are done or aborted and nothing is in flight.                *)
+(* Prefill's ABORT follows every copy it sent: decode frees everything     *)
+(* (a finished request keeps its pages) and answers CLOSED.                *)
+DecodeClose ==
+    /\ dstate # "aborted"
+    /\ AtHead(p2d, Msg("ABORT", 0))
+    /\ p2d' = Tail(p2d)
+    /\ IF dstate = "done"
+       THEN UNCHANGED <<dstate, dalloc, dfree>>
+       ELSE /\ dstate' = "aborted"
+            /\ dalloc' = [i \in Pages |-> FALSE]
+            /\ dfree' = dfree + Cardinality(Allocated)
+    /\ d2p' = Append(d2p, Msg("CLOSED", 0))
+    /\ UNCHANGED <<dland, dread>>
+    /\ UNCHANGED pvars
+
+-----------------------------------------------------------------------------
+(* Both sides are done or aborted and both channels are empty.             *)
 Finished ==
-    /\ pstate # "running"
-    /\ dstate # "waiting"
-    /\ InFlight = {}
+    /\ pstate \in {"done", "aborted"}
+    /\ dstate \in {"done", "aborted"}
+    /\ p2d = <<>>
+    /\ d2p = <<>>
 Terminated == Finished /\ UNCHANGED vars
 
 Next ==
     \/ \E i \in Pages :
-        \/ PrefillLoadBack(i) \/ DecodeAllocate(i) \/ PrefillSend(i)
-        \/ DecodeReceive(i) \/ DecodeRead(i)
-    \/ PrefillAbort
-    \/ DecodeAbort
+        \/ PrefillLoadBack(i) \/ PrefillSend(i)
+        \/ DecodeAllocate(i) \/ DecodeReceive(i) \/ DecodeRead(i)
+    \/ PrefillAbort \/ PrefillDrop \/ PrefillRelease
+    \/ DecodeFinish \/ DecodeAbort \/ DecodeClose
     \/ Terminated
 
 Spec == Init /\ [][Next]_vars
@@ -180,20 +266,23 @@ SendAfterLoadBack ==
 
 (* Decode reads only transferred pages.                                    *)
 DecodeReadsTransferred ==
-    \A i \in Pages : dread[i] => xfer[i] = "done"
+    \A i \in Pages : dread[i] => dland[i]
 
-(* A copy in flight lands in a page decode still owns (no use-after-free). *)
+(* A copy in flight, or one a running prefill may still send, lands in a   *)
+(* page decode owns (no use-after-free).                                   *)
 InFlightDestOwned ==
-    \A i \in InFlight : dalloc[i] /\ dstate # "done"
+    \A i \in Pages : (i \in InFlight \/ (pstate = "running" /\ i \in Requested)) => dalloc[i]
 
-(* Nothing leaks on abort: once nothing is in flight an aborted decode     *)
-(* holds no page and a finished or aborted prefill holds no lock; decode   *)
-(* pages are conserved.                                                    *)
+(* Nothing leaks on abort: decode pages are conserved; an aborting decode  *)
+(* holds only pages whose copy has not landed, an aborted one none; a      *)
+(* finished or aborted prefill holds no lock.                              *)
 NoLeakOnAbort ==
     /\ dfree + Cardinality(Allocated) = NDecodeSlots
-    /\ (dstate = "aborted" /\ InFlight = {}) => Allocated = {}
-    /\ (pstate # "running" /\ InFlight = {}) => ~plock
+    /\ dstate = "aborting" => \A i \in Allocated : ~dland[i]
+    /\ dstate = "aborted" => Allocated = {}
+    /\ pstate \in {"done", "aborted"} => ~plock
 
 (* Liveness is checked as deadlock-freedom: every state other than         *)
-(* Finished can move, so both sides always end (done or aborted).          *)
+(* Finished can move, so both sides always end (done or aborted) with      *)
+(* both channels drained.                                                  *)
 =============================================================================

@@ -29,6 +29,7 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
     with digest exchange, n layer-pipeline schedules; the alarms raised (should be none)."""
     from hicache.monitors.maps.host_tier import HostTierMap
     from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+    from hicache.monitors.workers import watch
     from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
     from hicache.monitors.zoo import _close_quietly
     w = WorkloadConfig()
@@ -36,7 +37,9 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
     for seed in range(1000, 1000 + n):
         policy, reqs = plan(seed, w)
         cache = make_cache(w, policy)
-        cache.bus.subscribe(Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=vdir)))
+        mon = Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=vdir))
+        cache.bus.subscribe(mon)
+        watch(cache, mon)      # bug 14's properties
         try:
             run_workload(cache, reqs)
         except ProtocolViolation as e:

@@ -52,6 +52,13 @@ class ReplicatedTree:
         self.rejected_inserts = 0
         self.evicted_device = 0
         self.evicted_host = 0
+        # Allocation provenance, kept only while a CPSharding monitor watches this tree
+        # (hicache.monitors.maps.cp_sharding sets alloc_log): page -> (allocation, base,
+        # position), allocation -> (start, base, count). Pages between their allocation and
+        # their insert belong to no node; the monitor maps them to the request's chain.
+        self.alloc_log: dict[int, tuple[int, int, int]] | None = None
+        self.allocations: dict[int, tuple[int, int, int]] = {}
+        self._next_allocation = 0
 
     # --- queries ----------------------------------------------------------------------
     def match(self, pages: list[tuple[int, ...]]) -> list[Node]:
@@ -89,6 +96,15 @@ class ReplicatedTree:
         while (pages := self.device.alloc_chain(base, start, count)) is None:
             if not self._evict_one_device():
                 return None
+        aid = self._next_allocation
+        self._next_allocation += 1
+        if self.alloc_log is not None:
+            self.allocations[aid] = (start, base, count)
+            for i, page in enumerate(pages):
+                self.alloc_log[page] = (aid, base, start + i)
+        # a request's pages, allocated on the chain's rotation, before its insert
+        self.listener(CPSharding.ChainAllocate if start == 0 else CPSharding.ChainExtend,
+                      {"allocation": aid, "base": base, "start": start, "pages": list(pages)})
         return pages
 
     def alloc_host(self, base: int, position: int) -> int | None:
@@ -109,12 +125,13 @@ class ReplicatedTree:
         if not cands:
             return False
         victim = min(cands, key=lambda n: (n.last_use, n.key))
-        self.device.free(victim.device_page)
-        self.listener(CPSharding.PageEvict, {"page": victim.device_page, "tier": "device"})
-        victim.device_page = None
+        page, victim.device_page = victim.device_page, None
+        self.device.free(page)
         if victim.host_page is None:
             del victim.parent.children[victim.tokens]
         self.evicted_device += 1
+        # emitted once the step is complete: a listener sees a consistent tree
+        self.listener(CPSharding.PageEvict, {"page": page, "tier": "device", "key": victim.key})
         return True
 
     def _evict_one_host(self) -> bool:
@@ -128,12 +145,12 @@ class ReplicatedTree:
         if not pool:
             return False
         victim = min(pool, key=lambda n: (n.last_use, n.key))
-        self.host.free(victim.host_page)
-        self.listener(CPSharding.PageEvict, {"page": victim.host_page, "tier": "host"})
-        victim.host_page = None
+        page, victim.host_page = victim.host_page, None
+        self.host.free(page)
         if victim.device_page is None:
             del victim.parent.children[victim.tokens]
         self.evicted_host += 1
+        self.listener(CPSharding.PageEvict, {"page": page, "tier": "host", "key": victim.key})
         return True
 
     # --- insertion ----------------------------------------------------------------------
@@ -170,4 +187,6 @@ class ReplicatedTree:
             node = child
             out.append(child)
         self.touch(out)
+        self.listener(CPSharding.ChainExtend, {"inserted": len(out), "start": start, "base": base,
+                                               "tier": "device" if device_pages is not None else "host"})
         return out

@@ -7,12 +7,23 @@ layer l waits for the slot's ready event; the gather of l+2 reuses the slot only
 attention on l released it. With overlap on, a gather thread runs ahead (gather of l+1 while
 layer l computes); with overlap off the main thread gathers right before attention.
 Transitions are checked by hicache.protocol.layer_pipeline.LayerPipelineGuard.
+
+Dependent pools (speculative decoding: draft KV, indexer, recurrent state, SWA; spec
+DraftState) ride with the gather of the last layer: each rank packs its owned pages of each
+pool's selection (`DependentSet.pages_of`: the pool's hit policy, derived from its declared
+source) and one all-gather per pool assembles them in prefix order. Order, as a DraftState
+transfer of kind "gather": TransferLaunch at start; the packed pool (same slot mapping as the
+target), then DraftCopyFinish; SWA (target-side state); TargetCopyFinish; each sidecar draft
+pool, then DraftCopyFinish; CompletionFire. Only then is the last layer's ready event (and
+`done`) set, so attention on the last layer and every `dependent(role)` consumer wait for
+all of them. Dependent pools are indexed like the target's (owner rank and local page of
+the logical page).
 """
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -25,6 +36,32 @@ from hicache.protocol.vocabulary import LayerPipeline
 
 from .comm import Comm
 from .errors import LocalTimeout
+
+
+class GatherFaults:
+    """Seeded-bug switch (off by default; read only on the dependent-gather path).
+    `skip_dependent_gather`: the gather moves the target (and SWA) only and fires its
+    completion anyway (the CP form of the reference system's bug 13)."""
+    skip_dependent_gather = False
+
+
+FAULTS = GatherFaults()
+
+
+class _DepPlan:
+    """One dependent pool's gather: its selection of prefix pages and the pack/unpack ids."""
+    __slots__ = ("role", "packed", "swa", "pool", "selected", "width", "pack_ids", "unpack_ids")
+
+    def __init__(self, spec, pool: torch.Tensor, selected: list[int], layout: CPLayout, me: int) -> None:
+        from hicache.runtime.draft import PoolLayout, Role
+        self.role, self.pool, self.selected = spec.role, pool, selected
+        self.packed = spec.layout is PoolLayout.PACKED
+        self.swa = spec.role is Role.SWA
+        owned = [[k for k, p in enumerate(selected) if layout.page_owner(p) == r] for r in range(layout.cp_size)]
+        self.width = max((len(o) for o in owned), default=0)
+        self.pack_ids = torch.tensor([layout.local_page(selected[k]) for k in owned[me]], dtype=torch.long)
+        where = {k: r * self.width + j for r, o in enumerate(owned) for j, k in enumerate(o)}
+        self.unpack_ids = torch.tensor([where[k] for k in range(len(selected))], dtype=torch.long)
 
 
 class GatherStats:
@@ -51,7 +88,11 @@ class PrefixGather:
 
     def __init__(self, comm: Comm, layout: CPLayout, device_pool: torch.Tensor, pages: Sequence[int],
                  restore_wait: Callable[[int], bool], *, overlap: bool, timeout_s: float, stats: GatherStats,
-                 listener: Listener = NULL_LISTENER) -> None:
+                 listener: Listener = NULL_LISTENER, deps=None,
+                 dep_pools: Mapping | None = None) -> None:
+        """`deps`: a `hicache.runtime.draft.DependentSet` (the pools' declarations and the
+        DraftState ledger and bus) and `dep_pools`: role -> this rank's device pool of that
+        role, [layers, local pages, *page shape]; every declared pool must have one."""
         self.comm, self.layout, self.pool, self.pages = comm, layout, device_pool, list(pages)
         self.restore_wait, self.overlap, self.timeout_s = restore_wait, overlap, timeout_s
         self.stats, self.listener = stats, listener
@@ -75,9 +116,27 @@ class PrefixGather:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        # dependent pools: gathered with the last layer; `done` fires after all of them
+        self.deps = deps
+        self._done = threading.Event()
+        self._dep_out: dict = {}
+        self._tid: int | None = None
+        self._dep_plans: list[_DepPlan] = []
+        if deps is not None:
+            pools = dict(dep_pools or {})
+            missing = [s.role.value for s in deps.cfg.pools if s.role not in pools]
+            if missing:
+                raise ValueError(f"dep_pools: no device pool for {missing}")
+            order = ([deps.cfg.packed] if deps.cfg.packed else []) + list(deps.cfg.sidecars)
+            for spec in order:     # packed, SWA, then the sidecars (the DraftState order)
+                sel = deps.pages_of(spec.role, self.pages)
+                self._dep_plans.append(_DepPlan(spec, pools[spec.role], sel, layout, me))
 
     # --- main thread ------------------------------------------------------------------
     def start(self) -> None:
+        if self.deps is not None:
+            from hicache.runtime.draft import Kind
+            self._tid = self.deps.launch(Kind.GATHER, self.pages, self.pages)    # TransferLaunch
         if self.overlap:
             self._thread = threading.Thread(target=self._run_all, name=f"gather-r{self.comm.rank}", daemon=True)
             self._thread.start()
@@ -104,6 +163,22 @@ class PrefixGather:
         self.listener(LayerPipeline.AttentionFinish, {"rank": self.comm.rank, "layer": layer})
         self._free[slot_of(layer)].set()
 
+    def dependent(self, role) -> torch.Tensor:
+        """The gathered pages of a dependent pool, [layers, selected pages, *page shape] in
+        prefix order (the pool's hit policy selects them); waits on the gather's completion
+        (with overlap off it comes with `acquire` of the last layer). BufferRead."""
+        from hicache.runtime.draft import Role
+        role = Role(role)
+        if not any(p.role is role for p in self._dep_plans):
+            raise ValueError(f"role: this gather carries no {role.value} pool")
+        if not self._done.wait(self.timeout_s):
+            self._raise_if_failed()
+            raise LocalTimeout("gather[dependents]", self.comm.rank, "the gather's completion never fired")
+        self._raise_if_failed()
+        name = "target" if role is Role.SWA else role.value
+        self.deps.record_read(self._tid, name)
+        return self._dep_out[role]
+
     def close(self) -> None:
         if self._thread is not None:
             self._thread.join(self.timeout_s)
@@ -124,6 +199,7 @@ class PrefixGather:
             self._error = exc
             for ev in self._ready:
                 ev.set()
+            self._done.set()
 
     def _gather(self, layer: int) -> None:
         if not self.restore_wait(layer):
@@ -148,9 +224,66 @@ class PrefixGather:
         if self._unpack_ids.numel():   # owner-major parts -> prefix order
             gather_pages(torch.cat(parts).view(-1, *self._row), self._unpack_ids, out.view(-1, *self._row),
                          page_size=ps)
+        if layer == self.num_layers - 1:
+            self._gather_dependents()
         self.stats.gather_s += time.perf_counter() - t0
         self.stats.layers += 1
         with self._lock:
             self._guard.gather_finish(layer)
         self.listener(LayerPipeline.GatherFinish, {"rank": self.comm.rank, "layer": layer, "slot": slot})
         self._ready[layer].set()
+        if layer == self.num_layers - 1:
+            self._done.set()
+
+    def _gather_dependents(self) -> None:
+        """Every dependent pool's pages, then the completion (see the module docstring)."""
+        deps, tid = self.deps, self._tid
+        if deps is None:
+            return
+        skip = FAULTS.skip_dependent_gather
+        with_target = [p for p in self._dep_plans if p.packed or p.swa]
+        sidecars = [p for p in self._dep_plans if not (p.packed or p.swa)]
+        for plan in with_target:        # the packed rows and SWA ride with the target's pages
+            if plan.packed and skip:
+                self._dep_out[plan.role] = self._empty(plan)     # what a consumer then reads
+                continue
+            self._dep_out[plan.role] = self._gather_pool(plan)
+            if plan.packed:
+                deps.finish_draft(tid, plan.role)
+        deps.finish_target(tid)
+        for plan in sidecars:
+            if skip:
+                self._dep_out[plan.role] = self._empty(plan)
+                continue
+            self._dep_out[plan.role] = self._gather_pool(plan)
+            deps.finish_draft(tid, plan.role)
+        deps.fire(tid)
+
+    @staticmethod
+    def _empty(plan: _DepPlan) -> torch.Tensor:
+        pool = plan.pool
+        return torch.zeros(pool.shape[0], len(plan.selected), *pool.shape[2:], dtype=pool.dtype)
+
+    def _gather_pool(self, plan: _DepPlan) -> torch.Tensor:
+        """All-gather one pool's selected pages (every layer) into prefix order. Pages move as
+        bytes (any dtype, fp8 included, over any backend)."""
+        pool = plan.pool
+        nl, npages = pool.shape[0], pool.shape[1]
+        out = self._empty(plan)
+        if plan.width == 0:
+            return out
+        src = pool.reshape(nl, npages, -1).view(torch.uint8)       # [layers, pages, page bytes]
+        nb = src.shape[2]
+        dst = out.view(nl, len(plan.selected), -1).view(torch.uint8)
+        send = torch.zeros(nl, plan.width, nb, dtype=torch.uint8)
+        k = plan.pack_ids.numel()
+        for layer in range(nl):
+            if k:
+                gather_pages(src[layer], plan.pack_ids, send[layer, :k], page_size=1)
+        parts = [torch.empty_like(send) for _ in range(self.layout.cp_size)]
+        self.comm.run_step(f"gather[{plan.role.value}]",
+                           lambda: dist.all_gather(parts, send, group=self.comm.gather_group))
+        both = torch.cat(parts, dim=1)
+        for layer in range(nl):
+            gather_pages(both[layer], plan.unpack_ids, dst[layer], page_size=1)
+        return out

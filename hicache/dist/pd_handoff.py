@@ -9,8 +9,9 @@ device, partly on host, partly in storage (a `FileStorage`), so it loads back be
 the decode engine is a page pool with a free list.
 
 `pd_rank` is the launcher entry (`hicache.dist.launch.launch(pd_rank, 2, payload)`): it runs
-one handoff per `Plan` in the payload and returns, per run, both logs, decode's reads and the
-leak counts of each side.
+one handoff per `Case` in the payload and returns, per run, both logs (initial snapshot and
+events, for `hicache.monitors.maps.pd_handoff.check_handoff`), decode's reads and the leak
+counts of each side (decode's after the finished request released its pages).
 """
 from __future__ import annotations
 
@@ -49,6 +50,7 @@ class Case:
     device_pages: int       # leading pages on prefill's device
     host_pages: int         # then pages on host only; the rest is in storage only
     decode_slots: int       # decode pool size (too small: decode aborts on allocation)
+    faults: tuple[str, ...] = ()   # pd.FAULTS switches on for this case only
 
 
 class DistChannel:
@@ -127,37 +129,36 @@ class CacheSource:
         self.n_pages = n
         self.tiers = ["device"] * d + ["host"] * h + ["storage"] * (n - d - h)
 
-    def tier_now(self, page: int) -> str:
-        return self.tiers[page]
+    def locked(self) -> bool:
+        """The request still holds the lock on its prefix: the cache has neither finished nor
+        aborted it (an empty device prefix locks only the root, whose counter never drops)."""
+        return not self.req.done
 
-    def load(self) -> list[tuple[int, str]]:
-        """Load every page up to device (host first, then storage via host); returns the
-        (page, tier reached) steps in order. Waits for each transfer's completion."""
+    def load(self, on_step) -> None:
+        """Load every page up to device (host first, then storage via host), waiting for each
+        transfer's completion; `on_step(page, tier)` after each page's one-tier move."""
         cache, req = self.cache, self.req
-        steps: list[tuple[int, str]] = []
         host = [i for i, t in enumerate(self.tiers) if t == "host"]
         stored = [i for i, t in enumerate(self.tiers) if t == "storage"]
         if host:
             op = cache.load_back(req)
             if op is None or not op.wait() or op.error is not None or len(op.pages) != len(host):
                 raise RuntimeError("prefill: host load-back failed")
-            for i in host:
-                self.tiers[i] = "device"
-                steps.append((i, "device"))
+            self._moved(host, "device", on_step)
         if stored:
             if not cache.prefetch(req) or cache.finish_prefetch(req) != len(stored):
                 raise RuntimeError("prefill: storage prefetch did not return every page")
-            for i in stored:
-                self.tiers[i] = "host"
-                steps.append((i, "host"))
+            self._moved(stored, "host", on_step)
             op = cache.load_back(req, _tier="storage")
             if op is None or not op.wait() or op.error is not None:
                 raise RuntimeError("prefill: storage load-back failed")
-            for i in stored:
-                self.tiers[i] = "device"
-                steps.append((i, "device"))
+            self._moved(stored, "device", on_step)
         cache.poll()
-        return steps
+
+    def _moved(self, pages: list[int], tier: str, on_step) -> None:
+        for i in pages:
+            self.tiers[i] = tier
+            on_step(i, tier)
 
     def page_bytes(self, page: int) -> torch.Tensor:
         if self.tiers[page] != "device":      # not loaded: whatever the destination holds
@@ -192,6 +193,12 @@ class DecodePool:
         self.owned: set[int] = set()
         self.writes_to_free = 0        # a copy landing in a free page (use-after-free)
 
+    def owns(self, page: int) -> bool:
+        return page in self.owned
+
+    def free_count(self) -> int:
+        return self.alloc_.free
+
     def alloc(self) -> int | None:
         got = self.alloc_.alloc(1)
         if got is None:
@@ -219,8 +226,8 @@ class DecodePool:
                 "writes_to_free": self.writes_to_free}
 
 
-def _events(log: pd.Log) -> list[tuple]:
-    return [(e.clock, e.side, e.action, e.page, e.info) for e in log.events]
+def _events(log: pd.Log) -> dict:
+    return {"init": log.init, "events": [(e.clock, e.side, e.action, e.page, e.info) for e in log.events]}
 
 
 def pd_rank(rank: int, world: int, port: int, payload: dict[str, Any]) -> list[dict]:
@@ -230,8 +237,6 @@ def pd_rank(rank: int, world: int, port: int, payload: dict[str, Any]) -> list[d
     import torch.distributed as dist
     if world != 2:
         raise ValueError(f"pd_rank: needs a world of 2 (prefill, decode), got {world}")
-    for name in payload.get("faults", ()):
-        setattr(pd.FAULTS, name, True)
     timeout = timedelta(seconds=payload.get("timeout_s", 30))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=timeout)
@@ -240,6 +245,8 @@ def pd_rank(rank: int, world: int, port: int, payload: dict[str, Any]) -> list[d
     out = []
     try:
         for k, case in enumerate(payload["cases"]):
+            for name in case.faults:
+                setattr(pd.FAULTS, name, True)
             chan = DistChannel(DECODE if rank == PREFILL else PREFILL)
             if rank == PREFILL:
                 src = CacheSource(case, os.path.join(payload["store_dir"], f"case{k}"))
@@ -252,8 +259,12 @@ def pd_rank(rank: int, world: int, port: int, payload: dict[str, Any]) -> list[d
                 ep = pd.DecodeEndpoint(chan, pool, case.plan)
                 outcome = ep.run()
                 chan.close()
-                out.append({"outcome": outcome, "log": _events(ep.log), "leaks": pool.leaks(),
-                            "reads": {p: b.numpy().tobytes() for p, b in ep.reads.items()}})
+                reads = {p: b.numpy().tobytes() for p, b in ep.reads.items()}
+                if outcome == "done":
+                    ep.finish_request()      # the request ran on the handed-over pages
+                out.append({"outcome": outcome, "log": _events(ep.log), "leaks": pool.leaks(), "reads": reads})
+            for name in case.faults:
+                setattr(pd.FAULTS, name, False)
             dist.barrier(group=engines[rank])
         dist.barrier()
     finally:
@@ -267,5 +278,5 @@ def cache_config_page_nbytes() -> int:
     return c.kv * c.layers * c.page_size * c.heads * c.head_dim * itemsize
 
 
-def log_events(rows: list[tuple]) -> list[pd.LogEvent]:
-    return [pd.LogEvent(*r) for r in rows]
+def log_events(log: dict) -> list[pd.LogEvent]:
+    return [pd.LogEvent(*r) for r in log["events"]]

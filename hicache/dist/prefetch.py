@@ -8,7 +8,8 @@
 - Sync (one per rank): takes the local acks in order and MIN-reduces each across *all* ranks
   on a dedicated group, then publishes the agreed ack to an ordered queue. Every rank posts
   the same number of acks in the same order, so these reductions line up.
-- The engine pops published acks only at cache checks, exactly as many as pp_sync agreed.
+- The engine pops published acks only at cache checks, exactly as many as pp_sync agreed
+  (StageCacheCheck with the popped acks).
 A STOP sentinel flows through both threads so that they end in lock-step on every rank.
 """
 from __future__ import annotations
@@ -63,6 +64,9 @@ class PrefetchWorker:
         self.error: BaseException | None = None
         self.loaded_pages = 0
         self.failed_batches = 0
+        # rid -> batch plan of every submitted prefetch, in submit order (the order of the
+        # ack stream on every rank); read by the PrefixAgreement monitor
+        self.plans: dict[int, tuple[int, ...]] = {}
         rank = comm.rank
         self._loader = threading.Thread(target=self._guard(self._load_loop), name=f"prefetch-load-r{rank}", daemon=True)
         self._sync = threading.Thread(target=self._guard(self._sync_loop), name=f"prefetch-sync-r{rank}", daemon=True)
@@ -71,6 +75,8 @@ class PrefetchWorker:
 
     # --- engine side ------------------------------------------------------------------
     def submit(self, job: PrefetchJob) -> None:
+        with self._cond:
+            self.plans[job.rid] = job.plan
         self._jobs.put(job)
 
     def ready_count(self) -> int:
@@ -94,7 +100,11 @@ class PrefetchWorker:
                     raise LocalTimeout(step, self.comm.rank, f"only {len(self._published)} of {count} "
                                        "agreed prefetch acks were published here")
                 self._cond.wait(min(left, 0.5))
-            return [self._published.popleft() for _ in range(count)]
+            out = [self._published.popleft() for _ in range(count)]
+        if out:
+            self.listener(PrefixAgreement.StageCacheCheck, {"rank": self.comm.rank, "step": step,
+                                                           "acks": [(a.rid, a.batch, a.pages) for a in out]})
+        return out
 
     def close(self, timeout_s: float) -> None:
         """Stop both threads (every rank calls this at the same point of its program)."""
@@ -132,9 +142,11 @@ class PrefetchWorker:
                 loaded.append(got)
                 # The ack of batch b depends only on batches <= b: post it now.
                 ack = rank_acks(job.plan[:b + 1], loaded)[-1]
-                self._acks.put((job.rid, b, ack))
+                # announced before the sync thread can see it: a listener never sees an ack
+                # published before it was posted
                 self.listener(PrefixAgreement.RankPostAck, {"rank": self.comm.rank, "rid": job.rid,
                                                            "batch": b, "ack": ack})
+                self._acks.put((job.rid, b, ack))
                 start += size
         self._acks.put(_STOP)
 
@@ -177,8 +189,9 @@ class PrefetchWorker:
             if stop:
                 return
             agreed = agree_ack([out.counts[0]])
+            # announced before the engine can pop it (same reason as RankPostAck)
+            self.listener(PrefixAgreement.SyncPublish, {"rank": self.comm.rank, "rid": rid, "batch": batch,
+                                                       "pages": agreed})
             with self._cond:
                 self._published.append(PublishedAck(rid, batch, agreed))
                 self._cond.notify_all()
-            self.listener(PrefixAgreement.SyncPublish, {"rank": self.comm.rank, "rid": rid, "batch": batch,
-                                                       "pages": agreed})

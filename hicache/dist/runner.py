@@ -20,4 +20,7 @@ def run_distributed(cfg: RunConfig | None = None, *, faults: Faults = Faults(), 
             cfg = RunConfig(storage_dir=tmp, **overrides)
         elif overrides or not cfg.storage_dir:
             cfg = dataclasses.replace(cfg, storage_dir=cfg.storage_dir or tmp, **overrides)
-        return launch(run_rank, cfg.world, (cfg, faults, gather_bench_iters), timeout_s=launch_timeout_s, grace_s=grace_s)
+        from hicache.monitors.maps.dist import verify_config
+        # the parent's verified mode, not the ranks' environment (a fork server keeps its own)
+        payload = (cfg, faults, gather_bench_iters, verify_config())
+        return launch(run_rank, cfg.world, payload, timeout_s=launch_timeout_s, grace_s=grace_s)

@@ -55,11 +55,17 @@ class Faults:
 
 
 def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
-    """payload: (RunConfig, Faults) or (RunConfig, Faults, gather-bench iterations)."""
+    """payload: (RunConfig, Faults) or (RunConfig, Faults, gather-bench iterations[, the
+    parent's VerifyConfig: spec monitors on this rank's protocols])."""
     import torch
+
+    from hicache.monitors.maps.dist import attach as attach_monitors
+    from hicache.monitors.maps.dist import monitored
+    from hicache.monitors.maps.dist import summary as monitor_summary
     torch.set_num_threads(1)   # ranks share few cores: intra-op threads only oversubscribe them
     cfg, faults, *rest = payload
     bench_iters = rest[0] if rest else 0
+    verify = rest[1] if len(rest) > 1 else None
     if rank in faults.overrides:
         cfg = dataclasses.replace(cfg, **faults.overrides[rank])
     if rank == faults.no_wait_rank:       # slow copies make the missing wait observable
@@ -81,7 +87,9 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
         store = FaultyStorage(inner, FaultConfig(seed=cfg.seed * 1000 + 500 + rank, p_raise=fail / 6,
                                                  p_none=fail / 6, **delay))
         events = EventCounter()
-        engine = Engine(cfg, comm, store, load_store, listener=events, bugs=bugs)
+        listener = monitored(events, verify)  # verified mode (HICACHE_VERIFY): spec monitors
+        engine = Engine(cfg, comm, store, load_store, listener=listener, bugs=bugs)
+        attach_monitors(listener, engine)
         workload = make_workload(cfg.requests, cfg.page_size, cfg.model.vocab, cfg.seed, cfg.model.max_len)
         engine.serve(workload, faults)
         comm.barrier("finish")
@@ -89,6 +97,7 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
         if bench_iters:
             out["gather_bench"] = bench_gather(engine, iters=bench_iters)
         out["events"] = dict(events.counts)
+        out["monitors"] = monitor_summary(listener)
         return out
     finally:
         comm.close()

@@ -71,6 +71,8 @@ class Explanation:
     states: list[dict[str, str]]     # per step: variable -> TLA+ text
     changed: list[list[str]]         # per step: variables changed from the step before
     notes: list[str] = field(default_factory=list)
+    ranks: dict | None = None        # cross-rank: diverging ranks, their calls, differing fields
+    search_constants: dict[str, str] | None = None   # the model the spec search used
 
     @property
     def trace_length(self) -> int:
@@ -112,13 +114,19 @@ def _fmt_states(trace: Trace) -> tuple[list[dict[str, str]], list[list[str]]]:
 
 def _changes(name: str, a, b) -> dict[str, list[str]]:
     """What changed in one variable: per entry when a function keeps its domain (a tuple its
-    length), so a one-slot change in a large map reads `host[9]: 1 -> 0`."""
+    length), recursively, so a one-slot change in a large map reads `host[9]: 1 -> 0` (and
+    in a cross-rank trace, whose variables map ranks to values, `host[1][9]: 1 -> 0`)."""
     if a == b:
         return {}
+    out: dict[str, list[str]] = {}
     if isinstance(a, Fcn) and isinstance(b, Fcn) and a.d.keys() == b.d.keys():
-        return {f"{name}[{fmt(k)}]": [fmt(a.d[k]), fmt(b.d[k])] for k in a.d if a.d[k] != b.d[k]}
+        for k in a.d:
+            out.update(_changes(f"{name}[{fmt(k)}]", a.d[k], b.d[k]))
+        return out
     if type(a) is tuple and type(b) is tuple and len(a) == len(b):
-        return {f"{name}[{i}]": [fmt(x), fmt(y)] for i, (x, y) in enumerate(zip(a, b), 1) if x != y}
+        for i, (x, y) in enumerate(zip(a, b), 1):
+            out.update(_changes(f"{name}[{i}]", x, y))
+        return out
     return {name: [fmt(a), fmt(b)]}
 
 
@@ -148,6 +156,9 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
                 spec_search=None, states=states, changed=changed, notes=notes)
     last = len(trace.steps) - 1
     base["finding"] = _recorded_finding(trace)
+    _verify_notes(trace, notes)
+    if kind == "digest":
+        return _finish(_explain_ranks(trace, base, last, opts), opts)
     if spec is None or not spec.is_file():
         notes.append(f"spec {trace.spec_named or '(not recorded)'} not found: pass --spec; the report uses "
                      f"only what the trace records")
@@ -165,7 +176,13 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         base["constants_source"] = "trace"
     else:
         base["constants_source"] = "config"
+    model_constants = dict(cfg.constants)
     cfg = dataclasses.replace(cfg, constants=constants)
+    # the spec search runs on the trace's parameters, bounded by the model's sizes
+    search_notes: list[str] = []
+    search_cfg = dataclasses.replace(cfg, constants=_search_constants(model_constants, trace.constants,
+                                                                      search_notes))
+    base["search_constants"] = {k: fmt(x) for k, x in sorted(search_cfg.constants.items())}
     ck = build(spec, cfg)
     base["finding"] = _recorded_finding(trace, ck)
     model, comp = ck.model, Compiler(ck.model)
@@ -173,6 +190,8 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
     constants_fit = True
     if base["constants_source"] == "config" and trace.writer != "check":
         constants_fit = _constants_fit(ck, comp, tuples, notes)
+    elif base["constants_source"] == "trace" and trace.writer == "monitor":
+        constants_fit = _states_fit(ck, comp, tuples, notes)
 
     if trace.writer != "monitor" and constants_fit:
         recover_all_args(trace, ck, comp, tuples)
@@ -185,8 +204,14 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         inv_def, first = _first_invariant_violation(ck, comp, tuples if constants_fit else [], violated, cfg)
         if inv_def is not None:
             violated, kind = inv_def.name, kind or "invariant"
-    # 5. behavior check (needs the right constants)
-    if constants_fit:
+    # 5. behavior check (needs the right constants, and events that are spec steps)
+    if trace.verify is not None and trace.verify.get("action_checks") is False:
+        checks = [StepCheck(i, StepStatus.UNCHECKED, note="compound runtime event") for i in range(len(tuples))]
+        is_beh, divergence = None, None
+        notes.append("the monitor's refinement map reports every runtime event as a compound step "
+                     "(it checks invariants only), so the trace is not checked step by step against "
+                     "the spec's actions")
+    elif constants_fit:
         checks, is_beh, divergence = check_behavior(trace, ck, tuples, opts, notes)
     else:
         checks = [StepCheck(i, StepStatus.UNCHECKED, note="constants unknown") for i in range(len(tuples))]
@@ -223,7 +248,8 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
 
     # 6. the spec's own shortest path
     if inv_def is not None:
-        found = search_invariant(spec, cfg, violated, opts)
+        found = search_invariant(spec, search_cfg, violated, opts)
+        notes.extend(search_notes)
     elif kind == "action" and constants_fit and s_prev is not None:
         sck = build(spec, dataclasses.replace(cfg, invariants=[]))
         target = s_prev
@@ -279,6 +305,128 @@ def _constants_fit(ck: Checkable, comp: Compiler, tuples: list, notes: list[str]
     return True
 
 
+def _states_fit(ck: Checkable, comp: Compiler, tuples: list, notes: list[str]) -> bool:
+    """With the trace's own constants: a monitor records the constants at the violation, and
+    a map's constants may grow with the runtime (HostTier: NNodes follows the tree), so the
+    states recorded under other constants (TypeOK false) are left out (set to None). False
+    when the violating (last) state itself does not fit."""
+    d = ck.model.root_scope.entries.get("TypeOK")
+    if not isinstance(d, OpDef) or d.params:
+        return True
+    code = comp.def_code(d, "value", "state", False, d.node)[0]
+    dropped = 0
+    for i, s in enumerate(tuples):
+        if s is None:
+            continue
+        try:
+            ok = code(s, None, ()) is True
+        except Exception:  # noqa: BLE001 - a value outside the recorded domains
+            ok = False
+        if not ok:
+            tuples[i] = None
+            dropped += 1
+    if tuples and tuples[-1] is None:
+        notes.append("the violating state does not fit the constants the trace records (TypeOK is false): "
+                     "the conjunct is the one the trace records")
+        return False
+    if dropped:
+        notes.append(f"{dropped} of {len(tuples)} states were recorded under other constants than the ones at "
+                     f"the violation (the runtime's model grew) and are not evaluated against the spec")
+    return True
+
+
+def _search_constants(model: dict, recorded: dict | None, notes: list[str]) -> dict:
+    """The constants of the spec search: the trace's where they lie within the model (an
+    integer no larger, a subset of a set; any other value, e.g. a bug flag, as recorded),
+    else the model's, so the search stays on the trace's parameters and within the model's
+    bounds (a runtime's sizes, dozens of pages and slots, are far beyond a breadth-first
+    search)."""
+    if not recorded:
+        return dict(model)
+    out, clamped = dict(model), []
+    for k, t in recorded.items():
+        m = model.get(k)
+        if m is None:
+            out[k] = t
+        elif type(t) is int and type(m) is int:
+            out[k] = t if t <= m else m
+            if t > m:
+                clamped.append(f"{k} = {t} -> {m}")
+        elif isinstance(t, frozenset) and isinstance(m, frozenset):
+            out[k] = t if t <= m else m
+            if not t <= m:
+                clamped.append(f"{k} = {fmt(t)} -> {fmt(m)}")
+        else:
+            out[k] = t
+    if clamped:
+        notes.append("the spec search uses the trace's constants bounded by the model's: " + ", ".join(clamped))
+    return out
+
+
+def _verify_notes(trace: Trace, notes: list[str]) -> None:
+    v = trace.verify
+    if not v:
+        return
+    if v.get("mode") == "sample":
+        notes.append(f"the monitor ran in sample mode (rate {v.get('sample_rate')}, seed {v.get('seed')}): the "
+                     f"trace holds the sampled steps only, so the violation happened at or before its first "
+                     f"violating state; rerun with HICACHE_VERIFY=strict and the same seed to stop at the step")
+
+
+def _rank_divergence(trace: Trace) -> dict | None:
+    """Which ranks diverged on what, recomputed from the exchange (the last state): its
+    `collective` (rank -> call) and `view` (rank -> digest view); the writer's record when
+    the state lacks them. The reference is the largest group of ranks that agree (ties: the
+    group of the lowest rank)."""
+    st = trace.steps[-1].values
+    coll, view = st.get("collective"), st.get("view")
+    rec = trace.violation.divergence
+    if not isinstance(coll, Fcn) or not isinstance(view, Fcn):
+        if rec is None:
+            return None
+        return {"ranks": sorted(int(r) for r in rec.get("calls", {})), "reference_rank": rec.get("reference_rank"),
+                "diverging_ranks": rec.get("diverging_ranks", []), "calls": dict(rec.get("calls", {})),
+                "fields": list(rec.get("fields", [])), "values": {}, "same_call": len(set(
+                    rec.get("calls", {}).values())) <= 1}
+    ranks = sorted(coll.d)
+    groups: dict = {}
+    for r in ranks:
+        groups.setdefault((coll.d[r], view.d.get(r)), []).append(r)
+    ref = max(groups.values(), key=lambda rs: (len(rs), -min(rs)))
+    r0 = min(ref)
+    rv = view.d.get(r0)
+    fields: list[str] = []
+    values: dict[str, dict[str, str]] = {}
+    for r in ranks:
+        if r in ref or not isinstance(view.d.get(r), Fcn) or not isinstance(rv, Fcn):
+            continue
+        for k in sorted(set(view.d[r].d) | set(rv.d)):
+            a, b = rv.d.get(k), view.d[r].d.get(k)
+            if a != b:
+                if k not in values:
+                    fields.append(k)
+                    values[k] = {str(r0): _short(a)}
+                values[k][str(r)] = _short(b)
+    return {"ranks": ranks, "reference_rank": r0, "diverging_ranks": [r for r in ranks if r not in ref],
+            "calls": {str(r): coll.d[r] for r in ranks}, "fields": fields, "values": values,
+            "same_call": len({coll.d[r] for r in ranks}) == 1}
+
+
+def _short(v, n: int = 160) -> str:
+    t = "(absent)" if v is None else fmt(v)
+    return t if len(t) <= n else t[:n - 3] + "..."
+
+
+def _explain_ranks(trace: Trace, base: dict, last: int, opts: Options) -> Explanation:
+    """A cross-rank violation: no spec (the property is the exchange's, hicache/monitors/
+    digest.py); the violating step is the exchange, the last state."""
+    st = trace.steps[last]
+    base.update(action=st.action, args=dict(st.args) or dict(trace.violation.args),
+                ranks=_rank_divergence(trace), spec=None)
+    return Explanation(first_violating_step=last, diff=_diff(trace, last, opts.diff_steps),
+                       verdict=Verdict.UNKNOWN, verdict_text="", **base)
+
+
 def _first_invariant_violation(ck: Checkable, comp: Compiler, tuples: list, violated: str | None, cfg: Config):
     """(definition, first index where it is false) of the violated invariant; when the trace
     does not name one, the first of the config's invariants that some state violates."""
@@ -307,7 +455,16 @@ def _first_invariant_violation(ck: Checkable, comp: Compiler, tuples: list, viol
 
 def _finish(e: Explanation, opts: Options) -> Explanation:
     s = e.spec_search
-    if e.trace_is_spec_behavior is False and e.divergence:
+    if e.kind == "digest" and e.ranks is not None:
+        e.verdict = Verdict.IMPLEMENTATION
+        e.verdict_text = _ranks_verdict(e.ranks)
+    elif e.kind == "runtime":
+        loc = e.finding.conjunct.location if e.finding else "the monitor"
+        e.verdict = Verdict.IMPLEMENTATION
+        e.verdict_text = (f"the runtime property {e.violated} ({loc}), which the monitor checks beside the "
+                          f"spec's invariants, failed at step {e.first_violating_step}: the bug is in the "
+                          f"implementation")
+    elif e.trace_is_spec_behavior is False and e.divergence:
         e.verdict = Verdict.IMPLEMENTATION
         e.verdict_text = e.divergence["reason"] + ": the bug is in the implementation"
     elif e.trace_is_spec_behavior is True and e.kind in ("invariant", "property") and e.violated:
@@ -320,8 +477,10 @@ def _finish(e: Explanation, opts: Options) -> Explanation:
                           "is enabled): the bug is in the spec/design")
     elif e.kind in ("invariant", "property") and s is not None and s.status == "none":
         e.verdict = Verdict.IMPLEMENTATION
-        e.verdict_text = (f"the spec never violates {e.violated} under these constants ({s.distinct} states "
-                          f"searched): the implementation reached a state the spec cannot; the bug is in "
+        model = ", ".join(f"{k} = {v}" for k, v in (e.search_constants or {}).items())
+        where = f"the searched constants {model}" if model else "the model"
+        e.verdict_text = (f"the spec never violates {e.violated} under {where} ({s.distinct} states, the whole "
+                          f"state space): the implementation reached a state the spec cannot; the bug is in "
                           f"the implementation")
     elif e.kind == "action":
         e.verdict = Verdict.IMPLEMENTATION
@@ -331,3 +490,17 @@ def _finish(e: Explanation, opts: Options) -> Explanation:
         e.verdict = Verdict.UNKNOWN
         e.verdict_text = "not enough information to tell whether the bug is in the implementation or the spec"
     return e
+
+
+def _ranks_verdict(r: dict) -> str:
+    div = ", ".join(f"rank {x}" for x in r["diverging_ranks"]) or "no rank"
+    ref = r["reference_rank"]
+    if not r["same_call"]:
+        calls = ", ".join(f"rank {k} at {c}" for k, c in sorted(r["calls"].items(), key=lambda kv: int(kv[0])))
+        return (f"{div} reached this exchange at a different collective-bearing call than rank {ref} ({calls}): "
+                f"a rank skipped or added a collective on a rank-local condition; the bug is in the "
+                f"implementation")
+    fields = ", ".join(r["fields"]) or "(the digests differ)"
+    return (f"{div} contributed a different monitored state than rank {ref} at the same call; the digest "
+            f"fields that differ: {fields}: a rank-local decision changed the rank's state; the bug is in "
+            f"the implementation")

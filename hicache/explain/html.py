@@ -2,7 +2,8 @@
 
 The page: a summary (property, first violating step, failing conjunct, verdict), a timeline
 with one lane per rank/stage (one lane when the trace names none) and one mark per step
-(the violating step highlighted, steps the spec does not allow marked), and a state panel
+(the violating step highlighted, steps the spec does not allow marked; in a cross-rank
+trace the ranks' contributions to the disagreeing exchange outlined), and a state panel
 showing the selected step's spec state in TLA+ notation, changed variables marked.
 Selecting: click a mark, or open the page at `#step=N` (read on load and on hash change).
 Test hooks: `#state-panel[data-step]`, `tr[data-var]` with `.val` cells, `#mark-N`.
@@ -30,6 +31,7 @@ pre { margin: 0; white-space: pre-wrap; font: 13px/1.35 ui-monospace, monospace;
         padding: 0; cursor: pointer; font-size: 9px; }
 .mark.bad { background: #fb8; }
 .mark.violating { background: #d22; border-color: #700; color: #fff; }
+.mark.exchange { background: #f99; border: 2px solid #a00; }
 .mark.selected { outline: 3px solid #06c; }
 #state-panel table { border-collapse: collapse; }
 #state-panel td { border-top: 1px solid #eee; padding: 2px 8px; vertical-align: top; }
@@ -106,7 +108,8 @@ def _data(e: Explanation) -> dict:
                 (f": {c.note}" if c.note else "")
         steps.append({"action": st.action, "args": _args(st.args), "lane": st.lane or "all",
                       "state": e.states[i], "changed": e.changed[i], "check": check,
-                      "bad": c is not None and c.status in (StepStatus.NOT_ALLOWED, StepStatus.NOT_INITIAL)})
+                      "bad": c is not None and c.status in (StepStatus.NOT_ALLOWED, StepStatus.NOT_INITIAL),
+                      "exchange": st.exchange})
     return {"variables": e.trace.variables, "steps": steps, "violating": e.first_violating_step
             if e.first_violating_step is not None else len(steps) - 1}
 
@@ -123,7 +126,8 @@ def render(e: Explanation) -> str:
             if st["lane"] != lane:
                 cells.append('<div class="slot"></div>')
                 continue
-            cls = "mark" + (" violating" if i == data["violating"] else "") + (" bad" if st["bad"] else "")
+            cls = "mark" + (" violating" if i == data["violating"] else "") + (" bad" if st["bad"] else "") \
+                + (" exchange" if st["exchange"] else "")
             tip = esc(f"step {i}: {st['action'] or 'first state'}({st['args']})")
             cells.append(f'<div class="slot"><button class="{cls}" id="mark-{i}" data-step="{i}" '
                          f'title="{tip}">{i}</button></div>')
@@ -142,6 +146,15 @@ def render(e: Explanation) -> str:
          + (f", {j['spec_shortest_length']} states" if j["spec_shortest_length"] else "")
          + f" (the trace: {j['trace_length']} states)"),
     ]
+    if j["ranks"] is not None:
+        r = j["ranks"]
+        summary[1:1] = [
+            ("diverging ranks", ", ".join(f"rank {x}" for x in r["diverging_ranks"])
+             + f" (reference: rank {r['reference_rank']})"),
+            ("collective calls", ", ".join(f"rank {k}: {c}" for k, c in sorted(r["calls"].items(),
+                                                                               key=lambda kv: int(kv[0])))),
+            ("digest fields that differ", ", ".join(r["fields"]) or "-"),
+        ]
     srows = "".join(f"<tr><td>{esc(k)}</td><td><pre>{esc(str(v))}</pre></td></tr>" for k, v in summary)
     payload = json.dumps(data).replace("</", "<\\/")
     title = esc(f"hicache explain: {j['violated'] or 'violation'} ({e.spec or e.trace.path})")

@@ -36,6 +36,9 @@ def to_json(e: Explanation) -> dict:
                                                 "actions": s.actions, "distinct": s.distinct,
                                                 "seconds": round(s.seconds, 3), "note": s.note},
         "spec_shortest_length": s.length if s is not None else None,
+        "ranks": e.ranks,
+        "search_constants": e.search_constants,
+        "verify": e.trace.verify,
         "verdict": str(e.verdict),
         "verdict_text": e.verdict_text,
         "notes": e.notes,
@@ -46,8 +49,16 @@ def to_text(e: Explanation) -> str:
     out = []
     what = f"{e.kind or 'violation'} {e.violated or ''}".strip()
     out.append(f"{e.trace.path}: {what}")
-    out.append(f"  spec {e.spec or '?'}, config {e.config or '?'} (constants from {e.constants_source}); "
-               f"written by {e.trace.writer}; {e.trace_length} states")
+    if e.ranks is not None:
+        out.append(f"  cross-rank exchange of ranks {', '.join(map(str, e.ranks['ranks']))} (property of "
+                   f"{e.finding.conjunct.location if e.finding else '?'}, no spec); written by "
+                   f"{e.trace.writer}; {e.trace_length} states")
+    else:
+        out.append(f"  spec {e.spec or '?'}, config {e.config or '?'} (constants from {e.constants_source}); "
+                   f"written by {e.trace.writer}; {e.trace_length} states")
+    if e.trace.verify:
+        v = e.trace.verify
+        out.append(f"  monitor: verify mode {v.get('mode')}, seed {v.get('seed')}, sample rate {v.get('sample_rate')}")
     k = e.first_violating_step
     if k is not None:
         rs = e.trace.steps[k].runtime_step
@@ -56,6 +67,8 @@ def to_text(e: Explanation) -> str:
         out.append(f"First violating step: {at}, by {act}")
         if e.kind == "deadlock":
             out.append("  no action of the spec is enabled in this state (deadlock)")
+    if e.ranks is not None:
+        out.extend(ranks_text(e.ranks))
     f = e.finding
     if f is not None:
         out.append(f"Failing conjunct at {f.conjunct.location}:")
@@ -94,3 +107,18 @@ def to_text(e: Explanation) -> str:
     for n in e.notes:
         out.append(f"Note: {n}")
     return "\n".join(out)
+
+
+def ranks_text(r: dict) -> list[str]:
+    """The cross-rank part of the report: who diverged, at which calls, on which fields."""
+    div = ", ".join(f"rank {x}" for x in r["diverging_ranks"]) or "none"
+    out = [f"Diverging ranks: {div} (reference: rank {r['reference_rank']}, the largest group that agrees)"]
+    out.append("  collective-bearing calls: " + ", ".join(
+        f"rank {k} {c}" for k, c in sorted(r["calls"].items(), key=lambda kv: int(kv[0])))
+        + ("" if r["same_call"] else "  <- different calls"))
+    if r["fields"]:
+        out.append(f"Digest fields that differ: {', '.join(r['fields'])}")
+        for name in r["fields"]:
+            for rank, val in sorted(r["values"].get(name, {}).items(), key=lambda kv: int(kv[0])):
+                out.append(f"    {name} @ rank {rank}: {val}")
+    return out

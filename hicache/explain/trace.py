@@ -7,8 +7,13 @@ Two writers are understood, and any ITF trace degrades gracefully:
                   location, error, action, args}; each state's `#meta`: index, step (the
                   runtime's event number), action, args. The first state is the state after
                   the oldest recorded event, not an initial state.
+  cross-rank      (hicache.monitors.digest) as monitors, with violation kind "digest" and no
+                  spec: every variable is a function rank -> value, each state's `#meta`
+                  names the rank whose event it follows; the last state is the exchange.
 Optional fields read when present: `#meta.constants` (ITF-encoded, the constants the run
-used), `#meta.config`, and a `rank`/`stage` in a state's `#meta` or its args (timeline lanes).
+used), `#meta.config` (a config file path, as `hicache check` writes it, or the monitor's
+verify settings {mode, seed, sample_rate, history, action_checks}), and a `rank`/`stage` in
+a state's `#meta` or its args (timeline lanes).
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ class TraceStep:
     runtime_step: int | None      # the runtime's event number (monitor traces)
     lane: str | None              # "rank 0", "stage 2", or None (one lane)
     values: dict[str, Any]        # variable -> TLA+ value (variables the state lacks are absent)
+    exchange: bool = False        # cross-rank: a contribution to the exchange that disagreed
 
 
 @dataclass(slots=True)
@@ -48,6 +54,7 @@ class Violation:
     action: str | None = None
     args: dict = field(default_factory=dict)
     error: str | None = None
+    divergence: dict | None = None   # cross-rank: what the writer found diverging
 
 
 @dataclass(slots=True)
@@ -62,6 +69,7 @@ class Trace:
     config: Path | None            # resolved config (None: not recorded / not found)
     constants: dict[str, Any] | None   # the run's constants, when recorded
     meta: dict
+    verify: dict | None = None     # a monitor's verify settings (mode, seed, sample_rate, ...)
 
 
 def resolve(name: str | None, trace_dir: Path) -> Path | None:
@@ -108,12 +116,14 @@ def load_trace(path: str | Path) -> Trace:
         values = {v: decode(rec[v]) for v in variables if v in rec}
         rstep = smeta.get("step")
         steps.append(TraceStep(i, smeta.get("action"), args, rstep if isinstance(rstep, int) else None,
-                               lane_of(smeta, args), values))
+                               lane_of(smeta, args), values, smeta.get("exchange") is True))
     raw_v = meta.get("violation")
     if isinstance(raw_v, dict):
         writer = "monitor"
+        div = raw_v.get("divergence")
         v = Violation(raw_v.get("kind"), raw_v.get("property"), raw_v.get("conjunct"), raw_v.get("location"),
-                      raw_v.get("action"), raw_v.get("args") or {}, raw_v.get("error"))
+                      raw_v.get("action"), raw_v.get("args") or {}, raw_v.get("error"),
+                      div if isinstance(div, dict) else None)
     elif "result" in meta:
         writer = "check"
         kind = {"invariant": "invariant", "property": "property", "deadlock": "deadlock"}.get(meta["result"])
@@ -125,5 +135,8 @@ def load_trace(path: str | Path) -> Trace:
     constants = None
     if isinstance(meta.get("constants"), dict):
         constants = {k: decode(x) for k, x in meta["constants"].items()}
+    cfg = meta.get("config")
+    verify = cfg if isinstance(cfg, dict) else None
+    cfg_path = resolve(cfg, trace_dir) if isinstance(cfg, str) else None
     return Trace(str(path), writer, variables, steps, v, resolve(meta.get("source"), trace_dir),
-                 meta.get("source"), resolve(meta.get("config"), trace_dir), constants, meta)
+                 meta.get("source"), cfg_path, constants, meta, verify)

@@ -106,6 +106,7 @@ class Generator:
         self.hoisted: dict[str, str] = {}     # code -> key in C ("$h<i>")
         self.no_hoist = False                  # inside a hoisted or constant-level expression
         self.uniq = 0
+        self.incremental: dict[str, tuple[str, ...]] = {}   # invariant -> domains it is local in
 
     def _declared_constants(self, mod, seen=None) -> list[str]:
         seen = set() if seen is None else seen
@@ -610,6 +611,79 @@ class Generator:
         out.append("    return None\n\n\n")
         return out
 
+    # ------------------------------------------------------------- incremental forms
+    def _const_domain(self, node) -> str | None:
+        """The name of a zero-arity constant-level set (a CONSTANT or a constant definition)."""
+        node = _strip(node)
+        if _k(node) != "OperatorApplication" or node.arguments or not isinstance(node.operator, str):
+            return None
+        r = self.resolve(node.operator, Env())
+        if isinstance(r, OpDef) and not r.params and not r.is_fn and self.is_const_def(r):
+            return node.operator
+        if isinstance(r, tuple) and r[0] == "const":
+            return node.operator
+        return None
+
+    def local_conjunct(self, c, env: Env):
+        """(domain, code over D[domain]) when conjunct `c` holds iff it holds for each element
+        of one constant domain separately: `\\A x \\in Dom : P(x)`, or `f \\in [Dom -> S]`
+        read element-wise (the caller guarantees DOMAIN f = Dom, as a refinement map that
+        builds f over Dom does). Otherwise None.
+
+        Why this is sound for incremental checking: such a conjunct is a conjunction over
+        the elements, so if it held on the last checked state and an element's predicate reads
+        nothing that changed since, that element still satisfies it; checking the elements a
+        map reports dirty (every element whose inputs changed) decides the whole conjunct.
+        """
+        c = _strip(c)
+        k = _k(c)
+        if k == "Quantification" and c.quantifier == "\\A" and len(c.declarations) == 1:
+            d = c.declarations[0]
+            if _k(d) == "OperatorApplication" and d.operator == "\\in" and len(d.arguments) == 2:
+                dom = self._const_domain(d.arguments[1])
+                if dom is not None:
+                    items: list = []
+                    pat = self.pattern(d.arguments[0], items)
+                    body = self.e(c.predicate, env.bind(*items))
+                    return dom, f"all({body} for {pat} in it(D[{dom!r}]))"
+        if k == "OperatorApplication" and c.operator == "\\in" and len(c.arguments or []) == 2:
+            fs = _strip(c.arguments[1])
+            if _k(fs) == "SetOfFunctions":
+                dom = self._const_domain(fs.domain)
+                if dom is not None:
+                    f = self.e(c.arguments[0], env)
+                    rng = self.e(fs.codomain, env)
+                    x = self.fresh("x_")
+                    return dom, f"all((ap({f}, {x}) in {rng}) for {x} in it(D[{dom!r}]))"
+        return None
+
+    def incremental_fn(self, name: str, body, mod) -> list[str]:
+        """`inc_<Inv>(C, s, D)`: the invariant with each element-local conjunct evaluated only
+        over `D[domain]` (the dirty elements), the other conjuncts in full."""
+        self.uniq = 0
+        env = Env(t=None)
+        conj = self.conjuncts(body)
+        parts = [self.local_conjunct(c, env) for c in conj]
+        domains = tuple(sorted({p[0] for p in parts if p is not None}))
+        if not domains:
+            return []
+        self.incremental[name] = domains
+        fname = _pyname("inc_", name)
+        table = _pyname("_T_inv_", name)
+        out = [f"def {fname}(C, s, D):\n",
+               f"    \"\"\"{name} over the elements D[domain] of {', '.join(domains)} only (see inv_{name}).\"\"\"\n",
+               "    k = 0\n    try:\n"]
+        for i, (c, part) in enumerate(zip(conj, parts), 1):
+            code = part[1] if part is not None else self.e(c, env)
+            out.append(f"        # {self.loc(c, mod)}{' (element-local)' if part is not None else ''}\n")
+            out.append(f"        k = {i}\n")
+            out.append(f"        if not {code}:\n")
+            out.append(f"            return Failure({name!r}, {i}, *{table}[{i - 1}])\n")
+        out.append("    except Exception as e:  # an evaluation error fails the conjunct it happened in\n")
+        out.append(f"        return conj_error({name!r}, {table}, k, e)\n")
+        out.append("    return None\n\n\n")
+        return out
+
     # ------------------------------------------------------------- module
     def generate(self) -> tuple[str, SpecInfo]:
         m = self.model
@@ -649,6 +723,7 @@ class Generator:
         for name in invs:
             d = self.scope.entries[name]
             body += self.checked_fn(_pyname("inv_", name), name, [], d.body, Env(t=None), "C, s", d.module)
+            body += self.incremental_fn(name, d.body, d.module)
         # Init as a state predicate (monitors check the first mapped state against it)
         self.uniq = 0
         body.append("def init_ok(C, s):\n    \"\"\"s satisfies Init.\"\"\"\n")
@@ -735,6 +810,11 @@ class Generator:
         tail.append("}\n\n#: invariant name -> check\nINVARIANTS = {\n")
         for name in invs:
             tail.append(f"    {name!r}: {_pyname('inv_', name)},\n")
+        tail.append("}\n\n#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)\n")
+        tail.append("INCREMENTAL = {\n")
+        for name in invs:
+            if name in self.incremental:
+                tail.append(f"    {name!r}: ({_pyname('inc_', name)}, {self.incremental[name]!r}),\n")
         tail.append("}\n")
         rest = "".join(cons + [defs_out[n] for n in order] + body + tail)
         head_s = "".join(head)

@@ -10,15 +10,24 @@ the ranks' monitored states diverged (bugs 2 and 4).
 
 `LocalCollective` stands in for torch.distributed in one process: ranks contribute in turn,
 and the k-th contributions of every rank are reduced together, the way a collective pairs
-the k-th calls of each rank.
+the k-th calls of each rank. Each contribution may carry a local payload (never sent: the
+wire carries the four ints) so that, once a reduction disagrees, the ranks can say what
+they contributed: `divergence` names the ranks and digest fields that differ, and
+`write_divergence_trace` writes the merged recent history of every rank as an ITF trace
+that `hicache explain` reads (one lane per rank, the exchange as the violating step).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from hicache.monitors.rt import Failure
 from hicache.protocol.digest import digest_of, pair, pair_agrees, step_code
-from hicache.tla.values import fmt
+from hicache.tla.values import Fcn, fmt
 
 LOCATION = "hicache/monitors/digest.py"
+
+#: the name of the violating step of a cross-rank trace (the reduction that disagreed)
+EXCHANGE = "DigestExchange"
 
 
 def state_digest(state: dict) -> int:
@@ -42,6 +51,27 @@ def verdict(reduced: list[int]) -> Failure | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """What one rank contributed to one exchange (kept locally; the wire carries `vector`)."""
+    rank: int
+    call: str          # the collective-bearing call (name)
+    index: int         # how many such calls this rank made, this one included
+    view: dict         # the rank-independent view of its monitored state that was digested
+
+    @property
+    def digest(self) -> int:
+        return state_digest(self.view)
+
+    @property
+    def vector(self) -> list[int]:
+        return contribution(self.call, self.index, self.view)
+
+    @property
+    def label(self) -> str:
+        return f"{self.call}#{self.index}"
+
+
 class LocalCollective:
     """Pairs the k-th contributions of `ranks` ranks and MIN-reduces them."""
 
@@ -49,14 +79,131 @@ class LocalCollective:
         if ranks < 1:
             raise ValueError("ranks: must be >= 1")
         self.ranks = ranks
-        self.pending: list[list[list[int]]] = [[] for _ in range(self.ranks)]
+        self.pending: list[list[tuple[list[int], object]]] = [[] for _ in range(self.ranks)]
         self.rounds = 0
+        self.paired: list = []     # the payloads of the last reduction, by rank
 
-    def contribute(self, rank: int, vec: list[int]) -> list[int] | None:
+    def contribute(self, rank: int, vec: list[int], payload: object = None) -> list[int] | None:
         """Add rank's next contribution; the reduced vector once every rank has one."""
-        self.pending[rank].append(vec)
+        self.pending[rank].append((vec, payload))
         if all(self.pending):
-            vecs = [p.pop(0) for p in self.pending]
+            got = [p.pop(0) for p in self.pending]
             self.rounds += 1
-            return [min(col) for col in zip(*vecs)]
+            self.paired = [pl for _, pl in got]
+            return [min(col) for col in zip(*(v for v, _ in got))]
         return None
+
+
+def divergence(contribs: list[Contribution]) -> dict:
+    """Which ranks disagree, on what: the largest group of ranks that contributed the same
+    (call, digest) is the reference (ties: the group of the lowest rank); every other rank
+    diverges. `fields` are the digest-view entries where some rank differs from the
+    reference rank; `calls` each rank's collective-bearing call."""
+    groups: dict[tuple, list[int]] = {}
+    for c in contribs:
+        groups.setdefault((c.label, c.digest), []).append(c.rank)
+    ref = max(groups.values(), key=lambda rs: (len(rs), -min(rs)))
+    by_rank = {c.rank: c for c in contribs}
+    ref_view = by_rank[min(ref)].view
+    fields = sorted({k for c in contribs for k in set(c.view) | set(ref_view)
+                     if c.rank not in ref and c.view.get(k) != ref_view.get(k)})
+    return {"reference_rank": min(ref),
+            "diverging_ranks": sorted(r for r in by_rank if r not in ref),
+            "calls": {str(c.rank): c.label for c in contribs},
+            "digests": {str(c.rank): f"{c.digest:016x}" for c in contribs},
+            "fields": fields}
+
+
+@dataclass(slots=True)
+class RankEvent:
+    """One event of one rank in the merged history of a group (`state`: the rank's mapped
+    state after it, None when not mapped; `contribution`: set for an exchange call)."""
+    rank: int
+    action: str
+    args: dict
+    state: dict | None = None
+    contribution: Contribution | None = None
+    seq: int = 0               # position in the merged history (group-wide order)
+
+
+def _by_rank(values: dict):
+    """rank -> value as a TLA+ function (ITF #map with integer keys)."""
+    return Fcn({r: v for r, v in sorted(values.items())})
+
+
+def divergence_trace(variables: list[str], events: list[RankEvent], contribs: list[Contribution],
+                     failure: Failure, div: dict) -> dict:
+    """The ITF document of a cross-rank violation.
+
+    Each state is the group after one event of one rank (`#meta.rank`, the action and its
+    arguments): every variable is a function rank -> that rank's latest value, plus
+    `collective` (rank -> the last collective-bearing call it made) and `view` (rank -> the
+    digest view it contributed last). A rank's values before its first recorded event are
+    those after it (the history is bounded). The last state is the exchange that
+    disagreed (no rank: it is every rank's), whose arguments name the ranks; the states of
+    the contributions paired in it carry `#meta.exchange`."""
+    from hicache.tla.itf import encode
+    ranks = sorted({e.rank for e in events} | {c.rank for c in contribs})
+    cur: dict[int, dict] = {}
+    for e in events:                      # each rank's earliest recorded state
+        if e.state is not None and e.rank not in cur:
+            cur[e.rank] = e.state
+    calls = {r: "-" for r in ranks}
+    views: dict[int, dict] = {}
+
+    def record(meta: dict) -> dict:
+        rec = {"#meta": meta}
+        for v in variables:
+            vals = {r: s[v] for r, s in cur.items() if v in s}
+            if vals:
+                rec[v] = encode(_by_rank(vals))
+        rec["collective"] = encode(_by_rank(calls))
+        if views:
+            rec["view"] = encode(_by_rank({r: Fcn(dict(vw)) for r, vw in views.items()}))
+        return rec
+    states = []
+    for e in events:
+        if e.state is not None:
+            cur[e.rank] = e.state
+        if e.contribution is not None:
+            calls[e.rank] = e.contribution.label
+            views[e.rank] = _plain(e.contribution.view)
+        meta = {"index": len(states), "step": e.seq, "rank": e.rank, "action": e.action,
+                "args": {k: _json(x) for k, x in e.args.items()}}
+        if e.contribution is not None and any(e.contribution is c for c in contribs):
+            meta["exchange"] = True          # a contribution to the exchange that disagreed
+        states.append(record(meta))
+    for c in contribs:                    # the exchange: every rank's paired contribution
+        calls[c.rank] = c.label
+        views[c.rank] = _plain(c.view)
+    args = {"ranks": ranks, "diverging_ranks": div["diverging_ranks"]}
+    states.append(record({"index": len(states), "step": (events[-1].seq + 1) if events else 0,
+                          "action": EXCHANGE, "args": args}))
+    return {"#meta": {"format": "ITF", "source": None, "module": "cross-rank", "ranks": ranks,
+                      "violation": {"kind": "digest", "property": failure.property, "index": failure.index,
+                                    "conjunct": failure.text, "location": failure.location,
+                                    "error": failure.error, "action": EXCHANGE, "args": args,
+                                    "divergence": div}},
+            "vars": [*variables, "collective", "view"], "states": states}
+
+
+def write_divergence_trace(vdir: str, doc: dict, step: int) -> str | None:
+    """Write `doc` under `vdir` as cross-rank-step<N>-<i>.itf.json; None if it cannot."""
+    from hicache.tla.itf import write_itf_new
+    return write_itf_new(vdir, f"cross-rank-step{step}", doc)
+
+
+def _plain(view: dict) -> dict:
+    """A digest view as TLA+ values (lists -> tuples)."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in view.items()}
+
+
+def _json(v):
+    """An event argument as JSON (anything else by its repr)."""
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return [_json(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _json(x) for k, x in v.items()}
+    return repr(v)

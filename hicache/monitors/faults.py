@@ -7,11 +7,15 @@ runtime names every protocol step). `fault_seq` is the bus sequence number of th
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from hicache.protocol.vocabulary import HostTier as A
 from hicache.runtime.allocator import HostSlotState as S
 from hicache.runtime.cache import HiCache
+from hicache.runtime.hashing import storage_key
+from hicache.runtime.transfer import Worker
 
 
 class FaultyCache(HiCache):
@@ -145,6 +149,116 @@ class HiddenRetention(FaultyCache):
         self._fire(A.HostEvict, node=v.id, slots=slots)
 
 
+class _UnguardedWorker(Worker):
+    """The reference system's prefetch thread: no handler around an operation, so the first
+    exception ends the thread's loop (the op is never done, its slots stay RESERVED).
+    `settle(op)` is the zoo's hook (not part of the bug): it returns once `op` is done or
+    the thread has ended, and joins a thread that ended, so what the scheduler observes
+    next does not depend on thread timing."""
+
+    def __init__(self, name: str) -> None:
+        self.cond = threading.Condition()
+        self.ended = False
+        self.died_of: BaseException | None = None
+        super().__init__(name)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                op = self._q.get()
+                if op is None:
+                    return
+                op.run()            # the bug: an exception here ends the thread
+                op.done.set()
+                with self.cond:
+                    self.cond.notify_all()
+        except Exception as exc:  # noqa: BLE001 - recorded; the loop (the thread) is over
+            self.died_of = exc
+        finally:
+            with self.cond:
+                self.ended = True
+                self.cond.notify_all()
+
+    def settle(self, op) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: op.done.is_set() or self.ended)
+        if self.ended:
+            self._thread.join()
+
+    def close(self) -> None:
+        if not self.ended:
+            super().close()
+
+
+class UncheckedPrefetch(FaultyCache):
+    """The reference system's prefetch thread (half of bug 14): no handler around an
+    operation and an unchecked read of each page `batch_get` returns, so a `None` (a miss,
+    or a failing backend's whole answer) raises and the thread dies with the prefetch's
+    slots RESERVED. The faulty step is the scheduler's first step after the death (the
+    prefetch it now finishes or aborts can never be completed by anyone)."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+            self.prefetcher = _UnguardedWorker("prefetch")
+
+    def _exists_keys(self, op) -> list[str]:
+        return op.keys
+
+    def _fetch_pages(self, op) -> int:
+        be = self.storage
+        ekeys = self._exists_keys(op)
+        hit = min(be.batch_exists(ekeys), len(op.keys))
+        op.announced = hit
+        op.skewed = ekeys[:hit] != op.keys[:hit]     # get asks for keys exists did not see
+        done = 0
+        for v in be.batch_get(op.keys[:hit]) if hit else []:
+            v.numel()               # the unchecked read: a None (a miss) raises
+            done += 1
+            op.completed = done
+        return done
+
+    def _settle(self, req) -> None:
+        op = req.prefetch
+        if op is None or not isinstance(self.prefetcher, _UnguardedWorker):
+            return
+        self.prefetcher.settle(op)
+        died = not op.done.is_set()
+        if (died or getattr(op, "skewed", False)) and not self.fired:
+            self.fault_seq = self.bus._seq + 1      # the event the caller emits next
+
+    def finish_prefetch(self, req) -> int:
+        self._settle(req)
+        return super().finish_prefetch(req)
+
+    def abort(self, req) -> None:
+        self._settle(req)
+        super().abort(req)
+
+
+class PrefetchThreadDies(UncheckedPrefetch):
+    """Bug 14, both halves: `batch_exists` is asked with keys of a second derivation (the
+    chain restarted one page early: the cached page before the fetch counts as its first
+    hit), so it announces one page more than storage holds under the keys `batch_get` and
+    `batch_set` use; that page comes back as None and the unchecked read kills the thread.
+    The fault fires at the first fetch whose get follows the skewed exists (the page may
+    be there, then nothing dies yet); the faulty step is the scheduler's step that ends
+    that prefetch, the first after the worker's calls."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self._prev: dict[int, bytes] = {}   # rid -> digest of the page before its fetch
+
+    def prefetch(self, req) -> bool:
+        # written before the op is queued (the queue orders it before the worker's read)
+        self._prev[req.rid] = self.tree.path_hash(req.node)
+        return super().prefetch(req)
+
+    def _exists_keys(self, op) -> list[str]:
+        return [storage_key(self._prev[op.rid]), *op.keys[:-1]]      # the second derivation
+
+
 #: bug class (REFERENCE.md number) -> fault class on the single-engine runtime
 RUNTIME_FAULTS = {
     6: PrefetchRecordDropped,
@@ -153,4 +267,5 @@ RUNTIME_FAULTS = {
     9: HiddenRetention,
     10: EvictDuringLoad,
     12: FreeCopyDestination,
+    14: PrefetchThreadDies,
 }

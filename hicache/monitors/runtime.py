@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import collections
 import enum
-import itertools
 import os
 import random
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from hicache.monitors.rt import Failure
@@ -91,6 +89,7 @@ class Step:
     action: str
     args: dict
     state: dict | None        # mapped state after the event (None: not mapped, sample mode)
+    delta: list | None = None  # incremental maps: the writes of this event (undo rebuilds states)
 
 
 class ProtocolViolation(AssertionError):
@@ -152,12 +151,31 @@ class Monitor:
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)
         self.invariants.update(getattr(rmap, "invariant_overrides", {}))
+        # incremental maps keep the mapped state themselves and report what each event
+        # changed; invariants are then checked on the changed elements only (see
+        # _check_incremental); the state before each event is rebuilt from deltas on failure
+        self.incremental = bool(getattr(rmap, "incremental", False))
+        if self.incremental:
+            self.prev = None
+            inc = getattr(self.spec, "INCREMENTAL", {})
+            over = rmap.incremental_overrides
+            self._inc_checks = [(name, over.get(name) or (inc[name][0] if name in inc else None), full)
+                                for name, full in self.invariants.items()]
 
     # ------------------------------------------------------------ helpers
     def _draw(self) -> bool:
         return self.cfg.mode is Mode.STRICT or self.rng.random() < self.cfg.sample_rate
 
     def constants(self) -> dict:
+        fast = getattr(self.rmap, "constants_key", None)
+        if fast is not None:
+            key = fast()
+            C = self._cache.get(key)
+            if C is None:
+                if len(self._cache) >= 64:       # bounded: each binding holds materialized sets
+                    self._cache.pop(next(iter(self._cache)))
+                C = self._cache[key] = self.spec.constants(self.rmap.constants())
+            return C
         raw = self.rmap.constants()
         key = tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
         C = self._cache.get(key)
@@ -172,6 +190,9 @@ class Monitor:
         if steps is None:
             return
         self.steps += 1
+        if self.incremental:
+            self._step_incremental(name, fields)
+            return
         check = self._check_next
         self._check_next = self._draw()
         if not self.needs_prestate:
@@ -197,6 +218,30 @@ class Monitor:
             self._check_step(name, fields, steps, self.prev, t)
         self.prev = t
 
+    def _step_incremental(self, name: str, fields: dict) -> None:
+        """One event on an incremental map: bring its state up to date (every event: the map
+        must see every change), and on a checked step evaluate each invariant on the
+        elements changed since the last check (sample mode: the union over the unchecked
+        steps in between, so a sampled check still covers everything that changed)."""
+        check = self._check_next
+        self._check_next = self._draw()
+        if not check:
+            # an unchecked step only records the event: the map journals what changed and
+            # brings its state up to date at the next checked step, whose delta and dirty
+            # elements then cover every change since the last one
+            self.history.append(Step(self.steps, name, dict(fields), None, None))
+            return
+        delta, acc = self.rmap.sync()
+        self.history.append(Step(self.steps, name, dict(fields), None, delta))
+        self.checked += 1
+        C = self.constants()
+        s = self.rmap.live()
+        D = self.rmap.domains(C, acc)
+        for inv, inc, full in self._inc_checks:
+            f = inc(C, s, D) if inc is not None else full(C, s)
+            if f is not None:
+                self.fail("invariant", name, fields, f, None, None)
+
     def _check_step(self, name, fields, steps, s, t) -> None:
         C = self.constants()
         if s is not None and len(steps) == 1:
@@ -213,9 +258,16 @@ class Monitor:
 
     def cache_check(self) -> None:
         """Every invariant on the current mapped state (sample mode runs this at each cache
-        check; strict mode already did at the last step)."""
-        t = self.rmap.state()
-        C = self.constants()
+        check; strict mode already did at the last step). An incremental map is checked on
+        its from-scratch reference state here, which also catches a change the incremental
+        map did not see."""
+        if self.incremental:
+            self._sync_pending()
+            t = self.rmap.reference_state()
+            C = self.spec.constants(self.rmap.reference_constants())
+        else:
+            t = self.rmap.state()
+            C = self.constants()
         for inv in self.invariants.values():
             f = inv(C, t)
             if f is not None:
@@ -224,15 +276,36 @@ class Monitor:
             self.prev = t
 
     def fail(self, kind, name, fields, failure: Failure, s, t) -> None:
+        if self.incremental and t is None:
+            self._rebuild_states()
+            mapped = [h.state for h in self.history if h.state is not None]
+            t = mapped[-1] if mapped else None
+            s = mapped[-2] if len(mapped) > 1 else None
         path = self.write_trace(kind, name, fields, failure)
         raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=dict(fields), failure=failure,
                                 kind=kind, diff=state_diff(s, t), history=list(self.history),
                                 step=self.steps, trace_path=path)
 
+    def _sync_pending(self) -> None:
+        """Bring an incremental map up to date outside a checked step (sample mode): the
+        changes go to the last event's delta, so the rebuilt history stays exact."""
+        if self.history and self.history[-1].delta is None:
+            self.history[-1].delta, _ = self.rmap.sync()
+
+    def _rebuild_states(self) -> None:
+        """Fill each history step's mapped state from the current state and the deltas."""
+        from hicache.monitors.maps.host_tier_inc import undo
+        t = self.rmap.state()
+        for h in reversed(self.history):
+            if h.delta is None:          # not synced (sample mode): its changes are in the next delta
+                continue
+            h.state = t
+            t = undo(t, h.delta)
+
     def write_trace(self, kind, name, fields, failure: Failure) -> str | None:
         """The recent mapped states as an ITF trace (the states sample mode did not map are
         left out; each state's #meta names the event and its arguments)."""
-        from hicache.tla.itf import encode, write_itf
+        from hicache.tla.itf import encode, write_itf_new
         states = []
         for h in self.history:
             if h.state is None:
@@ -243,23 +316,23 @@ class Monitor:
                 if v in h.state:
                     rec[v] = encode(h.state[v])
             states.append(rec)
+        try:
+            constants = {k: encode(_freeze(v)) for k, v in sorted(self.rmap.constants().items())}
+        except (TypeError, ValueError):     # a constant ITF cannot encode: record none
+            constants = None
         doc = {"#meta": {"format": "ITF", "source": self.spec.SPEC, "module": self.spec.MODULE,
                          "violation": {"kind": kind, "property": failure.property, "index": failure.index,
                                        "conjunct": failure.text, "location": failure.location,
                                        "error": failure.error, "action": name,
-                                       "args": {k: _jsonable(v) for k, v in fields.items()}}},
+                                       "args": {k: _jsonable(v) for k, v in fields.items()}},
+                         # the model the checks used (explain evaluates and searches with it)
+                         "constants": constants,
+                         "config": {"mode": str(self.cfg.mode), "seed": self.cfg.seed,
+                                    "sample_rate": self.cfg.sample_rate, "history": self.cfg.history,
+                                    # False: every event is a compound step (invariants only)
+                                    "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}
-        d = Path(self.cfg.violation_dir)
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            for i in itertools.count():
-                p = d / f"{self.spec.MODULE}-step{self.steps}-{i}.itf.json"
-                if not p.exists():
-                    break
-            write_itf(p, doc)
-            return str(p)
-        except OSError:
-            return None
+        return write_itf_new(self.cfg.violation_dir, f"{self.spec.MODULE}-step{self.steps}", doc)
 
 
 def _freeze(v):

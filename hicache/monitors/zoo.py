@@ -36,6 +36,7 @@ class BugResult:
     seed: int | None
     clean_alarm: bool           # the same workload without the fault raised
     detail: str = ""
+    trace: str | None = None    # the violation's ITF trace (hicache explain reads it)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -47,12 +48,14 @@ def _steps_after(exc: ProtocolViolation, fault_seq: int) -> int:
 
 # ====================================================================== runtime entries
 def _run_single(seed: int, cls, wcfg, vdir: str):
-    from hicache.monitors.maps.host_tier import HostTierMap
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap as HostTierMap
+    from hicache.monitors.workers import watch
     from hicache.monitors.workload import make_cache, plan, run_workload
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy, cls=cls)
     mon = Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=vdir))
     cache.bus.subscribe(mon)
+    watch(cache, mon)        # bug 14's properties (storage calls, worker threads), after the monitor
     try:
         run_workload(cache, reqs)
     except ProtocolViolation as e:
@@ -88,7 +91,7 @@ def runtime_entry(bug: int, seeds: int, wcfg, vdir: str) -> BugResult:
                              "the fault fired and no monitor raised")
         return BugResult(cls.__name__, bug, "runtime", True, exc.property,
                          _steps_after(exc, cache.fault_seq), seed, clean is not None,
-                         f"{exc.kind} {exc.property} at {exc.location}")
+                         f"{exc.kind} {exc.property} at {exc.location}", exc.trace_path)
     return BugResult(cls.__name__, bug, "runtime", False, None, None, None, False,
                      f"the fault never fired in {seeds} workloads")
 
@@ -175,11 +178,20 @@ RANK_FAULTS = {1: SkipCheckOnLocalCondition, 2: DropFromLocalPrefetchTable, 3: S
 
 class RankGroup:
     """`n` real caches served in lockstep (the same requests, stage by stage), with a
-    cache check after the prefetch stage and at the end of each request."""
+    cache check after the prefetch stage and at the end of each request.
 
-    def __init__(self, n: int, wcfg, policy: str, fault: RankFault, vdir: str):
+    The group keeps the merged recent history of every rank (each event with its rank and
+    the rank's mapped state after it, and each rank's exchange contributions), so that a
+    disagreeing exchange is written as one ITF trace (hicache.monitors.digest)."""
+
+    #: events the HostTier map does not map (emitted on transfer threads)
+    UNMAPPED = frozenset({"LoadBackLayer"})
+
+    def __init__(self, n: int, wcfg, policy: str, fault: RankFault, vdir: str, history: int = 64):
+        import collections
+
         from hicache.monitors.digest import LocalCollective
-        from hicache.monitors.maps.host_tier import HostTierMap
+        from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap as HostTierMap
         from hicache.monitors.workload import make_cache
         self.fault = fault
         fault.group = self
@@ -187,6 +199,8 @@ class RankGroup:
         cls = fault.cache_class()
         self.caches = []
         self.maps = []
+        self.events = collections.deque(maxlen=history)
+        self._seq = 0
         for r in range(n):
             # wait_complete: a best-effort prefetch's yield depends on thread timing, which
             # would make ranks differ without any fault (the dist engine agrees on it)
@@ -194,6 +208,7 @@ class RankGroup:
             c.rank = r
             m = HostTierMap(c)
             c.bus.subscribe(Monitor(m, VerifyConfig(mode="strict", violation_dir=vdir)))
+            c.bus.subscribe(self._recorder(r, m))     # after the monitor: its map is up to date
             self.caches.append(c)
             self.maps.append(m)
         self.coll = LocalCollective(n)
@@ -201,21 +216,49 @@ class RankGroup:
         self.rounds = 0
         self.vdir = vdir
 
+    def _recorder(self, rank: int, rmap):
+        def on(action, fields) -> None:
+            name = str(action)
+            if name in self.UNMAPPED:
+                return
+            self._record(rank, name, {k: v for k, v in fields.items() if k != "seq"}, rmap.state())
+        return on
+
+    def _record(self, rank: int, action: str, args: dict, state=None, contribution=None) -> None:
+        from hicache.monitors.digest import RankEvent
+        self._seq += 1
+        self.events.append(RankEvent(rank, action, args, state, contribution, self._seq))
+
     def check(self, stage: str) -> None:
-        from hicache.monitors.digest import contribution, verdict
+        from hicache.monitors.digest import Contribution, verdict
         for r, c in enumerate(self.caches):
             if self.fault.skip_check(self, r, stage):
                 continue
             self.calls[r] += 1
-            red = self.coll.contribute(r, contribution(f"cache_check:{stage}:{self.rounds}", self.calls[r],
-                                                       self.maps[r].digest_view()))
+            con = Contribution(r, f"cache_check:{stage}", self.calls[r], self.maps[r].digest_view())
+            self._record(r, con.call, {"index": con.index, "digest": f"{con.digest:016x}"}, contribution=con)
+            red = self.coll.contribute(r, con.vector, con)
             if red is not None:
                 f = verdict(red)
                 if f is not None:
-                    raise ProtocolViolation(spec="cross-rank", action=f"cache_check:{stage}", args={"rank": r},
-                                            failure=f, kind="digest", diff={}, history=[],
-                                            step=self.coll.rounds, trace_path=None)
+                    self._violation(f, r)
         self.rounds += 1
+
+    def _violation(self, f, rank: int) -> None:
+        """Write the merged history as a trace and raise (the exchange completed by `rank`)."""
+        from hicache.monitors.digest import EXCHANGE, divergence, divergence_trace, write_divergence_trace
+        from hicache.monitors.maps.host_tier import spec
+        from hicache.monitors.runtime import Step
+        contribs = list(self.coll.paired)
+        div = divergence(contribs)
+        doc = divergence_trace(list(spec.VARIABLES), list(self.events), contribs, f, div)
+        path = write_divergence_trace(self.vdir, doc, self.coll.rounds)
+        history = [Step(e.seq, e.action, {**e.args, "rank": e.rank}, None) for e in self.events]
+        raise ProtocolViolation(spec="cross-rank", action=EXCHANGE,
+                                args={"completed_by": rank, "diverging_ranks": div["diverging_ranks"],
+                                      "fields": div["fields"], "calls": div["calls"]},
+                                failure=f, kind="digest", diff={}, history=history,
+                                step=self.coll.rounds, trace_path=path)
 
     def serve(self, tokens, what: str) -> None:
         reqs = [c.match(tokens) for c in self.caches]
@@ -278,7 +321,7 @@ def ranks_entry(bug: int, seeds: int, wcfg, vdir: str) -> BugResult:
             return BugResult(name, bug, "ranks", False, None, None, seed, clean, "the fault fired; no alarm")
         # steps counted in cache checks (the exchange points) after the faulty one
         return BugResult(name, bug, "ranks", True, exc.property, (g.rounds - fault.fired_round), seed, clean,
-                         f"{exc.kind} {exc.property} at {exc.location}")
+                         f"{exc.kind} {exc.property} at {exc.location}", exc.trace_path)
     return BugResult(name, bug, "ranks", False, None, None, None, False, f"never fired in {seeds} workloads")
 
 
@@ -315,11 +358,12 @@ def spec_walk(spec: str, cfg_name: str, seed: int, depth: int, vdir: str):
     bug_ck = build(path, load_cfg(ROOT / "spec" / cfg_name))
     clean_ck = build(path, load_cfg(path.with_suffix(".cfg")))
     gen = importlib.import_module(f"hicache.monitors.generated.{module_name(spec)}")
-    C = gen.constants(dict(load_cfg(path.with_suffix(".cfg")).constants))
+    raw = dict(load_cfg(path.with_suffix(".cfg")).constants)
+    C = gen.constants(raw)
     n = len(bug_ck.model.variables)
     rng = random.Random(seed)
     s = tuple(rng.choice(bug_ck.init((), [UNSET] * n, ())))
-    mon = _SpecMonitor(gen, C, VerifyConfig(mode="strict", violation_dir=vdir), dict(zip(gen.VARIABLES, s)))
+    mon = _SpecMonitor(gen, C, raw, VerifyConfig(mode="strict", violation_dir=vdir), dict(zip(gen.VARIABLES, s)))
     fault_step = None
     for step in range(1, depth + 1):
         succ = [(a, tuple(p)) for a in bug_ck.actions for p in a.fn(s, [UNSET] * n, ())]
@@ -341,7 +385,7 @@ def spec_walk(spec: str, cfg_name: str, seed: int, depth: int, vdir: str):
 class _SpecMonitor(Monitor):
     """A monitor whose refinement map is the identity (the run is already in spec terms)."""
 
-    def __init__(self, gen, C, cfg, s0):
+    def __init__(self, gen, C, raw: dict, cfg, s0):
         self._state = s0
         self._C = C
         outer = self
@@ -350,7 +394,7 @@ class _SpecMonitor(Monitor):
             spec = gen
 
             def constants(self):
-                return {}
+                return raw          # the model's constants (recorded in the trace)
 
             def state(self):
                 return outer._state
@@ -419,7 +463,7 @@ def spec_entry(bug: int, seeds: int, vdir: str, depth: int = 40) -> BugResult:
         if exc is None:
             return BugResult(name, bug, "spec", False, None, None, seed, clean is not None, "no alarm")
         return BugResult(name, bug, "spec", True, exc.property, exc.step - fault, seed, clean is not None,
-                         f"{exc.kind} {exc.property} at {exc.location}")
+                         f"{exc.kind} {exc.property} at {exc.location}", exc.trace_path)
     return BugResult(name, bug, "spec", False, None, None, None, False, f"never fired in {seeds} runs")
 
 
@@ -537,7 +581,7 @@ def pipeline_entry(seeds: int, vdir: str) -> BugResult:
         if exc is None:
             return BugResult(name, 11, "runtime", False, None, None, seed, clean is not None, "no alarm")
         return BugResult(name, 11, "runtime", True, exc.property, _steps_after(exc, ad.fault_seq), seed,
-                         clean is not None, f"{exc.kind} {exc.property} at {exc.location}")
+                         clean is not None, f"{exc.kind} {exc.property} at {exc.location}", exc.trace_path)
     return BugResult(name, 11, "runtime", False, None, None, None, False, f"never fired in {seeds} runs")
 
 

@@ -77,14 +77,20 @@ class DraftState(enum.StrEnum):
 
 
 class PDHandoff(enum.StrEnum):
-    """Prefill-decode handoff of cached prefixes (spec/PDHandoff.tla)."""
-    PrefillLoadBack = "PrefillLoadBack"      # prefill loads its host/storage hit back to device
-    DecodeAllocate = "DecodeAllocate"        # decode allocates destination pages
-    PrefillSend = "PrefillSend"              # prefill sends a loaded page
-    DecodeReceive = "DecodeReceive"          # a page's transfer completes on decode
-    DecodeRead = "DecodeRead"                # decode reads a transferred page
-    PrefillAbort = "PrefillAbort"            # prefill side aborts; everything is freed
-    DecodeAbort = "DecodeAbort"              # decode side aborts; everything is freed
+    """Prefill-decode handoff of cached prefixes (spec/PDHandoff.tla). Each action is one
+    engine's local step; messages: decode -> prefill ALLOC(i)/ABORT/DONE/CLOSED, prefill ->
+    decode DATA(i)/ABORT (FIFO channels)."""
+    PrefillLoadBack = "PrefillLoadBack"      # prefill moves a hit page one tier up (storage->host->device)
+    PrefillSend = "PrefillSend"              # prefill takes ALLOC(i), sends DATA(i) of a loaded page
+    PrefillAbort = "PrefillAbort"            # prefill aborts (own or on decode's ABORT): sends ABORT
+    PrefillDrop = "PrefillDrop"              # an aborting prefill drops ALLOC/ABORT/DONE
+    PrefillRelease = "PrefillRelease"        # DONE (or CLOSED after an abort): prefix unlocked
+    DecodeAllocate = "DecodeAllocate"        # decode allocates page i's destination, sends ALLOC(i)
+    DecodeReceive = "DecodeReceive"          # DATA(i) lands (an aborting decode then frees the page)
+    DecodeRead = "DecodeRead"                # decode reads a landed page
+    DecodeFinish = "DecodeFinish"            # every page read: the request runs, sends DONE
+    DecodeAbort = "DecodeAbort"              # decode aborts: frees landed pages, keeps in-flight ones, ABORT
+    DecodeClose = "DecodeClose"              # prefill's ABORT: decode frees everything, sends CLOSED
 
 
 #: spec module name -> its action enum

@@ -18,6 +18,7 @@ Request lifecycle (what the scheduler calls):
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -92,6 +93,14 @@ class HiCache:
         self._prefetch_slots = 0   # Invariant: == RESERVED slots of live prefetches + orphans
         self._backup_slots = 0     # Invariant: == slots in BACKUP (storage backups in flight)
         self._closed = False
+        # verified mode from the environment: HICACHE_VERIFY=sample|strict attaches the
+        # HostTier monitor here, so a test suite or canary turns it on with one variable;
+        # off (the default) costs this one lookup per cache
+        self._verified = os.environ.get("HICACHE_VERIFY", "off").strip().lower() not in ("", "off")
+        if self._verified:
+            from hicache.monitors.attach import attach
+            from hicache.monitors.runtime import VerifyConfig
+            attach(self, VerifyConfig.from_env())
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, action: A, **args: Any) -> None:
@@ -741,6 +750,9 @@ class HiCache:
         for w in (self.loader, self.writer, self.prefetcher, self.backuper):
             if w is not None:
                 w.close()
+        if self._verified:         # the final cache check of verified mode
+            from hicache.monitors.attach import cache_check
+            cache_check(self)
 
     # ------------------------------------------------------------------ introspection
     def host_partition(self) -> tuple[set[int], set[int], set[int]]:

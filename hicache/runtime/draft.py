@@ -4,7 +4,10 @@ A cache hit must restore not only the target model's KV but every pool the draft
 depends on; a missing draft restore silently collapses speculative acceptance (REFERENCE.md,
 bug 13). A `DependentSet` registers these pools beside the target KV pool, each with a host
 pool, and moves their bytes inside every transfer of the cache (backup, load-back, storage
-backup, storage prefetch), so the transfer's completion covers all of them.
+backup, storage prefetch), so the transfer's completion covers all of them. The CP gather
+(`hicache.dist.gather`) drives its own copies and records them through the public steps
+(`launch`, `finish_draft`, `finish_target`, `fire`, `record_read`) as a transfer of kind
+"gather".
 
 Layouts (spec/DraftState.tla):
   PACKED   the pool's rows are tail layers of the target host pool and share its slot
@@ -185,6 +188,12 @@ class Kind(enum.StrEnum):
     LOAD = "load"              # host -> device (load-back)
     STORE = "store"            # host -> storage
     PREFETCH = "prefetch"      # storage -> host
+    GATHER = "gather"          # CP all-gather of a device prefix (hicache.dist.gather)
+
+
+#: transfers that restore a hit (the hit policies select what they move); the others copy
+#: every page of every pool
+RESTORES = frozenset({Kind.LOAD, Kind.GATHER})
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -259,7 +268,7 @@ class DependentSet:
     def _launch(self, tid: int, kind: Kind, dst_pages: list[int]) -> int:
         rec = Transfer(tid, kind)
         kv = tuple(dst_pages)
-        swa = tuple(self._derive(self._spec(Role.SWA), kv, restore=kind is Kind.LOAD)) \
+        swa = tuple(self._derive(self._spec(Role.SWA), kv, restore=kind in RESTORES)) \
             if self._spec(Role.SWA) else kv
         rec.src_idx = {"kv": kv, "swa": swa}
         for spec in self.cfg.pools:
@@ -278,6 +287,33 @@ class DependentSet:
         if not restore or spec.hit_policy is HitPolicy.ALL_PAGES:
             return list(source)
         return list(source)[max(0, len(source) - spec.trailing):]
+
+    # public steps, for transfers driven outside the cache (the CP gather): by transfer id
+    def finish_draft(self, tid: int, role: Role) -> None:
+        """DraftCopyFinish(tid, role)."""
+        self._finish_draft(self.transfers[tid], role)
+
+    def finish_target(self, tid: int) -> None:
+        """TargetCopyFinish(tid) (the target's copy, SWA included)."""
+        self._finish_target(self.transfers[tid])
+
+    def fire(self, tid: int) -> None:
+        """CompletionFire(tid): call only after every copy of the transfer finished."""
+        self._fire(self.transfers[tid])
+
+    def record_read(self, tid: int | None, name: str) -> None:
+        """BufferRead(tid, name) on a pool's first read after transfer tid (name "target"
+        for the target or SWA); a read of a pool whose copy had not finished is recorded
+        as stale."""
+        rec = self.transfers.get(tid) if tid is not None else None
+        if rec is None or name in rec.read:
+            return
+        with self._lock:
+            rec.read.add(name)
+            copied = rec.done | ({"target"} if rec.tgt_done else set())
+            if name not in copied:
+                rec.read_stale.add(name)
+            self._emit(D.BufferRead, t=rec.tid, p=name)
 
     def _finish_draft(self, rec: Transfer, role: Role) -> None:
         with self._lock:
@@ -458,14 +494,7 @@ class DependentSet:
         name = "target" if role is None or Role(role) is Role.SWA else Role(role).value
         for op in req.loads:
             op.wait()                      # the completion event (fires after every copy)
-            rec = self.transfers.get(getattr(op, "draft_tid", None))
-            if rec is not None and name not in rec.read:
-                with self._lock:
-                    rec.read.add(name)
-                    copied = rec.done | ({"target"} if rec.tgt_done else set())
-                    if name not in copied:
-                        rec.read_stale.add(name)
-                    self._emit(D.BufferRead, t=rec.tid, p=name)
+            self.record_read(getattr(op, "draft_tid", None), name)
         pages = cache.prefix_pages(req)
         if role is None:
             return [cache.device_pool.read_page(p) for p in pages]

@@ -1,29 +1,33 @@
 """Prefill-decode handoff of a cached prefix (spec/PDHandoff.tla), over any message channel.
 
 Two endpoints exchange small int messages `(kind, page, clock)` and page payloads over a
-`Channel` (FIFO per direction; `hicache.dist.pd_handoff` runs it on torch.distributed):
+`Channel` (FIFO per direction; `hicache.dist.pd_handoff` runs it on torch.distributed). Every
+step an endpoint takes is one action of the spec, local to that endpoint: it may consume the
+message at the head of its inbound channel and append to its outbound one.
 
   prefill                                   decode
-  HELLO(n) ----------------------------->
-                                            DecodeAllocate(i); ALLOC(i)   (window of W pages)
-  <------------------------------------------------------------- ALLOC(i)
-  PrefillLoadBack(i) (storage->host->device, once, before the first send)
-  PrefillSend(i): DATA(i) + page bytes ---->  DecodeReceive(i) (into the page it owns)
+  HELLO(n) ----------------------------->   (setup: the prefix's page count)
+                                            DecodeAllocate(i): ALLOC(i) (window of W pages)
+  PrefillLoadBack(i) (storage->host->device, every page, before the first send)
+  PrefillSend(i): takes ALLOC(i), sends DATA(i) + page bytes
+                                            DecodeReceive(i) (into the page it owns)
                                             DecodeRead(i) (only landed pages)
-  <------------------------------------------------------------- DONE
-  ACK ---------------------------------->  (both release everything)
+                                            DecodeFinish: DONE
+  PrefillRelease: takes DONE, unlocks
 
-Aborts. Decode aborting sends ABORT and keeps every page it asked for until prefill's ACK:
-what prefill sent before reading the ABORT is still in flight and lands in a page decode still
-owns (never freed under a copy: reference bug 12); DecodeAbort frees the rest. Prefill
-aborting sends ABORT, keeps its prefix pinned until decode's ACK (every DATA it sent landed
-before, the channel being FIFO), then releases. Either side answers the other's ABORT with
-ACK and releases everything. Invariant: after `run()` returns, the endpoint holds no page
-and no lock.
+Aborts. PrefillAbort sends ABORT (after every DATA it sent: the channel is FIFO) and keeps the
+prefix pinned; decode answers with DecodeClose (frees everything, sends CLOSED); prefill drops
+what decode sent meanwhile (PrefillDrop) and unlocks on CLOSED (PrefillRelease). DecodeAbort
+frees the landed pages, keeps those whose copy may be in flight (never freed under a copy:
+reference bug 12) and sends ABORT; prefill answers with its own PrefillAbort (and drops
+decode's ABORT); decode frees each kept page as its copy lands and the rest at DecodeClose.
+Invariant: after `run()` returns, an aborted endpoint holds no page and no lock; a finished
+decode holds its pages for the request that now runs (`finish_request` frees them).
 
-Each endpoint keeps an event log named by the spec's actions with Lamport clocks (messages
-carry the clock), so the two logs merge into one causal order (`merge`); `check` evaluates
-the spec's safety properties on the merged log (the seeded faults make them fail).
+Each step is logged with a Lamport clock (messages carry the clock), the message it consumed,
+the messages it sent and a snapshot of the endpoint's runtime state after it; the two logs
+merge into one causal order (`merge`) that the generated PDHandoff monitor checks step by
+step (`hicache.monitors.maps.pd_handoff`).
 """
 from __future__ import annotations
 
@@ -36,13 +40,15 @@ from hicache.protocol.vocabulary import PDHandoff as P
 
 
 class Msg(enum.IntEnum):
-    HELLO = 1
-    ALLOC = 2
-    DATA = 3
-    ABORT = 4
-    ACK = 5
-    DONE = 6
-    CLOSED = 7     # decode, after its abort's ACK: every DATA landed (prefill may unpin)
+    HELLO = 1      # setup, before the protocol starts: the prefix's page count
+    ALLOC = 2      # decode -> prefill: a destination page for page i is owned
+    DATA = 3       # prefill -> decode: page i's header; its payload follows
+    ABORT = 4      # either way: the sender gives up (prefill: sends nothing more)
+    DONE = 5       # decode -> prefill: every page landed and was read
+    CLOSED = 6     # decode -> prefill: answer to prefill's ABORT, nothing is in flight
+
+
+NO_PAGE = -1
 
 
 class Channel(Protocol):
@@ -59,11 +65,15 @@ class Channel(Protocol):
 
 
 class Faults:
-    """Seeded-bug switches (off by default; read on the path they affect only).
+    """Seeded-bug switches (off by default; each read only on the path it affects).
     `send_before_load_back`: prefill sends a page without waiting for its load-back (bug 11).
-    `abort_frees_in_flight`: a decode abort frees pages whose copy may be in flight (bug 12)."""
+    `abort_frees_in_flight`: a decode abort frees pages whose copy may be in flight (bug 12).
+    `decode_leaks_on_abort`: an aborting decode never frees the pages it kept for copies in
+    flight. `prefill_leaks_on_abort`: an aborted prefill never unlocks its prefix."""
     send_before_load_back = False
     abort_frees_in_flight = False
+    decode_leaks_on_abort = False
+    prefill_leaks_on_abort = False
 
 
 FAULTS = Faults()
@@ -71,33 +81,40 @@ FAULTS = Faults()
 
 @dataclasses.dataclass(slots=True, frozen=True)
 class LogEvent:
+    """One step. `page` is the spec's page (1-based) or None; `info` holds `recv` (the
+    consumed message as (kind name, spec page) or None), `sent` (list of those), `snap` (the
+    endpoint's state after the step) and the step's own details."""
     clock: int
     side: str          # "prefill" | "decode"
     action: str        # a PDHandoff action
-    page: int | None   # spec page index (1-based), None for aborts
+    page: int | None
     info: dict
 
 
+def spec_msg(kind: int, page: int) -> tuple[str, int]:
+    """A runtime message as the spec's <<kind, page>> (page 1-based, 0 for control)."""
+    return (Msg(kind).name, page + 1 if page >= 0 else 0)
+
+
 class Log:
-    """An endpoint's events with its Lamport clock."""
+    """An endpoint's events with its Lamport clock; `init` is its state before any step."""
 
     def __init__(self, side: str) -> None:
         self.side = side
         self.clock = 0
         self.events: list[LogEvent] = []
+        self.init: dict | None = None
 
     def tick(self, seen: int = 0) -> int:
         self.clock = max(self.clock, seen) + 1
         return self.clock
 
-    def add(self, action: P, page: int | None = None, **info: Any) -> None:
-        self.events.append(LogEvent(self.tick(), self.side, action.value, page, info))
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Plan:
-    """Random choices of one run (seeded). `abort_at`: the step at which the side aborts
-    (None: never); `window`: decode's pages allocated ahead of the landed ones."""
+    """Random choices of one run (seeded). `*_abort_at`: the side aborts once it has taken
+    that many steps (prefill: pages served; decode: loop turns; None: never); `window`:
+    decode's pages allocated ahead of the landed ones."""
     seed: int = 0
     prefill_abort_at: int | None = None
     decode_abort_at: int | None = None
@@ -111,18 +128,14 @@ class Plan:
         return Plan(seed, pick(), pick(), rng.randint(1, 3), 0.002)
 
 
-class PrefillEndpoint:
-    """Prefill side. `source` provides the prefix: `tiers()` the tier of each page
-    ("device"/"host"/"storage"), `load()` moves every page to device and returns the
-    PrefillLoadBack steps done (page, tier reached) in order, `page_bytes(i)` reads device
-    page i (0-based), `release(aborted)` drops the request's lock."""
+class _Endpoint:
+    side = ""
 
-    def __init__(self, chan: Channel, source, plan: Plan) -> None:
-        self.chan, self.source, self.plan = chan, source, plan
-        self.log = Log("prefill")
-        self.rng = random.Random(plan.seed * 2 + 1)
-        self.loaded = False
-        self.sent: list[int] = []
+    def __init__(self, chan: Channel, plan: Plan, salt: int) -> None:
+        self.chan, self.plan = chan, plan
+        self.log = Log(self.side)
+        self.rng = random.Random(plan.seed * 2 + salt)
+        self.state = ""
 
     def _delay(self) -> None:
         if self.plan.max_delay_s:
@@ -134,218 +147,252 @@ class PrefillEndpoint:
         self.log.tick(clock)
         return kind, page
 
-    def _send(self, kind: Msg, page: int = -1) -> None:
-        self.chan.send(int(kind), page, self.log.tick())
+    def snapshot(self) -> dict:
+        raise NotImplementedError
+
+    def _step(self, action: P, page: int | None = None, recv: tuple[int, int] | None = None,
+              send: tuple[tuple[int, int], ...] = (), payload=None, **info: Any) -> None:
+        """Log one spec step (its local effects are done), then send its messages with the
+        step's clock (a DATA's payload right after its header)."""
+        clock = self.log.tick()
+        info.update(recv=None if recv is None else spec_msg(*recv),
+                    sent=[spec_msg(k, p) for k, p in send], snap=self.snapshot())
+        self.log.events.append(LogEvent(clock, self.side, action.value,
+                                        None if page is None else page + 1, info))
+        for kind, p in send:
+            self.chan.send(int(kind), p, clock)
+            if kind == Msg.DATA:
+                self.chan.send_payload(payload)
+
+
+class PrefillEndpoint(_Endpoint):
+    """Prefill side. `source` provides the prefix: `n_pages`, `tiers` (the tier of each
+    page: "device"/"host"/"storage"), `load(on_step)` moves every page to device, calling
+    `on_step(page, tier)` after each one-tier move, `page_bytes(i)` reads device page i
+    (0-based), `locked()` whether the request still holds its lock, `release(aborted)` drops
+    it."""
+    side = "prefill"
+
+    def __init__(self, chan: Channel, source, plan: Plan) -> None:
+        super().__init__(chan, plan, 1)
+        self.source = source
+        self.loaded = False
+        self.served = 0
+        self.aborted_by: str | None = None
+
+    def snapshot(self) -> dict:
+        return {"tiers": tuple(self.source.tiers), "locked": self.source.locked(), "state": self.state}
 
     def _ensure_loaded(self) -> None:
         if self.loaded:
             return
         self.loaded = True
-        for page, tier in self.source.load():
-            self.log.add(P.PrefillLoadBack, page + 1, tier=tier)
+        self.source.load(lambda page, tier: self._step(P.PrefillLoadBack, page, tier=tier))
+
+    def _abort_due(self) -> bool:
+        # only while pages remain to send: after the last DATA the abort changes nothing
+        at = self.plan.prefill_abort_at
+        return at is not None and at <= self.served < self.source.n_pages
+
+    def _abort(self, reason: str) -> None:
+        self.state = "aborting"
+        self.aborted_by = self.aborted_by or reason
+        self._step(P.PrefillAbort, send=((Msg.ABORT, NO_PAGE),), reason=reason, sent_pages=self.served)
 
     def run(self) -> str:
-        """Serve the handoff; returns "done" or "aborted" (and who aborted first)."""
+        """Serve the handoff; returns "done", "aborted_by_prefill" or "aborted_by_decode"."""
         n = self.source.n_pages
-        self._send(Msg.HELLO, n)
-        step = 0
-        outcome = "done"
+        self.state = "running"
+        self.log.init = self.snapshot()
+        self.chan.send(int(Msg.HELLO), n, self.log.tick())
         while True:
+            if self.state == "running" and self._abort_due():
+                self._abort("prefill")
             kind, page = self._recv()
             self._delay()
-            if kind == Msg.ALLOC:
-                if self.plan.prefill_abort_at is not None and step >= self.plan.prefill_abort_at:
-                    outcome = self._abort()
-                    break
-                step += 1
+            if self.state == "aborting":
+                if kind == Msg.CLOSED:      # every DATA we sent landed: unpin only now
+                    if not FAULTS.prefill_leaks_on_abort:
+                        self.source.release(aborted=True)
+                    self.state = "aborted"
+                    self._step(P.PrefillRelease, recv=(kind, page))
+                    return f"aborted_by_{self.aborted_by}"
+                if kind not in (Msg.ALLOC, Msg.ABORT, Msg.DONE):
+                    raise RuntimeError(f"prefill: unexpected message {kind} while aborting")
+                self._step(P.PrefillDrop, recv=(kind, page))
+            elif kind == Msg.ALLOC:
                 late = FAULTS.send_before_load_back
                 if not late:
                     self._ensure_loaded()      # happens-before: load-back, then send
-                tier = self.source.tier_now(page)
-                self.log.add(P.PrefillSend, page + 1, tier=tier)
-                self._send(Msg.DATA, page)
-                self.chan.send_payload(self.source.page_bytes(page))
-                self.sent.append(page)
-                if late and tier != "device":
+                tier = self.source.tiers[page]
+                self._step(P.PrefillSend, page, recv=(kind, page), send=((Msg.DATA, page),),
+                           payload=self.source.page_bytes(page), tier=tier)
+                self.served += 1
+                if late and tier != "device":     # the fault loads only after an unloaded send
                     self._ensure_loaded()
-            elif kind == Msg.ABORT:      # decode aborted: stop sending, answer, release
-                self.log.add(P.PrefillAbort, reason="decode")
-                self._send(Msg.ACK)
-                self._expect(Msg.CLOSED)     # our DATA in flight landed: unpin only now
-                outcome = "aborted_by_decode"
-                break
+            elif kind == Msg.ABORT:          # decode aborted: answer with our ABORT, drop its own
+                self._abort("decode")
+                self._step(P.PrefillDrop, recv=(kind, page))
             elif kind == Msg.DONE:
-                self._send(Msg.ACK)
-                break
+                self.source.release(aborted=False)
+                self.state = "done"
+                self._step(P.PrefillRelease, recv=(kind, page))
+                return "done"
             else:
                 raise RuntimeError(f"prefill: unexpected message {kind}")
-        self.source.release(aborted=outcome != "done")
-        self.log.events.append(LogEvent(self.log.tick(), "prefill", "Release", None, {"outcome": outcome}))
-        return outcome
-
-    def _abort(self) -> str:
-        self.log.add(P.PrefillAbort, reason="prefill", sent=len(self.sent))
-        self._send(Msg.ABORT)
-        # keep the prefix pinned until decode acknowledges: every DATA sent lands before
-        crossed = False
-        while True:
-            kind, _ = self._recv()
-            if kind == Msg.ACK:
-                if crossed:              # decode aborted too: it closes after our ACK
-                    self._expect(Msg.CLOSED)
-                return "aborted_by_prefill"
-            if kind == Msg.ABORT:       # both aborted at once: answer, then wait for its ACK
-                crossed = True
-                self._send(Msg.ACK)
-            # ALLOCs sent before decode saw our ABORT are dropped
-
-    def _expect(self, want: Msg) -> None:
-        kind, _ = self._recv()
-        if kind != want:
-            raise RuntimeError(f"prefill: expected {want.name}, got {kind}")
 
 
-class DecodeEndpoint:
+class DecodeEndpoint(_Endpoint):
     """Decode side: a page allocator and a page store. `alloc()` one page or None,
-    `free(page)`, `write(page, data)` lands a copy, `read(page)` returns its bytes,
-    `buffer()` a receive buffer of one page."""
+    `free(page)`, `owns(page)`, `free_count()`, `write(page, data)` lands a copy,
+    `read(page)` returns its bytes, `buffer()` a receive buffer of one page."""
+    side = "decode"
 
     def __init__(self, chan: Channel, pool, plan: Plan) -> None:
-        self.chan, self.pool, self.plan = chan, pool, plan
-        self.log = Log("decode")
-        self.rng = random.Random(plan.seed * 2 + 2)
+        super().__init__(chan, plan, 2)
+        self.pool = pool
         self.owned: dict[int, int] = {}     # spec page (0-based) -> decode page
         self.pending: list[int] = []        # ALLOC sent, DATA not landed (may be in flight)
+        self.landed: set[int] = set()
         self.reads: dict[int, Any] = {}     # spec page -> bytes read
+        self.kept: set[int] = set()         # pages kept at DecodeAbort for copies in flight
+        self.aborted_by: str | None = None
 
-    def _delay(self) -> None:
-        if self.plan.max_delay_s:
-            import time
-            time.sleep(self.rng.uniform(0, self.plan.max_delay_s))
+    def snapshot(self) -> dict:
+        # a page counts as allocated while the pool really owns it (freed behind our back:
+        # not owned), and the free count is the pool's own
+        owned = tuple(sorted(p for p, d in self.owned.items() if self.pool.owns(d)))
+        return {"owned": owned, "free": self.pool.free_count(), "landed": tuple(sorted(self.landed)),
+                "read": tuple(sorted(self.reads)), "state": self.state}
 
-    def _recv(self) -> tuple[int, int]:
-        kind, page, clock = self.chan.recv()
-        self.log.tick(clock)
-        return kind, page
+    def _free(self, page: int) -> None:
+        self.pool.free(self.owned.pop(page))
 
-    def _send(self, kind: Msg, page: int = -1) -> None:
-        self.chan.send(int(kind), page, self.log.tick())
-
-    def _land(self, page: int, aborted: bool) -> None:
+    def _land(self, page: int) -> None:
+        """DecodeReceive(page): the payload lands in the page decode owns for it; an aborting
+        decode then frees that page (unless the leak fault keeps it)."""
         buf = self.pool.buffer()
         self.chan.recv_payload(buf)
         dst = self.owned.get(page)
-        if dst is None:       # only reachable with the abort_frees_in_flight fault
-            self.log.add(P.DecodeReceive, page + 1, owned=False)
-            self.pending.remove(page)
-            return
-        self.pool.write(dst, buf)
-        self.log.add(P.DecodeReceive, page + 1, owned=True)
+        owned = dst is not None and self.pool.owns(dst)
+        if owned:
+            self.pool.write(dst, buf)
+        else:                  # only reachable with the abort_frees_in_flight fault
+            self.owned.pop(page, None)
         self.pending.remove(page)
-        if aborted:
-            self.pool.free(self.owned.pop(page))
+        self.landed.add(page)
+        if self.state == "aborting" and owned and not self._leak(page):
+            self._free(page)
+        self._step(P.DecodeReceive, page, recv=(Msg.DATA, page), owned=owned)
 
     def run(self) -> str:
         kind, n = self._recv()
         if kind != Msg.HELLO:
             raise RuntimeError(f"decode: expected HELLO, got {kind}")
+        self.state = "waiting"
+        self.log.init = self.snapshot()
         nxt = 0        # next page to allocate
-        step = 0
+        turn = 0
         while True:
             self._delay()
-            if self.plan.decode_abort_at is not None and step >= self.plan.decode_abort_at:
-                return self._abort()
-            step += 1
-            # allocate ahead, up to the window
-            while nxt < n and len(self.pending) < self.plan.window:
+            if self.plan.decode_abort_at is not None and turn >= self.plan.decode_abort_at:
+                return self._abort("decode")
+            turn += 1
+            while nxt < n and len(self.pending) < self.plan.window:    # allocate ahead
                 page = self.pool.alloc()
                 if page is None:
-                    return self._abort()
+                    return self._abort("decode")
                 self.owned[nxt] = page
-                self.log.add(P.DecodeAllocate, nxt + 1)
                 self.pending.append(nxt)
-                self._send(Msg.ALLOC, nxt)
+                self._step(P.DecodeAllocate, nxt, send=((Msg.ALLOC, nxt),))
                 nxt += 1
-            if not self.pending:
-                break
+            if len(self.reads) == n:
+                self.state = "done"
+                self._step(P.DecodeFinish, send=((Msg.DONE, NO_PAGE),))
+                return "done"
             kind, page = self._recv()
             if kind == Msg.DATA:
-                self._land(page, aborted=False)
-                self.log.add(P.DecodeRead, page + 1)
+                self._land(page)
                 self.reads[page] = self.pool.read(self.owned[page])
+                self._step(P.DecodeRead, page)
             elif kind == Msg.ABORT:     # prefill aborted: it sends nothing more
-                return self._abort(peer=True)
+                self.aborted_by = "prefill"
+                return self._close(kind)
             else:
                 raise RuntimeError(f"decode: unexpected message {kind}")
-        self._send(Msg.DONE)
-        kind, _ = self._recv()
-        if kind != Msg.ACK:
-            raise RuntimeError(f"decode: expected ACK, got {kind}")
-        for p in list(self.owned):      # the request runs; here its pages are then freed
-            self.pool.free(self.owned.pop(p))
-        return "done"
 
-    def _abort(self, peer: bool = False) -> str:
-        inflight = [] if peer else list(self.pending)   # prefill's ABORT follows all its DATA
-        keep = set() if FAULTS.abort_frees_in_flight else set(inflight)
+    def _abort(self, reason: str) -> str:
+        """DecodeAbort: free the landed pages, keep those whose copy may be in flight (the
+        fault frees them too), ABORT; then land what prefill sent before its own ABORT."""
+        self.aborted_by = reason
+        keep = set() if FAULTS.abort_frees_in_flight else set(self.pending)
+        self.kept = keep
         for p in list(self.owned):
             if p not in keep:
-                self.pool.free(self.owned.pop(p))
-        self.log.add(P.DecodeAbort, None, kept=sorted(keep), reason="prefill" if peer else "decode")
-        if peer:
-            self._send(Msg.ACK)
-            return "aborted_by_prefill"
-        self._send(Msg.ABORT)
-        while True:     # DATA sent before prefill read our ABORT still lands, then ACK
+                self._free(p)
+        self.state = "aborting"
+        self._step(P.DecodeAbort, send=((Msg.ABORT, NO_PAGE),), kept=sorted(keep), reason=reason)
+        while True:
             kind, page = self._recv()
             if kind == Msg.DATA:
-                self._land(page, aborted=True)
-            elif kind == Msg.ACK:
-                break
-            elif kind == Msg.ABORT:     # both aborted at once
-                self._send(Msg.ACK)
-        # the ACK follows every DATA prefill sent: nothing is in flight any more
+                self._land(page)
+            elif kind == Msg.ABORT:
+                return self._close(kind)
+            else:
+                raise RuntimeError(f"decode: unexpected message {kind} while aborting")
+
+    def _close(self, kind: int) -> str:
+        """DecodeClose: prefill's ABORT follows every DATA it sent, so nothing is in flight:
+        free everything (the leak fault keeps the pages kept for in-flight copies), CLOSED."""
         for p in list(self.owned):
-            self.pool.free(self.owned.pop(p))
-        self._send(Msg.CLOSED)
-        return "aborted_by_decode"
+            if not self._leak(p):
+                self._free(p)
+        self.state = "aborted"
+        self._step(P.DecodeClose, recv=(kind, NO_PAGE), send=((Msg.CLOSED, NO_PAGE),))
+        return f"aborted_by_{self.aborted_by}"
+
+    def _leak(self, page: int) -> bool:
+        return FAULTS.decode_leaks_on_abort and page in self.kept
+
+    def finish_request(self) -> None:
+        """The request that ran on the handed-over pages ends: its pages return to the pool."""
+        for p in list(self.owned):
+            self._free(p)
 
 
-# ---------------------------------------------------------------------------- checking
+# ---------------------------------------------------------------------------- merging
 
 def merge(*logs: list[LogEvent]) -> list[LogEvent]:
-    """One causal order of the two endpoints' events (Lamport clock, prefill first on ties)."""
+    """One causal order of the two endpoints' events (Lamport clock, prefill first on ties:
+    events with equal clocks on the two sides are concurrent)."""
     out = [e for log in logs for e in log]
     return sorted(out, key=lambda e: (e.clock, e.side != "prefill"))
 
 
-def check(events: list[LogEvent]) -> list[str]:
-    """The spec safety properties violated by a merged log (empty: none). Evaluated from the
-    events: SendAfterLoadBack (a page is sent only once its load-back reached device; the
-    source stays pinned while in flight: the prefill releases only after the last landing),
-    DecodeReadsTransferred, InFlightDestOwned (a landing copy finds its page owned)."""
-    bad: list[str] = []
-    on_device: set[int] = set()
-    landed: set[int] = set()
-    released = False
+# ---------------------------------------------------------------------------- in-process
 
-    def flag(name: str) -> None:
-        if name not in bad:
-            bad.append(name)
-    for e in events:
-        if e.action == P.PrefillLoadBack and e.info.get("tier") == "device":
-            on_device.add(e.page)
-        elif e.action == P.PrefillSend:
-            if e.info.get("tier") != "device" and e.page not in on_device:
-                flag("SendAfterLoadBack")
-        elif e.action == P.DecodeReceive:
-            if released:
-                flag("SendAfterLoadBack")      # landed after the source was released
-            if not e.info.get("owned", True):
-                flag("InFlightDestOwned")
-            landed.add(e.page)
-        elif e.action == P.DecodeRead and e.page not in landed:
-            flag("DecodeReadsTransferred")
-        elif e.action == "Release" and e.side == "prefill":
-            released = True
-    return bad
+class LocalChannel:
+    """One end of an in-process channel pair (two engines on threads of one process):
+    FIFO queues, payloads copied on send as a wire transfer would."""
+
+    def __init__(self, inbox, outbox) -> None:
+        self.inbox, self.outbox = inbox, outbox
+
+    def send(self, kind: int, page: int, clock: int) -> None:
+        self.outbox.put((kind, page, clock))
+
+    def recv(self) -> tuple[int, int, int]:
+        return self.inbox.get()
+
+    def send_payload(self, data) -> None:
+        self.outbox.put(data.clone())
+
+    def recv_payload(self, out) -> None:
+        out.copy_(self.inbox.get())
+
+
+def local_pair() -> tuple[LocalChannel, LocalChannel]:
+    """(prefill's end, decode's end) of an in-process channel."""
+    import queue
+    a, b = queue.Queue(), queue.Queue()
+    return LocalChannel(a, b), LocalChannel(b, a)

@@ -94,6 +94,11 @@ class Match:
 class RadixTree:
     """The tree structure. Tier policy (what eviction does) lives in the cache."""
 
+    #: the class of new nodes; an incremental refinement map installs a subclass that
+    #: journals writes of the fields it maps (hicache.monitors.maps.host_tier), so with no
+    #: monitor attached the runtime runs exactly its own Node
+    node_cls = Node
+
     def __init__(self, page_size: int, seed: bytes) -> None:
         self.page_size = page_size
         self.pb = page_size * TOKEN_BYTES
@@ -111,7 +116,7 @@ class RadixTree:
     # -- structure -------------------------------------------------------------
     def _new(self, parent: Node, key: bytes, n: int) -> Node:
         self._ids += 1
-        return Node(self._ids, parent, key, n)
+        return self.node_cls(self._ids, parent, key, n)
 
     def _common_pages(self, key: bytes, off: int, other: bytes) -> int:
         """Leading whole pages of `other` equal to key[off:] (at least 1 here)."""

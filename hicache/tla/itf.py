@@ -71,5 +71,22 @@ def write_itf(path: str | Path, doc: dict) -> None:
     Path(path).write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def write_itf_new(directory: str | Path, stem: str, doc: dict) -> str | None:
+    """Write `doc` as `<directory>/<stem>-<i>.itf.json` with the first unused i (a trace never
+    overwrites an earlier one); the path, or None when the directory cannot be written (a
+    monitor reports its violation without the trace then)."""
+    d = Path(directory)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        i = 0
+        while (d / f"{stem}-{i}.itf.json").exists():
+            i += 1
+        p = d / f"{stem}-{i}.itf.json"
+        write_itf(p, doc)
+        return str(p)
+    except OSError:
+        return None
+
+
 def read_itf(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())

@@ -10,7 +10,7 @@ from draft_support import (POOLS, DictStorage, compute, draft_config, expected, 
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.runtime import draft
 from hicache.runtime.draft import DependentSpec, DraftConfig, Role
-from hicache.runtime.draft_map import DraftStateMap
+from hicache.monitors.maps.draft_state import DraftStateMap
 from hicache.runtime.events import Recorder
 
 TOKENS = list(range(100, 124))      # 6 pages of 4 tokens

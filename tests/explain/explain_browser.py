@@ -100,11 +100,16 @@ class Browser:
 
     # ------------------------------------------------------------ page helpers
     def open(self, url: str) -> None:
-        targets = self.call("Target.getTargets", session=False)["targetInfos"]
-        page = next(t for t in targets if t["type"] == "page")
-        self.session = self.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True},
-                                 session=False)["sessionId"]
-        self.call("Page.enable")
+        """Navigate the page (attached on first use) to `url` and wait for its load event;
+        one Browser may open many pages in turn."""
+        if self.session is None:
+            targets = self.call("Target.getTargets", session=False)["targetInfos"]
+            page = next(t for t in targets if t["type"] == "page")
+            self.session = self.call("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True},
+                                     session=False)["sessionId"]
+            self.call("Page.enable")
+        # a load event of an earlier page must not satisfy the wait for this one
+        self.events = [m for m in self.events if m.get("method") != "Page.loadEventFired"]
         self.call("Page.navigate", {"url": url})
         self.wait_event("Page.loadEventFired")
 

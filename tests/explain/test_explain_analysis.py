@@ -116,7 +116,7 @@ def test_spec_never_violates_is_implementation(tmp_path, tiny):
     assert e.spec_search.status == "none" and e.spec_search.distinct == 16   # x, y in 0..3
     assert e.first_violating_step == 1
     assert e.verdict is Verdict.IMPLEMENTATION
-    assert e.verdict_text.startswith("the spec never violates Safe under these constants (16 states")
+    assert e.verdict_text.startswith("the spec never violates Safe under the model (16 states, the whole state")
 
 
 def test_missing_meta_uses_flags(tmp_path, tiny):
@@ -284,3 +284,27 @@ def test_cli_unreadable(tmp_path, capsys):
     p.write_text("{}")
     assert main(["explain", str(p)]) == 2
     assert "not an ITF trace" in capsys.readouterr().err
+
+
+def test_search_constants_stay_on_the_trace_parameters_within_the_model():
+    from hicache.explain.analysis import _search_constants
+    model = {"N": 3, "S": frozenset({"a", "b", "c"}), "Bug": False, "M": 2}
+    notes: list[str] = []
+    got = _search_constants(model, {"N": 40, "S": frozenset({"b"}), "Bug": True, "M": 1}, notes)
+    assert got == {"N": 3, "S": frozenset({"b"}), "Bug": True, "M": 1}
+    assert notes == ["the spec search uses the trace's constants bounded by the model's: N = 40 -> 3"]
+    assert _search_constants(model, None, notes) == model
+
+
+def test_monitor_config_is_read_and_sample_mode_noted(tmp_path, pipeline_trace):
+    doc = json.loads(pipeline_trace.read_text())
+    assert doc["#meta"]["config"]["mode"] == "strict" and doc["#meta"]["config"]["action_checks"] is True
+    doc["#meta"]["config"].update(mode="sample", sample_rate=0.25, seed=7)
+    p = tmp_path / "sampled.itf.json"
+    p.write_text(json.dumps(doc))
+    e = explain(p)
+    assert e.trace.verify["mode"] == "sample" and e.trace.config is None
+    assert any(n.startswith("the monitor ran in sample mode (rate 0.25, seed 7)") for n in e.notes)
+    assert "monitor: verify mode sample, seed 7, sample rate 0.25" in to_text(e)
+    # the recorded constants are the ones used (not the CI model's note)
+    assert e.constants_source == "trace" and not any("CI model" in n for n in e.notes)

@@ -3,13 +3,16 @@ import argparse
 
 import pytest
 
+from hicache import kernels
 from hicache.bench import kernels as bench
 
 
 def test_bench_reports_ratios_of_measured_figures(monkeypatch):
     monkeypatch.setitem(bench.MOVED_BYTES, "cpu", {True: 1 << 20, False: 1 << 20})
     result = bench.run(argparse.Namespace(quick=True, runs=1, json=True))
-    assert result["device"] == "cpu" and result["backend"] == "torch"
+    assert result["device"] == "cpu"
+    assert result["backend"] == result["cpu_path"] == kernels.backend("cpu").value
+    assert result["cpu_path"] in ("native", "torch")
     assert result["target_ratio"] == bench.CPU_TARGET
     names = {(c["name"], c["page_size"]) for c in result["comparisons"]}
     for ps, _, _ in bench.PAGE_SHAPES:

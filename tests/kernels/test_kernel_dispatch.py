@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from hicache import kernels
-from hicache.kernels import dispatch
+from hicache.kernels import dispatch, native
 from hicache.kernels.dispatch import Backend
 
 
@@ -16,11 +16,13 @@ def fresh_choice(monkeypatch):
     dispatch._chosen.update(saved)
 
 
-def test_cpu_gets_the_torch_fallback_and_keeps_it(fresh_choice):
+def test_cpu_gets_the_native_copy_and_keeps_it(fresh_choice):
+    """Native where the C library builds (it does wherever a C compiler is), else torch."""
     fresh_choice.delenv(dispatch.ENV, raising=False)
-    assert kernels.backend("cpu") is Backend.TORCH
-    fresh_choice.setenv(dispatch.ENV, "triton")       # chosen once: a later change is not seen
-    assert kernels.backend("cpu") is Backend.TORCH
+    expected = Backend.NATIVE if native.library() is not None else Backend.TORCH
+    assert kernels.backend("cpu") is expected
+    fresh_choice.setenv(dispatch.ENV, "torch")        # chosen once: a later change is not seen
+    assert kernels.backend("cpu") is expected
 
 
 def test_cuda_gets_triton_when_it_imports(fresh_choice):

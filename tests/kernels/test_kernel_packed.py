@@ -7,12 +7,13 @@ from hicache.kernels.layout import Layout
 from hicache.kernels.packed import Direction, HitPolicy, IndexSource, SidecarSpec, sidecar_pages
 from kernel_testlib import host_shape, naive_transfer, random_bits, random_pages, same_bits
 
-RUN = {"triton": packed.transfer_packed_triton, "torch": packed.transfer_packed_torch}
+RUN = {"triton": packed.transfer_packed_triton, "torch": packed.transfer_packed_torch,
+       "native": packed.transfer_packed_native}
 
 
 @pytest.mark.parametrize("host_layout", list(Layout), ids=str)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn], ids=str)
-def test_packed_backup_and_load_back(impl, gen, host_layout, dtype):
+def test_packed_backup_and_load_back(copy_impl, gen, host_layout, dtype):
     c, lt, ld, h, d, ps, dev_pages, host_pages, n = 2, 3, 1, 3, 5, 16, 5, 6, 3
     target = random_bits((c, lt, dev_pages * ps, h, d), dtype, gen)
     draft = random_bits((c, ld, dev_pages * ps, h, d), dtype, gen)
@@ -23,14 +24,14 @@ def test_packed_backup_and_load_back(impl, gen, host_layout, dtype):
     combined = torch.cat([target, draft], dim=1)
     expected_host = naive_transfer(combined, Layout.LAYER_FIRST, host, host_layout, dev_ids, host_ids, ps,
                                    range(lt + ld))
-    RUN[impl](target, draft, host, dev_ids, host_ids, direction=Direction.TO_HOST, page_size=ps,
+    RUN[copy_impl](target, draft, host, dev_ids, host_ids, direction=Direction.TO_HOST, page_size=ps,
               host_layout=host_layout)
     assert same_bits(host, expected_host)
 
     load_ids = random_pages(n, dev_pages, gen)
     expected_dev = naive_transfer(host, host_layout, combined, Layout.LAYER_FIRST, host_ids, load_ids, ps,
                                   range(lt + ld))
-    RUN[impl](target, draft, host, load_ids, host_ids, direction="to_device", page_size=ps,
+    RUN[copy_impl](target, draft, host, load_ids, host_ids, direction="to_device", page_size=ps,
               host_layout=host_layout)
     assert same_bits(target, expected_dev[:, :lt]) and same_bits(draft, expected_dev[:, lt:])
 
@@ -47,7 +48,7 @@ def test_packed_is_one_plan_with_two_segments():
     ("draft-row", "sidecar"), ("draft-slots", "sidecar"), ("host-layers", "layers"),
     ("dtype", "dtypes differ"), ("duplicate", "duplicate"),
 ])
-def test_incompatible_packing_raises(impl, case, msg):
+def test_incompatible_packing_raises(copy_impl, case, msg):
     target, draft = torch.zeros(2, 3, 8, 2, 4), torch.zeros(2, 1, 8, 2, 4)
     host = torch.zeros(2, 4, 16, 2, 4)
     dev_ids, host_ids = torch.tensor([0, 1]), torch.tensor([2, 3])
@@ -62,7 +63,7 @@ def test_incompatible_packing_raises(impl, case, msg):
     elif case == "duplicate":
         host_ids = torch.tensor([2, 2])
     with pytest.raises(ValueError, match=msg):
-        RUN[impl](target, draft, host, dev_ids, host_ids, direction="to_host", page_size=4)
+        RUN[copy_impl](target, draft, host, dev_ids, host_ids, direction="to_host", page_size=4)
 
 
 def test_sidecar_all_pages_maps_through_the_index_map():
@@ -98,8 +99,8 @@ def test_sidecar_spec_is_validated_once():
         SidecarSpec(name="swa", hit_policy="newest")
 
 
-def test_sidecar_transfer_moves_derived_pages(impl, gen):
-    dispatch.set_backend(impl)
+def test_sidecar_transfer_moves_derived_pages(copy_impl, gen):
+    dispatch.set_backend(copy_impl)
     try:
         # A draft indexer pool: its own shape and dtype (fp8 rows [1, 12]), pages mapped from target KV.
         ps = 4
@@ -119,7 +120,7 @@ def test_sidecar_transfer_moves_derived_pages(impl, gen):
 
 
 @pytest.mark.parametrize("host_layout", [Layout.LAYER_FIRST, Layout.PAGE_FIRST], ids=str)
-def test_per_layer_packed_load_moves_draft_with_the_last_target_layer(impl, gen, host_layout):
+def test_per_layer_packed_load_moves_draft_with_the_last_target_layer(copy_impl, gen, host_layout):
     c, lt, ld, h, d, ps, pages = 2, 3, 2, 1, 6, 4, 5
     target = random_bits((c, lt, pages * ps, h, d), torch.bfloat16, gen)
     draft = random_bits((c, ld, pages * ps, h, d), torch.bfloat16, gen)
@@ -130,17 +131,17 @@ def test_per_layer_packed_load_moves_draft_with_the_last_target_layer(impl, gen,
     expected = naive_transfer(host, host_layout, combined, Layout.LAYER_FIRST, host_ids, dev_ids, ps,
                               range(lt + ld))
     for layer in range(lt - 1):
-        RUN[impl](target, draft, host, dev_ids, host_ids, direction="to_device", page_size=ps,
+        RUN[copy_impl](target, draft, host, dev_ids, host_ids, direction="to_device", page_size=ps,
                   host_layout=host_layout, layer=layer)
         assert same_bits(draft, before_draft)                       # draft waits for the last layer
         assert same_bits(target[:, layer], expected[:, layer])
         assert same_bits(target[:, layer + 1:], before_target[:, layer + 1:])
-    RUN[impl](target, draft, host, dev_ids, host_ids, direction="to_device", page_size=ps,
+    RUN[copy_impl](target, draft, host, dev_ids, host_ids, direction="to_device", page_size=ps,
               host_layout=host_layout, layer=lt - 1)
     assert same_bits(target, expected[:, :lt]) and same_bits(draft, expected[:, lt:])
     plan = packed.plan_packed(target, draft, host, dev_ids, host_ids, direction="to_device", page_size=ps,
                               host_layout=host_layout, layer=lt - 1)
     assert len(plan.segments) == 2                                   # one launch covers both
     with pytest.raises(ValueError, match="layer 3 out of range"):
-        RUN[impl](target, draft, host, dev_ids, host_ids, direction="to_device", page_size=ps,
+        RUN[copy_impl](target, draft, host, dev_ids, host_ids, direction="to_device", page_size=ps,
                   host_layout=host_layout, layer=lt)

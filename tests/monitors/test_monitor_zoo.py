@@ -9,6 +9,8 @@ import pytest
 from hicache.monitors.digest import LocalCollective, contribution, verdict
 from hicache.monitors.workload import WorkloadConfig
 from hicache.monitors.zoo import pipeline_entry, pipeline_run, ranks_entry, runtime_entry, spec_entry
+from hicache.storage.faulty import InjectedFault
+from hicache.tla.itf import decode, read_itf
 
 W = WorkloadConfig()
 
@@ -122,3 +124,147 @@ def test_bench_compares_the_three_modes_on_one_replay():
     s = out["strict_vs_off"]
     assert s["ratio"] == s["strict_s"] / s["off_s"]
     assert out["sample_vs_off"]["ratio"] == out["sample_vs_off"]["sample_s"] / out["sample_vs_off"]["off_s"]
+
+
+# ---------------------------------------------------------------------- bug 14
+def test_key_derivation_mismatch_caught_at_its_step(tmp_path):
+    from hicache.monitors.faults import PrefetchThreadDies
+    from hicache.monitors.zoo import _run_single
+    r = runtime_entry(14, 30, W, str(tmp_path))
+    assert (r.caught, r.property, r.steps_after_fault, r.clean_alarm) == (True, "OneKeyDerivation", 0, False), r
+    cache, exc = _run_single(r.seed, PrefetchThreadDies, W, str(tmp_path))
+    # exists announced a page get/set do not have; get's None for it killed the thread
+    assert isinstance(cache.prefetcher.died_of, AttributeError)
+    assert exc.kind == "runtime" and exc.action in ("PrefetchFinish", "RequestAbort")
+    assert exc.history[-1].args["seq"] == cache.fault_seq
+    (breach,) = cache.storage.breaches
+    assert breach[0] == "hicache-prefetch"
+    doc = read_itf(exc.trace_path)
+    assert doc["#meta"]["violation"]["property"] == "OneKeyDerivation"
+
+
+def test_key_derivation_mismatch_caught_on_every_seed_it_fires(tmp_path):
+    from hicache.monitors.faults import PrefetchThreadDies
+    from hicache.monitors.zoo import _run_single
+    fired = 0
+    for seed in range(8):
+        cache, exc = _run_single(seed, PrefetchThreadDies, W, str(tmp_path))
+        if not cache.fired:
+            assert exc is None
+            continue
+        fired += 1
+        assert exc is not None and exc.property == "OneKeyDerivation", seed
+        assert exc.history[-1].args["seq"] == cache.fault_seq, seed
+    assert fired >= 2
+
+
+def test_key_audit_follows_fetches():
+    from hicache.monitors.workers import KeyAudit
+    from hicache.monitors.workload import MemStore
+    store = MemStore()
+    store.data.update({k: b"x" for k in "abcd"})
+    a = KeyAudit(store)
+    # a fetch: exists in two batches, then gets over what they confirmed
+    assert a.batch_exists(["a", "b"]) == 2 and a.batch_exists(["c", "z"]) == 1
+    a.batch_get(["a", "b"])
+    a.batch_get(["c"])
+    assert a.breaches == []
+    # the next fetch starts over: "a" was confirmed by the last fetch, not by this one
+    assert a.batch_exists(["d"]) == 1
+    a.batch_get(["d", "a"])
+    assert [k for _, k in a.breaches] == ["a"]
+    a.batch_get(["z"])          # a key exists found absent
+    assert [k for _, k in a.breaches] == ["a", "z"]
+
+
+def _faulty_backend_run(seed: int, cls, tmp_path):
+    """The seeded workload over a backend that returns None or raises on a third of its calls."""
+    from hicache.monitors.maps.host_tier import HostTierMap
+    from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+    from hicache.monitors.workers import watch
+    from hicache.monitors.workload import make_cache, plan, run_workload
+    from hicache.monitors.zoo import _close_quietly
+    from hicache.storage.faulty import FaultConfig, FaultyStorage
+    policy, reqs = plan(seed, W)
+    cache = make_cache(W, policy, cls=cls)
+    cache.storage = FaultyStorage(cache.storage, FaultConfig(seed=seed, p_none=0.3, p_raise=0.3))
+    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    watch(cache, mon)
+    try:
+        run_workload(cache, reqs)
+    except ProtocolViolation as e:
+        _close_quietly(cache)
+        return cache, e
+    return cache, None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runtime_survives_backend_errors(seed, tmp_path):
+    from hicache.runtime.cache import HiCache
+    cache, exc = _faulty_backend_run(seed, HiCache, tmp_path)
+    assert exc is None
+    st = cache.storage.stats()
+    assert cache.metrics.prefetch_requests > 0 and st.get("fault_none", 0) + st.get("fault_raise", 0) > 0
+
+
+def test_backend_none_kills_the_reference_prefetch_thread(tmp_path):
+    # one key derivation, but the reference's unchecked reads: a backend None kills the thread
+    from hicache.monitors.faults import UncheckedPrefetch
+    died = []
+    for seed in range(6):
+        cache, exc = _faulty_backend_run(seed, UncheckedPrefetch, tmp_path)
+        assert cache.storage.breaches == []
+        if cache.fired:
+            assert exc is not None and exc.property == "InFlightOpsHaveWorker"
+            assert exc.history[-1].args["seq"] == cache.fault_seq      # at the faulty step
+            died.append(type(cache.prefetcher.died_of))
+        else:
+            assert exc is None
+    assert died and set(died) <= {TypeError, AttributeError, InjectedFault}
+
+
+# ---------------------------------------------------------------------- traces
+@pytest.mark.parametrize("bug", [1, 2])
+def test_rank_violation_writes_a_merged_trace(bug, tmp_path):
+    r = ranks_entry(bug, 10, W, str(tmp_path))
+    doc = read_itf(r.trace)
+    meta, states = doc["#meta"], doc["states"]
+    assert meta["violation"]["kind"] == "digest" and meta["violation"]["property"] == r.property
+    assert meta["ranks"] == [0, 1] and doc["vars"][-2:] == ["collective", "view"]
+    assert states[-1]["#meta"]["action"] == "DigestExchange" and "rank" not in states[-1]["#meta"]
+    assert {s["#meta"]["rank"] for s in states[:-1]} == {0, 1}
+    # every variable maps each rank to its value
+    for v in ("len", "slot", "req"):
+        assert set(decode(states[-1][v]).d) == {0, 1}
+    div = meta["violation"]["divergence"]
+    assert div["diverging_ranks"] == [1] and div["reference_rank"] == 0
+    calls = decode(states[-1]["collective"]).d
+    assert {str(k): c for k, c in calls.items()} == div["calls"]
+    assert (calls[0] == calls[1]) == (r.property == "RankStateDigestsEqual")
+
+
+def test_divergence_names_the_minority():
+    from hicache.monitors.digest import Contribution, divergence
+    cs = [Contribution(0, "check", 3, {"a": 1, "b": 2}), Contribution(1, "check", 3, {"a": 1, "b": 5}),
+          Contribution(2, "check", 3, {"a": 1, "b": 5})]
+    d = divergence(cs)
+    assert (d["reference_rank"], d["diverging_ranks"], d["fields"]) == (1, [0], ["b"])
+    d = divergence([Contribution(0, "x", 1, {"a": 1}), Contribution(1, "y", 1, {"a": 1})])
+    assert (d["reference_rank"], d["diverging_ranks"], d["fields"]) == (0, [1], [])
+    assert d["calls"] == {"0": "x#1", "1": "y#1"}
+
+
+def test_monitor_traces_record_constants_and_config(tmp_path):
+    from hicache.tla.cfg import load_cfg
+    r = runtime_entry(8, 30, W, str(tmp_path))
+    meta = read_itf(r.trace)["#meta"]
+    consts = {k: decode(v) for k, v in meta["constants"].items()}
+    assert set(consts) == {"NNodes", "NSlots", "NLayers", "NReqs", "Policies", "BugEvictDuringLoad", "BugAbortLeak"}
+    assert consts["NSlots"] == W.host_pages and consts["BugAbortLeak"] is False
+    assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "history": 64,
+                              "action_checks": False}
+    s = spec_entry(5, 10, str(tmp_path))
+    meta = read_itf(s.trace)["#meta"]
+    assert {k: decode(v) for k, v in meta["constants"].items()} == dict(load_cfg("spec/PPSync.cfg").constants)
+    assert meta["config"]["action_checks"] is True

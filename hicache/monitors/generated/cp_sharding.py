@@ -44,8 +44,12 @@ def constants(raw: dict) -> dict:
     C['$h1'] = FcnSet(C['Chains'], _b_range_(0, C['MaxLen']))
     C['$h2'] = FcnSet(C['Chains'], FcnSet(C['Pos'], _b_cup(C['PageIds'], frozenset((normalize(C['NoPage']),)))))
     C['$h3'] = FcnSet(C['Chains'], FcnSet(C['Pos'], _b_cup(C['Ranks'], frozenset((normalize(C['NoHost']),)))))
-    C['$h4'] = _b_range_(0, (C['LocalPages'] - 1))
-    C['$h5'] = _b_range_(0, (((C['CP'] * C['LocalPages']) * C['PageSize']) - 1))
+    C['$h4'] = _b_cup(C['Ranks'], frozenset((normalize(C['NoRot']),)))
+    C['$h5'] = _b_range_(0, C['MaxLen'])
+    C['$h6'] = FcnSet(C['Pos'], _b_cup(C['PageIds'], frozenset((normalize(C['NoPage']),))))
+    C['$h7'] = FcnSet(C['Pos'], _b_cup(C['Ranks'], frozenset((normalize(C['NoHost']),))))
+    C['$h8'] = _b_range_(0, (C['LocalPages'] - 1))
+    C['$h9'] = _b_range_(0, (((C['CP'] * C['LocalPages']) * C['PageSize']) - 1))
     return C
 
 
@@ -460,6 +464,39 @@ def inv_TypeOK(C, s):
     return None
 
 
+def inc_TypeOK(C, s, D):
+    """TypeOK over the elements D[domain] of Chains only (see inv_TypeOK)."""
+    k = 0
+    try:
+        # spec/CPSharding.tla:77:8 (element-local)
+        k = 1
+        if not all((ap(s['rot'], x_1) in C['$h4']) for x_1 in it(D['Chains'])):
+            return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
+        # spec/CPSharding.tla:78:8 (element-local)
+        k = 2
+        if not all((ap(s['len'], x_2) in C['$h5']) for x_2 in it(D['Chains'])):
+            return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
+        # spec/CPSharding.tla:79:8 (element-local)
+        k = 3
+        if not all((ap(s['page'], x_3) in C['$h6']) for x_3 in it(D['Chains'])):
+            return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
+        # spec/CPSharding.tla:80:8 (element-local)
+        k = 4
+        if not all((ap(s['host'], x_4) in C['$h7']) for x_4 in it(D['Chains'])):
+            return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
+        # spec/CPSharding.tla:81:8
+        k = 5
+        if not _b_subseteq(s['free'], C['PageIds']):
+            return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
+        # spec/CPSharding.tla:82:8
+        k = 6
+        if not (s['mixed'] in STD["BOOLEAN"]):
+            return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TypeOK', _T_inv_TypeOK, k, e)
+    return None
+
+
 _T_inv_PlacementBijection = (
     ('\\A p \\in PageIds : PageAt(Owner(p), LocalAddr(p)) = p /\\ LocalAddr(p) < LocalPages', 'spec/CPSharding.tla:218:8'),
     ('\\A r \\in Ranks, a \\in 0..(LocalPages - 1) : Owner(PageAt(r, a)) = r /\\ LocalAddr(PageAt(r, a)) = a', 'spec/CPSharding.tla:219:8'),
@@ -477,11 +514,32 @@ def inv_PlacementBijection(C, s):
             return Failure('PlacementBijection', 1, *_T_inv_PlacementBijection[0])
         # spec/CPSharding.tla:219:8
         k = 2
-        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h4'])):
+        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h8'])):
             return Failure('PlacementBijection', 2, *_T_inv_PlacementBijection[1])
         # spec/CPSharding.tla:221:8
         k = 3
-        if not all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h5'])):
+        if not all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h9'])):
+            return Failure('PlacementBijection', 3, *_T_inv_PlacementBijection[2])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('PlacementBijection', _T_inv_PlacementBijection, k, e)
+    return None
+
+
+def inc_PlacementBijection(C, s, D):
+    """PlacementBijection over the elements D[domain] of PageIds only (see inv_PlacementBijection)."""
+    k = 0
+    try:
+        # spec/CPSharding.tla:218:8 (element-local)
+        k = 1
+        if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, v_p_1), d_LocalAddr(C, s, None, v_p_1)) == v_p_1) and (d_LocalAddr(C, s, None, v_p_1) < C['LocalPages'])) for v_p_1 in it(D['PageIds'])):
+            return Failure('PlacementBijection', 1, *_T_inv_PlacementBijection[0])
+        # spec/CPSharding.tla:219:8
+        k = 2
+        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h8'])):
+            return Failure('PlacementBijection', 2, *_T_inv_PlacementBijection[1])
+        # spec/CPSharding.tla:221:8
+        k = 3
+        if not all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h9'])):
             return Failure('PlacementBijection', 3, *_T_inv_PlacementBijection[2])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PlacementBijection', _T_inv_PlacementBijection, k, e)
@@ -506,6 +564,19 @@ def inv_PositionOwner(C, s):
     return None
 
 
+def inc_PositionOwner(C, s, D):
+    """PositionOwner over the elements D[domain] of Chains only (see inv_PositionOwner)."""
+    k = 0
+    try:
+        # spec/CPSharding.tla:227:5 (element-local)
+        k = 1
+        if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_2, C['CP']))) for v_P_2 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(D['Chains'])):
+            return Failure('PositionOwner', 1, *_T_inv_PositionOwner[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('PositionOwner', _T_inv_PositionOwner, k, e)
+    return None
+
+
 _T_inv_ExtensionKeepsRotation = (
     ('\\A c \\in Chains : \\A P \\in 1..(len[c] - 1) : (page[c][P] # NoPage /\\ page[c][P - 1] # NoPage) => Owner(page[c][P]) = (Owner(page[c][P - 1]) + 1) % CP', 'spec/CPSharding.tla:233:5'),
 )
@@ -518,6 +589,19 @@ def inv_ExtensionKeepsRotation(C, s):
         # spec/CPSharding.tla:233:5
         k = 1
         if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage']) and (ap(ap(s['page'], v_c_1), (v_P_2 - 1)) != C['NoPage']))) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == _b_mod((d_Owner(C, s, None, ap(ap(s['page'], v_c_1), (v_P_2 - 1))) + 1), C['CP']))) for v_P_2 in it(_b_range_(1, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(C['Chains'])):
+            return Failure('ExtensionKeepsRotation', 1, *_T_inv_ExtensionKeepsRotation[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('ExtensionKeepsRotation', _T_inv_ExtensionKeepsRotation, k, e)
+    return None
+
+
+def inc_ExtensionKeepsRotation(C, s, D):
+    """ExtensionKeepsRotation over the elements D[domain] of Chains only (see inv_ExtensionKeepsRotation)."""
+    k = 0
+    try:
+        # spec/CPSharding.tla:233:5 (element-local)
+        k = 1
+        if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage']) and (ap(ap(s['page'], v_c_1), (v_P_2 - 1)) != C['NoPage']))) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == _b_mod((d_Owner(C, s, None, ap(ap(s['page'], v_c_1), (v_P_2 - 1))) + 1), C['CP']))) for v_P_2 in it(_b_range_(1, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(D['Chains'])):
             return Failure('ExtensionKeepsRotation', 1, *_T_inv_ExtensionKeepsRotation[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ExtensionKeepsRotation', _T_inv_ExtensionKeepsRotation, k, e)
@@ -560,6 +644,19 @@ def inv_RestoreKeepsOwner(C, s):
     return None
 
 
+def inc_RestoreKeepsOwner(C, s, D):
+    """RestoreKeepsOwner over the elements D[domain] of Chains only (see inv_RestoreKeepsOwner)."""
+    k = 0
+    try:
+        # spec/CPSharding.tla:242:5 (element-local)
+        k = 1
+        if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage']) and (ap(ap(s['host'], v_c_1), v_P_2) != C['NoHost']))) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == ap(ap(s['host'], v_c_1), v_P_2))) for v_P_2 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(D['Chains'])):
+            return Failure('RestoreKeepsOwner', 1, *_T_inv_RestoreKeepsOwner[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('RestoreKeepsOwner', _T_inv_RestoreKeepsOwner, k, e)
+    return None
+
+
 _T_inv_ChainBalanced = (
     ('\\A c \\in Chains : rot[c] # NoRot => \\A r \\in Ranks : LET n == Cardinality({P \\in 0..(len[c] - 1) : ChainOwner(rot[c], P, CP) = r}) IN n \\in {len[c] \\div CP, (len[c] + CP - 1) \\div CP}', 'spec/CPSharding.tla:247:5'),
 )
@@ -572,6 +669,19 @@ def inv_ChainBalanced(C, s):
         # spec/CPSharding.tla:247:5
         k = 1
         if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: (l_n_3() in frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(C['Chains'])):
+            return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('ChainBalanced', _T_inv_ChainBalanced, k, e)
+    return None
+
+
+def inc_ChainBalanced(C, s, D):
+    """ChainBalanced over the elements D[domain] of Chains only (see inv_ChainBalanced)."""
+    k = 0
+    try:
+        # spec/CPSharding.tla:247:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: (l_n_3() in frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(D['Chains'])):
             return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ChainBalanced', _T_inv_ChainBalanced, k, e)
@@ -605,6 +715,31 @@ def inv_NoDoubleAllocation(C, s):
         # spec/CPSharding.tla:258:8
         k = 4
         if not all(((not (v_p_9 not in s['free'])) or any((ap(ap(s['page'], v_c_10), v_P_11) == v_p_9) for v_c_10 in it(C['Chains']) for v_P_11 in it(C['Pos']))) for v_p_9 in it(C['PageIds'])):
+            return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
+    return None
+
+
+def inc_NoDoubleAllocation(C, s, D):
+    """NoDoubleAllocation over the elements D[domain] of Chains, PageIds only (see inv_NoDoubleAllocation)."""
+    k = 0
+    try:
+        # spec/CPSharding.tla:254:8
+        k = 1
+        if not all(all(((not ((ap(ap(s['page'], v_c_8), v_P_10) != C['NoPage']) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(ap(s['page'], v_c_8), v_P_10) != ap(ap(s['page'], v_d_9), v_Q_11))) for v_P_10 in it(C['Pos']) for v_Q_11 in it(C['Pos'])) for v_c_8 in it(C['Chains']) for v_d_9 in it(C['Chains'])):
+            return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
+        # spec/CPSharding.tla:256:8 (element-local)
+        k = 2
+        if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (ap(ap(s['page'], v_c_1), v_P_2) not in s['free'])) for v_P_2 in it(C['Pos'])) for v_c_1 in it(D['Chains'])):
+            return Failure('NoDoubleAllocation', 2, *_T_inv_NoDoubleAllocation[1])
+        # spec/CPSharding.tla:257:8 (element-local)
+        k = 3
+        if not all(all(((not (v_P_4 >= ap(s['len'], v_c_3))) or ((ap(ap(s['page'], v_c_3), v_P_4) == C['NoPage']) and (ap(ap(s['host'], v_c_3), v_P_4) == C['NoHost']))) for v_P_4 in it(C['Pos'])) for v_c_3 in it(D['Chains'])):
+            return Failure('NoDoubleAllocation', 3, *_T_inv_NoDoubleAllocation[2])
+        # spec/CPSharding.tla:258:8 (element-local)
+        k = 4
+        if not all(((not (v_p_5 not in s['free'])) or any((ap(ap(s['page'], v_c_6), v_P_7) == v_p_5) for v_c_6 in it(C['Chains']) for v_P_7 in it(C['Pos']))) for v_p_5 in it(D['PageIds'])):
             return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
@@ -646,4 +781,15 @@ INVARIANTS = {
     'RestoreKeepsOwner': inv_RestoreKeepsOwner,
     'ChainBalanced': inv_ChainBalanced,
     'NoDoubleAllocation': inv_NoDoubleAllocation,
+}
+
+#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
+INCREMENTAL = {
+    'TypeOK': (inc_TypeOK, ('Chains',)),
+    'PlacementBijection': (inc_PlacementBijection, ('PageIds',)),
+    'PositionOwner': (inc_PositionOwner, ('Chains',)),
+    'ExtensionKeepsRotation': (inc_ExtensionKeepsRotation, ('Chains',)),
+    'RestoreKeepsOwner': (inc_RestoreKeepsOwner, ('Chains',)),
+    'ChainBalanced': (inc_ChainBalanced, ('Chains',)),
+    'NoDoubleAllocation': (inc_NoDoubleAllocation, ('Chains', 'PageIds')),
 }

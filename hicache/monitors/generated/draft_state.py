@@ -46,12 +46,17 @@ def constants(raw: dict) -> dict:
     C['$h4'] = FcnSet(C['Transfers'], _b_SUBSET(C['AllPools']))
     C['$h5'] = FcnSet(C['Transfers'], FcnSet(C['Sources'], _b_cup(C['Idx'], frozenset((0,)))))
     C['$h6'] = FcnSet(C['Transfers'], FcnSet(C['DraftPools'], _b_cup(C['Idx'], frozenset((0,)))))
-    C['$h7'] = _b_range_(0, (C['HostSlots'] - 1))
-    C['$h8'] = _b_range_(0, (C['TargetLayers'] - 1))
-    C['$h9'] = _b_range_(0, (C['DraftLayers'] - 1))
-    C['$h10'] = frozenset(('target',))
-    C['$h11'] = frozenset(('packed', 'sidecar',))
-    C['$h12'] = frozenset(('sidecar',))
+    C['$h7'] = frozenset(('packed', 'sidecar',))
+    C['$h8'] = frozenset(('idle', 'copying', 'fired',))
+    C['$h9'] = _b_SUBSET(C['DraftPools'])
+    C['$h10'] = _b_SUBSET(C['AllPools'])
+    C['$h11'] = FcnSet(C['Sources'], _b_cup(C['Idx'], frozenset((0,))))
+    C['$h12'] = FcnSet(C['DraftPools'], _b_cup(C['Idx'], frozenset((0,))))
+    C['$h13'] = _b_range_(0, (C['HostSlots'] - 1))
+    C['$h14'] = _b_range_(0, (C['TargetLayers'] - 1))
+    C['$h15'] = _b_range_(0, (C['DraftLayers'] - 1))
+    C['$h16'] = frozenset(('target',))
+    C['$h17'] = frozenset(('sidecar',))
     return C
 
 
@@ -77,7 +82,7 @@ def d_Compatible(C, s, t, v_p):
 
 def d_AllowedLayouts(C, s, t, v_p):
     # spec/DraftState.tla:70:1
-    return (C['$h11'] if (d_Compatible(C, s, t, v_p) or C['BugPackIncompatible']) else C['$h12'])
+    return (C['$h7'] if (d_Compatible(C, s, t, v_p) or C['BugPackIncompatible']) else C['$h17'])
 
 
 def d_PackedOffset(C, s, t, v_s, v_l, v_lt, v_ld):
@@ -92,7 +97,7 @@ def d_Packed(C, s, t):
 
 def d_Copied(C, s, t, v_t):
     # spec/DraftState.tla:100:1
-    return _b_cup((C['$h10'] if ap(s['tgtDone'], v_t) else frozenset()), ap(s['draftDone'], v_t))
+    return _b_cup((C['$h16'] if ap(s['tgtDone'], v_t) else frozenset()), ap(s['draftDone'], v_t))
 
 
 def d_Init(C, s, t):
@@ -469,6 +474,47 @@ def inv_TypeOK(C, s):
     return None
 
 
+def inc_TypeOK(C, s, D):
+    """TypeOK over the elements D[domain] of DraftPools, Transfers only (see inv_TypeOK)."""
+    k = 0
+    try:
+        # spec/DraftState.tla:90:8 (element-local)
+        k = 1
+        if not all((ap(s['layout'], x_1) in C['$h7']) for x_1 in it(D['DraftPools'])):
+            return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
+        # spec/DraftState.tla:91:8 (element-local)
+        k = 2
+        if not all((ap(s['phase'], x_2) in C['$h8']) for x_2 in it(D['Transfers'])):
+            return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
+        # spec/DraftState.tla:92:8 (element-local)
+        k = 3
+        if not all((ap(s['tgtDone'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Transfers'])):
+            return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
+        # spec/DraftState.tla:93:8 (element-local)
+        k = 4
+        if not all((ap(s['draftDone'], x_4) in C['$h9']) for x_4 in it(D['Transfers'])):
+            return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
+        # spec/DraftState.tla:94:8 (element-local)
+        k = 5
+        if not all((ap(s['read'], x_5) in C['$h10']) for x_5 in it(D['Transfers'])):
+            return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
+        # spec/DraftState.tla:95:8 (element-local)
+        k = 6
+        if not all((ap(s['readStale'], x_6) in C['$h10']) for x_6 in it(D['Transfers'])):
+            return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
+        # spec/DraftState.tla:96:8 (element-local)
+        k = 7
+        if not all((ap(s['srcIdx'], x_7) in C['$h11']) for x_7 in it(D['Transfers'])):
+            return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
+        # spec/DraftState.tla:97:8 (element-local)
+        k = 8
+        if not all((ap(s['xferIdx'], x_8) in C['$h12']) for x_8 in it(D['Transfers'])):
+            return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TypeOK', _T_inv_TypeOK, k, e)
+    return None
+
+
 _T_inv_CompletionAfterAllCopies = (
     ('\\A t \\in Transfers : phase[t] = "fired" => tgtDone[t] /\\ draftDone[t] = DraftPools', 'spec/DraftState.tla:186:5'),
 )
@@ -481,6 +527,19 @@ def inv_CompletionAfterAllCopies(C, s):
         # spec/DraftState.tla:186:5
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) == 'fired')) or (ap(s['tgtDone'], v_t_1) and (ap(s['draftDone'], v_t_1) == C['DraftPools']))) for v_t_1 in it(C['Transfers'])):
+            return Failure('CompletionAfterAllCopies', 1, *_T_inv_CompletionAfterAllCopies[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('CompletionAfterAllCopies', _T_inv_CompletionAfterAllCopies, k, e)
+    return None
+
+
+def inc_CompletionAfterAllCopies(C, s, D):
+    """CompletionAfterAllCopies over the elements D[domain] of Transfers only (see inv_CompletionAfterAllCopies)."""
+    k = 0
+    try:
+        # spec/DraftState.tla:186:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['phase'], v_t_1) == 'fired')) or (ap(s['tgtDone'], v_t_1) and (ap(s['draftDone'], v_t_1) == C['DraftPools']))) for v_t_1 in it(D['Transfers'])):
             return Failure('CompletionAfterAllCopies', 1, *_T_inv_CompletionAfterAllCopies[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('CompletionAfterAllCopies', _T_inv_CompletionAfterAllCopies, k, e)
@@ -505,6 +564,19 @@ def inv_NoReadBeforeCompletion(C, s):
     return None
 
 
+def inc_NoReadBeforeCompletion(C, s, D):
+    """NoReadBeforeCompletion over the elements D[domain] of Transfers only (see inv_NoReadBeforeCompletion)."""
+    k = 0
+    try:
+        # spec/DraftState.tla:190:5 (element-local)
+        k = 1
+        if not all((((not (ap(s['read'], v_t_1) != frozenset())) or (ap(s['phase'], v_t_1) == 'fired')) and (ap(s['readStale'], v_t_1) == frozenset())) for v_t_1 in it(D['Transfers'])):
+            return Failure('NoReadBeforeCompletion', 1, *_T_inv_NoReadBeforeCompletion[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('NoReadBeforeCompletion', _T_inv_NoReadBeforeCompletion, k, e)
+    return None
+
+
 _T_inv_PackedOnlyCompatible = (
     ('\\A p \\in DraftPools : layout[p] = "packed" => Compatible(p)', 'spec/DraftState.tla:196:5'),
 )
@@ -517,6 +589,19 @@ def inv_PackedOnlyCompatible(C, s):
         # spec/DraftState.tla:196:5
         k = 1
         if not all(((not (ap(s['layout'], v_p_1) == 'packed')) or d_Compatible(C, s, None, v_p_1)) for v_p_1 in it(C['DraftPools'])):
+            return Failure('PackedOnlyCompatible', 1, *_T_inv_PackedOnlyCompatible[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('PackedOnlyCompatible', _T_inv_PackedOnlyCompatible, k, e)
+    return None
+
+
+def inc_PackedOnlyCompatible(C, s, D):
+    """PackedOnlyCompatible over the elements D[domain] of DraftPools only (see inv_PackedOnlyCompatible)."""
+    k = 0
+    try:
+        # spec/DraftState.tla:196:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['layout'], v_p_1) == 'packed')) or d_Compatible(C, s, None, v_p_1)) for v_p_1 in it(D['DraftPools'])):
             return Failure('PackedOnlyCompatible', 1, *_T_inv_PackedOnlyCompatible[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PackedOnlyCompatible', _T_inv_PackedOnlyCompatible, k, e)
@@ -541,6 +626,19 @@ def inv_IndicesFromDeclaredSource(C, s):
     return None
 
 
+def inc_IndicesFromDeclaredSource(C, s, D):
+    """IndicesFromDeclaredSource over the elements D[domain] of Transfers only (see inv_IndicesFromDeclaredSource)."""
+    k = 0
+    try:
+        # spec/DraftState.tla:201:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['phase'], v_t_1) != 'idle')) or all((ap(ap(s['xferIdx'], v_t_1), v_p_2) == (ap(ap(s['srcIdx'], v_t_1), 'kv') if (ap(s['layout'], v_p_2) == 'packed') else ap(ap(s['srcIdx'], v_t_1), d_SourceOf(C, s, None, v_p_2)))) for v_p_2 in it(C['DraftPools']))) for v_t_1 in it(D['Transfers'])):
+            return Failure('IndicesFromDeclaredSource', 1, *_T_inv_IndicesFromDeclaredSource[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('IndicesFromDeclaredSource', _T_inv_IndicesFromDeclaredSource, k, e)
+    return None
+
+
 _T_inv_PackedOffsetsDisjoint = (
     ('\\A s1, s2 \\in 0..(HostSlots - 1) : \\A lt \\in 0..(TargetLayers - 1), ld \\in 0..(DraftLayers - 1) : PackedOffset(s1, lt, TargetLayers, DraftLayers) # PackedOffset(s2, TargetLayers + ld, TargetLayers, DraftLayers)', 'spec/DraftState.tla:208:5'),
 )
@@ -552,7 +650,7 @@ def inv_PackedOffsetsDisjoint(C, s):
     try:
         # spec/DraftState.tla:208:5
         k = 1
-        if not all(all((d_PackedOffset(C, s, None, v_s1_1, v_lt_3, C['TargetLayers'], C['DraftLayers']) != d_PackedOffset(C, s, None, v_s2_2, (C['TargetLayers'] + v_ld_4), C['TargetLayers'], C['DraftLayers'])) for v_lt_3 in it(C['$h8']) for v_ld_4 in it(C['$h9'])) for v_s1_1 in it(C['$h7']) for v_s2_2 in it(C['$h7'])):
+        if not all(all((d_PackedOffset(C, s, None, v_s1_1, v_lt_3, C['TargetLayers'], C['DraftLayers']) != d_PackedOffset(C, s, None, v_s2_2, (C['TargetLayers'] + v_ld_4), C['TargetLayers'], C['DraftLayers'])) for v_lt_3 in it(C['$h14']) for v_ld_4 in it(C['$h15'])) for v_s1_1 in it(C['$h13']) for v_s2_2 in it(C['$h13'])):
             return Failure('PackedOffsetsDisjoint', 1, *_T_inv_PackedOffsetsDisjoint[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PackedOffsetsDisjoint', _T_inv_PackedOffsetsDisjoint, k, e)
@@ -594,4 +692,13 @@ INVARIANTS = {
     'PackedOnlyCompatible': inv_PackedOnlyCompatible,
     'IndicesFromDeclaredSource': inv_IndicesFromDeclaredSource,
     'PackedOffsetsDisjoint': inv_PackedOffsetsDisjoint,
+}
+
+#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
+INCREMENTAL = {
+    'TypeOK': (inc_TypeOK, ('DraftPools', 'Transfers')),
+    'CompletionAfterAllCopies': (inc_CompletionAfterAllCopies, ('Transfers',)),
+    'NoReadBeforeCompletion': (inc_NoReadBeforeCompletion, ('Transfers',)),
+    'PackedOnlyCompatible': (inc_PackedOnlyCompatible, ('DraftPools',)),
+    'IndicesFromDeclaredSource': (inc_IndicesFromDeclaredSource, ('Transfers',)),
 }

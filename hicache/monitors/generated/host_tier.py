@@ -54,6 +54,10 @@ def constants(raw: dict) -> dict:
     C['$h9'] = FcnSet(C['Reqs'], _b_cup(C['HSlots'], frozenset((normalize(C['NoSlot']),))))
     C['$h10'] = FcnSet(C['Reqs'], C['Nodes'])
     C['$h11'] = FcnSet(C['Reqs'], STD["BOOLEAN"])
+    C['$h12'] = _b_cup(C['HSlots'], frozenset((normalize(C['NoSlot']),)))
+    C['$h13'] = _b_range_(0, 2)
+    C['$h14'] = _b_cup(C['Reqs'], frozenset((normalize(C['NoReq']),)))
+    C['$h15'] = _b_range_(0, C['NLayers'])
     return C
 
 
@@ -1030,6 +1034,75 @@ def inv_TypeOK(C, s):
     return None
 
 
+def inc_TypeOK(C, s, D):
+    """TypeOK over the elements D[domain] of HSlots, Nodes, Reqs only (see inv_TypeOK)."""
+    k = 0
+    try:
+        # spec/HostTier.tla:82:8
+        k = 1
+        if not (s['policy'] in C['Policies']):
+            return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
+        # spec/HostTier.tla:83:8
+        k = 2
+        if not (s['len'] in C['$h0']):
+            return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
+        # spec/HostTier.tla:84:8 (element-local)
+        k = 3
+        if not all((ap(s['dev'], x_1) in STD["BOOLEAN"]) for x_1 in it(D['Nodes'])):
+            return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
+        # spec/HostTier.tla:85:8 (element-local)
+        k = 4
+        if not all((ap(s['host'], x_2) in C['$h12']) for x_2 in it(D['Nodes'])):
+            return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
+        # spec/HostTier.tla:86:8 (element-local)
+        k = 5
+        if not all((ap(s['stor'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Nodes'])):
+            return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
+        # spec/HostTier.tla:87:8 (element-local)
+        k = 6
+        if not all((ap(s['hits'], x_4) in C['$h13']) for x_4 in it(D['Nodes'])):
+            return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
+        # spec/HostTier.tla:88:8 (element-local)
+        k = 7
+        if not all((ap(s['slot'], x_5) in C['SlotStates']) for x_5 in it(D['HSlots'])):
+            return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
+        # spec/HostTier.tla:89:8 (element-local)
+        k = 8
+        if not all((ap(s['backupOp'], x_6) in C['$h12']) for x_6 in it(D['Nodes'])):
+            return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
+        # spec/HostTier.tla:90:8 (element-local)
+        k = 9
+        if not all((ap(s['loadReq'], x_7) in C['$h14']) for x_7 in it(D['Nodes'])):
+            return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
+        # spec/HostTier.tla:91:8 (element-local)
+        k = 10
+        if not all((ap(s['loadDone'], x_8) in C['$h15']) for x_8 in it(D['Nodes'])):
+            return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
+        # spec/HostTier.tla:92:8 (element-local)
+        k = 11
+        if not all((ap(s['req'], x_9) in C['ReqStates']) for x_9 in it(D['Reqs'])):
+            return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
+        # spec/HostTier.tla:93:8 (element-local)
+        k = 12
+        if not all((ap(s['reqLen'], x_10) in C['$h0']) for x_10 in it(D['Reqs'])):
+            return Failure('TypeOK', 12, *_T_inv_TypeOK[11])
+        # spec/HostTier.tla:94:8 (element-local)
+        k = 13
+        if not all((ap(s['pfSlot'], x_11) in C['$h12']) for x_11 in it(D['Reqs'])):
+            return Failure('TypeOK', 13, *_T_inv_TypeOK[12])
+        # spec/HostTier.tla:95:8 (element-local)
+        k = 14
+        if not all((ap(s['pfNode'], x_12) in C['Nodes']) for x_12 in it(D['Reqs'])):
+            return Failure('TypeOK', 14, *_T_inv_TypeOK[13])
+        # spec/HostTier.tla:96:8 (element-local)
+        k = 15
+        if not all((ap(s['pfAbort'], x_13) in STD["BOOLEAN"]) for x_13 in it(D['Reqs'])):
+            return Failure('TypeOK', 15, *_T_inv_TypeOK[14])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TypeOK', _T_inv_TypeOK, k, e)
+    return None
+
+
 _T_inv_SlotInOneOwner = (
     ('\\A h \\in HSlots : LET t == Cardinality(TreeRefs(h)) f == Cardinality(BackupRefs(h)) + Cardinality(FetchRefs(h)) IN CASE slot[h] = "idle" -> t = 0 /\\ f = 0 [] slot[h] = "reserved" -> t = 0 /\\ f = 1 [] OTHER -> t = 1 /\\ f = 0', 'spec/HostTier.tla:360:5'),
 )
@@ -1048,6 +1121,19 @@ def inv_SlotInOneOwner(C, s):
     return None
 
 
+def inc_SlotInOneOwner(C, s, D):
+    """SlotInOneOwner over the elements D[domain] of HSlots only (see inv_SlotInOneOwner)."""
+    k = 0
+    try:
+        # spec/HostTier.tla:360:5 (element-local)
+        k = 1
+        if not all((lambda l_t_2: (lambda l_f_3: (((l_t_2() == 0) and (l_f_3() == 0)) if (ap(s['slot'], v_h_1) == 'idle') else (((l_t_2() == 0) and (l_f_3() == 1)) if (ap(s['slot'], v_h_1) == 'reserved') else ((l_t_2() == 1) and (l_f_3() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, v_h_1)) + _b_Cardinality(d_FetchRefs(C, s, None, v_h_1))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, v_h_1)))) for v_h_1 in it(D['HSlots'])):
+            return Failure('SlotInOneOwner', 1, *_T_inv_SlotInOneOwner[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('SlotInOneOwner', _T_inv_SlotInOneOwner, k, e)
+    return None
+
+
 _T_inv_PendingLoadLocked = (
     ('\\A n \\in Nodes : loadReq[n] # NoReq => /\\ InTree(n) /\\ host[n] # NoSlot /\\ slot[host[n]] = "protected"', 'spec/HostTier.tla:369:5'),
 )
@@ -1060,6 +1146,19 @@ def inv_PendingLoadLocked(C, s):
         # spec/HostTier.tla:369:5
         k = 1
         if not all(((not (ap(s['loadReq'], v_n_1) != C['NoReq'])) or (d_InTree(C, s, None, v_n_1) and (ap(s['host'], v_n_1) != C['NoSlot']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'protected'))) for v_n_1 in it(C['Nodes'])):
+            return Failure('PendingLoadLocked', 1, *_T_inv_PendingLoadLocked[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('PendingLoadLocked', _T_inv_PendingLoadLocked, k, e)
+    return None
+
+
+def inc_PendingLoadLocked(C, s, D):
+    """PendingLoadLocked over the elements D[domain] of Nodes only (see inv_PendingLoadLocked)."""
+    k = 0
+    try:
+        # spec/HostTier.tla:369:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['loadReq'], v_n_1) != C['NoReq'])) or (d_InTree(C, s, None, v_n_1) and (ap(s['host'], v_n_1) != C['NoSlot']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'protected'))) for v_n_1 in it(D['Nodes'])):
             return Failure('PendingLoadLocked', 1, *_T_inv_PendingLoadLocked[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PendingLoadLocked', _T_inv_PendingLoadLocked, k, e)
@@ -1107,6 +1206,23 @@ def inv_TreeCopiesConsistent(C, s):
     return None
 
 
+def inc_TreeCopiesConsistent(C, s, D):
+    """TreeCopiesConsistent over the elements D[domain] of Nodes only (see inv_TreeCopiesConsistent)."""
+    k = 0
+    try:
+        # spec/HostTier.tla:383:8 (element-local)
+        k = 1
+        if not all(((not d_InTree(C, s, None, v_n_1)) or (ap(s['dev'], v_n_1) or (ap(s['host'], v_n_1) != C['NoSlot']))) for v_n_1 in it(D['Nodes'])):
+            return Failure('TreeCopiesConsistent', 1, *_T_inv_TreeCopiesConsistent[0])
+        # spec/HostTier.tla:384:8 (element-local)
+        k = 2
+        if not all(((not (not d_InTree(C, s, None, v_n_2))) or ((((not ap(s['dev'], v_n_2)) and (ap(s['host'], v_n_2) == C['NoSlot'])) and (ap(s['backupOp'], v_n_2) == C['NoSlot'])) and (ap(s['loadReq'], v_n_2) == C['NoReq']))) for v_n_2 in it(D['Nodes'])):
+            return Failure('TreeCopiesConsistent', 2, *_T_inv_TreeCopiesConsistent[1])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TreeCopiesConsistent', _T_inv_TreeCopiesConsistent, k, e)
+    return None
+
+
 _T_inv_LockedNodesKept = (
     ('\\A q \\in Reqs : req[q] # "idle" => reqLen[q] <= len', 'spec/HostTier.tla:390:5'),
 )
@@ -1119,6 +1235,19 @@ def inv_LockedNodesKept(C, s):
         # spec/HostTier.tla:390:5
         k = 1
         if not all(((not (ap(s['req'], v_q_1) != 'idle')) or (ap(s['reqLen'], v_q_1) <= s['len'])) for v_q_1 in it(C['Reqs'])):
+            return Failure('LockedNodesKept', 1, *_T_inv_LockedNodesKept[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('LockedNodesKept', _T_inv_LockedNodesKept, k, e)
+    return None
+
+
+def inc_LockedNodesKept(C, s, D):
+    """LockedNodesKept over the elements D[domain] of Reqs only (see inv_LockedNodesKept)."""
+    k = 0
+    try:
+        # spec/HostTier.tla:390:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['req'], v_q_1) != 'idle')) or (ap(s['reqLen'], v_q_1) <= s['len'])) for v_q_1 in it(D['Reqs'])):
             return Failure('LockedNodesKept', 1, *_T_inv_LockedNodesKept[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('LockedNodesKept', _T_inv_LockedNodesKept, k, e)
@@ -1176,4 +1305,13 @@ INVARIANTS = {
     'WriteThroughPrefix': inv_WriteThroughPrefix,
     'TreeCopiesConsistent': inv_TreeCopiesConsistent,
     'LockedNodesKept': inv_LockedNodesKept,
+}
+
+#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
+INCREMENTAL = {
+    'TypeOK': (inc_TypeOK, ('HSlots', 'Nodes', 'Reqs')),
+    'SlotInOneOwner': (inc_SlotInOneOwner, ('HSlots',)),
+    'PendingLoadLocked': (inc_PendingLoadLocked, ('Nodes',)),
+    'TreeCopiesConsistent': (inc_TreeCopiesConsistent, ('Nodes',)),
+    'LockedNodesKept': (inc_LockedNodesKept, ('Reqs',)),
 }

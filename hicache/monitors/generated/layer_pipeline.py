@@ -413,6 +413,43 @@ def inv_TypeOK(C, s):
     return None
 
 
+def inc_TypeOK(C, s, D):
+    """TypeOK over the elements D[domain] of Ranks, Slots only (see inv_TypeOK)."""
+    k = 0
+    try:
+        # spec/LayerPipeline.tla:56:8 (element-local)
+        k = 1
+        if not all((ap(s['restored'], x_1) in C['$h3']) for x_1 in it(D['Ranks'])):
+            return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
+        # spec/LayerPipeline.tla:57:8 (element-local)
+        k = 2
+        if not all((ap(s['slotLayer'], x_2) in C['$h4']) for x_2 in it(D['Slots'])):
+            return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
+        # spec/LayerPipeline.tla:58:8 (element-local)
+        k = 3
+        if not all((ap(s['slotFull'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Slots'])):
+            return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
+        # spec/LayerPipeline.tla:59:8 (element-local)
+        k = 4
+        if not all((ap(s['gatherBusy'], x_4) in STD["BOOLEAN"]) for x_4 in it(D['Slots'])):
+            return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
+        # spec/LayerPipeline.tla:60:8
+        k = 5
+        if not (s['gatherNext'] in C['$h3']):
+            return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
+        # spec/LayerPipeline.tla:61:8
+        k = 6
+        if not (s['attnNext'] in C['$h3']):
+            return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
+        # spec/LayerPipeline.tla:62:8
+        k = 7
+        if not (s['reading'] in C['$h4']):
+            return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TypeOK', _T_inv_TypeOK, k, e)
+    return None
+
+
 _T_inv_GatherAfterRestore = (
     ('\\A s \\in Slots : slotLayer[s] # None => \\A r \\in Ranks : restored[r] > slotLayer[s]', 'spec/LayerPipeline.tla:141:5'),
 )
@@ -425,6 +462,19 @@ def inv_GatherAfterRestore(C, s):
         # spec/LayerPipeline.tla:141:5
         k = 1
         if not all(((not (ap(s['slotLayer'], v_s_1) != C['None'])) or all((ap(s['restored'], v_r_2) > ap(s['slotLayer'], v_s_1)) for v_r_2 in it(C['Ranks']))) for v_s_1 in it(C['Slots'])):
+            return Failure('GatherAfterRestore', 1, *_T_inv_GatherAfterRestore[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('GatherAfterRestore', _T_inv_GatherAfterRestore, k, e)
+    return None
+
+
+def inc_GatherAfterRestore(C, s, D):
+    """GatherAfterRestore over the elements D[domain] of Slots only (see inv_GatherAfterRestore)."""
+    k = 0
+    try:
+        # spec/LayerPipeline.tla:141:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['slotLayer'], v_s_1) != C['None'])) or all((ap(s['restored'], v_r_2) > ap(s['slotLayer'], v_s_1)) for v_r_2 in it(C['Ranks']))) for v_s_1 in it(D['Slots'])):
             return Failure('GatherAfterRestore', 1, *_T_inv_GatherAfterRestore[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('GatherAfterRestore', _T_inv_GatherAfterRestore, k, e)
@@ -467,6 +517,19 @@ def inv_NoOverwriteWhileRead(C, s):
     return None
 
 
+def inc_NoOverwriteWhileRead(C, s, D):
+    """NoOverwriteWhileRead over the elements D[domain] of Slots only (see inv_NoOverwriteWhileRead)."""
+    k = 0
+    try:
+        # spec/LayerPipeline.tla:152:5 (element-local)
+        k = 1
+        if not all(((not ap(s['gatherBusy'], v_s_1)) or (((s['reading'] == C['None']) or (d_Slot(C, s, None, s['reading']) != v_s_1)) and (s['attnNext'] >= (ap(s['slotLayer'], v_s_1) - 1)))) for v_s_1 in it(D['Slots'])):
+            return Failure('NoOverwriteWhileRead', 1, *_T_inv_NoOverwriteWhileRead[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('NoOverwriteWhileRead', _T_inv_NoOverwriteWhileRead, k, e)
+    return None
+
+
 _T_inv_TwoBuffersOnly = (
     ('gatherNext <= attnNext + 2', 'spec/LayerPipeline.tla:159:8'),
     ('\\A s \\in Slots : slotLayer[s] # None => Slot(slotLayer[s]) = s', 'spec/LayerPipeline.tla:160:8'),
@@ -484,6 +547,23 @@ def inv_TwoBuffersOnly(C, s):
         # spec/LayerPipeline.tla:160:8
         k = 2
         if not all(((not (ap(s['slotLayer'], v_s_1) != C['None'])) or (d_Slot(C, s, None, ap(s['slotLayer'], v_s_1)) == v_s_1)) for v_s_1 in it(C['Slots'])):
+            return Failure('TwoBuffersOnly', 2, *_T_inv_TwoBuffersOnly[1])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TwoBuffersOnly', _T_inv_TwoBuffersOnly, k, e)
+    return None
+
+
+def inc_TwoBuffersOnly(C, s, D):
+    """TwoBuffersOnly over the elements D[domain] of Slots only (see inv_TwoBuffersOnly)."""
+    k = 0
+    try:
+        # spec/LayerPipeline.tla:159:8
+        k = 1
+        if not (s['gatherNext'] <= (s['attnNext'] + 2)):
+            return Failure('TwoBuffersOnly', 1, *_T_inv_TwoBuffersOnly[0])
+        # spec/LayerPipeline.tla:160:8 (element-local)
+        k = 2
+        if not all(((not (ap(s['slotLayer'], v_s_1) != C['None'])) or (d_Slot(C, s, None, ap(s['slotLayer'], v_s_1)) == v_s_1)) for v_s_1 in it(D['Slots'])):
             return Failure('TwoBuffersOnly', 2, *_T_inv_TwoBuffersOnly[1])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TwoBuffersOnly', _T_inv_TwoBuffersOnly, k, e)
@@ -522,4 +602,12 @@ INVARIANTS = {
     'AttentionReadsGathered': inv_AttentionReadsGathered,
     'NoOverwriteWhileRead': inv_NoOverwriteWhileRead,
     'TwoBuffersOnly': inv_TwoBuffersOnly,
+}
+
+#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
+INCREMENTAL = {
+    'TypeOK': (inc_TypeOK, ('Ranks', 'Slots')),
+    'GatherAfterRestore': (inc_GatherAfterRestore, ('Slots',)),
+    'NoOverwriteWhileRead': (inc_NoOverwriteWhileRead, ('Slots',)),
+    'TwoBuffersOnly': (inc_TwoBuffersOnly, ('Slots',)),
 }

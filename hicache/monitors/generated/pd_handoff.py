@@ -10,13 +10,17 @@ from hicache.monitors.rt import BI, Failure, FcnSet, STD, ap, case_fail, conj_er
 
 SPEC = 'spec/PDHandoff.tla'
 MODULE = 'PDHandoff'
-VARIABLES = ('ploc', 'pstate', 'plock', 'dstate', 'dalloc', 'dfree', 'xfer', 'dread', 'sentUnloaded')
+VARIABLES = ('ploc', 'pstate', 'plock', 'dstate', 'dalloc', 'dfree', 'dland', 'dread', 'p2d', 'd2p', 'sentUnloaded')
 CONSTANTS = ('NPages', 'NDecodeSlots', 'BugAbortFreesInFlight', 'BugSendBeforeLoadBack')
 
 _b_range_ = BI['..']
+_b_Append = BI['Append']
 _b_Cardinality = BI['Cardinality']
+_b_Head = BI['Head']
+_b_Len = BI['Len']
+_b_Seq = BI['Seq']
+_b_Tail = BI['Tail']
 _b_setminus = BI['\\']
-_b_cap = BI['\\cap']
 _b_cup = BI['\\cup']
 _b_subseteq = BI['\\subseteq']
 
@@ -29,311 +33,232 @@ def constants(raw: dict) -> dict:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
     s = t = None  # constant-level definitions read no state
-    C['Pages'] = _b_range_(1, C['NPages'])  # spec/PDHandoff.tla:39:1
-    C['Tiers'] = frozenset(('device', 'host', 'storage',))  # spec/PDHandoff.tla:40:1
+    C['Pages'] = _b_range_(1, C['NPages'])  # spec/PDHandoff.tla:52:1
+    C['Tiers'] = frozenset(('device', 'host', 'storage',))  # spec/PDHandoff.tla:53:1
+    C['ToDecode'] = _b_cup(frozenset(normalize(d_Msg(C, s, None, 'DATA', v_i_1)) for v_i_1 in it(C['Pages'])), frozenset((normalize(d_Msg(C, s, None, 'ABORT', 0)),)))  # spec/PDHandoff.tla:58:1
+    C['ToPrefill'] = _b_cup(frozenset(normalize(d_Msg(C, s, None, 'ALLOC', v_i_1)) for v_i_1 in it(C['Pages'])), frozenset(normalize(d_Msg(C, s, None, v_k_2, 0)) for v_k_2 in it(frozenset(('ABORT', 'DONE', 'CLOSED',)))))  # spec/PDHandoff.tla:59:1
     if not (d_Positive(C, s, None, C['NPages']) and (C['NDecodeSlots'] in STD['Nat'])):
-        raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:36:8: Positive(NPages) /\\ NDecodeSlots \\in Nat')
+        raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:49:8: Positive(NPages) /\\ NDecodeSlots \\in Nat')
     if not ((C['BugAbortFreesInFlight'] in STD["BOOLEAN"]) and (C['BugSendBeforeLoadBack'] in STD["BOOLEAN"])):
-        raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:37:8: BugAbortFreesInFlight \\in BOOLEAN /\\ BugSendBeforeLoadBack \\in BOOLEAN')
-    C['$h0'] = FcnSet(C['Pages'], C['Tiers'])
-    C['$h1'] = frozenset(('running', 'aborted', 'done',))
-    C['$h2'] = frozenset(('waiting', 'aborted', 'done',))
-    C['$h3'] = FcnSet(C['Pages'], STD["BOOLEAN"])
-    C['$h4'] = _b_range_(0, C['NDecodeSlots'])
-    C['$h5'] = FcnSet(C['Pages'], frozenset(('none', 'inflight', 'done',)))
+        raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:50:8: BugAbortFreesInFlight \\in BOOLEAN /\\ BugSendBeforeLoadBack \\in BOOLEAN')
+    C['$h0'] = frozenset(('ALLOC', 'ABORT', 'DONE',))
+    C['$h1'] = frozenset(('waiting', 'aborting',))
+    C['$h2'] = FcnSet(C['Pages'], C['Tiers'])
+    C['$h3'] = frozenset(('running', 'aborting', 'done', 'aborted',))
+    C['$h4'] = frozenset(('waiting', 'aborting', 'done', 'aborted',))
+    C['$h5'] = FcnSet(C['Pages'], STD["BOOLEAN"])
+    C['$h6'] = _b_range_(0, C['NDecodeSlots'])
+    C['$h7'] = frozenset(('done', 'aborted',))
     return C
 
 
 def d_Positive(C, s, t, v_x):
-    # spec/PDHandoff.tla:34:1
+    # spec/PDHandoff.tla:47:1
     return ((v_x in STD['Nat']) and (v_x >= 1))
 
 
 def d_TierRank(C, s, t, v_x):
-    # spec/PDHandoff.tla:41:1
-    return (0 if (v_x == 'device') else (1 if (v_x == 'host') else (2 if (v_x == 'storage') else case_fail('spec/PDHandoff.tla:41:16'))))
+    # spec/PDHandoff.tla:54:1
+    return (0 if (v_x == 'device') else (1 if (v_x == 'host') else (2 if (v_x == 'storage') else case_fail('spec/PDHandoff.tla:54:16'))))
+
+
+def d_Msg(C, s, t, v_k, v_i):
+    # spec/PDHandoff.tla:57:1
+    return (v_k, v_i)
+
+
+def d_Range(C, s, t, v_q):
+    # spec/PDHandoff.tla:92:1
+    return frozenset(normalize(ap(v_q, v_k_1)) for v_k_1 in it(_b_range_(1, _b_Len(v_q))))
+
+
+def d_AtHead(C, s, t, v_q, v_m):
+    # spec/PDHandoff.tla:93:1
+    return ((v_q != ()) and (_b_Head(v_q) == v_m))
 
 
 def d_InFlight(C, s, t):
-    # spec/PDHandoff.tla:67:1
-    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if (ap(s['xfer'], v_i_1) == 'inflight'))
+    # spec/PDHandoff.tla:95:1
+    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if (d_Msg(C, s, t, 'DATA', v_i_1) in d_Range(C, s, t, s['p2d'])))
+
+
+def d_Requested(C, s, t):
+    # spec/PDHandoff.tla:96:1
+    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if (d_Msg(C, s, t, 'ALLOC', v_i_1) in d_Range(C, s, t, s['d2p'])))
 
 
 def d_Allocated(C, s, t):
-    # spec/PDHandoff.tla:68:1
+    # spec/PDHandoff.tla:97:1
     return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if ap(s['dalloc'], v_i_1))
 
 
 def d_Init(C, s, t):
-    # spec/PDHandoff.tla:72:1
-    return ((s['ploc'] in frozenset(v_f_1 for v_f_1 in it(C['$h0']) if all(((not (v_i_2 > 1)) or (d_TierRank(C, s, t, ap(v_f_1, (v_i_2 - 1))) <= d_TierRank(C, s, t, ap(v_f_1, v_i_2)))) for v_i_2 in it(C['Pages'])))) and (s['pstate'] == 'running') and (s['plock'] == True) and (s['dstate'] == 'waiting') and (s['dalloc'] == mk_fcn({v_i_3: False for v_i_3 in it(C['Pages'])})) and (s['dfree'] == C['NDecodeSlots']) and (s['xfer'] == mk_fcn({v_i_4: 'none' for v_i_4 in it(C['Pages'])})) and (s['dread'] == mk_fcn({v_i_5: False for v_i_5 in it(C['Pages'])})) and (s['sentUnloaded'] == frozenset()))
+    # spec/PDHandoff.tla:100:1
+    return ((s['ploc'] in frozenset(v_f_1 for v_f_1 in it(C['$h2']) if all(((not (v_i_2 > 1)) or (d_TierRank(C, s, t, ap(v_f_1, (v_i_2 - 1))) <= d_TierRank(C, s, t, ap(v_f_1, v_i_2)))) for v_i_2 in it(C['Pages'])))) and (s['pstate'] == 'running') and (s['plock'] == True) and (s['dstate'] == 'waiting') and (s['dalloc'] == mk_fcn({v_i_3: False for v_i_3 in it(C['Pages'])})) and (s['dfree'] == C['NDecodeSlots']) and (s['dland'] == mk_fcn({v_i_4: False for v_i_4 in it(C['Pages'])})) and (s['dread'] == mk_fcn({v_i_5: False for v_i_5 in it(C['Pages'])})) and (s['p2d'] == ()) and (s['d2p'] == ()) and (s['sentUnloaded'] == frozenset()))
 
 
 def d_PrefillLoadBack(C, s, t, v_i):
-    # spec/PDHandoff.tla:85:1
-    return ((s['pstate'] == 'running') and (ap(s['ploc'], v_i) != 'device') and (t['ploc'] == exc(s['ploc'], ((v_i,), lambda at_1: ('host' if (ap(s['ploc'], v_i) == 'storage') else 'device')))) and ((t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])))
-
-
-def d_DecodeAllocate(C, s, t, v_i):
-    # spec/PDHandoff.tla:92:1
-    return ((s['dstate'] == 'waiting') and (not ap(s['dalloc'], v_i)) and (ap(s['xfer'], v_i) == 'none') and (s['dfree'] > 0) and (t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_1: True))) and (t['dfree'] == (s['dfree'] - 1)) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+    # spec/PDHandoff.tla:118:1
+    return ((s['pstate'] == 'running') and (ap(s['ploc'], v_i) != 'device') and (t['ploc'] == exc(s['ploc'], ((v_i,), lambda at_1: ('host' if (ap(s['ploc'], v_i) == 'storage') else 'device')))) and ((t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['p2d'] == s['p2d']) and (t['d2p'] == s['d2p'])) and ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])))
 
 
 def d_PrefillSend(C, s, t, v_i):
-    # spec/PDHandoff.tla:103:1
-    return ((s['pstate'] == 'running') and (s['dstate'] == 'waiting') and (ap(s['xfer'], v_i) == 'none') and ap(s['dalloc'], v_i) and (C['BugSendBeforeLoadBack'] or (ap(s['ploc'], v_i) == 'device')) and (t['xfer'] == exc(s['xfer'], ((v_i,), lambda at_1: 'inflight'))) and (t['sentUnloaded'] == (s['sentUnloaded'] if (ap(s['ploc'], v_i) == 'device') else _b_cup(s['sentUnloaded'], frozenset((normalize(v_i),))))) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dread'] == s['dread'])))
-
-
-def d_DecodeReceive(C, s, t, v_i):
-    # spec/PDHandoff.tla:115:1
-    return ((ap(s['xfer'], v_i) == 'inflight') and (t['xfer'] == exc(s['xfer'], ((v_i,), lambda at_1: 'done'))) and (((t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_2: False))) and (t['dfree'] == (s['dfree'] + 1))) if ((s['dstate'] == 'aborted') and ap(s['dalloc'], v_i)) else ((t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']))) and (lambda l_quiet_3: (lambda l_all_4: ((t['pstate'] == ('done' if ((s['pstate'] == 'running') and l_all_4()) else s['pstate'])) and (t['plock'] == (False if (l_quiet_3() and ((s['pstate'] != 'running') or l_all_4())) else s['plock']))))(once(lambda: all(((v_j_5 == v_i) or (ap(s['xfer'], v_j_5) == 'done')) for v_j_5 in it(C['Pages'])))))(once(lambda: (d_InFlight(C, s, t) == frozenset((normalize(v_i),))))) and ((t['ploc'] == s['ploc']) and (t['dstate'] == s['dstate']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])))
-
-
-def d_DecodeRead(C, s, t, v_i):
-    # spec/PDHandoff.tla:129:1
-    return ((s['dstate'] == 'waiting') and (ap(s['xfer'], v_i) == 'done') and (not ap(s['dread'], v_i)) and (t['dread'] == exc(s['dread'], ((v_i,), lambda at_1: True))) and (t['dstate'] == ('done' if all(((v_j_2 == v_i) or ap(s['dread'], v_j_2)) for v_j_2 in it(C['Pages'])) else s['dstate'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+    # spec/PDHandoff.tla:127:1
+    return ((s['pstate'] == 'running') and d_AtHead(C, s, t, s['d2p'], d_Msg(C, s, t, 'ALLOC', v_i)) and (C['BugSendBeforeLoadBack'] or (ap(s['ploc'], v_i) == 'device')) and (t['d2p'] == _b_Tail(s['d2p'])) and (t['p2d'] == _b_Append(s['p2d'], d_Msg(C, s, t, 'DATA', v_i))) and (t['sentUnloaded'] == (s['sentUnloaded'] if (ap(s['ploc'], v_i) == 'device') else _b_cup(s['sentUnloaded'], frozenset((normalize(v_i),))))) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock'])) and ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])))
 
 
 def d_PrefillAbort(C, s, t):
     # spec/PDHandoff.tla:139:1
-    return ((s['pstate'] == 'running') and (t['pstate'] == 'aborted') and (t['plock'] == (d_InFlight(C, s, t) != frozenset())) and ((t['ploc'] == s['ploc']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+    return ((s['pstate'] == 'running') and (t['pstate'] == 'aborting') and (t['p2d'] == _b_Append(s['p2d'], d_Msg(C, s, t, 'ABORT', 0))) and ((t['ploc'] == s['ploc']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['d2p'] == s['d2p'])) and ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])))
+
+
+def d_PrefillDrop(C, s, t):
+    # spec/PDHandoff.tla:147:1
+    return ((s['pstate'] == 'aborting') and (s['d2p'] != ()) and (ap(_b_Head(s['d2p']), 1) in C['$h0']) and (t['d2p'] == _b_Tail(s['d2p'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['p2d'] == s['p2d'])) and ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])))
+
+
+def d_PrefillRelease(C, s, t):
+    # spec/PDHandoff.tla:157:1
+    return ((((s['pstate'] == 'running') and d_AtHead(C, s, t, s['d2p'], d_Msg(C, s, t, 'DONE', 0))) or ((s['pstate'] == 'aborting') and d_AtHead(C, s, t, s['d2p'], d_Msg(C, s, t, 'CLOSED', 0)))) and (t['d2p'] == _b_Tail(s['d2p'])) and (t['pstate'] == ('done' if (s['pstate'] == 'running') else 'aborted')) and (t['plock'] == False) and ((t['ploc'] == s['ploc']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['p2d'] == s['p2d'])) and ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])))
+
+
+def d_DecodeAllocate(C, s, t, v_i):
+    # spec/PDHandoff.tla:170:1
+    return ((s['dstate'] == 'waiting') and (not ap(s['dalloc'], v_i)) and (s['dfree'] > 0) and (t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_1: True))) and (t['dfree'] == (s['dfree'] - 1)) and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ALLOC', v_i))) and ((t['dstate'] == s['dstate']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+
+
+def d_DecodeReceive(C, s, t, v_i):
+    # spec/PDHandoff.tla:181:1
+    return ((s['dstate'] in C['$h1']) and d_AtHead(C, s, t, s['p2d'], d_Msg(C, s, t, 'DATA', v_i)) and (t['p2d'] == _b_Tail(s['p2d'])) and (t['dland'] == exc(s['dland'], ((v_i,), lambda at_1: True))) and (((t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_2: False))) and (t['dfree'] == (s['dfree'] + 1))) if ((s['dstate'] == 'aborting') and ap(s['dalloc'], v_i)) else ((t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']))) and ((t['dstate'] == s['dstate']) and (t['dread'] == s['dread']) and (t['d2p'] == s['d2p'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+
+
+def d_DecodeRead(C, s, t, v_i):
+    # spec/PDHandoff.tla:194:1
+    return ((s['dstate'] == 'waiting') and ap(s['dland'], v_i) and (not ap(s['dread'], v_i)) and (t['dread'] == exc(s['dread'], ((v_i,), lambda at_1: True))) and ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['p2d'] == s['p2d']) and (t['d2p'] == s['d2p'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+
+
+def d_DecodeFinish(C, s, t):
+    # spec/PDHandoff.tla:203:1
+    return ((s['dstate'] == 'waiting') and all(ap(s['dread'], v_i_1) for v_i_1 in it(C['Pages'])) and (t['dstate'] == 'done') and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'DONE', 0))) and ((t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
 
 
 def d_DecodeAbort(C, s, t):
-    # spec/PDHandoff.tla:147:1
-    return ((s['dstate'] == 'waiting') and (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_2: (v_i_2 in l_kept_1()) for v_i_2 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else _b_cap(d_Allocated(C, s, t), d_InFlight(C, s, t))))) and (t['dstate'] == 'aborted') and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+    # spec/PDHandoff.tla:214:1
+    return ((s['dstate'] == 'waiting') and (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: (v_i_3 in l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))) and (t['dstate'] == 'aborting') and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ABORT', 0))) and ((t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+
+
+def d_DecodeClose(C, s, t):
+    # spec/PDHandoff.tla:226:1
+    return ((s['dstate'] != 'aborted') and d_AtHead(C, s, t, s['p2d'], d_Msg(C, s, t, 'ABORT', 0)) and (t['p2d'] == _b_Tail(s['p2d'])) and (((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree'])) if (s['dstate'] == 'done') else ((t['dstate'] == 'aborted') and (t['dalloc'] == mk_fcn({v_i_1: False for v_i_1 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(d_Allocated(C, s, t)))))) and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'CLOSED', 0))) and ((t['dland'] == s['dland']) and (t['dread'] == s['dread'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
 
 
 def d_Finished(C, s, t):
-    # spec/PDHandoff.tla:156:1
-    return ((s['pstate'] != 'running') and (s['dstate'] != 'waiting') and (d_InFlight(C, s, t) == frozenset()))
+    # spec/PDHandoff.tla:241:1
+    return ((s['pstate'] in C['$h7']) and (s['dstate'] in C['$h7']) and (s['p2d'] == ()) and (s['d2p'] == ()))
 
 
 def d_Terminated(C, s, t):
-    # spec/PDHandoff.tla:160:1
-    return (d_Finished(C, s, t) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+    # spec/PDHandoff.tla:246:1
+    return (d_Finished(C, s, t) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d']) and (t['d2p'] == s['d2p']) and (t['sentUnloaded'] == s['sentUnloaded'])))
 
 
 _T_act_PrefillLoadBack = (
-    ('pstate = "running"', 'spec/PDHandoff.tla:86:8'),
-    ('ploc[i] # "device"', 'spec/PDHandoff.tla:87:8'),
-    ('ploc\' = [ploc EXCEPT ![i] = IF ploc[i] = "storage" THEN "host" ELSE "device"]', 'spec/PDHandoff.tla:88:8'),
-    ('UNCHANGED <<pstate, plock, dstate, dalloc, dfree, xfer, dread, sentUnloaded>>', 'spec/PDHandoff.tla:89:8'),
+    ('pstate = "running"', 'spec/PDHandoff.tla:119:8'),
+    ('ploc[i] # "device"', 'spec/PDHandoff.tla:120:8'),
+    ('ploc\' = [ploc EXCEPT ![i] = IF ploc[i] = "storage" THEN "host" ELSE "device"]', 'spec/PDHandoff.tla:121:8'),
+    ('UNCHANGED <<pstate, plock, sentUnloaded, p2d, d2p>>', 'spec/PDHandoff.tla:122:8'),
+    ('UNCHANGED dvars', 'spec/PDHandoff.tla:123:8'),
 )
 
 
 def act_PrefillLoadBack(C, s, t, v_i):
-    """PrefillLoadBack (spec/PDHandoff.tla:86:5): None, or the first failing conjunct."""
+    """PrefillLoadBack (spec/PDHandoff.tla:119:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:86:8
+        # spec/PDHandoff.tla:119:8
         k = 1
         if not (s['pstate'] == 'running'):
             return Failure('PrefillLoadBack', 1, *_T_act_PrefillLoadBack[0])
-        # spec/PDHandoff.tla:87:8
+        # spec/PDHandoff.tla:120:8
         k = 2
         if not (ap(s['ploc'], v_i) != 'device'):
             return Failure('PrefillLoadBack', 2, *_T_act_PrefillLoadBack[1])
-        # spec/PDHandoff.tla:88:8
+        # spec/PDHandoff.tla:121:8
         k = 3
         if not (t['ploc'] == exc(s['ploc'], ((v_i,), lambda at_1: ('host' if (ap(s['ploc'], v_i) == 'storage') else 'device')))):
             return Failure('PrefillLoadBack', 3, *_T_act_PrefillLoadBack[2])
-        # spec/PDHandoff.tla:89:8
+        # spec/PDHandoff.tla:122:8
         k = 4
-        if not ((t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+        if not ((t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['p2d'] == s['p2d']) and (t['d2p'] == s['d2p'])):
             return Failure('PrefillLoadBack', 4, *_T_act_PrefillLoadBack[3])
+        # spec/PDHandoff.tla:123:8
+        k = 5
+        if not ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])):
+            return Failure('PrefillLoadBack', 5, *_T_act_PrefillLoadBack[4])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PrefillLoadBack', _T_act_PrefillLoadBack, k, e)
     return None
 
 
-_T_act_DecodeAllocate = (
-    ('dstate = "waiting"', 'spec/PDHandoff.tla:93:8'),
-    ('~dalloc[i]', 'spec/PDHandoff.tla:94:8'),
-    ('xfer[i] = "none"', 'spec/PDHandoff.tla:95:8'),
-    ('dfree > 0', 'spec/PDHandoff.tla:96:8'),
-    ("dalloc' = [dalloc EXCEPT ![i] = TRUE]", 'spec/PDHandoff.tla:97:8'),
-    ("dfree' = dfree - 1", 'spec/PDHandoff.tla:98:8'),
-    ('UNCHANGED <<ploc, pstate, plock, dstate, xfer, dread, sentUnloaded>>', 'spec/PDHandoff.tla:99:8'),
-)
-
-
-def act_DecodeAllocate(C, s, t, v_i):
-    """DecodeAllocate (spec/PDHandoff.tla:93:5): None, or the first failing conjunct."""
-    k = 0
-    try:
-        # spec/PDHandoff.tla:93:8
-        k = 1
-        if not (s['dstate'] == 'waiting'):
-            return Failure('DecodeAllocate', 1, *_T_act_DecodeAllocate[0])
-        # spec/PDHandoff.tla:94:8
-        k = 2
-        if not (not ap(s['dalloc'], v_i)):
-            return Failure('DecodeAllocate', 2, *_T_act_DecodeAllocate[1])
-        # spec/PDHandoff.tla:95:8
-        k = 3
-        if not (ap(s['xfer'], v_i) == 'none'):
-            return Failure('DecodeAllocate', 3, *_T_act_DecodeAllocate[2])
-        # spec/PDHandoff.tla:96:8
-        k = 4
-        if not (s['dfree'] > 0):
-            return Failure('DecodeAllocate', 4, *_T_act_DecodeAllocate[3])
-        # spec/PDHandoff.tla:97:8
-        k = 5
-        if not (t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_1: True))):
-            return Failure('DecodeAllocate', 5, *_T_act_DecodeAllocate[4])
-        # spec/PDHandoff.tla:98:8
-        k = 6
-        if not (t['dfree'] == (s['dfree'] - 1)):
-            return Failure('DecodeAllocate', 6, *_T_act_DecodeAllocate[5])
-        # spec/PDHandoff.tla:99:8
-        k = 7
-        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])):
-            return Failure('DecodeAllocate', 7, *_T_act_DecodeAllocate[6])
-    except Exception as e:  # an evaluation error fails the conjunct it happened in
-        return conj_error('DecodeAllocate', _T_act_DecodeAllocate, k, e)
-    return None
-
-
 _T_act_PrefillSend = (
-    ('pstate = "running"', 'spec/PDHandoff.tla:104:8'),
-    ('dstate = "waiting"', 'spec/PDHandoff.tla:105:8'),
-    ('xfer[i] = "none"', 'spec/PDHandoff.tla:106:8'),
-    ('dalloc[i]', 'spec/PDHandoff.tla:107:8'),
-    ('BugSendBeforeLoadBack \\/ ploc[i] = "device"', 'spec/PDHandoff.tla:108:8'),
-    ('xfer\' = [xfer EXCEPT ![i] = "inflight"]', 'spec/PDHandoff.tla:109:8'),
-    ('sentUnloaded\' = IF ploc[i] = "device" THEN sentUnloaded ELSE sentUnloaded \\cup {i}', 'spec/PDHandoff.tla:110:8'),
-    ('UNCHANGED <<ploc, pstate, plock, dstate, dalloc, dfree, dread>>', 'spec/PDHandoff.tla:111:8'),
+    ('pstate = "running"', 'spec/PDHandoff.tla:128:8'),
+    ('AtHead(d2p, Msg("ALLOC", i))', 'spec/PDHandoff.tla:129:8'),
+    ('BugSendBeforeLoadBack \\/ ploc[i] = "device"', 'spec/PDHandoff.tla:130:8'),
+    ("d2p' = Tail(d2p)", 'spec/PDHandoff.tla:131:8'),
+    ('p2d\' = Append(p2d, Msg("DATA", i))', 'spec/PDHandoff.tla:132:8'),
+    ('sentUnloaded\' = IF ploc[i] = "device" THEN sentUnloaded ELSE sentUnloaded \\cup {i}', 'spec/PDHandoff.tla:133:8'),
+    ('UNCHANGED <<ploc, pstate, plock>>', 'spec/PDHandoff.tla:134:8'),
+    ('UNCHANGED dvars', 'spec/PDHandoff.tla:135:8'),
 )
 
 
 def act_PrefillSend(C, s, t, v_i):
-    """PrefillSend (spec/PDHandoff.tla:104:5): None, or the first failing conjunct."""
+    """PrefillSend (spec/PDHandoff.tla:128:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:104:8
+        # spec/PDHandoff.tla:128:8
         k = 1
         if not (s['pstate'] == 'running'):
             return Failure('PrefillSend', 1, *_T_act_PrefillSend[0])
-        # spec/PDHandoff.tla:105:8
+        # spec/PDHandoff.tla:129:8
         k = 2
-        if not (s['dstate'] == 'waiting'):
+        if not d_AtHead(C, s, t, s['d2p'], d_Msg(C, s, t, 'ALLOC', v_i)):
             return Failure('PrefillSend', 2, *_T_act_PrefillSend[1])
-        # spec/PDHandoff.tla:106:8
+        # spec/PDHandoff.tla:130:8
         k = 3
-        if not (ap(s['xfer'], v_i) == 'none'):
-            return Failure('PrefillSend', 3, *_T_act_PrefillSend[2])
-        # spec/PDHandoff.tla:107:8
-        k = 4
-        if not ap(s['dalloc'], v_i):
-            return Failure('PrefillSend', 4, *_T_act_PrefillSend[3])
-        # spec/PDHandoff.tla:108:8
-        k = 5
         if not (C['BugSendBeforeLoadBack'] or (ap(s['ploc'], v_i) == 'device')):
+            return Failure('PrefillSend', 3, *_T_act_PrefillSend[2])
+        # spec/PDHandoff.tla:131:8
+        k = 4
+        if not (t['d2p'] == _b_Tail(s['d2p'])):
+            return Failure('PrefillSend', 4, *_T_act_PrefillSend[3])
+        # spec/PDHandoff.tla:132:8
+        k = 5
+        if not (t['p2d'] == _b_Append(s['p2d'], d_Msg(C, s, t, 'DATA', v_i))):
             return Failure('PrefillSend', 5, *_T_act_PrefillSend[4])
-        # spec/PDHandoff.tla:109:8
+        # spec/PDHandoff.tla:133:8
         k = 6
-        if not (t['xfer'] == exc(s['xfer'], ((v_i,), lambda at_1: 'inflight'))):
-            return Failure('PrefillSend', 6, *_T_act_PrefillSend[5])
-        # spec/PDHandoff.tla:110:8
-        k = 7
         if not (t['sentUnloaded'] == (s['sentUnloaded'] if (ap(s['ploc'], v_i) == 'device') else _b_cup(s['sentUnloaded'], frozenset((normalize(v_i),))))):
+            return Failure('PrefillSend', 6, *_T_act_PrefillSend[5])
+        # spec/PDHandoff.tla:134:8
+        k = 7
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock'])):
             return Failure('PrefillSend', 7, *_T_act_PrefillSend[6])
-        # spec/PDHandoff.tla:111:8
+        # spec/PDHandoff.tla:135:8
         k = 8
-        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dread'] == s['dread'])):
+        if not ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])):
             return Failure('PrefillSend', 8, *_T_act_PrefillSend[7])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PrefillSend', _T_act_PrefillSend, k, e)
     return None
 
 
-_T_act_DecodeReceive = (
-    ('xfer[i] = "inflight"', 'spec/PDHandoff.tla:116:8'),
-    ('xfer\' = [xfer EXCEPT ![i] = "done"]', 'spec/PDHandoff.tla:117:8'),
-    ('IF dstate = "aborted" /\\ dalloc[i] THEN /\\ dalloc\' = [dalloc EXCEPT ![i] = FALSE] /\\ dfree\' = dfree + 1 ELSE UNCHANGED <<dalloc, dfree>>', 'spec/PDHandoff.tla:118:8'),
-    ('LET quiet == InFlight = {i} all == \\A j \\in Pages : j = i \\/ xfer[j] = "done" IN /\\ pstate\' = IF pstate = "running" /\\ all THEN "done" ELSE pstate /\\ plock\' = IF quiet /\\ (pstate # "running" \\/ all) THEN FALSE ELSE plock', 'spec/PDHandoff.tla:122:8'),
-    ('UNCHANGED <<ploc, dstate, dread, sentUnloaded>>', 'spec/PDHandoff.tla:126:8'),
-)
-
-
-def act_DecodeReceive(C, s, t, v_i):
-    """DecodeReceive (spec/PDHandoff.tla:116:5): None, or the first failing conjunct."""
-    k = 0
-    try:
-        # spec/PDHandoff.tla:116:8
-        k = 1
-        if not (ap(s['xfer'], v_i) == 'inflight'):
-            return Failure('DecodeReceive', 1, *_T_act_DecodeReceive[0])
-        # spec/PDHandoff.tla:117:8
-        k = 2
-        if not (t['xfer'] == exc(s['xfer'], ((v_i,), lambda at_1: 'done'))):
-            return Failure('DecodeReceive', 2, *_T_act_DecodeReceive[1])
-        # spec/PDHandoff.tla:118:8
-        k = 3
-        if not (((t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_2: False))) and (t['dfree'] == (s['dfree'] + 1))) if ((s['dstate'] == 'aborted') and ap(s['dalloc'], v_i)) else ((t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']))):
-            return Failure('DecodeReceive', 3, *_T_act_DecodeReceive[2])
-        # spec/PDHandoff.tla:122:8
-        k = 4
-        if not (lambda l_quiet_3: (lambda l_all_4: ((t['pstate'] == ('done' if ((s['pstate'] == 'running') and l_all_4()) else s['pstate'])) and (t['plock'] == (False if (l_quiet_3() and ((s['pstate'] != 'running') or l_all_4())) else s['plock']))))(once(lambda: all(((v_j_5 == v_i) or (ap(s['xfer'], v_j_5) == 'done')) for v_j_5 in it(C['Pages'])))))(once(lambda: (d_InFlight(C, s, t) == frozenset((normalize(v_i),))))):
-            return Failure('DecodeReceive', 4, *_T_act_DecodeReceive[3])
-        # spec/PDHandoff.tla:126:8
-        k = 5
-        if not ((t['ploc'] == s['ploc']) and (t['dstate'] == s['dstate']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])):
-            return Failure('DecodeReceive', 5, *_T_act_DecodeReceive[4])
-    except Exception as e:  # an evaluation error fails the conjunct it happened in
-        return conj_error('DecodeReceive', _T_act_DecodeReceive, k, e)
-    return None
-
-
-_T_act_DecodeRead = (
-    ('dstate = "waiting"', 'spec/PDHandoff.tla:130:8'),
-    ('xfer[i] = "done"', 'spec/PDHandoff.tla:131:8'),
-    ('~dread[i]', 'spec/PDHandoff.tla:132:8'),
-    ("dread' = [dread EXCEPT ![i] = TRUE]", 'spec/PDHandoff.tla:133:8'),
-    ('dstate\' = IF \\A j \\in Pages : j = i \\/ dread[j] THEN "done" ELSE dstate', 'spec/PDHandoff.tla:134:8'),
-    ('UNCHANGED <<ploc, pstate, plock, dalloc, dfree, xfer, sentUnloaded>>', 'spec/PDHandoff.tla:135:8'),
-)
-
-
-def act_DecodeRead(C, s, t, v_i):
-    """DecodeRead (spec/PDHandoff.tla:130:5): None, or the first failing conjunct."""
-    k = 0
-    try:
-        # spec/PDHandoff.tla:130:8
-        k = 1
-        if not (s['dstate'] == 'waiting'):
-            return Failure('DecodeRead', 1, *_T_act_DecodeRead[0])
-        # spec/PDHandoff.tla:131:8
-        k = 2
-        if not (ap(s['xfer'], v_i) == 'done'):
-            return Failure('DecodeRead', 2, *_T_act_DecodeRead[1])
-        # spec/PDHandoff.tla:132:8
-        k = 3
-        if not (not ap(s['dread'], v_i)):
-            return Failure('DecodeRead', 3, *_T_act_DecodeRead[2])
-        # spec/PDHandoff.tla:133:8
-        k = 4
-        if not (t['dread'] == exc(s['dread'], ((v_i,), lambda at_1: True))):
-            return Failure('DecodeRead', 4, *_T_act_DecodeRead[3])
-        # spec/PDHandoff.tla:134:8
-        k = 5
-        if not (t['dstate'] == ('done' if all(((v_j_2 == v_i) or ap(s['dread'], v_j_2)) for v_j_2 in it(C['Pages'])) else s['dstate'])):
-            return Failure('DecodeRead', 5, *_T_act_DecodeRead[4])
-        # spec/PDHandoff.tla:135:8
-        k = 6
-        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['sentUnloaded'] == s['sentUnloaded'])):
-            return Failure('DecodeRead', 6, *_T_act_DecodeRead[5])
-    except Exception as e:  # an evaluation error fails the conjunct it happened in
-        return conj_error('DecodeRead', _T_act_DecodeRead, k, e)
-    return None
-
-
 _T_act_PrefillAbort = (
     ('pstate = "running"', 'spec/PDHandoff.tla:140:8'),
-    ('pstate\' = "aborted"', 'spec/PDHandoff.tla:141:8'),
-    ("plock' = (InFlight # {})", 'spec/PDHandoff.tla:142:8'),
-    ('UNCHANGED <<ploc, dstate, dalloc, dfree, xfer, dread, sentUnloaded>>', 'spec/PDHandoff.tla:143:8'),
+    ('pstate\' = "aborting"', 'spec/PDHandoff.tla:141:8'),
+    ('p2d\' = Append(p2d, Msg("ABORT", 0))', 'spec/PDHandoff.tla:142:8'),
+    ('UNCHANGED <<ploc, plock, sentUnloaded, d2p>>', 'spec/PDHandoff.tla:143:8'),
+    ('UNCHANGED dvars', 'spec/PDHandoff.tla:144:8'),
 )
 
 
@@ -347,71 +272,406 @@ def act_PrefillAbort(C, s, t):
             return Failure('PrefillAbort', 1, *_T_act_PrefillAbort[0])
         # spec/PDHandoff.tla:141:8
         k = 2
-        if not (t['pstate'] == 'aborted'):
+        if not (t['pstate'] == 'aborting'):
             return Failure('PrefillAbort', 2, *_T_act_PrefillAbort[1])
         # spec/PDHandoff.tla:142:8
         k = 3
-        if not (t['plock'] == (d_InFlight(C, s, t) != frozenset())):
+        if not (t['p2d'] == _b_Append(s['p2d'], d_Msg(C, s, t, 'ABORT', 0))):
             return Failure('PrefillAbort', 3, *_T_act_PrefillAbort[2])
         # spec/PDHandoff.tla:143:8
         k = 4
-        if not ((t['ploc'] == s['ploc']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+        if not ((t['ploc'] == s['ploc']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['d2p'] == s['d2p'])):
             return Failure('PrefillAbort', 4, *_T_act_PrefillAbort[3])
+        # spec/PDHandoff.tla:144:8
+        k = 5
+        if not ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])):
+            return Failure('PrefillAbort', 5, *_T_act_PrefillAbort[4])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PrefillAbort', _T_act_PrefillAbort, k, e)
     return None
 
 
-_T_act_DecodeAbort = (
-    ('dstate = "waiting"', 'spec/PDHandoff.tla:148:8'),
-    ("LET kept == IF BugAbortFreesInFlight THEN {} ELSE Allocated \\cap InFlight IN /\\ dalloc' = [i \\in Pages |-> i \\in kept] /\\ dfree' = dfree + Cardinality(Allocated \\ kept)", 'spec/PDHandoff.tla:149:8'),
-    ('dstate\' = "aborted"', 'spec/PDHandoff.tla:152:8'),
-    ('UNCHANGED <<ploc, pstate, plock, xfer, dread, sentUnloaded>>', 'spec/PDHandoff.tla:153:8'),
+_T_act_PrefillDrop = (
+    ('pstate = "aborting"', 'spec/PDHandoff.tla:148:8'),
+    ('d2p # <<>>', 'spec/PDHandoff.tla:149:8'),
+    ('Head(d2p)[1] \\in {"ALLOC", "ABORT", "DONE"}', 'spec/PDHandoff.tla:150:8'),
+    ("d2p' = Tail(d2p)", 'spec/PDHandoff.tla:151:8'),
+    ('UNCHANGED <<ploc, pstate, plock, sentUnloaded, p2d>>', 'spec/PDHandoff.tla:152:8'),
+    ('UNCHANGED dvars', 'spec/PDHandoff.tla:153:8'),
 )
 
 
-def act_DecodeAbort(C, s, t):
-    """DecodeAbort (spec/PDHandoff.tla:148:5): None, or the first failing conjunct."""
+def act_PrefillDrop(C, s, t):
+    """PrefillDrop (spec/PDHandoff.tla:148:5): None, or the first failing conjunct."""
     k = 0
     try:
         # spec/PDHandoff.tla:148:8
         k = 1
-        if not (s['dstate'] == 'waiting'):
-            return Failure('DecodeAbort', 1, *_T_act_DecodeAbort[0])
+        if not (s['pstate'] == 'aborting'):
+            return Failure('PrefillDrop', 1, *_T_act_PrefillDrop[0])
         # spec/PDHandoff.tla:149:8
         k = 2
-        if not (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_2: (v_i_2 in l_kept_1()) for v_i_2 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else _b_cap(d_Allocated(C, s, t), d_InFlight(C, s, t))))):
-            return Failure('DecodeAbort', 2, *_T_act_DecodeAbort[1])
-        # spec/PDHandoff.tla:152:8
+        if not (s['d2p'] != ()):
+            return Failure('PrefillDrop', 2, *_T_act_PrefillDrop[1])
+        # spec/PDHandoff.tla:150:8
         k = 3
-        if not (t['dstate'] == 'aborted'):
-            return Failure('DecodeAbort', 3, *_T_act_DecodeAbort[2])
-        # spec/PDHandoff.tla:153:8
+        if not (ap(_b_Head(s['d2p']), 1) in C['$h0']):
+            return Failure('PrefillDrop', 3, *_T_act_PrefillDrop[2])
+        # spec/PDHandoff.tla:151:8
         k = 4
-        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+        if not (t['d2p'] == _b_Tail(s['d2p'])):
+            return Failure('PrefillDrop', 4, *_T_act_PrefillDrop[3])
+        # spec/PDHandoff.tla:152:8
+        k = 5
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['p2d'] == s['p2d'])):
+            return Failure('PrefillDrop', 5, *_T_act_PrefillDrop[4])
+        # spec/PDHandoff.tla:153:8
+        k = 6
+        if not ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])):
+            return Failure('PrefillDrop', 6, *_T_act_PrefillDrop[5])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('PrefillDrop', _T_act_PrefillDrop, k, e)
+    return None
+
+
+_T_act_PrefillRelease = (
+    ('\\/ pstate = "running" /\\ AtHead(d2p, Msg("DONE", 0)) \\/ pstate = "aborting" /\\ AtHead(d2p, Msg("CLOSED", 0))', 'spec/PDHandoff.tla:158:8'),
+    ("d2p' = Tail(d2p)", 'spec/PDHandoff.tla:160:8'),
+    ('pstate\' = IF pstate = "running" THEN "done" ELSE "aborted"', 'spec/PDHandoff.tla:161:8'),
+    ("plock' = FALSE", 'spec/PDHandoff.tla:162:8'),
+    ('UNCHANGED <<ploc, sentUnloaded, p2d>>', 'spec/PDHandoff.tla:163:8'),
+    ('UNCHANGED dvars', 'spec/PDHandoff.tla:164:8'),
+)
+
+
+def act_PrefillRelease(C, s, t):
+    """PrefillRelease (spec/PDHandoff.tla:158:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:158:8
+        k = 1
+        if not (((s['pstate'] == 'running') and d_AtHead(C, s, t, s['d2p'], d_Msg(C, s, t, 'DONE', 0))) or ((s['pstate'] == 'aborting') and d_AtHead(C, s, t, s['d2p'], d_Msg(C, s, t, 'CLOSED', 0)))):
+            return Failure('PrefillRelease', 1, *_T_act_PrefillRelease[0])
+        # spec/PDHandoff.tla:160:8
+        k = 2
+        if not (t['d2p'] == _b_Tail(s['d2p'])):
+            return Failure('PrefillRelease', 2, *_T_act_PrefillRelease[1])
+        # spec/PDHandoff.tla:161:8
+        k = 3
+        if not (t['pstate'] == ('done' if (s['pstate'] == 'running') else 'aborted')):
+            return Failure('PrefillRelease', 3, *_T_act_PrefillRelease[2])
+        # spec/PDHandoff.tla:162:8
+        k = 4
+        if not (t['plock'] == False):
+            return Failure('PrefillRelease', 4, *_T_act_PrefillRelease[3])
+        # spec/PDHandoff.tla:163:8
+        k = 5
+        if not ((t['ploc'] == s['ploc']) and (t['sentUnloaded'] == s['sentUnloaded']) and (t['p2d'] == s['p2d'])):
+            return Failure('PrefillRelease', 5, *_T_act_PrefillRelease[4])
+        # spec/PDHandoff.tla:164:8
+        k = 6
+        if not ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread'])):
+            return Failure('PrefillRelease', 6, *_T_act_PrefillRelease[5])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('PrefillRelease', _T_act_PrefillRelease, k, e)
+    return None
+
+
+_T_act_DecodeAllocate = (
+    ('dstate = "waiting"', 'spec/PDHandoff.tla:171:8'),
+    ('~dalloc[i]', 'spec/PDHandoff.tla:172:8'),
+    ('dfree > 0', 'spec/PDHandoff.tla:173:8'),
+    ("dalloc' = [dalloc EXCEPT ![i] = TRUE]", 'spec/PDHandoff.tla:174:8'),
+    ("dfree' = dfree - 1", 'spec/PDHandoff.tla:175:8'),
+    ('d2p\' = Append(d2p, Msg("ALLOC", i))', 'spec/PDHandoff.tla:176:8'),
+    ('UNCHANGED <<dstate, dland, dread, p2d>>', 'spec/PDHandoff.tla:177:8'),
+    ('UNCHANGED pvars', 'spec/PDHandoff.tla:178:8'),
+)
+
+
+def act_DecodeAllocate(C, s, t, v_i):
+    """DecodeAllocate (spec/PDHandoff.tla:171:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:171:8
+        k = 1
+        if not (s['dstate'] == 'waiting'):
+            return Failure('DecodeAllocate', 1, *_T_act_DecodeAllocate[0])
+        # spec/PDHandoff.tla:172:8
+        k = 2
+        if not (not ap(s['dalloc'], v_i)):
+            return Failure('DecodeAllocate', 2, *_T_act_DecodeAllocate[1])
+        # spec/PDHandoff.tla:173:8
+        k = 3
+        if not (s['dfree'] > 0):
+            return Failure('DecodeAllocate', 3, *_T_act_DecodeAllocate[2])
+        # spec/PDHandoff.tla:174:8
+        k = 4
+        if not (t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_1: True))):
+            return Failure('DecodeAllocate', 4, *_T_act_DecodeAllocate[3])
+        # spec/PDHandoff.tla:175:8
+        k = 5
+        if not (t['dfree'] == (s['dfree'] - 1)):
+            return Failure('DecodeAllocate', 5, *_T_act_DecodeAllocate[4])
+        # spec/PDHandoff.tla:176:8
+        k = 6
+        if not (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ALLOC', v_i))):
+            return Failure('DecodeAllocate', 6, *_T_act_DecodeAllocate[5])
+        # spec/PDHandoff.tla:177:8
+        k = 7
+        if not ((t['dstate'] == s['dstate']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])):
+            return Failure('DecodeAllocate', 7, *_T_act_DecodeAllocate[6])
+        # spec/PDHandoff.tla:178:8
+        k = 8
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+            return Failure('DecodeAllocate', 8, *_T_act_DecodeAllocate[7])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('DecodeAllocate', _T_act_DecodeAllocate, k, e)
+    return None
+
+
+_T_act_DecodeReceive = (
+    ('dstate \\in {"waiting", "aborting"}', 'spec/PDHandoff.tla:182:8'),
+    ('AtHead(p2d, Msg("DATA", i))', 'spec/PDHandoff.tla:183:8'),
+    ("p2d' = Tail(p2d)", 'spec/PDHandoff.tla:184:8'),
+    ("dland' = [dland EXCEPT ![i] = TRUE]", 'spec/PDHandoff.tla:185:8'),
+    ('IF dstate = "aborting" /\\ dalloc[i] THEN /\\ dalloc\' = [dalloc EXCEPT ![i] = FALSE] /\\ dfree\' = dfree + 1 ELSE UNCHANGED <<dalloc, dfree>>', 'spec/PDHandoff.tla:186:8'),
+    ('UNCHANGED <<dstate, dread, d2p>>', 'spec/PDHandoff.tla:190:8'),
+    ('UNCHANGED pvars', 'spec/PDHandoff.tla:191:8'),
+)
+
+
+def act_DecodeReceive(C, s, t, v_i):
+    """DecodeReceive (spec/PDHandoff.tla:182:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:182:8
+        k = 1
+        if not (s['dstate'] in C['$h1']):
+            return Failure('DecodeReceive', 1, *_T_act_DecodeReceive[0])
+        # spec/PDHandoff.tla:183:8
+        k = 2
+        if not d_AtHead(C, s, t, s['p2d'], d_Msg(C, s, t, 'DATA', v_i)):
+            return Failure('DecodeReceive', 2, *_T_act_DecodeReceive[1])
+        # spec/PDHandoff.tla:184:8
+        k = 3
+        if not (t['p2d'] == _b_Tail(s['p2d'])):
+            return Failure('DecodeReceive', 3, *_T_act_DecodeReceive[2])
+        # spec/PDHandoff.tla:185:8
+        k = 4
+        if not (t['dland'] == exc(s['dland'], ((v_i,), lambda at_1: True))):
+            return Failure('DecodeReceive', 4, *_T_act_DecodeReceive[3])
+        # spec/PDHandoff.tla:186:8
+        k = 5
+        if not (((t['dalloc'] == exc(s['dalloc'], ((v_i,), lambda at_2: False))) and (t['dfree'] == (s['dfree'] + 1))) if ((s['dstate'] == 'aborting') and ap(s['dalloc'], v_i)) else ((t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']))):
+            return Failure('DecodeReceive', 5, *_T_act_DecodeReceive[4])
+        # spec/PDHandoff.tla:190:8
+        k = 6
+        if not ((t['dstate'] == s['dstate']) and (t['dread'] == s['dread']) and (t['d2p'] == s['d2p'])):
+            return Failure('DecodeReceive', 6, *_T_act_DecodeReceive[5])
+        # spec/PDHandoff.tla:191:8
+        k = 7
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+            return Failure('DecodeReceive', 7, *_T_act_DecodeReceive[6])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('DecodeReceive', _T_act_DecodeReceive, k, e)
+    return None
+
+
+_T_act_DecodeRead = (
+    ('dstate = "waiting"', 'spec/PDHandoff.tla:195:8'),
+    ('dland[i]', 'spec/PDHandoff.tla:196:8'),
+    ('~dread[i]', 'spec/PDHandoff.tla:197:8'),
+    ("dread' = [dread EXCEPT ![i] = TRUE]", 'spec/PDHandoff.tla:198:8'),
+    ('UNCHANGED <<dstate, dalloc, dfree, dland, p2d, d2p>>', 'spec/PDHandoff.tla:199:8'),
+    ('UNCHANGED pvars', 'spec/PDHandoff.tla:200:8'),
+)
+
+
+def act_DecodeRead(C, s, t, v_i):
+    """DecodeRead (spec/PDHandoff.tla:195:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:195:8
+        k = 1
+        if not (s['dstate'] == 'waiting'):
+            return Failure('DecodeRead', 1, *_T_act_DecodeRead[0])
+        # spec/PDHandoff.tla:196:8
+        k = 2
+        if not ap(s['dland'], v_i):
+            return Failure('DecodeRead', 2, *_T_act_DecodeRead[1])
+        # spec/PDHandoff.tla:197:8
+        k = 3
+        if not (not ap(s['dread'], v_i)):
+            return Failure('DecodeRead', 3, *_T_act_DecodeRead[2])
+        # spec/PDHandoff.tla:198:8
+        k = 4
+        if not (t['dread'] == exc(s['dread'], ((v_i,), lambda at_1: True))):
+            return Failure('DecodeRead', 4, *_T_act_DecodeRead[3])
+        # spec/PDHandoff.tla:199:8
+        k = 5
+        if not ((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['p2d'] == s['p2d']) and (t['d2p'] == s['d2p'])):
+            return Failure('DecodeRead', 5, *_T_act_DecodeRead[4])
+        # spec/PDHandoff.tla:200:8
+        k = 6
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+            return Failure('DecodeRead', 6, *_T_act_DecodeRead[5])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('DecodeRead', _T_act_DecodeRead, k, e)
+    return None
+
+
+_T_act_DecodeFinish = (
+    ('dstate = "waiting"', 'spec/PDHandoff.tla:204:8'),
+    ('\\A i \\in Pages : dread[i]', 'spec/PDHandoff.tla:205:8'),
+    ('dstate\' = "done"', 'spec/PDHandoff.tla:206:8'),
+    ('d2p\' = Append(d2p, Msg("DONE", 0))', 'spec/PDHandoff.tla:207:8'),
+    ('UNCHANGED <<dalloc, dfree, dland, dread, p2d>>', 'spec/PDHandoff.tla:208:8'),
+    ('UNCHANGED pvars', 'spec/PDHandoff.tla:209:8'),
+)
+
+
+def act_DecodeFinish(C, s, t):
+    """DecodeFinish (spec/PDHandoff.tla:204:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:204:8
+        k = 1
+        if not (s['dstate'] == 'waiting'):
+            return Failure('DecodeFinish', 1, *_T_act_DecodeFinish[0])
+        # spec/PDHandoff.tla:205:8
+        k = 2
+        if not all(ap(s['dread'], v_i_1) for v_i_1 in it(C['Pages'])):
+            return Failure('DecodeFinish', 2, *_T_act_DecodeFinish[1])
+        # spec/PDHandoff.tla:206:8
+        k = 3
+        if not (t['dstate'] == 'done'):
+            return Failure('DecodeFinish', 3, *_T_act_DecodeFinish[2])
+        # spec/PDHandoff.tla:207:8
+        k = 4
+        if not (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'DONE', 0))):
+            return Failure('DecodeFinish', 4, *_T_act_DecodeFinish[3])
+        # spec/PDHandoff.tla:208:8
+        k = 5
+        if not ((t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])):
+            return Failure('DecodeFinish', 5, *_T_act_DecodeFinish[4])
+        # spec/PDHandoff.tla:209:8
+        k = 6
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+            return Failure('DecodeFinish', 6, *_T_act_DecodeFinish[5])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('DecodeFinish', _T_act_DecodeFinish, k, e)
+    return None
+
+
+_T_act_DecodeAbort = (
+    ('dstate = "waiting"', 'spec/PDHandoff.tla:215:8'),
+    ("LET kept == IF BugAbortFreesInFlight THEN {} ELSE {i \\in Allocated : ~dland[i]} IN /\\ dalloc' = [i \\in Pages |-> i \\in kept] /\\ dfree' = dfree + Cardinality(Allocated \\ kept)", 'spec/PDHandoff.tla:216:8'),
+    ('dstate\' = "aborting"', 'spec/PDHandoff.tla:219:8'),
+    ('d2p\' = Append(d2p, Msg("ABORT", 0))', 'spec/PDHandoff.tla:220:8'),
+    ('UNCHANGED <<dland, dread, p2d>>', 'spec/PDHandoff.tla:221:8'),
+    ('UNCHANGED pvars', 'spec/PDHandoff.tla:222:8'),
+)
+
+
+def act_DecodeAbort(C, s, t):
+    """DecodeAbort (spec/PDHandoff.tla:215:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:215:8
+        k = 1
+        if not (s['dstate'] == 'waiting'):
+            return Failure('DecodeAbort', 1, *_T_act_DecodeAbort[0])
+        # spec/PDHandoff.tla:216:8
+        k = 2
+        if not (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: (v_i_3 in l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))):
+            return Failure('DecodeAbort', 2, *_T_act_DecodeAbort[1])
+        # spec/PDHandoff.tla:219:8
+        k = 3
+        if not (t['dstate'] == 'aborting'):
+            return Failure('DecodeAbort', 3, *_T_act_DecodeAbort[2])
+        # spec/PDHandoff.tla:220:8
+        k = 4
+        if not (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ABORT', 0))):
             return Failure('DecodeAbort', 4, *_T_act_DecodeAbort[3])
+        # spec/PDHandoff.tla:221:8
+        k = 5
+        if not ((t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])):
+            return Failure('DecodeAbort', 5, *_T_act_DecodeAbort[4])
+        # spec/PDHandoff.tla:222:8
+        k = 6
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+            return Failure('DecodeAbort', 6, *_T_act_DecodeAbort[5])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('DecodeAbort', _T_act_DecodeAbort, k, e)
     return None
 
 
+_T_act_DecodeClose = (
+    ('dstate # "aborted"', 'spec/PDHandoff.tla:227:8'),
+    ('AtHead(p2d, Msg("ABORT", 0))', 'spec/PDHandoff.tla:228:8'),
+    ("p2d' = Tail(p2d)", 'spec/PDHandoff.tla:229:8'),
+    ('IF dstate = "done" THEN UNCHANGED <<dstate, dalloc, dfree>> ELSE /\\ dstate\' = "aborted" /\\ dalloc\' = [i \\in Pages |-> FALSE] /\\ dfree\' = dfree + Cardinality(Allocated)', 'spec/PDHandoff.tla:230:8'),
+    ('d2p\' = Append(d2p, Msg("CLOSED", 0))', 'spec/PDHandoff.tla:235:8'),
+    ('UNCHANGED <<dland, dread>>', 'spec/PDHandoff.tla:236:8'),
+    ('UNCHANGED pvars', 'spec/PDHandoff.tla:237:8'),
+)
+
+
+def act_DecodeClose(C, s, t):
+    """DecodeClose (spec/PDHandoff.tla:227:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:227:8
+        k = 1
+        if not (s['dstate'] != 'aborted'):
+            return Failure('DecodeClose', 1, *_T_act_DecodeClose[0])
+        # spec/PDHandoff.tla:228:8
+        k = 2
+        if not d_AtHead(C, s, t, s['p2d'], d_Msg(C, s, t, 'ABORT', 0)):
+            return Failure('DecodeClose', 2, *_T_act_DecodeClose[1])
+        # spec/PDHandoff.tla:229:8
+        k = 3
+        if not (t['p2d'] == _b_Tail(s['p2d'])):
+            return Failure('DecodeClose', 3, *_T_act_DecodeClose[2])
+        # spec/PDHandoff.tla:230:8
+        k = 4
+        if not (((t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree'])) if (s['dstate'] == 'done') else ((t['dstate'] == 'aborted') and (t['dalloc'] == mk_fcn({v_i_1: False for v_i_1 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(d_Allocated(C, s, t)))))):
+            return Failure('DecodeClose', 4, *_T_act_DecodeClose[3])
+        # spec/PDHandoff.tla:235:8
+        k = 5
+        if not (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'CLOSED', 0))):
+            return Failure('DecodeClose', 5, *_T_act_DecodeClose[4])
+        # spec/PDHandoff.tla:236:8
+        k = 6
+        if not ((t['dland'] == s['dland']) and (t['dread'] == s['dread'])):
+            return Failure('DecodeClose', 6, *_T_act_DecodeClose[5])
+        # spec/PDHandoff.tla:237:8
+        k = 7
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+            return Failure('DecodeClose', 7, *_T_act_DecodeClose[6])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('DecodeClose', _T_act_DecodeClose, k, e)
+    return None
+
+
 _T_act_Terminated = (
-    ('Finished', 'spec/PDHandoff.tla:160:15'),
-    ('UNCHANGED vars', 'spec/PDHandoff.tla:160:27'),
+    ('Finished', 'spec/PDHandoff.tla:246:15'),
+    ('UNCHANGED vars', 'spec/PDHandoff.tla:246:27'),
 )
 
 
 def act_Terminated(C, s, t):
-    """Terminated (spec/PDHandoff.tla:160:15): None, or the first failing conjunct."""
+    """Terminated (spec/PDHandoff.tla:246:15): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:160:15
+        # spec/PDHandoff.tla:246:15
         k = 1
         if not d_Finished(C, s, t):
             return Failure('Terminated', 1, *_T_act_Terminated[0])
-        # spec/PDHandoff.tla:160:27
+        # spec/PDHandoff.tla:246:27
         k = 2
-        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['xfer'] == s['xfer']) and (t['dread'] == s['dread']) and (t['sentUnloaded'] == s['sentUnloaded'])):
+        if not ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['dstate'] == s['dstate']) and (t['dalloc'] == s['dalloc']) and (t['dfree'] == s['dfree']) and (t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d']) and (t['d2p'] == s['d2p']) and (t['sentUnloaded'] == s['sentUnloaded'])):
             return Failure('Terminated', 2, *_T_act_Terminated[1])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('Terminated', _T_act_Terminated, k, e)
@@ -423,14 +683,29 @@ def next_PrefillLoadBack(C, s, t):
     return bool(any(d_PrefillLoadBack(C, s, t, v_i_1) for v_i_1 in it(C['Pages'])))
 
 
-def next_DecodeAllocate(C, s, t):
-    """Some binding of DecodeAllocate's parameters allows s -> t (a disjunct of Next)."""
-    return bool(any(d_DecodeAllocate(C, s, t, v_i_1) for v_i_1 in it(C['Pages'])))
-
-
 def next_PrefillSend(C, s, t):
     """Some binding of PrefillSend's parameters allows s -> t (a disjunct of Next)."""
     return bool(any(d_PrefillSend(C, s, t, v_i_1) for v_i_1 in it(C['Pages'])))
+
+
+def next_PrefillAbort(C, s, t):
+    """Some binding of PrefillAbort's parameters allows s -> t (a disjunct of Next)."""
+    return bool(d_PrefillAbort(C, s, t))
+
+
+def next_PrefillDrop(C, s, t):
+    """Some binding of PrefillDrop's parameters allows s -> t (a disjunct of Next)."""
+    return bool(d_PrefillDrop(C, s, t))
+
+
+def next_PrefillRelease(C, s, t):
+    """Some binding of PrefillRelease's parameters allows s -> t (a disjunct of Next)."""
+    return bool(d_PrefillRelease(C, s, t))
+
+
+def next_DecodeAllocate(C, s, t):
+    """Some binding of DecodeAllocate's parameters allows s -> t (a disjunct of Next)."""
+    return bool(any(d_DecodeAllocate(C, s, t, v_i_1) for v_i_1 in it(C['Pages'])))
 
 
 def next_DecodeReceive(C, s, t):
@@ -443,14 +718,19 @@ def next_DecodeRead(C, s, t):
     return bool(any(d_DecodeRead(C, s, t, v_i_1) for v_i_1 in it(C['Pages'])))
 
 
-def next_PrefillAbort(C, s, t):
-    """Some binding of PrefillAbort's parameters allows s -> t (a disjunct of Next)."""
-    return bool(d_PrefillAbort(C, s, t))
+def next_DecodeFinish(C, s, t):
+    """Some binding of DecodeFinish's parameters allows s -> t (a disjunct of Next)."""
+    return bool(d_DecodeFinish(C, s, t))
 
 
 def next_DecodeAbort(C, s, t):
     """Some binding of DecodeAbort's parameters allows s -> t (a disjunct of Next)."""
     return bool(d_DecodeAbort(C, s, t))
+
+
+def next_DecodeClose(C, s, t):
+    """Some binding of DecodeClose's parameters allows s -> t (a disjunct of Next)."""
+    return bool(d_DecodeClose(C, s, t))
 
 
 def next_Terminated(C, s, t):
@@ -459,78 +739,141 @@ def next_Terminated(C, s, t):
 
 
 _T_inv_TypeOK = (
-    ('ploc \\in [Pages -> Tiers]', 'spec/PDHandoff.tla:57:8'),
-    ('pstate \\in {"running", "aborted", "done"}', 'spec/PDHandoff.tla:58:8'),
-    ('plock \\in BOOLEAN', 'spec/PDHandoff.tla:59:8'),
-    ('dstate \\in {"waiting", "aborted", "done"}', 'spec/PDHandoff.tla:60:8'),
-    ('dalloc \\in [Pages -> BOOLEAN]', 'spec/PDHandoff.tla:61:8'),
-    ('dfree \\in 0..NDecodeSlots', 'spec/PDHandoff.tla:62:8'),
-    ('xfer \\in [Pages -> {"none", "inflight", "done"}]', 'spec/PDHandoff.tla:63:8'),
-    ('dread \\in [Pages -> BOOLEAN]', 'spec/PDHandoff.tla:64:8'),
-    ('sentUnloaded \\subseteq Pages', 'spec/PDHandoff.tla:65:8'),
+    ('ploc \\in [Pages -> Tiers]', 'spec/PDHandoff.tla:79:8'),
+    ('pstate \\in {"running", "aborting", "done", "aborted"}', 'spec/PDHandoff.tla:80:8'),
+    ('plock \\in BOOLEAN', 'spec/PDHandoff.tla:81:8'),
+    ('dstate \\in {"waiting", "aborting", "done", "aborted"}', 'spec/PDHandoff.tla:82:8'),
+    ('dalloc \\in [Pages -> BOOLEAN]', 'spec/PDHandoff.tla:83:8'),
+    ('dfree \\in 0..NDecodeSlots', 'spec/PDHandoff.tla:84:8'),
+    ('dland \\in [Pages -> BOOLEAN]', 'spec/PDHandoff.tla:85:8'),
+    ('dread \\in [Pages -> BOOLEAN]', 'spec/PDHandoff.tla:86:8'),
+    ('p2d \\in Seq(ToDecode)', 'spec/PDHandoff.tla:87:8'),
+    ('d2p \\in Seq(ToPrefill)', 'spec/PDHandoff.tla:88:8'),
+    ('sentUnloaded \\subseteq Pages', 'spec/PDHandoff.tla:89:8'),
 )
 
 
 def inv_TypeOK(C, s):
-    """TypeOK (spec/PDHandoff.tla:57:5): None, or the first failing conjunct."""
+    """TypeOK (spec/PDHandoff.tla:79:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:57:8
+        # spec/PDHandoff.tla:79:8
         k = 1
-        if not (s['ploc'] in C['$h0']):
+        if not (s['ploc'] in C['$h2']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/PDHandoff.tla:58:8
+        # spec/PDHandoff.tla:80:8
         k = 2
-        if not (s['pstate'] in C['$h1']):
+        if not (s['pstate'] in C['$h3']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/PDHandoff.tla:59:8
+        # spec/PDHandoff.tla:81:8
         k = 3
         if not (s['plock'] in STD["BOOLEAN"]):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/PDHandoff.tla:60:8
+        # spec/PDHandoff.tla:82:8
         k = 4
-        if not (s['dstate'] in C['$h2']):
+        if not (s['dstate'] in C['$h4']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/PDHandoff.tla:61:8
+        # spec/PDHandoff.tla:83:8
         k = 5
-        if not (s['dalloc'] in C['$h3']):
+        if not (s['dalloc'] in C['$h5']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/PDHandoff.tla:62:8
+        # spec/PDHandoff.tla:84:8
         k = 6
-        if not (s['dfree'] in C['$h4']):
+        if not (s['dfree'] in C['$h6']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
-        # spec/PDHandoff.tla:63:8
+        # spec/PDHandoff.tla:85:8
         k = 7
-        if not (s['xfer'] in C['$h5']):
+        if not (s['dland'] in C['$h5']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
-        # spec/PDHandoff.tla:64:8
+        # spec/PDHandoff.tla:86:8
         k = 8
-        if not (s['dread'] in C['$h3']):
+        if not (s['dread'] in C['$h5']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
-        # spec/PDHandoff.tla:65:8
+        # spec/PDHandoff.tla:87:8
         k = 9
-        if not _b_subseteq(s['sentUnloaded'], C['Pages']):
+        if not (s['p2d'] in _b_Seq(C['ToDecode'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
+        # spec/PDHandoff.tla:88:8
+        k = 10
+        if not (s['d2p'] in _b_Seq(C['ToPrefill'])):
+            return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
+        # spec/PDHandoff.tla:89:8
+        k = 11
+        if not _b_subseteq(s['sentUnloaded'], C['Pages']):
+            return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TypeOK', _T_inv_TypeOK, k, e)
+    return None
+
+
+def inc_TypeOK(C, s, D):
+    """TypeOK over the elements D[domain] of Pages only (see inv_TypeOK)."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:79:8 (element-local)
+        k = 1
+        if not all((ap(s['ploc'], x_1) in C['Tiers']) for x_1 in it(D['Pages'])):
+            return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
+        # spec/PDHandoff.tla:80:8
+        k = 2
+        if not (s['pstate'] in C['$h3']):
+            return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
+        # spec/PDHandoff.tla:81:8
+        k = 3
+        if not (s['plock'] in STD["BOOLEAN"]):
+            return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
+        # spec/PDHandoff.tla:82:8
+        k = 4
+        if not (s['dstate'] in C['$h4']):
+            return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
+        # spec/PDHandoff.tla:83:8 (element-local)
+        k = 5
+        if not all((ap(s['dalloc'], x_2) in STD["BOOLEAN"]) for x_2 in it(D['Pages'])):
+            return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
+        # spec/PDHandoff.tla:84:8
+        k = 6
+        if not (s['dfree'] in C['$h6']):
+            return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
+        # spec/PDHandoff.tla:85:8 (element-local)
+        k = 7
+        if not all((ap(s['dland'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Pages'])):
+            return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
+        # spec/PDHandoff.tla:86:8 (element-local)
+        k = 8
+        if not all((ap(s['dread'], x_4) in STD["BOOLEAN"]) for x_4 in it(D['Pages'])):
+            return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
+        # spec/PDHandoff.tla:87:8
+        k = 9
+        if not (s['p2d'] in _b_Seq(C['ToDecode'])):
+            return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
+        # spec/PDHandoff.tla:88:8
+        k = 10
+        if not (s['d2p'] in _b_Seq(C['ToPrefill'])):
+            return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
+        # spec/PDHandoff.tla:89:8
+        k = 11
+        if not _b_subseteq(s['sentUnloaded'], C['Pages']):
+            return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
     return None
 
 
 _T_inv_SendAfterLoadBack = (
-    ('sentUnloaded = {}', 'spec/PDHandoff.tla:178:8'),
-    ('\\A i \\in InFlight : ploc[i] = "device" /\\ plock', 'spec/PDHandoff.tla:179:8'),
+    ('sentUnloaded = {}', 'spec/PDHandoff.tla:264:8'),
+    ('\\A i \\in InFlight : ploc[i] = "device" /\\ plock', 'spec/PDHandoff.tla:265:8'),
 )
 
 
 def inv_SendAfterLoadBack(C, s):
-    """SendAfterLoadBack (spec/PDHandoff.tla:178:5): None, or the first failing conjunct."""
+    """SendAfterLoadBack (spec/PDHandoff.tla:264:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:178:8
+        # spec/PDHandoff.tla:264:8
         k = 1
         if not (s['sentUnloaded'] == frozenset()):
             return Failure('SendAfterLoadBack', 1, *_T_inv_SendAfterLoadBack[0])
-        # spec/PDHandoff.tla:179:8
+        # spec/PDHandoff.tla:265:8
         k = 2
         if not all(((ap(s['ploc'], v_i_1) == 'device') and s['plock']) for v_i_1 in it(d_InFlight(C, s, None))):
             return Failure('SendAfterLoadBack', 2, *_T_inv_SendAfterLoadBack[1])
@@ -540,17 +883,30 @@ def inv_SendAfterLoadBack(C, s):
 
 
 _T_inv_DecodeReadsTransferred = (
-    ('\\A i \\in Pages : dread[i] => xfer[i] = "done"', 'spec/PDHandoff.tla:183:5'),
+    ('\\A i \\in Pages : dread[i] => dland[i]', 'spec/PDHandoff.tla:269:5'),
 )
 
 
 def inv_DecodeReadsTransferred(C, s):
-    """DecodeReadsTransferred (spec/PDHandoff.tla:183:5): None, or the first failing conjunct."""
+    """DecodeReadsTransferred (spec/PDHandoff.tla:269:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:183:5
+        # spec/PDHandoff.tla:269:5
         k = 1
-        if not all(((not ap(s['dread'], v_i_1)) or (ap(s['xfer'], v_i_1) == 'done')) for v_i_1 in it(C['Pages'])):
+        if not all(((not ap(s['dread'], v_i_1)) or ap(s['dland'], v_i_1)) for v_i_1 in it(C['Pages'])):
+            return Failure('DecodeReadsTransferred', 1, *_T_inv_DecodeReadsTransferred[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('DecodeReadsTransferred', _T_inv_DecodeReadsTransferred, k, e)
+    return None
+
+
+def inc_DecodeReadsTransferred(C, s, D):
+    """DecodeReadsTransferred over the elements D[domain] of Pages only (see inv_DecodeReadsTransferred)."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:269:5 (element-local)
+        k = 1
+        if not all(((not ap(s['dread'], v_i_1)) or ap(s['dland'], v_i_1)) for v_i_1 in it(D['Pages'])):
             return Failure('DecodeReadsTransferred', 1, *_T_inv_DecodeReadsTransferred[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('DecodeReadsTransferred', _T_inv_DecodeReadsTransferred, k, e)
@@ -558,17 +914,30 @@ def inv_DecodeReadsTransferred(C, s):
 
 
 _T_inv_InFlightDestOwned = (
-    ('\\A i \\in InFlight : dalloc[i] /\\ dstate # "done"', 'spec/PDHandoff.tla:187:5'),
+    ('\\A i \\in Pages : (i \\in InFlight \\/ (pstate = "running" /\\ i \\in Requested)) => dalloc[i]', 'spec/PDHandoff.tla:274:5'),
 )
 
 
 def inv_InFlightDestOwned(C, s):
-    """InFlightDestOwned (spec/PDHandoff.tla:187:5): None, or the first failing conjunct."""
+    """InFlightDestOwned (spec/PDHandoff.tla:274:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:187:5
+        # spec/PDHandoff.tla:274:5
         k = 1
-        if not all((ap(s['dalloc'], v_i_1) and (s['dstate'] != 'done')) for v_i_1 in it(d_InFlight(C, s, None))):
+        if not all(((not ((v_i_1 in d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and (v_i_1 in d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(C['Pages'])):
+            return Failure('InFlightDestOwned', 1, *_T_inv_InFlightDestOwned[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('InFlightDestOwned', _T_inv_InFlightDestOwned, k, e)
+    return None
+
+
+def inc_InFlightDestOwned(C, s, D):
+    """InFlightDestOwned over the elements D[domain] of Pages only (see inv_InFlightDestOwned)."""
+    k = 0
+    try:
+        # spec/PDHandoff.tla:274:5 (element-local)
+        k = 1
+        if not all(((not ((v_i_1 in d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and (v_i_1 in d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(D['Pages'])):
             return Failure('InFlightDestOwned', 1, *_T_inv_InFlightDestOwned[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('InFlightDestOwned', _T_inv_InFlightDestOwned, k, e)
@@ -576,28 +945,33 @@ def inv_InFlightDestOwned(C, s):
 
 
 _T_inv_NoLeakOnAbort = (
-    ('dfree + Cardinality(Allocated) = NDecodeSlots', 'spec/PDHandoff.tla:193:8'),
-    ('(dstate = "aborted" /\\ InFlight = {}) => Allocated = {}', 'spec/PDHandoff.tla:194:8'),
-    ('(pstate # "running" /\\ InFlight = {}) => ~plock', 'spec/PDHandoff.tla:195:8'),
+    ('dfree + Cardinality(Allocated) = NDecodeSlots', 'spec/PDHandoff.tla:280:8'),
+    ('dstate = "aborting" => \\A i \\in Allocated : ~dland[i]', 'spec/PDHandoff.tla:281:8'),
+    ('dstate = "aborted" => Allocated = {}', 'spec/PDHandoff.tla:282:8'),
+    ('pstate \\in {"done", "aborted"} => ~plock', 'spec/PDHandoff.tla:283:8'),
 )
 
 
 def inv_NoLeakOnAbort(C, s):
-    """NoLeakOnAbort (spec/PDHandoff.tla:193:5): None, or the first failing conjunct."""
+    """NoLeakOnAbort (spec/PDHandoff.tla:280:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PDHandoff.tla:193:8
+        # spec/PDHandoff.tla:280:8
         k = 1
         if not ((s['dfree'] + _b_Cardinality(d_Allocated(C, s, None))) == C['NDecodeSlots']):
             return Failure('NoLeakOnAbort', 1, *_T_inv_NoLeakOnAbort[0])
-        # spec/PDHandoff.tla:194:8
+        # spec/PDHandoff.tla:281:8
         k = 2
-        if not ((not ((s['dstate'] == 'aborted') and (d_InFlight(C, s, None) == frozenset()))) or (d_Allocated(C, s, None) == frozenset())):
+        if not ((not (s['dstate'] == 'aborting')) or all((not ap(s['dland'], v_i_1)) for v_i_1 in it(d_Allocated(C, s, None)))):
             return Failure('NoLeakOnAbort', 2, *_T_inv_NoLeakOnAbort[1])
-        # spec/PDHandoff.tla:195:8
+        # spec/PDHandoff.tla:282:8
         k = 3
-        if not ((not ((s['pstate'] != 'running') and (d_InFlight(C, s, None) == frozenset()))) or (not s['plock'])):
+        if not ((not (s['dstate'] == 'aborted')) or (d_Allocated(C, s, None) == frozenset())):
             return Failure('NoLeakOnAbort', 3, *_T_inv_NoLeakOnAbort[2])
+        # spec/PDHandoff.tla:283:8
+        k = 4
+        if not ((not (s['pstate'] in C['$h7'])) or (not s['plock'])):
+            return Failure('NoLeakOnAbort', 4, *_T_inv_NoLeakOnAbort[3])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoLeakOnAbort', _T_inv_NoLeakOnAbort, k, e)
     return None
@@ -611,12 +985,16 @@ def init_ok(C, s):
 #: action name -> (check, parameter names)
 ACTIONS = {
     'PrefillLoadBack': (act_PrefillLoadBack, ('i',)),
-    'DecodeAllocate': (act_DecodeAllocate, ('i',)),
     'PrefillSend': (act_PrefillSend, ('i',)),
+    'PrefillAbort': (act_PrefillAbort, ()),
+    'PrefillDrop': (act_PrefillDrop, ()),
+    'PrefillRelease': (act_PrefillRelease, ()),
+    'DecodeAllocate': (act_DecodeAllocate, ('i',)),
     'DecodeReceive': (act_DecodeReceive, ('i',)),
     'DecodeRead': (act_DecodeRead, ('i',)),
-    'PrefillAbort': (act_PrefillAbort, ()),
+    'DecodeFinish': (act_DecodeFinish, ()),
     'DecodeAbort': (act_DecodeAbort, ()),
+    'DecodeClose': (act_DecodeClose, ()),
     'Terminated': (act_Terminated, ()),
 }
 
@@ -624,10 +1002,14 @@ ACTIONS = {
 NEXT = {
     'DecodeAbort': next_DecodeAbort,
     'DecodeAllocate': next_DecodeAllocate,
+    'DecodeClose': next_DecodeClose,
+    'DecodeFinish': next_DecodeFinish,
     'DecodeRead': next_DecodeRead,
     'DecodeReceive': next_DecodeReceive,
     'PrefillAbort': next_PrefillAbort,
+    'PrefillDrop': next_PrefillDrop,
     'PrefillLoadBack': next_PrefillLoadBack,
+    'PrefillRelease': next_PrefillRelease,
     'PrefillSend': next_PrefillSend,
     'Terminated': next_Terminated,
 }
@@ -639,4 +1021,11 @@ INVARIANTS = {
     'DecodeReadsTransferred': inv_DecodeReadsTransferred,
     'InFlightDestOwned': inv_InFlightDestOwned,
     'NoLeakOnAbort': inv_NoLeakOnAbort,
+}
+
+#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
+INCREMENTAL = {
+    'TypeOK': (inc_TypeOK, ('Pages',)),
+    'DecodeReadsTransferred': (inc_DecodeReadsTransferred, ('Pages',)),
+    'InFlightDestOwned': (inc_InFlightDestOwned, ('Pages',)),
 }

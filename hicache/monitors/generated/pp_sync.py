@@ -43,6 +43,10 @@ def constants(raw: dict) -> dict:
     C['$h4'] = FcnSet(C['Stages'], FcnSet(C['Checks'], _b_range_(0, C['NTransfers'])))
     C['$h5'] = FcnSet(C['Checks'], _b_cup(_b_range_(0, C['NTransfers']), frozenset((normalize(C['None']),))))
     C['$h6'] = FcnSet(C['Stages'], _b_cup(_b_range_(0, C['NTransfers']), frozenset((normalize(C['None']),))))
+    C['$h7'] = FcnSet(C['Ranks'], _b_SUBSET(C['Transfers']))
+    C['$h8'] = _b_range_(0, C['MaxChecks'])
+    C['$h9'] = FcnSet(C['Checks'], _b_range_(0, C['NTransfers']))
+    C['$h10'] = _b_cup(_b_range_(0, C['NTransfers']), frozenset((normalize(C['None']),)))
     return C
 
 
@@ -442,6 +446,47 @@ def inv_TypeOK(C, s):
     return None
 
 
+def inc_TypeOK(C, s, D):
+    """TypeOK over the elements D[domain] of Checks, Stages only (see inv_TypeOK)."""
+    k = 0
+    try:
+        # spec/PPSync.tla:58:8
+        k = 1
+        if not (s['issued'] in C['$h0']):
+            return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
+        # spec/PPSync.tla:59:8 (element-local)
+        k = 2
+        if not all((ap(s['done'], x_1) in C['$h7']) for x_1 in it(D['Stages'])):
+            return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
+        # spec/PPSync.tla:60:8 (element-local)
+        k = 3
+        if not all((ap(s['applied'], x_2) in C['$h0']) for x_2 in it(D['Stages'])):
+            return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
+        # spec/PPSync.tla:61:8 (element-local)
+        k = 4
+        if not all((ap(s['checks'], x_3) in C['$h8']) for x_3 in it(D['Stages'])):
+            return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
+        # spec/PPSync.tla:62:8 (element-local)
+        k = 5
+        if not all((ap(s['upto'], x_4) in C['$h9']) for x_4 in it(D['Stages'])):
+            return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
+        # spec/PPSync.tla:63:8 (element-local)
+        k = 6
+        if not all((ap(s['agreed'], x_5) in C['$h10']) for x_5 in it(D['Checks'])):
+            return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
+        # spec/PPSync.tla:64:8 (element-local)
+        k = 7
+        if not all((ap(s['pending'], x_6) in C['$h10']) for x_6 in it(D['Stages'])):
+            return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
+        # spec/PPSync.tla:65:8 (element-local)
+        k = 8
+        if not all((ap(s['chan'], x_7) in C['$h10']) for x_7 in it(D['Stages'])):
+            return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TypeOK', _T_inv_TypeOK, k, e)
+    return None
+
+
 _T_inv_SameCountEachCheck = (
     ('\\A s1, s2 \\in Stages : \\A k \\in Checks : (k <= checks[s1] /\\ k <= checks[s2]) => upto[s1][k] = upto[s2][k]', 'spec/PPSync.tla:166:5'),
 )
@@ -490,6 +535,19 @@ def inv_AppliedIssued(C, s):
         # spec/PPSync.tla:178:5
         k = 1
         if not all(((ap(s['applied'], v_s_1) <= s['issued']) and (ap(s['checks'], v_s_1) <= d_AgreedRounds(C, s, None))) for v_s_1 in it(C['Stages'])):
+            return Failure('AppliedIssued', 1, *_T_inv_AppliedIssued[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('AppliedIssued', _T_inv_AppliedIssued, k, e)
+    return None
+
+
+def inc_AppliedIssued(C, s, D):
+    """AppliedIssued over the elements D[domain] of Stages only (see inv_AppliedIssued)."""
+    k = 0
+    try:
+        # spec/PPSync.tla:178:5 (element-local)
+        k = 1
+        if not all(((ap(s['applied'], v_s_1) <= s['issued']) and (ap(s['checks'], v_s_1) <= d_AgreedRounds(C, s, None))) for v_s_1 in it(D['Stages'])):
             return Failure('AppliedIssued', 1, *_T_inv_AppliedIssued[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('AppliedIssued', _T_inv_AppliedIssued, k, e)
@@ -584,6 +642,75 @@ def inv_IndInv(C, s):
     return None
 
 
+def inc_IndInv(C, s, D):
+    """IndInv over the elements D[domain] of Checks, Stages only (see inv_IndInv)."""
+    k = 0
+    try:
+        # spec/PPSync.tla:189:8
+        k = 1
+        if not d_TypeOK(C, s, None):
+            return Failure('IndInv', 1, *_T_inv_IndInv[0])
+        # spec/PPSync.tla:190:8
+        k = 2
+        if not d_SameCountEachCheck(C, s, None):
+            return Failure('IndInv', 2, *_T_inv_IndInv[1])
+        # spec/PPSync.tla:191:8
+        k = 3
+        if not d_ApplyOnlyCompleted(C, s, None):
+            return Failure('IndInv', 3, *_T_inv_IndInv[2])
+        # spec/PPSync.tla:192:8
+        k = 4
+        if not d_AppliedIssued(C, s, None):
+            return Failure('IndInv', 4, *_T_inv_IndInv[3])
+        # spec/PPSync.tla:193:8 (element-local)
+        k = 5
+        if not all(all(((not (v_k_2 <= ap(s['checks'], v_s_1))) or (ap(ap(s['upto'], v_s_1), v_k_2) == ap(s['agreed'], v_k_2))) for v_k_2 in it(C['Checks'])) for v_s_1 in it(D['Stages'])):
+            return Failure('IndInv', 5, *_T_inv_IndInv[4])
+        # spec/PPSync.tla:194:8 (element-local)
+        k = 6
+        if not all((ap(s['applied'], v_s_3) == (0 if (ap(s['checks'], v_s_3) == 0) else ap(ap(s['upto'], v_s_3), ap(s['checks'], v_s_3)))) for v_s_3 in it(D['Stages'])):
+            return Failure('IndInv', 6, *_T_inv_IndInv[5])
+        # spec/PPSync.tla:195:8 (element-local)
+        k = 7
+        if not all(((ap(s['agreed'], v_k_4) != C['None']) == (v_k_4 <= d_AgreedRounds(C, s, None))) for v_k_4 in it(D['Checks'])):
+            return Failure('IndInv', 7, *_T_inv_IndInv[6])
+        # spec/PPSync.tla:196:8 (element-local)
+        k = 8
+        if not all(((not ((ap(s['agreed'], v_k_5) != C['None']) and (v_k_5 > 1))) or (ap(s['agreed'], (v_k_5 - 1)) <= ap(s['agreed'], v_k_5))) for v_k_5 in it(D['Checks'])):
+            return Failure('IndInv', 8, *_T_inv_IndInv[7])
+        # spec/PPSync.tla:197:8 (element-local)
+        k = 9
+        if not all(((not (ap(s['agreed'], v_k_6) != C['None'])) or (ap(s['agreed'], v_k_6) <= s['issued'])) for v_k_6 in it(D['Checks'])):
+            return Failure('IndInv', 9, *_T_inv_IndInv[8])
+        # spec/PPSync.tla:198:8
+        k = 10
+        if not all(_b_subseteq(ap(ap(s['done'], v_s_11), v_r_12), _b_range_(1, s['issued'])) for v_s_11 in it(C['Stages']) for v_r_12 in it(C['Ranks'])):
+            return Failure('IndInv', 10, *_T_inv_IndInv[9])
+        # spec/PPSync.tla:199:8 (element-local)
+        k = 11
+        if not all((d_Received(C, s, None, v_s_7) <= C['MaxChecks']) for v_s_7 in it(D['Stages'])):
+            return Failure('IndInv', 11, *_T_inv_IndInv[10])
+        # spec/PPSync.tla:200:8 (element-local)
+        k = 12
+        if not all(((not (v_s_8 >= 1)) or (d_Received(C, s, None, (v_s_8 - 1)) == (d_Received(C, s, None, v_s_8) + (1 if (ap(s['chan'], v_s_8) != C['None']) else 0)))) for v_s_8 in it(D['Stages'])):
+            return Failure('IndInv', 12, *_T_inv_IndInv[11])
+        # spec/PPSync.tla:202:8 (element-local)
+        k = 13
+        if not all(((not (ap(s['pending'], v_s_9) != C['None'])) or (ap(s['pending'], v_s_9) == ap(s['agreed'], d_Round(C, s, None, v_s_9)))) for v_s_9 in it(D['Stages'])):
+            return Failure('IndInv', 13, *_T_inv_IndInv[12])
+        # spec/PPSync.tla:203:8 (element-local)
+        k = 14
+        if not all(((not ((v_s_10 >= 1) and (ap(s['chan'], v_s_10) != C['None']))) or (ap(s['chan'], v_s_10) == ap(s['agreed'], (d_Received(C, s, None, v_s_10) + 1)))) for v_s_10 in it(D['Stages'])):
+            return Failure('IndInv', 14, *_T_inv_IndInv[13])
+        # spec/PPSync.tla:204:8
+        k = 15
+        if not (ap(s['chan'], 0) == C['None']):
+            return Failure('IndInv', 15, *_T_inv_IndInv[14])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('IndInv', _T_inv_IndInv, k, e)
+    return None
+
+
 def init_ok(C, s):
     """s satisfies Init."""
     return bool(d_Init(C, s, None))
@@ -616,4 +743,11 @@ INVARIANTS = {
     'ApplyOnlyCompleted': inv_ApplyOnlyCompleted,
     'AppliedIssued': inv_AppliedIssued,
     'IndInv': inv_IndInv,
+}
+
+#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
+INCREMENTAL = {
+    'TypeOK': (inc_TypeOK, ('Checks', 'Stages')),
+    'AppliedIssued': (inc_AppliedIssued, ('Stages',)),
+    'IndInv': (inc_IndInv, ('Checks', 'Stages')),
 }

@@ -54,8 +54,14 @@ def constants(raw: dict) -> dict:
     C['$h7'] = FcnSet(C['Checks'], _b_cup(_b_range_(0, C['NBatches']), frozenset((normalize(C['None']),))))
     C['$h8'] = FcnSet(C['Stages'], _b_range_(0, C['NBatches']))
     C['$h9'] = FcnSet(C['Stages'], _b_cup(_b_range_(0, C['MaxPages']), frozenset((normalize(C['None']),))))
-    C['$h10'] = frozenset((True,))
-    C['$h11'] = frozenset((False,))
+    C['$h10'] = _b_range_(0, C['MaxPages'])
+    C['$h11'] = _b_cup(_b_range_(0, C['BatchPages']), frozenset((normalize(C['None']),)))
+    C['$h12'] = _b_range_(0, C['MaxChecks'])
+    C['$h13'] = _b_cup(STD["BOOLEAN"], frozenset((normalize(C['None']),)))
+    C['$h14'] = _b_cup(_b_range_(0, C['NBatches']), frozenset((normalize(C['None']),)))
+    C['$h15'] = _b_cup(_b_range_(0, C['MaxPages']), frozenset((normalize(C['None']),)))
+    C['$h16'] = frozenset((True,))
+    C['$h17'] = frozenset((False,))
     return C
 
 
@@ -126,7 +132,7 @@ def d_SyncPublish(C, s, t):
 
 def d_Verdicts(C, s, t, v_p, v_c):
     # spec/PrefixAgreement.tla:150:1
-    return (C['$h10'] if (v_p == 'best_effort') else (C['$h11'] if (v_p == 'wait_complete') else ((C['$h10'] if (v_c == C['MaxChecks']) else STD["BOOLEAN"]) if (v_p == 'timeout') else case_fail('spec/PrefixAgreement.tla:151:5'))))
+    return (C['$h16'] if (v_p == 'best_effort') else (C['$h17'] if (v_p == 'wait_complete') else ((C['$h16'] if (v_c == C['MaxChecks']) else STD["BOOLEAN"]) if (v_p == 'timeout') else case_fail('spec/PrefixAgreement.tla:151:5'))))
 
 
 def d_PolicyDecide(C, s, t):
@@ -450,6 +456,59 @@ def inv_TypeOK(C, s):
     return None
 
 
+def inc_TypeOK(C, s, D):
+    """TypeOK over the elements D[domain] of Batches, Checks, Ranks, Stages only (see inv_TypeOK)."""
+    k = 0
+    try:
+        # spec/PrefixAgreement.tla:81:8
+        k = 1
+        if not (s['policy'] in C['Policies']):
+            return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
+        # spec/PrefixAgreement.tla:82:8 (element-local)
+        k = 2
+        if not all((ap(s['tried'], x_1) in C['$h3']) for x_1 in it(D['Ranks'])):
+            return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
+        # spec/PrefixAgreement.tla:83:8 (element-local)
+        k = 3
+        if not all((ap(s['loaded'], x_2) in C['$h10']) for x_2 in it(D['Ranks'])):
+            return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
+        # spec/PrefixAgreement.tla:84:8
+        k = 4
+        if not (s['terminated'] in STD["BOOLEAN"]):
+            return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
+        # spec/PrefixAgreement.tla:85:8
+        k = 5
+        if not (s['pub'] in C['$h3']):
+            return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
+        # spec/PrefixAgreement.tla:86:8 (element-local)
+        k = 6
+        if not all((ap(s['pubAck'], x_3) in C['$h11']) for x_3 in it(D['Batches'])):
+            return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
+        # spec/PrefixAgreement.tla:87:8 (element-local)
+        k = 7
+        if not all((ap(s['checks'], x_4) in C['$h12']) for x_4 in it(D['Stages'])):
+            return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
+        # spec/PrefixAgreement.tla:88:8 (element-local)
+        k = 8
+        if not all((ap(s['verdict'], x_5) in C['$h13']) for x_5 in it(D['Checks'])):
+            return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
+        # spec/PrefixAgreement.tla:89:8 (element-local)
+        k = 9
+        if not all((ap(s['cut'], x_6) in C['$h14']) for x_6 in it(D['Checks'])):
+            return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
+        # spec/PrefixAgreement.tla:90:8 (element-local)
+        k = 10
+        if not all((ap(s['consumed'], x_7) in C['$h3']) for x_7 in it(D['Stages'])):
+            return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
+        # spec/PrefixAgreement.tla:91:8 (element-local)
+        k = 11
+        if not all((ap(s['used'], x_8) in C['$h15']) for x_8 in it(D['Stages'])):
+            return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TypeOK', _T_inv_TypeOK, k, e)
+    return None
+
+
 _T_inv_PublishedLeLoaded = (
     ('\\A n \\in 0..pub : \\A k \\in Ranks : PrefixOf(n) <= loaded[k]', 'spec/PrefixAgreement.tla:216:5'),
 )
@@ -504,6 +563,19 @@ def inv_UsedLeLoaded(C, s):
     return None
 
 
+def inc_UsedLeLoaded(C, s, D):
+    """UsedLeLoaded over the elements D[domain] of Stages only (see inv_UsedLeLoaded)."""
+    k = 0
+    try:
+        # spec/PrefixAgreement.tla:225:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['used'], v_s_1) != C['None'])) or all((ap(s['used'], v_s_1) <= ap(s['loaded'], v_k_2)) for v_k_2 in it(C['Ranks']))) for v_s_1 in it(D['Stages'])):
+            return Failure('UsedLeLoaded', 1, *_T_inv_UsedLeLoaded[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('UsedLeLoaded', _T_inv_UsedLeLoaded, k, e)
+    return None
+
+
 _T_inv_AcksInStep = (
     ('\\A k \\in Ranks : pub <= tried[k]', 'spec/PrefixAgreement.tla:231:8'),
     ('\\A s \\in Stages : consumed[s] <= pub', 'spec/PrefixAgreement.tla:232:8'),
@@ -527,6 +599,23 @@ def inv_AcksInStep(C, s):
     return None
 
 
+def inc_AcksInStep(C, s, D):
+    """AcksInStep over the elements D[domain] of Ranks, Stages only (see inv_AcksInStep)."""
+    k = 0
+    try:
+        # spec/PrefixAgreement.tla:231:8 (element-local)
+        k = 1
+        if not all((s['pub'] <= ap(s['tried'], v_k_1)) for v_k_1 in it(D['Ranks'])):
+            return Failure('AcksInStep', 1, *_T_inv_AcksInStep[0])
+        # spec/PrefixAgreement.tla:232:8 (element-local)
+        k = 2
+        if not all((ap(s['consumed'], v_s_2) <= s['pub']) for v_s_2 in it(D['Stages'])):
+            return Failure('AcksInStep', 2, *_T_inv_AcksInStep[1])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('AcksInStep', _T_inv_AcksInStep, k, e)
+    return None
+
+
 _T_inv_SameAcksConsumed = (
     ('\\A s \\in Stages : checks[s] > 0 => consumed[s] = cut[checks[s]]', 'spec/PrefixAgreement.tla:237:5'),
 )
@@ -539,6 +628,19 @@ def inv_SameAcksConsumed(C, s):
         # spec/PrefixAgreement.tla:237:5
         k = 1
         if not all(((not (ap(s['checks'], v_s_1) > 0)) or (ap(s['consumed'], v_s_1) == ap(s['cut'], ap(s['checks'], v_s_1)))) for v_s_1 in it(C['Stages'])):
+            return Failure('SameAcksConsumed', 1, *_T_inv_SameAcksConsumed[0])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('SameAcksConsumed', _T_inv_SameAcksConsumed, k, e)
+    return None
+
+
+def inc_SameAcksConsumed(C, s, D):
+    """SameAcksConsumed over the elements D[domain] of Stages only (see inv_SameAcksConsumed)."""
+    k = 0
+    try:
+        # spec/PrefixAgreement.tla:237:5 (element-local)
+        k = 1
+        if not all(((not (ap(s['checks'], v_s_1) > 0)) or (ap(s['consumed'], v_s_1) == ap(s['cut'], ap(s['checks'], v_s_1)))) for v_s_1 in it(D['Stages'])):
             return Failure('SameAcksConsumed', 1, *_T_inv_SameAcksConsumed[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('SameAcksConsumed', _T_inv_SameAcksConsumed, k, e)
@@ -648,6 +750,87 @@ def inv_IndInv(C, s):
     return None
 
 
+def inc_IndInv(C, s, D):
+    """IndInv over the elements D[domain] of Batches, Checks, Ranks, Stages only (see inv_IndInv)."""
+    k = 0
+    try:
+        # spec/PrefixAgreement.tla:250:8
+        k = 1
+        if not d_TypeOK(C, s, None):
+            return Failure('IndInv', 1, *_T_inv_IndInv[0])
+        # spec/PrefixAgreement.tla:251:8
+        k = 2
+        if not d_PublishedLeLoaded(C, s, None):
+            return Failure('IndInv', 2, *_T_inv_IndInv[1])
+        # spec/PrefixAgreement.tla:252:8
+        k = 3
+        if not d_SameCachedPrefix(C, s, None):
+            return Failure('IndInv', 3, *_T_inv_IndInv[2])
+        # spec/PrefixAgreement.tla:253:8
+        k = 4
+        if not d_UsedLeLoaded(C, s, None):
+            return Failure('IndInv', 4, *_T_inv_IndInv[3])
+        # spec/PrefixAgreement.tla:254:8
+        k = 5
+        if not d_AcksInStep(C, s, None):
+            return Failure('IndInv', 5, *_T_inv_IndInv[4])
+        # spec/PrefixAgreement.tla:255:8
+        k = 6
+        if not d_SameAcksConsumed(C, s, None):
+            return Failure('IndInv', 6, *_T_inv_IndInv[5])
+        # spec/PrefixAgreement.tla:256:8 (element-local)
+        k = 7
+        if not all((ap(s['loaded'], v_k_1) <= (ap(s['tried'], v_k_1) * C['BatchPages'])) for v_k_1 in it(D['Ranks'])):
+            return Failure('IndInv', 7, *_T_inv_IndInv[6])
+        # spec/PrefixAgreement.tla:257:8 (element-local)
+        k = 8
+        if not all(((ap(s['pubAck'], v_j_2) != C['None']) == (v_j_2 <= s['pub'])) for v_j_2 in it(D['Batches'])):
+            return Failure('IndInv', 8, *_T_inv_IndInv[7])
+        # spec/PrefixAgreement.tla:258:8
+        k = 9
+        if not all((ap(s['pubAck'], v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(C['Ranks'])))) for v_j_13 in it(_b_range_(1, s['pub']))):
+            return Failure('IndInv', 9, *_T_inv_IndInv[8])
+        # spec/PrefixAgreement.tla:259:8 (element-local)
+        k = 10
+        if not all(((ap(s['cut'], v_c_3) != C['None']) == (v_c_3 <= ap(s['checks'], 0))) for v_c_3 in it(D['Checks'])):
+            return Failure('IndInv', 10, *_T_inv_IndInv[9])
+        # spec/PrefixAgreement.tla:260:8 (element-local)
+        k = 11
+        if not all(((not (ap(s['verdict'], v_c_4) != C['None'])) or (v_c_4 <= (ap(s['checks'], 0) + 1))) for v_c_4 in it(D['Checks'])):
+            return Failure('IndInv', 11, *_T_inv_IndInv[10])
+        # spec/PrefixAgreement.tla:261:8 (element-local)
+        k = 12
+        if not all(((not ((ap(s['cut'], v_c_5) != C['None']) and (v_c_5 > 1))) or (ap(s['cut'], (v_c_5 - 1)) <= ap(s['cut'], v_c_5))) for v_c_5 in it(D['Checks'])):
+            return Failure('IndInv', 12, *_T_inv_IndInv[11])
+        # spec/PrefixAgreement.tla:262:8 (element-local)
+        k = 13
+        if not all(((not (ap(s['cut'], v_c_6) != C['None'])) or ((ap(s['cut'], v_c_6) <= s['pub']) and (ap(s['verdict'], v_c_6) != C['None']))) for v_c_6 in it(D['Checks'])):
+            return Failure('IndInv', 13, *_T_inv_IndInv[12])
+        # spec/PrefixAgreement.tla:263:8 (element-local)
+        k = 14
+        if not all(((not (ap(s['used'], v_s_7) == C['None'])) or all(((not ap(s['verdict'], v_c_8)) and (ap(s['cut'], v_c_8) < C['NBatches'])) for v_c_8 in it(_b_range_(1, ap(s['checks'], v_s_7))))) for v_s_7 in it(D['Stages'])):
+            return Failure('IndInv', 14, *_T_inv_IndInv[13])
+        # spec/PrefixAgreement.tla:265:8 (element-local)
+        k = 15
+        if not all(((not (v_s_9 > 0)) or (ap(s['checks'], v_s_9) <= ap(s['checks'], (v_s_9 - 1)))) for v_s_9 in it(D['Stages'])):
+            return Failure('IndInv', 15, *_T_inv_IndInv[14])
+        # spec/PrefixAgreement.tla:266:8 (element-local)
+        k = 16
+        if not all(((not (ap(s['used'], v_s_10) != C['None'])) or ((ap(s['checks'], v_s_10) > 0) and (ap(s['used'], v_s_10) == d_PrefixOf(C, s, None, ap(s['consumed'], v_s_10))) and (ap(s['verdict'], ap(s['checks'], v_s_10)) or (ap(s['consumed'], v_s_10) == C['NBatches'])))) for v_s_10 in it(D['Stages'])):
+            return Failure('IndInv', 16, *_T_inv_IndInv[15])
+        # spec/PrefixAgreement.tla:270:8 (element-local)
+        k = 17
+        if not all(all(((not (v_c_12 < ap(s['checks'], v_s_11))) or ((not ap(s['verdict'], v_c_12)) and (ap(s['cut'], v_c_12) < C['NBatches']))) for v_c_12 in it(_b_range_(1, ap(s['checks'], v_s_11)))) for v_s_11 in it(D['Stages'])):
+            return Failure('IndInv', 17, *_T_inv_IndInv[16])
+        # spec/PrefixAgreement.tla:272:8
+        k = 18
+        if not ((not any((ap(s['verdict'], v_c_15) == True) for v_c_15 in it(C['Checks']))) or s['terminated']):
+            return Failure('IndInv', 18, *_T_inv_IndInv[17])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('IndInv', _T_inv_IndInv, k, e)
+    return None
+
+
 def init_ok(C, s):
     """s satisfies Init."""
     return bool(d_Init(C, s, None))
@@ -682,4 +865,13 @@ INVARIANTS = {
     'AcksInStep': inv_AcksInStep,
     'SameAcksConsumed': inv_SameAcksConsumed,
     'IndInv': inv_IndInv,
+}
+
+#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
+INCREMENTAL = {
+    'TypeOK': (inc_TypeOK, ('Batches', 'Checks', 'Ranks', 'Stages')),
+    'UsedLeLoaded': (inc_UsedLeLoaded, ('Stages',)),
+    'AcksInStep': (inc_AcksInStep, ('Ranks', 'Stages')),
+    'SameAcksConsumed': (inc_SameAcksConsumed, ('Stages',)),
+    'IndInv': (inc_IndInv, ('Batches', 'Checks', 'Ranks', 'Stages')),
 }

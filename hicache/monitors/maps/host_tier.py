@@ -179,12 +179,20 @@ class HostTierMap:
             "_parent": tuple(parent),
         }
 
+    def reference_constants(self) -> dict:
+        """The constants of `reference_state()`."""
+        return self.constants()
+
+    def reference_state(self) -> dict:
+        """The mapped state derived from scratch (pages in DFS preorder)."""
+        return self.state()
+
     def digest_view(self) -> dict:
         """The mapped state up to a renaming of host slots (slot numbers are rank-local
         addresses; which free slot a rank picks may depend on when its copies finished):
         per page whether it has a host copy or a backup in flight, the multiset of slot
         states, and the number of prefetch slots per request phase."""
-        s = self.state()
+        s = self.reference_state()
         out = {k: v for k, v in s.items() if k not in ("host", "backupOp", "slot", "pfSlot", "_parent")}
         out["host"] = tuple(v != 0 for _, v in sorted(s["host"].d.items()))
         out["backupOp"] = tuple(v != 0 for _, v in sorted(s["backupOp"].d.items()))

@@ -1,0 +1,89 @@
+"""Refinement map: a `DependentSet`'s transfer records -> spec/DraftState variables.
+
+Attach with `hicache.monitors.runtime.Monitor(DraftStateMap(deps), VerifyConfig(mode=...))`
+subscribed to `deps.bus`. Each DraftState event is one spec step, so the monitor checks the
+action (with the event's `t`, `p`) and then every invariant.
+
+  spec transfer t   = the set's transfer tid t (tids are 1, 2, ... per set); the spec's
+                      Transfers is a fixed window 1..capacity (a constant must not change
+                      between a step's two states), transfers not yet launched are "idle".
+  layout[p]         = the layout of the pool with role p (all three draft roles required).
+  phase, tgtDone, draftDone, read, readStale = the record's fields (written by the runtime
+                      step that emits the event, under the set's lock).
+  srcIdx[t][s]      = an id for the page list source s handed out ("kv": the target's list,
+                      "swa": the SWA pool's derived list, the target's without an SWA pool).
+  xferIdx[t][p]     = the id of the source list pool p derived its pages from.
+  Row/Compatible    are the spec's fixed rows; the runtime refuses an incompatible packed
+                      pool at configuration, so layout "packed" only appears for draft_kv.
+  HostSlots         = min(host pages, 8): PackedOffsetsDisjoint is arithmetic over the
+                      constants (proved for all sizes by `hicache prove`), checked here on a
+                      prefix of the slots to keep each step cheap.
+"""
+from __future__ import annotations
+
+from hicache.monitors.generated import draft_state as spec
+from hicache.protocol.vocabulary import DraftState as D
+from hicache.runtime.draft import DRAFT_ROLES, DependentSet
+from hicache.tla.values import mk_fcn
+
+_ACTIONS = {a.value for a in D}
+
+
+class DraftStateMap:
+    spec = spec
+
+    def __init__(self, deps: DependentSet, capacity: int = 32, actions: bool = True) -> None:
+        roles = {p.role for p in deps.cfg.pools}
+        missing = [r.value for r in DRAFT_ROLES if r not in roles]
+        if missing:
+            raise ValueError(f"deps: the DraftState map needs every draft role; missing {missing}")
+        self.deps = deps
+        self.capacity = capacity
+        self.needs_prestate = actions   # False: check the invariants only after each step
+        self._ids: dict[tuple, int] = {}
+
+    def constants(self) -> dict:
+        cfg = self.deps.cfg
+        packed = cfg.packed
+        return {"NTransfers": self.capacity, "NIdx": 2 * self.capacity,
+                "TargetLayers": cfg.target.layers, "DraftLayers": packed.layers if packed else 1,
+                "HostSlots": max(1, min(cfg.target.host_pages, 8)),
+                "BugFireOnTargetOnly": False, "BugPackIncompatible": False}
+
+    def bind(self, action: str, fields: dict):
+        if action not in _ACTIONS:
+            return None
+        t = fields["t"]
+        if t > self.capacity:
+            raise ValueError(f"DraftStateMap: transfer {t} beyond capacity {self.capacity}")
+        if not self.needs_prestate:
+            return [(action, None)]      # invariants only
+        params = (t, fields["p"]) if "p" in fields else (t,)
+        return [(action, params)]
+
+    def _id(self, pages: tuple) -> int:
+        i = self._ids.get(pages)
+        if i is None:
+            i = self._ids[pages] = len(self._ids) + 1
+        return i
+
+    def state(self) -> dict:
+        recs = self.deps.transfers
+        layout = mk_fcn({p.role.value: p.layout.value for p in self.deps.cfg.pools
+                         if p.role in DRAFT_ROLES})
+        phase, tgt, done, read, stale, src, xfer = {}, {}, {}, {}, {}, {}, {}
+        zero_src = mk_fcn({"kv": 0, "swa": 0})
+        zero_x = mk_fcn({r.value: 0 for r in DRAFT_ROLES})
+        for t in range(1, self.capacity + 1):
+            r = recs.get(t)
+            if r is None:
+                phase[t], tgt[t], done[t], read[t], stale[t] = "idle", False, frozenset(), frozenset(), frozenset()
+                src[t], xfer[t] = zero_src, zero_x
+                continue
+            phase[t], tgt[t] = r.phase, r.tgt_done
+            done[t], read[t], stale[t] = frozenset(r.done), frozenset(r.read), frozenset(r.read_stale)
+            src[t] = mk_fcn({s: self._id(v) for s, v in r.src_idx.items()})
+            xfer[t] = mk_fcn({p: self._id(v) for p, v in r.xfer_idx.items()})
+        return {"layout": layout, "phase": mk_fcn(phase), "tgtDone": mk_fcn(tgt),
+                "draftDone": mk_fcn(done), "read": mk_fcn(read), "readStale": mk_fcn(stale),
+                "srcIdx": mk_fcn(src), "xferIdx": mk_fcn(xfer)}

@@ -1,0 +1,511 @@
+"""Incremental refinement map: HiCache -> spec/HostTier, maintained per event.
+
+`HostTierMap` (host_tier.py) re-derives the whole mapped state from the runtime at every
+event: O(pages) per event, which made strict mode cost 14-30x a metadata-only replay. This
+map keeps the mapped state and updates only what an event changed, then reports, per spec
+domain, the elements whose values changed ("dirty"); the monitor evaluates each invariant's
+element-local conjuncts (the generated `inc_<Inv>`, see codegen.local_conjunct) over those
+elements only. The abstraction is the reference map's, with one renaming:
+
+  * spec node n = one runtime page in the tree, numbered by *position*: positions 0..len-1
+    hold the tree's pages in no particular order (a page that leaves takes the last page's
+    position, so in-tree pages stay a prefix and InTree(n) == n < len keeps its meaning),
+    position len is the spare node outside the tree (NNodes = len + 1). The reference map
+    numbers pages in DFS preorder; the two states are equal up to this renaming of nodes,
+    which tests/monitors/test_host_tier_incremental.py checks after every event of random
+    workloads. The chain order the spec's actions rely on is not represented (the tree
+    replaces it): WriteThroughPrefix is checked in its tree form on the dirty pages and
+    their children, as the reference map does over the whole tree.
+  * spec request q = a stable slot given to a live request at its first event (freed when
+    it leaves), then one pseudo-request per in-flight prefetch slot (as the reference map).
+
+What the map observes, so that nothing changes unseen:
+  * tree nodes: the tree's nodes are switched to a subclass whose `__setattr__` journals the
+    node when a mapped field is written (parent, n, device, host, stored, loading,
+    hit_count); the runtime's own Node class and code are untouched.
+  * host slot states: the state array is compared with the last one seen (one vectorized
+    comparison per event).
+  * requests, write_back copies in flight and prefetch ops: from the events and the cache's
+    prefetch table, as the reference map reads them.
+Invariant between events: `self.s` equals the reference map's state up to the renaming.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hicache.monitors.generated import host_tier as spec
+from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree
+from hicache.monitors.rt import Failure
+from hicache.runtime.allocator import HostSlotState
+from hicache.runtime.radix import Node
+from hicache.tla.values import Fcn
+
+#: node fields the mapped state depends on (writes to others are not journaled)
+WATCHED = frozenset({"parent", "n", "device", "host", "stored", "loading", "hit_count"})
+
+#: per-position variables and the value of a position outside the tree
+NODE_VARS = ("dev", "host", "stor", "hits", "backupOp", "loadReq", "loadDone")
+SPARE = {"dev": False, "host": 0, "stor": False, "hits": 0, "backupOp": 0, "loadReq": 0, "loadDone": 0}
+
+#: events after which the request-side variables are rebuilt
+_REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "PrefetchStart", "PrefetchFinish",
+                          "LoadBackStart", "LoadBackFinish", "DeviceInsert"})
+
+_MISSING = object()          # delta marker: the key was not in the function's domain
+_RESERVED = int(HostSlotState.RESERVED)
+_IDLE = int(HostSlotState.IDLE)
+
+
+def _tracked_class(journal: set) -> type:
+    """A Node subclass (same slots) whose writes of WATCHED fields add the node to `journal`.
+
+    Each watched field becomes a property over the base class's slot: reads go straight to
+    the slot's C getter, writes store through the slot and journal the node; every other
+    field (locks, LRU ticks, heap flags: the runtime's hottest writes) keeps its plain slot.
+    """
+    ns: dict = {"__slots__": ()}
+    for name in WATCHED:
+        slot = Node.__dict__[name]
+
+        def setter(self, value, _store=slot.__set__, _add=journal.add):
+            _store(self, value)
+            _add(self)
+
+        ns[name] = property(slot.__get__, setter)
+    return type("TrackedNode", (Node,), ns)
+
+
+class IncrementalHostTierMap(HostTierMap):
+    incremental = True
+
+    def __init__(self, cache):
+        super().__init__(cache)
+        self.journal: set = set()
+        cls = _tracked_class(self.journal)
+        tree = cache.tree
+        tree.node_cls = cls
+        for x in [tree.root, *tree.nodes()]:
+            x.__class__ = cls
+        self.L = 0                                   # pages in the tree
+        self.keys: list = []                         # position -> (node, i), positions < L
+        self.npos: dict = {}                         # node -> [positions of its pages]
+        # spec nodes = positions 0..cap-1, fixed while the tree fits (so the constants, and
+        # the monitor's constants binding, do not change with every insert): cap covers
+        # every page that can hold a copy, plus spare positions outside the tree
+        host_cap = cache.host.capacity if cache.host is not None else 0
+        self.cap = cache.cfg.device_pages + host_cap + 1
+        self.funcs = {v: dict.fromkeys(range(self.cap), SPARE[v]) for v in NODE_VARS}
+        self.tree_refs: dict[int, int] = {}          # spec slot -> pages with host = slot
+        self.backup_refs: dict[int, int] = {}        # spec slot -> pages with backupOp = slot
+        self.pf_refs: dict[int, int] = {}            # spec slot -> prefetch pseudo-requests
+        self.slot_page: dict[int, Node] = {}         # runtime slot -> node holding it in x.host
+        self.loading_nodes: dict[int, set] = {}      # rid -> nodes whose load-back it is
+        self.qtab: list = []                         # request slot q-1 -> rid or None
+        self.qslot: dict[int, int] = {}              # rid -> q
+        self.requeue: set = set()                    # nodes to re-map for non-field reasons
+        self.by_id: dict = {}                        # node id -> mapped node
+        self.nval: dict = {}                         # node -> values last written for it
+        self.slot_changed: set = set()               # nodes holding a slot whose state changed
+        self.req_dirty = True                        # request-side variables need rebuilding
+        host = cache.host
+        self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
+        self.slot_names = [_NAMES[int(x)] for x in self.slot_seen] if host is not None else ["idle"]
+        self.adjusted = False                        # idle slots shown "reserved" (hidden retention)
+        self.delta: list = []
+        self.dirty_nodes: set = set()
+        self.dirty_slots: set = set()
+        self.s = {"policy": str(cache.cfg.write_policy), "len": 0,
+                  **{v: Fcn(self.funcs[v]) for v in NODE_VARS}}
+        self.s["slot"] = tuple(self.slot_names)
+        self._requests()
+        self.journal.update(tree.nodes())
+        self.sync()
+        self.delta = []
+
+    # ------------------------------------------------------------ events
+    def bind(self, action: str, fields: dict):
+        steps = super().bind(action, fields)
+        if action in _REQ_ACTIONS or fields.get("rid") is not None:
+            self.req_dirty = True
+        rid = fields.get("rid")
+        if rid is not None and action in _PHASE:
+            if rid in self.phase and rid not in self.qslot:
+                self._take_q(rid)
+            elif rid not in self.phase and rid in self.qslot:
+                self._free_q(rid)
+        if action in ("BackupStart", "BackupFinish"):
+            x = self._node_by_id(fields.get("node"))
+            if x is not None:
+                self.requeue.add(x)
+        return steps
+
+    def _node_by_id(self, nid):
+        return self.by_id.get(nid)
+
+    def _node_has_host(self, nid: int) -> bool:
+        x = self.by_id.get(nid)
+        return x is not None and x.host is not None
+
+    def _take_q(self, rid: int) -> None:
+        for q, r in enumerate(self.qtab):
+            if r is None:
+                self.qtab[q] = rid
+                break
+        else:
+            self.qtab.append(rid)
+            q = len(self.qtab) - 1
+        self.qslot[rid] = q + 1
+        self.requeue.update(self.loading_nodes.get(rid, ()))
+
+    def _free_q(self, rid: int) -> None:
+        q = self.qslot.pop(rid)
+        self.qtab[q - 1] = None
+        while self.qtab and self.qtab[-1] is None:
+            self.qtab.pop()
+        self.requeue.update(self.loading_nodes.get(rid, ()))
+
+    # ------------------------------------------------------------ writes (delta-recorded)
+    def _set(self, var: str, p: int, v) -> None:
+        d = self.funcs[var]
+        old = d.get(p, _MISSING)
+        if old is v or old == v and type(old) is type(v):
+            return
+        self.delta.append((var, p, old))
+        d[p] = v
+        self.dirty_nodes.add(p)
+        if var == "host":
+            self._ref(self.tree_refs, old, -1)
+            self._ref(self.tree_refs, v, 1)
+        elif var == "backupOp":
+            self._ref(self.backup_refs, old, -1)
+            self._ref(self.backup_refs, v, 1)
+
+    def _ref(self, refs: dict, h, k: int) -> None:
+        if h is _MISSING or not h:
+            return
+        refs[h] = refs.get(h, 0) + k
+        self.dirty_slots.add(h)
+
+    def _set_scalar(self, var: str, v) -> None:
+        old = self.s.get(var, _MISSING)
+        if old is _MISSING or old != v:
+            self.delta.append((var, None, old))
+            self.s[var] = v
+
+    # ------------------------------------------------------------ positions
+    def _append(self, x, i: int) -> int:
+        """A new page at position L, the first spare position (the domain grows, doubling,
+        only if the tree outgrows it)."""
+        p = self.L
+        self.keys.append((x, i))
+        self.L = p + 1
+        if self.L >= self.cap:
+            self._grow(2 * self.cap)
+        self.dirty_nodes.add(p)
+        return p
+
+    def _grow(self, cap: int) -> None:
+        delta = self.delta
+        for var, d in self.funcs.items():
+            v = SPARE[var]
+            for q in range(self.cap, cap):
+                d[q] = v
+                delta.append((var, q, _MISSING))
+        self.cap = cap
+
+    def _remove(self, p: int) -> None:
+        """Page at p leaves: the last page takes its position, the last position becomes
+        a spare one."""
+        last = self.L - 1
+        if p != last:
+            y, j = self.keys[last]
+            self.keys[p] = (y, j)
+            self.npos[y][j] = p
+            for var, d in self.funcs.items():
+                self._set(var, p, d[last])
+        self.keys.pop()
+        for var in NODE_VARS:
+            self._set(var, last, SPARE[var])
+        self.L = last
+
+    def _unmap(self, x) -> None:
+        self.by_id.pop(x.id, None)
+        self.nval.pop(x, None)
+        for p in sorted(self.npos.pop(x, ()), reverse=True):
+            self._remove(p)
+        if x.loading is not None:
+            self.loading_nodes.get(getattr(x.loading, "rid", None), set()).discard(x)
+
+    # ------------------------------------------------------------ node mapping
+    def _remap(self, x) -> None:
+        """Write node x's pages (positions added or removed as its page count changed). Each
+        group of values is written only when it differs from what was last written for x:
+        the node-level values (dev, stor, hits, loadReq) and the per-page slot values."""
+        pos = self.npos.setdefault(x, [])
+        self.by_id[x.id] = x
+        n = x.n
+        resized = len(pos) != n
+        while len(pos) > n:
+            self._remove(pos.pop())
+        while len(pos) < n:
+            pos.append(self._append(x, len(pos)))
+        d = x.device is not None
+        lq = 0
+        if x.loading is not None:
+            rid = getattr(x.loading, "rid", None)
+            self.loading_nodes.setdefault(rid, set()).add(x)
+            if d:
+                lq = self.qslot.get(rid, 0)
+        node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
+        hs = x.host
+        pending = self.sync_backup.get(x.id)
+        slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None)
+        old = self.nval.get(x)
+        forced = x in self.slot_changed
+        if old is not None and not resized and not forced and old == (node_vals, slot_vals):
+            return
+        self.nval[x] = (node_vals, slot_vals)
+        _set = self._set
+        if resized or old is None or old[0] != node_vals:
+            d, st, hi, lq = node_vals
+            for p in pos:
+                _set("dev", p, d)
+                _set("stor", p, st)
+                _set("hits", p, hi)
+                _set("loadReq", p, lq)
+        if not (resized or forced or old is None or old[1] != slot_vals):
+            return
+        state = self.slot_seen
+        for i, p in enumerate(pos):
+            if hs is not None:
+                h = hs[i]
+                self.slot_page[h] = x
+                if state[h] == _RESERVED:
+                    _set("host", p, 0)
+                    _set("backupOp", p, h + 1)
+                else:
+                    _set("host", p, h + 1)
+                    _set("backupOp", p, 0)
+            elif pending is not None and i < len(pending):
+                _set("host", p, 0)
+                _set("backupOp", p, pending[i] + 1)
+            else:
+                _set("host", p, 0)
+                _set("backupOp", p, 0)
+
+    def _detached(self, x) -> bool:
+        return x.parent is None and x is not self.cache.tree.root
+
+    # ------------------------------------------------------------ slots and requests
+    def _slots(self) -> None:
+        c = self.cache
+        if c.host is None:
+            return
+        state = c.host.state
+        changed = np.flatnonzero(state != self.slot_seen)
+        if changed.size:
+            self.slot_seen[changed] = state[changed]
+            for h in changed.tolist():
+                self.slot_names[h] = _NAMES[int(state[h])]
+                self.dirty_slots.add(h + 1)
+                x = self.slot_page.get(h)
+                if x is not None:
+                    self.requeue.add(x)
+                    self.slot_changed.add(x)
+        # hidden retention: an IDLE slot missing from the free list maps to "reserved"
+        # (the reference map's rule); checked by count, the set only when counts differ
+        idle = int(np.count_nonzero(self.slot_seen == _IDLE))
+        if idle != c.host.free or self.adjusted:
+            free = c.host.free_set()
+            self.adjusted = idle != len(free)
+            for h in range(len(self.slot_names)):
+                name = _NAMES[int(self.slot_seen[h])]
+                if name == "idle" and self.adjusted and h not in free:
+                    name = "reserved"
+                if self.slot_names[h] != name:
+                    self.slot_names[h] = name
+                    self.dirty_slots.add(h + 1)
+        if changed.size or self.adjusted or self.dirty_slots:
+            self._set_scalar("slot", tuple(self.slot_names))
+
+    def _requests(self) -> None:
+        req = [self.phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
+        nlive = len(req)
+        pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, [0] * nlive
+        for op, orphan in self._prefetch_ops():
+            anchored = _in_tree(self.cache.tree, op.anchor)
+            for h in op.slots:
+                req.append("matched")
+                pfslot.append(h + 1)
+                pfabort.append(orphan)
+                reqlen.append(0 if anchored else self.L + 1)
+        if not req:
+            req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
+        refs: dict[int, int] = {}
+        for h in pfslot:
+            if h:
+                refs[h] = refs.get(h, 0) + 1
+        if refs != self.pf_refs:
+            self.dirty_slots.update(refs.keys() ^ self.pf_refs.keys())
+            self.dirty_slots.update(h for h in refs if refs[h] != self.pf_refs.get(h))
+            self.pf_refs = refs
+        self._set_scalar("req", tuple(req))
+        self._set_scalar("reqLen", tuple(reqlen))
+        self._set_scalar("pfSlot", tuple(pfslot))
+        self._set_scalar("pfNode", (0,) * len(req))
+        self._set_scalar("pfAbort", tuple(pfabort))
+
+    # ------------------------------------------------------------ the step
+    def sync(self) -> tuple[list, dict]:
+        """Bring the mapped state up to date; returns (delta, dirty elements per domain).
+
+        The delta lists (variable, key, old value) of every write (key None: a whole
+        variable), so the states before this event can be rebuilt (`undo`)."""
+        self.delta = []
+        self.dirty_nodes = set()
+        self.dirty_slots = set()
+        self._slots()
+        todo = self.journal | self.requeue
+        self.journal.clear()
+        self.requeue = set()
+        L0 = self.L
+        root = self.cache.tree.root
+        for x in todo:
+            if x is root:
+                continue
+            if self._detached(x):
+                self._unmap_subtree(x)
+            elif x in self.npos or x.parent is not None:
+                self._remap(x)
+        self.slot_changed.clear()
+        self._set_scalar("len", self.L)
+        # request-side variables: rebuilt after a request event, or while a prefetch is in
+        # flight or was at the last rebuild (its pseudo-requests read the tree and leave
+        # when the prefetch table drops them, which a poll may do under any event)
+        if self.req_dirty or self.cache._prefetching or self.cache._orphans or self.pf_refs or self.L != L0:
+            self.req_dirty = False
+            self._requests()
+        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": {h for h in self.dirty_slots if h >= 1}}
+
+    def _unmap_subtree(self, x) -> None:
+        stack = [x]
+        while stack:
+            y = stack.pop()
+            if y in self.npos:
+                self._unmap(y)
+            stack.extend(y.children.values())
+
+    # ------------------------------------------------------------ states
+    def live(self) -> dict:
+        """The maintained state itself (functions wrap live dicts: read, never hash or keep)."""
+        return self.s
+
+    def state(self) -> dict:
+        """A snapshot of the maintained state (safe to keep, hash and compare)."""
+        return snapshot(self.s)
+
+    def constants_key(self) -> tuple:
+        """What `constants()` depends on that can change (the monitor caches by it)."""
+        return (self.cap, len(self.s["req"]))
+
+    def constants(self) -> dict:
+        c = self.cache
+        return {"NNodes": self.cap, "NSlots": c.host.capacity if c.host else 1, "NLayers": c.cfg.layers,
+                "NReqs": len(self.s["req"]), "Policies": frozenset({str(c.cfg.write_policy)}),
+                "BugEvictDuringLoad": False, "BugAbortLeak": False}
+
+    def domains(self, C: dict, dirty: dict) -> dict:
+        """The domain elements each generated inc_ check iterates: the dirty ones still in
+        the domain (a position dirtied by an earlier unchecked step may have left it since),
+        and every request (few)."""
+        n = C["NNodes"]
+        return {"Nodes": frozenset(p for p in dirty["Nodes"] if p < n), "HSlots": frozenset(dirty["HSlots"]),
+                "Reqs": C["Reqs"]}
+
+    def digest_view(self) -> dict:
+        # rank digests compare the canonical (DFS preorder) numbering, not positions, which
+        # depend on the order each rank's copies finished in
+        return HostTierMap.digest_view(self)
+
+    def reference_state(self) -> dict:
+        return HostTierMap.state(self)
+
+    def reference_constants(self) -> dict:
+        return HostTierMap.constants(self)
+
+    @property
+    def incremental_overrides(self) -> dict:
+        return {"WriteThroughPrefix": self.write_through_prefix_inc, "SlotInOneOwner": self.slot_in_one_owner_inc}
+
+    # ------------------------------------------------------------ tree-form invariants
+    def _page_parent(self, p: int):
+        x, i = self.keys[p]
+        if i > 0:
+            return self.npos[x][i - 1]
+        par = x.parent
+        if par is None or par is self.cache.tree.root:
+            return None
+        pp = self.npos.get(par)
+        return pp[-1] if pp else None
+
+    def _page_children(self, p: int) -> list[int]:
+        x, i = self.keys[p]
+        if i + 1 < x.n:
+            return [self.npos[x][i + 1]]
+        return [self.npos[c][0] for c in x.children.values() if self.npos.get(c)]
+
+    def write_through_prefix_inc(self, C, s, D):
+        """WriteThroughPrefix, tree form, over the dirty pages and their children (the only
+        pages whose own or whose parent's host copy can have changed)."""
+        if s["policy"] not in C["WriteThrough"]:
+            return None
+        host = self.funcs["host"]
+        todo = set()
+        for p in D["Nodes"]:
+            if p < self.L:
+                todo.add(p)
+                todo.update(self._page_children(p))
+        for p in todo:
+            if host[p] != 0:
+                q = self._page_parent(p)
+                if q is not None and host[q] == 0:
+                    text, loc = spec._T_inv_WriteThroughPrefix[0]
+                    return Failure("WriteThroughPrefix", 1, text + f"  [tree form: page {p}'s parent page {q}]", loc)
+        return None
+
+    def slot_in_one_owner_inc(self, C, s, D):
+        """SlotInOneOwner over the dirty slots, from the maintained reference counts."""
+        names = s["slot"]
+        for h in D["HSlots"]:
+            if h > len(names):
+                continue
+            t = self.tree_refs.get(h, 0)
+            f = self.backup_refs.get(h, 0) + self.pf_refs.get(h, 0)
+            st = names[h - 1]
+            ok = (t == 0 and f == 0) if st == "idle" else (t == 0 and f == 1) if st == "reserved" else (t == 1 and f == 0)
+            if not ok:
+                text, loc = spec._T_inv_SlotInOneOwner[0]
+                return Failure("SlotInOneOwner", 1, text, loc)
+        return None
+
+
+def snapshot(s: dict) -> dict:
+    return {k: Fcn(dict(v.d)) if type(v) is Fcn else v for k, v in s.items()}
+
+
+def undo(s: dict, delta: list) -> dict:
+    """The state before `delta` was applied to snapshot `s` (a new snapshot)."""
+    out = snapshot(s)
+    for var, key, old in reversed(delta):
+        if key is None:
+            if old is _MISSING:
+                out.pop(var, None)
+            else:
+                out[var] = old
+            continue
+        d = out[var].d
+        if old is _MISSING:
+            d.pop(key, None)
+        else:
+            d[key] = old
+    return out

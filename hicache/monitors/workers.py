@@ -1,0 +1,156 @@
+"""Runtime properties beside the spec: the storage path of the background workers.
+
+REFERENCE.md bug 14: `exists` used other keys than `get`/`set`, and the `None` that `get`
+then returned killed the prefetch thread. Neither half is a safety invariant of a spec:
+
+  OneKeyDerivation        every key `batch_get` is asked for was confirmed by a
+                          `batch_exists` on the same thread (the runtime's protocol is
+                          exists-then-get over one key list; a get of a key exists never
+                          confirmed means the two calls derived keys differently);
+  InFlightOpsHaveWorker   every operation in flight on a background worker has a live
+                          thread to complete it. HostTier states the consequence only as
+                          liveness (PrefetchFinish(q) is enabled while pfSlot[q] # NoSlot,
+                          and nothing else frees the slot); this is the condition that
+                          keeps that step possible.
+
+`KeyAudit` wraps the cache's backend in monitored runs (the production path has no
+wrapper) and records breaches on the worker threads; `WorkerWatch`, a bus listener after
+the HostTier monitor, reports them at the next scheduler-thread event through the
+monitor's `fail` (its trace and `ProtocolViolation`, kind "runtime"). Events emitted on
+worker threads are skipped: reading the ack queues there would race with the scheduler.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from hicache.monitors.rt import Failure
+from hicache.storage.base import StorageBackend
+
+LOCATION = "hicache/monitors/workers.py"
+WORKERS_ALIVE = "InFlightOpsHaveWorker"
+ONE_KEY_DERIVATION = "OneKeyDerivation"
+TEXTS = {
+    ONE_KEY_DERIVATION: "every key batch_get is asked for was confirmed by a batch_exists on the same thread "
+                        "(exists, get and set derive keys one way)",
+    WORKERS_ALIVE: "every operation in flight on a background worker has a live thread to complete it "
+                   "(so HostTier's PrefetchFinish(q) stays possible while pfSlot[q] # NoSlot)",
+}
+
+#: events emitted on worker threads (not the scheduler's)
+_WORKER_EVENTS = frozenset({"LoadBackLayer"})
+
+
+class KeyAudit(StorageBackend):
+    """A backend wrapper that checks each thread's fetches against its exists calls. The
+    runtime fetches as one or more `batch_exists` calls then `batch_get` calls over keys
+    the exists calls confirmed; so per thread, the keys confirmed since the first exists
+    after a get (one fetch's confirmations) must include every key a get asks for. A get
+    of another key is recorded as a breach (derived differently from what exists saw)."""
+
+    def __init__(self, inner: StorageBackend) -> None:
+        self.inner = inner
+        self._local = threading.local()
+        self.breaches: list[tuple[str, str]] = []    # (thread name, first unconfirmed key)
+
+    def _fetch(self) -> set:
+        c = getattr(self._local, "confirmed", None)
+        if c is None:
+            c = self._local.confirmed = set()
+            self._local.got = False
+        return c
+
+    def _check(self, keys: Sequence[str]) -> None:
+        c = self._fetch()
+        self._local.got = True
+        for k in keys:
+            if k not in c:
+                self.breaches.append((threading.current_thread().name, k))
+                return
+
+    def batch_exists(self, keys: Sequence[str]) -> int:
+        c = self._fetch()
+        if self._local.got:              # a new fetch begins
+            c.clear()
+            self._local.got = False
+        n = self.inner.batch_exists(keys)
+        if type(n) is int:
+            c.update(keys[:max(0, min(n, len(keys)))])
+        return n
+
+    def batch_get(self, keys: Sequence[str]):
+        self._check(keys)
+        return self.inner.batch_get(keys)
+
+    def batch_get_into(self, keys, dst, rows):
+        self._check(keys)
+        return self.inner.batch_get_into(keys, dst, rows)
+
+    def batch_set(self, keys, values):
+        return self.inner.batch_set(keys, values)
+
+    def batch_set_from(self, keys, src, rows):
+        return self.inner.batch_set_from(keys, src, rows)
+
+    def register_buffer(self, buf) -> None:
+        self.inner.register_buffer(buf)
+
+    def stats(self) -> dict[str, int]:
+        return self.inner.stats()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def stranded(cache) -> list[tuple[str, int]]:
+    """(worker name, unfinished ops) of each worker whose thread has ended with work left."""
+    out = []
+    for w in (cache.loader, cache.writer, cache.prefetcher, cache.backuper):
+        if w is None or w._thread.is_alive():
+            continue
+        n = sum(1 for op in w.acks if not op.done.is_set())
+        if n:
+            out.append((w.name, n))
+    return out
+
+
+class WorkerWatch:
+    """Bus listener checking OneKeyDerivation (when the cache's backend is a `KeyAudit`)
+    and InFlightOpsHaveWorker; subscribe it after `monitor`, the HostTier monitor of the
+    same cache, whose history and trace writer it reuses."""
+
+    def __init__(self, cache, monitor) -> None:
+        self.cache = cache
+        self.monitor = monitor
+        self._seen = 0          # breaches already reported
+
+    def __call__(self, action, fields: dict) -> None:
+        name = str(action)
+        if name in _WORKER_EVENTS:
+            return
+        audit = self.cache.storage
+        if isinstance(audit, KeyAudit) and len(audit.breaches) > self._seen:
+            thread, key = audit.breaches[self._seen]
+            self._seen = len(audit.breaches)
+            self._fail(ONE_KEY_DERIVATION, f"{thread} asked batch_get for {key[:16]}..., which no batch_exists "
+                                           f"on that thread confirmed", name, fields)
+        bad = stranded(self.cache)
+        if bad:
+            self._fail(WORKERS_ALIVE, "; ".join(f"the {w} worker's thread has ended with {n} operation(s) "
+                                                f"unfinished" for w, n in bad), name, fields)
+
+    def _fail(self, prop: str, what: str, name: str, fields: dict) -> None:
+        # the monitor writes its trace (rebuilding the states an incremental map kept as
+        # deltas) and raises; no states given: the property is not about a spec step
+        self.monitor.fail("runtime", name, fields, Failure(prop, 1, f"{TEXTS[prop]} [{what}]", LOCATION),
+                          None, None)
+
+
+def watch(cache, monitor) -> WorkerWatch:
+    """Audit the cache's storage calls and subscribe the watch after `monitor` (call before
+    the cache serves anything)."""
+    if cache.storage is not None and not isinstance(cache.storage, KeyAudit):
+        cache.storage = KeyAudit(cache.storage)
+    w = WorkerWatch(cache, monitor)
+    cache.bus.subscribe(w)
+    return w

@@ -1,0 +1,148 @@
+"""The incremental HostTier map against the from-scratch reference map.
+
+After every event of seeded random workloads (splits, evictions, prefetches, aborts, all
+three write policies) the maintained state must equal the reference state up to the
+renaming of page positions and request slots, and the monitor's incremental invariant
+checks must agree with the full checks on the reference state (no false alarm, no miss).
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from hicache.monitors.maps.host_tier import HostTierMap
+from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap, undo
+from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
+
+
+def canonical(m, s: dict) -> tuple:
+    """The state with nodes and requests renamed away: a multiset of per-page rows (the
+    loading request named by its rid), the slot states, the request phases."""
+    rid_of = {q: rid for rid, q in getattr(m, "qslot", {}).items()} if isinstance(m, IncrementalHostTierMap) \
+        else {i + 1: rid for i, rid in enumerate(sorted(m.phase))}
+    n = s["len"]
+    rows = collections.Counter()
+    for p in range(n):
+        rows[(s["dev"].d[p], s["host"].d[p], s["stor"].d[p], s["hits"].d[p], s["backupOp"].d[p],
+              rid_of.get(s["loadReq"].d[p], 0) if s["loadReq"].d[p] else 0)] += 1
+    spare = tuple(s[v].d[n] for v in ("dev", "host", "stor", "hits", "backupOp", "loadReq", "loadDone"))
+    live = sorted(x for x in s["req"] if x != "idle")
+    pf = sorted(zip(s["pfSlot"], s["pfAbort"], s["reqLen"]))
+    return (s["policy"], n, frozenset(rows.items()), spare, s["slot"], tuple(live), tuple(p for p in pf if p[0]))
+
+
+class Compare:
+    """A listener after the incremental monitor: compares with the reference map."""
+
+    def __init__(self, cache, inc: IncrementalHostTierMap):
+        self.ref = HostTierMap(cache)
+        self.inc = inc
+        self.events = 0
+
+    def __call__(self, action, fields):
+        self.ref.bind(str(action), fields)
+        self.events += 1
+        a, b = canonical(self.inc, self.inc.state()), canonical(self.ref, self.ref.state())
+        assert a == b, f"after event {self.events} {action} {fields}:\n inc {a}\n ref {b}"
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_incremental_state_equals_reference_after_every_event(seed):
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    inc = IncrementalHostTierMap(cache)
+    mon = Monitor(inc, VerifyConfig(mode="strict", violation_dir="/nonexistent"))
+    cache.bus.subscribe(mon)
+    cmp = Compare(cache, inc)
+    cache.bus.subscribe(cmp)
+    run_workload(cache, reqs)
+    assert cmp.events > 20 and mon.checked == mon.steps
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_deltas_rebuild_the_previous_states(seed):
+    """undo(state after k, delta k) == state after k-1, for every event."""
+    wcfg = WorkloadConfig(requests=15)
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    inc = IncrementalHostTierMap(cache)
+    states = [inc.state()]
+    deltas = []
+
+    def listener(action, fields):
+        inc.bind(str(action), fields)
+        delta, _ = inc.sync()
+        deltas.append(delta)
+        states.append(inc.state())
+    cache.bus.subscribe(listener)
+    run_workload(cache, reqs)
+    assert len(deltas) > 10
+    for k in range(1, len(states)):
+        assert undo(states[k], deltas[k - 1]) == states[k - 1]
+
+
+def test_a_violation_found_incrementally_has_the_full_history(tmp_path):
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    wcfg = WorkloadConfig()
+    for seed in range(30):
+        policy, reqs = plan(seed, wcfg)
+        cache = make_cache(wcfg, policy, cls=RUNTIME_FAULTS[8])
+        mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+        cache.bus.subscribe(mon)
+        try:
+            run_workload(cache, reqs)
+        except ProtocolViolation as e:
+            assert e.property == "SlotInOneOwner" and e.trace_path
+            states = [h.state for h in e.history]
+            assert all(st is not None for st in states)
+            assert e.diff, "the violating step changed the mapped state"
+            return
+    pytest.fail("bug 8 never fired")
+
+
+def test_hicache_verify_env_attaches_a_monitor_without_importing_verified(monkeypatch, tmp_path):
+    """HICACHE_VERIFY=strict alone: the cache carries the incremental monitor, checks every
+    event, and runs the final cache check at close; off attaches nothing."""
+    from hicache.monitors import attach
+    wcfg = WorkloadConfig(requests=12)
+    policy, reqs = plan(3, wcfg)
+    monkeypatch.setenv("HICACHE_VERIFY", "strict")
+    monkeypatch.setenv("HICACHE_VIOLATION_DIR", str(tmp_path))
+    cache = make_cache(wcfg, policy)
+    mon = attach.monitor_of(cache)
+    assert mon is not None and isinstance(mon.rmap, IncrementalHostTierMap)
+    assert attach.attach(cache, mon.cfg) is mon          # idempotent: one monitor per cache
+    checks = []
+    real = mon.cache_check
+    mon.cache_check = lambda: (checks.append(1), real())[1]
+    run_workload(cache, reqs)                            # closes the cache
+    assert mon.steps > 10 and mon.checked == mon.steps and checks == [1]
+    monkeypatch.setenv("HICACHE_VERIFY", "off")
+    assert attach.monitor_of(make_cache(wcfg, policy)) is None
+
+
+def test_sample_mode_defers_the_map_and_still_catches(tmp_path):
+    """Sample mode syncs the map only at sampled steps; the sampled check covers every change
+    since the last one, so a leak is still reported (at a later step), and the trace's
+    states are those of the synced steps."""
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    wcfg = WorkloadConfig()
+    for seed in range(30):
+        policy, reqs = plan(seed, wcfg)
+        cache = make_cache(wcfg, policy, cls=RUNTIME_FAULTS[8])
+        mon = Monitor(IncrementalHostTierMap(cache),
+                      VerifyConfig(mode="sample", sample_rate=0.2, seed=seed, violation_dir=str(tmp_path)))
+        cache.bus.subscribe(mon)
+        try:
+            run_workload(cache, reqs)
+        except ProtocolViolation as e:
+            assert e.property == "SlotInOneOwner"
+            assert 0 < mon.checked < mon.steps
+            synced = [h for h in e.history if h.delta is not None]
+            assert synced and all(h.state is not None for h in synced)
+            assert all(h.state is None for h in e.history if h.delta is None)
+            return
+    pytest.fail("bug 8 never fired or was never caught in sample mode")
