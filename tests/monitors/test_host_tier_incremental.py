@@ -146,3 +146,29 @@ def test_sample_mode_defers_the_map_and_still_catches(tmp_path):
             assert all(h.state is None for h in e.history if h.delta is None)
             return
     pytest.fail("bug 8 never fired or was never caught in sample mode")
+
+
+def test_two_incremental_maps_of_one_cache_both_stay_exact():
+    """Verified mode's map and a test's own map on the same cache: the tracked node class is
+    shared, each map gets every write (the second map must not blind the first)."""
+    import gc
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(5, wcfg)
+    cache = make_cache(wcfg, policy)
+    a, b = IncrementalHostTierMap(cache), IncrementalHostTierMap(cache)
+    cmp_a, cmp_b = Compare(cache, a), Compare(cache, b)
+
+    def both(action, fields):
+        for m, c in ((a, cmp_a), (b, cmp_b)):
+            m.bind(str(action), fields)
+            m.sync()
+            c(action, fields)
+    cache.bus.subscribe(both)
+    run_workload(cache, reqs)
+    assert cmp_a.events == cmp_b.events > 20
+    journals = type(cache.tree.root)._hicache_journals
+    assert len(journals) == 2
+    del a, b, both, cmp_a, cmp_b
+    cache.bus.listeners = []
+    gc.collect()
+    assert journals == []      # a collected map's journal leaves the tree's class

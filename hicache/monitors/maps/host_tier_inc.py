@@ -31,6 +31,8 @@ Invariant between events: `self.s` equals the reference map's state up to the re
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
@@ -56,23 +58,47 @@ _RESERVED = int(HostSlotState.RESERVED)
 _IDLE = int(HostSlotState.IDLE)
 
 
-def _tracked_class(journal: set) -> type:
-    """A Node subclass (same slots) whose writes of WATCHED fields add the node to `journal`.
+def _tracked_class(journals: list) -> type:
+    """A Node subclass (same slots) whose writes of WATCHED fields add the node to every
+    journal in `journals` (one per incremental map of the tree).
 
     Each watched field becomes a property over the base class's slot: reads go straight to
     the slot's C getter, writes store through the slot and journal the node; every other
     field (locks, LRU ticks, heap flags: the runtime's hottest writes) keeps its plain slot.
     """
-    ns: dict = {"__slots__": ()}
+    ns: dict = {"__slots__": (), "_hicache_journals": journals}
     for name in WATCHED:
         slot = Node.__dict__[name]
 
-        def setter(self, value, _store=slot.__set__, _add=journal.add):
+        def setter(self, value, _store=slot.__set__):
             _store(self, value)
-            _add(self)
+            for j in journals:
+                j.add(self)
 
         ns[name] = property(slot.__get__, setter)
     return type("TrackedNode", (Node,), ns)
+
+
+def _journal_tree(tree, journal: set, owner) -> None:
+    """Make every node of `tree`, present and future, report writes to `journal` (a second
+    map of the same tree shares the tracked class and adds its journal) until `owner` is
+    collected."""
+    journals = getattr(tree.node_cls, "_hicache_journals", None)
+    if journals is None:
+        journals = []
+        cls = _tracked_class(journals)
+        tree.node_cls = cls
+        for x in [tree.root, *tree.nodes()]:
+            x.__class__ = cls
+    journals.append(journal)
+    weakref.finalize(owner, _drop_journal, journals, journal)
+
+
+def _drop_journal(journals: list, journal: set) -> None:
+    for i, j in enumerate(journals):
+        if j is journal:
+            del journals[i]
+            return
 
 
 class IncrementalHostTierMap(HostTierMap):
@@ -81,11 +107,8 @@ class IncrementalHostTierMap(HostTierMap):
     def __init__(self, cache):
         super().__init__(cache)
         self.journal: set = set()
-        cls = _tracked_class(self.journal)
         tree = cache.tree
-        tree.node_cls = cls
-        for x in [tree.root, *tree.nodes()]:
-            x.__class__ = cls
+        _journal_tree(tree, self.journal, self)
         self.L = 0                                   # pages in the tree
         self.keys: list = []                         # position -> (node, i), positions < L
         self.npos: dict = {}                         # node -> [positions of its pages]
@@ -370,13 +393,32 @@ class IncrementalHostTierMap(HostTierMap):
         self.requeue = set()
         L0 = self.L
         root = self.cache.tree.root
+        # detached nodes leave first (with whatever hangs below them); then nodes are mapped
+        # parents first: a node is in the tree iff its parent is the root or a mapped node,
+        # and what makes no progress hangs below a detached node, outside the tree
+        pending = []
         for x in todo:
             if x is root:
                 continue
             if self._detached(x):
                 self._unmap_subtree(x)
-            elif x in self.npos or x.parent is not None:
-                self._remap(x)
+            else:
+                pending.append(x)
+        while pending:
+            later = []
+            for x in pending:
+                par = x.parent
+                if par is None:
+                    self._unmap_subtree(x)
+                elif par is root or par in self.npos:
+                    self._remap(x)
+                else:
+                    later.append(x)
+            if len(later) == len(pending):
+                for x in later:
+                    self._unmap_subtree(x)
+                break
+            pending = later
         self.slot_changed.clear()
         self._set_scalar("len", self.L)
         # request-side variables: rebuilt after a request event, or while a prefetch is in
