@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hicache.monitors.rt import Failure
+from hicache.tla.values import Fcn
 
 
 class Mode(enum.StrEnum):
@@ -151,9 +152,9 @@ class Monitor:
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)
         self.invariants.update(getattr(rmap, "invariant_overrides", {}))
-        # incremental maps keep the mapped state themselves and report what each event
-        # changed; invariants are then checked on the changed elements only (see
-        # _check_incremental); the state before each event is rebuilt from deltas on failure
+        # incremental maps keep the mapped state themselves and report what changed;
+        # invariants are then checked on the changed elements only (see _step_incremental);
+        # the states of the history are rebuilt from the deltas on a failure
         self.incremental = bool(getattr(rmap, "incremental", False))
         if self.incremental:
             self.prev = None
@@ -219,10 +220,10 @@ class Monitor:
         self.prev = t
 
     def _step_incremental(self, name: str, fields: dict) -> None:
-        """One event on an incremental map: bring its state up to date (every event: the map
-        must see every change), and on a checked step evaluate each invariant on the
-        elements changed since the last check (sample mode: the union over the unchecked
-        steps in between, so a sampled check still covers everything that changed)."""
+        """One event on an incremental map. A checked step brings the map's state up to date
+        (`sync`: everything that changed since the last sync) and evaluates each invariant on
+        the changed elements; in sample mode an unchecked step only records the event, so a
+        sampled check still covers every change since the last one."""
         check = self._check_next
         self._check_next = self._draw()
         if not check:
@@ -294,7 +295,6 @@ class Monitor:
 
     def _rebuild_states(self) -> None:
         """Fill each history step's mapped state from the current state and the deltas."""
-        from hicache.monitors.maps.host_tier_inc import undo
         t = self.rmap.state()
         for h in reversed(self.history):
             if h.delta is None:          # not synced (sample mode): its changes are in the next delta
@@ -333,6 +333,33 @@ class Monitor:
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}
         return write_itf_new(self.cfg.violation_dir, f"{self.spec.MODULE}-step{self.steps}", doc)
+
+
+MISSING = object()     # in a delta: the key was not in the function's domain before
+
+
+def snapshot(s: dict) -> dict:
+    """A copy of a mapped state whose functions are independent of the live ones."""
+    return {k: Fcn(dict(v.d)) if type(v) is Fcn else v for k, v in s.items()}
+
+
+def undo(s: dict, delta: list) -> dict:
+    """The state before `delta` (a list of (variable, key or None, old value)) was applied
+    to state `s`, as a new snapshot (key None: the whole variable's old value)."""
+    out = snapshot(s)
+    for var, key, old in reversed(delta):
+        if key is None:
+            if old is MISSING:
+                out.pop(var, None)
+            else:
+                out[var] = old
+            continue
+        d = out[var].d
+        if old is MISSING:
+            d.pop(key, None)
+        else:
+            d[key] = old
+    return out
 
 
 def _freeze(v):

@@ -12,8 +12,8 @@ import collections
 import pytest
 
 from hicache.monitors.maps.host_tier import HostTierMap
-from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap, undo
-from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
 
 
@@ -155,20 +155,19 @@ def test_two_incremental_maps_of_one_cache_both_stay_exact():
     wcfg = WorkloadConfig()
     policy, reqs = plan(5, wcfg)
     cache = make_cache(wcfg, policy)
-    a, b = IncrementalHostTierMap(cache), IncrementalHostTierMap(cache)
-    cmp_a, cmp_b = Compare(cache, a), Compare(cache, b)
+    pairs = [(m, Compare(cache, m)) for m in (IncrementalHostTierMap(cache), IncrementalHostTierMap(cache))]
 
     def both(action, fields):
-        for m, c in ((a, cmp_a), (b, cmp_b)):
+        for m, c in pairs:
             m.bind(str(action), fields)
             m.sync()
             c(action, fields)
     cache.bus.subscribe(both)
     run_workload(cache, reqs)
-    assert cmp_a.events == cmp_b.events > 20
+    assert pairs[0][1].events == pairs[1][1].events > 20
     journals = type(cache.tree.root)._hicache_journals
     assert len(journals) == 2
-    del a, b, both, cmp_a, cmp_b
+    pairs.clear()
     cache.bus.listeners = []
     gc.collect()
     assert journals == []      # a collected map's journal leaves the tree's class

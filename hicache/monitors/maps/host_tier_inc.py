@@ -38,6 +38,7 @@ import numpy as np
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree
 from hicache.monitors.rt import Failure
+from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
 from hicache.runtime.radix import Node
 from hicache.tla.values import Fcn
@@ -53,7 +54,6 @@ SPARE = {"dev": False, "host": 0, "stor": False, "hits": 0, "backupOp": 0, "load
 _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "PrefetchStart", "PrefetchFinish",
                           "LoadBackStart", "LoadBackFinish", "DeviceInsert"})
 
-_MISSING = object()          # delta marker: the key was not in the function's domain
 _RESERVED = int(HostSlotState.RESERVED)
 _IDLE = int(HostSlotState.IDLE)
 
@@ -529,25 +529,3 @@ class IncrementalHostTierMap(HostTierMap):
                 text, loc = spec._T_inv_SlotInOneOwner[0]
                 return Failure("SlotInOneOwner", 1, text, loc)
         return None
-
-
-def snapshot(s: dict) -> dict:
-    return {k: Fcn(dict(v.d)) if type(v) is Fcn else v for k, v in s.items()}
-
-
-def undo(s: dict, delta: list) -> dict:
-    """The state before `delta` was applied to snapshot `s` (a new snapshot)."""
-    out = snapshot(s)
-    for var, key, old in reversed(delta):
-        if key is None:
-            if old is _MISSING:
-                out.pop(var, None)
-            else:
-                out[var] = old
-            continue
-        d = out[var].d
-        if old is _MISSING:
-            d.pop(key, None)
-        else:
-            d[key] = old
-    return out
