@@ -624,11 +624,11 @@ class Generator:
             return node.operator
         return None
 
-    def local_conjunct(self, c, env: Env):
-        """(domain, code over D[domain]) when conjunct `c` holds iff it holds for each element
-        of one constant domain separately: `\\A x \\in Dom : P(x)`, or `f \\in [Dom -> S]`
-        read element-wise (the caller guarantees DOMAIN f = Dom, as a refinement map that
-        builds f over Dom does). Otherwise None.
+    def local_conjunct(self, c, env: Env, var: str | None = None):
+        """(domain, predicate code of one element named `var`) when conjunct `c` holds iff it
+        holds for each element of one constant domain separately: `\\A x \\in Dom : P(x)`
+        (x a plain name), or `f \\in [Dom -> S]` read element-wise (the caller guarantees
+        DOMAIN f = Dom, as a refinement map that builds f over Dom does). Otherwise None.
 
         Why this is sound for incremental checking: such a conjunct is a conjunction over
         the elements, so if it held on the last checked state and an element's predicate reads
@@ -641,25 +641,27 @@ class Generator:
             d = c.declarations[0]
             if _k(d) == "OperatorApplication" and d.operator == "\\in" and len(d.arguments) == 2:
                 dom = self._const_domain(d.arguments[1])
-                if dom is not None:
-                    items: list = []
-                    pat = self.pattern(d.arguments[0], items)
-                    body = self.e(c.predicate, env.bind(*items))
-                    return dom, f"all({body} for {pat} in it(D[{dom!r}]))"
+                pat = _strip(d.arguments[0])
+                if dom is not None and _k(pat) == "OperatorApplication" and not pat.arguments:
+                    v = var or self.fresh(_pyname("v_", pat.operator) + "_")
+                    return dom, v, self.e(c.predicate, env.bind((pat.operator, "val", v)))
         if k == "OperatorApplication" and c.operator == "\\in" and len(c.arguments or []) == 2:
             fs = _strip(c.arguments[1])
             if _k(fs) == "SetOfFunctions":
                 dom = self._const_domain(fs.domain)
                 if dom is not None:
-                    f = self.e(c.arguments[0], env)
-                    rng = self.e(fs.codomain, env)
-                    x = self.fresh("x_")
-                    return dom, f"all((ap({f}, {x}) in {rng}) for {x} in it(D[{dom!r}]))"
+                    v = var or self.fresh("x_")
+                    return dom, v, f"(ap({self.e(c.arguments[0], env)}, {v}) in {self.e(fs.codomain, env)})"
         return None
 
     def incremental_fn(self, name: str, body, mod) -> list[str]:
         """`inc_<Inv>(C, s, D)`: the invariant with each element-local conjunct evaluated only
-        over `D[domain]` (the dirty elements), the other conjuncts in full."""
+        over `D[domain]` (the dirty elements), the other conjuncts in full.
+
+        A fast path first: one loop per domain checks every local conjunct of an element
+        together (the conjuncts are side-effect free, so their order cannot change a TRUE
+        result); only when that fails or raises does the conjunct-by-conjunct form run, so a
+        failure names the first failing conjunct exactly as `inv_<Inv>` would."""
         self.uniq = 0
         env = Env(t=None)
         conj = self.conjuncts(body)
@@ -670,11 +672,32 @@ class Generator:
         self.incremental[name] = domains
         fname = _pyname("inc_", name)
         table = _pyname("_T_inv_", name)
+        # the fast path: non-local conjuncts, then one all(...) per domain over fused predicates
+        fast, fused = [], {}
+        for c, part in zip(conj, parts):
+            if part is None:
+                fast.append(self.e(c, env))
+            else:
+                dom = part[0]
+                var = _pyname("e_", dom)
+                fused.setdefault(dom, []).append(self.local_conjunct(c, env, var)[2])
+        for dom, preds in fused.items():
+            var = _pyname("e_", dom)
+            fast.append(f"all(({' and '.join(preds)}) for {var} in it(D[{dom!r}]))")
         out = [f"def {fname}(C, s, D):\n",
                f"    \"\"\"{name} over the elements D[domain] of {', '.join(domains)} only (see inv_{name}).\"\"\"\n",
+               "    try:\n",
+               "        if " + " and \\\n                ".join(fast) + ":\n",
+               "            return None\n",
+               "    except Exception:  # the conjunct-by-conjunct form below reports it\n",
+               "        pass\n",
                "    k = 0\n    try:\n"]
         for i, (c, part) in enumerate(zip(conj, parts), 1):
-            code = part[1] if part is not None else self.e(c, env)
+            if part is None:
+                code = self.e(c, env)
+            else:
+                dom, v, pred = part
+                code = f"all({pred} for {v} in it(D[{dom!r}]))"
             out.append(f"        # {self.loc(c, mod)}{' (element-local)' if part is not None else ''}\n")
             out.append(f"        k = {i}\n")
             out.append(f"        if not {code}:\n")

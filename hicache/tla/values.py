@@ -137,6 +137,8 @@ class Interval(LazySet):
     def contains(self, v):
         return type(v) is int and self.lo <= v <= self.hi
 
+    __contains__ = contains     # `x in a..b` skips LazySet's indirection (hot in monitors)
+
     def enumerate(self):
         return iter(range(self.lo, self.hi + 1))
 

@@ -466,6 +466,13 @@ def inv_TypeOK(C, s):
 
 def inc_TypeOK(C, s, D):
     """TypeOK over the elements D[domain] of Chains only (see inv_TypeOK)."""
+    try:
+        if _b_subseteq(s['free'], C['PageIds']) and \
+                (s['mixed'] in STD["BOOLEAN"]) and \
+                all(((ap(s['rot'], e_Chains) in C['$h4']) and (ap(s['len'], e_Chains) in C['$h5']) and (ap(s['page'], e_Chains) in C['$h6']) and (ap(s['host'], e_Chains) in C['$h7'])) for e_Chains in it(D['Chains'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/CPSharding.tla:77:8 (element-local)
@@ -527,6 +534,13 @@ def inv_PlacementBijection(C, s):
 
 def inc_PlacementBijection(C, s, D):
     """PlacementBijection over the elements D[domain] of PageIds only (see inv_PlacementBijection)."""
+    try:
+        if all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h8'])) and \
+                all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h9'])) and \
+                all((((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < C['LocalPages']))) for e_PageIds in it(D['PageIds'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/CPSharding.tla:218:8 (element-local)
@@ -535,11 +549,11 @@ def inc_PlacementBijection(C, s, D):
             return Failure('PlacementBijection', 1, *_T_inv_PlacementBijection[0])
         # spec/CPSharding.tla:219:8
         k = 2
-        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h8'])):
+        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_5, v_a_6)) == v_r_5) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_5, v_a_6)) == v_a_6)) for v_r_5 in it(C['Ranks']) for v_a_6 in it(C['$h8'])):
             return Failure('PlacementBijection', 2, *_T_inv_PlacementBijection[1])
         # spec/CPSharding.tla:221:8
         k = 3
-        if not all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h9'])):
+        if not all(((d_TokOwner(C, s, None, v_loc_7, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_7, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_7, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_7, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_7)) for v_loc_7 in it(C['$h9'])):
             return Failure('PlacementBijection', 3, *_T_inv_PlacementBijection[2])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PlacementBijection', _T_inv_PlacementBijection, k, e)
@@ -566,6 +580,11 @@ def inv_PositionOwner(C, s):
 
 def inc_PositionOwner(C, s, D):
     """PositionOwner over the elements D[domain] of Chains only (see inv_PositionOwner)."""
+    try:
+        if all((all(((not (ap(ap(s['page'], e_Chains), v_P_3) != C['NoPage'])) or (d_Owner(C, s, None, ap(ap(s['page'], e_Chains), v_P_3)) == d_ChainOwner(C, s, None, ap(s['rot'], e_Chains), v_P_3, C['CP']))) for v_P_3 in it(_b_range_(0, (ap(s['len'], e_Chains) - 1))))) for e_Chains in it(D['Chains'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/CPSharding.tla:227:5 (element-local)
@@ -597,6 +616,11 @@ def inv_ExtensionKeepsRotation(C, s):
 
 def inc_ExtensionKeepsRotation(C, s, D):
     """ExtensionKeepsRotation over the elements D[domain] of Chains only (see inv_ExtensionKeepsRotation)."""
+    try:
+        if all((all(((not ((ap(ap(s['page'], e_Chains), v_P_3) != C['NoPage']) and (ap(ap(s['page'], e_Chains), (v_P_3 - 1)) != C['NoPage']))) or (d_Owner(C, s, None, ap(ap(s['page'], e_Chains), v_P_3)) == _b_mod((d_Owner(C, s, None, ap(ap(s['page'], e_Chains), (v_P_3 - 1))) + 1), C['CP']))) for v_P_3 in it(_b_range_(1, (ap(s['len'], e_Chains) - 1))))) for e_Chains in it(D['Chains'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/CPSharding.tla:233:5 (element-local)
@@ -646,6 +670,11 @@ def inv_RestoreKeepsOwner(C, s):
 
 def inc_RestoreKeepsOwner(C, s, D):
     """RestoreKeepsOwner over the elements D[domain] of Chains only (see inv_RestoreKeepsOwner)."""
+    try:
+        if all((all(((not ((ap(ap(s['page'], e_Chains), v_P_3) != C['NoPage']) and (ap(ap(s['host'], e_Chains), v_P_3) != C['NoHost']))) or (d_Owner(C, s, None, ap(ap(s['page'], e_Chains), v_P_3)) == ap(ap(s['host'], e_Chains), v_P_3))) for v_P_3 in it(_b_range_(0, (ap(s['len'], e_Chains) - 1))))) for e_Chains in it(D['Chains'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/CPSharding.tla:242:5 (element-local)
@@ -677,6 +706,11 @@ def inv_ChainBalanced(C, s):
 
 def inc_ChainBalanced(C, s, D):
     """ChainBalanced over the elements D[domain] of Chains only (see inv_ChainBalanced)."""
+    try:
+        if all((((not (ap(s['rot'], e_Chains) != C['NoRot'])) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(ap(s['len'], e_Chains), C['CP'])), normalize(_b_div((ap(s['len'], e_Chains) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (ap(s['len'], e_Chains) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], e_Chains), v_P_7, C['CP']) == v_r_5))))) for v_r_5 in it(C['Ranks'])))) for e_Chains in it(D['Chains'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/CPSharding.tla:247:5 (element-local)
@@ -723,11 +757,18 @@ def inv_NoDoubleAllocation(C, s):
 
 def inc_NoDoubleAllocation(C, s, D):
     """NoDoubleAllocation over the elements D[domain] of Chains, PageIds only (see inv_NoDoubleAllocation)."""
+    try:
+        if all(all(((not ((ap(ap(s['page'], v_c_8), v_P_10) != C['NoPage']) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(ap(s['page'], v_c_8), v_P_10) != ap(ap(s['page'], v_d_9), v_Q_11))) for v_P_10 in it(C['Pos']) for v_Q_11 in it(C['Pos'])) for v_c_8 in it(C['Chains']) for v_d_9 in it(C['Chains'])) and \
+                all((all(((not (ap(ap(s['page'], e_Chains), v_P_12) != C['NoPage'])) or (ap(ap(s['page'], e_Chains), v_P_12) not in s['free'])) for v_P_12 in it(C['Pos'])) and all(((not (v_P_13 >= ap(s['len'], e_Chains))) or ((ap(ap(s['page'], e_Chains), v_P_13) == C['NoPage']) and (ap(ap(s['host'], e_Chains), v_P_13) == C['NoHost']))) for v_P_13 in it(C['Pos']))) for e_Chains in it(D['Chains'])) and \
+                all((((not (e_PageIds not in s['free'])) or any((ap(ap(s['page'], v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(C['Chains']) for v_P_15 in it(C['Pos'])))) for e_PageIds in it(D['PageIds'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/CPSharding.tla:254:8
         k = 1
-        if not all(all(((not ((ap(ap(s['page'], v_c_8), v_P_10) != C['NoPage']) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(ap(s['page'], v_c_8), v_P_10) != ap(ap(s['page'], v_d_9), v_Q_11))) for v_P_10 in it(C['Pos']) for v_Q_11 in it(C['Pos'])) for v_c_8 in it(C['Chains']) for v_d_9 in it(C['Chains'])):
+        if not all(all(((not ((ap(ap(s['page'], v_c_16), v_P_18) != C['NoPage']) and ((v_c_16, v_P_18) != (v_d_17, v_Q_19)))) or (ap(ap(s['page'], v_c_16), v_P_18) != ap(ap(s['page'], v_d_17), v_Q_19))) for v_P_18 in it(C['Pos']) for v_Q_19 in it(C['Pos'])) for v_c_16 in it(C['Chains']) for v_d_17 in it(C['Chains'])):
             return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
         # spec/CPSharding.tla:256:8 (element-local)
         k = 2

@@ -476,6 +476,12 @@ def inv_TypeOK(C, s):
 
 def inc_TypeOK(C, s, D):
     """TypeOK over the elements D[domain] of DraftPools, Transfers only (see inv_TypeOK)."""
+    try:
+        if all(((ap(s['layout'], e_DraftPools) in C['$h7'])) for e_DraftPools in it(D['DraftPools'])) and \
+                all(((ap(s['phase'], e_Transfers) in C['$h8']) and (ap(s['tgtDone'], e_Transfers) in STD["BOOLEAN"]) and (ap(s['draftDone'], e_Transfers) in C['$h9']) and (ap(s['read'], e_Transfers) in C['$h10']) and (ap(s['readStale'], e_Transfers) in C['$h10']) and (ap(s['srcIdx'], e_Transfers) in C['$h11']) and (ap(s['xferIdx'], e_Transfers) in C['$h12'])) for e_Transfers in it(D['Transfers'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/DraftState.tla:90:8 (element-local)
@@ -535,6 +541,11 @@ def inv_CompletionAfterAllCopies(C, s):
 
 def inc_CompletionAfterAllCopies(C, s, D):
     """CompletionAfterAllCopies over the elements D[domain] of Transfers only (see inv_CompletionAfterAllCopies)."""
+    try:
+        if all((((not (ap(s['phase'], e_Transfers) == 'fired')) or (ap(s['tgtDone'], e_Transfers) and (ap(s['draftDone'], e_Transfers) == C['DraftPools'])))) for e_Transfers in it(D['Transfers'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/DraftState.tla:186:5 (element-local)
@@ -566,6 +577,11 @@ def inv_NoReadBeforeCompletion(C, s):
 
 def inc_NoReadBeforeCompletion(C, s, D):
     """NoReadBeforeCompletion over the elements D[domain] of Transfers only (see inv_NoReadBeforeCompletion)."""
+    try:
+        if all(((((not (ap(s['read'], e_Transfers) != frozenset())) or (ap(s['phase'], e_Transfers) == 'fired')) and (ap(s['readStale'], e_Transfers) == frozenset()))) for e_Transfers in it(D['Transfers'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/DraftState.tla:190:5 (element-local)
@@ -597,6 +613,11 @@ def inv_PackedOnlyCompatible(C, s):
 
 def inc_PackedOnlyCompatible(C, s, D):
     """PackedOnlyCompatible over the elements D[domain] of DraftPools only (see inv_PackedOnlyCompatible)."""
+    try:
+        if all((((not (ap(s['layout'], e_DraftPools) == 'packed')) or d_Compatible(C, s, None, e_DraftPools))) for e_DraftPools in it(D['DraftPools'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/DraftState.tla:196:5 (element-local)
@@ -628,6 +649,11 @@ def inv_IndicesFromDeclaredSource(C, s):
 
 def inc_IndicesFromDeclaredSource(C, s, D):
     """IndicesFromDeclaredSource over the elements D[domain] of Transfers only (see inv_IndicesFromDeclaredSource)."""
+    try:
+        if all((((not (ap(s['phase'], e_Transfers) != 'idle')) or all((ap(ap(s['xferIdx'], e_Transfers), v_p_3) == (ap(ap(s['srcIdx'], e_Transfers), 'kv') if (ap(s['layout'], v_p_3) == 'packed') else ap(ap(s['srcIdx'], e_Transfers), d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(C['DraftPools'])))) for e_Transfers in it(D['Transfers'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/DraftState.tla:201:5 (element-local)

@@ -1036,6 +1036,15 @@ def inv_TypeOK(C, s):
 
 def inc_TypeOK(C, s, D):
     """TypeOK over the elements D[domain] of HSlots, Nodes, Reqs only (see inv_TypeOK)."""
+    try:
+        if (s['policy'] in C['Policies']) and \
+                (s['len'] in C['$h0']) and \
+                all(((ap(s['dev'], e_Nodes) in STD["BOOLEAN"]) and (ap(s['host'], e_Nodes) in C['$h12']) and (ap(s['stor'], e_Nodes) in STD["BOOLEAN"]) and (ap(s['hits'], e_Nodes) in C['$h13']) and (ap(s['backupOp'], e_Nodes) in C['$h12']) and (ap(s['loadReq'], e_Nodes) in C['$h14']) and (ap(s['loadDone'], e_Nodes) in C['$h15'])) for e_Nodes in it(D['Nodes'])) and \
+                all(((ap(s['slot'], e_HSlots) in C['SlotStates'])) for e_HSlots in it(D['HSlots'])) and \
+                all(((ap(s['req'], e_Reqs) in C['ReqStates']) and (ap(s['reqLen'], e_Reqs) in C['$h0']) and (ap(s['pfSlot'], e_Reqs) in C['$h12']) and (ap(s['pfNode'], e_Reqs) in C['Nodes']) and (ap(s['pfAbort'], e_Reqs) in STD["BOOLEAN"])) for e_Reqs in it(D['Reqs'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/HostTier.tla:82:8
@@ -1123,6 +1132,11 @@ def inv_SlotInOneOwner(C, s):
 
 def inc_SlotInOneOwner(C, s, D):
     """SlotInOneOwner over the elements D[domain] of HSlots only (see inv_SlotInOneOwner)."""
+    try:
+        if all(((lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (ap(s['slot'], e_HSlots) == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (ap(s['slot'], e_HSlots) == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots))))) for e_HSlots in it(D['HSlots'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/HostTier.tla:360:5 (element-local)
@@ -1154,6 +1168,11 @@ def inv_PendingLoadLocked(C, s):
 
 def inc_PendingLoadLocked(C, s, D):
     """PendingLoadLocked over the elements D[domain] of Nodes only (see inv_PendingLoadLocked)."""
+    try:
+        if all((((not (ap(s['loadReq'], e_Nodes) != C['NoReq'])) or (d_InTree(C, s, None, e_Nodes) and (ap(s['host'], e_Nodes) != C['NoSlot']) and (ap(s['slot'], ap(s['host'], e_Nodes)) == 'protected')))) for e_Nodes in it(D['Nodes'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/HostTier.tla:369:5 (element-local)
@@ -1208,6 +1227,11 @@ def inv_TreeCopiesConsistent(C, s):
 
 def inc_TreeCopiesConsistent(C, s, D):
     """TreeCopiesConsistent over the elements D[domain] of Nodes only (see inv_TreeCopiesConsistent)."""
+    try:
+        if all((((not d_InTree(C, s, None, e_Nodes)) or (ap(s['dev'], e_Nodes) or (ap(s['host'], e_Nodes) != C['NoSlot']))) and ((not (not d_InTree(C, s, None, e_Nodes))) or ((((not ap(s['dev'], e_Nodes)) and (ap(s['host'], e_Nodes) == C['NoSlot'])) and (ap(s['backupOp'], e_Nodes) == C['NoSlot'])) and (ap(s['loadReq'], e_Nodes) == C['NoReq'])))) for e_Nodes in it(D['Nodes'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/HostTier.tla:383:8 (element-local)
@@ -1243,6 +1267,11 @@ def inv_LockedNodesKept(C, s):
 
 def inc_LockedNodesKept(C, s, D):
     """LockedNodesKept over the elements D[domain] of Reqs only (see inv_LockedNodesKept)."""
+    try:
+        if all((((not (ap(s['req'], e_Reqs) != 'idle')) or (ap(s['reqLen'], e_Reqs) <= s['len']))) for e_Reqs in it(D['Reqs'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/HostTier.tla:390:5 (element-local)

@@ -415,6 +415,15 @@ def inv_TypeOK(C, s):
 
 def inc_TypeOK(C, s, D):
     """TypeOK over the elements D[domain] of Ranks, Slots only (see inv_TypeOK)."""
+    try:
+        if (s['gatherNext'] in C['$h3']) and \
+                (s['attnNext'] in C['$h3']) and \
+                (s['reading'] in C['$h4']) and \
+                all(((ap(s['restored'], e_Ranks) in C['$h3'])) for e_Ranks in it(D['Ranks'])) and \
+                all(((ap(s['slotLayer'], e_Slots) in C['$h4']) and (ap(s['slotFull'], e_Slots) in STD["BOOLEAN"]) and (ap(s['gatherBusy'], e_Slots) in STD["BOOLEAN"])) for e_Slots in it(D['Slots'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:56:8 (element-local)
@@ -470,6 +479,11 @@ def inv_GatherAfterRestore(C, s):
 
 def inc_GatherAfterRestore(C, s, D):
     """GatherAfterRestore over the elements D[domain] of Slots only (see inv_GatherAfterRestore)."""
+    try:
+        if all((((not (ap(s['slotLayer'], e_Slots) != C['None'])) or all((ap(s['restored'], v_r_3) > ap(s['slotLayer'], e_Slots)) for v_r_3 in it(C['Ranks'])))) for e_Slots in it(D['Slots'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:141:5 (element-local)
@@ -519,6 +533,11 @@ def inv_NoOverwriteWhileRead(C, s):
 
 def inc_NoOverwriteWhileRead(C, s, D):
     """NoOverwriteWhileRead over the elements D[domain] of Slots only (see inv_NoOverwriteWhileRead)."""
+    try:
+        if all((((not ap(s['gatherBusy'], e_Slots)) or (((s['reading'] == C['None']) or (d_Slot(C, s, None, s['reading']) != e_Slots)) and (s['attnNext'] >= (ap(s['slotLayer'], e_Slots) - 1))))) for e_Slots in it(D['Slots'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:152:5 (element-local)
@@ -555,6 +574,12 @@ def inv_TwoBuffersOnly(C, s):
 
 def inc_TwoBuffersOnly(C, s, D):
     """TwoBuffersOnly over the elements D[domain] of Slots only (see inv_TwoBuffersOnly)."""
+    try:
+        if (s['gatherNext'] <= (s['attnNext'] + 2)) and \
+                all((((not (ap(s['slotLayer'], e_Slots) != C['None'])) or (d_Slot(C, s, None, ap(s['slotLayer'], e_Slots)) == e_Slots))) for e_Slots in it(D['Slots'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:159:8

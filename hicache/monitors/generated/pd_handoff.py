@@ -808,6 +808,18 @@ def inv_TypeOK(C, s):
 
 def inc_TypeOK(C, s, D):
     """TypeOK over the elements D[domain] of Pages only (see inv_TypeOK)."""
+    try:
+        if (s['pstate'] in C['$h3']) and \
+                (s['plock'] in STD["BOOLEAN"]) and \
+                (s['dstate'] in C['$h4']) and \
+                (s['dfree'] in C['$h6']) and \
+                (s['p2d'] in _b_Seq(C['ToDecode'])) and \
+                (s['d2p'] in _b_Seq(C['ToPrefill'])) and \
+                _b_subseteq(s['sentUnloaded'], C['Pages']) and \
+                all(((ap(s['ploc'], e_Pages) in C['Tiers']) and (ap(s['dalloc'], e_Pages) in STD["BOOLEAN"]) and (ap(s['dland'], e_Pages) in STD["BOOLEAN"]) and (ap(s['dread'], e_Pages) in STD["BOOLEAN"])) for e_Pages in it(D['Pages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PDHandoff.tla:79:8 (element-local)
@@ -902,6 +914,11 @@ def inv_DecodeReadsTransferred(C, s):
 
 def inc_DecodeReadsTransferred(C, s, D):
     """DecodeReadsTransferred over the elements D[domain] of Pages only (see inv_DecodeReadsTransferred)."""
+    try:
+        if all((((not ap(s['dread'], e_Pages)) or ap(s['dland'], e_Pages))) for e_Pages in it(D['Pages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PDHandoff.tla:269:5 (element-local)
@@ -933,6 +950,11 @@ def inv_InFlightDestOwned(C, s):
 
 def inc_InFlightDestOwned(C, s, D):
     """InFlightDestOwned over the elements D[domain] of Pages only (see inv_InFlightDestOwned)."""
+    try:
+        if all((((not ((e_Pages in d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and (e_Pages in d_Requested(C, s, None))))) or ap(s['dalloc'], e_Pages))) for e_Pages in it(D['Pages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PDHandoff.tla:274:5 (element-local)

@@ -448,6 +448,13 @@ def inv_TypeOK(C, s):
 
 def inc_TypeOK(C, s, D):
     """TypeOK over the elements D[domain] of Checks, Stages only (see inv_TypeOK)."""
+    try:
+        if (s['issued'] in C['$h0']) and \
+                all(((ap(s['done'], e_Stages) in C['$h7']) and (ap(s['applied'], e_Stages) in C['$h0']) and (ap(s['checks'], e_Stages) in C['$h8']) and (ap(s['upto'], e_Stages) in C['$h9']) and (ap(s['pending'], e_Stages) in C['$h10']) and (ap(s['chan'], e_Stages) in C['$h10'])) for e_Stages in it(D['Stages'])) and \
+                all(((ap(s['agreed'], e_Checks) in C['$h10'])) for e_Checks in it(D['Checks'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PPSync.tla:58:8
@@ -543,6 +550,11 @@ def inv_AppliedIssued(C, s):
 
 def inc_AppliedIssued(C, s, D):
     """AppliedIssued over the elements D[domain] of Stages only (see inv_AppliedIssued)."""
+    try:
+        if all((((ap(s['applied'], e_Stages) <= s['issued']) and (ap(s['checks'], e_Stages) <= d_AgreedRounds(C, s, None)))) for e_Stages in it(D['Stages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PPSync.tla:178:5 (element-local)
@@ -644,6 +656,18 @@ def inv_IndInv(C, s):
 
 def inc_IndInv(C, s, D):
     """IndInv over the elements D[domain] of Checks, Stages only (see inv_IndInv)."""
+    try:
+        if d_TypeOK(C, s, None) and \
+                d_SameCountEachCheck(C, s, None) and \
+                d_ApplyOnlyCompleted(C, s, None) and \
+                d_AppliedIssued(C, s, None) and \
+                all(_b_subseteq(ap(ap(s['done'], v_s_12), v_r_13), _b_range_(1, s['issued'])) for v_s_12 in it(C['Stages']) for v_r_13 in it(C['Ranks'])) and \
+                (ap(s['chan'], 0) == C['None']) and \
+                all((all(((not (v_k_11 <= ap(s['checks'], e_Stages))) or (ap(ap(s['upto'], e_Stages), v_k_11) == ap(s['agreed'], v_k_11))) for v_k_11 in it(C['Checks'])) and (ap(s['applied'], e_Stages) == (0 if (ap(s['checks'], e_Stages) == 0) else ap(ap(s['upto'], e_Stages), ap(s['checks'], e_Stages)))) and (d_Received(C, s, None, e_Stages) <= C['MaxChecks']) and ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (ap(s['chan'], e_Stages) != C['None']) else 0)))) and ((not (ap(s['pending'], e_Stages) != C['None'])) or (ap(s['pending'], e_Stages) == ap(s['agreed'], d_Round(C, s, None, e_Stages)))) and ((not ((e_Stages >= 1) and (ap(s['chan'], e_Stages) != C['None']))) or (ap(s['chan'], e_Stages) == ap(s['agreed'], (d_Received(C, s, None, e_Stages) + 1))))) for e_Stages in it(D['Stages'])) and \
+                all((((ap(s['agreed'], e_Checks) != C['None']) == (e_Checks <= d_AgreedRounds(C, s, None))) and ((not ((ap(s['agreed'], e_Checks) != C['None']) and (e_Checks > 1))) or (ap(s['agreed'], (e_Checks - 1)) <= ap(s['agreed'], e_Checks))) and ((not (ap(s['agreed'], e_Checks) != C['None'])) or (ap(s['agreed'], e_Checks) <= s['issued']))) for e_Checks in it(D['Checks'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PPSync.tla:189:8
@@ -684,7 +708,7 @@ def inc_IndInv(C, s, D):
             return Failure('IndInv', 9, *_T_inv_IndInv[8])
         # spec/PPSync.tla:198:8
         k = 10
-        if not all(_b_subseteq(ap(ap(s['done'], v_s_11), v_r_12), _b_range_(1, s['issued'])) for v_s_11 in it(C['Stages']) for v_r_12 in it(C['Ranks'])):
+        if not all(_b_subseteq(ap(ap(s['done'], v_s_14), v_r_15), _b_range_(1, s['issued'])) for v_s_14 in it(C['Stages']) for v_r_15 in it(C['Ranks'])):
             return Failure('IndInv', 10, *_T_inv_IndInv[9])
         # spec/PPSync.tla:199:8 (element-local)
         k = 11

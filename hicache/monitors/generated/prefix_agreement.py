@@ -458,6 +458,17 @@ def inv_TypeOK(C, s):
 
 def inc_TypeOK(C, s, D):
     """TypeOK over the elements D[domain] of Batches, Checks, Ranks, Stages only (see inv_TypeOK)."""
+    try:
+        if (s['policy'] in C['Policies']) and \
+                (s['terminated'] in STD["BOOLEAN"]) and \
+                (s['pub'] in C['$h3']) and \
+                all(((ap(s['tried'], e_Ranks) in C['$h3']) and (ap(s['loaded'], e_Ranks) in C['$h10'])) for e_Ranks in it(D['Ranks'])) and \
+                all(((ap(s['pubAck'], e_Batches) in C['$h11'])) for e_Batches in it(D['Batches'])) and \
+                all(((ap(s['checks'], e_Stages) in C['$h12']) and (ap(s['consumed'], e_Stages) in C['$h3']) and (ap(s['used'], e_Stages) in C['$h15'])) for e_Stages in it(D['Stages'])) and \
+                all(((ap(s['verdict'], e_Checks) in C['$h13']) and (ap(s['cut'], e_Checks) in C['$h14'])) for e_Checks in it(D['Checks'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:81:8
@@ -565,6 +576,11 @@ def inv_UsedLeLoaded(C, s):
 
 def inc_UsedLeLoaded(C, s, D):
     """UsedLeLoaded over the elements D[domain] of Stages only (see inv_UsedLeLoaded)."""
+    try:
+        if all((((not (ap(s['used'], e_Stages) != C['None'])) or all((ap(s['used'], e_Stages) <= ap(s['loaded'], v_k_3)) for v_k_3 in it(C['Ranks'])))) for e_Stages in it(D['Stages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:225:5 (element-local)
@@ -601,6 +617,12 @@ def inv_AcksInStep(C, s):
 
 def inc_AcksInStep(C, s, D):
     """AcksInStep over the elements D[domain] of Ranks, Stages only (see inv_AcksInStep)."""
+    try:
+        if all(((s['pub'] <= ap(s['tried'], e_Ranks))) for e_Ranks in it(D['Ranks'])) and \
+                all(((ap(s['consumed'], e_Stages) <= s['pub'])) for e_Stages in it(D['Stages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:231:8 (element-local)
@@ -636,6 +658,11 @@ def inv_SameAcksConsumed(C, s):
 
 def inc_SameAcksConsumed(C, s, D):
     """SameAcksConsumed over the elements D[domain] of Stages only (see inv_SameAcksConsumed)."""
+    try:
+        if all((((not (ap(s['checks'], e_Stages) > 0)) or (ap(s['consumed'], e_Stages) == ap(s['cut'], ap(s['checks'], e_Stages))))) for e_Stages in it(D['Stages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:237:5 (element-local)
@@ -752,6 +779,22 @@ def inv_IndInv(C, s):
 
 def inc_IndInv(C, s, D):
     """IndInv over the elements D[domain] of Batches, Checks, Ranks, Stages only (see inv_IndInv)."""
+    try:
+        if d_TypeOK(C, s, None) and \
+                d_PublishedLeLoaded(C, s, None) and \
+                d_SameCachedPrefix(C, s, None) and \
+                d_UsedLeLoaded(C, s, None) and \
+                d_AcksInStep(C, s, None) and \
+                d_SameAcksConsumed(C, s, None) and \
+                all((ap(s['pubAck'], v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(C['Ranks'])))) for v_j_13 in it(_b_range_(1, s['pub']))) and \
+                ((not any((ap(s['verdict'], v_c_17) == True) for v_c_17 in it(C['Checks']))) or s['terminated']) and \
+                all(((ap(s['loaded'], e_Ranks) <= (ap(s['tried'], e_Ranks) * C['BatchPages']))) for e_Ranks in it(D['Ranks'])) and \
+                all((((ap(s['pubAck'], e_Batches) != C['None']) == (e_Batches <= s['pub']))) for e_Batches in it(D['Batches'])) and \
+                all((((ap(s['cut'], e_Checks) != C['None']) == (e_Checks <= ap(s['checks'], 0))) and ((not (ap(s['verdict'], e_Checks) != C['None'])) or (e_Checks <= (ap(s['checks'], 0) + 1))) and ((not ((ap(s['cut'], e_Checks) != C['None']) and (e_Checks > 1))) or (ap(s['cut'], (e_Checks - 1)) <= ap(s['cut'], e_Checks))) and ((not (ap(s['cut'], e_Checks) != C['None'])) or ((ap(s['cut'], e_Checks) <= s['pub']) and (ap(s['verdict'], e_Checks) != C['None'])))) for e_Checks in it(D['Checks'])) and \
+                all((((not (ap(s['used'], e_Stages) == C['None'])) or all(((not ap(s['verdict'], v_c_15)) and (ap(s['cut'], v_c_15) < C['NBatches'])) for v_c_15 in it(_b_range_(1, ap(s['checks'], e_Stages))))) and ((not (e_Stages > 0)) or (ap(s['checks'], e_Stages) <= ap(s['checks'], (e_Stages - 1)))) and ((not (ap(s['used'], e_Stages) != C['None'])) or ((ap(s['checks'], e_Stages) > 0) and (ap(s['used'], e_Stages) == d_PrefixOf(C, s, None, ap(s['consumed'], e_Stages))) and (ap(s['verdict'], ap(s['checks'], e_Stages)) or (ap(s['consumed'], e_Stages) == C['NBatches'])))) and all(((not (v_c_16 < ap(s['checks'], e_Stages))) or ((not ap(s['verdict'], v_c_16)) and (ap(s['cut'], v_c_16) < C['NBatches']))) for v_c_16 in it(_b_range_(1, ap(s['checks'], e_Stages))))) for e_Stages in it(D['Stages'])):
+            return None
+    except Exception:  # the conjunct-by-conjunct form below reports it
+        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:250:8
@@ -788,7 +831,7 @@ def inc_IndInv(C, s, D):
             return Failure('IndInv', 8, *_T_inv_IndInv[7])
         # spec/PrefixAgreement.tla:258:8
         k = 9
-        if not all((ap(s['pubAck'], v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(C['Ranks'])))) for v_j_13 in it(_b_range_(1, s['pub']))):
+        if not all((ap(s['pubAck'], v_j_18) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_19, v_j_18)) for v_k_19 in it(C['Ranks'])))) for v_j_18 in it(_b_range_(1, s['pub']))):
             return Failure('IndInv', 9, *_T_inv_IndInv[8])
         # spec/PrefixAgreement.tla:259:8 (element-local)
         k = 10
@@ -824,7 +867,7 @@ def inc_IndInv(C, s, D):
             return Failure('IndInv', 17, *_T_inv_IndInv[16])
         # spec/PrefixAgreement.tla:272:8
         k = 18
-        if not ((not any((ap(s['verdict'], v_c_15) == True) for v_c_15 in it(C['Checks']))) or s['terminated']):
+        if not ((not any((ap(s['verdict'], v_c_20) == True) for v_c_20 in it(C['Checks']))) or s['terminated']):
             return Failure('IndInv', 18, *_T_inv_IndInv[17])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('IndInv', _T_inv_IndInv, k, e)
