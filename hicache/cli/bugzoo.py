@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def clean_sweep(n: int, vdir: str) -> list[dict]:
     """Fault-free seeded runs under strict monitors: n single caches, n/4 two-rank groups
     with digest exchange, n layer-pipeline schedules; the alarms raised (should be none)."""
-    from hicache.monitors.maps.host_tier import HostTierMap
+    # the map verified mode attaches (the zoo's runtime entries use it too)
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap as HostTierMap
     from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
     from hicache.monitors.workers import watch
     from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     obj = {
         "bugs": [{"name": r.name, "bug": r.bug, "kind": r.kind, "caught": r.caught, "property": r.property,
                   "steps_after_fault": r.steps_after_fault, "seed": r.seed, "clean_twin_alarm": r.clean_alarm,
-                  "detail": r.detail} for r in results],
+                  "detail": r.detail, "trace": r.trace} for r in results],
         "clean_alarms": len(alarms) + len(clean_twins),
         "clean_runs": args.clean,
         "clean_rank_groups": args.clean // 4,
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
                      + ("" if r.caught else f"   ({r.detail})"))
     lines.append(f"caught {obj['caught']}/{obj['total']}; clean workloads: {args.clean}, "
                  f"false alarms: {obj['clean_alarms']}")
+    lines.append(f"violation traces (hicache explain TRACE [--html out.html]): {vdir}")
     emit(args, obj, "\n".join(lines))
     ok = all(r.caught and r.steps_after_fault is not None and r.steps_after_fault <= 1 for r in results) \
         and obj["clean_alarms"] == 0

@@ -171,3 +171,26 @@ def test_two_incremental_maps_of_one_cache_both_stay_exact():
     cache.bus.listeners = []
     gc.collect()
     assert journals == []      # a collected map's journal leaves the tree's class
+
+
+def test_the_domain_grows_when_the_tree_outgrows_it(tmp_path):
+    """When the tree holds more pages than the domain has positions, the map doubles the
+    domain (forced here by starting from two positions), stays equal to the reference map
+    and raises nothing."""
+    wcfg = WorkloadConfig(requests=20)
+    policy, reqs = plan(7, wcfg)
+    cache = make_cache(wcfg, policy)
+    inc = IncrementalHostTierMap(cache)
+    inc._grow(inc.cap)          # no-op growth keeps the domain
+    assert inc.cap == wcfg.device_pages + wcfg.host_pages + 1
+    # shrink the domain to its minimum so that the workload forces growth
+    for d in inc.funcs.values():
+        for q in range(2, inc.cap):
+            del d[q]
+    inc.cap = 2
+    mon = Monitor(inc, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    cmp = Compare(cache, inc)
+    cache.bus.subscribe(cmp)
+    run_workload(cache, reqs)
+    assert inc.cap > 2 and cmp.events > 10

@@ -185,7 +185,8 @@ class IncrementalHostTierMap(HostTierMap):
         self.qtab[q - 1] = None
         while self.qtab and self.qtab[-1] is None:
             self.qtab.pop()
-        self.requeue.update(self.loading_nodes.get(rid, ()))
+        # its pages now map to "no request"; rids are never reused, so nothing maps to it again
+        self.requeue.update(self.loading_nodes.pop(rid, ()))
 
     # ------------------------------------------------------------ writes (delta-recorded)
     def _set(self, var: str, p: int, v) -> None:
@@ -234,6 +235,7 @@ class IncrementalHostTierMap(HostTierMap):
             for q in range(self.cap, cap):
                 d[q] = v
                 delta.append((var, q, _MISSING))
+        self.dirty_nodes.update(range(self.cap, cap))     # new elements: checked once
         self.cap = cap
 
     def _remove(self, p: int) -> None:
@@ -276,9 +278,11 @@ class IncrementalHostTierMap(HostTierMap):
         lq = 0
         if x.loading is not None:
             rid = getattr(x.loading, "rid", None)
-            self.loading_nodes.setdefault(rid, set()).add(x)
+            q = self.qslot.get(rid, 0)
+            if q:       # only a live request's slot can change (it frees it when it leaves)
+                self.loading_nodes.setdefault(rid, set()).add(x)
             if d:
-                lq = self.qslot.get(rid, 0)
+                lq = q
         node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
         hs = x.host
         pending = self.sync_backup.get(x.id)
