@@ -27,24 +27,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def clean_sweep(n: int, vdir: str) -> list[dict]:
     """Fault-free seeded runs under strict monitors: n single caches, n/4 two-rank groups
     with digest exchange, n layer-pipeline schedules; the alarms raised (should be none)."""
-    # the map verified mode attaches (the zoo's runtime entries use it too)
-    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap as HostTierMap
-    from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
-    from hicache.monitors.workers import watch
-    from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
-    from hicache.monitors.zoo import _close_quietly
+    from hicache.monitors.workload import WorkloadConfig, make_cache, plan
+    from hicache.monitors.zoo import run_monitored
     w = WorkloadConfig()
     alarms = []
     for seed in range(1000, 1000 + n):
         policy, reqs = plan(seed, w)
-        cache = make_cache(w, policy)
-        mon = Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=vdir))
-        cache.bus.subscribe(mon)
-        watch(cache, mon)      # bug 14's properties
-        try:
-            run_workload(cache, reqs)
-        except ProtocolViolation as e:
-            _close_quietly(cache)
+        e = run_monitored(make_cache(w, policy), reqs, vdir)     # verified mode's strict monitor
+        if e is not None:
             alarms.append({"seed": seed, "property": e.property, "action": e.action, "location": e.location})
     # two-rank groups exchanging digests: a divergence without a fault is a false alarm too
     from hicache.monitors.zoo import _clean_ranks

@@ -20,14 +20,20 @@ def attach(cache, cfg: VerifyConfig) -> Monitor | None:
     if cfg.mode is Mode.OFF or cache.host is None:
         return None
     mon = _monitors.get(cache)
-    if mon is not None:
-        return mon
+    if mon is None:
+        mon = _monitors[cache] = monitor_cache(cache, cfg)
+    return mon
+
+
+def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
+    """A HostTier monitor over the incremental map, and after it the background-worker watch
+    (bug 14's properties: one key derivation, live workers), both subscribed to the cache's
+    bus; not registered (the bug zoo and its tests give each run its own)."""
     from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
     from hicache.monitors.workers import watch
     mon = Monitor(IncrementalHostTierMap(cache), cfg)
     cache.bus.subscribe(mon)
-    watch(cache, mon)      # bug 14's properties: one key derivation, live background workers
-    _monitors[cache] = mon
+    watch(cache, mon)
     return mon
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hicache.monitors.rt import Failure
+from hicache.monitors.runtime import _jsonable
 from hicache.protocol.digest import digest_of, pair, pair_agrees, step_code
 from hicache.tla.values import Fcn, fmt
 
@@ -169,7 +170,7 @@ def divergence_trace(variables: list[str], events: list[RankEvent], contribs: li
             calls[e.rank] = e.contribution.label
             views[e.rank] = _plain(e.contribution.view)
         meta = {"index": len(states), "step": e.seq, "rank": e.rank, "action": e.action,
-                "args": {k: _json(x) for k, x in e.args.items()}}
+                "args": {k: _jsonable(x) for k, x in e.args.items()}}
         if e.contribution is not None and any(e.contribution is c for c in contribs):
             meta["exchange"] = True          # a contribution to the exchange that disagreed
         states.append(record(meta))
@@ -196,14 +197,3 @@ def write_divergence_trace(vdir: str, doc: dict, step: int) -> str | None:
 def _plain(view: dict) -> dict:
     """A digest view as TLA+ values (lists -> tuples)."""
     return {k: tuple(v) if isinstance(v, list) else v for k, v in view.items()}
-
-
-def _json(v):
-    """An event argument as JSON (anything else by its repr)."""
-    if isinstance(v, (int, float, str, bool)) or v is None:
-        return v
-    if isinstance(v, (list, tuple)):
-        return [_json(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _json(x) for k, x in v.items()}
-    return repr(v)

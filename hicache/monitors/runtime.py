@@ -168,20 +168,15 @@ class Monitor:
         return self.cfg.mode is Mode.STRICT or self.rng.random() < self.cfg.sample_rate
 
     def constants(self) -> dict:
+        # a map may name what its constants depend on (cheaper than freezing them all)
         fast = getattr(self.rmap, "constants_key", None)
-        if fast is not None:
-            key = fast()
-            C = self._cache.get(key)
-            if C is None:
-                if len(self._cache) >= 64:       # bounded: each binding holds materialized sets
-                    self._cache.pop(next(iter(self._cache)))
-                C = self._cache[key] = self.spec.constants(self.rmap.constants())
-            return C
-        raw = self.rmap.constants()
-        key = tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
+        raw = None if fast is not None else self.rmap.constants()
+        key = fast() if fast is not None else tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
         C = self._cache.get(key)
         if C is None:
-            C = self._cache[key] = self.spec.constants(raw)
+            if len(self._cache) >= 64:       # bounded: each binding holds materialized sets
+                self._cache.pop(next(iter(self._cache)))
+            C = self._cache[key] = self.spec.constants(raw if raw is not None else self.rmap.constants())
         return C
 
     # ------------------------------------------------------------ listener

@@ -48,20 +48,24 @@ def _steps_after(exc: ProtocolViolation, fault_seq: int) -> int:
 
 # ====================================================================== runtime entries
 def _run_single(seed: int, cls, wcfg, vdir: str):
-    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap as HostTierMap
-    from hicache.monitors.workers import watch
-    from hicache.monitors.workload import make_cache, plan, run_workload
+    from hicache.monitors.workload import make_cache, plan
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy, cls=cls)
-    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=vdir))
-    cache.bus.subscribe(mon)
-    watch(cache, mon)        # bug 14's properties (storage calls, worker threads), after the monitor
+    return cache, run_monitored(cache, reqs, vdir)
+
+
+def run_monitored(cache, reqs, vdir: str) -> ProtocolViolation | None:
+    """A seeded workload on `cache` under the strict monitor verified mode attaches; the
+    violation it raised (the cache closed quietly then), or None."""
+    from hicache.monitors.attach import monitor_cache
+    from hicache.monitors.workload import run_workload
+    monitor_cache(cache, VerifyConfig(mode="strict", violation_dir=vdir))
     try:
         run_workload(cache, reqs)
     except ProtocolViolation as e:
         _close_quietly(cache)
-        return cache, e
-    return cache, None
+        return e
+    return None
 
 
 def _close_quietly(cache) -> None:

@@ -179,24 +179,13 @@ def test_key_audit_follows_fetches():
 
 def _faulty_backend_run(seed: int, cls, tmp_path):
     """The seeded workload over a backend that returns None or raises on a third of its calls."""
-    from hicache.monitors.maps.host_tier import HostTierMap
-    from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
-    from hicache.monitors.workers import watch
-    from hicache.monitors.workload import make_cache, plan, run_workload
-    from hicache.monitors.zoo import _close_quietly
+    from hicache.monitors.workload import make_cache, plan
+    from hicache.monitors.zoo import run_monitored
     from hicache.storage.faulty import FaultConfig, FaultyStorage
     policy, reqs = plan(seed, W)
     cache = make_cache(W, policy, cls=cls)
     cache.storage = FaultyStorage(cache.storage, FaultConfig(seed=seed, p_none=0.3, p_raise=0.3))
-    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
-    cache.bus.subscribe(mon)
-    watch(cache, mon)
-    try:
-        run_workload(cache, reqs)
-    except ProtocolViolation as e:
-        _close_quietly(cache)
-        return cache, e
-    return cache, None
+    return cache, run_monitored(cache, reqs, str(tmp_path))
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -35,6 +35,7 @@ _SLOT_NAME = {
     HostSlotState.IDLE: "idle", HostSlotState.RESERVED: "reserved", HostSlotState.PROTECTED: "protected",
     HostSlotState.SYNCED: "synced", HostSlotState.BACKUP: "backup",
 }
+_RESERVED = int(HostSlotState.RESERVED)
 _NAMES = [None] * (max(int(s) for s in HostSlotState) + 1)
 for _s, _n in _SLOT_NAME.items():
     _NAMES[int(_s)] = _n
@@ -111,7 +112,6 @@ class HostTierMap:
                     if name == "idle" and h not in free:
                         slot[h] = "reserved"
         slot = tuple(slot)
-        reserved = int(HostSlotState.RESERVED)
         rids = sorted(self.phase)
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
         dev, host, stor, hits, backup, loadreq, parent = [], [], [], [], [], [], []
@@ -131,20 +131,9 @@ class HostTierMap:
                 stor.append(bool(x.stored))
                 hits.append(min(x.hit_count, 2))
                 loadreq.append(lq if d else 0)
-                if hs is not None:
-                    h = hs[i]
-                    if host_state[h] == reserved:
-                        host.append(0)
-                        backup.append(h + 1)
-                    else:
-                        host.append(h + 1)
-                        backup.append(0)
-                elif pending is not None and i < len(pending):
-                    host.append(0)
-                    backup.append(pending[i] + 1)
-                else:
-                    host.append(0)
-                    backup.append(0)
+                h, b = page_slots(hs, pending, i, host_state)
+                host.append(h)
+                backup.append(b)
             last_page[x.id] = len(dev) - 1
         n = len(dev)
         # one spare node outside the tree (NNodes = len + 1): a locked prefix that left the
@@ -205,6 +194,20 @@ class HostTierMap:
     @property
     def invariant_overrides(self) -> dict:
         return {"WriteThroughPrefix": write_through_prefix_tree, "SlotInOneOwner": slot_in_one_owner_linear}
+
+
+def page_slots(hs, pending, i: int, host_state) -> tuple[int, int]:
+    """(host[n], backupOp[n]) of page i of a node with host slots `hs` (or None) and, for a
+    synchronous write-back copy, the slots `pending` it is being copied to (or None).
+
+    A slot still RESERVED under an in-flight device->host write is backupOp, not host: the
+    runtime records `node.host` when the write starts, the spec when it ends."""
+    if hs is not None:
+        h = hs[i]
+        return (0, h + 1) if host_state[h] == _RESERVED else (h + 1, 0)
+    if pending is not None and i < len(pending):
+        return 0, pending[i] + 1
+    return 0, 0
 
 
 def write_through_prefix_tree(C, s):

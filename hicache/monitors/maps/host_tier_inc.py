@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree
+from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree, page_slots
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
@@ -54,7 +54,6 @@ SPARE = {"dev": False, "host": 0, "stor": False, "hits": 0, "backupOp": 0, "load
 _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "PrefetchStart", "PrefetchFinish",
                           "LoadBackStart", "LoadBackFinish", "DeviceInsert"})
 
-_RESERVED = int(HostSlotState.RESERVED)
 _IDLE = int(HostSlotState.IDLE)
 
 
@@ -303,22 +302,13 @@ class IncrementalHostTierMap(HostTierMap):
         if not (resized or forced or old is None or old[1] != slot_vals):
             return
         state = self.slot_seen
-        for i, p in enumerate(pos):
-            if hs is not None:
-                h = hs[i]
+        if hs is not None:
+            for h in hs:
                 self.slot_page[h] = x
-                if state[h] == _RESERVED:
-                    _set("host", p, 0)
-                    _set("backupOp", p, h + 1)
-                else:
-                    _set("host", p, h + 1)
-                    _set("backupOp", p, 0)
-            elif pending is not None and i < len(pending):
-                _set("host", p, 0)
-                _set("backupOp", p, pending[i] + 1)
-            else:
-                _set("host", p, 0)
-                _set("backupOp", p, 0)
+        for i, p in enumerate(pos):
+            h, b = page_slots(hs, pending, i, state)
+            _set("host", p, h)
+            _set("backupOp", p, b)
 
     def _detached(self, x) -> bool:
         return x.parent is None and x is not self.cache.tree.root
