@@ -51,7 +51,8 @@ def _strip(node):
 
 
 #: names generated code may take from hicache.monitors.rt (imported when used)
-_RT_NAMES = ("BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose",
+_RT_NAMES = ("BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose", "fast_ap",
+             "FastPathFailed",
              "conj_error", "exc", "it", "mk_fcn", "normalize", "once")
 
 #: inlined Python operators for integer/boolean builtins (same results on valid inputs)
@@ -80,6 +81,40 @@ class SpecInfo:
     invariants: list[str]
     source: str = ""
     actions: list[str] = field(default_factory=list)
+
+
+#: loop-invariant reads of a fast path: a state variable applied to an argument, a state
+#: variable, a constant, a standard set (not preceded by a name character or a dot, so
+#: `xs['a']` or `f.C['a']` never match)
+_FAST_AP = re.compile(r"(?<![\w.])ap\(s\[('[A-Za-z_][A-Za-z_0-9]*')\], ")
+_FAST_REF = re.compile(r"(?<![\w.])(s|C|STD)\[('[^'\\]*'|\"[^\"\\]*\")\]")
+
+
+def _hoist_fast(exprs: list[str], first: int = 0) -> tuple[list[str], list[str]]:
+    """(prelude, exprs) with every loop-invariant read of a fast path bound once to a local.
+
+    A fast path evaluates the same `s['v']`, `C['...']` and `STD[...]` once per element of
+    a domain; binding them first leaves the loop one local read each, and `ap(s['v'], x)`
+    becomes `fast_ap`'s callable (a function's dict lookup). Only the fast path is rewritten:
+    it decides nothing on its own (FALSE or an exception runs the exact form), and a binding
+    raising (a variable missing) sends the check to the exact form as well."""
+    names: dict[str, str] = {}
+    prelude: list[str] = []
+
+    def bind(code: str, base: str) -> str:
+        if code not in names:
+            names[code] = f"{base}{first + len(names)}"
+            prelude.append(f"{names[code]} = {code}")
+        return names[code]
+
+    def ap_sub(m) -> str:
+        return bind(f"fast_ap(s[{m.group(1)}])", "_a") + "("
+
+    def ref_sub(m) -> str:
+        return bind(f"{m.group(1)}[{m.group(2)}]", "_r")
+
+    out = [_FAST_REF.sub(ref_sub, _FAST_AP.sub(ap_sub, e)) for e in exprs]
+    return prelude, out
 
 
 def _pyname(prefix: str, name: str) -> str:
@@ -611,6 +646,33 @@ class Generator:
         out.append("    return None\n\n\n")
         return out
 
+    def reads(self, node, acc: set | None = None, seen: set | None = None) -> set:
+        """The state variables `node` can read, through every definition it uses: an
+        over-approximation (a name is followed wherever it appears), which is what makes it
+        safe to skip an invariant none of whose variables changed (`READS`)."""
+        acc = set() if acc is None else acc
+        seen = set() if seen is None else seen
+        if isinstance(node, str):
+            self._read_name(node, acc, seen)
+        elif isinstance(node, (list, tuple)) and not hasattr(node, "_fields"):
+            for x in node:
+                self.reads(x, acc, seen)
+        elif hasattr(node, "_fields"):
+            if _k(node) == "OperatorApplication" and isinstance(node.operator, str):
+                self._read_name(node.operator, acc, seen)
+            for f in node._fields:
+                if f not in ("start", "end", "symbol"):
+                    self.reads(getattr(node, f), acc, seen)
+        return acc
+
+    def _read_name(self, name: str, acc: set, seen: set) -> None:
+        r = self.resolve(name, Env())
+        if isinstance(r, tuple) and r[0] == "var":
+            acc.add(self.model.variables[r[1]])
+        elif isinstance(r, OpDef) and name not in seen:
+            seen.add(name)
+            self.reads(r.body, acc, seen)
+
     # ------------------------------------------------------------- incremental forms
     def _const_domain(self, node) -> str | None:
         """The name of a zero-arity constant-level set (a CONSTANT or a constant definition)."""
@@ -655,13 +717,16 @@ class Generator:
         return None
 
     def incremental_fn(self, name: str, body, mod) -> list[str]:
-        """`inc_<Inv>(C, s, D)`: the invariant with each element-local conjunct evaluated only
-        over `D[domain]` (the dirty elements), the other conjuncts in full.
+        """`inc_<Inv>(C, s, D, V=None)`: the invariant with each element-local conjunct
+        evaluated only over `D[domain]` (the dirty elements), the other conjuncts in full;
+        V, when given, the set of variables that changed since the state on which the
+        invariant last held: a conjunct reading none of them still holds and is skipped.
 
         A fast path first: one loop per domain checks every local conjunct of an element
         together (the conjuncts are side-effect free, so their order cannot change a TRUE
-        result); only when that fails or raises does the conjunct-by-conjunct form run, so a
-        failure names the first failing conjunct exactly as `inv_<Inv>` would."""
+        result); only when that fails or raises does the conjunct-by-conjunct form run (in
+        full over D, skipping nothing), so a failure names the first failing conjunct exactly
+        as `inv_<Inv>` would."""
         self.uniq = 0
         env = Env(t=None)
         conj = self.conjuncts(body)
@@ -672,26 +737,55 @@ class Generator:
         self.incremental[name] = domains
         fname = _pyname("inc_", name)
         table = _pyname("_T_inv_", name)
-        # the fast path: non-local conjuncts, then one all(...) per domain over fused predicates
-        fast, fused = [], {}
-        for c, part in zip(conj, parts):
+        reads_table = _pyname("_R_inv_", name)
+        variables = list(self.model.variables)
+        reads = [tuple(v for v in variables if v in self.reads(c)) for c in conj]
+        # the fast path, one block per non-local conjunct and one per domain (its local
+        # conjuncts fused in one loop); a block runs only when a variable it reads changed,
+        # binds only what it reads, and inside a domain's loop conjunct i is guarded by _u<i>
+        blocks, fused = [], {}
+        for i, (c, part) in enumerate(zip(conj, parts)):
             if part is None:
-                fast.append(self.e(c, env))
+                blocks.append(([i], self.e(c, env)))
             else:
-                dom = part[0]
-                var = _pyname("e_", dom)
-                fused.setdefault(dom, []).append(self.local_conjunct(c, env, var)[2])
+                var = _pyname("e_", part[0])
+                fused.setdefault(part[0], []).append((i, self.local_conjunct(c, env, var)[2]))
         for dom, preds in fused.items():
             var = _pyname("e_", dom)
-            fast.append(f"all(({' and '.join(preds)}) for {var} in it(D[{dom!r}]))")
-        out = [f"def {fname}(C, s, D):\n",
-               f"    \"\"\"{name} over the elements D[domain] of {', '.join(domains)} only (see inv_{name}).\"\"\"\n",
-               "    try:\n",
-               "        if " + " and \\\n                ".join(fast) + ":\n",
-               "            return None\n",
-               "    except Exception:  # the conjunct-by-conjunct form below reports it\n",
-               "        pass\n",
-               "    k = 0\n    try:\n"]
+            if len(preds) == 1:
+                code = f"all({preds[0][1]} for {var} in it(D[{dom!r}]))"
+            else:
+                code = f"all(({' and '.join(f'(not _u{i} or {p})' for i, p in preds)}) for {var} in it(D[{dom!r}]))"
+            blocks.append(([i for i, _ in preds], code))
+        out = [f"{reads_table} = (\n" + "".join(f"    frozenset({r!r}),\n" for r in reads) + ")\n\n\n",
+               f"def {fname}(C, s, D, V=None):\n",
+               f"    \"\"\"{name} over the elements D[domain] of {', '.join(domains)} only, skipping the conjuncts\n"
+               f"    that read no variable in V (see inv_{name}).\"\"\"\n",
+               "    try:\n"]
+        def changed(i: int) -> str:
+            r = reads[i]
+            if not r:
+                return "V is None"
+            if len(r) == 1:
+                return f"V is None or {r[0]!r} in V"
+            return f"V is None or not V.isdisjoint({reads_table}[{i}])"
+
+        bound = 0
+        for idx, code in blocks:
+            prelude, (code,) = _hoist_fast([code], bound)
+            bound += len(prelude)
+            if len(idx) == 1:
+                out.append(f"        if {changed(idx[0])}:\n")
+            else:
+                out += [f"        _u{i} = {changed(i)}\n" for i in idx]
+                out.append(f"        if {' or '.join(f'_u{i}' for i in idx)}:\n")
+            out += [f"            {line}\n" for line in prelude]
+            out.append(f"            if not {code}:\n")
+            out.append("                raise FastPathFailed()\n")
+        out += ["        return None\n",
+                "    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it\n",
+                "        pass\n",
+                "    k = 0\n    try:\n"]
         for i, (c, part) in enumerate(zip(conj, parts), 1):
             if part is None:
                 code = self.e(c, env)
@@ -833,6 +927,12 @@ class Generator:
         tail.append("}\n\n#: invariant name -> check\nINVARIANTS = {\n")
         for name in invs:
             tail.append(f"    {name!r}: {_pyname('inv_', name)},\n")
+        tail.append("}\n\n#: invariant name -> the state variables it reads (through its definitions): an\n"
+                    "#: invariant holding on a state still holds after steps that changed none of them\n"
+                    "READS = {\n")
+        for name in invs:
+            order_ = [v for v in variables if v in self.reads(self.scope.entries[name].body)]
+            tail.append(f"    {name!r}: frozenset({tuple(order_)!r}),\n")
         tail.append("}\n\n#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)\n")
         tail.append("INCREMENTAL = {\n")
         for name in invs:

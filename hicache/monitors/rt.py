@@ -7,6 +7,7 @@ interpreter agree on every value by construction; only the control structure is 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from hicache.tla.errors import EvalError
@@ -16,8 +17,8 @@ from hicache.tla.values import (
 )
 
 __all__ = [
-    "BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose",
-    "conj_error", "exc", "it", "mk_fcn", "normalize", "once",
+    "BI", "STD", "FastPathFailed", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose",
+    "conj_error", "exc", "fast_ap", "it", "mk_fcn", "normalize", "once",
 ]
 
 #: builtin implementations by TLA+ operator name
@@ -45,6 +46,11 @@ class Failure:
         return f"{self.property} conjunct {self.index} at {self.location}: {self.text}{why}"
 
 
+class FastPathFailed(Exception):
+    """Raised by a generated fast path that did not find every conjunct TRUE: the exact
+    conjunct-by-conjunct form then decides and names the failure."""
+
+
 def conj_error(prop: str, table: tuple, k: int, exc_: BaseException) -> Failure:
     text, loc = table[k - 1]
     return Failure(prop, k, text, loc, f"{type(exc_).__name__}: {exc_}")
@@ -65,6 +71,16 @@ def ap(f, x):
     if t is RecFcn:
         return f.apply(x)
     raise EvalError(f"applying {fmt(f)}, which is not a function, to {fmt(x)}")
+
+
+def fast_ap(f):
+    """`lambda x: ap(f, x)` as one callable for a fast path (codegen._hoist_fast): a
+    function's own dict lookup, whose only difference from `ap` is raising KeyError or
+    TypeError instead of EvalError outside the domain; a fast path treats any exception as
+    "run the exact form", so the two decide alike."""
+    if type(f) is Fcn:
+        return f.d.__getitem__
+    return functools.partial(ap, f)
 
 
 def _update(val, keys, fn):

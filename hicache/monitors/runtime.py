@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -149,23 +150,47 @@ class Monitor:
         # a map whose events are all compound steps (no action checks) never needs the
         # state before an event
         self.needs_prestate = bool(getattr(rmap, "needs_prestate", True))
+        self.incremental = bool(getattr(rmap, "incremental", False))
+        # sample mode on a from-scratch, invariant-only map: the unsampled events between
+        # two sampled ones are counted down (a geometric gap drawn once per sample, the same
+        # distribution as a per-event draw) and only bound and recorded, never mapped
+        self._gap = -1
+        if cfg.mode is Mode.SAMPLE and not self.needs_prestate and not self.incremental:
+            self._gap = self._next_gap()
+        self.sampled = cfg.mode is Mode.STRICT   # whether the event being handled is checked
+        self.cache_check_hooks: list = []        # further checks a cache check runs (fn())
+        self.step_hooks: list = []               # ... and a checked event (fn(name, fields))
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)
         self.invariants.update(getattr(rmap, "invariant_overrides", {}))
         # incremental maps keep the mapped state themselves and report what changed;
         # invariants are then checked on the changed elements only (see _step_incremental);
         # the states of the history are rebuilt from the deltas on a failure
-        self.incremental = bool(getattr(rmap, "incremental", False))
         if self.incremental:
             self.prev = None
             inc = getattr(self.spec, "INCREMENTAL", {})
             over = rmap.incremental_overrides
-            self._inc_checks = [(name, over.get(name) or (inc[name][0] if name in inc else None), full)
+            reads = getattr(self.spec, "READS", {})
+            every = frozenset(self.spec.VARIABLES)
+            # (name, incremental form or None, full form, the variables the invariant reads)
+            self._inc_checks = [(name, over.get(name) or (inc[name][0] if name in inc else None), full,
+                                 reads.get(name, every))
                                 for name, full in self.invariants.items()]
+            self._checked_C = None       # the constants binding of the last checked step
+            self._domains = sorted({d for _, doms in inc.values() for d in doms})
 
     # ------------------------------------------------------------ helpers
     def _draw(self) -> bool:
         return self.cfg.mode is Mode.STRICT or self.rng.random() < self.cfg.sample_rate
+
+    def _next_gap(self) -> int:
+        """Unsampled events before the next sampled one: P(gap = k) = (1-r)^k r."""
+        r = self.cfg.sample_rate
+        if r >= 1.0:
+            return 0
+        if r <= 0.0:
+            return 1 << 62
+        return int(math.log(1.0 - self.rng.random()) / math.log1p(-r))
 
     def constants(self) -> dict:
         # a map may name what its constants depend on (cheaper than freezing them all)
@@ -181,16 +206,36 @@ class Monitor:
 
     # ------------------------------------------------------------ listener
     def __call__(self, action, fields: dict) -> None:
+        if self._gap > 0:
+            # sample mode, an unsampled event: bound (the map follows requests through
+            # events) and recorded for the report, nothing else (what a canary pays per event)
+            self.sampled = False
+            if self.rmap.bind(action, fields) is not None:
+                self.steps += 1
+                self._gap -= 1
+                self.history.append(Step(self.steps, action, fields, None))
+            return
         name = str(action)
         steps = self.rmap.bind(name, fields)
         if steps is None:
             return
         self.steps += 1
-        if self.incremental:
+        if self._gap == 0:
+            self._sample_step(name, fields, steps)
+        elif self.incremental:
             self._step_incremental(name, fields)
-            return
+        else:
+            self._step_full(name, fields, steps)
+        if self.sampled:
+            for hook in self.step_hooks:
+                hook(name, fields)
+
+    def _step_full(self, name: str, fields: dict, steps) -> None:
+        """One event on a from-scratch map (strict, or sample mode on a map with action
+        checks, whose sampled step needs the state before it)."""
         check = self._check_next
         self._check_next = self._draw()
+        self.sampled = check
         if not self.needs_prestate:
             # invariant-only map: a sampled step needs no pre-state, so unsampled steps map nothing
             if not check:
@@ -214,6 +259,17 @@ class Monitor:
             self._check_step(name, fields, steps, self.prev, t)
         self.prev = t
 
+    def _sample_step(self, name: str, fields: dict, steps) -> None:
+        """A sampled event of sample mode: every invariant on the state after it, mapped
+        from scratch (the map keeps nothing between samples)."""
+        self._gap = self._next_gap()
+        self.sampled = True
+        t = self.rmap.state()
+        self.history.append(Step(self.steps, name, dict(fields), t))
+        self.checked += 1
+        prev, self.prev = self.prev, t
+        self._check_step(name, fields, steps, prev, t)
+
     def _step_incremental(self, name: str, fields: dict) -> None:
         """One event on an incremental map. A checked step brings the map's state up to date
         (`sync`: everything that changed since the last sync) and evaluates each invariant on
@@ -221,6 +277,7 @@ class Monitor:
         sampled check still covers every change since the last one."""
         check = self._check_next
         self._check_next = self._draw()
+        self.sampled = check
         if not check:
             # an unchecked step only records the event: the map journals what changed and
             # brings its state up to date at the next checked step, whose delta and dirty
@@ -231,10 +288,23 @@ class Monitor:
         self.history.append(Step(self.steps, name, dict(fields), None, delta))
         self.checked += 1
         C = self.constants()
+        # an invariant held on the last checked state; one whose variables did not change
+        # since (the delta names every variable written) still holds. A new constants
+        # binding (a domain grew) can change any element's predicate: everything is checked
+        fresh = C is not self._checked_C
+        changed = None if fresh else {var for var, _, _ in delta}
+        self._checked_C = C
         s = self.rmap.live()
-        D = self.rmap.domains(C, acc)
-        for inv, inc, full in self._inc_checks:
-            f = inc(C, s, D) if inc is not None else full(C, s)
+        D = None
+        for inv, inc, full, reads in self._inc_checks:
+            if changed is not None and changed.isdisjoint(reads):
+                continue
+            if inc is None:
+                f = full(C, s)
+            else:
+                if D is None:
+                    D = {d: C[d] for d in self._domains} if fresh else self.rmap.domains(C, acc)
+                f = inc(C, s, D, changed)
             if f is not None:
                 self.fail("invariant", name, fields, f, None, None)
 
@@ -268,6 +338,8 @@ class Monitor:
             f = inv(C, t)
             if f is not None:
                 self.fail("invariant", "cache_check", {}, f, self.prev, t)
+        for hook in self.cache_check_hooks:
+            hook()
         if self._check_next:
             self.prev = t
 

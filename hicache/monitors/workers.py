@@ -14,10 +14,12 @@ then returned killed the prefetch thread. Neither half is a safety invariant of 
                           keeps that step possible.
 
 `KeyAudit` wraps the cache's backend in monitored runs (the production path has no
-wrapper) and records breaches on the worker threads; `WorkerWatch`, a bus listener after
-the HostTier monitor, reports them at the next scheduler-thread event through the
-monitor's `fail` (its trace and `ProtocolViolation`, kind "runtime"). Events emitted on
-worker threads are skipped: reading the ack queues there would race with the scheduler.
+wrapper) and records breaches on the worker threads; `WorkerWatch`, hooked into the
+HostTier monitor, reports them after the next event that monitor checks (strict: every
+one; sample: the sampled ones) and at cache checks, through the monitor's `fail` (its
+trace and `ProtocolViolation`, kind "runtime"). Events emitted on worker threads
+(LoadBackLayer) are no HostTier step, so the monitor runs no hook for them: reading the
+ack queues there would race with the scheduler.
 """
 from __future__ import annotations
 
@@ -38,9 +40,6 @@ TEXTS = {
 }
 
 #: events emitted on worker threads (not the scheduler's)
-_WORKER_EVENTS = frozenset({"LoadBackLayer"})
-
-
 class KeyAudit(StorageBackend):
     """A backend wrapper that checks each thread's fetches against its exists calls. The
     runtime fetches as one or more `batch_exists` calls then `batch_get` calls over keys
@@ -106,7 +105,8 @@ def stranded(cache) -> list[tuple[str, int]]:
     """(worker name, unfinished ops) of each worker whose thread has ended with work left."""
     out = []
     for w in (cache.loader, cache.writer, cache.prefetcher, cache.backuper):
-        if w is None or w._thread.is_alive():
+        # (no op in its ack queue: nothing can be stranded, and the thread is not asked)
+        if w is None or not w.acks or w._thread.is_alive():
             continue
         n = sum(1 for op in w.acks if not op.done.is_set())
         if n:
@@ -115,21 +115,21 @@ def stranded(cache) -> list[tuple[str, int]]:
 
 
 class WorkerWatch:
-    """Bus listener checking OneKeyDerivation (when the cache's backend is a `KeyAudit`)
-    and InFlightOpsHaveWorker; subscribe it after `monitor`, the HostTier monitor of the
-    same cache, whose history and trace writer it reuses."""
+    """Checks OneKeyDerivation (when the cache's backend is a `KeyAudit`) and
+    InFlightOpsHaveWorker as hooks of `monitor`, the HostTier monitor of the same cache,
+    whose history and trace writer it reuses."""
 
     def __init__(self, cache, monitor) -> None:
         self.cache = cache
         self.monitor = monitor
         self._seen = 0          # breaches already reported
 
-    def __call__(self, action, fields: dict) -> None:
-        name = str(action)
-        if name in _WORKER_EVENTS:
-            return
+    def check(self, name: str, fields: dict) -> None:
+        """Both properties now: after each event the monitor checks (strict: every one;
+        sample: the sampled ones), and at each cache check."""
         audit = self.cache.storage
-        if isinstance(audit, KeyAudit) and len(audit.breaches) > self._seen:
+        # (an exact type test: isinstance on the storage ABC costs more than the rest here)
+        if type(audit) is KeyAudit and len(audit.breaches) > self._seen:
             thread, key = audit.breaches[self._seen]
             self._seen = len(audit.breaches)
             self._fail(ONE_KEY_DERIVATION, f"{thread} asked batch_get for {key[:16]}..., which no batch_exists "
@@ -147,10 +147,14 @@ class WorkerWatch:
 
 
 def watch(cache, monitor) -> WorkerWatch:
-    """Audit the cache's storage calls and subscribe the watch after `monitor` (call before
-    the cache serves anything)."""
+    """Audit the cache's storage calls and hook the watch into `monitor` (call before the
+    cache serves anything)."""
     if cache.storage is not None and not isinstance(cache.storage, KeyAudit):
         cache.storage = KeyAudit(cache.storage)
     w = WorkerWatch(cache, monitor)
-    cache.bus.subscribe(w)
+    # a hook of the monitor, not a listener of its own: it runs after the events the
+    # monitor checks (events of no protocol step, such as LoadBackLayer, are not), at no
+    # cost on the others
+    monitor.step_hooks.append(w.check)
+    monitor.cache_check_hooks.append(lambda: w.check("cache_check", {}))
     return w

@@ -12,7 +12,8 @@ import collections
 import pytest
 
 from hicache.monitors.maps.host_tier import HostTierMap
-from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+from hicache.monitors.generated import host_tier as spec
+from hicache.monitors.maps.host_tier_inc import REQ_VARS, IncrementalHostTierMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
 
@@ -82,6 +83,84 @@ def test_deltas_rebuild_the_previous_states(seed):
     assert len(deltas) > 10
     for k in range(1, len(states)):
         assert undo(states[k], deltas[k - 1]) == states[k - 1]
+
+
+def expected_dirty(before: dict, after: dict, keys0: list, keys1: list) -> dict:
+    """The elements whose predicates (of HostTier's element-local conjuncts) can have changed
+    value between two states, derived from the states alone. Nodes: an in-tree position
+    whose page (keys: position -> (node, index)) is new, or whose page's row (its values
+    and slot[host]) differs from that page's row before, wherever it sat (the map moves
+    pages between positions, a renaming under which the checked predicates keep their
+    values); a position outside the tree whose row or InTree status changed. Slots: a
+    slot whose state or whose number of tree, backup or prefetch references changed.
+    Requests: a request whose row changed, or every request when len changed
+    (LockedNodesKept reads len)."""
+    L0, L1 = before["len"], after["len"]
+    node_vars = ("dev", "host", "stor", "hits", "backupOp", "loadReq", "loadDone")
+
+    def row(s, p):
+        h = s["host"].d[p]
+        return tuple(s[v].d[p] for v in node_vars) + (s["slot"][h - 1] if h else None,)
+    was = {k: p for p, k in enumerate(keys0)}
+    nodes = set()
+    for p in after["dev"].d:
+        if p < L1:
+            q = was.get(keys1[p])
+            if q is None or row(before, q) != row(after, p):
+                nodes.add(p)
+        elif p < L0 or row(before, p) != row(after, p):
+            nodes.add(p)
+
+    def refs(s):
+        c = collections.Counter()
+        for p, h in s["host"].d.items():
+            if h and p < s["len"]:
+                c[("tree", h)] += 1
+        for p, h in s["backupOp"].d.items():
+            if h:
+                c[("backup", h)] += 1
+        for h in s["pfSlot"]:
+            if h:
+                c[("fetch", h)] += 1
+        return c
+    r0, r1 = refs(before), refs(after)
+    slots = {h + 1 for h in range(len(after["slot"])) if before["slot"][h] != after["slot"][h]}
+    slots |= {h for _, h in (r0.keys() | r1.keys()) if r0[(_, h)] != r1[(_, h)]}
+    rows0 = list(zip(*(before[v] for v in REQ_VARS)))
+    rows1 = list(zip(*(after[v] for v in REQ_VARS)))
+    reqs = set(range(1, len(rows1) + 1)) if L0 != L1 else \
+        {q + 1 for q in range(len(rows1)) if q >= len(rows0) or rows0[q] != rows1[q]}
+    return {"Nodes": nodes, "HSlots": slots, "Reqs": reqs}
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_dirty_elements_cover_every_change(seed):
+    """The incremental checks are sound only if the map reports dirty every element whose
+    predicate can have changed: after every event, what `domains` hands the checks must
+    contain what the two mapped states say changed (steps that change the constants
+    binding are checked over whole domains by the monitor and are skipped here)."""
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy, prefetch_policy=("best_effort", "wait_complete")[seed % 2])
+    inc = IncrementalHostTierMap(cache)
+    prev = [inc.state(), inc.constants(), list(inc.keys)]
+    compared = [0]
+
+    def listener(action, fields):
+        inc.bind(str(action), fields)
+        _, acc = inc.sync()
+        after, consts, keys = inc.state(), inc.constants(), list(inc.keys)
+        if consts == prev[1]:
+            C = spec.constants(consts)
+            D = inc.domains(C, acc)
+            for dom, want in expected_dirty(prev[0], after, prev[2], keys).items():
+                missing = want - set(D[dom])
+                assert not missing, f"{action} {fields}: {dom} {sorted(missing)} changed but not dirty"
+            compared[0] += 1
+        prev[:] = [after, consts, keys]
+    cache.bus.subscribe(listener)
+    run_workload(cache, reqs)
+    assert compared[0] > 20
 
 
 def test_a_violation_found_incrementally_has_the_full_history(tmp_path):

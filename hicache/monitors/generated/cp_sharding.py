@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FcnSet, STD, ap, choose, conj_error, exc, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, choose, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
 
 SPEC = 'spec/CPSharding.tla'
 MODULE = 'CPSharding'
@@ -464,14 +464,47 @@ def inv_TypeOK(C, s):
     return None
 
 
-def inc_TypeOK(C, s, D):
-    """TypeOK over the elements D[domain] of Chains only (see inv_TypeOK)."""
+_R_inv_TypeOK = (
+    frozenset(('rot',)),
+    frozenset(('len',)),
+    frozenset(('page',)),
+    frozenset(('host',)),
+    frozenset(('free',)),
+    frozenset(('mixed',)),
+)
+
+
+def inc_TypeOK(C, s, D, V=None):
+    """TypeOK over the elements D[domain] of Chains only, skipping the conjuncts
+    that read no variable in V (see inv_TypeOK)."""
     try:
-        if _b_subseteq(s['free'], C['PageIds']) and \
-                (s['mixed'] in STD["BOOLEAN"]) and \
-                all(((ap(s['rot'], e_Chains) in C['$h4']) and (ap(s['len'], e_Chains) in C['$h5']) and (ap(s['page'], e_Chains) in C['$h6']) and (ap(s['host'], e_Chains) in C['$h7'])) for e_Chains in it(D['Chains'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'free' in V:
+            _r0 = s['free']
+            _r1 = C['PageIds']
+            if not _b_subseteq(_r0, _r1):
+                raise FastPathFailed()
+        if V is None or 'mixed' in V:
+            _r2 = s['mixed']
+            _r3 = STD["BOOLEAN"]
+            if not (_r2 in _r3):
+                raise FastPathFailed()
+        _u0 = V is None or 'rot' in V
+        _u1 = V is None or 'len' in V
+        _u2 = V is None or 'page' in V
+        _u3 = V is None or 'host' in V
+        if _u0 or _u1 or _u2 or _u3:
+            _a4 = fast_ap(s['rot'])
+            _a5 = fast_ap(s['len'])
+            _a6 = fast_ap(s['page'])
+            _a7 = fast_ap(s['host'])
+            _r8 = C['$h4']
+            _r9 = C['$h5']
+            _r10 = C['$h6']
+            _r11 = C['$h7']
+            if not all(((not _u0 or (_a4(e_Chains) in _r8)) and (not _u1 or (_a5(e_Chains) in _r9)) and (not _u2 or (_a6(e_Chains) in _r10)) and (not _u3 or (_a7(e_Chains) in _r11))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -532,14 +565,34 @@ def inv_PlacementBijection(C, s):
     return None
 
 
-def inc_PlacementBijection(C, s, D):
-    """PlacementBijection over the elements D[domain] of PageIds only (see inv_PlacementBijection)."""
+_R_inv_PlacementBijection = (
+    frozenset(()),
+    frozenset(()),
+    frozenset(()),
+)
+
+
+def inc_PlacementBijection(C, s, D, V=None):
+    """PlacementBijection over the elements D[domain] of PageIds only, skipping the conjuncts
+    that read no variable in V (see inv_PlacementBijection)."""
     try:
-        if all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h8'])) and \
-                all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h9'])) and \
-                all((((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < C['LocalPages']))) for e_PageIds in it(D['PageIds'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None:
+            _r0 = C['Ranks']
+            _r1 = C['$h8']
+            if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(_r0) for v_a_3 in it(_r1)):
+                raise FastPathFailed()
+        if V is None:
+            _r2 = C['CP']
+            _r3 = C['PageSize']
+            _r4 = C['$h9']
+            if not all(((d_TokOwner(C, s, None, v_loc_4, _r2, _r3) == d_Owner(C, s, None, _b_div(v_loc_4, _r3))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, _r2, _r3), d_TokLocal(C, s, None, v_loc_4, _r2, _r3), _r2, _r3) == v_loc_4)) for v_loc_4 in it(_r4)):
+                raise FastPathFailed()
+        if V is None:
+            _r5 = C['LocalPages']
+            if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < _r5)) for e_PageIds in it(D['PageIds'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -578,12 +631,25 @@ def inv_PositionOwner(C, s):
     return None
 
 
-def inc_PositionOwner(C, s, D):
-    """PositionOwner over the elements D[domain] of Chains only (see inv_PositionOwner)."""
+_R_inv_PositionOwner = (
+    frozenset(('rot', 'len', 'page')),
+)
+
+
+def inc_PositionOwner(C, s, D, V=None):
+    """PositionOwner over the elements D[domain] of Chains only, skipping the conjuncts
+    that read no variable in V (see inv_PositionOwner)."""
     try:
-        if all((all(((not (ap(ap(s['page'], e_Chains), v_P_3) != C['NoPage'])) or (d_Owner(C, s, None, ap(ap(s['page'], e_Chains), v_P_3)) == d_ChainOwner(C, s, None, ap(s['rot'], e_Chains), v_P_3, C['CP']))) for v_P_3 in it(_b_range_(0, (ap(s['len'], e_Chains) - 1))))) for e_Chains in it(D['Chains'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_PositionOwner[0]):
+            _a0 = fast_ap(s['page'])
+            _a1 = fast_ap(s['rot'])
+            _a2 = fast_ap(s['len'])
+            _r3 = C['NoPage']
+            _r4 = C['CP']
+            if not all(all(((not (ap(_a0(e_Chains), v_P_3) != _r3)) or (d_Owner(C, s, None, ap(_a0(e_Chains), v_P_3)) == d_ChainOwner(C, s, None, _a1(e_Chains), v_P_3, _r4))) for v_P_3 in it(_b_range_(0, (_a2(e_Chains) - 1)))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -614,12 +680,24 @@ def inv_ExtensionKeepsRotation(C, s):
     return None
 
 
-def inc_ExtensionKeepsRotation(C, s, D):
-    """ExtensionKeepsRotation over the elements D[domain] of Chains only (see inv_ExtensionKeepsRotation)."""
+_R_inv_ExtensionKeepsRotation = (
+    frozenset(('len', 'page')),
+)
+
+
+def inc_ExtensionKeepsRotation(C, s, D, V=None):
+    """ExtensionKeepsRotation over the elements D[domain] of Chains only, skipping the conjuncts
+    that read no variable in V (see inv_ExtensionKeepsRotation)."""
     try:
-        if all((all(((not ((ap(ap(s['page'], e_Chains), v_P_3) != C['NoPage']) and (ap(ap(s['page'], e_Chains), (v_P_3 - 1)) != C['NoPage']))) or (d_Owner(C, s, None, ap(ap(s['page'], e_Chains), v_P_3)) == _b_mod((d_Owner(C, s, None, ap(ap(s['page'], e_Chains), (v_P_3 - 1))) + 1), C['CP']))) for v_P_3 in it(_b_range_(1, (ap(s['len'], e_Chains) - 1))))) for e_Chains in it(D['Chains'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_ExtensionKeepsRotation[0]):
+            _a0 = fast_ap(s['page'])
+            _a1 = fast_ap(s['len'])
+            _r2 = C['NoPage']
+            _r3 = C['CP']
+            if not all(all(((not ((ap(_a0(e_Chains), v_P_3) != _r2) and (ap(_a0(e_Chains), (v_P_3 - 1)) != _r2))) or (d_Owner(C, s, None, ap(_a0(e_Chains), v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_a0(e_Chains), (v_P_3 - 1))) + 1), _r3))) for v_P_3 in it(_b_range_(1, (_a1(e_Chains) - 1)))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -668,12 +746,25 @@ def inv_RestoreKeepsOwner(C, s):
     return None
 
 
-def inc_RestoreKeepsOwner(C, s, D):
-    """RestoreKeepsOwner over the elements D[domain] of Chains only (see inv_RestoreKeepsOwner)."""
+_R_inv_RestoreKeepsOwner = (
+    frozenset(('len', 'page', 'host')),
+)
+
+
+def inc_RestoreKeepsOwner(C, s, D, V=None):
+    """RestoreKeepsOwner over the elements D[domain] of Chains only, skipping the conjuncts
+    that read no variable in V (see inv_RestoreKeepsOwner)."""
     try:
-        if all((all(((not ((ap(ap(s['page'], e_Chains), v_P_3) != C['NoPage']) and (ap(ap(s['host'], e_Chains), v_P_3) != C['NoHost']))) or (d_Owner(C, s, None, ap(ap(s['page'], e_Chains), v_P_3)) == ap(ap(s['host'], e_Chains), v_P_3))) for v_P_3 in it(_b_range_(0, (ap(s['len'], e_Chains) - 1))))) for e_Chains in it(D['Chains'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_RestoreKeepsOwner[0]):
+            _a0 = fast_ap(s['page'])
+            _a1 = fast_ap(s['host'])
+            _a2 = fast_ap(s['len'])
+            _r3 = C['NoPage']
+            _r4 = C['NoHost']
+            if not all(all(((not ((ap(_a0(e_Chains), v_P_3) != _r3) and (ap(_a1(e_Chains), v_P_3) != _r4))) or (d_Owner(C, s, None, ap(_a0(e_Chains), v_P_3)) == ap(_a1(e_Chains), v_P_3))) for v_P_3 in it(_b_range_(0, (_a2(e_Chains) - 1)))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -704,12 +795,25 @@ def inv_ChainBalanced(C, s):
     return None
 
 
-def inc_ChainBalanced(C, s, D):
-    """ChainBalanced over the elements D[domain] of Chains only (see inv_ChainBalanced)."""
+_R_inv_ChainBalanced = (
+    frozenset(('rot', 'len')),
+)
+
+
+def inc_ChainBalanced(C, s, D, V=None):
+    """ChainBalanced over the elements D[domain] of Chains only, skipping the conjuncts
+    that read no variable in V (see inv_ChainBalanced)."""
     try:
-        if all((((not (ap(s['rot'], e_Chains) != C['NoRot'])) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(ap(s['len'], e_Chains), C['CP'])), normalize(_b_div((ap(s['len'], e_Chains) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (ap(s['len'], e_Chains) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], e_Chains), v_P_7, C['CP']) == v_r_5))))) for v_r_5 in it(C['Ranks'])))) for e_Chains in it(D['Chains'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]):
+            _a0 = fast_ap(s['rot'])
+            _a1 = fast_ap(s['len'])
+            _r2 = C['NoRot']
+            _r3 = C['CP']
+            _r4 = C['Ranks']
+            if not all(((not (_a0(e_Chains) != _r2)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_a1(e_Chains), _r3)), normalize(_b_div((_a1(e_Chains) + (_r3 - 1)), _r3)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_a1(e_Chains) - 1))) if (d_ChainOwner(C, s, None, _a0(e_Chains), v_P_7, _r3) == v_r_5))))) for v_r_5 in it(_r4))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -755,14 +859,46 @@ def inv_NoDoubleAllocation(C, s):
     return None
 
 
-def inc_NoDoubleAllocation(C, s, D):
-    """NoDoubleAllocation over the elements D[domain] of Chains, PageIds only (see inv_NoDoubleAllocation)."""
+_R_inv_NoDoubleAllocation = (
+    frozenset(('page',)),
+    frozenset(('page', 'free')),
+    frozenset(('len', 'page', 'host')),
+    frozenset(('page', 'free')),
+)
+
+
+def inc_NoDoubleAllocation(C, s, D, V=None):
+    """NoDoubleAllocation over the elements D[domain] of Chains, PageIds only, skipping the conjuncts
+    that read no variable in V (see inv_NoDoubleAllocation)."""
     try:
-        if all(all(((not ((ap(ap(s['page'], v_c_8), v_P_10) != C['NoPage']) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(ap(s['page'], v_c_8), v_P_10) != ap(ap(s['page'], v_d_9), v_Q_11))) for v_P_10 in it(C['Pos']) for v_Q_11 in it(C['Pos'])) for v_c_8 in it(C['Chains']) for v_d_9 in it(C['Chains'])) and \
-                all((all(((not (ap(ap(s['page'], e_Chains), v_P_12) != C['NoPage'])) or (ap(ap(s['page'], e_Chains), v_P_12) not in s['free'])) for v_P_12 in it(C['Pos'])) and all(((not (v_P_13 >= ap(s['len'], e_Chains))) or ((ap(ap(s['page'], e_Chains), v_P_13) == C['NoPage']) and (ap(ap(s['host'], e_Chains), v_P_13) == C['NoHost']))) for v_P_13 in it(C['Pos']))) for e_Chains in it(D['Chains'])) and \
-                all((((not (e_PageIds not in s['free'])) or any((ap(ap(s['page'], v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(C['Chains']) for v_P_15 in it(C['Pos'])))) for e_PageIds in it(D['PageIds'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'page' in V:
+            _a0 = fast_ap(s['page'])
+            _r1 = C['NoPage']
+            _r2 = C['Pos']
+            _r3 = C['Chains']
+            if not all(all(((not ((ap(_a0(v_c_8), v_P_10) != _r1) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a0(v_c_8), v_P_10) != ap(_a0(v_d_9), v_Q_11))) for v_P_10 in it(_r2) for v_Q_11 in it(_r2)) for v_c_8 in it(_r3) for v_d_9 in it(_r3)):
+                raise FastPathFailed()
+        _u1 = V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1])
+        _u2 = V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2])
+        if _u1 or _u2:
+            _a4 = fast_ap(s['page'])
+            _a5 = fast_ap(s['len'])
+            _a6 = fast_ap(s['host'])
+            _r7 = C['NoPage']
+            _r8 = s['free']
+            _r9 = C['Pos']
+            _r10 = C['NoHost']
+            if not all(((not _u1 or all(((not (ap(_a4(e_Chains), v_P_12) != _r7)) or (ap(_a4(e_Chains), v_P_12) not in _r8)) for v_P_12 in it(_r9))) and (not _u2 or all(((not (v_P_13 >= _a5(e_Chains))) or ((ap(_a4(e_Chains), v_P_13) == _r7) and (ap(_a6(e_Chains), v_P_13) == _r10))) for v_P_13 in it(_r9)))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]):
+            _a11 = fast_ap(s['page'])
+            _r12 = s['free']
+            _r13 = C['Chains']
+            _r14 = C['Pos']
+            if not all(((not (e_PageIds not in _r12)) or any((ap(_a11(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r13) for v_P_15 in it(_r14))) for e_PageIds in it(D['PageIds'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -822,6 +958,19 @@ INVARIANTS = {
     'RestoreKeepsOwner': inv_RestoreKeepsOwner,
     'ChainBalanced': inv_ChainBalanced,
     'NoDoubleAllocation': inv_NoDoubleAllocation,
+}
+
+#: invariant name -> the state variables it reads (through its definitions): an
+#: invariant holding on a state still holds after steps that changed none of them
+READS = {
+    'TypeOK': frozenset(('rot', 'len', 'page', 'host', 'free', 'mixed')),
+    'PlacementBijection': frozenset(()),
+    'PositionOwner': frozenset(('rot', 'len', 'page')),
+    'ExtensionKeepsRotation': frozenset(('len', 'page')),
+    'SpliceRotationsAgree': frozenset(('mixed',)),
+    'RestoreKeepsOwner': frozenset(('len', 'page', 'host')),
+    'ChainBalanced': frozenset(('rot', 'len')),
+    'NoDoubleAllocation': frozenset(('len', 'page', 'host', 'free')),
 }
 
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)

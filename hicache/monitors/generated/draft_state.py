@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, Fcn, FcnSet, STD, ap, case_fail, conj_error, exc, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, Fcn, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
 
 SPEC = 'spec/DraftState.tla'
 MODULE = 'DraftState'
@@ -474,13 +474,52 @@ def inv_TypeOK(C, s):
     return None
 
 
-def inc_TypeOK(C, s, D):
-    """TypeOK over the elements D[domain] of DraftPools, Transfers only (see inv_TypeOK)."""
+_R_inv_TypeOK = (
+    frozenset(('layout',)),
+    frozenset(('phase',)),
+    frozenset(('tgtDone',)),
+    frozenset(('draftDone',)),
+    frozenset(('read',)),
+    frozenset(('readStale',)),
+    frozenset(('srcIdx',)),
+    frozenset(('xferIdx',)),
+)
+
+
+def inc_TypeOK(C, s, D, V=None):
+    """TypeOK over the elements D[domain] of DraftPools, Transfers only, skipping the conjuncts
+    that read no variable in V (see inv_TypeOK)."""
     try:
-        if all(((ap(s['layout'], e_DraftPools) in C['$h7'])) for e_DraftPools in it(D['DraftPools'])) and \
-                all(((ap(s['phase'], e_Transfers) in C['$h8']) and (ap(s['tgtDone'], e_Transfers) in STD["BOOLEAN"]) and (ap(s['draftDone'], e_Transfers) in C['$h9']) and (ap(s['read'], e_Transfers) in C['$h10']) and (ap(s['readStale'], e_Transfers) in C['$h10']) and (ap(s['srcIdx'], e_Transfers) in C['$h11']) and (ap(s['xferIdx'], e_Transfers) in C['$h12'])) for e_Transfers in it(D['Transfers'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'layout' in V:
+            _a0 = fast_ap(s['layout'])
+            _r1 = C['$h7']
+            if not all((_a0(e_DraftPools) in _r1) for e_DraftPools in it(D['DraftPools'])):
+                raise FastPathFailed()
+        _u1 = V is None or 'phase' in V
+        _u2 = V is None or 'tgtDone' in V
+        _u3 = V is None or 'draftDone' in V
+        _u4 = V is None or 'read' in V
+        _u5 = V is None or 'readStale' in V
+        _u6 = V is None or 'srcIdx' in V
+        _u7 = V is None or 'xferIdx' in V
+        if _u1 or _u2 or _u3 or _u4 or _u5 or _u6 or _u7:
+            _a2 = fast_ap(s['phase'])
+            _a3 = fast_ap(s['tgtDone'])
+            _a4 = fast_ap(s['draftDone'])
+            _a5 = fast_ap(s['read'])
+            _a6 = fast_ap(s['readStale'])
+            _a7 = fast_ap(s['srcIdx'])
+            _a8 = fast_ap(s['xferIdx'])
+            _r9 = C['$h8']
+            _r10 = STD["BOOLEAN"]
+            _r11 = C['$h9']
+            _r12 = C['$h10']
+            _r13 = C['$h11']
+            _r14 = C['$h12']
+            if not all(((not _u1 or (_a2(e_Transfers) in _r9)) and (not _u2 or (_a3(e_Transfers) in _r10)) and (not _u3 or (_a4(e_Transfers) in _r11)) and (not _u4 or (_a5(e_Transfers) in _r12)) and (not _u5 or (_a6(e_Transfers) in _r12)) and (not _u6 or (_a7(e_Transfers) in _r13)) and (not _u7 or (_a8(e_Transfers) in _r14))) for e_Transfers in it(D['Transfers'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -539,12 +578,24 @@ def inv_CompletionAfterAllCopies(C, s):
     return None
 
 
-def inc_CompletionAfterAllCopies(C, s, D):
-    """CompletionAfterAllCopies over the elements D[domain] of Transfers only (see inv_CompletionAfterAllCopies)."""
+_R_inv_CompletionAfterAllCopies = (
+    frozenset(('phase', 'tgtDone', 'draftDone')),
+)
+
+
+def inc_CompletionAfterAllCopies(C, s, D, V=None):
+    """CompletionAfterAllCopies over the elements D[domain] of Transfers only, skipping the conjuncts
+    that read no variable in V (see inv_CompletionAfterAllCopies)."""
     try:
-        if all((((not (ap(s['phase'], e_Transfers) == 'fired')) or (ap(s['tgtDone'], e_Transfers) and (ap(s['draftDone'], e_Transfers) == C['DraftPools'])))) for e_Transfers in it(D['Transfers'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_CompletionAfterAllCopies[0]):
+            _a0 = fast_ap(s['phase'])
+            _a1 = fast_ap(s['tgtDone'])
+            _a2 = fast_ap(s['draftDone'])
+            _r3 = C['DraftPools']
+            if not all(((not (_a0(e_Transfers) == 'fired')) or (_a1(e_Transfers) and (_a2(e_Transfers) == _r3))) for e_Transfers in it(D['Transfers'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -575,12 +626,23 @@ def inv_NoReadBeforeCompletion(C, s):
     return None
 
 
-def inc_NoReadBeforeCompletion(C, s, D):
-    """NoReadBeforeCompletion over the elements D[domain] of Transfers only (see inv_NoReadBeforeCompletion)."""
+_R_inv_NoReadBeforeCompletion = (
+    frozenset(('phase', 'read', 'readStale')),
+)
+
+
+def inc_NoReadBeforeCompletion(C, s, D, V=None):
+    """NoReadBeforeCompletion over the elements D[domain] of Transfers only, skipping the conjuncts
+    that read no variable in V (see inv_NoReadBeforeCompletion)."""
     try:
-        if all(((((not (ap(s['read'], e_Transfers) != frozenset())) or (ap(s['phase'], e_Transfers) == 'fired')) and (ap(s['readStale'], e_Transfers) == frozenset()))) for e_Transfers in it(D['Transfers'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_NoReadBeforeCompletion[0]):
+            _a0 = fast_ap(s['read'])
+            _a1 = fast_ap(s['phase'])
+            _a2 = fast_ap(s['readStale'])
+            if not all((((not (_a0(e_Transfers) != frozenset())) or (_a1(e_Transfers) == 'fired')) and (_a2(e_Transfers) == frozenset())) for e_Transfers in it(D['Transfers'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -611,12 +673,21 @@ def inv_PackedOnlyCompatible(C, s):
     return None
 
 
-def inc_PackedOnlyCompatible(C, s, D):
-    """PackedOnlyCompatible over the elements D[domain] of DraftPools only (see inv_PackedOnlyCompatible)."""
+_R_inv_PackedOnlyCompatible = (
+    frozenset(('layout',)),
+)
+
+
+def inc_PackedOnlyCompatible(C, s, D, V=None):
+    """PackedOnlyCompatible over the elements D[domain] of DraftPools only, skipping the conjuncts
+    that read no variable in V (see inv_PackedOnlyCompatible)."""
     try:
-        if all((((not (ap(s['layout'], e_DraftPools) == 'packed')) or d_Compatible(C, s, None, e_DraftPools))) for e_DraftPools in it(D['DraftPools'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'layout' in V:
+            _a0 = fast_ap(s['layout'])
+            if not all(((not (_a0(e_DraftPools) == 'packed')) or d_Compatible(C, s, None, e_DraftPools)) for e_DraftPools in it(D['DraftPools'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -647,12 +718,25 @@ def inv_IndicesFromDeclaredSource(C, s):
     return None
 
 
-def inc_IndicesFromDeclaredSource(C, s, D):
-    """IndicesFromDeclaredSource over the elements D[domain] of Transfers only (see inv_IndicesFromDeclaredSource)."""
+_R_inv_IndicesFromDeclaredSource = (
+    frozenset(('layout', 'phase', 'srcIdx', 'xferIdx')),
+)
+
+
+def inc_IndicesFromDeclaredSource(C, s, D, V=None):
+    """IndicesFromDeclaredSource over the elements D[domain] of Transfers only, skipping the conjuncts
+    that read no variable in V (see inv_IndicesFromDeclaredSource)."""
     try:
-        if all((((not (ap(s['phase'], e_Transfers) != 'idle')) or all((ap(ap(s['xferIdx'], e_Transfers), v_p_3) == (ap(ap(s['srcIdx'], e_Transfers), 'kv') if (ap(s['layout'], v_p_3) == 'packed') else ap(ap(s['srcIdx'], e_Transfers), d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(C['DraftPools'])))) for e_Transfers in it(D['Transfers'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_IndicesFromDeclaredSource[0]):
+            _a0 = fast_ap(s['phase'])
+            _a1 = fast_ap(s['xferIdx'])
+            _a2 = fast_ap(s['srcIdx'])
+            _a3 = fast_ap(s['layout'])
+            _r4 = C['DraftPools']
+            if not all(((not (_a0(e_Transfers) != 'idle')) or all((ap(_a1(e_Transfers), v_p_3) == (ap(_a2(e_Transfers), 'kv') if (_a3(v_p_3) == 'packed') else ap(_a2(e_Transfers), d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r4))) for e_Transfers in it(D['Transfers'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -718,6 +802,17 @@ INVARIANTS = {
     'PackedOnlyCompatible': inv_PackedOnlyCompatible,
     'IndicesFromDeclaredSource': inv_IndicesFromDeclaredSource,
     'PackedOffsetsDisjoint': inv_PackedOffsetsDisjoint,
+}
+
+#: invariant name -> the state variables it reads (through its definitions): an
+#: invariant holding on a state still holds after steps that changed none of them
+READS = {
+    'TypeOK': frozenset(('layout', 'phase', 'tgtDone', 'draftDone', 'read', 'readStale', 'srcIdx', 'xferIdx')),
+    'CompletionAfterAllCopies': frozenset(('phase', 'tgtDone', 'draftDone')),
+    'NoReadBeforeCompletion': frozenset(('phase', 'read', 'readStale')),
+    'PackedOnlyCompatible': frozenset(('layout',)),
+    'IndicesFromDeclaredSource': frozenset(('layout', 'phase', 'srcIdx', 'xferIdx')),
+    'PackedOffsetsDisjoint': frozenset(()),
 }
 
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)

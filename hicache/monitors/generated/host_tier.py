@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FcnSet, STD, ap, case_fail, conj_error, exc, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
 
 SPEC = 'spec/HostTier.tla'
 MODULE = 'HostTier'
@@ -1034,16 +1034,86 @@ def inv_TypeOK(C, s):
     return None
 
 
-def inc_TypeOK(C, s, D):
-    """TypeOK over the elements D[domain] of HSlots, Nodes, Reqs only (see inv_TypeOK)."""
+_R_inv_TypeOK = (
+    frozenset(('policy',)),
+    frozenset(('len',)),
+    frozenset(('dev',)),
+    frozenset(('host',)),
+    frozenset(('stor',)),
+    frozenset(('hits',)),
+    frozenset(('slot',)),
+    frozenset(('backupOp',)),
+    frozenset(('loadReq',)),
+    frozenset(('loadDone',)),
+    frozenset(('req',)),
+    frozenset(('reqLen',)),
+    frozenset(('pfSlot',)),
+    frozenset(('pfNode',)),
+    frozenset(('pfAbort',)),
+)
+
+
+def inc_TypeOK(C, s, D, V=None):
+    """TypeOK over the elements D[domain] of HSlots, Nodes, Reqs only, skipping the conjuncts
+    that read no variable in V (see inv_TypeOK)."""
     try:
-        if (s['policy'] in C['Policies']) and \
-                (s['len'] in C['$h0']) and \
-                all(((ap(s['dev'], e_Nodes) in STD["BOOLEAN"]) and (ap(s['host'], e_Nodes) in C['$h12']) and (ap(s['stor'], e_Nodes) in STD["BOOLEAN"]) and (ap(s['hits'], e_Nodes) in C['$h13']) and (ap(s['backupOp'], e_Nodes) in C['$h12']) and (ap(s['loadReq'], e_Nodes) in C['$h14']) and (ap(s['loadDone'], e_Nodes) in C['$h15'])) for e_Nodes in it(D['Nodes'])) and \
-                all(((ap(s['slot'], e_HSlots) in C['SlotStates'])) for e_HSlots in it(D['HSlots'])) and \
-                all(((ap(s['req'], e_Reqs) in C['ReqStates']) and (ap(s['reqLen'], e_Reqs) in C['$h0']) and (ap(s['pfSlot'], e_Reqs) in C['$h12']) and (ap(s['pfNode'], e_Reqs) in C['Nodes']) and (ap(s['pfAbort'], e_Reqs) in STD["BOOLEAN"])) for e_Reqs in it(D['Reqs'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'policy' in V:
+            _r0 = s['policy']
+            _r1 = C['Policies']
+            if not (_r0 in _r1):
+                raise FastPathFailed()
+        if V is None or 'len' in V:
+            _r2 = s['len']
+            _r3 = C['$h0']
+            if not (_r2 in _r3):
+                raise FastPathFailed()
+        _u2 = V is None or 'dev' in V
+        _u3 = V is None or 'host' in V
+        _u4 = V is None or 'stor' in V
+        _u5 = V is None or 'hits' in V
+        _u7 = V is None or 'backupOp' in V
+        _u8 = V is None or 'loadReq' in V
+        _u9 = V is None or 'loadDone' in V
+        if _u2 or _u3 or _u4 or _u5 or _u7 or _u8 or _u9:
+            _a4 = fast_ap(s['dev'])
+            _a5 = fast_ap(s['host'])
+            _a6 = fast_ap(s['stor'])
+            _a7 = fast_ap(s['hits'])
+            _a8 = fast_ap(s['backupOp'])
+            _a9 = fast_ap(s['loadReq'])
+            _a10 = fast_ap(s['loadDone'])
+            _r11 = STD["BOOLEAN"]
+            _r12 = C['$h12']
+            _r13 = C['$h13']
+            _r14 = C['$h14']
+            _r15 = C['$h15']
+            if not all(((not _u2 or (_a4(e_Nodes) in _r11)) and (not _u3 or (_a5(e_Nodes) in _r12)) and (not _u4 or (_a6(e_Nodes) in _r11)) and (not _u5 or (_a7(e_Nodes) in _r13)) and (not _u7 or (_a8(e_Nodes) in _r12)) and (not _u8 or (_a9(e_Nodes) in _r14)) and (not _u9 or (_a10(e_Nodes) in _r15))) for e_Nodes in it(D['Nodes'])):
+                raise FastPathFailed()
+        if V is None or 'slot' in V:
+            _a16 = fast_ap(s['slot'])
+            _r17 = C['SlotStates']
+            if not all((_a16(e_HSlots) in _r17) for e_HSlots in it(D['HSlots'])):
+                raise FastPathFailed()
+        _u10 = V is None or 'req' in V
+        _u11 = V is None or 'reqLen' in V
+        _u12 = V is None or 'pfSlot' in V
+        _u13 = V is None or 'pfNode' in V
+        _u14 = V is None or 'pfAbort' in V
+        if _u10 or _u11 or _u12 or _u13 or _u14:
+            _a18 = fast_ap(s['req'])
+            _a19 = fast_ap(s['reqLen'])
+            _a20 = fast_ap(s['pfSlot'])
+            _a21 = fast_ap(s['pfNode'])
+            _a22 = fast_ap(s['pfAbort'])
+            _r23 = C['ReqStates']
+            _r24 = C['$h0']
+            _r25 = C['$h12']
+            _r26 = C['Nodes']
+            _r27 = STD["BOOLEAN"]
+            if not all(((not _u10 or (_a18(e_Reqs) in _r23)) and (not _u11 or (_a19(e_Reqs) in _r24)) and (not _u12 or (_a20(e_Reqs) in _r25)) and (not _u13 or (_a21(e_Reqs) in _r26)) and (not _u14 or (_a22(e_Reqs) in _r27))) for e_Reqs in it(D['Reqs'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -1130,12 +1200,21 @@ def inv_SlotInOneOwner(C, s):
     return None
 
 
-def inc_SlotInOneOwner(C, s, D):
-    """SlotInOneOwner over the elements D[domain] of HSlots only (see inv_SlotInOneOwner)."""
+_R_inv_SlotInOneOwner = (
+    frozenset(('len', 'host', 'slot', 'backupOp', 'pfSlot')),
+)
+
+
+def inc_SlotInOneOwner(C, s, D, V=None):
+    """SlotInOneOwner over the elements D[domain] of HSlots only, skipping the conjuncts
+    that read no variable in V (see inv_SlotInOneOwner)."""
     try:
-        if all(((lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (ap(s['slot'], e_HSlots) == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (ap(s['slot'], e_HSlots) == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots))))) for e_HSlots in it(D['HSlots'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_SlotInOneOwner[0]):
+            _a0 = fast_ap(s['slot'])
+            if not all((lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_a0(e_HSlots) == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_a0(e_HSlots) == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))) for e_HSlots in it(D['HSlots'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -1166,12 +1245,25 @@ def inv_PendingLoadLocked(C, s):
     return None
 
 
-def inc_PendingLoadLocked(C, s, D):
-    """PendingLoadLocked over the elements D[domain] of Nodes only (see inv_PendingLoadLocked)."""
+_R_inv_PendingLoadLocked = (
+    frozenset(('len', 'host', 'slot', 'loadReq')),
+)
+
+
+def inc_PendingLoadLocked(C, s, D, V=None):
+    """PendingLoadLocked over the elements D[domain] of Nodes only, skipping the conjuncts
+    that read no variable in V (see inv_PendingLoadLocked)."""
     try:
-        if all((((not (ap(s['loadReq'], e_Nodes) != C['NoReq'])) or (d_InTree(C, s, None, e_Nodes) and (ap(s['host'], e_Nodes) != C['NoSlot']) and (ap(s['slot'], ap(s['host'], e_Nodes)) == 'protected')))) for e_Nodes in it(D['Nodes'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_PendingLoadLocked[0]):
+            _a0 = fast_ap(s['loadReq'])
+            _a1 = fast_ap(s['host'])
+            _a2 = fast_ap(s['slot'])
+            _r3 = C['NoReq']
+            _r4 = C['NoSlot']
+            if not all(((not (_a0(e_Nodes) != _r3)) or (d_InTree(C, s, None, e_Nodes) and (_a1(e_Nodes) != _r4) and (_a2(_a1(e_Nodes)) == 'protected'))) for e_Nodes in it(D['Nodes'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -1225,12 +1317,29 @@ def inv_TreeCopiesConsistent(C, s):
     return None
 
 
-def inc_TreeCopiesConsistent(C, s, D):
-    """TreeCopiesConsistent over the elements D[domain] of Nodes only (see inv_TreeCopiesConsistent)."""
+_R_inv_TreeCopiesConsistent = (
+    frozenset(('len', 'dev', 'host')),
+    frozenset(('len', 'dev', 'host', 'backupOp', 'loadReq')),
+)
+
+
+def inc_TreeCopiesConsistent(C, s, D, V=None):
+    """TreeCopiesConsistent over the elements D[domain] of Nodes only, skipping the conjuncts
+    that read no variable in V (see inv_TreeCopiesConsistent)."""
     try:
-        if all((((not d_InTree(C, s, None, e_Nodes)) or (ap(s['dev'], e_Nodes) or (ap(s['host'], e_Nodes) != C['NoSlot']))) and ((not (not d_InTree(C, s, None, e_Nodes))) or ((((not ap(s['dev'], e_Nodes)) and (ap(s['host'], e_Nodes) == C['NoSlot'])) and (ap(s['backupOp'], e_Nodes) == C['NoSlot'])) and (ap(s['loadReq'], e_Nodes) == C['NoReq'])))) for e_Nodes in it(D['Nodes'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        _u0 = V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[0])
+        _u1 = V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[1])
+        if _u0 or _u1:
+            _a0 = fast_ap(s['dev'])
+            _a1 = fast_ap(s['host'])
+            _a2 = fast_ap(s['backupOp'])
+            _a3 = fast_ap(s['loadReq'])
+            _r4 = C['NoSlot']
+            _r5 = C['NoReq']
+            if not all(((not _u0 or ((not d_InTree(C, s, None, e_Nodes)) or (_a0(e_Nodes) or (_a1(e_Nodes) != _r4)))) and (not _u1 or ((not (not d_InTree(C, s, None, e_Nodes))) or ((((not _a0(e_Nodes)) and (_a1(e_Nodes) == _r4)) and (_a2(e_Nodes) == _r4)) and (_a3(e_Nodes) == _r5))))) for e_Nodes in it(D['Nodes'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -1265,12 +1374,23 @@ def inv_LockedNodesKept(C, s):
     return None
 
 
-def inc_LockedNodesKept(C, s, D):
-    """LockedNodesKept over the elements D[domain] of Reqs only (see inv_LockedNodesKept)."""
+_R_inv_LockedNodesKept = (
+    frozenset(('len', 'req', 'reqLen')),
+)
+
+
+def inc_LockedNodesKept(C, s, D, V=None):
+    """LockedNodesKept over the elements D[domain] of Reqs only, skipping the conjuncts
+    that read no variable in V (see inv_LockedNodesKept)."""
     try:
-        if all((((not (ap(s['req'], e_Reqs) != 'idle')) or (ap(s['reqLen'], e_Reqs) <= s['len']))) for e_Reqs in it(D['Reqs'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_LockedNodesKept[0]):
+            _a0 = fast_ap(s['req'])
+            _a1 = fast_ap(s['reqLen'])
+            _r2 = s['len']
+            if not all(((not (_a0(e_Reqs) != 'idle')) or (_a1(e_Reqs) <= _r2)) for e_Reqs in it(D['Reqs'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -1334,6 +1454,17 @@ INVARIANTS = {
     'WriteThroughPrefix': inv_WriteThroughPrefix,
     'TreeCopiesConsistent': inv_TreeCopiesConsistent,
     'LockedNodesKept': inv_LockedNodesKept,
+}
+
+#: invariant name -> the state variables it reads (through its definitions): an
+#: invariant holding on a state still holds after steps that changed none of them
+READS = {
+    'TypeOK': frozenset(('policy', 'len', 'dev', 'host', 'stor', 'hits', 'slot', 'backupOp', 'loadReq', 'loadDone', 'req', 'reqLen', 'pfSlot', 'pfNode', 'pfAbort')),
+    'SlotInOneOwner': frozenset(('len', 'host', 'slot', 'backupOp', 'pfSlot')),
+    'PendingLoadLocked': frozenset(('len', 'host', 'slot', 'loadReq')),
+    'WriteThroughPrefix': frozenset(('policy', 'len', 'host')),
+    'TreeCopiesConsistent': frozenset(('len', 'dev', 'host', 'backupOp', 'loadReq')),
+    'LockedNodesKept': frozenset(('len', 'req', 'reqLen')),
 }
 
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FcnSet, STD, ap, conj_error, exc, it, mk_fcn, normalize
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, conj_error, exc, fast_ap, it, mk_fcn, normalize
 
 SPEC = 'spec/LayerPipeline.tla'
 MODULE = 'LayerPipeline'
@@ -413,16 +413,54 @@ def inv_TypeOK(C, s):
     return None
 
 
-def inc_TypeOK(C, s, D):
-    """TypeOK over the elements D[domain] of Ranks, Slots only (see inv_TypeOK)."""
+_R_inv_TypeOK = (
+    frozenset(('restored',)),
+    frozenset(('slotLayer',)),
+    frozenset(('slotFull',)),
+    frozenset(('gatherBusy',)),
+    frozenset(('gatherNext',)),
+    frozenset(('attnNext',)),
+    frozenset(('reading',)),
+)
+
+
+def inc_TypeOK(C, s, D, V=None):
+    """TypeOK over the elements D[domain] of Ranks, Slots only, skipping the conjuncts
+    that read no variable in V (see inv_TypeOK)."""
     try:
-        if (s['gatherNext'] in C['$h3']) and \
-                (s['attnNext'] in C['$h3']) and \
-                (s['reading'] in C['$h4']) and \
-                all(((ap(s['restored'], e_Ranks) in C['$h3'])) for e_Ranks in it(D['Ranks'])) and \
-                all(((ap(s['slotLayer'], e_Slots) in C['$h4']) and (ap(s['slotFull'], e_Slots) in STD["BOOLEAN"]) and (ap(s['gatherBusy'], e_Slots) in STD["BOOLEAN"])) for e_Slots in it(D['Slots'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'gatherNext' in V:
+            _r0 = s['gatherNext']
+            _r1 = C['$h3']
+            if not (_r0 in _r1):
+                raise FastPathFailed()
+        if V is None or 'attnNext' in V:
+            _r2 = s['attnNext']
+            _r3 = C['$h3']
+            if not (_r2 in _r3):
+                raise FastPathFailed()
+        if V is None or 'reading' in V:
+            _r4 = s['reading']
+            _r5 = C['$h4']
+            if not (_r4 in _r5):
+                raise FastPathFailed()
+        if V is None or 'restored' in V:
+            _a6 = fast_ap(s['restored'])
+            _r7 = C['$h3']
+            if not all((_a6(e_Ranks) in _r7) for e_Ranks in it(D['Ranks'])):
+                raise FastPathFailed()
+        _u1 = V is None or 'slotLayer' in V
+        _u2 = V is None or 'slotFull' in V
+        _u3 = V is None or 'gatherBusy' in V
+        if _u1 or _u2 or _u3:
+            _a8 = fast_ap(s['slotLayer'])
+            _a9 = fast_ap(s['slotFull'])
+            _a10 = fast_ap(s['gatherBusy'])
+            _r11 = C['$h4']
+            _r12 = STD["BOOLEAN"]
+            if not all(((not _u1 or (_a8(e_Slots) in _r11)) and (not _u2 or (_a9(e_Slots) in _r12)) and (not _u3 or (_a10(e_Slots) in _r12))) for e_Slots in it(D['Slots'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -477,12 +515,24 @@ def inv_GatherAfterRestore(C, s):
     return None
 
 
-def inc_GatherAfterRestore(C, s, D):
-    """GatherAfterRestore over the elements D[domain] of Slots only (see inv_GatherAfterRestore)."""
+_R_inv_GatherAfterRestore = (
+    frozenset(('restored', 'slotLayer')),
+)
+
+
+def inc_GatherAfterRestore(C, s, D, V=None):
+    """GatherAfterRestore over the elements D[domain] of Slots only, skipping the conjuncts
+    that read no variable in V (see inv_GatherAfterRestore)."""
     try:
-        if all((((not (ap(s['slotLayer'], e_Slots) != C['None'])) or all((ap(s['restored'], v_r_3) > ap(s['slotLayer'], e_Slots)) for v_r_3 in it(C['Ranks'])))) for e_Slots in it(D['Slots'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_GatherAfterRestore[0]):
+            _a0 = fast_ap(s['slotLayer'])
+            _a1 = fast_ap(s['restored'])
+            _r2 = C['None']
+            _r3 = C['Ranks']
+            if not all(((not (_a0(e_Slots) != _r2)) or all((_a1(v_r_3) > _a0(e_Slots)) for v_r_3 in it(_r3))) for e_Slots in it(D['Slots'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -531,12 +581,25 @@ def inv_NoOverwriteWhileRead(C, s):
     return None
 
 
-def inc_NoOverwriteWhileRead(C, s, D):
-    """NoOverwriteWhileRead over the elements D[domain] of Slots only (see inv_NoOverwriteWhileRead)."""
+_R_inv_NoOverwriteWhileRead = (
+    frozenset(('slotLayer', 'gatherBusy', 'attnNext', 'reading')),
+)
+
+
+def inc_NoOverwriteWhileRead(C, s, D, V=None):
+    """NoOverwriteWhileRead over the elements D[domain] of Slots only, skipping the conjuncts
+    that read no variable in V (see inv_NoOverwriteWhileRead)."""
     try:
-        if all((((not ap(s['gatherBusy'], e_Slots)) or (((s['reading'] == C['None']) or (d_Slot(C, s, None, s['reading']) != e_Slots)) and (s['attnNext'] >= (ap(s['slotLayer'], e_Slots) - 1))))) for e_Slots in it(D['Slots'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_NoOverwriteWhileRead[0]):
+            _a0 = fast_ap(s['gatherBusy'])
+            _a1 = fast_ap(s['slotLayer'])
+            _r2 = s['reading']
+            _r3 = C['None']
+            _r4 = s['attnNext']
+            if not all(((not _a0(e_Slots)) or (((_r2 == _r3) or (d_Slot(C, s, None, _r2) != e_Slots)) and (_r4 >= (_a1(e_Slots) - 1)))) for e_Slots in it(D['Slots'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -572,13 +635,28 @@ def inv_TwoBuffersOnly(C, s):
     return None
 
 
-def inc_TwoBuffersOnly(C, s, D):
-    """TwoBuffersOnly over the elements D[domain] of Slots only (see inv_TwoBuffersOnly)."""
+_R_inv_TwoBuffersOnly = (
+    frozenset(('gatherNext', 'attnNext')),
+    frozenset(('slotLayer',)),
+)
+
+
+def inc_TwoBuffersOnly(C, s, D, V=None):
+    """TwoBuffersOnly over the elements D[domain] of Slots only, skipping the conjuncts
+    that read no variable in V (see inv_TwoBuffersOnly)."""
     try:
-        if (s['gatherNext'] <= (s['attnNext'] + 2)) and \
-                all((((not (ap(s['slotLayer'], e_Slots) != C['None'])) or (d_Slot(C, s, None, ap(s['slotLayer'], e_Slots)) == e_Slots))) for e_Slots in it(D['Slots'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_TwoBuffersOnly[0]):
+            _r0 = s['gatherNext']
+            _r1 = s['attnNext']
+            if not (_r0 <= (_r1 + 2)):
+                raise FastPathFailed()
+        if V is None or 'slotLayer' in V:
+            _a2 = fast_ap(s['slotLayer'])
+            _r3 = C['None']
+            if not all(((not (_a2(e_Slots) != _r3)) or (d_Slot(C, s, None, _a2(e_Slots)) == e_Slots)) for e_Slots in it(D['Slots'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -627,6 +705,16 @@ INVARIANTS = {
     'AttentionReadsGathered': inv_AttentionReadsGathered,
     'NoOverwriteWhileRead': inv_NoOverwriteWhileRead,
     'TwoBuffersOnly': inv_TwoBuffersOnly,
+}
+
+#: invariant name -> the state variables it reads (through its definitions): an
+#: invariant holding on a state still holds after steps that changed none of them
+READS = {
+    'TypeOK': frozenset(('restored', 'slotLayer', 'slotFull', 'gatherBusy', 'gatherNext', 'attnNext', 'reading')),
+    'GatherAfterRestore': frozenset(('restored', 'slotLayer')),
+    'AttentionReadsGathered': frozenset(('slotLayer', 'slotFull', 'gatherBusy', 'reading')),
+    'NoOverwriteWhileRead': frozenset(('slotLayer', 'gatherBusy', 'attnNext', 'reading')),
+    'TwoBuffersOnly': frozenset(('slotLayer', 'gatherNext', 'attnNext')),
 }
 
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FcnSet, STD, ap, case_fail, conj_error, exc, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PDHandoff.tla'
 MODULE = 'PDHandoff'
@@ -806,19 +806,75 @@ def inv_TypeOK(C, s):
     return None
 
 
-def inc_TypeOK(C, s, D):
-    """TypeOK over the elements D[domain] of Pages only (see inv_TypeOK)."""
+_R_inv_TypeOK = (
+    frozenset(('ploc',)),
+    frozenset(('pstate',)),
+    frozenset(('plock',)),
+    frozenset(('dstate',)),
+    frozenset(('dalloc',)),
+    frozenset(('dfree',)),
+    frozenset(('dland',)),
+    frozenset(('dread',)),
+    frozenset(('p2d',)),
+    frozenset(('d2p',)),
+    frozenset(('sentUnloaded',)),
+)
+
+
+def inc_TypeOK(C, s, D, V=None):
+    """TypeOK over the elements D[domain] of Pages only, skipping the conjuncts
+    that read no variable in V (see inv_TypeOK)."""
     try:
-        if (s['pstate'] in C['$h3']) and \
-                (s['plock'] in STD["BOOLEAN"]) and \
-                (s['dstate'] in C['$h4']) and \
-                (s['dfree'] in C['$h6']) and \
-                (s['p2d'] in _b_Seq(C['ToDecode'])) and \
-                (s['d2p'] in _b_Seq(C['ToPrefill'])) and \
-                _b_subseteq(s['sentUnloaded'], C['Pages']) and \
-                all(((ap(s['ploc'], e_Pages) in C['Tiers']) and (ap(s['dalloc'], e_Pages) in STD["BOOLEAN"]) and (ap(s['dland'], e_Pages) in STD["BOOLEAN"]) and (ap(s['dread'], e_Pages) in STD["BOOLEAN"])) for e_Pages in it(D['Pages'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'pstate' in V:
+            _r0 = s['pstate']
+            _r1 = C['$h3']
+            if not (_r0 in _r1):
+                raise FastPathFailed()
+        if V is None or 'plock' in V:
+            _r2 = s['plock']
+            _r3 = STD["BOOLEAN"]
+            if not (_r2 in _r3):
+                raise FastPathFailed()
+        if V is None or 'dstate' in V:
+            _r4 = s['dstate']
+            _r5 = C['$h4']
+            if not (_r4 in _r5):
+                raise FastPathFailed()
+        if V is None or 'dfree' in V:
+            _r6 = s['dfree']
+            _r7 = C['$h6']
+            if not (_r6 in _r7):
+                raise FastPathFailed()
+        if V is None or 'p2d' in V:
+            _r8 = s['p2d']
+            _r9 = C['ToDecode']
+            if not (_r8 in _b_Seq(_r9)):
+                raise FastPathFailed()
+        if V is None or 'd2p' in V:
+            _r10 = s['d2p']
+            _r11 = C['ToPrefill']
+            if not (_r10 in _b_Seq(_r11)):
+                raise FastPathFailed()
+        if V is None or 'sentUnloaded' in V:
+            _r12 = s['sentUnloaded']
+            _r13 = C['Pages']
+            if not _b_subseteq(_r12, _r13):
+                raise FastPathFailed()
+        _u0 = V is None or 'ploc' in V
+        _u4 = V is None or 'dalloc' in V
+        _u6 = V is None or 'dland' in V
+        _u7 = V is None or 'dread' in V
+        if _u0 or _u4 or _u6 or _u7:
+            _a14 = fast_ap(s['ploc'])
+            _a15 = fast_ap(s['dalloc'])
+            _a16 = fast_ap(s['dland'])
+            _a17 = fast_ap(s['dread'])
+            _r18 = C['Tiers']
+            _r19 = STD["BOOLEAN"]
+            if not all(((not _u0 or (_a14(e_Pages) in _r18)) and (not _u4 or (_a15(e_Pages) in _r19)) and (not _u6 or (_a16(e_Pages) in _r19)) and (not _u7 or (_a17(e_Pages) in _r19))) for e_Pages in it(D['Pages'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -912,12 +968,22 @@ def inv_DecodeReadsTransferred(C, s):
     return None
 
 
-def inc_DecodeReadsTransferred(C, s, D):
-    """DecodeReadsTransferred over the elements D[domain] of Pages only (see inv_DecodeReadsTransferred)."""
+_R_inv_DecodeReadsTransferred = (
+    frozenset(('dland', 'dread')),
+)
+
+
+def inc_DecodeReadsTransferred(C, s, D, V=None):
+    """DecodeReadsTransferred over the elements D[domain] of Pages only, skipping the conjuncts
+    that read no variable in V (see inv_DecodeReadsTransferred)."""
     try:
-        if all((((not ap(s['dread'], e_Pages)) or ap(s['dland'], e_Pages))) for e_Pages in it(D['Pages'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_DecodeReadsTransferred[0]):
+            _a0 = fast_ap(s['dread'])
+            _a1 = fast_ap(s['dland'])
+            if not all(((not _a0(e_Pages)) or _a1(e_Pages)) for e_Pages in it(D['Pages'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -948,12 +1014,22 @@ def inv_InFlightDestOwned(C, s):
     return None
 
 
-def inc_InFlightDestOwned(C, s, D):
-    """InFlightDestOwned over the elements D[domain] of Pages only (see inv_InFlightDestOwned)."""
+_R_inv_InFlightDestOwned = (
+    frozenset(('pstate', 'dalloc', 'p2d', 'd2p')),
+)
+
+
+def inc_InFlightDestOwned(C, s, D, V=None):
+    """InFlightDestOwned over the elements D[domain] of Pages only, skipping the conjuncts
+    that read no variable in V (see inv_InFlightDestOwned)."""
     try:
-        if all((((not ((e_Pages in d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and (e_Pages in d_Requested(C, s, None))))) or ap(s['dalloc'], e_Pages))) for e_Pages in it(D['Pages'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_InFlightDestOwned[0]):
+            _a0 = fast_ap(s['dalloc'])
+            _r1 = s['pstate']
+            if not all(((not ((e_Pages in d_InFlight(C, s, None)) or ((_r1 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _a0(e_Pages)) for e_Pages in it(D['Pages'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -1043,6 +1119,16 @@ INVARIANTS = {
     'DecodeReadsTransferred': inv_DecodeReadsTransferred,
     'InFlightDestOwned': inv_InFlightDestOwned,
     'NoLeakOnAbort': inv_NoLeakOnAbort,
+}
+
+#: invariant name -> the state variables it reads (through its definitions): an
+#: invariant holding on a state still holds after steps that changed none of them
+READS = {
+    'TypeOK': frozenset(('ploc', 'pstate', 'plock', 'dstate', 'dalloc', 'dfree', 'dland', 'dread', 'p2d', 'd2p', 'sentUnloaded')),
+    'SendAfterLoadBack': frozenset(('ploc', 'plock', 'p2d', 'sentUnloaded')),
+    'DecodeReadsTransferred': frozenset(('dland', 'dread')),
+    'InFlightDestOwned': frozenset(('pstate', 'dalloc', 'p2d', 'd2p')),
+    'NoLeakOnAbort': frozenset(('pstate', 'plock', 'dstate', 'dalloc', 'dfree', 'dland')),
 }
 
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)

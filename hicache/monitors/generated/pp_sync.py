@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FcnSet, STD, ap, choose, conj_error, exc, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, choose, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PPSync.tla'
 MODULE = 'PPSync'
@@ -446,14 +446,54 @@ def inv_TypeOK(C, s):
     return None
 
 
-def inc_TypeOK(C, s, D):
-    """TypeOK over the elements D[domain] of Checks, Stages only (see inv_TypeOK)."""
+_R_inv_TypeOK = (
+    frozenset(('issued',)),
+    frozenset(('done',)),
+    frozenset(('applied',)),
+    frozenset(('checks',)),
+    frozenset(('upto',)),
+    frozenset(('agreed',)),
+    frozenset(('pending',)),
+    frozenset(('chan',)),
+)
+
+
+def inc_TypeOK(C, s, D, V=None):
+    """TypeOK over the elements D[domain] of Checks, Stages only, skipping the conjuncts
+    that read no variable in V (see inv_TypeOK)."""
     try:
-        if (s['issued'] in C['$h0']) and \
-                all(((ap(s['done'], e_Stages) in C['$h7']) and (ap(s['applied'], e_Stages) in C['$h0']) and (ap(s['checks'], e_Stages) in C['$h8']) and (ap(s['upto'], e_Stages) in C['$h9']) and (ap(s['pending'], e_Stages) in C['$h10']) and (ap(s['chan'], e_Stages) in C['$h10'])) for e_Stages in it(D['Stages'])) and \
-                all(((ap(s['agreed'], e_Checks) in C['$h10'])) for e_Checks in it(D['Checks'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or 'issued' in V:
+            _r0 = s['issued']
+            _r1 = C['$h0']
+            if not (_r0 in _r1):
+                raise FastPathFailed()
+        _u1 = V is None or 'done' in V
+        _u2 = V is None or 'applied' in V
+        _u3 = V is None or 'checks' in V
+        _u4 = V is None or 'upto' in V
+        _u6 = V is None or 'pending' in V
+        _u7 = V is None or 'chan' in V
+        if _u1 or _u2 or _u3 or _u4 or _u6 or _u7:
+            _a2 = fast_ap(s['done'])
+            _a3 = fast_ap(s['applied'])
+            _a4 = fast_ap(s['checks'])
+            _a5 = fast_ap(s['upto'])
+            _a6 = fast_ap(s['pending'])
+            _a7 = fast_ap(s['chan'])
+            _r8 = C['$h7']
+            _r9 = C['$h0']
+            _r10 = C['$h8']
+            _r11 = C['$h9']
+            _r12 = C['$h10']
+            if not all(((not _u1 or (_a2(e_Stages) in _r8)) and (not _u2 or (_a3(e_Stages) in _r9)) and (not _u3 or (_a4(e_Stages) in _r10)) and (not _u4 or (_a5(e_Stages) in _r11)) and (not _u6 or (_a6(e_Stages) in _r12)) and (not _u7 or (_a7(e_Stages) in _r12))) for e_Stages in it(D['Stages'])):
+                raise FastPathFailed()
+        if V is None or 'agreed' in V:
+            _a13 = fast_ap(s['agreed'])
+            _r14 = C['$h10']
+            if not all((_a13(e_Checks) in _r14) for e_Checks in it(D['Checks'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -548,12 +588,23 @@ def inv_AppliedIssued(C, s):
     return None
 
 
-def inc_AppliedIssued(C, s, D):
-    """AppliedIssued over the elements D[domain] of Stages only (see inv_AppliedIssued)."""
+_R_inv_AppliedIssued = (
+    frozenset(('issued', 'applied', 'checks', 'pending')),
+)
+
+
+def inc_AppliedIssued(C, s, D, V=None):
+    """AppliedIssued over the elements D[domain] of Stages only, skipping the conjuncts
+    that read no variable in V (see inv_AppliedIssued)."""
     try:
-        if all((((ap(s['applied'], e_Stages) <= s['issued']) and (ap(s['checks'], e_Stages) <= d_AgreedRounds(C, s, None)))) for e_Stages in it(D['Stages'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_AppliedIssued[0]):
+            _a0 = fast_ap(s['applied'])
+            _a1 = fast_ap(s['checks'])
+            _r2 = s['issued']
+            if not all(((_a0(e_Stages) <= _r2) and (_a1(e_Stages) <= d_AgreedRounds(C, s, None))) for e_Stages in it(D['Stages'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -654,19 +705,82 @@ def inv_IndInv(C, s):
     return None
 
 
-def inc_IndInv(C, s, D):
-    """IndInv over the elements D[domain] of Checks, Stages only (see inv_IndInv)."""
+_R_inv_IndInv = (
+    frozenset(('issued', 'done', 'applied', 'checks', 'upto', 'agreed', 'pending', 'chan')),
+    frozenset(('checks', 'upto')),
+    frozenset(('done', 'applied')),
+    frozenset(('issued', 'applied', 'checks', 'pending')),
+    frozenset(('checks', 'upto', 'agreed')),
+    frozenset(('applied', 'checks', 'upto')),
+    frozenset(('checks', 'agreed', 'pending')),
+    frozenset(('agreed',)),
+    frozenset(('issued', 'agreed')),
+    frozenset(('issued', 'done')),
+    frozenset(('checks', 'pending')),
+    frozenset(('checks', 'pending', 'chan')),
+    frozenset(('checks', 'agreed', 'pending')),
+    frozenset(('checks', 'agreed', 'pending', 'chan')),
+    frozenset(('chan',)),
+)
+
+
+def inc_IndInv(C, s, D, V=None):
+    """IndInv over the elements D[domain] of Checks, Stages only, skipping the conjuncts
+    that read no variable in V (see inv_IndInv)."""
     try:
-        if d_TypeOK(C, s, None) and \
-                d_SameCountEachCheck(C, s, None) and \
-                d_ApplyOnlyCompleted(C, s, None) and \
-                d_AppliedIssued(C, s, None) and \
-                all(_b_subseteq(ap(ap(s['done'], v_s_12), v_r_13), _b_range_(1, s['issued'])) for v_s_12 in it(C['Stages']) for v_r_13 in it(C['Ranks'])) and \
-                (ap(s['chan'], 0) == C['None']) and \
-                all((all(((not (v_k_11 <= ap(s['checks'], e_Stages))) or (ap(ap(s['upto'], e_Stages), v_k_11) == ap(s['agreed'], v_k_11))) for v_k_11 in it(C['Checks'])) and (ap(s['applied'], e_Stages) == (0 if (ap(s['checks'], e_Stages) == 0) else ap(ap(s['upto'], e_Stages), ap(s['checks'], e_Stages)))) and (d_Received(C, s, None, e_Stages) <= C['MaxChecks']) and ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (ap(s['chan'], e_Stages) != C['None']) else 0)))) and ((not (ap(s['pending'], e_Stages) != C['None'])) or (ap(s['pending'], e_Stages) == ap(s['agreed'], d_Round(C, s, None, e_Stages)))) and ((not ((e_Stages >= 1) and (ap(s['chan'], e_Stages) != C['None']))) or (ap(s['chan'], e_Stages) == ap(s['agreed'], (d_Received(C, s, None, e_Stages) + 1))))) for e_Stages in it(D['Stages'])) and \
-                all((((ap(s['agreed'], e_Checks) != C['None']) == (e_Checks <= d_AgreedRounds(C, s, None))) and ((not ((ap(s['agreed'], e_Checks) != C['None']) and (e_Checks > 1))) or (ap(s['agreed'], (e_Checks - 1)) <= ap(s['agreed'], e_Checks))) and ((not (ap(s['agreed'], e_Checks) != C['None'])) or (ap(s['agreed'], e_Checks) <= s['issued']))) for e_Checks in it(D['Checks'])):
-            return None
-    except Exception:  # the conjunct-by-conjunct form below reports it
+        if V is None or not V.isdisjoint(_R_inv_IndInv[0]):
+            if not d_TypeOK(C, s, None):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_IndInv[1]):
+            if not d_SameCountEachCheck(C, s, None):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_IndInv[2]):
+            if not d_ApplyOnlyCompleted(C, s, None):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_IndInv[3]):
+            if not d_AppliedIssued(C, s, None):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_IndInv[9]):
+            _a0 = fast_ap(s['done'])
+            _r1 = s['issued']
+            _r2 = C['Stages']
+            _r3 = C['Ranks']
+            if not all(_b_subseteq(ap(_a0(v_s_12), v_r_13), _b_range_(1, _r1)) for v_s_12 in it(_r2) for v_r_13 in it(_r3)):
+                raise FastPathFailed()
+        if V is None or 'chan' in V:
+            _a4 = fast_ap(s['chan'])
+            _r5 = C['None']
+            if not (_a4(0) == _r5):
+                raise FastPathFailed()
+        _u4 = V is None or not V.isdisjoint(_R_inv_IndInv[4])
+        _u5 = V is None or not V.isdisjoint(_R_inv_IndInv[5])
+        _u10 = V is None or not V.isdisjoint(_R_inv_IndInv[10])
+        _u11 = V is None or not V.isdisjoint(_R_inv_IndInv[11])
+        _u12 = V is None or not V.isdisjoint(_R_inv_IndInv[12])
+        _u13 = V is None or not V.isdisjoint(_R_inv_IndInv[13])
+        if _u4 or _u5 or _u10 or _u11 or _u12 or _u13:
+            _a6 = fast_ap(s['checks'])
+            _a7 = fast_ap(s['upto'])
+            _a8 = fast_ap(s['agreed'])
+            _a9 = fast_ap(s['applied'])
+            _a10 = fast_ap(s['chan'])
+            _a11 = fast_ap(s['pending'])
+            _r12 = C['Checks']
+            _r13 = C['MaxChecks']
+            _r14 = C['None']
+            if not all(((not _u4 or all(((not (v_k_11 <= _a6(e_Stages))) or (ap(_a7(e_Stages), v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r12))) and (not _u5 or (_a9(e_Stages) == (0 if (_a6(e_Stages) == 0) else ap(_a7(e_Stages), _a6(e_Stages))))) and (not _u10 or (d_Received(C, s, None, e_Stages) <= _r13)) and (not _u11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (_a10(e_Stages) != _r14) else 0))))) and (not _u12 or ((not (_a11(e_Stages) != _r14)) or (_a11(e_Stages) == _a8(d_Round(C, s, None, e_Stages))))) and (not _u13 or ((not ((e_Stages >= 1) and (_a10(e_Stages) != _r14))) or (_a10(e_Stages) == _a8((d_Received(C, s, None, e_Stages) + 1)))))) for e_Stages in it(D['Stages'])):
+                raise FastPathFailed()
+        _u6 = V is None or not V.isdisjoint(_R_inv_IndInv[6])
+        _u7 = V is None or 'agreed' in V
+        _u8 = V is None or not V.isdisjoint(_R_inv_IndInv[8])
+        if _u6 or _u7 or _u8:
+            _a15 = fast_ap(s['agreed'])
+            _r16 = C['None']
+            _r17 = s['issued']
+            if not all(((not _u6 or ((_a15(e_Checks) != _r16) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u7 or ((not ((_a15(e_Checks) != _r16) and (e_Checks > 1))) or (_a15((e_Checks - 1)) <= _a15(e_Checks)))) and (not _u8 or ((not (_a15(e_Checks) != _r16)) or (_a15(e_Checks) <= _r17)))) for e_Checks in it(D['Checks'])):
+                raise FastPathFailed()
+        return None
+    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
         pass
     k = 0
     try:
@@ -767,6 +881,16 @@ INVARIANTS = {
     'ApplyOnlyCompleted': inv_ApplyOnlyCompleted,
     'AppliedIssued': inv_AppliedIssued,
     'IndInv': inv_IndInv,
+}
+
+#: invariant name -> the state variables it reads (through its definitions): an
+#: invariant holding on a state still holds after steps that changed none of them
+READS = {
+    'TypeOK': frozenset(('issued', 'done', 'applied', 'checks', 'upto', 'agreed', 'pending', 'chan')),
+    'SameCountEachCheck': frozenset(('checks', 'upto')),
+    'ApplyOnlyCompleted': frozenset(('done', 'applied')),
+    'AppliedIssued': frozenset(('issued', 'applied', 'checks', 'pending')),
+    'IndInv': frozenset(('issued', 'done', 'applied', 'checks', 'upto', 'agreed', 'pending', 'chan')),
 }
 
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)

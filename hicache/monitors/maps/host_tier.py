@@ -45,6 +45,10 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
           "DeviceInsert": "running", "RequestFinish": None, "RequestAbort": None}
 
 
+#: action -> the steps `bind` reports for it (a compound step: no parameters to check)
+_COMPOUND: dict = {}
+
+
 class HostTierMap:
     spec = spec
     needs_prestate = False     # every event is a compound step: invariants only
@@ -71,7 +75,11 @@ class HostTierMap:
                 self.sync_backup[node] = list(fields.get("slots") or ())
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
-        return [(action, None)]    # compound: invariants only (see module docstring)
+        # compound: invariants only (see module docstring); one shared value per action
+        steps = _COMPOUND.get(action)
+        if steps is None:
+            steps = _COMPOUND[action] = ((str(action), None),)
+        return steps
 
     def _node_has_host(self, nid: int) -> bool:
         for x in self.cache.tree.nodes():

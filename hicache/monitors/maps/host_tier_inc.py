@@ -48,6 +48,10 @@ WATCHED = frozenset({"parent", "n", "device", "host", "stored", "loading", "hit_
 
 #: per-position variables and the value of a position outside the tree
 NODE_VARS = ("dev", "host", "stor", "hits", "backupOp", "loadReq", "loadDone")
+#: per-request variables (sequences over Reqs), in _requests' order
+REQ_VARS = ("req", "reqLen", "pfSlot", "pfNode", "pfAbort")
+#: the variables of a node's node-level values (dev, stor, hits, loadReq), in _remap's order
+_NODE_LEVEL = ("dev", "stor", "hits", "loadReq")
 SPARE = {"dev": False, "host": 0, "stor": False, "hits": 0, "backupOp": 0, "loadReq": 0, "loadDone": 0}
 
 #: events after which the request-side variables are rebuilt
@@ -55,6 +59,8 @@ _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "Pref
                           "LoadBackStart", "LoadBackFinish", "DeviceInsert"})
 
 _IDLE = int(HostSlotState.IDLE)
+_EMPTY: frozenset = frozenset()
+_IDLE_BYTE = bytes([_IDLE])
 
 
 def _tracked_class(journals: list) -> type:
@@ -133,9 +139,12 @@ class IncrementalHostTierMap(HostTierMap):
         self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
         self.slot_names = [_NAMES[int(x)] for x in self.slot_seen] if host is not None else ["idle"]
         self.adjusted = False                        # idle slots shown "reserved" (hidden retention)
+        self.free_seen = host.free if host is not None else 0   # the free count at the last sync
+        self.slot_bytes = self.slot_seen.tobytes()              # the states at the last sync
         self.delta: list = []
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
+        self.dirty_reqs: set = set()
         self.s = {"policy": str(cache.cfg.write_policy), "len": 0,
                   **{v: Fcn(self.funcs[v]) for v in NODE_VARS}}
         self.s["slot"] = tuple(self.slot_names)
@@ -203,6 +212,18 @@ class IncrementalHostTierMap(HostTierMap):
             self._ref(self.backup_refs, old, -1)
             self._ref(self.backup_refs, v, 1)
 
+    def _fill(self, var: str, pos: list, v) -> None:
+        """var[p] = v for each position p (a node-level variable: no slot references)."""
+        d, delta, dirty = self.funcs[var], self.delta, self.dirty_nodes
+        tv = type(v)
+        for p in pos:
+            old = d[p]
+            if old is v or old == v and type(old) is tv:
+                continue
+            delta.append((var, p, old))
+            d[p] = v
+            dirty.add(p)
+
     def _ref(self, refs: dict, h, k: int) -> None:
         if h is _MISSING or not h:
             return
@@ -241,16 +262,42 @@ class IncrementalHostTierMap(HostTierMap):
         """Page at p leaves: the last page takes its position, the last position becomes
         a spare one."""
         last = self.L - 1
+        funcs = self.funcs
         if p != last:
             y, j = self.keys[last]
             self.keys[p] = (y, j)
             self.npos[y][j] = p
-            for var, d in self.funcs.items():
-                self._set(var, p, d[last])
+            self._move(last, p)
         self.keys.pop()
         for var in NODE_VARS:
-            self._set(var, last, SPARE[var])
+            if funcs[var][last] is not SPARE[var]:
+                self._set(var, last, SPARE[var])
+        self.dirty_nodes.add(last)        # InTree(last) changed with len
         self.L = last
+
+    def _move(self, a: int, p: int) -> None:
+        """The page at position a now sits at p (a renaming: its values, delta-recorded).
+
+        p is not made dirty for the move itself: every element-local conjunct of HostTier
+        reads a page's own values, InTree (TRUE at both positions, which are in the tree)
+        and slot[host[n]] (a slot change dirties its pages itself), so the page's predicates
+        have the values they had at a, checked there; unless a is dirty in this sync (the
+        page is new or changed since the last check), which moves with it."""
+        delta = self.delta
+        for var, d in self.funcs.items():
+            v, old = d[a], d[p]
+            if old is v or old == v and type(old) is type(v):
+                continue
+            delta.append((var, p, old))
+            d[p] = v
+            if var == "host":
+                self._ref(self.tree_refs, old, -1)
+                self._ref(self.tree_refs, v, 1)
+            elif var == "backupOp":
+                self._ref(self.backup_refs, old, -1)
+                self._ref(self.backup_refs, v, 1)
+        if a in self.dirty_nodes:
+            self.dirty_nodes.add(p)
 
     def _unmap(self, x) -> None:
         self.by_id.pop(x.id, None)
@@ -291,24 +338,32 @@ class IncrementalHostTierMap(HostTierMap):
         if old is not None and not resized and not forced and old == (node_vals, slot_vals):
             return
         self.nval[x] = (node_vals, slot_vals)
-        _set = self._set
-        if resized or old is None or old[0] != node_vals:
-            d, st, hi, lq = node_vals
-            for p in pos:
-                _set("dev", p, d)
-                _set("stor", p, st)
-                _set("hits", p, hi)
-                _set("loadReq", p, lq)
+        if resized or old is None:
+            for var, v in zip(_NODE_LEVEL, node_vals):
+                self._fill(var, pos, v)
+        elif old[0] != node_vals:
+            # only the node-level values that changed (one event changes one or two)
+            for var, a, b in zip(_NODE_LEVEL, old[0], node_vals):
+                if a != b or type(a) is not type(b):
+                    self._fill(var, pos, b)
+        if forced:
+            # a slot this node's pages hold changed state: what reads slot[host[n]] of these
+            # pages (PendingLoadLocked) must be rechecked on them
+            self.dirty_nodes.update(pos)
         if not (resized or forced or old is None or old[1] != slot_vals):
             return
-        state = self.slot_seen
+        state = self.slot_bytes       # (the slot states as of this sync; bytes index fast)
         if hs is not None:
             for h in hs:
                 self.slot_page[h] = x
+        _set = self._set
+        host, bop = self.funcs["host"], self.funcs["backupOp"]
         for i, p in enumerate(pos):
             h, b = page_slots(hs, pending, i, state)
-            _set("host", p, h)
-            _set("backupOp", p, b)
+            if host[p] != h:
+                _set("host", p, h)
+            if bop[p] != b:
+                _set("backupOp", p, b)
 
     def _detached(self, x) -> bool:
         return x.parent is None and x is not self.cache.tree.root
@@ -319,11 +374,17 @@ class IncrementalHostTierMap(HostTierMap):
         if c.host is None:
             return
         state = c.host.state
+        free = c.host.free
+        # nothing to do when neither the states nor the free count moved (the common event)
+        raw = state.tobytes()      # (a 128-byte copy and compare: far cheaper than numpy's ops)
+        if free == self.free_seen and not self.adjusted and raw == self.slot_bytes:
+            return
+        self.free_seen, self.slot_bytes = free, raw
         changed = np.flatnonzero(state != self.slot_seen)
+        self.slot_seen = np.frombuffer(raw, dtype=np.int8)    # (read-only: only compared)
         if changed.size:
-            self.slot_seen[changed] = state[changed]
             for h in changed.tolist():
-                self.slot_names[h] = _NAMES[int(state[h])]
+                self.slot_names[h] = _NAMES[raw[h]]
                 self.dirty_slots.add(h + 1)
                 x = self.slot_page.get(h)
                 if x is not None:
@@ -331,12 +392,12 @@ class IncrementalHostTierMap(HostTierMap):
                     self.slot_changed.add(x)
         # hidden retention: an IDLE slot missing from the free list maps to "reserved"
         # (the reference map's rule); checked by count, the set only when counts differ
-        idle = int(np.count_nonzero(self.slot_seen == _IDLE))
+        idle = raw.count(_IDLE_BYTE)
         if idle != c.host.free or self.adjusted:
             free = c.host.free_set()
             self.adjusted = idle != len(free)
             for h in range(len(self.slot_names)):
-                name = _NAMES[int(self.slot_seen[h])]
+                name = _NAMES[raw[h]]
                 if name == "idle" and self.adjusted and h not in free:
                     name = "reserved"
                 if self.slot_names[h] != name:
@@ -349,8 +410,9 @@ class IncrementalHostTierMap(HostTierMap):
         req = [self.phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
         nlive = len(req)
         pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, [0] * nlive
-        for op, orphan in self._prefetch_ops():
-            anchored = _in_tree(self.cache.tree, op.anchor)
+        c = self.cache
+        for op, orphan in self._prefetch_ops() if c._prefetching else ():
+            anchored = _in_tree(c.tree, op.anchor)
             for h in op.slots:
                 req.append("matched")
                 pfslot.append(h + 1)
@@ -366,11 +428,14 @@ class IncrementalHostTierMap(HostTierMap):
             self.dirty_slots.update(refs.keys() ^ self.pf_refs.keys())
             self.dirty_slots.update(h for h in refs if refs[h] != self.pf_refs.get(h))
             self.pf_refs = refs
-        self._set_scalar("req", tuple(req))
-        self._set_scalar("reqLen", tuple(reqlen))
-        self._set_scalar("pfSlot", tuple(pfslot))
-        self._set_scalar("pfNode", (0,) * len(req))
-        self._set_scalar("pfAbort", tuple(pfabort))
+        new = (tuple(req), tuple(reqlen), tuple(pfslot), (0,) * len(req), tuple(pfabort))
+        s = self.s
+        for var, v in zip(REQ_VARS, new):
+            old = s.get(var, ())
+            if old != v:
+                # the requests whose row changed (and every new one) are the dirty requests
+                self.dirty_reqs.update(q + 1 for q in range(len(v)) if q >= len(old) or old[q] != v[q])
+                self._set_scalar(var, v)
 
     # ------------------------------------------------------------ the step
     def sync(self) -> tuple[list, dict]:
@@ -381,6 +446,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.delta = []
         self.dirty_nodes = set()
         self.dirty_slots = set()
+        self.dirty_reqs = set()
         self._slots()
         todo = self.journal | self.requeue
         self.journal.clear()
@@ -421,7 +487,11 @@ class IncrementalHostTierMap(HostTierMap):
         if self.req_dirty or self.cache._prefetching or self.cache._orphans or self.pf_refs or self.L != L0:
             self.req_dirty = False
             self._requests()
-        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": {h for h in self.dirty_slots if h >= 1}}
+        # a request's row is checked when it changed; all of them when len did (what
+        # LockedNodesKept reads of the state besides the row)
+        reqs = None if self.L != L0 else self.dirty_reqs
+        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": {h for h in self.dirty_slots if h >= 1},
+                            "Reqs": reqs}
 
     def _unmap_subtree(self, x) -> None:
         stack = [x]
@@ -453,10 +523,12 @@ class IncrementalHostTierMap(HostTierMap):
     def domains(self, C: dict, dirty: dict) -> dict:
         """The domain elements each generated inc_ check iterates: the dirty ones still in
         the domain (a position dirtied by an earlier unchecked step may have left it since),
-        and every request (few)."""
-        n = C["NNodes"]
-        return {"Nodes": frozenset(p for p in dirty["Nodes"] if p < n), "HSlots": frozenset(dirty["HSlots"]),
-                "Reqs": C["Reqs"]}
+        and the dirty requests (all of them when len changed: None)."""
+        n, nq = C["NNodes"], C["NReqs"]
+        nodes, reqs = dirty["Nodes"], dirty["Reqs"]
+        return {"Nodes": frozenset(p for p in nodes if p < n) if nodes else _EMPTY,
+                "HSlots": frozenset(dirty["HSlots"]) if dirty["HSlots"] else _EMPTY,
+                "Reqs": C["Reqs"] if reqs is None else frozenset(q for q in reqs if q <= nq) if reqs else _EMPTY}
 
     def digest_view(self) -> dict:
         # rank digests compare the canonical (DFS preorder) numbering, not positions, which
@@ -490,7 +562,7 @@ class IncrementalHostTierMap(HostTierMap):
             return [self.npos[x][i + 1]]
         return [self.npos[c][0] for c in x.children.values() if self.npos.get(c)]
 
-    def write_through_prefix_inc(self, C, s, D):
+    def write_through_prefix_inc(self, C, s, D, V=None):
         """WriteThroughPrefix, tree form, over the dirty pages and their children (the only
         pages whose own or whose parent's host copy can have changed)."""
         if s["policy"] not in C["WriteThrough"]:
@@ -509,7 +581,7 @@ class IncrementalHostTierMap(HostTierMap):
                     return Failure("WriteThroughPrefix", 1, text + f"  [tree form: page {p}'s parent page {q}]", loc)
         return None
 
-    def slot_in_one_owner_inc(self, C, s, D):
+    def slot_in_one_owner_inc(self, C, s, D, V=None):
         """SlotInOneOwner over the dirty slots, from the maintained reference counts."""
         names = s["slot"]
         for h in D["HSlots"]:
