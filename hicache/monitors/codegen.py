@@ -117,6 +117,58 @@ def _hoist_fast(exprs: list[str], first: int = 0) -> tuple[list[str], list[str]]
     return prelude, out
 
 
+@dataclass(frozen=True, slots=True)
+class _FastConjunct:
+    """One conjunct in a generated fast path: `guard` (a local name) is bound to `cond`
+    ("a variable it reads changed"); `domain` None: `code` is the whole conjunct, else the
+    predicate of one element `e_<domain>` of D[domain]."""
+    guard: str
+    cond: str
+    domain: str | None
+    code: str
+
+
+def _fast_path(entries: list, indent: str) -> list[str]:
+    """The body of a fast path over `entries`: one block per non-local conjunct, one loop per
+    domain over the local conjuncts of every entry in it; a block runs only when one of its
+    guards holds and binds only what it reads (`_hoist_fast`); anything not TRUE raises
+    FastPathFailed."""
+    out: list[str] = []
+    bound = 0
+    by_dom: dict = {}
+    blocks = []
+    for en in entries:
+        if en.domain is None:
+            blocks.append([en])
+        elif en.domain not in by_dom:
+            by_dom[en.domain] = [en]
+            blocks.append(by_dom[en.domain])
+        else:
+            by_dom[en.domain].append(en)
+    for block in blocks:
+        dom = block[0].domain
+        if dom is None:
+            code = block[0].code
+        else:
+            var = _pyname("e_", dom)
+            if len(block) == 1:
+                code = f"all({block[0].code} for {var} in it(D[{dom!r}]))"
+            else:
+                body = " and ".join(f"(not {en.guard} or {en.code})" for en in block)
+                code = f"all(({body}) for {var} in it(D[{dom!r}]))"
+        prelude, (code,) = _hoist_fast([code], bound)
+        bound += len(prelude)
+        if len(block) == 1:
+            out.append(f"{indent}if {block[0].cond}:\n")
+        else:
+            out += [f"{indent}{en.guard} = {en.cond}\n" for en in block]
+            out.append(f"{indent}if {' or '.join(en.guard for en in block)}:\n")
+        out += [f"{indent}    {line}\n" for line in prelude]
+        out.append(f"{indent}    if not {code}:\n")
+        out.append(f"{indent}        raise FastPathFailed()\n")
+    return out
+
+
 def _pyname(prefix: str, name: str) -> str:
     out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return prefix + out
@@ -142,6 +194,7 @@ class Generator:
         self.no_hoist = False                  # inside a hoisted or constant-level expression
         self.uniq = 0
         self.incremental: dict[str, tuple[str, ...]] = {}   # invariant -> domains it is local in
+        self.inc_entries: dict[str, tuple] = {}   # invariant -> (reads table, reads, fast-path conjuncts)
 
     def _declared_constants(self, mod, seen=None) -> list[str]:
         seen = set() if seen is None else seen
@@ -740,28 +793,6 @@ class Generator:
         reads_table = _pyname("_R_inv_", name)
         variables = list(self.model.variables)
         reads = [tuple(v for v in variables if v in self.reads(c)) for c in conj]
-        # the fast path, one block per non-local conjunct and one per domain (its local
-        # conjuncts fused in one loop); a block runs only when a variable it reads changed,
-        # binds only what it reads, and inside a domain's loop conjunct i is guarded by _u<i>
-        blocks, fused = [], {}
-        for i, (c, part) in enumerate(zip(conj, parts)):
-            if part is None:
-                blocks.append(([i], self.e(c, env)))
-            else:
-                var = _pyname("e_", part[0])
-                fused.setdefault(part[0], []).append((i, self.local_conjunct(c, env, var)[2]))
-        for dom, preds in fused.items():
-            var = _pyname("e_", dom)
-            if len(preds) == 1:
-                code = f"all({preds[0][1]} for {var} in it(D[{dom!r}]))"
-            else:
-                code = f"all(({' and '.join(f'(not _u{i} or {p})' for i, p in preds)}) for {var} in it(D[{dom!r}]))"
-            blocks.append(([i for i, _ in preds], code))
-        out = [f"{reads_table} = (\n" + "".join(f"    frozenset({r!r}),\n" for r in reads) + ")\n\n\n",
-               f"def {fname}(C, s, D, V=None):\n",
-               f"    \"\"\"{name} over the elements D[domain] of {', '.join(domains)} only, skipping the conjuncts\n"
-               f"    that read no variable in V (see inv_{name}).\"\"\"\n",
-               "    try:\n"]
         def changed(i: int) -> str:
             r = reads[i]
             if not r:
@@ -770,18 +801,21 @@ class Generator:
                 return f"V is None or {r[0]!r} in V"
             return f"V is None or not V.isdisjoint({reads_table}[{i}])"
 
-        bound = 0
-        for idx, code in blocks:
-            prelude, (code,) = _hoist_fast([code], bound)
-            bound += len(prelude)
-            if len(idx) == 1:
-                out.append(f"        if {changed(idx[0])}:\n")
+        entries = []
+        for i, (c, part) in enumerate(zip(conj, parts)):
+            if part is None:
+                entries.append(_FastConjunct(f"_u{i}", changed(i), None, self.e(c, env)))
             else:
-                out += [f"        _u{i} = {changed(i)}\n" for i in idx]
-                out.append(f"        if {' or '.join(f'_u{i}' for i in idx)}:\n")
-            out += [f"            {line}\n" for line in prelude]
-            out.append(f"            if not {code}:\n")
-            out.append("                raise FastPathFailed()\n")
+                var = _pyname("e_", part[0])
+                entries.append(_FastConjunct(f"_u{i}", changed(i), part[0],
+                                             self.local_conjunct(c, env, var)[2]))
+        self.inc_entries[name] = (reads_table, reads, entries)
+        out = [f"{reads_table} = (\n" + "".join(f"    frozenset({r!r}),\n" for r in reads) + ")\n\n\n",
+               f"def {fname}(C, s, D, V=None):\n",
+               f"    \"\"\"{name} over the elements D[domain] of {', '.join(domains)} only, skipping the conjuncts\n"
+               f"    that read no variable in V (see inv_{name}).\"\"\"\n",
+               "    try:\n"]
+        out += _fast_path(entries, "        ")
         out += ["        return None\n",
                 "    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it\n",
                 "        pass\n",
@@ -799,6 +833,29 @@ class Generator:
         out.append("    except Exception as e:  # an evaluation error fails the conjunct it happened in\n")
         out.append(f"        return conj_error({name!r}, {table}, k, e)\n")
         out.append("    return None\n\n\n")
+        return out
+
+    def fused_fn(self) -> list[str]:
+        """`inc_all(C, s, D, V=None, skip=frozenset())`: the fast paths of every incremental
+        form in one pass, one loop per domain over the local conjuncts of all of them (one
+        walk of the dirty elements instead of one per invariant). True: every conjunct of
+        every invariant not in `skip` holds (over D, skipping what reads nothing in V, as
+        inc_<I> does); False: one may not, and the inc_<I> forms decide and name it."""
+        if not self.inc_entries:
+            return []
+        names = list(self.inc_entries)
+        entries = []
+        for n, name in enumerate(names):
+            for en in self.inc_entries[name][2]:
+                entries.append(_FastConjunct(f"_u{n}_{en.guard[2:]}", f"_k{n} and ({en.cond})", en.domain, en.code))
+        out = ["def inc_all(C, s, D, V=None, skip=frozenset()):\n",
+               f"    \"\"\"The fast paths of {', '.join(names)} in one pass (see codegen.fused_fn).\"\"\"\n",
+               "    try:\n"]
+        out += [f"        _k{n} = {name!r} not in skip\n" for n, name in enumerate(names)]
+        out += _fast_path(entries, "        ")
+        out += ["        return True\n",
+                "    except Exception:  # FALSE or an error: the inc_<I> forms decide\n",
+                "        return False\n\n\n"]
         return out
 
     # ------------------------------------------------------------- module
@@ -841,6 +898,7 @@ class Generator:
             d = self.scope.entries[name]
             body += self.checked_fn(_pyname("inv_", name), name, [], d.body, Env(t=None), "C, s", d.module)
             body += self.incremental_fn(name, d.body, d.module)
+        body += self.fused_fn()
         # Init as a state predicate (monitors check the first mapped state against it)
         self.uniq = 0
         body.append("def init_ok(C, s):\n    \"\"\"s satisfies Init.\"\"\"\n")

@@ -81,6 +81,25 @@ def test_sample_mode_checks_a_seeded_fraction(tmp_path):
     assert a.checked == b.checked           # seeded: the same steps are chosen
 
 
+def test_sample_mode_draws_gaps_at_the_rate_and_hooks_only_sampled_events(tmp_path):
+    """Sample mode on the from-scratch map counts down geometric gaps: the fraction of
+    events checked follows the rate, and the step hooks (the worker watch's place) run on
+    exactly the checked events."""
+    policy, reqs = plan(1, WorkloadConfig(requests=120))
+    cache = make_cache(W, policy)
+    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.25, seed=5,
+                                                   violation_dir=str(tmp_path)))
+    hooked = []
+    mon.step_hooks.append(lambda name, fields: hooked.append(fields["seq"]))
+    cache.bus.subscribe(mon)
+    run_workload(cache, reqs)
+    assert mon.steps > 200
+    assert 0.15 * mon.steps < mon.checked < 0.35 * mon.steps
+    assert len(hooked) == mon.checked
+    checked = [h.args["seq"] for h in mon.history if h.state is not None]
+    assert checked == hooked[-len(checked):]      # the mapped steps are the hooked ones
+
+
 def test_sample_mode_catches_at_cache_check(tmp_path):
     policy, reqs = plan(0, W)
     cache = make_cache(W, policy)

@@ -478,30 +478,30 @@ def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Chains only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
     try:
-        if V is None or 'free' in V:
-            _r0 = s['free']
-            _r1 = C['PageIds']
-            if not _b_subseteq(_r0, _r1):
-                raise FastPathFailed()
-        if V is None or 'mixed' in V:
-            _r2 = s['mixed']
-            _r3 = STD["BOOLEAN"]
-            if not (_r2 in _r3):
-                raise FastPathFailed()
         _u0 = V is None or 'rot' in V
         _u1 = V is None or 'len' in V
         _u2 = V is None or 'page' in V
         _u3 = V is None or 'host' in V
         if _u0 or _u1 or _u2 or _u3:
-            _a4 = fast_ap(s['rot'])
-            _a5 = fast_ap(s['len'])
-            _a6 = fast_ap(s['page'])
-            _a7 = fast_ap(s['host'])
-            _r8 = C['$h4']
-            _r9 = C['$h5']
-            _r10 = C['$h6']
-            _r11 = C['$h7']
-            if not all(((not _u0 or (_a4(e_Chains) in _r8)) and (not _u1 or (_a5(e_Chains) in _r9)) and (not _u2 or (_a6(e_Chains) in _r10)) and (not _u3 or (_a7(e_Chains) in _r11))) for e_Chains in it(D['Chains'])):
+            _a0 = fast_ap(s['rot'])
+            _a1 = fast_ap(s['len'])
+            _a2 = fast_ap(s['page'])
+            _a3 = fast_ap(s['host'])
+            _r4 = C['$h4']
+            _r5 = C['$h5']
+            _r6 = C['$h6']
+            _r7 = C['$h7']
+            if not all(((not _u0 or (_a0(e_Chains) in _r4)) and (not _u1 or (_a1(e_Chains) in _r5)) and (not _u2 or (_a2(e_Chains) in _r6)) and (not _u3 or (_a3(e_Chains) in _r7))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        if V is None or 'free' in V:
+            _r8 = s['free']
+            _r9 = C['PageIds']
+            if not _b_subseteq(_r8, _r9):
+                raise FastPathFailed()
+        if V is None or 'mixed' in V:
+            _r10 = s['mixed']
+            _r11 = STD["BOOLEAN"]
+            if not (_r10 in _r11):
                 raise FastPathFailed()
         return None
     except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
@@ -577,19 +577,19 @@ def inc_PlacementBijection(C, s, D, V=None):
     that read no variable in V (see inv_PlacementBijection)."""
     try:
         if V is None:
-            _r0 = C['Ranks']
-            _r1 = C['$h8']
-            if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(_r0) for v_a_3 in it(_r1)):
+            _r0 = C['LocalPages']
+            if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < _r0)) for e_PageIds in it(D['PageIds'])):
                 raise FastPathFailed()
         if V is None:
-            _r2 = C['CP']
-            _r3 = C['PageSize']
-            _r4 = C['$h9']
-            if not all(((d_TokOwner(C, s, None, v_loc_4, _r2, _r3) == d_Owner(C, s, None, _b_div(v_loc_4, _r3))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, _r2, _r3), d_TokLocal(C, s, None, v_loc_4, _r2, _r3), _r2, _r3) == v_loc_4)) for v_loc_4 in it(_r4)):
+            _r1 = C['Ranks']
+            _r2 = C['$h8']
+            if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(_r1) for v_a_3 in it(_r2)):
                 raise FastPathFailed()
         if V is None:
-            _r5 = C['LocalPages']
-            if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < _r5)) for e_PageIds in it(D['PageIds'])):
+            _r3 = C['CP']
+            _r4 = C['PageSize']
+            _r5 = C['$h9']
+            if not all(((d_TokOwner(C, s, None, v_loc_4, _r3, _r4) == d_Owner(C, s, None, _b_div(v_loc_4, _r4))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, _r3, _r4), d_TokLocal(C, s, None, v_loc_4, _r3, _r4), _r3, _r4) == v_loc_4)) for v_loc_4 in it(_r5)):
                 raise FastPathFailed()
         return None
     except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
@@ -921,6 +921,87 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
     return None
+
+
+def inc_all(C, s, D, V=None, skip=frozenset()):
+    """The fast paths of TypeOK, PlacementBijection, PositionOwner, ExtensionKeepsRotation, RestoreKeepsOwner, ChainBalanced, NoDoubleAllocation in one pass (see codegen.fused_fn)."""
+    try:
+        _k0 = 'TypeOK' not in skip
+        _k1 = 'PlacementBijection' not in skip
+        _k2 = 'PositionOwner' not in skip
+        _k3 = 'ExtensionKeepsRotation' not in skip
+        _k4 = 'RestoreKeepsOwner' not in skip
+        _k5 = 'ChainBalanced' not in skip
+        _k6 = 'NoDoubleAllocation' not in skip
+        _u0_0 = _k0 and (V is None or 'rot' in V)
+        _u0_1 = _k0 and (V is None or 'len' in V)
+        _u0_2 = _k0 and (V is None or 'page' in V)
+        _u0_3 = _k0 and (V is None or 'host' in V)
+        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_PositionOwner[0]))
+        _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_ExtensionKeepsRotation[0]))
+        _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_RestoreKeepsOwner[0]))
+        _u5_0 = _k5 and (V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]))
+        _u6_1 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1]))
+        _u6_2 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2]))
+        if _u0_0 or _u0_1 or _u0_2 or _u0_3 or _u2_0 or _u3_0 or _u4_0 or _u5_0 or _u6_1 or _u6_2:
+            _a0 = fast_ap(s['rot'])
+            _a1 = fast_ap(s['len'])
+            _a2 = fast_ap(s['page'])
+            _a3 = fast_ap(s['host'])
+            _r4 = C['$h4']
+            _r5 = C['$h5']
+            _r6 = C['$h6']
+            _r7 = C['$h7']
+            _r8 = C['NoPage']
+            _r9 = C['CP']
+            _r10 = C['NoHost']
+            _r11 = C['NoRot']
+            _r12 = C['Ranks']
+            _r13 = s['free']
+            _r14 = C['Pos']
+            if not all(((not _u0_0 or (_a0(e_Chains) in _r4)) and (not _u0_1 or (_a1(e_Chains) in _r5)) and (not _u0_2 or (_a2(e_Chains) in _r6)) and (not _u0_3 or (_a3(e_Chains) in _r7)) and (not _u2_0 or all(((not (ap(_a2(e_Chains), v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_a2(e_Chains), v_P_3)) == d_ChainOwner(C, s, None, _a0(e_Chains), v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_a1(e_Chains) - 1))))) and (not _u3_0 or all(((not ((ap(_a2(e_Chains), v_P_3) != _r8) and (ap(_a2(e_Chains), (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_a2(e_Chains), v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_a2(e_Chains), (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_a1(e_Chains) - 1))))) and (not _u4_0 or all(((not ((ap(_a2(e_Chains), v_P_3) != _r8) and (ap(_a3(e_Chains), v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_a2(e_Chains), v_P_3)) == ap(_a3(e_Chains), v_P_3))) for v_P_3 in it(_b_range_(0, (_a1(e_Chains) - 1))))) and (not _u5_0 or ((not (_a0(e_Chains) != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_a1(e_Chains), _r9)), normalize(_b_div((_a1(e_Chains) + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_a1(e_Chains) - 1))) if (d_ChainOwner(C, s, None, _a0(e_Chains), v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u6_1 or all(((not (ap(_a2(e_Chains), v_P_12) != _r8)) or (ap(_a2(e_Chains), v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u6_2 or all(((not (v_P_13 >= _a1(e_Chains))) or ((ap(_a2(e_Chains), v_P_13) == _r8) and (ap(_a3(e_Chains), v_P_13) == _r10))) for v_P_13 in it(_r14)))) for e_Chains in it(D['Chains'])):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'free' in V):
+            _r15 = s['free']
+            _r16 = C['PageIds']
+            if not _b_subseteq(_r15, _r16):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'mixed' in V):
+            _r17 = s['mixed']
+            _r18 = STD["BOOLEAN"]
+            if not (_r17 in _r18):
+                raise FastPathFailed()
+        _u1_0 = _k1 and (V is None)
+        _u6_3 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]))
+        if _u1_0 or _u6_3:
+            _a19 = fast_ap(s['page'])
+            _r20 = C['LocalPages']
+            _r21 = s['free']
+            _r22 = C['Chains']
+            _r23 = C['Pos']
+            if not all(((not _u1_0 or ((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < _r20))) and (not _u6_3 or ((not (e_PageIds not in _r21)) or any((ap(_a19(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r22) for v_P_15 in it(_r23))))) for e_PageIds in it(D['PageIds'])):
+                raise FastPathFailed()
+        if _k1 and (V is None):
+            _r24 = C['Ranks']
+            _r25 = C['$h8']
+            if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(_r24) for v_a_3 in it(_r25)):
+                raise FastPathFailed()
+        if _k1 and (V is None):
+            _r26 = C['CP']
+            _r27 = C['PageSize']
+            _r28 = C['$h9']
+            if not all(((d_TokOwner(C, s, None, v_loc_4, _r26, _r27) == d_Owner(C, s, None, _b_div(v_loc_4, _r27))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, _r26, _r27), d_TokLocal(C, s, None, v_loc_4, _r26, _r27), _r26, _r27) == v_loc_4)) for v_loc_4 in it(_r28)):
+                raise FastPathFailed()
+        if _k6 and (V is None or 'page' in V):
+            _a29 = fast_ap(s['page'])
+            _r30 = C['NoPage']
+            _r31 = C['Pos']
+            _r32 = C['Chains']
+            if not all(all(((not ((ap(_a29(v_c_8), v_P_10) != _r30) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a29(v_c_8), v_P_10) != ap(_a29(v_d_9), v_Q_11))) for v_P_10 in it(_r31) for v_Q_11 in it(_r31)) for v_c_8 in it(_r32) for v_d_9 in it(_r32)):
+                raise FastPathFailed()
+        return True
+    except Exception:  # FALSE or an error: the inc_<I> forms decide
+        return False
 
 
 def init_ok(C, s):

@@ -428,36 +428,36 @@ def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Ranks, Slots only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
     try:
-        if V is None or 'gatherNext' in V:
-            _r0 = s['gatherNext']
-            _r1 = C['$h3']
-            if not (_r0 in _r1):
-                raise FastPathFailed()
-        if V is None or 'attnNext' in V:
-            _r2 = s['attnNext']
-            _r3 = C['$h3']
-            if not (_r2 in _r3):
-                raise FastPathFailed()
-        if V is None or 'reading' in V:
-            _r4 = s['reading']
-            _r5 = C['$h4']
-            if not (_r4 in _r5):
-                raise FastPathFailed()
         if V is None or 'restored' in V:
-            _a6 = fast_ap(s['restored'])
-            _r7 = C['$h3']
-            if not all((_a6(e_Ranks) in _r7) for e_Ranks in it(D['Ranks'])):
+            _a0 = fast_ap(s['restored'])
+            _r1 = C['$h3']
+            if not all((_a0(e_Ranks) in _r1) for e_Ranks in it(D['Ranks'])):
                 raise FastPathFailed()
         _u1 = V is None or 'slotLayer' in V
         _u2 = V is None or 'slotFull' in V
         _u3 = V is None or 'gatherBusy' in V
         if _u1 or _u2 or _u3:
-            _a8 = fast_ap(s['slotLayer'])
-            _a9 = fast_ap(s['slotFull'])
-            _a10 = fast_ap(s['gatherBusy'])
-            _r11 = C['$h4']
-            _r12 = STD["BOOLEAN"]
-            if not all(((not _u1 or (_a8(e_Slots) in _r11)) and (not _u2 or (_a9(e_Slots) in _r12)) and (not _u3 or (_a10(e_Slots) in _r12))) for e_Slots in it(D['Slots'])):
+            _a2 = fast_ap(s['slotLayer'])
+            _a3 = fast_ap(s['slotFull'])
+            _a4 = fast_ap(s['gatherBusy'])
+            _r5 = C['$h4']
+            _r6 = STD["BOOLEAN"]
+            if not all(((not _u1 or (_a2(e_Slots) in _r5)) and (not _u2 or (_a3(e_Slots) in _r6)) and (not _u3 or (_a4(e_Slots) in _r6))) for e_Slots in it(D['Slots'])):
+                raise FastPathFailed()
+        if V is None or 'gatherNext' in V:
+            _r7 = s['gatherNext']
+            _r8 = C['$h3']
+            if not (_r7 in _r8):
+                raise FastPathFailed()
+        if V is None or 'attnNext' in V:
+            _r9 = s['attnNext']
+            _r10 = C['$h3']
+            if not (_r9 in _r10):
+                raise FastPathFailed()
+        if V is None or 'reading' in V:
+            _r11 = s['reading']
+            _r12 = C['$h4']
+            if not (_r11 in _r12):
                 raise FastPathFailed()
         return None
     except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
@@ -671,6 +671,62 @@ def inc_TwoBuffersOnly(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TwoBuffersOnly', _T_inv_TwoBuffersOnly, k, e)
     return None
+
+
+def inc_all(C, s, D, V=None, skip=frozenset()):
+    """The fast paths of TypeOK, GatherAfterRestore, NoOverwriteWhileRead, TwoBuffersOnly in one pass (see codegen.fused_fn)."""
+    try:
+        _k0 = 'TypeOK' not in skip
+        _k1 = 'GatherAfterRestore' not in skip
+        _k2 = 'NoOverwriteWhileRead' not in skip
+        _k3 = 'TwoBuffersOnly' not in skip
+        if _k0 and (V is None or 'restored' in V):
+            _a0 = fast_ap(s['restored'])
+            _r1 = C['$h3']
+            if not all((_a0(e_Ranks) in _r1) for e_Ranks in it(D['Ranks'])):
+                raise FastPathFailed()
+        _u0_1 = _k0 and (V is None or 'slotLayer' in V)
+        _u0_2 = _k0 and (V is None or 'slotFull' in V)
+        _u0_3 = _k0 and (V is None or 'gatherBusy' in V)
+        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_GatherAfterRestore[0]))
+        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoOverwriteWhileRead[0]))
+        _u3_1 = _k3 and (V is None or 'slotLayer' in V)
+        if _u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_1:
+            _a2 = fast_ap(s['slotLayer'])
+            _a3 = fast_ap(s['slotFull'])
+            _a4 = fast_ap(s['gatherBusy'])
+            _a5 = fast_ap(s['restored'])
+            _r6 = C['$h4']
+            _r7 = STD["BOOLEAN"]
+            _r8 = C['None']
+            _r9 = C['Ranks']
+            _r10 = s['reading']
+            _r11 = s['attnNext']
+            if not all(((not _u0_1 or (_a2(e_Slots) in _r6)) and (not _u0_2 or (_a3(e_Slots) in _r7)) and (not _u0_3 or (_a4(e_Slots) in _r7)) and (not _u1_0 or ((not (_a2(e_Slots) != _r8)) or all((_a5(v_r_3) > _a2(e_Slots)) for v_r_3 in it(_r9)))) and (not _u2_0 or ((not _a4(e_Slots)) or (((_r10 == _r8) or (d_Slot(C, s, None, _r10) != e_Slots)) and (_r11 >= (_a2(e_Slots) - 1))))) and (not _u3_1 or ((not (_a2(e_Slots) != _r8)) or (d_Slot(C, s, None, _a2(e_Slots)) == e_Slots)))) for e_Slots in it(D['Slots'])):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'gatherNext' in V):
+            _r12 = s['gatherNext']
+            _r13 = C['$h3']
+            if not (_r12 in _r13):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'attnNext' in V):
+            _r14 = s['attnNext']
+            _r15 = C['$h3']
+            if not (_r14 in _r15):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'reading' in V):
+            _r16 = s['reading']
+            _r17 = C['$h4']
+            if not (_r16 in _r17):
+                raise FastPathFailed()
+        if _k3 and (V is None or not V.isdisjoint(_R_inv_TwoBuffersOnly[0])):
+            _r18 = s['gatherNext']
+            _r19 = s['attnNext']
+            if not (_r18 <= (_r19 + 2)):
+                raise FastPathFailed()
+        return True
+    except Exception:  # FALSE or an error: the inc_<I> forms decide
+        return False
 
 
 def init_ok(C, s):

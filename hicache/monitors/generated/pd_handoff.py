@@ -825,53 +825,53 @@ def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Pages only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
     try:
-        if V is None or 'pstate' in V:
-            _r0 = s['pstate']
-            _r1 = C['$h3']
-            if not (_r0 in _r1):
-                raise FastPathFailed()
-        if V is None or 'plock' in V:
-            _r2 = s['plock']
-            _r3 = STD["BOOLEAN"]
-            if not (_r2 in _r3):
-                raise FastPathFailed()
-        if V is None or 'dstate' in V:
-            _r4 = s['dstate']
-            _r5 = C['$h4']
-            if not (_r4 in _r5):
-                raise FastPathFailed()
-        if V is None or 'dfree' in V:
-            _r6 = s['dfree']
-            _r7 = C['$h6']
-            if not (_r6 in _r7):
-                raise FastPathFailed()
-        if V is None or 'p2d' in V:
-            _r8 = s['p2d']
-            _r9 = C['ToDecode']
-            if not (_r8 in _b_Seq(_r9)):
-                raise FastPathFailed()
-        if V is None or 'd2p' in V:
-            _r10 = s['d2p']
-            _r11 = C['ToPrefill']
-            if not (_r10 in _b_Seq(_r11)):
-                raise FastPathFailed()
-        if V is None or 'sentUnloaded' in V:
-            _r12 = s['sentUnloaded']
-            _r13 = C['Pages']
-            if not _b_subseteq(_r12, _r13):
-                raise FastPathFailed()
         _u0 = V is None or 'ploc' in V
         _u4 = V is None or 'dalloc' in V
         _u6 = V is None or 'dland' in V
         _u7 = V is None or 'dread' in V
         if _u0 or _u4 or _u6 or _u7:
-            _a14 = fast_ap(s['ploc'])
-            _a15 = fast_ap(s['dalloc'])
-            _a16 = fast_ap(s['dland'])
-            _a17 = fast_ap(s['dread'])
-            _r18 = C['Tiers']
-            _r19 = STD["BOOLEAN"]
-            if not all(((not _u0 or (_a14(e_Pages) in _r18)) and (not _u4 or (_a15(e_Pages) in _r19)) and (not _u6 or (_a16(e_Pages) in _r19)) and (not _u7 or (_a17(e_Pages) in _r19))) for e_Pages in it(D['Pages'])):
+            _a0 = fast_ap(s['ploc'])
+            _a1 = fast_ap(s['dalloc'])
+            _a2 = fast_ap(s['dland'])
+            _a3 = fast_ap(s['dread'])
+            _r4 = C['Tiers']
+            _r5 = STD["BOOLEAN"]
+            if not all(((not _u0 or (_a0(e_Pages) in _r4)) and (not _u4 or (_a1(e_Pages) in _r5)) and (not _u6 or (_a2(e_Pages) in _r5)) and (not _u7 or (_a3(e_Pages) in _r5))) for e_Pages in it(D['Pages'])):
+                raise FastPathFailed()
+        if V is None or 'pstate' in V:
+            _r6 = s['pstate']
+            _r7 = C['$h3']
+            if not (_r6 in _r7):
+                raise FastPathFailed()
+        if V is None or 'plock' in V:
+            _r8 = s['plock']
+            _r9 = STD["BOOLEAN"]
+            if not (_r8 in _r9):
+                raise FastPathFailed()
+        if V is None or 'dstate' in V:
+            _r10 = s['dstate']
+            _r11 = C['$h4']
+            if not (_r10 in _r11):
+                raise FastPathFailed()
+        if V is None or 'dfree' in V:
+            _r12 = s['dfree']
+            _r13 = C['$h6']
+            if not (_r12 in _r13):
+                raise FastPathFailed()
+        if V is None or 'p2d' in V:
+            _r14 = s['p2d']
+            _r15 = C['ToDecode']
+            if not (_r14 in _b_Seq(_r15)):
+                raise FastPathFailed()
+        if V is None or 'd2p' in V:
+            _r16 = s['d2p']
+            _r17 = C['ToPrefill']
+            if not (_r16 in _b_Seq(_r17)):
+                raise FastPathFailed()
+        if V is None or 'sentUnloaded' in V:
+            _r18 = s['sentUnloaded']
+            _r19 = C['Pages']
+            if not _b_subseteq(_r18, _r19):
                 raise FastPathFailed()
         return None
     except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
@@ -1073,6 +1073,68 @@ def inv_NoLeakOnAbort(C, s):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoLeakOnAbort', _T_inv_NoLeakOnAbort, k, e)
     return None
+
+
+def inc_all(C, s, D, V=None, skip=frozenset()):
+    """The fast paths of TypeOK, DecodeReadsTransferred, InFlightDestOwned in one pass (see codegen.fused_fn)."""
+    try:
+        _k0 = 'TypeOK' not in skip
+        _k1 = 'DecodeReadsTransferred' not in skip
+        _k2 = 'InFlightDestOwned' not in skip
+        _u0_0 = _k0 and (V is None or 'ploc' in V)
+        _u0_4 = _k0 and (V is None or 'dalloc' in V)
+        _u0_6 = _k0 and (V is None or 'dland' in V)
+        _u0_7 = _k0 and (V is None or 'dread' in V)
+        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_DecodeReadsTransferred[0]))
+        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_InFlightDestOwned[0]))
+        if _u0_0 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_0:
+            _a0 = fast_ap(s['ploc'])
+            _a1 = fast_ap(s['dalloc'])
+            _a2 = fast_ap(s['dland'])
+            _a3 = fast_ap(s['dread'])
+            _r4 = C['Tiers']
+            _r5 = STD["BOOLEAN"]
+            _r6 = s['pstate']
+            if not all(((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_a1(e_Pages) in _r5)) and (not _u0_6 or (_a2(e_Pages) in _r5)) and (not _u0_7 or (_a3(e_Pages) in _r5)) and (not _u1_0 or ((not _a3(e_Pages)) or _a2(e_Pages))) and (not _u2_0 or ((not ((e_Pages in d_InFlight(C, s, None)) or ((_r6 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _a1(e_Pages)))) for e_Pages in it(D['Pages'])):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'pstate' in V):
+            _r7 = s['pstate']
+            _r8 = C['$h3']
+            if not (_r7 in _r8):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'plock' in V):
+            _r9 = s['plock']
+            _r10 = STD["BOOLEAN"]
+            if not (_r9 in _r10):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'dstate' in V):
+            _r11 = s['dstate']
+            _r12 = C['$h4']
+            if not (_r11 in _r12):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'dfree' in V):
+            _r13 = s['dfree']
+            _r14 = C['$h6']
+            if not (_r13 in _r14):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'p2d' in V):
+            _r15 = s['p2d']
+            _r16 = C['ToDecode']
+            if not (_r15 in _b_Seq(_r16)):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'd2p' in V):
+            _r17 = s['d2p']
+            _r18 = C['ToPrefill']
+            if not (_r17 in _b_Seq(_r18)):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'sentUnloaded' in V):
+            _r19 = s['sentUnloaded']
+            _r20 = C['Pages']
+            if not _b_subseteq(_r19, _r20):
+                raise FastPathFailed()
+        return True
+    except Exception:  # FALSE or an error: the inc_<I> forms decide
+        return False
 
 
 def init_ok(C, s):

@@ -740,18 +740,6 @@ def inc_IndInv(C, s, D, V=None):
         if V is None or not V.isdisjoint(_R_inv_IndInv[3]):
             if not d_AppliedIssued(C, s, None):
                 raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[9]):
-            _a0 = fast_ap(s['done'])
-            _r1 = s['issued']
-            _r2 = C['Stages']
-            _r3 = C['Ranks']
-            if not all(_b_subseteq(ap(_a0(v_s_12), v_r_13), _b_range_(1, _r1)) for v_s_12 in it(_r2) for v_r_13 in it(_r3)):
-                raise FastPathFailed()
-        if V is None or 'chan' in V:
-            _a4 = fast_ap(s['chan'])
-            _r5 = C['None']
-            if not (_a4(0) == _r5):
-                raise FastPathFailed()
         _u4 = V is None or not V.isdisjoint(_R_inv_IndInv[4])
         _u5 = V is None or not V.isdisjoint(_R_inv_IndInv[5])
         _u10 = V is None or not V.isdisjoint(_R_inv_IndInv[10])
@@ -759,25 +747,37 @@ def inc_IndInv(C, s, D, V=None):
         _u12 = V is None or not V.isdisjoint(_R_inv_IndInv[12])
         _u13 = V is None or not V.isdisjoint(_R_inv_IndInv[13])
         if _u4 or _u5 or _u10 or _u11 or _u12 or _u13:
-            _a6 = fast_ap(s['checks'])
-            _a7 = fast_ap(s['upto'])
-            _a8 = fast_ap(s['agreed'])
-            _a9 = fast_ap(s['applied'])
-            _a10 = fast_ap(s['chan'])
-            _a11 = fast_ap(s['pending'])
-            _r12 = C['Checks']
-            _r13 = C['MaxChecks']
-            _r14 = C['None']
-            if not all(((not _u4 or all(((not (v_k_11 <= _a6(e_Stages))) or (ap(_a7(e_Stages), v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r12))) and (not _u5 or (_a9(e_Stages) == (0 if (_a6(e_Stages) == 0) else ap(_a7(e_Stages), _a6(e_Stages))))) and (not _u10 or (d_Received(C, s, None, e_Stages) <= _r13)) and (not _u11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (_a10(e_Stages) != _r14) else 0))))) and (not _u12 or ((not (_a11(e_Stages) != _r14)) or (_a11(e_Stages) == _a8(d_Round(C, s, None, e_Stages))))) and (not _u13 or ((not ((e_Stages >= 1) and (_a10(e_Stages) != _r14))) or (_a10(e_Stages) == _a8((d_Received(C, s, None, e_Stages) + 1)))))) for e_Stages in it(D['Stages'])):
+            _a0 = fast_ap(s['checks'])
+            _a1 = fast_ap(s['upto'])
+            _a2 = fast_ap(s['agreed'])
+            _a3 = fast_ap(s['applied'])
+            _a4 = fast_ap(s['chan'])
+            _a5 = fast_ap(s['pending'])
+            _r6 = C['Checks']
+            _r7 = C['MaxChecks']
+            _r8 = C['None']
+            if not all(((not _u4 or all(((not (v_k_11 <= _a0(e_Stages))) or (ap(_a1(e_Stages), v_k_11) == _a2(v_k_11))) for v_k_11 in it(_r6))) and (not _u5 or (_a3(e_Stages) == (0 if (_a0(e_Stages) == 0) else ap(_a1(e_Stages), _a0(e_Stages))))) and (not _u10 or (d_Received(C, s, None, e_Stages) <= _r7)) and (not _u11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (_a4(e_Stages) != _r8) else 0))))) and (not _u12 or ((not (_a5(e_Stages) != _r8)) or (_a5(e_Stages) == _a2(d_Round(C, s, None, e_Stages))))) and (not _u13 or ((not ((e_Stages >= 1) and (_a4(e_Stages) != _r8))) or (_a4(e_Stages) == _a2((d_Received(C, s, None, e_Stages) + 1)))))) for e_Stages in it(D['Stages'])):
                 raise FastPathFailed()
         _u6 = V is None or not V.isdisjoint(_R_inv_IndInv[6])
         _u7 = V is None or 'agreed' in V
         _u8 = V is None or not V.isdisjoint(_R_inv_IndInv[8])
         if _u6 or _u7 or _u8:
-            _a15 = fast_ap(s['agreed'])
-            _r16 = C['None']
-            _r17 = s['issued']
-            if not all(((not _u6 or ((_a15(e_Checks) != _r16) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u7 or ((not ((_a15(e_Checks) != _r16) and (e_Checks > 1))) or (_a15((e_Checks - 1)) <= _a15(e_Checks)))) and (not _u8 or ((not (_a15(e_Checks) != _r16)) or (_a15(e_Checks) <= _r17)))) for e_Checks in it(D['Checks'])):
+            _a9 = fast_ap(s['agreed'])
+            _r10 = C['None']
+            _r11 = s['issued']
+            if not all(((not _u6 or ((_a9(e_Checks) != _r10) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u7 or ((not ((_a9(e_Checks) != _r10) and (e_Checks > 1))) or (_a9((e_Checks - 1)) <= _a9(e_Checks)))) and (not _u8 or ((not (_a9(e_Checks) != _r10)) or (_a9(e_Checks) <= _r11)))) for e_Checks in it(D['Checks'])):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_IndInv[9]):
+            _a12 = fast_ap(s['done'])
+            _r13 = s['issued']
+            _r14 = C['Stages']
+            _r15 = C['Ranks']
+            if not all(_b_subseteq(ap(_a12(v_s_12), v_r_13), _b_range_(1, _r13)) for v_s_12 in it(_r14) for v_r_13 in it(_r15)):
+                raise FastPathFailed()
+        if V is None or 'chan' in V:
+            _a16 = fast_ap(s['chan'])
+            _r17 = C['None']
+            if not (_a16(0) == _r17):
                 raise FastPathFailed()
         return None
     except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
@@ -847,6 +847,89 @@ def inc_IndInv(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('IndInv', _T_inv_IndInv, k, e)
     return None
+
+
+def inc_all(C, s, D, V=None, skip=frozenset()):
+    """The fast paths of TypeOK, AppliedIssued, IndInv in one pass (see codegen.fused_fn)."""
+    try:
+        _k0 = 'TypeOK' not in skip
+        _k1 = 'AppliedIssued' not in skip
+        _k2 = 'IndInv' not in skip
+        if _k0 and (V is None or 'issued' in V):
+            _r0 = s['issued']
+            _r1 = C['$h0']
+            if not (_r0 in _r1):
+                raise FastPathFailed()
+        _u0_1 = _k0 and (V is None or 'done' in V)
+        _u0_2 = _k0 and (V is None or 'applied' in V)
+        _u0_3 = _k0 and (V is None or 'checks' in V)
+        _u0_4 = _k0 and (V is None or 'upto' in V)
+        _u0_6 = _k0 and (V is None or 'pending' in V)
+        _u0_7 = _k0 and (V is None or 'chan' in V)
+        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_AppliedIssued[0]))
+        _u2_4 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[4]))
+        _u2_5 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[5]))
+        _u2_10 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[10]))
+        _u2_11 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[11]))
+        _u2_12 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
+        _u2_13 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
+        if _u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_4 or _u2_5 or _u2_10 or _u2_11 or _u2_12 or _u2_13:
+            _a2 = fast_ap(s['done'])
+            _a3 = fast_ap(s['applied'])
+            _a4 = fast_ap(s['checks'])
+            _a5 = fast_ap(s['upto'])
+            _a6 = fast_ap(s['pending'])
+            _a7 = fast_ap(s['chan'])
+            _a8 = fast_ap(s['agreed'])
+            _r9 = C['$h7']
+            _r10 = C['$h0']
+            _r11 = C['$h8']
+            _r12 = C['$h9']
+            _r13 = C['$h10']
+            _r14 = s['issued']
+            _r15 = C['Checks']
+            _r16 = C['MaxChecks']
+            _r17 = C['None']
+            if not all(((not _u0_1 or (_a2(e_Stages) in _r9)) and (not _u0_2 or (_a3(e_Stages) in _r10)) and (not _u0_3 or (_a4(e_Stages) in _r11)) and (not _u0_4 or (_a5(e_Stages) in _r12)) and (not _u0_6 or (_a6(e_Stages) in _r13)) and (not _u0_7 or (_a7(e_Stages) in _r13)) and (not _u1_0 or ((_a3(e_Stages) <= _r14) and (_a4(e_Stages) <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _a4(e_Stages))) or (ap(_a5(e_Stages), v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r15))) and (not _u2_5 or (_a3(e_Stages) == (0 if (_a4(e_Stages) == 0) else ap(_a5(e_Stages), _a4(e_Stages))))) and (not _u2_10 or (d_Received(C, s, None, e_Stages) <= _r16)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (_a7(e_Stages) != _r17) else 0))))) and (not _u2_12 or ((not (_a6(e_Stages) != _r17)) or (_a6(e_Stages) == _a8(d_Round(C, s, None, e_Stages))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_a7(e_Stages) != _r17))) or (_a7(e_Stages) == _a8((d_Received(C, s, None, e_Stages) + 1)))))) for e_Stages in it(D['Stages'])):
+                raise FastPathFailed()
+        _u0_5 = _k0 and (V is None or 'agreed' in V)
+        _u2_6 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
+        _u2_7 = _k2 and (V is None or 'agreed' in V)
+        _u2_8 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))
+        if _u0_5 or _u2_6 or _u2_7 or _u2_8:
+            _a18 = fast_ap(s['agreed'])
+            _r19 = C['$h10']
+            _r20 = C['None']
+            _r21 = s['issued']
+            if not all(((not _u0_5 or (_a18(e_Checks) in _r19)) and (not _u2_6 or ((_a18(e_Checks) != _r20) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_a18(e_Checks) != _r20) and (e_Checks > 1))) or (_a18((e_Checks - 1)) <= _a18(e_Checks)))) and (not _u2_8 or ((not (_a18(e_Checks) != _r20)) or (_a18(e_Checks) <= _r21)))) for e_Checks in it(D['Checks'])):
+                raise FastPathFailed()
+        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[0])):
+            if not d_TypeOK(C, s, None):
+                raise FastPathFailed()
+        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[1])):
+            if not d_SameCountEachCheck(C, s, None):
+                raise FastPathFailed()
+        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[2])):
+            if not d_ApplyOnlyCompleted(C, s, None):
+                raise FastPathFailed()
+        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[3])):
+            if not d_AppliedIssued(C, s, None):
+                raise FastPathFailed()
+        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[9])):
+            _a22 = fast_ap(s['done'])
+            _r23 = s['issued']
+            _r24 = C['Stages']
+            _r25 = C['Ranks']
+            if not all(_b_subseteq(ap(_a22(v_s_12), v_r_13), _b_range_(1, _r23)) for v_s_12 in it(_r24) for v_r_13 in it(_r25)):
+                raise FastPathFailed()
+        if _k2 and (V is None or 'chan' in V):
+            _a26 = fast_ap(s['chan'])
+            _r27 = C['None']
+            if not (_a26(0) == _r27):
+                raise FastPathFailed()
+        return True
+    except Exception:  # FALSE or an error: the inc_<I> forms decide
+        return False
 
 
 def init_ok(C, s):

@@ -480,24 +480,24 @@ def inc_TypeOK(C, s, D, V=None):
             _r1 = C['Policies']
             if not (_r0 in _r1):
                 raise FastPathFailed()
-        if V is None or 'terminated' in V:
-            _r2 = s['terminated']
-            _r3 = STD["BOOLEAN"]
-            if not (_r2 in _r3):
-                raise FastPathFailed()
-        if V is None or 'pub' in V:
-            _r4 = s['pub']
-            _r5 = C['$h3']
-            if not (_r4 in _r5):
-                raise FastPathFailed()
         _u1 = V is None or 'tried' in V
         _u2 = V is None or 'loaded' in V
         if _u1 or _u2:
-            _a6 = fast_ap(s['tried'])
-            _a7 = fast_ap(s['loaded'])
-            _r8 = C['$h3']
-            _r9 = C['$h10']
-            if not all(((not _u1 or (_a6(e_Ranks) in _r8)) and (not _u2 or (_a7(e_Ranks) in _r9))) for e_Ranks in it(D['Ranks'])):
+            _a2 = fast_ap(s['tried'])
+            _a3 = fast_ap(s['loaded'])
+            _r4 = C['$h3']
+            _r5 = C['$h10']
+            if not all(((not _u1 or (_a2(e_Ranks) in _r4)) and (not _u2 or (_a3(e_Ranks) in _r5))) for e_Ranks in it(D['Ranks'])):
+                raise FastPathFailed()
+        if V is None or 'terminated' in V:
+            _r6 = s['terminated']
+            _r7 = STD["BOOLEAN"]
+            if not (_r6 in _r7):
+                raise FastPathFailed()
+        if V is None or 'pub' in V:
+            _r8 = s['pub']
+            _r9 = C['$h3']
+            if not (_r8 in _r9):
                 raise FastPathFailed()
         if V is None or 'pubAck' in V:
             _a10 = fast_ap(s['pubAck'])
@@ -918,55 +918,55 @@ def inc_IndInv(C, s, D, V=None):
         if V is None or not V.isdisjoint(_R_inv_IndInv[5]):
             if not d_SameAcksConsumed(C, s, None):
                 raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[8]):
-            _a0 = fast_ap(s['pubAck'])
-            _r1 = C['Ranks']
-            _r2 = s['pub']
-            if not all((_a0(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r1)))) for v_j_13 in it(_b_range_(1, _r2))):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[17]):
-            _a3 = fast_ap(s['verdict'])
-            _r4 = C['Checks']
-            _r5 = s['terminated']
-            if not ((not any((_a3(v_c_17) == True) for v_c_17 in it(_r4))) or _r5):
-                raise FastPathFailed()
         if V is None or not V.isdisjoint(_R_inv_IndInv[6]):
-            _a6 = fast_ap(s['loaded'])
-            _a7 = fast_ap(s['tried'])
-            _r8 = C['BatchPages']
-            if not all((_a6(e_Ranks) <= (_a7(e_Ranks) * _r8)) for e_Ranks in it(D['Ranks'])):
+            _a0 = fast_ap(s['loaded'])
+            _a1 = fast_ap(s['tried'])
+            _r2 = C['BatchPages']
+            if not all((_a0(e_Ranks) <= (_a1(e_Ranks) * _r2)) for e_Ranks in it(D['Ranks'])):
                 raise FastPathFailed()
         if V is None or not V.isdisjoint(_R_inv_IndInv[7]):
-            _a9 = fast_ap(s['pubAck'])
-            _r10 = C['None']
-            _r11 = s['pub']
-            if not all(((_a9(e_Batches) != _r10) == (e_Batches <= _r11)) for e_Batches in it(D['Batches'])):
+            _a3 = fast_ap(s['pubAck'])
+            _r4 = C['None']
+            _r5 = s['pub']
+            if not all(((_a3(e_Batches) != _r4) == (e_Batches <= _r5)) for e_Batches in it(D['Batches'])):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_IndInv[8]):
+            _a6 = fast_ap(s['pubAck'])
+            _r7 = C['Ranks']
+            _r8 = s['pub']
+            if not all((_a6(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r7)))) for v_j_13 in it(_b_range_(1, _r8))):
                 raise FastPathFailed()
         _u9 = V is None or not V.isdisjoint(_R_inv_IndInv[9])
         _u10 = V is None or not V.isdisjoint(_R_inv_IndInv[10])
         _u11 = V is None or 'cut' in V
         _u12 = V is None or not V.isdisjoint(_R_inv_IndInv[12])
         if _u9 or _u10 or _u11 or _u12:
-            _a12 = fast_ap(s['cut'])
-            _a13 = fast_ap(s['checks'])
-            _a14 = fast_ap(s['verdict'])
-            _r15 = C['None']
-            _r16 = s['pub']
-            if not all(((not _u9 or ((_a12(e_Checks) != _r15) == (e_Checks <= _a13(0)))) and (not _u10 or ((not (_a14(e_Checks) != _r15)) or (e_Checks <= (_a13(0) + 1)))) and (not _u11 or ((not ((_a12(e_Checks) != _r15) and (e_Checks > 1))) or (_a12((e_Checks - 1)) <= _a12(e_Checks)))) and (not _u12 or ((not (_a12(e_Checks) != _r15)) or ((_a12(e_Checks) <= _r16) and (_a14(e_Checks) != _r15))))) for e_Checks in it(D['Checks'])):
+            _a9 = fast_ap(s['cut'])
+            _a10 = fast_ap(s['checks'])
+            _a11 = fast_ap(s['verdict'])
+            _r12 = C['None']
+            _r13 = s['pub']
+            if not all(((not _u9 or ((_a9(e_Checks) != _r12) == (e_Checks <= _a10(0)))) and (not _u10 or ((not (_a11(e_Checks) != _r12)) or (e_Checks <= (_a10(0) + 1)))) and (not _u11 or ((not ((_a9(e_Checks) != _r12) and (e_Checks > 1))) or (_a9((e_Checks - 1)) <= _a9(e_Checks)))) and (not _u12 or ((not (_a9(e_Checks) != _r12)) or ((_a9(e_Checks) <= _r13) and (_a11(e_Checks) != _r12))))) for e_Checks in it(D['Checks'])):
                 raise FastPathFailed()
         _u13 = V is None or not V.isdisjoint(_R_inv_IndInv[13])
         _u14 = V is None or 'checks' in V
         _u15 = V is None or not V.isdisjoint(_R_inv_IndInv[15])
         _u16 = V is None or not V.isdisjoint(_R_inv_IndInv[16])
         if _u13 or _u14 or _u15 or _u16:
-            _a17 = fast_ap(s['used'])
-            _a18 = fast_ap(s['verdict'])
-            _a19 = fast_ap(s['cut'])
-            _a20 = fast_ap(s['checks'])
-            _a21 = fast_ap(s['consumed'])
-            _r22 = C['None']
-            _r23 = C['NBatches']
-            if not all(((not _u13 or ((not (_a17(e_Stages) == _r22)) or all(((not _a18(v_c_15)) and (_a19(v_c_15) < _r23)) for v_c_15 in it(_b_range_(1, _a20(e_Stages)))))) and (not _u14 or ((not (e_Stages > 0)) or (_a20(e_Stages) <= _a20((e_Stages - 1))))) and (not _u15 or ((not (_a17(e_Stages) != _r22)) or ((_a20(e_Stages) > 0) and (_a17(e_Stages) == d_PrefixOf(C, s, None, _a21(e_Stages))) and (_a18(_a20(e_Stages)) or (_a21(e_Stages) == _r23))))) and (not _u16 or all(((not (v_c_16 < _a20(e_Stages))) or ((not _a18(v_c_16)) and (_a19(v_c_16) < _r23))) for v_c_16 in it(_b_range_(1, _a20(e_Stages)))))) for e_Stages in it(D['Stages'])):
+            _a14 = fast_ap(s['used'])
+            _a15 = fast_ap(s['verdict'])
+            _a16 = fast_ap(s['cut'])
+            _a17 = fast_ap(s['checks'])
+            _a18 = fast_ap(s['consumed'])
+            _r19 = C['None']
+            _r20 = C['NBatches']
+            if not all(((not _u13 or ((not (_a14(e_Stages) == _r19)) or all(((not _a15(v_c_15)) and (_a16(v_c_15) < _r20)) for v_c_15 in it(_b_range_(1, _a17(e_Stages)))))) and (not _u14 or ((not (e_Stages > 0)) or (_a17(e_Stages) <= _a17((e_Stages - 1))))) and (not _u15 or ((not (_a14(e_Stages) != _r19)) or ((_a17(e_Stages) > 0) and (_a14(e_Stages) == d_PrefixOf(C, s, None, _a18(e_Stages))) and (_a15(_a17(e_Stages)) or (_a18(e_Stages) == _r20))))) and (not _u16 or all(((not (v_c_16 < _a17(e_Stages))) or ((not _a15(v_c_16)) and (_a16(v_c_16) < _r20))) for v_c_16 in it(_b_range_(1, _a17(e_Stages)))))) for e_Stages in it(D['Stages'])):
+                raise FastPathFailed()
+        if V is None or not V.isdisjoint(_R_inv_IndInv[17]):
+            _a21 = fast_ap(s['verdict'])
+            _r22 = C['Checks']
+            _r23 = s['terminated']
+            if not ((not any((_a21(v_c_17) == True) for v_c_17 in it(_r22))) or _r23):
                 raise FastPathFailed()
         return None
     except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
@@ -1048,6 +1048,128 @@ def inc_IndInv(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('IndInv', _T_inv_IndInv, k, e)
     return None
+
+
+def inc_all(C, s, D, V=None, skip=frozenset()):
+    """The fast paths of TypeOK, UsedLeLoaded, AcksInStep, SameAcksConsumed, IndInv in one pass (see codegen.fused_fn)."""
+    try:
+        _k0 = 'TypeOK' not in skip
+        _k1 = 'UsedLeLoaded' not in skip
+        _k2 = 'AcksInStep' not in skip
+        _k3 = 'SameAcksConsumed' not in skip
+        _k4 = 'IndInv' not in skip
+        if _k0 and (V is None or 'policy' in V):
+            _r0 = s['policy']
+            _r1 = C['Policies']
+            if not (_r0 in _r1):
+                raise FastPathFailed()
+        _u0_1 = _k0 and (V is None or 'tried' in V)
+        _u0_2 = _k0 and (V is None or 'loaded' in V)
+        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[0]))
+        _u4_6 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
+        if _u0_1 or _u0_2 or _u2_0 or _u4_6:
+            _a2 = fast_ap(s['tried'])
+            _a3 = fast_ap(s['loaded'])
+            _r4 = C['$h3']
+            _r5 = C['$h10']
+            _r6 = s['pub']
+            _r7 = C['BatchPages']
+            if not all(((not _u0_1 or (_a2(e_Ranks) in _r4)) and (not _u0_2 or (_a3(e_Ranks) in _r5)) and (not _u2_0 or (_r6 <= _a2(e_Ranks))) and (not _u4_6 or (_a3(e_Ranks) <= (_a2(e_Ranks) * _r7)))) for e_Ranks in it(D['Ranks'])):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'terminated' in V):
+            _r8 = s['terminated']
+            _r9 = STD["BOOLEAN"]
+            if not (_r8 in _r9):
+                raise FastPathFailed()
+        if _k0 and (V is None or 'pub' in V):
+            _r10 = s['pub']
+            _r11 = C['$h3']
+            if not (_r10 in _r11):
+                raise FastPathFailed()
+        _u0_5 = _k0 and (V is None or 'pubAck' in V)
+        _u4_7 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[7]))
+        if _u0_5 or _u4_7:
+            _a12 = fast_ap(s['pubAck'])
+            _r13 = C['$h11']
+            _r14 = C['None']
+            _r15 = s['pub']
+            if not all(((not _u0_5 or (_a12(e_Batches) in _r13)) and (not _u4_7 or ((_a12(e_Batches) != _r14) == (e_Batches <= _r15)))) for e_Batches in it(D['Batches'])):
+                raise FastPathFailed()
+        _u0_6 = _k0 and (V is None or 'checks' in V)
+        _u0_9 = _k0 and (V is None or 'consumed' in V)
+        _u0_10 = _k0 and (V is None or 'used' in V)
+        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_UsedLeLoaded[0]))
+        _u2_1 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[1]))
+        _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_SameAcksConsumed[0]))
+        _u4_13 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
+        _u4_14 = _k4 and (V is None or 'checks' in V)
+        _u4_15 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[15]))
+        _u4_16 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[16]))
+        if _u0_6 or _u0_9 or _u0_10 or _u1_0 or _u2_1 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16:
+            _a16 = fast_ap(s['checks'])
+            _a17 = fast_ap(s['consumed'])
+            _a18 = fast_ap(s['used'])
+            _a19 = fast_ap(s['loaded'])
+            _a20 = fast_ap(s['cut'])
+            _a21 = fast_ap(s['verdict'])
+            _r22 = C['$h12']
+            _r23 = C['$h3']
+            _r24 = C['$h15']
+            _r25 = C['None']
+            _r26 = C['Ranks']
+            _r27 = s['pub']
+            _r28 = C['NBatches']
+            if not all(((not _u0_6 or (_a16(e_Stages) in _r22)) and (not _u0_9 or (_a17(e_Stages) in _r23)) and (not _u0_10 or (_a18(e_Stages) in _r24)) and (not _u1_0 or ((not (_a18(e_Stages) != _r25)) or all((_a18(e_Stages) <= _a19(v_k_3)) for v_k_3 in it(_r26)))) and (not _u2_1 or (_a17(e_Stages) <= _r27)) and (not _u3_0 or ((not (_a16(e_Stages) > 0)) or (_a17(e_Stages) == _a20(_a16(e_Stages))))) and (not _u4_13 or ((not (_a18(e_Stages) == _r25)) or all(((not _a21(v_c_15)) and (_a20(v_c_15) < _r28)) for v_c_15 in it(_b_range_(1, _a16(e_Stages)))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_a16(e_Stages) <= _a16((e_Stages - 1))))) and (not _u4_15 or ((not (_a18(e_Stages) != _r25)) or ((_a16(e_Stages) > 0) and (_a18(e_Stages) == d_PrefixOf(C, s, None, _a17(e_Stages))) and (_a21(_a16(e_Stages)) or (_a17(e_Stages) == _r28))))) and (not _u4_16 or all(((not (v_c_16 < _a16(e_Stages))) or ((not _a21(v_c_16)) and (_a20(v_c_16) < _r28))) for v_c_16 in it(_b_range_(1, _a16(e_Stages)))))) for e_Stages in it(D['Stages'])):
+                raise FastPathFailed()
+        _u0_7 = _k0 and (V is None or 'verdict' in V)
+        _u0_8 = _k0 and (V is None or 'cut' in V)
+        _u4_9 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[9]))
+        _u4_10 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[10]))
+        _u4_11 = _k4 and (V is None or 'cut' in V)
+        _u4_12 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
+        if _u0_7 or _u0_8 or _u4_9 or _u4_10 or _u4_11 or _u4_12:
+            _a29 = fast_ap(s['verdict'])
+            _a30 = fast_ap(s['cut'])
+            _a31 = fast_ap(s['checks'])
+            _r32 = C['$h13']
+            _r33 = C['$h14']
+            _r34 = C['None']
+            _r35 = s['pub']
+            if not all(((not _u0_7 or (_a29(e_Checks) in _r32)) and (not _u0_8 or (_a30(e_Checks) in _r33)) and (not _u4_9 or ((_a30(e_Checks) != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_a29(e_Checks) != _r34)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_a30(e_Checks) != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _a30(e_Checks)))) and (not _u4_12 or ((not (_a30(e_Checks) != _r34)) or ((_a30(e_Checks) <= _r35) and (_a29(e_Checks) != _r34))))) for e_Checks in it(D['Checks'])):
+                raise FastPathFailed()
+        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0])):
+            if not d_TypeOK(C, s, None):
+                raise FastPathFailed()
+        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[1])):
+            if not d_PublishedLeLoaded(C, s, None):
+                raise FastPathFailed()
+        if _k4 and (V is None or 'used' in V):
+            if not d_SameCachedPrefix(C, s, None):
+                raise FastPathFailed()
+        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[3])):
+            if not d_UsedLeLoaded(C, s, None):
+                raise FastPathFailed()
+        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[4])):
+            if not d_AcksInStep(C, s, None):
+                raise FastPathFailed()
+        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[5])):
+            if not d_SameAcksConsumed(C, s, None):
+                raise FastPathFailed()
+        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[8])):
+            _a36 = fast_ap(s['pubAck'])
+            _r37 = C['Ranks']
+            _r38 = s['pub']
+            if not all((_a36(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r37)))) for v_j_13 in it(_b_range_(1, _r38))):
+                raise FastPathFailed()
+        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[17])):
+            _a39 = fast_ap(s['verdict'])
+            _r40 = C['Checks']
+            _r41 = s['terminated']
+            if not ((not any((_a39(v_c_17) == True) for v_c_17 in it(_r40))) or _r41):
+                raise FastPathFailed()
+        return True
+    except Exception:  # FALSE or an error: the inc_<I> forms decide
+        return False
 
 
 def init_ok(C, s):
