@@ -45,6 +45,7 @@ class SeededBugs:
     """Deliberate faults for tests that show the verification catches them (off in real runs)."""
     no_wait: bool = False          # pop agreed transfers without waiting for them to finish
     corrupt_pages: bool = False    # damage every page this rank writes (wrong bytes reach readers)
+    local_counts: bool = False     # apply this rank's own ready counts, not the agreed MIN (bug 5)
 
 
 #: in-flight storage prefetches at most (each has a stop-vote slot in the pp_sync vector)
@@ -121,6 +122,7 @@ class Engine:
         self.total = 0
         self.next_tid = 0
         self.checks = 0
+        self.fault_check: int | None = None     # first cache check a seeded bug changed
         self.agreement_checks = 0
         self.violations: list[str] = []
         self.tally = Tally()
@@ -214,6 +216,11 @@ class Engine:
         counts = [self.loads.leading_ready(), self.backups.leading_ready(), self.prefetch.ready_count()]
         out = pp_sync(self.comm, self.digest(), counts, votes, self.listener)
         n_load, n_backup, n_acks = out.counts
+        if self.bugs.local_counts:
+            # reference bug 5: this stage pops what it sees ready, not what every rank agreed
+            n_load, n_backup = counts[0], counts[1]
+            if (n_load, n_backup) != tuple(out.counts[:2]) and self.fault_check is None:
+                self.fault_check = self.checks
         step = f"cache_check#{self.checks}"
         for rec, verdict in zip(live, out.votes):
             if verdict:
@@ -229,7 +236,10 @@ class Engine:
             self._apply_backup(t)
         for ack in self.prefetch.pop(n_acks, step, self.cfg.timeout_s):
             self._apply_ack(ack)
-        self.listener(PPSync.StageApply, {"rank": self.topo.rank, "counts": out.counts})
+        applied = {"rank": self.topo.rank, "counts": [n_load, n_backup, n_acks], "check": self.checks}
+        if self.bugs.local_counts:      # where the seeded fault first fired (the bug zoo reads it)
+            applied["fault_check"] = self.fault_check
+        self.listener(PPSync.StageApply, applied)
         if self._sampled(self.checks):
             digests = self.comm.all_gather_world_digest("verify_digest", self.digest())
             if len(set(digests)) == 1:
@@ -541,4 +551,5 @@ class Engine:
             "prefetches": self.prefetches, "terminated_prefetches": self.terminated,
             "prefetch_loaded_pages": self.prefetch.loaded_pages, "prefetch_failed_batches": self.prefetch.failed_batches,
             "storage_write_failures": self.storage_write_failures, "final_digest": self.digest(),
+            "fault_check": self.fault_check,
         }

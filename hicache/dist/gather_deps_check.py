@@ -109,7 +109,8 @@ def gather_deps_rank(rank: int, world: int, port: int, payload: dict[str, Any]) 
                 g.close()
             except ProtocolViolation as exc:
                 res["violation"] = {"kind": exc.kind, "property": exc.property, "action": exc.action,
-                                    "conjunct": exc.conjunct, "location": exc.location}
+                                    "conjunct": exc.conjunct, "location": exc.location, "step": exc.step,
+                                    "trace": exc.trace_path}
                 try:
                     g.close()
                 except ProtocolViolation:

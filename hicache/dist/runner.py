@@ -10,10 +10,12 @@ from .worker import Faults, run_rank
 
 
 def run_distributed(cfg: RunConfig | None = None, *, faults: Faults = Faults(), launch_timeout_s: float = 120.0,
-                    grace_s: float = 10.0, gather_bench_iters: int = 0, **overrides) -> list[dict]:
+                    grace_s: float = 10.0, gather_bench_iters: int = 0, monitors=None, **overrides) -> list[dict]:
     """Launch cfg.world ranks, serve the workload, return each rank's report (rank order).
 
-    A fresh storage directory is created when cfg has none. Raises LaunchError on failure.
+    A fresh storage directory is created when cfg has none. `monitors`: the VerifyConfig of
+    the spec monitors on every rank (default: the verified mode in force here). Raises
+    LaunchError on failure.
     """
     with tempfile.TemporaryDirectory(prefix="hicache-run-") as tmp:
         if cfg is None:
@@ -22,5 +24,5 @@ def run_distributed(cfg: RunConfig | None = None, *, faults: Faults = Faults(), 
             cfg = dataclasses.replace(cfg, storage_dir=cfg.storage_dir or tmp, **overrides)
         from hicache.monitors.maps.dist import verify_config
         # the parent's verified mode, not the ranks' environment (a fork server keeps its own)
-        payload = (cfg, faults, gather_bench_iters, verify_config())
+        payload = (cfg, faults, gather_bench_iters, monitors if monitors is not None else verify_config())
         return launch(run_rank, cfg.world, payload, timeout_s=launch_timeout_s, grace_s=grace_s)

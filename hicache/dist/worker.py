@@ -38,6 +38,7 @@ class Faults:
     stall_rank: int | None = None
     diverge_rank: int | None = None      # mutates its replicated state behind the others' back
     no_wait_rank: int | None = None      # seeded bug: applies transfers without waiting (slow copies)
+    local_counts_rank: int | None = None  # seeded bug 5: applies its own ready counts, not the agreed
     corrupt_ranks: tuple[int, ...] = ()  # seeded bug: these ranks write wrong bytes into their pages
     at_check: int = 3
     stall_s: float = 600.0
@@ -70,7 +71,8 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
         cfg = dataclasses.replace(cfg, **faults.overrides[rank])
     if rank == faults.no_wait_rank:       # slow copies make the missing wait observable
         cfg = dataclasses.replace(cfg, transfer_delay_s=0.3)
-    bugs = SeededBugs(no_wait=rank == faults.no_wait_rank, corrupt_pages=rank in faults.corrupt_ranks)
+    bugs = SeededBugs(no_wait=rank == faults.no_wait_rank, corrupt_pages=rank in faults.corrupt_ranks,
+                      local_counts=rank == faults.local_counts_rank)
     comm = Comm(rank, world, port, cfg.timeout_s)
     try:
         comm.check_config(cfg.fingerprint())    # before any group exists: mismatches fail cleanly

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 import itertools
+import math
+import time
 from dataclasses import dataclass, field
 
 from hicache.explain.options import Options
@@ -59,13 +61,17 @@ class _Steps:
         blank = [UNSET] * self.n
         return any(tuple(pr) == s for pr in itertools.islice(self.ck.init(None, blank, ()), limit))
 
-    def path(self, s: tuple, t: tuple, depth: int, budget: int) -> list[str] | None:
-        """Actions of a shortest spec path s -> t of at most `depth` steps, within `budget` states."""
+    def path(self, s: tuple, t: tuple, depth: int, budget: int, deadline: float = math.inf):
+        """Actions of a shortest spec path s -> t of at most `depth` steps, within `budget`
+        states; None when there is none; TIMED_OUT when the clock passed `deadline` first (a
+        model with large constants can take seconds per expansion)."""
         frontier = {s: []}
         seen = {s}
         for _ in range(depth):
             nxt = {}
             for u, acts in frontier.items():
+                if time.perf_counter() > deadline:
+                    return TIMED_OUT
                 for v, names in self.successors(u).items():
                     if v == t:
                         return acts + [names[0]]
@@ -78,8 +84,14 @@ class _Steps:
         return None
 
 
+#: `_Steps.path` ran out of time (neither a match nor a proof there is none)
+TIMED_OUT = "timed out"
+
+
 def check_behavior(trace: Trace, ck: Checkable, tuples: list, opts: Options, notes: list[str]):
     steps = _Steps(ck)
+    # the compound matches share the search's wall-clock budget
+    deadline = time.perf_counter() + opts.max_seconds
     checks: list[StepCheck] = []
     divergence = None
     for i, s in enumerate(tuples):
@@ -108,11 +120,17 @@ def check_behavior(trace: Trace, ck: Checkable, tuples: list, opts: Options, not
             if s in succ:
                 checks.append(StepCheck(i, StepStatus.SPEC_STEP, succ[s]))
                 continue
-            via = steps.path(prev, s, opts.compound, opts.compound_states) if opts.compound > 1 else None
+            via = steps.path(prev, s, opts.compound, opts.compound_states, deadline) \
+                if opts.compound > 1 else None
         except Exception as exc:  # noqa: BLE001 - a state outside the spec's domains (after a bad step)
             checks.append(StepCheck(i, StepStatus.UNCHECKED,
                                     note=f"the spec's actions cannot be evaluated on step {i - 1}: "
                                          f"{str(exc).splitlines()[0]}"))
+            continue
+        if via is TIMED_OUT:
+            checks.append(StepCheck(i, StepStatus.UNCHECKED,
+                                    note=f"not one spec step; no match of up to {opts.compound} steps found "
+                                         f"within the time budget ({opts.max_seconds:g}s)"))
             continue
         if via is not None:
             checks.append(StepCheck(i, StepStatus.COMPOUND, via, note=f"{len(via)} spec steps"))

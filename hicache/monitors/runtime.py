@@ -92,6 +92,7 @@ class Step:
     args: dict
     state: dict | None        # mapped state after the event (None: not mapped, sample mode)
     delta: list | None = None  # incremental maps: the writes of this event (undo rebuilds states)
+    spec: str | None = None    # one spec step of an event that is several (its action)
 
 
 class ProtocolViolation(AssertionError):
@@ -379,8 +380,10 @@ class Monitor:
         for h in self.history:
             if h.state is None:
                 continue
-            rec = {"#meta": {"index": len(states), "step": h.seq, "action": h.action,
+            rec = {"#meta": {"index": len(states), "step": h.seq, "action": h.spec or h.action,
                              "args": {k: _jsonable(v) for k, v in h.args.items()}}}
+            if h.spec is not None:       # a spec step of runtime event h.action
+                rec["#meta"]["event"] = str(h.action)
             for v in self.spec.VARIABLES:
                 if v in h.state:
                     rec[v] = encode(h.state[v])

@@ -6,9 +6,11 @@ Three kinds of entries:
   ranks     two real caches as the ranks of one tensor-parallel group, served in lockstep,
             exchanging state digests at each cache check (hicache.monitors.digest); one
             rank carries a rank-local fault;
-  spec      a protocol whose runtime needs several processes (pipeline stages, P/D, draft
-            pools): a seeded run of the spec's bug twin (its spec/X_bug.cfg) is checked step
-            by step by the generated monitor bound to the correct constants.
+  process   ranks as processes on torch.distributed: the distributed engine (hicache.dist)
+            with a seeded bug on one rank, or the CP prefix gather with its seeded switch,
+            the spec monitors strict on every rank.
+`spec_entry` checks a spec's bug twin (spec/X_bug.cfg) step by step with the generated
+monitor bound to the correct constants: the same bug classes at the spec level.
 For each: the workload seeds are tried in order until the fault fires; the report gives the
 property that caught it and how many monitored steps after the faulty one (0: at it). The
 same workload without the fault must raise nothing.
@@ -29,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 class BugResult:
     name: str
     bug: int                    # REFERENCE.md bug class
-    kind: str                   # runtime | ranks | spec
+    kind: str                   # runtime | ranks | process | spec
     caught: bool
     property: str | None
     steps_after_fault: int | None
@@ -344,7 +346,8 @@ def _clean_ranks(seed: int, wcfg, vdir: str) -> bool:
 
 
 # ====================================================================== spec entries
-#: bug class -> (spec, bug-twin cfg, name)
+#: bug class -> (spec, bug-twin cfg, name): the spec-level twins of bugs 5 and 13, whose zoo
+#: entries run on the runtime (PROCESS_BUGS); `spec_entry` checks a twin's run step by step
 SPEC_BUGS = {
     5: ("PPSync", "PPSync_bug.cfg", "StagesApplyLocalCounts"),
     13: ("DraftState", "DraftState_bug.cfg", "CompletionOnTargetOnly"),
@@ -469,6 +472,113 @@ def spec_entry(bug: int, seeds: int, vdir: str, depth: int = 40) -> BugResult:
         return BugResult(name, bug, "spec", True, exc.property, exc.step - fault, seed, clean is not None,
                          f"{exc.kind} {exc.property} at {exc.location}", exc.trace_path)
     return BugResult(name, bug, "spec", False, None, None, None, False, f"never fired in {seeds} runs")
+
+
+# ====================================================================== process entries
+#: the distributed engine's run for the process entries (small: a few seconds per run)
+STAGES_RUN = dict(requests=10, device_pages_per_rank=4, host_pages_per_rank=6, storage_fail_p=0.3,
+                  transfer_delay_s=0.01, storage_delay_s=0.005, timeout_s=20.0)
+
+
+def stages_run(seed: int, faulty: bool, vdir: str):
+    """The distributed engine (hicache.dist: ranks are processes on torch.distributed,
+    gloo), cp=1 x pp=2, spec monitors strict on every rank; with `faulty`, rank 1 (stage 1)
+    pops its own leading ready counts instead of the counts the stages agreed on (REFERENCE.md
+    bug 5). Returns (each rank's report or None, (rank, violation message) or None, other
+    failures)."""
+    from hicache.dist.launch import LaunchError
+    from hicache.dist.runner import run_distributed
+    from hicache.dist.worker import Faults
+    faults = Faults(local_counts_rank=1) if faulty else Faults()
+    try:
+        return run_distributed(cp=1, pp=2, seed=seed, faults=faults,
+                               monitors=VerifyConfig(mode="strict", violation_dir=vdir), **STAGES_RUN), None, {}
+    except LaunchError as e:
+        viol = next(((r, m) for r, m in sorted(e.failures.items()) if m.startswith("ProtocolViolation")), None)
+        return None, viol, e.failures
+
+
+def stages_entry(seeds: int, vdir: str) -> BugResult:
+    """Bug 5 on the real distributed engine. The faulty StageApply event carries the cache
+    check it happened at and the check at which the fault first changed a count, so the
+    violation's own trace says whether it was caught at the faulty step."""
+    from hicache.tla.itf import read_itf
+    name = "StagesApplyLocalCounts"
+    for seed in range(seeds):
+        reports, viol, failures = stages_run(seed, True, vdir)
+        if viol is None and failures:
+            return BugResult(name, 5, "process", False, None, None, seed, False,
+                             "; ".join(f"rank {r}: {m[:160]}" for r, m in sorted(failures.items())))
+        if viol is None:
+            if any(r["fault_check"] is not None for r in reports):
+                return BugResult(name, 5, "process", False, None, None, seed, False, "fired, no alarm")
+            continue
+        rank, msg = viol
+        trace = msg.rsplit("trace: ", 1)[-1].split(" (hicache explain", 1)[0] if "trace: " in msg else None
+        meta = read_itf(trace)["#meta"]["violation"] if trace else {}
+        args = meta.get("args", {})
+        fault = args.get("fault_check")
+        after = None if fault is None else args["check"] - fault    # in this rank's cache checks
+        _, clean, clean_failures = stages_run(seed, False, vdir)
+        return BugResult(name, 5, "process", True, meta.get("property"), after, seed,
+                         bool(clean or clean_failures),
+                         f"{meta.get('kind')} {meta.get('property')} at {meta.get('location')} (rank {rank}, "
+                         f"cache check {args.get('check')}, fault at check {fault})", trace)
+    return BugResult(name, 5, "process", False, None, None, None, False, f"never fired in {seeds} runs")
+
+
+def _draft_case(fault: bool) -> dict:
+    """One CP gather of a 6-page prefix over 2 ranks with every dependent pool (draft KV as a
+    sidecar, fp8 indexer, SWA window, recurrent state), under a strict DraftState monitor."""
+    from hicache.kernels import HitPolicy, IndexSource
+    from hicache.runtime.config import CacheConfig, KVKind, PrefetchPolicy
+    from hicache.runtime.draft import DependentSpec, DraftConfig, Indexing, Role
+    target = CacheConfig(page_size=4, device_pages=16, host_pages=32, layers=2, heads=2, head_dim=4,
+                         dtype="float16", prefetch_policy=PrefetchPolicy.WAIT_COMPLETE, model="bugzoo-draft")
+    draft = DraftConfig(target, (
+        DependentSpec(role=Role.DRAFT_KV, layout="sidecar", layers=1, heads=2, head_dim=4, dtype="float16"),
+        DependentSpec(role=Role.DRAFT_INDEXER, layers=1, kv_kind=KVKind.MLA, heads=1, head_dim=4,
+                      dtype="float8_e4m3fn"),
+        DependentSpec(role=Role.SWA, layers=2, heads=1, head_dim=4, dtype="float16",
+                      hit_policy=HitPolicy.TRAILING_PAGES, trailing=2),
+        DependentSpec(role=Role.DRAFT_STATE, layers=1, kv_kind=KVKind.MLA, heads=1, head_dim=8, dtype="float32",
+                      indexing=Indexing.REQUEST, source=IndexSource.SWA, hit_policy=HitPolicy.TRAILING_PAGES,
+                      trailing=1)))
+    return {"draft": draft, "local_pages": 4, "pages": [3, 0, 5, 2, 7, 4], "overlap": True,
+            "monitor": True, "actions": True, "fault": fault}
+
+
+def draft_entry(seeds: int, vdir: str) -> BugResult:
+    """Bug 13 on the real CP gather (hicache.dist.gather over torch.distributed, 2 ranks as
+    processes): with the seeded switch the gather moves the target and SWA only and fires its
+    completion anyway. The faulty step is the first event where the run departs from the
+    same gather without the fault; `seeds` is unused (the gather is deterministic)."""
+    from hicache.dist.gather_deps_check import gather_deps_rank
+    from hicache.dist.launch import LaunchError, launch
+    name = "CompletionOnTargetOnly"
+    try:
+        res = launch(gather_deps_rank, 2, {"cases": [_draft_case(True), _draft_case(False)], "violation_dir": vdir},
+                     timeout_s=120)
+    except LaunchError as e:
+        return BugResult(name, 13, "process", False, None, None, None, False,
+                         "; ".join(f"rank {r}: {m[:160]}" for r, m in sorted(e.failures.items())))
+    faulty, clean = res[0][0], res[0][1]
+    v = faulty["violation"]
+    clean_alarm = any(res[r][1]["violation"] is not None for r in range(2))
+    if v is None:
+        return BugResult(name, 13, "process", False, None, None, None, clean_alarm, "no alarm")
+    # every recorded event is a step of the DraftState map (checked == steps == events in
+    # the clean run), so the first departure from the clean run's events is the faulty step
+    steps, events = clean["checked"], clean["events"]
+    after = None
+    if steps[0] == steps[1] == len(events):
+        fault = next(i for i, (a, b) in enumerate(zip(faulty["events"], events), 1) if a != b)
+        after = v["step"] - fault
+    return BugResult(name, 13, "process", True, v["property"], after, None, clean_alarm,
+                     f"{v['kind']} {v['property']} at {v['location']} (rank 0)", v["trace"])
+
+
+PROCESS_BUGS = {5: stages_entry, 13: draft_entry}
 
 
 # ====================================================================== layer pipeline entries
@@ -598,15 +708,15 @@ def run_zoo(seeds: int = 30, vdir: str = "hicache-violations/bugzoo", only=None)
     wcfg = WorkloadConfig()
     from hicache.monitors.faults import RUNTIME_FAULTS
     out = []
-    for bug in sorted(set(RUNTIME_FAULTS) | set(RANK_FAULTS) | set(SPEC_BUGS) | set(PIPELINE_BUGS)):
+    for bug in sorted(set(RUNTIME_FAULTS) | set(RANK_FAULTS) | set(PIPELINE_BUGS) | set(PROCESS_BUGS)):
         if only and bug not in only:
             continue
         if bug in PIPELINE_BUGS:
             out.append(PIPELINE_BUGS[bug](seeds, vdir))
+        elif bug in PROCESS_BUGS:
+            out.append(PROCESS_BUGS[bug](seeds, vdir))
         elif bug in RUNTIME_FAULTS:
             out.append(runtime_entry(bug, seeds, wcfg, vdir))
         elif bug in RANK_FAULTS:
             out.append(ranks_entry(bug, seeds, wcfg, vdir))
-        else:
-            out.append(spec_entry(bug, seeds, vdir))
     return out

@@ -472,6 +472,13 @@ class Checker:
                 for act, s2 in self._successors(st):
                     any_succ = True
                     res.generated += 1
+                    if self.progress is not None and (res.generated & 4095) == 0:
+                        # one state of a model with large constants can have 10^5 successors
+                        now = time.perf_counter()
+                        if now - last_report >= self.progress_every:
+                            last_report = now
+                            self.progress({"generated": res.generated, "distinct": len(states),
+                                           "queue": len(states) - head, "depth": lvl, "seconds": now - t0})
                     for pname, p in act_props:
                         if p(st, s2, ()) is not True:
                             states.append(s2)
@@ -507,7 +514,9 @@ class Checker:
                     TLCContext.level = lvl
                 if check_deadlock and not any_succ:
                     return finish("deadlock", None, trace_to(idx))
-                if self.progress is not None and (head & 1023) == 0:
+                # (every 16 states: a model with large constants can take a second per state,
+                # and a caller's budget must be able to stop it; the clock read is noise here)
+                if self.progress is not None and (head & 15) == 0:
                     now = time.perf_counter()
                     if now - last_report >= self.progress_every:
                         last_report = now

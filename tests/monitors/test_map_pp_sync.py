@@ -133,6 +133,26 @@ def test_stage_applying_its_local_count_is_caught_at_that_apply(tmp_path):
     pytest.fail("the local count never differed from the agreed one")
 
 
+def test_a_violation_trace_shows_each_spec_step_and_explain_names_the_apply(tmp_path):
+    """An event that stands for several spec steps is written as one ITF state per step
+    (its spec action, the runtime event beside it), so `hicache explain` checks the trace
+    step by step and names the faulty StageApply, not an earlier compound event."""
+    from hicache.explain.analysis import explain
+    from hicache.explain.options import Options
+    from hicache.tla.itf import read_itf
+    p = Pipeline(1, 2, 0, str(tmp_path), local_count=True)     # (its stage 1 sees the leader's round in one event)
+    with pytest.raises(ProtocolViolation) as ei:
+        p.run(12)
+    doc = read_itf(ei.value.trace_path)
+    metas = [s["#meta"] for s in doc["states"]]
+    assert any("event" in m for m in metas)               # an event expanded into its spec steps
+    from hicache.monitors.generated import pp_sync as gen
+    assert all(m["action"] in gen.ACTIONS for m in metas if "event" in m)
+    ex = explain(ei.value.trace_path, Options(max_seconds=5.0))
+    assert ex.action == "StageApply" and ex.first_violating_step == len(metas) - 1
+    assert all(str(c.status) != "not allowed" for c in ex.step_checks[:-1])
+
+
 def test_apply_before_completion_is_caught_by_the_apply_guard(tmp_path):
     for seed in range(20):
         p = Pipeline(2, 2, seed, str(tmp_path), no_wait=True)

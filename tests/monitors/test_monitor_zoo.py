@@ -28,9 +28,34 @@ def test_rank_fault_caught_by_digest_exchange(bug, prop, steps, tmp_path):
 
 
 def test_spec_twin_caught_by_action_check(tmp_path):
-    r = spec_entry(5, 10, str(tmp_path))
+    r = spec_entry(13, 10, str(tmp_path))
+    assert (r.caught, r.property, r.steps_after_fault, r.clean_alarm) == (True, "CompletionFire", 0, False), r
+    assert r.detail.startswith("action CompletionFire at spec/DraftState.tla:")
+
+
+def test_stage_applying_local_counts_caught_on_the_distributed_engine(tmp_path):
+    """Bug 5 on real processes: the stage-1 rank's PPSync monitor stops it at the cache
+    check where its own ready counts first differ from the agreed ones; the same seed
+    without the fault raises nothing on any rank."""
+    from hicache.monitors.zoo import stages_entry
+    r = stages_entry(10, str(tmp_path))
     assert (r.caught, r.property, r.steps_after_fault, r.clean_alarm) == (True, "StageApply", 0, False), r
-    assert r.detail.startswith("action StageApply at spec/PPSync.tla:")
+    # (conjunct 1 when nothing was agreed that round, 2 when another count was: timing decides)
+    assert r.kind == "process" and r.detail.startswith("action StageApply at spec/PPSync.tla:13")
+    assert "(rank 1," in r.detail
+    meta = read_itf(r.trace)["#meta"]["violation"]
+    assert meta["args"]["check"] == meta["args"]["fault_check"] and meta["args"]["rank"] == 1
+
+
+def test_gather_firing_on_the_target_only_caught_on_real_ranks(tmp_path):
+    """Bug 13 on the CP gather of 2 processes: the DraftState monitor stops rank 0 at the
+    completion the switch fires without the dependent pools, the first event where the run
+    departs from the same gather without it; that gather raises nothing."""
+    from hicache.monitors.zoo import draft_entry
+    r = draft_entry(1, str(tmp_path))
+    assert (r.caught, r.property, r.steps_after_fault, r.clean_alarm) == (True, "CompletionFire", 0, False), r
+    assert r.kind == "process" and r.detail.startswith("action CompletionFire at spec/DraftState.tla:")
+    assert read_itf(r.trace)["#meta"]["violation"]["action"] == "CompletionFire"
 
 
 def test_pipeline_fault_caught_by_the_action_check(tmp_path):
@@ -253,7 +278,7 @@ def test_monitor_traces_record_constants_and_config(tmp_path):
     assert consts["NSlots"] == W.host_pages and consts["BugAbortLeak"] is False
     assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "history": 64,
                               "action_checks": False}
-    s = spec_entry(5, 10, str(tmp_path))
+    s = spec_entry(13, 10, str(tmp_path))
     meta = read_itf(s.trace)["#meta"]
-    assert {k: decode(v) for k, v in meta["constants"].items()} == dict(load_cfg("spec/PPSync.cfg").constants)
+    assert {k: decode(v) for k, v in meta["constants"].items()} == dict(load_cfg("spec/DraftState.cfg").constants)
     assert meta["config"]["action_checks"] is True

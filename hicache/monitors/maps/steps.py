@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 
-from hicache.monitors.runtime import Monitor, VerifyConfig
+from hicache.monitors.runtime import Monitor, Step, VerifyConfig
 
 
 class SequenceMonitor(Monitor):
@@ -41,6 +41,7 @@ class SequenceMonitor(Monitor):
             Monitor.cache_check(self)
 
     def _check_step(self, name, fields, steps, s, t) -> None:
+        self._expand_history(t)
         C = self.constants()
         prev = before = self.rmap.pre
         stepped = False
@@ -61,6 +62,18 @@ class SequenceMonitor(Monitor):
                 before, stepped = prev, True
             prev = st
         self._invariants(name, fields, C, before, t)
+
+    def _expand_history(self, t) -> None:
+        """The event's history entry becomes one entry per spec step, so a trace (and
+        `hicache explain`) shows each step the event stands for; an event that moves to
+        another instance (SWITCH) or re-dimensions the abstraction stays one entry."""
+        trail = self.rmap.trail
+        if len(trail) < 2 or not self.history or self.history[-1].state is not t or \
+                any(e[0] == SWITCH or e[1] is None for e in trail):
+            return
+        last = self.history.pop()
+        for act, _, st, *_ in trail:
+            self.history.append(Step(last.seq, last.action, last.args, st, spec=act))
 
     def _invariants(self, name, fields, C, s, t) -> None:
         for inv in self.invariants.values():
