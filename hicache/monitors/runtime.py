@@ -5,9 +5,11 @@ runtime's state to the spec's variables (the refinement map), checks the named a
 (previous mapped state -> new mapped state) and the invariants on the new one, per mode:
 
   off     the monitor is not attached (nothing runs: the bus has no listener)
-  sample  a seeded fraction of steps is checked (the decision for step k+1 is drawn at step
-          k, so the pre-state of a sampled step is mapped only then), plus every invariant
-          at each `cache_check()`
+  sample  a seeded fraction of steps is checked, plus every invariant at each
+          `cache_check()`: on an invariant-only from-scratch map the events to the next
+          sampled one are drawn at once (geometric) and the ones between are only bound and
+          recorded; otherwise the decision for step k+1 is drawn at step k, so the pre-state
+          of a sampled step is mapped only then
   strict  every step
 
 A failure raises `ProtocolViolation` (action, args, failing conjunct and its spec location,

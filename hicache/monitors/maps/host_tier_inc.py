@@ -197,14 +197,17 @@ class IncrementalHostTierMap(HostTierMap):
         self.requeue.update(self.loading_nodes.pop(rid, ()))
 
     # ------------------------------------------------------------ writes (delta-recorded)
-    def _set(self, var: str, p: int, v) -> None:
+    def _set(self, var: str, p: int, v, dirty: bool = True) -> None:
+        """var[p] = v, delta-recorded, the slot reference counts kept; p made dirty unless
+        the write is a renaming (`_move`)."""
         d = self.funcs[var]
         old = d.get(p, _MISSING)
         if old is v or old == v and type(old) is type(v):
             return
         self.delta.append((var, p, old))
         d[p] = v
-        self.dirty_nodes.add(p)
+        if dirty:
+            self.dirty_nodes.add(p)
         if var == "host":
             self._ref(self.tree_refs, old, -1)
             self._ref(self.tree_refs, v, 1)
@@ -283,19 +286,9 @@ class IncrementalHostTierMap(HostTierMap):
         and slot[host[n]] (a slot change dirties its pages itself), so the page's predicates
         have the values they had at a, checked there; unless a is dirty in this sync (the
         page is new or changed since the last check), which moves with it."""
-        delta = self.delta
         for var, d in self.funcs.items():
-            v, old = d[a], d[p]
-            if old is v or old == v and type(old) is type(v):
-                continue
-            delta.append((var, p, old))
-            d[p] = v
-            if var == "host":
-                self._ref(self.tree_refs, old, -1)
-                self._ref(self.tree_refs, v, 1)
-            elif var == "backupOp":
-                self._ref(self.backup_refs, old, -1)
-                self._ref(self.backup_refs, v, 1)
+            if d[p] is not d[a]:          # (most values are small ints and bools: identical)
+                self._set(var, p, d[a], dirty=False)
         if a in self.dirty_nodes:
             self.dirty_nodes.add(p)
 
