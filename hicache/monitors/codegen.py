@@ -793,6 +793,7 @@ class Generator:
         reads_table = _pyname("_R_inv_", name)
         variables = list(self.model.variables)
         reads = [tuple(v for v in variables if v in self.reads(c)) for c in conj]
+
         def changed(i: int) -> str:
             r = reads[i]
             if not r:
