@@ -775,11 +775,11 @@ class Generator:
         V, when given, the set of variables that changed since the state on which the
         invariant last held: a conjunct reading none of them still holds and is skipped.
 
-        A fast path first: one loop per domain checks every local conjunct of an element
-        together (the conjuncts are side-effect free, so their order cannot change a TRUE
-        result); only when that fails or raises does the conjunct-by-conjunct form run (in
-        full over D, skipping nothing), so a failure names the first failing conjunct exactly
-        as `inv_<Inv>` would."""
+        A fast path first (`inc_all` with the other invariants skipped: one loop per domain
+        checks every local conjunct of an element together; the conjuncts are side-effect
+        free, so their order cannot change a TRUE result); only when that fails or raises
+        does the conjunct-by-conjunct form run (in full over D, skipping nothing), so a
+        failure names the first failing conjunct exactly as `inv_<Inv>` would."""
         self.uniq = 0
         env = Env(t=None)
         conj = self.conjuncts(body)
@@ -815,12 +815,11 @@ class Generator:
                f"def {fname}(C, s, D, V=None):\n",
                f"    \"\"\"{name} over the elements D[domain] of {', '.join(domains)} only, skipping the conjuncts\n"
                f"    that read no variable in V (see inv_{name}).\"\"\"\n",
-               "    try:\n"]
-        out += _fast_path(entries, "        ")
-        out += ["        return None\n",
-                "    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it\n",
-                "        pass\n",
-                "    k = 0\n    try:\n"]
+               # the fast path is inc_all's with every other invariant skipped; when it does
+               # not hold, the conjunct-by-conjunct form below decides and names the failure
+               f"    if inc_all(C, s, D, V, _OTHERS[{name!r}]):\n",
+               "        return None\n",
+               "    k = 0\n    try:\n"]
         for i, (c, part) in enumerate(zip(conj, parts), 1):
             if part is None:
                 code = self.e(c, env)
@@ -849,7 +848,10 @@ class Generator:
         for n, name in enumerate(names):
             for en in self.inc_entries[name][2]:
                 entries.append(_FastConjunct(f"_u{n}_{en.guard[2:]}", f"_k{n} and ({en.cond})", en.domain, en.code))
-        out = ["def inc_all(C, s, D, V=None, skip=frozenset()):\n",
+        out = ["#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)\n_OTHERS = {\n"]
+        out += [f"    {name!r}: frozenset({tuple(n for n in names if n != name)!r}),\n" for name in names]
+        out += ["}\n\n\n",
+                "def inc_all(C, s, D, V=None, skip=frozenset()):\n",
                f"    \"\"\"The fast paths of {', '.join(names)} in one pass (see codegen.fused_fn).\"\"\"\n",
                "    try:\n"]
         out += [f"        _k{n} = {name!r} not in skip\n" for n, name in enumerate(names)]

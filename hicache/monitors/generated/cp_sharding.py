@@ -477,35 +477,8 @@ _R_inv_TypeOK = (
 def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Chains only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
-    try:
-        _u0 = V is None or 'rot' in V
-        _u1 = V is None or 'len' in V
-        _u2 = V is None or 'page' in V
-        _u3 = V is None or 'host' in V
-        if _u0 or _u1 or _u2 or _u3:
-            _a0 = fast_ap(s['rot'])
-            _a1 = fast_ap(s['len'])
-            _a2 = fast_ap(s['page'])
-            _a3 = fast_ap(s['host'])
-            _r4 = C['$h4']
-            _r5 = C['$h5']
-            _r6 = C['$h6']
-            _r7 = C['$h7']
-            if not all(((not _u0 or (_a0(e_Chains) in _r4)) and (not _u1 or (_a1(e_Chains) in _r5)) and (not _u2 or (_a2(e_Chains) in _r6)) and (not _u3 or (_a3(e_Chains) in _r7))) for e_Chains in it(D['Chains'])):
-                raise FastPathFailed()
-        if V is None or 'free' in V:
-            _r8 = s['free']
-            _r9 = C['PageIds']
-            if not _b_subseteq(_r8, _r9):
-                raise FastPathFailed()
-        if V is None or 'mixed' in V:
-            _r10 = s['mixed']
-            _r11 = STD["BOOLEAN"]
-            if not (_r10 in _r11):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TypeOK']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/CPSharding.tla:77:8 (element-local)
@@ -575,25 +548,8 @@ _R_inv_PlacementBijection = (
 def inc_PlacementBijection(C, s, D, V=None):
     """PlacementBijection over the elements D[domain] of PageIds only, skipping the conjuncts
     that read no variable in V (see inv_PlacementBijection)."""
-    try:
-        if V is None:
-            _r0 = C['LocalPages']
-            if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < _r0)) for e_PageIds in it(D['PageIds'])):
-                raise FastPathFailed()
-        if V is None:
-            _r1 = C['Ranks']
-            _r2 = C['$h8']
-            if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(_r1) for v_a_3 in it(_r2)):
-                raise FastPathFailed()
-        if V is None:
-            _r3 = C['CP']
-            _r4 = C['PageSize']
-            _r5 = C['$h9']
-            if not all(((d_TokOwner(C, s, None, v_loc_4, _r3, _r4) == d_Owner(C, s, None, _b_div(v_loc_4, _r4))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, _r3, _r4), d_TokLocal(C, s, None, v_loc_4, _r3, _r4), _r3, _r4) == v_loc_4)) for v_loc_4 in it(_r5)):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['PlacementBijection']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/CPSharding.tla:218:8 (element-local)
@@ -639,18 +595,8 @@ _R_inv_PositionOwner = (
 def inc_PositionOwner(C, s, D, V=None):
     """PositionOwner over the elements D[domain] of Chains only, skipping the conjuncts
     that read no variable in V (see inv_PositionOwner)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_PositionOwner[0]):
-            _a0 = fast_ap(s['page'])
-            _a1 = fast_ap(s['rot'])
-            _a2 = fast_ap(s['len'])
-            _r3 = C['NoPage']
-            _r4 = C['CP']
-            if not all(all(((not (ap(_a0(e_Chains), v_P_3) != _r3)) or (d_Owner(C, s, None, ap(_a0(e_Chains), v_P_3)) == d_ChainOwner(C, s, None, _a1(e_Chains), v_P_3, _r4))) for v_P_3 in it(_b_range_(0, (_a2(e_Chains) - 1)))) for e_Chains in it(D['Chains'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['PositionOwner']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/CPSharding.tla:227:5 (element-local)
@@ -688,17 +634,8 @@ _R_inv_ExtensionKeepsRotation = (
 def inc_ExtensionKeepsRotation(C, s, D, V=None):
     """ExtensionKeepsRotation over the elements D[domain] of Chains only, skipping the conjuncts
     that read no variable in V (see inv_ExtensionKeepsRotation)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_ExtensionKeepsRotation[0]):
-            _a0 = fast_ap(s['page'])
-            _a1 = fast_ap(s['len'])
-            _r2 = C['NoPage']
-            _r3 = C['CP']
-            if not all(all(((not ((ap(_a0(e_Chains), v_P_3) != _r2) and (ap(_a0(e_Chains), (v_P_3 - 1)) != _r2))) or (d_Owner(C, s, None, ap(_a0(e_Chains), v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_a0(e_Chains), (v_P_3 - 1))) + 1), _r3))) for v_P_3 in it(_b_range_(1, (_a1(e_Chains) - 1)))) for e_Chains in it(D['Chains'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['ExtensionKeepsRotation']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/CPSharding.tla:233:5 (element-local)
@@ -754,18 +691,8 @@ _R_inv_RestoreKeepsOwner = (
 def inc_RestoreKeepsOwner(C, s, D, V=None):
     """RestoreKeepsOwner over the elements D[domain] of Chains only, skipping the conjuncts
     that read no variable in V (see inv_RestoreKeepsOwner)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_RestoreKeepsOwner[0]):
-            _a0 = fast_ap(s['page'])
-            _a1 = fast_ap(s['host'])
-            _a2 = fast_ap(s['len'])
-            _r3 = C['NoPage']
-            _r4 = C['NoHost']
-            if not all(all(((not ((ap(_a0(e_Chains), v_P_3) != _r3) and (ap(_a1(e_Chains), v_P_3) != _r4))) or (d_Owner(C, s, None, ap(_a0(e_Chains), v_P_3)) == ap(_a1(e_Chains), v_P_3))) for v_P_3 in it(_b_range_(0, (_a2(e_Chains) - 1)))) for e_Chains in it(D['Chains'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['RestoreKeepsOwner']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/CPSharding.tla:242:5 (element-local)
@@ -803,18 +730,8 @@ _R_inv_ChainBalanced = (
 def inc_ChainBalanced(C, s, D, V=None):
     """ChainBalanced over the elements D[domain] of Chains only, skipping the conjuncts
     that read no variable in V (see inv_ChainBalanced)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]):
-            _a0 = fast_ap(s['rot'])
-            _a1 = fast_ap(s['len'])
-            _r2 = C['NoRot']
-            _r3 = C['CP']
-            _r4 = C['Ranks']
-            if not all(((not (_a0(e_Chains) != _r2)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_a1(e_Chains), _r3)), normalize(_b_div((_a1(e_Chains) + (_r3 - 1)), _r3)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_a1(e_Chains) - 1))) if (d_ChainOwner(C, s, None, _a0(e_Chains), v_P_7, _r3) == v_r_5))))) for v_r_5 in it(_r4))) for e_Chains in it(D['Chains'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['ChainBalanced']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/CPSharding.tla:247:5 (element-local)
@@ -870,36 +787,8 @@ _R_inv_NoDoubleAllocation = (
 def inc_NoDoubleAllocation(C, s, D, V=None):
     """NoDoubleAllocation over the elements D[domain] of Chains, PageIds only, skipping the conjuncts
     that read no variable in V (see inv_NoDoubleAllocation)."""
-    try:
-        if V is None or 'page' in V:
-            _a0 = fast_ap(s['page'])
-            _r1 = C['NoPage']
-            _r2 = C['Pos']
-            _r3 = C['Chains']
-            if not all(all(((not ((ap(_a0(v_c_8), v_P_10) != _r1) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a0(v_c_8), v_P_10) != ap(_a0(v_d_9), v_Q_11))) for v_P_10 in it(_r2) for v_Q_11 in it(_r2)) for v_c_8 in it(_r3) for v_d_9 in it(_r3)):
-                raise FastPathFailed()
-        _u1 = V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1])
-        _u2 = V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2])
-        if _u1 or _u2:
-            _a4 = fast_ap(s['page'])
-            _a5 = fast_ap(s['len'])
-            _a6 = fast_ap(s['host'])
-            _r7 = C['NoPage']
-            _r8 = s['free']
-            _r9 = C['Pos']
-            _r10 = C['NoHost']
-            if not all(((not _u1 or all(((not (ap(_a4(e_Chains), v_P_12) != _r7)) or (ap(_a4(e_Chains), v_P_12) not in _r8)) for v_P_12 in it(_r9))) and (not _u2 or all(((not (v_P_13 >= _a5(e_Chains))) or ((ap(_a4(e_Chains), v_P_13) == _r7) and (ap(_a6(e_Chains), v_P_13) == _r10))) for v_P_13 in it(_r9)))) for e_Chains in it(D['Chains'])):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]):
-            _a11 = fast_ap(s['page'])
-            _r12 = s['free']
-            _r13 = C['Chains']
-            _r14 = C['Pos']
-            if not all(((not (e_PageIds not in _r12)) or any((ap(_a11(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r13) for v_P_15 in it(_r14))) for e_PageIds in it(D['PageIds'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['NoDoubleAllocation']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/CPSharding.tla:254:8
@@ -921,6 +810,18 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
     return None
+
+
+#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
+_OTHERS = {
+    'TypeOK': frozenset(('PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
+    'PlacementBijection': frozenset(('TypeOK', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
+    'PositionOwner': frozenset(('TypeOK', 'PlacementBijection', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
+    'ExtensionKeepsRotation': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
+    'RestoreKeepsOwner': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'ChainBalanced', 'NoDoubleAllocation')),
+    'ChainBalanced': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'NoDoubleAllocation')),
+    'NoDoubleAllocation': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced')),
+}
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):

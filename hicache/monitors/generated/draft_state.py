@@ -489,38 +489,8 @@ _R_inv_TypeOK = (
 def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of DraftPools, Transfers only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
-    try:
-        if V is None or 'layout' in V:
-            _a0 = fast_ap(s['layout'])
-            _r1 = C['$h7']
-            if not all((_a0(e_DraftPools) in _r1) for e_DraftPools in it(D['DraftPools'])):
-                raise FastPathFailed()
-        _u1 = V is None or 'phase' in V
-        _u2 = V is None or 'tgtDone' in V
-        _u3 = V is None or 'draftDone' in V
-        _u4 = V is None or 'read' in V
-        _u5 = V is None or 'readStale' in V
-        _u6 = V is None or 'srcIdx' in V
-        _u7 = V is None or 'xferIdx' in V
-        if _u1 or _u2 or _u3 or _u4 or _u5 or _u6 or _u7:
-            _a2 = fast_ap(s['phase'])
-            _a3 = fast_ap(s['tgtDone'])
-            _a4 = fast_ap(s['draftDone'])
-            _a5 = fast_ap(s['read'])
-            _a6 = fast_ap(s['readStale'])
-            _a7 = fast_ap(s['srcIdx'])
-            _a8 = fast_ap(s['xferIdx'])
-            _r9 = C['$h8']
-            _r10 = STD["BOOLEAN"]
-            _r11 = C['$h9']
-            _r12 = C['$h10']
-            _r13 = C['$h11']
-            _r14 = C['$h12']
-            if not all(((not _u1 or (_a2(e_Transfers) in _r9)) and (not _u2 or (_a3(e_Transfers) in _r10)) and (not _u3 or (_a4(e_Transfers) in _r11)) and (not _u4 or (_a5(e_Transfers) in _r12)) and (not _u5 or (_a6(e_Transfers) in _r12)) and (not _u6 or (_a7(e_Transfers) in _r13)) and (not _u7 or (_a8(e_Transfers) in _r14))) for e_Transfers in it(D['Transfers'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TypeOK']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/DraftState.tla:90:8 (element-local)
@@ -586,17 +556,8 @@ _R_inv_CompletionAfterAllCopies = (
 def inc_CompletionAfterAllCopies(C, s, D, V=None):
     """CompletionAfterAllCopies over the elements D[domain] of Transfers only, skipping the conjuncts
     that read no variable in V (see inv_CompletionAfterAllCopies)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_CompletionAfterAllCopies[0]):
-            _a0 = fast_ap(s['phase'])
-            _a1 = fast_ap(s['tgtDone'])
-            _a2 = fast_ap(s['draftDone'])
-            _r3 = C['DraftPools']
-            if not all(((not (_a0(e_Transfers) == 'fired')) or (_a1(e_Transfers) and (_a2(e_Transfers) == _r3))) for e_Transfers in it(D['Transfers'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['CompletionAfterAllCopies']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/DraftState.tla:186:5 (element-local)
@@ -634,16 +595,8 @@ _R_inv_NoReadBeforeCompletion = (
 def inc_NoReadBeforeCompletion(C, s, D, V=None):
     """NoReadBeforeCompletion over the elements D[domain] of Transfers only, skipping the conjuncts
     that read no variable in V (see inv_NoReadBeforeCompletion)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_NoReadBeforeCompletion[0]):
-            _a0 = fast_ap(s['read'])
-            _a1 = fast_ap(s['phase'])
-            _a2 = fast_ap(s['readStale'])
-            if not all((((not (_a0(e_Transfers) != frozenset())) or (_a1(e_Transfers) == 'fired')) and (_a2(e_Transfers) == frozenset())) for e_Transfers in it(D['Transfers'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['NoReadBeforeCompletion']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/DraftState.tla:190:5 (element-local)
@@ -681,14 +634,8 @@ _R_inv_PackedOnlyCompatible = (
 def inc_PackedOnlyCompatible(C, s, D, V=None):
     """PackedOnlyCompatible over the elements D[domain] of DraftPools only, skipping the conjuncts
     that read no variable in V (see inv_PackedOnlyCompatible)."""
-    try:
-        if V is None or 'layout' in V:
-            _a0 = fast_ap(s['layout'])
-            if not all(((not (_a0(e_DraftPools) == 'packed')) or d_Compatible(C, s, None, e_DraftPools)) for e_DraftPools in it(D['DraftPools'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['PackedOnlyCompatible']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/DraftState.tla:196:5 (element-local)
@@ -726,18 +673,8 @@ _R_inv_IndicesFromDeclaredSource = (
 def inc_IndicesFromDeclaredSource(C, s, D, V=None):
     """IndicesFromDeclaredSource over the elements D[domain] of Transfers only, skipping the conjuncts
     that read no variable in V (see inv_IndicesFromDeclaredSource)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_IndicesFromDeclaredSource[0]):
-            _a0 = fast_ap(s['phase'])
-            _a1 = fast_ap(s['xferIdx'])
-            _a2 = fast_ap(s['srcIdx'])
-            _a3 = fast_ap(s['layout'])
-            _r4 = C['DraftPools']
-            if not all(((not (_a0(e_Transfers) != 'idle')) or all((ap(_a1(e_Transfers), v_p_3) == (ap(_a2(e_Transfers), 'kv') if (_a3(v_p_3) == 'packed') else ap(_a2(e_Transfers), d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r4))) for e_Transfers in it(D['Transfers'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['IndicesFromDeclaredSource']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/DraftState.tla:201:5 (element-local)
@@ -765,6 +702,16 @@ def inv_PackedOffsetsDisjoint(C, s):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PackedOffsetsDisjoint', _T_inv_PackedOffsetsDisjoint, k, e)
     return None
+
+
+#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
+_OTHERS = {
+    'TypeOK': frozenset(('CompletionAfterAllCopies', 'NoReadBeforeCompletion', 'PackedOnlyCompatible', 'IndicesFromDeclaredSource')),
+    'CompletionAfterAllCopies': frozenset(('TypeOK', 'NoReadBeforeCompletion', 'PackedOnlyCompatible', 'IndicesFromDeclaredSource')),
+    'NoReadBeforeCompletion': frozenset(('TypeOK', 'CompletionAfterAllCopies', 'PackedOnlyCompatible', 'IndicesFromDeclaredSource')),
+    'PackedOnlyCompatible': frozenset(('TypeOK', 'CompletionAfterAllCopies', 'NoReadBeforeCompletion', 'IndicesFromDeclaredSource')),
+    'IndicesFromDeclaredSource': frozenset(('TypeOK', 'CompletionAfterAllCopies', 'NoReadBeforeCompletion', 'PackedOnlyCompatible')),
+}
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):

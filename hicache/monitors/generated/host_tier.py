@@ -1056,65 +1056,8 @@ _R_inv_TypeOK = (
 def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of HSlots, Nodes, Reqs only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
-    try:
-        if V is None or 'policy' in V:
-            _r0 = s['policy']
-            _r1 = C['Policies']
-            if not (_r0 in _r1):
-                raise FastPathFailed()
-        if V is None or 'len' in V:
-            _r2 = s['len']
-            _r3 = C['$h0']
-            if not (_r2 in _r3):
-                raise FastPathFailed()
-        _u2 = V is None or 'dev' in V
-        _u3 = V is None or 'host' in V
-        _u4 = V is None or 'stor' in V
-        _u5 = V is None or 'hits' in V
-        _u7 = V is None or 'backupOp' in V
-        _u8 = V is None or 'loadReq' in V
-        _u9 = V is None or 'loadDone' in V
-        if _u2 or _u3 or _u4 or _u5 or _u7 or _u8 or _u9:
-            _a4 = fast_ap(s['dev'])
-            _a5 = fast_ap(s['host'])
-            _a6 = fast_ap(s['stor'])
-            _a7 = fast_ap(s['hits'])
-            _a8 = fast_ap(s['backupOp'])
-            _a9 = fast_ap(s['loadReq'])
-            _a10 = fast_ap(s['loadDone'])
-            _r11 = STD["BOOLEAN"]
-            _r12 = C['$h12']
-            _r13 = C['$h13']
-            _r14 = C['$h14']
-            _r15 = C['$h15']
-            if not all(((not _u2 or (_a4(e_Nodes) in _r11)) and (not _u3 or (_a5(e_Nodes) in _r12)) and (not _u4 or (_a6(e_Nodes) in _r11)) and (not _u5 or (_a7(e_Nodes) in _r13)) and (not _u7 or (_a8(e_Nodes) in _r12)) and (not _u8 or (_a9(e_Nodes) in _r14)) and (not _u9 or (_a10(e_Nodes) in _r15))) for e_Nodes in it(D['Nodes'])):
-                raise FastPathFailed()
-        if V is None or 'slot' in V:
-            _a16 = fast_ap(s['slot'])
-            _r17 = C['SlotStates']
-            if not all((_a16(e_HSlots) in _r17) for e_HSlots in it(D['HSlots'])):
-                raise FastPathFailed()
-        _u10 = V is None or 'req' in V
-        _u11 = V is None or 'reqLen' in V
-        _u12 = V is None or 'pfSlot' in V
-        _u13 = V is None or 'pfNode' in V
-        _u14 = V is None or 'pfAbort' in V
-        if _u10 or _u11 or _u12 or _u13 or _u14:
-            _a18 = fast_ap(s['req'])
-            _a19 = fast_ap(s['reqLen'])
-            _a20 = fast_ap(s['pfSlot'])
-            _a21 = fast_ap(s['pfNode'])
-            _a22 = fast_ap(s['pfAbort'])
-            _r23 = C['ReqStates']
-            _r24 = C['$h0']
-            _r25 = C['$h12']
-            _r26 = C['Nodes']
-            _r27 = STD["BOOLEAN"]
-            if not all(((not _u10 or (_a18(e_Reqs) in _r23)) and (not _u11 or (_a19(e_Reqs) in _r24)) and (not _u12 or (_a20(e_Reqs) in _r25)) and (not _u13 or (_a21(e_Reqs) in _r26)) and (not _u14 or (_a22(e_Reqs) in _r27))) for e_Reqs in it(D['Reqs'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TypeOK']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/HostTier.tla:82:8
@@ -1208,14 +1151,8 @@ _R_inv_SlotInOneOwner = (
 def inc_SlotInOneOwner(C, s, D, V=None):
     """SlotInOneOwner over the elements D[domain] of HSlots only, skipping the conjuncts
     that read no variable in V (see inv_SlotInOneOwner)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_SlotInOneOwner[0]):
-            _a0 = fast_ap(s['slot'])
-            if not all((lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_a0(e_HSlots) == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_a0(e_HSlots) == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))) for e_HSlots in it(D['HSlots'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['SlotInOneOwner']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/HostTier.tla:360:5 (element-local)
@@ -1253,18 +1190,8 @@ _R_inv_PendingLoadLocked = (
 def inc_PendingLoadLocked(C, s, D, V=None):
     """PendingLoadLocked over the elements D[domain] of Nodes only, skipping the conjuncts
     that read no variable in V (see inv_PendingLoadLocked)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_PendingLoadLocked[0]):
-            _a0 = fast_ap(s['loadReq'])
-            _a1 = fast_ap(s['host'])
-            _a2 = fast_ap(s['slot'])
-            _r3 = C['NoReq']
-            _r4 = C['NoSlot']
-            if not all(((not (_a0(e_Nodes) != _r3)) or (d_InTree(C, s, None, e_Nodes) and (_a1(e_Nodes) != _r4) and (_a2(_a1(e_Nodes)) == 'protected'))) for e_Nodes in it(D['Nodes'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['PendingLoadLocked']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/HostTier.tla:369:5 (element-local)
@@ -1326,21 +1253,8 @@ _R_inv_TreeCopiesConsistent = (
 def inc_TreeCopiesConsistent(C, s, D, V=None):
     """TreeCopiesConsistent over the elements D[domain] of Nodes only, skipping the conjuncts
     that read no variable in V (see inv_TreeCopiesConsistent)."""
-    try:
-        _u0 = V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[0])
-        _u1 = V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[1])
-        if _u0 or _u1:
-            _a0 = fast_ap(s['dev'])
-            _a1 = fast_ap(s['host'])
-            _a2 = fast_ap(s['backupOp'])
-            _a3 = fast_ap(s['loadReq'])
-            _r4 = C['NoSlot']
-            _r5 = C['NoReq']
-            if not all(((not _u0 or ((not d_InTree(C, s, None, e_Nodes)) or (_a0(e_Nodes) or (_a1(e_Nodes) != _r4)))) and (not _u1 or ((not (not d_InTree(C, s, None, e_Nodes))) or ((((not _a0(e_Nodes)) and (_a1(e_Nodes) == _r4)) and (_a2(e_Nodes) == _r4)) and (_a3(e_Nodes) == _r5))))) for e_Nodes in it(D['Nodes'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TreeCopiesConsistent']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/HostTier.tla:383:8 (element-local)
@@ -1382,16 +1296,8 @@ _R_inv_LockedNodesKept = (
 def inc_LockedNodesKept(C, s, D, V=None):
     """LockedNodesKept over the elements D[domain] of Reqs only, skipping the conjuncts
     that read no variable in V (see inv_LockedNodesKept)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_LockedNodesKept[0]):
-            _a0 = fast_ap(s['req'])
-            _a1 = fast_ap(s['reqLen'])
-            _r2 = s['len']
-            if not all(((not (_a0(e_Reqs) != 'idle')) or (_a1(e_Reqs) <= _r2)) for e_Reqs in it(D['Reqs'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['LockedNodesKept']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/HostTier.tla:390:5 (element-local)
@@ -1401,6 +1307,16 @@ def inc_LockedNodesKept(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('LockedNodesKept', _T_inv_LockedNodesKept, k, e)
     return None
+
+
+#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
+_OTHERS = {
+    'TypeOK': frozenset(('SlotInOneOwner', 'PendingLoadLocked', 'TreeCopiesConsistent', 'LockedNodesKept')),
+    'SlotInOneOwner': frozenset(('TypeOK', 'PendingLoadLocked', 'TreeCopiesConsistent', 'LockedNodesKept')),
+    'PendingLoadLocked': frozenset(('TypeOK', 'SlotInOneOwner', 'TreeCopiesConsistent', 'LockedNodesKept')),
+    'TreeCopiesConsistent': frozenset(('TypeOK', 'SlotInOneOwner', 'PendingLoadLocked', 'LockedNodesKept')),
+    'LockedNodesKept': frozenset(('TypeOK', 'SlotInOneOwner', 'PendingLoadLocked', 'TreeCopiesConsistent')),
+}
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):

@@ -427,41 +427,8 @@ _R_inv_TypeOK = (
 def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Ranks, Slots only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
-    try:
-        if V is None or 'restored' in V:
-            _a0 = fast_ap(s['restored'])
-            _r1 = C['$h3']
-            if not all((_a0(e_Ranks) in _r1) for e_Ranks in it(D['Ranks'])):
-                raise FastPathFailed()
-        _u1 = V is None or 'slotLayer' in V
-        _u2 = V is None or 'slotFull' in V
-        _u3 = V is None or 'gatherBusy' in V
-        if _u1 or _u2 or _u3:
-            _a2 = fast_ap(s['slotLayer'])
-            _a3 = fast_ap(s['slotFull'])
-            _a4 = fast_ap(s['gatherBusy'])
-            _r5 = C['$h4']
-            _r6 = STD["BOOLEAN"]
-            if not all(((not _u1 or (_a2(e_Slots) in _r5)) and (not _u2 or (_a3(e_Slots) in _r6)) and (not _u3 or (_a4(e_Slots) in _r6))) for e_Slots in it(D['Slots'])):
-                raise FastPathFailed()
-        if V is None or 'gatherNext' in V:
-            _r7 = s['gatherNext']
-            _r8 = C['$h3']
-            if not (_r7 in _r8):
-                raise FastPathFailed()
-        if V is None or 'attnNext' in V:
-            _r9 = s['attnNext']
-            _r10 = C['$h3']
-            if not (_r9 in _r10):
-                raise FastPathFailed()
-        if V is None or 'reading' in V:
-            _r11 = s['reading']
-            _r12 = C['$h4']
-            if not (_r11 in _r12):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TypeOK']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:56:8 (element-local)
@@ -523,17 +490,8 @@ _R_inv_GatherAfterRestore = (
 def inc_GatherAfterRestore(C, s, D, V=None):
     """GatherAfterRestore over the elements D[domain] of Slots only, skipping the conjuncts
     that read no variable in V (see inv_GatherAfterRestore)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_GatherAfterRestore[0]):
-            _a0 = fast_ap(s['slotLayer'])
-            _a1 = fast_ap(s['restored'])
-            _r2 = C['None']
-            _r3 = C['Ranks']
-            if not all(((not (_a0(e_Slots) != _r2)) or all((_a1(v_r_3) > _a0(e_Slots)) for v_r_3 in it(_r3))) for e_Slots in it(D['Slots'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['GatherAfterRestore']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:141:5 (element-local)
@@ -589,18 +547,8 @@ _R_inv_NoOverwriteWhileRead = (
 def inc_NoOverwriteWhileRead(C, s, D, V=None):
     """NoOverwriteWhileRead over the elements D[domain] of Slots only, skipping the conjuncts
     that read no variable in V (see inv_NoOverwriteWhileRead)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_NoOverwriteWhileRead[0]):
-            _a0 = fast_ap(s['gatherBusy'])
-            _a1 = fast_ap(s['slotLayer'])
-            _r2 = s['reading']
-            _r3 = C['None']
-            _r4 = s['attnNext']
-            if not all(((not _a0(e_Slots)) or (((_r2 == _r3) or (d_Slot(C, s, None, _r2) != e_Slots)) and (_r4 >= (_a1(e_Slots) - 1)))) for e_Slots in it(D['Slots'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['NoOverwriteWhileRead']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:152:5 (element-local)
@@ -644,20 +592,8 @@ _R_inv_TwoBuffersOnly = (
 def inc_TwoBuffersOnly(C, s, D, V=None):
     """TwoBuffersOnly over the elements D[domain] of Slots only, skipping the conjuncts
     that read no variable in V (see inv_TwoBuffersOnly)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_TwoBuffersOnly[0]):
-            _r0 = s['gatherNext']
-            _r1 = s['attnNext']
-            if not (_r0 <= (_r1 + 2)):
-                raise FastPathFailed()
-        if V is None or 'slotLayer' in V:
-            _a2 = fast_ap(s['slotLayer'])
-            _r3 = C['None']
-            if not all(((not (_a2(e_Slots) != _r3)) or (d_Slot(C, s, None, _a2(e_Slots)) == e_Slots)) for e_Slots in it(D['Slots'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TwoBuffersOnly']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/LayerPipeline.tla:159:8
@@ -671,6 +607,15 @@ def inc_TwoBuffersOnly(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TwoBuffersOnly', _T_inv_TwoBuffersOnly, k, e)
     return None
+
+
+#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
+_OTHERS = {
+    'TypeOK': frozenset(('GatherAfterRestore', 'NoOverwriteWhileRead', 'TwoBuffersOnly')),
+    'GatherAfterRestore': frozenset(('TypeOK', 'NoOverwriteWhileRead', 'TwoBuffersOnly')),
+    'NoOverwriteWhileRead': frozenset(('TypeOK', 'GatherAfterRestore', 'TwoBuffersOnly')),
+    'TwoBuffersOnly': frozenset(('TypeOK', 'GatherAfterRestore', 'NoOverwriteWhileRead')),
+}
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):

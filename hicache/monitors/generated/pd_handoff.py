@@ -824,58 +824,8 @@ _R_inv_TypeOK = (
 def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Pages only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
-    try:
-        _u0 = V is None or 'ploc' in V
-        _u4 = V is None or 'dalloc' in V
-        _u6 = V is None or 'dland' in V
-        _u7 = V is None or 'dread' in V
-        if _u0 or _u4 or _u6 or _u7:
-            _a0 = fast_ap(s['ploc'])
-            _a1 = fast_ap(s['dalloc'])
-            _a2 = fast_ap(s['dland'])
-            _a3 = fast_ap(s['dread'])
-            _r4 = C['Tiers']
-            _r5 = STD["BOOLEAN"]
-            if not all(((not _u0 or (_a0(e_Pages) in _r4)) and (not _u4 or (_a1(e_Pages) in _r5)) and (not _u6 or (_a2(e_Pages) in _r5)) and (not _u7 or (_a3(e_Pages) in _r5))) for e_Pages in it(D['Pages'])):
-                raise FastPathFailed()
-        if V is None or 'pstate' in V:
-            _r6 = s['pstate']
-            _r7 = C['$h3']
-            if not (_r6 in _r7):
-                raise FastPathFailed()
-        if V is None or 'plock' in V:
-            _r8 = s['plock']
-            _r9 = STD["BOOLEAN"]
-            if not (_r8 in _r9):
-                raise FastPathFailed()
-        if V is None or 'dstate' in V:
-            _r10 = s['dstate']
-            _r11 = C['$h4']
-            if not (_r10 in _r11):
-                raise FastPathFailed()
-        if V is None or 'dfree' in V:
-            _r12 = s['dfree']
-            _r13 = C['$h6']
-            if not (_r12 in _r13):
-                raise FastPathFailed()
-        if V is None or 'p2d' in V:
-            _r14 = s['p2d']
-            _r15 = C['ToDecode']
-            if not (_r14 in _b_Seq(_r15)):
-                raise FastPathFailed()
-        if V is None or 'd2p' in V:
-            _r16 = s['d2p']
-            _r17 = C['ToPrefill']
-            if not (_r16 in _b_Seq(_r17)):
-                raise FastPathFailed()
-        if V is None or 'sentUnloaded' in V:
-            _r18 = s['sentUnloaded']
-            _r19 = C['Pages']
-            if not _b_subseteq(_r18, _r19):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TypeOK']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PDHandoff.tla:79:8 (element-local)
@@ -976,15 +926,8 @@ _R_inv_DecodeReadsTransferred = (
 def inc_DecodeReadsTransferred(C, s, D, V=None):
     """DecodeReadsTransferred over the elements D[domain] of Pages only, skipping the conjuncts
     that read no variable in V (see inv_DecodeReadsTransferred)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_DecodeReadsTransferred[0]):
-            _a0 = fast_ap(s['dread'])
-            _a1 = fast_ap(s['dland'])
-            if not all(((not _a0(e_Pages)) or _a1(e_Pages)) for e_Pages in it(D['Pages'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['DecodeReadsTransferred']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PDHandoff.tla:269:5 (element-local)
@@ -1022,15 +965,8 @@ _R_inv_InFlightDestOwned = (
 def inc_InFlightDestOwned(C, s, D, V=None):
     """InFlightDestOwned over the elements D[domain] of Pages only, skipping the conjuncts
     that read no variable in V (see inv_InFlightDestOwned)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_InFlightDestOwned[0]):
-            _a0 = fast_ap(s['dalloc'])
-            _r1 = s['pstate']
-            if not all(((not ((e_Pages in d_InFlight(C, s, None)) or ((_r1 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _a0(e_Pages)) for e_Pages in it(D['Pages'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['InFlightDestOwned']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PDHandoff.tla:274:5 (element-local)
@@ -1073,6 +1009,14 @@ def inv_NoLeakOnAbort(C, s):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoLeakOnAbort', _T_inv_NoLeakOnAbort, k, e)
     return None
+
+
+#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
+_OTHERS = {
+    'TypeOK': frozenset(('DecodeReadsTransferred', 'InFlightDestOwned')),
+    'DecodeReadsTransferred': frozenset(('TypeOK', 'InFlightDestOwned')),
+    'InFlightDestOwned': frozenset(('TypeOK', 'DecodeReadsTransferred')),
+}
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):

@@ -461,40 +461,8 @@ _R_inv_TypeOK = (
 def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Checks, Stages only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
-    try:
-        if V is None or 'issued' in V:
-            _r0 = s['issued']
-            _r1 = C['$h0']
-            if not (_r0 in _r1):
-                raise FastPathFailed()
-        _u1 = V is None or 'done' in V
-        _u2 = V is None or 'applied' in V
-        _u3 = V is None or 'checks' in V
-        _u4 = V is None or 'upto' in V
-        _u6 = V is None or 'pending' in V
-        _u7 = V is None or 'chan' in V
-        if _u1 or _u2 or _u3 or _u4 or _u6 or _u7:
-            _a2 = fast_ap(s['done'])
-            _a3 = fast_ap(s['applied'])
-            _a4 = fast_ap(s['checks'])
-            _a5 = fast_ap(s['upto'])
-            _a6 = fast_ap(s['pending'])
-            _a7 = fast_ap(s['chan'])
-            _r8 = C['$h7']
-            _r9 = C['$h0']
-            _r10 = C['$h8']
-            _r11 = C['$h9']
-            _r12 = C['$h10']
-            if not all(((not _u1 or (_a2(e_Stages) in _r8)) and (not _u2 or (_a3(e_Stages) in _r9)) and (not _u3 or (_a4(e_Stages) in _r10)) and (not _u4 or (_a5(e_Stages) in _r11)) and (not _u6 or (_a6(e_Stages) in _r12)) and (not _u7 or (_a7(e_Stages) in _r12))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
-        if V is None or 'agreed' in V:
-            _a13 = fast_ap(s['agreed'])
-            _r14 = C['$h10']
-            if not all((_a13(e_Checks) in _r14) for e_Checks in it(D['Checks'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TypeOK']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PPSync.tla:58:8
@@ -596,16 +564,8 @@ _R_inv_AppliedIssued = (
 def inc_AppliedIssued(C, s, D, V=None):
     """AppliedIssued over the elements D[domain] of Stages only, skipping the conjuncts
     that read no variable in V (see inv_AppliedIssued)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_AppliedIssued[0]):
-            _a0 = fast_ap(s['applied'])
-            _a1 = fast_ap(s['checks'])
-            _r2 = s['issued']
-            if not all(((_a0(e_Stages) <= _r2) and (_a1(e_Stages) <= d_AgreedRounds(C, s, None))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['AppliedIssued']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PPSync.tla:178:5 (element-local)
@@ -727,61 +687,8 @@ _R_inv_IndInv = (
 def inc_IndInv(C, s, D, V=None):
     """IndInv over the elements D[domain] of Checks, Stages only, skipping the conjuncts
     that read no variable in V (see inv_IndInv)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_IndInv[0]):
-            if not d_TypeOK(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[1]):
-            if not d_SameCountEachCheck(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[2]):
-            if not d_ApplyOnlyCompleted(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[3]):
-            if not d_AppliedIssued(C, s, None):
-                raise FastPathFailed()
-        _u4 = V is None or not V.isdisjoint(_R_inv_IndInv[4])
-        _u5 = V is None or not V.isdisjoint(_R_inv_IndInv[5])
-        _u10 = V is None or not V.isdisjoint(_R_inv_IndInv[10])
-        _u11 = V is None or not V.isdisjoint(_R_inv_IndInv[11])
-        _u12 = V is None or not V.isdisjoint(_R_inv_IndInv[12])
-        _u13 = V is None or not V.isdisjoint(_R_inv_IndInv[13])
-        if _u4 or _u5 or _u10 or _u11 or _u12 or _u13:
-            _a0 = fast_ap(s['checks'])
-            _a1 = fast_ap(s['upto'])
-            _a2 = fast_ap(s['agreed'])
-            _a3 = fast_ap(s['applied'])
-            _a4 = fast_ap(s['chan'])
-            _a5 = fast_ap(s['pending'])
-            _r6 = C['Checks']
-            _r7 = C['MaxChecks']
-            _r8 = C['None']
-            if not all(((not _u4 or all(((not (v_k_11 <= _a0(e_Stages))) or (ap(_a1(e_Stages), v_k_11) == _a2(v_k_11))) for v_k_11 in it(_r6))) and (not _u5 or (_a3(e_Stages) == (0 if (_a0(e_Stages) == 0) else ap(_a1(e_Stages), _a0(e_Stages))))) and (not _u10 or (d_Received(C, s, None, e_Stages) <= _r7)) and (not _u11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (_a4(e_Stages) != _r8) else 0))))) and (not _u12 or ((not (_a5(e_Stages) != _r8)) or (_a5(e_Stages) == _a2(d_Round(C, s, None, e_Stages))))) and (not _u13 or ((not ((e_Stages >= 1) and (_a4(e_Stages) != _r8))) or (_a4(e_Stages) == _a2((d_Received(C, s, None, e_Stages) + 1)))))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
-        _u6 = V is None or not V.isdisjoint(_R_inv_IndInv[6])
-        _u7 = V is None or 'agreed' in V
-        _u8 = V is None or not V.isdisjoint(_R_inv_IndInv[8])
-        if _u6 or _u7 or _u8:
-            _a9 = fast_ap(s['agreed'])
-            _r10 = C['None']
-            _r11 = s['issued']
-            if not all(((not _u6 or ((_a9(e_Checks) != _r10) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u7 or ((not ((_a9(e_Checks) != _r10) and (e_Checks > 1))) or (_a9((e_Checks - 1)) <= _a9(e_Checks)))) and (not _u8 or ((not (_a9(e_Checks) != _r10)) or (_a9(e_Checks) <= _r11)))) for e_Checks in it(D['Checks'])):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[9]):
-            _a12 = fast_ap(s['done'])
-            _r13 = s['issued']
-            _r14 = C['Stages']
-            _r15 = C['Ranks']
-            if not all(_b_subseteq(ap(_a12(v_s_12), v_r_13), _b_range_(1, _r13)) for v_s_12 in it(_r14) for v_r_13 in it(_r15)):
-                raise FastPathFailed()
-        if V is None or 'chan' in V:
-            _a16 = fast_ap(s['chan'])
-            _r17 = C['None']
-            if not (_a16(0) == _r17):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['IndInv']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PPSync.tla:189:8
@@ -847,6 +754,14 @@ def inc_IndInv(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('IndInv', _T_inv_IndInv, k, e)
     return None
+
+
+#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
+_OTHERS = {
+    'TypeOK': frozenset(('AppliedIssued', 'IndInv')),
+    'AppliedIssued': frozenset(('TypeOK', 'IndInv')),
+    'IndInv': frozenset(('TypeOK', 'AppliedIssued')),
+}
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):

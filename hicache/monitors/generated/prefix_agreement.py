@@ -474,60 +474,8 @@ _R_inv_TypeOK = (
 def inc_TypeOK(C, s, D, V=None):
     """TypeOK over the elements D[domain] of Batches, Checks, Ranks, Stages only, skipping the conjuncts
     that read no variable in V (see inv_TypeOK)."""
-    try:
-        if V is None or 'policy' in V:
-            _r0 = s['policy']
-            _r1 = C['Policies']
-            if not (_r0 in _r1):
-                raise FastPathFailed()
-        _u1 = V is None or 'tried' in V
-        _u2 = V is None or 'loaded' in V
-        if _u1 or _u2:
-            _a2 = fast_ap(s['tried'])
-            _a3 = fast_ap(s['loaded'])
-            _r4 = C['$h3']
-            _r5 = C['$h10']
-            if not all(((not _u1 or (_a2(e_Ranks) in _r4)) and (not _u2 or (_a3(e_Ranks) in _r5))) for e_Ranks in it(D['Ranks'])):
-                raise FastPathFailed()
-        if V is None or 'terminated' in V:
-            _r6 = s['terminated']
-            _r7 = STD["BOOLEAN"]
-            if not (_r6 in _r7):
-                raise FastPathFailed()
-        if V is None or 'pub' in V:
-            _r8 = s['pub']
-            _r9 = C['$h3']
-            if not (_r8 in _r9):
-                raise FastPathFailed()
-        if V is None or 'pubAck' in V:
-            _a10 = fast_ap(s['pubAck'])
-            _r11 = C['$h11']
-            if not all((_a10(e_Batches) in _r11) for e_Batches in it(D['Batches'])):
-                raise FastPathFailed()
-        _u6 = V is None or 'checks' in V
-        _u9 = V is None or 'consumed' in V
-        _u10 = V is None or 'used' in V
-        if _u6 or _u9 or _u10:
-            _a12 = fast_ap(s['checks'])
-            _a13 = fast_ap(s['consumed'])
-            _a14 = fast_ap(s['used'])
-            _r15 = C['$h12']
-            _r16 = C['$h3']
-            _r17 = C['$h15']
-            if not all(((not _u6 or (_a12(e_Stages) in _r15)) and (not _u9 or (_a13(e_Stages) in _r16)) and (not _u10 or (_a14(e_Stages) in _r17))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
-        _u7 = V is None or 'verdict' in V
-        _u8 = V is None or 'cut' in V
-        if _u7 or _u8:
-            _a18 = fast_ap(s['verdict'])
-            _a19 = fast_ap(s['cut'])
-            _r20 = C['$h13']
-            _r21 = C['$h14']
-            if not all(((not _u7 or (_a18(e_Checks) in _r20)) and (not _u8 or (_a19(e_Checks) in _r21))) for e_Checks in it(D['Checks'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['TypeOK']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:81:8
@@ -641,17 +589,8 @@ _R_inv_UsedLeLoaded = (
 def inc_UsedLeLoaded(C, s, D, V=None):
     """UsedLeLoaded over the elements D[domain] of Stages only, skipping the conjuncts
     that read no variable in V (see inv_UsedLeLoaded)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_UsedLeLoaded[0]):
-            _a0 = fast_ap(s['used'])
-            _a1 = fast_ap(s['loaded'])
-            _r2 = C['None']
-            _r3 = C['Ranks']
-            if not all(((not (_a0(e_Stages) != _r2)) or all((_a0(e_Stages) <= _a1(v_k_3)) for v_k_3 in it(_r3))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['UsedLeLoaded']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:225:5 (element-local)
@@ -695,20 +634,8 @@ _R_inv_AcksInStep = (
 def inc_AcksInStep(C, s, D, V=None):
     """AcksInStep over the elements D[domain] of Ranks, Stages only, skipping the conjuncts
     that read no variable in V (see inv_AcksInStep)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_AcksInStep[0]):
-            _a0 = fast_ap(s['tried'])
-            _r1 = s['pub']
-            if not all((_r1 <= _a0(e_Ranks)) for e_Ranks in it(D['Ranks'])):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_AcksInStep[1]):
-            _a2 = fast_ap(s['consumed'])
-            _r3 = s['pub']
-            if not all((_a2(e_Stages) <= _r3) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['AcksInStep']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:231:8 (element-local)
@@ -750,16 +677,8 @@ _R_inv_SameAcksConsumed = (
 def inc_SameAcksConsumed(C, s, D, V=None):
     """SameAcksConsumed over the elements D[domain] of Stages only, skipping the conjuncts
     that read no variable in V (see inv_SameAcksConsumed)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_SameAcksConsumed[0]):
-            _a0 = fast_ap(s['checks'])
-            _a1 = fast_ap(s['consumed'])
-            _a2 = fast_ap(s['cut'])
-            if not all(((not (_a0(e_Stages) > 0)) or (_a1(e_Stages) == _a2(_a0(e_Stages)))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['SameAcksConsumed']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:237:5 (element-local)
@@ -899,78 +818,8 @@ _R_inv_IndInv = (
 def inc_IndInv(C, s, D, V=None):
     """IndInv over the elements D[domain] of Batches, Checks, Ranks, Stages only, skipping the conjuncts
     that read no variable in V (see inv_IndInv)."""
-    try:
-        if V is None or not V.isdisjoint(_R_inv_IndInv[0]):
-            if not d_TypeOK(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[1]):
-            if not d_PublishedLeLoaded(C, s, None):
-                raise FastPathFailed()
-        if V is None or 'used' in V:
-            if not d_SameCachedPrefix(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[3]):
-            if not d_UsedLeLoaded(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[4]):
-            if not d_AcksInStep(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[5]):
-            if not d_SameAcksConsumed(C, s, None):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[6]):
-            _a0 = fast_ap(s['loaded'])
-            _a1 = fast_ap(s['tried'])
-            _r2 = C['BatchPages']
-            if not all((_a0(e_Ranks) <= (_a1(e_Ranks) * _r2)) for e_Ranks in it(D['Ranks'])):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[7]):
-            _a3 = fast_ap(s['pubAck'])
-            _r4 = C['None']
-            _r5 = s['pub']
-            if not all(((_a3(e_Batches) != _r4) == (e_Batches <= _r5)) for e_Batches in it(D['Batches'])):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[8]):
-            _a6 = fast_ap(s['pubAck'])
-            _r7 = C['Ranks']
-            _r8 = s['pub']
-            if not all((_a6(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r7)))) for v_j_13 in it(_b_range_(1, _r8))):
-                raise FastPathFailed()
-        _u9 = V is None or not V.isdisjoint(_R_inv_IndInv[9])
-        _u10 = V is None or not V.isdisjoint(_R_inv_IndInv[10])
-        _u11 = V is None or 'cut' in V
-        _u12 = V is None or not V.isdisjoint(_R_inv_IndInv[12])
-        if _u9 or _u10 or _u11 or _u12:
-            _a9 = fast_ap(s['cut'])
-            _a10 = fast_ap(s['checks'])
-            _a11 = fast_ap(s['verdict'])
-            _r12 = C['None']
-            _r13 = s['pub']
-            if not all(((not _u9 or ((_a9(e_Checks) != _r12) == (e_Checks <= _a10(0)))) and (not _u10 or ((not (_a11(e_Checks) != _r12)) or (e_Checks <= (_a10(0) + 1)))) and (not _u11 or ((not ((_a9(e_Checks) != _r12) and (e_Checks > 1))) or (_a9((e_Checks - 1)) <= _a9(e_Checks)))) and (not _u12 or ((not (_a9(e_Checks) != _r12)) or ((_a9(e_Checks) <= _r13) and (_a11(e_Checks) != _r12))))) for e_Checks in it(D['Checks'])):
-                raise FastPathFailed()
-        _u13 = V is None or not V.isdisjoint(_R_inv_IndInv[13])
-        _u14 = V is None or 'checks' in V
-        _u15 = V is None or not V.isdisjoint(_R_inv_IndInv[15])
-        _u16 = V is None or not V.isdisjoint(_R_inv_IndInv[16])
-        if _u13 or _u14 or _u15 or _u16:
-            _a14 = fast_ap(s['used'])
-            _a15 = fast_ap(s['verdict'])
-            _a16 = fast_ap(s['cut'])
-            _a17 = fast_ap(s['checks'])
-            _a18 = fast_ap(s['consumed'])
-            _r19 = C['None']
-            _r20 = C['NBatches']
-            if not all(((not _u13 or ((not (_a14(e_Stages) == _r19)) or all(((not _a15(v_c_15)) and (_a16(v_c_15) < _r20)) for v_c_15 in it(_b_range_(1, _a17(e_Stages)))))) and (not _u14 or ((not (e_Stages > 0)) or (_a17(e_Stages) <= _a17((e_Stages - 1))))) and (not _u15 or ((not (_a14(e_Stages) != _r19)) or ((_a17(e_Stages) > 0) and (_a14(e_Stages) == d_PrefixOf(C, s, None, _a18(e_Stages))) and (_a15(_a17(e_Stages)) or (_a18(e_Stages) == _r20))))) and (not _u16 or all(((not (v_c_16 < _a17(e_Stages))) or ((not _a15(v_c_16)) and (_a16(v_c_16) < _r20))) for v_c_16 in it(_b_range_(1, _a17(e_Stages)))))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
-        if V is None or not V.isdisjoint(_R_inv_IndInv[17]):
-            _a21 = fast_ap(s['verdict'])
-            _r22 = C['Checks']
-            _r23 = s['terminated']
-            if not ((not any((_a21(v_c_17) == True) for v_c_17 in it(_r22))) or _r23):
-                raise FastPathFailed()
+    if inc_all(C, s, D, V, _OTHERS['IndInv']):
         return None
-    except Exception:  # FALSE or an error: the conjunct-by-conjunct form below reports it
-        pass
     k = 0
     try:
         # spec/PrefixAgreement.tla:250:8
@@ -1048,6 +897,16 @@ def inc_IndInv(C, s, D, V=None):
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('IndInv', _T_inv_IndInv, k, e)
     return None
+
+
+#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
+_OTHERS = {
+    'TypeOK': frozenset(('UsedLeLoaded', 'AcksInStep', 'SameAcksConsumed', 'IndInv')),
+    'UsedLeLoaded': frozenset(('TypeOK', 'AcksInStep', 'SameAcksConsumed', 'IndInv')),
+    'AcksInStep': frozenset(('TypeOK', 'UsedLeLoaded', 'SameAcksConsumed', 'IndInv')),
+    'SameAcksConsumed': frozenset(('TypeOK', 'UsedLeLoaded', 'AcksInStep', 'IndInv')),
+    'IndInv': frozenset(('TypeOK', 'UsedLeLoaded', 'AcksInStep', 'SameAcksConsumed')),
+}
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):
