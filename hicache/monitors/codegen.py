@@ -149,13 +149,10 @@ def _fast_path(entries: list, indent: str) -> list[str]:
         dom = block[0].domain
         if dom is None:
             code = block[0].code
+        elif len(block) == 1:
+            code = block[0].code
         else:
-            var = _pyname("e_", dom)
-            if len(block) == 1:
-                code = f"all({block[0].code} for {var} in it(D[{dom!r}]))"
-            else:
-                body = " and ".join(f"(not {en.guard} or {en.code})" for en in block)
-                code = f"all(({body}) for {var} in it(D[{dom!r}]))"
+            code = " and ".join(f"(not {en.guard} or {en.code})" for en in block)
         prelude, (code,) = _hoist_fast([code], bound)
         bound += len(prelude)
         if len(block) == 1:
@@ -164,9 +161,38 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             out += [f"{indent}{en.guard} = {en.cond}\n" for en in block]
             out.append(f"{indent}if {' or '.join(en.guard for en in block)}:\n")
         out += [f"{indent}    {line}\n" for line in prelude]
-        out.append(f"{indent}    if not {code}:\n")
-        out.append(f"{indent}        raise FastPathFailed()\n")
+        if dom is None:
+            out.append(f"{indent}    if not {code}:\n")
+            out.append(f"{indent}        raise FastPathFailed()\n")
+            continue
+        # one element at a time: what the predicate reads of the element more than once
+        # is read once, first (eagerly: where the exact form's short-circuit would have
+        # skipped a read that raises, the fast path fails and the exact form decides)
+        var = _pyname("e_", dom)
+        reads, code = _share_element_reads(code, var)
+        out.append(f"{indent}    for {var} in it(D[{dom!r}]):\n")
+        out += [f"{indent}        {name} = {expr}\n" for name, expr in reads]
+        out.append(f"{indent}        if not ({code}):\n")
+        out.append(f"{indent}            raise FastPathFailed()\n")
     return out
+
+
+#: a read of one element in a fast path: a hoisted function applied to it, or a state-level
+#: definition of it alone
+_ELEMENT_READ = r"(?<![\w.])(?:_a\d+\({v}\)|d_\w+\(C, s, None, {v}\))"
+
+
+def _share_element_reads(code: str, var: str) -> tuple[list[tuple[str, str]], str]:
+    """([(local, read)], code) with each read of element `var` that occurs more than once in
+    `code` bound to a local (`_e0`, `_e1`, ... in order of first occurrence)."""
+    pat = re.compile(_ELEMENT_READ.format(v=re.escape(var)))
+    seen: dict[str, int] = {}
+    for m in pat.finditer(code):
+        seen[m.group(0)] = seen.get(m.group(0), 0) + 1
+    names = {expr: f"_e{i}" for i, expr in enumerate(e for e, k in seen.items() if k > 1)}
+    if not names:
+        return [], code
+    return [(n, e) for e, n in names.items()], pat.sub(lambda m: names.get(m.group(0), m.group(0)), code)
 
 
 def _pyname(prefix: str, name: str) -> str:

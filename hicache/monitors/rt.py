@@ -80,6 +80,14 @@ def fast_ap(f):
     "run the exact form", so the two decide alike."""
     if type(f) is Fcn:
         return f.d.__getitem__
+    if type(f) is tuple:
+        def seq_at(x, _f=f):
+            # a sequence is a function on 1..n: index x-1, refused below 1 (a negative index
+            # would silently read from the end); IndexError above n
+            if type(x) is int and x >= 1:
+                return _f[x - 1]
+            raise EvalError(f"index {fmt(x)} is out of the domain 1..{len(_f)}")
+        return seq_at
     return functools.partial(ap, f)
 
 

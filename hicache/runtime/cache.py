@@ -319,7 +319,7 @@ class HiCache:
         if self.deps is not None:
             op.draft_tid = self.deps.launch(_draft_kind("backup"), pages, slots)
         self._attach(op, [v])
-        self._emit(A.BackupStart, node=v.id, slots=slots)
+        self._emit(A.BackupStart, node=v.id, slots=slots, blocking=False)
         self.writer.submit(op)
         return True
 
@@ -361,7 +361,8 @@ class HiCache:
         slots = self._reserve_host(v.n)
         if slots is None:
             return False
-        self._emit(A.BackupStart, node=v.id, slots=slots)
+        # blocking: the node's host copy is recorded when the copy ends, not before it
+        self._emit(A.BackupStart, node=v.id, slots=slots, blocking=True)
         if self.deps is not None:
             self.deps.copy_all(self.deps.launch(_draft_kind("backup"), v.device, slots), True,
                                v.device, slots)

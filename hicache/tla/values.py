@@ -226,6 +226,9 @@ class PowerSet(LazySet):
         return 2 ** card(self.base)
 
 
+_INT_ONLY = {int}
+
+
 class FcnSet(LazySet):
     """[S -> T]"""
 
@@ -242,7 +245,7 @@ class FcnSet(LazySet):
             d = self._domset = as_frozenset(self.dom)
         rng = self.rng
         if type(v) is tuple:
-            if len(d) != len(v) or not all(i in d for i in range(1, len(v) + 1)):
+            if len(d) != len(v) or not d.issuperset(range(1, len(v) + 1)):
                 return False
             vals = v
         elif type(v) is Fcn:
@@ -251,8 +254,13 @@ class FcnSet(LazySet):
             vals = v.d.values()
         else:
             return False
+        # the same membership tests as `all(in_set(x, rng) ...)`, each in one C loop
         if type(rng) is frozenset:
-            return all(x in rng for x in vals)
+            return rng.issuperset(vals)
+        if type(rng) is Interval:
+            # every value an int (not a bool: Interval.contains) between the bounds
+            return not vals or (set(map(type, vals)) == _INT_ONLY
+                                and rng.lo <= min(vals) and max(vals) <= rng.hi)
         return all(in_set(x, rng) for x in vals)
 
     def enumerate(self):

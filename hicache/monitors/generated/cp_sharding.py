@@ -860,8 +860,13 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r12 = C['Ranks']
             _r13 = s['free']
             _r14 = C['Pos']
-            if not all(((not _u0_0 or (_a0(e_Chains) in _r4)) and (not _u0_1 or (_a1(e_Chains) in _r5)) and (not _u0_2 or (_a2(e_Chains) in _r6)) and (not _u0_3 or (_a3(e_Chains) in _r7)) and (not _u2_0 or all(((not (ap(_a2(e_Chains), v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_a2(e_Chains), v_P_3)) == d_ChainOwner(C, s, None, _a0(e_Chains), v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_a1(e_Chains) - 1))))) and (not _u3_0 or all(((not ((ap(_a2(e_Chains), v_P_3) != _r8) and (ap(_a2(e_Chains), (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_a2(e_Chains), v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_a2(e_Chains), (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_a1(e_Chains) - 1))))) and (not _u4_0 or all(((not ((ap(_a2(e_Chains), v_P_3) != _r8) and (ap(_a3(e_Chains), v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_a2(e_Chains), v_P_3)) == ap(_a3(e_Chains), v_P_3))) for v_P_3 in it(_b_range_(0, (_a1(e_Chains) - 1))))) and (not _u5_0 or ((not (_a0(e_Chains) != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_a1(e_Chains), _r9)), normalize(_b_div((_a1(e_Chains) + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_a1(e_Chains) - 1))) if (d_ChainOwner(C, s, None, _a0(e_Chains), v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u6_1 or all(((not (ap(_a2(e_Chains), v_P_12) != _r8)) or (ap(_a2(e_Chains), v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u6_2 or all(((not (v_P_13 >= _a1(e_Chains))) or ((ap(_a2(e_Chains), v_P_13) == _r8) and (ap(_a3(e_Chains), v_P_13) == _r10))) for v_P_13 in it(_r14)))) for e_Chains in it(D['Chains'])):
-                raise FastPathFailed()
+            for e_Chains in it(D['Chains']):
+                _e0 = _a0(e_Chains)
+                _e1 = _a1(e_Chains)
+                _e2 = _a2(e_Chains)
+                _e3 = _a3(e_Chains)
+                if not ((not _u0_0 or (_e0 in _r4)) and (not _u0_1 or (_e1 in _r5)) and (not _u0_2 or (_e2 in _r6)) and (not _u0_3 or (_e3 in _r7)) and (not _u2_0 or all(((not (ap(_e2, v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e2, (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u4_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e3, v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u5_0 or ((not (_e0 != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_e1, _r9)), normalize(_b_div((_e1 + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u6_1 or all(((not (ap(_e2, v_P_12) != _r8)) or (ap(_e2, v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u6_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r8) and (ap(_e3, v_P_13) == _r10))) for v_P_13 in it(_r14)))):
+                    raise FastPathFailed()
         if _k0 and (V is None or 'free' in V):
             _r15 = s['free']
             _r16 = C['PageIds']
@@ -880,8 +885,10 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r21 = s['free']
             _r22 = C['Chains']
             _r23 = C['Pos']
-            if not all(((not _u1_0 or ((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), d_LocalAddr(C, s, None, e_PageIds)) == e_PageIds) and (d_LocalAddr(C, s, None, e_PageIds) < _r20))) and (not _u6_3 or ((not (e_PageIds not in _r21)) or any((ap(_a19(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r22) for v_P_15 in it(_r23))))) for e_PageIds in it(D['PageIds'])):
-                raise FastPathFailed()
+            for e_PageIds in it(D['PageIds']):
+                _e0 = d_LocalAddr(C, s, None, e_PageIds)
+                if not ((not _u1_0 or ((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), _e0) == e_PageIds) and (_e0 < _r20))) and (not _u6_3 or ((not (e_PageIds not in _r21)) or any((ap(_a19(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r22) for v_P_15 in it(_r23))))):
+                    raise FastPathFailed()
         if _k1 and (V is None):
             _r24 = C['Ranks']
             _r25 = C['$h8']

@@ -727,8 +727,10 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         if _u0_0 or _u3_0:
             _a0 = fast_ap(s['layout'])
             _r1 = C['$h7']
-            if not all(((not _u0_0 or (_a0(e_DraftPools) in _r1)) and (not _u3_0 or ((not (_a0(e_DraftPools) == 'packed')) or d_Compatible(C, s, None, e_DraftPools)))) for e_DraftPools in it(D['DraftPools'])):
-                raise FastPathFailed()
+            for e_DraftPools in it(D['DraftPools']):
+                _e0 = _a0(e_DraftPools)
+                if not ((not _u0_0 or (_e0 in _r1)) and (not _u3_0 or ((not (_e0 == 'packed')) or d_Compatible(C, s, None, e_DraftPools)))):
+                    raise FastPathFailed()
         _u0_1 = _k0 and (V is None or 'phase' in V)
         _u0_2 = _k0 and (V is None or 'tgtDone' in V)
         _u0_3 = _k0 and (V is None or 'draftDone' in V)
@@ -755,8 +757,16 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r14 = C['$h11']
             _r15 = C['$h12']
             _r16 = C['DraftPools']
-            if not all(((not _u0_1 or (_a2(e_Transfers) in _r10)) and (not _u0_2 or (_a3(e_Transfers) in _r11)) and (not _u0_3 or (_a4(e_Transfers) in _r12)) and (not _u0_4 or (_a5(e_Transfers) in _r13)) and (not _u0_5 or (_a6(e_Transfers) in _r13)) and (not _u0_6 or (_a7(e_Transfers) in _r14)) and (not _u0_7 or (_a8(e_Transfers) in _r15)) and (not _u1_0 or ((not (_a2(e_Transfers) == 'fired')) or (_a3(e_Transfers) and (_a4(e_Transfers) == _r16)))) and (not _u2_0 or (((not (_a5(e_Transfers) != frozenset())) or (_a2(e_Transfers) == 'fired')) and (_a6(e_Transfers) == frozenset()))) and (not _u4_0 or ((not (_a2(e_Transfers) != 'idle')) or all((ap(_a8(e_Transfers), v_p_3) == (ap(_a7(e_Transfers), 'kv') if (_a9(v_p_3) == 'packed') else ap(_a7(e_Transfers), d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r16))))) for e_Transfers in it(D['Transfers'])):
-                raise FastPathFailed()
+            for e_Transfers in it(D['Transfers']):
+                _e0 = _a2(e_Transfers)
+                _e1 = _a3(e_Transfers)
+                _e2 = _a4(e_Transfers)
+                _e3 = _a5(e_Transfers)
+                _e4 = _a6(e_Transfers)
+                _e5 = _a7(e_Transfers)
+                _e6 = _a8(e_Transfers)
+                if not ((not _u0_1 or (_e0 in _r10)) and (not _u0_2 or (_e1 in _r11)) and (not _u0_3 or (_e2 in _r12)) and (not _u0_4 or (_e3 in _r13)) and (not _u0_5 or (_e4 in _r13)) and (not _u0_6 or (_e5 in _r14)) and (not _u0_7 or (_e6 in _r15)) and (not _u1_0 or ((not (_e0 == 'fired')) or (_e1 and (_e2 == _r16)))) and (not _u2_0 or (((not (_e3 != frozenset())) or (_e0 == 'fired')) and (_e4 == frozenset()))) and (not _u4_0 or ((not (_e0 != 'idle')) or all((ap(_e6, v_p_3) == (ap(_e5, 'kv') if (_a9(v_p_3) == 'packed') else ap(_e5, d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r16))))):
+                    raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide
         return False

@@ -1363,15 +1363,23 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r16 = C['$h15']
             _r17 = C['NoReq']
             _r18 = C['NoSlot']
-            if not all(((not _u0_2 or (_a4(e_Nodes) in _r12)) and (not _u0_3 or (_a5(e_Nodes) in _r13)) and (not _u0_4 or (_a6(e_Nodes) in _r12)) and (not _u0_5 or (_a7(e_Nodes) in _r14)) and (not _u0_7 or (_a8(e_Nodes) in _r13)) and (not _u0_8 or (_a9(e_Nodes) in _r15)) and (not _u0_9 or (_a10(e_Nodes) in _r16)) and (not _u2_0 or ((not (_a9(e_Nodes) != _r17)) or (d_InTree(C, s, None, e_Nodes) and (_a5(e_Nodes) != _r18) and (_a11(_a5(e_Nodes)) == 'protected')))) and (not _u3_0 or ((not d_InTree(C, s, None, e_Nodes)) or (_a4(e_Nodes) or (_a5(e_Nodes) != _r18)))) and (not _u3_1 or ((not (not d_InTree(C, s, None, e_Nodes))) or ((((not _a4(e_Nodes)) and (_a5(e_Nodes) == _r18)) and (_a8(e_Nodes) == _r18)) and (_a9(e_Nodes) == _r17))))) for e_Nodes in it(D['Nodes'])):
-                raise FastPathFailed()
+            for e_Nodes in it(D['Nodes']):
+                _e0 = _a4(e_Nodes)
+                _e1 = _a5(e_Nodes)
+                _e2 = _a8(e_Nodes)
+                _e3 = _a9(e_Nodes)
+                _e4 = d_InTree(C, s, None, e_Nodes)
+                if not ((not _u0_2 or (_e0 in _r12)) and (not _u0_3 or (_e1 in _r13)) and (not _u0_4 or (_a6(e_Nodes) in _r12)) and (not _u0_5 or (_a7(e_Nodes) in _r14)) and (not _u0_7 or (_e2 in _r13)) and (not _u0_8 or (_e3 in _r15)) and (not _u0_9 or (_a10(e_Nodes) in _r16)) and (not _u2_0 or ((not (_e3 != _r17)) or (_e4 and (_e1 != _r18) and (_a11(_e1) == 'protected')))) and (not _u3_0 or ((not _e4) or (_e0 or (_e1 != _r18)))) and (not _u3_1 or ((not (not _e4)) or ((((not _e0) and (_e1 == _r18)) and (_e2 == _r18)) and (_e3 == _r17))))):
+                    raise FastPathFailed()
         _u0_6 = _k0 and (V is None or 'slot' in V)
         _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_SlotInOneOwner[0]))
         if _u0_6 or _u1_0:
             _a19 = fast_ap(s['slot'])
             _r20 = C['SlotStates']
-            if not all(((not _u0_6 or (_a19(e_HSlots) in _r20)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_a19(e_HSlots) == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_a19(e_HSlots) == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))) for e_HSlots in it(D['HSlots'])):
-                raise FastPathFailed()
+            for e_HSlots in it(D['HSlots']):
+                _e0 = _a19(e_HSlots)
+                if not ((not _u0_6 or (_e0 in _r20)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_e0 == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_e0 == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))):
+                    raise FastPathFailed()
         _u0_10 = _k0 and (V is None or 'req' in V)
         _u0_11 = _k0 and (V is None or 'reqLen' in V)
         _u0_12 = _k0 and (V is None or 'pfSlot' in V)
@@ -1390,8 +1398,11 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r29 = C['Nodes']
             _r30 = STD["BOOLEAN"]
             _r31 = s['len']
-            if not all(((not _u0_10 or (_a21(e_Reqs) in _r26)) and (not _u0_11 or (_a22(e_Reqs) in _r27)) and (not _u0_12 or (_a23(e_Reqs) in _r28)) and (not _u0_13 or (_a24(e_Reqs) in _r29)) and (not _u0_14 or (_a25(e_Reqs) in _r30)) and (not _u4_0 or ((not (_a21(e_Reqs) != 'idle')) or (_a22(e_Reqs) <= _r31)))) for e_Reqs in it(D['Reqs'])):
-                raise FastPathFailed()
+            for e_Reqs in it(D['Reqs']):
+                _e0 = _a21(e_Reqs)
+                _e1 = _a22(e_Reqs)
+                if not ((not _u0_10 or (_e0 in _r26)) and (not _u0_11 or (_e1 in _r27)) and (not _u0_12 or (_a23(e_Reqs) in _r28)) and (not _u0_13 or (_a24(e_Reqs) in _r29)) and (not _u0_14 or (_a25(e_Reqs) in _r30)) and (not _u4_0 or ((not (_e0 != 'idle')) or (_e1 <= _r31)))):
+                    raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide
         return False

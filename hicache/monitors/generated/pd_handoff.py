@@ -1039,8 +1039,12 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r4 = C['Tiers']
             _r5 = STD["BOOLEAN"]
             _r6 = s['pstate']
-            if not all(((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_a1(e_Pages) in _r5)) and (not _u0_6 or (_a2(e_Pages) in _r5)) and (not _u0_7 or (_a3(e_Pages) in _r5)) and (not _u1_0 or ((not _a3(e_Pages)) or _a2(e_Pages))) and (not _u2_0 or ((not ((e_Pages in d_InFlight(C, s, None)) or ((_r6 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _a1(e_Pages)))) for e_Pages in it(D['Pages'])):
-                raise FastPathFailed()
+            for e_Pages in it(D['Pages']):
+                _e0 = _a1(e_Pages)
+                _e1 = _a2(e_Pages)
+                _e2 = _a3(e_Pages)
+                if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0 in _r5)) and (not _u0_6 or (_e1 in _r5)) and (not _u0_7 or (_e2 in _r5)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not ((e_Pages in d_InFlight(C, s, None)) or ((_r6 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _e0))):
+                    raise FastPathFailed()
         if _k0 and (V is None or 'pstate' in V):
             _r7 = s['pstate']
             _r8 = C['$h3']

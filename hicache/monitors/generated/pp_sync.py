@@ -805,8 +805,15 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r15 = C['Checks']
             _r16 = C['MaxChecks']
             _r17 = C['None']
-            if not all(((not _u0_1 or (_a2(e_Stages) in _r9)) and (not _u0_2 or (_a3(e_Stages) in _r10)) and (not _u0_3 or (_a4(e_Stages) in _r11)) and (not _u0_4 or (_a5(e_Stages) in _r12)) and (not _u0_6 or (_a6(e_Stages) in _r13)) and (not _u0_7 or (_a7(e_Stages) in _r13)) and (not _u1_0 or ((_a3(e_Stages) <= _r14) and (_a4(e_Stages) <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _a4(e_Stages))) or (ap(_a5(e_Stages), v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r15))) and (not _u2_5 or (_a3(e_Stages) == (0 if (_a4(e_Stages) == 0) else ap(_a5(e_Stages), _a4(e_Stages))))) and (not _u2_10 or (d_Received(C, s, None, e_Stages) <= _r16)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (d_Received(C, s, None, e_Stages) + (1 if (_a7(e_Stages) != _r17) else 0))))) and (not _u2_12 or ((not (_a6(e_Stages) != _r17)) or (_a6(e_Stages) == _a8(d_Round(C, s, None, e_Stages))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_a7(e_Stages) != _r17))) or (_a7(e_Stages) == _a8((d_Received(C, s, None, e_Stages) + 1)))))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
+            for e_Stages in it(D['Stages']):
+                _e0 = _a3(e_Stages)
+                _e1 = _a4(e_Stages)
+                _e2 = _a5(e_Stages)
+                _e3 = _a6(e_Stages)
+                _e4 = _a7(e_Stages)
+                _e5 = d_Received(C, s, None, e_Stages)
+                if not ((not _u0_1 or (_a2(e_Stages) in _r9)) and (not _u0_2 or (_e0 in _r10)) and (not _u0_3 or (_e1 in _r11)) and (not _u0_4 or (_e2 in _r12)) and (not _u0_6 or (_e3 in _r13)) and (not _u0_7 or (_e4 in _r13)) and (not _u1_0 or ((_e0 <= _r14) and (_e1 <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _e1)) or (ap(_e2, v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r15))) and (not _u2_5 or (_e0 == (0 if (_e1 == 0) else ap(_e2, _e1)))) and (not _u2_10 or (_e5 <= _r16)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (_e5 + (1 if (_e4 != _r17) else 0))))) and (not _u2_12 or ((not (_e3 != _r17)) or (_e3 == _a8(d_Round(C, s, None, e_Stages))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_e4 != _r17))) or (_e4 == _a8((_e5 + 1)))))):
+                    raise FastPathFailed()
         _u0_5 = _k0 and (V is None or 'agreed' in V)
         _u2_6 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
         _u2_7 = _k2 and (V is None or 'agreed' in V)
@@ -816,8 +823,10 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r19 = C['$h10']
             _r20 = C['None']
             _r21 = s['issued']
-            if not all(((not _u0_5 or (_a18(e_Checks) in _r19)) and (not _u2_6 or ((_a18(e_Checks) != _r20) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_a18(e_Checks) != _r20) and (e_Checks > 1))) or (_a18((e_Checks - 1)) <= _a18(e_Checks)))) and (not _u2_8 or ((not (_a18(e_Checks) != _r20)) or (_a18(e_Checks) <= _r21)))) for e_Checks in it(D['Checks'])):
-                raise FastPathFailed()
+            for e_Checks in it(D['Checks']):
+                _e0 = _a18(e_Checks)
+                if not ((not _u0_5 or (_e0 in _r19)) and (not _u2_6 or ((_e0 != _r20) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_e0 != _r20) and (e_Checks > 1))) or (_a18((e_Checks - 1)) <= _e0))) and (not _u2_8 or ((not (_e0 != _r20)) or (_e0 <= _r21)))):
+                    raise FastPathFailed()
         if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[0])):
             if not d_TypeOK(C, s, None):
                 raise FastPathFailed()

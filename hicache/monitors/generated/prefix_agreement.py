@@ -933,8 +933,11 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r5 = C['$h10']
             _r6 = s['pub']
             _r7 = C['BatchPages']
-            if not all(((not _u0_1 or (_a2(e_Ranks) in _r4)) and (not _u0_2 or (_a3(e_Ranks) in _r5)) and (not _u2_0 or (_r6 <= _a2(e_Ranks))) and (not _u4_6 or (_a3(e_Ranks) <= (_a2(e_Ranks) * _r7)))) for e_Ranks in it(D['Ranks'])):
-                raise FastPathFailed()
+            for e_Ranks in it(D['Ranks']):
+                _e0 = _a2(e_Ranks)
+                _e1 = _a3(e_Ranks)
+                if not ((not _u0_1 or (_e0 in _r4)) and (not _u0_2 or (_e1 in _r5)) and (not _u2_0 or (_r6 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r7)))):
+                    raise FastPathFailed()
         if _k0 and (V is None or 'terminated' in V):
             _r8 = s['terminated']
             _r9 = STD["BOOLEAN"]
@@ -952,8 +955,10 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r13 = C['$h11']
             _r14 = C['None']
             _r15 = s['pub']
-            if not all(((not _u0_5 or (_a12(e_Batches) in _r13)) and (not _u4_7 or ((_a12(e_Batches) != _r14) == (e_Batches <= _r15)))) for e_Batches in it(D['Batches'])):
-                raise FastPathFailed()
+            for e_Batches in it(D['Batches']):
+                _e0 = _a12(e_Batches)
+                if not ((not _u0_5 or (_e0 in _r13)) and (not _u4_7 or ((_e0 != _r14) == (e_Batches <= _r15)))):
+                    raise FastPathFailed()
         _u0_6 = _k0 and (V is None or 'checks' in V)
         _u0_9 = _k0 and (V is None or 'consumed' in V)
         _u0_10 = _k0 and (V is None or 'used' in V)
@@ -978,8 +983,12 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r26 = C['Ranks']
             _r27 = s['pub']
             _r28 = C['NBatches']
-            if not all(((not _u0_6 or (_a16(e_Stages) in _r22)) and (not _u0_9 or (_a17(e_Stages) in _r23)) and (not _u0_10 or (_a18(e_Stages) in _r24)) and (not _u1_0 or ((not (_a18(e_Stages) != _r25)) or all((_a18(e_Stages) <= _a19(v_k_3)) for v_k_3 in it(_r26)))) and (not _u2_1 or (_a17(e_Stages) <= _r27)) and (not _u3_0 or ((not (_a16(e_Stages) > 0)) or (_a17(e_Stages) == _a20(_a16(e_Stages))))) and (not _u4_13 or ((not (_a18(e_Stages) == _r25)) or all(((not _a21(v_c_15)) and (_a20(v_c_15) < _r28)) for v_c_15 in it(_b_range_(1, _a16(e_Stages)))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_a16(e_Stages) <= _a16((e_Stages - 1))))) and (not _u4_15 or ((not (_a18(e_Stages) != _r25)) or ((_a16(e_Stages) > 0) and (_a18(e_Stages) == d_PrefixOf(C, s, None, _a17(e_Stages))) and (_a21(_a16(e_Stages)) or (_a17(e_Stages) == _r28))))) and (not _u4_16 or all(((not (v_c_16 < _a16(e_Stages))) or ((not _a21(v_c_16)) and (_a20(v_c_16) < _r28))) for v_c_16 in it(_b_range_(1, _a16(e_Stages)))))) for e_Stages in it(D['Stages'])):
-                raise FastPathFailed()
+            for e_Stages in it(D['Stages']):
+                _e0 = _a16(e_Stages)
+                _e1 = _a17(e_Stages)
+                _e2 = _a18(e_Stages)
+                if not ((not _u0_6 or (_e0 in _r22)) and (not _u0_9 or (_e1 in _r23)) and (not _u0_10 or (_e2 in _r24)) and (not _u1_0 or ((not (_e2 != _r25)) or all((_e2 <= _a19(v_k_3)) for v_k_3 in it(_r26)))) and (not _u2_1 or (_e1 <= _r27)) and (not _u3_0 or ((not (_e0 > 0)) or (_e1 == _a20(_e0)))) and (not _u4_13 or ((not (_e2 == _r25)) or all(((not _a21(v_c_15)) and (_a20(v_c_15) < _r28)) for v_c_15 in it(_b_range_(1, _e0))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_e0 <= _a16((e_Stages - 1))))) and (not _u4_15 or ((not (_e2 != _r25)) or ((_e0 > 0) and (_e2 == d_PrefixOf(C, s, None, _e1)) and (_a21(_e0) or (_e1 == _r28))))) and (not _u4_16 or all(((not (v_c_16 < _e0)) or ((not _a21(v_c_16)) and (_a20(v_c_16) < _r28))) for v_c_16 in it(_b_range_(1, _e0))))):
+                    raise FastPathFailed()
         _u0_7 = _k0 and (V is None or 'verdict' in V)
         _u0_8 = _k0 and (V is None or 'cut' in V)
         _u4_9 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[9]))
@@ -994,8 +1003,11 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r33 = C['$h14']
             _r34 = C['None']
             _r35 = s['pub']
-            if not all(((not _u0_7 or (_a29(e_Checks) in _r32)) and (not _u0_8 or (_a30(e_Checks) in _r33)) and (not _u4_9 or ((_a30(e_Checks) != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_a29(e_Checks) != _r34)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_a30(e_Checks) != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _a30(e_Checks)))) and (not _u4_12 or ((not (_a30(e_Checks) != _r34)) or ((_a30(e_Checks) <= _r35) and (_a29(e_Checks) != _r34))))) for e_Checks in it(D['Checks'])):
-                raise FastPathFailed()
+            for e_Checks in it(D['Checks']):
+                _e0 = _a29(e_Checks)
+                _e1 = _a30(e_Checks)
+                if not ((not _u0_7 or (_e0 in _r32)) and (not _u0_8 or (_e1 in _r33)) and (not _u4_9 or ((_e1 != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_e0 != _r34)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r34)) or ((_e1 <= _r35) and (_e0 != _r34))))):
+                    raise FastPathFailed()
         if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0])):
             if not d_TypeOK(C, s, None):
                 raise FastPathFailed()

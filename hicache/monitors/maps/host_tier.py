@@ -70,8 +70,10 @@ class HostTierMap:
             elif action != "DeviceInsert" or rid in self.phase:
                 self.phase[rid] = ph
         if action == "BackupStart":
+            # a blocking copy (write_back) sets the node's host slots only when it ends:
+            # until then its slots are the node's backupOp (page_slots)
             node = fields.get("node")
-            if node is not None and not self._node_has_host(node):
+            if node is not None and fields.get("blocking", False):
                 self.sync_backup[node] = list(fields.get("slots") or ())
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
@@ -80,12 +82,6 @@ class HostTierMap:
         if steps is None:
             steps = _COMPOUND[action] = ((str(action), None),)
         return steps
-
-    def _node_has_host(self, nid: int) -> bool:
-        for x in self.cache.tree.nodes():
-            if x.id == nid:
-                return x.host is not None
-        return False
 
     # ------------------------------------------------------------ constants
     def constants(self) -> dict:
@@ -108,9 +104,10 @@ class HostTierMap:
     # ------------------------------------------------------------ state
     def state(self) -> dict:
         c = self.cache
-        host_state = c.host.state if c.host else ()
-        nslots = len(host_state) if c.host else 1
-        slot = [_NAMES[int(x)] for x in host_state] if c.host else ["idle"]
+        # the slot states as bytes: indexing them is far cheaper than a numpy array's
+        raw = c.host.state.tobytes() if c.host else b""
+        nslots = len(raw) if c.host else 1
+        slot = [_NAMES[b] for b in raw] if c.host else ["idle"]
         if c.host:
             # an IDLE slot missing from the free list is held by nobody yet never reusable
             # (hidden retention): the spec's "idle" means free, so it maps to "reserved"
@@ -124,24 +121,33 @@ class HostTierMap:
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
         dev, host, stor, hits, backup, loadreq, parent = [], [], [], [], [], [], []
         last_page: dict[int, int] = {}     # node id -> its last page's index
+        sync_backup = self.sync_backup
         for x in c.tree.nodes():            # preorder: a parent's pages come before its children's
             p = x.parent
             first_parent = last_page.get(p.id, -1) if p is not None else -1
             d = x.device is not None
             hs = x.host
-            pending = self.sync_backup.get(x.id)
+            pending = sync_backup.get(x.id)
             lq = 0
-            if x.loading is not None:
+            if d and x.loading is not None:
                 lq = qidx.get(getattr(x.loading, "rid", None), 0)
-            for i in range(x.n):
-                parent.append(first_parent if i == 0 else len(dev) - 1)
-                dev.append(d)
-                stor.append(bool(x.stored))
-                hits.append(min(x.hit_count, 2))
-                loadreq.append(lq if d else 0)
-                h, b = page_slots(hs, pending, i, host_state)
-                host.append(h)
-                backup.append(b)
+            n, start = x.n, len(dev)
+            # a node's pages share its node-level values; page i's parent is page i-1
+            if n:
+                parent.append(first_parent)
+                parent.extend(range(start, start + n - 1))
+            dev.extend([d] * n)
+            stor.extend([bool(x.stored)] * n)
+            hits.extend([min(x.hit_count, 2)] * n)
+            loadreq.extend([lq] * n)
+            if hs is None and pending is None:
+                host.extend([0] * n)
+                backup.extend([0] * n)
+            else:
+                for i in range(n):
+                    h, b = page_slots(hs, pending, i, raw)
+                    host.append(h)
+                    backup.append(b)
             last_page[x.id] = len(dev) - 1
         n = len(dev)
         # one spare node outside the tree (NNodes = len + 1): a locked prefix that left the

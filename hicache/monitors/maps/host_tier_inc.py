@@ -173,10 +173,6 @@ class IncrementalHostTierMap(HostTierMap):
     def _node_by_id(self, nid):
         return self.by_id.get(nid)
 
-    def _node_has_host(self, nid: int) -> bool:
-        x = self.by_id.get(nid)
-        return x is not None and x.host is not None
-
     def _take_q(self, rid: int) -> None:
         for q, r in enumerate(self.qtab):
             if r is None:
@@ -197,24 +193,6 @@ class IncrementalHostTierMap(HostTierMap):
         self.requeue.update(self.loading_nodes.pop(rid, ()))
 
     # ------------------------------------------------------------ writes (delta-recorded)
-    def _set(self, var: str, p: int, v, dirty: bool = True) -> None:
-        """var[p] = v, delta-recorded, the slot reference counts kept; p made dirty unless
-        the write is a renaming (`_move`)."""
-        d = self.funcs[var]
-        old = d.get(p, _MISSING)
-        if old is v or old == v and type(old) is type(v):
-            return
-        self.delta.append((var, p, old))
-        d[p] = v
-        if dirty:
-            self.dirty_nodes.add(p)
-        if var == "host":
-            self._ref(self.tree_refs, old, -1)
-            self._ref(self.tree_refs, v, 1)
-        elif var == "backupOp":
-            self._ref(self.backup_refs, old, -1)
-            self._ref(self.backup_refs, v, 1)
-
     def _fill(self, var: str, pos: list, v) -> None:
         """var[p] = v for each position p (a node-level variable: no slot references)."""
         d, delta, dirty = self.funcs[var], self.delta, self.dirty_nodes
@@ -227,11 +205,33 @@ class IncrementalHostTierMap(HostTierMap):
             d[p] = v
             dirty.add(p)
 
-    def _ref(self, refs: dict, h, k: int) -> None:
-        if h is _MISSING or not h:
-            return
-        refs[h] = refs.get(h, 0) + k
-        self.dirty_slots.add(h)
+    def _retarget(self, refs: dict, old, new) -> None:
+        """One page's reference (host or backupOp) moved from slot old to slot new (0: none,
+        _MISSING: a new element): the slot reference counts follow; both slots are dirty."""
+        if old is not _MISSING and old:
+            refs[old] = refs.get(old, 0) - 1
+            self.dirty_slots.add(old)
+        if new:
+            refs[new] = refs.get(new, 0) + 1
+            self.dirty_slots.add(new)
+
+    def _assign(self, p: int, a: int | None) -> None:
+        """Every per-position variable at p := its value at position a (None: the spare
+        node's values), delta-recorded, the slot reference counts kept; p is not made dirty
+        here (the callers decide: a renaming is not a change)."""
+        delta = self.delta
+        for var, d in self.funcs.items():
+            v = SPARE[var] if a is None else d[a]
+            old = d[p]
+            # (most values are small ints and bools: identical objects)
+            if old is v or old == v and type(old) is type(v):
+                continue
+            delta.append((var, p, old))
+            d[p] = v
+            if var == "host":
+                self._retarget(self.tree_refs, old, v)
+            elif var == "backupOp":
+                self._retarget(self.backup_refs, old, v)
 
     def _set_scalar(self, var: str, v) -> None:
         old = self.s.get(var, _MISSING)
@@ -265,16 +265,13 @@ class IncrementalHostTierMap(HostTierMap):
         """Page at p leaves: the last page takes its position, the last position becomes
         a spare one."""
         last = self.L - 1
-        funcs = self.funcs
         if p != last:
             y, j = self.keys[last]
             self.keys[p] = (y, j)
             self.npos[y][j] = p
             self._move(last, p)
         self.keys.pop()
-        for var in NODE_VARS:
-            if funcs[var][last] is not SPARE[var]:
-                self._set(var, last, SPARE[var])
+        self._assign(last, None)
         self.dirty_nodes.add(last)        # InTree(last) changed with len
         self.L = last
 
@@ -286,9 +283,7 @@ class IncrementalHostTierMap(HostTierMap):
         and slot[host[n]] (a slot change dirties its pages itself), so the page's predicates
         have the values they had at a, checked there; unless a is dirty in this sync (the
         page is new or changed since the last check), which moves with it."""
-        for var, d in self.funcs.items():
-            if d[p] is not d[a]:          # (most values are small ints and bools: identical)
-                self._set(var, p, d[a], dirty=False)
+        self._assign(p, a)
         if a in self.dirty_nodes:
             self.dirty_nodes.add(p)
 
@@ -349,14 +344,24 @@ class IncrementalHostTierMap(HostTierMap):
         if hs is not None:
             for h in hs:
                 self.slot_page[h] = x
-        _set = self._set
+        # (the writes of _set, inlined: this loop runs for every page of every copy)
         host, bop = self.funcs["host"], self.funcs["backupOp"]
+        delta, dirty, retarget = self.delta, self.dirty_nodes, self._retarget
+        trefs, brefs = self.tree_refs, self.backup_refs
         for i, p in enumerate(pos):
             h, b = page_slots(hs, pending, i, state)
-            if host[p] != h:
-                _set("host", p, h)
-            if bop[p] != b:
-                _set("backupOp", p, b)
+            old = host[p]
+            if old != h:
+                delta.append(("host", p, old))
+                host[p] = h
+                dirty.add(p)
+                retarget(trefs, old, h)
+            old = bop[p]
+            if old != b:
+                delta.append(("backupOp", p, old))
+                bop[p] = b
+                dirty.add(p)
+                retarget(brefs, old, b)
 
     def _detached(self, x) -> bool:
         return x.parent is None and x is not self.cache.tree.root
@@ -400,7 +405,19 @@ class IncrementalHostTierMap(HostTierMap):
             self._set_scalar("slot", tuple(self.slot_names))
 
     def _requests(self) -> None:
-        req = [self.phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
+        phase = self.phase
+        req = [phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
+        s = self.s
+        old = s.get("req")
+        if old is not None and not self.cache._prefetching and not self.pf_refs and len(req) == len(old):
+            # no prefetch row now nor at the last rebuild (a prefetch row always references
+            # a slot) and as many rows: only the phases can differ (every other per-request
+            # value of a request row is 0/FALSE)
+            changed = [q + 1 for q, ph in enumerate(req) if old[q] != ph]
+            if changed:
+                self.dirty_reqs.update(changed)
+                self._set_scalar("req", tuple(req))
+            return
         nlive = len(req)
         pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, [0] * nlive
         c = self.cache
@@ -422,7 +439,6 @@ class IncrementalHostTierMap(HostTierMap):
             self.dirty_slots.update(h for h in refs if refs[h] != self.pf_refs.get(h))
             self.pf_refs = refs
         new = (tuple(req), tuple(reqlen), tuple(pfslot), (0,) * len(req), tuple(pfabort))
-        s = self.s
         for var, v in zip(REQ_VARS, new):
             old = s.get(var, ())
             if old != v:
@@ -483,8 +499,8 @@ class IncrementalHostTierMap(HostTierMap):
         # a request's row is checked when it changed; all of them when len did (what
         # LockedNodesKept reads of the state besides the row)
         reqs = None if self.L != L0 else self.dirty_reqs
-        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": {h for h in self.dirty_slots if h >= 1},
-                            "Reqs": reqs}
+        # (dirty slots are spec slots, >= 1: NoSlot references are never counted)
+        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": self.dirty_slots, "Reqs": reqs}
 
     def _unmap_subtree(self, x) -> None:
         stack = [x]
@@ -519,7 +535,8 @@ class IncrementalHostTierMap(HostTierMap):
         and the dirty requests (all of them when len changed: None)."""
         n, nq = C["NNodes"], C["NReqs"]
         nodes, reqs = dirty["Nodes"], dirty["Reqs"]
-        return {"Nodes": frozenset(p for p in nodes if p < n) if nodes else _EMPTY,
+        return {"Nodes": _EMPTY if not nodes else frozenset(nodes) if max(nodes) < n else
+                frozenset(p for p in nodes if p < n),
                 "HSlots": frozenset(dirty["HSlots"]) if dirty["HSlots"] else _EMPTY,
                 "Reqs": C["Reqs"] if reqs is None else frozenset(q for q in reqs if q <= nq) if reqs else _EMPTY}
 
