@@ -71,7 +71,7 @@ class HostTierMap:
                 self.phase[rid] = ph
         if action == "BackupStart":
             # a blocking copy (write_back) sets the node's host slots only when it ends:
-            # until then its slots are the node's backupOp (page_slots)
+            # until then its slots are the node's backupOp (node_slots)
             node = fields.get("node")
             if node is not None and fields.get("blocking", False):
                 self.sync_backup[node] = list(fields.get("slots") or ())
@@ -140,14 +140,9 @@ class HostTierMap:
             stor.extend([bool(x.stored)] * n)
             hits.extend([min(x.hit_count, 2)] * n)
             loadreq.extend([lq] * n)
-            if hs is None and pending is None:
-                host.extend([0] * n)
-                backup.extend([0] * n)
-            else:
-                for i in range(n):
-                    h, b = page_slots(hs, pending, i, raw)
-                    host.append(h)
-                    backup.append(b)
+            hv, bv = node_slots(hs, pending, n, raw)
+            host.extend(hv)
+            backup.extend(bv)
             last_page[x.id] = len(dev) - 1
         n = len(dev)
         # one spare node outside the tree (NNodes = len + 1): a locked prefix that left the
@@ -210,18 +205,23 @@ class HostTierMap:
         return {"WriteThroughPrefix": write_through_prefix_tree, "SlotInOneOwner": slot_in_one_owner_linear}
 
 
-def page_slots(hs, pending, i: int, host_state) -> tuple[int, int]:
-    """(host[n], backupOp[n]) of page i of a node with host slots `hs` (or None) and, for a
-    synchronous write-back copy, the slots `pending` it is being copied to (or None).
+def node_slots(hs, pending, n: int, host_state) -> tuple[list[int], list[int]]:
+    """(host[p] per page, backupOp[p] per page) of the n pages of a node with host slots `hs`
+    (or None) and, for a blocking write-back copy, the slots `pending` it is being copied to
+    (or None); `host_state` the slot states (bytes).
 
     A slot still RESERVED under an in-flight device->host write is backupOp, not host: the
     runtime records `node.host` when the write starts, the spec when it ends."""
     if hs is not None:
-        h = hs[i]
-        return (0, h + 1) if host_state[h] == _RESERVED else (h + 1, 0)
-    if pending is not None and i < len(pending):
-        return 0, pending[i] + 1
-    return 0, 0
+        if len(hs) < n:
+            raise ValueError(f"a node of {n} pages holds {len(hs)} host slots")
+        hs = hs[:n]
+        reserved = [host_state[h] == _RESERVED for h in hs]
+        return [0 if r else h + 1 for h, r in zip(hs, reserved)], [h + 1 if r else 0 for h, r in zip(hs, reserved)]
+    if pending is not None:
+        pending = pending[:n]
+        return [0] * n, [h + 1 for h in pending] + [0] * (n - len(pending))
+    return [0] * n, [0] * n
 
 
 def write_through_prefix_tree(C, s):

@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree, page_slots
+from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree, node_slots
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
@@ -348,8 +348,8 @@ class IncrementalHostTierMap(HostTierMap):
         host, bop = self.funcs["host"], self.funcs["backupOp"]
         delta, dirty, retarget = self.delta, self.dirty_nodes, self._retarget
         trefs, brefs = self.tree_refs, self.backup_refs
-        for i, p in enumerate(pos):
-            h, b = page_slots(hs, pending, i, state)
+        hv, bv = node_slots(hs, pending, len(pos), state)
+        for p, h, b in zip(pos, hv, bv):
             old = host[p]
             if old != h:
                 delta.append(("host", p, old))
@@ -381,13 +381,16 @@ class IncrementalHostTierMap(HostTierMap):
         changed = np.flatnonzero(state != self.slot_seen)
         self.slot_seen = np.frombuffer(raw, dtype=np.int8)    # (read-only: only compared)
         if changed.size:
-            for h in changed.tolist():
-                self.slot_names[h] = _NAMES[raw[h]]
-                self.dirty_slots.add(h + 1)
-                x = self.slot_page.get(h)
-                if x is not None:
-                    self.requeue.add(x)
-                    self.slot_changed.add(x)
+            hs = changed.tolist()
+            names, slot_page = self.slot_names, self.slot_page
+            for h in hs:
+                names[h] = _NAMES[raw[h]]
+            self.dirty_slots.update([h + 1 for h in hs])
+            # the nodes holding a changed slot: re-mapped, their pages re-checked
+            held = {slot_page.get(h) for h in hs}
+            held.discard(None)
+            self.requeue |= held
+            self.slot_changed |= held
         # hidden retention: an IDLE slot missing from the free list maps to "reserved"
         # (the reference map's rule); checked by count, the set only when counts differ
         idle = raw.count(_IDLE_BYTE)
@@ -409,12 +412,17 @@ class IncrementalHostTierMap(HostTierMap):
         req = [phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
         s = self.s
         old = s.get("req")
-        if old is not None and not self.cache._prefetching and not self.pf_refs and len(req) == len(old):
+        if old is not None and not self.cache._prefetching and not self.pf_refs:
             # no prefetch row now nor at the last rebuild (a prefetch row always references
-            # a slot) and as many rows: only the phases can differ (every other per-request
-            # value of a request row is 0/FALSE)
-            changed = [q + 1 for q, ph in enumerate(req) if old[q] != ph]
-            if changed:
+            # a slot): every row is a live request's, whose other values are all 0/FALSE
+            if not req:
+                req = ["idle"]
+            nq, n0 = len(req), len(old)
+            changed = [q + 1 for q, ph in enumerate(req) if q >= n0 or old[q] != ph]
+            if nq != n0:
+                for var, v in zip(REQ_VARS[1:], ((0,) * nq, (0,) * nq, (0,) * nq, (False,) * nq)):
+                    self._set_scalar(var, v)
+            if changed or nq != n0:
                 self.dirty_reqs.update(changed)
                 self._set_scalar("req", tuple(req))
             return
