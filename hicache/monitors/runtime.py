@@ -149,7 +149,10 @@ class Monitor:
         self.steps = 0               # events seen
         self.checked = 0             # steps whose action was checked
         self._cache: dict = {}
-        self._check_next = cfg.mode is Mode.STRICT or self._draw()
+        self._strict = cfg.mode is Mode.STRICT
+        # a map may name what its constants depend on (cheaper than freezing them all)
+        self._constants_key = getattr(rmap, "constants_key", None)
+        self._check_next = self._strict or self._draw()
         # a map whose events are all compound steps (no action checks) never needs the
         # state before an event
         self.needs_prestate = bool(getattr(rmap, "needs_prestate", True))
@@ -189,7 +192,7 @@ class Monitor:
 
     # ------------------------------------------------------------ helpers
     def _draw(self) -> bool:
-        return self.cfg.mode is Mode.STRICT or self.rng.random() < self.cfg.sample_rate
+        return self._strict or self.rng.random() < self.cfg.sample_rate
 
     def _next_gap(self) -> int:
         """Unsampled events before the next sampled one: P(gap = k) = (1-r)^k r."""
@@ -201,8 +204,7 @@ class Monitor:
         return int(math.log(1.0 - self.rng.random()) / math.log1p(-r))
 
     def constants(self) -> dict:
-        # a map may name what its constants depend on (cheaper than freezing them all)
-        fast = getattr(self.rmap, "constants_key", None)
+        fast = self._constants_key
         raw = None if fast is not None else self.rmap.constants()
         key = fast() if fast is not None else tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
         C = self._cache.get(key)

@@ -149,6 +149,11 @@ def test_bench_compares_the_three_modes_on_one_replay():
     s = out["strict_vs_off"]
     assert s["ratio"] == s["strict_s"] / s["off_s"]
     assert out["sample_vs_off"]["ratio"] == out["sample_vs_off"]["sample_s"] / out["sample_vs_off"]["off_s"]
+    # the per-type profile covers every event the strict monitor saw, once
+    prof = out["strict_us_by_event"]
+    assert sum(v["events"] for v in prof.values()) >= out["events"] > 0
+    assert {"RequestMatch", "RequestFinish"} <= set(prof)
+    assert all(v["us_per_event"] > 0 and v["ms"] > 0 for v in prof.values())
 
 
 # ---------------------------------------------------------------------- bug 14

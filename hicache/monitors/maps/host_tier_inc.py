@@ -465,10 +465,27 @@ class IncrementalHostTierMap(HostTierMap):
         self.dirty_slots = set()
         self.dirty_reqs = set()
         self._slots()
+        L0 = self.L
+        if self.journal or self.requeue:
+            self._map_nodes()
+        self._set_scalar("len", self.L)
+        # request-side variables: rebuilt after a request event, or while a prefetch is in
+        # flight or was at the last rebuild (its pseudo-requests read the tree and leave
+        # when the prefetch table drops them, which a poll may do under any event)
+        if self.req_dirty or self.cache._prefetching or self.cache._orphans or self.pf_refs or self.L != L0:
+            self.req_dirty = False
+            self._requests()
+        # a request's row is checked when it changed; all of them when len did (what
+        # LockedNodesKept reads of the state besides the row)
+        reqs = None if self.L != L0 else self.dirty_reqs
+        # (dirty slots are spec slots, >= 1: NoSlot references are never counted)
+        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": self.dirty_slots, "Reqs": reqs}
+
+    def _map_nodes(self) -> None:
+        """Re-map every journaled or requeued node."""
         todo = self.journal | self.requeue
         self.journal.clear()
         self.requeue = set()
-        L0 = self.L
         root = self.cache.tree.root
         # detached nodes leave first (with whatever hangs below them); then nodes are mapped
         # parents first: a node is in the tree iff its parent is the root or a mapped node,
@@ -497,18 +514,6 @@ class IncrementalHostTierMap(HostTierMap):
                 break
             pending = later
         self.slot_changed.clear()
-        self._set_scalar("len", self.L)
-        # request-side variables: rebuilt after a request event, or while a prefetch is in
-        # flight or was at the last rebuild (its pseudo-requests read the tree and leave
-        # when the prefetch table drops them, which a poll may do under any event)
-        if self.req_dirty or self.cache._prefetching or self.cache._orphans or self.pf_refs or self.L != L0:
-            self.req_dirty = False
-            self._requests()
-        # a request's row is checked when it changed; all of them when len did (what
-        # LockedNodesKept reads of the state besides the row)
-        reqs = None if self.L != L0 else self.dirty_reqs
-        # (dirty slots are spec slots, >= 1: NoSlot references are never counted)
-        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": self.dirty_slots, "Reqs": reqs}
 
     def _unmap_subtree(self, x) -> None:
         stack = [x]
