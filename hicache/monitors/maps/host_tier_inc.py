@@ -215,24 +215,6 @@ class IncrementalHostTierMap(HostTierMap):
             refs[new] = refs.get(new, 0) + 1
             self.dirty_slots.add(new)
 
-    def _assign(self, p: int, a: int | None) -> None:
-        """Every per-position variable at p := its value at position a (None: the spare
-        node's values), delta-recorded, the slot reference counts kept; p is not made dirty
-        here (the callers decide: a renaming is not a change)."""
-        delta = self.delta
-        for var, d in self.funcs.items():
-            v = SPARE[var] if a is None else d[a]
-            old = d[p]
-            # (most values are small ints and bools: identical objects)
-            if old is v or old == v and type(old) is type(v):
-                continue
-            delta.append((var, p, old))
-            d[p] = v
-            if var == "host":
-                self._retarget(self.tree_refs, old, v)
-            elif var == "backupOp":
-                self._retarget(self.backup_refs, old, v)
-
     def _set_scalar(self, var: str, v) -> None:
         old = self.s.get(var, _MISSING)
         if old is _MISSING or old != v:
@@ -261,37 +243,65 @@ class IncrementalHostTierMap(HostTierMap):
         self.dirty_nodes.update(range(self.cap, cap))     # new elements: checked once
         self.cap = cap
 
-    def _remove(self, p: int) -> None:
-        """Page at p leaves: the last page takes its position, the last position becomes
-        a spare one."""
-        last = self.L - 1
-        if p != last:
-            y, j = self.keys[last]
-            self.keys[p] = (y, j)
-            self.npos[y][j] = p
-            self._move(last, p)
-        self.keys.pop()
-        self._assign(last, None)
-        self.dirty_nodes.add(last)        # InTree(last) changed with len
-        self.L = last
+    def _remove(self, holes) -> None:
+        """The pages at positions `holes` leave: taken in decreasing order, each hole is
+        filled by the page at the last position, and the last position becomes a spare one
+        (so in-tree pages stay a prefix). Computed first as where each final position's page
+        came from, then written one variable at a time (delta-recorded: one entry per
+        position, its value before this call).
 
-    def _move(self, a: int, p: int) -> None:
-        """The page at position a now sits at p (a renaming: its values, delta-recorded).
-
-        p is not made dirty for the move itself: every element-local conjunct of HostTier
-        reads a page's own values, InTree (TRUE at both positions, which are in the tree)
-        and slot[host[n]] (a slot change dirties its pages itself), so the page's predicates
-        have the values they had at a, checked there; unless a is dirty in this sync (the
-        page is new or changed since the last check), which moves with it."""
-        self._assign(p, a)
-        if a in self.dirty_nodes:
-            self.dirty_nodes.add(p)
+        A page moved into a hole is a renaming, not made dirty for the move: every
+        element-local conjunct of HostTier reads a page's own values, InTree (TRUE at both
+        positions, which are in the tree) and slot[host[n]] (a slot change dirties its pages
+        itself), so the page's predicates have the values they had where it was, checked
+        there; unless it was dirty in this sync (new or changed since the last check), which
+        moves with it. Every position that became a spare one is dirty (InTree changed with
+        len). The slot references of the pages that left are released; a moved page keeps
+        its own."""
+        if not holes:
+            return
+        L0 = L = self.L
+        origin: dict[int, int] = {}     # final position -> the position its page came from
+        for p in sorted(holes, reverse=True):
+            last = L - 1
+            if p != last:
+                # (a page moved before may move again: a filled hole can become the last)
+                origin[p] = origin.pop(last, last)
+            L -= 1
+        # every filled hole is < L (a later last is popped before); its source is >= L
+        delta, dirty = self.delta, self.dirty_nodes
+        for var, d in self.funcs.items():
+            gone = [d[p] for p in holes]
+            spare = SPARE[var]
+            for q, src in origin.items():
+                old, v = d[q], d[src]
+                if old is not v and not (old == v and type(old) is type(v)):
+                    delta.append((var, q, old))
+                    d[q] = v
+            for q in range(L, L0):
+                old = d[q]
+                if old is not spare and not (old == spare and type(old) is type(spare)):
+                    delta.append((var, q, old))
+                    d[q] = spare
+            refs = self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None
+            if refs is not None:
+                for h in gone:
+                    self._retarget(refs, h, 0)
+        keys, npos = self.keys, self.npos
+        for q, src in origin.items():
+            y, j = keys[src]
+            keys[q] = (y, j)
+            npos[y][j] = q
+            if src in dirty:
+                dirty.add(q)
+        del keys[L:]
+        dirty.update(range(L, L0))
+        self.L = L
 
     def _unmap(self, x) -> None:
         self.by_id.pop(x.id, None)
         self.nval.pop(x, None)
-        for p in sorted(self.npos.pop(x, ()), reverse=True):
-            self._remove(p)
+        self._remove(self.npos.pop(x, ()))
         if x.loading is not None:
             self.loading_nodes.get(getattr(x.loading, "rid", None), set()).discard(x)
 
@@ -304,8 +314,9 @@ class IncrementalHostTierMap(HostTierMap):
         self.by_id[x.id] = x
         n = x.n
         resized = len(pos) != n
-        while len(pos) > n:
-            self._remove(pos.pop())
+        if len(pos) > n:
+            self._remove(pos[n:])
+            del pos[n:]
         while len(pos) < n:
             pos.append(self._append(x, len(pos)))
         d = x.device is not None
