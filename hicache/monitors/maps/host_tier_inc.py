@@ -205,15 +205,18 @@ class IncrementalHostTierMap(HostTierMap):
             d[p] = v
             dirty.add(p)
 
-    def _retarget(self, refs: dict, old, new) -> None:
-        """One page's reference (host or backupOp) moved from slot old to slot new (0: none,
-        _MISSING: a new element): the slot reference counts follow; both slots are dirty."""
-        if old is not _MISSING and old:
-            refs[old] = refs.get(old, 0) - 1
-            self.dirty_slots.add(old)
-        if new:
-            refs[new] = refs.get(new, 0) + 1
-            self.dirty_slots.add(new)
+    def _retarget(self, refs: dict, moves) -> None:
+        """Page references (host or backupOp) moved, each from slot old to slot new ((old,
+        new) pairs; 0: none, _MISSING: a new element): the slot reference counts follow;
+        every slot involved is dirty."""
+        dirty = self.dirty_slots
+        for old, new in moves:
+            if old is not _MISSING and old:
+                refs[old] = refs.get(old, 0) - 1
+                dirty.add(old)
+            if new:
+                refs[new] = refs.get(new, 0) + 1
+                dirty.add(new)
 
     def _set_scalar(self, var: str, v) -> None:
         old = self.s.get(var, _MISSING)
@@ -285,8 +288,7 @@ class IncrementalHostTierMap(HostTierMap):
                     d[q] = spare
             refs = self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None
             if refs is not None:
-                for h in gone:
-                    self._retarget(refs, h, 0)
+                self._retarget(refs, [(h, 0) for h in gone])
         keys, npos = self.keys, self.npos
         for q, src in origin.items():
             y, j = keys[src]
@@ -355,10 +357,9 @@ class IncrementalHostTierMap(HostTierMap):
         if hs is not None:
             for h in hs:
                 self.slot_page[h] = x
-        # (the writes of _set, inlined: this loop runs for every page of every copy)
         host, bop = self.funcs["host"], self.funcs["backupOp"]
-        delta, dirty, retarget = self.delta, self.dirty_nodes, self._retarget
-        trefs, brefs = self.tree_refs, self.backup_refs
+        delta, dirty = self.delta, self.dirty_nodes
+        hmoves, bmoves = [], []
         hv, bv = node_slots(hs, pending, len(pos), state)
         for p, h, b in zip(pos, hv, bv):
             old = host[p]
@@ -366,13 +367,15 @@ class IncrementalHostTierMap(HostTierMap):
                 delta.append(("host", p, old))
                 host[p] = h
                 dirty.add(p)
-                retarget(trefs, old, h)
+                hmoves.append((old, h))
             old = bop[p]
             if old != b:
                 delta.append(("backupOp", p, old))
                 bop[p] = b
                 dirty.add(p)
-                retarget(brefs, old, b)
+                bmoves.append((old, b))
+        self._retarget(self.tree_refs, hmoves)
+        self._retarget(self.backup_refs, bmoves)
 
     def _detached(self, x) -> bool:
         return x.parent is None and x is not self.cache.tree.root
@@ -580,39 +583,31 @@ class IncrementalHostTierMap(HostTierMap):
         return {"WriteThroughPrefix": self.write_through_prefix_inc, "SlotInOneOwner": self.slot_in_one_owner_inc}
 
     # ------------------------------------------------------------ tree-form invariants
-    def _page_parent(self, p: int):
-        x, i = self.keys[p]
-        if i > 0:
-            return self.npos[x][i - 1]
-        par = x.parent
-        if par is None or par is self.cache.tree.root:
-            return None
-        pp = self.npos.get(par)
-        return pp[-1] if pp else None
-
-    def _page_children(self, p: int) -> list[int]:
-        x, i = self.keys[p]
-        if i + 1 < x.n:
-            return [self.npos[x][i + 1]]
-        return [self.npos[c][0] for c in x.children.values() if self.npos.get(c)]
-
     def write_through_prefix_inc(self, C, s, D, V=None):
-        """WriteThroughPrefix, tree form, over the dirty pages and their children (the only
-        pages whose own or whose parent's host copy can have changed)."""
+        """WriteThroughPrefix, tree form, over every page of each node with a dirty page and
+        the first pages of its children (a superset of the dirty pages and their children:
+        the only pages whose own or whose parent's host copy can have changed). A node's
+        page i has page i-1 as its parent, its first page the last page of its parent node."""
         if s["policy"] not in C["WriteThrough"]:
             return None
-        host = self.funcs["host"]
-        todo = set()
-        for p in D["Nodes"]:
-            if p < self.L:
-                todo.add(p)
-                todo.update(self._page_children(p))
-        for p in todo:
-            if host[p] != 0:
-                q = self._page_parent(p)
-                if q is not None and host[q] == 0:
-                    text, loc = spec._T_inv_WriteThroughPrefix[0]
-                    return Failure("WriteThroughPrefix", 1, text + f"  [tree form: page {p}'s parent page {q}]", loc)
+        host, keys, npos, L = self.funcs["host"], self.keys, self.npos, self.L
+        root = self.cache.tree.root
+        for x in {keys[p][0] for p in D["Nodes"] if p < L}:
+            pos = npos.get(x)
+            if not pos:
+                continue
+            par = x.parent
+            above = npos.get(par) if par is not None and par is not root else None
+            q = above[-1] if above else None
+            for p in pos:
+                if q is not None and host[p] != 0 and host[q] == 0:
+                    return _prefix_failure(p, q)
+                q = p
+            if host[q] == 0:
+                for c in x.children.values():
+                    below = npos.get(c)
+                    if below and host[below[0]] != 0:
+                        return _prefix_failure(below[0], q)
         return None
 
     def slot_in_one_owner_inc(self, C, s, D, V=None):
@@ -629,3 +624,8 @@ class IncrementalHostTierMap(HostTierMap):
                 text, loc = spec._T_inv_SlotInOneOwner[0]
                 return Failure("SlotInOneOwner", 1, text, loc)
         return None
+
+
+def _prefix_failure(p: int, q: int) -> Failure:
+    text, loc = spec._T_inv_WriteThroughPrefix[0]
+    return Failure("WriteThroughPrefix", 1, text + f"  [tree form: page {p}'s parent page {q}]", loc)
