@@ -155,11 +155,13 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             code = " and ".join(f"(not {en.guard} or {en.code})" for en in block)
         prelude, (code,) = _hoist_fast([code], bound)
         bound += len(prelude)
+        # a loop over no elements holds: nothing is bound for it
+        nonempty = "" if dom is None else f" and D[{dom!r}]"
         if len(block) == 1:
-            out.append(f"{indent}if {block[0].cond}:\n")
+            out.append(f"{indent}if ({block[0].cond}){nonempty}:\n")
         else:
             out += [f"{indent}{en.guard} = {en.cond}\n" for en in block]
-            out.append(f"{indent}if {' or '.join(en.guard for en in block)}:\n")
+            out.append(f"{indent}if ({' or '.join(en.guard for en in block)}){nonempty}:\n")
         out += [f"{indent}    {line}\n" for line in prelude]
         if dom is None:
             out.append(f"{indent}    if not {code}:\n")

@@ -188,7 +188,10 @@ class Monitor:
             # replace; the forms it covers run only when it does not hold
             self._inc_all = getattr(self.spec, "inc_all", None)
             self._fused_skip = frozenset(over)
-            self._fused = frozenset(n for n in inc if n not in over)
+            fused = frozenset(n for n in inc if n not in over)
+            # what runs when the fused fast path holds: the checks it does not cover
+            self._unfused_checks = [c for c in self._inc_checks if c[0] not in fused] \
+                if self._inc_all is not None else self._inc_checks
 
     # ------------------------------------------------------------ helpers
     def _draw(self) -> bool:
@@ -306,10 +309,10 @@ class Monitor:
         self._checked_C = C
         s = self.rmap.live()
         D = {d: C[d] for d in self._domains} if fresh else self.rmap.domains(C, acc)
-        covered = self._fused if self._inc_all is not None and \
-            self._inc_all(C, s, D, changed, self._fused_skip) else ()
-        for inv, inc, full, reads in self._inc_checks:
-            if inv in covered or changed is not None and changed.isdisjoint(reads):
+        checks = self._unfused_checks if self._inc_all is not None and \
+            self._inc_all(C, s, D, changed, self._fused_skip) else self._inc_checks
+        for inv, inc, full, reads in checks:
+            if changed is not None and changed.isdisjoint(reads):
                 continue
             f = full(C, s) if inc is None else inc(C, s, D, changed)
             if f is not None:

@@ -844,7 +844,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u5_0 = _k5 and (V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]))
         _u6_1 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1]))
         _u6_2 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2]))
-        if _u0_0 or _u0_1 or _u0_2 or _u0_3 or _u2_0 or _u3_0 or _u4_0 or _u5_0 or _u6_1 or _u6_2:
+        if (_u0_0 or _u0_1 or _u0_2 or _u0_3 or _u2_0 or _u3_0 or _u4_0 or _u5_0 or _u6_1 or _u6_2) and D['Chains']:
             _a0 = fast_ap(s['rot'])
             _a1 = fast_ap(s['len'])
             _a2 = fast_ap(s['page'])
@@ -867,19 +867,19 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _e3 = _a3(e_Chains)
                 if not ((not _u0_0 or (_e0 in _r4)) and (not _u0_1 or (_e1 in _r5)) and (not _u0_2 or (_e2 in _r6)) and (not _u0_3 or (_e3 in _r7)) and (not _u2_0 or all(((not (ap(_e2, v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e2, (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u4_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e3, v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u5_0 or ((not (_e0 != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_e1, _r9)), normalize(_b_div((_e1 + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u6_1 or all(((not (ap(_e2, v_P_12) != _r8)) or (ap(_e2, v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u6_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r8) and (ap(_e3, v_P_13) == _r10))) for v_P_13 in it(_r14)))):
                     raise FastPathFailed()
-        if _k0 and (V is None or 'free' in V):
+        if (_k0 and (V is None or 'free' in V)):
             _r15 = s['free']
             _r16 = C['PageIds']
             if not _b_subseteq(_r15, _r16):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'mixed' in V):
+        if (_k0 and (V is None or 'mixed' in V)):
             _r17 = s['mixed']
             _r18 = STD["BOOLEAN"]
             if not (_r17 in _r18):
                 raise FastPathFailed()
         _u1_0 = _k1 and (V is None)
         _u6_3 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]))
-        if _u1_0 or _u6_3:
+        if (_u1_0 or _u6_3) and D['PageIds']:
             _a19 = fast_ap(s['page'])
             _r20 = C['LocalPages']
             _r21 = s['free']
@@ -889,18 +889,18 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _e0 = d_LocalAddr(C, s, None, e_PageIds)
                 if not ((not _u1_0 or ((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), _e0) == e_PageIds) and (_e0 < _r20))) and (not _u6_3 or ((not (e_PageIds not in _r21)) or any((ap(_a19(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r22) for v_P_15 in it(_r23))))):
                     raise FastPathFailed()
-        if _k1 and (V is None):
+        if (_k1 and (V is None)):
             _r24 = C['Ranks']
             _r25 = C['$h8']
             if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(_r24) for v_a_3 in it(_r25)):
                 raise FastPathFailed()
-        if _k1 and (V is None):
+        if (_k1 and (V is None)):
             _r26 = C['CP']
             _r27 = C['PageSize']
             _r28 = C['$h9']
             if not all(((d_TokOwner(C, s, None, v_loc_4, _r26, _r27) == d_Owner(C, s, None, _b_div(v_loc_4, _r27))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, _r26, _r27), d_TokLocal(C, s, None, v_loc_4, _r26, _r27), _r26, _r27) == v_loc_4)) for v_loc_4 in it(_r28)):
                 raise FastPathFailed()
-        if _k6 and (V is None or 'page' in V):
+        if (_k6 and (V is None or 'page' in V)):
             _a29 = fast_ap(s['page'])
             _r30 = C['NoPage']
             _r31 = C['Pos']

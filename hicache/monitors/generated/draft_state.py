@@ -724,7 +724,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k4 = 'IndicesFromDeclaredSource' not in skip
         _u0_0 = _k0 and (V is None or 'layout' in V)
         _u3_0 = _k3 and (V is None or 'layout' in V)
-        if _u0_0 or _u3_0:
+        if (_u0_0 or _u3_0) and D['DraftPools']:
             _a0 = fast_ap(s['layout'])
             _r1 = C['$h7']
             for e_DraftPools in it(D['DraftPools']):
@@ -741,7 +741,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_CompletionAfterAllCopies[0]))
         _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoReadBeforeCompletion[0]))
         _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndicesFromDeclaredSource[0]))
-        if _u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_6 or _u0_7 or _u1_0 or _u2_0 or _u4_0:
+        if (_u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_6 or _u0_7 or _u1_0 or _u2_0 or _u4_0) and D['Transfers']:
             _a2 = fast_ap(s['phase'])
             _a3 = fast_ap(s['tgtDone'])
             _a4 = fast_ap(s['draftDone'])

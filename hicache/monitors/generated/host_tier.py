@@ -1327,12 +1327,12 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k2 = 'PendingLoadLocked' not in skip
         _k3 = 'TreeCopiesConsistent' not in skip
         _k4 = 'LockedNodesKept' not in skip
-        if _k0 and (V is None or 'policy' in V):
+        if (_k0 and (V is None or 'policy' in V)):
             _r0 = s['policy']
             _r1 = C['Policies']
             if not (_r0 in _r1):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'len' in V):
+        if (_k0 and (V is None or 'len' in V)):
             _r2 = s['len']
             _r3 = C['$h0']
             if not (_r2 in _r3):
@@ -1347,7 +1347,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_PendingLoadLocked[0]))
         _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[0]))
         _u3_1 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[1]))
-        if _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_7 or _u0_8 or _u0_9 or _u2_0 or _u3_0 or _u3_1:
+        if (_u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_7 or _u0_8 or _u0_9 or _u2_0 or _u3_0 or _u3_1) and D['Nodes']:
             _a4 = fast_ap(s['dev'])
             _a5 = fast_ap(s['host'])
             _a6 = fast_ap(s['stor'])
@@ -1373,7 +1373,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                     raise FastPathFailed()
         _u0_6 = _k0 and (V is None or 'slot' in V)
         _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_SlotInOneOwner[0]))
-        if _u0_6 or _u1_0:
+        if (_u0_6 or _u1_0) and D['HSlots']:
             _a19 = fast_ap(s['slot'])
             _r20 = C['SlotStates']
             for e_HSlots in it(D['HSlots']):
@@ -1386,7 +1386,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u0_13 = _k0 and (V is None or 'pfNode' in V)
         _u0_14 = _k0 and (V is None or 'pfAbort' in V)
         _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_LockedNodesKept[0]))
-        if _u0_10 or _u0_11 or _u0_12 or _u0_13 or _u0_14 or _u4_0:
+        if (_u0_10 or _u0_11 or _u0_12 or _u0_13 or _u0_14 or _u4_0) and D['Reqs']:
             _a21 = fast_ap(s['req'])
             _a22 = fast_ap(s['reqLen'])
             _a23 = fast_ap(s['pfSlot'])

@@ -1031,7 +1031,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u0_7 = _k0 and (V is None or 'dread' in V)
         _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_DecodeReadsTransferred[0]))
         _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_InFlightDestOwned[0]))
-        if _u0_0 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_0:
+        if (_u0_0 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_0) and D['Pages']:
             _a0 = fast_ap(s['ploc'])
             _a1 = fast_ap(s['dalloc'])
             _a2 = fast_ap(s['dland'])
@@ -1045,37 +1045,37 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _e2 = _a3(e_Pages)
                 if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0 in _r5)) and (not _u0_6 or (_e1 in _r5)) and (not _u0_7 or (_e2 in _r5)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not ((e_Pages in d_InFlight(C, s, None)) or ((_r6 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _e0))):
                     raise FastPathFailed()
-        if _k0 and (V is None or 'pstate' in V):
+        if (_k0 and (V is None or 'pstate' in V)):
             _r7 = s['pstate']
             _r8 = C['$h3']
             if not (_r7 in _r8):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'plock' in V):
+        if (_k0 and (V is None or 'plock' in V)):
             _r9 = s['plock']
             _r10 = STD["BOOLEAN"]
             if not (_r9 in _r10):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'dstate' in V):
+        if (_k0 and (V is None or 'dstate' in V)):
             _r11 = s['dstate']
             _r12 = C['$h4']
             if not (_r11 in _r12):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'dfree' in V):
+        if (_k0 and (V is None or 'dfree' in V)):
             _r13 = s['dfree']
             _r14 = C['$h6']
             if not (_r13 in _r14):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'p2d' in V):
+        if (_k0 and (V is None or 'p2d' in V)):
             _r15 = s['p2d']
             _r16 = C['ToDecode']
             if not (_r15 in _b_Seq(_r16)):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'd2p' in V):
+        if (_k0 and (V is None or 'd2p' in V)):
             _r17 = s['d2p']
             _r18 = C['ToPrefill']
             if not (_r17 in _b_Seq(_r18)):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'sentUnloaded' in V):
+        if (_k0 and (V is None or 'sentUnloaded' in V)):
             _r19 = s['sentUnloaded']
             _r20 = C['Pages']
             if not _b_subseteq(_r19, _r20):

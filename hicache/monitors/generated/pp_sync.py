@@ -770,7 +770,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k0 = 'TypeOK' not in skip
         _k1 = 'AppliedIssued' not in skip
         _k2 = 'IndInv' not in skip
-        if _k0 and (V is None or 'issued' in V):
+        if (_k0 and (V is None or 'issued' in V)):
             _r0 = s['issued']
             _r1 = C['$h0']
             if not (_r0 in _r1):
@@ -788,7 +788,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u2_11 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[11]))
         _u2_12 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
         _u2_13 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
-        if _u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_4 or _u2_5 or _u2_10 or _u2_11 or _u2_12 or _u2_13:
+        if (_u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_4 or _u2_5 or _u2_10 or _u2_11 or _u2_12 or _u2_13) and D['Stages']:
             _a2 = fast_ap(s['done'])
             _a3 = fast_ap(s['applied'])
             _a4 = fast_ap(s['checks'])
@@ -818,7 +818,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u2_6 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
         _u2_7 = _k2 and (V is None or 'agreed' in V)
         _u2_8 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))
-        if _u0_5 or _u2_6 or _u2_7 or _u2_8:
+        if (_u0_5 or _u2_6 or _u2_7 or _u2_8) and D['Checks']:
             _a18 = fast_ap(s['agreed'])
             _r19 = C['$h10']
             _r20 = C['None']
@@ -827,26 +827,26 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _e0 = _a18(e_Checks)
                 if not ((not _u0_5 or (_e0 in _r19)) and (not _u2_6 or ((_e0 != _r20) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_e0 != _r20) and (e_Checks > 1))) or (_a18((e_Checks - 1)) <= _e0))) and (not _u2_8 or ((not (_e0 != _r20)) or (_e0 <= _r21)))):
                     raise FastPathFailed()
-        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[0])):
+        if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
                 raise FastPathFailed()
-        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[1])):
+        if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[1]))):
             if not d_SameCountEachCheck(C, s, None):
                 raise FastPathFailed()
-        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[2])):
+        if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[2]))):
             if not d_ApplyOnlyCompleted(C, s, None):
                 raise FastPathFailed()
-        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[3])):
+        if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[3]))):
             if not d_AppliedIssued(C, s, None):
                 raise FastPathFailed()
-        if _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[9])):
+        if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[9]))):
             _a22 = fast_ap(s['done'])
             _r23 = s['issued']
             _r24 = C['Stages']
             _r25 = C['Ranks']
             if not all(_b_subseteq(ap(_a22(v_s_12), v_r_13), _b_range_(1, _r23)) for v_s_12 in it(_r24) for v_r_13 in it(_r25)):
                 raise FastPathFailed()
-        if _k2 and (V is None or 'chan' in V):
+        if (_k2 and (V is None or 'chan' in V)):
             _a26 = fast_ap(s['chan'])
             _r27 = C['None']
             if not (_a26(0) == _r27):

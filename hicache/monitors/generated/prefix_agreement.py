@@ -917,7 +917,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k2 = 'AcksInStep' not in skip
         _k3 = 'SameAcksConsumed' not in skip
         _k4 = 'IndInv' not in skip
-        if _k0 and (V is None or 'policy' in V):
+        if (_k0 and (V is None or 'policy' in V)):
             _r0 = s['policy']
             _r1 = C['Policies']
             if not (_r0 in _r1):
@@ -926,7 +926,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u0_2 = _k0 and (V is None or 'loaded' in V)
         _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[0]))
         _u4_6 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
-        if _u0_1 or _u0_2 or _u2_0 or _u4_6:
+        if (_u0_1 or _u0_2 or _u2_0 or _u4_6) and D['Ranks']:
             _a2 = fast_ap(s['tried'])
             _a3 = fast_ap(s['loaded'])
             _r4 = C['$h3']
@@ -938,19 +938,19 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _e1 = _a3(e_Ranks)
                 if not ((not _u0_1 or (_e0 in _r4)) and (not _u0_2 or (_e1 in _r5)) and (not _u2_0 or (_r6 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r7)))):
                     raise FastPathFailed()
-        if _k0 and (V is None or 'terminated' in V):
+        if (_k0 and (V is None or 'terminated' in V)):
             _r8 = s['terminated']
             _r9 = STD["BOOLEAN"]
             if not (_r8 in _r9):
                 raise FastPathFailed()
-        if _k0 and (V is None or 'pub' in V):
+        if (_k0 and (V is None or 'pub' in V)):
             _r10 = s['pub']
             _r11 = C['$h3']
             if not (_r10 in _r11):
                 raise FastPathFailed()
         _u0_5 = _k0 and (V is None or 'pubAck' in V)
         _u4_7 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[7]))
-        if _u0_5 or _u4_7:
+        if (_u0_5 or _u4_7) and D['Batches']:
             _a12 = fast_ap(s['pubAck'])
             _r13 = C['$h11']
             _r14 = C['None']
@@ -969,7 +969,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u4_14 = _k4 and (V is None or 'checks' in V)
         _u4_15 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[15]))
         _u4_16 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[16]))
-        if _u0_6 or _u0_9 or _u0_10 or _u1_0 or _u2_1 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16:
+        if (_u0_6 or _u0_9 or _u0_10 or _u1_0 or _u2_1 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16) and D['Stages']:
             _a16 = fast_ap(s['checks'])
             _a17 = fast_ap(s['consumed'])
             _a18 = fast_ap(s['used'])
@@ -995,7 +995,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _u4_10 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[10]))
         _u4_11 = _k4 and (V is None or 'cut' in V)
         _u4_12 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
-        if _u0_7 or _u0_8 or _u4_9 or _u4_10 or _u4_11 or _u4_12:
+        if (_u0_7 or _u0_8 or _u4_9 or _u4_10 or _u4_11 or _u4_12) and D['Checks']:
             _a29 = fast_ap(s['verdict'])
             _a30 = fast_ap(s['cut'])
             _a31 = fast_ap(s['checks'])
@@ -1008,31 +1008,31 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _e1 = _a30(e_Checks)
                 if not ((not _u0_7 or (_e0 in _r32)) and (not _u0_8 or (_e1 in _r33)) and (not _u4_9 or ((_e1 != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_e0 != _r34)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r34)) or ((_e1 <= _r35) and (_e0 != _r34))))):
                     raise FastPathFailed()
-        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0])):
+        if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
                 raise FastPathFailed()
-        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[1])):
+        if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[1]))):
             if not d_PublishedLeLoaded(C, s, None):
                 raise FastPathFailed()
-        if _k4 and (V is None or 'used' in V):
+        if (_k4 and (V is None or 'used' in V)):
             if not d_SameCachedPrefix(C, s, None):
                 raise FastPathFailed()
-        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[3])):
+        if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[3]))):
             if not d_UsedLeLoaded(C, s, None):
                 raise FastPathFailed()
-        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[4])):
+        if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[4]))):
             if not d_AcksInStep(C, s, None):
                 raise FastPathFailed()
-        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[5])):
+        if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[5]))):
             if not d_SameAcksConsumed(C, s, None):
                 raise FastPathFailed()
-        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[8])):
+        if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))):
             _a36 = fast_ap(s['pubAck'])
             _r37 = C['Ranks']
             _r38 = s['pub']
             if not all((_a36(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r37)))) for v_j_13 in it(_b_range_(1, _r38))):
                 raise FastPathFailed()
-        if _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[17])):
+        if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[17]))):
             _a39 = fast_ap(s['verdict'])
             _r40 = C['Checks']
             _r41 = s['terminated']
