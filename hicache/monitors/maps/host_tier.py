@@ -36,6 +36,7 @@ _SLOT_NAME = {
     HostSlotState.SYNCED: "synced", HostSlotState.BACKUP: "backup",
 }
 _RESERVED = int(HostSlotState.RESERVED)
+_RESERVED_BYTE = bytes([_RESERVED])
 _NAMES = [None] * (max(int(s) for s in HostSlotState) + 1)
 for _s, _n in _SLOT_NAME.items():
     _NAMES[int(_s)] = _n
@@ -119,6 +120,7 @@ class HostTierMap:
         slot = tuple(slot)
         rids = sorted(self.phase)
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
+        reserved = reserved_slots(raw)
         dev, host, stor, hits, backup, loadreq, parent = [], [], [], [], [], [], []
         last_page: dict[int, int] = {}     # node id -> its last page's index
         sync_backup = self.sync_backup
@@ -140,7 +142,7 @@ class HostTierMap:
             stor.extend([bool(x.stored)] * n)
             hits.extend([min(x.hit_count, 2)] * n)
             loadreq.extend([lq] * n)
-            hv, bv = node_slots(hs, pending, n, raw)
+            hv, bv = node_slots(hs, pending, n, reserved)
             host.extend(hv)
             backup.extend(bv)
             last_page[x.id] = len(dev) - 1
@@ -205,19 +207,32 @@ class HostTierMap:
         return {"WriteThroughPrefix": write_through_prefix_tree, "SlotInOneOwner": slot_in_one_owner_linear}
 
 
-def node_slots(hs, pending, n: int, host_state) -> tuple[list[int], list[int]]:
+def reserved_slots(raw: bytes) -> frozenset:
+    """The runtime slots whose state (one byte each) is RESERVED (found by bytes.find: few
+    are, at any time)."""
+    out = []
+    h = raw.find(_RESERVED_BYTE)
+    while h >= 0:
+        out.append(h)
+        h = raw.find(_RESERVED_BYTE, h + 1)
+    return frozenset(out)
+
+
+def node_slots(hs, pending, n: int, reserved) -> tuple[list[int], list[int]]:
     """(host[p] per page, backupOp[p] per page) of the n pages of a node with host slots `hs`
     (or None) and, for a blocking write-back copy, the slots `pending` it is being copied to
-    (or None); `host_state` the slot states (bytes).
+    (or None); `reserved` the runtime slots now RESERVED (`reserved_slots`).
 
     A slot still RESERVED under an in-flight device->host write is backupOp, not host: the
     runtime records `node.host` when the write starts, the spec when it ends."""
     if hs is not None:
         if len(hs) < n:
             raise ValueError(f"a node of {n} pages holds {len(hs)} host slots")
-        hs = hs[:n]
-        reserved = [host_state[h] == _RESERVED for h in hs]
-        return [0 if r else h + 1 for h, r in zip(hs, reserved)], [h + 1 if r else 0 for h, r in zip(hs, reserved)]
+        if len(hs) > n:
+            hs = hs[:n]
+        if reserved.isdisjoint(hs):         # (the common case: every copy done)
+            return [h + 1 for h in hs], [0] * n
+        return [0 if h in reserved else h + 1 for h in hs], [h + 1 if h in reserved else 0 for h in hs]
     if pending is not None:
         pending = pending[:n]
         return [0] * n, [h + 1 for h in pending] + [0] * (n - len(pending))

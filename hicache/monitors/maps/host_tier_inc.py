@@ -36,7 +36,7 @@ import weakref
 import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree, node_slots
+from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree, node_slots, reserved_slots
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
@@ -141,6 +141,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.adjusted = False                        # idle slots shown "reserved" (hidden retention)
         self.free_seen = host.free if host is not None else 0   # the free count at the last sync
         self.slot_bytes = self.slot_seen.tobytes()              # the states at the last sync
+        self.reserved = reserved_slots(self.slot_bytes)         # ... its RESERVED slots
         self.delta: list = []
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
@@ -353,14 +354,13 @@ class IncrementalHostTierMap(HostTierMap):
             self.dirty_nodes.update(pos)
         if not (resized or forced or old is None or old[1] != slot_vals):
             return
-        state = self.slot_bytes       # (the slot states as of this sync; bytes index fast)
         if hs is not None:
             for h in hs:
                 self.slot_page[h] = x
         host, bop = self.funcs["host"], self.funcs["backupOp"]
         delta, dirty = self.delta, self.dirty_nodes
         hmoves, bmoves = [], []
-        hv, bv = node_slots(hs, pending, len(pos), state)
+        hv, bv = node_slots(hs, pending, len(pos), self.reserved)
         for p, h, b in zip(pos, hv, bv):
             old = host[p]
             if old != h:
@@ -392,6 +392,7 @@ class IncrementalHostTierMap(HostTierMap):
         if free == self.free_seen and not self.adjusted and raw == self.slot_bytes:
             return
         self.free_seen, self.slot_bytes = free, raw
+        self.reserved = reserved_slots(raw)
         changed = np.flatnonzero(state != self.slot_seen)
         self.slot_seen = np.frombuffer(raw, dtype=np.int8)    # (read-only: only compared)
         if changed.size:
