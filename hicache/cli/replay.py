@@ -1,6 +1,7 @@
 """`hicache replay TRACE`: replay a Mooncake-format trace through the real cache.
 
 `--cp K [--no-shard]` replays one context-parallel setup (device tokens are per rank);
+`--verify sample|strict` runs it under the runtime monitors (hicache.verified);
 `--evaluate --cp K` runs the brief's comparisons (replicate vs shard at equal memory, and
 without vs with `--storage`), with `--cost-model` and `--plot out.png` optional.
 """
@@ -41,7 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep", default=None, metavar="F,F,...",
                    help="device-memory factors for --plot (default 0.25,0.5,1,2,4)")
     p.add_argument("--verify", choices=["off", "sample", "strict"], default="off",
-                   help="runtime monitors (not yet supported; use --kv small to verify bytes)")
+                   help="runtime monitors on every cache of the replay (HostTier; with --cp, "
+                        "CPSharding too): a violation stops the replay (exit 4) and writes its "
+                        "trace for `hicache explain`")
+    p.add_argument("--violation-dir", default="hicache-violations",
+                   help="where --verify writes a violation's ITF trace")
 
 
 def _fail(args: argparse.Namespace, msg: str, rc: int) -> int:
@@ -90,8 +95,26 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.verify != "off":
-        return _fail(args, "not yet supported: --verify (runtime monitors are not attached yet)", 2)
+    if args.verify == "off":
+        return _run(args)
+    from hicache import verified
+    from hicache.monitors.runtime import ProtocolViolation
+    verified.enable(args.verify, violation_dir=args.violation_dir)
+    try:
+        return _run(args)
+    except ProtocolViolation as e:
+        out = {"error": f"{e.spec}: {e.kind} {e.property} violated at step {e.step} by {e.action}",
+               "violation": {"spec": e.spec, "kind": e.kind, "property": e.property, "step": e.step,
+                             "action": e.action, "conjunct": e.conjunct, "location": e.location,
+                             "trace": e.trace_path}}
+        emit(args, out, text=None)
+        print(f"hicache replay: {e}", file=sys.stderr)
+        return 4
+    finally:
+        verified.disable()
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.evaluate:
         return _evaluate(args)
     if args.plot or args.cost_model or args.sweep:
@@ -114,5 +137,8 @@ def run(args: argparse.Namespace) -> int:
         c = out["cp"]
         text += (f"; CP{c['ranks']} {'sharded' if c['shard'] else 'replicated'}, "
                  f"logical device capacity {c['logical_device_tokens']:,} tokens")
+    if args.verify != "off":
+        out["verify"] = {"mode": args.verify, "violations": 0}
+        text += f"; verify {args.verify}: no violation"
     emit(args, out, text)
     return 0 if not out.get("corrupt_pages") else 3

@@ -26,10 +26,11 @@ def attach(cache, cfg: VerifyConfig) -> Monitor | None:
 
 
 def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
-    """A HostTier monitor (strict: the incremental map; sample: the from-scratch one), and
-    after it the background-worker watch
-    (bug 14's properties: one key derivation, live workers), both subscribed to the cache's
-    bus; not registered (the bug zoo and its tests give each run its own)."""
+    """A HostTier monitor (strict: the incremental map; sample: the from-scratch one), after
+    it the background-worker watch (bug 14's properties: one key derivation, live workers)
+    and, on the CP replay's sharded cache, a CPSharding monitor of its page placement
+    (hicache.monitors.maps.cp_replay), all on the cache's bus; not registered (the bug zoo
+    and its tests give each run its own)."""
     from hicache.monitors.maps.host_tier import HostTierMap
     from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
     from hicache.monitors.workers import watch
@@ -40,6 +41,14 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
     mon = Monitor(rmap, cfg)
     cache.bus.subscribe(mon)
     watch(cache, mon)
+    from hicache.replay.cp import ShardedCache
+    if isinstance(cache, ShardedCache):
+        # the CP replay's sharded cache: its page placement against CPSharding too, checked
+        # after the HostTier monitor at each event and at each of its cache checks
+        from hicache.monitors.maps.cp_replay import CPReplayMap
+        cp = Monitor(CPReplayMap(cache), cfg)
+        cache.bus.subscribe(cp)
+        mon.cache_check_hooks.append(cp.cache_check)
     return mon
 
 

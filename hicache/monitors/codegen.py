@@ -727,32 +727,34 @@ class Generator:
         out.append("    return None\n\n\n")
         return out
 
-    def reads(self, node, acc: set | None = None, seen: set | None = None) -> set:
-        """The state variables `node` can read, through every definition it uses: an
-        over-approximation (a name is followed wherever it appears), which is what makes it
-        safe to skip an invariant none of whose variables changed (`READS`)."""
+    def reads(self, node, acc: set | None = None, seen: set | None = None, kind: str = "var") -> set:
+        """The state variables (kind "var") or the CONSTANTS (kind "const") `node` can read,
+        through every definition it uses: an over-approximation (a name is followed wherever
+        it appears), which is what makes it safe to skip an invariant none of whose
+        variables changed (`READS`), or to keep the verdict of one that reads no variable
+        while the constants it reads keep their values (`CONST_READS`)."""
         acc = set() if acc is None else acc
         seen = set() if seen is None else seen
         if isinstance(node, str):
-            self._read_name(node, acc, seen)
+            self._read_name(node, acc, seen, kind)
         elif isinstance(node, (list, tuple)) and not hasattr(node, "_fields"):
             for x in node:
-                self.reads(x, acc, seen)
+                self.reads(x, acc, seen, kind)
         elif hasattr(node, "_fields"):
             if _k(node) == "OperatorApplication" and isinstance(node.operator, str):
-                self._read_name(node.operator, acc, seen)
+                self._read_name(node.operator, acc, seen, kind)
             for f in node._fields:
                 if f not in ("start", "end", "symbol"):
-                    self.reads(getattr(node, f), acc, seen)
+                    self.reads(getattr(node, f), acc, seen, kind)
         return acc
 
-    def _read_name(self, name: str, acc: set, seen: set) -> None:
+    def _read_name(self, name: str, acc: set, seen: set, kind: str) -> None:
         r = self.resolve(name, Env())
-        if isinstance(r, tuple) and r[0] == "var":
-            acc.add(self.model.variables[r[1]])
+        if isinstance(r, tuple) and r[0] == kind:
+            acc.add(self.model.variables[r[1]] if kind == "var" else r[1])
         elif isinstance(r, OpDef) and name not in seen:
             seen.add(name)
-            self.reads(r.body, acc, seen)
+            self.reads(r.body, acc, seen, kind)
 
     # ------------------------------------------------------------- incremental forms
     def _const_domain(self, node) -> str | None:
@@ -1021,6 +1023,12 @@ class Generator:
                     "READS = {\n")
         for name in invs:
             order_ = [v for v in variables if v in self.reads(self.scope.entries[name].body)]
+            tail.append(f"    {name!r}: frozenset({tuple(order_)!r}),\n")
+        tail.append("}\n\n#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant\n"
+                    "#: reading no variable keeps its verdict while these keep their values\n"
+                    "CONST_READS = {\n")
+        for name in invs:
+            order_ = [c for c in consts if c in self.reads(self.scope.entries[name].body, kind="const")]
             tail.append(f"    {name!r}: frozenset({tuple(order_)!r}),\n")
         tail.append("}\n\n#: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)\n")
         tail.append("INCREMENTAL = {\n")

@@ -169,6 +169,13 @@ class Monitor:
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)
         self.invariants.update(getattr(rmap, "invariant_overrides", {}))
+        # an invariant that reads no variable (READS empty: the constants alone, such as
+        # placement arithmetic over every address) is checked again only when a constant it
+        # reads (CONST_READS) changed value since it last held, not at every step
+        reads_of = getattr(self.spec, "READS", {})
+        self._const_reads = getattr(self.spec, "CONST_READS", {})
+        self._const_level = frozenset(n for n in self.invariants if not reads_of.get(n, True))
+        self._const_held: dict[str, tuple] = {}   # invariant -> its constants' values when it held
         # incremental maps keep the mapped state themselves and report what changed;
         # invariants are then checked on the changed elements only (see _step_incremental);
         # the states of the history are rebuilt from the deltas on a failure
@@ -327,10 +334,26 @@ class Monitor:
                 f = entry[0](C, s, t, *params)
                 if f is not None:
                     self.fail("action", name, fields, f, s, t)
-        for inv in self.invariants.values():
+        for inv in self._invariants_for(C).values():
             f = inv(C, t)
             if f is not None:
                 self.fail("invariant", name, fields, f, s, t)
+
+    def _invariants_for(self, C) -> dict:
+        """The invariants to check on a state under binding C: a constant-level one only when
+        the constants it reads have other values than when it last held (`fail` forgets
+        every verdict kept)."""
+        if not self._const_level:
+            return self.invariants
+        out = {}
+        for name, inv in self.invariants.items():
+            if name in self._const_level:
+                key = tuple(_freeze(C.get(k)) for k in sorted(self._const_reads.get(name, self.spec.CONSTANTS)))
+                if self._const_held.get(name) == key:
+                    continue
+                self._const_held[name] = key
+            out[name] = inv
+        return out
 
     def cache_check(self) -> None:
         """Every invariant on the current mapped state (sample mode runs this at each cache
@@ -344,7 +367,7 @@ class Monitor:
         else:
             t = self.rmap.state()
             C = self.constants()
-        for inv in self.invariants.values():
+        for inv in self._invariants_for(C).values():
             f = inv(C, t)
             if f is not None:
                 self.fail("invariant", "cache_check", {}, f, self.prev, t)
@@ -354,6 +377,7 @@ class Monitor:
             self.prev = t
 
     def fail(self, kind, name, fields, failure: Failure, s, t) -> None:
+        self._const_held.clear()
         if self.incremental and t is None:
             self._rebuild_states()
             mapped = [h.state for h in self.history if h.state is not None]

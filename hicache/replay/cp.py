@@ -105,11 +105,19 @@ class ShardedCache(HiCache):
     def __init__(self, cfg: CacheConfig, cp: int, storage=None, bus=None) -> None:
         if cp < 1 or cfg.device_pages % cp:
             raise ValueError(f"cp: device_pages {cfg.device_pages} must be a multiple of cp={cp}")
-        super().__init__(cfg, storage=storage, bus=bus)
+        # set before HiCache.__init__: it builds the allocator (_device_allocator) and, in
+        # verified mode, attaches the monitors, which read all of this
         self.layout = CPLayout(cp_size=cp, page_size=cfg.page_size)
-        self.dev_alloc = ShardedDeviceAllocator(self.layout, cfg.device_pages // cp)
         self._bases: dict[bytes, int] = {}   # root-child first page -> rotation base
         self._current: Request | None = None  # the request whose pages `alloc` places
+        # allocation provenance, kept only while a CPSharding monitor watches this cache
+        # (hicache.monitors.maps.cp_replay sets it and prunes it): id -> (base, start, pages)
+        self.alloc_log: dict[int, tuple[int, int, list[int]]] | None = None
+        self._alloc_ids = 0
+        super().__init__(cfg, storage=storage, bus=bus)
+
+    def _device_allocator(self, cfg: CacheConfig) -> ShardedDeviceAllocator:
+        return ShardedDeviceAllocator(self.layout, cfg.device_pages // self.layout.cp_size)
 
     def match(self, tokens, rid=None, n_tokens=None) -> Request:
         req = super().match(tokens, rid=rid, n_tokens=n_tokens)
@@ -141,7 +149,11 @@ class ShardedCache(HiCache):
         need = alloc.need(base, start, n)
         if not self._make_room(lambda: alloc.fits(need)):
             return None
-        return alloc.alloc_chain(base, start, n)
+        pages = alloc.alloc_chain(base, start, n)
+        if self.alloc_log is not None and pages:
+            self._alloc_ids += 1
+            self.alloc_log[self._alloc_ids] = (base, start, pages)
+        return pages
 
     def evict_device(self, n: int) -> int:
         self._current = None

@@ -64,7 +64,7 @@ class HiCache:
         self.bus = bus or EventBus()
         self.metrics = Metrics()
         self.tree = RadixTree(cfg.page_size, namespace_seed(cfg.model, cfg.salt))
-        self.dev_alloc = PageAllocator(cfg.device_pages)
+        self.dev_alloc = self._device_allocator(cfg)
         self.host = HostSlots(cfg.host_pages) if cfg.host_pages else None
         self.storage = storage
         self.device_pool = self.host_pool = None
@@ -103,6 +103,12 @@ class HiCache:
             attach(self, VerifyConfig.from_env())
 
     # ------------------------------------------------------------------ helpers
+    def _device_allocator(self, cfg: CacheConfig):
+        """The device page allocator (a subclass may place pages otherwise: the CP replay's
+        sharded cache, by owner class); built here so that a cache is complete when its
+        constructor attaches a monitor."""
+        return PageAllocator(cfg.device_pages)
+
     def _emit(self, action: A, **args: Any) -> None:
         bus = self.bus
         if bus.listeners:

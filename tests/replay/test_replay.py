@@ -94,10 +94,23 @@ def test_cli_json_contract(tmp_path):
     assert out["requests"] == 200
 
 
-def test_cli_reports_unsupported_flags_and_bad_lines(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--verify", "sample",
-                           "--json"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--verify" in json.loads(proc.stdout.splitlines()[-1])["error"]
+def test_cli_verify_runs_the_replay_under_the_monitors(tmp_path):
+    """--verify strict attaches the runtime monitors to the replay's cache (with --cp, the
+    CPSharding one too) and reports a clean run; --plot without --evaluate is refused."""
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--verify", "strict",
+                           "--limit", "40", "--sync", "--page-size", "16", "--device-tokens", "2048",
+                           "--host-tokens", "8192", "--cp", "2", "--violation-dir", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["verify"] == {"mode": "strict", "violations": 0} and out["requests"] == 40
+    assert not list(tmp_path.iterdir())          # no violation trace written
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--plot", "x.png", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--evaluate" in json.loads(proc.stdout.splitlines()[-1])["error"]
+
+
+def test_cli_reports_bad_lines(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"x": 1}\n')
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", str(bad), "--json"],

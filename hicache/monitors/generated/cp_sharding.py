@@ -962,6 +962,19 @@ READS = {
     'NoDoubleAllocation': frozenset(('len', 'page', 'host', 'free')),
 }
 
+#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
+#: reading no variable keeps its verdict while these keep their values
+CONST_READS = {
+    'TypeOK': frozenset(('CP', 'LocalPages', 'Chains', 'MaxLen')),
+    'PlacementBijection': frozenset(('CP', 'LocalPages', 'PageSize')),
+    'PositionOwner': frozenset(('CP', 'Chains')),
+    'ExtensionKeepsRotation': frozenset(('CP', 'Chains')),
+    'SpliceRotationsAgree': frozenset(()),
+    'RestoreKeepsOwner': frozenset(('CP', 'Chains')),
+    'ChainBalanced': frozenset(('CP', 'Chains')),
+    'NoDoubleAllocation': frozenset(('CP', 'LocalPages', 'Chains', 'MaxLen')),
+}
+
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('Chains',)),

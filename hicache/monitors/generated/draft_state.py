@@ -820,6 +820,17 @@ READS = {
     'PackedOffsetsDisjoint': frozenset(()),
 }
 
+#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
+#: reading no variable keeps its verdict while these keep their values
+CONST_READS = {
+    'TypeOK': frozenset(('NTransfers', 'NIdx')),
+    'CompletionAfterAllCopies': frozenset(('NTransfers',)),
+    'NoReadBeforeCompletion': frozenset(('NTransfers',)),
+    'PackedOnlyCompatible': frozenset(()),
+    'IndicesFromDeclaredSource': frozenset(('NTransfers',)),
+    'PackedOffsetsDisjoint': frozenset(('TargetLayers', 'DraftLayers', 'HostSlots')),
+}
+
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('DraftPools', 'Transfers')),

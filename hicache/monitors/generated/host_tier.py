@@ -1472,6 +1472,17 @@ READS = {
     'LockedNodesKept': frozenset(('len', 'req', 'reqLen')),
 }
 
+#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
+#: reading no variable keeps its verdict while these keep their values
+CONST_READS = {
+    'TypeOK': frozenset(('NNodes', 'NSlots', 'NLayers', 'NReqs', 'Policies')),
+    'SlotInOneOwner': frozenset(('NNodes', 'NSlots', 'NReqs')),
+    'PendingLoadLocked': frozenset(('NNodes',)),
+    'WriteThroughPrefix': frozenset(('NNodes',)),
+    'TreeCopiesConsistent': frozenset(('NNodes',)),
+    'LockedNodesKept': frozenset(('NReqs',)),
+}
+
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('HSlots', 'Nodes', 'Reqs')),

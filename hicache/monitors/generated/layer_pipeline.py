@@ -722,6 +722,16 @@ READS = {
     'TwoBuffersOnly': frozenset(('slotLayer', 'gatherNext', 'attnNext')),
 }
 
+#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
+#: reading no variable keeps its verdict while these keep their values
+CONST_READS = {
+    'TypeOK': frozenset(('NRanks', 'NLayers')),
+    'GatherAfterRestore': frozenset(('NRanks',)),
+    'AttentionReadsGathered': frozenset(()),
+    'NoOverwriteWhileRead': frozenset(()),
+    'TwoBuffersOnly': frozenset(()),
+}
+
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('Ranks', 'Slots')),

@@ -1141,6 +1141,16 @@ READS = {
     'NoLeakOnAbort': frozenset(('pstate', 'plock', 'dstate', 'dalloc', 'dfree', 'dland')),
 }
 
+#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
+#: reading no variable keeps its verdict while these keep their values
+CONST_READS = {
+    'TypeOK': frozenset(('NPages', 'NDecodeSlots')),
+    'SendAfterLoadBack': frozenset(('NPages',)),
+    'DecodeReadsTransferred': frozenset(('NPages',)),
+    'InFlightDestOwned': frozenset(('NPages',)),
+    'NoLeakOnAbort': frozenset(('NPages', 'NDecodeSlots')),
+}
+
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('Pages',)),

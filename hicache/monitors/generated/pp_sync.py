@@ -900,6 +900,16 @@ READS = {
     'IndInv': frozenset(('issued', 'done', 'applied', 'checks', 'upto', 'agreed', 'pending', 'chan')),
 }
 
+#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
+#: reading no variable keeps its verdict while these keep their values
+CONST_READS = {
+    'TypeOK': frozenset(('NStages', 'NRanks', 'NTransfers', 'MaxChecks')),
+    'SameCountEachCheck': frozenset(('NStages', 'MaxChecks')),
+    'ApplyOnlyCompleted': frozenset(('NStages', 'NRanks')),
+    'AppliedIssued': frozenset(('NStages',)),
+    'IndInv': frozenset(('NStages', 'NRanks', 'NTransfers', 'MaxChecks')),
+}
+
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('Checks', 'Stages')),

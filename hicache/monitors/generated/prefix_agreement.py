@@ -1091,6 +1091,18 @@ READS = {
     'IndInv': frozenset(('policy', 'tried', 'loaded', 'terminated', 'pub', 'pubAck', 'checks', 'verdict', 'cut', 'consumed', 'used')),
 }
 
+#: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
+#: reading no variable keeps its verdict while these keep their values
+CONST_READS = {
+    'TypeOK': frozenset(('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies')),
+    'PublishedLeLoaded': frozenset(('NStages', 'NRanks', 'BatchPages')),
+    'SameCachedPrefix': frozenset(('NStages',)),
+    'UsedLeLoaded': frozenset(('NStages', 'NRanks')),
+    'AcksInStep': frozenset(('NStages', 'NRanks')),
+    'SameAcksConsumed': frozenset(('NStages',)),
+    'IndInv': frozenset(('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies')),
+}
+
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('Batches', 'Checks', 'Ranks', 'Stages')),

@@ -76,7 +76,7 @@ class SequenceMonitor(Monitor):
             self.history.append(Step(last.seq, last.action, last.args, st, spec=act))
 
     def _invariants(self, name, fields, C, s, t) -> None:
-        for inv in self.invariants.values():
+        for inv in self._invariants_for(C).values():
             f = inv(C, t)
             if f is not None:
                 self.fail("invariant", name, fields, f, s, t)

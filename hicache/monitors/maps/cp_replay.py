@@ -1,0 +1,125 @@
+"""Refinement map: the CP replay's sharded cache (hicache.replay.cp.ShardedCache) -> spec/CPSharding.
+
+The replay runs one logical radix tree of multi-page nodes whose device pages are logical
+page IDs sharded over CP owner classes (page p on rank p mod CP). Every node below a root
+child is placed with that subtree's rotation: the device page at depth D (pages above it
+on its path) is in class (b + D) mod CP, b the class of the root child's first page. The map
+(from scratch at each checked event; invariants only: each runtime event is a compound of
+spec steps, as for HostTier):
+
+  spec chain      one tree node (its pages are consecutive positions 0..n-1), or one
+                  pending allocation: pages `alloc` handed out and no node holds yet (a
+                  request between its allocation and its insert, the spec's chain before a
+                  splice). Chains = 1..capacity(#chains), MaxLen = capacity(longest chain)
+                  (doubling, so the constants change O(log n) times)
+  rot[c]          (b + D) mod CP for a node at depth D in a subtree of rotation b (NoRot when
+                  the subtree has no device copy: then no node below has one); a pending
+                  allocation: (base + start) mod CP of the chain segment it was placed for
+  page[c][P]      the node's P-th logical device page (NoPage without a device copy)
+  host[c][P]      NoHost: the replay's host tier is one pool, not per rank (no owner rank is
+                  recorded), so RestoreKeepsOwner is vacuous here; a load-back's placement is
+                  still checked, by PositionOwner (it allocates with the subtree's rotation)
+  free            the sharded allocator's free logical pages
+  mixed           FALSE: a node is its own chain, so the continuity of a rotation across
+                  nodes is what PositionOwner checks (every page against its subtree's base)
+
+A page allocated and held by no node and no pending allocation is in no chain: the spec's
+NoDoubleAllocation (its last conjunct: no page leaks) reports it.
+"""
+from __future__ import annotations
+
+from hicache.monitors.generated import cp_sharding as spec
+from hicache.monitors.maps.cp_sharding import NONE, no_double_allocation_linear
+from hicache.tla.values import Fcn, mk_fcn
+
+from .steps import capacity
+
+#: action -> the steps `bind` reports for it (a compound step: no parameters to check)
+_COMPOUND: dict = {}
+
+
+class CPReplayMap:
+    spec = spec
+    needs_prestate = False       # every event is a compound step: invariants only
+    invariant_overrides = {"NoDoubleAllocation": no_double_allocation_linear}
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.cp = cache.layout.cp_size
+        self.local_pages = cache.dev_alloc.pages_per_rank
+        # the cache records each allocation while a map watches it; pruned here once every
+        # page of it is in a node or free again
+        if cache.alloc_log is None:
+            cache.alloc_log = {}
+        self.n_chains = capacity(1)
+        self.max_len = capacity(1)
+
+    # ------------------------------------------------------------ events
+    def bind(self, action: str, fields: dict):
+        if action == "LoadBackLayer":
+            return None      # emitted on the transfer thread; no page moves
+        steps = _COMPOUND.get(action)
+        if steps is None:
+            steps = _COMPOUND[action] = ((str(action), None),)
+        return steps
+
+    # ------------------------------------------------------------ constants / state
+    def constants(self) -> dict:
+        return {"CP": self.cp, "LocalPages": self.local_pages, "PageSize": self.cache.layout.page_size,
+                "Chains": frozenset(range(1, self.n_chains + 1)), "MaxLen": self.max_len,
+                "BugSpliceAnyRotation": False}
+
+    def _rows(self) -> list[tuple[int, list]]:
+        """(rot, device pages or NoPage per position) of every chain: the tree's nodes in
+        preorder, then the pending allocations."""
+        cache, cp = self.cache, self.cp
+        owner = cache.layout.page_owner
+        rows: list[tuple[int, list]] = []
+        held: set[int] = set()
+        stack = []
+        for x in reversed(list(cache.tree.root.children.values())):
+            # a subtree's rotation: the class of its root child's first page (device copies
+            # form a prefix of every path, so without it no node below has one)
+            stack.append((x, 0, owner(x.device[0]) if x.device else None))
+        while stack:
+            x, depth, base = stack.pop()
+            if x.device is not None:
+                pages = list(x.device)
+                held.update(pages)
+            else:
+                pages = [NONE] * x.n
+            rows.append((NONE if base is None else (base + depth) % cp, pages))
+            for c in reversed(list(x.children.values())):
+                stack.append((c, depth + x.n, base))
+        allocated = self._allocated()
+        log = cache.alloc_log
+        for aid in list(log):
+            base, start, pages = log[aid]
+            pending = [p if p in allocated and p not in held else NONE for p in pages]
+            if all(p == NONE for p in pending):
+                del log[aid]       # inserted (or freed) by now
+                continue
+            rows.append(((base + start) % cp, pending))
+        return rows
+
+    def _allocated(self) -> set[int]:
+        return set(range(self.cp * self.local_pages)) - self.cache.dev_alloc.free_set()
+
+    def state(self) -> dict:
+        rows = self._rows()
+        if len(rows) > self.n_chains:
+            self.n_chains = capacity(len(rows), self.n_chains)
+        longest = max((len(p) for _, p in rows), default=1)
+        if longest > self.max_len:
+            self.max_len = capacity(longest, self.max_len)
+        L = self.max_len
+        rot, ln, page, host = {}, {}, {}, {}
+        empty = Fcn(dict.fromkeys(range(L), NONE))
+        for c in range(1, self.n_chains + 1):
+            r, pages = rows[c - 1] if c <= len(rows) else (NONE, [])
+            rot[c], ln[c] = r, len(pages)
+            page[c] = Fcn({P: (pages[P] if P < len(pages) else NONE) for P in range(L)}) if pages else empty
+            host[c] = empty
+        pids = frozenset(range(self.cp * self.local_pages))
+        return {"rot": mk_fcn(rot), "len": mk_fcn(ln), "page": mk_fcn(page), "host": mk_fcn(host),
+                "free": pids - self._allocated(), "mixed": False}

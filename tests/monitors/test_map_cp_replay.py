@@ -1,0 +1,159 @@
+"""The CP replay's sharded cache against spec/CPSharding (hicache.monitors.maps.cp_replay).
+
+Seeded workloads with shared prefixes over a small sharded device pool (evictions and
+load-backs both happen) run clean in strict mode; a cache that forgets a chain's offset when
+it extends a cached prefix breaks PositionOwner at the step that inserts the pages, and an
+allocator that loses a freed page breaks NoDoubleAllocation (its no-leak conjunct) at the
+eviction that lost it; verified mode attaches the monitor to a sharded replay.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hicache.monitors.maps.cp_replay import CPReplayMap
+from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+from hicache.protocol.cp_layout import chain_owner_class
+from hicache.replay.cp import ShardedCache, ShardedDeviceAllocator
+from hicache.runtime.config import CacheConfig
+
+PS = 4          # tokens per page
+
+
+def workload(seed: int, n: int = 60) -> list[bytes]:
+    """Page-aligned keys (8-byte tokens) from a few prefix families, of 1-12 pages."""
+    rng = random.Random(seed)
+    fams = [[rng.randrange(1, 1 << 30) for _ in range(12 * PS)] for _ in range(4)]
+    out = []
+    for _ in range(n):
+        toks = list(rng.choice(fams)[:rng.randint(1, 12) * PS])
+        if rng.random() < 0.4:
+            toks[-1] = rng.randrange(1 << 30, 1 << 31)       # a divergent tail: splits
+        out.append(b"".join(t.to_bytes(8, "little") for t in toks))
+    return out
+
+
+def make(cls=ShardedCache, cp: int = 4, pages_per_rank: int = 6) -> ShardedCache:
+    cfg = CacheConfig(page_size=PS, device_pages=cp * pages_per_rank, host_pages=64, layers=2,
+                      heads=1, head_dim=2, metadata_only=True)
+    return cls(cfg, cp)
+
+
+def serve(cache: ShardedCache, keys: list[bytes]) -> None:
+    pb = PS * 8
+    for key in keys:
+        req = cache.match(key)
+        cache.load_back(req)
+        for op in req.loads:
+            op.wait()
+        new = cache.alloc(len(key) // pb - len(cache.prefix_pages(req)))
+        if new is not None:
+            cache.insert(req, new)
+        cache.finish(req)
+        cache.drain()
+
+
+def watch(cache: ShardedCache, tmp_path) -> Monitor:
+    mon = Monitor(CPReplayMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    mon.detach = cache.bus.subscribe(mon)
+    return mon
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_clean_sharded_replays_hold_every_invariant(seed, tmp_path):
+    cache = make(cp=(2, 4)[seed % 2])
+    mon = watch(cache, tmp_path)
+    serve(cache, workload(seed))
+    mon.cache_check()
+    assert mon.checked == mon.steps > 60
+    m = cache.metrics
+    assert m.device_evicted_tokens > 0 and m.host_hit_tokens > 0   # evictions and load-backs ran
+    # the mapped chains hold exactly the tree's device pages, each in its rotation's class
+    s = mon.rmap.state()
+    mapped = [p for c in range(len(s["rot"])) for p in s["page"][c].d.values() if p >= 0]
+    assert len(mapped) == len(set(mapped)) == cache.tree.device_pages
+    for c in range(len(s["rot"])):
+        for P in range(s["len"][c]):
+            p = s["page"][c].d[P]
+            if p >= 0:
+                assert cache.layout.page_owner(p) == chain_owner_class(s["rot"][c], P, cache.layout.cp_size)
+    cache.close()
+
+
+class ForgetsOffset(ShardedCache):
+    """Bug: an extension of a cached prefix is placed as if its chain started at position 0
+    (the rotation base is kept, the offset of the device run is dropped)."""
+
+    def _chain(self, req):
+        base, start = super()._chain(req)
+        return base, 0
+
+
+class LeakyAllocator(ShardedDeviceAllocator):
+    """Bug: the third release keeps one page back (never free again, in no node)."""
+
+    def release(self, pages):
+        self.releases = getattr(self, "releases", 0) + 1
+        if self.releases == 3 and len(pages) > 0:
+            self.lost = pages[-1]
+            pages = pages[:-1]
+        super().release(pages)
+
+
+class Leaks(ShardedCache):
+    def _device_allocator(self, cfg):
+        return LeakyAllocator(self.layout, cfg.device_pages // self.layout.cp_size)
+
+
+def test_an_extension_placed_without_its_offset_breaks_position_owner(tmp_path):
+    for seed in range(20):
+        cache = make(ForgetsOffset, cp=4)
+        mon = watch(cache, tmp_path)
+        try:
+            serve(cache, workload(seed))
+        except ProtocolViolation as e:
+            assert e.spec == "spec/CPSharding.tla" and e.property == "PositionOwner"
+            # the step that put the misplaced pages in the tree
+            assert e.action in ("DeviceInsert", "LoadBackStart"), e.action
+            assert e.trace_path
+            return
+        finally:
+            mon.detach()         # (closing applies the transfers still in flight: more steps)
+            cache.close()
+    pytest.fail("the misplaced extension was never caught")
+
+
+def test_a_lost_page_breaks_no_double_allocation_at_the_eviction(tmp_path):
+    cache = make(Leaks, cp=2)
+    mon = watch(cache, tmp_path)
+    with pytest.raises(ProtocolViolation) as exc:
+        serve(cache, workload(1))
+    e = exc.value
+    assert e.property == "NoDoubleAllocation" and e.failure.index == 4    # a page leaked
+    assert e.action == "DeviceEvict"
+    assert cache.dev_alloc.lost not in cache.dev_alloc.free_set()
+    mon.detach()
+    cache.close()
+
+
+def test_verified_mode_checks_a_sharded_replay(tmp_path, monkeypatch):
+    from hicache import verified
+    from hicache.replay.driver import ReplayConfig, replay_requests
+    keys = workload(3, 40)
+    reqs = [(k, len(k) // 8) for k in keys]
+    cfg = ReplayConfig(page_size=PS, device_tokens=6 * PS, host_tokens=64 * PS, cp=2, sync=True)
+    seen: list = []
+    init = Monitor.__init__
+
+    def counting(self, *a, **kw):
+        init(self, *a, **kw)
+        seen.append(self)
+    monkeypatch.setattr(Monitor, "__init__", counting)
+    verified.enable("strict", violation_dir=str(tmp_path))
+    try:
+        replay_requests(cfg, reqs)
+    finally:
+        verified.disable()
+    cp = [m for m in seen if isinstance(m.rmap, CPReplayMap)]
+    assert len(cp) == 1 and cp[0].checked > 40
