@@ -174,7 +174,9 @@ class Monitor:
         # reads (CONST_READS) changed value since it last held, not at every step
         reads_of = getattr(self.spec, "READS", {})
         self._const_reads = getattr(self.spec, "CONST_READS", {})
-        self._const_level = frozenset(n for n in self.invariants if not reads_of.get(n, True))
+        overridden = getattr(rmap, "invariant_overrides", {})    # (a map's own forms may read state)
+        self._const_level = frozenset(n for n in self.invariants
+                                      if not reads_of.get(n, True) and n not in overridden)
         self._const_held: dict[str, tuple] = {}   # invariant -> its constants' values when it held
         # incremental maps keep the mapped state themselves and report what changed;
         # invariants are then checked on the changed elements only (see _step_incremental);

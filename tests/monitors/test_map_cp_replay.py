@@ -157,3 +157,25 @@ def test_verified_mode_checks_a_sharded_replay(tmp_path, monkeypatch):
         verified.disable()
     cp = [m for m in seen if isinstance(m.rmap, CPReplayMap)]
     assert len(cp) == 1 and cp[0].checked > 40
+
+
+def test_constant_level_invariants_are_checked_again_only_when_their_constants_change(tmp_path):
+    """PlacementBijection reads no variable (READS) and only CP, LocalPages and PageSize
+    (CONST_READS): over a replay whose Chains and MaxLen grow it is evaluated once; a binding
+    with another CP has it evaluated again."""
+    from hicache.monitors.generated import cp_sharding as spec
+    assert spec.READS["PlacementBijection"] == frozenset()
+    assert spec.CONST_READS["PlacementBijection"] == {"CP", "LocalPages", "PageSize"}
+    assert spec.CONST_READS["PositionOwner"] == {"CP", "Chains"}
+    cache = make(cp=4)
+    mon = watch(cache, tmp_path)
+    calls, full = [], mon.invariants["PlacementBijection"]
+    mon.invariants["PlacementBijection"] = lambda C, s: calls.append(C["CP"]) or full(C, s)
+    serve(cache, workload(2))
+    assert calls == [4] and mon.checked > 60 and len(mon._cache) > 1     # bindings grew, one check
+    C = mon.constants()
+    assert "PlacementBijection" not in mon._invariants_for(C)
+    other = spec.constants({**mon.rmap.constants(), "CP": 2, "LocalPages": 12})
+    assert "PlacementBijection" in mon._invariants_for(other)
+    mon.detach()
+    cache.close()

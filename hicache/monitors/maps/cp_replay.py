@@ -53,6 +53,9 @@ class CPReplayMap:
             cache.alloc_log = {}
         self.n_chains = capacity(1)
         self.max_len = capacity(1)
+        # chain ids are kept while their node (or pending allocation) lives and reused once
+        # it is gone, so consecutive mapped states (and a trace's diffs) name chains stably
+        self.ids: dict = {}
 
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
@@ -69,12 +72,12 @@ class CPReplayMap:
                 "Chains": frozenset(range(1, self.n_chains + 1)), "MaxLen": self.max_len,
                 "BugSpliceAnyRotation": False}
 
-    def _rows(self) -> list[tuple[int, list]]:
-        """(rot, device pages or NoPage per position) of every chain: the tree's nodes in
-        preorder, then the pending allocations."""
+    def _rows(self) -> dict[int, tuple[int, list]]:
+        """Chain id -> (rot, device pages or NoPage per position): one chain per tree node,
+        one per pending allocation."""
         cache, cp = self.cache, self.cp
         owner = cache.layout.page_owner
-        rows: list[tuple[int, list]] = []
+        rows: list[tuple[object, int, list]] = []    # (node or allocation id, rot, pages)
         held: set[int] = set()
         stack = []
         for x in reversed(list(cache.tree.root.children.values())):
@@ -88,7 +91,7 @@ class CPReplayMap:
                 held.update(pages)
             else:
                 pages = [NONE] * x.n
-            rows.append((NONE if base is None else (base + depth) % cp, pages))
+            rows.append((x, NONE if base is None else (base + depth) % cp, pages))
             for c in reversed(list(x.children.values())):
                 stack.append((c, depth + x.n, base))
         allocated = self._allocated()
@@ -99,24 +102,38 @@ class CPReplayMap:
             if all(p == NONE for p in pending):
                 del log[aid]       # inserted (or freed) by now
                 continue
-            rows.append(((base + start) % cp, pending))
-        return rows
+            rows.append((("alloc", aid), (base + start) % cp, pending))
+        return self._number(rows)
+
+    def _number(self, rows: list) -> dict[int, tuple[int, list]]:
+        live = {key for key, _, _ in rows}
+        for key in [k for k in self.ids if k not in live]:
+            del self.ids[key]
+        used = set(self.ids.values())
+        free = (c for c in range(1, len(rows) + len(used) + 2) if c not in used)
+        out = {}
+        for key, rot, pages in rows:
+            cid = self.ids.get(key)
+            if cid is None:
+                cid = self.ids[key] = next(free)
+            out[cid] = (rot, pages)
+        return out
 
     def _allocated(self) -> set[int]:
         return set(range(self.cp * self.local_pages)) - self.cache.dev_alloc.free_set()
 
     def state(self) -> dict:
         rows = self._rows()
-        if len(rows) > self.n_chains:
-            self.n_chains = capacity(len(rows), self.n_chains)
-        longest = max((len(p) for _, p in rows), default=1)
+        if max(rows, default=1) > self.n_chains:
+            self.n_chains = capacity(max(rows), self.n_chains)
+        longest = max((len(p) for _, p in rows.values()), default=1)
         if longest > self.max_len:
             self.max_len = capacity(longest, self.max_len)
         L = self.max_len
         rot, ln, page, host = {}, {}, {}, {}
         empty = Fcn(dict.fromkeys(range(L), NONE))
         for c in range(1, self.n_chains + 1):
-            r, pages = rows[c - 1] if c <= len(rows) else (NONE, [])
+            r, pages = rows.get(c, (NONE, []))
             rot[c], ln[c] = r, len(pages)
             page[c] = Fcn({P: (pages[P] if P < len(pages) else NONE) for P in range(L)}) if pages else empty
             host[c] = empty

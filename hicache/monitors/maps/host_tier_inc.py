@@ -357,25 +357,18 @@ class IncrementalHostTierMap(HostTierMap):
         if hs is not None:
             for h in hs:
                 self.slot_page[h] = x
-        host, bop = self.funcs["host"], self.funcs["backupOp"]
         delta, dirty = self.delta, self.dirty_nodes
-        hmoves, bmoves = [], []
         hv, bv = node_slots(hs, pending, len(pos), self.reserved)
-        for p, h, b in zip(pos, hv, bv):
-            old = host[p]
-            if old != h:
-                delta.append(("host", p, old))
-                host[p] = h
-                dirty.add(p)
-                hmoves.append((old, h))
-            old = bop[p]
-            if old != b:
-                delta.append(("backupOp", p, old))
-                bop[p] = b
-                dirty.add(p)
-                bmoves.append((old, b))
-        self._retarget(self.tree_refs, hmoves)
-        self._retarget(self.backup_refs, bmoves)
+        for var, values, refs in (("host", hv, self.tree_refs), ("backupOp", bv, self.backup_refs)):
+            d, moves = self.funcs[var], []
+            for p, v in zip(pos, values):
+                old = d[p]
+                if old != v:
+                    delta.append((var, p, old))
+                    d[p] = v
+                    dirty.add(p)
+                    moves.append((old, v))
+            self._retarget(refs, moves)
 
     def _detached(self, x) -> bool:
         return x.parent is None and x is not self.cache.tree.root
