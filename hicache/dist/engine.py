@@ -33,6 +33,7 @@ from hicache.storage.keys import Topology as KeyTopology
 from .cache_model import Node, ReplicatedTree
 from .comm import Comm
 from .config import RunConfig, Verify
+from .errors import DistStepError
 from .gather import GatherStats, PrefixGather
 from .model import TinyModel
 from .pp_sync import pp_sync
@@ -204,6 +205,8 @@ class Engine:
     # --- 1. cache check -----------------------------------------------------------------
     def cache_check(self) -> bool:
         self.checks += 1
+        # what failed on a copy thread since the last check stops this rank here
+        self.copies.raise_failures(f"cache_check#{self.checks}")
         # Stage 0 decides the stop policy for every in-flight prefetch (one vote slot each);
         # the MAX-reduced verdicts travel with the counts, so every stage applies the same ones.
         live = [r for r in self.records if not r.terminated]
@@ -450,7 +453,12 @@ class Engine:
         gather = None
         if c:
             def restored(layer: int) -> bool:
-                return all(t.layer_done[layer].wait(cfg.timeout_s) for t in waits.values())
+                ok = all(t.layer_done[layer].wait(cfg.timeout_s) for t in waits.values())
+                for t in waits.values():
+                    if t.error is not None:     # the restore's bytes are not there
+                        raise DistStepError(f"restore[{layer}]", topo.rank,
+                                            f"load transfer {t.tid} failed on its copy thread: {t.error!r}")
+                return ok
             gather = PrefixGather(self.comm, self.layout, self.device_pool, [n.device_page for n in prefix],
                                   restored, overlap=cfg.overlap, timeout_s=cfg.timeout_s, stats=self.gather_stats,
                                   listener=self.listener)

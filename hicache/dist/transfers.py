@@ -20,7 +20,7 @@ import torch
 from hicache.protocol.events import NULL_LISTENER, Listener
 from hicache.protocol.vocabulary import PPSync
 
-from .errors import LocalTimeout
+from .errors import DistStepError, LocalTimeout
 
 
 class TransferKind(enum.StrEnum):
@@ -48,6 +48,9 @@ class Transfer:
     tag: object = None                          # what the engine applies at pop time
     layer_done: list[threading.Event] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
+    # set (with every event, so waiters wake) when the copy itself failed: the bytes are not
+    # there, and whoever waits on the transfer raises instead of using them
+    error: BaseException | None = None
 
     def __post_init__(self) -> None:
         self.layer_done = [threading.Event() for _ in range(self.num_layers)]
@@ -68,6 +71,10 @@ class CopyEngine:
         self._rng_lock = threading.Lock()
         self.max_delay_s = max_delay_s
         self.errors: list[str] = []
+        # (transfer, exception) of each failure on a copy thread: the copy itself (then also
+        # the transfer's `error`) or a listener after it completed (a monitor's violation);
+        # the engine raises the first at its next cache check (`raise_failures`)
+        self.failures: list[tuple[Transfer, BaseException]] = []
         self._threads = [threading.Thread(target=self._loop, name=f"copy-{rank}-{i}", daemon=True)
                          for i in range(threads)]
         for t in self._threads:
@@ -93,6 +100,22 @@ class CopyEngine:
                 self.listener(PPSync.TransferComplete, {"rank": self.rank, "tid": t.tid, "kind": str(t.kind)})
             except Exception as exc:  # never let a copy thread die silently
                 self.errors.append(f"transfer {t.tid}: {exc!r}")
+                self.failures.append((t, exc))
+                if not t.done.is_set():
+                    t.error = exc
+                    for ev in t.layer_done:
+                        ev.set()
+                    t.done.set()
+
+    def raise_failures(self, step: str) -> None:
+        """Raise the first failure a copy thread recorded: a monitor's violation as itself
+        (an AssertionError: ProtocolViolation), anything else as a step error of this rank."""
+        if not self.failures:
+            return
+        t, exc = self.failures[0]
+        if isinstance(exc, AssertionError):
+            raise exc
+        raise DistStepError(step, self.rank, f"{t.kind} transfer {t.tid} failed on its copy thread: {exc!r}") from exc
 
     def close(self) -> None:
         for _ in self._threads:
@@ -136,5 +159,8 @@ class TransferQueue:
             t = self._q[0]
             if wait and not t.done.wait(timeout_s):
                 raise LocalTimeout(step, rank, f"{self.kind} transfer {t.tid} did not finish in {timeout_s}s")
+            if t.error is not None:
+                raise DistStepError(step, rank, f"{self.kind} transfer {t.tid} failed on its copy thread: "
+                                                f"{t.error!r}") from t.error
             out.append(self._q.popleft())
         return out

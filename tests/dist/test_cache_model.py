@@ -115,3 +115,41 @@ def test_topology_layout():
     assert Topology(cp=2, pp=3, rank=1).stage_ranks(1) == [2, 3]
     with pytest.raises(ValueError, match="rank"):
         Topology(cp=2, pp=1, rank=2)
+
+
+def test_a_failed_copy_wakes_its_waiters_and_fails_the_pop():
+    """A copy that raises on its copy thread marks the transfer failed and sets its events (no
+    wait runs into the timeout); popping it raises a step error naming the transfer, and the
+    engine's `raise_failures` reports it at the next check. A listener's violation after a
+    completed copy is raised as itself."""
+    from hicache.dist.errors import DistStepError
+    src = torch.zeros(2, 2, 2)
+    dst = torch.zeros(2, 1, 2)
+    q = TransferQueue(TransferKind.LOAD)
+    engine = CopyEngine(rank=3, seed=0, threads=1, max_delay_s=0.0)
+    bad = Transfer(7, TransferKind.LOAD, 2, [PageCopy(src, 1, dst, 5)])      # page 5: out of range
+    q.push(bad)
+    engine.submit(bad)
+    assert bad.done.wait(5.0) and all(ev.is_set() for ev in bad.layer_done)
+    assert isinstance(bad.error, IndexError)
+    with pytest.raises(DistStepError, match="load transfer 7 failed on its copy thread"):
+        q.pop(1, "cache_check#2", 3, timeout_s=5.0)
+    with pytest.raises(DistStepError, match="rank 3: step 'cache_check#3'"):
+        engine.raise_failures("cache_check#3")
+    engine.close()
+
+    class Violation(AssertionError):
+        pass
+
+    def listener(action, fields):
+        raise Violation(f"{action} {fields['tid']}")
+    engine = CopyEngine(rank=0, seed=0, threads=1, max_delay_s=0.0, listener=listener)
+    ok = Transfer(1, TransferKind.BACKUP, 2, [PageCopy(src, 0, dst, 0)])
+    engine.submit(ok)
+    assert ok.done.wait(5.0)
+    engine.close()
+    for th in engine._threads:
+        th.join(5.0)
+    assert ok.error is None and torch.equal(dst[:, 0], src[:, 0])     # the copy itself held
+    with pytest.raises(Violation, match="TransferComplete 1"):
+        engine.raise_failures("cache_check#1")

@@ -11,7 +11,8 @@ imported, e.g. by `pytest --hicache-verify`, else HICACHE_VERIFY) to every rank.
 invariant at each cache check (after the rank's StageApply). A violation raises
 ProtocolViolation on the emitting thread: the main thread (cache checks, inserts,
 evictions), the prefetch threads (surfaced by the worker at its next pop or close), or a
-copy thread (kept in CopyEngine.errors: only a completion reported twice fails there).
+copy thread (recorded by the CopyEngine and raised by the rank at its next cache check;
+only a completion reported twice fails there).
 """
 from __future__ import annotations
 
