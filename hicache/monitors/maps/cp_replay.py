@@ -12,8 +12,9 @@ spec steps, as for HostTier):
                   request between its allocation and its insert, the spec's chain before a
                   splice). Chains = 1..capacity(#chains), MaxLen = capacity(longest chain)
                   (doubling, so the constants change O(log n) times)
-  rot[c]          (b + D) mod CP for a node at depth D in a subtree of rotation b (NoRot when
-                  the subtree has no device copy: then no node below has one); a pending
+  rot[c]          (b + D) mod CP for a node at depth D in a subtree of rotation b: the class
+                  of its root child's first page, or (no device copy there) the rotation the
+                  cache recorded for the subtree (NoRot if none); a pending
                   allocation: (base + start) mod CP of the chain segment it was placed for
   page[c][P]      the node's P-th logical device page (NoPage without a device copy)
   host[c][P]      NoHost: the replay's host tier is one pool, not per rank (no owner rank is
@@ -80,10 +81,13 @@ class CPReplayMap:
         rows: list[tuple[object, int, list]] = []    # (node or allocation id, rot, pages)
         held: set[int] = set()
         stack = []
+        pb = cache.tree.pb
         for x in reversed(list(cache.tree.root.children.values())):
-            # a subtree's rotation: the class of its root child's first page (device copies
-            # form a prefix of every path, so without it no node below has one)
-            stack.append((x, 0, owner(x.device[0]) if x.device else None))
+            # a subtree's rotation: the class of its root child's first page; without a device
+            # copy there (device copies form a prefix of every path, so then no node below
+            # should have one), the rotation the cache recorded for the subtree
+            base = owner(x.device[0]) if x.device else cache._bases.get(x.key[:pb])
+            stack.append((x, 0, base))
         while stack:
             x, depth, base = stack.pop()
             if x.device is not None:
