@@ -179,3 +179,22 @@ def test_constant_level_invariants_are_checked_again_only_when_their_constants_c
     assert "PlacementBijection" in mon._invariants_for(other)
     mon.detach()
     cache.close()
+
+
+def test_a_page_freed_and_allocated_again_belongs_to_the_newer_allocation(tmp_path):
+    """Two allocations pending at once, the first one's pages freed and handed out again
+    before any event: each page is mapped in one chain (the newer allocation's), no alarm."""
+    cache = make(cp=2)
+    mon = watch(cache, tmp_path)
+    first = cache.alloc(3)
+    cache.dev_alloc.release(first)        # dropped without an insert, no event between
+    second = cache.alloc(3)
+    assert set(first) & set(second)       # (LIFO free lists: the same pages again)
+    serve(cache, workload(4, 5))          # events: both pending allocations are mapped
+    s = mon.rmap.state()
+    rows = [[p for p in s["page"][c].d.values() if p >= 0] for c in range(len(s["rot"]))]
+    mapped = [p for r in rows for p in r]
+    assert set(second) <= set(mapped) and len(mapped) == len(set(mapped))
+    assert mon.checked > 5
+    mon.detach()
+    cache.close()

@@ -100,12 +100,14 @@ class CPReplayMap:
                 stack.append((c, depth + x.n, base))
         allocated = self._allocated()
         log = cache.alloc_log
-        for aid in list(log):
+        # newest first: a page freed and handed out again belongs to the newer allocation
+        for aid in sorted(log, reverse=True):
             base, start, pages = log[aid]
             pending = [p if p in allocated and p not in held else NONE for p in pages]
             if all(p == NONE for p in pending):
                 del log[aid]       # inserted (or freed) by now
                 continue
+            held.update(p for p in pending if p != NONE)
             rows.append((("alloc", aid), (base + start) % cp, pending))
         return self._number(rows)
 
