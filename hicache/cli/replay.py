@@ -138,7 +138,8 @@ def _run(args: argparse.Namespace) -> int:
         text += (f"; CP{c['ranks']} {'sharded' if c['shard'] else 'replicated'}, "
                  f"logical device capacity {c['logical_device_tokens']:,} tokens")
     if args.verify != "off":
-        out["verify"] = {"mode": args.verify, "violations": 0}
-        text += f"; verify {args.verify}: no violation"
+        out["verify"] = {"mode": args.verify, "violations": 0, "monitors": out.get("monitors") or []}
+        text += f"; verify {args.verify}: no violation (" + ", ".join(
+            f"{m['spec']}: {m['checked']} of {m['events']} events checked" for m in out["verify"]["monitors"]) + ")"
     emit(args, out, text)
     return 0 if not out.get("corrupt_pages") else 3

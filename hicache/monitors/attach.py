@@ -49,11 +49,21 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
         cp = Monitor(CPReplayMap(cache), cfg)
         cache.bus.subscribe(cp)
         mon.cache_check_hooks.append(cp.cache_check)
+        mon.companions.append(cp)
     return mon
 
 
 def monitor_of(cache) -> Monitor | None:
     return _monitors.get(cache)
+
+
+def monitor_report(cache) -> list[dict] | None:
+    """What the monitors attached to `cache` checked: per monitor its spec, events seen and
+    steps checked (None: none attached)."""
+    mon = _monitors.get(cache)
+    if mon is None:
+        return None
+    return [{"spec": m.spec.SPEC, "events": m.steps, "checked": m.checked} for m in (mon, *mon.companions)]
 
 
 def cache_check(cache) -> None:

@@ -165,6 +165,7 @@ class Monitor:
             self._gap = self._next_gap()
         self.sampled = cfg.mode is Mode.STRICT   # whether the event being handled is checked
         self.cache_check_hooks: list = []        # further checks a cache check runs (fn())
+        self.companions: list = []               # monitors of other specs on the same runtime
         self.step_hooks: list = []               # ... and a checked event (fn(name, fields))
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)

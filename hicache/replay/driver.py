@@ -11,6 +11,7 @@ import array
 import contextlib
 import dataclasses
 import enum
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -236,6 +237,9 @@ def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], st
     seconds = time.perf_counter() - t0 - getattr(requests, "seconds", 0.0)
     m = cache.metrics
     total = m.input_tokens
+    monitors = None
+    if "hicache.monitors.attach" in sys.modules:     # (verified mode imported it: monitors ran)
+        monitors = sys.modules["hicache.monitors.attach"].monitor_report(cache)
 
     def tier(hit: int) -> dict:
         return {"hit_tokens": hit, "hit_rate": hit / total if total else 0.0}
@@ -255,6 +259,8 @@ def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], st
                "device_tokens_per_rank": cfg.device_tokens // cfg.page_size * cfg.page_size,
                "logical_device_tokens": cache.cfg.device_pages * cfg.page_size},
         "metrics": m.as_dict(),
+        # verified mode: per monitor its spec, the events it saw and the steps it checked
+        "monitors": monitors,
     }
 
 

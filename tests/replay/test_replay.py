@@ -103,7 +103,11 @@ def test_cli_verify_runs_the_replay_under_the_monitors(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.splitlines()[-1])
-    assert out["verify"] == {"mode": "strict", "violations": 0} and out["requests"] == 40
+    v = out["verify"]
+    assert (v["mode"], v["violations"], out["requests"]) == ("strict", 0, 40)
+    # strict: both monitors checked every event they saw
+    assert [m["spec"] for m in v["monitors"]] == ["spec/HostTier.tla", "spec/CPSharding.tla"]
+    assert all(m["checked"] == m["events"] >= 80 for m in v["monitors"])
     assert not list(tmp_path.iterdir())          # no violation trace written
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--plot", "x.png", "--json"],
                           capture_output=True, text=True, timeout=120)
