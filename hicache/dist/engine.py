@@ -17,6 +17,7 @@ import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -39,6 +40,9 @@ from .model import TinyModel
 from .pp_sync import pp_sync
 from .prefetch import PrefetchJob, PrefetchWorker
 from .transfers import CopyEngine, PageCopy, Transfer, TransferKind, TransferQueue
+
+if TYPE_CHECKING:          # (worker imports this module)
+    from .worker import Faults
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +172,7 @@ class Engine:
         return t
 
     # --- the loop -----------------------------------------------------------------------
-    def serve(self, workload: list[list[int]], faults: "Faults | None" = None) -> None:
+    def serve(self, workload: list[list[int]], faults: Faults | None = None) -> None:
         ps = self.cfg.page_size
         for rid, toks in enumerate(workload):
             full = len(toks) // ps

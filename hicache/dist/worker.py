@@ -11,7 +11,6 @@ from hicache.storage.faulty import FaultConfig, FaultyStorage
 from hicache.storage.file_store import FileStorage
 
 from .comm import Comm
-from .config import RunConfig
 from .engine import Engine, SeededBugs
 from .gather_bench import bench_gather
 from .topology import Topology

@@ -14,10 +14,10 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from hicache.tla.cfg import Config
-from hicache.tla.compiler import UNSET, Compiler, Ctx, Model, OpDef, Subst
+from hicache.tla.compiler import UNSET, Compiler, Ctx, Model, OpDef
 from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, node_loc
 from hicache.tla.stdlib import TLCContext
@@ -101,7 +101,6 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
     model.lookup_def = lookup_cfg_name
     comp = Compiler(model)
     warnings: list[str] = []
-    n = len(model.variables)
 
     for expr, ctx in model.assumes:
         v = comp.value(expr, ctx)[0]((), None, ())
@@ -117,7 +116,6 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
         d_init, d_next = model.lookup_def(cfg.init), model.lookup_def(cfg.next)
         init_node, init_ctx = d_init.body, Ctx(d_init.scope, varmode="init", module=d_init.module)
         next_node, next_ctx = d_next.body, Ctx(d_next.scope, module=d_next.module)
-        next_name, next_d = cfg.next, d_next
     init_fn = comp.action(init_node, Ctx(init_ctx.scope, varmode="init", module=init_ctx.module))[0]
 
     actions = []

@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
-from hicache.tla.loader import Loader, Module, STANDARD_MODULES, node_loc
-from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, STRING, SYNONYMS, TLCContext
+from hicache.tla.loader import Loader, Module, node_loc
+from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, STRING, SYNONYMS
 from hicache.tla.values import (
-    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, as_frozenset, fmt, in_set, is_set, iter_values,
+    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_set, iter_values,
     mk_fcn, normalize, sorted_values,
 )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,7 +49,7 @@ def check_entry(e: Entry, root: Path, out_dir: Path | None):
     from hicache.tla.checker import Checker, build
     from hicache.tla.errors import TlaError
     from hicache.tla.itf import trace_to_itf, write_itf
-    from hicache.tla.report import behavior_text, summary_text
+    from hicache.tla.report import summary_text
     try:
         ck = build(root / e.spec, load_cfg(root / e.cfg))
         checker = Checker(ck)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hicache.tla.cfg import Config, load_cfg
+from hicache.tla.cfg import load_cfg
 from hicache.tla.checker import Checker, Result, build
 from hicache.tla.errors import TlaError
 from hicache.tla.itf import trace_to_itf, write_itf

@@ -14,7 +14,7 @@ from typing import Callable
 
 from hicache.tla.errors import EvalError
 from hicache.tla.values import (
-    CombinedSet, is_infinite, Fcn, InfiniteSet, Interval, ModelValue, PowerSet, ProductSet, RecFcn, as_frozenset, card, fmt,
+    CombinedSet, is_infinite, Fcn, InfiniteSet, Interval, PowerSet, ProductSet, RecFcn, as_frozenset, card, fmt,
     in_set, is_set, iter_values, mk_fcn, sorted_values,
 )
 

@@ -1,6 +1,4 @@
 """The replicated tree and the copy queues, in one process (no collectives)."""
-import threading
-
 import pytest
 import torch
 

@@ -2,7 +2,7 @@
 pool pressure, with the tree's invariants checked after every step (Hypothesis)."""
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from hicache.dist.cache_model import ReplicatedTree
 from hicache.protocol.cp_layout import CPLayout, chain_owner_class

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hicache.tla.errors import EvalError, SemanticError, TlaError
+from hicache.tla.errors import EvalError, SemanticError
 from hicache.tla.values import Fcn, ModelValue, mk_fcn
 
 MV = ModelValue
