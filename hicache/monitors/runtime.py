@@ -87,6 +87,18 @@ class RefinementMap(Protocol):
     def bind(self, action: str, fields: dict) -> list[tuple[str, tuple]] | None: ...
 
 
+_COMPOUND: dict = {}
+
+
+def compound_step(action) -> tuple:
+    """What `bind` reports for an event a map checks as a compound of spec steps (the
+    invariants only, after it): one shared value per action."""
+    steps = _COMPOUND.get(action)
+    if steps is None:
+        steps = _COMPOUND[action] = ((str(action), None),)
+    return steps
+
+
 @dataclass(slots=True)
 class Step:
     seq: int
@@ -174,10 +186,11 @@ class Monitor:
         # placement arithmetic over every address) is checked again only when a constant it
         # reads (CONST_READS) changed value since it last held, not at every step
         reads_of = getattr(self.spec, "READS", {})
-        self._const_reads = getattr(self.spec, "CONST_READS", {})
+        const_reads = getattr(self.spec, "CONST_READS", {})
         overridden = getattr(rmap, "invariant_overrides", {})    # (a map's own forms may read state)
-        self._const_level = frozenset(n for n in self.invariants
-                                      if not reads_of.get(n, True) and n not in overridden)
+        # constant-level invariant -> the constants it reads, in a fixed order (its verdict key)
+        self._const_level = {n: tuple(sorted(const_reads.get(n, self.spec.CONSTANTS))) for n in self.invariants
+                             if not reads_of.get(n, True) and n not in overridden}
         self._const_held: dict[str, tuple] = {}   # invariant -> its constants' values when it held
         # incremental maps keep the mapped state themselves and report what changed;
         # invariants are then checked on the changed elements only (see _step_incremental);
@@ -264,12 +277,7 @@ class Monitor:
             if not check:
                 self.history.append(Step(self.steps, name, dict(fields), None))
                 return
-            t = self.rmap.state()
-            self.history.append(Step(self.steps, name, dict(fields), t))
-            self.checked += 1
-            # prev: the last mapped state (the pre-state in strict mode), for the diff only
-            prev, self.prev = self.prev, t
-            self._check_step(name, fields, steps, prev, t)
+            self._map_and_check(name, fields, steps)
             return
         if not check and not self._check_next:
             self.history.append(Step(self.steps, name, dict(fields), None))
@@ -287,6 +295,12 @@ class Monitor:
         from scratch (the map keeps nothing between samples)."""
         self._gap = self._next_gap()
         self.sampled = True
+        self._map_and_check(name, fields, steps)
+
+    def _map_and_check(self, name: str, fields: dict, steps) -> None:
+        """A checked event on an invariant-only map: the state after it, mapped from scratch,
+        recorded and checked; prev (the last mapped state: the pre-state in strict mode) is
+        for the diff only."""
         t = self.rmap.state()
         self.history.append(Step(self.steps, name, dict(fields), t))
         self.checked += 1
@@ -350,8 +364,9 @@ class Monitor:
             return self.invariants
         out = {}
         for name, inv in self.invariants.items():
-            if name in self._const_level:
-                key = tuple(_freeze(C.get(k)) for k in sorted(self._const_reads.get(name, self.spec.CONSTANTS)))
+            reads = self._const_level.get(name)
+            if reads is not None:
+                key = tuple(_freeze(C.get(k)) for k in reads)
                 if self._const_held.get(name) == key:
                     continue
                 self._const_held[name] = key

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_sharding import NONE, no_double_allocation_linear
+from hicache.monitors.runtime import compound_step
 from hicache.tla.values import Fcn, mk_fcn
 
 from .steps import capacity
 
-#: action -> the steps `bind` reports for it (a compound step: no parameters to check)
-_COMPOUND: dict = {}
 
 
 class CPReplayMap:
@@ -62,10 +61,7 @@ class CPReplayMap:
     def bind(self, action: str, fields: dict):
         if action == "LoadBackLayer":
             return None      # emitted on the transfer thread; no page moves
-        steps = _COMPOUND.get(action)
-        if steps is None:
-            steps = _COMPOUND[action] = ((str(action), None),)
-        return steps
+        return compound_step(action)
 
     # ------------------------------------------------------------ constants / state
     def constants(self) -> dict:
@@ -73,7 +69,7 @@ class CPReplayMap:
                 "Chains": frozenset(range(1, self.n_chains + 1)), "MaxLen": self.max_len,
                 "BugSpliceAnyRotation": False}
 
-    def _rows(self) -> dict[int, tuple[int, list]]:
+    def _rows(self, allocated: set[int]) -> dict[int, tuple[int, list]]:
         """Chain id -> (rot, device pages or NoPage per position): one chain per tree node,
         one per pending allocation."""
         cache, cp = self.cache, self.cp
@@ -98,7 +94,6 @@ class CPReplayMap:
             rows.append((x, NONE if base is None else (base + depth) % cp, pages))
             for c in reversed(list(x.children.values())):
                 stack.append((c, depth + x.n, base))
-        allocated = self._allocated()
         log = cache.alloc_log
         # newest first: a page freed and handed out again belongs to the newer allocation
         for aid in sorted(log, reverse=True):
@@ -125,11 +120,10 @@ class CPReplayMap:
             out[cid] = (rot, pages)
         return out
 
-    def _allocated(self) -> set[int]:
-        return set(range(self.cp * self.local_pages)) - self.cache.dev_alloc.free_set()
-
     def state(self) -> dict:
-        rows = self._rows()
+        pids = frozenset(range(self.cp * self.local_pages))
+        free = pids & self.cache.dev_alloc.free_set()
+        rows = self._rows(pids - free)
         if max(rows, default=1) > self.n_chains:
             self.n_chains = capacity(max(rows), self.n_chains)
         longest = max((len(p) for _, p in rows.values()), default=1)
@@ -143,6 +137,5 @@ class CPReplayMap:
             rot[c], ln[c] = r, len(pages)
             page[c] = Fcn({P: (pages[P] if P < len(pages) else NONE) for P in range(L)}) if pages else empty
             host[c] = empty
-        pids = frozenset(range(self.cp * self.local_pages))
         return {"rot": mk_fcn(rot), "len": mk_fcn(ln), "page": mk_fcn(page), "host": mk_fcn(host),
-                "free": pids - self._allocated(), "mixed": False}
+                "free": free, "mixed": False}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.rt import Failure
+from hicache.monitors.runtime import compound_step
 from hicache.runtime.allocator import HostSlotState
 from hicache.tla.values import Fcn, mk_fcn
 
@@ -46,8 +47,6 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
           "DeviceInsert": "running", "RequestFinish": None, "RequestAbort": None}
 
 
-#: action -> the steps `bind` reports for it (a compound step: no parameters to check)
-_COMPOUND: dict = {}
 
 
 class HostTierMap:
@@ -78,11 +77,7 @@ class HostTierMap:
                 self.sync_backup[node] = list(fields.get("slots") or ())
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
-        # compound: invariants only (see module docstring); one shared value per action
-        steps = _COMPOUND.get(action)
-        if steps is None:
-            steps = _COMPOUND[action] = ((str(action), None),)
-        return steps
+        return compound_step(action)      # invariants only (see module docstring)
 
     # ------------------------------------------------------------ constants
     def constants(self) -> dict:
