@@ -154,6 +154,11 @@ def test_bench_compares_the_three_modes_on_one_replay():
     assert sum(v["events"] for v in prof.values()) >= out["events"] > 0
     assert {"RequestMatch", "RequestFinish"} <= set(prof)
     assert all(v["us_per_event"] > 0 and v["ms"] > 0 for v in prof.values())
+    # the attached floor ran the replay with the monitor attached (its listener got every
+    # event the strict monitor saw, and more: LoadBackLayer binds to no step)
+    floor = out["attached_floor"]
+    assert floor["seconds"] > 0 and floor["ratio"] == floor["seconds"] / s["off_s"]
+    assert floor["events_delivered"] >= out["events"]
 
 
 # ---------------------------------------------------------------------- bug 14
