@@ -11,7 +11,7 @@ Targets (issue 6): strict <= 1.5x off, sample <= 1.05x off. Each comparison repo
 wall-clock ratio, the ratio of the process's CPU time (steadier on a shared machine: waits
 of the transfer threads do not count), the monitor's cost per protocol event in us, and in
 strict mode per event type (`strict_us_by_event`: where the cost goes). Two floors, in the
-same interleaved runs: `attached` (strict's monitor attached, node journaling and the final
+same interleaved runs: `attached_floor` (strict's monitor attached, node journaling and the final
 check at close included, but a listener that returns at once: what being attached costs
 before any check) and sample mode at rate 0 in the sweep (dispatch, binding and history per
 event and the final check, no sampled step: the least sample mode can cost).

@@ -63,9 +63,20 @@ class VerifyConfig:
             mode = Mode(raw)
         except ValueError:
             raise ValueError(f"HICACHE_VERIFY: {raw!r} is not one of off, sample, strict") from None
-        return cls(mode=mode, sample_rate=float(env.get("HICACHE_VERIFY_RATE", "0.05")),
-                   seed=int(env.get("HICACHE_VERIFY_SEED", "0")),
+        # (each variable's error names it: the process's environment is the input here)
+        rate = _env_number(env, "HICACHE_VERIFY_RATE", "0.05", float, "a fraction in [0, 1]")
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"HICACHE_VERIFY_RATE: {rate!r} is not a fraction in [0, 1]")
+        return cls(mode=mode, sample_rate=rate, seed=_env_number(env, "HICACHE_VERIFY_SEED", "0", int, "an integer"),
                    violation_dir=env.get("HICACHE_VIOLATION_DIR", "hicache-violations"))
+
+
+def _env_number(env, name: str, default: str, kind, what: str):
+    raw = env.get(name, default)
+    try:
+        return kind(raw.strip())
+    except ValueError:
+        raise ValueError(f"{name}: {raw!r} is not {what}") from None
 
 
 class RefinementMap(Protocol):

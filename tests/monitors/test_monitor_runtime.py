@@ -122,6 +122,11 @@ def test_verify_config_from_env():
         VerifyConfig.from_env({"HICACHE_VERIFY": "loud"})
     with pytest.raises(ValueError, match="sample_rate"):
         VerifyConfig(mode="sample", sample_rate=2.0)
+    # a bad variable is named in the error, with its value
+    for var, value in (("HICACHE_VERIFY_RATE", "abc"), ("HICACHE_VERIFY_RATE", "1.5"),
+                       ("HICACHE_VERIFY_RATE", "nan"), ("HICACHE_VERIFY_SEED", "x"), ("HICACHE_VERIFY_SEED", "1.0")):
+        with pytest.raises(ValueError, match=f"^{var}: '?{value}'?"):
+            VerifyConfig.from_env({"HICACHE_VERIFY": "sample", var: value})
 
 
 # ---------------------------------------------------------------- map's own invariant forms
