@@ -45,7 +45,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         e = explain(args.violation, opts)
     except (OSError, ValueError, json.JSONDecodeError) as exc:
-        print(f"hicache explain: cannot read {args.violation}: {exc}", file=sys.stderr)
+        msg = str(exc)
+        # (a located error already names the file)
+        where = "" if msg.startswith(str(args.violation)) else f"cannot read {args.violation}: "
+        print(f"hicache explain: {where}{msg}", file=sys.stderr)
         return EXIT_UNREADABLE
     except TlaError as exc:
         print(f"Error: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ a state's `#meta` or its args (timeline lanes).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,14 @@ def lane_of(*sources: dict) -> str | None:
     return None
 
 
+def _decode_at(path: Path, where: str, j):
+    """An ITF value decoded, or ValueError naming the file and the field it sits in."""
+    try:
+        return decode(j)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: {where}: not an ITF value ({e})") from None
+
+
 def load_trace(path: str | Path) -> Trace:
     """Parse an ITF file; ValueError (naming the field) when it is not a usable trace."""
     path = Path(path)
@@ -103,17 +112,27 @@ def load_trace(path: str | Path) -> Trace:
     if not isinstance(doc, dict) or not isinstance(doc.get("states"), list):
         raise ValueError(f"{path}: not an ITF trace (no 'states' list)")
     meta = doc.get("#meta") or {}
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: #meta: an object, got {json.dumps(meta)[:60]}")
     states = doc["states"]
     if not states:
         raise ValueError(f"{path}: states: the trace has no state")
-    variables = list(doc.get("vars") or [k for k in states[0] if not k.startswith("#")])
+    for i, rec in enumerate(states):
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: states[{i}]: a state is a JSON object, got {json.dumps(rec)[:60]}")
+    raw_vars = doc.get("vars")
+    if raw_vars is not None and not (isinstance(raw_vars, list) and all(isinstance(v, str) for v in raw_vars)):
+        raise ValueError(f"{path}: vars: a list of variable names, got {json.dumps(raw_vars)[:60]}")
+    variables = list(raw_vars or [k for k in states[0] if not k.startswith("#")])
     steps = []
     for i, rec in enumerate(states):
         smeta = rec.get("#meta") or {}
+        if not isinstance(smeta, dict):
+            raise ValueError(f"{path}: states[{i}].#meta: an object, got {json.dumps(smeta)[:60]}")
         args = smeta.get("args") or {}
         if not isinstance(args, dict):
             args = {"args": args}
-        values = {v: decode(rec[v]) for v in variables if v in rec}
+        values = {v: _decode_at(path, f"states[{i}].{v}", rec[v]) for v in variables if v in rec}
         rstep = smeta.get("step")
         steps.append(TraceStep(i, smeta.get("action"), args, rstep if isinstance(rstep, int) else None,
                                lane_of(smeta, args), values, smeta.get("exchange") is True))
@@ -134,7 +153,7 @@ def load_trace(path: str | Path) -> Trace:
     trace_dir = path.parent
     constants = None
     if isinstance(meta.get("constants"), dict):
-        constants = {k: decode(x) for k, x in meta["constants"].items()}
+        constants = {k: _decode_at(path, f"#meta.constants.{k}", x) for k, x in meta["constants"].items()}
     cfg = meta.get("config")
     verify = cfg if isinstance(cfg, dict) else None
     cfg_path = resolve(cfg, trace_dir) if isinstance(cfg, str) else None

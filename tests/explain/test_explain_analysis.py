@@ -286,6 +286,27 @@ def test_cli_unreadable(tmp_path, capsys):
     assert "not an ITF trace" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("doc, where", [
+    ({"vars": ["x"], "states": [1]}, "states[0]: a state is a JSON object"),
+    ({"vars": "x", "states": [{"x": 1}]}, "vars: a list of variable names"),
+    ({"#meta": "z", "states": [{"x": 1}]}, "#meta: an object"),
+    ({"vars": ["x"], "states": [{"x": 1, "#meta": 3}]}, "states[0].#meta: an object"),
+    ({"vars": ["x"], "states": [{"x": 1}, {"x": 1.5}]}, "states[1].x: not an ITF value"),
+    ({"vars": ["x"], "states": [{"x": {"#bigint": "zz"}}]}, "states[0].x: not an ITF value"),
+    ({"vars": ["x"], "#meta": {"constants": {"N": {"#set": 3}}}, "states": [{"x": 1}]},
+     "#meta.constants.N: not an ITF value"),
+])
+def test_cli_malformed_trace_is_a_located_error(tmp_path, capsys, doc, where):
+    """A malformed ITF trace is refused with the file and the field at fault (exit 2), not a
+    traceback."""
+    from hicache.cli.main import main
+    p = tmp_path / "t.itf.json"
+    p.write_text(json.dumps(doc))
+    assert main(["explain", str(p)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hicache explain: {p}: {where}"), err
+
+
 def test_search_constants_stay_on_the_trace_parameters_within_the_model():
     from hicache.explain.analysis import _search_constants
     model = {"N": 3, "S": frozenset({"a", "b", "c"}), "Bug": False, "M": 2}
