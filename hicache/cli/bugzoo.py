@@ -12,14 +12,28 @@ groups and N layer-pipeline schedules fault-free.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 
 from hicache.cli.output import emit
 
 
+def _at_least(low: int):
+    def parse(raw: str) -> int:
+        try:
+            v = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not an integer") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {v}")
+        return v
+    return parse
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seeds", type=int, default=30, help="workloads tried per bug until its fault fires")
-    p.add_argument("--clean", type=int, default=200, help="fault-free seeded workloads checked for false alarms")
+    p.add_argument("--seeds", type=_at_least(1), default=30, help="workloads tried per bug until its fault fires")
+    p.add_argument("--clean", type=_at_least(0), default=200,
+                   help="fault-free seeded workloads checked for false alarms")
     p.add_argument("--only", type=int, action="append", help="only this bug class (repeatable)")
     p.add_argument("--violation-dir", default=None, help="where violation traces go (default: a temp dir)")
 
@@ -51,7 +65,14 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache.monitors.zoo import run_zoo
+    from hicache.monitors.zoo import bug_classes, run_zoo
+    unknown = sorted(set(args.only or ()) - set(bug_classes()))
+    if unknown:
+        known = bug_classes()
+        print(f"hicache bugzoo: --only: {', '.join(map(str, unknown))} is not a bug class of the zoo "
+              f"({min(known)}-{max(known)})", file=sys.stderr)
+        from hicache.cli.main import EXIT_USAGE
+        return EXIT_USAGE
     vdir = args.violation_dir or tempfile.mkdtemp(prefix="hicache-bugzoo-")
     results = run_zoo(seeds=args.seeds, vdir=vdir, only=set(args.only) if args.only else None)
     alarms = clean_sweep(args.clean, vdir)

@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.spec:
         print("hicache check: give SPEC.tla or --all", file=sys.stderr)
         return EXIT_ERROR + 1
+    for flag, v in (("--depth", args.depth), ("--num", args.num)):
+        if v < 1:
+            print(f"hicache check: {flag}: must be >= 1, got {v}", file=sys.stderr)
+            return EXIT_ERROR + 1
     from hicache.tla.run import check_one
     res, payload, text = check_one(args.spec, args.config, simulate=args.simulate, depth=args.depth,
                                    num=args.num, seed=args.seed, trace_out=args.trace_out,

@@ -52,6 +52,9 @@ class RunConfig:
             raise ValueError(f"verify must be one of {Verify.ALL}, got {self.verify!r}")
         if not 0.0 <= self.storage_fail_p <= 1.0:
             raise ValueError(f"storage_fail_p must lie in [0, 1], got {self.storage_fail_p}")
+        for name in ("transfer_delay_s", "storage_delay_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
         if not self.storage_dir:

@@ -703,12 +703,18 @@ PIPELINE_BUGS = {11: pipeline_entry}
 
 
 # ====================================================================== the zoo
+def bug_classes() -> list[int]:
+    """The REFERENCE.md bug numbers the zoo reproduces."""
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    return sorted(set(RUNTIME_FAULTS) | set(RANK_FAULTS) | set(PIPELINE_BUGS) | set(PROCESS_BUGS))
+
+
 def run_zoo(seeds: int = 30, vdir: str = "hicache-violations/bugzoo", only=None) -> list[BugResult]:
     from hicache.monitors.workload import WorkloadConfig
     wcfg = WorkloadConfig()
     from hicache.monitors.faults import RUNTIME_FAULTS
     out = []
-    for bug in sorted(set(RUNTIME_FAULTS) | set(RANK_FAULTS) | set(PIPELINE_BUGS) | set(PROCESS_BUGS)):
+    for bug in bug_classes():
         if only and bug not in only:
             continue
         if bug in PIPELINE_BUGS:

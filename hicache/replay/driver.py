@@ -56,6 +56,9 @@ class ReplayConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: must be a non-negative int, got {v!r}")
+        if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool)
+                                       or self.limit < 1):
+            raise ValueError(f"limit: must be a positive int (requests), got {self.limit!r}")
         if self.device_tokens < self.page_size:
             raise ValueError(f"device_tokens: must hold at least one page, got {self.device_tokens}")
         object.__setattr__(self, "storage", StorageKind(self.storage))

@@ -40,6 +40,8 @@ def _field(obj: dict, name: str, where: str, kind=int) -> object:
 
 def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
     """Parse and validate every line; raises TraceError(file:line: field ...)."""
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit: must be a positive int (requests), got {limit!r}")
     with open(path) as f:
         count = 0
         for lineno, raw in enumerate(f, 1):

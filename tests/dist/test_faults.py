@@ -51,3 +51,16 @@ def test_mismatched_configuration_is_rejected_at_start(field, value):
     for rank in (0, 1):
         assert f"configuration mismatch in field '{field}'" in fails[rank]
         assert "config_agreement#0" in fails[rank]
+
+
+@pytest.mark.parametrize("field, value, msg", [
+    ("transfer_delay_s", -1.0, "transfer_delay_s must be >= 0, got -1.0"),
+    ("storage_delay_s", -0.5, "storage_delay_s must be >= 0, got -0.5"),
+    ("storage_fail_p", 2.0, "storage_fail_p must lie in [0, 1], got 2.0"),
+])
+def test_a_bad_fault_setting_is_refused_before_any_rank_starts(tmp_path, field, value, msg):
+    """A negative injected delay used to start the ranks and fail one of them on a copy
+    thread (time.sleep's own ValueError, as a DistStepError); the config refuses it."""
+    from hicache.dist.config import RunConfig
+    with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        RunConfig(storage_dir=str(tmp_path), **{field: value})

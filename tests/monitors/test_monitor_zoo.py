@@ -292,3 +292,20 @@ def test_monitor_traces_record_constants_and_config(tmp_path):
     meta = read_itf(s.trace)["#meta"]
     assert {k: decode(v) for k, v in meta["constants"].items()} == dict(load_cfg("spec/DraftState.cfg").constants)
     assert meta["config"]["action_checks"] is True
+
+
+def test_bugzoo_cli_refuses_what_it_cannot_run(capsys):
+    """--only a class the zoo does not have, --seeds 0, --clean -1: a usage error naming the
+    flag (the CLI's usage exit code, TLC's 150) before anything runs, not an empty or
+    negative report."""
+    from hicache.cli.main import EXIT_USAGE, main
+    from hicache.monitors.zoo import bug_classes
+    assert bug_classes() == list(range(1, 15))
+    assert main(["bugzoo", "--only", "3", "--only", "99"]) == EXIT_USAGE
+    assert "--only: 99 is not a bug class of the zoo (1-14)" in capsys.readouterr().err
+    for argv, msg in ((["--seeds", "0"], "--seeds: must be >= 1, got 0"),
+                      (["--clean", "-1"], "--clean: must be >= 0, got -1"),
+                      (["--seeds", "x"], "--seeds: 'x' is not an integer")):
+        with pytest.raises(SystemExit) as e:
+            main(["bugzoo", *argv])
+        assert e.value.code == EXIT_USAGE and msg in capsys.readouterr().err

@@ -135,3 +135,14 @@ def test_small_kv_through_mooncake_restores_every_byte():
         out = replay_requests(cfg, reqs, open_storage(cfg.storage, stack))
     assert out["corrupt_pages"] == 0
     assert out["tiers"]["storage"]["hit_tokens"] > 0
+
+
+def test_a_limit_below_one_request_is_refused(tmp_path):
+    """--limit 0 or -3 used to replay one request (the generator's count check never fired):
+    refused by the config and by read_trace, naming the field."""
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match=f"limit: must be a positive int \\(requests\\), got {bad}"):
+            ReplayConfig(limit=bad)
+        with pytest.raises(ValueError, match="limit: must be a positive int"):
+            next(read_trace(SYN, bad))
+    assert len(list(read_trace(SYN, 1))) == 1

@@ -70,3 +70,14 @@ def test_simulation_finds_action_property_and_deadlock(tmp_path):
     assert code == 12 and payload["result"] == "property"
     code, payload = simulate(tmp_path, "Philosophers.tla", 50, 50, 0)
     assert code == 11 and payload["result"] == "deadlock"
+
+
+def test_simulation_bounds_below_one_are_refused(capsys):
+    """--depth -1 or --num 0 used to run and report a search of depth 0 or 1: refused, naming
+    the flag, with the usage exit code, before the spec is read."""
+    from hicache.cli.check import EXIT_ERROR
+    from hicache.cli.main import main
+    for flag, v in (("--depth", "-1"), ("--num", "0")):
+        # (the code of check's other usage error, a missing SPEC.tla)
+        assert main(["check", str(MODELS / "DieHard.tla"), "--simulate", flag, v]) == EXIT_ERROR + 1
+        assert f"hicache check: {flag}: must be >= 1, got {v}" in capsys.readouterr().err
