@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,3 +23,9 @@ class Options:
             raise ValueError(f"compound: {self.compound} < 1")
         if self.max_seconds <= 0:
             raise ValueError(f"max_seconds: {self.max_seconds} <= 0")
+        # a spec or config named by the user must exist (the trace's own are looked up, and
+        # their absence noted, by the analysis)
+        for name in ("spec", "config"):
+            given = getattr(self, name)
+            if given is not None and not Path(given).is_file():
+                raise ValueError(f"{name}: {given}: no such file")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hicache.tla.cfg import load_cfg
 from hicache.tla.checker import Checker, Result, build
-from hicache.tla.errors import TlaError
+from hicache.tla.errors import Loc, TlaError
 from hicache.tla.itf import trace_to_itf, write_itf
 from hicache.tla.report import summary_text
 
@@ -28,6 +28,8 @@ def check_one(spec: str, cfg_path: str | None, *, simulate: bool = False, depth:
     spec_p = Path(spec)
     cfg_p = Path(cfg_path) if cfg_path else default_cfg(spec_p)
     try:
+        if not spec_p.is_file():    # (before its default config, which would be reported missing)
+            raise TlaError(f"no such spec file {spec_p}", Loc(str(spec_p), 0, 0))
         cfg = load_cfg(cfg_p)
         ck = build(spec_p, cfg)
     except TlaError as e:

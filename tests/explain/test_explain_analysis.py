@@ -218,11 +218,17 @@ def test_twin_trace_under_the_ci_model(twin_traces):
     assert small.spec_search.status == "budget" and small.spec_search.length is None
 
 
-def test_options_validated():
+def test_options_validated(tmp_path):
     with pytest.raises(ValueError, match="max_states"):
         Options(max_states=0)
     with pytest.raises(ValueError, match="compound"):
         Options(compound=0)
+    # a --spec or --config the user names must exist (it used to be reported as the trace's
+    # own spec not found)
+    with pytest.raises(ValueError, match=f"^spec: {tmp_path}/X.tla: no such file$"):
+        Options(spec=str(tmp_path / "X.tla"))
+    with pytest.raises(ValueError, match=f"^config: {tmp_path}/X.cfg: no such file$"):
+        Options(config=str(tmp_path / "X.cfg"))
 
 
 def test_deadlock_twin(tmp_path):

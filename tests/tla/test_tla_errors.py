@@ -177,6 +177,8 @@ def test_missing_spec_file(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert proc.returncode >= 150
     assert "Traceback" not in proc.stderr
+    # the spec is named missing (not its default config, which follows from it)
+    assert "no such spec file" in proc.stdout + proc.stderr and "Nope.cfg" not in proc.stdout + proc.stderr
 
 
 def test_assume_violated(tmp_path):
