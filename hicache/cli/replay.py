@@ -65,13 +65,25 @@ def _expected_errors(args: argparse.Namespace) -> tuple[type[BaseException], ...
     return errs
 
 
+def _sweep_factors(raw: str) -> tuple[float, ...]:
+    """--sweep F,F,...: the capacity factors (ValueError naming the flag and the item that is
+    not a number; EvalConfig checks their range)."""
+    out = []
+    for item in raw.split(","):
+        try:
+            out.append(float(item))
+        except ValueError:
+            raise ValueError(f"--sweep: {item.strip()!r} is not a number (F,F,...: capacity factors)") from None
+    return tuple(out)
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from hicache.replay.costmodel import CostModel
     from hicache.replay.evaluate import EvalConfig, evaluate, render
     try:
         factors = (0.25, 0.5, 1.0, 2.0, 4.0) if args.plot and args.sweep is None else ()
         if args.sweep:
-            factors = tuple(float(f) for f in args.sweep.split(","))
+            factors = _sweep_factors(args.sweep)
         cfg = EvalConfig(page_size=args.page_size, cp=args.cp, device_tokens=args.device_tokens,
                          host_tokens=args.host_tokens, storage=args.storage,
                          storage_on_shard=not args.no_shard, write_policy=args.write_policy,

@@ -131,13 +131,14 @@ def run(args: argparse.Namespace) -> int:
     from hicache.dist.runner import run_distributed
     from hicache.protocol.prefix_agreement import StopPolicy
 
-    fields = dict(cp=args.cp, pp=args.pp, requests=args.requests, verify=args.verify,
-                  policy=StopPolicy(args.policy), page_size=args.page_size,
-                  device_pages_per_rank=args.device_pages, host_pages_per_rank=args.host_pages,
-                  model=ModelConfig(layers=args.layers), seed=args.seed, storage_fail_p=args.storage_fail_p,
-                  transfer_delay_s=args.transfer_delay, overlap=not args.no_overlap, timeout_s=args.timeout)
     try:
-        RunConfig(storage_dir="validate-only", **fields)      # bad options fail here, before any process starts
+        # bad options fail here, before any process starts
+        fields = dict(cp=args.cp, pp=args.pp, requests=args.requests, verify=args.verify,
+                      policy=StopPolicy(args.policy), page_size=args.page_size,
+                      device_pages_per_rank=args.device_pages, host_pages_per_rank=args.host_pages,
+                      model=ModelConfig(layers=args.layers), seed=args.seed, storage_fail_p=args.storage_fail_p,
+                      transfer_delay_s=args.transfer_delay, overlap=not args.no_overlap, timeout_s=args.timeout)
+        RunConfig(storage_dir="validate-only", **fields)
         if args.bench_iters < 0:
             raise ValueError(f"bench_iters must be >= 0, got {args.bench_iters}")
     except ValueError as exc:

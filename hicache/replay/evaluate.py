@@ -43,8 +43,8 @@ class EvalConfig:
             raise ValueError(f"host_tokens: the comparison needs a host tier, got {self.host_tokens}")
         object.__setattr__(self, "storage", StorageKind(self.storage))
         for f in self.sweep:
-            if not f > 0:
-                raise ValueError(f"sweep: factors must be > 0, got {f!r}")
+            if not 0 < f < float("inf"):      # (NaN fails both)
+                raise ValueError(f"sweep: factors must be positive and finite, got {f!r}")
 
     def replay_config(self, *, shard: bool, storage: StorageKind = StorageKind.NONE,
                       device_tokens: int | None = None) -> ReplayConfig:

@@ -28,3 +28,11 @@ def test_run_rejects_bad_options_before_starting(capsys):
     code = main(["run", "--cp", "2", "--pp", "3", "--json"])   # 3 stages cannot split 4 layers
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 150 and "pp=3" in out["error"]
+
+
+def test_run_rejects_a_model_without_layers_before_starting(capsys):
+    """--layers 0 used to end in a traceback (the model's own check ran outside the
+    validation that reports bad options)."""
+    code = main(["run", "--layers", "0", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 150 and out["error"] == "layers must be >= 1, got 0"

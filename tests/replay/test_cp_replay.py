@@ -202,3 +202,13 @@ def test_sharded_small_kv_restores_every_byte_through_host_and_storage():
     t = out["tiers"]
     assert out["corrupt_pages"] == 0
     assert min(t["device"]["hit_tokens"], t["host"]["hit_tokens"], t["storage"]["hit_tokens"]) > 0
+
+
+@pytest.mark.parametrize("sweep, msg", [("abc", "--sweep: 'abc' is not a number"),
+                                        ("1,-2", "sweep: factors must be positive and finite, got -2.0"),
+                                        ("1,nan", "sweep: factors must be positive and finite, got nan")])
+def test_cli_evaluate_refuses_a_bad_sweep(capsys, sweep, msg):
+    from hicache.cli.main import main
+    code = main(["replay", SYN, "--limit", "3", "--cp", "2", "--host-tokens", "100000", "--evaluate",
+                 "--sweep", sweep, "--json"])
+    assert code == 1 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["error"].startswith(msg)
