@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 from hicache.cli.output import emit
 
@@ -74,6 +75,13 @@ def run(args: argparse.Namespace) -> int:
         from hicache.cli.main import EXIT_USAGE
         return EXIT_USAGE
     vdir = args.violation_dir or tempfile.mkdtemp(prefix="hicache-bugzoo-")
+    try:        # every caught bug writes its trace here: a directory that cannot take one is refused
+        Path(vdir).mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=vdir).close()
+    except OSError as e:
+        print(f"hicache bugzoo: --violation-dir: {vdir}: cannot write there ({e.strerror or e})", file=sys.stderr)
+        from hicache.cli.main import EXIT_USAGE
+        return EXIT_USAGE
     results = run_zoo(seeds=args.seeds, vdir=vdir, only=set(args.only) if args.only else None)
     alarms = clean_sweep(args.clean, vdir)
     clean_twins = [r.name for r in results if r.clean_alarm]

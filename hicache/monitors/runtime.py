@@ -151,6 +151,8 @@ class ProtocolViolation(AssertionError):
             lines.append("  recent events: " + ", ".join(f"{h.seq}:{h.action}" for h in tail))
         if self.trace_path:
             lines.append(f"  trace: {self.trace_path} (hicache explain {self.trace_path})")
+        else:
+            lines.append("  trace: not written (the violation directory could not be written: see the warning)")
         return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ model values {"#unserializable": "name"}. `decode` inverts `encode` exactly.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,8 @@ def write_itf(path: str | Path, doc: dict) -> None:
 def write_itf_new(directory: str | Path, stem: str, doc: dict) -> str | None:
     """Write `doc` as `<directory>/<stem>-<i>.itf.json` with the first unused i (a trace never
     overwrites an earlier one); the path, or None when the directory cannot be written (a
-    monitor reports its violation without the trace then)."""
+    monitor reports its violation without the trace then, and a RuntimeWarning says where
+    and why the trace was not written)."""
     d = Path(directory)
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,8 @@ def write_itf_new(directory: str | Path, stem: str, doc: dict) -> str | None:
         p = d / f"{stem}-{i}.itf.json"
         write_itf(p, doc)
         return str(p)
-    except OSError:
+    except OSError as e:
+        warnings.warn(f"hicache: violation trace {stem} not written under {d}: {e}", RuntimeWarning, stacklevel=2)
         return None
 
 

@@ -309,3 +309,23 @@ def test_bugzoo_cli_refuses_what_it_cannot_run(capsys):
         with pytest.raises(SystemExit) as e:
             main(["bugzoo", *argv])
         assert e.value.code == EXIT_USAGE and msg in capsys.readouterr().err
+
+
+def test_a_violation_whose_trace_cannot_be_written_still_raises_and_says_so(tmp_path):
+    """The violation directory is a file: the monitor still raises at the faulty step, its
+    message says the trace was not written, and a RuntimeWarning names the directory and
+    the reason; the bugzoo CLI refuses such a directory before running anything."""
+    from hicache.cli.main import EXIT_USAGE, main
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    from hicache.monitors.zoo import _run_single
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.warns(RuntimeWarning, match=f"not written under {blocked}"):
+        exc = None
+        for seed in range(30):
+            _, exc = _run_single(seed, RUNTIME_FAULTS[6], W, str(blocked))
+            if exc is not None:
+                break
+    assert exc is not None and exc.property == "SlotInOneOwner" and exc.trace_path is None
+    assert "trace: not written" in str(exc)
+    assert main(["bugzoo", "--only", "6", "--clean", "0", "--violation-dir", str(blocked)]) == EXIT_USAGE
