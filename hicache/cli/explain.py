@@ -57,7 +57,15 @@ def run(args: argparse.Namespace) -> int:
     text = to_text(e)
     if args.html:
         from hicache.explain.html import write_html
-        write_html(e, args.html)
+        try:
+            write_html(e, args.html)
+        except OSError as exc:
+            # the analysis is still reported (nothing lost); the page's failure is named
+            obj["html"], obj["html_error"] = None, f"{args.html}: {exc.strerror or exc}"
+            text += f"\nHTML page not written: {obj['html_error']}"
+            emit(args, obj, text)
+            print(f"hicache explain: --html: cannot write {args.html} ({exc.strerror or exc})", file=sys.stderr)
+            return EXIT_UNREADABLE
         obj["html"] = args.html
         text += f"\nHTML page: {args.html}"
     emit(args, obj, text)

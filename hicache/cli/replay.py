@@ -102,6 +102,13 @@ def _evaluate(args: argparse.Namespace) -> int:
             out["plot"] = None
             out["plot_error"] = "matplotlib is not installed (pip install 'hicache[plot]')"
             text += f"\nplot skipped: {out['plot_error']}"
+        except OSError as e:
+            # the evaluation is still reported (nothing lost); the plot's failure is named
+            out["plot"] = None
+            out["plot_error"] = f"{args.plot}: {e.strerror or e}"
+            emit(args, out, text + f"\nplot not written: {out['plot_error']}")
+            print(f"hicache replay: --plot: cannot write {out['plot_error']}", file=sys.stderr)
+            return 1
     emit(args, out, text)
     return 0
 

@@ -50,17 +50,27 @@ def check_one(spec: str, cfg_path: str | None, *, simulate: bool = False, depth:
                                              f"with the spec", None))
     if progress:
         sys.stderr.write("\r" + " " * 100 + "\r")
-    trace_path = None
+    trace_path = trace_error = None
     if res.trace:
         trace_path = Path(trace_out) if trace_out else Path(f"{spec_p.stem}_{cfg_p.stem}.itf.json")
         steps = [(s.state, None if s.action is None else s.action.name) for s in res.trace]
-        write_itf(trace_path, trace_to_itf(res.variables, steps, {
-            "source": str(spec_p), "config": str(cfg_p), "result": res.result, "violated": res.violated,
-            "description": "shortest counterexample found by hicache check"}))
+        try:
+            write_itf(trace_path, trace_to_itf(res.variables, steps, {
+                "source": str(spec_p), "config": str(cfg_p), "result": res.result, "violated": res.violated,
+                "description": "shortest counterexample found by hicache check"}))
+        except OSError as e:
+            # the result (and the behavior printed below) stands; only the file is missing
+            trace_error = f"{trace_path}: {e.strerror or e}"
+            trace_path = None
     text = summary_text(res)
     if trace_path:
         text += f"\nThe behavior was written as ITF to {trace_path}"
-    return res, _payload(res, trace_path), text
+    if trace_error:
+        text += f"\nThe behavior could not be written as ITF: {trace_error}"
+    payload = _payload(res, trace_path)
+    if trace_error:
+        payload["trace_error"] = trace_error
+    return res, payload, text
 
 
 def _payload(res: Result, trace_path) -> dict:

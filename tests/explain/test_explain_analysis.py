@@ -284,6 +284,18 @@ def test_cli_json_and_text(pipeline_trace, tmp_path, capsys):
     assert "Verdict:" in text
 
 
+def test_cli_html_that_cannot_be_written_keeps_the_report(tmp_path, capsys, pipeline_trace):
+    """--html into a path that cannot be written: the analysis is still printed, the page's
+    failure is named (stdout and stderr), exit 2; it was a traceback after the analysis."""
+    from hicache.cli.main import main
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["explain", str(pipeline_trace), "--html", str(blocked / "x.html")]) == 2
+    out, err = capsys.readouterr()
+    assert "Verdict:" in out and f"HTML page not written: {blocked / 'x.html'}" in out
+    assert f"hicache explain: --html: cannot write {blocked / 'x.html'}" in err
+
+
 def test_cli_unreadable(tmp_path, capsys):
     from hicache.cli.main import main
     p = tmp_path / "bad.json"

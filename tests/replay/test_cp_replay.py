@@ -212,3 +212,16 @@ def test_cli_evaluate_refuses_a_bad_sweep(capsys, sweep, msg):
     code = main(["replay", SYN, "--limit", "3", "--cp", "2", "--host-tokens", "100000", "--evaluate",
                  "--sweep", sweep, "--json"])
     assert code == 1 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["error"].startswith(msg)
+
+
+def test_cli_evaluate_plot_that_cannot_be_written_keeps_the_evaluation(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from hicache.cli.main import main
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    code = main(["replay", SYN, "--limit", "30", "--cp", "2", "--host-tokens", "100000", "--evaluate",
+                 "--plot", str(blocked / "x.png"), "--json"])
+    out, err = capsys.readouterr()
+    ev = json.loads(out.strip().splitlines()[-1])
+    assert code == 1 and set(ev["setups"]) == {"baseline", "sharded"} and ev["plot"] is None
+    assert ev["plot_error"].startswith(str(blocked / "x.png")) and "--plot: cannot write" in err

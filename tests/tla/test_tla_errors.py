@@ -251,3 +251,15 @@ def test_non_boolean_invariant_is_located(tmp_path):
     spec = SPEC_OK.replace("====", "Inv == x + 1\n====")
     proc, payload = run_check(tmp_path, "InvNum", spec, CFG_OK + "INVARIANT Inv\n")
     assert_located(payload, "InvNum.tla", 6)
+
+
+def test_a_counterexample_whose_trace_cannot_be_written_is_still_reported(tmp_path):
+    """--trace-out into a path that cannot be written: the violation is reported (its exit
+    code, the behavior), the file's failure named; it was a traceback."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    spec = SPEC_OK.replace("Next ==", "Inv == x < 2\nNext ==")
+    proc, payload = run_check(tmp_path, "Viol", spec, CFG_OK + "INVARIANT Inv\n", "--trace-out",
+                              str(blocked / "t.itf.json"))
+    assert payload["result"] == "invariant" and payload["violated"] == "Inv" and proc.returncode == 12
+    assert payload["trace"] is None and payload["trace_error"].startswith(str(blocked / "t.itf.json"))
