@@ -75,9 +75,14 @@ def run(args: argparse.Namespace) -> int:
             "generated monitors differ from spec/ (run `hicache gen`): " + ", ".join(drift)
         emit(args, {"ok": ok, "drift": drift, "files": sorted(files)}, text)
         return 0 if ok else 1
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for f in drift:
-        (out_dir / f).write_text(files[f])
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for f in drift:
+            (out_dir / f).write_text(files[f])
+    except OSError as e:
+        msg = f"--out-dir: cannot write {e.filename or out_dir} ({e.strerror or e})"
+        emit(args, {"ok": False, "error": msg}, f"hicache gen: {msg}")
+        return EXIT_ERROR
     emit(args, {"ok": True, "written": drift, "files": sorted(files)},
          f"wrote {len(drift)} of {len(files)} monitor modules to {out_dir}")
     return 0

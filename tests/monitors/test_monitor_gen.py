@@ -35,6 +35,13 @@ def test_check_names_the_drifted_file(tmp_path, capsys):
     assert "pp_sync.py" in capsys.readouterr().out
 
 
+def test_an_output_folder_that_cannot_be_written_is_named(tmp_path, capsys):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert gen_cli.run(_args(out_dir=str(blocked / "gen"), only=["PPSync"])) == gen_cli.EXIT_ERROR
+    assert f"hicache gen: --out-dir: cannot write {blocked / 'gen'}" in capsys.readouterr().out
+
+
 def test_generation_is_deterministic():
     a, _ = generate(ROOT / "spec" / "HostTier.tla", "spec/HostTier.tla")
     b, _ = generate(ROOT / "spec" / "HostTier.tla", "spec/HostTier.tla")
