@@ -161,6 +161,8 @@ class HiCache:
     # ------------------------------------------------------------------ device room
     def alloc(self, n: int) -> list[int] | None:
         """n device pages, evicting LRU device leaves; None if locks pin too much."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"n: must be a non-negative int (pages), got {n!r}")
         alloc = self.dev_alloc
         if not self._make_room(lambda: alloc.free >= n):
             return None
@@ -275,11 +277,22 @@ class HiCache:
 
         `pages` are fresh pages from `alloc` holding the KV of the pages after the
         request's device prefix. Pages the tree already holds are freed here."""
+        if req.done:
+            raise ValueError(f"request {req.rid} has finished: it inserts nothing")
         prefix = self.prefix_pages(req)
         full = prefix + pages
         n = len(req.key) // self.tree.pb
         if len(full) != n:
             raise ValueError(f"pages: expected {n - len(prefix)} new pages, got {len(pages)}")
+        if pages:
+            # device pages of this pool, each once: a bogus id would enter the tree's accounting
+            # (a later alloc could hand the same page out again: two owners of one page's KV)
+            cap = self.dev_alloc.capacity
+            if not all(type(p) is int for p in pages) or min(pages) < 0 or max(pages) >= cap:
+                bad = next(p for p in pages if type(p) is not int or not 0 <= p < cap)
+                raise ValueError(f"pages: {bad!r} is not a device page of this pool (0..{cap - 1})")
+            if len(set(pages)) != len(pages):
+                raise ValueError("pages: a page is listed twice")
         node, dup = self.tree.insert(req.key, full)
         if dup > len(prefix):            # someone inserted the same pages meanwhile
             self.dev_alloc.release(full[len(prefix):dup])
@@ -673,6 +686,8 @@ class HiCache:
     # ------------------------------------------------------------------ end of a request
     def finish(self, req: Request) -> None:
         """RequestFinish: release the request's lock (its pages stay cached)."""
+        if req.done:
+            raise ValueError(f"request {req.rid} has already finished or been aborted")
         if req.prefetch is not None:
             self.finish_prefetch(req)
         self.tree.unlock(req.node)
@@ -681,6 +696,8 @@ class HiCache:
 
     def abort(self, req: Request) -> None:
         """RequestAbort: release the in-flight prefetch slots and the lock."""
+        if req.done:
+            raise ValueError(f"request {req.rid} has already finished or been aborted")
         op = req.prefetch
         if op is not None:
             op.terminate = True

@@ -31,17 +31,30 @@ TOKEN_BYTES = 8  # int64 per token id in keys
 
 
 def encode(tokens: Any, page_size: int) -> bytes:
-    """Page-aligned key bytes of a token sequence (list, array('q'), numpy, torch)."""
+    """Page-aligned key bytes of a token sequence (list, array('q'), numpy, torch); TypeError
+    for anything that is not token ids (a str, floats, bools, None)."""
     if isinstance(tokens, (bytes, bytearray)):
         data = bytes(tokens)
     elif isinstance(tokens, array.array) and tokens.typecode == "q":
         data = tokens.tobytes()
-    elif isinstance(tokens, np.ndarray):
-        data = tokens.astype("<i8", copy=False).tobytes()
-    elif hasattr(tokens, "numpy"):  # torch tensor, without importing torch here
-        data = tokens.detach().cpu().numpy().astype("<i8", copy=False).tobytes()
     else:
-        data = np.asarray(tokens, dtype="<i8").tobytes()
+        kind = type(tokens).__name__
+        if hasattr(tokens, "numpy") and not isinstance(tokens, np.ndarray):
+            tokens = tokens.detach().cpu().numpy()   # a torch tensor, without importing torch here
+        if isinstance(tokens, str):     # (a str is a sequence, of characters: not token ids)
+            raise TypeError("tokens: expected token ids (ints: a list, array('q'), numpy or torch) "
+                            "or key bytes, got a str")
+        try:
+            arr = np.asarray(tokens)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"tokens: expected token ids, got {kind} ({e})") from None
+        # ids are integers in one sequence: floats would be truncated, bools read as 0/1 and a
+        # batch flattened into one prompt without a word
+        if arr.ndim != 1:
+            raise TypeError(f"tokens: expected one sequence of token ids, got a {kind} of shape {arr.shape}")
+        if arr.size and arr.dtype.kind not in "iu":
+            raise TypeError(f"tokens: expected token ids (integers), got a {kind} of {arr.dtype}")
+        data = arr.astype("<i8", copy=False).tobytes()
     pb = page_size * TOKEN_BYTES
     cut = len(data) // pb * pb
     return data if cut == len(data) else data[:cut]

@@ -261,3 +261,30 @@ def test_metrics_count_tiers_and_export():
     reg = export_prometheus(m)
     assert reg.get_sample_value("hicache_device_hit_tokens") == 4.0
     assert reg.get_sample_value("hicache_hit_rate") == 0.4
+
+
+def test_misuse_of_the_request_api_is_refused_with_the_field_named():
+    """Bad arguments from a caller: a clear error naming what is wrong, and the cache's
+    accounting untouched (each used to pass silently, or fail deep inside with a bare
+    int()/assert message)."""
+    c, _ = make(device_pages=8, host_pages=16)
+    for tokens, msg in (("abcd", "got a str"), (None, "got a NoneType"), ([1.5, 2.0], "integers"),
+                        ([True, False], "integers"), ([[1, 2], [3, 4]], "one sequence")):
+        with pytest.raises(TypeError, match=f"^tokens: .*{msg}"):
+            c.match(tokens)
+    req = c.match(list(range(2 * PS)))     # two pages, nothing cached
+    free = c.dev_alloc.free
+    for pages, msg in (([100, 101], "100 is not a device page of this pool \\(0..7\\)"),
+                       ([-1, 2], "-1 is not a device page"), ([1, 1], "a page is listed twice"),
+                       ([1], "expected 2 new pages, got 1")):
+        with pytest.raises(ValueError, match=f"^pages: {msg}"):
+            c.insert(req, pages)
+    assert c.dev_alloc.free == free and list(c.tree.nodes()) == []     # nothing entered the tree
+    with pytest.raises(ValueError, match="^n: must be a non-negative int"):
+        c.alloc(-1)
+    c.insert(req, c.alloc(2))
+    c.finish(req)
+    for again in (c.finish, c.abort, lambda r: c.insert(r, [])):
+        with pytest.raises(ValueError, match=f"^request {req.rid} has"):
+            again(req)
+    assert req.node.lock_ref == 0        # the lock was released once, not twice
