@@ -52,7 +52,7 @@ def enable(mode: str | Mode | None = None, **overrides) -> VerifyConfig:
     if mode is not None or overrides:
         fields = {f: getattr(cfg, f) for f in ("mode", "sample_rate", "seed", "history", "violation_dir")}
         if mode is not None:
-            fields["mode"] = Mode(mode)
+            fields["mode"] = mode          # (VerifyConfig checks it, naming the field)
         fields.update(overrides)
         cfg = VerifyConfig(**fields)
     disable()

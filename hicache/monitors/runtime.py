@@ -47,7 +47,10 @@ class VerifyConfig:
     violation_dir: str = "hicache-violations"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", Mode(self.mode))
+        try:
+            object.__setattr__(self, "mode", Mode(self.mode))
+        except ValueError:
+            raise ValueError(f"mode: {self.mode!r} is not one of off, sample, strict") from None
         if not 0.0 <= self.sample_rate <= 1.0:
             raise ValueError(f"sample_rate: {self.sample_rate} is not in [0, 1]")
         if self.history < 2:

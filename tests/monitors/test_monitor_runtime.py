@@ -122,6 +122,13 @@ def test_verify_config_from_env():
         VerifyConfig.from_env({"HICACHE_VERIFY": "loud"})
     with pytest.raises(ValueError, match="sample_rate"):
         VerifyConfig(mode="sample", sample_rate=2.0)
+    with pytest.raises(ValueError, match="^mode: 'loud' is not one of off, sample, strict$"):
+        VerifyConfig(mode="loud")
+    from hicache import verified
+    before = verified.current()
+    with pytest.raises(ValueError, match="^mode: 'loud' is not one of"):
+        verified.enable("loud")
+    assert verified.current() == before        # a refused mode changes nothing
     # a bad variable is named in the error, with its value
     for var, value in (("HICACHE_VERIFY_RATE", "abc"), ("HICACHE_VERIFY_RATE", "1.5"),
                        ("HICACHE_VERIFY_RATE", "nan"), ("HICACHE_VERIFY_SEED", "x"), ("HICACHE_VERIFY_SEED", "1.0")):
