@@ -18,6 +18,7 @@ Request lifecycle (what the scheduler calls):
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 import time
 from typing import Any
@@ -37,6 +38,11 @@ BACKUP_THRESHOLD: dict[WritePolicy, float] = {
     WritePolicy.WRITE_THROUGH_SELECTIVE: 2,
     WritePolicy.WRITE_BACK: float("inf"),   # only on device eviction
 }
+
+
+def _is_page_id(p) -> bool:
+    """An integer page index (an int or a numpy integer; not a bool)."""
+    return isinstance(p, numbers.Integral) and not isinstance(p, bool)
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -288,8 +294,10 @@ class HiCache:
             # device pages of this pool, each once: a bogus id would enter the tree's accounting
             # (a later alloc could hand the same page out again: two owners of one page's KV)
             cap = self.dev_alloc.capacity
-            if not all(type(p) is int for p in pages) or min(pages) < 0 or max(pages) >= cap:
-                bad = next(p for p in pages if type(p) is not int or not 0 <= p < cap)
+            # (ints, or numpy's integers; the common all-int case is tested first, at C speed)
+            if not (all(type(p) is int for p in pages) or all(_is_page_id(p) for p in pages)) \
+                    or min(pages) < 0 or max(pages) >= cap:
+                bad = next(p for p in pages if not _is_page_id(p) or not 0 <= p < cap)
                 raise ValueError(f"pages: {bad!r} is not a device page of this pool (0..{cap - 1})")
             if len(set(pages)) != len(pages):
                 raise ValueError("pages: a page is listed twice")

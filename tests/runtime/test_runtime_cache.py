@@ -276,13 +276,15 @@ def test_misuse_of_the_request_api_is_refused_with_the_field_named():
     free = c.dev_alloc.free
     for pages, msg in (([100, 101], "100 is not a device page of this pool \\(0..7\\)"),
                        ([-1, 2], "-1 is not a device page"), ([1, 1], "a page is listed twice"),
+                       ([True, 3], "True is not a device page"), ([1.0, 3], "1.0 is not a device page"),
                        ([1], "expected 2 new pages, got 1")):
         with pytest.raises(ValueError, match=f"^pages: {msg}"):
             c.insert(req, pages)
     assert c.dev_alloc.free == free and list(c.tree.nodes()) == []     # nothing entered the tree
     with pytest.raises(ValueError, match="^n: must be a non-negative int"):
         c.alloc(-1)
-    c.insert(req, c.alloc(2))
+    import numpy as np
+    c.insert(req, list(np.array(c.alloc(2))))      # numpy's integers are page ids too
     c.finish(req)
     for again in (c.finish, c.abort, lambda r: c.insert(r, [])):
         with pytest.raises(ValueError, match=f"^request {req.rid} has"):
