@@ -66,13 +66,13 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hicache.cli.main import EXIT_USAGE
     from hicache.monitors.zoo import bug_classes, run_zoo
-    unknown = sorted(set(args.only or ()) - set(bug_classes()))
+    known = bug_classes()
+    unknown = sorted(set(args.only or ()) - set(known))
     if unknown:
-        known = bug_classes()
         print(f"hicache bugzoo: --only: {', '.join(map(str, unknown))} is not a bug class of the zoo "
               f"({min(known)}-{max(known)})", file=sys.stderr)
-        from hicache.cli.main import EXIT_USAGE
         return EXIT_USAGE
     vdir = args.violation_dir or tempfile.mkdtemp(prefix="hicache-bugzoo-")
     try:        # every caught bug writes its trace here: a directory that cannot take one is refused
@@ -80,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
         tempfile.TemporaryFile(dir=vdir).close()
     except OSError as e:
         print(f"hicache bugzoo: --violation-dir: {vdir}: cannot write there ({e.strerror or e})", file=sys.stderr)
-        from hicache.cli.main import EXIT_USAGE
         return EXIT_USAGE
     results = run_zoo(seeds=args.seeds, vdir=vdir, only=set(args.only) if args.only else None)
     alarms = clean_sweep(args.clean, vdir)

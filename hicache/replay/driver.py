@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from hicache.replay.trace import TraceRequest, check_page_size, expand, read_trace
+from hicache.replay.trace import TraceRequest, check_limit, check_page_size, expand, read_trace
 from hicache.runtime.config import CacheConfig, PrefetchPolicy, WritePolicy
 
 
@@ -56,9 +56,7 @@ class ReplayConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name}: must be a non-negative int, got {v!r}")
-        if self.limit is not None and (not isinstance(self.limit, int) or isinstance(self.limit, bool)
-                                       or self.limit < 1):
-            raise ValueError(f"limit: must be a positive int (requests), got {self.limit!r}")
+        check_limit(self.limit)
         if self.device_tokens < self.page_size:
             raise ValueError(f"device_tokens: must hold at least one page, got {self.device_tokens}")
         object.__setattr__(self, "storage", StorageKind(self.storage))

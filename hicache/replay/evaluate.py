@@ -17,7 +17,7 @@ import time
 
 from hicache.replay.costmodel import CostModel
 from hicache.replay.driver import ReplayConfig, Served, StorageKind, TraceStream, replay
-from hicache.replay.trace import BLOCK_TOKENS, check_page_size, read_trace
+from hicache.replay.trace import BLOCK_TOKENS, check_limit, check_page_size, read_trace
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -37,6 +37,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         check_page_size(self.page_size)
+        check_limit(self.limit)
         if not isinstance(self.cp, int) or self.cp < 2:
             raise ValueError(f"cp: the sharding comparison needs cp >= 2, got {self.cp!r}")
         if self.host_tokens < self.page_size:

@@ -40,8 +40,7 @@ def _field(obj: dict, name: str, where: str, kind=int) -> object:
 
 def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
     """Parse and validate every line; raises TraceError(file:line: field ...)."""
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit: must be a positive int (requests), got {limit!r}")
+    check_limit(limit)
     with open(path) as f:
         count = 0
         for lineno, raw in enumerate(f, 1):
@@ -69,6 +68,12 @@ def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
             count += 1
             if limit is not None and count >= limit:
                 return
+
+
+def check_limit(limit: int | None) -> None:
+    """A request limit is None (the whole trace) or a positive int."""
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        raise ValueError(f"limit: must be a positive int (requests), got {limit!r}")
 
 
 def check_page_size(page_size: int) -> None:
