@@ -38,7 +38,7 @@ from hicache.explain.trace import Trace, load_trace, resolve
 from hicache.tla.cfg import Config, load_cfg
 from hicache.tla.checker import Checkable, build
 from hicache.tla.compiler import Compiler, OpDef
-from hicache.tla.values import Fcn, fmt
+from hicache.tla.values import Fcn, changes, fmt
 
 __all__ = ["Explanation", "Options", "SpecSearch", "StepCheck", "StepStatus", "Verdict", "explain"]
 
@@ -112,24 +112,6 @@ def _fmt_states(trace: Trace) -> tuple[list[dict[str, str]], list[list[str]]]:
     return states, changed
 
 
-def _changes(name: str, a, b) -> dict[str, list[str]]:
-    """What changed in one variable: per entry when a function keeps its domain (a tuple its
-    length), recursively, so a one-slot change in a large map reads `host[9]: 1 -> 0` (and
-    in a cross-rank trace, whose variables map ranks to values, `host[1][9]: 1 -> 0`)."""
-    if a == b:
-        return {}
-    out: dict[str, list[str]] = {}
-    if isinstance(a, Fcn) and isinstance(b, Fcn) and a.d.keys() == b.d.keys():
-        for k in a.d:
-            out.update(_changes(f"{name}[{fmt(k)}]", a.d[k], b.d[k]))
-        return out
-    if type(a) is tuple and type(b) is tuple and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b), 1):
-            out.update(_changes(f"{name}[{i}]", x, y))
-        return out
-    return {name: [fmt(a), fmt(b)]}
-
-
 def _diff(trace: Trace, upto: int, n: int) -> list[dict]:
     out = []
     for j in range(max(1, upto - n + 1), upto + 1):
@@ -137,7 +119,7 @@ def _diff(trace: Trace, upto: int, n: int) -> list[dict]:
         ch: dict[str, list[str]] = {}
         for v in trace.variables:
             if v in a and v in b:
-                ch.update(_changes(v, a[v], b[v]))
+                ch.update(changes(v, a[v], b[v]))
         out.append({"step": j, "action": trace.steps[j].action, "changes": ch})
     return out
 

@@ -142,13 +142,21 @@ class ProtocolViolation(AssertionError):
         self.trace_path = trace_path
         super().__init__(self._message())
 
+    #: changed entries the message lists (the trace and `hicache explain` have them all)
+    MESSAGE_CHANGES = 16
+
     def _message(self) -> str:
-        from hicache.tla.values import fmt
+        from hicache.tla.values import changes
         lines = [f"{self.spec}: {self.kind} {self.property} violated at step {self.step} "
                  f"by {self.action}({', '.join(f'{k}={v!r}' for k, v in self.arguments.items() if k != 'seq')})",
                  f"  {self.failure.describe()}"]
-        for var, (a, b) in sorted(self.diff.items()):
-            lines.append(f"  {var}: {fmt(a)} -> {fmt(b)}")
+        # what the step changed, per entry (`host[3]: 0 -> 2`): a whole function of a real
+        # cache's pages would bury the one entry that matters
+        changed = [item for var, (a, b) in sorted(self.diff.items()) for item in changes(var, a, b).items()]
+        for name, (a, b) in changed[:self.MESSAGE_CHANGES]:
+            lines.append(f"  {name}: {a} -> {b}")
+        if len(changed) > self.MESSAGE_CHANGES:
+            lines.append(f"  ... and {len(changed) - self.MESSAGE_CHANGES} more changed entries (in the trace)")
         tail = self.history[-8:]
         if tail:
             lines.append("  recent events: " + ", ".join(f"{h.seq}:{h.action}" for h in tail))

@@ -472,6 +472,25 @@ def fmt(v) -> str:
     return repr(v)
 
 
+def changes(name: str, a, b) -> dict[str, list[str]]:
+    """What changed in one variable, formatted: per entry when a function keeps its domain
+    (a tuple its length), recursively, so a one-slot change in a large map reads
+    `host[9]: 1 -> 0` (and in a cross-rank trace, whose variables map ranks to values,
+    `host[1][9]: 1 -> 0`); {} when nothing did."""
+    if a == b:
+        return {}
+    out: dict[str, list[str]] = {}
+    if isinstance(a, Fcn) and isinstance(b, Fcn) and a.d.keys() == b.d.keys():
+        for k in a.d:
+            out.update(changes(f"{name}[{fmt(k)}]", a.d[k], b.d[k]))
+        return out
+    if type(a) is tuple and type(b) is tuple and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b), 1):
+            out.update(changes(f"{name}[{i}]", x, y))
+        return out
+    return {name: [fmt(a), fmt(b)]}
+
+
 def normalize(v):
     """Deep-materialize lazy values so a value can be stored in a state."""
     t = type(v)

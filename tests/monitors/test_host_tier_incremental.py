@@ -178,6 +178,14 @@ def test_a_violation_found_incrementally_has_the_full_history(tmp_path):
             states = [h.state for h in e.history]
             assert all(st is not None for st in states)
             assert e.diff, "the violating step changed the mapped state"
+            # the failure names its witness slot, and the last state agrees with what it says
+            import re
+            m = re.search(r'\[h = (\d+) \(runtime slot (\d+)\): slot\[h\] = "(\w+)" with t = (\d+) tree', e.conjunct)
+            assert m, e.conjunct
+            h, runtime_slot, st, t = int(m[1]), int(m[2]), m[3], int(m[4])
+            last = states[-1]
+            assert runtime_slot == h - 1 and last["slot"][h - 1] == st
+            assert t == sum(1 for n in range(last["len"]) if last["host"].d[n] == h)
             return
     pytest.fail("bug 8 never fired")
 

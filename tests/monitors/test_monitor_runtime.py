@@ -69,6 +69,27 @@ def test_abort_leak_is_a_located_violation_with_trace(tmp_path):
     json.dumps(doc)  # plain JSON
 
 
+def test_violation_message_lists_changed_entries_not_whole_functions():
+    from hicache.monitors.rt import Failure
+    before = Fcn({n: 0 for n in range(200)})
+    after = Fcn({**before.d, 3: 2})
+    many = Fcn({n: 1 for n in range(200)})
+    e = ProtocolViolation(spec="spec/HostTier.tla", action="HostEvict", args={"node": 4, "seq": 9},
+                          failure=Failure("SlotInOneOwner", 1, "text", "spec/HostTier.tla:1:1"), kind="invariant",
+                          diff={"host": (before, after), "req": (("idle",), ("matched",))}, history=[], step=9,
+                          trace_path=None)
+    lines = str(e).splitlines()
+    assert "  host[3]: 0 -> 2" in lines and '  req[1]: "idle" -> "matched"' in lines
+    assert not any(":>" in line for line in lines)        # no function printed whole
+    # a step that rewrote a large function lists the first entries and counts the rest
+    e = ProtocolViolation(spec="spec/HostTier.tla", action="HostEvict", args={}, kind="invariant",
+                          failure=Failure("SlotInOneOwner", 1, "text", "spec/HostTier.tla:1:1"),
+                          diff={"hits": (before, many)}, history=[], step=1, trace_path=None)
+    lines = str(e).splitlines()
+    assert sum(line.startswith("  hits[") for line in lines) == ProtocolViolation.MESSAGE_CHANGES
+    assert f"  ... and {200 - ProtocolViolation.MESSAGE_CHANGES} more changed entries (in the trace)" in lines
+
+
 def test_evict_during_load_breaks_pending_load_locked(tmp_path):
     e = _first_violation(EvictDuringLoad, tmp_path)
     assert (e.action, e.property) == ("HostEvict", "PendingLoadLocked")

@@ -144,10 +144,16 @@ def test_bench_compares_the_three_modes_on_one_replay():
         pytest.skip("shared trace not present")
     reqs = load_requests(str(bench.TRACE), 64, 8)
     cfg = ReplayConfig(page_size=64, device_tokens=64 * 32, host_tokens=64 * 64, sync=True, limit=8)
+    from hicache.monitors import runtime
+    call, final = runtime.Monitor.__call__, runtime.Monitor.cache_check
     out = bench._compare(cfg, reqs, runs=1)
-    assert set(out["seconds"]) == {"off", "sample", "strict"}
+    # the floor's stand-ins are gone afterwards
+    assert (runtime.Monitor.__call__, runtime.Monitor.cache_check) == (call, final)
+    assert set(out["seconds"]) == set(out["thread_cpu_seconds"]) == {"off", "sample", "strict"}
     s = out["strict_vs_off"]
     assert s["ratio"] == s["strict_s"] / s["off_s"]
+    th = out["thread_cpu_seconds"]
+    assert s["thread_cpu_ratio"] == th["strict"] / th["off"] and th["off"] > 0
     assert out["sample_vs_off"]["ratio"] == out["sample_vs_off"]["sample_s"] / out["sample_vs_off"]["off_s"]
     # the per-type profile covers every event the strict monitor saw, once
     prof = out["strict_us_by_event"]
@@ -158,7 +164,7 @@ def test_bench_compares_the_three_modes_on_one_replay():
     # event the strict monitor saw, and more: LoadBackLayer binds to no step)
     floor = out["attached_floor"]
     assert floor["seconds"] > 0 and floor["ratio"] == floor["seconds"] / s["off_s"]
-    assert floor["events_delivered"] >= out["events"]
+    assert floor["events_delivered"] >= out["events"] and floor["thread_cpu_ratio"] > 0
 
 
 # ---------------------------------------------------------------------- bug 14

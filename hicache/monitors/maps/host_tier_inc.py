@@ -616,7 +616,9 @@ class IncrementalHostTierMap(HostTierMap):
             ok = (t == 0 and f == 0) if st == "idle" else (t == 0 and f == 1) if st == "reserved" else (t == 1 and f == 0)
             if not ok:
                 text, loc = spec._T_inv_SlotInOneOwner[0]
-                return Failure("SlotInOneOwner", 1, text, loc)
+                # the witness, as the tree form of WriteThroughPrefix names its pages
+                return Failure("SlotInOneOwner", 1, text + f"  [h = {h} (runtime slot {h - 1}): slot[h] = \"{st}\" "
+                                                           f"with t = {t} tree, f = {f} backup/fetch references]", loc)
         return None
 
 
