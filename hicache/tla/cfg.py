@@ -131,6 +131,9 @@ class _Parser:
         if t.kind == "str":
             return bytes(t.text[1:-1], "utf-8").decode("unicode_escape")
         if t.kind == "ident":
+            if t.text in _SECTIONS:
+                # (`M =` with its value missing: TLC's grammar reserves the section keywords)
+                raise ConfigError(f"expected a value, got the section keyword {t.text}", self.loc(t))
             if t.text == "TRUE":
                 return True
             if t.text == "FALSE":

@@ -78,6 +78,8 @@ def test_model_value_sets_are_model_values():
     ("INIT Init\nNEXT Next\n(* open comment\n", 3, 1),        # unterminated comment
     ("SPECIFICATION Spec\nINIT Init\n", 1, 1),                 # both forms
     ("CONSTANT N = 3 ; \n", 1, 16),                            # stray character
+    ("CONSTANTS\n  N = 3\n  M = \nINIT Init\nNEXT Next\n", 4, 1),  # a value missing: not `M = INIT`
+    ("CONSTANT S = {1, NEXT}\n", 1, 18),                       # ... inside a set
 ])
 def test_errors_are_located(text, line, col):
     with pytest.raises(ConfigError) as ei:
