@@ -6,6 +6,7 @@ located ParseError (file:line:col, 1-based). Standard modules (Naturals, Sequenc
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import re
@@ -63,7 +64,7 @@ def parse_text(text: str, file: str):
         m = _NEXT_SYM.search(noise)
         if m:
             line, col = int(m.group(3)) + 1, int(m.group(4)) + 1
-            raise ParseError(f"syntax error at {m.group(2)} ({m.group(1)})", Loc(file, line, col)) from None
+            raise ParseError(f"syntax error at {_token_text(m.group(2))}", Loc(file, line, col)) from None
         m = _TOP_POS.search(noise)
         if m:
             raise ParseError("syntax error (unexpected end of input or construct)",
@@ -71,6 +72,17 @@ def parse_text(text: str, file: str):
         if not _MODULE_HEADER.search(text):
             raise ParseError("no `---- MODULE Name ----` header found", Loc(file, 1, 1)) from None
         raise ParseError(f"cannot parse: {exc}", Loc(file, 1, 1)) from None
+
+
+def _token_text(value: str) -> str:
+    """The offending token as written in the spec: the parser reports it as a Python repr
+    (backslashes doubled), with a symbol class (NAME for a conjunction bullet) that says
+    nothing to a reader."""
+    try:
+        text = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
+    return f"`{text}`" if isinstance(text, str) else repr(text)
 
 
 def _index_module(tree, file: str) -> Module:

@@ -86,6 +86,14 @@ def test_missing_module_end(tmp_path):
     assert_located(payload, "NoEnd.tla")
 
 
+def test_syntax_error_names_the_token_as_written(tmp_path):
+    spec = SPEC_OK.replace("x' = x + 1", "x' = x + 1 /\\")
+    proc, payload = run_check(tmp_path, "Bullet", spec)
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Bullet.tla")
+    assert "syntax error at `/\\`" in msg and "NAME" not in msg, msg
+
+
 def test_cfg_syntax_error(tmp_path):
     proc, payload = run_check(tmp_path, "CfgSyn", SPEC_OK, "INIT Init\nNEXT Next\nCONSTANTS\n  N = = 3\n", subprocess_=True)
     assert proc.returncode >= 150
