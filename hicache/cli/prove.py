@@ -33,6 +33,14 @@ def run(args: argparse.Namespace) -> int:
         print("hicache prove: --timeout must be positive", file=sys.stderr)
         return EXIT_USAGE
     paths = [Path(s) for s in args.specs] or sorted((hicache.REPO_ROOT / "spec").glob("*.tla"))
+    # inputs that are not there are the command line's error, refused before any proof
+    # (as `hicache check` does); a spec that is there but does not load is a result
+    missing = [str(p) for p in paths if not p.is_file()] + \
+        ([args.config] if args.config and not Path(args.config).is_file() else [])
+    if missing:
+        from hicache.cli.main import EXIT_USAGE
+        print(f"hicache prove: no such file: {', '.join(missing)}", file=sys.stderr)
+        return EXIT_USAGE
     results = prove_files(paths, timeout_s=timeout, cfg_path=Path(args.config) if args.config else None)
     ok = all(r.proved for r in results)
     lines = []

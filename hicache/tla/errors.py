@@ -14,6 +14,9 @@ class Loc:
     end_col: int = 0
 
     def __str__(self) -> str:
+        # line 0: the file as a whole (missing, unreadable), no position in it to name
+        if self.line <= 0:
+            return self.file
         return f"{self.file}:{self.line}:{self.col}"
 
 

@@ -161,6 +161,15 @@ def test_cli_json_contract_and_exit_codes(capsys):
         "SlotWrong": "counterexample", "NotInductive": "counterexample"}
 
 
+def test_missing_inputs_are_refused_before_any_proof(tmp_path, capsys):
+    from hicache.cli.main import EXIT_USAGE
+    assert main(["prove", str(MODELS / "ProveGood.tla"), str(tmp_path / "Nope.tla")]) == EXIT_USAGE
+    assert main(["prove", str(MODELS / "ProveGood.tla"), "--config", str(tmp_path / "nope.cfg")]) == EXIT_USAGE
+    out = capsys.readouterr()
+    assert f"no such file: {tmp_path / 'Nope.tla'}" in out.err and f"no such file: {tmp_path / 'nope.cfg'}" in out.err
+    assert "PROVED" not in out.out          # nothing was proved on the way
+
+
 def test_vacuous_proof_is_flagged(tmp_path):
     spec = tmp_path / "Vac.tla"
     spec.write_text("---- MODULE Vac ----\nEXTENDS Naturals\nTHEOREM V == \\A x \\in Nat : x < 0 => x = 5\n====\n")
