@@ -52,11 +52,12 @@ def _replay_once(mode: str, cfg, reqs, rate: float | None = None) -> tuple[float
 
 
 def _attached_once(cfg, reqs) -> tuple[float, float, int]:
-    """(wall seconds, this thread's CPU seconds, events delivered) of one strict replay whose monitor listener returns
-    at once and whose final check is skipped (the monitor is built and attached, nodes journal
-    their writes: what attaching costs before any step is checked). The final check is left
-    out because nothing was synced before it: it would map the whole replay's changes at
-    once, work that a checking run does in its listener, event by event."""
+    """(wall seconds, this thread's CPU seconds, events delivered) of one strict replay whose
+    monitor listener returns at once and whose final check is skipped (the monitor is built
+    and attached, nodes journal their writes: what attaching costs before any step is
+    checked). The final check is left out because nothing was synced before it: it would map
+    the whole replay's changes at once, work that a checking run does in its listener, event
+    by event."""
     from hicache.monitors import runtime
     call, final = runtime.Monitor.__call__, runtime.Monitor.cache_check
     delivered = [0]
