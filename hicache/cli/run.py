@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transfer-delay", type=float, default=0.004, help="max injected copy delay (s), per rank")
     p.add_argument("--no-overlap", action="store_true", help="gather each layer right before its attention")
     p.add_argument("--bench-iters", type=int, default=5, help="gather benchmark iterations (0: skip)")
-    p.add_argument("--timeout", type=float, default=30.0, help="bound on every collective and wait (s)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="bound on every collective and wait (s); the launcher stops the run once no rank "
+                        "made progress (finished a collective) for 4x this + 60 s, however long it runs")
     p.add_argument("--draft", choices=("off", "packed", "sidecar"), default="off",
                    help="also serve with a draft model whose KV is a dependent pool of this layout and "
                         "report its acceptance rate with and without cache hits (hicache.dist.draft_accept)")

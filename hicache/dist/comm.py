@@ -26,6 +26,7 @@ from hicache.protocol.digest import step_code
 from hicache.protocol.pp_sync import SyncLayout, SyncOutcome
 
 from .errors import DivergenceError, PeerFailure
+from .launch import report_progress
 from .topology import Topology
 
 
@@ -117,11 +118,13 @@ class Comm:
         """Run one collective of step `label` under the watchdog; failures name the step."""
         with self.watchdog.step(label):
             try:
-                return fn()
+                out = fn()
             except (RuntimeError, ValueError) as exc:
                 if isinstance(exc, (DivergenceError, PeerFailure)):
                     raise
                 raise PeerFailure(label, self.rank, f"collective failed (peer died or stalled?): {exc}") from exc
+        report_progress()      # the launcher's no-progress deadline starts again
+        return out
 
     # --- checked collectives -----------------------------------------------------------
     def checked_min(self, name: str, group, digest: int, counts: list[int], votes: list[int] = ()) -> SyncOutcome:

@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from hicache.protocol.prefix_agreement import StopPolicy, TimeoutBudget
+from hicache.runtime.config import HostLayout
+from hicache.storage.faulty import MAX_DELAY_S
+from hicache.validate import int_at_least, number_in
 
 from .model import ModelConfig
 
@@ -14,6 +17,10 @@ class Verify:
     SAMPLE = "sample"    # plus a world digest check every 4th cache check, logits of every 4th request
     STRICT = "strict"    # plus every cache check, every request, every gathered byte
     ALL = (OFF, SAMPLE, STRICT)
+
+
+#: pool layouts the ranks can agree on (`layout`)
+LAYOUTS = tuple(x.value for x in HostLayout)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,21 +49,25 @@ class RunConfig:
     def __post_init__(self) -> None:
         for name in ("cp", "pp", "page_size", "device_pages_per_rank", "host_pages_per_rank",
                      "prefetch_batch_pages", "max_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.requests < 0:
-            raise ValueError(f"requests must be >= 0, got {self.requests}")
+            int_at_least(name, getattr(self, name), 1)
+        int_at_least("requests", self.requests, 0)
+        if type(self.seed) is not int:
+            raise ValueError(f"seed: must be an integer, got {self.seed!r}")
+        try:
+            object.__setattr__(self, "policy", StopPolicy(self.policy))
+        except ValueError:
+            raise ValueError(f"policy: {self.policy!r} is not one of {', '.join(p.value for p in StopPolicy)}") from None
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout: {self.layout!r} is not one of {', '.join(LAYOUTS)}")
         if self.model.layers % self.pp:
             raise ValueError(f"pp={self.pp} must divide model.layers={self.model.layers}")
         if self.verify not in Verify.ALL:
             raise ValueError(f"verify must be one of {Verify.ALL}, got {self.verify!r}")
-        if not 0.0 <= self.storage_fail_p <= 1.0:
-            raise ValueError(f"storage_fail_p must lie in [0, 1], got {self.storage_fail_p}")
-        for name in ("transfer_delay_s", "storage_delay_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        number_in("storage_fail_p", self.storage_fail_p, 0.0, 1.0)
+        number_in("transfer_delay_s", self.transfer_delay_s, 0.0)
+        # (the injected storage delay is FaultConfig's, bounded there: named here as ours)
+        number_in("storage_delay_s", self.storage_delay_s, 0.0, MAX_DELAY_S)
+        number_in("timeout_s", self.timeout_s, 0.0, lo_open=True)
         if not self.storage_dir:
             raise ValueError("storage_dir must name a directory shared by the ranks")
 

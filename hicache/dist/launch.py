@@ -3,8 +3,10 @@
 Processes come from a fork server (a clean single-threaded process that imported torch and
 the worker once; never a fork of a torch-laden, threaded parent), rendezvous over
 tcp://127.0.0.1:<free port>, and report one result each through a queue. The launcher
-never hangs: it waits at most `timeout_s`, and on any failure it gives survivors a short
-grace (their collectives time out on their own) and then terminates them.
+never hangs: it stops the ranks once none of them has reported progress for `timeout_s`
+(a rank reports through `report_progress()`, which its collectives call: a long healthy run
+goes on, a stuck one is stopped), and on any failure it gives survivors a short grace
+(their collectives time out on their own) and then terminates them.
 """
 from __future__ import annotations
 
@@ -32,7 +34,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: in a rank process: posts this rank's progress to the launcher (None elsewhere)
+_progress: Callable[[], None] | None = None
+#: a rank posts progress at most this often (a queue message per collective would cost more
+#: than some collectives)
+PROGRESS_EVERY_S = 1.0
+
+
+def report_progress() -> None:
+    """This rank advanced (a collective finished): the launcher's no-progress deadline
+    starts again. A no-op outside a launched rank."""
+    if _progress is not None:
+        _progress()
+
+
 def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, payload: Any, out: "mp.Queue") -> None:
+    global _progress
+    last = [float("-inf")]
+
+    def progress() -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            out.put((rank, None, None))
+    _progress = progress
     try:
         result = fn(rank, world, port, payload)
         out.put((rank, True, result))
@@ -44,7 +69,8 @@ def launch(fn: Callable[[int, int, int, Any], Any], world: int, payload: Any, *,
            grace_s: float = 10.0) -> list[Any]:
     """Run fn(rank, world, port, payload) on `world` fresh processes; results in rank order.
 
-    fn must be importable (module-level). Raises LaunchError naming each failing rank.
+    fn must be importable (module-level). Raises LaunchError naming each failing rank. The
+    ranks are stopped once none reported progress (`report_progress`) for `timeout_s`.
     """
     ctx = mp.get_context("forkserver")
     # The server imports these once; every rank forked from it starts with them loaded.
@@ -59,6 +85,17 @@ def launch(fn: Callable[[int, int, int, Any], Any], world: int, payload: Any, *,
     failures: dict[int, str] = {}
     deadline = time.monotonic() + timeout_s
     first_failure: float | None = None
+
+    def take(msg) -> None:
+        nonlocal deadline, first_failure
+        rank, ok, value = msg
+        if ok is None:                  # progress: the no-progress deadline starts again
+            deadline = max(deadline, time.monotonic() + timeout_s)
+        elif ok:
+            results[rank] = value
+        else:
+            failures[rank] = value
+            first_failure = first_failure or time.monotonic()
     try:
         while len(results) + len(failures) < world:
             now = time.monotonic()
@@ -66,28 +103,18 @@ def launch(fn: Callable[[int, int, int, Any], Any], world: int, payload: Any, *,
             if now >= limit:
                 break
             try:
-                rank, ok, value = out.get(timeout=min(0.2, limit - now))
+                take(out.get(timeout=min(0.2, limit - now)))
             except queue.Empty:
                 for r, p in enumerate(procs):    # a rank that died without reporting
                     if r not in results and r not in failures and p.exitcode is not None:
                         try:                     # its report may still be in the pipe
-                            rank, ok, value = out.get(timeout=0.5)
+                            take(out.get(timeout=0.5))
                         except queue.Empty:
                             failures[r] = f"process exited with code {p.exitcode} without a result"
                             first_failure = first_failure or time.monotonic()
-                            continue
-                        (results if ok else failures)[rank] = value
-                        if not ok:
-                            first_failure = first_failure or time.monotonic()
-                continue
-            if ok:
-                results[rank] = value
-            else:
-                failures[rank] = value
-                first_failure = first_failure or time.monotonic()
         for r in range(world):
             if r not in results and r not in failures:
-                failures[r] = "no result before the launcher's deadline (killed)"
+                failures[r] = f"no result, and no rank made progress for {timeout_s:g} s (killed)"
     finally:
         for p in procs:
             if p.is_alive():

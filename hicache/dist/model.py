@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hicache.validate import int_at_least
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelConfig:
@@ -23,8 +25,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab", "layers", "heads", "head_dim", "max_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            int_at_least(name, getattr(self, name), 1)
 
     @property
     def hidden(self) -> int:

@@ -15,7 +15,8 @@ def run_distributed(cfg: RunConfig | None = None, *, faults: Faults = Faults(), 
 
     A fresh storage directory is created when cfg has none. `monitors`: the VerifyConfig of
     the spec monitors on every rank (default: the verified mode in force here). Raises
-    LaunchError on failure.
+    LaunchError on failure; the ranks are stopped once none made progress (finished a
+    collective) for `launch_timeout_s`.
     """
     with tempfile.TemporaryDirectory(prefix="hicache-run-") as tmp:
         if cfg is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hicache.validate import int_at_least
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CPLayout:
@@ -19,10 +21,9 @@ class CPLayout:
     page_size: int
 
     def __post_init__(self) -> None:
-        if self.cp_size < 1:
-            raise ValueError(f"cp_size must be >= 1, got {self.cp_size}")
-        if self.page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        # (integers: a float size gave float owners, NaN passed every range test)
+        int_at_least("cp_size", self.cp_size, 1)
+        int_at_least("page_size", self.page_size, 1)
 
     # --- token-slot granularity ------------------------------------------------------
     def owner(self, loc: int) -> int:

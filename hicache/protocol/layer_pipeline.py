@@ -24,8 +24,12 @@ def slot_of(layer: int) -> int:
 
 @dataclass(slots=True)
 class LayerPipelineGuard:
-    """Invariants: gather(l) starts only after restore(l); attention(l) only after gather(l)
-    finished; gather(l) into slot l%2 only after attention(l-2) finished (slot free)."""
+    """One rank's side of spec/LayerPipeline.tla's actions. Invariants (the spec's guards):
+    restores, gathers and attentions each run in layer order; gather(l) starts only after
+    restore(l), with no other gather in progress, and into slot l%2 only after attention(l-2)
+    finished (slot free); attention(l) starts only after gather(l) finished, with no other
+    attention running, while slot l%2 still holds layer l. So the sets below stay prefixes:
+    restored = 0..k-1, gathering | gathered = 0..g-1, attending | attended = 0..a-1."""
     num_layers: int
     restored: set[int] = field(default_factory=set)
     gathering: set[int] = field(default_factory=set)
@@ -33,12 +37,20 @@ class LayerPipelineGuard:
     attending: set[int] = field(default_factory=set)
     attended: set[int] = field(default_factory=set)
 
+    def __post_init__(self) -> None:
+        if type(self.num_layers) is not int or self.num_layers < 1:
+            raise ValueError(f"num_layers: must be an integer >= 1, got {self.num_layers!r}")
+
     def _layer(self, layer: int) -> None:
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer {layer} outside [0, {self.num_layers})")
 
     def rank_restore_layer(self, layer: int) -> None:
         self._layer(layer)
+        if layer in self.restored:
+            raise IllegalTransition(f"RankRestoreLayer({layer}) twice")
+        if layer != len(self.restored):
+            raise IllegalTransition(f"RankRestoreLayer({layer}) before RankRestoreLayer({len(self.restored)})")
         self.restored.add(layer)
 
     def gather_start(self, layer: int) -> None:
@@ -47,6 +59,12 @@ class LayerPipelineGuard:
             raise IllegalTransition(f"GatherStart({layer}) before RankRestoreLayer({layer})")
         if layer in self.gathering or layer in self.gathered:
             raise IllegalTransition(f"GatherStart({layer}) twice")
+        if self.gathering:
+            raise IllegalTransition(f"GatherStart({layer}) while the gather of layer {min(self.gathering)} "
+                                    f"is in progress (one gather at a time)")
+        nxt = len(self.gathered)
+        if layer != nxt:
+            raise IllegalTransition(f"GatherStart({layer}) before GatherStart({nxt})")
         prev = layer - SLOTS
         if prev >= 0 and prev not in self.attended:
             raise IllegalTransition(
@@ -63,6 +81,20 @@ class LayerPipelineGuard:
         self._layer(layer)
         if layer not in self.gathered:
             raise IllegalTransition(f"AttentionStart({layer}) before GatherFinish({layer})")
+        if layer in self.attending or layer in self.attended:
+            raise IllegalTransition(f"AttentionStart({layer}) twice")
+        if self.attending:
+            raise IllegalTransition(f"AttentionStart({layer}) while attention on layer {min(self.attending)} "
+                                    f"is running")
+        nxt = len(self.attended)
+        if layer != nxt:
+            raise IllegalTransition(f"AttentionStart({layer}) before AttentionStart({nxt})")
+        later = layer + SLOTS
+        if later in self.gathering or later in self.gathered:
+            # (unreachable through this guard's own gather_start, which waits for this
+            # attention to finish; a guard subclass or a direct set edit can get here)
+            raise IllegalTransition(f"AttentionStart({layer}) reads slot {slot_of(layer)}, which now holds "
+                                    f"layer {later}")
         self.attending.add(layer)
 
     def attention_finish(self, layer: int) -> None:

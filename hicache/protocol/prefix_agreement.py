@@ -15,6 +15,8 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hicache.validate import number_in
+
 
 class StopPolicy(enum.StrEnum):
     BEST_EFFORT = "best_effort"      # terminate at the first cache check
@@ -30,8 +32,7 @@ class TimeoutBudget:
 
     def __post_init__(self) -> None:
         for name in ("base_s", "per_ki_token_s"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            number_in(name, getattr(self, name), 0.0)
 
     def seconds(self, pages: int, page_size: int) -> float:
         if pages < 0 or page_size < 1:
@@ -57,7 +58,10 @@ _DECIDE: dict[StopPolicy, Callable[[StopInput], bool]] = {
 
 def decide_terminate(policy: StopPolicy, inp: StopInput) -> bool:
     """Stage 0's vote to terminate a prefetch now. The votes are MAX-reduced (any => all)."""
-    return _DECIDE[policy](inp)
+    decide = _DECIDE.get(policy)
+    if decide is None:
+        raise ValueError(f"policy: {policy!r} is not one of {', '.join(p.value for p in StopPolicy)}")
+    return decide(inp)
 
 
 def batch_plan(total_pages: int, batch_pages: int) -> tuple[int, ...]:

@@ -82,9 +82,9 @@ class HiCache:
         # in every transfer below, and each transfer's completion covers them
         self.deps = deps
         if deps is not None:
+            deps.attach(self)       # (first: a set attached elsewhere is refused before anything)
             if self.host and not cfg.metadata_only:
                 self.host_pool = deps.host_pool()
-            deps.attach(self)
         self._threshold = BACKUP_THRESHOLD[cfg.write_policy]
         self._rid = 0
         # one worker per direction: completions of one direction stay in issue order

@@ -234,6 +234,11 @@ class DependentSet:
         """Build the pools beside `cache`'s (the target host pool is built by `host_pool`)."""
         if cache.cfg != self.cfg.target:
             raise ValueError("deps: DraftConfig.target differs from the cache's CacheConfig")
+        if self.cache is not None and self.cache is not cache:
+            # its pools would follow the second cache's transfers while the first one's
+            # copies read and write them: restores of the wrong bytes, with no error
+            raise ValueError("deps: this DependentSet is already attached to another HiCache "
+                             "(one DependentSet per cache)")
         self.cache = cache
         if cache.device_pool is None:
             return
@@ -261,6 +266,10 @@ class DependentSet:
 
     def launch(self, kind: Kind, src_pages: list[int], dst_pages: list[int]) -> int:
         """TransferLaunch: record the transfer and the page lists each source hands out."""
+        try:
+            kind = Kind(kind)
+        except ValueError:
+            raise ValueError(f"kind: {kind!r} is not one of {', '.join(k.value for k in Kind)}") from None
         with self._lock:
             self._tid += 1
             return self._launch(self._tid, kind, dst_pages)
@@ -289,17 +298,38 @@ class DependentSet:
         return list(source)[max(0, len(source) - spec.trailing):]
 
     # public steps, for transfers driven outside the cache (the CP gather): by transfer id
+    def _live(self, tid: int, step: str) -> Transfer:
+        """Transfer `tid`, still copying (a step of a fired or unknown transfer is the
+        caller's bug: a completion fires once)."""
+        rec = self.transfers.get(tid)
+        if rec is None or rec.phase == "fired":
+            what = "no live transfer (never launched, or fired already)" if rec is None else \
+                "a transfer whose completion fired already"
+            raise ValueError(f"tid: {step}({tid!r}) of {what}")
+        return rec
+
     def finish_draft(self, tid: int, role: Role) -> None:
         """DraftCopyFinish(tid, role)."""
-        self._finish_draft(self.transfers[tid], role)
+        self._finish_draft(self._live(tid, "finish_draft"), self._role(role))
 
     def finish_target(self, tid: int) -> None:
         """TargetCopyFinish(tid) (the target's copy, SWA included)."""
-        self._finish_target(self.transfers[tid])
+        self._finish_target(self._live(tid, "finish_target"))
 
     def fire(self, tid: int) -> None:
         """CompletionFire(tid): call only after every copy of the transfer finished."""
-        self._fire(self.transfers[tid])
+        self._fire(self._live(tid, "fire"))
+
+    def _role(self, role: Role | str) -> Role:
+        """`role` as a registered dependent pool's role (named errors, not KeyError)."""
+        try:
+            role = Role(role)
+        except ValueError:
+            raise ValueError(f"role: {role!r} is not one of {', '.join(r.value for r in Role)}") from None
+        if self._spec(role) is None:
+            raise ValueError(f"role: no {role.value} pool is registered "
+                             f"(registered: {', '.join(p.role.value for p in self.cfg.pools) or 'none'})")
+        return role
 
     def record_read(self, tid: int | None, name: str) -> None:
         """BufferRead(tid, name) on a pool's first read after transfer tid (name "target"
@@ -480,7 +510,7 @@ class DependentSet:
     # ------------------------------------------------------------------ consumers
     def pages_of(self, role: Role | str, pages: list[int]) -> list[int]:
         """The pool's restored pages of a prefix whose target pages are `pages`."""
-        spec = self._spec(Role(role))
+        spec = self._spec(self._role(role))
         if spec.source is IndexSource.SWA:
             pages = self._derive(self._spec(Role.SWA), pages, True)
         return self._derive(spec, pages, True)
@@ -490,13 +520,19 @@ class DependentSet:
         pool's bytes of req's prefix (role None: the target KV). One CPU uint8 tensor per
         page, canonical order (kv, layer, token, row)."""
         cache = self.cache
+        if cache is None:
+            raise ValueError("deps: not attached to a HiCache (pass it as HiCache(..., deps=...))")
+        if role is not None:
+            role = self._role(role)
+        if cache.device_pool is None:
+            raise ValueError("deps: a metadata-only cache holds no bytes to read")
         # SWA is target-side state: reading it is a read of the spec's "target" buffer
-        name = "target" if role is None or Role(role) is Role.SWA else Role(role).value
+        name = "target" if role is None or role is Role.SWA else role.value
         for op in req.loads:
             op.wait()                      # the completion event (fires after every copy)
             self.record_read(getattr(op, "draft_tid", None), name)
         pages = cache.prefix_pages(req)
         if role is None:
             return [cache.device_pool.read_page(p) for p in pages]
-        pool = self.device[Role(role)]
+        pool = self.device[role]
         return [pool.read_page(p) for p in self.pages_of(role, pages)]

@@ -37,6 +37,7 @@ import random
 from typing import Any, Protocol
 
 from hicache.protocol.vocabulary import PDHandoff as P
+from hicache.validate import int_at_least, number_in
 
 
 class Msg(enum.IntEnum):
@@ -120,6 +121,16 @@ class Plan:
     decode_abort_at: int | None = None
     window: int = 2
     max_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        # (window 0 never allocates: both sides would wait for each other forever)
+        if type(self.seed) is not int:
+            raise ValueError(f"seed: must be an integer, got {self.seed!r}")
+        for name in ("prefill_abort_at", "decode_abort_at"):
+            if getattr(self, name) is not None:
+                int_at_least(name, getattr(self, name), 0)
+        int_at_least("window", self.window, 1)
+        number_in("max_delay_s", self.max_delay_s, 0.0)
 
     @staticmethod
     def random(seed: int, n_pages: int) -> "Plan":
@@ -371,28 +382,43 @@ def merge(*logs: list[LogEvent]) -> list[LogEvent]:
 
 # ---------------------------------------------------------------------------- in-process
 
+class ChannelTimeout(TimeoutError):
+    """Nothing came from the peer within the channel's bound (its endpoint failed or hangs)."""
+
+
 class LocalChannel:
     """One end of an in-process channel pair (two engines on threads of one process):
-    FIFO queues, payloads copied on send as a wire transfer would."""
+    FIFO queues, payloads copied on send as a wire transfer would. A receive waits at most
+    `timeout_s` (as a gloo receive does): an endpoint whose peer raised is not left waiting."""
 
-    def __init__(self, inbox, outbox) -> None:
+    def __init__(self, inbox, outbox, timeout_s: float = 30.0) -> None:
         self.inbox, self.outbox = inbox, outbox
+        self.timeout_s = number_in("timeout_s", timeout_s, 0.0, lo_open=True)
 
     def send(self, kind: int, page: int, clock: int) -> None:
         self.outbox.put((kind, page, clock))
 
+    def _get(self):
+        import queue
+        try:
+            return self.inbox.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise ChannelTimeout(f"no message from the peer for {self.timeout_s:g} s "
+                                 f"(its endpoint failed or hangs)") from None
+
     def recv(self) -> tuple[int, int, int]:
-        return self.inbox.get()
+        return self._get()
 
     def send_payload(self, data) -> None:
         self.outbox.put(data.clone())
 
     def recv_payload(self, out) -> None:
-        out.copy_(self.inbox.get())
+        out.copy_(self._get())
 
 
-def local_pair() -> tuple[LocalChannel, LocalChannel]:
-    """(prefill's end, decode's end) of an in-process channel."""
+def local_pair(timeout_s: float = 30.0) -> tuple[LocalChannel, LocalChannel]:
+    """(prefill's end, decode's end) of an in-process channel; each receive waits at most
+    `timeout_s`."""
     import queue
     a, b = queue.Queue(), queue.Queue()
-    return LocalChannel(a, b), LocalChannel(b, a)
+    return LocalChannel(a, b, timeout_s), LocalChannel(b, a, timeout_s)

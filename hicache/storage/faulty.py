@@ -40,7 +40,8 @@ class Tamperable(Protocol):
 class FaultConfig:
     seed: int = 0
     p_raise: float = 0.0        # per call: raise InjectedFault
-    p_none: float = 0.0         # per call: return None instead of a result
+    p_none: float = 0.0         # per call: return None instead of a result (never both: a call
+                                # fails with probability p_raise + p_none, at most 1)
     p_delay: float = 0.0        # per call: wait uniform [0, max_delay_s] first
     max_delay_s: float = 0.0
     p_corrupt: float = 0.0      # per page read: corrupt the stored page before reading it
@@ -51,6 +52,8 @@ class FaultConfig:
             p = getattr(self, name)
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name}: must lie in [0, 1], got {p}")
+        if self.p_raise + self.p_none > 1.0:
+            raise ValueError(f"p_raise + p_none: a call fails at most always, got {self.p_raise} + {self.p_none}")
         if not 0.0 <= self.max_delay_s <= MAX_DELAY_S:
             raise ValueError(f"max_delay_s: must lie in [0, {MAX_DELAY_S}], got {self.max_delay_s}")
         if self.p_delay > 0 and self.max_delay_s == 0:
@@ -82,16 +85,18 @@ class FaultyStorage(StorageBackend):
         return rng
 
     def _call_faults(self) -> bool:
-        """Delay and maybe raise; True if this call must return None. Draws 4 values."""
+        """Delay and maybe fail: raise, or True if this call must return None. One draw
+        decides the outcome (raise below p_raise, None below p_raise + p_none), so a call
+        fails with probability p_raise + p_none; draws 3 values whatever happens."""
         rng, c = self._rng(), self.config
-        delay, raise_, none_, amount = rng.random(), rng.random(), rng.random(), rng.random()
+        delay, outcome, amount = rng.random(), rng.random(), rng.random()
         if delay < c.p_delay:
             self.counters.add(Count.FAULT_DELAY)
             _never_set.wait(amount * c.max_delay_s)
-        if raise_ < c.p_raise:
+        if outcome < c.p_raise:
             self.counters.add(Count.FAULT_RAISE)
             raise InjectedFault("injected storage failure")
-        if none_ < c.p_none:
+        if outcome < c.p_raise + c.p_none:
             self.counters.add(Count.FAULT_NONE)
             return True
         return False

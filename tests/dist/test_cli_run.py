@@ -1,6 +1,8 @@
 """`hicache run` end to end: 4 processes (CP=2 x PP=2), one JSON object as the last line."""
 import json
 
+import pytest
+
 from hicache.cli.main import main
 
 
@@ -35,4 +37,17 @@ def test_run_rejects_a_model_without_layers_before_starting(capsys):
     validation that reports bad options)."""
     code = main(["run", "--layers", "0", "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert code == 150 and out["error"] == "layers must be >= 1, got 0"
+    assert code == 150 and out["error"] == "layers: must be an integer >= 1, got 0"
+
+
+@pytest.mark.parametrize("args, error", [
+    (["--timeout", "nan"], "timeout_s: must be a finite number > 0, got nan"),
+    (["--timeout", "inf"], "timeout_s: must be a finite number > 0, got inf"),
+    (["--transfer-delay", "nan"], "transfer_delay_s: must be a finite number >= 0, got nan"),
+])
+def test_run_rejects_non_finite_times_before_starting(capsys, args, error):
+    """NaN and infinity passed the range tests and failed on every rank (a traceback from
+    timedelta, a copy thread's sleep)."""
+    code = main(["run", *args, "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 150 and out["error"] == error

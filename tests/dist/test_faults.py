@@ -54,13 +54,26 @@ def test_mismatched_configuration_is_rejected_at_start(field, value):
 
 
 @pytest.mark.parametrize("field, value, msg", [
-    ("transfer_delay_s", -1.0, "transfer_delay_s must be >= 0, got -1.0"),
-    ("storage_delay_s", -0.5, "storage_delay_s must be >= 0, got -0.5"),
-    ("storage_fail_p", 2.0, "storage_fail_p must lie in [0, 1], got 2.0"),
+    ("transfer_delay_s", -1.0, "transfer_delay_s: must be a finite number >= 0, got -1.0"),
+    ("transfer_delay_s", float("nan"), "transfer_delay_s: must be a finite number >= 0, got nan"),
+    ("transfer_delay_s", float("inf"), "transfer_delay_s: must be a finite number >= 0, got inf"),
+    ("storage_delay_s", -0.5, "storage_delay_s: must be a number in [0, 5], got -0.5"),
+    ("storage_delay_s", 100.0, "storage_delay_s: must be a number in [0, 5], got 100.0"),
+    ("storage_fail_p", 2.0, "storage_fail_p: must be a number in [0, 1], got 2.0"),
+    ("timeout_s", float("nan"), "timeout_s: must be a finite number > 0, got nan"),
+    ("timeout_s", float("inf"), "timeout_s: must be a finite number > 0, got inf"),
+    ("cp", 2.0, "cp: must be an integer >= 1, got 2.0"),
+    ("cp", True, "cp: must be an integer >= 1, got True"),
+    ("requests", -1, "requests: must be an integer >= 0, got -1"),
+    ("policy", "bogus", "policy: 'bogus' is not one of best_effort, wait_complete, timeout"),
+    ("layout", "bogus", "layout: 'bogus' is not one of layer_first, page_first, page_first_direct"),
 ])
-def test_a_bad_fault_setting_is_refused_before_any_rank_starts(tmp_path, field, value, msg):
-    """A negative injected delay used to start the ranks and fail one of them on a copy
-    thread (time.sleep's own ValueError, as a DistStepError); the config refuses it."""
+def test_a_bad_setting_is_refused_before_any_rank_starts(tmp_path, field, value, msg):
+    """A negative or NaN injected delay used to start the ranks and fail one of them on a
+    copy thread (time.sleep's own ValueError, as a DistStepError), a bad policy failed
+    mid-run with a KeyError, a NaN timeout as a traceback on every rank: the config refuses
+    each, naming the field."""
     from hicache.dist.config import RunConfig
-    with pytest.raises(ValueError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(ValueError) as info:
         RunConfig(storage_dir=str(tmp_path), **{field: value})
+    assert str(info.value) == msg

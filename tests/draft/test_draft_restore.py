@@ -203,3 +203,48 @@ def test_swa_source_requires_an_swa_pool():
     state = draft_config(tcfg).pools[3]
     with pytest.raises(ValueError, match=r"pools\[0\]\.source: draft_state derives from swa"):
         DraftConfig(tcfg, (state,))
+
+
+def test_one_dependent_set_serves_one_cache():
+    """A second HiCache given the same DependentSet used to take its pools over silently: the
+    first cache's restores then copied the second one's bytes (wrong KV, no error)."""
+    from hicache.runtime.cache import HiCache
+    cache, deps = make_cache()
+    pools = dict(deps.device)
+    with pytest.raises(ValueError, match="already attached to another HiCache"):
+        HiCache(cache.cfg, deps=deps)
+    assert deps.cache is cache and deps.device == pools      # nothing of the first one changed
+    # the first cache still restores its own bytes
+    compute(cache, deps, TOKENS)
+    assert cache.evict_device(cache.cfg.device_pages) == cache.cfg.device_pages
+    wipe_device(cache, deps)
+    req = cache.match(TOKENS)
+    op = cache.load_back(req)
+    assert op is not None and op.wait(10)
+    cache.poll()
+    _assert_bytes(cache, deps, req, 6)
+    cache.close()
+
+
+def test_misuse_of_the_dependent_set_is_named():
+    """Each was a KeyError or AttributeError from inside the set."""
+    tcfg = target_config()
+    loose = draft.DependentSet(draft_config(tcfg))
+    with pytest.raises(ValueError, match="not attached to a HiCache"):
+        loose.read(None, None)
+    cache, deps = make_cache(draft_layout="sidecar")
+    with pytest.raises(ValueError, match="role: 'bogus' is not one of"):
+        deps.pages_of("bogus", [0])
+    with pytest.raises(ValueError, match="kind: 'bogus' is not one of"):
+        deps.launch("bogus", [0], [0])
+    tid = deps.launch("gather", [0, 1], [0, 1])
+    deps.finish_target(tid)
+    for s in deps.cfg.sidecars:
+        if s.role is not Role.SWA:
+            deps.finish_draft(tid, s.role)
+    deps.fire(tid)
+    with pytest.raises(ValueError, match=r"tid: fire\(1\) of no live transfer"):
+        deps.fire(tid)
+    with pytest.raises(ValueError, match=r"tid: finish_target\(99\) of no live transfer"):
+        deps.finish_target(99)
+    cache.close()

@@ -196,3 +196,48 @@ def test_faults_off_by_default():
     f = pd.Faults
     assert not (f.send_before_load_back or f.abort_frees_in_flight or f.decode_leaks_on_abort
                 or f.prefill_leaks_on_abort)
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    ({"window": 0}, "window: must be an integer >= 1, got 0"),
+    ({"window": -1}, "window: must be an integer >= 1, got -1"),
+    ({"max_delay_s": -1.0}, "max_delay_s: must be a finite number >= 0, got -1.0"),
+    ({"max_delay_s": float("nan")}, "max_delay_s: must be a finite number >= 0, got nan"),
+    ({"decode_abort_at": -2}, "decode_abort_at: must be an integer >= 0, got -2"),
+    ({"seed": 1.5}, "seed: must be an integer, got 1.5"),
+])
+def test_a_plan_that_cannot_run_is_refused(kwargs, msg):
+    """window 0 made decode allocate nothing and both sides wait for each other forever; a
+    negative delay failed one side (sleep's own error) and left the other waiting."""
+    with pytest.raises(ValueError) as info:
+        pd.Plan(**kwargs)
+    assert str(info.value) == msg
+
+
+def test_an_endpoint_whose_peer_failed_is_not_left_waiting(tmp_path):
+    """The decode side raises mid-handoff (its pool's write fails): prefill's next receive
+    gives up after the channel's bound with a named error instead of blocking forever."""
+    case = _case(7, pd.Plan(seed=7, window=2), d=1, h=1, slots=8)
+    src = CacheSource(case, str(tmp_path))
+    pool = DecodePool(case.decode_slots, cache_config_page_nbytes())
+
+    def broken_write(*args, **kwargs):
+        raise OSError("decode pool: write failed")
+    pool.write = broken_write
+    a, b = pd.local_pair(timeout_s=1.0)
+    pe, de = pd.PrefillEndpoint(a, src, case.plan), pd.DecodeEndpoint(b, pool, case.plan)
+    failed: list = []
+
+    def decode():
+        try:
+            de.run()
+        except OSError as exc:
+            failed.append(exc)
+    t = threading.Thread(target=decode)
+    t.start()
+    with pytest.raises(pd.ChannelTimeout, match="no message from the peer for 1 s"):
+        pe.run()
+    t.join(10)
+    assert not t.is_alive() and failed
+    with pytest.raises(ValueError, match="timeout_s"):
+        pd.local_pair(timeout_s=0)

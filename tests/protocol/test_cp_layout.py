@@ -33,7 +33,10 @@ def test_reference_example_values():
 
 
 @pytest.mark.parametrize("field,kwargs", [("cp_size", dict(cp_size=0, page_size=1)),
-                                          ("page_size", dict(cp_size=1, page_size=0))])
+                                          ("page_size", dict(cp_size=1, page_size=0)),
+                                          ("cp_size", dict(cp_size=2.5, page_size=1)),
+                                          ("page_size", dict(cp_size=1, page_size=float("nan"))),
+                                          ("cp_size", dict(cp_size=True, page_size=1))])
 def test_layout_validation_names_field(field, kwargs):
     with pytest.raises(ValueError, match=field):
         CPLayout(**kwargs)

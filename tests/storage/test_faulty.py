@@ -122,8 +122,25 @@ def test_raise_none_and_delay(tmp_path):
     assert slow.stats()["fault_delay"] == 2
 
 
+def test_raise_and_none_split_one_failure_rate(tmp_path):
+    """p_raise + p_none is the failure rate of a call (one draw decides): at 0.5 + 0.5 every
+    call fails, about half by raising, half by returning None."""
+    store = FaultyStorage(FileStorage(tmp_path), FaultConfig(seed=3, p_raise=0.5, p_none=0.5))
+    raised = none = 0
+    for _ in range(400):
+        try:
+            got = store.batch_exists(keys(1))
+        except InjectedFault:
+            raised += 1
+            continue
+        assert got is None
+        none += 1
+    assert raised + none == 400 and 150 < raised < 250
+    assert store.stats()["fault_raise"] == raised and store.stats()["fault_none"] == none
+
+
 @pytest.mark.parametrize("kwargs,field", [
-    ({"p_raise": 1.5}, "p_raise"), ({"p_none": -0.1}, "p_none"),
+    ({"p_raise": 1.5}, "p_raise"), ({"p_none": -0.1}, "p_none"), ({"p_raise": 0.6, "p_none": 0.6}, "p_raise \\+ p_none"),
     ({"p_delay": 0.5}, "max_delay_s"), ({"max_delay_s": 60.0}, "max_delay_s")])
 def test_config_is_validated(kwargs, field):
     with pytest.raises(ValueError, match=field):
