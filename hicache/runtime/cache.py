@@ -69,7 +69,10 @@ class HiCache:
         self.cfg = cfg
         self.bus = bus or EventBus()
         self.metrics = Metrics()
-        self.tree = RadixTree(cfg.page_size, namespace_seed(cfg.model, cfg.salt))
+        # the namespace names the bytes a page holds (with a packed draft pool, the host
+        # page carries the draft's layers too): engines that differ there share no key
+        page_cfg = deps.cfg.host_config() if deps is not None else cfg
+        self.tree = RadixTree(cfg.page_size, namespace_seed(cfg.model, cfg.salt, page_cfg.page_format()))
         self.dev_alloc = self._device_allocator(cfg)
         self.host = HostSlots(cfg.host_pages) if cfg.host_pages else None
         self.storage = storage

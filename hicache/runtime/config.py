@@ -101,6 +101,13 @@ class CacheConfig:
         """Number of KV planes: 2 (K, V) for MHA, 1 latent for MLA."""
         return 2 if self.kv_kind is KVKind.MHA else 1
 
+    def page_format(self) -> str:
+        """What a stored page's bytes are, beyond its tokens (part of the key namespace): the
+        KV kind, dtype, geometry and the host layout the page is copied from (a stored page
+        is a host row's bytes in its element order)."""
+        return (f"{self.kv_kind.value}/{self.dtype}/layers={self.layers}/heads={self.heads}/"
+                f"head_dim={self.head_dim}/{self.host_layout.value}")
+
     def prefetch_timeout(self, pages: int) -> float:
         """REFERENCE.md: base + pages * (ps / 1024) * per_ki_token seconds."""
         return (self.prefetch_timeout_base_s

@@ -14,9 +14,9 @@ import numpy as np
 from hicache.storage import keys as _keys
 
 
-def namespace_seed(model: str, salt: str = "") -> bytes:
-    """Digest that starts every chain of this (model, salt) namespace."""
-    return _keys.namespace_hash(model, salt=salt)
+def namespace_seed(model: str, salt: str = "", page_format: str = "") -> bytes:
+    """Digest that starts every chain of this (model, salt, page format) namespace."""
+    return _keys.namespace_hash(model, salt=salt, page_format=page_format)
 
 
 def chain_hashes(prev: bytes, page_tokens: bytes, page_size: int) -> list[bytes]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,7 @@ from hicache.storage import envelope
 from hicache.storage.base import StorageBackend
 from hicache.storage.counters import Count, Counters
 from hicache.storage.hostbuf import RowTarget, byte_view, check_rows
-from hicache.storage.keys import check_key
+from hicache.storage.keys import check_key, check_keys
 
 _tmp_serial = itertools.count()  # next() is atomic under the GIL
 
@@ -71,14 +72,16 @@ class FileStorage(StorageBackend):
         return len(keys)
 
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
-        return [self._read(key, None) for key in keys]
+        return [self._read(key, None) for key in check_keys(keys)]
 
     def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
+        check_keys(keys)
         if len(keys) != len(values):
             raise ValueError(f"values: {len(values)} values for {len(keys)} keys")
         return [self._write(key, byte_view(v)) for key, v in zip(keys, values)]
 
     def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        check_keys(keys)
         check_rows(keys, dst, rows, "dst")
         out = []
         for key, row in zip(keys, rows):
@@ -101,28 +104,41 @@ class FileStorage(StorageBackend):
         """The verified payload (in `target` when given, else a new tensor), or None."""
         path = self.path_of(key)
         try:
-            f = open(path, "rb")
+            # O_NONBLOCK: a FIFO in a page's place must not block the open; anything but a
+            # regular file is no page (a directory, a device, a FIFO): a miss
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             self.counters.add(Count.GET_MISS)
             return None
-        with f:
-            head = bytearray(envelope.HEADER_BYTES)
-            got = f.readinto(head)
-            verdict, length = envelope.check_header(head[:got],
-                                                    None if target is None else target.nbytes)
-            # The announced length is checked against the file size before anything is
-            # allocated: a flipped length field must not become a huge allocation.
-            if (verdict is envelope.Verdict.OK
-                    and os.fstat(f.fileno()).st_size != envelope.HEADER_BYTES + length):
-                verdict = envelope.Verdict.BAD_SIZE
-            if verdict is envelope.Verdict.OK:
-                out = target.flat if target is not None else torch.empty(length, dtype=torch.uint8)
-                view = memoryview(out.numpy())
-                # readinto may return short counts only at EOF for regular files.
-                got = f.readinto(view) if length else 0
-                trailing = f.read(1)
-                verdict = (envelope.Verdict.BAD_SIZE if got != length or trailing
-                           else envelope.check(key, head, view))
+        except OSError:                 # a directory, no permission, a broken link: no page
+            self.counters.add(Count.GET_MISS)
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            self.counters.add(Count.GET_MISS)
+            return None
+        try:
+            with open(fd, "rb") as f:
+                head = bytearray(envelope.HEADER_BYTES)
+                got = f.readinto(head)
+                verdict, length = envelope.check_header(head[:got],
+                                                        None if target is None else target.nbytes)
+                # The announced length is checked against the file size before anything is
+                # allocated: a flipped length field must not become a huge allocation.
+                if (verdict is envelope.Verdict.OK
+                        and os.fstat(f.fileno()).st_size != envelope.HEADER_BYTES + length):
+                    verdict = envelope.Verdict.BAD_SIZE
+                if verdict is envelope.Verdict.OK:
+                    out = target.flat if target is not None else torch.empty(length, dtype=torch.uint8)
+                    view = memoryview(out.numpy())
+                    # readinto may return short counts only at EOF for regular files.
+                    got = f.readinto(view) if length else 0
+                    trailing = f.read(1)
+                    verdict = (envelope.Verdict.BAD_SIZE if got != length or trailing
+                               else envelope.check(key, head, view))
+        except OSError:                 # the read itself failed (an I/O error): no page
+            self.counters.add(Count.GET_MISS)
+            return None
         if verdict is not envelope.Verdict.OK:
             self._reject(path, verdict)
             return None
@@ -134,7 +150,10 @@ class FileStorage(StorageBackend):
         than the caller's row (then it may be intact and useful to a differently shaped pool)."""
         self.counters.add(Count.GET_CORRUPT)
         if verdict is not envelope.Verdict.BAD_LENGTH:
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:     # a read-only store: the page stays, and keeps failing its check
+                pass
 
     def _write(self, key: str, payload: memoryview) -> bool:
         path = self.path_of(key)

@@ -1,6 +1,7 @@
 """Byte views of host tensors for the backends: read and write pages in place, no staging."""
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -24,9 +25,15 @@ def check_rows(keys: Sequence[str], buf: torch.Tensor, rows: Sequence[int], what
     if len(keys) != len(rows):
         raise ValueError(f"rows: {len(rows)} rows for {len(keys)} keys")
     n = buf.shape[0] if buf.dim() else 0
+    seen: set[int] = set()
     for r in rows:
+        if not isinstance(r, numbers.Integral) or isinstance(r, bool):
+            raise ValueError(f"rows: row {r!r} is not an integer")
         if not 0 <= r < n:
             raise ValueError(f"rows: row {r} outside {what} with {n} rows")
+        if r in seen:     # two pages into one row: one of them is lost, both reported read
+            raise ValueError(f"rows: row {r} given twice")
+        seen.add(r)
 
 
 class RowTarget:

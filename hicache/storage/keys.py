@@ -28,16 +28,21 @@ DIGEST_BYTES = 32
 KEY_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.\-]{0,199}")
 
 
-def namespace_hash(model: str, *, salt: str = "", lora: str | None = None) -> bytes:
-    """Digest that seeds every chain of this namespace (model, salt, LoRA adapter)."""
+def namespace_hash(model: str, *, salt: str = "", lora: str | None = None, page_format: str = "") -> bytes:
+    """Digest that seeds every chain of this namespace (model, salt, LoRA adapter, and the
+    format of the page bytes: engines whose pages hold other bytes for the same tokens, say
+    another dtype or KV geometry, must not share keys, or one reads the other's pages as
+    its own: equal keys mean equal bytes)."""
     parts = ["hicache", model, salt]
-    for name, value in (("model", model), ("salt", salt), ("lora", lora or "")):
+    for name, value in (("model", model), ("salt", salt), ("lora", lora or ""), ("page_format", page_format)):
         if "\x00" in value:
             raise ValueError(f"{name}: must not contain NUL (it separates namespace fields)")
     if not model:
         raise ValueError("model: must be non-empty")
     if lora:
         parts.append(f"lora:{lora}")
+    if page_format:
+        parts.append(f"format:{page_format}")
     return hashlib.sha256("\x00".join(parts).encode()).digest()
 
 
@@ -126,6 +131,21 @@ def check_key(key: str) -> str:
     if not isinstance(key, str) or KEY_PATTERN.fullmatch(key) is None:
         raise ValueError(f"key: {key!r} is not a storage key (expected {KEY_PATTERN.pattern})")
     return key
+
+
+def check_keys(keys: Sequence[str]) -> Sequence[str]:
+    """`keys` if it is a batch of well-formed keys, each once, else ValueError (caller
+    misuse): a bare str would be taken character by character, and a key twice in one read
+    is served once by a backend that reads each object once (Mooncake answered the second
+    copy with zeros, which then failed verification and removed the good page)."""
+    if isinstance(keys, (str, bytes)):
+        raise ValueError(f"keys: a sequence of keys, got one {type(keys).__name__} {keys[:24]!r}")
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        j = first.setdefault(check_key(key), i)
+        if j != i:
+            raise ValueError(f"keys: {key[:24]!r}... at positions {j} and {i} (each key once per batch)")
+    return keys
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,7 +27,7 @@ from hicache.storage import envelope
 from hicache.storage.base import StorageBackend
 from hicache.storage.counters import Count, Counters
 from hicache.storage.hostbuf import byte_view, check_rows
-from hicache.storage.keys import check_key
+from hicache.storage.keys import check_key, check_keys
 from hicache.storage.mooncake_server import LOOPBACK, MooncakeMaster, MooncakeUnavailable
 
 _H = envelope.HEADER_BYTES
@@ -124,7 +124,7 @@ class MooncakeStorage(StorageBackend):
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
         if not keys:
             return []
-        blobs = self._store.get_batch([check_key(k) for k in keys])
+        blobs = self._store.get_batch(list(check_keys(keys)))
         return [self._decode(key, blob) for key, blob in zip(keys, blobs)]
 
     def _decode(self, key: str, blob: bytes) -> torch.Tensor | None:
@@ -160,6 +160,7 @@ class MooncakeStorage(StorageBackend):
         return self._count_sets(self._store.batch_put_from(list(keys), ptrs, sizes))
 
     def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        check_keys(keys)
         check_rows(keys, dst, rows, "dst")
         direct = [i for i, r in enumerate(rows) if dst[r].is_contiguous()]
         ok = [False] * len(keys)

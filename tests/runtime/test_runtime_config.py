@@ -40,3 +40,25 @@ def test_prefetch_timeout_formula():
 def test_mla_has_one_plane():
     assert CacheConfig(kv_kind="mla", heads=1).kv == 1
     assert CacheConfig().kv == 2
+
+
+def test_engines_whose_pages_hold_other_bytes_share_no_storage_key():
+    """The key namespace named only the model and salt: an engine in bfloat16 prefetched a
+    float16 engine's pages from a shared store and read them as its own (wrong KV, no
+    error). The page format is part of the namespace now; equal configs still share."""
+    import dataclasses
+
+    from hicache.runtime.cache import HiCache
+
+    def seed_of(cfg):
+        cache = HiCache(cfg)
+        cache.close()
+        return cache.tree.seed
+    base = CacheConfig(page_size=4, device_pages=8, host_pages=8, model="llama", metadata_only=True)
+    seed = seed_of(base)
+    assert seed_of(dataclasses.replace(base)) == seed
+    for change in (dict(dtype="bfloat16"), dict(layers=3), dict(heads=4), dict(head_dim=16),
+                   dict(kv_kind="mla", heads=1), dict(host_layout="page_first"), dict(salt="s")):
+        assert seed_of(dataclasses.replace(base, **change)) != seed, change
+    # what does not change a page's bytes does not split the namespace
+    assert seed_of(dataclasses.replace(base, device_pages=16, host_pages=4)) == seed

@@ -137,6 +137,28 @@ def test_rows_and_values_are_validated(backend, fresh_key):
             backend.batch_exists([bad])
 
 
+def test_a_batch_names_each_key_once_and_each_row_once(backend, fresh_key):
+    """A key twice in one Mooncake read came back once as zeros, failed verification and
+    removed the good page; two pages into one row lost one and reported both read; a str
+    for `keys` was stored character by character. Each is refused, and the page stays."""
+    page = torch.arange(48, dtype=torch.uint8)
+    k = fresh_key(0)
+    assert backend.batch_set([k], [page]) == [True]
+    with pytest.raises(ValueError, match="at positions 0 and 1"):
+        backend.batch_get([k, k])
+    with pytest.raises(ValueError, match="at positions 0 and 1"):
+        backend.batch_get_into([k, k], torch.zeros(2, 48, dtype=torch.uint8), [0, 1])
+    with pytest.raises(ValueError, match="row 0 given twice"):
+        backend.batch_get_into([k, fresh_key(1)], torch.zeros(2, 48, dtype=torch.uint8), [0, 0])
+    with pytest.raises(ValueError, match="row True is not an integer"):
+        backend.batch_get_into([k], torch.zeros(2, 48, dtype=torch.uint8), [True])
+    with pytest.raises(ValueError, match="keys: a sequence of keys, got one str"):
+        backend.batch_get("abcd")
+    assert backend.batch_exists([k]) == 1
+    (got,) = backend.batch_get([k])
+    assert got is not None and torch.equal(got, page)
+
+
 def test_concurrent_writers_and_readers(backend, fresh_key):
     """Writers (two per page, same bytes) and readers race; a reader sees the exact page or a
     miss, never other bytes, and every page is stored at the end."""
@@ -213,3 +235,28 @@ def test_concurrent_zero_copy_threads(backend, fresh_key):
     assert all(results[t] == [True] * (2 * per_thread) for t in range(n_threads))
     half = n_threads * per_thread
     assert torch.equal(host[half:], host[:half])
+
+
+def test_file_store_things_that_are_no_page_are_misses(tmp_path, monkeypatch):
+    """A FIFO in a page's place blocked the read forever, a directory raised
+    IsADirectoryError, and a corrupt page in a read-only store raised from its unlink and
+    lost the good pages of the same batch: each is now a counted miss."""
+    import os
+    store = FileStorage(tmp_path)
+    page = torch.arange(32, dtype=torch.uint8)
+    keys = ["a" * 32, "b" * 32, "c" * 32, "d" * 32]
+    assert store.batch_set(keys, [page] * 4) == [True] * 4
+    os.unlink(store.path_of(keys[0]))
+    os.mkfifo(store.path_of(keys[0]))                 # a FIFO: open would block
+    os.unlink(store.path_of(keys[1]))
+    os.mkdir(store.path_of(keys[1]))                  # a directory
+    with open(store.path_of(keys[2]), "r+b") as f:    # a corrupt page whose unlink fails
+        f.seek(-1, os.SEEK_END)
+        f.write(b"\xff")
+
+    def read_only(self, missing_ok=False):
+        raise PermissionError(30, "Read-only file system", str(self))
+    monkeypatch.setattr(type(store.path_of(keys[2])), "unlink", read_only)
+    got = store.batch_get(keys)
+    assert got[:3] == [None, None, None] and torch.equal(got[3], page)     # the good page survives
+    assert store.stats()["get_miss"] == 2 and store.stats()["get_corrupt"] == 1
