@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 #: name -> (module, one-line help). Order is the order of `hicache --help`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -71,11 +73,35 @@ def main(argv: list[str] | None = None) -> int:
         _pin_hash_seed(sys.argv[1:])
     args = build_parser().parse_args(argv)
     module = importlib.import_module(args._module)
+    # SIGTERM (a timeout, a job scheduler) unwinds like Ctrl-C: what a command started (a
+    # Mooncake master, rank processes, temporary folders) is stopped by its own cleanup,
+    # which a bare SIGTERM would skip, leaving the master running
+    previous = _on_sigterm()
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except _Terminated:
+        print("terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that cleanup code runs."""
+
+
+def _on_sigterm():
+    """Install the SIGTERM handler (main thread only); the handler it replaced, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum, frame):
+        raise _Terminated()
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 if __name__ == "__main__":

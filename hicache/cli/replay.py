@@ -152,6 +152,12 @@ def _run(args: argparse.Namespace) -> int:
             f"hit rate {out['hit_rate']:.2%} (device {t['device']['hit_rate']:.2%}, "
             f"host {t['host']['hit_rate']:.2%}, storage {t['storage']['hit_rate']:.2%}) "
             f"in {out['seconds']:.2f} s")
+    st = out.get("storage") or {}
+    failed = {k: st.get(k, 0) for k in ("call_error", "call_none", "call_timeout", "circuit_open")}
+    if any(failed.values()):
+        # (a store that stopped answering must not read as a cold one)
+        text += "; storage calls failed: " + ", ".join(f"{k} {v}" for k, v in failed.items() if v) + \
+            f" ({st.get('failed_pages', 0)} pages missed)"
     if args.cp > 1:
         c = out["cp"]
         text += (f"; CP{c['ranks']} {'sharded' if c['shard'] else 'replicated'}, "

@@ -94,6 +94,11 @@ class ReplayConfig:
                            metadata_only=not small, model="replay")
 
 
+def _network_store_config():
+    from hicache.storage.safe import SafeConfig
+    return SafeConfig(timeout_s=2.0, trip_after=3, cooldown_s=30.0)
+
+
 def open_storage(kind: StorageKind, stack: contextlib.ExitStack):
     """The backend for `kind`, closed (and its server stopped) when `stack` unwinds."""
     if kind is StorageKind.NONE:
@@ -109,7 +114,11 @@ def open_storage(kind: StorageKind, stack: contextlib.ExitStack):
         from hicache.storage.mooncake_store import MooncakeStorage, MooncakeStoreConfig
         master = MooncakeMaster.start()
         stack.callback(master.stop)
-        store = MooncakeStorage(MooncakeStoreConfig.for_master(master))
+        # a network store answers within the call's bound, and one that stopped answering
+        # (a dead master takes seconds per call) trips the breaker: the rest of the replay
+        # fails its storage calls at once, counted, instead of crawling for minutes
+        from hicache.storage.safe import SafeStorage
+        store = SafeStorage(MooncakeStorage(MooncakeStoreConfig.for_master(master)), _network_store_config())
     stack.callback(store.close)
     return store
 
@@ -260,6 +269,9 @@ def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], st
                "device_tokens_per_rank": cfg.device_tokens // cfg.page_size * cfg.page_size,
                "logical_device_tokens": cache.cfg.device_pages * cfg.page_size},
         "metrics": m.as_dict(),
+        # the backend's own counters (hits, misses, corrupt pages; behind a SafeStorage also
+        # its timeouts, errors and calls failed at once by an open circuit)
+        "storage": storage.stats() if storage is not None else None,
         # verified mode: per monitor its spec, the events it saw and the steps it checked
         "monitors": monitors,
     }

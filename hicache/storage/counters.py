@@ -17,6 +17,7 @@ class Count(enum.StrEnum):
     CALL_ERROR = "call_error"        # calls that raised
     CALL_NONE = "call_none"          # calls that returned None or a malformed result
     CALL_TIMEOUT = "call_timeout"    # calls abandoned after the timeout
+    CIRCUIT_OPEN = "circuit_open"    # calls failed at once: the backend failed trip_after times in a row
     FAILED_PAGES = "failed_pages"    # pages answered as a miss / not stored because of the above
     # FaultyStorage: faults injected
     FAULT_RAISE = "fault_raise"

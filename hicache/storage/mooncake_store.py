@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,6 +58,11 @@ class MooncakeStoreConfig:
 
 
 _OBJECT_NOT_FOUND = -704   # the client's error code for an absent key
+
+
+class _ThreadBuffers:
+    """A thread's handle on its scratch buffers: collected when the thread ends."""
+    __slots__ = ("__weakref__",)
 
 
 class MooncakeStorage(StorageBackend):
@@ -100,15 +106,30 @@ class MooncakeStorage(StorageBackend):
         Only its own thread uses it, so it is reused without locking; it grows by doubling
         (the old one is unregistered first, then dropped).
         """
-        buf = getattr(self._local, name, None)
+        bufs = getattr(self._local, "bufs", None)
+        if bufs is None:
+            # this thread's buffers are unregistered when the thread ends (its thread-local
+            # holder is dropped then): a caller that runs each call on a new thread (SafeStorage
+            # under a timeout) would otherwise grow the registered memory without bound
+            bufs = {}
+            holder = _ThreadBuffers()
+            self._local.holder, self._local.bufs = holder, bufs
+            weakref.finalize(holder, self._release_thread, bufs)
+        buf = bufs.get(name)
         if buf is None or buf.numel() < nbytes:
             if buf is not None:
                 self._unregister(buf)
             size = max(nbytes, 2 * buf.numel() if buf is not None else 64 * _H)
             buf = torch.empty(size, dtype=torch.uint8)
             self.register_buffer(buf)
-            setattr(self._local, name, buf)
+            bufs[name] = buf
         return buf
+
+    def _release_thread(self, bufs: dict) -> None:
+        """Unregister the scratch buffers of a thread that ended (nothing uses them now)."""
+        for buf in bufs.values():
+            self._unregister(buf)
+        bufs.clear()
 
     # -- interface -----------------------------------------------------------------------
     def batch_exists(self, keys: Sequence[str]) -> int:
@@ -240,6 +261,7 @@ class MooncakeStorage(StorageBackend):
     def _unregister(self, buf: torch.Tensor) -> None:
         start = buf.untyped_storage().data_ptr()
         with self._lock:
+            # (after close every region is gone already, and the client with them)
             if self._regions.pop(start, None) is not None:
                 self._store.unregister_buffer(start)
 

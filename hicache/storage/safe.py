@@ -12,11 +12,19 @@ caller copies them into `dst` only if they arrived in time, and `batch_set_from`
 snapshot of the rows taken before the call. (Without a timeout the zero-copy calls go straight
 through.) At most `max_abandoned` calls may be left running; beyond that, calls fail at once
 as timeouts instead of piling up threads on a hung backend.
+
+Circuit breaker: with `trip_after` set, that many failed data calls in a row (an error, a
+malformed answer, a timeout) open the circuit: for `cooldown_s` every data call fails at once
+(counted `circuit_open`), then one call is let through; a success closes it, a failure opens it
+again. A dead backend (a stopped Mooncake master answers each call after seconds) then costs
+a few bounded calls, not seconds per page for the rest of the run, and reads as failures,
+never as a cold cache.
 """
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,18 +33,22 @@ import torch
 from hicache.storage.base import StorageBackend
 from hicache.storage.counters import Count, Counters, merge_stats
 from hicache.storage.hostbuf import check_rows
+from hicache.validate import int_at_least, number_in
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SafeConfig:
     timeout_s: float | None = None   # None: call the backend on the caller's thread
     max_abandoned: int = 4           # timed-out calls allowed to linger on worker threads
+    trip_after: int = 0              # failed data calls in a row that open the circuit (0: never)
+    cooldown_s: float = 5.0          # how long an open circuit fails calls at once
 
     def __post_init__(self) -> None:
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise ValueError(f"timeout_s: must be positive or None, got {self.timeout_s}")
-        if self.max_abandoned < 1:
-            raise ValueError(f"max_abandoned: must be >= 1, got {self.max_abandoned}")
+        if self.timeout_s is not None:
+            number_in("timeout_s", self.timeout_s, 0.0, lo_open=True)
+        int_at_least("max_abandoned", self.max_abandoned, 1)
+        int_at_least("trip_after", self.trip_after, 0)
+        number_in("cooldown_s", self.cooldown_s, 0.0, lo_open=True)
 
 
 class _Timeout(Exception):
@@ -64,6 +76,8 @@ class SafeStorage(StorageBackend):
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)   # notified when _abandoned drops
         self._abandoned = 0   # Invariant: timed-out calls whose worker has not finished yet
+        self._failures = 0    # failed data calls in a row (the breaker's count)
+        self._open_until = 0.0   # monotonic time until which data calls fail at once
         self.last_error: str | None = None
 
     # -- running one call ----------------------------------------------------------------
@@ -101,25 +115,49 @@ class SafeStorage(StorageBackend):
 
     def _guard(self, n_pages: int, miss: Any, check: Callable[[Any], Any],
                fn: Callable[..., Any], *args: Any) -> Any:
-        """Run, validate with `check` (returns the cleaned result or raises TypeError)."""
+        """Run, validate with `check` (returns the cleaned result or raises TypeError). A
+        data call (n_pages > 0) goes through the circuit breaker; housekeeping (stats, close,
+        buffer registration) does not."""
+        data = n_pages > 0 and self.config.trip_after > 0
+        if data:
+            with self._lock:
+                open_ = time.monotonic() < self._open_until
+            if open_:
+                self.counters.add(Count.CIRCUIT_OPEN)
+                self.counters.add(Count.FAILED_PAGES, n_pages)
+                return miss
         try:
             result = self._run(fn, *args)
         except _Timeout:
-            self._fail(Count.CALL_TIMEOUT, n_pages, "timeout")
+            self._fail(Count.CALL_TIMEOUT, n_pages, "timeout", data)
             return miss
         except Exception as exc:
-            self._fail(Count.CALL_ERROR, n_pages, repr(exc))
+            self._fail(Count.CALL_ERROR, n_pages, repr(exc), data)
             return miss
         try:
-            return check(result)
+            out = check(result)
         except TypeError as exc:
-            self._fail(Count.CALL_NONE, n_pages, str(exc))
+            self._fail(Count.CALL_NONE, n_pages, str(exc), data)
             return miss
+        if data:
+            with self._lock:
+                self._failures = 0
+        return out
 
-    def _fail(self, what: Count, n_pages: int, why: str) -> None:
+    def _fail(self, what: Count, n_pages: int, why: str, data: bool = False) -> None:
         self.counters.add(what)
         self.counters.add(Count.FAILED_PAGES, n_pages)
         self.last_error = why
+        if data:
+            with self._lock:
+                self._failures += 1
+                if self._failures >= self.config.trip_after:
+                    self._open_until = time.monotonic() + self.config.cooldown_s
+
+    def circuit_open(self) -> bool:
+        """Whether data calls fail at once now (the breaker tripped, cool-down not over)."""
+        with self._lock:
+            return time.monotonic() < self._open_until
 
     # -- interface -----------------------------------------------------------------------
     def batch_exists(self, keys: Sequence[str]) -> int:
@@ -185,7 +223,15 @@ class SafeStorage(StorageBackend):
         inner = self._guard(0, {}, _stats_check, self.inner.stats)
         return merge_stats(inner, self.counters.snapshot())
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 10.0) -> None:
+        """Close the backend once no abandoned call runs in it (waiting up to `drain_s`): a
+        client closed under a call still inside it can crash the process (Mooncake's did).
+        If calls are still running then, the backend is left open (counted as an error,
+        `last_error` says why): a leak until the process ends, never a crash."""
+        if not self.drain(drain_s):
+            self._fail(Count.CALL_ERROR, 0, f"close skipped: {self.abandoned()} timed-out call(s) still "
+                                            f"running in the backend after {drain_s:g} s")
+            return
         self._guard(0, None, lambda r: None, self.inner.close)
 
 

@@ -137,6 +137,44 @@ def test_small_kv_through_mooncake_restores_every_byte():
     assert out["tiers"]["storage"]["hit_tokens"] > 0
 
 
+def test_a_dead_mooncake_master_is_counted_failures_not_a_crawl(monkeypatch):
+    """The master killed once the client is up: each storage call then took seconds and
+    returned "absent", so the replay crawled for tens of minutes and read as a cold cache.
+    Now the calls are bounded, the breaker opens after three failures, and the report
+    counts them; no byte is wrong."""
+    import os
+    import signal
+    import time
+
+    from hicache.storage import mooncake_store
+    from hicache.storage.mooncake_server import MooncakeMaster, unavailable_reason
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"Mooncake Store cannot run here: {reason}")
+    masters = []
+    start, init = MooncakeMaster.start, mooncake_store.MooncakeStorage.__init__
+
+    def start_and_keep(cls, *a, **k):
+        masters.append(start.__func__(cls, *a, **k))
+        return masters[-1]
+    monkeypatch.setattr(MooncakeMaster, "start", classmethod(start_and_keep))
+
+    def init_then_kill(self, *a, **k):
+        init(self, *a, **k)
+        os.killpg(masters[-1].proc.pid, signal.SIGKILL)      # the master dies under the client
+    monkeypatch.setattr(mooncake_store.MooncakeStorage, "__init__", init_then_kill)
+    reqs = load_requests(SYN, 512, limit=120)
+    cfg = ReplayConfig(page_size=512, device_tokens=20_000, host_tokens=60_000,
+                       storage="mooncake", kv="small", sync=True)
+    t0 = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        out = replay_requests(cfg, reqs, open_storage(cfg.storage, stack))
+    assert time.monotonic() - t0 < 120
+    st = out["storage"]
+    assert st["circuit_open"] > 0 and st["failed_pages"] > 0
+    assert out["corrupt_pages"] == 0 and out["tiers"]["storage"]["hit_tokens"] == 0
+
+
 def test_a_limit_below_one_request_is_refused(tmp_path):
     """--limit 0 or -3 used to replay one request (the generator's count check never fired):
     refused by the config and by read_trace, naming the field."""

@@ -260,3 +260,21 @@ def test_file_store_things_that_are_no_page_are_misses(tmp_path, monkeypatch):
     got = store.batch_get(keys)
     assert got[:3] == [None, None, None] and torch.equal(got[3], page)     # the good page survives
     assert store.stats()["get_miss"] == 2 and store.stats()["get_corrupt"] == 1
+
+
+def test_mooncake_scratch_of_an_ended_thread_is_unregistered(mooncake_store, fresh_key):
+    """Each thread's registered scratch slab stayed registered after the thread ended: a
+    caller that runs every call on a new thread (SafeStorage under a timeout) grew the
+    registered memory by one slab per call. Now a thread's slabs go when it does."""
+    import gc
+
+    from hicache.storage.safe import SafeConfig, SafeStorage
+    safe = SafeStorage(mooncake_store, SafeConfig(timeout_s=30))
+    before = len(mooncake_store._regions)
+    page = torch.zeros(4096, dtype=torch.uint8)
+    for i in range(40):
+        assert safe.batch_set([fresh_key(i)], [page]) == [True]     # each on its own thread
+    gc.collect()
+    assert len(mooncake_store._regions) <= before + 1
+    (got,) = mooncake_store.batch_get([fresh_key(0)])
+    assert got is not None and torch.equal(got, page)

@@ -43,3 +43,39 @@ def test_stop_kills_the_process_group_and_is_idempotent(mooncake_available):
 def test_options_are_validated(kwargs, field):
     with pytest.raises(ValueError, match=field):
         MasterOptions(**kwargs)
+
+
+def test_sigterm_to_the_command_stops_its_master(mooncake_available, tmp_path):
+    """`timeout -s TERM ... hicache replay --storage mooncake` left the master running (its
+    cleanup ran at exit, which SIGTERM skips). The command now unwinds on SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join('{"timestamp": %d, "input_length": 4096, "output_length": 1, "hash_ids": [%s]}\n'
+                             % (i, ", ".join(str(i * 8 + b) for b in range(8))) for i in range(100000)))
+    proc = subprocess.Popen([sys.executable, "-m", "hicache.cli.main", "replay", str(trace), "--storage", "mooncake",
+                             "--host-tokens", "4096", "--device-tokens", "4096"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        master = None
+        deadline = time.monotonic() + 60
+        while master is None and time.monotonic() < deadline and proc.poll() is None:
+            kids = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "mooncake_master"],
+                                  capture_output=True, text=True).stdout.split()
+            master = int(kids[0]) if kids else None
+            if master is None:
+                try:            # the poll's pace: returns early only if the command ended
+                    proc.wait(timeout=0.1)
+                except subprocess.TimeoutExpired:
+                    pass
+        assert master is not None, "the replay never started its master"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM and "terminated" in err
+        assert not _group_alive(master)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

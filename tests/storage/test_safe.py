@@ -168,3 +168,41 @@ def test_a_background_loop_survives_a_hostile_backend(tmp_path):
     stats = safe.stats()
     assert stats["call_error"] == stats["fault_raise"] > 0      # each injected fault counted once
     assert stats["call_none"] == stats["fault_none"] > 0
+
+
+def test_the_breaker_fails_calls_at_once_after_failures_in_a_row(tmp_path, monkeypatch):
+    """trip_after failed calls in a row open the circuit: calls then fail at once without
+    reaching the backend, until the cool-down is over; one call is then let through and a
+    success closes the circuit, a failure opens it again. (The clock is the module's, moved
+    by hand: no waiting.)"""
+    from hicache.storage import safe as safe_mod
+    now = [1000.0]
+    monkeypatch.setattr(safe_mod.time, "monotonic", lambda: now[0])
+    faulty = FaultyStorage(FileStorage(tmp_path), FaultConfig(p_raise=1.0))
+    store = SafeStorage(faulty, SafeConfig(trip_after=3, cooldown_s=10.0))
+    for _ in range(3):
+        assert store.batch_get(KEYS) == [None] * 3
+    assert store.circuit_open()
+    for _ in range(5):                        # no call reaches the backend while open
+        assert store.batch_exists(KEYS) == 0
+    stats = store.stats()
+    assert stats["fault_raise"] == 3 and stats["circuit_open"] == 5 and stats["failed_pages"] == 24
+    now[0] += 10.0                            # cool-down over: one call goes through, fails
+    assert store.batch_exists(KEYS) == 0 and store.stats()["fault_raise"] == 4
+    assert store.circuit_open()               # ... and opens the circuit again at once
+    now[0] += 10.0
+    faulty.config = FaultConfig()             # the backend is back
+    assert store.batch_set(KEYS, [PAGE] * 3) == [True] * 3
+    assert not store.circuit_open() and store.batch_exists(KEYS) == 3
+    assert store.stats()["circuit_open"] == 5   # nothing failed at once since
+
+
+def test_no_breaker_unless_asked_and_housekeeping_never_trips_it(tmp_path):
+    store = SafeStorage(FaultyStorage(FileStorage(tmp_path), FaultConfig(p_raise=1.0)))
+    for _ in range(10):
+        assert store.batch_exists(KEYS) == 0
+    assert not store.circuit_open() and store.stats()["fault_raise"] == 10
+    with pytest.raises(ValueError, match="trip_after"):
+        SafeConfig(trip_after=-1)
+    with pytest.raises(ValueError, match="cooldown_s"):
+        SafeConfig(cooldown_s=float("nan"))
