@@ -65,6 +65,43 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _listeners(port: int) -> set[int] | None:
+    """Inodes of the TCP sockets listening on `port` (/proc/net/tcp), or None where /proc
+    cannot tell (then only a connection says the port is served, not by whom)."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    out = set()
+    for line in lines:
+        f = line.split()
+        # local "0100007F:1F90", state 0A = LISTEN, inode in column 9
+        if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+            out.add(int(f[9]))
+    return out
+
+
+def _serves(pid: int, port: int) -> bool:
+    """Whether process `pid` itself listens on `port`: a free port picked for the master
+    can be taken by another process first, which then answers the readiness probe while the
+    master fails to bind and exits (its client then waited minutes on a dead address)."""
+    inodes = _listeners(port)
+    if inodes is None:
+        return _accepts(port)
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and int(link[8:-1]) in inodes:
+            return True
+    return False
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class MasterOptions:
     start_timeout_s: float = 30.0    # bound on one start attempt
@@ -142,7 +179,7 @@ class MooncakeMaster:
         """Poll until both ports accept, the process exits, or the deadline passes."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if _accepts(self.rpc_port) and _accepts(self.http_port):
+            if _serves(self.proc.pid, self.rpc_port) and _serves(self.proc.pid, self.http_port):
                 return True
             try:
                 self.proc.wait(timeout=0.05)   # the poll interval doubles as a liveness check

@@ -79,3 +79,30 @@ def test_sigterm_to_the_command_stops_its_master(mooncake_available, tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_a_port_taken_by_another_process_is_not_taken_for_the_master(mooncake_available, monkeypatch):
+    """Another process listening on the port picked for the master answered the readiness
+    probe: start() returned a master that had exited on its failed bind, and the client then
+    retried a dead address for minutes. Readiness now asks whether the master itself listens,
+    and a failed attempt retries on fresh ports."""
+    import socket
+
+    from hicache.storage import mooncake_server
+    squat = socket.socket()
+    squat.bind(("127.0.0.1", 0))
+    squat.listen()
+    taken = squat.getsockname()[1]
+    fresh, calls = mooncake_server.free_port, []
+
+    def first_taken():
+        calls.append(1)
+        return taken if len(calls) == 1 else fresh()
+    monkeypatch.setattr(mooncake_server, "free_port", first_taken)
+    try:
+        with MooncakeMaster.start(MasterOptions(attempts=3)) as master:
+            assert master.rpc_port != taken and master.alive()
+            assert mooncake_server._serves(master.proc.pid, master.rpc_port)
+            assert not mooncake_server._serves(master.proc.pid, taken)
+    finally:
+        squat.close()
