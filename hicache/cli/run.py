@@ -35,7 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "made progress (finished a collective) for 4x this + 60 s, however long it runs")
     p.add_argument("--draft", choices=("off", "packed", "sidecar"), default="off",
                    help="also serve with a draft model whose KV is a dependent pool of this layout and "
-                        "report its acceptance rate with and without cache hits (hicache.dist.draft_accept)")
+                        "report its acceptance rate with and without cache hits (hicache.dist.draft_accept: "
+                        "its own fixed workload of 16 requests, in this process; --seed applies, the "
+                        "workload options above do not)")
 
 
 def _tiers(t: dict) -> dict:

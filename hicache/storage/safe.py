@@ -33,6 +33,7 @@ import torch
 from hicache.storage.base import StorageBackend
 from hicache.storage.counters import Count, Counters, merge_stats
 from hicache.storage.hostbuf import check_rows
+from hicache.storage.keys import check_keys
 from hicache.validate import int_at_least, number_in
 
 
@@ -174,10 +175,14 @@ class SafeStorage(StorageBackend):
                            self.inner.batch_get, keys)
 
     def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
+        check_keys(keys)     # caller misuse still raises (as the zero-copy calls do)
+        if len(keys) != len(values):
+            raise ValueError(f"values: {len(values)} values for {len(keys)} keys")
         return self._guard(len(keys), [False] * len(keys), _flags_check(len(keys), "batch_set"),
                            self.inner.batch_set, keys, values)
 
     def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        check_keys(keys)
         check_rows(keys, dst, rows, "dst")   # caller misuse still raises
         miss = [False] * len(keys)
         if self.config.timeout_s is None:
@@ -196,6 +201,7 @@ class SafeStorage(StorageBackend):
         return out
 
     def batch_set_from(self, keys: Sequence[str], src: torch.Tensor, rows: Sequence[int]) -> list[bool]:
+        check_keys(keys)
         check_rows(keys, src, rows, "src")
         flags = _flags_check(len(keys), "batch_set_from")
         if self.config.timeout_s is None:

@@ -206,3 +206,16 @@ def test_no_breaker_unless_asked_and_housekeeping_never_trips_it(tmp_path):
         SafeConfig(trip_after=-1)
     with pytest.raises(ValueError, match="cooldown_s"):
         SafeConfig(cooldown_s=float("nan"))
+
+
+def test_caller_misuse_raises_through_the_guard(tmp_path):
+    """batch_set turned a length mismatch or a malformed key into a counted failure of the
+    backend ([False], call_error) while the zero-copy calls raised: misuse raises in all."""
+    store = SafeStorage(FileStorage(tmp_path))
+    with pytest.raises(ValueError, match="values: 1 values for 2 keys"):
+        store.batch_set(KEYS[:2], [PAGE])
+    with pytest.raises(ValueError, match="key"):
+        store.batch_set(["a/b"], [PAGE])
+    with pytest.raises(ValueError, match="at positions 0 and 1"):
+        store.batch_set_from([KEYS[0], KEYS[0]], torch.zeros(2, 16, dtype=torch.uint8), [0, 1])
+    assert store.stats().get("call_error", 0) == 0
