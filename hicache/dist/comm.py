@@ -84,8 +84,14 @@ class Comm:
         self.watchdog = Watchdog(rank, limit_s=timeout_s * 1.5 + 5)
         self._seq: dict[str, int] = {}
         with self.watchdog.step("init_process_group"):
-            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                    world_size=world, timeout=self.timeout)
+            try:
+                dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                        world_size=world, timeout=self.timeout)
+            except (RuntimeError, ValueError) as exc:
+                # (torch's rendezvous errors carry pages of C++ frames: the first line says it)
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise PeerFailure("init_process_group", rank, f"rendezvous of {world} ranks failed within "
+                                  f"{timeout_s:g} s: {first}") from None
 
     def build_groups(self, topo: Topology) -> None:
         if topo.world != self.world or topo.rank != self.rank:
