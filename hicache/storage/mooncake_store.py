@@ -58,6 +58,22 @@ class MooncakeStoreConfig:
 
 
 _OBJECT_NOT_FOUND = -704   # the client's error code for an absent key
+PREFLIGHT_TIMEOUT_S = 3.0
+
+
+def _preflight(config: MooncakeStoreConfig) -> None:
+    """Refuse at once when nothing answers at the master's RPC address or the metadata
+    server: the client's own setup retries an absent master for about 90 s before it fails."""
+    import socket
+    from urllib.parse import urlsplit
+    url = urlsplit(config.metadata_server)
+    host, _, port = config.master_addr.rpartition(":")
+    for what, addr in (("master", (host, port)), ("metadata server", (url.hostname, url.port))):
+        try:
+            socket.create_connection((addr[0], int(addr[1])), timeout=PREFLIGHT_TIMEOUT_S).close()
+        except (OSError, ValueError, TypeError) as exc:
+            where = config.master_addr if what == "master" else config.metadata_server
+            raise MooncakeUnavailable(f"no Mooncake {what} answers at {where}: {exc}") from None
 
 
 class _ThreadBuffers:
@@ -75,6 +91,7 @@ class MooncakeStorage(StorageBackend):
             raise MooncakeUnavailable(f"mooncake.store does not import: {exc!r}") from exc
         self.config = config
         self.counters = Counters()
+        _preflight(config)
         self._store = MooncakeDistributedStore()
         rc = self._store.setup(config.local_hostname, config.metadata_server,
                                config.global_segment_bytes, config.local_buffer_bytes,

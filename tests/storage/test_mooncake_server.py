@@ -106,3 +106,17 @@ def test_a_port_taken_by_another_process_is_not_taken_for_the_master(mooncake_av
             assert not mooncake_server._serves(master.proc.pid, taken)
     finally:
         squat.close()
+
+
+def test_a_client_without_a_master_fails_at_once_and_says_where(mooncake_available):
+    """The client's setup retried an absent master for ~90 s before failing."""
+    import time
+
+    from hicache.storage.mooncake_store import MooncakeStorage, MooncakeStoreConfig
+    from hicache.storage.mooncake_server import free_port
+    rpc, http = free_port(), free_port()
+    t0 = time.monotonic()
+    with pytest.raises(MooncakeUnavailable, match=f"no Mooncake master answers at 127.0.0.1:{rpc}"):
+        MooncakeStorage(MooncakeStoreConfig(master_addr=f"127.0.0.1:{rpc}",
+                                            metadata_server=f"http://127.0.0.1:{http}/metadata"))
+    assert time.monotonic() - t0 < 10
