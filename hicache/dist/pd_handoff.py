@@ -26,6 +26,7 @@ import torch
 from hicache.runtime import pd_handoff as pd
 from hicache.runtime.allocator import PageAllocator
 from hicache.runtime.config import CacheConfig, PrefetchPolicy
+from hicache.validate import int_at_least
 
 PREFILL, DECODE = 0, 1
 
@@ -51,6 +52,19 @@ class Case:
     host_pages: int         # then pages on host only; the rest is in storage only
     decode_slots: int       # decode pool size (too small: decode aborts on allocation)
     faults: tuple[str, ...] = ()   # pd.FAULTS switches on for this case only
+
+    def __post_init__(self) -> None:
+        for name in ("device_pages", "host_pages", "decode_slots"):
+            int_at_least(name, getattr(self, name), 0)
+        unknown = [f for f in self.faults if f.startswith("_") or not isinstance(getattr(pd.Faults, f, None), bool)]
+        if unknown:
+            raise ValueError(f"faults: no fault switch {unknown[0]!r} in hicache.runtime.pd_handoff.Faults")
+
+    def check_prefix(self, n_pages: int) -> None:
+        """The tier split must fit the prefix: device_pages + host_pages <= its pages."""
+        if self.device_pages + self.host_pages > n_pages:
+            raise ValueError(f"device_pages + host_pages: {self.device_pages} + {self.host_pages} exceeds the "
+                             f"prefix's {n_pages} pages")
 
 
 class DistChannel:
@@ -110,6 +124,7 @@ class CacheSource:
         cfg = cache_config()
         tokens = list(case.tokens)
         n = len(tokens) // cfg.page_size
+        case.check_prefix(n)
         d, h = case.device_pages, case.host_pages
         self.storage = FileStorage(store_dir)
         if d + h < n:            # another engine computed the whole prefix into storage

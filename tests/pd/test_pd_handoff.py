@@ -241,3 +241,16 @@ def test_an_endpoint_whose_peer_failed_is_not_left_waiting(tmp_path):
     assert not t.is_alive() and failed
     with pytest.raises(ValueError, match="timeout_s"):
         pd.local_pair(timeout_s=0)
+
+
+@pytest.mark.parametrize("kwargs, msg", [
+    (dict(d=5, h=5), "device_pages + host_pages: 5 + 5 exceeds the prefix's 6 pages"),
+    (dict(d=-1, h=0), "device_pages: must be an integer >= 0, got -1"),
+    (dict(d=0, h=0, faults=("no_such",)), "faults: no fault switch 'no_such'"),
+])
+def test_a_case_that_does_not_fit_its_prefix_is_named(tmp_path, kwargs, msg):
+    """The split used to fail deep in the setup: `pages: expected 1 new pages, got 5`."""
+    faults = kwargs.pop("faults", ())
+    with pytest.raises(ValueError) as info:
+        CacheSource(_case(3, slots=8, faults=faults, **kwargs), str(tmp_path))
+    assert str(info.value).startswith(msg), str(info.value)
