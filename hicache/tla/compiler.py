@@ -21,7 +21,7 @@ from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, STRING, SYNONYMS
 from hicache.tla.values import (
-    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_set, iter_values,
+    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_set, is_infinite, iter_values,
     mk_fcn, normalize, sorted_values,
 )
 
@@ -761,8 +761,15 @@ class Compiler:
         flags = _or([(0, f) for _, f in sets]) | (ef & ~F_ENV) | (F_ENV if _uses_outer(ef, ctx) else 0)
         if len(bounds) == 1 and isinstance(bounds[0][0], str):
             sfn = sets[0][0]
-            return (lambda st, pr, env: mk_fcn({x: e(st, pr, env + (x,))
-                                                for x in iter_values(sfn(st, pr, env))})), flags
+
+            def fcn1(st, pr, env):
+                dom = sfn(st, pr, env)
+                if is_infinite(dom):
+                    # [n \in Nat |-> e]: evaluated where applied, as TLC does (a function over an
+                    # infinite domain can be applied, not enumerated)
+                    return RecFcn(dom, lambda x: e(st, pr, env + (x,)))
+                return mk_fcn({x: e(st, pr, env + (x,)) for x in iter_values(dom)})
+            return fcn1, flags
         n0 = len(ctx.names)
 
         def fcn(st, pr, env):
@@ -998,6 +1005,11 @@ class Compiler:
             what = f"{name}'" if ctx.primed else name
 
             def primed(st, pr, env):
+                if pr is None:
+                    # a state predicate (an invariant, a constraint, a view) sees one state:
+                    # TLC refuses it at level checking; here it fails at the read, located
+                    raise EvalError(f"{what}: a primed variable in an expression evaluated on one state "
+                                    f"(an invariant, constraint or view must be a state predicate)", loc)
                 v = pr[i]
                 if v is UNSET:
                     raise EvalError(f"{what} is read before it is assigned", loc)

@@ -271,3 +271,15 @@ def test_a_counterexample_whose_trace_cannot_be_written_is_still_reported(tmp_pa
                               str(blocked / "t.itf.json"))
     assert payload["result"] == "invariant" and payload["violated"] == "Inv" and proc.returncode == 12
     assert payload["trace"] is None and payload["trace_error"].startswith(str(blocked / "t.itf.json"))
+
+
+@pytest.mark.parametrize("inv, col", [("x' = x", 8), ("UNCHANGED x", 18), ("[][x' = x]_x", 11), ("x \\in {x'}", 15)])
+def test_a_primed_invariant_is_a_located_error_not_a_crash(tmp_path, inv, col):
+    """An invariant is a state predicate; one that reads x' crashed the checker with an
+    internal TypeError and no location (TLC refuses it at level checking)."""
+    spec = ("---- MODULE {name} ----\nEXTENDS Naturals\nVARIABLE x\nInit == x = 0\nNext == x' = x\n"
+            f"Inv == {inv}\n====\n")
+    proc, payload = run_check(tmp_path, "Primed", spec, "INIT Init\nNEXT Next\nINVARIANT Inv\n")
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Primed.tla", 6, col)
+    assert "x': a primed variable in an expression evaluated on one state" in msg

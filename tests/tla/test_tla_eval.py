@@ -108,6 +108,18 @@ h == [x \\in {"u", "v"} |-> [y \\in 1..2 |-> y]]
     ], defs)
 
 
+def test_a_function_over_an_infinite_domain_is_applied_not_enumerated(tla_eval_many, tla_eval):
+    """[n \\in Nat |-> e] failed at once ("attempted to enumerate the infinite set Nat");
+    TLC evaluates it where it is applied."""
+    check_all(tla_eval_many, [
+        ("[n \\in Nat |-> n * n][7]", 49), ("LET sq == [n \\in Nat |-> n * n] IN sq[3] + sq[4]", 25),
+        ("[n \\in Int |-> -n][-3]", 3), ("DOMAIN [n \\in Nat |-> n] = Nat", True),
+        ("5 \\in DOMAIN [n \\in Nat |-> n]", True),
+    ])
+    with pytest.raises(EvalError, match="not in the domain"):
+        tla_eval("[n \\in Nat |-> n][-1]")
+
+
 def test_records(tla_eval_many):
     defs = 'r == [a |-> 1, b |-> "s"]\nn == [p |-> [q |-> 1]]'
     check_all(tla_eval_many, [
