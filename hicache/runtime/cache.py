@@ -60,6 +60,10 @@ class Request:
     done: bool = False
 
 
+#: how long close() waits, in all, for storage calls in flight (a dead backend's calls never end)
+CLOSE_STORAGE_WAIT_S = 5.0
+
+
 class HiCache:
     """The tiered cache of one engine. Not thread-safe: one scheduler thread calls it;
     its own worker threads only copy bytes and call storage (see the module docstring)."""
@@ -139,12 +143,26 @@ class HiCache:
                 tree.offer_host(x)
         op.nodes = []
 
+    # ------------------------------------------------------------------ misuse
+    def _open(self, what: str) -> None:
+        """Nothing new starts on a closed cache: its workers are gone, so a load or a
+        prefetch queued now would never finish and whoever waits on it would hang."""
+        if self._closed:
+            raise RuntimeError(f"cache is closed: {what} after close()")
+
+    def _usable(self, req: Request) -> None:
+        self._open("a transfer")
+        if req.done:
+            # (a prefetch for an ended request locked its host leaf for good)
+            raise ValueError(f"request {req.rid} has already finished or been aborted")
+
     # ------------------------------------------------------------------ match
     def match(self, tokens: Any, rid: int | None = None, n_tokens: int | None = None) -> Request:
         """RequestMatch: longest cached prefix; locks its path until finish/abort.
 
         `tokens`: token ids, or key bytes from `radix.encode`; `n_tokens` the prompt
         length for the hit-rate denominator (default: the length of `tokens`)."""
+        self._open("match")
         key = tokens if isinstance(tokens, bytes) else encode(tokens, self.cfg.page_size)
         if n_tokens is None:
             n_tokens = len(tokens) // TOKEN_BYTES if isinstance(tokens, bytes) else len(tokens)
@@ -165,13 +183,26 @@ class HiCache:
 
     def prefix_pages(self, req: Request) -> list[int]:
         """Device pages of the request's cached prefix (wait on req.loads before reading)."""
+        self._join_loads(req)
         return self.tree.device_pages_of(req.node)
+
+    def _join_loads(self, req: Request) -> None:
+        """Every load-back in flight into req's prefix is one req waits on: also those
+        another request started after req matched (they fill pages req's prefix already
+        lists; without them req.loads said nothing was pending and the pages were read
+        before their bytes landed)."""
+        loads = req.loads
+        for x in self.tree.path(req.node):
+            op = x.loading
+            if op is not None and op not in loads:
+                loads.append(op)
 
     # ------------------------------------------------------------------ device room
     def alloc(self, n: int) -> list[int] | None:
         """n device pages, evicting LRU device leaves; None if locks pin too much."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ValueError(f"n: must be a non-negative int (pages), got {n!r}")
+        self._open("alloc")
         alloc = self.dev_alloc
         if not self._make_room(lambda: alloc.free >= n):
             return None
@@ -286,6 +317,7 @@ class HiCache:
 
         `pages` are fresh pages from `alloc` holding the KV of the pages after the
         request's device prefix. Pages the tree already holds are freed here."""
+        self._open("insert")
         if req.done:
             raise ValueError(f"request {req.rid} has finished: it inserts nothing")
         prefix = self.prefix_pages(req)
@@ -413,8 +445,10 @@ class HiCache:
 
         Loads whole nodes, top-down, while device room and idle slots last; a node whose
         slots are busy (storage backup) ends the run. Returns the op (or None)."""
+        self._usable(req)
         if self.host is None:
             return None
+        self._join_loads(req)
         nodes = [x for x in self.tree.path(req.node) if x.device is None]
         take = []
         total = 0
@@ -545,6 +579,7 @@ class HiCache:
         """PrefetchStart: fetch the pages after req's cached prefix from storage into
         reserved host slots, in the background. False when declined (no storage, too
         short, host too full: the rate limit)."""
+        self._usable(req)
         cfg = self.cfg
         if self.prefetcher is None or req.prefetch is not None:
             return False
@@ -639,6 +674,8 @@ class HiCache:
     def finish_prefetch(self, req: Request) -> int:
         """PrefetchFinish: apply the stop policy, then fetched pages join the tree as host
         copies and the rest of the slots go back to IDLE. Returns pages now loadable."""
+        if req.done:
+            raise ValueError(f"request {req.rid} has already finished or been aborted")
         op = req.prefetch
         if op is None:
             return 0
@@ -755,17 +792,22 @@ class HiCache:
             self.metrics.host_occupancy = self.host.used / self.host.capacity
         return n
 
-    def drain(self) -> None:
-        """Wait for every transfer in flight and apply its completion."""
+    def drain(self, storage_deadline: float | None = None) -> None:
+        """Wait for every transfer in flight and apply its completion. With a deadline
+        (time.monotonic()), storage operations (backups to storage, abandoned prefetches)
+        are waited for only until then; memory copies always complete."""
+        def wait(op, storage: bool) -> bool:
+            if not storage or storage_deadline is None:
+                op.done.wait()
+                return True
+            return op.done.wait(max(0.0, storage_deadline - time.monotonic()))
         while True:
             busy = False
             for w in (self.writer, self.loader, self.backuper):
-                if w is not None and w.acks:
-                    w.acks[0].done.wait()
+                if w is not None and w.acks and wait(w.acks[0], w is self.backuper):
                     busy = True
-            for op in self._orphans:
-                op.done.wait()
-            if not busy and not self._orphans:
+            stuck = [op for op in self._orphans if not wait(op, True)]
+            if not busy and len(stuck) == len(self._orphans):
                 break
             self.poll()
         self.poll()
@@ -777,14 +819,25 @@ class HiCache:
         self.close()
 
     def close(self) -> None:
-        """Apply every transfer in flight, then stop the worker threads. Idempotent."""
+        """Apply every transfer in flight, then stop the worker threads. Idempotent.
+
+        Prefetches still live end as an abort ends them (terminated, reaped when they
+        return); storage calls are waited for at most CLOSE_STORAGE_WAIT_S in all: a backend
+        that never answers leaves its worker behind (counted in metrics.close_abandoned)
+        instead of hanging the caller. Memory copies are always waited for."""
         if self._closed:
             return
         self._closed = True
-        self.drain()
-        for w in (self.loader, self.writer, self.prefetcher, self.backuper):
+        for op in self._prefetching:
+            op.terminate = True
+        deadline = time.monotonic() + CLOSE_STORAGE_WAIT_S
+        self.drain(deadline)
+        for w in (self.loader, self.writer):
             if w is not None:
                 w.close()
+        for w in (self.prefetcher, self.backuper):
+            if w is not None and not w.close(max(0.0, deadline - time.monotonic())):
+                self.metrics.close_abandoned += 1
         if self._verified:         # the final cache check of verified mode
             from hicache.monitors.attach import cache_check
             cache_check(self)

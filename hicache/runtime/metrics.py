@@ -34,6 +34,7 @@ class Metrics:
     prefetch_unfulfilled_tokens: int = 0  # announced by exists but not delivered in time
     prefetch_rate_limited: int = 0        # prefetches declined for host occupancy
     storage_failures: int = 0             # backend raised / returned None / bad size
+    close_abandoned: int = 0              # storage workers close() left behind (a backend that never answered)
     host_occupancy: float = 0.0
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False,
                                              compare=False)

@@ -119,6 +119,10 @@ class Worker:
             finally:
                 op.done.set()
 
-    def close(self) -> None:
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Stop the thread after the ops queued before; True once it ended. With a bound,
+        a thread stuck in an op (a backend that never answers) is left behind (a daemon):
+        False."""
         self._q.put(None)
-        self._thread.join()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()

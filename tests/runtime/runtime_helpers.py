@@ -8,11 +8,14 @@ from hicache.runtime.cache import HiCache, Request
 
 
 def check_prefix(cache: HiCache, req: Request) -> None:
-    """Every device page of req's cached prefix holds exactly the bytes written for it."""
+    """Every device page of req's cached prefix holds exactly the bytes written for it (the
+    documented order: the pages, then wait on req.loads, which prefix_pages completes with
+    the loads in flight into them, then read)."""
+    pages = cache.prefix_pages(req)
     for op in req.loads:
         op.wait()
     nb = cache.device_pool.page_nbytes
-    for i, p in enumerate(cache.prefix_pages(req)):
+    for i, p in enumerate(pages):
         assert torch.equal(cache.device_pool.read_page(p), stamp(req.key, i, nb, cache.cfg.page_size)), \
             f"device page {p} (position {i}) holds wrong bytes"
 

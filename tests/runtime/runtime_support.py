@@ -26,6 +26,7 @@ class MemStorage(StorageBackend):
         self.data: dict[str, torch.Tensor] = {}
         self.fault = Fault.NONE
         self.gate = threading.Event()
+        self.blocked = threading.Event()   # set once a call waits at the gate
         self.calls = 0
         self._lock = threading.Lock()
 
@@ -35,6 +36,7 @@ class MemStorage(StorageBackend):
         if self.fault is Fault.RAISE:
             raise ConnectionError("injected")
         if self.fault is Fault.BLOCK:
+            self.blocked.set()
             self.gate.wait()
         return self.fault is Fault.NONE_VALUE
 

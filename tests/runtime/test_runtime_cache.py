@@ -290,3 +290,78 @@ def test_misuse_of_the_request_api_is_refused_with_the_field_named():
         with pytest.raises(ValueError, match=f"^request {req.rid} has"):
             again(req)
     assert req.node.lock_ref == 0        # the lock was released once, not twice
+
+
+def test_a_request_waits_on_a_load_another_request_started_into_its_prefix():
+    """r1 matched a prefix held on host only; r2 then loaded it back. r1's prefix listed the
+    device pages being filled while r1.loads stayed empty: a scheduler following "wait on
+    req.loads" read them before their bytes landed."""
+    c = HiCache(CacheConfig(page_size=64, device_pages=40, host_pages=40, layers=16, heads=8, head_dim=128,
+                            dtype="float32"))
+    toks, big = list(range(128)), [7] * 64 * 30
+    serve(c, toks)
+    serve(c, big)
+    c.drain()
+    c.evict_device(40)
+    c.drain()
+    r1 = c.match(toks)                       # host hit only
+    r3 = c.match(big)
+    c.load_back(r3)                          # keeps the loader busy
+    r2 = c.match(toks)
+    op = c.load_back(r2)                     # loads r1's prefix too
+    assert op is not None
+    assert c.load_back(r1) is None and op in r1.loads
+    check_prefix(c, r1)
+    for r in (r1, r2, r3):
+        c.finish(r)
+    c.close()
+
+
+def test_ended_requests_and_a_closed_cache_start_nothing():
+    """A prefetch for a finished request locked its host leaf for good; a load after close()
+    was queued to a stopped worker and whoever waited on it hung."""
+    from runtime_support import MemStorage
+    st = MemStorage()
+    cfg = CacheConfig(page_size=2, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2)
+    c = HiCache(cfg, storage=st)
+    serve(c, list(range(8)))
+    r = c.match(list(range(8)))
+    c.finish(r)
+    for call in (c.prefetch, c.finish_prefetch, c.load_back):
+        with pytest.raises(ValueError, match=f"request {r.rid} has already finished or been aborted"):
+            call(r)
+    c.evict_device(4)
+    c.close()
+    with pytest.raises(RuntimeError, match="cache is closed: match after close"):
+        c.match(list(range(8)))
+    with pytest.raises(RuntimeError, match="cache is closed: alloc after close"):
+        c.alloc(1)
+    assert all(x.lock_ref == 0 for x in c.tree.nodes())
+
+
+def test_close_with_a_prefetch_on_a_backend_that_never_answers_returns():
+    """close() joined the prefetch thread, stuck in the backend, forever. It now ends the
+    live prefetch as an abort does and waits for storage at most CLOSE_STORAGE_WAIT_S."""
+    import time
+
+    from hicache.runtime import cache as cache_mod
+    from runtime_support import MemStorage
+    st = MemStorage()
+    cfg = CacheConfig(page_size=2, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2,
+                      storage_backup_host_fraction=1.0)
+    with HiCache(cfg, storage=st) as first:
+        serve(first, list(range(8)))
+    c = HiCache(CacheConfig(page_size=2, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2,
+                            prefetch_policy="wait_complete"), storage=st)
+    st.fault = Fault.BLOCK
+    r = c.match(list(range(8)))
+    assert c.prefetch(r)
+    assert st.blocked.wait(30)              # the prefetch thread is inside the backend now
+    t0 = time.monotonic()
+    try:
+        c.close()
+        took = time.monotonic() - t0
+    finally:
+        st.gate.set()                       # let the stuck call go (it returns into nothing)
+    assert took < cache_mod.CLOSE_STORAGE_WAIT_S + 5
+    assert c.metrics.close_abandoned >= 1       # the prefetcher (and the storage backuper, if it was in a call)
