@@ -41,7 +41,9 @@ CONSTANTS
     BatchPages,             \* pages per batch
     Policies,               \* stop policies explored (a subset of AllPolicies)
     ConsumeLatestProgress,  \* seeded bug: stages > 0 consume all published acks
-    BugNoAckAfterStop       \* seeded bug: a stopped rank posts no more acks
+    BugNoAckAfterStop,      \* seeded bug: a stopped rank posts no more acks
+    NoVerdict               \* model value: a check with no stop verdict yet (a verdict is a
+                            \* boolean; TLC compares a model value with any value, unequal)
 
 AllPolicies == {"best_effort", "wait_complete", "timeout"}
 
@@ -70,7 +72,7 @@ VARIABLES
     pub,         \* acks published on the ordered queue (1..pub)
     pubAck,      \* pubAck[j]: published MIN of the j-th acks, or None
     checks,      \* checks[s]: cache checks stage s ran for this request
-    verdict,     \* verdict[k]: stage 0's stop verdict at check k, or None
+    verdict,     \* verdict[k]: stage 0's stop verdict at check k, or NoVerdict
     cut,         \* cut[k]: acks consumed through check k, decided by stage 0, or None
     consumed,    \* consumed[s]: acks stage s consumed from its queue
     used         \* used[s]: cached prefix (pages) stage s uses, or None while waiting
@@ -85,7 +87,7 @@ TypeOK ==
     /\ pub \in 0..NBatches
     /\ pubAck \in [Batches -> 0..BatchPages \cup {None}]
     /\ checks \in [Stages -> 0..MaxChecks]
-    /\ verdict \in [Checks -> BOOLEAN \cup {None}]
+    /\ verdict \in [Checks -> BOOLEAN \cup {NoVerdict}]
     /\ cut \in [Checks -> 0..NBatches \cup {None}]
     /\ consumed \in [Stages -> 0..NBatches]
     /\ used \in [Stages -> 0..MaxPages \cup {None}]
@@ -115,7 +117,7 @@ Init ==
     /\ pub = 0
     /\ pubAck = [j \in Batches |-> None]
     /\ checks = [s \in Stages |-> 0]
-    /\ verdict = [c \in Checks |-> None]
+    /\ verdict = [c \in Checks |-> NoVerdict]
     /\ cut = [c \in Checks |-> None]
     /\ consumed = [s \in Stages |-> 0]
     /\ used = [s \in Stages |-> None]
@@ -160,7 +162,7 @@ PolicyDecide ==
     LET c == checks[0] + 1 IN
     /\ used[0] = None
     /\ c <= MaxChecks
-    /\ verdict[c] = None
+    /\ verdict[c] = NoVerdict
     /\ \E stop \in Verdicts(policy, c) :
         /\ stop \/ pub > consumed[0]
         /\ verdict' = [verdict EXCEPT ![c] = stop]
@@ -181,7 +183,7 @@ StageCacheCheck(s) ==
     LET c == checks[s] + 1 IN
     /\ used[s] = None
     /\ c <= MaxChecks
-    /\ verdict[c] # None
+    /\ verdict[c] # NoVerdict
     /\ s > 0 => checks[s - 1] >= c
     /\ LET n == CutAt(s, c) IN
         /\ consumed' = [consumed EXCEPT ![s] = n]
@@ -257,9 +259,9 @@ IndInv ==
     /\ \A j \in Batches : (pubAck[j] # None) <=> j <= pub
     /\ \A j \in 1..pub : pubAck[j] = Min({AckOf(k, j) : k \in Ranks})
     /\ \A c \in Checks : (cut[c] # None) <=> c <= checks[0]
-    /\ \A c \in Checks : (verdict[c] # None) => c <= checks[0] + 1
+    /\ \A c \in Checks : (verdict[c] # NoVerdict) => c <= checks[0] + 1
     /\ \A c \in Checks : (cut[c] # None /\ c > 1) => cut[c - 1] <= cut[c]
-    /\ \A c \in Checks : cut[c] # None => cut[c] <= pub /\ verdict[c] # None
+    /\ \A c \in Checks : cut[c] # None => cut[c] <= pub /\ verdict[c] # NoVerdict
     /\ \A s \in Stages : used[s] = None =>
           \A c \in 1..checks[s] : ~verdict[c] /\ cut[c] < NBatches
     /\ \A s \in Stages : s > 0 => checks[s] <= checks[s - 1]

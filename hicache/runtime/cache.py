@@ -241,6 +241,9 @@ class HiCache:
 
     def evict_host(self, n: int) -> int:
         """Make at least n host slots free if victims allow; returns the free count."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError(f"n: must be a non-negative int (slots), got {n!r}")
+        self._open("evict_host")
         if self.host is None:
             return 0
         slots = self._reserve_host(n)

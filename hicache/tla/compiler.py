@@ -21,7 +21,7 @@ from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, STRING, SYNONYMS
 from hicache.tla.values import (
-    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_set, is_infinite, iter_values,
+    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_set, is_infinite, iter_values, kinds_differ,
     mk_fcn, normalize, sorted_values,
 )
 
@@ -906,12 +906,30 @@ class Compiler:
     def sv_eq(self, node, args, ctx):
         a, af = self.value(args[0], ctx)
         b, bf = self.value(args[1], ctx)
-        return (lambda st, pr, env: a(st, pr, env) == b(st, pr, env)), af | bf
+        loc = self.loc(node, ctx)
+
+        def eq(st, pr, env):
+            x, y = a(st, pr, env), b(st, pr, env)
+            if type(x) is not type(y):
+                why = kinds_differ(x, y)
+                if why is not None:       # TLC: an error, never FALSE (nor TRUE: 1 = TRUE)
+                    raise EvalError(why, loc)
+            return x == y
+        return eq, af | bf
 
     def sv_neq(self, node, args, ctx):
         a, af = self.value(args[0], ctx)
         b, bf = self.value(args[1], ctx)
-        return (lambda st, pr, env: a(st, pr, env) != b(st, pr, env)), af | bf
+        loc = self.loc(node, ctx)
+
+        def neq(st, pr, env):
+            x, y = a(st, pr, env), b(st, pr, env)
+            if type(x) is not type(y):
+                why = kinds_differ(x, y)
+                if why is not None:
+                    raise EvalError(why, loc)
+            return x != y
+        return neq, af | bf
 
     def sv_in(self, node, args, ctx):
         a, af = self.value(args[0], ctx)

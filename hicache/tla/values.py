@@ -491,6 +491,34 @@ def changes(name: str, a, b) -> dict[str, list[str]]:
     return {name: [fmt(a), fmt(b)]}
 
 
+def value_kind(v) -> str | None:
+    """What TLC compares a value as: "a boolean", "an integer", "a string", "a set",
+    "a function" (tuples, records and functions alike); None for a model value, which
+    compares (unequal) with anything."""
+    t = type(v)
+    if t is bool:
+        return "a boolean"
+    if t is int:
+        return "an integer"
+    if t is str:
+        return "a string"
+    if t is ModelValue:
+        return None
+    if t is frozenset or isinstance(v, LazySet):
+        return "a set"
+    return "a function"
+
+
+def kinds_differ(a, b) -> str | None:
+    """Why TLC refuses to compare a with b (values of different kinds, neither a model
+    value), or None. Called only when their Python types differ: Python's 1 == TRUE holds,
+    TLA+'s does not."""
+    ka, kb = value_kind(a), value_kind(b)
+    if ka is None or kb is None or ka == kb:
+        return None
+    return f"attempted to compare {ka} {fmt(a)} with {kb} {fmt(b)}"
+
+
 def normalize(v):
     """Deep-materialize lazy values so a value can be stored in a state."""
     t = type(v)

@@ -336,6 +336,8 @@ def test_ended_requests_and_a_closed_cache_start_nothing():
         c.match(list(range(8)))
     with pytest.raises(RuntimeError, match="cache is closed: alloc after close"):
         c.alloc(1)
+    with pytest.raises(ValueError, match="n: must be a non-negative int"):
+        c.evict_host(-1)
     assert all(x.lock_ref == 0 for x in c.tree.nodes())
 
 

@@ -11,7 +11,7 @@ from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, ca
 SPEC = 'spec/PrefixAgreement.tla'
 MODULE = 'PrefixAgreement'
 VARIABLES = ('policy', 'tried', 'loaded', 'terminated', 'pub', 'pubAck', 'checks', 'verdict', 'cut', 'consumed', 'used')
-CONSTANTS = ('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies', 'ConsumeLatestProgress', 'BugNoAckAfterStop')
+CONSTANTS = ('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies', 'ConsumeLatestProgress', 'BugNoAckAfterStop', 'NoVerdict')
 
 _b_range_ = BI['..']
 _b_times = BI['\\X']
@@ -27,37 +27,37 @@ def constants(raw: dict) -> dict:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
     s = t = None  # constant-level definitions read no state
-    C['AllPolicies'] = frozenset(('best_effort', 'wait_complete', 'timeout',))  # spec/PrefixAgreement.tla:46:1
-    C['Stages'] = _b_range_(0, (C['NStages'] - 1))  # spec/PrefixAgreement.tla:56:1
-    C['RankIds'] = _b_range_(0, (C['NRanks'] - 1))  # spec/PrefixAgreement.tla:57:1
-    C['Ranks'] = _b_times(C['Stages'], C['RankIds'])  # spec/PrefixAgreement.tla:58:1
-    C['Batches'] = _b_range_(1, C['NBatches'])  # spec/PrefixAgreement.tla:59:1
-    C['MaxPages'] = (C['NBatches'] * C['BatchPages'])  # spec/PrefixAgreement.tla:60:1
-    C['MaxChecks'] = (C['NBatches'] + 1)  # spec/PrefixAgreement.tla:61:1
-    C['Checks'] = _b_range_(1, C['MaxChecks'])  # spec/PrefixAgreement.tla:62:1
-    C['None'] = (-1)  # spec/PrefixAgreement.tla:63:1
+    C['AllPolicies'] = frozenset(('best_effort', 'wait_complete', 'timeout',))  # spec/PrefixAgreement.tla:48:1
+    C['Stages'] = _b_range_(0, (C['NStages'] - 1))  # spec/PrefixAgreement.tla:58:1
+    C['RankIds'] = _b_range_(0, (C['NRanks'] - 1))  # spec/PrefixAgreement.tla:59:1
+    C['Ranks'] = _b_times(C['Stages'], C['RankIds'])  # spec/PrefixAgreement.tla:60:1
+    C['Batches'] = _b_range_(1, C['NBatches'])  # spec/PrefixAgreement.tla:61:1
+    C['MaxPages'] = (C['NBatches'] * C['BatchPages'])  # spec/PrefixAgreement.tla:62:1
+    C['MaxChecks'] = (C['NBatches'] + 1)  # spec/PrefixAgreement.tla:63:1
+    C['Checks'] = _b_range_(1, C['MaxChecks'])  # spec/PrefixAgreement.tla:64:1
+    C['None'] = (-1)  # spec/PrefixAgreement.tla:65:1
     if not (d_Positive(C, s, None, C['NStages']) and d_Positive(C, s, None, C['NRanks'])):
-        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:51:8: Positive(NStages) /\\ Positive(NRanks)')
+        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:53:8: Positive(NStages) /\\ Positive(NRanks)')
     if not (d_Positive(C, s, None, C['NBatches']) and d_Positive(C, s, None, C['BatchPages'])):
-        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:52:8: Positive(NBatches) /\\ Positive(BatchPages)')
+        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:54:8: Positive(NBatches) /\\ Positive(BatchPages)')
     if not (_b_subseteq(C['Policies'], C['AllPolicies']) and (C['Policies'] != frozenset())):
-        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:53:8: Policies \\subseteq AllPolicies /\\ Policies # {}')
+        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:55:8: Policies \\subseteq AllPolicies /\\ Policies # {}')
     if not ((C['ConsumeLatestProgress'] in STD["BOOLEAN"]) and (C['BugNoAckAfterStop'] in STD["BOOLEAN"])):
-        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:54:8: ConsumeLatestProgress \\in BOOLEAN /\\ BugNoAckAfterStop \\in BOOLEAN')
+        raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:56:8: ConsumeLatestProgress \\in BOOLEAN /\\ BugNoAckAfterStop \\in BOOLEAN')
     C['$h0'] = _b_range_(0, C['BatchPages'])
     C['$h1'] = FcnSet(C['Ranks'], _b_range_(0, C['NBatches']))
     C['$h2'] = FcnSet(C['Ranks'], _b_range_(0, C['MaxPages']))
     C['$h3'] = _b_range_(0, C['NBatches'])
     C['$h4'] = FcnSet(C['Batches'], _b_cup(_b_range_(0, C['BatchPages']), frozenset((normalize(C['None']),))))
     C['$h5'] = FcnSet(C['Stages'], _b_range_(0, C['MaxChecks']))
-    C['$h6'] = FcnSet(C['Checks'], _b_cup(STD["BOOLEAN"], frozenset((normalize(C['None']),))))
+    C['$h6'] = FcnSet(C['Checks'], _b_cup(STD["BOOLEAN"], frozenset((normalize(C['NoVerdict']),))))
     C['$h7'] = FcnSet(C['Checks'], _b_cup(_b_range_(0, C['NBatches']), frozenset((normalize(C['None']),))))
     C['$h8'] = FcnSet(C['Stages'], _b_range_(0, C['NBatches']))
     C['$h9'] = FcnSet(C['Stages'], _b_cup(_b_range_(0, C['MaxPages']), frozenset((normalize(C['None']),))))
     C['$h10'] = _b_range_(0, C['MaxPages'])
     C['$h11'] = _b_cup(_b_range_(0, C['BatchPages']), frozenset((normalize(C['None']),)))
     C['$h12'] = _b_range_(0, C['MaxChecks'])
-    C['$h13'] = _b_cup(STD["BOOLEAN"], frozenset((normalize(C['None']),)))
+    C['$h13'] = _b_cup(STD["BOOLEAN"], frozenset((normalize(C['NoVerdict']),)))
     C['$h14'] = _b_cup(_b_range_(0, C['NBatches']), frozenset((normalize(C['None']),)))
     C['$h15'] = _b_cup(_b_range_(0, C['MaxPages']), frozenset((normalize(C['None']),)))
     C['$h16'] = frozenset((True,))
@@ -66,155 +66,155 @@ def constants(raw: dict) -> dict:
 
 
 def d_Positive(C, s, t, v_x):
-    # spec/PrefixAgreement.tla:49:1
+    # spec/PrefixAgreement.tla:51:1
     return ((v_x in STD['Nat']) and (v_x >= 1))
 
 
 def d_TypeOK(C, s, t):
-    # spec/PrefixAgreement.tla:80:1
+    # spec/PrefixAgreement.tla:82:1
     return ((s['policy'] in C['Policies']) and (s['tried'] in C['$h1']) and (s['loaded'] in C['$h2']) and (s['terminated'] in STD["BOOLEAN"]) and (s['pub'] in C['$h3']) and (s['pubAck'] in C['$h4']) and (s['checks'] in C['$h5']) and (s['verdict'] in C['$h6']) and (s['cut'] in C['$h7']) and (s['consumed'] in C['$h8']) and (s['used'] in C['$h9']))
 
 
 def d_Min(C, s, t, v_S):
-    # spec/PrefixAgreement.tla:93:1
+    # spec/PrefixAgreement.tla:95:1
     return choose(v_S, lambda v_m_1: all((v_m_1 <= v_x_2) for v_x_2 in it(v_S)))
 
 
 def d_Clamp(C, s, t, v_x):
-    # spec/PrefixAgreement.tla:94:1
+    # spec/PrefixAgreement.tla:96:1
     return (0 if (v_x < 0) else (C['BatchPages'] if (v_x > C['BatchPages']) else v_x))
 
 
 def d_AckOf(C, s, t, v_k, v_j):
-    # spec/PrefixAgreement.tla:98:1
+    # spec/PrefixAgreement.tla:100:1
     return d_Clamp(C, s, t, (ap(s['loaded'], v_k) - ((v_j - 1) * C['BatchPages'])))
 
 
 def d_Failed(C, s, t, v_k):
-    # spec/PrefixAgreement.tla:101:1
+    # spec/PrefixAgreement.tla:103:1
     return (ap(s['loaded'], v_k) < (ap(s['tried'], v_k) * C['BatchPages']))
 
 
 def d_Stopped(C, s, t, v_k):
-    # spec/PrefixAgreement.tla:102:1
+    # spec/PrefixAgreement.tla:104:1
     return (d_Failed(C, s, t, v_k) or s['terminated'])
 
 
 def d_Short(C, s, t, v_n):
-    # spec/PrefixAgreement.tla:105:1
+    # spec/PrefixAgreement.tla:107:1
     return frozenset(v_j_1 for v_j_1 in it(_b_range_(1, v_n)) if (ap(s['pubAck'], v_j_1) < C['BatchPages']))
 
 
 def d_PrefixOf(C, s, t, v_n):
-    # spec/PrefixAgreement.tla:106:1
+    # spec/PrefixAgreement.tla:108:1
     return ((v_n * C['BatchPages']) if (d_Short(C, s, t, v_n) == frozenset()) else (lambda l_j_1: (((l_j_1() - 1) * C['BatchPages']) + ap(s['pubAck'], l_j_1())))(once(lambda: d_Min(C, s, t, d_Short(C, s, t, v_n)))))
 
 
 def d_Init(C, s, t):
-    # spec/PrefixAgreement.tla:110:1
-    return ((s['policy'] in C['Policies']) and (s['tried'] == mk_fcn({v_k_1: 0 for v_k_1 in it(C['Ranks'])})) and (s['loaded'] == mk_fcn({v_k_2: 0 for v_k_2 in it(C['Ranks'])})) and (s['terminated'] == False) and (s['pub'] == 0) and (s['pubAck'] == mk_fcn({v_j_3: C['None'] for v_j_3 in it(C['Batches'])})) and (s['checks'] == mk_fcn({v_s_4: 0 for v_s_4 in it(C['Stages'])})) and (s['verdict'] == mk_fcn({v_c_5: C['None'] for v_c_5 in it(C['Checks'])})) and (s['cut'] == mk_fcn({v_c_6: C['None'] for v_c_6 in it(C['Checks'])})) and (s['consumed'] == mk_fcn({v_s_7: 0 for v_s_7 in it(C['Stages'])})) and (s['used'] == mk_fcn({v_s_8: C['None'] for v_s_8 in it(C['Stages'])})))
+    # spec/PrefixAgreement.tla:112:1
+    return ((s['policy'] in C['Policies']) and (s['tried'] == mk_fcn({v_k_1: 0 for v_k_1 in it(C['Ranks'])})) and (s['loaded'] == mk_fcn({v_k_2: 0 for v_k_2 in it(C['Ranks'])})) and (s['terminated'] == False) and (s['pub'] == 0) and (s['pubAck'] == mk_fcn({v_j_3: C['None'] for v_j_3 in it(C['Batches'])})) and (s['checks'] == mk_fcn({v_s_4: 0 for v_s_4 in it(C['Stages'])})) and (s['verdict'] == mk_fcn({v_c_5: C['NoVerdict'] for v_c_5 in it(C['Checks'])})) and (s['cut'] == mk_fcn({v_c_6: C['None'] for v_c_6 in it(C['Checks'])})) and (s['consumed'] == mk_fcn({v_s_7: 0 for v_s_7 in it(C['Stages'])})) and (s['used'] == mk_fcn({v_s_8: C['None'] for v_s_8 in it(C['Stages'])})))
 
 
 def d_RankLoadBatch(C, s, t, v_k):
-    # spec/PrefixAgreement.tla:125:1
+    # spec/PrefixAgreement.tla:127:1
     return ((ap(s['tried'], v_k) < C['NBatches']) and (not d_Stopped(C, s, t, v_k)) and any((t['loaded'] == exc(s['loaded'], ((v_k,), lambda at_2: (ap(s['loaded'], v_k) + v_got_1)))) for v_got_1 in it(C['$h0'])) and (t['tried'] == exc(s['tried'], ((v_k,), lambda at_3: (ap(s['tried'], v_k) + 1)))) and ((t['policy'] == s['policy']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])))
 
 
 def d_RankPostAck(C, s, t, v_k):
-    # spec/PrefixAgreement.tla:134:1
+    # spec/PrefixAgreement.tla:136:1
     return ((ap(s['tried'], v_k) < C['NBatches']) and d_Stopped(C, s, t, v_k) and (not C['BugNoAckAfterStop']) and (t['tried'] == exc(s['tried'], ((v_k,), lambda at_1: (ap(s['tried'], v_k) + 1)))) and ((t['policy'] == s['policy']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])))
 
 
 def d_SyncPublish(C, s, t):
-    # spec/PrefixAgreement.tla:142:1
+    # spec/PrefixAgreement.tla:144:1
     return ((s['pub'] < C['NBatches']) and all((ap(s['tried'], v_k_1) > s['pub']) for v_k_1 in it(C['Ranks'])) and (t['pubAck'] == exc(s['pubAck'], (((s['pub'] + 1),), lambda at_2: d_Min(C, s, t, frozenset(normalize(d_AckOf(C, s, t, v_k_3, (s['pub'] + 1))) for v_k_3 in it(C['Ranks'])))))) and (t['pub'] == (s['pub'] + 1)) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])))
 
 
 def d_Verdicts(C, s, t, v_p, v_c):
-    # spec/PrefixAgreement.tla:150:1
-    return (C['$h16'] if (v_p == 'best_effort') else (C['$h17'] if (v_p == 'wait_complete') else ((C['$h16'] if (v_c == C['MaxChecks']) else STD["BOOLEAN"]) if (v_p == 'timeout') else case_fail('spec/PrefixAgreement.tla:151:5'))))
+    # spec/PrefixAgreement.tla:152:1
+    return (C['$h16'] if (v_p == 'best_effort') else (C['$h17'] if (v_p == 'wait_complete') else ((C['$h16'] if (v_c == C['MaxChecks']) else STD["BOOLEAN"]) if (v_p == 'timeout') else case_fail('spec/PrefixAgreement.tla:153:5'))))
 
 
 def d_PolicyDecide(C, s, t):
-    # spec/PrefixAgreement.tla:159:1
-    return (lambda l_c_1: ((ap(s['used'], 0) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) == C['None']) and any(((v_stop_2 or (s['pub'] > ap(s['consumed'], 0))) and (t['verdict'] == exc(s['verdict'], ((l_c_1(),), lambda at_3: v_stop_2))) and (t['terminated'] == (s['terminated'] or v_stop_2))) for v_stop_2 in it(d_Verdicts(C, s, t, s['policy'], l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used']))))(once(lambda: (ap(s['checks'], 0) + 1)))
+    # spec/PrefixAgreement.tla:161:1
+    return (lambda l_c_1: ((ap(s['used'], 0) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) == C['NoVerdict']) and any(((v_stop_2 or (s['pub'] > ap(s['consumed'], 0))) and (t['verdict'] == exc(s['verdict'], ((l_c_1(),), lambda at_3: v_stop_2))) and (t['terminated'] == (s['terminated'] or v_stop_2))) for v_stop_2 in it(d_Verdicts(C, s, t, s['policy'], l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used']))))(once(lambda: (ap(s['checks'], 0) + 1)))
 
 
 def d_CutAt(C, s, t, v_s, v_c):
-    # spec/PrefixAgreement.tla:173:1
+    # spec/PrefixAgreement.tla:175:1
     return (s['pub'] if (v_s == 0) else (s['pub'] if C['ConsumeLatestProgress'] else ap(s['cut'], v_c)))
 
 
 def d_StageCacheCheck(C, s, t, v_s):
-    # spec/PrefixAgreement.tla:180:1
-    return (lambda l_c_1: ((ap(s['used'], v_s) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) != C['None']) and ((not (v_s > 0)) or (ap(s['checks'], (v_s - 1)) >= l_c_1())) and (lambda l_n_2: ((t['consumed'] == exc(s['consumed'], ((v_s,), lambda at_3: l_n_2()))) and (t['cut'] == (exc(s['cut'], ((l_c_1(),), lambda at_4: l_n_2())) if (v_s == 0) else s['cut'])) and (t['used'] == (exc(s['used'], ((v_s,), lambda at_5: d_PrefixOf(C, s, t, l_n_2()))) if (ap(s['verdict'], l_c_1()) or (l_n_2() == C['NBatches'])) else s['used']))))(once(lambda: d_CutAt(C, s, t, v_s, l_c_1()))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['verdict'] == s['verdict']))))(once(lambda: (ap(s['checks'], v_s) + 1)))
+    # spec/PrefixAgreement.tla:182:1
+    return (lambda l_c_1: ((ap(s['used'], v_s) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) != C['NoVerdict']) and ((not (v_s > 0)) or (ap(s['checks'], (v_s - 1)) >= l_c_1())) and (lambda l_n_2: ((t['consumed'] == exc(s['consumed'], ((v_s,), lambda at_3: l_n_2()))) and (t['cut'] == (exc(s['cut'], ((l_c_1(),), lambda at_4: l_n_2())) if (v_s == 0) else s['cut'])) and (t['used'] == (exc(s['used'], ((v_s,), lambda at_5: d_PrefixOf(C, s, t, l_n_2()))) if (ap(s['verdict'], l_c_1()) or (l_n_2() == C['NBatches'])) else s['used']))))(once(lambda: d_CutAt(C, s, t, v_s, l_c_1()))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['verdict'] == s['verdict']))))(once(lambda: (ap(s['checks'], v_s) + 1)))
 
 
 def d_Finished(C, s, t):
-    # spec/PrefixAgreement.tla:196:1
+    # spec/PrefixAgreement.tla:198:1
     return (all((ap(s['used'], v_s_1) != C['None']) for v_s_1 in it(C['Stages'])) and all((ap(s['tried'], v_k_2) == C['NBatches']) for v_k_2 in it(C['Ranks'])) and (s['pub'] == C['NBatches']))
 
 
 def d_Terminated(C, s, t):
-    # spec/PrefixAgreement.tla:200:1
+    # spec/PrefixAgreement.tla:202:1
     return (d_Finished(C, s, t) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])))
 
 
 def d_PublishedLeLoaded(C, s, t):
-    # spec/PrefixAgreement.tla:215:1
+    # spec/PrefixAgreement.tla:217:1
     return all(all((d_PrefixOf(C, s, t, v_n_1) <= ap(s['loaded'], v_k_2)) for v_k_2 in it(C['Ranks'])) for v_n_1 in it(_b_range_(0, s['pub'])))
 
 
 def d_SameCachedPrefix(C, s, t):
-    # spec/PrefixAgreement.tla:220:1
+    # spec/PrefixAgreement.tla:222:1
     return all(((not ((ap(s['used'], v_s1_1) != C['None']) and (ap(s['used'], v_s2_2) != C['None']))) or (ap(s['used'], v_s1_1) == ap(s['used'], v_s2_2))) for v_s1_1 in it(C['Stages']) for v_s2_2 in it(C['Stages']))
 
 
 def d_UsedLeLoaded(C, s, t):
-    # spec/PrefixAgreement.tla:224:1
+    # spec/PrefixAgreement.tla:226:1
     return all(((not (ap(s['used'], v_s_1) != C['None'])) or all((ap(s['used'], v_s_1) <= ap(s['loaded'], v_k_2)) for v_k_2 in it(C['Ranks']))) for v_s_1 in it(C['Stages']))
 
 
 def d_AcksInStep(C, s, t):
-    # spec/PrefixAgreement.tla:230:1
+    # spec/PrefixAgreement.tla:232:1
     return (all((s['pub'] <= ap(s['tried'], v_k_1)) for v_k_1 in it(C['Ranks'])) and all((ap(s['consumed'], v_s_2) <= s['pub']) for v_s_2 in it(C['Stages'])))
 
 
 def d_SameAcksConsumed(C, s, t):
-    # spec/PrefixAgreement.tla:236:1
+    # spec/PrefixAgreement.tla:238:1
     return all(((not (ap(s['checks'], v_s_1) > 0)) or (ap(s['consumed'], v_s_1) == ap(s['cut'], ap(s['checks'], v_s_1)))) for v_s_1 in it(C['Stages']))
 
 
 _T_act_RankLoadBatch = (
-    ('tried[k] < NBatches', 'spec/PrefixAgreement.tla:126:8'),
-    ('~Stopped(k)', 'spec/PrefixAgreement.tla:127:8'),
-    ("\\E got \\in 0..BatchPages : loaded' = [loaded EXCEPT ![k] = loaded[k] + got]", 'spec/PrefixAgreement.tla:128:8'),
-    ("tried' = [tried EXCEPT ![k] = tried[k] + 1]", 'spec/PrefixAgreement.tla:130:8'),
-    ('UNCHANGED <<policy, terminated, pub, pubAck, checks, verdict, cut, consumed, used>>', 'spec/PrefixAgreement.tla:131:8'),
+    ('tried[k] < NBatches', 'spec/PrefixAgreement.tla:128:8'),
+    ('~Stopped(k)', 'spec/PrefixAgreement.tla:129:8'),
+    ("\\E got \\in 0..BatchPages : loaded' = [loaded EXCEPT ![k] = loaded[k] + got]", 'spec/PrefixAgreement.tla:130:8'),
+    ("tried' = [tried EXCEPT ![k] = tried[k] + 1]", 'spec/PrefixAgreement.tla:132:8'),
+    ('UNCHANGED <<policy, terminated, pub, pubAck, checks, verdict, cut, consumed, used>>', 'spec/PrefixAgreement.tla:133:8'),
 )
 
 
 def act_RankLoadBatch(C, s, t, v_k):
-    """RankLoadBatch (spec/PrefixAgreement.tla:126:5): None, or the first failing conjunct."""
+    """RankLoadBatch (spec/PrefixAgreement.tla:128:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:126:8
+        # spec/PrefixAgreement.tla:128:8
         k = 1
         if not (ap(s['tried'], v_k) < C['NBatches']):
             return Failure('RankLoadBatch', 1, *_T_act_RankLoadBatch[0])
-        # spec/PrefixAgreement.tla:127:8
+        # spec/PrefixAgreement.tla:129:8
         k = 2
         if not (not d_Stopped(C, s, t, v_k)):
             return Failure('RankLoadBatch', 2, *_T_act_RankLoadBatch[1])
-        # spec/PrefixAgreement.tla:128:8
+        # spec/PrefixAgreement.tla:130:8
         k = 3
         if not any((t['loaded'] == exc(s['loaded'], ((v_k,), lambda at_2: (ap(s['loaded'], v_k) + v_got_1)))) for v_got_1 in it(C['$h0'])):
             return Failure('RankLoadBatch', 3, *_T_act_RankLoadBatch[2])
-        # spec/PrefixAgreement.tla:130:8
+        # spec/PrefixAgreement.tla:132:8
         k = 4
         if not (t['tried'] == exc(s['tried'], ((v_k,), lambda at_3: (ap(s['tried'], v_k) + 1)))):
             return Failure('RankLoadBatch', 4, *_T_act_RankLoadBatch[3])
-        # spec/PrefixAgreement.tla:131:8
+        # spec/PrefixAgreement.tla:133:8
         k = 5
         if not ((t['policy'] == s['policy']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])):
             return Failure('RankLoadBatch', 5, *_T_act_RankLoadBatch[4])
@@ -224,35 +224,35 @@ def act_RankLoadBatch(C, s, t, v_k):
 
 
 _T_act_RankPostAck = (
-    ('tried[k] < NBatches', 'spec/PrefixAgreement.tla:135:8'),
-    ('Stopped(k)', 'spec/PrefixAgreement.tla:136:8'),
-    ('~BugNoAckAfterStop', 'spec/PrefixAgreement.tla:137:8'),
-    ("tried' = [tried EXCEPT ![k] = tried[k] + 1]", 'spec/PrefixAgreement.tla:138:8'),
-    ('UNCHANGED <<policy, loaded, terminated, pub, pubAck, checks, verdict, cut, consumed, used>>', 'spec/PrefixAgreement.tla:139:8'),
+    ('tried[k] < NBatches', 'spec/PrefixAgreement.tla:137:8'),
+    ('Stopped(k)', 'spec/PrefixAgreement.tla:138:8'),
+    ('~BugNoAckAfterStop', 'spec/PrefixAgreement.tla:139:8'),
+    ("tried' = [tried EXCEPT ![k] = tried[k] + 1]", 'spec/PrefixAgreement.tla:140:8'),
+    ('UNCHANGED <<policy, loaded, terminated, pub, pubAck, checks, verdict, cut, consumed, used>>', 'spec/PrefixAgreement.tla:141:8'),
 )
 
 
 def act_RankPostAck(C, s, t, v_k):
-    """RankPostAck (spec/PrefixAgreement.tla:135:5): None, or the first failing conjunct."""
+    """RankPostAck (spec/PrefixAgreement.tla:137:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:135:8
+        # spec/PrefixAgreement.tla:137:8
         k = 1
         if not (ap(s['tried'], v_k) < C['NBatches']):
             return Failure('RankPostAck', 1, *_T_act_RankPostAck[0])
-        # spec/PrefixAgreement.tla:136:8
+        # spec/PrefixAgreement.tla:138:8
         k = 2
         if not d_Stopped(C, s, t, v_k):
             return Failure('RankPostAck', 2, *_T_act_RankPostAck[1])
-        # spec/PrefixAgreement.tla:137:8
+        # spec/PrefixAgreement.tla:139:8
         k = 3
         if not (not C['BugNoAckAfterStop']):
             return Failure('RankPostAck', 3, *_T_act_RankPostAck[2])
-        # spec/PrefixAgreement.tla:138:8
+        # spec/PrefixAgreement.tla:140:8
         k = 4
         if not (t['tried'] == exc(s['tried'], ((v_k,), lambda at_1: (ap(s['tried'], v_k) + 1)))):
             return Failure('RankPostAck', 4, *_T_act_RankPostAck[3])
-        # spec/PrefixAgreement.tla:139:8
+        # spec/PrefixAgreement.tla:141:8
         k = 5
         if not ((t['policy'] == s['policy']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])):
             return Failure('RankPostAck', 5, *_T_act_RankPostAck[4])
@@ -262,35 +262,35 @@ def act_RankPostAck(C, s, t, v_k):
 
 
 _T_act_SyncPublish = (
-    ('pub < NBatches', 'spec/PrefixAgreement.tla:143:8'),
-    ('\\A k \\in Ranks : tried[k] > pub', 'spec/PrefixAgreement.tla:144:8'),
-    ("pubAck' = [pubAck EXCEPT ![pub + 1] = Min({AckOf(k, pub + 1) : k \\in Ranks})]", 'spec/PrefixAgreement.tla:145:8'),
-    ("pub' = pub + 1", 'spec/PrefixAgreement.tla:146:8'),
-    ('UNCHANGED <<policy, tried, loaded, terminated, checks, verdict, cut, consumed, used>>', 'spec/PrefixAgreement.tla:147:8'),
+    ('pub < NBatches', 'spec/PrefixAgreement.tla:145:8'),
+    ('\\A k \\in Ranks : tried[k] > pub', 'spec/PrefixAgreement.tla:146:8'),
+    ("pubAck' = [pubAck EXCEPT ![pub + 1] = Min({AckOf(k, pub + 1) : k \\in Ranks})]", 'spec/PrefixAgreement.tla:147:8'),
+    ("pub' = pub + 1", 'spec/PrefixAgreement.tla:148:8'),
+    ('UNCHANGED <<policy, tried, loaded, terminated, checks, verdict, cut, consumed, used>>', 'spec/PrefixAgreement.tla:149:8'),
 )
 
 
 def act_SyncPublish(C, s, t):
-    """SyncPublish (spec/PrefixAgreement.tla:143:5): None, or the first failing conjunct."""
+    """SyncPublish (spec/PrefixAgreement.tla:145:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:143:8
+        # spec/PrefixAgreement.tla:145:8
         k = 1
         if not (s['pub'] < C['NBatches']):
             return Failure('SyncPublish', 1, *_T_act_SyncPublish[0])
-        # spec/PrefixAgreement.tla:144:8
+        # spec/PrefixAgreement.tla:146:8
         k = 2
         if not all((ap(s['tried'], v_k_1) > s['pub']) for v_k_1 in it(C['Ranks'])):
             return Failure('SyncPublish', 2, *_T_act_SyncPublish[1])
-        # spec/PrefixAgreement.tla:145:8
+        # spec/PrefixAgreement.tla:147:8
         k = 3
         if not (t['pubAck'] == exc(s['pubAck'], (((s['pub'] + 1),), lambda at_2: d_Min(C, s, t, frozenset(normalize(d_AckOf(C, s, t, v_k_3, (s['pub'] + 1))) for v_k_3 in it(C['Ranks'])))))):
             return Failure('SyncPublish', 3, *_T_act_SyncPublish[2])
-        # spec/PrefixAgreement.tla:146:8
+        # spec/PrefixAgreement.tla:148:8
         k = 4
         if not (t['pub'] == (s['pub'] + 1)):
             return Failure('SyncPublish', 4, *_T_act_SyncPublish[3])
-        # spec/PrefixAgreement.tla:147:8
+        # spec/PrefixAgreement.tla:149:8
         k = 5
         if not ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])):
             return Failure('SyncPublish', 5, *_T_act_SyncPublish[4])
@@ -300,17 +300,17 @@ def act_SyncPublish(C, s, t):
 
 
 _T_act_PolicyDecide = (
-    ("LET c == checks[0] + 1 IN /\\ used[0] = None /\\ c <= MaxChecks /\\ verdict[c] = None /\\ \\E stop \\in Verdicts(policy, c) : /\\ stop \\/ pub > consumed[0] /\\ verdict' = [verdict EXCEPT ![c] = stop] /\\ terminated' = (terminated \\/ stop) /\\ UNCHANGED <<policy, tried, loaded, pub, pubAck, checks, cut, consumed, used>>", 'spec/PrefixAgreement.tla:160:5'),
+    ("LET c == checks[0] + 1 IN /\\ used[0] = None /\\ c <= MaxChecks /\\ verdict[c] = NoVerdict /\\ \\E stop \\in Verdicts(policy, c) : /\\ stop \\/ pub > consumed[0] /\\ verdict' = [verdict EXCEPT ![c] = stop] /\\ terminated' = (terminated \\/ stop) /\\ UNCHANGED <<policy, tried, loaded, pub, pubAck, checks, cut, consumed, used>>", 'spec/PrefixAgreement.tla:162:5'),
 )
 
 
 def act_PolicyDecide(C, s, t):
-    """PolicyDecide (spec/PrefixAgreement.tla:160:5): None, or the first failing conjunct."""
+    """PolicyDecide (spec/PrefixAgreement.tla:162:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:160:5
+        # spec/PrefixAgreement.tla:162:5
         k = 1
-        if not (lambda l_c_1: ((ap(s['used'], 0) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) == C['None']) and any(((v_stop_2 or (s['pub'] > ap(s['consumed'], 0))) and (t['verdict'] == exc(s['verdict'], ((l_c_1(),), lambda at_3: v_stop_2))) and (t['terminated'] == (s['terminated'] or v_stop_2))) for v_stop_2 in it(d_Verdicts(C, s, t, s['policy'], l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used']))))(once(lambda: (ap(s['checks'], 0) + 1))):
+        if not (lambda l_c_1: ((ap(s['used'], 0) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) == C['NoVerdict']) and any(((v_stop_2 or (s['pub'] > ap(s['consumed'], 0))) and (t['verdict'] == exc(s['verdict'], ((l_c_1(),), lambda at_3: v_stop_2))) and (t['terminated'] == (s['terminated'] or v_stop_2))) for v_stop_2 in it(d_Verdicts(C, s, t, s['policy'], l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used']))))(once(lambda: (ap(s['checks'], 0) + 1))):
             return Failure('PolicyDecide', 1, *_T_act_PolicyDecide[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PolicyDecide', _T_act_PolicyDecide, k, e)
@@ -318,17 +318,17 @@ def act_PolicyDecide(C, s, t):
 
 
 _T_act_StageCacheCheck = (
-    ("LET c == checks[s] + 1 IN /\\ used[s] = None /\\ c <= MaxChecks /\\ verdict[c] # None /\\ s > 0 => checks[s - 1] >= c /\\ LET n == CutAt(s, c) IN /\\ consumed' = [consumed EXCEPT ![s] = n] /\\ cut' = IF s = 0 THEN [cut EXCEPT ![c] = n] ELSE cut /\\ used' = IF verdict[c] \\/ n = NBatches THEN [used EXCEPT ![s] = PrefixOf(n)] ELSE used /\\ checks' = [checks EXCEPT ![s] = c] /\\ UNCHANGED <<policy, tried, loaded, terminated, pub, pubAck, verdict>>", 'spec/PrefixAgreement.tla:181:5'),
+    ("LET c == checks[s] + 1 IN /\\ used[s] = None /\\ c <= MaxChecks /\\ verdict[c] # NoVerdict /\\ s > 0 => checks[s - 1] >= c /\\ LET n == CutAt(s, c) IN /\\ consumed' = [consumed EXCEPT ![s] = n] /\\ cut' = IF s = 0 THEN [cut EXCEPT ![c] = n] ELSE cut /\\ used' = IF verdict[c] \\/ n = NBatches THEN [used EXCEPT ![s] = PrefixOf(n)] ELSE used /\\ checks' = [checks EXCEPT ![s] = c] /\\ UNCHANGED <<policy, tried, loaded, terminated, pub, pubAck, verdict>>", 'spec/PrefixAgreement.tla:183:5'),
 )
 
 
 def act_StageCacheCheck(C, s, t, v_s):
-    """StageCacheCheck (spec/PrefixAgreement.tla:181:5): None, or the first failing conjunct."""
+    """StageCacheCheck (spec/PrefixAgreement.tla:183:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:181:5
+        # spec/PrefixAgreement.tla:183:5
         k = 1
-        if not (lambda l_c_1: ((ap(s['used'], v_s) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) != C['None']) and ((not (v_s > 0)) or (ap(s['checks'], (v_s - 1)) >= l_c_1())) and (lambda l_n_2: ((t['consumed'] == exc(s['consumed'], ((v_s,), lambda at_3: l_n_2()))) and (t['cut'] == (exc(s['cut'], ((l_c_1(),), lambda at_4: l_n_2())) if (v_s == 0) else s['cut'])) and (t['used'] == (exc(s['used'], ((v_s,), lambda at_5: d_PrefixOf(C, s, t, l_n_2()))) if (ap(s['verdict'], l_c_1()) or (l_n_2() == C['NBatches'])) else s['used']))))(once(lambda: d_CutAt(C, s, t, v_s, l_c_1()))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['verdict'] == s['verdict']))))(once(lambda: (ap(s['checks'], v_s) + 1))):
+        if not (lambda l_c_1: ((ap(s['used'], v_s) == C['None']) and (l_c_1() <= C['MaxChecks']) and (ap(s['verdict'], l_c_1()) != C['NoVerdict']) and ((not (v_s > 0)) or (ap(s['checks'], (v_s - 1)) >= l_c_1())) and (lambda l_n_2: ((t['consumed'] == exc(s['consumed'], ((v_s,), lambda at_3: l_n_2()))) and (t['cut'] == (exc(s['cut'], ((l_c_1(),), lambda at_4: l_n_2())) if (v_s == 0) else s['cut'])) and (t['used'] == (exc(s['used'], ((v_s,), lambda at_5: d_PrefixOf(C, s, t, l_n_2()))) if (ap(s['verdict'], l_c_1()) or (l_n_2() == C['NBatches'])) else s['used']))))(once(lambda: d_CutAt(C, s, t, v_s, l_c_1()))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: l_c_1()))) and ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['verdict'] == s['verdict']))))(once(lambda: (ap(s['checks'], v_s) + 1))):
             return Failure('StageCacheCheck', 1, *_T_act_StageCacheCheck[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('StageCacheCheck', _T_act_StageCacheCheck, k, e)
@@ -336,20 +336,20 @@ def act_StageCacheCheck(C, s, t, v_s):
 
 
 _T_act_Terminated = (
-    ('Finished', 'spec/PrefixAgreement.tla:200:15'),
-    ('UNCHANGED vars', 'spec/PrefixAgreement.tla:200:27'),
+    ('Finished', 'spec/PrefixAgreement.tla:202:15'),
+    ('UNCHANGED vars', 'spec/PrefixAgreement.tla:202:27'),
 )
 
 
 def act_Terminated(C, s, t):
-    """Terminated (spec/PrefixAgreement.tla:200:15): None, or the first failing conjunct."""
+    """Terminated (spec/PrefixAgreement.tla:202:15): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:200:15
+        # spec/PrefixAgreement.tla:202:15
         k = 1
         if not d_Finished(C, s, t):
             return Failure('Terminated', 1, *_T_act_Terminated[0])
-        # spec/PrefixAgreement.tla:200:27
+        # spec/PrefixAgreement.tla:202:27
         k = 2
         if not ((t['policy'] == s['policy']) and (t['tried'] == s['tried']) and (t['loaded'] == s['loaded']) and (t['terminated'] == s['terminated']) and (t['pub'] == s['pub']) and (t['pubAck'] == s['pubAck']) and (t['checks'] == s['checks']) and (t['verdict'] == s['verdict']) and (t['cut'] == s['cut']) and (t['consumed'] == s['consumed']) and (t['used'] == s['used'])):
             return Failure('Terminated', 2, *_T_act_Terminated[1])
@@ -389,65 +389,65 @@ def next_Terminated(C, s, t):
 
 
 _T_inv_TypeOK = (
-    ('policy \\in Policies', 'spec/PrefixAgreement.tla:81:8'),
-    ('tried \\in [Ranks -> 0..NBatches]', 'spec/PrefixAgreement.tla:82:8'),
-    ('loaded \\in [Ranks -> 0..MaxPages]', 'spec/PrefixAgreement.tla:83:8'),
-    ('terminated \\in BOOLEAN', 'spec/PrefixAgreement.tla:84:8'),
-    ('pub \\in 0..NBatches', 'spec/PrefixAgreement.tla:85:8'),
-    ('pubAck \\in [Batches -> 0..BatchPages \\cup {None}]', 'spec/PrefixAgreement.tla:86:8'),
-    ('checks \\in [Stages -> 0..MaxChecks]', 'spec/PrefixAgreement.tla:87:8'),
-    ('verdict \\in [Checks -> BOOLEAN \\cup {None}]', 'spec/PrefixAgreement.tla:88:8'),
-    ('cut \\in [Checks -> 0..NBatches \\cup {None}]', 'spec/PrefixAgreement.tla:89:8'),
-    ('consumed \\in [Stages -> 0..NBatches]', 'spec/PrefixAgreement.tla:90:8'),
-    ('used \\in [Stages -> 0..MaxPages \\cup {None}]', 'spec/PrefixAgreement.tla:91:8'),
+    ('policy \\in Policies', 'spec/PrefixAgreement.tla:83:8'),
+    ('tried \\in [Ranks -> 0..NBatches]', 'spec/PrefixAgreement.tla:84:8'),
+    ('loaded \\in [Ranks -> 0..MaxPages]', 'spec/PrefixAgreement.tla:85:8'),
+    ('terminated \\in BOOLEAN', 'spec/PrefixAgreement.tla:86:8'),
+    ('pub \\in 0..NBatches', 'spec/PrefixAgreement.tla:87:8'),
+    ('pubAck \\in [Batches -> 0..BatchPages \\cup {None}]', 'spec/PrefixAgreement.tla:88:8'),
+    ('checks \\in [Stages -> 0..MaxChecks]', 'spec/PrefixAgreement.tla:89:8'),
+    ('verdict \\in [Checks -> BOOLEAN \\cup {NoVerdict}]', 'spec/PrefixAgreement.tla:90:8'),
+    ('cut \\in [Checks -> 0..NBatches \\cup {None}]', 'spec/PrefixAgreement.tla:91:8'),
+    ('consumed \\in [Stages -> 0..NBatches]', 'spec/PrefixAgreement.tla:92:8'),
+    ('used \\in [Stages -> 0..MaxPages \\cup {None}]', 'spec/PrefixAgreement.tla:93:8'),
 )
 
 
 def inv_TypeOK(C, s):
-    """TypeOK (spec/PrefixAgreement.tla:81:5): None, or the first failing conjunct."""
+    """TypeOK (spec/PrefixAgreement.tla:83:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:81:8
+        # spec/PrefixAgreement.tla:83:8
         k = 1
         if not (s['policy'] in C['Policies']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/PrefixAgreement.tla:82:8
+        # spec/PrefixAgreement.tla:84:8
         k = 2
         if not (s['tried'] in C['$h1']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/PrefixAgreement.tla:83:8
+        # spec/PrefixAgreement.tla:85:8
         k = 3
         if not (s['loaded'] in C['$h2']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/PrefixAgreement.tla:84:8
+        # spec/PrefixAgreement.tla:86:8
         k = 4
         if not (s['terminated'] in STD["BOOLEAN"]):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/PrefixAgreement.tla:85:8
+        # spec/PrefixAgreement.tla:87:8
         k = 5
         if not (s['pub'] in C['$h3']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/PrefixAgreement.tla:86:8
+        # spec/PrefixAgreement.tla:88:8
         k = 6
         if not (s['pubAck'] in C['$h4']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
-        # spec/PrefixAgreement.tla:87:8
+        # spec/PrefixAgreement.tla:89:8
         k = 7
         if not (s['checks'] in C['$h5']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
-        # spec/PrefixAgreement.tla:88:8
+        # spec/PrefixAgreement.tla:90:8
         k = 8
         if not (s['verdict'] in C['$h6']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
-        # spec/PrefixAgreement.tla:89:8
+        # spec/PrefixAgreement.tla:91:8
         k = 9
         if not (s['cut'] in C['$h7']):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
-        # spec/PrefixAgreement.tla:90:8
+        # spec/PrefixAgreement.tla:92:8
         k = 10
         if not (s['consumed'] in C['$h8']):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
-        # spec/PrefixAgreement.tla:91:8
+        # spec/PrefixAgreement.tla:93:8
         k = 11
         if not (s['used'] in C['$h9']):
             return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
@@ -478,47 +478,47 @@ def inc_TypeOK(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/PrefixAgreement.tla:81:8
+        # spec/PrefixAgreement.tla:83:8
         k = 1
         if not (s['policy'] in C['Policies']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/PrefixAgreement.tla:82:8 (element-local)
+        # spec/PrefixAgreement.tla:84:8 (element-local)
         k = 2
         if not all((ap(s['tried'], x_1) in C['$h3']) for x_1 in it(D['Ranks'])):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/PrefixAgreement.tla:83:8 (element-local)
+        # spec/PrefixAgreement.tla:85:8 (element-local)
         k = 3
         if not all((ap(s['loaded'], x_2) in C['$h10']) for x_2 in it(D['Ranks'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/PrefixAgreement.tla:84:8
+        # spec/PrefixAgreement.tla:86:8
         k = 4
         if not (s['terminated'] in STD["BOOLEAN"]):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/PrefixAgreement.tla:85:8
+        # spec/PrefixAgreement.tla:87:8
         k = 5
         if not (s['pub'] in C['$h3']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/PrefixAgreement.tla:86:8 (element-local)
+        # spec/PrefixAgreement.tla:88:8 (element-local)
         k = 6
         if not all((ap(s['pubAck'], x_3) in C['$h11']) for x_3 in it(D['Batches'])):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
-        # spec/PrefixAgreement.tla:87:8 (element-local)
+        # spec/PrefixAgreement.tla:89:8 (element-local)
         k = 7
         if not all((ap(s['checks'], x_4) in C['$h12']) for x_4 in it(D['Stages'])):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
-        # spec/PrefixAgreement.tla:88:8 (element-local)
+        # spec/PrefixAgreement.tla:90:8 (element-local)
         k = 8
         if not all((ap(s['verdict'], x_5) in C['$h13']) for x_5 in it(D['Checks'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
-        # spec/PrefixAgreement.tla:89:8 (element-local)
+        # spec/PrefixAgreement.tla:91:8 (element-local)
         k = 9
         if not all((ap(s['cut'], x_6) in C['$h14']) for x_6 in it(D['Checks'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
-        # spec/PrefixAgreement.tla:90:8 (element-local)
+        # spec/PrefixAgreement.tla:92:8 (element-local)
         k = 10
         if not all((ap(s['consumed'], x_7) in C['$h3']) for x_7 in it(D['Stages'])):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
-        # spec/PrefixAgreement.tla:91:8 (element-local)
+        # spec/PrefixAgreement.tla:93:8 (element-local)
         k = 11
         if not all((ap(s['used'], x_8) in C['$h15']) for x_8 in it(D['Stages'])):
             return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
@@ -528,15 +528,15 @@ def inc_TypeOK(C, s, D, V=None):
 
 
 _T_inv_PublishedLeLoaded = (
-    ('\\A n \\in 0..pub : \\A k \\in Ranks : PrefixOf(n) <= loaded[k]', 'spec/PrefixAgreement.tla:216:5'),
+    ('\\A n \\in 0..pub : \\A k \\in Ranks : PrefixOf(n) <= loaded[k]', 'spec/PrefixAgreement.tla:218:5'),
 )
 
 
 def inv_PublishedLeLoaded(C, s):
-    """PublishedLeLoaded (spec/PrefixAgreement.tla:216:5): None, or the first failing conjunct."""
+    """PublishedLeLoaded (spec/PrefixAgreement.tla:218:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:216:5
+        # spec/PrefixAgreement.tla:218:5
         k = 1
         if not all(all((d_PrefixOf(C, s, None, v_n_1) <= ap(s['loaded'], v_k_2)) for v_k_2 in it(C['Ranks'])) for v_n_1 in it(_b_range_(0, s['pub']))):
             return Failure('PublishedLeLoaded', 1, *_T_inv_PublishedLeLoaded[0])
@@ -546,15 +546,15 @@ def inv_PublishedLeLoaded(C, s):
 
 
 _T_inv_SameCachedPrefix = (
-    ('\\A s1, s2 \\in Stages : (used[s1] # None /\\ used[s2] # None) => used[s1] = used[s2]', 'spec/PrefixAgreement.tla:221:5'),
+    ('\\A s1, s2 \\in Stages : (used[s1] # None /\\ used[s2] # None) => used[s1] = used[s2]', 'spec/PrefixAgreement.tla:223:5'),
 )
 
 
 def inv_SameCachedPrefix(C, s):
-    """SameCachedPrefix (spec/PrefixAgreement.tla:221:5): None, or the first failing conjunct."""
+    """SameCachedPrefix (spec/PrefixAgreement.tla:223:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:221:5
+        # spec/PrefixAgreement.tla:223:5
         k = 1
         if not all(((not ((ap(s['used'], v_s1_1) != C['None']) and (ap(s['used'], v_s2_2) != C['None']))) or (ap(s['used'], v_s1_1) == ap(s['used'], v_s2_2))) for v_s1_1 in it(C['Stages']) for v_s2_2 in it(C['Stages'])):
             return Failure('SameCachedPrefix', 1, *_T_inv_SameCachedPrefix[0])
@@ -564,15 +564,15 @@ def inv_SameCachedPrefix(C, s):
 
 
 _T_inv_UsedLeLoaded = (
-    ('\\A s \\in Stages : used[s] # None => \\A k \\in Ranks : used[s] <= loaded[k]', 'spec/PrefixAgreement.tla:225:5'),
+    ('\\A s \\in Stages : used[s] # None => \\A k \\in Ranks : used[s] <= loaded[k]', 'spec/PrefixAgreement.tla:227:5'),
 )
 
 
 def inv_UsedLeLoaded(C, s):
-    """UsedLeLoaded (spec/PrefixAgreement.tla:225:5): None, or the first failing conjunct."""
+    """UsedLeLoaded (spec/PrefixAgreement.tla:227:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:225:5
+        # spec/PrefixAgreement.tla:227:5
         k = 1
         if not all(((not (ap(s['used'], v_s_1) != C['None'])) or all((ap(s['used'], v_s_1) <= ap(s['loaded'], v_k_2)) for v_k_2 in it(C['Ranks']))) for v_s_1 in it(C['Stages'])):
             return Failure('UsedLeLoaded', 1, *_T_inv_UsedLeLoaded[0])
@@ -593,7 +593,7 @@ def inc_UsedLeLoaded(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/PrefixAgreement.tla:225:5 (element-local)
+        # spec/PrefixAgreement.tla:227:5 (element-local)
         k = 1
         if not all(((not (ap(s['used'], v_s_1) != C['None'])) or all((ap(s['used'], v_s_1) <= ap(s['loaded'], v_k_2)) for v_k_2 in it(C['Ranks']))) for v_s_1 in it(D['Stages'])):
             return Failure('UsedLeLoaded', 1, *_T_inv_UsedLeLoaded[0])
@@ -603,20 +603,20 @@ def inc_UsedLeLoaded(C, s, D, V=None):
 
 
 _T_inv_AcksInStep = (
-    ('\\A k \\in Ranks : pub <= tried[k]', 'spec/PrefixAgreement.tla:231:8'),
-    ('\\A s \\in Stages : consumed[s] <= pub', 'spec/PrefixAgreement.tla:232:8'),
+    ('\\A k \\in Ranks : pub <= tried[k]', 'spec/PrefixAgreement.tla:233:8'),
+    ('\\A s \\in Stages : consumed[s] <= pub', 'spec/PrefixAgreement.tla:234:8'),
 )
 
 
 def inv_AcksInStep(C, s):
-    """AcksInStep (spec/PrefixAgreement.tla:231:5): None, or the first failing conjunct."""
+    """AcksInStep (spec/PrefixAgreement.tla:233:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:231:8
+        # spec/PrefixAgreement.tla:233:8
         k = 1
         if not all((s['pub'] <= ap(s['tried'], v_k_1)) for v_k_1 in it(C['Ranks'])):
             return Failure('AcksInStep', 1, *_T_inv_AcksInStep[0])
-        # spec/PrefixAgreement.tla:232:8
+        # spec/PrefixAgreement.tla:234:8
         k = 2
         if not all((ap(s['consumed'], v_s_2) <= s['pub']) for v_s_2 in it(C['Stages'])):
             return Failure('AcksInStep', 2, *_T_inv_AcksInStep[1])
@@ -638,11 +638,11 @@ def inc_AcksInStep(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/PrefixAgreement.tla:231:8 (element-local)
+        # spec/PrefixAgreement.tla:233:8 (element-local)
         k = 1
         if not all((s['pub'] <= ap(s['tried'], v_k_1)) for v_k_1 in it(D['Ranks'])):
             return Failure('AcksInStep', 1, *_T_inv_AcksInStep[0])
-        # spec/PrefixAgreement.tla:232:8 (element-local)
+        # spec/PrefixAgreement.tla:234:8 (element-local)
         k = 2
         if not all((ap(s['consumed'], v_s_2) <= s['pub']) for v_s_2 in it(D['Stages'])):
             return Failure('AcksInStep', 2, *_T_inv_AcksInStep[1])
@@ -652,15 +652,15 @@ def inc_AcksInStep(C, s, D, V=None):
 
 
 _T_inv_SameAcksConsumed = (
-    ('\\A s \\in Stages : checks[s] > 0 => consumed[s] = cut[checks[s]]', 'spec/PrefixAgreement.tla:237:5'),
+    ('\\A s \\in Stages : checks[s] > 0 => consumed[s] = cut[checks[s]]', 'spec/PrefixAgreement.tla:239:5'),
 )
 
 
 def inv_SameAcksConsumed(C, s):
-    """SameAcksConsumed (spec/PrefixAgreement.tla:237:5): None, or the first failing conjunct."""
+    """SameAcksConsumed (spec/PrefixAgreement.tla:239:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:237:5
+        # spec/PrefixAgreement.tla:239:5
         k = 1
         if not all(((not (ap(s['checks'], v_s_1) > 0)) or (ap(s['consumed'], v_s_1) == ap(s['cut'], ap(s['checks'], v_s_1)))) for v_s_1 in it(C['Stages'])):
             return Failure('SameAcksConsumed', 1, *_T_inv_SameAcksConsumed[0])
@@ -681,7 +681,7 @@ def inc_SameAcksConsumed(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/PrefixAgreement.tla:237:5 (element-local)
+        # spec/PrefixAgreement.tla:239:5 (element-local)
         k = 1
         if not all(((not (ap(s['checks'], v_s_1) > 0)) or (ap(s['consumed'], v_s_1) == ap(s['cut'], ap(s['checks'], v_s_1)))) for v_s_1 in it(D['Stages'])):
             return Failure('SameAcksConsumed', 1, *_T_inv_SameAcksConsumed[0])
@@ -691,100 +691,100 @@ def inc_SameAcksConsumed(C, s, D, V=None):
 
 
 _T_inv_IndInv = (
-    ('TypeOK', 'spec/PrefixAgreement.tla:250:8'),
-    ('PublishedLeLoaded', 'spec/PrefixAgreement.tla:251:8'),
-    ('SameCachedPrefix', 'spec/PrefixAgreement.tla:252:8'),
-    ('UsedLeLoaded', 'spec/PrefixAgreement.tla:253:8'),
-    ('AcksInStep', 'spec/PrefixAgreement.tla:254:8'),
-    ('SameAcksConsumed', 'spec/PrefixAgreement.tla:255:8'),
-    ('\\A k \\in Ranks : loaded[k] <= tried[k] * BatchPages', 'spec/PrefixAgreement.tla:256:8'),
-    ('\\A j \\in Batches : (pubAck[j] # None) <=> j <= pub', 'spec/PrefixAgreement.tla:257:8'),
-    ('\\A j \\in 1..pub : pubAck[j] = Min({AckOf(k, j) : k \\in Ranks})', 'spec/PrefixAgreement.tla:258:8'),
-    ('\\A c \\in Checks : (cut[c] # None) <=> c <= checks[0]', 'spec/PrefixAgreement.tla:259:8'),
-    ('\\A c \\in Checks : (verdict[c] # None) => c <= checks[0] + 1', 'spec/PrefixAgreement.tla:260:8'),
-    ('\\A c \\in Checks : (cut[c] # None /\\ c > 1) => cut[c - 1] <= cut[c]', 'spec/PrefixAgreement.tla:261:8'),
-    ('\\A c \\in Checks : cut[c] # None => cut[c] <= pub /\\ verdict[c] # None', 'spec/PrefixAgreement.tla:262:8'),
-    ('\\A s \\in Stages : used[s] = None => \\A c \\in 1..checks[s] : ~verdict[c] /\\ cut[c] < NBatches', 'spec/PrefixAgreement.tla:263:8'),
-    ('\\A s \\in Stages : s > 0 => checks[s] <= checks[s - 1]', 'spec/PrefixAgreement.tla:265:8'),
-    ('\\A s \\in Stages : used[s] # None => /\\ checks[s] > 0 /\\ used[s] = PrefixOf(consumed[s]) /\\ (verdict[checks[s]] \\/ consumed[s] = NBatches)', 'spec/PrefixAgreement.tla:266:8'),
-    ('\\A s \\in Stages : \\A c \\in 1..checks[s] : (c < checks[s]) => ~verdict[c] /\\ cut[c] < NBatches', 'spec/PrefixAgreement.tla:270:8'),
-    ('(\\E c \\in Checks : verdict[c] = TRUE) => terminated', 'spec/PrefixAgreement.tla:272:8'),
+    ('TypeOK', 'spec/PrefixAgreement.tla:252:8'),
+    ('PublishedLeLoaded', 'spec/PrefixAgreement.tla:253:8'),
+    ('SameCachedPrefix', 'spec/PrefixAgreement.tla:254:8'),
+    ('UsedLeLoaded', 'spec/PrefixAgreement.tla:255:8'),
+    ('AcksInStep', 'spec/PrefixAgreement.tla:256:8'),
+    ('SameAcksConsumed', 'spec/PrefixAgreement.tla:257:8'),
+    ('\\A k \\in Ranks : loaded[k] <= tried[k] * BatchPages', 'spec/PrefixAgreement.tla:258:8'),
+    ('\\A j \\in Batches : (pubAck[j] # None) <=> j <= pub', 'spec/PrefixAgreement.tla:259:8'),
+    ('\\A j \\in 1..pub : pubAck[j] = Min({AckOf(k, j) : k \\in Ranks})', 'spec/PrefixAgreement.tla:260:8'),
+    ('\\A c \\in Checks : (cut[c] # None) <=> c <= checks[0]', 'spec/PrefixAgreement.tla:261:8'),
+    ('\\A c \\in Checks : (verdict[c] # NoVerdict) => c <= checks[0] + 1', 'spec/PrefixAgreement.tla:262:8'),
+    ('\\A c \\in Checks : (cut[c] # None /\\ c > 1) => cut[c - 1] <= cut[c]', 'spec/PrefixAgreement.tla:263:8'),
+    ('\\A c \\in Checks : cut[c] # None => cut[c] <= pub /\\ verdict[c] # NoVerdict', 'spec/PrefixAgreement.tla:264:8'),
+    ('\\A s \\in Stages : used[s] = None => \\A c \\in 1..checks[s] : ~verdict[c] /\\ cut[c] < NBatches', 'spec/PrefixAgreement.tla:265:8'),
+    ('\\A s \\in Stages : s > 0 => checks[s] <= checks[s - 1]', 'spec/PrefixAgreement.tla:267:8'),
+    ('\\A s \\in Stages : used[s] # None => /\\ checks[s] > 0 /\\ used[s] = PrefixOf(consumed[s]) /\\ (verdict[checks[s]] \\/ consumed[s] = NBatches)', 'spec/PrefixAgreement.tla:268:8'),
+    ('\\A s \\in Stages : \\A c \\in 1..checks[s] : (c < checks[s]) => ~verdict[c] /\\ cut[c] < NBatches', 'spec/PrefixAgreement.tla:272:8'),
+    ('(\\E c \\in Checks : verdict[c] = TRUE) => terminated', 'spec/PrefixAgreement.tla:274:8'),
 )
 
 
 def inv_IndInv(C, s):
-    """IndInv (spec/PrefixAgreement.tla:250:5): None, or the first failing conjunct."""
+    """IndInv (spec/PrefixAgreement.tla:252:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/PrefixAgreement.tla:250:8
+        # spec/PrefixAgreement.tla:252:8
         k = 1
         if not d_TypeOK(C, s, None):
             return Failure('IndInv', 1, *_T_inv_IndInv[0])
-        # spec/PrefixAgreement.tla:251:8
+        # spec/PrefixAgreement.tla:253:8
         k = 2
         if not d_PublishedLeLoaded(C, s, None):
             return Failure('IndInv', 2, *_T_inv_IndInv[1])
-        # spec/PrefixAgreement.tla:252:8
+        # spec/PrefixAgreement.tla:254:8
         k = 3
         if not d_SameCachedPrefix(C, s, None):
             return Failure('IndInv', 3, *_T_inv_IndInv[2])
-        # spec/PrefixAgreement.tla:253:8
+        # spec/PrefixAgreement.tla:255:8
         k = 4
         if not d_UsedLeLoaded(C, s, None):
             return Failure('IndInv', 4, *_T_inv_IndInv[3])
-        # spec/PrefixAgreement.tla:254:8
+        # spec/PrefixAgreement.tla:256:8
         k = 5
         if not d_AcksInStep(C, s, None):
             return Failure('IndInv', 5, *_T_inv_IndInv[4])
-        # spec/PrefixAgreement.tla:255:8
+        # spec/PrefixAgreement.tla:257:8
         k = 6
         if not d_SameAcksConsumed(C, s, None):
             return Failure('IndInv', 6, *_T_inv_IndInv[5])
-        # spec/PrefixAgreement.tla:256:8
+        # spec/PrefixAgreement.tla:258:8
         k = 7
         if not all((ap(s['loaded'], v_k_1) <= (ap(s['tried'], v_k_1) * C['BatchPages'])) for v_k_1 in it(C['Ranks'])):
             return Failure('IndInv', 7, *_T_inv_IndInv[6])
-        # spec/PrefixAgreement.tla:257:8
+        # spec/PrefixAgreement.tla:259:8
         k = 8
         if not all(((ap(s['pubAck'], v_j_2) != C['None']) == (v_j_2 <= s['pub'])) for v_j_2 in it(C['Batches'])):
             return Failure('IndInv', 8, *_T_inv_IndInv[7])
-        # spec/PrefixAgreement.tla:258:8
+        # spec/PrefixAgreement.tla:260:8
         k = 9
         if not all((ap(s['pubAck'], v_j_3) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_4, v_j_3)) for v_k_4 in it(C['Ranks'])))) for v_j_3 in it(_b_range_(1, s['pub']))):
             return Failure('IndInv', 9, *_T_inv_IndInv[8])
-        # spec/PrefixAgreement.tla:259:8
+        # spec/PrefixAgreement.tla:261:8
         k = 10
         if not all(((ap(s['cut'], v_c_5) != C['None']) == (v_c_5 <= ap(s['checks'], 0))) for v_c_5 in it(C['Checks'])):
             return Failure('IndInv', 10, *_T_inv_IndInv[9])
-        # spec/PrefixAgreement.tla:260:8
+        # spec/PrefixAgreement.tla:262:8
         k = 11
-        if not all(((not (ap(s['verdict'], v_c_6) != C['None'])) or (v_c_6 <= (ap(s['checks'], 0) + 1))) for v_c_6 in it(C['Checks'])):
+        if not all(((not (ap(s['verdict'], v_c_6) != C['NoVerdict'])) or (v_c_6 <= (ap(s['checks'], 0) + 1))) for v_c_6 in it(C['Checks'])):
             return Failure('IndInv', 11, *_T_inv_IndInv[10])
-        # spec/PrefixAgreement.tla:261:8
+        # spec/PrefixAgreement.tla:263:8
         k = 12
         if not all(((not ((ap(s['cut'], v_c_7) != C['None']) and (v_c_7 > 1))) or (ap(s['cut'], (v_c_7 - 1)) <= ap(s['cut'], v_c_7))) for v_c_7 in it(C['Checks'])):
             return Failure('IndInv', 12, *_T_inv_IndInv[11])
-        # spec/PrefixAgreement.tla:262:8
+        # spec/PrefixAgreement.tla:264:8
         k = 13
-        if not all(((not (ap(s['cut'], v_c_8) != C['None'])) or ((ap(s['cut'], v_c_8) <= s['pub']) and (ap(s['verdict'], v_c_8) != C['None']))) for v_c_8 in it(C['Checks'])):
+        if not all(((not (ap(s['cut'], v_c_8) != C['None'])) or ((ap(s['cut'], v_c_8) <= s['pub']) and (ap(s['verdict'], v_c_8) != C['NoVerdict']))) for v_c_8 in it(C['Checks'])):
             return Failure('IndInv', 13, *_T_inv_IndInv[12])
-        # spec/PrefixAgreement.tla:263:8
+        # spec/PrefixAgreement.tla:265:8
         k = 14
         if not all(((not (ap(s['used'], v_s_9) == C['None'])) or all(((not ap(s['verdict'], v_c_10)) and (ap(s['cut'], v_c_10) < C['NBatches'])) for v_c_10 in it(_b_range_(1, ap(s['checks'], v_s_9))))) for v_s_9 in it(C['Stages'])):
             return Failure('IndInv', 14, *_T_inv_IndInv[13])
-        # spec/PrefixAgreement.tla:265:8
+        # spec/PrefixAgreement.tla:267:8
         k = 15
         if not all(((not (v_s_11 > 0)) or (ap(s['checks'], v_s_11) <= ap(s['checks'], (v_s_11 - 1)))) for v_s_11 in it(C['Stages'])):
             return Failure('IndInv', 15, *_T_inv_IndInv[14])
-        # spec/PrefixAgreement.tla:266:8
+        # spec/PrefixAgreement.tla:268:8
         k = 16
         if not all(((not (ap(s['used'], v_s_12) != C['None'])) or ((ap(s['checks'], v_s_12) > 0) and (ap(s['used'], v_s_12) == d_PrefixOf(C, s, None, ap(s['consumed'], v_s_12))) and (ap(s['verdict'], ap(s['checks'], v_s_12)) or (ap(s['consumed'], v_s_12) == C['NBatches'])))) for v_s_12 in it(C['Stages'])):
             return Failure('IndInv', 16, *_T_inv_IndInv[15])
-        # spec/PrefixAgreement.tla:270:8
+        # spec/PrefixAgreement.tla:272:8
         k = 17
         if not all(all(((not (v_c_14 < ap(s['checks'], v_s_13))) or ((not ap(s['verdict'], v_c_14)) and (ap(s['cut'], v_c_14) < C['NBatches']))) for v_c_14 in it(_b_range_(1, ap(s['checks'], v_s_13)))) for v_s_13 in it(C['Stages'])):
             return Failure('IndInv', 17, *_T_inv_IndInv[16])
-        # spec/PrefixAgreement.tla:272:8
+        # spec/PrefixAgreement.tla:274:8
         k = 18
         if not ((not any((ap(s['verdict'], v_c_15) == True) for v_c_15 in it(C['Checks']))) or s['terminated']):
             return Failure('IndInv', 18, *_T_inv_IndInv[17])
@@ -822,75 +822,75 @@ def inc_IndInv(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/PrefixAgreement.tla:250:8
+        # spec/PrefixAgreement.tla:252:8
         k = 1
         if not d_TypeOK(C, s, None):
             return Failure('IndInv', 1, *_T_inv_IndInv[0])
-        # spec/PrefixAgreement.tla:251:8
+        # spec/PrefixAgreement.tla:253:8
         k = 2
         if not d_PublishedLeLoaded(C, s, None):
             return Failure('IndInv', 2, *_T_inv_IndInv[1])
-        # spec/PrefixAgreement.tla:252:8
+        # spec/PrefixAgreement.tla:254:8
         k = 3
         if not d_SameCachedPrefix(C, s, None):
             return Failure('IndInv', 3, *_T_inv_IndInv[2])
-        # spec/PrefixAgreement.tla:253:8
+        # spec/PrefixAgreement.tla:255:8
         k = 4
         if not d_UsedLeLoaded(C, s, None):
             return Failure('IndInv', 4, *_T_inv_IndInv[3])
-        # spec/PrefixAgreement.tla:254:8
+        # spec/PrefixAgreement.tla:256:8
         k = 5
         if not d_AcksInStep(C, s, None):
             return Failure('IndInv', 5, *_T_inv_IndInv[4])
-        # spec/PrefixAgreement.tla:255:8
+        # spec/PrefixAgreement.tla:257:8
         k = 6
         if not d_SameAcksConsumed(C, s, None):
             return Failure('IndInv', 6, *_T_inv_IndInv[5])
-        # spec/PrefixAgreement.tla:256:8 (element-local)
+        # spec/PrefixAgreement.tla:258:8 (element-local)
         k = 7
         if not all((ap(s['loaded'], v_k_1) <= (ap(s['tried'], v_k_1) * C['BatchPages'])) for v_k_1 in it(D['Ranks'])):
             return Failure('IndInv', 7, *_T_inv_IndInv[6])
-        # spec/PrefixAgreement.tla:257:8 (element-local)
+        # spec/PrefixAgreement.tla:259:8 (element-local)
         k = 8
         if not all(((ap(s['pubAck'], v_j_2) != C['None']) == (v_j_2 <= s['pub'])) for v_j_2 in it(D['Batches'])):
             return Failure('IndInv', 8, *_T_inv_IndInv[7])
-        # spec/PrefixAgreement.tla:258:8
+        # spec/PrefixAgreement.tla:260:8
         k = 9
         if not all((ap(s['pubAck'], v_j_18) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_19, v_j_18)) for v_k_19 in it(C['Ranks'])))) for v_j_18 in it(_b_range_(1, s['pub']))):
             return Failure('IndInv', 9, *_T_inv_IndInv[8])
-        # spec/PrefixAgreement.tla:259:8 (element-local)
+        # spec/PrefixAgreement.tla:261:8 (element-local)
         k = 10
         if not all(((ap(s['cut'], v_c_3) != C['None']) == (v_c_3 <= ap(s['checks'], 0))) for v_c_3 in it(D['Checks'])):
             return Failure('IndInv', 10, *_T_inv_IndInv[9])
-        # spec/PrefixAgreement.tla:260:8 (element-local)
+        # spec/PrefixAgreement.tla:262:8 (element-local)
         k = 11
-        if not all(((not (ap(s['verdict'], v_c_4) != C['None'])) or (v_c_4 <= (ap(s['checks'], 0) + 1))) for v_c_4 in it(D['Checks'])):
+        if not all(((not (ap(s['verdict'], v_c_4) != C['NoVerdict'])) or (v_c_4 <= (ap(s['checks'], 0) + 1))) for v_c_4 in it(D['Checks'])):
             return Failure('IndInv', 11, *_T_inv_IndInv[10])
-        # spec/PrefixAgreement.tla:261:8 (element-local)
+        # spec/PrefixAgreement.tla:263:8 (element-local)
         k = 12
         if not all(((not ((ap(s['cut'], v_c_5) != C['None']) and (v_c_5 > 1))) or (ap(s['cut'], (v_c_5 - 1)) <= ap(s['cut'], v_c_5))) for v_c_5 in it(D['Checks'])):
             return Failure('IndInv', 12, *_T_inv_IndInv[11])
-        # spec/PrefixAgreement.tla:262:8 (element-local)
+        # spec/PrefixAgreement.tla:264:8 (element-local)
         k = 13
-        if not all(((not (ap(s['cut'], v_c_6) != C['None'])) or ((ap(s['cut'], v_c_6) <= s['pub']) and (ap(s['verdict'], v_c_6) != C['None']))) for v_c_6 in it(D['Checks'])):
+        if not all(((not (ap(s['cut'], v_c_6) != C['None'])) or ((ap(s['cut'], v_c_6) <= s['pub']) and (ap(s['verdict'], v_c_6) != C['NoVerdict']))) for v_c_6 in it(D['Checks'])):
             return Failure('IndInv', 13, *_T_inv_IndInv[12])
-        # spec/PrefixAgreement.tla:263:8 (element-local)
+        # spec/PrefixAgreement.tla:265:8 (element-local)
         k = 14
         if not all(((not (ap(s['used'], v_s_7) == C['None'])) or all(((not ap(s['verdict'], v_c_8)) and (ap(s['cut'], v_c_8) < C['NBatches'])) for v_c_8 in it(_b_range_(1, ap(s['checks'], v_s_7))))) for v_s_7 in it(D['Stages'])):
             return Failure('IndInv', 14, *_T_inv_IndInv[13])
-        # spec/PrefixAgreement.tla:265:8 (element-local)
+        # spec/PrefixAgreement.tla:267:8 (element-local)
         k = 15
         if not all(((not (v_s_9 > 0)) or (ap(s['checks'], v_s_9) <= ap(s['checks'], (v_s_9 - 1)))) for v_s_9 in it(D['Stages'])):
             return Failure('IndInv', 15, *_T_inv_IndInv[14])
-        # spec/PrefixAgreement.tla:266:8 (element-local)
+        # spec/PrefixAgreement.tla:268:8 (element-local)
         k = 16
         if not all(((not (ap(s['used'], v_s_10) != C['None'])) or ((ap(s['checks'], v_s_10) > 0) and (ap(s['used'], v_s_10) == d_PrefixOf(C, s, None, ap(s['consumed'], v_s_10))) and (ap(s['verdict'], ap(s['checks'], v_s_10)) or (ap(s['consumed'], v_s_10) == C['NBatches'])))) for v_s_10 in it(D['Stages'])):
             return Failure('IndInv', 16, *_T_inv_IndInv[15])
-        # spec/PrefixAgreement.tla:270:8 (element-local)
+        # spec/PrefixAgreement.tla:272:8 (element-local)
         k = 17
         if not all(all(((not (v_c_12 < ap(s['checks'], v_s_11))) or ((not ap(s['verdict'], v_c_12)) and (ap(s['cut'], v_c_12) < C['NBatches']))) for v_c_12 in it(_b_range_(1, ap(s['checks'], v_s_11)))) for v_s_11 in it(D['Stages'])):
             return Failure('IndInv', 17, *_T_inv_IndInv[16])
-        # spec/PrefixAgreement.tla:272:8
+        # spec/PrefixAgreement.tla:274:8
         k = 18
         if not ((not any((ap(s['verdict'], v_c_20) == True) for v_c_20 in it(C['Checks']))) or s['terminated']):
             return Failure('IndInv', 18, *_T_inv_IndInv[17])
@@ -1002,11 +1002,12 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r32 = C['$h13']
             _r33 = C['$h14']
             _r34 = C['None']
-            _r35 = s['pub']
+            _r35 = C['NoVerdict']
+            _r36 = s['pub']
             for e_Checks in it(D['Checks']):
                 _e0 = _a29(e_Checks)
                 _e1 = _a30(e_Checks)
-                if not ((not _u0_7 or (_e0 in _r32)) and (not _u0_8 or (_e1 in _r33)) and (not _u4_9 or ((_e1 != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_e0 != _r34)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r34)) or ((_e1 <= _r35) and (_e0 != _r34))))):
+                if not ((not _u0_7 or (_e0 in _r32)) and (not _u0_8 or (_e1 in _r33)) and (not _u4_9 or ((_e1 != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_e0 != _r35)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r34)) or ((_e1 <= _r36) and (_e0 != _r35))))):
                     raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
@@ -1027,16 +1028,16 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             if not d_SameAcksConsumed(C, s, None):
                 raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))):
-            _a36 = fast_ap(s['pubAck'])
-            _r37 = C['Ranks']
-            _r38 = s['pub']
-            if not all((_a36(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r37)))) for v_j_13 in it(_b_range_(1, _r38))):
+            _a37 = fast_ap(s['pubAck'])
+            _r38 = C['Ranks']
+            _r39 = s['pub']
+            if not all((_a37(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r38)))) for v_j_13 in it(_b_range_(1, _r39))):
                 raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[17]))):
-            _a39 = fast_ap(s['verdict'])
-            _r40 = C['Checks']
-            _r41 = s['terminated']
-            if not ((not any((_a39(v_c_17) == True) for v_c_17 in it(_r40))) or _r41):
+            _a40 = fast_ap(s['verdict'])
+            _r41 = C['Checks']
+            _r42 = s['terminated']
+            if not ((not any((_a40(v_c_17) == True) for v_c_17 in it(_r41))) or _r42):
                 raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide
@@ -1094,13 +1095,13 @@ READS = {
 #: invariant name -> the CONSTANTS it reads (through its definitions): an invariant
 #: reading no variable keeps its verdict while these keep their values
 CONST_READS = {
-    'TypeOK': frozenset(('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies')),
+    'TypeOK': frozenset(('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies', 'NoVerdict')),
     'PublishedLeLoaded': frozenset(('NStages', 'NRanks', 'BatchPages')),
     'SameCachedPrefix': frozenset(('NStages',)),
     'UsedLeLoaded': frozenset(('NStages', 'NRanks')),
     'AcksInStep': frozenset(('NStages', 'NRanks')),
     'SameAcksConsumed': frozenset(('NStages',)),
-    'IndInv': frozenset(('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies')),
+    'IndInv': frozenset(('NStages', 'NRanks', 'NBatches', 'BatchPages', 'Policies', 'NoVerdict')),
 }
 
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)

@@ -45,11 +45,12 @@ from dataclasses import dataclass, field
 
 from hicache.monitors.generated import prefix_agreement as spec
 from hicache.protocol.prefix_agreement import agreed_prefix
-from hicache.tla.values import Fcn, mk_fcn
+from hicache.tla.values import Fcn, ModelValue, mk_fcn
 
 from .steps import SWITCH
 
 NONE = -1
+NO_VERDICT = ModelValue("NoVerdict")   # the spec's model value: no stop verdict yet at a check
 POLICY = "wait_complete"
 
 
@@ -105,7 +106,8 @@ class PrefixAgreementMap:
     def _raw(self, p: Prefetch | None) -> dict:
         nb, bp = (p.nb, p.bp) if p is not None else (1, 1)
         return {"NStages": self.n_stages, "NRanks": 2, "NBatches": nb, "BatchPages": bp,
-                "Policies": frozenset({POLICY}), "ConsumeLatestProgress": False, "BugNoAckAfterStop": False}
+                "Policies": frozenset({POLICY}), "ConsumeLatestProgress": False, "BugNoAckAfterStop": False,
+                "NoVerdict": NO_VERDICT}
 
     def constants(self) -> dict:
         return self.cur_raw            # the instance whose state `state()` is
@@ -126,12 +128,12 @@ class PrefixAgreementMap:
 
     def _snap(self, p: Prefetch) -> dict:
         S, B, C = range(self.n_stages), range(1, p.nb + 1), range(1, p.nb + 2)
-        at = lambda lst, i: lst[i - 1] if i <= len(lst) else NONE  # noqa: E731
+        at = lambda lst, i, none=NONE: lst[i - 1] if i <= len(lst) else none  # noqa: E731
         return {
             "policy": POLICY, "tried": Fcn(dict(p.tried)), "loaded": Fcn(dict(p.loaded)), "terminated": False,
             "pub": len(p.pub_ack), "pubAck": mk_fcn({j: at(p.pub_ack, j) for j in B}),
             "checks": Fcn({s: p.checks[s] for s in S}),
-            "verdict": mk_fcn({c: at(p.verdict, c) for c in C}), "cut": mk_fcn({c: at(p.cut, c) for c in C}),
+            "verdict": mk_fcn({c: at(p.verdict, c, NO_VERDICT) for c in C}), "cut": mk_fcn({c: at(p.cut, c) for c in C}),
             "consumed": Fcn({s: p.consumed[s] for s in S}), "used": Fcn({s: p.used[s] for s in S}),
         }
 
