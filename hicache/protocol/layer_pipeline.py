@@ -22,6 +22,17 @@ def slot_of(layer: int) -> int:
     return layer % SLOTS
 
 
+def _start_in_order(action: str, layer: int, running: set[int], done: set[int], busy: str) -> None:
+    """What GatherStart and AttentionStart share: a layer starts once, one at a time, and in
+    layer order (`running` | `done` stays the prefix 0..len(done))."""
+    if layer in running or layer in done:
+        raise IllegalTransition(f"{action}({layer}) twice")
+    if running:
+        raise IllegalTransition(f"{action}({layer}) while {busy.format(min(running))}")
+    if layer != len(done):
+        raise IllegalTransition(f"{action}({layer}) before {action}({len(done)})")
+
+
 @dataclass(slots=True)
 class LayerPipelineGuard:
     """One rank's side of spec/LayerPipeline.tla's actions. Invariants (the spec's guards):
@@ -57,14 +68,8 @@ class LayerPipelineGuard:
         self._layer(layer)
         if layer not in self.restored:
             raise IllegalTransition(f"GatherStart({layer}) before RankRestoreLayer({layer})")
-        if layer in self.gathering or layer in self.gathered:
-            raise IllegalTransition(f"GatherStart({layer}) twice")
-        if self.gathering:
-            raise IllegalTransition(f"GatherStart({layer}) while the gather of layer {min(self.gathering)} "
-                                    f"is in progress (one gather at a time)")
-        nxt = len(self.gathered)
-        if layer != nxt:
-            raise IllegalTransition(f"GatherStart({layer}) before GatherStart({nxt})")
+        _start_in_order("GatherStart", layer, self.gathering, self.gathered,
+                        "the gather of layer {} is in progress (one gather at a time)")
         prev = layer - SLOTS
         if prev >= 0 and prev not in self.attended:
             raise IllegalTransition(
@@ -81,14 +86,7 @@ class LayerPipelineGuard:
         self._layer(layer)
         if layer not in self.gathered:
             raise IllegalTransition(f"AttentionStart({layer}) before GatherFinish({layer})")
-        if layer in self.attending or layer in self.attended:
-            raise IllegalTransition(f"AttentionStart({layer}) twice")
-        if self.attending:
-            raise IllegalTransition(f"AttentionStart({layer}) while attention on layer {min(self.attending)} "
-                                    f"is running")
-        nxt = len(self.attended)
-        if layer != nxt:
-            raise IllegalTransition(f"AttentionStart({layer}) before AttentionStart({nxt})")
+        _start_in_order("AttentionStart", layer, self.attending, self.attended, "attention on layer {} is running")
         later = layer + SLOTS
         if later in self.gathering or later in self.gathered:
             # (unreachable through this guard's own gather_start, which waits for this
