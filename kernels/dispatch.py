@@ -13,6 +13,7 @@ way under every backend and raises ValueError before any copy starts.
 from __future__ import annotations
 
 import enum
+import numbers
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -91,6 +92,19 @@ def set_backend(choice: Backend | str | None, device: torch.device | str = "cpu"
         _chosen[kind] = Backend(choice)
 
 
+def _int(name: str, v, *, optional: bool = False) -> int | None:
+    """A size or index argument as a Python int, the same on every backend (a numpy integer
+    or a 0-d integer tensor works on torch's path and broke the native library's ctypes
+    calls and Triton's launch); anything else is a ValueError naming it."""
+    if v is None and optional:
+        return None
+    if isinstance(v, torch.Tensor) and v.dim() == 0 and not v.is_floating_point() and v.dtype != torch.bool:
+        v = v.item()
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return int(v)
+    raise ValueError(f"{name}: must be an integer, got {v!r}")
+
+
 def _kernels(*tensors: torch.Tensor) -> KernelSet:
     cuda = next((t.device for t in tensors if isinstance(t, torch.Tensor) and t.is_cuda), None)
     return KERNELS[backend(cuda or "cpu")]
@@ -104,14 +118,14 @@ def gather_pages(pool_layer: torch.Tensor, page_ids: torch.Tensor, out: torch.Te
     ``page_ids``: int64 ``[n]`` (repeats allowed); ``out``: ``[n*page_size, *row]``, same dtype
     (allocated when ``None``).
     """
-    return _kernels(pool_layer).gather_pages(pool_layer, page_ids, out, page_size=page_size)
+    return _kernels(pool_layer).gather_pages(pool_layer, page_ids, out, page_size=_int("page_size", page_size))
 
 
 def scatter_pages(src: torch.Tensor, pool_layer: torch.Tensor, page_ids: torch.Tensor, *,
                   page_size: int) -> None:
     """Inverse of :func:`gather_pages`: ``src`` ``[n*page_size, *row]`` -> pages ``page_ids``
     (int64 ``[n]``, duplicate-free) of ``pool_layer``."""
-    _kernels(pool_layer).scatter_pages(src, pool_layer, page_ids, page_size=page_size)
+    _kernels(pool_layer).scatter_pages(src, pool_layer, page_ids, page_size=_int("page_size", page_size))
 
 
 def transfer_pages(src: torch.Tensor, dst: torch.Tensor, src_pages: torch.Tensor, dst_pages: torch.Tensor,
@@ -123,8 +137,9 @@ def transfer_pages(src: torch.Tensor, dst: torch.Tensor, src_pages: torch.Tensor
     ``layer_first`` ``(C, L, slots, H, D)``. ``layer=None``: all layers in one launch; ``layer=l``:
     that layer only. ``dst_pages`` must be duplicate-free.
     """
-    _kernels(src, dst).transfer_pages(src, dst, src_pages, dst_pages, page_size=page_size,
-                                      src_layout=src_layout, dst_layout=dst_layout, layer=layer)
+    _kernels(src, dst).transfer_pages(src, dst, src_pages, dst_pages, page_size=_int("page_size", page_size),
+                                      src_layout=src_layout, dst_layout=dst_layout,
+                                      layer=_int("layer", layer, optional=True))
 
 
 def transfer_packed(device_target: torch.Tensor, device_draft: torch.Tensor, host: torch.Tensor,
@@ -139,8 +154,9 @@ def transfer_packed(device_target: torch.Tensor, device_draft: torch.Tensor, hos
     target layer ``l``; with ``l = Lt - 1`` the draft layers ride in the same launch.
     """
     _kernels(device_target, host).transfer_packed(device_target, device_draft, host, device_pages,
-                                                  host_pages, direction=direction, page_size=page_size,
-                                                  host_layout=host_layout, layer=layer)
+                                                  host_pages, direction=direction,
+                                                  page_size=_int("page_size", page_size),
+                                                  host_layout=host_layout, layer=_int("layer", layer, optional=True))
 
 
 def transfer_sidecar(spec: SidecarSpec, src: torch.Tensor, dst: torch.Tensor, src_source_pages: torch.Tensor,
@@ -154,6 +170,11 @@ def transfer_sidecar(spec: SidecarSpec, src: torch.Tensor, dst: torch.Tensor, sr
     pages (``None``: same ids). ``spec.hit_policy`` selects which move. Returns the sidecar's
     destination page list (CPU int64).
     """
+    if len(src_source_pages) != len(dst_source_pages):
+        # (a trailing-pages policy would take the last pages of each and pair pages from
+        # other positions of the sequence)
+        raise ValueError(f"dst_source_pages: {len(dst_source_pages)} pages for {len(src_source_pages)} "
+                         f"src_source_pages (the two lists of one transfer)")
     s_ids = sidecar_pages(spec, src_source_pages, src_map, name="src_source_pages")
     d_ids = sidecar_pages(spec, dst_source_pages, dst_map, name="dst_source_pages")
     transfer_pages(src, dst, s_ids, d_ids, page_size=page_size, src_layout=src_layout,
@@ -167,4 +188,4 @@ def paged_attention(q: torch.Tensor, k_layer: torch.Tensor, v_layer: torch.Tenso
     """Causal attention of ``q`` ``[T, Hq, D]`` over paged KV ``[slots, Hkv, D|Dv]``; returns
     ``[T, Hq, Dv]``. See :mod:`hicache.kernels.attention` for the batch description."""
     return _kernels(q).paged_attention(q, k_layer, v_layer, page_table, seq_lens, q_lens,
-                                       page_size=page_size, scale=scale)
+                                       page_size=_int("page_size", page_size), scale=scale)

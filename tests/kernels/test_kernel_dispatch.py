@@ -91,3 +91,34 @@ def test_without_triton_the_fallback_serves_and_kernels_refuse_clearly():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "refused:" in proc.stdout and "triton is not importable" in proc.stdout
+
+
+@pytest.mark.parametrize("as_int", [int, lambda v: __import__("numpy").int64(v), torch.tensor], ids=["int", "numpy", "0-d"])
+def test_sizes_and_layers_are_ints_on_every_backend(as_int):
+    """A numpy or 0-d tensor page_size / layer worked on torch's path and broke the native
+    library's ctypes calls (TypeError '1', ArgumentError) and Triton's launch."""
+    pool = torch.zeros(32, 2, 8, dtype=torch.float16)
+    src = torch.arange(8 * 2 * 8, dtype=torch.float16).view(8, 2, 8)
+    ids = torch.tensor([1, 5])
+    kernels.scatter_pages(src, pool, ids, page_size=as_int(4))
+    assert torch.equal(pool[4:8], src[:4]) and torch.equal(pool[20:24], src[4:])
+    dev, host = torch.randn(2, 3, 32, 2, 8), torch.zeros(2, 3, 32, 2, 8)
+    kernels.transfer_pages(dev, host, ids, ids, page_size=as_int(4), layer=as_int(1))
+    assert torch.equal(host[:, 1, 4:8], dev[:, 1, 4:8]) and not host[:, 0].any()
+
+
+@pytest.mark.parametrize("bad", [4.0, True, "4", torch.tensor(4.0)], ids=str)
+def test_a_page_size_that_is_no_integer_is_named(bad):
+    with pytest.raises(ValueError, match="page_size: must be an integer"):
+        kernels.gather_pages(torch.zeros(32, 2, 8), torch.tensor([1]), page_size=bad)
+
+
+def test_a_sidecar_transfer_needs_lists_of_one_length():
+    """A trailing-pages sidecar took the last pages of each list and paired pages from other
+    positions of the sequence."""
+    spec = kernels.SidecarSpec(name="state", hit_policy="trailing_pages", trailing=2)
+    dst = torch.zeros(1, 1, 32, 1, 4)
+    with pytest.raises(ValueError, match="dst_source_pages: 3 pages for 5 src_source_pages"):
+        kernels.transfer_sidecar(spec, torch.randn(1, 1, 32, 1, 4), dst, torch.tensor([0, 1, 2, 3, 4]),
+                                 torch.tensor([5, 6, 7]), page_size=4)
+    assert not dst.any()
