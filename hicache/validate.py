@@ -10,6 +10,13 @@ from __future__ import annotations
 import math
 
 
+def integer(name: str, value) -> int:
+    """`value` as any int (a seed, say); no bool."""
+    if type(value) is not int:
+        raise ValueError(f"{name}: must be an integer, got {value!r}")
+    return value
+
+
 def int_at_least(name: str, value, lo: int) -> int:
     """`value` as a count or size: an int (no bool) >= lo."""
     if type(value) is not int or value < lo:

@@ -114,6 +114,11 @@ def _strict_profile(cfg, reqs, runs: int) -> tuple[int, dict]:
     return sum(m.steps for m in seen), by_event
 
 
+def _ratio(t: float, off: float) -> float | None:
+    """A CPU time against off's (None when off's reads 0: a clock too coarse for the replay)."""
+    return t / off if off else None
+
+
 def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
     best = {m: float("inf") for m in MODES}
     cpu = {m: float("inf") for m in MODES}
@@ -147,19 +152,19 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
            # strict's monitor attached with a listener that returns at once and no final
            # check (the floor of attaching: journaling, event dispatch)
            "attached_floor": {"seconds": attached, "ratio": attached / off,
-                              "thread_cpu_ratio": attached_thread / off_thread if off_thread else None,
+                              "thread_cpu_ratio": _ratio(attached_thread, off_thread),
                               "events_delivered": delivered}}
     for mode, target in (("sample", 1.05), ("strict", 1.5)):
         out[f"{mode}_vs_off"] = {f"{mode}_s": best[mode], "off_s": off, "ratio": best[mode] / off,
-                                 "cpu_ratio": cpu[mode] / off_cpu if off_cpu else None,
-                                 "thread_cpu_ratio": thread[mode] / off_thread if off_thread else None,
+                                 "cpu_ratio": _ratio(cpu[mode], off_cpu),
+                                 "thread_cpu_ratio": _ratio(thread[mode], off_thread),
                                  "target": f"ratio <= {target}", "meets_target": best[mode] / off <= target}
     if sweep:
         # sample mode's cost is about rate x (one from-scratch map and check) per event,
         # plus a per-event floor: the ratio at other rates (rate 0: the floor alone),
         # measured in the same runs
         out["sample_rate_sweep"] = [{"sample_rate": r, "sample_s": swept[r], "ratio": swept[r] / off,
-                                     "thread_cpu_ratio": swept_thread[r] / off_thread if off_thread else None,
+                                     "thread_cpu_ratio": _ratio(swept_thread[r], off_thread),
                                      "meets_target": swept[r] / off <= 1.05} for r in sweep]
     return out
 

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from hicache.protocol.prefix_agreement import StopPolicy, TimeoutBudget
 from hicache.runtime.config import HostLayout
 from hicache.storage.faulty import MAX_DELAY_S
-from hicache.validate import int_at_least, number_in
+from hicache.validate import int_at_least, integer, number_in
 
 from .model import ModelConfig
 
@@ -51,8 +51,7 @@ class RunConfig:
                      "prefetch_batch_pages", "max_batch"):
             int_at_least(name, getattr(self, name), 1)
         int_at_least("requests", self.requests, 0)
-        if type(self.seed) is not int:
-            raise ValueError(f"seed: must be an integer, got {self.seed!r}")
+        integer("seed", self.seed)
         try:
             object.__setattr__(self, "policy", StopPolicy(self.policy))
         except ValueError:

@@ -60,6 +60,17 @@ class Request:
     done: bool = False
 
 
+def _live(req: Request) -> None:
+    """A request that finished or aborted takes part in nothing more."""
+    if req.done:
+        raise ValueError(f"request {req.rid} has already finished or been aborted")
+
+
+def _count(n, what: str) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"n: must be a non-negative int ({what}), got {n!r}")
+
+
 #: how long close() waits, in all, for storage calls in flight (a dead backend's calls never end)
 CLOSE_STORAGE_WAIT_S = 5.0
 
@@ -152,9 +163,7 @@ class HiCache:
 
     def _usable(self, req: Request) -> None:
         self._open("a transfer")
-        if req.done:
-            # (a prefetch for an ended request locked its host leaf for good)
-            raise ValueError(f"request {req.rid} has already finished or been aborted")
+        _live(req)      # (a prefetch for an ended request locked its host leaf for good)
 
     # ------------------------------------------------------------------ match
     def match(self, tokens: Any, rid: int | None = None, n_tokens: int | None = None) -> Request:
@@ -200,8 +209,7 @@ class HiCache:
     # ------------------------------------------------------------------ device room
     def alloc(self, n: int) -> list[int] | None:
         """n device pages, evicting LRU device leaves; None if locks pin too much."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"n: must be a non-negative int (pages), got {n!r}")
+        _count(n, "pages")
         self._open("alloc")
         alloc = self.dev_alloc
         if not self._make_room(lambda: alloc.free >= n):
@@ -241,8 +249,7 @@ class HiCache:
 
     def evict_host(self, n: int) -> int:
         """Make at least n host slots free if victims allow; returns the free count."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"n: must be a non-negative int (slots), got {n!r}")
+        _count(n, "slots")
         self._open("evict_host")
         if self.host is None:
             return 0
@@ -677,8 +684,7 @@ class HiCache:
     def finish_prefetch(self, req: Request) -> int:
         """PrefetchFinish: apply the stop policy, then fetched pages join the tree as host
         copies and the rest of the slots go back to IDLE. Returns pages now loadable."""
-        if req.done:
-            raise ValueError(f"request {req.rid} has already finished or been aborted")
+        _live(req)
         op = req.prefetch
         if op is None:
             return 0
@@ -737,8 +743,7 @@ class HiCache:
     # ------------------------------------------------------------------ end of a request
     def finish(self, req: Request) -> None:
         """RequestFinish: release the request's lock (its pages stay cached)."""
-        if req.done:
-            raise ValueError(f"request {req.rid} has already finished or been aborted")
+        _live(req)
         if req.prefetch is not None:
             self.finish_prefetch(req)
         self.tree.unlock(req.node)
@@ -747,8 +752,7 @@ class HiCache:
 
     def abort(self, req: Request) -> None:
         """RequestAbort: release the in-flight prefetch slots and the lock."""
-        if req.done:
-            raise ValueError(f"request {req.rid} has already finished or been aborted")
+        _live(req)
         op = req.prefetch
         if op is not None:
             op.terminate = True

@@ -37,7 +37,7 @@ import random
 from typing import Any, Protocol
 
 from hicache.protocol.vocabulary import PDHandoff as P
-from hicache.validate import int_at_least, number_in
+from hicache.validate import int_at_least, integer, number_in
 
 
 class Msg(enum.IntEnum):
@@ -124,8 +124,7 @@ class Plan:
 
     def __post_init__(self) -> None:
         # (window 0 never allocates: both sides would wait for each other forever)
-        if type(self.seed) is not int:
-            raise ValueError(f"seed: must be an integer, got {self.seed!r}")
+        integer("seed", self.seed)
         for name in ("prefill_abort_at", "decode_abort_at"):
             if getattr(self, name) is not None:
                 int_at_least(name, getattr(self, name), 0)

@@ -107,10 +107,7 @@ class FileStorage(StorageBackend):
             # O_NONBLOCK: a FIFO in a page's place must not block the open; anything but a
             # regular file is no page (a directory, a device, a FIFO): a miss
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except FileNotFoundError:
-            self.counters.add(Count.GET_MISS)
-            return None
-        except OSError:                 # a directory, no permission, a broken link: no page
+        except OSError:     # absent, a directory, no permission, a broken link: no page
             self.counters.add(Count.GET_MISS)
             return None
         if not stat.S_ISREG(os.fstat(fd).st_mode):

@@ -120,13 +120,10 @@ class SafeStorage(StorageBackend):
         data call (n_pages > 0) goes through the circuit breaker; housekeeping (stats, close,
         buffer registration) does not."""
         data = n_pages > 0 and self.config.trip_after > 0
-        if data:
-            with self._lock:
-                open_ = time.monotonic() < self._open_until
-            if open_:
-                self.counters.add(Count.CIRCUIT_OPEN)
-                self.counters.add(Count.FAILED_PAGES, n_pages)
-                return miss
+        if data and self.circuit_open():
+            self.counters.add(Count.CIRCUIT_OPEN)
+            self.counters.add(Count.FAILED_PAGES, n_pages)
+            return miss
         try:
             result = self._run(fn, *args)
         except _Timeout:

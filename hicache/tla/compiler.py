@@ -14,6 +14,7 @@ evaluated once, on first use, and cached: `1..N`, `[Procs -> Vals]`, constant op
 from __future__ import annotations
 
 import ast as _pyast
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -904,32 +905,26 @@ class Compiler:
         return (lambda st, pr, env: _bool(a(st, pr, env)) == _bool(b(st, pr, env))), af | bf
 
     def sv_eq(self, node, args, ctx):
-        a, af = self.value(args[0], ctx)
-        b, bf = self.value(args[1], ctx)
-        loc = self.loc(node, ctx)
-
-        def eq(st, pr, env):
-            x, y = a(st, pr, env), b(st, pr, env)
-            if type(x) is not type(y):
-                why = kinds_differ(x, y)
-                if why is not None:       # TLC: an error, never FALSE (nor TRUE: 1 = TRUE)
-                    raise EvalError(why, loc)
-            return x == y
-        return eq, af | bf
+        return self._compare(node, args, ctx, operator.eq)
 
     def sv_neq(self, node, args, ctx):
+        return self._compare(node, args, ctx, operator.ne)
+
+    def _compare(self, node, args, ctx, op):
+        """= or #: values of different kinds are an error, as in TLC (never FALSE, nor TRUE:
+        Python's 1 == True); a model value compares with anything."""
         a, af = self.value(args[0], ctx)
         b, bf = self.value(args[1], ctx)
         loc = self.loc(node, ctx)
 
-        def neq(st, pr, env):
+        def compare(st, pr, env):
             x, y = a(st, pr, env), b(st, pr, env)
             if type(x) is not type(y):
                 why = kinds_differ(x, y)
                 if why is not None:
                     raise EvalError(why, loc)
-            return x != y
-        return neq, af | bf
+            return op(x, y)
+        return compare, af | bf
 
     def sv_in(self, node, args, ctx):
         a, af = self.value(args[0], ctx)
