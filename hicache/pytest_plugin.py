@@ -12,20 +12,29 @@ MODES = ("off", "sample", "strict")
 
 def pytest_addoption(parser) -> None:
     group = parser.getgroup("hicache")
-    group.addoption("--hicache-verify", choices=MODES, default=None,
+    group.addoption("--hicache-verify", choices=MODES, default=None, type=lambda v: v.strip().lower(),
                     help="check every cache created by the tests against the specs "
                          "(default: HICACHE_VERIFY, else off)")
 
 
 def pytest_configure(config) -> None:
-    mode = config.getoption("--hicache-verify", default=None) or os.environ.get("HICACHE_VERIFY", "off")
-    mode = mode.strip().lower() or "off"
+    import pytest
+    option = config.getoption("--hicache-verify", default=None)
+    mode = option or os.environ.get("HICACHE_VERIFY", "off").strip().lower() or "off"
     if mode not in MODES:
-        raise ValueError(f"--hicache-verify/HICACHE_VERIFY: {mode!r} is not one of {', '.join(MODES)}")
+        # a usage error (pytest exits 4 with this line), not an internal error's traceback
+        raise pytest.UsageError(f"HICACHE_VERIFY: {mode!r} is not one of {', '.join(MODES)}")
     if mode != "off":
         from hicache import verified
-        verified.enable(mode)
+        try:
+            verified.enable(mode)
+        except ValueError as e:       # HICACHE_VERIFY_RATE / _SEED / ... named in the message
+            raise pytest.UsageError(str(e)) from None
         config._hicache_verify = mode
+    elif option is not None:
+        # --hicache-verify=off is a choice: it holds over HICACHE_VERIFY in the environment
+        from hicache import verified
+        verified.disable()
 
 
 def pytest_report_header(config) -> str | None:

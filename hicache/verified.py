@@ -16,7 +16,9 @@ the event and writes the recent history as an ITF trace under HICACHE_VIOLATION_
 
 Enabling wraps `HiCache.__init__` (attach a monitor) and `HiCache.close` (a final cache
 check); disabling restores both. Without this import, a cache created while HICACHE_VERIFY
-is sample or strict attaches its own monitor (HiCache.__init__ reads the variable once).
+is sample or strict attaches its own monitor (HiCache.__init__ reads the variable once);
+once `enable`/`disable` (or the pytest option) has chosen, that choice wins over the
+variable.
 """
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ def enable(mode: str | Mode | None = None, **overrides) -> VerifyConfig:
         cfg = VerifyConfig(**fields)
     disable()
     _state["cfg"] = cfg
+    _registry.choose(cfg)
     if cfg.mode is Mode.OFF:
         return cfg
     from hicache.runtime.cache import HiCache
@@ -84,6 +87,7 @@ def disable() -> None:
         HiCache.__init__, HiCache.close = orig
         _state["orig"] = None
     _state["cfg"] = VerifyConfig()
+    _registry.choose(_state["cfg"])     # off, whatever HICACHE_VERIFY says
 
 
 # `import hicache.verified` turns verification on (HICACHE_VERIFY=off keeps it off)

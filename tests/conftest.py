@@ -15,3 +15,24 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 settings.register_profile("hicache", deadline=None, derandomize=bool(os.environ.get("CI")),
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("hicache")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _verified_mode_as_configured(request):
+    """Each test starts and ends in the verified mode the run asked for (--hicache-verify /
+    HICACHE_VERIFY through the plugin, else off): `import hicache.verified` turns verified
+    mode on for the whole process, so a test importing it would otherwise leave monitors on
+    every cache of the tests after it."""
+    yield
+    import sys
+    verified = sys.modules.get("hicache.verified")
+    if verified is None:
+        return
+    mode = getattr(request.config, "_hicache_verify", None)
+    if mode is None:
+        verified.disable()
+    elif verified.current().mode.value != mode or verified._state["orig"] is None:
+        verified.enable(mode)

@@ -12,6 +12,20 @@ from hicache.monitors.runtime import Mode, Monitor, VerifyConfig
 
 _monitors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
+# the verified-mode configuration set in code (hicache.verified.enable/disable, the pytest
+# option), or None while nothing set one: then HICACHE_VERIFY decides (HiCache.__init__).
+# Once code has chosen, the environment no longer attaches anything: `enable("sample")` or
+# `--hicache-verify=off` under HICACHE_VERIFY=strict means sample, or off.
+_chosen: list = [None]
+
+
+def choose(cfg: VerifyConfig | None) -> None:
+    _chosen[0] = cfg
+
+
+def chosen() -> VerifyConfig | None:
+    return _chosen[0]
+
 
 def attach(cache, cfg: VerifyConfig) -> Monitor | None:
     """Attach a HostTier monitor (incremental map) and the background-worker watch

@@ -188,10 +188,11 @@ def divergence_trace(variables: list[str], events: list[RankEvent], contribs: li
             "vars": [*variables, "collective", "view"], "states": states}
 
 
-def write_divergence_trace(vdir: str, doc: dict, step: int) -> str | None:
-    """Write `doc` under `vdir` as cross-rank-step<N>-<i>.itf.json; None if it cannot."""
-    from hicache.tla.itf import write_itf_new
-    return write_itf_new(vdir, f"cross-rank-step{step}", doc)
+def write_divergence_trace(vdir: str, doc: dict, step: int) -> tuple[str | None, str | None]:
+    """Write `doc` under `vdir` as cross-rank-step<N>-<i>.itf.json: (path, None), or (None,
+    why it could not be written)."""
+    from hicache.monitors.runtime import write_trace_file
+    return write_trace_file(vdir, f"cross-rank-step{step}", doc)
 
 
 def _plain(view: dict) -> dict:

@@ -127,7 +127,10 @@ class ProtocolViolation(AssertionError):
     """The runtime did something its spec does not allow."""
 
     def __init__(self, *, spec: str, action: str, args: dict, failure: Failure, kind: str,
-                 diff: dict, history: list[Step], step: int, trace_path: str | None):
+                 diff: dict, history: list[Step], step: int, trace_path: str | None,
+                 trace_error: str | None = None):
+        self._fields = dict(spec=spec, action=action, args=args, failure=failure, kind=kind, diff=diff,
+                            history=history, step=step, trace_path=trace_path, trace_error=trace_error)
         self.spec = spec
         self.action = action
         self.arguments = args      # (`args` is BaseException's)
@@ -140,7 +143,13 @@ class ProtocolViolation(AssertionError):
         self.history = history
         self.step = step
         self.trace_path = trace_path
+        self.trace_error = trace_error    # why no trace was written (directory and OS error)
         super().__init__(self._message())
+
+    def __reduce__(self):
+        # keyword-only fields: rebuilt from them, so a violation raised in a worker process
+        # (multiprocessing, a process pool) arrives as itself, not as an unpickling error
+        return _rebuild_violation, (self._fields,)
 
     #: changed entries the message lists (the trace and `hicache explain` have them all)
     MESSAGE_CHANGES = 16
@@ -163,8 +172,23 @@ class ProtocolViolation(AssertionError):
         if self.trace_path:
             lines.append(f"  trace: {self.trace_path} (hicache explain {self.trace_path})")
         else:
-            lines.append("  trace: not written (the violation directory could not be written: see the warning)")
+            lines.append(f"  trace: not written ({self.trace_error or 'no trace directory'})")
         return "\n".join(lines)
+
+
+def _rebuild_violation(fields: dict) -> ProtocolViolation:
+    return ProtocolViolation(**fields)
+
+
+def write_trace_file(directory: str, stem: str, doc: dict) -> tuple[str | None, str | None]:
+    """(path, None) once `doc` is written as a new trace under `directory`, or (None, what
+    went wrong: the directory and the OS error) when it cannot be: the violation is raised
+    either way, and says which."""
+    from hicache.tla.itf import write_itf_new
+    try:
+        return write_itf_new(directory, stem, doc), None
+    except OSError as e:
+        return None, f"{directory}: {e.strerror or e}"
 
 
 def state_diff(s: dict | None, t: dict) -> dict:
@@ -200,6 +224,10 @@ class Monitor:
         if cfg.mode is Mode.SAMPLE and not self.needs_prestate and not self.incremental:
             self._gap = self._next_gap()
         self.sampled = cfg.mode is Mode.STRICT   # whether the event being handled is checked
+        # set by the first violation: the runtime's state is past what the spec allows, so
+        # every later check would fail on it again (a teardown's close() raising a second
+        # violation); the monitor reports one violation and then checks nothing more
+        self.tripped = False
         self.cache_check_hooks: list = []        # further checks a cache check runs (fn())
         self.companions: list = []               # monitors of other specs on the same runtime
         self.step_hooks: list = []               # ... and a checked event (fn(name, fields))
@@ -266,6 +294,8 @@ class Monitor:
 
     # ------------------------------------------------------------ listener
     def __call__(self, action, fields: dict) -> None:
+        if self.tripped:
+            return
         if self._gap > 0:
             # sample mode, an unsampled event: bound (the map follows requests through
             # events) and recorded for the report, nothing else (what a canary pays per event)
@@ -401,34 +431,50 @@ class Monitor:
         """Every invariant on the current mapped state (sample mode runs this at each cache
         check; strict mode already did at the last step). An incremental map is checked on
         its from-scratch reference state here, which also catches a change the incremental
-        map did not see."""
+        map did not see. The checked state is the trace's last state, as a step named
+        `cache_check` (a violation found here is explained on the state it was found in)."""
+        if self.tripped:
+            return
+        step = Step(self.steps, CACHE_CHECK, {}, None)
         if self.incremental:
             self._sync_pending()
             t = self.rmap.reference_state()
             C = self.spec.constants(self.rmap.reference_constants())
+            # the reference numbers pages in DFS preorder, the history's states in the
+            # map's positions: a failure's trace holds the checked state alone (a diff
+            # across the two numberings would be a renaming, not what changed)
+            step.state = t
+            history, prev = [step], None
         else:
             t = self.rmap.state()
             C = self.constants()
+            step.state = t
+            self.history.append(step)
+            history, prev = None, self.prev
         for inv in self._invariants_for(C).values():
             f = inv(C, t)
             if f is not None:
-                self.fail("invariant", "cache_check", {}, f, self.prev, t)
+                self.fail("invariant", CACHE_CHECK, {}, f, prev, t, history)
         for hook in self.cache_check_hooks:
             hook()
         if self._check_next:
             self.prev = t
 
-    def fail(self, kind, name, fields, failure: Failure, s, t) -> None:
+    def fail(self, kind, name, fields, failure: Failure, s, t, history: list | None = None) -> None:
+        """Write the trace and raise the violation (`history`: the steps of the trace, the
+        monitor's recent history when None)."""
         self._const_held.clear()
+        self.tripped = True
         if self.incremental and t is None:
             self._rebuild_states()
             mapped = [h.state for h in self.history if h.state is not None]
             t = mapped[-1] if mapped else None
             s = mapped[-2] if len(mapped) > 1 else None
-        path = self.write_trace(kind, name, fields, failure)
+        steps = list(self.history) if history is None else history
+        path, error = self.write_trace(kind, name, fields, failure, steps)
         raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=dict(fields), failure=failure,
-                                kind=kind, diff=state_diff(s, t), history=list(self.history),
-                                step=self.steps, trace_path=path)
+                                kind=kind, diff=state_diff(s, t), history=steps,
+                                step=self.steps, trace_path=path, trace_error=error)
 
     def _sync_pending(self) -> None:
         """Bring an incremental map up to date outside a checked step (sample mode): the
@@ -445,12 +491,13 @@ class Monitor:
             h.state = t
             t = undo(t, h.delta)
 
-    def write_trace(self, kind, name, fields, failure: Failure) -> str | None:
-        """The recent mapped states as an ITF trace (the states sample mode did not map are
-        left out; each state's #meta names the event and its arguments)."""
-        from hicache.tla.itf import encode, write_itf_new
+    def write_trace(self, kind, name, fields, failure: Failure, history: list) -> tuple[str | None, str | None]:
+        """The mapped states of `history` as an ITF trace (the states sample mode did not map
+        are left out; each state's #meta names the event and its arguments): (path, None),
+        or (None, why it could not be written)."""
+        from hicache.tla.itf import encode
         states = []
-        for h in self.history:
+        for h in history:
             if h.state is None:
                 continue
             rec = {"#meta": {"index": len(states), "step": h.seq, "action": h.spec or h.action,
@@ -477,10 +524,13 @@ class Monitor:
                                     # False: every event is a compound step (invariants only)
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}
-        return write_itf_new(self.cfg.violation_dir, f"{self.spec.MODULE}-step{self.steps}", doc)
+        return write_trace_file(self.cfg.violation_dir, f"{self.spec.MODULE}-step{self.steps}", doc)
 
 
 MISSING = object()     # in a delta: the key was not in the function's domain before
+
+#: the step a cache check records (no spec action: every invariant on the state it found)
+CACHE_CHECK = "cache_check"
 
 
 def snapshot(s: dict) -> dict:

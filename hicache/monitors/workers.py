@@ -47,10 +47,26 @@ class KeyAudit(StorageBackend):
     after a get (one fetch's confirmations) must include every key a get asks for. A get
     of another key is recorded as a breach (derived differently from what exists saw)."""
 
+    _OWN = frozenset({"inner", "_local", "breaches"})
+
     def __init__(self, inner: StorageBackend) -> None:
-        self.inner = inner
-        self._local = threading.local()
-        self.breaches: list[tuple[str, str]] = []    # (thread name, first unconfirmed key)
+        set_own = object.__setattr__
+        set_own(self, "inner", inner)
+        set_own(self, "_local", threading.local())
+        set_own(self, "breaches", [])    # (thread name, first unconfirmed key)
+
+    # Verified mode puts this wrapper in `cache.storage`, where the caller's code still
+    # reaches for its own backend's attributes (a fault switch, a counter, a gate): every
+    # attribute other than the audit's own reads and writes the wrapped backend, so turning
+    # verification on changes no behaviour (a write landing on the wrapper would be lost).
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in KeyAudit._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.inner, name, value)
 
     def _fetch(self) -> set:
         c = getattr(self._local, "confirmed", None)

@@ -258,13 +258,13 @@ class RankGroup:
         contribs = list(self.coll.paired)
         div = divergence(contribs)
         doc = divergence_trace(list(spec.VARIABLES), list(self.events), contribs, f, div)
-        path = write_divergence_trace(self.vdir, doc, self.coll.rounds)
+        path, error = write_divergence_trace(self.vdir, doc, self.coll.rounds)
         history = [Step(e.seq, e.action, {**e.args, "rank": e.rank}, None) for e in self.events]
         raise ProtocolViolation(spec="cross-rank", action=EXCHANGE,
                                 args={"completed_by": rank, "diverging_ranks": div["diverging_ranks"],
                                       "fields": div["fields"], "calls": div["calls"]},
                                 failure=f, kind="digest", diff={}, history=history,
-                                step=self.coll.rounds, trace_path=path)
+                                step=self.coll.rounds, trace_path=path, trace_error=error)
 
     def serve(self, tokens, what: str) -> None:
         reqs = [c.match(tokens) for c in self.caches]

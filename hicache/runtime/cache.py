@@ -32,6 +32,9 @@ from hicache.runtime.metrics import Metrics
 from hicache.runtime.radix import Node, RadixTree, TOKEN_BYTES, encode
 from hicache.runtime.transfer import FuncOp, LoadOp, Op, Worker
 
+#: the policies under which host copies form a prefix from the root (HostTier's WriteThrough)
+WRITE_THROUGH = frozenset({WritePolicy.WRITE_THROUGH, WritePolicy.WRITE_THROUGH_SELECTIVE})
+
 #: hits a node needs before write-through backs it up to host
 BACKUP_THRESHOLD: dict[WritePolicy, float] = {
     WritePolicy.WRITE_THROUGH: 1,
@@ -120,11 +123,14 @@ class HiCache:
         # verified mode from the environment: HICACHE_VERIFY=sample|strict attaches the
         # HostTier monitor here, so a test suite or canary turns it on with one variable;
         # off (the default) costs this one lookup per cache
-        self._verified = os.environ.get("HICACHE_VERIFY", "off").strip().lower() not in ("", "off")
-        if self._verified:
-            from hicache.monitors.attach import attach
-            from hicache.monitors.runtime import VerifyConfig
-            attach(self, VerifyConfig.from_env())
+        # (unless verified mode was chosen in code: hicache.verified attaches then, and
+        # its choice wins over the variable)
+        self._verified = False
+        if os.environ.get("HICACHE_VERIFY", "off").strip().lower() not in ("", "off"):
+            from hicache.monitors import attach as registry
+            if registry.chosen() is None:
+                from hicache.monitors.runtime import VerifyConfig
+                self._verified = registry.attach(self, VerifyConfig.from_env()) is not None
 
     # ------------------------------------------------------------------ helpers
     def _device_allocator(self, cfg: CacheConfig):
@@ -594,6 +600,9 @@ class HiCache:
         if self.prefetcher is None or req.prefetch is not None:
             return False
         tree = self.tree
+        if not self._host_tail(req.node):
+            self.metrics.prefetch_unbacked_anchor += 1
+            return False
         off = sum(x.n for x in tree.path(req.node)) * tree.pb
         want = (len(req.key) - off) // tree.pb
         if want < cfg.prefetch_min_pages:
@@ -624,6 +633,17 @@ class HiCache:
         self._emit(A.PrefetchStart, rid=req.rid, slots=slots, pages=want)
         self.prefetcher.submit(op)
         return True
+
+    def _host_tail(self, v: Node) -> bool:
+        """Whether host-only pages may join below v (HostTier's HostTail, the guard of
+        PrefetchStart and of PrefetchFinish's join): under write-through the host copies
+        form a prefix from the root (WriteThroughPrefix), so v must be the root or hold a
+        readable host copy, not one whose backup is still in flight (RESERVED slots) or was
+        skipped for want of host room (a prefix broken for good: backups stop at the first
+        node with a host copy). write_back keeps such pages: evicting v drops them first."""
+        if self.cfg.write_policy not in WRITE_THROUGH or v is self.tree.root:
+            return True
+        return v.host is not None and not (self.host.state[v.host] == S.RESERVED).any()
 
     def _fetch_pages(self, op: FuncOp) -> int:
         """Worker side: exists (stops at the first miss), then get, batch by batch.
@@ -715,6 +735,10 @@ class HiCache:
             end = op.off + got * tree.pb
             node, off2 = tree.walk(op.anchor, req.key[:end], op.off)
             dup = (off2 - op.off) // tree.pb
+            if dup < got and not self._host_tail(node):
+                # the pages would join below a node whose host copy is not there (yet):
+                # HostTier's PrefetchFinish then frees the slots instead (a miss)
+                dup = got
             if dup:
                 self.host.move(fetched[:dup], S.SYNCED, S.IDLE)   # arrived meanwhile
             if dup < got:

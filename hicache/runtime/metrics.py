@@ -33,6 +33,7 @@ class Metrics:
     prefetch_hit_tokens: int = 0          # pages fetched into host and inserted
     prefetch_unfulfilled_tokens: int = 0  # announced by exists but not delivered in time
     prefetch_rate_limited: int = 0        # prefetches declined for host occupancy
+    prefetch_unbacked_anchor: int = 0     # declined: write-through anchor with no host copy yet
     storage_failures: int = 0             # backend raised / returned None / bad size
     close_abandoned: int = 0              # storage workers close() left behind (a backend that never answered)
     host_occupancy: float = 0.0

@@ -7,7 +7,6 @@ model values {"#unserializable": "name"}. `decode` inverts `encode` exactly.
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -72,23 +71,25 @@ def write_itf(path: str | Path, doc: dict) -> None:
     Path(path).write_text(json.dumps(doc, indent=1) + "\n")
 
 
-def write_itf_new(directory: str | Path, stem: str, doc: dict) -> str | None:
-    """Write `doc` as `<directory>/<stem>-<i>.itf.json` with the first unused i (a trace never
-    overwrites an earlier one); the path, or None when the directory cannot be written (a
-    monitor reports its violation without the trace then, and a RuntimeWarning says where
-    and why the trace was not written)."""
+def write_itf_new(directory: str | Path, stem: str, doc: dict) -> str:
+    """Write `doc` as `<directory>/<stem>-<i>.itf.json` with the first unused i and return
+    its path. A trace never overwrites another: each name is created exclusively, so two
+    writers (threads, pytest-xdist workers sharing a directory) racing for the same i end up
+    with two files. Raises OSError when the directory cannot be written: a monitor raising
+    its violation catches it and names the directory and the error in the violation (no
+    warning: a warnings filter set to "error" would replace the violation with it)."""
     d = Path(directory)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        i = 0
-        while (d / f"{stem}-{i}.itf.json").exists():
-            i += 1
+    d.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, indent=1) + "\n"
+    i = 0
+    while True:
         p = d / f"{stem}-{i}.itf.json"
-        write_itf(p, doc)
-        return str(p)
-    except OSError as e:
-        warnings.warn(f"hicache: violation trace {stem} not written under {d}: {e}", RuntimeWarning, stacklevel=2)
-        return None
+        try:
+            with open(p, "x") as fh:
+                fh.write(text)
+            return str(p)
+        except FileExistsError:
+            i += 1
 
 
 def read_itf(path: str | Path) -> dict:

@@ -196,6 +196,7 @@ def test_hicache_verify_env_attaches_a_monitor_without_importing_verified(monkey
     from hicache.monitors import attach
     wcfg = WorkloadConfig(requests=12)
     policy, reqs = plan(3, wcfg)
+    monkeypatch.setattr(attach, "_chosen", [None])        # no verified mode chosen in code
     monkeypatch.setenv("HICACHE_VERIFY", "strict")
     monkeypatch.setenv("HICACHE_VIOLATION_DIR", str(tmp_path))
     cache = make_cache(wcfg, policy)
@@ -209,6 +210,37 @@ def test_hicache_verify_env_attaches_a_monitor_without_importing_verified(monkey
     assert mon.steps > 10 and mon.checked == mon.steps and checks == [1]
     monkeypatch.setenv("HICACHE_VERIFY", "off")
     assert attach.monitor_of(make_cache(wcfg, policy)) is None
+
+
+@pytest.mark.parametrize("chosen", ["sample", "off"])
+def test_verified_mode_chosen_in_code_wins_over_hicache_verify(monkeypatch, tmp_path, chosen):
+    """HICACHE_VERIFY=strict in the environment, another mode chosen in code (enable, or the
+    pytest option): the code's choice holds, with its violation directory; the environment
+    attached its own strict monitor first, and the code's config was silently dropped."""
+    from hicache import verified
+    from hicache.monitors import attach
+    monkeypatch.setenv("HICACHE_VERIFY", "strict")
+    wcfg = WorkloadConfig(requests=12)
+    policy, reqs = plan(3, wcfg)
+    try:
+        verified.enable(chosen, violation_dir=str(tmp_path / "mine"))
+        cache = make_cache(wcfg, policy)
+        mon = attach.monitor_of(cache)
+        if chosen == "off":
+            assert mon is None
+        else:
+            assert mon is not None and mon.cfg.mode.value == "sample"
+            assert mon.cfg.violation_dir == str(tmp_path / "mine")
+            checks = []
+            real = mon.cache_check
+            mon.cache_check = lambda: (checks.append(1), real())[1]
+        run_workload(cache, reqs)                        # closes the cache
+        if chosen != "off":
+            assert checks == [1]                         # one final check, not one per attacher
+        verified.disable()
+        assert attach.monitor_of(make_cache(wcfg, policy)) is None
+    finally:
+        verified.disable()
 
 
 def test_sample_mode_defers_the_map_and_still_catches(tmp_path):

@@ -195,3 +195,92 @@ def test_tree_write_through_prefix_equals_spec_on_a_chain():
     for hosts in [(1, 2, 0, 0), (0, 2, 0, 0), (1, 0, 3, 0), (1, 2, 3, 0)]:
         s = {"policy": "write_through", "len": 3, "host": Fcn(dict(enumerate(hosts))), "_parent": (-1, 0, 1, 2)}
         assert (host_tier.inv_WriteThroughPrefix(C, s) is None) == (write_through_prefix_tree(C, s) is None)
+
+
+# ---------------------------------------------------------------- violations: traces and reporting
+def _leak_behind_the_monitor(mode: str, tmp_path):
+    """A clean run, then a host slot reserved with no event (a leak only a cache check can
+    see): (cache, monitor, the violation the cache check raised)."""
+    from hicache.monitors.attach import monitor_cache
+    policy, reqs = plan(0, W)
+    cache = make_cache(W, policy)
+    mon = monitor_cache(cache, VerifyConfig(mode=mode, sample_rate=0.05, violation_dir=str(tmp_path)))
+    run_workload(cache, reqs)
+    cache.host.reserve(1)
+    with pytest.raises(ProtocolViolation) as info:
+        mon.cache_check()
+    return cache, mon, info.value
+
+
+@pytest.mark.parametrize("mode", ["strict", "sample"])
+def test_a_cache_checks_violation_is_explained_on_the_state_it_checked(tmp_path, mode):
+    """The trace of a violation a cache check finds ends with the state it checked (a step
+    named cache_check); it had no state in strict mode ("the trace has no state" from
+    hicache explain) and only the last sampled states in sample mode (explain then blamed
+    an event whose state had passed)."""
+    from hicache.explain import explain
+    from hicache.explain.report import to_json
+    _, mon, e = _leak_behind_the_monitor(mode, tmp_path)
+    assert e.action == "cache_check" and e.property == "SlotInOneOwner"
+    doc = read_itf(e.trace_path)
+    assert doc["states"] and doc["states"][-1]["#meta"]["action"] == "cache_check"
+    if mode == "sample":          # the last sampled state before it, in the same numbering
+        assert len(doc["states"]) >= 2 and e.diff
+    j = to_json(explain(e.trace_path))
+    assert j["violated"] == "SlotInOneOwner"
+    assert j["first_violating_step"] == len(doc["states"]) - 1
+
+
+def test_a_monitor_reports_one_violation_then_stops(tmp_path):
+    """After a violation the state is past what the spec allows: a teardown's close() (its
+    final cache check) or the next event must not raise a second violation."""
+    cache, mon, _ = _leak_behind_the_monitor("strict", tmp_path)
+    assert mon.tripped
+    steps = mon.steps
+    cache.close()                 # emits events, runs no check
+    mon.cache_check()
+    assert mon.steps == steps and len(list(tmp_path.iterdir())) == 1
+
+
+def test_an_unwritable_violation_directory_still_raises_the_violation(tmp_path):
+    """A file where the violation directory should be, with warnings turned into errors
+    (pytest -W error): the ProtocolViolation is raised (it was replaced by the
+    RuntimeWarning the trace writer issued) and says where the trace could not go."""
+    import warnings
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, _, e = _leak_behind_the_monitor("strict", blocker)
+    assert e.trace_path is None and str(blocker) in e.trace_error
+    assert f"trace: not written ({blocker}: " in str(e)
+
+
+def test_a_violation_survives_pickling(tmp_path):
+    """A violation raised in a worker process reaches the parent as itself (its keyword-only
+    constructor made unpickling fail with a TypeError)."""
+    import copy
+    import pickle
+    _, _, e = _leak_behind_the_monitor("strict", tmp_path)
+    for back in (pickle.loads(pickle.dumps(e)), copy.copy(e)):
+        assert isinstance(back, ProtocolViolation)
+        assert (back.property, back.action, back.trace_path, str(back)) == (e.property, e.action, e.trace_path, str(e))
+
+
+def test_trace_writers_racing_for_one_name_each_get_a_file(tmp_path):
+    """Threads (or pytest-xdist workers sharing the directory) writing traces of the same
+    step: each trace is a new file (an exists-then-write check let two take one name)."""
+    import threading
+    from hicache.tla.itf import write_itf_new
+    paths, start = [], threading.Barrier(8)
+
+    def write(i):
+        start.wait()
+        paths.append(write_itf_new(tmp_path, "HostTier-step7", {"i": i}))
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(paths)) == 8
+    assert sorted(json.loads(open(p).read())["i"] for p in paths) == list(range(8))

@@ -121,8 +121,43 @@ def test_pytest_plugin_option():
     finally:
         pytest_plugin.pytest_unconfigure(cfg)
     assert verified.current().mode == "off"
-    with pytest.raises(ValueError):
-        pytest_plugin.pytest_configure(Cfg("loud"))
+
+
+def test_pytest_plugin_reports_bad_settings_as_usage_errors(monkeypatch):
+    """A bad HICACHE_VERIFY or HICACHE_VERIFY_RATE under the plugin is a usage error (pytest
+    prints the line and exits 4), not an INTERNALERROR traceback."""
+    from hicache import pytest_plugin
+
+    class Cfg:
+        def __init__(self, v):
+            self.v = v
+
+        def getoption(self, name, default=None):
+            return self.v
+    monkeypatch.setenv("HICACHE_VERIFY", "loud")
+    with pytest.raises(pytest.UsageError, match="^HICACHE_VERIFY: 'loud' is not one of"):
+        pytest_plugin.pytest_configure(Cfg(None))
+    monkeypatch.setenv("HICACHE_VERIFY", "sample")
+    monkeypatch.setenv("HICACHE_VERIFY_RATE", "abc")
+    with pytest.raises(pytest.UsageError, match="HICACHE_VERIFY_RATE"):
+        pytest_plugin.pytest_configure(Cfg(None))
+
+
+def test_pytest_option_off_holds_over_hicache_verify(monkeypatch):
+    """--hicache-verify=off with HICACHE_VERIFY=strict in the environment: off (the cache
+    attached its own strict monitor from the variable)."""
+    from hicache import pytest_plugin, verified
+    from hicache.runtime.cache import HiCache
+    from hicache.runtime.config import CacheConfig
+
+    class Cfg:
+        def getoption(self, name, default=None):
+            return "off"
+    monkeypatch.setenv("HICACHE_VERIFY", "strict")
+    pytest_plugin.pytest_configure(Cfg())
+    d = HiCache(CacheConfig(page_size=2, device_pages=4, host_pages=4, metadata_only=True))
+    assert verified.monitor_of(d) is None and d.bus.listeners == []
+    d.close()
 
 
 def test_bugzoo_cli_json(tmp_path, capsys):
@@ -318,20 +353,19 @@ def test_bugzoo_cli_refuses_what_it_cannot_run(capsys):
 
 
 def test_a_violation_whose_trace_cannot_be_written_still_raises_and_says_so(tmp_path):
-    """The violation directory is a file: the monitor still raises at the faulty step, its
-    message says the trace was not written, and a RuntimeWarning names the directory and
-    the reason; the bugzoo CLI refuses such a directory before running anything."""
+    """The violation directory is a file: the monitor still raises at the faulty step, and
+    its message (and `trace_error`) names the directory and the reason the trace was not
+    written; the bugzoo CLI refuses such a directory before running anything."""
     from hicache.cli.main import EXIT_USAGE, main
     from hicache.monitors.faults import RUNTIME_FAULTS
     from hicache.monitors.zoo import _run_single
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    with pytest.warns(RuntimeWarning, match=f"not written under {blocked}"):
-        exc = None
-        for seed in range(30):
-            _, exc = _run_single(seed, RUNTIME_FAULTS[6], W, str(blocked))
-            if exc is not None:
-                break
+    exc = None
+    for seed in range(30):
+        _, exc = _run_single(seed, RUNTIME_FAULTS[6], W, str(blocked))
+        if exc is not None:
+            break
     assert exc is not None and exc.property == "SlotInOneOwner" and exc.trace_path is None
-    assert "trace: not written" in str(exc)
+    assert exc.trace_error.startswith(f"{blocked}: ") and f"trace: not written ({blocked}: " in str(exc)
     assert main(["bugzoo", "--only", "6", "--clean", "0", "--violation-dir", str(blocked)]) == EXIT_USAGE

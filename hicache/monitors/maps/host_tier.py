@@ -49,6 +49,39 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
 
 
 
+#: loadReq of a page whose node is still marked loading for a request that has ended (its
+#: LoadBackFinish came and went): no request, and not NoReq either (the node says a load is
+#: pending), so TypeOK refuses it: `node.loading` was never cleared
+ENDED_REQ = -1
+
+
+def load_req(slot_of, rid) -> int:
+    """loadReq of a page whose node is loading for request `rid` (`slot_of(rid, 0)`: its
+    request slot, 0 when not live)."""
+    q = slot_of(rid, 0)
+    return q if q or rid is None else ENDED_REQ
+
+
+def prefetch_row(orphan: bool, anchored: bool, n: int, pfslot: list, pfabort: list, reqlen: list,
+                 h: int) -> str:
+    """One prefetch slot as a pseudo-request (the spec gives a prefetch one slot): appends
+    its pfSlot, pfAbort and reqLen, returns its req phase.
+
+    A live prefetch is a matched request whose locked prefix is its anchor's path: the
+    anchor must stay in the tree (it is host-referenced), and a detached one puts the
+    prefix beyond the tree (reqLen = len + 1, which LockedNodesKept refuses). An orphan
+    (its request aborted, the I/O still running) is the spec's state after RequestAbort:
+    idle, no locks (its anchor was released and may legally leave), pfAbort TRUE, the slot
+    kept until the I/O ends."""
+    pfslot.append(h + 1)
+    pfabort.append(orphan)
+    if orphan:
+        reqlen.append(0)
+        return "idle"
+    reqlen.append(0 if anchored else n + 1)
+    return "matched"
+
+
 class HostTierMap:
     spec = spec
     needs_prestate = False     # every event is a compound step: invariants only
@@ -56,6 +89,8 @@ class HostTierMap:
     def __init__(self, cache):
         self.cache = cache
         self.phase: dict[int, str] = {}      # live request id -> spec phase
+        self.loads: dict[int, int] = {}      # request id -> its loads whose LoadBackFinish is to come
+        self.ending: set[int] = set()        # ended (finished/aborted) with a load still to finish
         self.sync_backup: dict[int, list[int]] = {}   # write_back: node id -> slots being copied
 
     # ------------------------------------------------------------ events
@@ -64,11 +99,7 @@ class HostTierMap:
             return None      # emitted on the transfer thread; maps to no variable here
         rid = fields.get("rid")
         if action in _PHASE and rid is not None:
-            ph = _PHASE[action]
-            if ph is None:
-                self.phase.pop(rid, None)
-            elif action != "DeviceInsert" or rid in self.phase:
-                self.phase[rid] = ph
+            self._request_event(action, rid)
         if action == "BackupStart":
             # a blocking copy (write_back) sets the node's host slots only when it ends:
             # until then its slots are the node's backupOp (node_slots)
@@ -78,6 +109,38 @@ class HostTierMap:
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
         return compound_step(action)      # invariants only (see module docstring)
+
+    def _request_event(self, action: str, rid: int) -> None:
+        """A request's phase through its events. Only a match starts a request: a later
+        event of one that has ended must not bring it back (it did, as a request "running"
+        for good: NReqs grew with them and hid what they locked). The runtime polls a load's
+        LoadBackFinish after its request's RequestFinish (the request waited for the bytes,
+        the ack comes later) while the load's slots are still PROTECTED: the spec's request
+        is still loading then, so an ended request with a load to finish stays, "loading",
+        until that LoadBackFinish (its pages keep loadReq = q: PendingLoadLocked guards the
+        slots the load reads)."""
+        phase, loads = self.phase, self.loads
+        if action == "LoadBackStart":
+            loads[rid] = loads.get(rid, 0) + 1
+        elif action == "LoadBackFinish" and rid in loads:
+            loads[rid] -= 1
+            if not loads[rid]:
+                del loads[rid]
+                if rid in self.ending:
+                    self.ending.discard(rid)
+                    phase.pop(rid, None)
+                    return
+        ph = _PHASE[action]
+        if ph is None:
+            if loads.get(rid) and rid in phase:
+                self.ending.add(rid)
+                phase[rid] = "loading"
+            else:
+                phase.pop(rid, None)
+        elif rid in self.ending:
+            return
+        elif action == "RequestMatch" or rid in phase:
+            phase[rid] = ph
 
     # ------------------------------------------------------------ constants
     def constants(self) -> dict:
@@ -126,8 +189,10 @@ class HostTierMap:
             hs = x.host
             pending = sync_backup.get(x.id)
             lq = 0
-            if d and x.loading is not None:
-                lq = qidx.get(getattr(x.loading, "rid", None), 0)
+            if x.loading is not None:
+                # whatever the node's device state: a load whose device pages were dropped
+                # under it is still reading its host slots (PendingLoadLocked)
+                lq = load_req(qidx.get, getattr(x.loading, "rid", None))
             n, start = x.n, len(dev)
             # a node's pages share its node-level values; page i's parent is page i-1
             if n:
@@ -153,14 +218,8 @@ class HostTierMap:
             pfabort.append(False)
             reqlen.append(0)
         for op, orphan in self._prefetch_ops():
-            # the prefetch's anchor path must stay in the tree (it is host-referenced): a
-            # detached anchor puts the pseudo-request's locked prefix beyond the tree
-            anchored = _in_tree(c.tree, op.anchor)
             for h in op.slots:
-                req.append("matched")
-                pfslot.append(h + 1)
-                pfabort.append(orphan)
-                reqlen.append(0 if anchored else n + 1)
+                req.append(prefetch_row(orphan, _in_tree(c.tree, op.anchor), n, pfslot, pfabort, reqlen, h))
         if not req:
             req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
         nq = len(req)

@@ -36,7 +36,8 @@ import weakref
 import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.host_tier import _NAMES, _PHASE, HostTierMap, _in_tree, node_slots, reserved_slots
+from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req, node_slots,
+                                             prefetch_row, reserved_slots)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
@@ -329,8 +330,7 @@ class IncrementalHostTierMap(HostTierMap):
             q = self.qslot.get(rid, 0)
             if q:       # only a live request's slot can change (it frees it when it leaves)
                 self.loading_nodes.setdefault(rid, set()).add(x)
-            if d:
-                lq = q
+            lq = load_req(self.qslot.get, rid)    # whatever the device state (as the reference map)
         node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
         hs = x.host
         pending = self.sync_backup.get(x.id)
@@ -440,10 +440,7 @@ class IncrementalHostTierMap(HostTierMap):
         for op, orphan in self._prefetch_ops() if c._prefetching else ():
             anchored = _in_tree(c.tree, op.anchor)
             for h in op.slots:
-                req.append("matched")
-                pfslot.append(h + 1)
-                pfabort.append(orphan)
-                reqlen.append(0 if anchored else self.L + 1)
+                req.append(prefetch_row(orphan, anchored, self.L, pfslot, pfabort, reqlen, h))
         if not req:
             req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
         refs: dict[int, int] = {}
