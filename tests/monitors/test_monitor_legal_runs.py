@@ -12,57 +12,11 @@ import threading
 
 import pytest
 
-from hicache.monitors.attach import monitor_cache
-from hicache.monitors.runtime import VerifyConfig
 from hicache.monitors.workers import KeyAudit
 from hicache.monitors.workload import MemStore
-from hicache.runtime.cache import HiCache
-from hicache.runtime.config import CacheConfig
+from tiny_cache import SlowStore, serve, tiny_cache, to_storage_only
 
 MODES = [pytest.param(dict(mode="strict"), id="strict"), pytest.param(dict(mode="sample", sample_rate=1.0), id="sample-1")]
-
-
-def _cache(tmp_path, verify: dict, storage=None, **kw) -> tuple[HiCache, object]:
-    base = dict(page_size=1, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2, metadata_only=True,
-                write_policy="write_through", storage_backup_host_fraction=1.0)
-    base.update(kw)
-    cache = HiCache(CacheConfig(**base), storage=storage)
-    mon = monitor_cache(cache, VerifyConfig(violation_dir=str(tmp_path), **verify))
-    return cache, mon
-
-
-def _serve(c: HiCache, toks: list[int]):
-    r = c.match(toks)
-    c.load_back(r)
-    for op in r.loads:
-        op.wait()
-    have = len(c.prefix_pages(r))
-    n = len(r.key) // c.tree.pb
-    if n > have:
-        c.insert(r, c.alloc(n - have))
-    c.finish(r)
-    c.drain()
-    return r
-
-
-def _to_storage_only(c: HiCache, toks: list[int]) -> None:
-    """toks cached in storage only (backed up to host and storage, then dropped from both)."""
-    _serve(c, toks)
-    c.evict_device(c.cfg.device_pages)
-    c.evict_host(c.cfg.host_pages)
-
-
-class _SlowStore(MemStore):
-    """batch_get blocks until `gate` is set (a backend call still running)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate, self.inside = threading.Event(), threading.Event()
-
-    def batch_get(self, keys):
-        self.inside.set()
-        assert self.gate.wait(10), "the test never released the backend"
-        return super().batch_get(keys)
 
 
 @pytest.mark.parametrize("verify", MODES)
@@ -71,11 +25,11 @@ def test_an_aborted_prefetchs_anchor_may_leave_the_tree(tmp_path, verify):
     (an orphan) until the worker returns, the anchor is released and may be evicted. The
     spec's state after RequestAbort: the request idle, pfAbort TRUE, no locks; the maps had
     it matched with its prefix beyond the tree (LockedNodesKept)."""
-    st = _SlowStore()
+    st = SlowStore()
     st.gate.set()
-    c, mon = _cache(tmp_path, verify, storage=st)
-    _to_storage_only(c, [1, 2, 3, 4])
-    _serve(c, [1, 2])                          # [1, 2] cached again, [3, 4] in storage only
+    c, mon = tiny_cache(tmp_path, verify, storage=st)
+    to_storage_only(c, [1, 2, 3, 4])
+    serve(c, [1, 2])                          # [1, 2] cached again, [3, 4] in storage only
     st.gate.clear()
     r = c.match([1, 2, 3, 4])
     assert c.prefetch(r)
@@ -96,8 +50,8 @@ def test_a_prefetch_waits_for_its_anchors_host_copy_under_write_through(tmp_path
     """Under write-through the fetched pages join host-only below their anchor: an anchor
     whose backup is still in flight declines the prefetch (HostTier's PrefetchStart requires
     HostTail); once its host copy is readable the same prefetch runs and joins."""
-    c, mon = _cache(tmp_path, verify, storage=MemStore(), prefetch_policy="wait_complete")
-    _to_storage_only(c, [1, 2, 3, 4])
+    c, mon = tiny_cache(tmp_path, verify, storage=MemStore(), prefetch_policy="wait_complete")
+    to_storage_only(c, [1, 2, 3, 4])
     gate = threading.Event()
     copy = c._copy_to_host
     c._copy_to_host = lambda op: (gate.wait(10), copy(op))     # device->host copies stay in flight
@@ -124,12 +78,12 @@ def test_a_prefetch_declines_below_a_node_whose_backup_was_skipped(tmp_path, ver
     """A write-through backup skipped for want of host room leaves the node device-only for
     good (backups stop at the first node with a host copy): pages prefetched below it would
     break the host prefix permanently, so the prefetch declines (counted)."""
-    c, mon = _cache(tmp_path, verify, storage=MemStore(), host_pages=4, prefetch_policy="wait_complete")
-    _to_storage_only(c, [1, 2, 3, 4])
-    _serve(c, [7, 8, 9, 10])
+    c, mon = tiny_cache(tmp_path, verify, storage=MemStore(), host_pages=4, prefetch_policy="wait_complete")
+    to_storage_only(c, [1, 2, 3, 4])
+    serve(c, [7, 8, 9, 10])
     c.evict_device(4)
     pin = c.match([7, 8, 9, 10])                # locks 4 host-only pages: the host is full
-    a = _serve(c, [1, 2])
+    a = serve(c, [1, 2])
     assert c.metrics.backup_skipped_tokens == 2 and a.node.host is None and a.node.device is not None
     c.abort(pin)
     b = c.match([1, 2, 3, 4])
@@ -143,9 +97,9 @@ def test_a_request_that_ended_is_not_brought_back_by_a_later_event(tmp_path):
     """The runtime polls a load's LoadBackFinish after its request's RequestFinish; the map
     took that event for a live request again, and kept it "running" for good (174 of 400
     requests in one strict run: NReqs grew and every step rebuilt the constants)."""
-    c, mon = _cache(tmp_path, dict(mode="strict"))
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
     for i in range(6):
-        _serve(c, [1, 2, 3])
+        serve(c, [1, 2, 3])
         c.evict_device(4)                        # host copies only: the next serve loads back
     actions = [s.action for s in mon.history]
     assert "LoadBackStart" in actions
@@ -159,7 +113,7 @@ def test_verified_mode_leaves_the_backends_attributes_to_the_caller(tmp_path):
     backend's attributes through `cache.storage` (a fault switch, a counter) must read and
     write the backend itself, or turning verification on changes what the code does."""
     st = MemStore()
-    c, _ = _cache(tmp_path, dict(mode="strict"), storage=st)
+    c, _ = tiny_cache(tmp_path, dict(mode="strict"), storage=st)
     assert type(c.storage) is KeyAudit and c.storage.inner is st
     c.storage.fault = "raise"                    # a switch of the caller's own backend
     assert st.fault == "raise" and c.storage.fault == "raise"

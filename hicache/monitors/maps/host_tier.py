@@ -152,10 +152,24 @@ class HostTierMap:
                 "BugEvictDuringLoad": False, "BugAbortLeak": False}
 
     def _prefetch_ops(self):
+        """(op, orphan) for each prefetch holding host slots: the cache's live prefetches
+        and orphans, and any op its worker still runs that the cache no longer tracks (what
+        a slot's writer really is: a cache that dropped an op the worker is still writing,
+        its slots freed early, would otherwise hide it; mapped as an orphan)."""
         c = self.cache
         orphans = set(map(id, c._orphans))
         ops = sorted(c._prefetching, key=lambda op: (op.rid, op.slots))
-        return [(op, id(op) in orphans) for op in ops]
+        out = [(op, id(op) in orphans) for op in ops]
+        w = c.prefetcher
+        if w is not None and w.acks:
+            tracked = orphans | set(map(id, ops))
+            out.extend((op, True) for op in list(w.acks) if id(op) not in tracked and not op.done.is_set())
+        return out
+
+    def _prefetch_in_flight(self) -> bool:
+        """Whether any prefetch op may hold slots (the request rows must be rebuilt)."""
+        c = self.cache
+        return bool(c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks))
 
     def _nreqs(self) -> int:
         return len(self.phase) + sum(len(op.slots) for op, _ in self._prefetch_ops())

@@ -420,7 +420,7 @@ class IncrementalHostTierMap(HostTierMap):
         req = [phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
         s = self.s
         old = s.get("req")
-        if old is not None and not self.cache._prefetching and not self.pf_refs:
+        if old is not None and not self._prefetch_in_flight() and not self.pf_refs:
             # no prefetch row now nor at the last rebuild (a prefetch row always references
             # a slot): every row is a live request's, whose other values are all 0/FALSE
             if not req:
@@ -437,7 +437,7 @@ class IncrementalHostTierMap(HostTierMap):
         nlive = len(req)
         pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, [0] * nlive
         c = self.cache
-        for op, orphan in self._prefetch_ops() if c._prefetching else ():
+        for op, orphan in self._prefetch_ops():
             anchored = _in_tree(c.tree, op.anchor)
             for h in op.slots:
                 req.append(prefetch_row(orphan, anchored, self.L, pfslot, pfabort, reqlen, h))
@@ -477,7 +477,7 @@ class IncrementalHostTierMap(HostTierMap):
         # request-side variables: rebuilt after a request event, or while a prefetch is in
         # flight or was at the last rebuild (its pseudo-requests read the tree and leave
         # when the prefetch table drops them, which a poll may do under any event)
-        if self.req_dirty or self.cache._prefetching or self.cache._orphans or self.pf_refs or self.L != L0:
+        if self.req_dirty or self._prefetch_in_flight() or self.pf_refs or self.L != L0:
             self.req_dirty = False
             self._requests()
         # a request's row is checked when it changed; all of them when len did (what
