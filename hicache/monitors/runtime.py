@@ -51,10 +51,12 @@ class VerifyConfig:
             object.__setattr__(self, "mode", Mode(self.mode))
         except ValueError:
             raise ValueError(f"mode: {self.mode!r} is not one of off, sample, strict") from None
-        if not 0.0 <= self.sample_rate <= 1.0:
-            raise ValueError(f"sample_rate: {self.sample_rate} is not in [0, 1]")
-        if self.history < 2:
-            raise ValueError(f"history: {self.history} < 2 (a violation needs its pre-state)")
+        from hicache.validate import int_at_least, integer, number_in
+        object.__setattr__(self, "sample_rate", number_in("sample_rate", self.sample_rate, 0.0, 1.0))
+        integer("seed", self.seed)
+        int_at_least("history", self.history, 2)      # a violation needs its pre-state
+        if not isinstance(self.violation_dir, str) or not self.violation_dir.strip():
+            raise ValueError(f"violation_dir: must be a directory path, got {self.violation_dir!r}")
 
     @classmethod
     def from_env(cls, env=None) -> "VerifyConfig":
@@ -71,7 +73,8 @@ class VerifyConfig:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"HICACHE_VERIFY_RATE: {rate!r} is not a fraction in [0, 1]")
         return cls(mode=mode, sample_rate=rate, seed=_env_number(env, "HICACHE_VERIFY_SEED", "0", int, "an integer"),
-                   violation_dir=env.get("HICACHE_VIOLATION_DIR", "hicache-violations"))
+                   # (set but empty: the default, as for HICACHE_VERIFY; not the current directory)
+                   violation_dir=env.get("HICACHE_VIOLATION_DIR", "").strip() or "hicache-violations")
 
 
 def _env_number(env, name: str, default: str, kind, what: str):

@@ -392,8 +392,10 @@ class HiCache:
             return False
         pages = list(v.device)
         self.tree.set_host(v, slots)
+        # writes_host: the op is a device->host write of its nodes' host slots (what a
+        # monitor reads to tell a copy in flight from a readable host copy)
         op = FuncOp(self._copy_to_host, pins_device=True, pages=pages, slots=slots,
-                    t0=time.perf_counter())
+                    t0=time.perf_counter(), writes_host=True)
         if self.deps is not None:
             op.draft_tid = self.deps.launch(_draft_kind("backup"), pages, slots)
         self._attach(op, [v])

@@ -1,6 +1,6 @@
 """Faults outside the bug zoo that the HostTier monitors once missed, each injected by hand
 into a tiny cache at one step: strict mode raises at that step (or the next), naming the
-property. Found by a QA sweep; each was missed before its map fix (what the map read)."""
+property. Found by a QA sweep; each was missed (or caught late) before its map fix."""
 from __future__ import annotations
 
 import threading
@@ -94,3 +94,45 @@ def test_a_node_left_marked_loading_after_its_load_finished(tmp_path):
     with pytest.raises(ProtocolViolation) as e:
         serve(c, [5])                          # the next event
     assert e.value.property == "TypeOK" and "loadReq" in e.value.conjunct
+
+
+def _backup_in_flight(c):
+    """Serve [1, 2] with the device->host copy held: (its node, the gate that releases it)."""
+    gate = threading.Event()
+    copy = c._copy_to_host
+    c._copy_to_host = lambda op: (gate.wait(10), copy(op))
+    r = c.match([1, 2])
+    c.insert(r, c.alloc(2))
+    c.finish(r)
+    (op,) = [op for op in c.writer.acks]
+    return op.nodes[0], gate
+
+
+def test_a_backups_slots_marked_readable_while_the_copy_runs(tmp_path):
+    """SYNCED (readable, evictable) at the copy's start, not its end: the map inferred "a
+    copy in flight" from the slots being RESERVED, the very state at fault, and mapped them
+    as a readable host copy; it reads the writer's op attached to the node now."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    x, gate = _backup_in_flight(c)
+    c.host.move(list(x.host), S.RESERVED, S.SYNCED)            # the fault
+    with pytest.raises(ProtocolViolation) as e:
+        c.match([7])
+    assert e.value.property == "SlotInOneOwner"
+    gate.set()
+
+
+def test_a_backup_finish_that_leaves_its_slots_reserved(tmp_path):
+    """BackupFinish forgetting RESERVED -> SYNCED: caught at that BackupFinish (it was
+    caught ten events later, by TreeCopiesConsistent at a device eviction)."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    x, gate = _backup_in_flight(c)
+    move = c.host.move
+
+    def forgetful(slots, src, dst):
+        if (src, dst) != (S.RESERVED, S.SYNCED):
+            move(slots, src, dst)
+    c.host.move = forgetful                                     # the fault
+    gate.set()
+    with pytest.raises(ProtocolViolation) as e:
+        c.drain()
+    assert e.value.property == "SlotInOneOwner" and e.value.action == "BackupFinish"

@@ -284,3 +284,18 @@ def test_trace_writers_racing_for_one_name_each_get_a_file(tmp_path):
         t.join()
     assert len(set(paths)) == 8
     assert sorted(json.loads(open(p).read())["i"] for p in paths) == list(range(8))
+
+
+def test_verify_config_fields_are_checked_and_named():
+    """A rate given as a string was a bare TypeError from a comparison; a bool seed passed as
+    1; an empty HICACHE_VIOLATION_DIR wrote traces into the current directory."""
+    for kw, msg in ((dict(sample_rate="0.5"), "sample_rate: must be a number in [0, 1], got '0.5'"),
+                    (dict(sample_rate=float("nan")), "sample_rate: must be a number in [0, 1], got nan"),
+                    (dict(seed=True), "seed: must be an integer, got True"),
+                    (dict(history=1), "history: must be an integer >= 2, got 1"),
+                    (dict(violation_dir=""), "violation_dir: must be a directory path, got ''")):
+        with pytest.raises(ValueError) as e:
+            VerifyConfig(mode="sample", **kw)
+        assert str(e.value) == msg
+    assert VerifyConfig.from_env({"HICACHE_VERIFY": "sample", "HICACHE_VIOLATION_DIR": " "}).violation_dir == \
+        "hicache-violations"

@@ -36,8 +36,6 @@ _SLOT_NAME = {
     HostSlotState.IDLE: "idle", HostSlotState.RESERVED: "reserved", HostSlotState.PROTECTED: "protected",
     HostSlotState.SYNCED: "synced", HostSlotState.BACKUP: "backup",
 }
-_RESERVED = int(HostSlotState.RESERVED)
-_RESERVED_BYTE = bytes([_RESERVED])
 _NAMES = [None] * (max(int(s) for s in HostSlotState) + 1)
 for _s, _n in _SLOT_NAME.items():
     _NAMES[int(_s)] = _n
@@ -192,7 +190,6 @@ class HostTierMap:
         slot = tuple(slot)
         rids = sorted(self.phase)
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
-        reserved = reserved_slots(raw)
         dev, host, stor, hits, backup, loadreq, parent = [], [], [], [], [], [], []
         last_page: dict[int, int] = {}     # node id -> its last page's index
         sync_backup = self.sync_backup
@@ -216,7 +213,7 @@ class HostTierMap:
             stor.extend([bool(x.stored)] * n)
             hits.extend([min(x.hit_count, 2)] * n)
             loadreq.extend([lq] * n)
-            hv, bv = node_slots(hs, pending, n, reserved)
+            hv, bv = node_slots(hs, pending, n, writing(x))
             host.extend(hv)
             backup.extend(bv)
             last_page[x.id] = len(dev) - 1
@@ -275,32 +272,29 @@ class HostTierMap:
         return {"WriteThroughPrefix": write_through_prefix_tree, "SlotInOneOwner": slot_in_one_owner_linear}
 
 
-def reserved_slots(raw: bytes) -> frozenset:
-    """The runtime slots whose state (one byte each) is RESERVED (found by bytes.find: few
-    are, at any time)."""
-    out = []
-    h = raw.find(_RESERVED_BYTE)
-    while h >= 0:
-        out.append(h)
-        h = raw.find(_RESERVED_BYTE, h + 1)
-    return frozenset(out)
+def writing(x) -> bool:
+    """Whether node x's host slots are being written by a device->host copy in flight (an op
+    of the cache's writer still attached to x): its slots are then the spec's backupOp, not
+    host. Read from the op, not from the slots' RESERVED state: a slot state written wrong
+    (SYNCED while the copy still runs, RESERVED after it ended) is what the check is for."""
+    return bool(x.inflight) and any(getattr(op, "writes_host", False) for op in x.inflight)
 
 
-def node_slots(hs, pending, n: int, reserved) -> tuple[list[int], list[int]]:
+def node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[int]]:
     """(host[p] per page, backupOp[p] per page) of the n pages of a node with host slots `hs`
     (or None) and, for a blocking write-back copy, the slots `pending` it is being copied to
-    (or None); `reserved` the runtime slots now RESERVED (`reserved_slots`).
+    (or None); `backing`: a device->host write of hs is in flight (`writing`).
 
-    A slot still RESERVED under an in-flight device->host write is backupOp, not host: the
-    runtime records `node.host` when the write starts, the spec when it ends."""
+    The slots under an in-flight device->host write are backupOp, not host: the runtime
+    records `node.host` when the write starts, the spec when it ends."""
     if hs is not None:
         if len(hs) < n:
             raise ValueError(f"a node of {n} pages holds {len(hs)} host slots")
         if len(hs) > n:
             hs = hs[:n]
-        if reserved.isdisjoint(hs):         # (the common case: every copy done)
+        if not backing:                     # (the common case: every copy done)
             return [h + 1 for h in hs], [0] * n
-        return [0 if h in reserved else h + 1 for h in hs], [h + 1 if h in reserved else 0 for h in hs]
+        return [0] * n, [h + 1 for h in hs]
     if pending is not None:
         pending = pending[:n]
         return [0] * n, [h + 1 for h in pending] + [0] * (n - len(pending))

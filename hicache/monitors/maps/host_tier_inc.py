@@ -37,7 +37,7 @@ import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req, node_slots,
-                                             prefetch_row, reserved_slots)
+                                             prefetch_row, writing)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
@@ -142,7 +142,6 @@ class IncrementalHostTierMap(HostTierMap):
         self.adjusted = False                        # idle slots shown "reserved" (hidden retention)
         self.free_seen = host.free if host is not None else 0   # the free count at the last sync
         self.slot_bytes = self.slot_seen.tobytes()              # the states at the last sync
-        self.reserved = reserved_slots(self.slot_bytes)         # ... its RESERVED slots
         self.delta: list = []
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
@@ -334,7 +333,8 @@ class IncrementalHostTierMap(HostTierMap):
         node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
         hs = x.host
         pending = self.sync_backup.get(x.id)
-        slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None)
+        backing = writing(x)
+        slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None, backing)
         old = self.nval.get(x)
         forced = x in self.slot_changed
         if old is not None and not resized and not forced and old == (node_vals, slot_vals):
@@ -358,7 +358,7 @@ class IncrementalHostTierMap(HostTierMap):
             for h in hs:
                 self.slot_page[h] = x
         delta, dirty = self.delta, self.dirty_nodes
-        hv, bv = node_slots(hs, pending, len(pos), self.reserved)
+        hv, bv = node_slots(hs, pending, len(pos), backing)
         for var, values, refs in (("host", hv, self.tree_refs), ("backupOp", bv, self.backup_refs)):
             d, moves = self.funcs[var], []
             for p, v in zip(pos, values):
@@ -385,7 +385,6 @@ class IncrementalHostTierMap(HostTierMap):
         if free == self.free_seen and not self.adjusted and raw == self.slot_bytes:
             return
         self.free_seen, self.slot_bytes = free, raw
-        self.reserved = reserved_slots(raw)
         changed = np.flatnonzero(state != self.slot_seen)
         self.slot_seen = np.frombuffer(raw, dtype=np.int8)    # (read-only: only compared)
         if changed.size:
