@@ -3,18 +3,22 @@
 Prints the first violating step, its action and arguments, the failing conjunct quoted from
 the spec with file:line, the state diff of the last steps, whether the trace is a behavior
 of the spec, and the spec's own shortest path to the same violation; `--html out.html`
-also writes a self-contained page. Exit 0 when explained, 2 when the trace cannot be read,
-150+ on spec/config errors (as `hicache check`).
+also writes a self-contained page. Exit 0 when explained; 150 (the project's usage/input
+code, as `hicache check`) for a bad option, a trace that cannot be read or used (the file
+and the JSON field at fault are named), a trace that does not match its spec, spec/config
+errors, and an HTML page that cannot be written. With --json the last stdout line is one
+JSON object, on errors too: {"trace", "result": "error", "error", and "field" (a trace
+field) or "location" (file:line:col in the spec) when known}.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
+from hicache.cli.main import EXIT_USAGE
 from hicache.cli.output import emit
-
-EXIT_UNREADABLE = 2
-EXIT_ERROR = 150
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,29 +34,51 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--diff-steps", type=int, default=3, help="transitions shown in the state diff")
 
 
-def run(args: argparse.Namespace) -> int:
-    import json
+def _error(args: argparse.Namespace, message: str, prefix: str = "hicache explain: ", **extra) -> int:
+    """One located line on stderr; with --json also the error object (its "error" as
+    `hicache check --json` words it: the first line, no prefix), last on stdout."""
+    print(prefix + message, file=sys.stderr)
+    obj = {"trace": str(args.violation), "result": "error", "error": message.splitlines()[0]}
+    obj.update({k: v for k, v in extra.items() if v is not None})
+    if getattr(args, "json", False):
+        emit(args, obj, None)
+    return EXIT_USAGE
 
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:      # one does not exist (yet): compare the paths
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def run(args: argparse.Namespace) -> int:
     from hicache.explain.analysis import Options, explain
+    from hicache.explain.options import OptionError
     from hicache.explain.report import to_json, to_text
+    from hicache.explain.trace import TraceError
     from hicache.tla.errors import TlaError
     try:
         opts = Options(spec=args.spec, config=args.config, max_states=args.max_states,
                        max_seconds=args.max_seconds, compound=args.compound, diff_steps=args.diff_steps)
-    except ValueError as e:
-        print(f"hicache explain: {e}", file=sys.stderr)
-        return EXIT_ERROR
+    except OptionError as e:
+        flag = "--" + e.name.replace("_", "-")
+        return _error(args, f"{flag}: {e.reason}", field=flag)
+    if args.html and _same_file(args.html, args.violation):
+        # the page would replace the trace it explains
+        return _error(args, f"--html: {args.html} is the trace itself; choose another path",
+                      field="--html")
     try:
         e = explain(args.violation, opts)
-    except (OSError, ValueError, json.JSONDecodeError) as exc:
-        msg = str(exc)
-        # (a located error already names the file)
-        where = "" if msg.startswith(str(args.violation)) else f"cannot read {args.violation}: "
-        print(f"hicache explain: {where}{msg}", file=sys.stderr)
-        return EXIT_UNREADABLE
+    except TraceError as exc:
+        return _error(args, f"{exc}", field=exc.field)
+    except OSError as exc:
+        return _error(args, f"cannot read {args.violation}: {exc.strerror or exc}")
     except TlaError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return _error(args, str(exc), prefix="Error: ", location=str(exc.loc) if exc.loc else None)
+    except RecursionError:
+        # a value nested deeply enough to pass the reader can still exhaust the stack later
+        return _error(args, f"{args.violation}: a value of the trace is nested too deeply")
     obj = to_json(e)
     text = to_text(e)
     if args.html:
@@ -65,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             text += f"\nHTML page not written: {obj['html_error']}"
             emit(args, obj, text)
             print(f"hicache explain: --html: cannot write {args.html} ({exc.strerror or exc})", file=sys.stderr)
-            return EXIT_UNREADABLE
+            return EXIT_USAGE
         obj["html"] = args.html
         text += f"\nHTML page: {args.html}"
     emit(args, obj, text)

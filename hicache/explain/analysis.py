@@ -34,10 +34,12 @@ from hicache.explain.behavior import StepCheck, StepStatus, check_behavior
 from hicache.explain.conjunct import Finding, Part, display_path, failing_part, quote_location
 from hicache.explain.options import Options
 from hicache.explain.search import SpecSearch, search, search_invariant
-from hicache.explain.trace import Trace, load_trace, resolve
+from hicache.explain.trace import Trace, TraceError, load_trace, resolve
 from hicache.tla.cfg import Config, load_cfg
 from hicache.tla.checker import Checkable, build
-from hicache.tla.compiler import Compiler, OpDef
+from hicache.tla.compiler import Compiler, Model, OpDef
+from hicache.tla.errors import TlaError
+from hicache.tla.loader import Loader
 from hicache.tla.values import Fcn, changes, fmt
 
 __all__ = ["Explanation", "Options", "SpecSearch", "StepCheck", "StepStatus", "Verdict", "explain"]
@@ -146,6 +148,8 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
                      f"only what the trace records")
         return _finish(Explanation(first_violating_step=last, diff=_diff(trace, last, opts.diff_steps),
                                    verdict=Verdict.UNKNOWN, verdict_text="", **base), opts)
+    _check_spec_matches(trace, spec, "--spec" if opts.spec else "the spec the trace names (#meta.source)",
+                        notes)
     cfg, cfg_path = _config(trace, opts, spec, notes)
     if cfg is None:
         notes.append("no model config (none recorded, no --config, no X.cfg beside the spec)")
@@ -165,7 +169,13 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
     search_cfg = dataclasses.replace(cfg, constants=_search_constants(model_constants, trace.constants,
                                                                       search_notes))
     base["search_constants"] = {k: fmt(x) for k, x in sorted(search_cfg.constants.items())}
-    ck = build(spec, cfg)
+    try:
+        ck = build(spec, cfg)
+    except TlaError as exc:
+        if base["constants_source"] == "trace":
+            _blame_constants(trace, spec, cfg, model_constants, exc)
+        raise
+    _check_step_actions(trace, ck)
     base["finding"] = _recorded_finding(trace, ck)
     model, comp = ck.model, Compiler(ck.model)
     tuples = [_state_tuple(model.variables, st.values) for st in trace.steps]
@@ -245,6 +255,78 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
     base["spec_search"] = found
     return _finish(Explanation(first_violating_step=k, diff=_diff(trace, k, opts.diff_steps),
                                verdict=Verdict.UNKNOWN, verdict_text="", **base), opts)
+
+
+def _check_spec_matches(trace: Trace, spec: Path, how: str, notes: list[str]) -> None:
+    """A trace paired with another spec would be evaluated on states of the wrong shape and
+    quote locations that are not about it: the trace's module, variables, violated property
+    (and a violated action) must be the spec's. TraceError naming both otherwise."""
+    loader = Loader([spec.parent])
+    root = loader.load_file(spec)
+    model = Model(loader, root, {})     # symbolic: the names are known without constants
+    shown = display_path(str(spec))
+    recorded = trace.meta.get("module")
+    if recorded is not None and recorded != root.name:
+        raise TraceError(trace.path, "#meta.module", f"the trace is of module {recorded}, but {how} {shown} is "
+                                                     f"module {root.name}; pass --spec with {recorded}'s spec")
+    named = display_path(str(trace.spec)) if trace.spec is not None else trace.spec_named
+    of = f" (the trace names {named})" if named and how == "--spec" else ""
+    unknown = [v for v in trace.variables if v not in model.variables]
+    if unknown:
+        what = "is not a variable" if len(unknown) == 1 else "are not variables"
+        raise TraceError(trace.path, "vars", f"{', '.join(unknown)} {what} of {how} {shown}{of} (module "
+                                             f"{root.name}: VARIABLES {', '.join(model.variables)}); the trace "
+                                             f"is of another spec: pass its own with --spec")
+    v = trace.violation
+    if v.property is not None and v.kind not in ("runtime", "digest"):
+        where = "#meta.violation.property" if trace.writer == "monitor" else "#meta.violated"
+        d = model.root_scope.entries.get(v.property)
+        if v.kind == "action":
+            if not isinstance(d, OpDef) or d.is_instance or d.is_fn:
+                raise TraceError(trace.path, where, f"{v.property} is not an action of {how} {shown}{of} "
+                                                    f"(module {root.name})")
+        elif not isinstance(d, OpDef):
+            raise TraceError(trace.path, where, f"{v.property} is not defined in {how} {shown}{of} "
+                                                f"(module {root.name})")
+    declared = {k for k, e in model.root_scope.entries.items() if isinstance(e, tuple) and e[0] == "const"}
+    extra = sorted(k for k in trace.constants or {} if k not in declared)
+    if extra:
+        what = "is not a constant" if len(extra) == 1 else "are not constants"
+        notes.append(f"#meta.constants: {', '.join(extra)} {what} of {shown} (module {root.name}); ignored")
+
+
+def _blame_constants(trace: Trace, spec: Path, cfg: Config, model: dict, exc: TlaError) -> None:
+    """The spec does not build with the trace's recorded constants: when it builds with the
+    model's alone, the recorded constant that breaks it (an ASSUME, a type) is the cause,
+    and the error names that trace field, not only the spec line that rejected it.
+    Returns (the caller re-raises `exc`) when the model itself does not build."""
+    def builds(constants: dict) -> TlaError | None:
+        try:
+            build(spec, dataclasses.replace(cfg, constants=constants))
+        except TlaError as e:
+            return e
+        return None
+    if builds(model) is not None:
+        return
+    for k, x in sorted((trace.constants or {}).items()):
+        err = builds(dict(model, **{k: x}))
+        if err is not None:
+            raise TraceError(trace.path, f"#meta.constants.{k}", f"{fmt(x)} does not fit the spec "
+                                                                 f"({str(err).splitlines()[0]})") from None
+    raise TraceError(trace.path, "#meta.constants", f"the recorded constants together do not fit the spec "
+                                                    f"({str(exc).splitlines()[0]})") from None
+
+
+def _check_step_actions(trace: Trace, ck: Checkable) -> None:
+    """`hicache check` names each step by a spec action: one the spec does not have means
+    another spec (a monitor's steps may name runtime events, and are not checked)."""
+    if trace.writer != "check":
+        return
+    known = {a.name for a in ck.actions} | {k for k, d in ck.model.root_scope.entries.items() if isinstance(d, OpDef)}
+    for st in trace.steps:
+        if st.action is not None and st.action not in known:
+            raise TraceError(trace.path, f"states[{st.index}].#meta.action", f"{st.action} is not an action of "
+                                                                           f"{display_path(str(ck.model.root.file))}")
 
 
 def _recorded_finding(trace: Trace, ck: Checkable | None = None) -> Finding | None:

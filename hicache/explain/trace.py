@@ -73,6 +73,15 @@ class Trace:
     verify: dict | None = None     # a monitor's verify settings (mode, seed, sample_rate, ...)
 
 
+class TraceError(ValueError):
+    """A trace that cannot be used: the file, the JSON field at fault (None: the whole
+    file) and why, so the CLI reports it located (also as JSON) rather than a traceback."""
+
+    def __init__(self, path: str | Path, field: str | None, reason: str) -> None:
+        self.path, self.field, self.reason = str(path), field, reason
+        super().__init__(f"{path}: {field}: {reason}" if field else f"{path}: {reason}")
+
+
 def resolve(name: str | None, trace_dir: Path) -> Path | None:
     """A path the trace names: as given, beside the trace, or under the repository root."""
     if not name:
@@ -98,64 +107,107 @@ def lane_of(*sources: dict) -> str | None:
 
 
 def _decode_at(path: Path, where: str, j):
-    """An ITF value decoded, or ValueError naming the file and the field it sits in."""
+    """An ITF value decoded, or TraceError naming the file and the field it sits in."""
     try:
         return decode(j)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{path}: {where}: not an ITF value ({e})") from None
+        raise TraceError(path, where, f"not an ITF value ({e})") from None
+    except RecursionError:
+        raise TraceError(path, where, "not an ITF value (nested too deeply)") from None
+
+
+def _show(j) -> str:
+    try:
+        return json.dumps(j)[:60]
+    except RecursionError:
+        return "(a value nested too deeply)"
+
+
+def _field(path: Path, where: str, obj: dict, key: str, types: tuple[type, ...], want: str):
+    """obj[key] when it is None or one of `types`; else TraceError naming the file and the
+    field (a writer's field of another type would crash the analysis far from its cause)."""
+    x = obj.get(key)
+    if x is None or (isinstance(x, types) and not isinstance(x, bool)):
+        return x
+    raise TraceError(path, where + key, f"{want}, got {_show(x)}")
+
+
+def _read(path: Path):
+    """The JSON document; TraceError (naming the file) when it cannot be parsed."""
+    try:
+        return read_itf(path)
+    except UnicodeDecodeError as e:
+        raise TraceError(path, None, f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise TraceError(path, None, f"not JSON ({e})") from None
+    except RecursionError:
+        # json recurses per nesting level: a pathological file must not be a traceback
+        raise TraceError(path, None, "not a usable ITF trace (JSON nested too deeply)") from None
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Parse an ITF file; ValueError (naming the field) when it is not a usable trace."""
+    """Parse an ITF file; TraceError (naming the field) when it is not a usable trace."""
     path = Path(path)
-    doc = read_itf(path)
+    doc = _read(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("states"), list):
-        raise ValueError(f"{path}: not an ITF trace (no 'states' list)")
-    meta = doc.get("#meta") or {}
+        raise TraceError(path, None, "not an ITF trace (no 'states' list)")
+    meta = doc.get("#meta")
+    meta = {} if meta is None else meta
     if not isinstance(meta, dict):
-        raise ValueError(f"{path}: #meta: an object, got {json.dumps(meta)[:60]}")
+        raise TraceError(path, "#meta", f"an object, got {_show(meta)}")
     states = doc["states"]
     if not states:
-        raise ValueError(f"{path}: states: the trace has no state")
+        raise TraceError(path, "states", "the trace has no state")
     for i, rec in enumerate(states):
         if not isinstance(rec, dict):
-            raise ValueError(f"{path}: states[{i}]: a state is a JSON object, got {json.dumps(rec)[:60]}")
+            raise TraceError(path, f"states[{i}]", f"a state is a JSON object, got {_show(rec)}")
     raw_vars = doc.get("vars")
     if raw_vars is not None and not (isinstance(raw_vars, list) and all(isinstance(v, str) for v in raw_vars)):
-        raise ValueError(f"{path}: vars: a list of variable names, got {json.dumps(raw_vars)[:60]}")
+        raise TraceError(path, "vars", f"a list of variable names, got {_show(raw_vars)}")
     variables = list(raw_vars or [k for k in states[0] if not k.startswith("#")])
     steps = []
     for i, rec in enumerate(states):
-        smeta = rec.get("#meta") or {}
+        smeta = rec.get("#meta")
+        smeta = {} if smeta is None else smeta
         if not isinstance(smeta, dict):
-            raise ValueError(f"{path}: states[{i}].#meta: an object, got {json.dumps(smeta)[:60]}")
+            raise TraceError(path, f"states[{i}].#meta", f"an object, got {_show(smeta)}")
+        action = _field(path, f"states[{i}].#meta.", smeta, "action", (str,), "an action name")
         args = smeta.get("args") or {}
         if not isinstance(args, dict):
             args = {"args": args}
         values = {v: _decode_at(path, f"states[{i}].{v}", rec[v]) for v in variables if v in rec}
         rstep = smeta.get("step")
-        steps.append(TraceStep(i, smeta.get("action"), args, rstep if isinstance(rstep, int) else None,
+        steps.append(TraceStep(i, action, args, rstep if isinstance(rstep, int) else None,
                                lane_of(smeta, args), values, smeta.get("exchange") is True))
+    source = _field(path, "#meta.", meta, "source", (str,), "a spec path")
+    _field(path, "#meta.", meta, "module", (str,), "a module name")
     raw_v = meta.get("violation")
+    if raw_v is not None and not isinstance(raw_v, dict):
+        raise TraceError(path, "#meta.violation", f"an object, got {_show(raw_v)}")
     if isinstance(raw_v, dict):
         writer = "monitor"
-        div = raw_v.get("divergence")
-        v = Violation(raw_v.get("kind"), raw_v.get("property"), raw_v.get("conjunct"), raw_v.get("location"),
-                      raw_v.get("action"), raw_v.get("args") or {}, raw_v.get("error"),
-                      div if isinstance(div, dict) else None)
+        w = "#meta.violation."
+        strs = {k: _field(path, w, raw_v, k, (str,), "a string")
+                for k in ("kind", "property", "conjunct", "location", "action", "error")}
+        v = Violation(strs["kind"], strs["property"], strs["conjunct"], strs["location"], strs["action"],
+                      _field(path, w, raw_v, "args", (dict,), "an object (argument -> value)") or {},
+                      strs["error"], _field(path, w, raw_v, "divergence", (dict,), "an object"))
     elif "result" in meta:
         writer = "check"
-        kind = {"invariant": "invariant", "property": "property", "deadlock": "deadlock"}.get(meta["result"])
-        v = Violation(kind=kind, property=meta.get("violated"), action=steps[-1].action)
+        result = _field(path, "#meta.", meta, "result", (str,), "a string")
+        kind = {"invariant": "invariant", "property": "property", "deadlock": "deadlock"}.get(result)
+        v = Violation(kind=kind, property=_field(path, "#meta.", meta, "violated", (str,), "a property name"),
+                      action=steps[-1].action)
     else:
         writer = "itf"
         v = Violation()
     trace_dir = path.parent
+    raw_c = _field(path, "#meta.", meta, "constants", (dict,), "an object (constant -> ITF value)")
     constants = None
-    if isinstance(meta.get("constants"), dict):
-        constants = {k: _decode_at(path, f"#meta.constants.{k}", x) for k, x in meta["constants"].items()}
-    cfg = meta.get("config")
+    if raw_c is not None:
+        constants = {k: _decode_at(path, f"#meta.constants.{k}", x) for k, x in raw_c.items()}
+    cfg = _field(path, "#meta.", meta, "config", (str, dict), "a config path or the monitor's verify settings")
     verify = cfg if isinstance(cfg, dict) else None
     cfg_path = resolve(cfg, trace_dir) if isinstance(cfg, str) else None
-    return Trace(str(path), writer, variables, steps, v, resolve(meta.get("source"), trace_dir),
-                 meta.get("source"), cfg_path, constants, meta, verify)
+    return Trace(str(path), writer, variables, steps, v, resolve(source, trace_dir),
+                 source, cfg_path, constants, meta, verify)

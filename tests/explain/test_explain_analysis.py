@@ -286,21 +286,22 @@ def test_cli_json_and_text(pipeline_trace, tmp_path, capsys):
 
 def test_cli_html_that_cannot_be_written_keeps_the_report(tmp_path, capsys, pipeline_trace):
     """--html into a path that cannot be written: the analysis is still printed, the page's
-    failure is named (stdout and stderr), exit 2; it was a traceback after the analysis."""
-    from hicache.cli.main import main
+    failure is named (stdout and stderr), exit 150 (EXIT_USAGE: a bad --html path); it was a
+    traceback after the analysis."""
+    from hicache.cli.main import EXIT_USAGE, main
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    assert main(["explain", str(pipeline_trace), "--html", str(blocked / "x.html")]) == 2
+    assert main(["explain", str(pipeline_trace), "--html", str(blocked / "x.html")]) == EXIT_USAGE
     out, err = capsys.readouterr()
     assert "Verdict:" in out and f"HTML page not written: {blocked / 'x.html'}" in out
     assert f"hicache explain: --html: cannot write {blocked / 'x.html'}" in err
 
 
 def test_cli_unreadable(tmp_path, capsys):
-    from hicache.cli.main import main
+    from hicache.cli.main import EXIT_USAGE, main
     p = tmp_path / "bad.json"
     p.write_text("{}")
-    assert main(["explain", str(p)]) == 2
+    assert main(["explain", str(p)]) == EXIT_USAGE
     assert "not an ITF trace" in capsys.readouterr().err
 
 
@@ -315,12 +316,12 @@ def test_cli_unreadable(tmp_path, capsys):
      "#meta.constants.N: not an ITF value"),
 ])
 def test_cli_malformed_trace_is_a_located_error(tmp_path, capsys, doc, where):
-    """A malformed ITF trace is refused with the file and the field at fault (exit 2), not a
+    """A malformed ITF trace is refused with the file and the field at fault (exit 150), not a
     traceback."""
-    from hicache.cli.main import main
+    from hicache.cli.main import EXIT_USAGE, main
     p = tmp_path / "t.itf.json"
     p.write_text(json.dumps(doc))
-    assert main(["explain", str(p)]) == 2
+    assert main(["explain", str(p)]) == EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"hicache explain: {p}: {where}"), err
 
