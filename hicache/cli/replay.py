@@ -4,12 +4,17 @@
 `--verify sample|strict` runs it under the runtime monitors (hicache.verified);
 `--evaluate --cp K` runs the brief's comparisons (replicate vs shard at equal memory, and
 without vs with `--storage`), with `--cost-model` and `--plot out.png` optional.
+Bad input or options (a malformed trace, a capacity out of range) exit EXIT_USAGE (150) with
+a message; a store that cannot run here, or a plot that cannot be written, exits 1.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 
+from hicache.cli.main import EXIT_USAGE
 from hicache.cli.output import emit
 
 
@@ -28,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    choices=["best_effort", "wait_complete", "timeout"])
     p.add_argument("--limit", type=int, default=None, help="first N requests only")
     p.add_argument("--sync", action="store_true",
-                   help="apply every transfer before the next request (deterministic)")
+                   help="apply every transfer before the next request (deterministic; "
+                        "--evaluate always runs this way, its config reports sync: true)")
     p.add_argument("--cp", type=int, default=1,
                    help="context-parallel ranks; --device-tokens is then memory per rank")
     p.add_argument("--no-shard", action="store_true",
@@ -49,6 +55,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where --verify writes a violation's ITF trace")
 
 
+#: config field -> the flag that sets it: the configs' errors name fields ("host_tokens: ..."),
+#: a command-line user needs the flag
+_FLAGS = {"page_size": "--page-size", "device_tokens": "--device-tokens",
+          "host_tokens": "--host-tokens", "limit": "--limit", "cp": "--cp", "sweep": "--sweep"}
+_FIELD = re.compile(r"^(\w+): ")
+
+
+def _flagged(msg: str) -> str:
+    """`msg` with a leading config field name replaced by its flag."""
+    m = _FIELD.match(msg)
+    return f"{_FLAGS[m[1]]}: {msg[m.end():]}" if m and m[1] in _FLAGS else msg
+
+
 def _fail(args: argparse.Namespace, msg: str, rc: int) -> int:
     emit(args, {"error": msg}, text=None)
     print(f"hicache replay: {msg}", file=sys.stderr)
@@ -56,13 +75,31 @@ def _fail(args: argparse.Namespace, msg: str, rc: int) -> int:
 
 
 def _expected_errors(args: argparse.Namespace) -> tuple[type[BaseException], ...]:
-    """Errors reported as a message (exit 1): bad input, and a storage that cannot run here."""
-    from hicache.replay.trace import TraceError
-    errs: tuple[type[BaseException], ...] = (ValueError, TraceError, OSError)
+    """Errors reported as a message, not a traceback: bad input or options (ValueError, its
+    TraceError; exit EXIT_USAGE), an OS error, and a storage that cannot run here (exit 1)."""
+    errs: tuple[type[BaseException], ...] = (ValueError, OSError)
     if args.storage == "mooncake":
         from hicache.storage.mooncake_server import MooncakeUnavailable
         errs += (MooncakeUnavailable,)
     return errs
+
+
+def _report(args: argparse.Namespace, exc: BaseException) -> int:
+    """Report an expected error: EXIT_USAGE for bad input or options, 1 for the environment."""
+    if isinstance(exc, ValueError):
+        return _fail(args, _flagged(str(exc)), EXIT_USAGE)
+    return _fail(args, str(exc), 1)
+
+
+def _plot_path(raw: str) -> str:
+    """--plot's file: `.png` appended when it has no suffix (matplotlib would append it and
+    the report would name a file that does not exist); a directory is refused."""
+    if os.path.isdir(raw):
+        raise ValueError(f"--plot: {raw} is a directory; name the image file to write (OUT.PNG)")
+    path = raw if os.path.splitext(raw)[1] else raw + ".png"
+    if os.path.isdir(path):
+        raise ValueError(f"--plot: {path} is a directory; name the image file to write (OUT.PNG)")
+    return path
 
 
 def _sweep_factors(raw: str) -> tuple[float, ...]:
@@ -80,7 +117,13 @@ def _sweep_factors(raw: str) -> tuple[float, ...]:
 def _evaluate(args: argparse.Namespace) -> int:
     from hicache.replay.costmodel import CostModel
     from hicache.replay.evaluate import EvalConfig, evaluate, render
+    if args.kv != "metadata":
+        # the comparison replays at trace scale in metadata-only mode; small KV would be
+        # ignored, and the run read as byte-verified
+        return _fail(args, "--kv small: --evaluate replays metadata-only (no KV bytes); "
+                           "drop --kv small, or drop --evaluate to replay one setup with bytes", EXIT_USAGE)
     try:
+        plot_path = _plot_path(args.plot) if args.plot else None
         factors = (0.25, 0.5, 1.0, 2.0, 4.0) if args.plot and args.sweep is None else ()
         if args.sweep:
             factors = _sweep_factors(args.sweep)
@@ -91,13 +134,22 @@ def _evaluate(args: argparse.Namespace) -> int:
                          cost_model=CostModel() if args.cost_model else None, sweep=factors)
         out = evaluate(args.trace, cfg)
     except _expected_errors(args) as exc:
-        return _fail(args, str(exc), 1)
+        return _report(args, exc)
     text = render(out)
-    if args.plot:
+    if args.verify != "off":
+        runs = {"baseline": out["setups"]["baseline"], "sharded": out["setups"]["sharded"]}
+        if out["storage"] is not None:
+            runs["with storage"] = out["storage"]["with"]
+        mons = {name: run.pop("monitors", None) or [] for name, run in runs.items()}
+        out["verify"] = {"mode": args.verify, "violations": 0, "monitors": mons}
+        text += f"\nverify {args.verify}: no violation (" + "; ".join(
+            f"{name}: " + ", ".join(f"{m['spec']} {m['checked']} of {m['events']} events checked" for m in ms)
+            for name, ms in mons.items()) + ")"
+    if plot_path:
         from hicache.replay.plot import plot
         try:
-            out["plot"] = plot(out, args.plot)
-            text += f"\nplot: {args.plot}"
+            out["plot"] = plot(out, plot_path)
+            text += f"\nplot: {out['plot']}"
         except ModuleNotFoundError:
             out["plot"] = None
             out["plot_error"] = "matplotlib is not installed (pip install 'hicache[plot]')"
@@ -105,7 +157,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         except OSError as e:
             # the evaluation is still reported (nothing lost); the plot's failure is named
             out["plot"] = None
-            out["plot_error"] = f"{args.plot}: {e.strerror or e}"
+            out["plot_error"] = f"{plot_path}: {e.strerror or e}"
             emit(args, out, text + f"\nplot not written: {out['plot_error']}")
             print(f"hicache replay: --plot: cannot write {out['plot_error']}", file=sys.stderr)
             return 1
@@ -137,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.evaluate:
         return _evaluate(args)
     if args.plot or args.cost_model or args.sweep:
-        return _fail(args, "--plot, --cost-model and --sweep need --evaluate", 2)
+        return _fail(args, "--plot, --cost-model and --sweep need --evaluate", EXIT_USAGE)
     from hicache.replay.driver import ReplayConfig, replay
     try:
         cfg = ReplayConfig(page_size=args.page_size, device_tokens=args.device_tokens,
@@ -146,18 +198,26 @@ def _run(args: argparse.Namespace) -> int:
                            limit=args.limit, sync=args.sync, cp=args.cp, shard=not args.no_shard)
         out = replay(args.trace, cfg)
     except _expected_errors(args) as exc:
-        return _fail(args, str(exc), 1)
+        return _report(args, exc)
     t = out["tiers"]
     text = (f"{out['requests']} requests, {out['input_tokens']} input tokens, "
             f"hit rate {out['hit_rate']:.2%} (device {t['device']['hit_rate']:.2%}, "
             f"host {t['host']['hit_rate']:.2%}, storage {t['storage']['hit_rate']:.2%}) "
             f"in {out['seconds']:.2f} s")
+    if out["uncached_requests"]:
+        # their tokens were computed and not cached: the hit rate undercounts the cache
+        text += f"; {out['uncached_requests']} requests served uncached (every device page locked)"
     st = out.get("storage") or {}
-    failed = {k: st.get(k, 0) for k in ("call_error", "call_none", "call_timeout", "circuit_open")}
+    m = out["metrics"]
+    # (a store that fails or stopped answering must not read as a cold one): the backend's
+    # and SafeStorage's failure counters, and the cache's own count of failed storage work
+    failed = {k: st.get(k, 0) for k in ("call_error", "call_none", "call_timeout", "circuit_open",
+                                        "set_fail", "get_corrupt")}
+    failed |= {k: m.get(k, 0) for k in ("storage_failures", "storage_backup_failures")}
     if any(failed.values()):
-        # (a store that stopped answering must not read as a cold one)
-        text += "; storage calls failed: " + ", ".join(f"{k} {v}" for k, v in failed.items() if v) + \
-            f" ({st.get('failed_pages', 0)} pages missed)"
+        text += "; storage failures: " + ", ".join(f"{k} {v}" for k, v in failed.items() if v)
+        if st.get("failed_pages"):
+            text += f" ({st['failed_pages']} pages missed)"
     if args.cp > 1:
         c = out["cp"]
         text += (f"; CP{c['ranks']} {'sharded' if c['shard'] else 'replicated'}, "

@@ -11,6 +11,7 @@ import array
 import contextlib
 import dataclasses
 import enum
+import os
 import sys
 import tempfile
 import time
@@ -18,7 +19,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from hicache.replay.trace import TraceRequest, check_limit, check_page_size, expand, read_trace
+from hicache.replay.trace import (INT64_MAX, LoadedTrace, TraceError, TraceRequest, check_limit,
+                                  check_page_size, check_source, expand, iter_requests, read_trace)
 from hicache.runtime.config import CacheConfig, PrefetchPolicy, WritePolicy
 
 
@@ -54,17 +56,43 @@ class ReplayConfig:
             raise ValueError(f"cp: must be a positive int, got {self.cp!r}")
         for name in ("device_tokens", "host_tokens"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise ValueError(f"{name}: must be a non-negative int, got {v!r}")
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= INT64_MAX:
+                raise ValueError(f"{name}: must be a non-negative int that fits int64, got {v!r}")
         check_limit(self.limit)
         if self.device_tokens < self.page_size:
             raise ValueError(f"device_tokens: must hold at least one page, got {self.device_tokens}")
+        # a host tier under one page would be dropped silently (and a storage tier with it)
+        if 0 < self.host_tokens < self.page_size:
+            raise ValueError(f"host_tokens: must hold at least one page ({self.page_size} tokens) "
+                             f"or be 0 (no host tier), got {self.host_tokens}")
         object.__setattr__(self, "storage", StorageKind(self.storage))
         object.__setattr__(self, "kv", KVMode(self.kv))
         object.__setattr__(self, "write_policy", WritePolicy(self.write_policy))
         object.__setattr__(self, "prefetch_policy", PrefetchPolicy(self.prefetch_policy))
         if self.storage is not StorageKind.NONE and self.host_tokens == 0:
             raise ValueError("host_tokens: storage needs a host tier (storage -> host -> device)")
+        self.check_memory()
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Bytes the cache allocates up front for each capacity: one state byte per host
+        slot, and with small KV the pools themselves (device: per rank holding pages)."""
+        c = self.cache_config()
+        kv_per_token = 2 * c.layers * c.heads * c.head_dim * _SMALL_ITEMSIZE if self.kv is KVMode.SMALL else 0
+        return {"device_tokens": c.device_pages * c.page_size * kv_per_token,
+                "host_tokens": c.host_pages * (1 + c.page_size * kv_per_token)}
+
+    def check_memory(self) -> None:
+        """Refuse, naming the capacity, a setup whose allocations exceed this machine's
+        memory: the allocator would fail deep in the cache (or the OOM killer later)."""
+        avail = _available_memory()
+        need = self.memory_bytes()
+        if avail is None or sum(need.values()) <= avail:
+            return
+        name = max(need, key=need.get)
+        raise ValueError(f"{name}: {getattr(self, name):,} tokens (kv {self.kv.value}) need "
+                         f"{sum(need.values()):,} bytes (device {need['device_tokens']:,}, "
+                         f"host {need['host_tokens']:,}), "
+                         f"more than this machine's available memory ({avail:,} bytes)")
 
     @property
     def sharded(self) -> bool:
@@ -92,6 +120,25 @@ class ReplayConfig:
                            layers=2, heads=1, head_dim=4, dtype="float16",
                            write_policy=self.write_policy, prefetch_policy=self.prefetch_policy,
                            metadata_only=not small, model="replay")
+
+
+#: bytes per element of the small-KV pools (float16, as cache_config sets)
+_SMALL_ITEMSIZE = 2
+
+
+def _available_memory() -> int | None:
+    """MemAvailable (Linux), else physical memory; None where neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _network_store_config():
@@ -158,17 +205,25 @@ class _Stamp:
 
 
 class TraceStream:
-    """Streams (key, input_length) from a trace, timing its own work so the replay's
-    `seconds` counts cache calls only (the baseline expands its trace untimed)."""
+    """Streams (key, input_length) from a trace file or a `LoadedTrace`, timing its own work
+    so the replay's `seconds` counts cache calls only (the baseline expands its trace
+    untimed). A file that is not regular (a pipe: /dev/stdin) is streamed once only."""
 
-    def __init__(self, path: str, page_size: int, limit: int | None) -> None:
-        self.path, self.page_size, self.limit = path, page_size, limit
+    def __init__(self, source: str | LoadedTrace, page_size: int, limit: int | None) -> None:
+        self.source, self.page_size, self.limit = source, page_size, limit
+        self.path = source.path if isinstance(source, LoadedTrace) else source
         self.seconds = 0.0
         self.timestamps = array.array("q")   # ms, one per request yielded (cost model)
+        self._read_once = False    # a pipe was read: a second pass would see no request
 
     def __iter__(self) -> Iterator[tuple[bytes, int]]:
         pc = time.perf_counter
-        it = iter(read_trace(self.path, self.limit))
+        if not isinstance(self.source, LoadedTrace):
+            if self._read_once:
+                raise TraceError(f"{self.path}: not a regular file, already read: load it once "
+                                 f"(LoadedTrace) to replay it again")
+            self._read_once = not check_source(self.source)
+        it = iter(iter_requests(self.source, self.limit))
         del self.timestamps[:]
         while True:
             t0 = pc()
@@ -200,12 +255,32 @@ class Served:
         return len(self.input)
 
 
+def _make_cache(cfg: ReplayConfig, storage):
+    """cfg.make_cache, with an allocation failure (check_memory passed, but the allocator
+    still refused) reported as a ValueError naming the capacities, not a torch traceback."""
+    import torch
+    try:
+        return cfg.make_cache(storage)
+    except (MemoryError, torch.OutOfMemoryError) as exc:
+        err: BaseException = exc
+    except RuntimeError as exc:     # torch's CPU allocator raises a plain RuntimeError
+        if "alloc" not in str(exc).lower():
+            raise
+        err = exc
+    need = cfg.memory_bytes()
+    name = max(need, key=need.get)
+    why = str(err).splitlines()[0] if str(err) else type(err).__name__
+    raise ValueError(f"{name}: cannot allocate the cache for device_tokens {cfg.device_tokens:,} and "
+                     f"host_tokens {cfg.host_tokens:,} (kv {cfg.kv.value}, {sum(need.values()):,} "
+                     f"bytes): {why}") from None
+
+
 def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], storage=None,
                     served: Served | None = None) -> dict:
     """Drive HiCache over (key, input_length) pairs; returns the report. `seconds` excludes
     the time an `TraceStream` spends producing the pairs. `served` (optional) receives each
     request's tokens per tier."""
-    cache = cfg.make_cache(storage)
+    cache = _make_cache(cfg, storage)
     stamp = _Stamp(cache) if cfg.kv is KVMode.SMALL else None
     has_host = cache.host is not None
     has_storage = storage is not None

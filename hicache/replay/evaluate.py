@@ -17,7 +17,8 @@ import time
 
 from hicache.replay.costmodel import CostModel
 from hicache.replay.driver import ReplayConfig, Served, StorageKind, TraceStream, replay
-from hicache.replay.trace import BLOCK_TOKENS, check_limit, check_page_size, read_trace
+from hicache.replay.trace import (BLOCK_TOKENS, INT64_MAX, LoadedTrace, check_limit,
+                                  check_page_size, iter_requests)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -43,9 +44,23 @@ class EvalConfig:
         if self.host_tokens < self.page_size:
             raise ValueError(f"host_tokens: the comparison needs a host tier, got {self.host_tokens}")
         object.__setattr__(self, "storage", StorageKind(self.storage))
+        # every setup the evaluation will replay, built (so validated) now: a bad capacity
+        # must fail before the first replay runs, not after two of them
+        self.replay_config(shard=False)
+        self.replay_config(shard=True, storage=self.storage)
         for f in self.sweep:
             if not 0 < f < float("inf"):      # (NaN fails both)
                 raise ValueError(f"sweep: factors must be positive and finite, got {f!r}")
+            if self.device_tokens * f > INT64_MAX:
+                raise ValueError(f"sweep: factor {f!r} gives {self.device_tokens * f:.3g} device tokens "
+                                 f"per rank, more than int64 holds")
+        for dev in self.sweep_capacities():
+            self.replay_config(shard=True, device_tokens=dev)
+
+    def sweep_capacities(self) -> list[int]:
+        """Device tokens per rank of each sweep point (whole pages, at least one)."""
+        ps = self.page_size
+        return [max(int(self.device_tokens * f) // ps * ps, ps) for f in self.sweep]
 
     def replay_config(self, *, shard: bool, storage: StorageKind = StorageKind.NONE,
                       device_tokens: int | None = None) -> ReplayConfig:
@@ -56,7 +71,7 @@ class EvalConfig:
                             limit=self.limit, sync=self.sync)
 
 
-def ceiling(path: str, page_size: int, limit: int | None = None) -> dict:
+def ceiling(source: str | LoadedTrace, page_size: int, limit: int | None = None) -> dict:
     """Infinite-cache token hits over whole pages, from the block ids alone: a page hits
     when the same page (same block-id prefix, same offset) was in an earlier request and
     so were all pages before it. Independent of the runtime."""
@@ -64,7 +79,7 @@ def ceiling(path: str, page_size: int, limit: int | None = None) -> dict:
     prefix_id: dict[tuple[int, int], int] = {}
     seen: set[tuple[int, int]] = set()
     hit = total = 0
-    for r in read_trace(path, limit):
+    for r in iter_requests(source, limit):
         pid = 0
         pids = []
         for b in r.hash_ids:
@@ -93,17 +108,20 @@ def _summary(out: dict, seconds: float) -> dict:
         "host_served_tokens": t["host"]["hit_tokens"],
         "storage_served_tokens": t["storage"]["hit_tokens"],
         "device_evicted_tokens": out["metrics"]["device_evicted_tokens"],
+        "uncached_requests": out["uncached_requests"],
         "seconds": out["seconds"],
         "wall_seconds": seconds,
     }
 
 
-def _run(path: str, rc: ReplayConfig, cost: CostModel | None) -> dict:
+def _run(trace: LoadedTrace, rc: ReplayConfig, cost: CostModel | None) -> dict:
     served = Served() if cost is not None else None
-    stream = TraceStream(path, rc.page_size, rc.limit)
+    stream = TraceStream(trace, rc.page_size, rc.limit)
     t0 = time.perf_counter()
-    out = replay(path, rc, served=served, stream=stream)
+    out = replay(trace.path, rc, served=served, stream=stream)
     s = _summary(out, time.perf_counter() - t0)
+    if out.get("monitors") is not None:     # verified mode: what the monitors checked
+        s["monitors"] = out["monitors"]
     if cost is not None:
         s["cost"] = cost.simulate(stream.timestamps, served, rc.cp, rc.sharded)
     return s
@@ -121,9 +139,13 @@ def _points(a: float, b: float, names=("baseline", "sharded")) -> dict:
 
 def evaluate(path: str, cfg: EvalConfig) -> dict:
     t0 = time.perf_counter()
+    # parsed once, replayed by every pass: a pipe (/dev/stdin) cannot be read twice, and
+    # re-reading a file that changed would compare different traces
+    trace = LoadedTrace(path, cfg.limit)
+    parse_seconds = time.perf_counter() - t0
     cost = cfg.cost_model
-    base = _run(path, cfg.replay_config(shard=False), cost)
-    shard = _run(path, cfg.replay_config(shard=True), cost)
+    base = _run(trace, cfg.replay_config(shard=False), cost)
+    shard = _run(trace, cfg.replay_config(shard=True), cost)
     host = _pair(base["host_served_tokens"], shard["host_served_tokens"])
     host["reduction"] = (1.0 - host["ratio"]) if host["ratio"] is not None else None
     cmp = {
@@ -136,7 +158,7 @@ def evaluate(path: str, cfg: EvalConfig) -> dict:
         for k in ("mean_prefill_s", "mean_queue_s"):
             cmp[k] = _pair(base["cost"][k], shard["cost"][k])
             cmp[k]["reduction"] = 1.0 - cmp[k]["ratio"] if cmp[k]["ratio"] is not None else None
-    ceil = ceiling(path, cfg.page_size, cfg.limit)
+    ceil = ceiling(trace, cfg.page_size)
     result = {
         "trace": path,
         "config": {"page_size": cfg.page_size, "cp": cfg.cp,
@@ -151,7 +173,7 @@ def evaluate(path: str, cfg: EvalConfig) -> dict:
     }
     if cfg.storage is not StorageKind.NONE:
         without = shard if cfg.storage_on_shard else base
-        with_ = _run(path, cfg.replay_config(shard=cfg.storage_on_shard, storage=cfg.storage), cost)
+        with_ = _run(trace, cfg.replay_config(shard=cfg.storage_on_shard, storage=cfg.storage), cost)
         gain = _points(without["hit_rate"], with_["hit_rate"], ("without", "with"))
         gain["ceiling"] = ceil["hit_rate"]
         gain["share_of_ceiling"] = with_["hit_rate"] / ceil["hit_rate"] if ceil["hit_rate"] else None
@@ -161,19 +183,20 @@ def evaluate(path: str, cfg: EvalConfig) -> dict:
     if cost is not None:
         result["cost_model"] = cost.as_dict()
     if cfg.sweep:
-        result["sweep"] = sweep(path, cfg)
+        result["sweep"] = sweep(trace, cfg)
+    result["parse_seconds"] = parse_seconds
     result["seconds"] = time.perf_counter() - t0
     return result
 
 
-def sweep(path: str, cfg: EvalConfig) -> list[dict]:
+def sweep(source: str | LoadedTrace, cfg: EvalConfig) -> list[dict]:
     """Hit rate per tier against device memory per rank, for both setups (no storage)."""
+    trace = source if isinstance(source, LoadedTrace) else LoadedTrace(source, cfg.limit)
     rows = []
-    for f in cfg.sweep:
-        dev = max(int(cfg.device_tokens * f) // cfg.page_size * cfg.page_size, cfg.page_size)
+    for dev in cfg.sweep_capacities():
         row = {"device_tokens_per_rank": dev}
         for name, shard in (("baseline", False), ("sharded", True)):
-            s = _run(path, cfg.replay_config(shard=shard, device_tokens=dev), None)
+            s = _run(trace, cfg.replay_config(shard=shard, device_tokens=dev), None)
             row[name] = {k: s[k] for k in ("device_hit_rate", "device_host_hit_rate",
                                            "host_served_tokens", "seconds")}
         rows.append(row)
@@ -209,6 +232,12 @@ def render(result: dict) -> str:
                      f"ceiling {g['ceiling']:.2%}")
     else:
         lines.append(f"infinite-cache ceiling: {result['ceiling']['hit_rate']:.2%}")
+    uncached = {name: run["uncached_requests"] for name, run in
+                (("baseline", b), ("sharded", s), ("with storage", (result["storage"] or {}).get("with")))
+                if run and run.get("uncached_requests")}
+    if uncached:   # their tokens were computed, not cached: the hit rates above undercount
+        lines.append("requests served uncached (every device page locked): "
+                     + ", ".join(f"{k} {v:,}" for k, v in uncached.items()))
     lines.append(f"replay seconds: baseline {b['seconds']:.2f}, sharded {s['seconds']:.2f}; "
                  f"total {result['seconds']:.2f}")
     return "\n".join(lines)

@@ -7,13 +7,26 @@ and eviction run on real token sequences. Only whole pages of `input_length` are
 """
 from __future__ import annotations
 
+import array
 import dataclasses
+import itertools
 import json
-from collections.abc import Iterator
+import os
+import re
+import stat
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
 BLOCK_TOKENS = 512
+INT64_MAX = 2**63 - 1
+#: the largest block id whose token ids (b*512 + i, i < 512) fit expand's int64: a larger one
+#: would wrap onto another block's tokens (false hits) or overflow numpy
+MAX_HASH_ID = (INT64_MAX - (BLOCK_TOKENS - 1)) // BLOCK_TOKENS
+
+#: paths of an already-open descriptor (`/dev/stdin`, `<(zcat t.gz)`): opening one never
+#: waits for a writer, so a pipe there is read (once); a named FIFO could block open() forever
+_OPEN_FD = re.compile(r"/dev/(stdin|fd/\d+)|/proc/(self|\d+)/fd/\d+")
 
 
 class TraceError(ValueError):
@@ -33,25 +46,66 @@ def _field(obj: dict, name: str, where: str, kind=int) -> object:
     if name not in obj:
         raise TraceError(f"{where}: missing field {name!r}")
     v = obj[name]
-    if kind is int and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-        raise TraceError(f"{where}: field {name!r} must be a non-negative int, got {v!r}")
+    if kind is int and (not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= INT64_MAX):
+        # (int64: timestamps and lengths go into int64 arrays; a larger one cannot be stored)
+        raise TraceError(f"{where}: field {name!r} must be a non-negative int that fits int64, got {v!r}")
     return v
 
 
+def check_source(path: str) -> bool:
+    """Whether the trace at `path` can be read again (a regular file); False for a pipe
+    behind an open descriptor, which can be read once. TraceError for anything else:
+    missing, a directory, a named FIFO (open() would wait for a writer that may never come)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror or exc}") from None
+    if stat.S_ISREG(st.st_mode):
+        return True
+    if _OPEN_FD.fullmatch(path) and not stat.S_ISDIR(st.st_mode):
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{path}: not a regular file (a directory)")
+    if stat.S_ISFIFO(st.st_mode):
+        raise TraceError(f"{path}: not a regular file (a named pipe: open() would wait for a writer); "
+                         f"to stream a trace, give it on stdin: hicache replay /dev/stdin < {path}")
+    raise TraceError(f"{path}: not a regular file (a device or socket)")
+
+
+def _decode(raw: bytes, path: str, lineno: int) -> str:
+    try:
+        # utf-8-sig on line 1: a byte-order mark some editors write is not part of the JSON
+        return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{path}:{lineno}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+        if lineno == 1 and raw.startswith(b"\x1f\x8b"):
+            msg += "; the file is gzip-compressed (magic 1f 8b): decompress it first, " \
+                   f"e.g. hicache replay <(zcat {path})"
+        raise TraceError(msg) from None
+
+
 def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
-    """Parse and validate every line; raises TraceError(file:line: field ...)."""
+    """Parse and validate every line; raises TraceError(file:line: field ...), and
+    TraceError("no requests in FILE") for a trace with no request line."""
     check_limit(limit)
-    with open(path) as f:
+    check_source(path)
+    try:
+        f = open(path, "rb")    # binary: each line is decoded alone, so an error names its line
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror or exc}") from None
+    with f:
         count = 0
         for lineno, raw in enumerate(f, 1):
-            raw = raw.strip()
-            if not raw:
-                continue
             where = f"{path}:{lineno}"
+            text = _decode(raw, path, lineno).strip()
+            if not text:
+                continue
             try:
-                obj = json.loads(raw)
+                obj = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise TraceError(f"{where}: not JSON (nested too deeply)") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{where}: expected an object")
             ts = _field(obj, "timestamp", where)
@@ -61,6 +115,10 @@ def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
             if not isinstance(ids, list) or not all(
                     isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in ids):
                 raise TraceError(f"{where}: field 'hash_ids' must be a list of non-negative ints")
+            big = next((b for b in ids if b > MAX_HASH_ID), None)
+            if big is not None:
+                raise TraceError(f"{where}: field 'hash_ids' has block id {big}, above {MAX_HASH_ID}: "
+                                 f"its token ids (id*{BLOCK_TOKENS} + i) would not fit int64")
             if len(ids) * BLOCK_TOKENS < n:
                 raise TraceError(f"{where}: field 'hash_ids' has {len(ids)} blocks, too few for "
                                  f"input_length {n}")
@@ -68,6 +126,46 @@ def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
             count += 1
             if limit is not None and count >= limit:
                 return
+        if count == 0:
+            raise TraceError(f"no requests in {path} (empty, or blank lines only)")
+
+
+class LoadedTrace:
+    """A trace parsed once into compact int64 arrays (8 bytes per block id), for work that
+    passes over it several times (`--evaluate`): a pipe cannot be read twice, and every
+    pass must see the same requests."""
+
+    __slots__ = ("path", "lines", "timestamps", "input_lengths", "output_lengths", "ids", "ends")
+
+    def __init__(self, path: str, limit: int | None = None) -> None:
+        self.path = path
+        self.lines, self.timestamps, self.input_lengths, self.output_lengths, self.ids, self.ends = (
+            array.array("q") for _ in range(6))
+        for r in read_trace(path, limit):
+            self.lines.append(r.line)
+            self.timestamps.append(r.timestamp)
+            self.input_lengths.append(r.input_length)
+            self.output_lengths.append(r.output_length)
+            self.ids.extend(r.hash_ids)
+            self.ends.append(len(self.ids))
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+    def __iter__(self) -> Iterator[TraceRequest]:
+        start = 0
+        for i, end in enumerate(self.ends):
+            yield TraceRequest(self.lines[i], self.timestamps[i], self.input_lengths[i],
+                               self.output_lengths[i], tuple(self.ids[start:end]))
+            start = end
+
+
+def iter_requests(source: str | LoadedTrace, limit: int | None = None) -> Iterable[TraceRequest]:
+    """The requests of a trace file (parsed as it streams) or of a loaded trace."""
+    if isinstance(source, LoadedTrace):
+        check_limit(limit)
+        return source if limit is None else itertools.islice(source, limit)
+    return read_trace(source, limit)
 
 
 def check_limit(limit: int | None) -> None:

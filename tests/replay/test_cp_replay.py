@@ -167,7 +167,7 @@ def test_cli_cp_and_evaluate_json(tmp_path):
     assert "reduction" in ev["comparisons"]["host_served_tokens"]
     proc = subprocess.run(base + ["--plot", str(tmp_path / "x.png")], capture_output=True, text=True,
                           timeout=120)
-    assert proc.returncode == 2 and "--evaluate" in json.loads(proc.stdout.splitlines()[-1])["error"]
+    assert proc.returncode == 150 and "--evaluate" in json.loads(proc.stdout.splitlines()[-1])["error"]
 
 
 def test_plot_draws_a_png(tmp_path):
@@ -205,13 +205,14 @@ def test_sharded_small_kv_restores_every_byte_through_host_and_storage():
 
 
 @pytest.mark.parametrize("sweep, msg", [("abc", "--sweep: 'abc' is not a number"),
-                                        ("1,-2", "sweep: factors must be positive and finite, got -2.0"),
-                                        ("1,nan", "sweep: factors must be positive and finite, got nan")])
+                                        ("1,-2", "--sweep: factors must be positive and finite, got -2.0"),
+                                        ("1,nan", "--sweep: factors must be positive and finite, got nan"),
+                                        ("1e308", "--sweep: factor 1e+308 gives inf device tokens")])
 def test_cli_evaluate_refuses_a_bad_sweep(capsys, sweep, msg):
     from hicache.cli.main import main
     code = main(["replay", SYN, "--limit", "3", "--cp", "2", "--host-tokens", "100000", "--evaluate",
                  "--sweep", sweep, "--json"])
-    assert code == 1 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["error"].startswith(msg)
+    assert code == 150 and json.loads(capsys.readouterr().out.strip().splitlines()[-1])["error"].startswith(msg)
 
 
 def test_cli_evaluate_plot_that_cannot_be_written_keeps_the_evaluation(tmp_path, capsys):

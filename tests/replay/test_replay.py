@@ -111,7 +111,7 @@ def test_cli_verify_runs_the_replay_under_the_monitors(tmp_path):
     assert not list(tmp_path.iterdir())          # no violation trace written
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--plot", "x.png", "--json"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--evaluate" in json.loads(proc.stdout.splitlines()[-1])["error"]
+    assert proc.returncode == 150 and "--evaluate" in json.loads(proc.stdout.splitlines()[-1])["error"]
 
 
 def test_cli_reports_bad_lines(tmp_path):
@@ -119,7 +119,7 @@ def test_cli_reports_bad_lines(tmp_path):
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"x": 1}\n')
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", str(bad), "--json"],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1
+    assert proc.returncode == 150      # EXIT_USAGE: bad input
     assert json.loads(proc.stdout.splitlines()[-1])["error"].startswith(f"{bad}:2: missing field")
 
 
