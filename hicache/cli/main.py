@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import signal
 import sys
@@ -38,11 +39,20 @@ def _available() -> dict[str, tuple[str, str]]:
     return out
 
 
+class UsageExit(SystemExit):
+    """A command line argparse refused (exit EXIT_USAGE); `message` is the error line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2; TLC's usage code is 150
         self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+        line = f"{self.prog}: error: {message}"
+        print(line, file=sys.stderr)
+        raise UsageExit(line)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,7 +81,14 @@ def _pin_hash_seed(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # a real command-line invocation (not a call from Python code)
         _pin_hash_seed(sys.argv[1:])
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageExit as e:
+        # --json promises one JSON object as the last stdout line, a refused command line
+        # included (a script reading it otherwise finds nothing to parse)
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            print(json.dumps({"result": "error", "error": e.message}))
+        raise
     module = importlib.import_module(args._module)
     # SIGTERM (a timeout, a job scheduler) unwinds like Ctrl-C: what a command started (a
     # Mooncake master, rank processes, temporary folders) is stopped by its own cleanup,
