@@ -8,6 +8,7 @@ range test lets it through).
 from __future__ import annotations
 
 import math
+import numbers
 
 
 def integer(name: str, value) -> int:
@@ -33,3 +34,21 @@ def number_in(name: str, value, lo: float, hi: float = math.inf, *, lo_open: boo
         span = f"a finite number {lower}" if hi == math.inf else f"a number in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
         raise ValueError(f"{name}: must be {span}, got {value!r}")
     return float(value)
+
+
+def integral_in(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """`value` as a plain int in [lo, hi] (either bound optional, both inclusive).
+
+    Unlike `integer`/`int_at_least` this takes numpy integers too (numbers.Integral, no bool):
+    page numbers and counts reach the protocol modules from numpy arrays. The result is an int,
+    so later arithmetic stays exact. Hot paths test `type(x) is int` and the range inline and
+    call this only off the common case."""
+    ok = type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
+    if ok:
+        as_int = int(value)
+        ok = (lo is None or as_int >= lo) and (hi is None or as_int <= hi)
+    if not ok:
+        span = ("" if lo is None and hi is None else f" >= {lo}" if hi is None
+                else f" <= {hi}" if lo is None else f" in [{lo}, {hi}]")
+        raise ValueError(f"{name}: must be an integer{span}, got {value!r}")
+    return as_int

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import heapq
 
+from hicache.validate import integral_in
+
 from .cp_layout import CPLayout, chain_owner_class, choose_rotation_base
 
 
@@ -22,8 +24,10 @@ class ShardedPageAllocator:
     __slots__ = ("layout", "pages_per_rank", "_free", "_allocated")
 
     def __init__(self, layout: CPLayout, pages_per_rank: int) -> None:
-        if pages_per_rank < 1:
-            raise ValueError(f"pages_per_rank must be >= 1, got {pages_per_rank}")
+        if not isinstance(layout, CPLayout):
+            raise ValueError(f"layout: must be a CPLayout, got {layout!r}")
+        # (True passed as 1 page; a float failed later in range() with a nameless TypeError)
+        pages_per_rank = integral_in("pages_per_rank", pages_per_rank, 1)
         self.layout = layout
         self.pages_per_rank = pages_per_rank
         self._free: list[list[int]] = [list(range(pages_per_rank)) for _ in range(layout.cp_size)]
@@ -38,23 +42,36 @@ class ShardedPageAllocator:
     def alloc_chain(self, rotation_base: int, start_position: int, count: int) -> list[int] | None:
         """Logical pages for positions start..start+count-1 of a chain, or None (shortage:
         nothing is allocated). All-or-nothing, so every rank fails or succeeds together."""
-        if count < 0 or start_position < 0:
-            raise ValueError(f"count/start_position must be >= 0, got {count}/{start_position}")
+        if type(rotation_base) is not int:
+            rotation_base = integral_in("rotation_base", rotation_base)
+        if type(start_position) is not int or start_position < 0:
+            start_position = integral_in("start_position", start_position, 0)
+        if type(count) is not int or count < 0:
+            count = integral_in("count", count, 0)
+        # Shortage first, by arithmetic: positions start..start+count-1 cover every class
+        # count // n times and r = count % n classes from the first one once more. (Counting
+        # position by position made a huge count hang instead of answering None.)
         n = self.layout.cp_size
-        need = [0] * n
-        for pos in range(start_position, start_position + count):
-            need[chain_owner_class(rotation_base, pos, n)] += 1
+        q, r = divmod(count, n)
+        need = [q] * n
+        first = chain_owner_class(rotation_base, start_position, n)
+        for i in range(r):
+            need[(first + i) % n] += 1
         if any(need[c] > len(self._free[c]) for c in range(n)):
             return None
         pages = []
-        for pos in range(start_position, start_position + count):
-            cls = chain_owner_class(rotation_base, pos, n)
+        for i in range(count):
+            cls = (first + i) % n                # = chain_owner_class(base, start + i, n)
             page = self.layout.logical_page(cls, heapq.heappop(self._free[cls]))
             self._allocated.add(page)
             pages.append(page)
         return pages
 
     def free(self, page: int) -> None:
+        # checked before the lookup: True and 1.0 hash like page 1, so they would free it
+        # and then fail half-way, leaving the page in neither the heap nor the allocated set
+        if type(page) is not int:
+            page = integral_in("page", page, 0)
         if page not in self._allocated:
             raise RuntimeError(f"free of page {page} that is not allocated (double free?)")
         self._allocated.discard(page)

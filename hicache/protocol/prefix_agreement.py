@@ -15,7 +15,7 @@ import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hicache.validate import number_in
+from hicache.validate import integral_in, number_in
 
 
 class StopPolicy(enum.StrEnum):
@@ -35,8 +35,9 @@ class TimeoutBudget:
             number_in(name, getattr(self, name), 0.0)
 
     def seconds(self, pages: int, page_size: int) -> float:
-        if pages < 0 or page_size < 1:
-            raise ValueError(f"pages must be >= 0 and page_size >= 1, got {pages}, {page_size}")
+        # (a NaN pages gave a NaN budget, and `elapsed >= NaN` is never true: no timeout ever)
+        pages = integral_in("pages", pages, 0)
+        page_size = integral_in("page_size", page_size, 1)
         return self.base_s + pages * (page_size / 1024) * self.per_ki_token_s
 
 
@@ -47,6 +48,15 @@ class StopInput:
     pages: int
     page_size: int
     budget: TimeoutBudget
+
+    def __post_init__(self) -> None:
+        # Checked once here, not in the policies: a NaN elapsed or page count made the TIMEOUT
+        # comparison false forever, so the policy silently never fired.
+        number_in("elapsed_s", self.elapsed_s, 0.0)
+        integral_in("pages", self.pages, 0)
+        integral_in("page_size", self.page_size, 1)
+        if not isinstance(self.budget, TimeoutBudget):
+            raise ValueError(f"budget: must be a TimeoutBudget, got {self.budget!r}")
 
 
 _DECIDE: dict[StopPolicy, Callable[[StopInput], bool]] = {
@@ -66,12 +76,18 @@ def decide_terminate(policy: StopPolicy, inp: StopInput) -> bool:
 
 def batch_plan(total_pages: int, batch_pages: int) -> tuple[int, ...]:
     """Sizes of the batches a prefetch of `total_pages` is loaded in (same on every rank)."""
-    if total_pages < 0:
-        raise ValueError(f"total_pages must be >= 0, got {total_pages}")
-    if batch_pages < 1:
-        raise ValueError(f"batch_pages must be >= 1, got {batch_pages}")
+    total_pages = integral_in("total_pages", total_pages, 0)
+    batch_pages = integral_in("batch_pages", batch_pages, 1)
     full, rest = divmod(total_pages, batch_pages)
     return (batch_pages,) * full + ((rest,) if rest else ())
+
+
+def _check_plan(plan: Sequence[int]) -> None:
+    """A plan as batch_plan makes it: batch sizes >= 1. A 0-page batch would count as fully
+    loaded and let the prefix run on past it (agreed_prefix((2, 0, 2), [2, 0, 2]) was 4)."""
+    for i, size in enumerate(plan):
+        if type(size) is not int or size < 1:
+            integral_in(f"plan[{i}]", size, 1)
 
 
 def rank_acks(plan: Sequence[int], loaded: Sequence[int | None]) -> list[int]:
@@ -81,12 +97,13 @@ def rank_acks(plan: Sequence[int], loaded: Sequence[int | None]) -> list[int]:
     (terminated). Once a batch is short or skipped, every later ack is 0: later pages cannot
     extend a prefix with a hole in it.
     """
+    _check_plan(plan)
     if len(loaded) != len(plan):
         raise ValueError(f"loaded has {len(loaded)} entries, plan has {len(plan)} batches")
     acks, broken = [], False
-    for size, got in zip(plan, loaded):
-        if got is not None and not 0 <= got <= size:
-            raise ValueError(f"loaded {got} pages of a batch of {size}")
+    for i, (size, got) in enumerate(zip(plan, loaded)):
+        if got is not None and (type(got) is not int or not 0 <= got <= size):
+            got = integral_in(f"loaded[{i}]", got, 0, int(size))
         ack = 0 if broken or got is None else got
         broken = broken or ack < size
         acks.append(ack)
@@ -96,18 +113,23 @@ def rank_acks(plan: Sequence[int], loaded: Sequence[int | None]) -> list[int]:
 def agree_ack(acks: Sequence[int]) -> int:
     """The published ack of one batch: MIN across ranks (what the collective computes)."""
     if not acks:
-        raise ValueError("no acks to agree on")
-    return min(acks)
+        raise ValueError("acks: no acks to agree on")
+    # (min() over a NaN answers by position: the same acks in another order differ)
+    for i, ack in enumerate(acks):
+        if type(ack) is not int or ack < 0:
+            integral_in(f"acks[{i}]", ack, 0)
+    return int(min(acks))
 
 
 def agreed_prefix(plan: Sequence[int], published: Sequence[int]) -> int:
     """Pages of the prefix every rank loaded, from the published acks consumed so far."""
+    _check_plan(plan)
     if len(published) > len(plan):
-        raise ValueError(f"{len(published)} acks for a plan of {len(plan)} batches")
+        raise ValueError(f"published: {len(published)} acks for a plan of {len(plan)} batches")
     total = 0
-    for size, ack in zip(plan, published):
-        if not 0 <= ack <= size:
-            raise ValueError(f"published ack {ack} outside [0, {size}]")
+    for i, (size, ack) in enumerate(zip(plan, published)):
+        if type(ack) is not int or not 0 <= ack <= size:
+            ack = integral_in(f"published[{i}]", ack, 0, int(size))
         total += ack
         if ack < size:
             break
