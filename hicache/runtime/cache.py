@@ -193,7 +193,8 @@ class HiCache:
         met.requests += 1
         met.input_tokens += n_tokens
         met.device_hit_tokens += m.device_pages * self.cfg.page_size
-        self._emit(A.RequestMatch, rid=rid, device_pages=m.device_pages, host_pages=m.host_pages)
+        self._emit(A.RequestMatch, rid=rid, device_pages=m.device_pages, host_pages=m.host_pages,
+                   node=m.node.id)
         return req
 
     def prefix_pages(self, req: Request) -> list[int]:
@@ -750,7 +751,7 @@ class HiCache:
                 req.node = leaf
                 joined = got - dup
             met.prefetch_hit_tokens += joined * self.cfg.page_size
-        self._emit(A.PrefetchFinish, rid=req.rid, fetched=got, joined=joined)
+        self._emit(A.PrefetchFinish, rid=req.rid, fetched=got, joined=joined, node=req.node.id)
         return joined
 
     # Stop policies: each decides, on the scheduler thread, how long to wait for the fetch;

@@ -136,3 +136,20 @@ def test_a_backup_finish_that_leaves_its_slots_reserved(tmp_path):
     with pytest.raises(ProtocolViolation) as e:
         c.drain()
     assert e.value.property == "SlotInOneOwner" and e.value.action == "BackupFinish"
+
+
+@pytest.mark.parametrize("mode", ["strict", "sample"])
+def test_a_live_requests_locked_node_deleted_from_the_tree(tmp_path, mode):
+    """A host eviction that ignores a live request's lock deletes the node it matched: its
+    locked prefix is beyond the tree (LockedNodesKept). The maps gave live requests reqLen
+    0 whatever they locked, so only prefetch pseudo-requests were ever checked."""
+    verify = dict(mode=mode) if mode == "strict" else dict(mode=mode, sample_rate=1.0)
+    c, mon = tiny_cache(tmp_path, verify, device_pages=2, host_pages=4)
+    serve(c, [1, 2])
+    c.evict_device(2)
+    r = c.match([1, 2])
+    v = r.node
+    assert v.lock_ref == 1 and not c.tree.host_evictable(v)
+    with pytest.raises(ProtocolViolation) as e:
+        c._evict_host(v)                                        # the fault: the lock ignored
+    assert e.value.property == "LockedNodesKept" and e.value.action == "HostEvict"

@@ -10,6 +10,7 @@ import pytest
 from hicache.cli import gen as gen_cli
 from hicache.monitors.codegen import Unsupported, generate, module_name
 from hicache.monitors.generated import host_tier
+from hicache.tla.errors import TlaError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,3 +108,67 @@ def test_unsupported_construct_is_located(tmp_path):
     with pytest.raises(Unsupported) as ei:
         generate(tmp_path / "Rec.tla", "Rec.tla")
     assert ei.value.loc.line == 7 and "ENABLED" in str(ei.value)
+
+
+def test_check_names_stale_modules_of_the_output_folder(tmp_path, capsys):
+    # a monitor left over from a renamed or dropped spec: imports fine, checks nothing
+    assert gen_cli.run(_args(out_dir=str(tmp_path))) == 0
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "pp_sync.cpython-311.pyc").write_bytes(b"")
+    capsys.readouterr()
+    assert gen_cli.run(_args(check=True, out_dir=str(tmp_path))) == 0      # the package's own files
+    capsys.readouterr()
+    (tmp_path / "stale_monitor.py").write_text("")
+    assert gen_cli.run(_args(check=True, out_dir=str(tmp_path))) == 1
+    assert capsys.readouterr().out.strip() == "not generated from any spec (delete them): stale_monitor.py"
+    # --only regenerates a subset: the other modules are not stale
+    assert gen_cli.run(_args(check=True, out_dir=str(tmp_path), only=["PPSync"])) == 0
+
+
+def test_error_says_its_prefix_once(tmp_path, capsys):
+    (tmp_path / "Rec.tla").write_text(
+        "---- MODULE Rec ----\nEXTENDS Naturals\nVARIABLES x\n"
+        "Init == x = 0\nNext == x' = x + 1\nSpec == Init /\\ [][Next]_x\n"
+        "Inv == ENABLED Next\n====\n")
+    (tmp_path / "Rec.cfg").write_text("SPECIFICATION Spec\nINVARIANT Inv\n")
+    assert gen_cli.run(_args(spec_dir=str(tmp_path), out_dir=str(tmp_path / "out"), only=["Rec"])) \
+        == gen_cli.EXIT_ERROR
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"hicache gen: {tmp_path / 'Rec.tla'}:7:8: semantic error: unsupported construct ") \
+        and out.count("hicache gen") == 1, out
+
+
+_REC = ("---- MODULE Rec ----\nEXTENDS Naturals\nVARIABLES x\n"
+        "Init == x = 0\nNext == x' = x + 1\nSpec == Init /\\ [][Next]_x\n{inv}====\n")
+
+
+@pytest.mark.parametrize("inv, cfg, message", [
+    ("Inv == ENABLED Next\n", "INVARIANT Inv\n", "unsupported construct temporal/ENABLED operator ENABLED"),
+    ("", "INVARIANT Missing\n", "invariant Missing is not defined"),
+])
+def test_generator_errors_carry_no_command_prefix(tmp_path, inv, cfg, message):
+    # the generator is a library: the command that calls it says `hicache gen:` (once)
+    (tmp_path / "Rec.tla").write_text(_REC.format(inv=inv))
+    (tmp_path / "Rec.cfg").write_text("SPECIFICATION Spec\n" + cfg)
+    with pytest.raises(TlaError) as ei:
+        generate(tmp_path / "Rec.tla", "Rec.tla")
+    assert ei.value.message.startswith(message), ei.value.message
+
+
+def test_a_multiply_defined_symbol_is_refused_as_sany_does(tmp_path):
+    # a theorem named like an operator: the monitor would otherwise be generated from a
+    # spec SANY (and `hicache check`) reject
+    (tmp_path / "Rec.tla").write_text(_REC.format(inv="THEOREM Next == TRUE\n"))
+    (tmp_path / "Rec.cfg").write_text("SPECIFICATION Spec\n")
+    with pytest.raises(TlaError) as ei:
+        generate(tmp_path / "Rec.tla", "Rec.tla")
+    assert str(ei.value) == (f"{tmp_path / 'Rec.tla'}:7:17: semantic error: multiply-defined symbol Next "
+                             f"(also defined at {tmp_path / 'Rec.tla'}:5:1)")
+
+
+def test_a_module_named_unlike_its_file_is_refused(tmp_path):
+    (tmp_path / "QaErr3.tla").write_text(_REC.format(inv="").replace("MODULE Rec", "MODULE Other"))
+    (tmp_path / "QaErr3.cfg").write_text("SPECIFICATION Spec\n")
+    with pytest.raises(TlaError) as ei:
+        generate(tmp_path / "QaErr3.tla", "QaErr3.tla")
+    assert str(ei.value).startswith(f"{tmp_path / 'QaErr3.tla'}:1:13: parse error: module Other is in file QaErr3.tla")

@@ -40,6 +40,9 @@ _NAMES = [None] * (max(int(s) for s in HostSlotState) + 1)
 for _s, _n in _SLOT_NAME.items():
     _NAMES[int(_s)] = _n
 
+#: events that name the node a request's lock now holds (field `node`)
+_MOVES_LOCK = frozenset({"RequestMatch", "DeviceInsert", "PrefetchFinish"})
+
 #: runtime event -> request phase after it (None: the request leaves)
 _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish": "running",
           "DeviceInsert": "running", "RequestFinish": None, "RequestAbort": None}
@@ -51,6 +54,15 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
 #: LoadBackFinish came and went): no request, and not NoReq either (the node says a load is
 #: pending), so TypeOK refuses it: `node.loading` was never cleared
 ENDED_REQ = -1
+
+
+def lock_len(node, in_tree, n: int) -> int:
+    """reqLen of a live request whose lock holds node id `node` (None: none known): the spec
+    locks the whole chain (reqLen = len at the match) and LockedNodesKept asks reqLen <=
+    len; the tree form locks the path to the node, so a path still in the tree is 0 (holds
+    for any len) and a locked node that left it is n + 1 (a locked prefix beyond the tree:
+    the deletion of a locked node, which LockedNodesKept refuses)."""
+    return 0 if node is None or in_tree(node) else n + 1
 
 
 def load_req(slot_of, rid) -> int:
@@ -89,6 +101,9 @@ class HostTierMap:
         self.phase: dict[int, str] = {}      # live request id -> spec phase
         self.loads: dict[int, int] = {}      # request id -> its loads whose LoadBackFinish is to come
         self.ending: set[int] = set()        # ended (finished/aborted) with a load still to finish
+        # live request id -> id of the node its lock holds (the path root..node is locked):
+        # from the events that move a request's node (match, insert, prefetch join)
+        self.req_node: dict[int, int] = {}
         self.sync_backup: dict[int, list[int]] = {}   # write_back: node id -> slots being copied
 
     # ------------------------------------------------------------ events
@@ -98,6 +113,14 @@ class HostTierMap:
         rid = fields.get("rid")
         if action in _PHASE and rid is not None:
             self._request_event(action, rid)
+            if rid in self.phase and rid not in self.ending:
+                node = fields.get("node")
+                if node is not None and action in _MOVES_LOCK:
+                    self.req_node[rid] = node
+            else:
+                self.req_node.pop(rid, None)    # ended (even with a load to finish): unlocked
+        elif action == "PrefetchFinish" and rid in self.req_node and fields.get("node") is not None:
+            self.req_node[rid] = fields["node"]
         if action == "BackupStart":
             # a blocking copy (write_back) sets the node's host slots only when it ends:
             # until then its slots are the node's backupOp (node_slots)
@@ -191,7 +214,7 @@ class HostTierMap:
         rids = sorted(self.phase)
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
         dev, host, stor, hits, backup, loadreq, parent = [], [], [], [], [], [], []
-        last_page: dict[int, int] = {}     # node id -> its last page's index
+        last_page: dict[int, int] = {}     # node id -> its last page's index (the tree's nodes)
         sync_backup = self.sync_backup
         for x in c.tree.nodes():            # preorder: a parent's pages come before its children's
             p = x.parent
@@ -223,11 +246,12 @@ class HostTierMap:
         for lst, v in ((dev, False), (host, 0), (stor, False), (hits, 0), (backup, 0), (loadreq, 0)):
             lst.append(v)
         req, pfslot, pfabort, reqlen = [], [], [], []
+        root = c.tree.root.id
         for rid in rids:
             req.append(self.phase[rid])
             pfslot.append(0)
             pfabort.append(False)
-            reqlen.append(0)
+            reqlen.append(lock_len(self.req_node.get(rid), lambda nid: nid == root or nid in last_page, n))
         for op, orphan in self._prefetch_ops():
             for h in op.slots:
                 req.append(prefetch_row(orphan, _in_tree(c.tree, op.anchor), n, pfslot, pfabort, reqlen, h))

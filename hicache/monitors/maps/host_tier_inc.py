@@ -36,8 +36,8 @@ import weakref
 import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req, node_slots,
-                                             prefetch_row, writing)
+from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req, lock_len,
+                                             node_slots, prefetch_row, writing)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
@@ -302,6 +302,8 @@ class IncrementalHostTierMap(HostTierMap):
         self.L = L
 
     def _unmap(self, x) -> None:
+        if x.id in self.by_id:
+            self.req_dirty = True    # a request whose lock holds x now has it out of the tree
         self.by_id.pop(x.id, None)
         self.nval.pop(x, None)
         self._remove(self.npos.pop(x, ()))
@@ -414,14 +416,25 @@ class IncrementalHostTierMap(HostTierMap):
         if changed.size or self.adjusted or self.dirty_slots:
             self._set_scalar("slot", tuple(self.slot_names))
 
+    def _lock_lens(self) -> list[int]:
+        """reqLen of each live request's row (`lock_len`: 0 while its locked node is in the
+        tree, the mapped nodes; len + 1 once it left)."""
+        by_id, root, req_node, L = self.by_id, self.cache.tree.root.id, self.req_node, self.L
+        in_tree = by_id.__contains__
+        return [lock_len(req_node.get(rid), lambda nid: nid == root or in_tree(nid), L) if rid is not None else 0
+                for rid in self.qtab]
+
     def _requests(self) -> None:
         phase = self.phase
         req = [phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
+        locks = self._lock_lens()
         s = self.s
         old = s.get("req")
-        if old is not None and not self._prefetch_in_flight() and not self.pf_refs:
+        if old is not None and not self._prefetch_in_flight() and not self.pf_refs and not any(locks) \
+                and not any(s["reqLen"]):
             # no prefetch row now nor at the last rebuild (a prefetch row always references
-            # a slot): every row is a live request's, whose other values are all 0/FALSE
+            # a slot), no locked node out of the tree now nor then: every row is a live
+            # request's, whose other values are all 0/FALSE
             if not req:
                 req = ["idle"]
             nq, n0 = len(req), len(old)
@@ -434,7 +447,7 @@ class IncrementalHostTierMap(HostTierMap):
                 self._set_scalar("req", tuple(req))
             return
         nlive = len(req)
-        pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, [0] * nlive
+        pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, locks
         c = self.cache
         for op, orphan in self._prefetch_ops():
             anchored = _in_tree(c.tree, op.anchor)
