@@ -54,8 +54,8 @@ PageAt(r, a) == a * CP + r
 
 (* Token-level placement for n ranks and page size ps, and its inverse.    *)
 TokOwner(loc, n, ps)    == (loc % (n * ps)) \div ps
-TokLocal(loc, n, ps)    == (loc \div (n * ps)) * ps + loc % ps
-TokLoc(r, a, n, ps)     == (a \div ps) * (n * ps) + r * ps + a % ps
+TokLocal(loc, n, ps)    == (loc \div (n * ps)) * ps + (loc % ps)
+TokLoc(r, a, n, ps)     == (a \div ps) * (n * ps) + r * ps + (a % ps)
 
 (* Rotation arithmetic.                                                    *)
 ChainOwner(b, P, n)     == (b + P) % n          \* owner class of position P

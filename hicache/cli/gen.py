@@ -1,7 +1,8 @@
 """`hicache gen`: regenerate the runtime monitors (hicache/monitors/generated/) from spec/.
 
 `--check` regenerates in memory and fails (exit 1) when a committed module differs from
-what the specs produce (drift), naming the files; CI runs it. Exit 150 on a spec the
+what the specs produce (drift), or when the output folder holds a file the specs no longer
+produce (stale), naming the files; CI runs it. Exit 150 on a spec the
 generator cannot translate, with the located construct.
 """
 from __future__ import annotations
@@ -63,17 +64,24 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = render_all(spec_dir, names)
     except TlaError as e:
-        emit(args, {"ok": False, "error": str(e)}, f"hicache gen: {e}")
+        msg = error_text(e)
+        emit(args, {"ok": False, "error": msg}, f"hicache gen: {msg}")
         return EXIT_ERROR
     if not args.only:
         files["__init__.py"] = index_source(names)
     drift = sorted(f for f, src in files.items()
                    if not (out_dir / f).exists() or (out_dir / f).read_text() != src)
+    # with --only the other modules are not regenerated, so they are not stale either
+    stale = [] if args.only else stale_files(out_dir, files)
     if args.check:
-        ok = not drift
-        text = "monitors up to date" if ok else \
-            "generated monitors differ from spec/ (run `hicache gen`): " + ", ".join(drift)
-        emit(args, {"ok": ok, "drift": drift, "files": sorted(files)}, text)
+        ok = not drift and not stale
+        problems = []
+        if drift:
+            problems.append("generated monitors differ from spec/ (run `hicache gen`): " + ", ".join(drift))
+        if stale:
+            problems.append("not generated from any spec (delete them): " + ", ".join(stale))
+        text = "monitors up to date" if ok else "\n".join(problems)
+        emit(args, {"ok": ok, "drift": drift, "stale": stale, "files": sorted(files)}, text)
         return 0 if ok else 1
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,9 +91,27 @@ def run(args: argparse.Namespace) -> int:
         msg = f"--out-dir: cannot write {e.filename or out_dir} ({e.strerror or e})"
         emit(args, {"ok": False, "error": msg}, f"hicache gen: {msg}")
         return EXIT_ERROR
-    emit(args, {"ok": True, "written": drift, "files": sorted(files)},
-         f"wrote {len(drift)} of {len(files)} monitor modules to {out_dir}")
+    note = f"; not generated from any spec (delete them): {', '.join(stale)}" if stale else ""
+    emit(args, {"ok": True, "written": drift, "stale": stale, "files": sorted(files)},
+         f"wrote {len(drift)} of {len(files)} monitor modules to {out_dir}{note}")
     return 0
+
+
+def stale_files(out_dir: Path, files: dict[str, str]) -> list[str]:
+    """Files of the output folder the generator does not produce (a monitor whose spec was
+    renamed or dropped): importable, yet checked against nothing. __pycache__ and the
+    package index are the folder's own."""
+    if not out_dir.is_dir():
+        return []
+    return sorted(p.name for p in out_dir.iterdir()
+                  if p.name not in files and p.name not in ("__init__.py", "__pycache__"))
+
+
+def error_text(e) -> str:
+    """`file:line:col: kind: message` with the command's prefix said once: the caller
+    adds it, so one the code generator put in its message is dropped."""
+    where = f"{e.loc}: " if e.loc else ""
+    return f"{where}{e.kind}: {e.message.removeprefix('hicache gen: ')}"
 
 
 if __name__ == "__main__":  # pragma: no cover

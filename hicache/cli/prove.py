@@ -1,7 +1,10 @@
 """`hicache prove`: discharge the THEOREMs of the specs with Z3.
 
 Default: every spec/*.tla of the checkout. Exit 0 iff every theorem is proved; 1 when
-any is not (counterexample, unknown, unsupported, or a spec that does not load).
+any is not (counterexample, unknown, unsupported, or a spec that does not load); 150 for
+a usage error: a missing file, a bad --timeout, or a --config that does not fit a spec
+(located: a name it does not declare, one assigned twice, a value other than an integer
+or boolean, values that violate an ASSUME).
 A spec without THEOREMs contributes nothing.
 """
 from __future__ import annotations
@@ -25,12 +28,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import hicache
-    from hicache.tla.z3backend import DEFAULT_TIMEOUT_S, prove_files
+    from hicache.cli.main import EXIT_USAGE
+    from hicache.tla.z3backend import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ConfigRejected, prove_files
 
     timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
-    if timeout <= 0:
-        from hicache.cli.main import EXIT_USAGE
-        print("hicache prove: --timeout must be positive", file=sys.stderr)
+    if not (0 < timeout <= MAX_TIMEOUT_S):      # (also refuses nan; inf is above the cap)
+        print(f"hicache prove: --timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {timeout:g}",
+              file=sys.stderr)
         return EXIT_USAGE
     paths = [Path(s) for s in args.specs] or sorted((hicache.REPO_ROOT / "spec").glob("*.tla"))
     # inputs that are not there are the command line's error, refused before any proof
@@ -38,10 +42,17 @@ def run(args: argparse.Namespace) -> int:
     missing = [str(p) for p in paths if not p.is_file()] + \
         ([args.config] if args.config and not Path(args.config).is_file() else [])
     if missing:
-        from hicache.cli.main import EXIT_USAGE
         print(f"hicache prove: no such file: {', '.join(missing)}", file=sys.stderr)
         return EXIT_USAGE
-    results = prove_files(paths, timeout_s=timeout, cfg_path=Path(args.config) if args.config else None)
+    try:
+        results = prove_files(paths, timeout_s=timeout, cfg_path=Path(args.config) if args.config else None)
+    except ConfigRejected as e:
+        # a .cfg that does not fit is the command line's error, like a missing file: no
+        # theorem is reported proved (a violated ASSUME would make every proof vacuous)
+        print(f"hicache prove: --config: {e.error}", file=sys.stderr)
+        if getattr(args, "json", False):
+            emit(args, {"theorems": [], "ok": False, "error": str(e.error)}, None)
+        return EXIT_USAGE
     ok = all(r.proved for r in results)
     lines = []
     for r in results:

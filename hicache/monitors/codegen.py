@@ -260,7 +260,7 @@ class Generator:
 
     def unsupported(self, what: str, node):
         lc = node_loc(self.root.file, node)
-        raise Unsupported(f"hicache gen: unsupported construct {what}", lc)
+        raise Unsupported(f"unsupported construct {what}", lc)
 
     # ------------------------------------------------------------- levels
     def is_const_def(self, d: OpDef) -> bool:
@@ -911,7 +911,7 @@ class Generator:
         invs = [n for n in self.want_invariants]
         for n in invs:
             if not isinstance(self.scope.entries.get(n), OpDef):
-                raise SemanticError(f"hicache gen: invariant {n} is not defined", node_loc(self.root.file, self.root.ast))
+                raise SemanticError(f"invariant {n} is not defined", node_loc(self.root.file, self.root.ast))
 
         body: list[str] = []
         # actions: conjunct-located checks, and one any-binding check per Next leaf

@@ -56,6 +56,9 @@ class Config:
     alias: str | None = None
     postcondition: str | None = None
     locs: dict[str, Loc] = field(default_factory=dict)   # where each definition name appears
+    # where each constant is assigned (`N = 3` or `N <- Def`), at its name: callers that
+    # reject a value or an undeclared name point there
+    constant_locs: dict[str, Loc] = field(default_factory=dict)
 
 
 @dataclass
@@ -168,6 +171,8 @@ def parse_cfg(text: str, file: str = "<cfg>") -> Config:
                 if name.kind != "ident":
                     raise ConfigError(f"expected a constant name, got {name.text!r}", p.loc(name))
                 op = p.next("'=' or '<-'")
+                if op.text in ("=", "<-"):
+                    _assign_once(cfg, name.text, p.loc(name))
                 if op.text == "=":
                     cfg.constants[name.text] = p.value()
                 elif op.text == "<-":
@@ -205,6 +210,16 @@ def parse_cfg(text: str, file: str = "<cfg>") -> Config:
     if cfg.specification and (cfg.init or cfg.next):
         raise ConfigError("give either SPECIFICATION or INIT/NEXT, not both", Loc(file, 1, 1))
     return cfg
+
+
+def _assign_once(cfg: Config, name: str, loc: Loc) -> None:
+    """Record where `name` is assigned; a second assignment is an error. (TLC applies the
+    assignments in order, so the last one silently wins: a typo'd copy of a line, or two
+    edits that each set the constant, would change the model without a word.)"""
+    first = cfg.constant_locs.get(name)
+    if first is not None:
+        raise ConfigError(f"constant {name} is assigned twice (first at {first})", loc)
+    cfg.constant_locs[name] = loc
 
 
 def load_cfg(path: str | Path) -> Config:

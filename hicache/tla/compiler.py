@@ -81,6 +81,22 @@ class Scope:
     def __init__(self, module: Module | None):
         self.module = module
         self.entries: dict[str, Any] = {}
+        # each symbol declared here (constant, variable, definition, theorem, named ASSUME):
+        # its declaring node and location. SANY rejects a second declaration of a name;
+        # the same node reached again (a module EXTENDed along two paths) is no second one.
+        self.sites: dict[str, tuple[Any, Loc]] = {}
+
+    def declare(self, name: str, node: Any, loc: Loc) -> None:
+        """Claim `name` for `node`; SemanticError at `loc` when another node holds it."""
+        held = self.sites.get(name)
+        if held is None:
+            self.sites[name] = (node, loc)
+        elif held[0] is not node:
+            first, second = held[1], loc
+            # (constants are declared before variables and definitions: say the later in the file)
+            if first.file == second.file and (second.line, second.col) < (first.line, first.col):
+                first, second = second, first
+            raise SemanticError(f"multiply-defined symbol {name} (also defined at {first})", second)
 
 
 @dataclass(slots=True)
@@ -152,6 +168,7 @@ class Model:
             if em is not None:
                 self._build_scope(em, parent_subst, subst, scope, top=False)
         for name, arity, node in mod.constants:
+            scope.declare(name, node, mod.loc(node))
             if name in subst:
                 scope.entries[name] = subst[name]
             elif parent_subst is None:
@@ -160,6 +177,7 @@ class Model:
                 raise SemanticError(f"instance of {mod.name} does not substitute constant {name}",
                                     mod.loc(node))
         for name, node in mod.variables:
+            scope.declare(name, node, mod.loc(node))
             if name in subst:
                 scope.entries[name] = subst[name]
             elif parent_subst is None:
@@ -177,9 +195,13 @@ class Model:
             elif kind == "Instance":
                 self._add_instance(scope, mod, u, u, None, [])
             elif kind == "Axiom":
+                if u.name:
+                    scope.declare(u.name, u, mod.loc(u))
                 if parent_subst is None:
                     self.assumes.append((u.expression, Ctx(scope, module=mod)))
             elif kind == "Theorem":
+                if u.name:      # (located at its goal, as the prover reports a theorem)
+                    scope.declare(u.name, u, mod.loc(u.goal))
                 self.theorems.append((u.name or "", u.goal, mod))
         return scope
 
@@ -191,11 +213,10 @@ class Model:
             else:
                 params.append((str(p), 0))
         body = u.definiens
+        scope.declare(u.name, u, mod.loc(u))
         old = scope.entries.get(u.name)
-        if isinstance(old, OpDef):
-            if old.node is u:
-                return  # the same module reached twice through EXTENDS (a diamond)
-            raise SemanticError(f"multiply-defined symbol {u.name} (also defined at {old.loc})", mod.loc(u))
+        if isinstance(old, OpDef) and old.node is u:
+            return  # the same module reached twice through EXTENDS (a diamond)
         if _name(body) == "Instance":
             self._add_instance(scope, mod, u, body, u.name, params)
             return

@@ -16,6 +16,7 @@ from pathlib import Path
 import tla
 
 from hicache.tla.errors import Loc, ParseError, SemanticError
+from hicache.tla.precedence import check_precedence
 
 #: Modules implemented natively; EXTENDS/INSTANCE of these loads no file.
 STANDARD_MODULES = frozenset({
@@ -58,7 +59,7 @@ def parse_text(text: str, file: str):
     buf = io.StringIO()
     try:
         with contextlib.redirect_stdout(buf):
-            return tla.parse(text)
+            tree = tla.parse(text)
     except Exception as exc:  # the parser raises ValueError/AssertionError/others
         noise = buf.getvalue()
         m = _NEXT_SYM.search(noise)
@@ -72,6 +73,17 @@ def parse_text(text: str, file: str):
         if not _MODULE_HEADER.search(text):
             raise ParseError("no `---- MODULE Name ----` header found", Loc(file, 1, 1)) from None
         raise ParseError(f"cannot parse: {exc}", Loc(file, 1, 1)) from None
+    check_precedence(tree, text, file)     # (the parser groups what SANY rejects)
+    return tree
+
+
+def _module_name_loc(text: str, file: str, name: str) -> Loc:
+    """Where the top module's header names it (text before the header is allowed)."""
+    m = re.search(r"^-{4,}[ \t]*MODULE[ \t]+(" + re.escape(name) + r")\b", text, re.M)
+    if not m:
+        return Loc(file, 1, 1)
+    line = text.count("\n", 0, m.start(1)) + 1
+    return Loc(file, line, m.start(1) - (text.rfind("\n", 0, m.start(1)) + 1) + 1)
 
 
 def _token_text(value: str) -> str:
@@ -129,6 +141,11 @@ class Loader:
             raise ParseError(f"no such file {path}", Loc(str(path), 0, 0))
         text = path.read_text()
         tree = parse_text(text, str(path))
+        if tree.name != path.stem:
+            # SANY aborts on it ("File name ... does not match the name ... of the top level
+            # module"); EXTENDS finds a module by its file name, so the two must agree
+            raise ParseError(f"module {tree.name} is in file {path.name}: a module's name must match its file "
+                             f"name (MODULE {path.stem})", _module_name_loc(text, str(path), tree.name))
         mod = _index_module(tree, str(path))
         self.modules[mod.name] = mod
         self._register_inner(mod)

@@ -8,7 +8,8 @@ variables. Checks, within one timeout per theorem:
      reported as a located counterexample to well-definedness, never proved around;
   2. Not(goal) is unsatisfiable given the ASSUMEs and hypotheses: proved; satisfiable:
      counterexample with the model; neither in time: unknown.
-A proof whose hypotheses are contradictory is flagged as vacuous.
+A proof whose hypotheses are contradictory is flagged as vacuous. A --config whose values
+violate the ASSUMEs would make every proof vacuous: it is refused up front (ConfigRejected).
 
 A theorem `H => G` whose H pins constants to literals (`NStages \\in 1..8`, `NRanks = 2`)
 is split into one such check per assignment, with those constants fixed (constant ranges
@@ -25,13 +26,52 @@ from typing import Any
 import z3
 
 from hicache.tla.compiler import Model, OpDef
-from hicache.tla.errors import TlaError
+from hicache.tla.errors import ConfigError, EvalError, Loc, TlaError
 from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.z3arith import Poly
 from hicache.tla.z3translate import Ctx, FuncV, SetV, Translator, Unsupported
 
 #: seconds per theorem unless the caller says otherwise
 DEFAULT_TIMEOUT_S = 30.0
+#: the longest timeout taken: Z3 counts milliseconds in an unsigned 32-bit int (49 days)
+MAX_TIMEOUT_S = 1e6
+#: budget of the check that the --config values satisfy the ASSUMEs
+ASSUME_CHECK_S = 2.0
+
+
+class ConfigRejected(Exception):
+    """The --config does not fit a spec (syntax, a name assigned twice or not declared, a
+    value the prover cannot take, a violated ASSUME): an error of the invocation, reported
+    once with its location, not a result of each theorem."""
+
+    def __init__(self, error: TlaError):
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass(slots=True)
+class ProveConfig:
+    """The CONSTANTS of a .cfg as the prover takes them: values and where each is assigned."""
+    values: dict[str, bool | int]
+    sites: dict[str, Loc]
+
+
+def load_prove_config(path: Path) -> ProveConfig:
+    """Parse a .cfg for `hicache prove`; ConfigRejected, located in the .cfg, when it does
+    not parse (a constant assigned twice included), or gives a value other than an integer
+    or boolean."""
+    from hicache.tla.cfg import load_cfg
+    from hicache.tla.values import fmt
+    try:
+        cfg = load_cfg(path)
+    except ConfigError as e:
+        raise ConfigRejected(e) from None
+    sites = {name: cfg.constant_locs[name] for name in cfg.constants}
+    for name, v in cfg.constants.items():
+        if not isinstance(v, (bool, int)):
+            raise ConfigRejected(ConfigError(
+                f"{name} = {fmt(v)}: hicache prove takes integer and boolean constant values only", sites[name]))
+    return ProveConfig(dict(cfg.constants), sites)
 
 
 def _name(node) -> str:
@@ -70,13 +110,87 @@ class Prover:
 
     def __init__(self, path: Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, cfg_path: Path | None = None,
                  search_dirs: list[Path] | None = None):
-        from hicache.tla.cfg import load_cfg
+        """Raises TlaError when the spec does not load, ConfigRejected when `cfg_path`
+        does not fit it, ValueError for a timeout Z3 cannot take."""
+        if not (0 < timeout_s <= MAX_TIMEOUT_S):      # (also false for NaN)
+            raise ValueError(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {timeout_s}")
         self.path = Path(path)
         self.timeout_s = timeout_s
         self.loader = Loader([self.path.parent, *(search_dirs or [])])
         self.root = self.loader.load_file(self.path)
-        self.constants = load_cfg(cfg_path).constants if cfg_path else {}
+        cfg = load_prove_config(cfg_path) if cfg_path else None
+        self.constants = cfg.values if cfg else {}
+        # (Model rejects a THEOREM name defined twice, or named like an operator, as SANY does)
         self.model = Model(self.loader, self.root, self.constants)
+        if cfg is not None:
+            self._check_config(cfg)
+
+    def _check_config(self, cfg: ProveConfig) -> None:
+        """Every name the .cfg assigns is a constant of the spec (or a definition it
+        overrides, as TLC allows), and the values satisfy the ASSUMEs: a typo there would
+        otherwise be ignored, or make every proof vacuous (all green)."""
+        entries = self.model.root_scope.entries
+        for name, loc in cfg.sites.items():
+            e = entries.get(name)
+            if not (isinstance(e, tuple) and e and e[0] == "const"):
+                raise ConfigRejected(ConfigError(
+                    f"{name} is assigned a value, but it is not a CONSTANT of module {self.root.name}", loc))
+        self._check_assumes(cfg)
+
+    def _check_assumes(self, cfg: ProveConfig) -> None:
+        """Raise ConfigRejected, located at the ASSUME, when the .cfg values contradict it
+        (or the ASSUMEs together) although the spec's ASSUMEs alone are consistent; the
+        last case is the spec's own, which the vacuity note of each proof reports."""
+        if not self.model.assumes:
+            return
+        given, lemmas = self._assume_formulas(self.constants)
+        if not self._refuted(lemmas + [f for f in given if f is not None]):
+            return
+        free, free_lemmas = self._assume_formulas({})
+        for (expr, actx), f, g in zip(self.model.assumes, given, free):
+            own_fault = g is not None and self._refuted(free_lemmas + [g])    # false whatever the values
+            if f is not None and not own_fault and self._refuted(lemmas + [f]):
+                raise ConfigRejected(EvalError("ASSUME is violated by the --config values "
+                                               + self._values_text(cfg, expr, actx), node_loc(actx.module.file, expr)))
+        if self._refuted(free_lemmas + [g for g in free if g is not None]):
+            return
+        expr, actx = self.model.assumes[0]
+        raise ConfigRejected(EvalError("the ASSUMEs together are violated by the --config values "
+                                       + self._values_text(cfg, None, None), node_loc(actx.module.file, expr)))
+
+    def _assume_formulas(self, constants: dict) -> tuple[list, list]:
+        """Each ASSUME as a Z3 formula with `constants` fixed (None where it does not
+        translate, as in the proofs: left out), and the arithmetic lemmas they need."""
+        tr = Translator(self.model, constants)
+        out: list = []
+        for expr, actx in self.model.assumes:
+            try:
+                out.append(tr.formula(expr, Ctx({}, actx.module, actx.scope)))
+            except (Unsupported, TlaError, RecursionError):
+                out.append(None)
+        return out, list(tr.top_lemmas)
+
+    def _refuted(self, formulas: list) -> bool:
+        """The formulas are shown unsatisfiable within a short budget (unknown: not refuted)."""
+        s = self._solver(formulas, time.monotonic() + min(self.timeout_s, ASSUME_CHECK_S), STRATEGIES[0])
+        return s is not None and s.check() == z3.unsat
+
+    def _values_text(self, cfg: ProveConfig, expr, actx) -> str:
+        """`S = 0 (file.cfg:2:5)` for the .cfg constants that the first conjunct of the
+        ASSUME they refute mentions (all of them when expr is None or that is unclear)."""
+        names = list(cfg.values)
+        for conj in _conj_nodes(expr) if expr is not None else []:
+            ctx = Ctx({}, actx.module, actx.scope)
+            fixed, free = Translator(self.model, self.constants), Translator(self.model, {})
+            try:
+                f = fixed.formula(conj, ctx)
+                free.formula(conj, ctx)     # (its free constants are the names the conjunct mentions)
+            except (Unsupported, TlaError, RecursionError):
+                continue
+            if self._refuted(fixed.top_lemmas + [f]):
+                names = [n for n in cfg.values if n in free.free] or names
+                break
+        return ", ".join(f"{n} = {_lit(cfg.values[n])} ({cfg.sites[n]})" for n in names)
 
     def theorems(self) -> list[tuple[str, Any, Module]]:
         """The root module's own theorems (an EXTENDed module proves its own)."""
@@ -104,8 +218,9 @@ class Prover:
                                      f"case {what}: {r.detail}", r.location)
             note = " (vacuous)" if "vacuous" in r.detail else ""
             per_case.append(f"{what}: {r.seconds:.2f} s{note}")
+        n = f"{len(cases)} case" + ("" if len(cases) == 1 else "s")
         return TheoremResult(label, mod.name, Status.PROVED, time.monotonic() - t0,
-                             f"Q.E.D. in {len(cases)} cases" + (f" with {fixed}" if varying and fixed else "")
+                             f"Q.E.D. in {n}" + (f" with {fixed}" if varying and fixed else "")
                              + f" ({'; '.join(per_case)})", str(node_loc(mod.file, goal)))
 
     def _constant_cases(self, goal, mod: Module) -> list[dict]:
@@ -438,14 +553,18 @@ def _set_text(m: z3.ModelRef, s: SetV, tr: Translator) -> str:
 
 def prove_files(paths: list[Path], *, timeout_s: float = DEFAULT_TIMEOUT_S,
                 cfg_path: Path | None = None) -> list[TheoremResult]:
-    """Every THEOREM of every file; a file that does not load gives one error result."""
-    out: list[TheoremResult] = []
+    """Every THEOREM of every file; a file that does not load gives one error result.
+
+    Raises ConfigRejected when `cfg_path` does not fit one of the files: every file is
+    loaded (and the .cfg checked against it) before any proof starts."""
+    loaded: list[Prover | TheoremResult] = []
     for p in paths:
         try:
-            prover = Prover(Path(p), timeout_s=timeout_s, cfg_path=cfg_path)
+            loaded.append(Prover(Path(p), timeout_s=timeout_s, cfg_path=cfg_path))
         except TlaError as e:
-            out.append(TheoremResult(f"<{Path(p).name}>", Path(p).stem, Status.ERROR, 0.0, str(e),
-                                     str(e.loc or "")))
-            continue
-        out.extend(prover.prove_all())
+            loaded.append(TheoremResult(f"<{Path(p).name}>", Path(p).stem, Status.ERROR, 0.0, str(e),
+                                        str(e.loc or "")))
+    out: list[TheoremResult] = []
+    for x in loaded:
+        out.extend(x.prove_all() if isinstance(x, Prover) else [x])
     return out

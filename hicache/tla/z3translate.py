@@ -34,6 +34,7 @@ from hicache.tla.compiler import Model, OpDef, Subst
 from hicache.tla.errors import Loc, TlaError
 from hicache.tla.loader import Module, node_loc
 from hicache.tla.stdlib import SYNONYMS
+from hicache.tla.values import fmt
 from hicache.tla.z3arith import Arith, Poly
 
 #: finite ranges up to this size are expanded instead of quantified
@@ -505,7 +506,7 @@ class Translator:
                 return z3.BoolVal(v, self.zc)
             if isinstance(v, int):
                 return Poly.const(v)
-            raise Unsupported(f"constant {name} = {v!r} (only integers and booleans)", None)
+            raise Unsupported(f"constant {name} = {fmt(v)} (only integers and booleans)", None)
         if name not in self._consts:
             sort = "bool" if name in self.m_bool_constants() else "int"
             c = z3.Bool(name, self.zc) if sort == "bool" else z3.Int(name, self.zc)

@@ -262,3 +262,126 @@ def test_seeded_bug_breaks_the_inductive_step_with_a_counterexample(tmp_path):
     checks = _fn(re.search(r"checks' = \(([^)]*)\)", r.detail).group(1))
     s0, s1 = _fn(upto.group(1)), _fn(upto.group(2))
     assert any(k <= checks[0] and k <= checks[1] and s0[k] != s1[k] for k in s0)
+
+
+# ------------------------------------------------------------ --config and --timeout input errors
+CONFIG_SPEC = MODELS / "ProveConfig.tla"      # ASSUME S \in Nat /\ S >= 1 /\ Flag \in BOOLEAN (line 6)
+
+
+def _prove_with_cfg(tmp_path, capsys, cfg_text: str, *extra: str) -> tuple[int, str, str]:
+    cfg = tmp_path / "bad.cfg"
+    cfg.write_text(cfg_text)
+    code = main(["prove", str(CONFIG_SPEC), "--config", str(cfg), *extra])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_config_values_violating_an_assume_are_a_located_usage_error(tmp_path, capsys):
+    # before: every theorem "PROVED (vacuous ...)" and exit 0, a cfg typo turned CI green
+    from hicache.cli.main import EXIT_USAGE
+    code, out, err = _prove_with_cfg(tmp_path, capsys, "CONSTANTS\n    S = 0\n    Flag = TRUE\n")
+    assert code == EXIT_USAGE and "PROVED" not in out
+    assert err.strip() == (f"hicache prove: --config: {CONFIG_SPEC}:6:8: evaluation error: ASSUME is violated "
+                           f"by the --config values S = 0 ({tmp_path / 'bad.cfg'}:2:5)")
+    code, out, _ = _prove_with_cfg(tmp_path, capsys, "CONSTANTS\n    S = 3\n    Flag = 5\n", "--json")
+    assert code == EXIT_USAGE
+    payload = json.loads(out.strip().splitlines()[-1])
+    assert payload["ok"] is False and payload["theorems"] == [] and "Flag = 5" in payload["error"]
+
+
+def test_config_values_violating_the_assumes_together_are_refused(tmp_path):
+    from hicache.tla.z3backend import ConfigRejected
+    spec = tmp_path / "Joint.tla"
+    spec.write_text("---- MODULE Joint ----\nEXTENDS Naturals\nCONSTANT S, K\nASSUME S > K\nASSUME K > 5\n"
+                    "THEOREM T == S > 0\n====\n")
+    (tmp_path / "j.cfg").write_text("CONSTANTS S = 3\n")
+    with pytest.raises(ConfigRejected) as ei:
+        prove_files([spec], cfg_path=tmp_path / "j.cfg")
+    assert str(ei.value.error) == (f"{spec}:4:8: evaluation error: the ASSUMEs together are violated by the "
+                                   f"--config values S = 3 ({tmp_path / 'j.cfg'}:1:11)")
+
+
+def test_assumes_contradictory_without_the_config_are_not_blamed_on_it(tmp_path):
+    spec = tmp_path / "Contra.tla"
+    spec.write_text("---- MODULE Contra ----\nEXTENDS Naturals\nCONSTANT S, K\nASSUME K > 5 /\\ K < 2\n"
+                    "THEOREM T == S > 0\n====\n")
+    (tmp_path / "c.cfg").write_text("CONSTANTS S = 3\n")
+    (r,) = prove_files([spec], cfg_path=tmp_path / "c.cfg")
+    assert r.status is Status.PROVED and "vacuous" in r.detail       # the spec's own fault, flagged there
+
+
+@pytest.mark.parametrize("cfg_text, message", [
+    ("CONSTANTS\n    S = 3\n    Flag = TRUE\n    Bogus = 4\n",
+     "{cfg}:4:5: config error: Bogus is assigned a value, but it is not a CONSTANT of module ProveConfig"),
+    ("CONSTANTS\n    S = 3\n    Flag = TRUE\n    S = 4\n",
+     "{cfg}:4:5: config error: constant S is assigned twice (first at {cfg}:2:5)"),
+    ("CONSTANTS\n    S = {1, 2}\n    Flag = TRUE\n",
+     "{cfg}:2:5: config error: S = {{1, 2}}: hicache prove takes integer and boolean constant values only"),
+    ("CONSTANTS\n    S = \"x\"\n",
+     "{cfg}:2:5: config error: S = \"x\": hicache prove takes integer and boolean constant values only"),
+    ("CONSTANTS\n    S = \n",
+     "{cfg}:2:7: config error: expected a value but the file ended"),
+])
+def test_config_that_does_not_fit_the_spec_is_a_located_usage_error(tmp_path, capsys, cfg_text, message):
+    from hicache.cli.main import EXIT_USAGE
+    code, out, err = _prove_with_cfg(tmp_path, capsys, cfg_text)
+    assert code == EXIT_USAGE and "PROVED" not in out
+    assert err.strip() == "hicache prove: --config: " + message.format(cfg=tmp_path / "bad.cfg")
+
+
+def test_config_may_leave_constants_symbolic(tmp_path):
+    (tmp_path / "p.cfg").write_text("CONSTANTS\n    S = 3\n")      # Flag stays "any boolean"
+    res = {r.name: r for r in prove_files([CONFIG_SPEC], cfg_path=tmp_path / "p.cfg")}
+    assert [(r.status, r.detail) for r in res.values()] == [(Status.PROVED, "Q.E.D.")] * 2
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e7", "0", "-1"])
+def test_timeout_outside_what_z3_takes_is_a_usage_error(capsys, value):
+    from hicache.cli.main import EXIT_USAGE
+    assert main(["prove", str(MODELS / "ProveGood.tla"), f"--timeout={value}"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("hicache prove: --timeout must be a number of seconds in (0, 1000000], got ") \
+        and "Traceback" not in err
+    with pytest.raises(ValueError, match="timeout_s"):
+        Prover(MODELS / "ProveGood.tla", timeout_s=float(value))
+
+
+# ------------------------------------------------------------ theorem names, case count
+@pytest.mark.parametrize("first, where", [("THEOREM T == 1 = 1", "4:14"), ("T == 3", "4:1")])
+def test_a_theorem_name_defined_twice_is_an_error_at_the_second(tmp_path, first, where):
+    spec = tmp_path / "Dup.tla"
+    spec.write_text(f"---- MODULE Dup ----\nEXTENDS Naturals\nCONSTANT N\n{first}\nTHEOREM T == 1 = 2\n====\n")
+    (r,) = prove_files([spec])
+    assert (r.status, r.detail) == (
+        Status.ERROR, f"{spec}:5:14: semantic error: multiply-defined symbol T (also defined at {spec}:{where})")
+
+
+def test_a_theorem_in_one_case_says_case(tmp_path):
+    spec = tmp_path / "One.tla"
+    spec.write_text("---- MODULE One ----\nEXTENDS Naturals\nCONSTANT N\nTHEOREM T == N = 2 => N + N = 4\n====\n")
+    (r,) = prove_files([spec])
+    assert r.status is Status.PROVED and re.fullmatch(r"Q\.E\.D\. in 1 case \(N = 2: [\d.]+ s\)", r.detail), r.detail
+
+
+@pytest.mark.parametrize("value, text", [("x", '"x"'), (frozenset({1, 2}), "{1, 2}")])
+def test_a_constant_value_z3_cannot_take_is_named_in_tla_syntax(tmp_path, value, text):
+    # (the CLI refuses such a .cfg first; the translator's own message is for API callers)
+    from hicache.tla.compiler import Model
+    from hicache.tla.loader import Loader
+    from hicache.tla.z3translate import Ctx, Translator, Unsupported
+    spec = tmp_path / "K.tla"
+    spec.write_text("---- MODULE K ----\nCONSTANT S\nTHEOREM T == S = S\n====\n")
+    loader = Loader([tmp_path])
+    model = Model(loader, loader.load_file(spec), {"S": value})
+    (_, goal, mod), = model.theorems
+    with pytest.raises(Unsupported) as ei:
+        Translator(model, {"S": value}).formula(goal, Ctx({}, mod, model.root_scope))
+    assert ei.value.message == f"constant S = {text} (only integers and booleans)"
+
+
+def test_a_module_named_unlike_its_file_is_an_error_result(tmp_path):
+    spec = tmp_path / "QaErr3.tla"
+    spec.write_text("---- MODULE Other ----\nTHEOREM T == TRUE\n====\n")
+    (r,) = prove_files([spec])
+    assert (r.status, r.detail) == (Status.ERROR, f"{spec}:1:13: parse error: module Other is in file QaErr3.tla: "
+                                                  "a module's name must match its file name (MODULE QaErr3)")

@@ -94,3 +94,23 @@ def test_errors_are_located(text, line, col):
 def test_boolean_and_integer_stay_distinct():
     cfg = parse_cfg("CONSTANT M = {1, TRUE, 0, FALSE}\n")
     assert len(cfg.constants["M"]) == 4
+
+
+@pytest.mark.parametrize("text, second", [
+    ("CONSTANTS\n  S = 3\n  S = 4\n", "3:3"),
+    ("CONSTANTS\n  S = 3\nINIT Init\nCONSTANT S = 4\n", "4:10"),   # in another CONSTANTS section
+    ("CONSTANTS\n  S = 3\n  S <- Def\n", "3:3"),                   # a value and a substitution
+    ("CONSTANTS\n  S <- A\n  S <- [M] B\n", "3:3"),
+])
+def test_a_constant_assigned_twice_is_an_error_at_the_second(text, second):
+    # TLC applies the assignments in order (the last wins): an edit that sets it twice
+    # would change the model silently
+    with pytest.raises(ConfigError) as ei:
+        parse_cfg(text, "dup.cfg")
+    assert str(ei.value) == f"dup.cfg:{second}: config error: constant S is assigned twice (first at dup.cfg:2:3)"
+
+
+def test_each_constant_assignment_is_located():
+    cfg = parse_cfg("CONSTANTS\n  N = 3\n  Limit <- Small\nCONSTANT P = {a}\n", "m.cfg")
+    assert {n: (str(loc)) for n, loc in cfg.constant_locs.items()} == {
+        "N": "m.cfg:2:3", "Limit": "m.cfg:3:3", "P": "m.cfg:4:10"}

@@ -283,3 +283,61 @@ def test_a_primed_invariant_is_a_located_error_not_a_crash(tmp_path, inv, col):
     assert proc.returncode >= 150
     msg = assert_located(payload, "Primed.tla", 6, col)
     assert "x': a primed variable in an expression evaluated on one state" in msg
+
+
+@pytest.mark.parametrize("extra, second, first", [
+    ("THEOREM T == x = 0\nTHEOREM T == x = 1\n", "7:14", "6:14"),    # a theorem name twice
+    ("THEOREM Init == TRUE\n", "6:17", "4:1"),                         # a theorem named like an operator
+    ("x == 3\n", "6:1", "3:10"),                                       # an operator named like a variable
+    ("CONSTANT x\n", "6:10", "3:10"),                                  # a constant named like a variable
+    ("ASSUME Next == TRUE\n", "6:1", "5:1"),                           # a named ASSUME
+])
+def test_a_multiply_defined_symbol_is_an_error_at_the_second_naming_the_first(tmp_path, extra, second, first):
+    # SANY rejects them; the model kept the last one (or two theorem results under one name)
+    spec = SPEC_OK.replace("====", extra + "====")
+    proc, payload = run_check(tmp_path, "Multi", spec)
+    f = tmp_path / "Multi.tla"
+    name = re.search(r"(?:THEOREM |ASSUME |CONSTANT |^)(\w+)", extra).group(1)
+    assert proc.returncode >= 150
+    assert payload["error"] == \
+        f"{f}:{second}: semantic error: multiply-defined symbol {name} (also defined at {f}:{first})"
+
+
+def test_a_definition_clashing_with_an_extended_module_is_located_in_both(tmp_path):
+    (tmp_path / "Base.tla").write_text("---- MODULE Base ----\nCONSTANT N\nLimit == 3\n====\n")
+    spec = SPEC_OK.replace("EXTENDS Naturals", "EXTENDS Naturals, Base").replace("====", "N == 2\n====")
+    proc, payload = run_check(tmp_path, "Ext", spec)
+    assert payload["error"] == (f"{tmp_path / 'Ext.tla'}:6:1: semantic error: multiply-defined symbol N "
+                                f"(also defined at {tmp_path / 'Base.tla'}:2:10)")
+
+
+def test_a_module_extended_along_two_paths_defines_nothing_twice(tmp_path):
+    (tmp_path / "Base.tla").write_text("---- MODULE Base ----\nCONSTANT N\nLimit == 3\nTHEOREM L == TRUE\n====\n")
+    (tmp_path / "Left.tla").write_text("---- MODULE Left ----\nEXTENDS Base\n====\n")
+    (tmp_path / "Right.tla").write_text("---- MODULE Right ----\nEXTENDS Base\n====\n")
+    spec = SPEC_OK.replace("EXTENDS Naturals", "EXTENDS Naturals, Left, Right")
+    proc, payload = run_check(tmp_path, "Diamond", spec, CFG_OK + "CONSTANT N = 1\n")
+    assert proc.returncode == 0 and payload["result"] == "ok", payload
+
+
+def test_a_module_named_unlike_its_file_is_an_error_at_its_name(tmp_path):
+    # SANY aborts on it; we checked the module under the other name
+    proc, payload = run_check(tmp_path, "QaErr3", SPEC_OK.replace("{name}", "Other"), subprocess_=True)
+    assert proc.returncode >= 150
+    assert payload["error"] == (f"{tmp_path / 'QaErr3.tla'}:1:13: parse error: module Other is in file QaErr3.tla: "
+                                f"a module's name must match its file name (MODULE QaErr3)")
+
+
+def test_an_extended_file_holding_another_module_is_located_in_it(tmp_path):
+    (tmp_path / "Base.tla").write_text("\\* a library\n---- MODULE Lib ----\nLimit == 3\n====\n")
+    spec = SPEC_OK.replace("EXTENDS Naturals", "EXTENDS Naturals, Base")
+    proc, payload = run_check(tmp_path, "UsesBase", spec)
+    assert_located(payload, "Base.tla", 2, 13)
+
+
+def test_a_precedence_conflict_is_a_located_error_of_check(tmp_path):
+    spec = SPEC_OK.replace("====", "Inv == x = 0 => x < 3 => TRUE\n====")
+    proc, payload = run_check(tmp_path, "Chain", spec, CFG_OK + "INVARIANT Inv\n", subprocess_=True)
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Chain.tla", 6, 23)
+    assert "precedence conflict between `=>` and `=>`" in msg

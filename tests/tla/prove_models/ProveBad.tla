@@ -7,8 +7,8 @@ ASSUME S \in Nat /\ S >= 1
 
 (* Wrong owner: forgets to reduce modulo the stripe before dividing.        *)
 Owner(N, ps, loc) == loc \div ps
-Local(N, ps, loc) == (loc \div (N * ps)) * ps + loc % ps
-LocOf(N, ps, r, a) == (a \div ps) * (N * ps) + r * ps + a % ps
+Local(N, ps, loc) == (loc \div (N * ps)) * ps + (loc % ps)
+LocOf(N, ps, r, a) == (a \div ps) * (N * ps) + r * ps + (a % ps)
 
 THEOREM WrongOwnerInRange ==
     \A N \in Nat \ {0}, ps \in Nat \ {0}, loc \in Nat : Owner(N, ps, loc) < N

@@ -7,8 +7,8 @@ ASSUME S \in Nat /\ S >= 1
 
 (* Token-level context-parallel placement: N ranks, page size ps.           *)
 Owner(N, ps, loc) == (loc % (N * ps)) \div ps
-Local(N, ps, loc) == (loc \div (N * ps)) * ps + loc % ps
-LocOf(N, ps, r, a) == (a \div ps) * (N * ps) + r * ps + a % ps
+Local(N, ps, loc) == (loc \div (N * ps)) * ps + (loc % ps)
+LocOf(N, ps, r, a) == (a \div ps) * (N * ps) + r * ps + (a % ps)
 
 THEOREM PlacementBijective ==
     \A N \in Nat \ {0}, ps \in Nat \ {0}, loc \in Nat :

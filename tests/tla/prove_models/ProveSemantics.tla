@@ -16,7 +16,7 @@ Trail(s) == /\ s \in 1..(S - 1)
 Same(e) == e' = e
 
 \* integer division: floor semantics, positive divisors only
-THEOREM FloorDiv_ok == \A a \in Int, d \in Nat \ {0} : 0 <= a % d /\ a % d < d /\ a = (a \div d) * d + a % d
+THEOREM FloorDiv_ok == \A a \in Int, d \in Nat \ {0} : 0 <= a % d /\ a % d < d /\ a = (a \div d) * d + (a % d)
 THEOREM NegConst_ok == (-7) \div 2 = -4 /\ (-7) % 2 = 1
 THEOREM TruncDiv_cex == (-7) \div 2 = -3
 THEOREM DivExact_cex == \A a \in Int, d \in Nat \ {0} : (a \div d) * d = a

@@ -1,0 +1,92 @@
+"""Infix precedence as SANY has it: chains it groups neither way are located syntax errors,
+and wherever SANY groups, the parser groups the same way."""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+import tla
+
+from hicache.tla import precedence
+from hicache.tla.errors import ParseError
+from hicache.tla.loader import Loader
+
+
+def _load(tmp_path: Path, expr: str):
+    """Load a module P whose line 3 is `X == <expr>`."""
+    (tmp_path / "P.tla").write_text(f"---- MODULE P ----\nEXTENDS Naturals\nX == {expr}\n====\n")
+    return Loader([tmp_path]).load_file(tmp_path / "P.tla")
+
+
+@pytest.mark.parametrize("expr, first, second, col", [
+    ("TRUE => FALSE => TRUE", "=>", "=>", 20),             # `=>` is not associative: (a=>b)=>c or a=>(b=>c)?
+    ("TRUE <=> FALSE <=> TRUE", "<=>", "<=>", 21),
+    ("1 = 1 = TRUE", "=", "=", 12),
+    ("1 # 2 /= TRUE", "#", "/=", 12),                       # one operator spelled two ways: still no chain
+    ("1 < 2 = TRUE", "<", "=", 12),
+    ("1 \\in {1} \\in {TRUE}", "\\in", "\\in", 16),
+    ("TRUE /\\ FALSE \\/ TRUE", "/\\", "\\/", 20),          # inline: a bulleted list is the way to mix them
+    ("6 * 2 \\div 3", "*", "\\div", 12),
+    ("{1} \\cup {2} \\cap {3}", "\\cup", "\\cap", 19),
+    ("TRUE => (* why *) FALSE \\* not here\n     => TRUE", "=>", "=>", 6),   # past comments, on line 4
+])
+def test_a_chain_sany_groups_neither_way_is_a_located_syntax_error(tmp_path, expr, first, second, col):
+    # the parser used to group it left: `a => b => c` read as (a => b) => c, SANY refuses it
+    with pytest.raises(ParseError) as ei:
+        _load(tmp_path, expr)
+    line = 3 + expr.count("\n")
+    assert str(ei.value) == (f"{tmp_path / 'P.tla'}:{line}:{col}: parse error: precedence conflict between "
+                             f"`{first}` and `{second}`: TLA+ groups them neither way, add parentheses")
+
+
+@pytest.mark.parametrize("expr", [
+    "(TRUE => FALSE) => TRUE", "TRUE => (FALSE => TRUE)",
+    "TRUE /\\ FALSE /\\ TRUE", "TRUE \\/ FALSE \\/ TRUE",      # left-associative
+    "{1} \\cup {2} \\union {3}",                               # one operator, two spellings
+    "1 + 2 - 3", "1 - 2 + 3", "1 - 2 - 3",                     # `-` binds tighter than `+`
+    "1 = 2 /\\ 3 # 4 => 5 \\in {5} <=> TRUE",                  # nested ranges: no conflict
+    "TRUE => FALSE <=> TRUE",                                  # `<=>` (2) binds tighter than `=>` (1)
+    "(1 :> 2 @@ 3 :> 4)[1] = 2",
+    "\\A x \\in {1} : x = 1 => \\E y \\in {2} : y = 2 => TRUE",   # quantifier bodies are not chains
+    "/\\ TRUE => FALSE\n     /\\ 1 = 1",                         # bulleted items are separate
+])
+def test_what_sany_groups_still_loads(tmp_path, expr):
+    _load(tmp_path, expr)
+
+
+def test_operators_of_overlapping_ranges_are_a_conflict_too(tmp_path):
+    """SANY rejects `a + b % c` (`+` 10-10, `%` 10-11: overlapping ranges); spec/CPSharding.tla
+    wrote it until this check was complete."""
+    assert precedence.grouping("+", "%") is None
+    with pytest.raises(ParseError, match="precedence conflict between `\\+` and `%`"):
+        _load(tmp_path, "1 + 5 % 3")
+    _load(tmp_path, "1 + (5 % 3)")
+
+
+def _representatives() -> list[str]:
+    """One infix operator per (low, high, associativity) class of SANY's table."""
+    seen: dict[tuple, str] = {}
+    for op, cls in precedence._INFIX.items():
+        seen.setdefault(cls, op)
+    return list(seen.values())
+
+
+def test_the_parser_groups_as_sany_wherever_sany_groups():
+    # what makes a parent/child check enough: the parser's total order agrees with
+    # SANY's partial one on every pair SANY accepts
+    ops = _representatives() + ["/\\", "\\/", "#", "<=>", "\\cup"]
+    wrong = []
+    for a in ops:
+        for b in ops:
+            want = precedence.grouping(a, b)
+            if want is None:
+                continue
+            with contextlib.redirect_stdout(io.StringIO()):
+                x = tla.parse(f"---- MODULE A ----\nX == x {a} y {b} z\n====\n").units[0].definiens
+            got = "left" if type(x.arguments[0]).__name__ == "OperatorApplication" and x.arguments[0].arguments \
+                else "right"
+            if got != want:
+                wrong.append((a, b, got, want))
+    assert not wrong
