@@ -29,14 +29,36 @@ def chosen() -> VerifyConfig | None:
 
 def attach(cache, cfg: VerifyConfig) -> Monitor | None:
     """Attach a HostTier monitor (incremental map) and the background-worker watch
-    (hicache.monitors.workers) to one cache; idempotent; no-op when the mode is off or the
-    cache has no host tier (nothing of HostTier to check). Call before the cache serves."""
-    if cfg.mode is Mode.OFF or cache.host is None:
+    (hicache.monitors.workers) to one cache, and on the CP replay's sharded cache its
+    CPSharding monitor; idempotent; no-op when the mode is off or there is nothing to check
+    (no host tier: nothing of HostTier; a sharded cache still has its page placement). Call
+    before the cache serves."""
+    if cfg.mode is Mode.OFF:
         return None
     mon = _monitors.get(cache)
     if mon is None:
-        mon = _monitors[cache] = monitor_cache(cache, cfg)
+        if cache.host is not None:
+            mon = monitor_cache(cache, cfg)
+        elif _sharded(cache):
+            # (a --cp replay without a host tier attached nothing and reported "no violation")
+            mon = _cp_monitor(cache, cfg)
+        else:
+            return None
+        _monitors[cache] = mon
     return mon
+
+
+def _sharded(cache) -> bool:
+    from hicache.replay.cp import ShardedCache
+    return isinstance(cache, ShardedCache)
+
+
+def _cp_monitor(cache, cfg: VerifyConfig) -> Monitor:
+    """The CP replay's page placement against CPSharding, on the cache's bus."""
+    from hicache.monitors.maps.cp_replay import CPReplayMap
+    cp = Monitor(CPReplayMap(cache), cfg)
+    cache.bus.subscribe(cp)
+    return cp
 
 
 def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
@@ -55,13 +77,10 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
     mon = Monitor(rmap, cfg)
     cache.bus.subscribe(mon)
     watch(cache, mon)
-    from hicache.replay.cp import ShardedCache
-    if isinstance(cache, ShardedCache):
+    if _sharded(cache):
         # the CP replay's sharded cache: its page placement against CPSharding too, checked
         # after the HostTier monitor at each event and at each of its cache checks
-        from hicache.monitors.maps.cp_replay import CPReplayMap
-        cp = Monitor(CPReplayMap(cache), cfg)
-        cache.bus.subscribe(cp)
+        cp = _cp_monitor(cache, cfg)
         mon.cache_check_hooks.append(cp.cache_check)
         mon.companions.append(cp)
     return mon

@@ -137,12 +137,15 @@ def test_a_lost_page_breaks_no_double_allocation_at_the_eviction(tmp_path):
     cache.close()
 
 
-def test_verified_mode_checks_a_sharded_replay(tmp_path, monkeypatch):
+@pytest.mark.parametrize("host_pages", [64, 0])
+def test_verified_mode_checks_a_sharded_replay(tmp_path, monkeypatch, host_pages):
+    """With or without a host tier: without one, nothing of HostTier has a step, but the
+    page placement does (it attached nothing, and the replay reported "no violation")."""
     from hicache import verified
     from hicache.replay.driver import ReplayConfig, replay_requests
     keys = workload(3, 40)
     reqs = [(k, len(k) // 8) for k in keys]
-    cfg = ReplayConfig(page_size=PS, device_tokens=6 * PS, host_tokens=64 * PS, cp=2, sync=True)
+    cfg = ReplayConfig(page_size=PS, device_tokens=6 * PS, host_tokens=host_pages * PS, cp=2, sync=True)
     seen: list = []
     init = Monitor.__init__
 
@@ -157,6 +160,7 @@ def test_verified_mode_checks_a_sharded_replay(tmp_path, monkeypatch):
         verified.disable()
     cp = [m for m in seen if isinstance(m.rmap, CPReplayMap)]
     assert len(cp) == 1 and cp[0].checked > 40
+    assert len(seen) == (2 if host_pages else 1)
 
 
 def test_constant_level_invariants_are_checked_again_only_when_their_constants_change(tmp_path):

@@ -310,3 +310,19 @@ def test_evaluate_under_verify_reports_what_the_monitors_checked(tmp_path):
     assert [m["spec"] for m in v["monitors"]["baseline"]] == ["spec/HostTier.tla"]
     assert [m["spec"] for m in v["monitors"]["sharded"]] == ["spec/HostTier.tla", "spec/CPSharding.tla"]
     assert all(m["checked"] == m["events"] > 0 for ms in v["monitors"].values() for m in ms)
+
+
+def test_verify_without_a_host_tier_says_what_it_checked(tmp_path):
+    """--cp without a host tier: CPSharding checks the placement (nothing was attached and
+    the replay printed "no violation"); no sharding and no host tier: nothing to check, said
+    so, not "no violation"."""
+    def run(*extra):
+        proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--verify", "strict",
+                               "--limit", "20", "--page-size", "16", "--device-tokens", "2048",
+                               "--violation-dir", str(tmp_path), *extra], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+    out = run("--cp", "2")
+    assert "verify strict: no violation (spec/CPSharding.tla:" in out
+    out = run()
+    assert "verify strict: nothing to check (no host tier" in out and "no violation" not in out

@@ -56,6 +56,7 @@ class CPReplayMap:
         # chain ids are kept while their node (or pending allocation) lives and reused once
         # it is gone, so consecutive mapped states (and a trace's diffs) name chains stably
         self.ids: dict = {}
+        self.pids = frozenset(range(self.cp * self.local_pages))    # every logical page (fixed)
 
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
@@ -121,7 +122,7 @@ class CPReplayMap:
         return out
 
     def state(self) -> dict:
-        pids = frozenset(range(self.cp * self.local_pages))
+        pids = self.pids
         free = pids & self.cache.dev_alloc.free_set()
         rows = self._rows(pids - free)
         if max(rows, default=1) > self.n_chains:
