@@ -18,7 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pp", type=int, default=2, help="pipeline stages (default 2)")
     p.add_argument("--requests", type=int, default=24, help="requests to serve (default 24)")
     p.add_argument("--verify", choices=VERIFY, default="strict",
-                   help="off: pp_sync digests only; sample: also every 4th check/request; strict: everything")
+                   help="the engine's own cross-rank checks: off: pp_sync digests only; sample: also every 4th "
+                        "check/request; strict: at every one. The spec monitors on each rank follow "
+                        "HICACHE_VERIFY=sample|strict (reported as spec_monitors)")
     p.add_argument("--policy", choices=("best_effort", "wait_complete", "timeout"), default="wait_complete",
                    help="storage prefetch stop policy (decided by stage 0)")
     p.add_argument("--page-size", type=int, default=4)
@@ -82,6 +84,10 @@ def summarize(reports: list[dict], seconds: float) -> dict:
         "cp_sharding": {"rejected_inserts": first["rejected_inserts"], "evicted_device": first["evicted_device"],
                         "evicted_host": first["evicted_host"]},
         "events": events,
+        # the spec monitors each rank ran (HICACHE_VERIFY or hicache.verified: PPSync,
+        # PrefixAgreement, CPSharding per rank), None per rank when they were off: whether
+        # they ran is otherwise invisible from the command line
+        "spec_monitors": [r.get("monitors") for r in reports],
         "seconds": round(seconds, 3),
     }
     benches = [r["gather_bench"] for r in reports if "gather_bench" in r]
@@ -118,6 +124,10 @@ def _text(s: dict) -> str:
         b = s["gather"]["bench"]["forward_ms"]
         lines.append(f"gather bench: forward {b['sequential']} ms sequential vs {b['overlap']} ms overlapped "
                      f"(ratio {b['ratio']})")
+    ran = [m for m in s.get("spec_monitors", []) if m]
+    lines.append(f"spec monitors: {sum(v['checked'] for m in ran for v in m.values())} steps checked on "
+                 f"{len(ran)} of {s['ranks']} ranks" if ran else
+                 "spec monitors: off (HICACHE_VERIFY=sample|strict runs them on every rank)")
     if "draft" in s:
         a = s["draft"]["acceptance_on_hits"]
         lines.append(f"draft ({s['draft']['layout']}): acceptance on {s['draft']['hit_requests']} hit requests "

@@ -24,6 +24,10 @@ def test_run_cp2_pp2_json(capsys):
     assert fwd["ratio"] == round(fwd["overlap"] / fwd["sequential"], 4)
     assert out["events"]["LeaderAgree"] == 2 * out["cache_checks"]    # two stage-0 ranks
     assert out["events"]["StageForward"] == 2 * out["cache_checks"]   # two stage-1 ranks
+    # whether the spec monitors ran on each rank is in the output (the verified mode in force)
+    from hicache.monitors.maps.dist import verify_config
+    on = verify_config().mode.value != "off"
+    assert len(out["spec_monitors"]) == 4 and all((m is not None) == on for m in out["spec_monitors"])
 
 
 def test_run_rejects_bad_options_before_starting(capsys):
