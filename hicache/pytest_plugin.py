@@ -24,17 +24,18 @@ def pytest_configure(config) -> None:
     if mode not in MODES:
         # a usage error (pytest exits 4 with this line), not an internal error's traceback
         raise pytest.UsageError(f"HICACHE_VERIFY: {mode!r} is not one of {', '.join(MODES)}")
-    if mode != "off":
+    try:
+        # (importing hicache.verified enables verified mode from the environment: a bad
+        # HICACHE_VERIFY_RATE / _SEED raises there, named in the message)
         from hicache import verified
-        try:
+        if mode != "off":
             verified.enable(mode)
-        except ValueError as e:       # HICACHE_VERIFY_RATE / _SEED / ... named in the message
-            raise pytest.UsageError(str(e)) from None
-        config._hicache_verify = mode
-    elif option is not None:
-        # --hicache-verify=off is a choice: it holds over HICACHE_VERIFY in the environment
-        from hicache import verified
-        verified.disable()
+            config._hicache_verify = mode
+        elif option is not None:
+            # --hicache-verify=off is a choice: it holds over HICACHE_VERIFY in the environment
+            verified.disable()
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
 
 
 def pytest_report_header(config) -> str | None:

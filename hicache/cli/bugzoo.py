@@ -12,11 +12,10 @@ groups and N layer-pipeline schedules fault-free.
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-from hicache.cli.output import emit
+from hicache.cli.output import emit, refuse
 
 
 def _at_least(low: int):
@@ -71,16 +70,15 @@ def run(args: argparse.Namespace) -> int:
     known = bug_classes()
     unknown = sorted(set(args.only or ()) - set(known))
     if unknown:
-        print(f"hicache bugzoo: --only: {', '.join(map(str, unknown))} is not a bug class of the zoo "
-              f"({min(known)}-{max(known)})", file=sys.stderr)
-        return EXIT_USAGE
+        return refuse(args, "hicache bugzoo", f"--only: {', '.join(map(str, unknown))} is not a bug class of "
+                                              f"the zoo ({min(known)}-{max(known)})", EXIT_USAGE)
     vdir = args.violation_dir or tempfile.mkdtemp(prefix="hicache-bugzoo-")
     try:        # every caught bug writes its trace here: a directory that cannot take one is refused
         Path(vdir).mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=vdir).close()
     except OSError as e:
-        print(f"hicache bugzoo: --violation-dir: {vdir}: cannot write there ({e.strerror or e})", file=sys.stderr)
-        return EXIT_USAGE
+        return refuse(args, "hicache bugzoo", f"--violation-dir: {vdir}: cannot write there ({e.strerror or e})",
+                      EXIT_USAGE)
     results = run_zoo(seeds=args.seeds, vdir=vdir, only=set(args.only) if args.only else None)
     alarms = clean_sweep(args.clean, vdir)
     clean_twins = [r.name for r in results if r.clean_alarm]

@@ -6,9 +6,8 @@ parse/semantic/evaluation errors (reported as one located line, never a tracebac
 from __future__ import annotations
 
 import argparse
-import sys
 
-from hicache.cli.output import emit
+from hicache.cli.output import emit, refuse
 
 EXIT_ERROR = 150
 
@@ -35,12 +34,10 @@ def run(args: argparse.Namespace) -> int:
         from hicache.tla.manifest import run_all
         return run_all(args)
     if not args.spec:
-        print("hicache check: give SPEC.tla or --all", file=sys.stderr)
-        return EXIT_ERROR + 1
+        return refuse(args, "hicache check", "give SPEC.tla or --all", EXIT_ERROR + 1)
     for flag, v in (("--depth", args.depth), ("--num", args.num)):
         if v < 1:
-            print(f"hicache check: {flag}: must be >= 1, got {v}", file=sys.stderr)
-            return EXIT_ERROR + 1
+            return refuse(args, "hicache check", f"{flag}: must be >= 1, got {v}", EXIT_ERROR + 1)
     from hicache.tla.run import check_one
     res, payload, text = check_one(args.spec, args.config, simulate=args.simulate, depth=args.depth,
                                    num=args.num, seed=args.seed, trace_out=args.trace_out,

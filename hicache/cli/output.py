@@ -13,3 +13,14 @@ def emit(args: argparse.Namespace, obj: dict, text: str | None) -> None:
     elif text is not None:
         sys.stdout.write(text.rstrip("\n") + "\n")
     sys.stdout.flush()
+
+
+def refuse(args: argparse.Namespace, prog: str, error: str, code: int, obj: dict | None = None) -> int:
+    """A refused command line: `prog: error` on stderr and, with --json, one JSON object as
+    the last stdout line (`obj` with the error, or {"result": "error", "error": ...}): the
+    contract every subcommand keeps. Returns `code`."""
+    print(f"{prog}: {error}", file=sys.stderr)
+    if getattr(args, "json", False):
+        emit(args, {**(obj or {"result": "error"}), "error": error}, None)
+    return code
+

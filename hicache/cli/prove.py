@@ -10,10 +10,9 @@ A spec without THEOREMs contributes nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from hicache.cli.output import emit
+from hicache.cli.output import emit, refuse
 
 EXIT_NOT_PROVED = 1
 
@@ -31,28 +30,25 @@ def run(args: argparse.Namespace) -> int:
     from hicache.cli.main import EXIT_USAGE
     from hicache.tla.z3backend import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, ConfigRejected, prove_files
 
+    def usage(error: str) -> int:
+        return refuse(args, "hicache prove", error, EXIT_USAGE, {"theorems": [], "ok": False})
+
     timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
     if not (0 < timeout <= MAX_TIMEOUT_S):      # (also refuses nan; inf is above the cap)
-        print(f"hicache prove: --timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {timeout:g}",
-              file=sys.stderr)
-        return EXIT_USAGE
+        return usage(f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {timeout:g}")
     paths = [Path(s) for s in args.specs] or sorted((hicache.REPO_ROOT / "spec").glob("*.tla"))
     # inputs that are not there are the command line's error, refused before any proof
     # (as `hicache check` does); a spec that is there but does not load is a result
     missing = [str(p) for p in paths if not p.is_file()] + \
         ([args.config] if args.config and not Path(args.config).is_file() else [])
     if missing:
-        print(f"hicache prove: no such file: {', '.join(missing)}", file=sys.stderr)
-        return EXIT_USAGE
+        return usage(f"no such file: {', '.join(missing)}")
     try:
         results = prove_files(paths, timeout_s=timeout, cfg_path=Path(args.config) if args.config else None)
     except ConfigRejected as e:
         # a .cfg that does not fit is the command line's error, like a missing file: no
         # theorem is reported proved (a violated ASSUME would make every proof vacuous)
-        print(f"hicache prove: --config: {e.error}", file=sys.stderr)
-        if getattr(args, "json", False):
-            emit(args, {"theorems": [], "ok": False, "error": str(e.error)}, None)
-        return EXIT_USAGE
+        return usage(f"--config: {e.error}")
     ok = all(r.proved for r in results)
     lines = []
     for r in results:

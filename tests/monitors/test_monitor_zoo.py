@@ -141,6 +141,15 @@ def test_pytest_plugin_reports_bad_settings_as_usage_errors(monkeypatch):
     monkeypatch.setenv("HICACHE_VERIFY_RATE", "abc")
     with pytest.raises(pytest.UsageError, match="HICACHE_VERIFY_RATE"):
         pytest_plugin.pytest_configure(Cfg(None))
+    # as in a fresh process, where importing hicache.verified is what reads the variables
+    import sys
+
+    import hicache
+    monkeypatch.delitem(sys.modules, "hicache.verified")
+    monkeypatch.delattr(hicache, "verified")
+    monkeypatch.setenv("HICACHE_VERIFY_RATE", "2")
+    with pytest.raises(pytest.UsageError, match="^HICACHE_VERIFY_RATE: 2.0 is not a fraction"):
+        pytest_plugin.pytest_configure(Cfg("sample"))
 
 
 def test_pytest_option_off_holds_over_hicache_verify(monkeypatch):

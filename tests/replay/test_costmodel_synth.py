@@ -8,6 +8,7 @@ from hicache.replay.costmodel import CostModel
 from hicache.replay.driver import ReplayConfig, Served, TraceStream, replay_requests
 from hicache.replay.synth import AgenticTraceConfig, generate, main, write
 from hicache.replay.trace import BLOCK_TOKENS, read_trace
+from verify_mode import verified_mode
 
 
 def test_prefill_time_is_compute_or_load_plus_gather():
@@ -75,9 +76,7 @@ def test_clip_at_max_input():
 def test_long_prompt_replay_memory_is_bounded_by_capacity_not_trace(tmp_path):
     """300 requests of ~136k tokens (41M tokens): the replay streams the trace, so its peak
     allocation stays near the cached keys (8 bytes a token of capacity) plus one prompt."""
-    from hicache.monitors.attach import chosen
-    cfg_v = chosen()
-    if cfg_v is not None and cfg_v.mode.value != "off":
+    if verified_mode() != "off":
         # this measures the replay's own allocations; a monitor's history and mapped states
         # (verified mode, --hicache-verify) are the monitor's, not the replay's
         pytest.skip("measures the replay's own memory; verified mode adds the monitor's")

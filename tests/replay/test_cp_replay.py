@@ -12,6 +12,7 @@ from hicache.protocol.cp_layout import CPLayout, chain_owner_class
 from hicache.replay.cp import ShardedCache, ShardedDeviceAllocator
 from hicache.replay.driver import ReplayConfig, TraceStream, load_requests, replay_requests
 from hicache.replay.evaluate import EvalConfig, ceiling, evaluate
+from verify_mode import verified_mode
 
 TRACES = "/work/shared/traces"
 CONV = f"{TRACES}/conversation_trace.jsonl"
@@ -104,6 +105,10 @@ def test_replicate_is_the_plain_cache_at_one_ranks_memory():
 
 
 def test_evaluation_on_the_conversation_trace_shows_the_briefs_direction():
+    if verified_mode() == "strict":
+        # 2,000 requests twice at full capacity: strict monitors checking every event of it
+        # (CPSharding's map is O(pages) per event) run for tens of minutes; sample mode runs
+        pytest.skip("a whole-trace evaluation; strict monitors would take tens of minutes")
     cfg = EvalConfig(page_size=64, cp=4, device_tokens=500_000, host_tokens=8_000_000,
                      storage="memory", limit=2000)
     out = evaluate(CONV, cfg)
