@@ -111,16 +111,13 @@ class HostTierMap:
         if action == "LoadBackLayer":
             return None      # emitted on the transfer thread; maps to no variable here
         rid = fields.get("rid")
-        if action in _PHASE and rid is not None:
-            self._request_event(action, rid)
-            if rid in self.phase and rid not in self.ending:
-                node = fields.get("node")
-                if node is not None and action in _MOVES_LOCK:
-                    self.req_node[rid] = node
-            else:
+        if rid is not None:
+            if action in _PHASE:
+                self._request_event(action, rid)
+            if rid not in self.phase or rid in self.ending:
                 self.req_node.pop(rid, None)    # ended (even with a load to finish): unlocked
-        elif action == "PrefetchFinish" and rid in self.req_node and fields.get("node") is not None:
-            self.req_node[rid] = fields["node"]
+            elif action in _MOVES_LOCK and fields.get("node") is not None:
+                self.req_node[rid] = fields["node"]
         if action == "BackupStart":
             # a blocking copy (write_back) sets the node's host slots only when it ends:
             # until then its slots are the node's backupOp (node_slots)
