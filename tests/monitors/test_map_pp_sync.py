@@ -240,3 +240,32 @@ def test_rounds_beyond_the_first_capacity_re_dimension_without_alarms(tmp_path):
     for r in p.ranks:
         for m in r.monitors:
             assert m.rmap.cap > 8 and len(m.rmap.agreed) > 8 and m.checked == m.steps
+
+
+@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=(
+    "no rank's events say what a stage forwarded: stage 0's LeaderAgree carries the agreed "
+    "counts and its forward emits nothing; stage s > 0 sees only what it received. Needs a "
+    "`forwarded` field on LeaderAgree/StageForward (hicache/dist/pp_sync.py) mapped to chan[s+1]"))
+def test_a_stage_forwarding_another_count_than_it_applied_is_caught(tmp_path, monkeypatch):
+    """The fault: stage 0 applies the agreed load count but forwards count - 1: the stages
+    apply different counts (SameCountEachCheck), which no single rank's view shows today."""
+    import hicache.dist.pp_sync as adapter
+    from hicache.protocol.pp_sync import HEADER
+    forward = adapter._forward
+
+    def short_forward(comm, label, raw):
+        if comm.topo.stage == 0 and raw[HEADER] > 0:
+            raw = raw.clone()
+            raw[HEADER] -= 1
+        forward(comm, label, raw)
+    monkeypatch.setattr(adapter, "_forward", short_forward)
+    p = Pipeline(1, 2, 0, str(tmp_path))
+    try:
+        p.run(12)
+    except ProtocolViolation as e:
+        # where it belongs: stage 0's LeaderAgree (chan' = the target it applies)
+        assert (e.arguments["rank"], e.kind, e.property) == (0, "action", "LeaderAgree")
+        return
+    upto = [r.monitors[0].rmap.upto[r.monitors[0].rmap.me] for r in p.ranks]
+    assert upto[0] != upto[1]                      # the fault took effect: the stages diverged
+    pytest.fail(f"stages applied {upto[0]} and {upto[1]} unnoticed")

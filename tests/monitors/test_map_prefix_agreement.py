@@ -170,3 +170,86 @@ def test_an_ack_beyond_a_failed_batch_is_caught_at_the_post(tmp_path, monkeypatc
             assert e.conjunct == "~Stopped(k)" and e.arguments["ack"] > 0
             return
     pytest.fail("no seed acked pages after a failed batch")
+
+
+def _true_acks(plan, loaded):
+    """The acks an honest rank posts for `loaded` (rank_acks, restated here: the fault
+    below patches the runtime's)."""
+    acks, broken = [], False
+    for size, got in zip(plan, loaded):
+        ack = 0 if broken or got is None else got
+        broken = broken or ack < size
+        acks.append(ack)
+    return acks
+
+
+@pytest.mark.parametrize("cp,pp", [(2, 1), (2, 2)])
+def test_a_rank_acking_pages_it_failed_to_load_is_caught_when_its_ack_is_published(cp, pp, tmp_path, monkeypatch):
+    """The fault: rank 1 acks a failed batch as full (and, having failed, goes on acking
+    the later batches it loads). Its RankLoadBatch events say what it loaded, which is what
+    `loaded[me]` is: the MIN its lie raised is published as more than it loaded, and
+    SyncPublish (pubAck' = the MIN of what the ranks loaded) fails at that publish, before
+    any stage uses the prefix; or, when its loader gets there first, its next post of that
+    prefetch fails RankLoadBatch's ~Stopped(k). A lie that the MIN hides (a peer loaded no
+    more) publishes nothing wrong and is no violation."""
+    import hicache.dist.prefetch as pf
+    real = pf.rank_acks
+
+    def lying_acks(plan, loaded):
+        out = real(plan, loaded)
+        if threading.current_thread().name.endswith("-r1") and loaded[-1] is not None and out[-1] < plan[-1]:
+            out = out[:-1] + [plan[-1]]
+        return out
+    monkeypatch.setattr(pf, "rank_acks", lying_acks)
+    import dist_fakes
+    abort = dist_fakes.World.abort
+
+    def abort_links(world):
+        """A failed rank also wakes the stages waiting for its forward (no 10 s recv)."""
+        abort(world)
+        n = world.cp * world.pp
+        for src in range(n):
+            for dst in range(n):
+                world.link(src, dst).put(None)
+    monkeypatch.setattr(dist_fakes.World, "abort", abort_links)
+    caught = 0
+    for seed in range(16):
+        ranks = []
+        try:
+            run(cp, pp, seed, str(tmp_path), p_fail=0.3, ranks_out=ranks)
+            e = None
+        except ProtocolViolation as exc:
+            e = exc
+        # rank 1's events: what it loaded, and what the group published
+        ev = list(ranks[1].events.events)
+        plans = ranks[1].worker.plans
+        loaded: dict = {}
+        for name, f in ev:
+            if name == "RankLoadBatch":
+                loaded.setdefault(f["rid"], {})[f["batch"]] = f["loaded"]
+        truth = {rid: _true_acks(plans[rid], [d.get(b) for b in range(len(plans[rid]))]) for rid, d in loaded.items()}
+        harm = [(f["rid"], f["batch"]) for name, f in ev if name == "SyncPublish"
+                and f["pages"] > truth.get(f["rid"], [0] * (f["batch"] + 1))[f["batch"]]]
+        if e is None:
+            assert not harm, f"seed {seed}: a publish above what rank 1 loaded went unnoticed: {harm}"
+            continue
+        caught += 1
+        assert e.spec == "spec/PrefixAgreement.tla" and e.kind == "action" and e.arguments["rank"] == 1
+        assert [r.monitor.tripped for r in ranks] == [r is ranks[1] for r in ranks]   # only the liar's monitor
+        if e.property == "SyncPublish":
+            # at the publish of the first batch whose published MIN exceeds what rank 1 loaded
+            assert harm and "Min" in e.conjunct
+            # (one agreement may publish acks of several prefetches: the failing step is
+            # the one publishing batch+1 of that prefetch, whose published value is the lie's)
+            rid, batch = harm[0]
+            assert e.diff["pub"] == (batch, batch + 1)
+            assert ranks[1].map.live[rid].pub_ack[batch] > truth[rid][batch]
+        else:
+            # or, first, at a later post of the same prefetch: a lying rank goes on acking
+            # after the batch it failed, which a stopped rank may not (its loads say so)
+            assert (e.action, e.property, e.conjunct) == ("RankPostAck", "RankLoadBatch", "~Stopped(k)")
+            rid, batch, ack = e.arguments["rid"], e.arguments["batch"], e.arguments["ack"]
+            assert ack > truth[rid][batch] == 0 and batch > 0 and truth[rid][batch - 1] < plans[rid][batch - 1]
+        if caught == 4:      # (a failed rank's worker takes its close timeout: keep it short)
+            return
+    pytest.fail(f"only {caught} of 16 seeds published an ack raised by the lie")

@@ -33,8 +33,12 @@ StageForward (s > 0) = the leader's completions, LeaderAgree, StageApply(0), the
 StageForward(1). Every step is action-checked (maps.steps.SequenceMonitor); when the
 rounds outgrow MaxChecks (8, doubling) the step is preceded by a re-dimensioning entry.
 Not mapped: the other ranks of this rank's own stage when s > 0 (they apply on their own
-and run their own monitor), and the stage-0 rank's lead at the instant its count was
-sampled (LeaderAgree checks target <= applied + this rank's current lead through the peers).
+and run their own monitor), the stage-0 rank's lead at the instant its count was
+sampled (LeaderAgree checks target <= applied + this rank's current lead through the peers),
+and what a stage sends downstream (chan[s+1]): no event carries it (LeaderAgree and
+StageForward carry the counts the stage agreed or received, which it applies), so a stage
+that forwards another count than it applies is seen by no rank's monitor (the engine's
+state digest, compared with the upstream stage's at the next pp_sync, differs then).
 """
 from __future__ import annotations
 

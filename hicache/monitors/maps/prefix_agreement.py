@@ -9,8 +9,11 @@ agreements reveal:
   spec ranks      Stages x {0, 1}; (this spec stage, 0) is this rank, every other one is a
                   "peer": the other ranks, as the MIN of each published ack reveals them
                   (they loaded just enough for that MIN; a short ack means they failed)
-  tried/loaded    this rank: its RankPostAck events (one per batch; loaded = the sum of its
-                  acks, the leading pages it loaded); peers: revealed at each publish
+  tried/loaded    this rank: tried = its RankPostAck events (one per batch); loaded = the
+                  leading pages its RankLoadBatch events say it loaded (up to its first short
+                  or skipped batch), not its acks: the spec's ack is AckOf(k, j), a function
+                  of `loaded`, so an ack above what the rank loaded shows where it counts,
+                  at the SyncPublish whose MIN it raised; peers: revealed at each publish
   pub/pubAck      the acks the leader's check agreed to consume, with the values this rank's
                   sync thread published for them. A rank's own queue may run ahead; an ack
                   is published for the whole group when every leader rank has it, which
@@ -27,13 +30,14 @@ agreements reveal:
                   that loaded 0 pages (a failure), and the prefix is used once every ack is
                   consumed (the spec's early stop would use it at the stopping check)
 
-Events (this rank's; `rank` field): RankPostAck (rid, batch, ack); SyncPublish (rid,
+Events (this rank's; `rank` field): RankLoadBatch (rid, batch, loaded): recorded for the
+next post; RankPostAck (rid, batch, ack); SyncPublish (rid,
 batch, pages): recorded; LeaderAgree / StageForward of pp_sync: counts[2] is the number of
 acks the leader agreed to consume at this check (its check is mapped at that event, or at
 the publish that brings this rank's last value of those acks); StageCacheCheck with `acks` (the pop of
 hicache.dist.prefetch.PrefetchWorker.pop: (rid, batch, pages) consumed now) and with
-`pages` (the engine's completion of a prefetch). RankLoadBatch and the engine's
-PolicyDecide (a stop verdict) are no spec steps here (see policy). Every step is action-
+`pages` (the engine's completion of a prefetch). The engine's PolicyDecide (a stop
+verdict) is no spec step here (see policy). Every step is action-
 checked; one event may step several prefetches (a SWITCH between them).
 Not mapped: which pages a rank owns (an ack counts the others' pages as loaded), timing of
 the stop policy, and the liveness half of AcksInStep (a rank that never posts an ack stalls
@@ -70,6 +74,7 @@ class Prefetch:
     consumed: list = field(default_factory=list)
     used: list = field(default_factory=list)
     mine: list = field(default_factory=list)  # pages of the acks this rank consumed
+    got: dict = field(default_factory=dict)   # batch -> pages this rank loaded (its RankLoadBatch)
 
     def stopped(self, k) -> bool:
         return self.loaded[k] < self.tried[k] * self.bp
@@ -173,14 +178,32 @@ class PrefixAgreementMap:
         self.cur, self.cur_raw = self.trail[-1][2], self._raw(self.current)
         return [(a[0], a[1]) for a in self.trail if a[0] != SWITCH]
 
+    def _load(self, f: dict) -> None:
+        """What this rank really loaded of a batch (leading pages, as far as it knows): the
+        next post's RankLoadBatch step adds it to `loaded[me]`, whatever the ack says."""
+        p = self._instance(f["rid"])
+        if p is not None:
+            p.got[f["batch"]] = f["loaded"]
+
     def _post(self, f: dict) -> None:
+        """RankLoadBatch (the rank loads the batch and posts its ack, one spec step) or,
+        once the rank stopped, RankPostAck. `loaded[me]` grows by what the rank's
+        RankLoadBatch event says it loaded (nothing for a batch it never tried: terminated,
+        or once it stopped: pages after a hole extend no prefix); the ack itself is no spec
+        variable (the spec's ack is AckOf(me, j), a function of `loaded`), so an ack above
+        what the rank loaded is checked where it counts: SyncPublish, whose MIN is over
+        what the ranks loaded. An ack > 0 after the rank stopped is a load a stopped rank
+        may not make (RankLoadBatch's ~Stopped(k))."""
         p = self._instance(f["rid"])
         if p is None:
             return
         self._enter(p)
         me, ack = self.me, f["ack"]
-        if ack > 0 or not p.stopped(me):
-            p.loaded[me] += ack
+        got = p.got.pop(f["batch"], None)
+        stopped = p.stopped(me)
+        if ack > 0 or not stopped:
+            if not stopped and got is not None:
+                p.loaded[me] += max(0, min(got, p.bp))
             p.tried[me] += 1
             self._step(p, "RankLoadBatch", (me,))
         else:
@@ -309,6 +332,7 @@ def _runs(labels):
     return [(rid, k) for rid, k in out]
 
 
-_HANDLERS = {"RankPostAck": PrefixAgreementMap._post, "SyncPublish": PrefixAgreementMap._publish,
+_HANDLERS = {"RankLoadBatch": PrefixAgreementMap._load, "RankPostAck": PrefixAgreementMap._post,
+             "SyncPublish": PrefixAgreementMap._publish,
              "LeaderAgree": PrefixAgreementMap._agree, "StageForward": PrefixAgreementMap._agree,
              "StageCacheCheck": PrefixAgreementMap._cache_check}
