@@ -3,14 +3,18 @@
 Stage s > 0 receives the agreed vector from (s-1, same cp rank), checks that the upstream
 stage is at the same step with the same state digest, and forwards it to (s+1). The caller
 then pops exactly `outcome.counts` from its queues (StageApply), waiting for each transfer.
+LeaderAgree (stage 0) and StageForward (s > 0) carry `counts` (what the stage applies) and
+`forwarded` (the counts of the vector it sent to s+1; None on the last stage).
 Runs unconditionally on every rank at every cache check.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from hicache.protocol.events import NULL_LISTENER, Listener
-from hicache.protocol.pp_sync import SyncLayout, SyncOutcome
+from hicache.protocol.pp_sync import HEADER, SyncLayout, SyncOutcome
 from hicache.protocol.vocabulary import PPSync
 
 from .comm import Comm
@@ -27,9 +31,10 @@ def pp_sync(comm: Comm, digest: int, counts: list[int], votes: list[int],
         label, code, raw, out = comm.min_reduce(STEP, comm.cp_group, digest, counts, votes)
         # Forward the raw vector first, disagreement included, so later stages fail with the
         # same diagnosis instead of a closed connection.
-        _forward(comm, label, raw)
+        sent = _forwarding(comm, label, raw)
         comm.raise_unless_agreed(label, comm.cp_group, out, code, digest)
-        listener(PPSync.LeaderAgree, {"rank": topo.rank, "counts": out.counts, "votes": out.votes})
+        listener(PPSync.LeaderAgree, {"rank": topo.rank, "counts": out.counts, "votes": out.votes,
+                                      "forwarded": _counts(layout, sent)})
         return out
     label, code = comm.next_step(STEP)
     raw = torch.zeros(layout.width, dtype=torch.int64)
@@ -45,13 +50,38 @@ def pp_sync(comm: Comm, digest: int, counts: list[int], votes: list[int],
                    f"({out.digest & 0xffff:04x} vs {digest & 0xffff:04x})")
     if problem is not None:
         raw[3] = -(raw[2] + 1)          # poison the pair: downstream stages fail too
-    _forward(comm, label, raw)
+    sent = _forwarding(comm, label, raw)
     if problem is not None:
         raise DivergenceError(label, topo.rank, problem)
-    listener(PPSync.StageForward, {"rank": topo.rank, "stage": topo.stage, "counts": out.counts})
+    listener(PPSync.StageForward, {"rank": topo.rank, "stage": topo.stage, "counts": out.counts,
+                                   "forwarded": _counts(layout, sent)})
     return out
+
+
+def _forwarding(comm: Comm, label: str, raw: torch.Tensor) -> torch.Tensor | None:
+    """`_forward`, and the vector it actually sent (None when it sent nothing: the last
+    stage). Recorded at the send itself, so the report is what went down the wire."""
+    _sent.vec = None
+    _forward(comm, label, raw)
+    sent, _sent.vec = _sent.vec, None
+    return sent
 
 
 def _forward(comm: Comm, label: str, raw: torch.Tensor) -> None:
     if comm.topo.next_rank is not None:
-        comm.send_vec(label + ":forward", raw, dst=comm.topo.next_rank)
+        _send_down(comm, label + ":forward", raw, comm.topo.next_rank)
+
+
+def _send_down(comm: Comm, label: str, raw: torch.Tensor, dst: int) -> None:
+    comm.send_vec(label, raw, dst=dst)
+    _sent.vec = raw.clone()
+
+
+#: per thread (a rank's pp_sync runs on one thread): the vector its last forward sent
+_sent = threading.local()
+
+
+def _counts(layout: SyncLayout, sent: torch.Tensor | None) -> tuple[int, ...] | None:
+    """The counts of the vector a stage sent downstream (the events' `forwarded`: what the
+    next stage will apply, which the PPSync monitor compares with what this stage applies)."""
+    return None if sent is None else tuple(sent.tolist()[HEADER:HEADER + layout.n_counts])

@@ -26,7 +26,9 @@ class Rank:
         self.late: list[Transfer] = []        # done, event not yet emitted
         cfg = VerifyConfig(mode="strict", violation_dir=vdir)
         self.monitors = [SequenceMonitor(PPSyncMap(rank=rank, stage=self.topo.stage, cp=world.cp, kind=str(k),
-                                                   transfer_of=self.transfers.get), cfg) for k in KINDS]
+                                                   transfer_of=self.transfers.get,
+                                                   downstream=self.topo.next_rank is not None), cfg)
+                         for k in KINDS]
         self.events = EventRecorder()
         self.listener = Tee(self.events, self.monitors)
 
@@ -242,30 +244,58 @@ def test_rounds_beyond_the_first_capacity_re_dimension_without_alarms(tmp_path):
             assert m.rmap.cap > 8 and len(m.rmap.agreed) > 8 and m.checked == m.steps
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=(
-    "no rank's events say what a stage forwarded: stage 0's LeaderAgree carries the agreed "
-    "counts and its forward emits nothing; stage s > 0 sees only what it received. Needs a "
-    "`forwarded` field on LeaderAgree/StageForward (hicache/dist/pp_sync.py) mapped to chan[s+1]"))
-def test_a_stage_forwarding_another_count_than_it_applied_is_caught(tmp_path, monkeypatch):
-    """The fault: stage 0 applies the agreed load count but forwards count - 1: the stages
-    apply different counts (SameCountEachCheck), which no single rank's view shows today."""
+@pytest.mark.parametrize("stage,cp,pp,action", [(0, 1, 2, "LeaderAgree"), (0, 2, 3, "LeaderAgree"),
+                                                 (1, 1, 3, "StageForward"), (1, 2, 3, "StageForward")])
+def test_a_stage_forwarding_another_count_than_it_applied_is_caught(stage, cp, pp, action, tmp_path,
+                                                                    monkeypatch):
+    """The fault: a stage applies the load count it agreed (stage 0) or received, but
+    forwards count - 1. Its LeaderAgree / StageForward event's `forwarded` says what it
+    sent; the map models stage s+1 as one more (abstract) spec stage whose channel gets that
+    count, so the step's `chan' = ...` conjunct fails at that forward, before the stages
+    apply different counts (SameCountEachCheck)."""
     import hicache.dist.pp_sync as adapter
     from hicache.protocol.pp_sync import HEADER
     forward = adapter._forward
 
     def short_forward(comm, label, raw):
-        if comm.topo.stage == 0 and raw[HEADER] > 0:
+        if comm.topo.stage == stage and raw[HEADER] > 0:
             raw = raw.clone()
             raw[HEADER] -= 1
         forward(comm, label, raw)
     monkeypatch.setattr(adapter, "_forward", short_forward)
-    p = Pipeline(1, 2, 0, str(tmp_path))
+    p = Pipeline(cp, pp, 0, str(tmp_path))
     try:
         p.run(12)
     except ProtocolViolation as e:
-        # where it belongs: stage 0's LeaderAgree (chan' = the target it applies)
-        assert (e.arguments["rank"], e.kind, e.property) == (0, "action", "LeaderAgree")
+        # where it belongs: the faulty stage's own step (chan' = the target it holds)
+        assert (e.kind, e.action, e.property) == ("action", action, action)
+        assert "chan' =" in e.conjunct
+        assert p.ranks[e.arguments["rank"]].topo.stage == stage
+        assert e.arguments["forwarded"][0] == e.arguments["counts"][0] - 1 >= 0
+        m = p.ranks[e.arguments["rank"]].monitors[0].rmap
+        me = m.me
+        st = next(st for a, prm, st in m.trail if a == action and prm in ((), (me,)))   # this stage's step
+        assert st["chan"].d[me + 1] == st["pending"].d[me] - 1    # s+1 was sent one transfer fewer
         return
-    upto = [r.monitors[0].rmap.upto[r.monitors[0].rmap.me] for r in p.ranks]
-    assert upto[0] != upto[1]                      # the fault took effect: the stages diverged
-    pytest.fail(f"stages applied {upto[0]} and {upto[1]} unnoticed")
+    pytest.fail("a stage forwarded another count than it applied, unnoticed")
+
+
+def test_a_count_sent_on_for_a_round_of_zero_is_a_step_and_fails(tmp_path):
+    """A round of 0 is no spec round, unless the stage sends a non-zero count on anyway."""
+    cfg = VerifyConfig(mode="strict", violation_dir=str(tmp_path))
+    for stage, event, action, conj in [(0, "LeaderAgree", "LeaderAgree", "MinLead(0) > 0"),
+                                       (1, "StageForward", "StageForward", "chan[s] # None")]:
+        mon = SequenceMonitor(PPSyncMap(rank=stage, stage=stage, cp=1, kind="load", downstream=True), cfg)
+        mon("TransferIssue", {"rank": stage, "tid": 0, "kind": "load"})
+        mon(event, {"rank": stage, "counts": (0, 0, 0), "forwarded": (0, 0, 0)})       # no round
+        assert mon.steps == 1
+        with pytest.raises(ProtocolViolation) as ei:
+            mon(event, {"rank": stage, "counts": (0, 0, 0), "forwarded": (1, 0, 0)})
+        assert (ei.value.action, ei.value.property, ei.value.conjunct) == (action, action, conj)
+
+
+def test_a_forwarded_field_must_match_the_maps_downstream_stage():
+    for downstream, fwd in [(True, None), (False, (1, 0, 0))]:
+        m = PPSyncMap(rank=0, stage=0, cp=1, kind="load", downstream=downstream)
+        with pytest.raises(ValueError, match="forwarded"):
+            m.bind("LeaderAgree", {"rank": 0, "counts": (1, 0, 0), "forwarded": fwd})

@@ -50,7 +50,9 @@ class EngineMonitors(Tee):
         topo, cfg = engine.topo, self.cfg
         self.queues = {"load": engine.loads, "backup": engine.backups}
         self.pp = [SequenceMonitor(PPSyncMap(rank=topo.rank, stage=topo.stage, cp=topo.cp, kind=k,
-                                             transfer_of=self.transfers.get), cfg) for k in ("load", "backup")]
+                                             transfer_of=self.transfers.get,
+                                             downstream=topo.next_rank is not None), cfg)
+                   for k in ("load", "backup")]
         self.prefix = SequenceMonitor(PrefixAgreementMap(rank=topo.rank, stage=topo.stage,
                                                          plans=lambda: engine.prefetch.plans), cfg)
         self.cp = SequenceMonitor(CPShardingMap(engine.tree), cfg)
