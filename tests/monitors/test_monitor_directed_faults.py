@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from hicache.monitors.runtime import ProtocolViolation
-from hicache.monitors.workload import MemStore
 from hicache.protocol.vocabulary import HostTier as A
 from hicache.runtime.allocator import HostSlotState as S
 from tiny_cache import SlowStore, serve, tiny_cache, to_storage_only
