@@ -248,3 +248,18 @@ def test_misuse_of_the_dependent_set_is_named():
     with pytest.raises(ValueError, match=r"tid: finish_target\(99\) of no live transfer"):
         deps.finish_target(99)
     cache.close()
+
+
+def test_a_long_run_outgrows_the_monitors_transfer_window():
+    """More transfers than the spec's Transfers window (32): the window doubles (that event
+    checked by its invariants), and every event is still checked; it raised a ValueError into
+    the runtime's thread at the 33rd transfer of a legal run."""
+    cache, deps = make_cache(draft_layout="packed")
+    mon = Monitor(DraftStateMap(deps), VerifyConfig(mode="strict"))
+    deps.bus.subscribe(mon)
+    for i in range(40):
+        cache.evict_device(cache.cfg.device_pages)
+        compute(cache, deps, [10_000 + 100 * i + j for j in range(8)])
+    assert len(deps.transfers) == 40 and mon.rmap.capacity == 64
+    assert mon.checked == mon.steps > 200
+    cache.close()

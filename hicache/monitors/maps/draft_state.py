@@ -5,8 +5,11 @@ subscribed to `deps.bus`. Each DraftState event is one spec step, so the monitor
 action (with the event's `t`, `p`) and then every invariant.
 
   spec transfer t   = the set's transfer tid t (tids are 1, 2, ... per set); the spec's
-                      Transfers is a fixed window 1..capacity (a constant must not change
-                      between a step's two states), transfers not yet launched are "idle".
+                      Transfers is a window 1..capacity (a constant must not change between
+                      a step's two states), transfers not yet launched are "idle"; a tid
+                      beyond it doubles the window (that one event: invariants only), so a
+                      step's cost grows with the transfers so far (no finished transfer is
+                      retired from the runtime's records while a monitor watches).
   layout[p]         = the layout of the pool with role p (all three draft roles required).
   phase, tgtDone, draftDone, read, readStale = the record's fields (written by the runtime
                       step that emits the event, under the set's lock).
@@ -55,7 +58,13 @@ class DraftStateMap:
             return None
         t = fields["t"]
         if t > self.capacity:
-            raise ValueError(f"DraftStateMap: transfer {t} beyond capacity {self.capacity}")
+            # re-dimensioning, not a spec step: the Transfers window doubles (a new constants
+            # binding; it raised a ValueError into the runtime's thread at transfer 33 of a
+            # legal run). This event is checked by its invariants only: its pre-state was
+            # mapped in the smaller window, whose domains differ from the new one's.
+            while t > self.capacity:
+                self.capacity *= 2
+            return [(action, None)]
         if not self.needs_prestate:
             return [(action, None)]      # invariants only
         params = (t, fields["p"]) if "p" in fields else (t,)
