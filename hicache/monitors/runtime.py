@@ -132,8 +132,6 @@ class ProtocolViolation(AssertionError):
     def __init__(self, *, spec: str, action: str, args: dict, failure: Failure, kind: str,
                  diff: dict, history: list[Step], step: int, trace_path: str | None,
                  trace_error: str | None = None):
-        self._fields = dict(spec=spec, action=action, args=args, failure=failure, kind=kind, diff=diff,
-                            history=history, step=step, trace_path=trace_path, trace_error=trace_error)
         self.spec = spec
         self.action = action
         self.arguments = args      # (`args` is BaseException's)
@@ -152,7 +150,10 @@ class ProtocolViolation(AssertionError):
     def __reduce__(self):
         # keyword-only fields: rebuilt from them, so a violation raised in a worker process
         # (multiprocessing, a process pool) arrives as itself, not as an unpickling error
-        return _rebuild_violation, (self._fields,)
+        return _rebuild_violation, (dict(spec=self.spec, action=self.action, args=self.arguments,
+                                         failure=self.failure, kind=self.kind, diff=self.diff,
+                                         history=self.history, step=self.step, trace_path=self.trace_path,
+                                         trace_error=self.trace_error),)
 
     #: changed entries the message lists (the trace and `hicache explain` have them all)
     MESSAGE_CHANGES = 16
@@ -438,7 +439,6 @@ class Monitor:
         `cache_check` (a violation found here is explained on the state it was found in)."""
         if self.tripped:
             return
-        step = Step(self.steps, CACHE_CHECK, {}, None)
         if self.incremental:
             self._sync_pending()
             t = self.rmap.reference_state()
@@ -446,13 +446,11 @@ class Monitor:
             # the reference numbers pages in DFS preorder, the history's states in the
             # map's positions: a failure's trace holds the checked state alone (a diff
             # across the two numberings would be a renaming, not what changed)
-            step.state = t
-            history, prev = [step], None
+            history, prev = [Step(self.steps, CACHE_CHECK, {}, t)], None
         else:
             t = self.rmap.state()
             C = self.constants()
-            step.state = t
-            self.history.append(step)
+            self.history.append(Step(self.steps, CACHE_CHECK, {}, t))
             history, prev = None, self.prev
         for inv in self._invariants_for(C).values():
             f = inv(C, t)

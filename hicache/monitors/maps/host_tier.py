@@ -65,10 +65,9 @@ def lock_len(node, in_tree, n: int) -> int:
     return 0 if node is None or in_tree(node) else n + 1
 
 
-def load_req(slot_of, rid) -> int:
-    """loadReq of a page whose node is loading for request `rid` (`slot_of(rid, 0)`: its
-    request slot, 0 when not live)."""
-    q = slot_of(rid, 0)
+def load_req(q: int, rid) -> int:
+    """loadReq of a page whose node is loading for request `rid`, whose request slot is q (0:
+    not live)."""
     return q if q or rid is None else ENDED_REQ
 
 
@@ -223,7 +222,8 @@ class HostTierMap:
             if x.loading is not None:
                 # whatever the node's device state: a load whose device pages were dropped
                 # under it is still reading its host slots (PendingLoadLocked)
-                lq = load_req(qidx.get, getattr(x.loading, "rid", None))
+                rid = getattr(x.loading, "rid", None)
+                lq = load_req(qidx.get(rid, 0), rid)
             n, start = x.n, len(dev)
             # a node's pages share its node-level values; page i's parent is page i-1
             if n:

@@ -331,7 +331,7 @@ class IncrementalHostTierMap(HostTierMap):
             q = self.qslot.get(rid, 0)
             if q:       # only a live request's slot can change (it frees it when it leaves)
                 self.loading_nodes.setdefault(rid, set()).add(x)
-            lq = load_req(self.qslot.get, rid)    # whatever the device state (as the reference map)
+            lq = load_req(q, rid)    # whatever the device state (as the reference map)
         node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
         hs = x.host
         pending = self.sync_backup.get(x.id)
@@ -420,9 +420,10 @@ class IncrementalHostTierMap(HostTierMap):
         """reqLen of each live request's row (`lock_len`: 0 while its locked node is in the
         tree, the mapped nodes; len + 1 once it left)."""
         by_id, root, req_node, L = self.by_id, self.cache.tree.root.id, self.req_node, self.L
-        in_tree = by_id.__contains__
-        return [lock_len(req_node.get(rid), lambda nid: nid == root or in_tree(nid), L) if rid is not None else 0
-                for rid in self.qtab]
+
+        def in_tree(nid) -> bool:
+            return nid == root or nid in by_id
+        return [lock_len(req_node.get(rid), in_tree, L) if rid is not None else 0 for rid in self.qtab]
 
     def _requests(self) -> None:
         phase = self.phase
