@@ -43,6 +43,12 @@ BACKUP_THRESHOLD: dict[WritePolicy, float] = {
 }
 
 
+def host_write_in_flight(v: Node) -> bool:
+    """Whether a device->host copy of v's host slots is in flight (its backup op, tagged
+    `writes_host`, still attached): v's host copy is not readable yet."""
+    return bool(v.inflight) and any(getattr(op, "writes_host", False) for op in v.inflight)
+
+
 def _is_page_id(p) -> bool:
     """An integer page index (an int or a numpy integer; not a bool)."""
     return isinstance(p, numbers.Integral) and not isinstance(p, bool)
@@ -641,12 +647,12 @@ class HiCache:
         """Whether host-only pages may join below v (HostTier's HostTail, the guard of
         PrefetchStart and of PrefetchFinish's join): under write-through the host copies
         form a prefix from the root (WriteThroughPrefix), so v must be the root or hold a
-        readable host copy, not one whose backup is still in flight (RESERVED slots) or was
-        skipped for want of host room (a prefix broken for good: backups stop at the first
-        node with a host copy). write_back keeps such pages: evicting v drops them first."""
+        readable host copy, not one whose backup is still in flight or was skipped for want
+        of host room (a prefix broken for good: backups stop at the first node with a host
+        copy). write_back keeps such pages: evicting v drops them first."""
         if self.cfg.write_policy not in WRITE_THROUGH or v is self.tree.root:
             return True
-        return v.host is not None and not (self.host.state[v.host] == S.RESERVED).any()
+        return v.host is not None and not host_write_in_flight(v)
 
     def _fetch_pages(self, op: FuncOp) -> int:
         """Worker side: exists (stops at the first miss), then get, batch by batch.

@@ -30,6 +30,7 @@ from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step
 from hicache.runtime.allocator import HostSlotState
+from hicache.runtime.cache import host_write_in_flight
 from hicache.tla.values import Fcn, mk_fcn
 
 _SLOT_NAME = {
@@ -233,7 +234,7 @@ class HostTierMap:
             stor.extend([bool(x.stored)] * n)
             hits.extend([min(x.hit_count, 2)] * n)
             loadreq.extend([lq] * n)
-            hv, bv = node_slots(hs, pending, n, writing(x))
+            hv, bv = node_slots(hs, pending, n, host_write_in_flight(x))
             host.extend(hv)
             backup.extend(bv)
             last_page[x.id] = len(dev) - 1
@@ -293,18 +294,12 @@ class HostTierMap:
         return {"WriteThroughPrefix": write_through_prefix_tree, "SlotInOneOwner": slot_in_one_owner_linear}
 
 
-def writing(x) -> bool:
-    """Whether node x's host slots are being written by a device->host copy in flight (an op
-    of the cache's writer still attached to x): its slots are then the spec's backupOp, not
-    host. Read from the op, not from the slots' RESERVED state: a slot state written wrong
-    (SYNCED while the copy still runs, RESERVED after it ended) is what the check is for."""
-    return bool(x.inflight) and any(getattr(op, "writes_host", False) for op in x.inflight)
-
-
 def node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[int]]:
     """(host[p] per page, backupOp[p] per page) of the n pages of a node with host slots `hs`
     (or None) and, for a blocking write-back copy, the slots `pending` it is being copied to
-    (or None); `backing`: a device->host write of hs is in flight (`writing`).
+    (or None); `backing`: a device->host write of hs is in flight (`host_write_in_flight`: read
+    from the op, not from the slots' RESERVED state, since a slot state written wrong, SYNCED
+    while the copy still runs or RESERVED after it ended, is what the check is for).
 
     The slots under an in-flight device->host write are backupOp, not host: the runtime
     records `node.host` when the write starts, the spec when it ends."""

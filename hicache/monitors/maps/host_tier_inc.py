@@ -37,10 +37,11 @@ import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req, lock_len,
-                                             node_slots, prefetch_row, writing)
+                                             node_slots, prefetch_row)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlotState
+from hicache.runtime.cache import host_write_in_flight
 from hicache.runtime.radix import Node
 from hicache.tla.values import Fcn
 
@@ -335,7 +336,7 @@ class IncrementalHostTierMap(HostTierMap):
         node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
         hs = x.host
         pending = self.sync_backup.get(x.id)
-        backing = writing(x)
+        backing = host_write_in_flight(x)
         slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None, backing)
         old = self.nval.get(x)
         forced = x in self.slot_changed
