@@ -8,6 +8,9 @@ range test lets it through).
 from __future__ import annotations
 
 import math
+
+#: the largest value an int64 tensor element (or a numpy int64) holds
+INT64_MAX = (1 << 63) - 1
 import numbers
 
 

@@ -12,7 +12,7 @@ import os
 import sys
 
 from hicache.cli.main import EXIT_USAGE
-from hicache.cli.output import emit
+from hicache.cli.output import emit, refuse
 
 BENCHES: dict[str, str] = {
     "checker": "hicache.bench.checker",
@@ -45,9 +45,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     problem = _usage_error(args)
     if problem:
-        emit(args, {"error": problem}, text=None)
-        print(f"hicache bench: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return refuse(args, "hicache bench", problem, EXIT_USAGE, {})
     try:
         module = importlib.import_module(BENCHES[args.which])
     except ModuleNotFoundError as exc:

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = render_all(spec_dir, names)
     except TlaError as e:
-        msg = error_text(e)
+        msg = str(e).splitlines()[0]     # `file:line:col: kind: message` (the generator's errors carry no state)
         emit(args, {"ok": False, "error": msg}, f"hicache gen: {msg}")
         return EXIT_ERROR
     if not args.only:
@@ -105,13 +105,6 @@ def stale_files(out_dir: Path, files: dict[str, str]) -> list[str]:
         return []
     return sorted(p.name for p in out_dir.iterdir()
                   if p.name not in files and p.name not in ("__init__.py", "__pycache__"))
-
-
-def error_text(e) -> str:
-    """`file:line:col: kind: message` with the command's prefix said once: the caller
-    adds it, so one the code generator put in its message is dropped."""
-    where = f"{e.loc}: " if e.loc else ""
-    return f"{where}{e.kind}: {e.message.removeprefix('hicache gen: ')}"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,10 +17,10 @@ def emit(args: argparse.Namespace, obj: dict, text: str | None) -> None:
 
 def refuse(args: argparse.Namespace, prog: str, error: str, code: int, obj: dict | None = None) -> int:
     """A refused command line: `prog: error` on stderr and, with --json, one JSON object as
-    the last stdout line (`obj` with the error, or {"result": "error", "error": ...}): the
+    the last stdout line (`obj` with the error added, or {"result": "error", "error": ...}): the
     contract every subcommand keeps. Returns `code`."""
     print(f"{prog}: {error}", file=sys.stderr)
     if getattr(args, "json", False):
-        emit(args, {**(obj or {"result": "error"}), "error": error}, None)
+        emit(args, {**(obj if obj is not None else {"result": "error"}), "error": error}, None)
     return code
 

@@ -15,7 +15,7 @@ import re
 import sys
 
 from hicache.cli.main import EXIT_USAGE
-from hicache.cli.output import emit
+from hicache.cli.output import emit, refuse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,9 +69,7 @@ def _flagged(msg: str) -> str:
 
 
 def _fail(args: argparse.Namespace, msg: str, rc: int) -> int:
-    emit(args, {"error": msg}, text=None)
-    print(f"hicache replay: {msg}", file=sys.stderr)
-    return rc
+    return refuse(args, "hicache replay", msg, rc, {})
 
 
 def _expected_errors(args: argparse.Namespace) -> tuple[type[BaseException], ...]:
@@ -94,11 +92,10 @@ def _report(args: argparse.Namespace, exc: BaseException) -> int:
 def _plot_path(raw: str) -> str:
     """--plot's file: `.png` appended when it has no suffix (matplotlib would append it and
     the report would name a file that does not exist); a directory is refused."""
-    if os.path.isdir(raw):
-        raise ValueError(f"--plot: {raw} is a directory; name the image file to write (OUT.PNG)")
     path = raw if os.path.splitext(raw)[1] else raw + ".png"
-    if os.path.isdir(path):
-        raise ValueError(f"--plot: {path} is a directory; name the image file to write (OUT.PNG)")
+    for p in (raw, path):
+        if os.path.isdir(p):
+            raise ValueError(f"--plot: {p} is a directory; name the image file to write (OUT.PNG)")
     return path
 
 

@@ -69,12 +69,8 @@ def _forwarding(comm: Comm, label: str, raw: torch.Tensor) -> torch.Tensor | Non
 
 def _forward(comm: Comm, label: str, raw: torch.Tensor) -> None:
     if comm.topo.next_rank is not None:
-        _send_down(comm, label + ":forward", raw, comm.topo.next_rank)
-
-
-def _send_down(comm: Comm, label: str, raw: torch.Tensor, dst: int) -> None:
-    comm.send_vec(label, raw, dst=dst)
-    _sent.vec = raw.clone()
+        comm.send_vec(label + ":forward", raw, dst=comm.topo.next_rank)
+        _sent.vec = raw     # (the send has completed: what went down the wire, unchanged after)
 
 
 #: per thread (a rank's pp_sync runs on one thread): the vector its last forward sent
@@ -84,4 +80,4 @@ _sent = threading.local()
 def _counts(layout: SyncLayout, sent: torch.Tensor | None) -> tuple[int, ...] | None:
     """The counts of the vector a stage sent downstream (the events' `forwarded`: what the
     next stage will apply, which the PPSync monitor compares with what this stage applies)."""
-    return None if sent is None else tuple(sent.tolist()[HEADER:HEADER + layout.n_counts])
+    return None if sent is None else tuple(sent[HEADER:HEADER + layout.n_counts].tolist())

@@ -15,15 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hicache.validate import int_at_least, integral_in
+from hicache.validate import INT64_MAX, int_at_least, integral_in
 
 from .digest import pair, pair_agrees
 
 #: a count placeholder that never lowers a MIN (counts are refused above it)
 COUNT_PLACEHOLDER = (1 << 62)
 HEADER = 4
-#: the sync vector travels as an int64 tensor; x and -x of a pair must both fit
-INT64_MAX = (1 << 63) - 1
+# the sync vector travels as an int64 tensor (INT64_MAX); x and -x of a pair must both fit
 
 
 def leading_ready(ready: Sequence[bool]) -> int:

@@ -18,8 +18,9 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from hicache.validate import INT64_MAX
+
 BLOCK_TOKENS = 512
-INT64_MAX = 2**63 - 1
 #: the largest block id whose token ids (b*512 + i, i < 512) fit expand's int64: a larger one
 #: would wrap onto another block's tokens (false hits) or overflow numpy
 MAX_HASH_ID = (INT64_MAX - (BLOCK_TOKENS - 1)) // BLOCK_TOKENS

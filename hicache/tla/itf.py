@@ -67,8 +67,13 @@ def trace_to_itf(variables: list[str], steps, meta: dict) -> dict:
             "vars": list(variables), "states": states}
 
 
+def _dumps(doc: dict) -> str:
+    """An ITF document as the text both writers put in a file."""
+    return json.dumps(doc, indent=1) + "\n"
+
+
 def write_itf(path: str | Path, doc: dict) -> None:
-    Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+    Path(path).write_text(_dumps(doc))
 
 
 def write_itf_new(directory: str | Path, stem: str, doc: dict) -> str:
@@ -80,7 +85,7 @@ def write_itf_new(directory: str | Path, stem: str, doc: dict) -> str:
     warning: a warnings filter set to "error" would replace the violation with it)."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, indent=1) + "\n"
+    text = _dumps(doc)
     i = 0
     while True:
         p = d / f"{stem}-{i}.itf.json"

@@ -20,6 +20,7 @@ wrote that until this check found it, so TLC would not have parsed it).
 from __future__ import annotations
 
 from hicache.tla.errors import Loc, ParseError
+from hicache.tla.stdlib import SYNONYMS
 
 _LEFT, _NONE = "left", "none"
 
@@ -50,16 +51,19 @@ _INFIX: dict[str, tuple[int, int, str]] = {
 }
 
 #: spellings of one operator (tla2sany ConfigConstants.OperatorSynonyms): `a \cup b \union c`
-#: chains one left-associative operator, `a # b /= c` one non-associative one
-_SYNONYMS = {
-    "/\\": "\\land", "\\/": "\\lor", "<=>": "\\equiv", "#": "/=", "<=": "\\leq", "=<": "\\leq",
-    ">=": "\\geq", "\\cap": "\\intersect", "\\cup": "\\union", "\\circ": "\\o", "(+)": "\\oplus",
-    "(-)": "\\ominus", "(.)": "\\odot", "(/)": "\\oslash", "(\\X)": "\\otimes",
+#: chains one left-associative operator, `a # b /= c` one non-associative one. A spelling is
+#: first brought to the builtin's name (`stdlib.SYNONYMS`, the evaluator's one table of
+#: synonyms), then to this table's key
+_TABLE_KEY = {
+    "/\\": "\\land", "\\/": "\\lor", "<=>": "\\equiv", "#": "/=", "<=": "\\leq", ">=": "\\geq",
+    "\\cap": "\\intersect", "\\cup": "\\union", "(+)": "\\oplus", "(-)": "\\ominus",
+    "(.)": "\\odot", "(/)": "\\oslash", "(\\X)": "\\otimes",
 }
 
 
 def _canon(op: str) -> str:
-    return _SYNONYMS.get(op, op)
+    op = SYNONYMS.get(op, op)
+    return _TABLE_KEY.get(op, op)
 
 
 def grouping(a: str, b: str) -> str | None:

@@ -30,6 +30,7 @@ def _load(tmp_path: Path, expr: str):
     ("TRUE /\\ FALSE \\/ TRUE", "/\\", "\\/", 20),          # inline: a bulleted list is the way to mix them
     ("6 * 2 \\div 3", "*", "\\div", 12),
     ("{1} \\cup {2} \\cap {3}", "\\cup", "\\cap", 19),
+    ("{1} \\setminus {2} \\cup {3}", "\\setminus", "\\cup", 24),   # a spelling the table missed
     ("TRUE => (* why *) FALSE \\* not here\n     => TRUE", "=>", "=>", 6),   # past comments, on line 4
 ])
 def test_a_chain_sany_groups_neither_way_is_a_located_syntax_error(tmp_path, expr, first, second, col):

@@ -29,6 +29,8 @@ from hicache.protocol.vocabulary import DraftState as D
 from hicache.runtime.draft import DRAFT_ROLES, DependentSet
 from hicache.tla.values import mk_fcn
 
+from .steps import capacity
+
 _ACTIONS = {a.value for a in D}
 
 
@@ -62,8 +64,7 @@ class DraftStateMap:
             # binding; it raised a ValueError into the runtime's thread at transfer 33 of a
             # legal run). This event is checked by its invariants only: its pre-state was
             # mapped in the smaller window, whose domains differ from the new one's.
-            while t > self.capacity:
-                self.capacity *= 2
+            self.capacity = capacity(t, self.capacity)
             return [(action, None)]
         if not self.needs_prestate:
             return [(action, None)]      # invariants only

@@ -201,14 +201,10 @@ class PrefixAgreementMap:
         me, ack = self.me, f["ack"]
         got = p.got.pop(f["batch"], None)
         stopped = p.stopped(me)
-        if ack > 0 or not stopped:
-            if not stopped and got is not None:
-                p.loaded[me] += max(0, min(got, p.bp))
-            p.tried[me] += 1
-            self._step(p, "RankLoadBatch", (me,))
-        else:
-            p.tried[me] += 1
-            self._step(p, "RankPostAck", (me,))
+        if not stopped and got is not None:
+            p.loaded[me] += max(0, min(got, p.bp))
+        p.tried[me] += 1
+        self._step(p, "RankLoadBatch" if ack > 0 or not stopped else "RankPostAck", (me,))
 
     def _publish(self, f: dict) -> None:
         self.published[(f["rid"], f["batch"])] = f["pages"]
