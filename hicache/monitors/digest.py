@@ -12,12 +12,14 @@ the ranks' monitored states diverged (bugs 2 and 4).
 and the k-th contributions of every rank are reduced together, the way a collective pairs
 the k-th calls of each rank. Each contribution may carry a local payload (never sent: the
 wire carries the four ints) so that, once a reduction disagrees, the ranks can say what
-they contributed: `divergence` names the ranks and digest fields that differ, and
-`write_divergence_trace` writes the merged recent history of every rank as an ITF trace
-that `hicache explain` reads (one lane per rank, the exchange as the violating step).
+they contributed: `divergence` names the ranks, digest fields and elements (e.g. pages)
+that differ, and `write_divergence_trace` writes the merged recent history of every rank as
+an ITF trace that `hicache explain` reads (one lane per rank, the exchange as the violating
+step).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from hicache.monitors.rt import Failure
@@ -34,6 +36,29 @@ EXCHANGE = "DigestExchange"
 def state_digest(state: dict) -> int:
     """Digest of a (mapped) state: entries in name order, values in TLA+ notation."""
     return digest_of((k, fmt(v)) for k, v in sorted(state.items()))
+
+
+#: bytes of a page id (`page_ids`): as wide as the state digest it feeds
+PAGE_ID_BYTES = 8
+
+
+def page_ids(tree) -> tuple[str, ...]:
+    """A rank-independent identity of every page of `tree`, in `tree.nodes()` order (the
+    DFS preorder the HostTier maps number pages in): BLAKE2b of the page's own token bytes,
+    in hex. With the tree's shape (each page's parent page), equal ids on two ranks mean
+    the same token sequence on every path.
+
+    Hashes the page's own tokens, not the runtime's chained `Node.hashes`: those are filled
+    lazily by the runtime, and a monitor that computed them would write to the nodes it
+    observes; the shape already supplies the chaining. Never Python's hash(), which is
+    salted per process."""
+    pb = tree.pb
+    out: list[str] = []
+    for x in tree.nodes():
+        key = memoryview(x.key)
+        for i in range(x.n):
+            out.append(hashlib.blake2b(key[i * pb:(i + 1) * pb], digest_size=PAGE_ID_BYTES).hexdigest())
+    return tuple(out)
 
 
 def contribution(name: str, index: int, state: dict) -> list[int]:
@@ -99,7 +124,10 @@ def divergence(contribs: list[Contribution]) -> dict:
     """Which ranks disagree, on what: the largest group of ranks that contributed the same
     (call, digest) is the reference (ties: the group of the lowest rank); every other rank
     diverges. `fields` are the digest-view entries where some rank differs from the
-    reference rank; `calls` each rank's collective-bearing call."""
+    reference rank; `elements` (field -> positions, the first `_MAX_ELEMENTS`) where they
+    differ, for the sequences and page-indexed functions (a page in the per-page fields;
+    a position past the shorter sequence when the lengths differ); `calls` each rank's
+    collective-bearing call."""
     groups: dict[tuple, list[int]] = {}
     for c in contribs:
         groups.setdefault((c.label, c.digest), []).append(c.rank)
@@ -108,11 +136,39 @@ def divergence(contribs: list[Contribution]) -> dict:
     ref_view = by_rank[min(ref)].view
     fields = sorted({k for c in contribs for k in set(c.view) | set(ref_view)
                      if c.rank not in ref and c.view.get(k) != ref_view.get(k)})
+    elements: dict[str, list[int]] = {}
+    for k in fields:
+        at: set[int] = set()
+        for c in contribs:
+            if c.rank not in ref:
+                at |= _positions(ref_view.get(k), c.view.get(k))
+        if at:
+            elements[k] = sorted(at)[:_MAX_ELEMENTS]
     return {"reference_rank": min(ref),
             "diverging_ranks": sorted(r for r in by_rank if r not in ref),
             "calls": {str(c.rank): c.label for c in contribs},
             "digests": {str(c.rank): f"{c.digest:016x}" for c in contribs},
-            "fields": fields}
+            "fields": fields, "elements": elements}
+
+
+#: positions listed per field in `divergence` (the first ones: a diverged subtree can
+#: differ at every page of it, and the report should stay readable)
+_MAX_ELEMENTS = 16
+
+
+def _positions(a, b) -> set[int]:
+    """Where two values of one digest-view field differ: the indices of sequences (past
+    the shorter one when the lengths differ, the first such index only), the integer keys
+    of functions (the page-indexed ones); nothing for scalars. (Integers only: the record
+    goes into the trace's JSON as it is.)"""
+    if isinstance(a, Fcn) and isinstance(b, Fcn):
+        return {i for i in set(a.d) | set(b.d) if type(i) is int and a.d.get(i) != b.d.get(i)}
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        at = {i for i, (x, y) in enumerate(zip(a, b)) if x != y}
+        if len(a) != len(b):
+            at.add(min(len(a), len(b)))
+        return at
+    return set()
 
 
 @dataclass(slots=True)

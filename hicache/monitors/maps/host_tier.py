@@ -278,14 +278,23 @@ class HostTierMap:
         """The mapped state up to a renaming of host slots (slot numbers are rank-local
         addresses; which free slot a rank picks may depend on when its copies finished):
         per page whether it has a host copy or a backup in flight, the multiset of slot
-        states, and the number of prefetch slots per request phase."""
+        states, and the number of prefetch slots per request phase; and the tree itself:
+        each page's parent page (`_shape`) and the identity of its tokens (`_pageKey`)."""
+        from hicache.monitors.digest import page_ids
         s = self.reference_state()
+        # which tokens a page holds is not rank-local (the ranks of a group cache the same
+        # prefixes): without it, ranks caching different prefixes of one shape would agree
+        keys = page_ids(self.cache.tree)
+        if len(keys) != s["len"]:
+            raise RuntimeError(f"digest view: {len(keys)} page ids for a mapped state of {s['len']} pages "
+                               "(the tree changed between the two preorder walks)")
         out = {k: v for k, v in s.items() if k not in ("host", "backupOp", "slot", "pfSlot", "_parent")}
         out["host"] = tuple(v != 0 for _, v in sorted(s["host"].d.items()))
         out["backupOp"] = tuple(v != 0 for _, v in sorted(s["backupOp"].d.items()))
         out["slot"] = tuple(sorted(s["slot"]))
         out["pfSlot"] = tuple(v != 0 for v in s["pfSlot"])
         out["_shape"] = s["_parent"]
+        out["_pageKey"] = keys
         return out
 
     # ------------------------------------------------------------ invariants over the tree
