@@ -266,6 +266,8 @@ class Monitor:
             # the generated one-pass fast path of every incremental form the map does not
             # replace; the forms it covers run only when it does not hold
             self._inc_all = getattr(self.spec, "inc_all", None)
+            self._guard = getattr(rmap, "guard", None)
+            self._presynced = True       # the map's state is the state before the next event
             self._fused_skip = frozenset(over)
             fused = frozenset(n for n in inc if n not in over)
             # what runs when the fused fast path holds: the checks it does not cover
@@ -378,10 +380,20 @@ class Monitor:
             # brings its state up to date at the next checked step, whose delta and dirty
             # elements then cover every change since the last one
             self.history.append(Step(self.steps, name, dict(fields), None, None))
+            self._presynced = False
             return
+        # a guard the event had to satisfy, on the map's state before it (an incremental map
+        # syncs after): a compound step's invariants see only where it led. Only when the
+        # last event was synced: after unchecked ones (sample mode) the map's state is older
+        # than this event's pre-state
+        guard = self._guard
+        broke = guard(name, fields) if guard is not None and self._presynced else None
+        self._presynced = True
         delta, acc = self.rmap.sync()
         self.history.append(Step(self.steps, name, dict(fields), None, delta))
         self.checked += 1
+        if broke is not None:
+            self.fail("action", name, fields, broke, None, None)
         C = self.constants()
         # an invariant held on the last checked state; one whose variables did not change
         # since (the delta names every variable written) still holds. A new constants
@@ -482,6 +494,7 @@ class Monitor:
         changes go to the last event's delta, so the rebuilt history stays exact."""
         if self.history and self.history[-1].delta is None:
             self.history[-1].delta, _ = self.rmap.sync()
+        self._presynced = True
 
     def _rebuild_states(self) -> None:
         """Fill each history step's mapped state from the current state and the deltas."""

@@ -148,7 +148,7 @@ class HiCache:
     def _emit(self, action: A, **args: Any) -> None:
         bus = self.bus
         if bus.listeners:
-            bus.emit(action, **args)
+            bus.publish(action, args)
 
     def _attach(self, op: Op, nodes: list[Node]) -> None:
         for x in nodes:

@@ -262,7 +262,7 @@ class DependentSet:
     def _emit(self, action: D, **args: Any) -> None:
         bus = self.bus
         if bus.listeners:
-            bus.emit(action, **args)
+            bus.publish(action, args)
 
     def launch(self, kind: Kind, src_pages: list[int], dst_pages: list[int]) -> int:
         """TransferLaunch: record the transfer and the page lists each source hands out."""

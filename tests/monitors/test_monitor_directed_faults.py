@@ -52,10 +52,16 @@ def test_prefetch_slots_freed_while_the_worker_still_writes_them(tmp_path):
     st.gate.set()
 
 
-def test_a_pending_loads_slots_freed_after_its_request_finished(tmp_path):
+@pytest.mark.parametrize("guards", [True, False], ids=["guard", "invariant"])
+def test_a_pending_loads_slots_freed_after_its_request_finished(tmp_path, monkeypatch, guards):
     """Bug 10 after the request finished: the runtime polls the load's LoadBackFinish after
     the request's RequestFinish, and the map had dropped the request (and the loadReq of its
-    pages) at RequestFinish, so freeing the load's PROTECTED slots went unseen."""
+    pages) at RequestFinish, so freeing the load's PROTECTED slots went unseen. Now HostEvict's
+    guard (the slot is not SYNCED) names it at the step; without the guards, the invariant
+    the map fix restored still does."""
+    if not guards:
+        from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+        monkeypatch.setattr(IncrementalHostTierMap, "guard", None)
     c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=2, host_pages=4)
     serve(c, [1, 2])
     c.evict_device(2)
@@ -72,7 +78,11 @@ def test_a_pending_loads_slots_freed_after_its_request_finished(tmp_path):
         c.host._pages.release(slots)
     with pytest.raises(ProtocolViolation) as e:
         c._emit(A.HostEvict, node=x.id, slots=slots)
-    assert e.value.property == "PendingLoadLocked"
+    if guards:
+        assert e.value.property == "HostEvict" and e.value.kind == "action"
+        assert '"protected", not "synced"' in e.value.conjunct
+    else:
+        assert e.value.property == "PendingLoadLocked"
     gate.set()
     op.wait()
 
@@ -151,4 +161,73 @@ def test_a_live_requests_locked_node_deleted_from_the_tree(tmp_path, mode):
     assert v.lock_ref == 1 and not c.tree.host_evictable(v)
     with pytest.raises(ProtocolViolation) as e:
         c._evict_host(v)                                        # the fault: the lock ignored
-    assert e.value.property == "LockedNodesKept" and e.value.action == "HostEvict"
+    if mode == "strict":
+        # strict: HostEvict's guard names it at the step, on the state before it
+        assert e.value.property == "HostEvict" and e.value.kind == "action"
+        assert "locked prefix (dev[n] \\/ ~Locked(n))" in e.value.conjunct
+    else:
+        # sample mode checks no guard (its map keeps no state before an event)
+        assert e.value.property == "LockedNodesKept" and e.value.action == "HostEvict"
+
+
+# --- eviction guards (hicache/monitors/maps/host_tier_guards.py): faults that leave a
+# legal-looking state, so no invariant sees them afterwards; strict mode checks the spec
+# action's guard in tree form on the state before the event
+
+def test_a_locked_nodes_device_copy_evicted_keeping_its_host_copy(tmp_path, monkeypatch):
+    """A device eviction that ignores a live request's lock: the node keeps its host copy,
+    so it stays in the tree and every invariant holds after it; the request then reads
+    device pages that were freed. DevEvictable's ~Locked(n), in tree form."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=2, host_pages=4)
+    serve(c, [1, 2])
+    r = c.match([1, 2])
+    v = r.node
+    assert v.lock_ref == 1 and v.host is not None and v.device is not None
+    with pytest.raises(ProtocolViolation) as e:
+        c._evict_device(v)                                      # the fault: the lock ignored
+    assert (e.value.property, e.value.kind, e.value.action) == ("DeviceEvict", "action", "DeviceEvict")
+    assert f"live request {r.rid}'s locked prefix (~Locked(n))" in e.value.conjunct
+    assert e.value.location.startswith("spec/HostTier.tla:")
+    # without the guard the same fault passes every invariant: the guard is what sees it
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+    monkeypatch.setattr(IncrementalHostTierMap, "guard", None)
+    c2, _ = tiny_cache(tmp_path / "unguarded", dict(mode="strict"), device_pages=2, host_pages=4)
+    serve(c2, [1, 2])
+    c2._evict_device(c2.match([1, 2]).node)
+
+
+def test_write_back_dropping_a_pages_only_copy(tmp_path):
+    """write_back evicts a device copy that was never backed up (its blocking copy skipped):
+    the node leaves the tree with its KV, a state the invariants accept (a cold cache).
+    DeviceEvict's second conjunct: no host copy only when policy # "write_back"."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=2, host_pages=4, write_policy="write_back")
+    r = serve(c, [1, 2])
+    v = r.node
+    assert v.host is None and v.device is not None and v.lock_ref == 0
+    c._backup_sync = lambda v: True                             # the fault: the copy skipped
+    with pytest.raises(ProtocolViolation) as e:
+        c._evict_device(v)
+    assert e.value.property == "DeviceEvict"
+    assert "write_back dropped node" in e.value.conjunct and e.value.failure.index == 2
+
+
+def test_a_device_copy_evicted_while_its_load_back_fills_it(tmp_path):
+    """A device eviction of a node whose load-back is still in flight (its request ended):
+    the load writes into device pages the allocator already handed back. DevEvictable's
+    loadReq[n] = NoReq."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=2, host_pages=4)
+    serve(c, [1, 2])
+    c.evict_device(2)
+    gate = _blocked_loads(c)
+    r = c.match([1, 2])
+    op = c.load_back(r)
+    x = op.nodes[0]
+    c.finish(r)
+    assert not op.done.is_set() and x.loading is op and x.lock_ref == 0
+    try:
+        with pytest.raises(ProtocolViolation) as e:
+            c._evict_device(x)                                  # the fault: the load ignored
+        assert e.value.property == "DeviceEvict" and "load-back into node" in e.value.conjunct
+    finally:
+        gate.set()
+        op.wait()

@@ -15,7 +15,7 @@ from hicache.tla.itf import decode, read_itf
 W = WorkloadConfig()
 
 
-@pytest.mark.parametrize("bug,prop", [(8, "SlotInOneOwner"), (10, "PendingLoadLocked"), (7, "LockedNodesKept")])
+@pytest.mark.parametrize("bug,prop", [(8, "SlotInOneOwner"), (10, "HostEvict"), (7, "DeviceEvict")])
 def test_runtime_fault_caught_at_its_step(bug, prop, tmp_path):
     r = runtime_entry(bug, 30, W, str(tmp_path))
     assert (r.caught, r.property, r.steps_after_fault, r.clean_alarm) == (True, prop, 0, False), r

@@ -36,6 +36,7 @@ import weakref
 import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
+from hicache.monitors.maps import host_tier_guards
 from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req, lock_len,
                                              node_slots, prefetch_row)
 from hicache.monitors.rt import Failure
@@ -110,6 +111,9 @@ def _drop_journal(journals: list, journal: set) -> None:
 
 class IncrementalHostTierMap(HostTierMap):
     incremental = True
+    #: the eviction guards in tree form, on the state before an event (the monitor calls it
+    #: before `sync`): what a compound step's invariants cannot see afterwards
+    guard = host_tier_guards.check
 
     def __init__(self, cache):
         super().__init__(cache)
