@@ -85,7 +85,10 @@ def _expected_errors(args: argparse.Namespace) -> tuple[type[BaseException], ...
 def _report(args: argparse.Namespace, exc: BaseException) -> int:
     """Report an expected error: EXIT_USAGE for bad input or options, 1 for the environment."""
     if isinstance(exc, ValueError):
-        return _fail(args, _flagged(str(exc)), EXIT_USAGE)
+        # a trace's error starts with the trace's path, which may read like a field name (a
+        # trace file named `limit`): only a config's own errors name a field to rewrite
+        from hicache.replay.trace import TraceError
+        return _fail(args, str(exc) if isinstance(exc, TraceError) else _flagged(str(exc)), EXIT_USAGE)
     return _fail(args, str(exc), 1)
 
 

@@ -134,6 +134,18 @@ def test_cli_huge_hash_id_is_an_error_not_false_hits(tmp_path, capsys):
     assert last_json(capsys.readouterr().out)["error"].startswith(f"{path}:1: field 'hash_ids' has block id {2**54}")
 
 
+def test_a_trace_named_like_a_config_field_keeps_its_name(tmp_path, capsys, monkeypatch):
+    """A config's errors name a field, rewritten to its flag (`limit: ...` -> `--limit: ...`);
+    a trace's errors start with its path, which was rewritten too when the file was called
+    `limit`: the message then blamed an option the user never passed."""
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("limit")
+    assert main(["replay", "limit", "--json"]) == EXIT_USAGE
+    assert last_json(capsys.readouterr().out)["error"] == "limit: not a regular file (a directory)"
+    assert main(["replay", "limit", "--json", "--limit", "0"]) == EXIT_USAGE     # the config's own: flagged
+    assert last_json(capsys.readouterr().out)["error"].startswith("--limit: ")
+
+
 # -- 3. tracebacks -----------------------------------------------------------------------
 
 def test_deeply_nested_json_is_a_located_error(tmp_path):
