@@ -12,7 +12,9 @@
 (* per-layer copies and finish before the target's last layer.  SIDECAR:  *)
 (* a separate host pool whose transfer indices derive from a declared      *)
 (* source pool (the target KV or the SWA pool), copied alongside in the    *)
-(* same load-back.  Either way the transfer's completion event covers the  *)
+(* same load-back.  Each pool's row and source are constants: the CI model *)
+(* fixes them, a refinement map takes them from the runtime's configured   *)
+(* pools.  Either way the transfer's completion event covers the           *)
 (* target and every dependent copy, and a consumer reads a pool's buffer   *)
 (* only after the completion event.                                        *)
 (*                                                                         *)
@@ -33,15 +35,18 @@ CONSTANTS
     TargetLayers,         \* layers of the target host pool (packed offsets)
     DraftLayers,          \* draft layers appended to it when packed
     HostSlots,            \* host slots (packed offsets)
+    TargetRow,            \* row signature of the target pool (dtype, KV planes, width, indexing)
+    DraftKVRow,           \* row signature of the draft KV pool
+    DraftIndexerRow,      \* row signature of the draft indexer pool
+    DraftStateRow,        \* row signature of the draft recurrent-state pool
+    DraftKVSource,        \* source ("kv" or "swa") of the draft KV pool's sidecar indices
+    DraftIndexerSource,   \* source of the draft indexer pool's sidecar indices
+    DraftStateSource,     \* source of the draft state pool's sidecar indices
     BugFireOnTargetOnly,  \* seeded bug: completion ignores the draft copies
     BugPackIncompatible   \* seeded bug: packed layout for an incompatible pool
 
 (* A positive natural number.                                             *)
 Positive(x) == x \in Nat /\ x >= 1
-
-ASSUME Positive(NTransfers) /\ Positive(NIdx)
-ASSUME Positive(TargetLayers) /\ Positive(DraftLayers) /\ Positive(HostSlots)
-ASSUME BugFireOnTargetOnly \in BOOLEAN /\ BugPackIncompatible \in BOOLEAN
 
 Transfers  == 1..NTransfers
 Idx        == 1..NIdx
@@ -49,23 +54,28 @@ DraftPools == {"draft_kv", "draft_indexer", "draft_state"}
 AllPools   == {"target"} \cup DraftPools
 Sources    == {"kv", "swa"}
 
-(* Row description of the target pool and of each dependent pool.          *)
-TargetRow == [shape |-> 8, dtype |-> "bf16", index |-> "token"]
+ASSUME Positive(NTransfers) /\ Positive(NIdx)
+ASSUME Positive(TargetLayers) /\ Positive(DraftLayers) /\ Positive(HostSlots)
+ASSUME {TargetRow, DraftKVRow, DraftIndexerRow, DraftStateRow} \subseteq STRING
+ASSUME {DraftKVSource, DraftIndexerSource, DraftStateSource} \subseteq Sources
+ASSUME BugFireOnTargetOnly \in BOOLEAN /\ BugPackIncompatible \in BOOLEAN
+
+(* Row signature of each dependent pool: its element type, row width, KV   *)
+(* planes and how rows are indexed, as one string; two pools may share a   *)
+(* slot mapping only if their signatures are equal.  Constants, so that    *)
+(* one spec covers every pool geometry a runtime may configure.            *)
 Row(p) ==
-    CASE p = "draft_kv"      -> [shape |-> 8,  dtype |-> "bf16", index |-> "token"]
-      [] p = "draft_indexer" -> [shape |-> 2,  dtype |-> "fp8",  index |-> "token"]
-      [] p = "draft_state"   -> [shape |-> 16, dtype |-> "fp32", index |-> "request"]
+    CASE p = "draft_kv"      -> DraftKVRow
+      [] p = "draft_indexer" -> DraftIndexerRow
+      [] p = "draft_state"   -> DraftStateRow
 
 (* The source pool a sidecar pool derives its transfer indices from.       *)
 SourceOf(p) ==
-    CASE p = "draft_kv"      -> "kv"
-      [] p = "draft_indexer" -> "kv"
-      [] p = "draft_state"   -> "swa"
+    CASE p = "draft_kv"      -> DraftKVSource
+      [] p = "draft_indexer" -> DraftIndexerSource
+      [] p = "draft_state"   -> DraftStateSource
 
-Compatible(p) ==
-    /\ Row(p).shape = TargetRow.shape
-    /\ Row(p).dtype = TargetRow.dtype
-    /\ Row(p).index = TargetRow.index
+Compatible(p) == Row(p) = TargetRow
 
 AllowedLayouts(p) ==
     IF Compatible(p) \/ BugPackIncompatible THEN {"packed", "sidecar"} ELSE {"sidecar"}

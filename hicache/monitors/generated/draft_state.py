@@ -6,12 +6,12 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, Fcn, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
 
 SPEC = 'spec/DraftState.tla'
 MODULE = 'DraftState'
 VARIABLES = ('layout', 'phase', 'tgtDone', 'draftDone', 'read', 'readStale', 'srcIdx', 'xferIdx')
-CONSTANTS = ('NTransfers', 'NIdx', 'TargetLayers', 'DraftLayers', 'HostSlots', 'BugFireOnTargetOnly', 'BugPackIncompatible')
+CONSTANTS = ('NTransfers', 'NIdx', 'TargetLayers', 'DraftLayers', 'HostSlots', 'TargetRow', 'DraftKVRow', 'DraftIndexerRow', 'DraftStateRow', 'DraftKVSource', 'DraftIndexerSource', 'DraftStateSource', 'BugFireOnTargetOnly', 'BugPackIncompatible')
 
 _b_range_ = BI['..']
 _b_SUBSET = BI['SUBSET']
@@ -27,18 +27,21 @@ def constants(raw: dict) -> dict:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
     s = t = None  # constant-level definitions read no state
-    C['Transfers'] = _b_range_(1, C['NTransfers'])  # spec/DraftState.tla:46:1
-    C['Idx'] = _b_range_(1, C['NIdx'])  # spec/DraftState.tla:47:1
-    C['DraftPools'] = frozenset(('draft_kv', 'draft_indexer', 'draft_state',))  # spec/DraftState.tla:48:1
-    C['AllPools'] = _b_cup(frozenset(('target',)), C['DraftPools'])  # spec/DraftState.tla:49:1
-    C['Sources'] = frozenset(('kv', 'swa',))  # spec/DraftState.tla:50:1
-    C['TargetRow'] = Fcn({'shape': 8, 'dtype': 'bf16', 'index': 'token'})  # spec/DraftState.tla:53:1
+    C['Transfers'] = _b_range_(1, C['NTransfers'])  # spec/DraftState.tla:51:1
+    C['Idx'] = _b_range_(1, C['NIdx'])  # spec/DraftState.tla:52:1
+    C['DraftPools'] = frozenset(('draft_kv', 'draft_indexer', 'draft_state',))  # spec/DraftState.tla:53:1
+    C['AllPools'] = _b_cup(frozenset(('target',)), C['DraftPools'])  # spec/DraftState.tla:54:1
+    C['Sources'] = frozenset(('kv', 'swa',))  # spec/DraftState.tla:55:1
     if not (d_Positive(C, s, None, C['NTransfers']) and d_Positive(C, s, None, C['NIdx'])):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:42:8: Positive(NTransfers) /\\ Positive(NIdx)')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:57:8: Positive(NTransfers) /\\ Positive(NIdx)')
     if not ((d_Positive(C, s, None, C['TargetLayers']) and d_Positive(C, s, None, C['DraftLayers'])) and d_Positive(C, s, None, C['HostSlots'])):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:43:8: Positive(TargetLayers) /\\ Positive(DraftLayers) /\\ Positive(HostSlots)')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:58:8: Positive(TargetLayers) /\\ Positive(DraftLayers) /\\ Positive(HostSlots)')
+    if not _b_subseteq(frozenset((normalize(C['TargetRow']), normalize(C['DraftKVRow']), normalize(C['DraftIndexerRow']), normalize(C['DraftStateRow']),)), STD["STRING"]):
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:59:8: {TargetRow, DraftKVRow, DraftIndexerRow, DraftStateRow} \\subseteq STRING')
+    if not _b_subseteq(frozenset((normalize(C['DraftKVSource']), normalize(C['DraftIndexerSource']), normalize(C['DraftStateSource']),)), C['Sources']):
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:60:8: {DraftKVSource, DraftIndexerSource, DraftStateSource} \\subseteq Sources')
     if not ((C['BugFireOnTargetOnly'] in STD["BOOLEAN"]) and (C['BugPackIncompatible'] in STD["BOOLEAN"])):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:44:8: BugFireOnTargetOnly \\in BOOLEAN /\\ BugPackIncompatible \\in BOOLEAN')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:61:8: BugFireOnTargetOnly \\in BOOLEAN /\\ BugPackIncompatible \\in BOOLEAN')
     C['$h0'] = FcnSet(C['DraftPools'], frozenset(('packed', 'sidecar',)))
     C['$h1'] = FcnSet(C['Transfers'], frozenset(('idle', 'copying', 'fired',)))
     C['$h2'] = FcnSet(C['Transfers'], STD["BOOLEAN"])
@@ -61,120 +64,120 @@ def constants(raw: dict) -> dict:
 
 
 def d_Positive(C, s, t, v_x):
-    # spec/DraftState.tla:40:1
+    # spec/DraftState.tla:49:1
     return ((v_x in STD['Nat']) and (v_x >= 1))
 
 
 def d_Row(C, s, t, v_p):
-    # spec/DraftState.tla:54:1
-    return (Fcn({'shape': 8, 'dtype': 'bf16', 'index': 'token'}) if (v_p == 'draft_kv') else (Fcn({'shape': 2, 'dtype': 'fp8', 'index': 'token'}) if (v_p == 'draft_indexer') else (Fcn({'shape': 16, 'dtype': 'fp32', 'index': 'request'}) if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:55:5'))))
+    # spec/DraftState.tla:67:1
+    return (C['DraftKVRow'] if (v_p == 'draft_kv') else (C['DraftIndexerRow'] if (v_p == 'draft_indexer') else (C['DraftStateRow'] if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:68:5'))))
 
 
 def d_SourceOf(C, s, t, v_p):
-    # spec/DraftState.tla:60:1
-    return ('kv' if (v_p == 'draft_kv') else ('kv' if (v_p == 'draft_indexer') else ('swa' if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:61:5'))))
+    # spec/DraftState.tla:73:1
+    return (C['DraftKVSource'] if (v_p == 'draft_kv') else (C['DraftIndexerSource'] if (v_p == 'draft_indexer') else (C['DraftStateSource'] if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:74:5'))))
 
 
 def d_Compatible(C, s, t, v_p):
-    # spec/DraftState.tla:65:1
-    return ((ap(d_Row(C, s, t, v_p), 'shape') == ap(C['TargetRow'], 'shape')) and (ap(d_Row(C, s, t, v_p), 'dtype') == ap(C['TargetRow'], 'dtype')) and (ap(d_Row(C, s, t, v_p), 'index') == ap(C['TargetRow'], 'index')))
+    # spec/DraftState.tla:78:1
+    return (d_Row(C, s, t, v_p) == C['TargetRow'])
 
 
 def d_AllowedLayouts(C, s, t, v_p):
-    # spec/DraftState.tla:70:1
+    # spec/DraftState.tla:80:1
     return (C['$h7'] if (d_Compatible(C, s, t, v_p) or C['BugPackIncompatible']) else C['$h17'])
 
 
 def d_PackedOffset(C, s, t, v_s, v_l, v_lt, v_ld):
-    # spec/DraftState.tla:75:1
+    # spec/DraftState.tla:85:1
     return ((v_s * (v_lt + v_ld)) + v_l)
 
 
 def d_Packed(C, s, t):
-    # spec/DraftState.tla:99:1
+    # spec/DraftState.tla:109:1
     return frozenset(v_p_1 for v_p_1 in it(C['DraftPools']) if (ap(s['layout'], v_p_1) == 'packed'))
 
 
 def d_Copied(C, s, t, v_t):
-    # spec/DraftState.tla:100:1
+    # spec/DraftState.tla:110:1
     return _b_cup((C['$h16'] if ap(s['tgtDone'], v_t) else frozenset()), ap(s['draftDone'], v_t))
 
 
 def d_Init(C, s, t):
-    # spec/DraftState.tla:102:1
+    # spec/DraftState.tla:112:1
     return ((s['layout'] in frozenset(v_f_1 for v_f_1 in it(C['$h0']) if all((ap(v_f_1, v_p_2) in d_AllowedLayouts(C, s, t, v_p_2)) for v_p_2 in it(C['DraftPools'])))) and (s['phase'] == mk_fcn({v_t_3: 'idle' for v_t_3 in it(C['Transfers'])})) and (s['tgtDone'] == mk_fcn({v_t_4: False for v_t_4 in it(C['Transfers'])})) and (s['draftDone'] == mk_fcn({v_t_5: frozenset() for v_t_5 in it(C['Transfers'])})) and (s['read'] == mk_fcn({v_t_6: frozenset() for v_t_6 in it(C['Transfers'])})) and (s['readStale'] == mk_fcn({v_t_7: frozenset() for v_t_7 in it(C['Transfers'])})) and (s['srcIdx'] == mk_fcn({v_t_8: mk_fcn({v_s_9: 0 for v_s_9 in it(C['Sources'])}) for v_t_8 in it(C['Transfers'])})) and (s['xferIdx'] == mk_fcn({v_t_10: mk_fcn({v_p_11: 0 for v_p_11 in it(C['DraftPools'])}) for v_t_10 in it(C['Transfers'])})))
 
 
 def d_IdxFor(C, s, t, v_p, v_src):
-    # spec/DraftState.tla:115:1
+    # spec/DraftState.tla:125:1
     return (ap(v_src, 'kv') if (ap(s['layout'], v_p) == 'packed') else ap(v_src, d_SourceOf(C, s, t, v_p)))
 
 
 def d_TransferLaunch(C, s, t, v_t):
-    # spec/DraftState.tla:118:1
+    # spec/DraftState.tla:128:1
     return ((ap(s['phase'], v_t) == 'idle') and any((lambda l_src_3: ((t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_5: l_src_3()))) and (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_6: mk_fcn({v_p_7: d_IdxFor(C, s, t, v_p_7, l_src_3()) for v_p_7 in it(C['DraftPools'])}))))))(once(lambda: mk_fcn({v_s_4: (v_kv_1 if (v_s_4 == 'kv') else v_swa_2) for v_s_4 in it(C['Sources'])}))) for v_kv_1 in it(C['Idx']) for v_swa_2 in it(C['Idx'])) and (t['phase'] == exc(s['phase'], ((v_t,), lambda at_8: 'copying'))) and ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale'])))
 
 
 def d_TargetCopyFinish(C, s, t, v_t):
-    # spec/DraftState.tla:129:1
+    # spec/DraftState.tla:139:1
     return ((ap(s['phase'], v_t) == 'copying') and (not ap(s['tgtDone'], v_t)) and _b_subseteq(d_Packed(C, s, t), ap(s['draftDone'], v_t)) and (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_1: True))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_DraftCopyFinish(C, s, t, v_t, v_p):
-    # spec/DraftState.tla:137:1
+    # spec/DraftState.tla:147:1
     return ((ap(s['phase'], v_t) == 'copying') and (v_p not in ap(s['draftDone'], v_t)) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_CompletionFire(C, s, t, v_t):
-    # spec/DraftState.tla:145:1
+    # spec/DraftState.tla:155:1
     return ((ap(s['phase'], v_t) == 'copying') and ap(s['tgtDone'], v_t) and (C['BugFireOnTargetOnly'] or (ap(s['draftDone'], v_t) == C['DraftPools'])) and (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'fired'))) and ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_BufferRead(C, s, t, v_t, v_p):
-    # spec/DraftState.tla:153:1
+    # spec/DraftState.tla:163:1
     return ((ap(s['phase'], v_t) == 'fired') and (v_p not in ap(s['read'], v_t)) and (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and (t['readStale'] == (s['readStale'] if (v_p in d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_LateDraftCopy(C, s, t, v_t, v_p):
-    # spec/DraftState.tla:162:1
+    # spec/DraftState.tla:172:1
     return ((ap(s['phase'], v_t) == 'fired') and (v_p not in ap(s['draftDone'], v_t)) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_Finished(C, s, t):
-    # spec/DraftState.tla:168:1
+    # spec/DraftState.tla:178:1
     return all(((ap(s['phase'], v_t_1) == 'fired') and (ap(s['read'], v_t_1) == C['AllPools'])) for v_t_1 in it(C['Transfers']))
 
 
 def d_Terminated(C, s, t):
-    # spec/DraftState.tla:169:1
+    # spec/DraftState.tla:179:1
     return (d_Finished(C, s, t) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 _T_act_TransferLaunch = (
-    ('phase[t] = "idle"', 'spec/DraftState.tla:119:8'),
-    ('\\E kv \\in Idx, swa \\in Idx : LET src == [s \\in Sources |-> IF s = "kv" THEN kv ELSE swa] IN /\\ srcIdx\' = [srcIdx EXCEPT ![t] = src] /\\ xferIdx\' = [xferIdx EXCEPT ![t] = [p \\in DraftPools |-> IdxFor(p, src)]]', 'spec/DraftState.tla:120:8'),
-    ('phase\' = [phase EXCEPT ![t] = "copying"]', 'spec/DraftState.tla:124:8'),
-    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale>>', 'spec/DraftState.tla:125:8'),
+    ('phase[t] = "idle"', 'spec/DraftState.tla:129:8'),
+    ('\\E kv \\in Idx, swa \\in Idx : LET src == [s \\in Sources |-> IF s = "kv" THEN kv ELSE swa] IN /\\ srcIdx\' = [srcIdx EXCEPT ![t] = src] /\\ xferIdx\' = [xferIdx EXCEPT ![t] = [p \\in DraftPools |-> IdxFor(p, src)]]', 'spec/DraftState.tla:130:8'),
+    ('phase\' = [phase EXCEPT ![t] = "copying"]', 'spec/DraftState.tla:134:8'),
+    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale>>', 'spec/DraftState.tla:135:8'),
 )
 
 
 def act_TransferLaunch(C, s, t, v_t):
-    """TransferLaunch (spec/DraftState.tla:119:5): None, or the first failing conjunct."""
+    """TransferLaunch (spec/DraftState.tla:129:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:119:8
+        # spec/DraftState.tla:129:8
         k = 1
         if not (ap(s['phase'], v_t) == 'idle'):
             return Failure('TransferLaunch', 1, *_T_act_TransferLaunch[0])
-        # spec/DraftState.tla:120:8
+        # spec/DraftState.tla:130:8
         k = 2
         if not any((lambda l_src_3: ((t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_5: l_src_3()))) and (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_6: mk_fcn({v_p_7: d_IdxFor(C, s, t, v_p_7, l_src_3()) for v_p_7 in it(C['DraftPools'])}))))))(once(lambda: mk_fcn({v_s_4: (v_kv_1 if (v_s_4 == 'kv') else v_swa_2) for v_s_4 in it(C['Sources'])}))) for v_kv_1 in it(C['Idx']) for v_swa_2 in it(C['Idx'])):
             return Failure('TransferLaunch', 2, *_T_act_TransferLaunch[1])
-        # spec/DraftState.tla:124:8
+        # spec/DraftState.tla:134:8
         k = 3
         if not (t['phase'] == exc(s['phase'], ((v_t,), lambda at_8: 'copying'))):
             return Failure('TransferLaunch', 3, *_T_act_TransferLaunch[2])
-        # spec/DraftState.tla:125:8
+        # spec/DraftState.tla:135:8
         k = 4
         if not ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale'])):
             return Failure('TransferLaunch', 4, *_T_act_TransferLaunch[3])
@@ -184,35 +187,35 @@ def act_TransferLaunch(C, s, t, v_t):
 
 
 _T_act_TargetCopyFinish = (
-    ('phase[t] = "copying"', 'spec/DraftState.tla:130:8'),
-    ('~tgtDone[t]', 'spec/DraftState.tla:131:8'),
-    ('Packed \\subseteq draftDone[t]', 'spec/DraftState.tla:132:8'),
-    ("tgtDone' = [tgtDone EXCEPT ![t] = TRUE]", 'spec/DraftState.tla:133:8'),
-    ('UNCHANGED <<layout, phase, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:134:8'),
+    ('phase[t] = "copying"', 'spec/DraftState.tla:140:8'),
+    ('~tgtDone[t]', 'spec/DraftState.tla:141:8'),
+    ('Packed \\subseteq draftDone[t]', 'spec/DraftState.tla:142:8'),
+    ("tgtDone' = [tgtDone EXCEPT ![t] = TRUE]", 'spec/DraftState.tla:143:8'),
+    ('UNCHANGED <<layout, phase, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:144:8'),
 )
 
 
 def act_TargetCopyFinish(C, s, t, v_t):
-    """TargetCopyFinish (spec/DraftState.tla:130:5): None, or the first failing conjunct."""
+    """TargetCopyFinish (spec/DraftState.tla:140:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:130:8
+        # spec/DraftState.tla:140:8
         k = 1
         if not (ap(s['phase'], v_t) == 'copying'):
             return Failure('TargetCopyFinish', 1, *_T_act_TargetCopyFinish[0])
-        # spec/DraftState.tla:131:8
+        # spec/DraftState.tla:141:8
         k = 2
         if not (not ap(s['tgtDone'], v_t)):
             return Failure('TargetCopyFinish', 2, *_T_act_TargetCopyFinish[1])
-        # spec/DraftState.tla:132:8
+        # spec/DraftState.tla:142:8
         k = 3
         if not _b_subseteq(d_Packed(C, s, t), ap(s['draftDone'], v_t)):
             return Failure('TargetCopyFinish', 3, *_T_act_TargetCopyFinish[2])
-        # spec/DraftState.tla:133:8
+        # spec/DraftState.tla:143:8
         k = 4
         if not (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_1: True))):
             return Failure('TargetCopyFinish', 4, *_T_act_TargetCopyFinish[3])
-        # spec/DraftState.tla:134:8
+        # spec/DraftState.tla:144:8
         k = 5
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('TargetCopyFinish', 5, *_T_act_TargetCopyFinish[4])
@@ -222,30 +225,30 @@ def act_TargetCopyFinish(C, s, t, v_t):
 
 
 _T_act_DraftCopyFinish = (
-    ('phase[t] = "copying"', 'spec/DraftState.tla:138:8'),
-    ('p \\notin draftDone[t]', 'spec/DraftState.tla:139:8'),
-    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:140:8'),
-    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:141:8'),
+    ('phase[t] = "copying"', 'spec/DraftState.tla:148:8'),
+    ('p \\notin draftDone[t]', 'spec/DraftState.tla:149:8'),
+    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:150:8'),
+    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:151:8'),
 )
 
 
 def act_DraftCopyFinish(C, s, t, v_t, v_p):
-    """DraftCopyFinish (spec/DraftState.tla:138:5): None, or the first failing conjunct."""
+    """DraftCopyFinish (spec/DraftState.tla:148:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:138:8
+        # spec/DraftState.tla:148:8
         k = 1
         if not (ap(s['phase'], v_t) == 'copying'):
             return Failure('DraftCopyFinish', 1, *_T_act_DraftCopyFinish[0])
-        # spec/DraftState.tla:139:8
+        # spec/DraftState.tla:149:8
         k = 2
         if not (v_p not in ap(s['draftDone'], v_t)):
             return Failure('DraftCopyFinish', 2, *_T_act_DraftCopyFinish[1])
-        # spec/DraftState.tla:140:8
+        # spec/DraftState.tla:150:8
         k = 3
         if not (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))):
             return Failure('DraftCopyFinish', 3, *_T_act_DraftCopyFinish[2])
-        # spec/DraftState.tla:141:8
+        # spec/DraftState.tla:151:8
         k = 4
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('DraftCopyFinish', 4, *_T_act_DraftCopyFinish[3])
@@ -255,35 +258,35 @@ def act_DraftCopyFinish(C, s, t, v_t, v_p):
 
 
 _T_act_CompletionFire = (
-    ('phase[t] = "copying"', 'spec/DraftState.tla:146:8'),
-    ('tgtDone[t]', 'spec/DraftState.tla:147:8'),
-    ('BugFireOnTargetOnly \\/ draftDone[t] = DraftPools', 'spec/DraftState.tla:148:8'),
-    ('phase\' = [phase EXCEPT ![t] = "fired"]', 'spec/DraftState.tla:149:8'),
-    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:150:8'),
+    ('phase[t] = "copying"', 'spec/DraftState.tla:156:8'),
+    ('tgtDone[t]', 'spec/DraftState.tla:157:8'),
+    ('BugFireOnTargetOnly \\/ draftDone[t] = DraftPools', 'spec/DraftState.tla:158:8'),
+    ('phase\' = [phase EXCEPT ![t] = "fired"]', 'spec/DraftState.tla:159:8'),
+    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:160:8'),
 )
 
 
 def act_CompletionFire(C, s, t, v_t):
-    """CompletionFire (spec/DraftState.tla:146:5): None, or the first failing conjunct."""
+    """CompletionFire (spec/DraftState.tla:156:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:146:8
+        # spec/DraftState.tla:156:8
         k = 1
         if not (ap(s['phase'], v_t) == 'copying'):
             return Failure('CompletionFire', 1, *_T_act_CompletionFire[0])
-        # spec/DraftState.tla:147:8
+        # spec/DraftState.tla:157:8
         k = 2
         if not ap(s['tgtDone'], v_t):
             return Failure('CompletionFire', 2, *_T_act_CompletionFire[1])
-        # spec/DraftState.tla:148:8
+        # spec/DraftState.tla:158:8
         k = 3
         if not (C['BugFireOnTargetOnly'] or (ap(s['draftDone'], v_t) == C['DraftPools'])):
             return Failure('CompletionFire', 3, *_T_act_CompletionFire[2])
-        # spec/DraftState.tla:149:8
+        # spec/DraftState.tla:159:8
         k = 4
         if not (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'fired'))):
             return Failure('CompletionFire', 4, *_T_act_CompletionFire[3])
-        # spec/DraftState.tla:150:8
+        # spec/DraftState.tla:160:8
         k = 5
         if not ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('CompletionFire', 5, *_T_act_CompletionFire[4])
@@ -293,35 +296,35 @@ def act_CompletionFire(C, s, t, v_t):
 
 
 _T_act_BufferRead = (
-    ('phase[t] = "fired"', 'spec/DraftState.tla:154:8'),
-    ('p \\notin read[t]', 'spec/DraftState.tla:155:8'),
-    ("read' = [read EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:156:8'),
-    ("readStale' = IF p \\in Copied(t) THEN readStale ELSE [readStale EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:157:8'),
-    ('UNCHANGED <<layout, phase, tgtDone, draftDone, srcIdx, xferIdx>>', 'spec/DraftState.tla:159:8'),
+    ('phase[t] = "fired"', 'spec/DraftState.tla:164:8'),
+    ('p \\notin read[t]', 'spec/DraftState.tla:165:8'),
+    ("read' = [read EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:166:8'),
+    ("readStale' = IF p \\in Copied(t) THEN readStale ELSE [readStale EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:167:8'),
+    ('UNCHANGED <<layout, phase, tgtDone, draftDone, srcIdx, xferIdx>>', 'spec/DraftState.tla:169:8'),
 )
 
 
 def act_BufferRead(C, s, t, v_t, v_p):
-    """BufferRead (spec/DraftState.tla:154:5): None, or the first failing conjunct."""
+    """BufferRead (spec/DraftState.tla:164:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:154:8
+        # spec/DraftState.tla:164:8
         k = 1
         if not (ap(s['phase'], v_t) == 'fired'):
             return Failure('BufferRead', 1, *_T_act_BufferRead[0])
-        # spec/DraftState.tla:155:8
+        # spec/DraftState.tla:165:8
         k = 2
         if not (v_p not in ap(s['read'], v_t)):
             return Failure('BufferRead', 2, *_T_act_BufferRead[1])
-        # spec/DraftState.tla:156:8
+        # spec/DraftState.tla:166:8
         k = 3
         if not (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))):
             return Failure('BufferRead', 3, *_T_act_BufferRead[2])
-        # spec/DraftState.tla:157:8
+        # spec/DraftState.tla:167:8
         k = 4
         if not (t['readStale'] == (s['readStale'] if (v_p in d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))):
             return Failure('BufferRead', 4, *_T_act_BufferRead[3])
-        # spec/DraftState.tla:159:8
+        # spec/DraftState.tla:169:8
         k = 5
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('BufferRead', 5, *_T_act_BufferRead[4])
@@ -331,30 +334,30 @@ def act_BufferRead(C, s, t, v_t, v_p):
 
 
 _T_act_LateDraftCopy = (
-    ('phase[t] = "fired"', 'spec/DraftState.tla:163:8'),
-    ('p \\notin draftDone[t]', 'spec/DraftState.tla:164:8'),
-    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:165:8'),
-    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:166:8'),
+    ('phase[t] = "fired"', 'spec/DraftState.tla:173:8'),
+    ('p \\notin draftDone[t]', 'spec/DraftState.tla:174:8'),
+    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:175:8'),
+    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:176:8'),
 )
 
 
 def act_LateDraftCopy(C, s, t, v_t, v_p):
-    """LateDraftCopy (spec/DraftState.tla:163:5): None, or the first failing conjunct."""
+    """LateDraftCopy (spec/DraftState.tla:173:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:163:8
+        # spec/DraftState.tla:173:8
         k = 1
         if not (ap(s['phase'], v_t) == 'fired'):
             return Failure('LateDraftCopy', 1, *_T_act_LateDraftCopy[0])
-        # spec/DraftState.tla:164:8
+        # spec/DraftState.tla:174:8
         k = 2
         if not (v_p not in ap(s['draftDone'], v_t)):
             return Failure('LateDraftCopy', 2, *_T_act_LateDraftCopy[1])
-        # spec/DraftState.tla:165:8
+        # spec/DraftState.tla:175:8
         k = 3
         if not (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))):
             return Failure('LateDraftCopy', 3, *_T_act_LateDraftCopy[2])
-        # spec/DraftState.tla:166:8
+        # spec/DraftState.tla:176:8
         k = 4
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('LateDraftCopy', 4, *_T_act_LateDraftCopy[3])
@@ -364,20 +367,20 @@ def act_LateDraftCopy(C, s, t, v_t, v_p):
 
 
 _T_act_Terminated = (
-    ('Finished', 'spec/DraftState.tla:169:15'),
-    ('UNCHANGED vars', 'spec/DraftState.tla:169:27'),
+    ('Finished', 'spec/DraftState.tla:179:15'),
+    ('UNCHANGED vars', 'spec/DraftState.tla:179:27'),
 )
 
 
 def act_Terminated(C, s, t):
-    """Terminated (spec/DraftState.tla:169:15): None, or the first failing conjunct."""
+    """Terminated (spec/DraftState.tla:179:15): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:169:15
+        # spec/DraftState.tla:179:15
         k = 1
         if not d_Finished(C, s, t):
             return Failure('Terminated', 1, *_T_act_Terminated[0])
-        # spec/DraftState.tla:169:27
+        # spec/DraftState.tla:179:27
         k = 2
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('Terminated', 2, *_T_act_Terminated[1])
@@ -422,50 +425,50 @@ def next_Terminated(C, s, t):
 
 
 _T_inv_TypeOK = (
-    ('layout \\in [DraftPools -> {"packed", "sidecar"}]', 'spec/DraftState.tla:90:8'),
-    ('phase \\in [Transfers -> {"idle", "copying", "fired"}]', 'spec/DraftState.tla:91:8'),
-    ('tgtDone \\in [Transfers -> BOOLEAN]', 'spec/DraftState.tla:92:8'),
-    ('draftDone \\in [Transfers -> SUBSET DraftPools]', 'spec/DraftState.tla:93:8'),
-    ('read \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:94:8'),
-    ('readStale \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:95:8'),
-    ('srcIdx \\in [Transfers -> [Sources -> Idx \\cup {0}]]', 'spec/DraftState.tla:96:8'),
-    ('xferIdx \\in [Transfers -> [DraftPools -> Idx \\cup {0}]]', 'spec/DraftState.tla:97:8'),
+    ('layout \\in [DraftPools -> {"packed", "sidecar"}]', 'spec/DraftState.tla:100:8'),
+    ('phase \\in [Transfers -> {"idle", "copying", "fired"}]', 'spec/DraftState.tla:101:8'),
+    ('tgtDone \\in [Transfers -> BOOLEAN]', 'spec/DraftState.tla:102:8'),
+    ('draftDone \\in [Transfers -> SUBSET DraftPools]', 'spec/DraftState.tla:103:8'),
+    ('read \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:104:8'),
+    ('readStale \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:105:8'),
+    ('srcIdx \\in [Transfers -> [Sources -> Idx \\cup {0}]]', 'spec/DraftState.tla:106:8'),
+    ('xferIdx \\in [Transfers -> [DraftPools -> Idx \\cup {0}]]', 'spec/DraftState.tla:107:8'),
 )
 
 
 def inv_TypeOK(C, s):
-    """TypeOK (spec/DraftState.tla:90:5): None, or the first failing conjunct."""
+    """TypeOK (spec/DraftState.tla:100:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:90:8
+        # spec/DraftState.tla:100:8
         k = 1
         if not (s['layout'] in C['$h0']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/DraftState.tla:91:8
+        # spec/DraftState.tla:101:8
         k = 2
         if not (s['phase'] in C['$h1']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/DraftState.tla:92:8
+        # spec/DraftState.tla:102:8
         k = 3
         if not (s['tgtDone'] in C['$h2']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/DraftState.tla:93:8
+        # spec/DraftState.tla:103:8
         k = 4
         if not (s['draftDone'] in C['$h3']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/DraftState.tla:94:8
+        # spec/DraftState.tla:104:8
         k = 5
         if not (s['read'] in C['$h4']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/DraftState.tla:95:8
+        # spec/DraftState.tla:105:8
         k = 6
         if not (s['readStale'] in C['$h4']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
-        # spec/DraftState.tla:96:8
+        # spec/DraftState.tla:106:8
         k = 7
         if not (s['srcIdx'] in C['$h5']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
-        # spec/DraftState.tla:97:8
+        # spec/DraftState.tla:107:8
         k = 8
         if not (s['xferIdx'] in C['$h6']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
@@ -493,35 +496,35 @@ def inc_TypeOK(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:90:8 (element-local)
+        # spec/DraftState.tla:100:8 (element-local)
         k = 1
         if not all((ap(s['layout'], x_1) in C['$h7']) for x_1 in it(D['DraftPools'])):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/DraftState.tla:91:8 (element-local)
+        # spec/DraftState.tla:101:8 (element-local)
         k = 2
         if not all((ap(s['phase'], x_2) in C['$h8']) for x_2 in it(D['Transfers'])):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/DraftState.tla:92:8 (element-local)
+        # spec/DraftState.tla:102:8 (element-local)
         k = 3
         if not all((ap(s['tgtDone'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Transfers'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/DraftState.tla:93:8 (element-local)
+        # spec/DraftState.tla:103:8 (element-local)
         k = 4
         if not all((ap(s['draftDone'], x_4) in C['$h9']) for x_4 in it(D['Transfers'])):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/DraftState.tla:94:8 (element-local)
+        # spec/DraftState.tla:104:8 (element-local)
         k = 5
         if not all((ap(s['read'], x_5) in C['$h10']) for x_5 in it(D['Transfers'])):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/DraftState.tla:95:8 (element-local)
+        # spec/DraftState.tla:105:8 (element-local)
         k = 6
         if not all((ap(s['readStale'], x_6) in C['$h10']) for x_6 in it(D['Transfers'])):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
-        # spec/DraftState.tla:96:8 (element-local)
+        # spec/DraftState.tla:106:8 (element-local)
         k = 7
         if not all((ap(s['srcIdx'], x_7) in C['$h11']) for x_7 in it(D['Transfers'])):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
-        # spec/DraftState.tla:97:8 (element-local)
+        # spec/DraftState.tla:107:8 (element-local)
         k = 8
         if not all((ap(s['xferIdx'], x_8) in C['$h12']) for x_8 in it(D['Transfers'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
@@ -531,15 +534,15 @@ def inc_TypeOK(C, s, D, V=None):
 
 
 _T_inv_CompletionAfterAllCopies = (
-    ('\\A t \\in Transfers : phase[t] = "fired" => tgtDone[t] /\\ draftDone[t] = DraftPools', 'spec/DraftState.tla:186:5'),
+    ('\\A t \\in Transfers : phase[t] = "fired" => tgtDone[t] /\\ draftDone[t] = DraftPools', 'spec/DraftState.tla:196:5'),
 )
 
 
 def inv_CompletionAfterAllCopies(C, s):
-    """CompletionAfterAllCopies (spec/DraftState.tla:186:5): None, or the first failing conjunct."""
+    """CompletionAfterAllCopies (spec/DraftState.tla:196:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:186:5
+        # spec/DraftState.tla:196:5
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) == 'fired')) or (ap(s['tgtDone'], v_t_1) and (ap(s['draftDone'], v_t_1) == C['DraftPools']))) for v_t_1 in it(C['Transfers'])):
             return Failure('CompletionAfterAllCopies', 1, *_T_inv_CompletionAfterAllCopies[0])
@@ -560,7 +563,7 @@ def inc_CompletionAfterAllCopies(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:186:5 (element-local)
+        # spec/DraftState.tla:196:5 (element-local)
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) == 'fired')) or (ap(s['tgtDone'], v_t_1) and (ap(s['draftDone'], v_t_1) == C['DraftPools']))) for v_t_1 in it(D['Transfers'])):
             return Failure('CompletionAfterAllCopies', 1, *_T_inv_CompletionAfterAllCopies[0])
@@ -570,15 +573,15 @@ def inc_CompletionAfterAllCopies(C, s, D, V=None):
 
 
 _T_inv_NoReadBeforeCompletion = (
-    ('\\A t \\in Transfers : /\\ read[t] # {} => phase[t] = "fired" /\\ readStale[t] = {}', 'spec/DraftState.tla:190:5'),
+    ('\\A t \\in Transfers : /\\ read[t] # {} => phase[t] = "fired" /\\ readStale[t] = {}', 'spec/DraftState.tla:200:5'),
 )
 
 
 def inv_NoReadBeforeCompletion(C, s):
-    """NoReadBeforeCompletion (spec/DraftState.tla:190:5): None, or the first failing conjunct."""
+    """NoReadBeforeCompletion (spec/DraftState.tla:200:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:190:5
+        # spec/DraftState.tla:200:5
         k = 1
         if not all((((not (ap(s['read'], v_t_1) != frozenset())) or (ap(s['phase'], v_t_1) == 'fired')) and (ap(s['readStale'], v_t_1) == frozenset())) for v_t_1 in it(C['Transfers'])):
             return Failure('NoReadBeforeCompletion', 1, *_T_inv_NoReadBeforeCompletion[0])
@@ -599,7 +602,7 @@ def inc_NoReadBeforeCompletion(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:190:5 (element-local)
+        # spec/DraftState.tla:200:5 (element-local)
         k = 1
         if not all((((not (ap(s['read'], v_t_1) != frozenset())) or (ap(s['phase'], v_t_1) == 'fired')) and (ap(s['readStale'], v_t_1) == frozenset())) for v_t_1 in it(D['Transfers'])):
             return Failure('NoReadBeforeCompletion', 1, *_T_inv_NoReadBeforeCompletion[0])
@@ -609,15 +612,15 @@ def inc_NoReadBeforeCompletion(C, s, D, V=None):
 
 
 _T_inv_PackedOnlyCompatible = (
-    ('\\A p \\in DraftPools : layout[p] = "packed" => Compatible(p)', 'spec/DraftState.tla:196:5'),
+    ('\\A p \\in DraftPools : layout[p] = "packed" => Compatible(p)', 'spec/DraftState.tla:206:5'),
 )
 
 
 def inv_PackedOnlyCompatible(C, s):
-    """PackedOnlyCompatible (spec/DraftState.tla:196:5): None, or the first failing conjunct."""
+    """PackedOnlyCompatible (spec/DraftState.tla:206:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:196:5
+        # spec/DraftState.tla:206:5
         k = 1
         if not all(((not (ap(s['layout'], v_p_1) == 'packed')) or d_Compatible(C, s, None, v_p_1)) for v_p_1 in it(C['DraftPools'])):
             return Failure('PackedOnlyCompatible', 1, *_T_inv_PackedOnlyCompatible[0])
@@ -638,7 +641,7 @@ def inc_PackedOnlyCompatible(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:196:5 (element-local)
+        # spec/DraftState.tla:206:5 (element-local)
         k = 1
         if not all(((not (ap(s['layout'], v_p_1) == 'packed')) or d_Compatible(C, s, None, v_p_1)) for v_p_1 in it(D['DraftPools'])):
             return Failure('PackedOnlyCompatible', 1, *_T_inv_PackedOnlyCompatible[0])
@@ -648,15 +651,15 @@ def inc_PackedOnlyCompatible(C, s, D, V=None):
 
 
 _T_inv_IndicesFromDeclaredSource = (
-    ('\\A t \\in Transfers : phase[t] # "idle" => \\A p \\in DraftPools : xferIdx[t][p] = IF layout[p] = "packed" THEN srcIdx[t]["kv"] ELSE srcIdx[t][SourceOf(p)]', 'spec/DraftState.tla:201:5'),
+    ('\\A t \\in Transfers : phase[t] # "idle" => \\A p \\in DraftPools : xferIdx[t][p] = IF layout[p] = "packed" THEN srcIdx[t]["kv"] ELSE srcIdx[t][SourceOf(p)]', 'spec/DraftState.tla:211:5'),
 )
 
 
 def inv_IndicesFromDeclaredSource(C, s):
-    """IndicesFromDeclaredSource (spec/DraftState.tla:201:5): None, or the first failing conjunct."""
+    """IndicesFromDeclaredSource (spec/DraftState.tla:211:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:201:5
+        # spec/DraftState.tla:211:5
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) != 'idle')) or all((ap(ap(s['xferIdx'], v_t_1), v_p_2) == (ap(ap(s['srcIdx'], v_t_1), 'kv') if (ap(s['layout'], v_p_2) == 'packed') else ap(ap(s['srcIdx'], v_t_1), d_SourceOf(C, s, None, v_p_2)))) for v_p_2 in it(C['DraftPools']))) for v_t_1 in it(C['Transfers'])):
             return Failure('IndicesFromDeclaredSource', 1, *_T_inv_IndicesFromDeclaredSource[0])
@@ -677,7 +680,7 @@ def inc_IndicesFromDeclaredSource(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:201:5 (element-local)
+        # spec/DraftState.tla:211:5 (element-local)
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) != 'idle')) or all((ap(ap(s['xferIdx'], v_t_1), v_p_2) == (ap(ap(s['srcIdx'], v_t_1), 'kv') if (ap(s['layout'], v_p_2) == 'packed') else ap(ap(s['srcIdx'], v_t_1), d_SourceOf(C, s, None, v_p_2)))) for v_p_2 in it(C['DraftPools']))) for v_t_1 in it(D['Transfers'])):
             return Failure('IndicesFromDeclaredSource', 1, *_T_inv_IndicesFromDeclaredSource[0])
@@ -687,15 +690,15 @@ def inc_IndicesFromDeclaredSource(C, s, D, V=None):
 
 
 _T_inv_PackedOffsetsDisjoint = (
-    ('\\A s1, s2 \\in 0..(HostSlots - 1) : \\A lt \\in 0..(TargetLayers - 1), ld \\in 0..(DraftLayers - 1) : PackedOffset(s1, lt, TargetLayers, DraftLayers) # PackedOffset(s2, TargetLayers + ld, TargetLayers, DraftLayers)', 'spec/DraftState.tla:208:5'),
+    ('\\A s1, s2 \\in 0..(HostSlots - 1) : \\A lt \\in 0..(TargetLayers - 1), ld \\in 0..(DraftLayers - 1) : PackedOffset(s1, lt, TargetLayers, DraftLayers) # PackedOffset(s2, TargetLayers + ld, TargetLayers, DraftLayers)', 'spec/DraftState.tla:218:5'),
 )
 
 
 def inv_PackedOffsetsDisjoint(C, s):
-    """PackedOffsetsDisjoint (spec/DraftState.tla:208:5): None, or the first failing conjunct."""
+    """PackedOffsetsDisjoint (spec/DraftState.tla:218:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:208:5
+        # spec/DraftState.tla:218:5
         k = 1
         if not all(all((d_PackedOffset(C, s, None, v_s1_1, v_lt_3, C['TargetLayers'], C['DraftLayers']) != d_PackedOffset(C, s, None, v_s2_2, (C['TargetLayers'] + v_ld_4), C['TargetLayers'], C['DraftLayers'])) for v_lt_3 in it(C['$h14']) for v_ld_4 in it(C['$h15'])) for v_s1_1 in it(C['$h13']) for v_s2_2 in it(C['$h13'])):
             return Failure('PackedOffsetsDisjoint', 1, *_T_inv_PackedOffsetsDisjoint[0])
@@ -826,8 +829,8 @@ CONST_READS = {
     'TypeOK': frozenset(('NTransfers', 'NIdx')),
     'CompletionAfterAllCopies': frozenset(('NTransfers',)),
     'NoReadBeforeCompletion': frozenset(('NTransfers',)),
-    'PackedOnlyCompatible': frozenset(()),
-    'IndicesFromDeclaredSource': frozenset(('NTransfers',)),
+    'PackedOnlyCompatible': frozenset(('TargetRow', 'DraftKVRow', 'DraftIndexerRow', 'DraftStateRow')),
+    'IndicesFromDeclaredSource': frozenset(('NTransfers', 'DraftKVSource', 'DraftIndexerSource', 'DraftStateSource')),
     'PackedOffsetsDisjoint': frozenset(('TargetLayers', 'DraftLayers', 'HostSlots')),
 }
 

@@ -16,22 +16,50 @@ action (with the event's `t`, `p`) and then every invariant.
   srcIdx[t][s]      = an id for the page list source s handed out ("kv": the target's list,
                       "swa": the SWA pool's derived list, the target's without an SWA pool).
   xferIdx[t][p]     = the id of the source list pool p derived its pages from.
-  Row/Compatible    are the spec's fixed rows; the runtime refuses an incompatible packed
-                      pool at configuration, so layout "packed" only appears for draft_kv.
+  TargetRow, Draft*Row = `row_signature` of the target and of each draft pool, from its
+                      configured geometry: "dtype/kv_kind/row width/indexing", the indexing
+                      with the hit policy when a restore selects a subset of pages. Computed
+                      here, not taken from the runtime's own `packed_refusal`, so a refusal
+                      check that let an incompatible pool be packed is still caught
+                      (PackedOnlyCompatible).
+  Draft*Source      = "swa" for a pool whose declared source is the SWA pool, else "kv".
   HostSlots         = min(host pages, 8): PackedOffsetsDisjoint is arithmetic over the
                       constants (proved for all sizes by `hicache prove`), checked here on a
                       prefix of the slots to keep each step cheap.
 """
 from __future__ import annotations
 
+from hicache.kernels import HitPolicy, IndexSource
 from hicache.monitors.generated import draft_state as spec
 from hicache.protocol.vocabulary import DraftState as D
-from hicache.runtime.draft import DRAFT_ROLES, DependentSet
+from hicache.runtime.draft import DRAFT_ROLES, DependentSet, DependentSpec, Indexing, Role
 from hicache.tla.values import mk_fcn
 
 from .steps import capacity
 
 _ACTIONS = {a.value for a in D}
+
+#: the spec's per-pool constants, by the runtime role they describe
+_ROW_CONSTANT = {Role.DRAFT_KV: "DraftKVRow", Role.DRAFT_INDEXER: "DraftIndexerRow",
+                 Role.DRAFT_STATE: "DraftStateRow"}
+_SOURCE_CONSTANT = {Role.DRAFT_KV: "DraftKVSource", Role.DRAFT_INDEXER: "DraftIndexerSource",
+                    Role.DRAFT_STATE: "DraftStateSource"}
+#: runtime index source -> the spec's Sources (DependentSpec refuses any other for a pool)
+_SOURCE = {IndexSource.TARGET_KV: "kv", IndexSource.SWA: "swa"}
+
+
+def row_signature(dtype: str, kv_kind, width: int, indexing: Indexing,
+                  hit_policy: HitPolicy = HitPolicy.ALL_PAGES, trailing: int = 0) -> str:
+    """The spec's row signature: equal for two pools exactly when one's rows could be tail
+    layers of the other's host slots (same element type, KV planes and row width, and one row
+    per token of every hit page)."""
+    index = indexing.value if hit_policy is HitPolicy.ALL_PAGES else \
+        f"{indexing.value} {hit_policy.value}={trailing}"
+    return f"{dtype}/{kv_kind.value}/{width}/{index}"
+
+
+def pool_row(p: DependentSpec) -> str:
+    return row_signature(p.dtype, p.kv_kind, p.heads * p.head_dim, p.indexing, p.hit_policy, p.trailing)
 
 
 class DraftStateMap:
@@ -46,14 +74,20 @@ class DraftStateMap:
         self.capacity = capacity
         self.needs_prestate = actions   # False: check the invariants only after each step
         self._ids: dict[tuple, int] = {}
+        # the configured rows and sources: a DraftConfig is frozen, so computed once
+        cfg = deps.cfg
+        t = cfg.target
+        packed = cfg.packed
+        self._fixed = {
+            "TargetLayers": t.layers, "DraftLayers": packed.layers if packed else 1,
+            "HostSlots": max(1, min(t.host_pages, 8)),
+            "TargetRow": row_signature(t.dtype, t.kv_kind, t.heads * t.head_dim, Indexing.TOKEN),
+            **{_ROW_CONSTANT[p.role]: pool_row(p) for p in cfg.pools if p.role in _ROW_CONSTANT},
+            **{_SOURCE_CONSTANT[p.role]: _SOURCE[p.source] for p in cfg.pools if p.role in _SOURCE_CONSTANT},
+            "BugFireOnTargetOnly": False, "BugPackIncompatible": False}
 
     def constants(self) -> dict:
-        cfg = self.deps.cfg
-        packed = cfg.packed
-        return {"NTransfers": self.capacity, "NIdx": 2 * self.capacity,
-                "TargetLayers": cfg.target.layers, "DraftLayers": packed.layers if packed else 1,
-                "HostSlots": max(1, min(cfg.target.host_pages, 8)),
-                "BugFireOnTargetOnly": False, "BugPackIncompatible": False}
+        return {"NTransfers": self.capacity, "NIdx": 2 * self.capacity, **self._fixed}
 
     def bind(self, action: str, fields: dict):
         if action not in _ACTIONS:
