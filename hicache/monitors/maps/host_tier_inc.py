@@ -364,18 +364,23 @@ class IncrementalHostTierMap(HostTierMap):
         if hs is not None:
             for h in hs:
                 self.slot_page[h] = x
-        delta, dirty = self.delta, self.dirty_nodes
+        delta, dirty, slots = self.delta, self.dirty_nodes, self.dirty_slots
         hv, bv = node_slots(hs, pending, len(pos), backing)
         for var, values, refs in (("host", hv, self.tree_refs), ("backupOp", bv, self.backup_refs)):
-            d, moves = self.funcs[var], []
+            d = self.funcs[var]
             for p, v in zip(pos, values):
                 old = d[p]
                 if old != v:
                     delta.append((var, p, old))
                     d[p] = v
                     dirty.add(p)
-                    moves.append((old, v))
-            self._retarget(refs, moves)
+                    # (_retarget, inlined: the page's slot reference moves from old to v)
+                    if old:
+                        refs[old] = refs.get(old, 0) - 1
+                        slots.add(old)
+                    if v:
+                        refs[v] = refs.get(v, 0) + 1
+                        slots.add(v)
 
     def _detached(self, x) -> bool:
         return x.parent is None and x is not self.cache.tree.root
