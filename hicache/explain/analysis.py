@@ -197,12 +197,16 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         if inv_def is not None:
             violated, kind = inv_def.name, kind or "invariant"
     # 5. behavior check (needs the right constants, and events that are spec steps)
-    if trace.verify is not None and trace.verify.get("action_checks") is False:
+    # a monitor whose map reports compound steps: an action violation is a guard it checked
+    # in its own (tree) form, whose recorded finding is the explanation
+    compound = trace.verify is not None and trace.verify.get("action_checks") is False
+    if compound:
         checks = [StepCheck(i, StepStatus.UNCHECKED, note="compound runtime event") for i in range(len(tuples))]
         is_beh, divergence = None, None
         notes.append("the monitor's refinement map reports every runtime event as a compound step "
-                     "(it checks invariants only), so the trace is not checked step by step against "
-                     "the spec's actions")
+                     "(it checks the invariants after each event, and an eviction's guard in tree form "
+                     "on the state before it), so the trace is not checked step by step against the "
+                     "spec's actions")
     elif constants_fit:
         checks, is_beh, divergence = check_behavior(trace, ck, tuples, opts, notes)
     else:
@@ -233,7 +237,7 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         if f is not None:
             base["finding"] = f
     elif kind == "action" and act_def is not None and s_prev is not None and tuples[k] is not None \
-            and constants_fit:
+            and constants_fit and not compound:
         f = failing_part(comp, act_def, s_prev, tuples[k], closest_binding(comp, act_def, s_prev, tuples[k]))
         if f is not None:
             base["finding"] = f
@@ -242,6 +246,11 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
     if inv_def is not None:
         found = search_invariant(spec, search_cfg, violated, opts)
         notes.extend(search_notes)
+    elif compound and kind == "action":
+        # a guard checked in tree form on a map's numbering: the chain the spec's search
+        # would look for is not the shape of these states
+        found = SpecSearch("-", "skipped", note="the monitor checked this action's guard in its tree form on a "
+                                                "compound event (the recorded finding names the witness)")
     elif kind == "action" and constants_fit and s_prev is not None:
         sck = build(spec, dataclasses.replace(cfg, invariants=[]))
         target = s_prev
@@ -329,6 +338,10 @@ def _check_step_actions(trace: Trace, ck: Checkable) -> None:
                                                                            f"{display_path(str(ck.model.root.file))}")
 
 
+#: how a monitor's map marks the witness of a conjunct it checks in its own (tree) form
+TREE_FORM = "  [tree form: "
+
+
 def _recorded_finding(trace: Trace, ck: Checkable | None = None) -> Finding | None:
     """The conjunct the trace's writer recorded (a monitor's generated check), if any; its
     text re-quoted from the spec at the recorded location (the writer may flatten it)."""
@@ -336,6 +349,8 @@ def _recorded_finding(trace: Trace, ck: Checkable | None = None) -> Finding | No
     if not v.conjunct:
         return None
     text = v.conjunct
+    # a map's own form of the conjunct (tree form) appends its witness: kept after the quote
+    text, sep, witness = text.partition(TREE_FORM)
     m = re.fullmatch(r"(.+):(\d+):(\d+)", v.location or "")
     where = resolve(m.group(1), Path(trace.path).parent) if m and ck is not None else None
     if where is not None:
@@ -343,6 +358,8 @@ def _recorded_finding(trace: Trace, ck: Checkable | None = None) -> Finding | No
             if Path(mod.file).resolve() == where.resolve():
                 text = quote_location(mod.file, mod.ast, int(m.group(2)), int(m.group(3))) or text
                 break
+    if sep:
+        text = f"{text}\n{TREE_FORM.strip()} {witness}"
     p = Part(text, v.location or "")
     return Finding(conjunct=p, top=p)
 

@@ -71,6 +71,13 @@ def test_text_report(zoo, explained, bug):
         file, line, col = e.finding.conjunct.location.rsplit(":", 2)
         src = (ROOT / file).read_text().splitlines()[int(line) - 1]
         assert src[int(col) - 1:].startswith(e.finding.conjunct.text.splitlines()[0])
+    if "[tree form: " in v["conjunct"]:
+        # a guard (or invariant) the map checks in its tree form: the report keeps the
+        # recorded witness under the spec's text, and no chain-shaped spec search runs
+        witness = v["conjunct"].split("[tree form: ", 1)[1]
+        assert f"[tree form: {witness}" in e.finding.conjunct.text.splitlines()[-1]
+        if v["kind"] == "action":
+            assert e.spec_search.status == "skipped"
     # the monitor's model: recorded constants and verify settings
     meta = doc["#meta"]
     if v["kind"] != "digest":
