@@ -101,8 +101,11 @@ class Tally:
 
 class Engine:
     def __init__(self, cfg: RunConfig, comm: Comm, store: StorageBackend, load_store: StorageBackend | None = None,
-                 *, listener: Listener = NULL_LISTENER, bugs: SeededBugs = SeededBugs()) -> None:
+                 *, listener: Listener = NULL_LISTENER, bugs: SeededBugs = SeededBugs(), verify=None) -> None:
+        """`verify`: the spec monitors' `VerifyConfig` (None: off); the engine's listener
+        carries the other protocols' monitors, each prefix gather its own LayerPipeline one."""
         self.bugs = bugs
+        self.verify = verify
         self.cfg, self.comm, self.store, self.listener = cfg, comm, store, listener
         self.topo = comm.topo
         self.layout = CPLayout(cp_size=cfg.cp, page_size=cfg.page_size)
@@ -132,6 +135,7 @@ class Engine:
         self.violations: list[str] = []
         self.tally = Tally()
         self.gather_stats = GatherStats()
+        self.pipeline_checks = {"steps": 0, "checked": 0}    # the gathers' LayerPipeline monitors
         # (page key, layer) -> every version of that page's KV written in this run. A page
         # recomputed after eviction may differ in the last bits from its stored copy (other
         # matmul shapes), so a gathered page must equal one written version exactly.
@@ -465,7 +469,7 @@ class Engine:
                 return ok
             gather = PrefixGather(self.comm, self.layout, self.device_pool, [n.device_page for n in prefix],
                                   restored, overlap=cfg.overlap, timeout_s=cfg.timeout_s, stats=self.gather_stats,
-                                  listener=self.listener)
+                                  listener=self.listener, verify=self.verify)
             gather.start()
         q_pos = torch.arange(c * ps, c * ps + m)
         mine = torch.arange(topo.cp_rank, m, cfg.cp)
@@ -497,6 +501,9 @@ class Engine:
             h = self.model.finish_layer(g, h, attn)
         if gather is not None:
             gather.close()
+            if gather.monitor is not None:
+                self.pipeline_checks["steps"] += gather.monitor.steps
+                self.pipeline_checks["checked"] += gather.monitor.checked
         if topo.next_rank is not None:
             self.comm.send_vec(f"pp_hidden[{req.rid}]", h.contiguous(), dst=topo.next_rank)
         elif self._sampled(req.rid):

@@ -1,12 +1,21 @@
 """Per-layer gather of a CP-sharded cached prefix into two alternating scratch slots.
 
-For layer l the ranks all-gather the prefix pages they own into slot l % 2. The gather of
-layer l starts only after this rank restored layer l (its load-back event); the collective
-completes only when every rank entered it, i.e. after every rank restored l. Attention on
-layer l waits for the slot's ready event; the gather of l+2 reuses the slot only after
-attention on l released it. With overlap on, a gather thread runs ahead (gather of l+1 while
-layer l computes); with overlap off the main thread gathers right before attention.
-Transitions are checked by hicache.protocol.layer_pipeline.LayerPipelineGuard.
+For layer l the ranks all-gather the prefix pages they own into slot l % 2. A rank enters
+the collective of layer l only after it restored layer l (its load-back event), and its part
+carries how many layers it had restored when it sent (an 8-byte header before its pages):
+when the collective returns, each rank knows every rank restored l (the happens-before from
+the other ranks' restores to this rank's read of their pages), and only then does it write
+slot l % 2 (GatherStart). Attention on layer l waits for the slot's ready event; the gather
+of l+2 reuses the slot only after attention on l released it. With overlap on, a gather
+thread runs ahead (gather of l+1 while layer l computes); with overlap off the main thread
+gathers right before attention.
+
+Transitions are checked by hicache.protocol.layer_pipeline.LayerPipelineGuard (this rank's
+own order, and the other ranks' restores as their headers reported them). Each step's event
+(spec/LayerPipeline.tla's actions; fields `rank`, `cp_rank`, `layer`) is emitted after its
+guard transition, under the same lock, so a listener sees the steps in the order the guard
+took them. In verified mode (`verify`) a LayerPipeline monitor over this rank's guard
+(`hicache.monitors.maps.layer_pipeline.RankLayerPipelineMap`) checks every step.
 
 Dependent pools (speculative decoding: draft KV, indexer, recurrent state, SWA; spec
 DraftState) ride with the gather of the last layer: each rank packs its owned pages of each
@@ -39,13 +48,36 @@ from .errors import LocalTimeout
 
 
 class GatherFaults:
-    """Seeded-bug switch (off by default; read only on the dependent-gather path).
+    """Seeded-bug switches (off by default).
     `skip_dependent_gather`: the gather moves the target (and SWA) only and fires its
-    completion anyway (the CP form of the reference system's bug 13)."""
+    completion anyway (the CP form of the reference system's bug 13).
+    `gather_before_restore`: (cp rank, layer): that rank's gather of that layer does not wait
+    for its own restore: it sends what its pool holds and records the restore only after it
+    wrote its slot, so the gather runs when only the other ranks restored the layer (the
+    reference system's bug 11 with ranks as processes; read when a gather is built)."""
     skip_dependent_gather = False
+    gather_before_restore: tuple[int, int] | None = None
 
 
 FAULTS = GatherFaults()
+
+#: bytes before a rank's pages in its part of a layer's gather: an int64, the number of
+#: layers that rank had restored when it sent
+HEADER = 8
+
+
+class _RestoreBlindGuard(LayerPipelineGuard):
+    """The guard of `GatherFaults.gather_before_restore`'s rank: its GatherStart does not
+    require this rank's own restore (every other condition still holds it)."""
+
+    def gather_start(self, layer: int) -> None:
+        if layer in self.restored:
+            return super().gather_start(layer)
+        self.restored.add(layer)
+        try:
+            super().gather_start(layer)
+        finally:
+            self.restored.discard(layer)      # the restore is recorded when it happens
 
 
 class _DepPlan:
@@ -89,10 +121,13 @@ class PrefixGather:
     def __init__(self, comm: Comm, layout: CPLayout, device_pool: torch.Tensor, pages: Sequence[int],
                  restore_wait: Callable[[int], bool], *, overlap: bool, timeout_s: float, stats: GatherStats,
                  listener: Listener = NULL_LISTENER, deps=None,
-                 dep_pools: Mapping | None = None) -> None:
+                 dep_pools: Mapping | None = None, verify=None) -> None:
         """`deps`: a `hicache.runtime.draft.DependentSet` (the pools' declarations and the
         DraftState ledger and bus) and `dep_pools`: role -> this rank's device pool of that
-        role, [layers, local pages, *page shape]; every declared pool must have one."""
+        role, [layers, local pages, *page shape]; every declared pool must have one.
+        `verify`: a `hicache.monitors.runtime.VerifyConfig`; unless off, a LayerPipeline
+        monitor (`self.monitor`) checks this rank's steps behind `listener` and raises
+        ProtocolViolation on the step that breaks the spec."""
         self.comm, self.layout, self.pool, self.pages = comm, layout, device_pool, list(pages)
         self.restore_wait, self.overlap, self.timeout_s = restore_wait, overlap, timeout_s
         self.stats, self.listener = stats, listener
@@ -100,9 +135,10 @@ class PrefixGather:
         n = layout.cp_size
         self._owned = [[i for i, p in enumerate(self.pages) if layout.page_owner(p) == r] for r in range(n)]
         self._width = max((len(o) for o in self._owned), default=0)
-        me = comm.topo.cp_rank
+        me = self._me = comm.topo.cp_rank
         # Rows of the kernels' page view: a page is page_size consecutive rows.
         self._row = (device_pool[0, 0].numel() // layout.page_size,)
+        self._page_bytes = device_pool[0, 0].numel() * device_pool.element_size()
         self._pack_ids = torch.tensor([layout.local_page(self.pages[i]) for i in self._owned[me]], dtype=torch.long)
         where = {i: r * self._width + j for r, owned in enumerate(self._owned) for j, i in enumerate(owned)}
         self._unpack_ids = torch.tensor([where[i] for i in range(len(self.pages))], dtype=torch.long)
@@ -112,8 +148,19 @@ class PrefixGather:
         self._free = [threading.Event() for _ in range(2)]
         for ev in self._free:
             ev.set()
-        self._guard = LayerPipelineGuard(self.num_layers)
+        blind = FAULTS.gather_before_restore
+        self._blind_layer = blind[1] if blind is not None and blind[0] == me else None
+        guard = LayerPipelineGuard if self._blind_layer is None else _RestoreBlindGuard
+        self._guard = guard(self.num_layers, peers={r: 0 for r in range(n) if r != me})
+        # guards the guard, and orders each transition with its event (see `_step`)
         self._lock = threading.Lock()
+        self.monitor = None
+        if verify is not None and verify.mode != "off":
+            from hicache.monitors.maps.layer_pipeline import RankLayerPipelineMap
+            from hicache.monitors.maps.steps import Tee
+            from hicache.monitors.runtime import Monitor
+            self.monitor = Monitor(RankLayerPipelineMap(self._guard, me, n), verify)
+            self.listener = listener = Tee(listener, [self.monitor])
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         # dependent pools: gathered with the last layer; `done` fires after all of them
@@ -152,15 +199,11 @@ class PrefixGather:
         else:
             self._gather(layer)
         self.stats.wait_s += time.perf_counter() - t0
-        with self._lock:
-            self._guard.attention_start(layer)
-        self.listener(LayerPipeline.AttentionStart, {"rank": self.comm.rank, "layer": layer})
+        self._step(LayerPipeline.AttentionStart, self._guard.attention_start, layer)
         return self._slots[slot_of(layer)]
 
     def release(self, layer: int) -> None:
-        with self._lock:
-            self._guard.attention_finish(layer)
-        self.listener(LayerPipeline.AttentionFinish, {"rank": self.comm.rank, "layer": layer})
+        self._step(LayerPipeline.AttentionFinish, self._guard.attention_finish, layer)
         self._free[slot_of(layer)].set()
 
     def dependent(self, role) -> torch.Tensor:
@@ -188,6 +231,25 @@ class PrefixGather:
         if self._error is not None:
             raise self._error
 
+    def _step(self, action, transition, layer: int, *, cp_rank: int | None = None, **fields) -> None:
+        """One spec step: the guard transition, then its event, under one lock. The event
+        follows its transition, so a monitor maps a state that includes the step; and no other
+        thread's transition falls between them, so the state it maps is exactly this step's.
+        `cp_rank`: the rank a RankRestoreLayer is about (this one, or a peer)."""
+        with self._lock:
+            if action is LayerPipeline.RankRestoreLayer and cp_rank != self._me:
+                transition(cp_rank, layer)
+            else:
+                transition(layer)
+            self.listener(action, {"rank": self.comm.rank, "cp_rank": self._me if cp_rank is None else cp_rank,
+                                   "layer": layer, **fields})
+
+    def _restore(self, layer: int) -> None:
+        """Wait for this rank's restore of `layer` (RankRestoreLayer)."""
+        if not self.restore_wait(layer):
+            raise LocalTimeout(f"gather[{layer}]", self.comm.rank, f"restore of layer {layer} did not finish")
+        self._step(LayerPipeline.RankRestoreLayer, self._guard.rank_restore_layer, layer, cp_rank=self._me)
+
     # --- gather (thread or main) --------------------------------------------------------
     def _run_all(self) -> None:
         try:
@@ -202,35 +264,43 @@ class PrefixGather:
             self._done.set()
 
     def _gather(self, layer: int) -> None:
-        if not self.restore_wait(layer):
-            raise LocalTimeout(f"gather[{layer}]", self.comm.rank, f"restore of layer {layer} did not finish")
-        self.listener(LayerPipeline.RankRestoreLayer, {"rank": self.comm.rank, "layer": layer})
+        blind = layer == self._blind_layer       # seeded bug 11 (GatherFaults)
+        if not blind:
+            self._restore(layer)
         slot = slot_of(layer)
-        with self._lock:
-            self._guard.rank_restore_layer(layer)
-            self._guard.gather_start(layer)
         self._free[slot].clear()
-        self.listener(LayerPipeline.GatherStart, {"rank": self.comm.rank, "layer": layer, "slot": slot})
         t0 = time.perf_counter()
         ps = self.layout.page_size
-        send = torch.zeros(self._width, *self.pool.shape[2:], dtype=self.pool.dtype)
-        if self._pack_ids.numel():     # pack this rank's pages of the prefix (page-gather kernel)
+        # one byte buffer: the header (this rank's restored layers, read by the other ranks),
+        # then this rank's pages of the prefix, packed with the page-gather kernel
+        send = torch.zeros(HEADER + self._width * self._page_bytes, dtype=torch.uint8)
+        send[:HEADER].view(torch.int64)[0] = len(self._guard.restored)
+        if self._pack_ids.numel():
+            mine = send[HEADER:].view(self.pool.dtype).view(self._width, *self.pool.shape[2:])
             gather_pages(self.pool[layer].view(-1, *self._row), self._pack_ids,
-                         send[:self._pack_ids.numel()].view(-1, *self._row), page_size=ps)
-        parts = [torch.empty_like(send) for _ in range(self.layout.cp_size)]
+                         mine[:self._pack_ids.numel()].view(-1, *self._row), page_size=ps)
+        recv = torch.empty(self.layout.cp_size, send.numel(), dtype=torch.uint8)
+        parts = list(recv.unbind(0))
         label = f"gather[{layer}]"
         self.comm.run_step(label, lambda: dist.all_gather(parts, send, group=self.comm.gather_group))
+        # what every rank had restored when it sent: learned before this rank writes its slot
+        counts = recv[:, :HEADER].contiguous().view(torch.int64)[:, 0].tolist()
+        for r, k in enumerate(counts):
+            if r != self._me:
+                for learned in range(self._guard.peers[r], k):
+                    self._step(LayerPipeline.RankRestoreLayer, self._guard.peer_restore_layer, learned, cp_rank=r)
+        self._step(LayerPipeline.GatherStart, self._guard.gather_start, layer, slot=slot)
         out = self._slots[slot]
         if self._unpack_ids.numel():   # owner-major parts -> prefix order
-            gather_pages(torch.cat(parts).view(-1, *self._row), self._unpack_ids, out.view(-1, *self._row),
-                         page_size=ps)
+            pages = recv[:, HEADER:].contiguous().view(self.pool.dtype)
+            gather_pages(pages.view(-1, *self._row), self._unpack_ids, out.view(-1, *self._row), page_size=ps)
+        if blind:
+            self._restore(layer)       # the restore its gather did not wait for
         if layer == self.num_layers - 1:
             self._gather_dependents()
         self.stats.gather_s += time.perf_counter() - t0
         self.stats.layers += 1
-        with self._lock:
-            self._guard.gather_finish(layer)
-        self.listener(LayerPipeline.GatherFinish, {"rank": self.comm.rank, "layer": layer, "slot": slot})
+        self._step(LayerPipeline.GatherFinish, self._guard.gather_finish, layer, slot=slot)
         self._ready[layer].set()
         if layer == self.num_layers - 1:
             self._done.set()

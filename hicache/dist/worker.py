@@ -62,6 +62,7 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
     from hicache.monitors.maps.dist import attach as attach_monitors
     from hicache.monitors.maps.dist import monitored
     from hicache.monitors.maps.dist import summary as monitor_summary
+    from hicache.monitors.maps.dist import verify_config
     torch.set_num_threads(1)   # ranks share few cores: intra-op threads only oversubscribe them
     cfg, faults, *rest = payload
     bench_iters = rest[0] if rest else 0
@@ -88,8 +89,9 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
         store = FaultyStorage(inner, FaultConfig(seed=cfg.seed * 1000 + 500 + rank, p_raise=fail / 6,
                                                  p_none=fail / 6, **delay))
         events = EventCounter()
-        listener = monitored(events, verify)  # verified mode (HICACHE_VERIFY): spec monitors
-        engine = Engine(cfg, comm, store, load_store, listener=listener, bugs=bugs)
+        verify = verify or verify_config()    # verified mode (HICACHE_VERIFY): spec monitors
+        listener = monitored(events, verify)
+        engine = Engine(cfg, comm, store, load_store, listener=listener, bugs=bugs, verify=verify)
         attach_monitors(listener, engine)
         workload = make_workload(cfg.requests, cfg.page_size, cfg.model.vocab, cfg.seed, cfg.model.max_len)
         engine.serve(workload, faults)
@@ -99,6 +101,8 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
             out["gather_bench"] = bench_gather(engine, iters=bench_iters)
         out["events"] = dict(events.counts)
         out["monitors"] = monitor_summary(listener)
+        if out["monitors"] is not None:
+            out["monitors"]["LayerPipeline"] = dict(engine.pipeline_checks)
         return out
     finally:
         comm.close()

@@ -2,8 +2,10 @@
 
 One rank's view of spec/LayerPipeline.tla. The gather adapter calls these actions in the
 order it performs them; an illegal order raises at once (the adapter has a bug, fail loudly).
-The collective itself supplies the cross-rank part: a rank enters the gather of layer l only
-after its own restore of l, so the gather completes only after every rank restored l.
+The cross-rank part (the gather of layer l starts only after every rank restored l) is what
+this rank learned from the other ranks: in the distributed gather each rank's part of the
+collective carries how many layers it had restored when it sent (`peer_restore_layer`), and
+the gather writes its slot (GatherStart) only after the collective delivered every part.
 Slot of layer l = l mod 2.
 Pure: no torch, no I/O; not thread-safe (the adapter serialises calls under its lock).
 """
@@ -40,13 +42,19 @@ class LayerPipelineGuard:
     restore(l), with no other gather in progress, and into slot l%2 only after attention(l-2)
     finished (slot free); attention(l) starts only after gather(l) finished, with no other
     attention running, while slot l%2 still holds layer l. So the sets below stay prefixes:
-    restored = 0..k-1, gathering | gathered = 0..g-1, attending | attended = 0..a-1."""
+    restored = 0..k-1, gathering | gathered = 0..g-1, attending | attended = 0..a-1.
+    `peers`, given, names the other ranks: gather(l) then also starts only after each of them
+    is known to have restored l. Left empty, the caller supplies that part (the bug zoo moves
+    every rank's guard in one process)."""
     num_layers: int
     restored: set[int] = field(default_factory=set)
     gathering: set[int] = field(default_factory=set)
     gathered: set[int] = field(default_factory=set)
     attending: set[int] = field(default_factory=set)
     attended: set[int] = field(default_factory=set)
+    # Invariant: peers[r] in 0..num_layers; rank r restored layers 0..peers[r]-1, as this rank
+    # learned it (a lower bound of what r restored: it only grows).
+    peers: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if type(self.num_layers) is not int or self.num_layers < 1:
@@ -64,10 +72,24 @@ class LayerPipelineGuard:
             raise IllegalTransition(f"RankRestoreLayer({layer}) before RankRestoreLayer({len(self.restored)})")
         self.restored.add(layer)
 
+    def peer_restore_layer(self, rank: int, layer: int) -> None:
+        """This rank learned that peer `rank` restored `layer` (the peer's restores, in order)."""
+        self._layer(layer)
+        if rank not in self.peers:
+            raise ValueError(f"rank {rank} is not a peer of this guard (peers {sorted(self.peers)})")
+        if layer != self.peers[rank]:
+            raise IllegalTransition(f"RankRestoreLayer({rank}, {layer}) learned, but rank {rank} was known to "
+                                    f"have restored {self.peers[rank]} layers")
+        self.peers[rank] = layer + 1
+
     def gather_start(self, layer: int) -> None:
         self._layer(layer)
         if layer not in self.restored:
             raise IllegalTransition(f"GatherStart({layer}) before RankRestoreLayer({layer})")
+        late = sorted(r for r, k in self.peers.items() if k <= layer)
+        if late:
+            raise IllegalTransition(f"GatherStart({layer}) before rank {late[0]} restored layer {layer} "
+                                    f"(RankRestoreLayer({late[0]}, {layer}) not known here)")
         _start_in_order("GatherStart", layer, self.gathering, self.gathered,
                         "the gather of layer {} is in progress (one gather at a time)")
         prev = layer - SLOTS

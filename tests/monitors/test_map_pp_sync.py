@@ -216,10 +216,12 @@ def test_engine_ranks_check_every_step_of_their_protocols(strict_ranks):
     for r in reports:
         assert r["violations"] == [] and r["requests"] == ENGINE["requests"]
         mons = r["monitors"]
-        assert set(mons) == {"PPSync/load", "PPSync/backup", "PrefixAgreement", "CPSharding"}
+        assert set(mons) == {"PPSync/load", "PPSync/backup", "PrefixAgreement", "CPSharding", "LayerPipeline"}
         for m in mons.values():
             assert m["checked"] == m["steps"]
         assert mons["PPSync/backup"]["steps"] > 0 and mons["CPSharding"]["steps"] > 0
+        # every cached prefix's gather had its own LayerPipeline monitor (one per forward pass)
+        assert mons["LayerPipeline"]["steps"] > 0
 
 
 def test_engine_rank_applying_before_completion_is_stopped_at_that_apply(strict_ranks):
