@@ -6,6 +6,7 @@ are imported only when the option (or HICACHE_VERIFY) asks for a mode other than
 from __future__ import annotations
 
 import os
+import sys
 
 MODES = ("off", "sample", "strict")
 
@@ -24,6 +25,11 @@ def pytest_configure(config) -> None:
     if mode not in MODES:
         # a usage error (pytest exits 4 with this line), not an internal error's traceback
         raise pytest.UsageError(f"HICACHE_VERIFY: {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "off" and option is None and "hicache.verified" not in sys.modules:
+        # off from the environment, nothing imported the module: nothing to undo. (Importing
+        # it turns strict mode on when HICACHE_VERIFY is unset: the session's first test ran
+        # under it, the conftest fixture turning it off only after that test.)
+        return
     try:
         # (importing hicache.verified enables verified mode from the environment: a bad
         # HICACHE_VERIFY_RATE / _SEED raises there, named in the message)
@@ -31,7 +37,7 @@ def pytest_configure(config) -> None:
         if mode != "off":
             verified.enable(mode)
             config._hicache_verify = mode
-        elif option is not None:
+        else:
             # --hicache-verify=off is a choice: it holds over HICACHE_VERIFY in the environment
             verified.disable()
     except ValueError as e:

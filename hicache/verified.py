@@ -1,4 +1,4 @@
-"""Verified mode: every cache created while it is on carries a runtime monitor.
+"""Verified mode: every cache and draft runtime created while it is on carries a runtime monitor.
 
     import hicache.verified            # mode from HICACHE_VERIFY (default: strict)
     hicache.verified.enable("sample")  # or explicitly
@@ -14,22 +14,28 @@ A violation raises `hicache.monitors.runtime.ProtocolViolation` on the thread th
 the event and writes the recent history as an ITF trace under HICACHE_VIOLATION_DIR
 (default ./hicache-violations/), which `hicache explain` reads.
 
-Enabling wraps `HiCache.__init__` (attach a monitor) and `HiCache.close` (a final cache
-check); disabling restores both. Without this import, a cache created while HICACHE_VERIFY
-is sample or strict attaches its own monitor (HiCache.__init__ reads the variable once);
-once `enable`/`disable` (or the pytest option) has chosen, that choice wins over the
-variable.
+What carries a monitor: a `HiCache` with a host tier (HostTier, and the background-worker
+watch), the CP replay's sharded cache (CPSharding), and a speculative-decoding draft runtime,
+`hicache.runtime.draft.DependentSet` (DraftState, whichever draft roles it configures).
+
+Enabling wraps `__init__` (attach a monitor) and `close` (a final cache check) of `HiCache`
+and of `DependentSet` (which its cache's `close` closes); disabling restores all four.
+Without this import, a cache or set created while HICACHE_VERIFY is sample or strict
+attaches its own monitor (its `__init__` reads the variable once); once `enable`/`disable`
+(or the pytest option) has chosen, that choice wins over the variable.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from hicache.monitors import attach as _registry
 from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, VerifyConfig
 
 __all__ = ["Mode", "ProtocolViolation", "VerifyConfig", "attach", "cache_check", "disable", "enable",
-           "current", "monitor_of"]
+           "current", "monitor_of", "unmonitored"]
 
+# orig: None while off, else ((class, its own __init__, its own close), ...) to restore
 _state: dict = {"cfg": VerifyConfig(), "orig": None}
 
 
@@ -38,11 +44,13 @@ def current() -> VerifyConfig:
 
 
 def attach(cache, cfg: VerifyConfig | None = None) -> Monitor | None:
-    """Attach a HostTier monitor to one cache (no-op when the mode is off; idempotent)."""
+    """Attach its monitor to one cache (HostTier) or draft runtime (DraftState); no-op when
+    the mode is off; idempotent."""
     return _registry.attach(cache, cfg or current())
 
 
 monitor_of = _registry.monitor_of
+unmonitored = _registry.unmonitored
 cache_check = _registry.cache_check
 
 
@@ -63,28 +71,41 @@ def enable(mode: str | Mode | None = None, **overrides) -> VerifyConfig:
     if cfg.mode is Mode.OFF:
         return cfg
     from hicache.runtime.cache import HiCache
-    init, close = HiCache.__init__, HiCache.close
-
-    def __init__(self, *a, **kw):
-        init(self, *a, **kw)
-        attach(self)
-
-    def close_and_check(self):
-        close(self)
-        cache_check(self)
-
-    HiCache.__init__ = __init__
-    HiCache.close = close_and_check
-    _state["orig"] = (init, close)
+    # (the draft runtime's module loads torch and the kernels: paid only when a mode is on;
+    # a set created later must find DependentSet wrapped, whenever its module is imported)
+    from hicache.runtime.draft import DependentSet
+    orig = []
+    for cls in (HiCache, DependentSet):
+        init, close = cls.__init__, cls.close
+        orig.append((cls, init, close))
+        cls.__init__, cls.close = _attaching(init), _checking(close)
+    _state["orig"] = tuple(orig)
     return cfg
 
 
+def _attaching(init):
+    @functools.wraps(init)
+    def __init__(self, *a, **kw):
+        init(self, *a, **kw)
+        attach(self)
+    return __init__
+
+
+def _checking(close):
+    @functools.wraps(close)
+    def close_and_check(self):
+        close(self)
+        cache_check(self)
+    return close_and_check
+
+
 def disable() -> None:
-    """Back to off: new caches get no monitor; the runtime's own methods are restored."""
+    """Back to off: new caches and draft runtimes get no monitor; the runtime's own methods
+    are restored."""
     orig = _state["orig"]
     if orig is not None:
-        from hicache.runtime.cache import HiCache
-        HiCache.__init__, HiCache.close = orig
+        for cls, init, close in orig:
+            cls.__init__, cls.close = init, close
         _state["orig"] = None
     _state["cfg"] = VerifyConfig()
     _registry.choose(_state["cfg"])     # off, whatever HICACHE_VERIFY says

@@ -187,10 +187,13 @@ def compare(cfg: AcceptConfig) -> dict:
     from hicache.runtime import draft
     base = acceptance(cfg, use_cache=False)
     cached = acceptance(cfg)
+    from hicache.monitors.attach import unmonitored
     prev = draft.FAULTS.skip_draft_restore
     draft.FAULTS.skip_draft_restore = True
     try:
-        broken = acceptance(cfg)
+        # the fault is the measurement here: verified mode must not stop this run at it
+        with unmonitored():
+            broken = acceptance(cfg)
     finally:
         draft.FAULTS.skip_draft_restore = prev
     hits = cached["hit_requests"]

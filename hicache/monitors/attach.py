@@ -1,11 +1,16 @@
-"""Which cache carries which monitor: the one registry `hicache.verified` and the runtime share.
+"""Which cache (or draft runtime) carries which monitor: the one registry `hicache.verified`
+and the runtime share.
 
 Kept apart from `hicache.verified` because importing that module turns verified mode on
-(it wraps `HiCache`); the runtime only needs to attach a monitor to itself when
-HICACHE_VERIFY asks for one (HiCache.__init__), without that side effect.
+(it wraps `HiCache` and `DependentSet`); the runtime only needs to attach a monitor to itself
+when HICACHE_VERIFY asks for one (HiCache.__init__, DependentSet.__init__), without that side
+effect.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import sys
 import weakref
 
 from hicache.monitors.runtime import Mode, Monitor, VerifyConfig
@@ -27,17 +32,36 @@ def chosen() -> VerifyConfig | None:
     return _chosen[0]
 
 
+# set inside `unmonitored()`: what is created there gets no monitor (per thread of control)
+_unmonitored: contextvars.ContextVar[bool] = contextvars.ContextVar("hicache_unmonitored", default=False)
+
+
+@contextlib.contextmanager
+def unmonitored():
+    """Caches and draft runtimes created inside the block get no monitor, whatever the mode:
+    for a run that injects a fault on purpose to measure what it does (the bug-13 acceptance
+    comparison), which verified mode would otherwise stop at the fault's first step."""
+    token = _unmonitored.set(True)
+    try:
+        yield
+    finally:
+        _unmonitored.reset(token)
+
+
 def attach(cache, cfg: VerifyConfig) -> Monitor | None:
     """Attach a HostTier monitor (incremental map) and the background-worker watch
     (hicache.monitors.workers) to one cache, and on the CP replay's sharded cache its
-    CPSharding monitor; idempotent; no-op when the mode is off or there is nothing to check
+    CPSharding monitor; to a draft runtime (`hicache.runtime.draft.DependentSet`) its
+    DraftState monitor. Idempotent; no-op when the mode is off or there is nothing to check
     (no host tier: nothing of HostTier; a sharded cache still has its page placement). Call
-    before the cache serves."""
-    if cfg.mode is Mode.OFF:
+    before the cache (the set) serves."""
+    if cfg.mode is Mode.OFF or _unmonitored.get():
         return None
     mon = _monitors.get(cache)
     if mon is None:
-        if cache.host is not None:
+        if _draft(cache):
+            mon = monitor_draft(cache, cfg)
+        elif cache.host is not None:
             mon = monitor_cache(cache, cfg)
         elif _sharded(cache):
             # (a --cp replay without a host tier attached nothing and reported "no violation")
@@ -45,6 +69,24 @@ def attach(cache, cfg: VerifyConfig) -> Monitor | None:
         else:
             return None
         _monitors[cache] = mon
+    return mon
+
+
+def _draft(obj) -> bool:
+    # (a DependentSet's module is loaded when one exists: no import, which would load torch)
+    draft = sys.modules.get("hicache.runtime.draft")
+    return draft is not None and isinstance(obj, draft.DependentSet)
+
+
+def monitor_draft(deps, cfg: VerifyConfig) -> Monitor:
+    """A DraftState monitor on a draft runtime's bus (hicache.monitors.maps.draft_state; any
+    pool configuration: a draft role it lacks maps to a pool of no bytes). Strict: each
+    event's action and every invariant. Sample: the invariants on a seeded fraction of the
+    events and at each cache check; without action checks an unsampled event maps nothing
+    (an action check would map the state before every sampled event too)."""
+    from hicache.monitors.maps.draft_state import DraftStateMap
+    mon = Monitor(DraftStateMap(deps, actions=cfg.mode is Mode.STRICT), cfg)
+    deps.bus.subscribe(mon)
     return mon
 
 

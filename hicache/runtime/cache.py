@@ -878,6 +878,8 @@ class HiCache:
         for w in (self.prefetcher, self.backuper):
             if w is not None and not w.close(max(0.0, deadline - time.monotonic())):
                 self.metrics.close_abandoned += 1
+        if self.deps is not None:  # every transfer applied: the dependent pools' end of use too
+            self.deps.close()
         if self._verified:         # the final cache check of verified mode
             from hicache.monitors.attach import cache_check
             cache_check(self)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import threading
 from typing import Any
 
@@ -213,9 +214,9 @@ class Transfer:
 class DependentSet:
     """The dependent pools of one HiCache, and the copies it adds to each transfer.
 
-    Created by the user, handed to `HiCache(..., deps=...)`, which calls `attach` once.
-    `bus` carries the DraftState events (separate from the HostTier bus: one protocol per
-    bus, so each monitor sees only its own steps)."""
+    Created by the user, handed to `HiCache(..., deps=...)`, which calls `attach` once and
+    `close` when it closes. `bus` carries the DraftState events (separate from the HostTier
+    bus: one protocol per bus, so each monitor sees only its own steps)."""
 
     def __init__(self, cfg: DraftConfig, bus: EventBus | None = None) -> None:
         self.cfg = cfg
@@ -228,6 +229,23 @@ class DependentSet:
         # threads: a monitor mapping `transfers` inside the event sees exactly this step
         self._lock = threading.RLock()
         self.cache = None
+        # verified mode from the environment, as HiCache.__init__: HICACHE_VERIFY=sample|strict
+        # attaches the DraftState monitor here (before any transfer), unless verified mode was
+        # chosen in code (hicache.verified attaches then); off costs this one lookup per set
+        self._verified = False
+        if os.environ.get("HICACHE_VERIFY", "off").strip().lower() not in ("", "off"):
+            from hicache.monitors import attach as registry
+            if registry.chosen() is None:
+                from hicache.monitors.runtime import VerifyConfig
+                self._verified = registry.attach(self, VerifyConfig.from_env()) is not None
+
+    def close(self) -> None:
+        """The set's end of use: called by its HiCache's `close` once every transfer is
+        applied (a set driven without a cache, by the CP gather, is closed by its caller).
+        Copies nothing; in verified mode from the environment, the monitor's final check."""
+        if self._verified:
+            from hicache.monitors.attach import cache_check
+            cache_check(self)
 
     # ------------------------------------------------------------------ pools
     def attach(self, cache) -> None:

@@ -41,3 +41,45 @@ def test_accept_config_is_validated():
         AcceptConfig(suffix_tokens=4, page_size=4)
     with pytest.raises(ValueError, match="requests"):
         AcceptConfig(requests=0)
+
+
+def test_compare_under_verified_mode_measures_the_fault_instead_of_stopping_at_it(tmp_path):
+    """Under verified mode the bug-13 comparison's faulty run is built unmonitored (the fault
+    is what it measures: a strict monitor stopped it at its first load); the fault-free runs
+    still carry monitors and raise nothing."""
+    from hicache import verified
+    from hicache.runtime.cache import HiCache
+    monitored = []
+    init = HiCache.__init__
+    verified.enable("strict", violation_dir=str(tmp_path))
+    try:
+        wrapped = HiCache.__init__
+
+        def spy(self, *a, **kw):
+            wrapped(self, *a, **kw)
+            monitored.append(verified.monitor_of(self) is not None)
+        HiCache.__init__ = spy
+        out = compare(AcceptConfig(requests=10, layout="packed", seed=3))
+    finally:
+        HiCache.__init__ = init
+        verified.disable()
+    assert out["acceptance_on_hits"]["cached_without_draft_restore"] < out["acceptance_on_hits"]["cached"]
+    assert monitored == [True, False]          # the cached run checked, the faulty one not
+    assert not list(tmp_path.iterdir())        # no violation written
+
+
+def test_unmonitored_is_scoped_to_its_block(tmp_path):
+    from hicache import verified
+    from hicache.runtime.cache import HiCache
+    from hicache.runtime.config import CacheConfig
+    cfg = CacheConfig(page_size=4, device_pages=4, host_pages=4, metadata_only=True)
+    verified.enable("strict", violation_dir=str(tmp_path))
+    try:
+        with verified.unmonitored():
+            inside = HiCache(cfg)
+        after = HiCache(cfg)
+        assert verified.monitor_of(inside) is None and verified.monitor_of(after) is not None
+        inside.close()
+        after.close()
+    finally:
+        verified.disable()

@@ -10,7 +10,8 @@ action (with the event's `t`, `p`) and then every invariant.
                       beyond it doubles the window (that one event: invariants only), so a
                       step's cost grows with the transfers so far (no finished transfer is
                       retired from the runtime's records while a monitor watches).
-  layout[p]         = the layout of the pool with role p (all three draft roles required).
+  layout[p]         = the layout of the pool with role p; "sidecar" for a draft role the
+                      engine does not configure (below).
   phase, tgtDone, draftDone, read, readStale = the record's fields (written by the runtime
                       step that emits the event, under the set's lock).
   srcIdx[t][s]      = an id for the page list source s handed out ("kv": the target's list,
@@ -26,11 +27,20 @@ action (with the event's `t`, `p`) and then every invariant.
   HostSlots         = min(host pages, 8): PackedOffsetsDisjoint is arithmetic over the
                       constants (proved for all sizes by `hicache prove`), checked here on a
                       prefix of the slots to keep each step cheap.
+
+An absent draft role (an engine with a draft KV pool only, the usual speculative decoding,
+or with no draft pool at all) is the spec's pool p holding no bytes: a sidecar of row
+ABSENT_ROW (never the target's, so never packable) indexed from "kv", whose empty copy of
+transfer t finished when t launched. Its layout, xferIdx[t][p] = srcIdx[t]["kv"], and p in
+draftDone[t] from TransferLaunch on follow. So a TransferLaunch event is there the compound
+TransferLaunch(t) then DraftCopyFinish(t, p) per absent p (its invariants only); every other
+event is still one spec step, and CompletionFire still needs each configured pool's copy.
 """
 from __future__ import annotations
 
 from hicache.kernels import HitPolicy, IndexSource
 from hicache.monitors.generated import draft_state as spec
+from hicache.monitors.runtime import compound_step
 from hicache.protocol.vocabulary import DraftState as D
 from hicache.runtime.draft import DRAFT_ROLES, DependentSet, DependentSpec, Indexing, Role
 from hicache.tla.values import mk_fcn
@@ -46,6 +56,9 @@ _SOURCE_CONSTANT = {Role.DRAFT_KV: "DraftKVSource", Role.DRAFT_INDEXER: "DraftIn
                     Role.DRAFT_STATE: "DraftStateSource"}
 #: runtime index source -> the spec's Sources (DependentSpec refuses any other for a pool)
 _SOURCE = {IndexSource.TARGET_KV: "kv", IndexSource.SWA: "swa"}
+#: the row signature of a draft role the engine does not configure (no row_signature is
+#: this: "absent" has no "/"), so the spec allows it the sidecar layout only
+ABSENT_ROW = "absent"
 
 
 def row_signature(dtype: str, kv_kind, width: int, indexing: Indexing,
@@ -67,9 +80,9 @@ class DraftStateMap:
 
     def __init__(self, deps: DependentSet, capacity: int = 32, actions: bool = True) -> None:
         roles = {p.role for p in deps.cfg.pools}
-        missing = [r.value for r in DRAFT_ROLES if r not in roles]
-        if missing:
-            raise ValueError(f"deps: the DraftState map needs every draft role; missing {missing}")
+        # draft roles the engine does not configure: pools of no bytes (module docstring)
+        absent = [r for r in DRAFT_ROLES if r not in roles]
+        self.absent = tuple(r.value for r in absent)
         self.deps = deps
         self.capacity = capacity
         self.needs_prestate = actions   # False: check the invariants only after each step
@@ -84,7 +97,11 @@ class DraftStateMap:
             "TargetRow": row_signature(t.dtype, t.kv_kind, t.heads * t.head_dim, Indexing.TOKEN),
             **{_ROW_CONSTANT[p.role]: pool_row(p) for p in cfg.pools if p.role in _ROW_CONSTANT},
             **{_SOURCE_CONSTANT[p.role]: _SOURCE[p.source] for p in cfg.pools if p.role in _SOURCE_CONSTANT},
+            **{_ROW_CONSTANT[r]: ABSENT_ROW for r in absent},
+            **{_SOURCE_CONSTANT[r]: "kv" for r in absent},
             "BugFireOnTargetOnly": False, "BugPackIncompatible": False}
+        self._layout = mk_fcn({**{p.role.value: p.layout.value for p in cfg.pools if p.role in DRAFT_ROLES},
+                               **{r: "sidecar" for r in self.absent}})
 
     def constants(self) -> dict:
         return {"NTransfers": self.capacity, "NIdx": 2 * self.capacity, **self._fixed}
@@ -102,6 +119,9 @@ class DraftStateMap:
             return [(action, None)]
         if not self.needs_prestate:
             return [(action, None)]      # invariants only
+        if self.absent and action == D.TransferLaunch:
+            # with the absent pools' empty copies finishing: several spec steps
+            return compound_step(action)
         params = (t, fields["p"]) if "p" in fields else (t,)
         return [(action, params)]
 
@@ -113,8 +133,7 @@ class DraftStateMap:
 
     def state(self) -> dict:
         recs = self.deps.transfers
-        layout = mk_fcn({p.role.value: p.layout.value for p in self.deps.cfg.pools
-                         if p.role in DRAFT_ROLES})
+        absent = frozenset(self.absent)
         phase, tgt, done, read, stale, src, xfer = {}, {}, {}, {}, {}, {}, {}
         zero_src = mk_fcn({"kv": 0, "swa": 0})
         zero_x = mk_fcn({r.value: 0 for r in DRAFT_ROLES})
@@ -125,9 +144,11 @@ class DraftStateMap:
                 src[t], xfer[t] = zero_src, zero_x
                 continue
             phase[t], tgt[t] = r.phase, r.tgt_done
-            done[t], read[t], stale[t] = frozenset(r.done), frozenset(r.read), frozenset(r.read_stale)
+            done[t], read[t], stale[t] = frozenset(r.done) | absent, frozenset(r.read), frozenset(r.read_stale)
             src[t] = mk_fcn({s: self._id(v) for s, v in r.src_idx.items()})
-            xfer[t] = mk_fcn({p: self._id(v) for p, v in r.xfer_idx.items()})
-        return {"layout": layout, "phase": mk_fcn(phase), "tgtDone": mk_fcn(tgt),
+            kv = r.src_idx["kv"]
+            xfer[t] = mk_fcn({**{p: self._id(v) for p, v in r.xfer_idx.items()},
+                              **{p: self._id(kv) for p in absent}})
+        return {"layout": self._layout, "phase": mk_fcn(phase), "tgtDone": mk_fcn(tgt),
                 "draftDone": mk_fcn(done), "read": mk_fcn(read), "readStale": mk_fcn(stale),
                 "srcIdx": mk_fcn(src), "xferIdx": mk_fcn(xfer)}
