@@ -231,3 +231,31 @@ def test_a_device_copy_evicted_while_its_load_back_fills_it(tmp_path):
     finally:
         gate.set()
         op.wait()
+
+
+@pytest.mark.parametrize("cut_loose", [False, True], ids=["children-kept", "children-cleared"])
+def test_an_eviction_that_deletes_a_whole_subtree_is_judged_on_the_children_it_had(tmp_path, cut_loose):
+    """One DeviceEvict event for a device-only parent whose device-only child the same
+    faulty eviction deleted: the guard read the node's children from the live tree (after
+    the event), so clearing `children` with the subtree hid the child, and the state after
+    is legal (QA). It reads the map's shape as of the last sync now (~dev[n + 1])."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=4, host_pages=8,
+                        write_policy="write_through_selective")
+    serve(c, [1, 2, 3, 4])
+    c.abort(c.match([1, 2, 5]))                      # split: a = [1, 2] above b = [3, 4]
+    a = next(iter(c.tree.root.children.values()))
+    b = next(iter(a.children.values()))
+    assert a.host is None and b.host is None and a.device and b.device and a.lock_ref == 0
+    pages = a.device + b.device
+    del c.tree.root.children[a.key[:c.tree.pb]]      # the fault: the subtree goes with a
+    c.tree.root.dev_children -= 1
+    for x in (b, a):
+        x.parent = None
+        x.device = None
+    c.tree.device_pages -= a.n + b.n
+    if cut_loose:
+        a.children.clear()
+    c.dev_alloc.release(pages)
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.DeviceEvict, node=a.id, pages=len(pages), kept_host=False)
+    assert e.value.property == "DeviceEvict" and f"child node {b.id} keeps a device copy" in e.value.conjunct

@@ -18,6 +18,10 @@ chain's notions read in the tree:
                  copy" is no child node with one, and "a leaf" (DeviceEvict without a host
                  copy, HostEvict of a host-only page) is no child node in the tree.
 
+Children and parent links are the map's as of its last sync (`up`, `kids`), like every other
+value read here: a faulty eviction that also cut the node's subtree loose (its `children`
+cleared) is judged on the children the node had.
+
 A failure names the spec action and its guard's conjunct (text and location, from the
 generated module) with the tree-form witness in brackets, as the tree form of
 WriteThroughPrefix does.
@@ -44,7 +48,9 @@ def check(m, action: str, fields: dict) -> Failure | None:
     f = m.funcs
     p = pos[-1]          # node-level values are shared by the node's pages; its last page decides leafness
     locker = _locker(m, x)
-    children = [c for c in x.children.values() if m.npos.get(c)]
+    # the children before the event (the map's shape as of its last sync): an eviction that
+    # also cut its subtree loose must still be judged on the children the node had
+    children = [c for c in m.kids.get(x, ()) if m.npos.get(c)]
     if action == "DeviceEvict":
         if not f["dev"][p]:
             return _fail(action, 0, f"node {x.id}'s pages have no device copy (dev[n])")
@@ -92,14 +98,14 @@ def check(m, action: str, fields: dict) -> Failure | None:
 
 def _locker(m, x):
     """A live request whose locked path root..node passes through x (None: none): the tree
-    form of Locked(n) for x's pages."""
-    by_id, root = m.by_id, m.cache.tree.root
+    form of Locked(n) for x's pages, on the parent links as of the map's last sync."""
+    by_id, up = m.by_id, m.up
     for rid, nid in m.req_node.items():
         y = by_id.get(nid)
-        while y is not None and y is not root:
+        while y is not None:
             if y is x:
                 return rid
-            y = y.parent
+            y = up.get(y)          # None past the root (the root is never mapped)
     return None
 
 

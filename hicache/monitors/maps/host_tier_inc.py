@@ -139,6 +139,10 @@ class IncrementalHostTierMap(HostTierMap):
         self.requeue: set = set()                    # nodes to re-map for non-field reasons
         self.by_id: dict = {}                        # node id -> mapped node
         self.nval: dict = {}                         # node -> values last written for it
+        # the tree's shape as of the last sync (mapped nodes): what the eviction guards read
+        # as the state before an event, whose own writes are not synced yet
+        self.up: dict = {}                           # mapped node -> its parent
+        self.kids: dict = {}                         # node -> its mapped children
         self.slot_changed: set = set()               # nodes holding a slot whose state changed
         self.req_dirty = True                        # request-side variables need rebuilding
         host = cache.host
@@ -311,6 +315,10 @@ class IncrementalHostTierMap(HostTierMap):
             self.req_dirty = True    # a request whose lock holds x now has it out of the tree
         self.by_id.pop(x.id, None)
         self.nval.pop(x, None)
+        par = self.up.pop(x, None)
+        if par in self.kids:         # (not when its parent left first: a subtree's unmapping)
+            self.kids[par].discard(x)
+        self.kids.pop(x, None)
         self._remove(self.npos.pop(x, ()))
         if x.loading is not None:
             self.loading_nodes.get(getattr(x.loading, "rid", None), set()).discard(x)
@@ -322,6 +330,12 @@ class IncrementalHostTierMap(HostTierMap):
         the node-level values (dev, stor, hits, loadReq) and the per-page slot values."""
         pos = self.npos.setdefault(x, [])
         self.by_id[x.id] = x
+        par, was = x.parent, self.up.get(x)
+        if par is not was:
+            if was in self.kids:
+                self.kids[was].discard(x)
+            self.up[x] = par
+            self.kids.setdefault(par, set()).add(x)
         n = x.n
         resized = len(pos) != n
         if len(pos) > n:
