@@ -58,7 +58,9 @@ def to_text(e: Explanation) -> str:
                    f"written by {e.trace.writer}; {e.trace_length} states")
     if e.trace.verify:
         v = e.trace.verify
-        out.append(f"  monitor: verify mode {v.get('mode')}, seed {v.get('seed')}, sample rate {v.get('sample_rate')}")
+        # (the rate and seed say which steps a sample-mode monitor checked; strict checks all)
+        sampled = f", seed {v.get('seed')}, sample rate {v.get('sample_rate')}" if v.get("mode") == "sample" else ""
+        out.append(f"  monitor: verify mode {v.get('mode')}{sampled}")
     k = e.first_violating_step
     if k is not None:
         rs = e.trace.steps[k].runtime_step
