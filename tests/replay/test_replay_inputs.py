@@ -146,6 +146,19 @@ def test_a_trace_named_like_a_config_field_keeps_its_name(tmp_path, capsys, monk
     assert last_json(capsys.readouterr().out)["error"].startswith("--limit: ")
 
 
+def test_write_back_host_room_is_refused_in_the_replays_own_units(tmp_path, capsys):
+    """With --cp the device tier is per rank: the cache's own check counted pages over every
+    rank and named fields (host_pages, device_pages) no replay option sets."""
+    path = write(tmp_path, line() + "\n")
+    argv = ["replay", path, "--json", "--write-policy", "write_back", "--page-size", "64",
+            "--device-tokens", "4096", "--host-tokens", "6000", "--cp", "2"]
+    assert main(argv) == EXIT_USAGE
+    err = last_json(capsys.readouterr().out)["error"]
+    assert err.startswith("--host-tokens: write_back keeps every evicted page's only copy on host")
+    assert "93 host pages < 128 device pages (2 ranks x 64): at least 8192 host tokens" in err
+    assert main(argv[:-4] + ["--host-tokens", "8192", "--cp", "2"]) == 0
+
+
 # -- 3. tracebacks -----------------------------------------------------------------------
 
 def test_deeply_nested_json_is_a_located_error(tmp_path):
