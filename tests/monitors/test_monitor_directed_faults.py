@@ -25,6 +25,19 @@ def _blocked_loads(c):
     return gate
 
 
+def _load_pending_after_its_request(c):
+    """Pages [1, 2] served, evicted to host, matched again and loaded back under a blocked
+    loader, the request finished: (the loader's gate, the load op still in flight, its node)."""
+    serve(c, [1, 2])
+    c.evict_device(2)
+    gate = _blocked_loads(c)
+    r = c.match([1, 2])
+    op = c.load_back(r)
+    c.finish(r)
+    assert not op.done.is_set()
+    return gate, op, op.nodes[0]
+
+
 def test_prefetch_slots_freed_while_the_worker_still_writes_them(tmp_path):
     """An abort that frees its prefetch's slots at once (bug 12's use-after-free on the
     prefetch path): the map took in-flight prefetches from the cache's own table, which
@@ -63,14 +76,7 @@ def test_a_pending_loads_slots_freed_after_its_request_finished(tmp_path, monkey
         from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
         monkeypatch.setattr(IncrementalHostTierMap, "guard", None)
     c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=2, host_pages=4)
-    serve(c, [1, 2])
-    c.evict_device(2)
-    gate = _blocked_loads(c)
-    r = c.match([1, 2])
-    op = c.load_back(r)
-    x = op.nodes[0]
-    c.finish(r)
-    assert not op.done.is_set()
+    gate, op, x = _load_pending_after_its_request(c)
     slots = c.tree.drop_host(x)                # the fault: the load's slots freed
     with c.host._lock:
         for h in slots:
@@ -216,14 +222,8 @@ def test_a_device_copy_evicted_while_its_load_back_fills_it(tmp_path):
     the load writes into device pages the allocator already handed back. DevEvictable's
     loadReq[n] = NoReq."""
     c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=2, host_pages=4)
-    serve(c, [1, 2])
-    c.evict_device(2)
-    gate = _blocked_loads(c)
-    r = c.match([1, 2])
-    op = c.load_back(r)
-    x = op.nodes[0]
-    c.finish(r)
-    assert not op.done.is_set() and x.loading is op and x.lock_ref == 0
+    gate, op, x = _load_pending_after_its_request(c)
+    assert x.loading is op and x.lock_ref == 0
     try:
         with pytest.raises(ProtocolViolation) as e:
             c._evict_device(x)                                  # the fault: the load ignored
