@@ -564,7 +564,8 @@ class HiCache:
     def _store_pages(self, op: FuncOp) -> list[bool]:
         import torch
         if self.deps is not None and self.host_pool is not None:
-            values = [self.deps.read_value(s) for s in op.slots]
+            tid = getattr(op, "draft_tid", None)
+            values = [self.deps.read_value(s, tid) for s in op.slots]
         elif self.host_pool is not None:
             values = [self.host_pool.read_page(s) for s in op.slots]
         else:  # metadata-only: a one-byte marker stands for the page
@@ -677,6 +678,7 @@ class HiCache:
         op.announced = hit
         pool = self.host_pool
         deps = self.deps if pool is not None else None
+        tid = getattr(op, "draft_tid", None)
         nbytes = deps.value_nbytes() if deps is not None else (pool.page_nbytes if pool is not None else 0)
         done = 0
         while done < hit and not op.terminate:
@@ -695,7 +697,7 @@ class HiCache:
                     stop = True
                     break
                 if deps is not None:
-                    deps.write_value(slots[done], v)
+                    deps.write_value(slots[done], v, tid)
                 elif pool is not None:
                     pool.write_page(slots[done], v)
                 done += 1
@@ -703,7 +705,9 @@ class HiCache:
             if stop:
                 break
         if self.deps is not None:
-            self.deps.finish_storage(getattr(op, "draft_tid", None))
+            # the fetched prefix is the transfer's page list: the monitor checks each pool
+            # moved that many pages
+            self.deps.finish_storage(getattr(op, "draft_tid", None), fetched=done)
         return done
 
     def _storage_failed(self) -> None:

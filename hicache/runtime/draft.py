@@ -29,6 +29,14 @@ consumer reading a restored pool calls `read`, which waits on the completion and
 BufferRead(t, p). Invariant (fault switch off): CompletionFire(t) is emitted, and the load's
 completion is signalled, only after every copy of t finished.
 
+A finish says what its copy did, not only that the step after it ran: every kernel launch
+(or storage value split) adds to `Transfer.moved[pool]` the (page, layer) copies it was
+handed for that pool, counted from the launch's own arguments, and each finish event carries
+that count (`moved`). The refinement map counts a pool's copy as finished only when the count
+equals what the transfer's page list requires of that pool, so a copy skipped, or launched
+with fewer pages or without its packed rows, leaves the copy unfinished (the completion that
+follows fails its check). Counting costs a dict update per launch; nothing re-reads bytes.
+
 Backups and storage copy every page of every pool (a later, shorter hit needs the state at
 its own last page); the hit policy selects what a load-back restores.
 """
@@ -70,7 +78,8 @@ DRAFT_ROLES = (Role.DRAFT_KV, Role.DRAFT_INDEXER, Role.DRAFT_STATE)
 class Faults:
     """Seeded-bug switches, off by default; each is read only on the cold path it affects.
     `skip_draft_restore`: a load-back or prefetch restores the target (and SWA) only and
-    fires its completion anyway (the reference system's bug 13)."""
+    fires its completion anyway (the reference system's bug 13). It skips the copies only:
+    the finish events still come, carrying the rows the copies moved (none)."""
     skip_draft_restore = False
 
 
@@ -209,6 +218,20 @@ class Transfer:
     read_stale: set = dataclasses.field(default_factory=set)
     src_idx: dict = dataclasses.field(default_factory=dict)   # "kv"/"swa" -> page tuple
     xfer_idx: dict = dataclasses.field(default_factory=dict)  # role -> source page tuple
+    # pool ("target", "swa", a draft role) -> (page, layer) copies its launches were handed
+    # for this transfer. Added to by the thread that drives the transfer, before the pool's
+    # finish; set by the finish to the count it reports: None when the finish's caller did not
+    # count (a public step called without `moved`). No copy adds to a pool after its finish.
+    moved: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    # a prefetch: the values its fetch received (a prefix of its pages: the fetch stops at
+    # the first miss), set by its finish; None for every other kind
+    fetched: int | None = None
+
+
+def _count_arg(name: str, v: int | None) -> int | None:
+    if v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return v
+    raise ValueError(f"{name}: a count of (page, layer) copies, a non-negative int or None, got {v!r}")
 
 
 class DependentSet:
@@ -326,13 +349,18 @@ class DependentSet:
             raise ValueError(f"tid: {step}({tid!r}) of {what}")
         return rec
 
-    def finish_draft(self, tid: int, role: Role) -> None:
-        """DraftCopyFinish(tid, role)."""
-        self._finish_draft(self._live(tid, "finish_draft"), self._role(role))
+    def finish_draft(self, tid: int, role: Role, moved: int | None = None) -> None:
+        """DraftCopyFinish(tid, role). `moved`: the (page, layer) copies the caller's copy of
+        the pool was handed; None: not counted (the monitor then takes the finish as the
+        whole copy)."""
+        rec = self._live(tid, "finish_draft")
+        self._finish_draft(rec, self._role(role), _count_arg("moved", moved))
 
-    def finish_target(self, tid: int) -> None:
-        """TargetCopyFinish(tid) (the target's copy, SWA included)."""
-        self._finish_target(self._live(tid, "finish_target"))
+    def finish_target(self, tid: int, moved: int | None = None, moved_swa: int | None = None) -> None:
+        """TargetCopyFinish(tid) (the target's copy, SWA included); `moved`, `moved_swa`: the
+        (page, layer) copies of the target and of the SWA pool, as `finish_draft`'s."""
+        rec = self._live(tid, "finish_target")
+        self._finish_target(rec, _count_arg("moved", moved), _count_arg("moved_swa", moved_swa))
 
     def fire(self, tid: int) -> None:
         """CompletionFire(tid): call only after every copy of the transfer finished."""
@@ -363,15 +391,28 @@ class DependentSet:
                 rec.read_stale.add(name)
             self._emit(D.BufferRead, t=rec.tid, p=name)
 
-    def _finish_draft(self, rec: Transfer, role: Role) -> None:
+    def _finish_draft(self, rec: Transfer, role: Role, moved: int | None) -> None:
         with self._lock:
+            rec.moved[role.value] = moved
             rec.done.add(role.value)
-            self._emit(D.DraftCopyFinish, t=rec.tid, p=role.value)
+            self._emit(D.DraftCopyFinish, t=rec.tid, p=role.value, moved=moved)
 
-    def _finish_target(self, rec: Transfer) -> None:
+    def _finish_target(self, rec: Transfer, moved: int | None, moved_swa: int | None) -> None:
         with self._lock:
+            rec.moved["target"] = moved
+            if self._spec(Role.SWA) is not None:
+                rec.moved["swa"] = moved_swa
             rec.tgt_done = True
-            self._emit(D.TargetCopyFinish, t=rec.tid)
+            self._emit(D.TargetCopyFinish, t=rec.tid, moved=moved, moved_swa=moved_swa)
+
+    def _finish_counted(self, rec: Transfer, role: Role) -> None:
+        """DraftCopyFinish of a copy this set drove: with the count its launches added."""
+        self._finish_draft(rec, role, rec.moved.get(role.value, 0))
+
+    def _finish_target_counted(self, rec: Transfer) -> None:
+        moved = rec.moved
+        self._finish_target(rec, moved.get("target", 0),
+                            moved.get("swa", 0) if self._spec(Role.SWA) is not None else None)
 
     def _fire(self, rec: Transfer) -> None:
         with self._lock:
@@ -389,6 +430,13 @@ class DependentSet:
             src, dst = self._derive(swa, src, restore), self._derive(swa, dst, restore)
         return self._derive(spec, src, restore), self._derive(spec, dst, restore)
 
+    @staticmethod
+    def _count(rec: Transfer | None, pool: str, copies: int) -> None:
+        """Add `copies` (page, layer) copies handed to a launch of `pool` for transfer rec."""
+        if rec is not None:
+            moved = rec.moved
+            moved[pool] = moved.get(pool, 0) + copies
+
     def copy_all(self, tid: int, to_host: bool, dev_pages: list[int], host_slots: list[int]) -> None:
         """Every page of every pool, target included, then the completion (a backup:
         to_host=True). Runs on the writer thread, or on the scheduler for a synchronous
@@ -397,59 +445,80 @@ class DependentSet:
         cache = self.cache
         if cache.device_pool is not None:
             if self.cfg.packed is not None:
-                self._packed(None, to_host, dev_pages, host_slots)
+                self._packed(rec, None, to_host, dev_pages, host_slots)
             else:
-                from hicache.runtime.copy import copy_pages
-                if to_host:
-                    copy_pages(cache.host_pool, host_slots, cache.device_pool, dev_pages)
-                else:
-                    copy_pages(cache.device_pool, dev_pages, cache.host_pool, host_slots)
+                self._copy_target(rec, None, to_host, dev_pages, host_slots)
         self._after_target(rec, to_host, dev_pages, host_slots, restore=False)
 
-    def _packed(self, layer: int | None, to_host: bool, dev_pages, host_slots) -> None:
+    def _copy_target(self, rec: Transfer | None, layer: int | None, to_host: bool, dev_pages,
+                     host_slots) -> None:
+        """The target's rows alone (layer None: every target layer), counted as "target"."""
+        from hicache.runtime.copy import copy_layer
+        cache = self.cache
+        dev, host = cache.device_pool, cache.host_pool
+        if to_host:
+            copy_layer(host, host_slots, dev, dev_pages, layer)
+        else:
+            copy_layer(dev, dev_pages, host, host_slots, layer)
+        self._count(rec, "target", len(dev_pages) * (dev.cfg.layers if layer is None else 1))
+
+    def _packed(self, rec: Transfer | None, layer: int | None, to_host: bool, dev_pages, host_slots) -> None:
+        """One `transfer_packed` launch, counted from what it was handed: the target's rows of
+        `layer` (None: every layer) and, in the same launch, every draft layer when `layer` is
+        None or the target's last (the kernel's contract)."""
         import torch
 
         from hicache import kernels
         cache = self.cache
+        spec = self.cfg.packed
         t, _ = cache.device_pool.kernel_view()
-        d, _ = self.device[self.cfg.packed.role].kernel_view()
+        d, _ = self.device[spec.role].kernel_view()
         h, layout = cache.host_pool.kernel_view()
         kernels.transfer_packed(t, d, h, torch.as_tensor(dev_pages, dtype=torch.int64),
                                 torch.as_tensor(host_slots, dtype=torch.int64),
                                 direction="to_host" if to_host else "to_device",
                                 page_size=cache.cfg.page_size, host_layout=layout.value, layer=layer)
+        n, lt = len(dev_pages), cache.cfg.layers
+        self._count(rec, "target", n * (lt if layer is None else 1))
+        if layer is None or layer == lt - 1:
+            self._count(rec, spec.role.value, n * spec.layers)
 
     def _after_target(self, rec: Transfer | None, to_host: bool, dev_pages, host_slots,
                       restore: bool, skip_draft: bool = False) -> None:
-        """The target's copy (and the packed rows) is done: SWA, the sidecars, the completion."""
+        """The target's copy (and the packed rows) is done: SWA, the sidecars, the completion.
+        Each finish carries its pool's count (a copy the fault skipped: none)."""
         packed = self.cfg.packed
-        if rec is not None and packed is not None and not skip_draft:
-            self._finish_draft(rec, packed.role)
-        from hicache.runtime.copy import copy_pages
+        if rec is not None and packed is not None:
+            self._finish_counted(rec, packed.role)
         for spec in self.cfg.sidecars:
             if spec.role is not Role.SWA:
                 continue
-            self._copy_sidecar(spec, to_host, dev_pages, host_slots, restore, copy_pages)
+            self._copy_sidecar(rec, spec, to_host, dev_pages, host_slots, restore)
         if rec is not None:
-            self._finish_target(rec)
+            self._finish_target_counted(rec)
         for spec in self.cfg.sidecars:
-            if spec.role is Role.SWA or skip_draft:
+            if spec.role is Role.SWA:
                 continue
-            self._copy_sidecar(spec, to_host, dev_pages, host_slots, restore, copy_pages)
+            if not skip_draft:
+                self._copy_sidecar(rec, spec, to_host, dev_pages, host_slots, restore)
             if rec is not None:
-                self._finish_draft(rec, spec.role)
+                self._finish_counted(rec, spec.role)
         if rec is not None:
             self._fire(rec)
 
-    def _copy_sidecar(self, spec, to_host, dev_pages, host_slots, restore, copy_pages) -> None:
+    def _copy_sidecar(self, rec: Transfer | None, spec: DependentSpec, to_host: bool, dev_pages,
+                      host_slots, restore: bool) -> None:
+        """One launch of a sidecar's pages, every layer, counted from its page list."""
         if spec.role not in self.host:
             return
+        from hicache.runtime.copy import copy_pages
         dev, host = self.device[spec.role], self.host[spec.role]
         d, h = self._sidecar_lists(spec, dev_pages, host_slots, restore)
         if to_host:
             copy_pages(host, h, dev, d)
         else:
             copy_pages(dev, d, host, h)
+        self._count(rec, spec.role.value, len(d) * spec.layers)
 
     def load_layer_fn(self, op):
         """The per-layer copy of a load-back: target layer l; with the last layer the packed
@@ -464,10 +533,9 @@ class DependentSet:
             skip = FAULTS.skip_draft_restore
             if cache.device_pool is not None:
                 if packed is not None and not skip:
-                    self._packed(layer, False, op.pages, op.slots)
+                    self._packed(rec, layer, False, op.pages, op.slots)
                 else:
-                    from hicache.runtime.copy import copy_layer
-                    copy_layer(cache.device_pool, op.pages, cache.host_pool, op.slots, layer)
+                    self._copy_target(rec, layer, False, op.pages, op.slots)
             if layer == last:
                 self._after_target(rec, False, op.pages, op.slots, restore=True, skip_draft=skip)
         return copy
@@ -480,17 +548,33 @@ class DependentSet:
         return cache.host_pool.page_nbytes + sum(self.host[s.role].page_nbytes for s in self.cfg.sidecars
                                                  if s.role in self.host)
 
-    def read_value(self, slot: int):
+    def read_value(self, slot: int, tid: int | None = None):
+        """One page's storage value (a storage backup's read of host slot `slot`, counted for
+        transfer `tid`)."""
         import torch
         cache = self.cache
+        rec = self.transfers.get(tid) if tid is not None else None
         parts = [cache.host_pool.read_page(slot)]
-        parts += [self.host[s.role].read_page(slot) for s in self.cfg.sidecars if s.role in self.host]
+        self._count_host_page(rec, True)
+        for s in self.cfg.sidecars:
+            if s.role in self.host:
+                parts.append(self.host[s.role].read_page(slot))
+                self._count(rec, s.role.value, s.layers)
         return torch.cat(parts)
 
-    def write_value(self, slot: int, value) -> None:
-        """Split one storage value into the host pools (the fault skips the draft parts)."""
+    def _count_host_page(self, rec: Transfer | None, with_packed: bool) -> None:
+        """One target host page moved whole (packed rows included when `with_packed`)."""
+        self._count(rec, "target", self.cfg.target.layers)
+        packed = self.cfg.packed
+        if packed is not None and with_packed:
+            self._count(rec, packed.role.value, packed.layers)
+
+    def write_value(self, slot: int, value, tid: int | None = None) -> None:
+        """Split one storage value into the host pools (the fault skips the draft parts),
+        counted for transfer `tid` (a prefetch)."""
         cache = self.cache
         skip = FAULTS.skip_draft_restore
+        rec = self.transfers.get(tid) if tid is not None else None
         hp = cache.host_pool
         n = hp.page_nbytes
         if skip and self.cfg.packed is not None:
@@ -500,6 +584,7 @@ class DependentSet:
                 hp.layer_view(layer)[:, slot] = src[:, layer]
         else:
             hp.write_page(slot, value[:n])
+        self._count_host_page(rec, not skip)
         off = n
         for s in self.cfg.sidecars:
             if s.role not in self.host:
@@ -508,21 +593,24 @@ class DependentSet:
             m = pool.page_nbytes
             if not (skip and s.role is not Role.SWA):
                 pool.write_page(slot, value[off:off + m])
+                self._count(rec, s.role.value, s.layers)
             off += m
 
-    def finish_storage(self, tid: int | None) -> None:
-        """The storage transfer's pages are all written (or read): its completion."""
+    def finish_storage(self, tid: int | None, fetched: int | None = None) -> None:
+        """The storage transfer's pages are all written (or read): its completion, each
+        finish with its pool's count. `fetched`: a prefetch's values received."""
         rec = self.transfers.get(tid) if tid is not None else None
         if rec is None:
             return
-        skip = FAULTS.skip_draft_restore and rec.kind is Kind.PREFETCH
+        if rec.kind is Kind.PREFETCH:
+            rec.fetched = fetched
         packed = self.cfg.packed
-        if packed is not None and not skip:
-            self._finish_draft(rec, packed.role)
-        self._finish_target(rec)
+        if packed is not None:
+            self._finish_counted(rec, packed.role)
+        self._finish_target_counted(rec)
         for s in self.cfg.sidecars:
-            if s.role is not Role.SWA and not skip:
-                self._finish_draft(rec, s.role)
+            if s.role is not Role.SWA:
+                self._finish_counted(rec, s.role)
         self._fire(rec)
 
     # ------------------------------------------------------------------ consumers

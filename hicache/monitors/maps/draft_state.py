@@ -2,7 +2,8 @@
 
 Attach with `hicache.monitors.runtime.Monitor(DraftStateMap(deps), VerifyConfig(mode=...))`
 subscribed to `deps.bus`. Each DraftState event is one spec step, so the monitor checks the
-action (with the event's `t`, `p`) and then every invariant.
+action (with the event's `t`, `p`) and then every invariant (two kinds of event excepted,
+below: a finish whose copy was not whole, a launch with a draft role absent).
 
   spec transfer t   = the set's transfer tid t (tids are 1, 2, ... per set); the spec's
                       Transfers is a window 1..capacity (a constant must not change between
@@ -12,8 +13,19 @@ action (with the event's `t`, `p`) and then every invariant.
                       retired from the runtime's records while a monitor watches).
   layout[p]         = the layout of the pool with role p; "sidecar" for a draft role the
                       engine does not configure (below).
-  phase, tgtDone, draftDone, read, readStale = the record's fields (written by the runtime
-                      step that emits the event, under the set's lock).
+  phase, read       = the record's fields (written by the runtime step that emits the
+                      event, under the set's lock).
+  draftDone[t]      = the pools p whose finish event came (record `done`) and whose copy was
+                      whole: the (page, layer) copies its launches were handed (record
+                      `moved[p]`, which the finish event carries) equal what t's page list
+                      requires of p (`required`, computed here from the configured pools,
+                      not from the runtime's own derivation). A finish whose caller did not
+                      count (`moved` None: a public step, the CP gather) is taken as whole.
+  tgtDone[t]        = the record's `tgt_done`, with the target's and the SWA pool's copies
+                      whole in the same sense.
+  readStale[t]      = the record's `read_stale` (pools read before their finish event), and
+                      the pools read whose copy is not whole (a copy adds nothing after its
+                      finish, so whole-or-not at the read is whole-or-not now).
   srcIdx[t][s]      = an id for the page list source s handed out ("kv": the target's list,
                       "swa": the SWA pool's derived list, the target's without an SWA pool).
   xferIdx[t][p]     = the id of the source list pool p derived its pages from.
@@ -27,6 +39,11 @@ action (with the event's `t`, `p`) and then every invariant.
   HostSlots         = min(host pages, 8): PackedOffsetsDisjoint is arithmetic over the
                       constants (proved for all sizes by `hicache prove`), checked here on a
                       prefix of the slots to keep each step cheap.
+
+A finish event whose copy is not whole is no spec step (the pool's copy did not finish):
+it is checked by its invariants only, and the completion that follows fails its guard
+(`CompletionFire`'s `draftDone[t] = DraftPools` or `tgtDone[t]`; a packed pool's, the
+target's `Packed \\subseteq draftDone[t]`), a read of the pool `NoReadBeforeCompletion`.
 
 An absent draft role (an engine with a draft KV pool only, the usual speculative decoding,
 or with no draft pool at all) is the spec's pool p holding no bytes: a sidecar of row
@@ -42,7 +59,8 @@ from hicache.kernels import HitPolicy, IndexSource
 from hicache.monitors.generated import draft_state as spec
 from hicache.monitors.runtime import compound_step
 from hicache.protocol.vocabulary import DraftState as D
-from hicache.runtime.draft import DRAFT_ROLES, DependentSet, DependentSpec, Indexing, Role
+from hicache.runtime.draft import (DRAFT_ROLES, RESTORES, DependentSet, DependentSpec, Indexing, Kind, Role,
+                                  Transfer)
 from hicache.tla.values import mk_fcn
 
 from .steps import capacity
@@ -100,6 +118,8 @@ class DraftStateMap:
             **{_ROW_CONSTANT[r]: ABSENT_ROW for r in absent},
             **{_SOURCE_CONSTANT[r]: "kv" for r in absent},
             "BugFireOnTargetOnly": False, "BugPackIncompatible": False}
+        self._specs = {p.role.value: p for p in cfg.pools}
+        self._has_swa = Role.SWA.value in self._specs
         self._layout = mk_fcn({**{p.role.value: p.layout.value for p in cfg.pools if p.role in DRAFT_ROLES},
                                **{r: "sidecar" for r in self.absent}})
 
@@ -122,8 +142,44 @@ class DraftStateMap:
         if self.absent and action == D.TransferLaunch:
             # with the absent pools' empty copies finishing: several spec steps
             return compound_step(action)
+        if action == D.DraftCopyFinish or action == D.TargetCopyFinish:
+            rec = self.deps.transfers.get(t)
+            whole = rec is not None and (self._whole(rec, fields["p"]) if "p" in fields
+                                         else self._target_whole(rec))
+            if not whole:
+                return [(action, None)]  # the copy moved too little: no step (module docstring)
         params = (t, fields["p"]) if "p" in fields else (t,)
         return [(action, params)]
+
+    # ------------------------------------------------------------------ whole copies
+    def required(self, r: Transfer, pool: str) -> int:
+        """The (page, layer) copies pool `pool` ("target", "swa", a draft role) of transfer r
+        must move: every layer of the pool, on the pages its hit policy selects from its
+        source's list on a restore (load, gather), on every page otherwise (backup, storage).
+        A prefetch's list is the prefix its fetch received; a set whose cache holds no bytes
+        moves none."""
+        cache = self.deps.cache
+        if cache is None or cache.device_pool is None:
+            return 0        # metadata only, or a set driven without a cache: nothing to move
+        target = self.deps.cfg.target
+        n = (r.fetched or 0) if r.kind is Kind.PREFETCH else len(r.src_idx["kv"])
+        if pool == "target":
+            return n * target.layers
+        restore = r.kind in RESTORES
+        spec = self._specs[pool]
+        if spec.source is IndexSource.SWA:
+            n = _selected(self._specs[Role.SWA.value], n, restore)
+        return _selected(spec, n, restore) * spec.layers
+
+    def _whole(self, r: Transfer, pool: str) -> bool:
+        """Whether pool's copy of r, as its finish reported it, moved what r requires."""
+        if pool not in r.moved:
+            return False
+        moved = r.moved[pool]
+        return moved is None or moved == self.required(r, pool)
+
+    def _target_whole(self, r: Transfer) -> bool:
+        return self._whole(r, "target") and (not self._has_swa or self._whole(r, Role.SWA.value))
 
     def _id(self, pages: tuple) -> int:
         i = self._ids.get(pages)
@@ -143,8 +199,12 @@ class DraftStateMap:
                 phase[t], tgt[t], done[t], read[t], stale[t] = "idle", False, frozenset(), frozenset(), frozenset()
                 src[t], xfer[t] = zero_src, zero_x
                 continue
-            phase[t], tgt[t] = r.phase, r.tgt_done
-            done[t], read[t], stale[t] = frozenset(r.done) | absent, frozenset(r.read), frozenset(r.read_stale)
+            phase[t] = r.phase
+            tgt[t] = r.tgt_done and self._target_whole(r)
+            done[t] = frozenset(p for p in r.done if self._whole(r, p)) | absent
+            read[t] = frozenset(r.read)
+            copied = (done[t] | {"target"}) if tgt[t] else done[t]
+            stale[t] = frozenset(r.read_stale) | (read[t] - copied)
             src[t] = mk_fcn({s: self._id(v) for s, v in r.src_idx.items()})
             kv = r.src_idx["kv"]
             xfer[t] = mk_fcn({**{p: self._id(v) for p, v in r.xfer_idx.items()},
@@ -152,3 +212,10 @@ class DraftStateMap:
         return {"layout": self._layout, "phase": mk_fcn(phase), "tgtDone": mk_fcn(tgt),
                 "draftDone": mk_fcn(done), "read": mk_fcn(read), "readStale": mk_fcn(stale),
                 "srcIdx": mk_fcn(src), "xferIdx": mk_fcn(xfer)}
+
+
+def _selected(spec: DependentSpec, n: int, restore: bool) -> int:
+    """Pages `spec`'s hit policy selects from a source list of n pages."""
+    if not restore or spec.hit_policy is HitPolicy.ALL_PAGES:
+        return n
+    return min(n, spec.trailing)
