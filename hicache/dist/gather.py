@@ -168,6 +168,7 @@ class PrefixGather:
         self._done = threading.Event()
         self._dep_out: dict = {}
         self._tid: int | None = None
+        self._target_moved = 0      # (page, layer) copies of the target's prefix written so far
         self._dep_plans: list[_DepPlan] = []
         if deps is not None:
             pools = dict(dep_pools or {})
@@ -294,6 +295,7 @@ class PrefixGather:
         if self._unpack_ids.numel():   # owner-major parts -> prefix order
             pages = recv[:, HEADER:].contiguous().view(self.pool.dtype)
             gather_pages(pages.view(-1, *self._row), self._unpack_ids, out.view(-1, *self._row), page_size=ps)
+            self._target_moved += self._unpack_ids.numel()
         if blind:
             self._restore(layer)       # the restore its gather did not wait for
         if layer == self.num_layers - 1:
@@ -313,20 +315,25 @@ class PrefixGather:
         skip = FAULTS.skip_dependent_gather
         with_target = [p for p in self._dep_plans if p.packed or p.swa]
         sidecars = [p for p in self._dep_plans if not (p.packed or p.swa)]
+        # each finish carries the (page, layer) copies its gather wrote (the DraftState map
+        # takes a pool as copied only when that is what the transfer's page list requires)
+        moved_swa = None
         for plan in with_target:        # the packed rows and SWA ride with the target's pages
             if plan.packed and skip:
                 self._dep_out[plan.role] = self._empty(plan)     # what a consumer then reads
                 continue
-            self._dep_out[plan.role] = self._gather_pool(plan)
+            self._dep_out[plan.role], moved = self._gather_pool(plan)
             if plan.packed:
-                deps.finish_draft(tid, plan.role)
-        deps.finish_target(tid)
+                deps.finish_draft(tid, plan.role, moved)
+            else:
+                moved_swa = moved
+        deps.finish_target(tid, self._target_moved, moved_swa)
         for plan in sidecars:
             if skip:
                 self._dep_out[plan.role] = self._empty(plan)
                 continue
-            self._dep_out[plan.role] = self._gather_pool(plan)
-            deps.finish_draft(tid, plan.role)
+            self._dep_out[plan.role], moved = self._gather_pool(plan)
+            deps.finish_draft(tid, plan.role, moved)
         deps.fire(tid)
 
     @staticmethod
@@ -334,14 +341,15 @@ class PrefixGather:
         pool = plan.pool
         return torch.zeros(pool.shape[0], len(plan.selected), *pool.shape[2:], dtype=pool.dtype)
 
-    def _gather_pool(self, plan: _DepPlan) -> torch.Tensor:
-        """All-gather one pool's selected pages (every layer) into prefix order. Pages move as
-        bytes (any dtype, fp8 included, over any backend)."""
+    def _gather_pool(self, plan: _DepPlan) -> tuple[torch.Tensor, int]:
+        """All-gather one pool's selected pages (every layer) into prefix order: (the pages,
+        the (page, layer) copies written). Pages move as bytes (any dtype, fp8 included, over
+        any backend)."""
         pool = plan.pool
         nl, npages = pool.shape[0], pool.shape[1]
         out = self._empty(plan)
         if plan.width == 0:
-            return out
+            return out, 0
         src = pool.reshape(nl, npages, -1).view(torch.uint8)       # [layers, pages, page bytes]
         nb = src.shape[2]
         dst = out.view(nl, len(plan.selected), -1).view(torch.uint8)
@@ -356,4 +364,4 @@ class PrefixGather:
         both = torch.cat(parts, dim=1)
         for layer in range(nl):
             gather_pages(both[layer], plan.unpack_ids, dst[layer], page_size=1)
-        return out
+        return out, nl * plan.unpack_ids.numel()

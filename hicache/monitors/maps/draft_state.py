@@ -159,8 +159,9 @@ class DraftStateMap:
         A prefetch's list is the prefix its fetch received; a set whose cache holds no bytes
         moves none."""
         cache = self.deps.cache
-        if cache is None or cache.device_pool is None:
-            return 0        # metadata only, or a set driven without a cache: nothing to move
+        if cache is not None and cache.device_pool is None:
+            return 0        # a metadata-only cache: nothing to move
+        # (a set driven without a cache, by the CP gather, moves the pools' device pages)
         target = self.deps.cfg.target
         n = (r.fetched or 0) if r.kind is Kind.PREFETCH else len(r.src_idx["kv"])
         if pool == "target":
