@@ -37,6 +37,9 @@ def pytest_configure(config) -> None:
         if mode != "off":
             verified.enable(mode)
             config._hicache_verify = mode
+            # the whole configuration (rate, seed, trace directory): what a test that
+            # enables its own is restored to (tests/conftest.py)
+            config._hicache_verify_config = verified.current()
         else:
             # --hicache-verify=off is a choice: it holds over HICACHE_VERIFY in the environment
             verified.disable()

@@ -94,8 +94,11 @@ def _attaching(init):
 def _checking(close):
     @functools.wraps(close)
     def close_and_check(self):
+        # close() is idempotent; the final check runs once, at the close that closed
+        first = not getattr(self, "_closed", False)
         close(self)
-        cache_check(self)
+        if first:
+            cache_check(self)
     return close_and_check
 
 

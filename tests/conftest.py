@@ -31,8 +31,11 @@ def _verified_mode_as_configured(request):
     verified = sys.modules.get("hicache.verified")
     if verified is None:
         return
-    mode = getattr(request.config, "_hicache_verify", None)
-    if mode is None:
+    want = getattr(request.config, "_hicache_verify_config", None)
+    if want is None:
         verified.disable()
-    elif verified.current().mode.value != mode or verified._state["orig"] is None:
-        verified.enable(mode)
+    elif verified.current() != want or verified._state["orig"] is None:
+        # the whole configuration, not just the mode: a test's enable("strict",
+        # violation_dir=its tmp_path) left every later test's traces in that directory
+        verified.enable(want.mode, sample_rate=want.sample_rate, seed=want.seed, history=want.history,
+                        violation_dir=want.violation_dir)

@@ -47,12 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --evaluate: hit rate per tier against device memory (matplotlib)")
     p.add_argument("--sweep", default=None, metavar="F,F,...",
                    help="device-memory factors for --plot (default 0.25,0.5,1,2,4)")
-    p.add_argument("--verify", choices=["off", "sample", "strict"], default="off",
+    p.add_argument("--verify", choices=["off", "sample", "strict"], default=None,
                    help="runtime monitors on every cache of the replay (HostTier; with --cp, "
                         "CPSharding too): a violation stops the replay (exit 4) and writes its "
-                        "trace for `hicache explain`")
-    p.add_argument("--violation-dir", default="hicache-violations",
-                   help="where --verify writes a violation's ITF trace")
+                        "trace for `hicache explain` (default: HICACHE_VERIFY, else off; off "
+                        "holds over the variable)")
+    p.add_argument("--violation-dir", default=None,
+                   help="where --verify writes a violation's ITF trace (default: "
+                        "HICACHE_VIOLATION_DIR, else ./hicache-violations)")
 
 
 #: config field -> the flag that sets it: the configs' errors name fields ("host_tokens: ..."),
@@ -165,12 +167,35 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify_config(args: argparse.Namespace):
+    """The replay's verified mode: --verify when given (off too: it holds over HICACHE_VERIFY),
+    else the variable's; rate and seed from HICACHE_VERIFY_RATE/_SEED, the directory from
+    --violation-dir, else HICACHE_VIOLATION_DIR. A replay monitored because of the variable
+    reports like one under the flag (its `verify` block, exit 4 on a violation): the variable
+    alone attached monitors behind the replay's back, a violation was a traceback."""
+    from hicache.monitors.runtime import VerifyConfig
+    env = VerifyConfig.from_env()          # (a bad variable: ValueError naming it)
+    return VerifyConfig(mode=args.verify or env.mode, sample_rate=env.sample_rate, seed=env.seed,
+                        violation_dir=args.violation_dir or env.violation_dir)
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        vcfg = _verify_config(args)
+    except ValueError as e:
+        return _fail(args, str(e), EXIT_USAGE)
+    args.verify = vcfg.mode.value
+    from hicache.monitors import attach
+    chosen = attach.chosen()
     if args.verify == "off":
-        return _run(args)
+        attach.choose(vcfg)        # (a choice: the variable attaches nothing to this replay)
+        try:
+            return _run(args)
+        finally:
+            attach.choose(chosen)
     from hicache import verified
     from hicache.monitors.runtime import ProtocolViolation
-    verified.enable(args.verify, violation_dir=args.violation_dir)
+    verified.enable(vcfg.mode, sample_rate=vcfg.sample_rate, seed=vcfg.seed, violation_dir=vcfg.violation_dir)
     try:
         return _run(args)
     except ProtocolViolation as e:
@@ -183,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         return 4
     finally:
         verified.disable()
+        attach.choose(chosen)
 
 
 def _run(args: argparse.Namespace) -> int:

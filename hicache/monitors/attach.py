@@ -13,7 +13,7 @@ import contextvars
 import sys
 import weakref
 
-from hicache.monitors.runtime import Mode, Monitor, VerifyConfig
+from hicache.monitors.runtime import Mode, Monitor, VerifyConfig, link
 
 _monitors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -69,6 +69,9 @@ def attach(cache, cfg: VerifyConfig) -> Monitor | None:
         else:
             return None
         _monitors[cache] = mon
+        deps = getattr(cache, "deps", None)
+        if deps is not None and _monitors.get(deps) is not None:
+            link(mon, _monitors[deps])      # a draft set's copies are steps of its cache's transfers
     return mon
 
 
@@ -125,6 +128,7 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
         cp = _cp_monitor(cache, cfg)
         mon.cache_check_hooks.append(cp.cache_check)
         mon.companions.append(cp)
+        link(mon, cp)
     return mon
 
 

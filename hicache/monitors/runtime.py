@@ -232,6 +232,10 @@ class Monitor:
         # every later check would fail on it again (a teardown's close() raising a second
         # violation); the monitor reports one violation and then checks nothing more
         self.tripped = False
+        # the monitors of one runtime (a cache's HostTier monitor, its draft set's DraftState
+        # monitor, a sharded cache's CPSharding one: `link`): one violation trips them all,
+        # since the operation it stopped left every one's state half done
+        self.linked: list[Monitor] = [self]
         self.cache_check_hooks: list = []        # further checks a cache check runs (fn())
         self.companions: list = []               # monitors of other specs on the same runtime
         self.step_hooks: list = []               # ... and a checked event (fn(name, fields))
@@ -477,7 +481,8 @@ class Monitor:
         """Write the trace and raise the violation (`history`: the steps of the trace, the
         monitor's recent history when None)."""
         self._const_held.clear()
-        self.tripped = True
+        for m in self.linked:
+            m.tripped = True
         if self.incremental and t is None:
             self._rebuild_states()
             mapped = [h.state for h in self.history if h.state is not None]
@@ -539,6 +544,17 @@ class Monitor:
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}
         return write_trace_file(self.cfg.violation_dir, f"{self.spec.MODULE}-step{self.steps}", doc)
+
+
+def link(*monitors: Monitor) -> None:
+    """Make `monitors` (and those already linked to each) trip together (Monitor.linked)."""
+    group: list[Monitor] = []
+    for m in monitors:
+        for x in m.linked:
+            if x not in group:
+                group.append(x)
+    for m in group:
+        m.linked = group
 
 
 MISSING = object()     # in a delta: the key was not in the function's domain before

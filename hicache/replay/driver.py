@@ -328,8 +328,11 @@ def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], st
             elif has_host:
                 cache.poll()
         cache.drain()
-    finally:
-        cache.close()
+    except BaseException as e:
+        from hicache.runtime.cache import close_after
+        close_after(cache, e)       # (the first error is the one reported: a violation, say)
+        raise
+    cache.close()
     seconds = time.perf_counter() - t0 - getattr(requests, "seconds", 0.0)
     m = cache.metrics
     total = m.input_tokens

@@ -49,6 +49,18 @@ def host_write_in_flight(v: Node) -> bool:
     return bool(v.inflight) and any(getattr(op, "writes_host", False) for op in v.inflight)
 
 
+def close_after(cache, error: BaseException) -> None:
+    """Close `cache` while `error` propagates. What close() raises then is about the state
+    the error left (a monitor's violation stops an operation half done: slots reserved, no
+    event yet), so it is noted on `error`, not raised in its place: the user sees the first
+    error, and a second, misleading violation (with its own trace) is not the headline."""
+    try:
+        cache.close()
+    except Exception as e:      # noqa: BLE001 - reported on the first error
+        first = str(e).splitlines()[0] if str(e) else ""
+        error.add_note(f"(close() then failed on the state this left: {type(e).__name__}: {first})")
+
+
 def _is_page_id(p) -> bool:
     """An integer page index (an int or a numpy integer; not a bool)."""
     return isinstance(p, numbers.Integral) and not isinstance(p, bool)
@@ -859,8 +871,11 @@ class HiCache:
     def __enter__(self) -> HiCache:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            self.close()
+        else:
+            close_after(self, exc)
 
     def close(self) -> None:
         """Apply every transfer in flight, then stop the worker threads. Idempotent.

@@ -256,6 +256,7 @@ class DependentSet:
         # attaches the DraftState monitor here (before any transfer), unless verified mode was
         # chosen in code (hicache.verified attaches then); off costs this one lookup per set
         self._verified = False
+        self._closed = False
         if os.environ.get("HICACHE_VERIFY", "off").strip().lower() not in ("", "off"):
             from hicache.monitors import attach as registry
             if registry.chosen() is None:
@@ -265,7 +266,11 @@ class DependentSet:
     def close(self) -> None:
         """The set's end of use: called by its HiCache's `close` once every transfer is
         applied (a set driven without a cache, by the CP gather, is closed by its caller).
-        Copies nothing; in verified mode from the environment, the monitor's final check."""
+        Copies nothing; in verified mode from the environment, the monitor's final check.
+        Idempotent (the check runs at the first close)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._verified:
             from hicache.monitors.attach import cache_check
             cache_check(self)

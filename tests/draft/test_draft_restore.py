@@ -7,6 +7,7 @@ import torch
 
 from draft_support import (POOLS, DictStorage, compute, draft_config, expected, make_cache,
                            pool_of, target_config, wipe_device)
+from hicache.monitors.attach import unmonitored
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.runtime import draft
 from hicache.runtime.draft import DependentSpec, DraftConfig, Role
@@ -128,7 +129,8 @@ def test_completion_fires_after_every_copy():
 ])
 def test_fault_skip_draft_restore_is_named_by_the_monitor(layout, actions, action, prop, conjunct, tmp_path):
     draft.FAULTS.skip_draft_restore = True
-    cache, deps = make_cache(draft_layout=layout)
+    with unmonitored():        # (this test's own monitor, not verified mode's, is under test)
+        cache, deps = make_cache(draft_layout=layout)
     mon = Monitor(DraftStateMap(deps, actions=actions),
                   VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
     deps.bus.subscribe(mon)
@@ -158,7 +160,8 @@ def test_fault_skip_draft_restore_loses_the_draft_bytes():
     """Without a monitor the fault is silent: the completion fires, the draft pools hold zeros
     (what the draft model would then read), the target is intact."""
     draft.FAULTS.skip_draft_restore = True
-    cache, deps = make_cache(draft_layout="sidecar")
+    with unmonitored():        # (what the fault does with no monitor at all)
+        cache, deps = make_cache(draft_layout="sidecar")
     compute(cache, deps, TOKENS)
     cache.evict_device(cache.cfg.device_pages)
     wipe_device(cache, deps)

@@ -20,6 +20,7 @@ from draft_support import (POOLS, DictStorage, compute, expected, pool_of, targe
                            wipe_device)
 from hicache import REPO_ROOT
 from hicache.kernels import HitPolicy, IndexSource
+from hicache.monitors.attach import unmonitored
 from hicache.monitors.maps.draft_state import DraftStateMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.runtime import draft
@@ -144,7 +145,8 @@ def test_legal_config_raises_no_violation(name, actions, tmp_path):
 def test_the_ci_models_rows_and_sources_would_alarm(name, tmp_path):
     """The regression: the same legal run, checked with the rows and sources the spec used
     to fix, is rejected at its first step that depends on them."""
-    cache, deps, req, err = serve(name, tmp_path, map_cls=CIRowsMap)
+    with unmonitored():        # (the old constants' own monitor is under test)
+        cache, deps, req, err = serve(name, tmp_path, map_cls=CIRowsMap)
     assert isinstance(err, ProtocolViolation), err
     assert err.property == CONFIGS[name][1]
     assert err.location.startswith("spec/DraftState.tla:")
@@ -179,7 +181,8 @@ def test_bug_13_is_still_caught_in_these_configs(layout, action, conjunct, tmp_p
     """The configured constants widen what the monitor accepts only by what the runtime may
     legally do: a load-back that skips the draft restores is still named."""
     draft.FAULTS.skip_draft_restore = True
-    cache, deps, req, err = serve(layout, tmp_path)
+    with unmonitored():        # (serve's own monitor is under test)
+        cache, deps, req, err = serve(layout, tmp_path)
     assert isinstance(err, ProtocolViolation), err
     assert (err.action, err.conjunct) == (action, conjunct)
     cache.close()
@@ -192,8 +195,9 @@ def test_an_incompatible_pool_the_runtime_wrongly_packs_is_caught(monkeypatch, t
     monkeypatch.setattr(draft, "packed_refusal", lambda target, spec: None)
     pools = [dataclasses.replace(p, layout="packed") if role is Role.DRAFT_INDEXER else p
              for role, p in BASE.items()]
-    deps = DependentSet(DraftConfig(target_config(), tuple(pools)))
-    cache = HiCache(deps.cfg.target, deps=deps)
+    with unmonitored():        # (this test's own monitor is under test)
+        deps = DependentSet(DraftConfig(target_config(), tuple(pools)))
+        cache = HiCache(deps.cfg.target, deps=deps)
     mon = Monitor(DraftStateMap(deps), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
     deps.bus.subscribe(mon)
     with pytest.raises(ProtocolViolation) as e:

@@ -298,6 +298,38 @@ def test_cache_check_checks_the_draft_runtime(tmp_path, verified):
     cache.close()
 
 
+# ------------------------------------------------------------------ one violation, reported once
+def test_a_violation_that_stops_an_operation_is_the_one_reported(monkeypatch, tmp_path, verified):
+    """A DraftState violation raised inside `cache.backup()` (the runtime wrongly packs the
+    fp8 indexer) stops the backup half done: host slots reserved, no HostTier event yet. The
+    `with` block's close then tripped the HostTier monitor (SlotInOneOwner) and that second,
+    misleading violation replaced the real one, with a second trace. Now the monitors of one
+    cache trip together and close() after an error is noted on it, not raised instead."""
+    import dataclasses
+    monkeypatch.setattr(draft, "packed_refusal", lambda target, spec: None)
+    verified.enable("strict", violation_dir=str(tmp_path))
+    t = target_config()
+    pools = [dataclasses.replace(p, layout="packed") if p.role is Role.DRAFT_INDEXER else p
+             for p in draft_config(t, "sidecar").pools]
+    deps = DependentSet(DraftConfig(t, tuple(pools)))
+    with pytest.raises(ProtocolViolation) as e:
+        with HiCache(t, deps=deps) as cache:
+            compute(cache, deps)
+    assert (e.value.spec, e.value.property) == ("spec/DraftState.tla", "PackedOnlyCompatible")
+    assert [p.name for p in tmp_path.iterdir()] == [e.value.trace_path.split("/")[-1]]
+    assert verified.monitor_of(cache).tripped and verified.monitor_of(deps).tripped
+
+
+def test_a_second_close_runs_no_second_final_check(tmp_path, verified):
+    verified.enable("strict", violation_dir=str(tmp_path))
+    cache, deps = make("all_packed")
+    checks = {id(o): count_final_checks(verified.monitor_of(o)) for o in (cache, deps)}
+    for _ in range(2):
+        cache.close()
+        deps.close()
+    assert [len(c) for c in checks.values()] == [1, 1]
+
+
 # ------------------------------------------------------------------ the suite's fixture
 def test_left_enabled_on_purpose(tmp_path, verified):
     """Leaves verified mode on (no disable): the conftest fixture restores the run's mode
@@ -321,4 +353,6 @@ def test_the_fixture_restored_the_runs_mode(request):
         assert not hasattr(DependentSet.close, "__wrapped__")
         assert mon is None and deps.bus.listeners == []
     else:
-        assert mon is not None and mon.cfg.mode.value == mode
+        # the run's whole configuration, not just its mode: the trace directory too (a test's
+        # enable(..., violation_dir=its tmp_path) sent every later test's traces there)
+        assert mon is not None and mon.cfg == request.config._hicache_verify_config

@@ -1,6 +1,7 @@
 """Replay drives the real cache; its hit rates must agree with independent computations."""
 import contextlib
 import json
+import os
 import subprocess
 import sys
 
@@ -112,6 +113,26 @@ def test_cli_verify_runs_the_replay_under_the_monitors(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--plot", "x.png", "--json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 150 and "--evaluate" in json.loads(proc.stdout.splitlines()[-1])["error"]
+
+
+def test_cli_verify_follows_hicache_verify_and_off_holds_over_it(tmp_path):
+    """Without --verify, HICACHE_VERIFY decides, and the replay reports it as under the flag
+    (its `verify` block; a violation exits 4): the variable alone attached monitors the report
+    never mentioned. An explicit --verify off attaches nothing whatever the variable says."""
+    base = [sys.executable, "-m", "hicache.cli", "replay", SYN, "--limit", "20", "--page-size", "16",
+            "--device-tokens", "2048", "--host-tokens", "8192", "--json"]
+    env = dict(os.environ, HICACHE_VERIFY="strict", HICACHE_VIOLATION_DIR=str(tmp_path))
+    for extra, mode in (([], "strict"), (["--verify", "off"], None)):
+        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out = json.loads(proc.stdout.splitlines()[-1])
+        if mode is None:
+            assert "verify" not in out and out["monitors"] is None
+        else:
+            assert out["verify"]["mode"] == mode and out["verify"]["monitors"][0]["checked"] > 0
+    proc = subprocess.run(base, capture_output=True, text=True, timeout=120, env=dict(env, HICACHE_VERIFY="bogus"))
+    assert proc.returncode == 150
+    assert json.loads(proc.stdout.splitlines()[-1])["error"].startswith("HICACHE_VERIFY: 'bogus'")
 
 
 def test_cli_reports_bad_lines(tmp_path):
