@@ -40,7 +40,9 @@ _unmonitored: contextvars.ContextVar[bool] = contextvars.ContextVar("hicache_unm
 def unmonitored():
     """Caches and draft runtimes created inside the block get no monitor, whatever the mode:
     for a run that injects a fault on purpose to measure what it does (the bug-13 acceptance
-    comparison), which verified mode would otherwise stop at the fault's first step."""
+    comparison), which verified mode would otherwise stop at the fault's first step. A
+    context variable: what the block's own thread creates, not threads it starts nor
+    distributed ranks (which take their verify configuration as an argument)."""
     token = _unmonitored.set(True)
     try:
         yield
