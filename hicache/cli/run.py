@@ -138,15 +138,19 @@ def _text(s: dict) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hicache.cli.output import emit
+    from hicache.cli.main import EXIT_USAGE
+    from hicache.cli.output import emit, refuse
     from hicache.dist.config import RunConfig
     from hicache.dist.launch import LaunchError
     from hicache.dist.model import ModelConfig
     from hicache.dist.runner import run_distributed
+    from hicache.monitors.maps.dist import verify_config
     from hicache.protocol.prefix_agreement import StopPolicy
 
     try:
-        # bad options fail here, before any process starts
+        # bad options and a bad verified-mode environment (HICACHE_VERIFY, _RATE, _SEED) fail
+        # here, before any process starts; the ranks get this config, not their environment
+        monitors = verify_config()
         fields = dict(cp=args.cp, pp=args.pp, requests=args.requests, verify=args.verify,
                       policy=StopPolicy(args.policy), page_size=args.page_size,
                       device_pages_per_rank=args.device_pages, host_pages_per_rank=args.host_pages,
@@ -156,12 +160,11 @@ def run(args: argparse.Namespace) -> int:
         if args.bench_iters < 0:
             raise ValueError(f"bench_iters must be >= 0, got {args.bench_iters}")
     except ValueError as exc:
-        emit(args, {"error": str(exc)}, text=f"error: {exc}")
-        return 150
+        return refuse(args, "hicache run", str(exc), EXIT_USAGE)
     t0 = time.perf_counter()
     try:
         reports = run_distributed(gather_bench_iters=args.bench_iters, launch_timeout_s=args.timeout * 4 + 60,
-                                  **fields)
+                                  monitors=monitors, **fields)
     except LaunchError as exc:
         emit(args, {"error": str(exc), "failures": exc.failures}, text=str(exc))
         return 2

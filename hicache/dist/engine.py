@@ -57,6 +57,16 @@ class SeededBugs:
 MAX_PREFETCHES = 2
 
 
+def cp_query_rows(cp_rank: int, m: int, cp: int) -> range:
+    """The rows of a request's m new tokens whose attention CP rank `cp_rank` computes:
+    cp_rank, cp_rank + cp, ... Empty when m <= cp_rank (a request shorter than the CP group):
+    that rank still takes part in every collective of the request, with an empty share, so
+    the collectives line up across ranks. The shares of ranks 0..cp-1 partition range(m)."""
+    if not (0 <= cp_rank < cp and m >= 0):
+        raise ValueError(f"need 0 <= cp_rank < cp and m >= 0, got cp_rank={cp_rank}, cp={cp}, m={m}")
+    return range(cp_rank, m, cp)
+
+
 @dataclass(slots=True, eq=False)
 class Request:
     rid: int
@@ -144,6 +154,7 @@ class Engine:
         self.applied = {"loads": 0, "backups": 0, "acks": 0}
         self.prefetches = 0
         self.terminated = 0
+        self.empty_shares = 0        # requests of which this rank attended no row (m <= cp_rank)
 
     # --- helpers ------------------------------------------------------------------------
     def _owner_me(self, page: int) -> bool:
@@ -472,8 +483,10 @@ class Engine:
                                   listener=self.listener, verify=self.verify)
             gather.start()
         q_pos = torch.arange(c * ps, c * ps + m)
-        mine = torch.arange(topo.cp_rank, m, cfg.cp)
-        width = -(-m // cfg.cp)
+        # (not torch.arange(cp_rank, m, cp): it raises for a rank past the last row, cp_rank > m)
+        mine = torch.tensor(cp_query_rows(topo.cp_rank, m, cfg.cp), dtype=torch.long)
+        width = len(cp_query_rows(0, m, cfg.cp))     # the largest share: rank 0's
+        self.empty_shares += not len(mine)
         req_kv = {}
         for l in range(self.stage_layers):
             g = self.layer0 + l
@@ -516,7 +529,8 @@ class Engine:
         req.kv = req_kv
 
     def _cp_assemble(self, part: torch.Tensor, m: int, width: int, label: str) -> torch.Tensor:
-        """All-gather each CP rank's attention rows (rows r, r+cp, ...) into [m, d]."""
+        """All-gather each CP rank's attention rows (`cp_query_rows`) into [m, d]. Every
+        rank sends `width` rows (its share, zero-padded; an empty share is all padding)."""
         cp = self.cfg.cp
         if cp == 1:
             return part
@@ -526,7 +540,7 @@ class Engine:
         self.comm.run_step(label, lambda: dist.all_gather(rows, send, group=self.comm.cp_group))
         out = torch.empty(m, part.shape[1])
         for r in range(cp):
-            n = len(range(r, m, cp))
+            n = len(cp_query_rows(r, m, cp))
             out[r::cp] = rows[r][:n]
         return out
 
@@ -570,5 +584,5 @@ class Engine:
             "prefetches": self.prefetches, "terminated_prefetches": self.terminated,
             "prefetch_loaded_pages": self.prefetch.loaded_pages, "prefetch_failed_batches": self.prefetch.failed_batches,
             "storage_write_failures": self.storage_write_failures, "final_digest": self.digest(),
-            "fault_check": self.fault_check,
+            "fault_check": self.fault_check, "empty_shares": self.empty_shares,
         }

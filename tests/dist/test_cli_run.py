@@ -1,5 +1,8 @@
 """`hicache run` end to end: 4 processes (CP=2 x PP=2), one JSON object as the last line."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -30,6 +33,17 @@ def test_run_cp2_pp2_json(capsys):
     assert len(out["spec_monitors"]) == 4 and all((m is not None) == on for m in out["spec_monitors"])
 
 
+def test_run_cp3_completes(capsys):
+    """The QA reproducer: it used to end in exit 2 (a PeerFailure cascade) once a request left
+    fewer new tokens than CP ranks; the deterministic engine-level check of that case is in
+    test_multiprocess.py."""
+    code = main(["run", "--cp", "3", "--pp", "1", "--requests", "12", "--bench-iters", "1", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and "error" not in out
+    assert out["ranks"] == 3 and out["requests"] == 12 and out["violations"] == []
+    assert out["agreement_checks"] == out["cache_checks"] > 0
+
+
 def test_run_rejects_bad_options_before_starting(capsys):
     code = main(["run", "--cp", "2", "--pp", "3", "--json"])   # 3 stages cannot split 4 layers
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -55,3 +69,18 @@ def test_run_rejects_non_finite_times_before_starting(capsys, args, error):
     code = main(["run", *args, "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 150 and out["error"] == error
+
+
+@pytest.mark.parametrize("env, error", [
+    ({"HICACHE_VERIFY": "bogus"}, "HICACHE_VERIFY: 'bogus' is not one of off, sample, strict"),
+    ({"HICACHE_VERIFY": "strict", "HICACHE_VERIFY_RATE": "x"}, "HICACHE_VERIFY_RATE: 'x' is not a fraction in [0, 1]"),
+])
+def test_run_refuses_a_bad_verified_mode_environment_before_starting(env, error):
+    """A bad HICACHE_VERIFY used to end in a traceback (exit 1, no JSON) once the launcher read
+    it; it is a usage error, as in `hicache replay`. A fresh process: in this one the pytest
+    plugin's verified mode, not the environment, is in force."""
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "run", "--cp", "1", "--pp", "1", "--json"],
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 150, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"result": "error", "error": error}
+    assert f"hicache run: {error}" in proc.stderr.splitlines()
