@@ -29,17 +29,6 @@ TARGET_MISSING = ("CompletionFire", "tgtDone[t]")
 PACKED_MISSING = ("TargetCopyFinish", "Packed \\subseteq draftDone[t]")
 
 
-@pytest.fixture(autouse=True)
-def _faults_off():
-    yield
-    draft.FAULTS.skip_draft_restore = False
-
-
-@pytest.fixture
-def verified():
-    """hicache.verified, imported by the test (the conftest fixture restores the run's mode)."""
-    from hicache import verified
-    return verified
 
 
 # ------------------------------------------------------------------ injected short copies

@@ -17,11 +17,6 @@ from hicache.runtime.events import Recorder
 TOKENS = list(range(100, 124))      # 6 pages of 4 tokens
 
 
-@pytest.fixture(autouse=True)
-def _faults_off():
-    yield
-    draft.FAULTS.skip_draft_restore = False
-
 
 def _restored(cache, deps, req):
     out = {}

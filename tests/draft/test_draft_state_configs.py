@@ -70,11 +70,6 @@ class CIRowsMap(DraftStateMap):
         return {**super().constants(), **CI_ROWS}
 
 
-@pytest.fixture(autouse=True)
-def _faults_off():
-    yield
-    draft.FAULTS.skip_draft_restore = False
-
 
 def draft_config(name: str) -> DraftConfig:
     changes, _ = CONFIGS[name]

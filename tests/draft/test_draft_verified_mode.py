@@ -55,18 +55,6 @@ BUG13 = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _faults_off():
-    yield
-    draft.FAULTS.skip_draft_restore = False
-
-
-@pytest.fixture
-def verified():
-    """hicache.verified, imported by the test (importing it at collection would turn strict
-    mode on for the session's first test); the conftest fixture restores the run's mode."""
-    from hicache import verified
-    return verified
 
 
 def make(name: str, storage=None) -> tuple[HiCache, DependentSet]:
