@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import enum
 import math
+import operator
 import os
 import random
 from dataclasses import dataclass
@@ -403,7 +404,7 @@ class Monitor:
         # since (the delta names every variable written) still holds. A new constants
         # binding (a domain grew) can change any element's predicate: everything is checked
         fresh = C is not self._checked_C
-        changed = None if fresh else {var for var, _, _ in delta}
+        changed = None if fresh else set(map(_first, delta))
         self._checked_C = C
         s = self.rmap.live()
         D = {d: C[d] for d in self._domains} if fresh else self.rmap.domains(C, acc)
@@ -558,6 +559,8 @@ def link(*monitors: Monitor) -> None:
 
 
 MISSING = object()     # in a delta: the key was not in the function's domain before
+
+_first = operator.itemgetter(0)    # a delta entry's variable
 
 #: the step a cache check records (no spec action: every invariant on the state it found)
 CACHE_CHECK = "cache_check"
