@@ -15,7 +15,13 @@ own order, and the other ranks' restores as their headers reported them). Each s
 (spec/LayerPipeline.tla's actions; fields `rank`, `cp_rank`, `layer`) is emitted after its
 guard transition, under the same lock, so a listener sees the steps in the order the guard
 took them. In verified mode (`verify`) a LayerPipeline monitor over this rank's guard
-(`hicache.monitors.maps.layer_pipeline.RankLayerPipelineMap`) checks every step.
+(`hicache.monitors.maps.layer_pipeline.RankLayerPipelineMap`) checks every step (in sample
+mode, each gather's monitor draws its sampled steps from its own seed, `monitor_seed`).
+
+After each layer's collective every rank also applies `late_ranks` to all the headers, its
+own included, right after its GatherStart step: a rank whose header says it had not restored
+the layer fails there on every rank alike (on the others their guard already refused the
+GatherStart), so no rank goes on into the next layer's collective while another has stopped.
 
 Dependent pools (speculative decoding: draft KV, indexer, recurrent state, SWA; spec
 DraftState) ride with the gather of the last layer: each rank packs its owned pages of each
@@ -30,6 +36,8 @@ the logical page).
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +48,7 @@ import torch.distributed as dist
 from hicache.kernels import gather_pages
 from hicache.protocol.cp_layout import CPLayout
 from hicache.protocol.events import NULL_LISTENER, Listener
-from hicache.protocol.layer_pipeline import LayerPipelineGuard, slot_of
+from hicache.protocol.layer_pipeline import IllegalTransition, LayerPipelineGuard, late_ranks, slot_of
 from hicache.protocol.vocabulary import LayerPipeline
 
 from .comm import Comm
@@ -64,6 +72,22 @@ FAULTS = GatherFaults()
 #: bytes before a rank's pages in its part of a layer's gather: an int64, the number of
 #: layers that rank had restored when it sent
 HEADER = 8
+
+_MASK64 = (1 << 64) - 1
+#: gathers this process has built (`monitor_seed`'s index)
+_GATHERS = itertools.count()
+
+
+def monitor_seed(seed: int, rank: int, index: int) -> int:
+    """The sample-mode seed of the monitor of this process's `index`-th gather on `rank`,
+    from the configured `seed`: deterministic (plain arithmetic, not the salted `hash()`),
+    and distinct per gather, so successive gathers sample different steps (one seed for all
+    would check the same positions of every gather, possibly none of them)."""
+    x = (seed * 0x9E3779B97F4A7C15 + rank * 0xD1B54A32D192ED03 + index * 0xBF58476D1CE4E5B9) & _MASK64
+    # splitmix64's finaliser: nearby inputs give unrelated seeds
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
 
 
 class _RestoreBlindGuard(LayerPipelineGuard):
@@ -159,6 +183,7 @@ class PrefixGather:
             from hicache.monitors.maps.layer_pipeline import RankLayerPipelineMap
             from hicache.monitors.maps.steps import Tee
             from hicache.monitors.runtime import Monitor
+            verify = dataclasses.replace(verify, seed=monitor_seed(verify.seed, comm.rank, next(_GATHERS)))
             self.monitor = Monitor(RankLayerPipelineMap(self._guard, me, n), verify)
             self.listener = listener = Tee(listener, [self.monitor])
         self._thread: threading.Thread | None = None
@@ -290,7 +315,14 @@ class PrefixGather:
             if r != self._me:
                 for learned in range(self._guard.peers[r], k):
                     self._step(LayerPipeline.RankRestoreLayer, self._guard.peer_restore_layer, learned, cp_rank=r)
+        # (a late peer: the guard raises here; this rank late: its monitor, checking the step)
         self._step(LayerPipeline.GatherStart, self._guard.gather_start, layer, slot=slot)
+        # The verdict every rank reaches on the same headers, its own included: a rank that
+        # sent before restoring the layer stops here too, not in the next layer's collective.
+        late = late_ranks(counts, layer)
+        if late:
+            raise IllegalTransition(f"GatherStart({layer}) before rank {late[0]} restored layer {layer} "
+                                    f"(its part of the gather says it had restored {counts[late[0]]} layers)")
         out = self._slots[slot]
         if self._unpack_ids.numel():   # owner-major parts -> prefix order
             pages = recv[:, HEADER:].contiguous().view(self.pool.dtype)

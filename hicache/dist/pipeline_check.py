@@ -33,7 +33,8 @@ def pipeline_rank(rank: int, world: int, port: int, payload: dict[str, Any]) -> 
     None), "fault" ((cp rank, layer) or None)}], "violation_dir", "timeout_s"}. Per case:
     the violation (kind, property, action, conjunct, location, step, trace) or the guard's
     IllegalTransition, the (layer, page) of every gathered page whose bytes are wrong, the
-    monitor's (checked, steps), and the events [(action, cp_rank, layer)] in emission order."""
+    monitor's (checked, steps), the events [(action, cp_rank, layer)] in emission order, and
+    the case's wall time in seconds (`wall_s`)."""
     from . import gather as G
     comm = Comm(rank, world, port, payload.get("timeout_s", 30.0))
     try:
@@ -49,6 +50,8 @@ def pipeline_rank(rank: int, world: int, port: int, payload: dict[str, Any]) -> 
 
 
 def _run_case(comm: Comm, case: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    import time
+
     from hicache.monitors.runtime import ProtocolViolation, VerifyConfig
     from hicache.protocol.layer_pipeline import IllegalTransition
 
@@ -73,6 +76,7 @@ def _run_case(comm: Comm, case: dict[str, Any], payload: dict[str, Any]) -> dict
                        stats=G.GatherStats(), verify=verify,
                        listener=lambda e, f: events.append((str(e), f["cp_rank"], f["layer"])))
     res: dict[str, Any] = {"violation": None, "illegal": None, "wrong": []}
+    t0 = time.monotonic()
     try:
         g.start()
         for layer in range(layers):
@@ -91,6 +95,7 @@ def _run_case(comm: Comm, case: dict[str, Any], payload: dict[str, Any]) -> dict
             g.close()
         except (ProtocolViolation, IllegalTransition):
             pass
+    res["wall_s"] = time.monotonic() - t0
     res["events"] = events
     res["checked"] = (g.monitor.checked, g.monitor.steps) if g.monitor is not None else None
     return res

@@ -6,6 +6,7 @@ The cross-rank part (the gather of layer l starts only after every rank restored
 this rank learned from the other ranks: in the distributed gather each rank's part of the
 collective carries how many layers it had restored when it sent (`peer_restore_layer`), and
 the gather writes its slot (GatherStart) only after the collective delivered every part.
+`late_ranks` is the verdict on those parts that every rank reaches alike, its own part included.
 Slot of layer l = l mod 2.
 Pure: no torch, no I/O; not thread-safe (the adapter serialises calls under its lock).
 """
@@ -22,6 +23,16 @@ class IllegalTransition(RuntimeError):
 
 def slot_of(layer: int) -> int:
     return layer % SLOTS
+
+
+def late_ranks(counts, layer: int) -> list[int]:
+    """The ranks whose part of layer `layer`'s collective says they had not restored `layer`
+    (`counts[r]`: the layers rank r had restored when it sent, from its header), ascending.
+    Every rank evaluates it on the same headers, its own included, so all ranks reach the
+    same verdict on a layer and fail at the same collective (none waits in the next one)."""
+    if type(layer) is not int or layer < 0:
+        raise ValueError(f"layer: must be an integer >= 0, got {layer!r}")
+    return [r for r, k in enumerate(counts) if k <= layer]
 
 
 def _start_in_order(action: str, layer: int, running: set[int], done: set[int], busy: str) -> None:

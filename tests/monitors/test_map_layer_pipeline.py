@@ -7,22 +7,25 @@ what this rank knows), gathers, attention; each step's guard transition, then it
 real gather on gloo processes is tests/dist/test_gather_pipeline.py."""
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 
 from hicache.monitors.maps.layer_pipeline import RankLayerPipelineMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
-from hicache.protocol.layer_pipeline import IllegalTransition, LayerPipelineGuard
+from hicache.protocol.layer_pipeline import IllegalTransition, LayerPipelineGuard, late_ranks
 from hicache.tla.values import Fcn
 
 
 class RankSchedule:
     """One CP rank: `me` of `cp`, `n` layers. Peers restore at their own pace (`truth`); this
     rank learns a peer's restores when a gather's collective returns (all it has restored by
-    then). `blind`: this rank's gather does not wait for its own restore (seeded bug 11)."""
+    then). `blind`: the layer whose gather does not wait for this rank's own restore (seeded
+    bug 11); its restore is held back until that gather started, so every schedule has the
+    fault there."""
 
-    def __init__(self, guard, listener, rng, me: int, cp: int, blind: bool = False):
+    def __init__(self, guard, listener, rng, me: int, cp: int, blind: int | None = None):
         self.g, self.listener, self.rng, self.me, self.blind = guard, listener, rng, me, blind
         self.n = guard.num_layers
         self.truth = {r: 0 for r in range(cp) if r != me}
@@ -36,12 +39,12 @@ class RankSchedule:
     def enabled(self) -> list:
         g, out = self.g, []
         own = len(g.restored)
-        if own < self.n:
+        if own < self.n and not (own == self.blind and own not in g.gathering | g.gathered):
             out.append(("restore", own))
         out += [("peer", r) for r, k in self.truth.items() if k < self.n]
         started = g.gathering | g.gathered
         l = len(started)
-        if l < self.n and not g.gathering and (self.blind or own > l) and (l < 2 or l - 2 in g.attended) and \
+        if l < self.n and not g.gathering and (own > l or l == self.blind) and (l < 2 or l - 2 in g.attended) and \
                 all(k > l for k in self.truth.values()):
             out.append(("gather", l))
         if g.gathering:
@@ -87,9 +90,9 @@ class RankSchedule:
         return True
 
 
-def _run(seed: int, tmp_path, *, blind: bool = False, me: int = 1, cp: int = 3, layers: int = 5):
+def _run(seed: int, tmp_path, *, blind: int | None = None, me: int = 1, cp: int = 3, layers: int = 5):
     from hicache.dist.gather import _RestoreBlindGuard
-    cls = _RestoreBlindGuard if blind else LayerPipelineGuard
+    cls = LayerPipelineGuard if blind is None else _RestoreBlindGuard
     guard = cls(layers, peers={r: 0 for r in range(cp) if r != me})
     mon = Monitor(RankLayerPipelineMap(guard, me, cp), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
     sched = RankSchedule(guard, mon, random.Random(seed), me, cp, blind)
@@ -110,18 +113,47 @@ def test_legal_rank_schedules_pass_every_action_check(seed, tmp_path):
     assert mon.checked == mon.steps == sched.events == 3 * g.num_layers + 4 * g.num_layers
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", range(20))
 def test_gather_before_this_ranks_restore_is_caught_at_that_gather(seed, tmp_path):
-    sched, mon, exc = _run(seed, tmp_path, blind=True)
-    if sched.fault_step is None:      # this schedule restored before each gather anyway
-        assert exc is None
-        return
-    assert exc is not None and (exc.kind, exc.property) == ("action", "GatherStart")
+    layers = 5
+    blind = seed % layers
+    sched, mon, exc = _run(seed, tmp_path, blind=blind, me=seed % 3, layers=layers)
+    assert sched.fault_step is not None       # every schedule reaches the fault
+    assert exc is not None and (exc.kind, exc.property, exc.action) == ("action", "GatherStart", "GatherStart")
     assert exc.location.startswith("spec/LayerPipeline.tla:90:") and exc.step == sched.fault_step
+    g = sched.g
+    assert blind in g.gathering and blind not in g.restored and len(g.gathered) == blind
 
 
-def test_some_blind_schedule_gathers_before_its_restore(tmp_path):
-    assert any(_run(seed, tmp_path, blind=True)[0].fault_step is not None for seed in range(10))
+@pytest.mark.parametrize("cp", [1, 2, 3])
+def test_late_ranks_is_the_guards_verdict_on_every_header(cp):
+    """`late_ranks` on all headers: the ranks whose count says they had not restored the layer;
+    on a rank that restored it, the others are exactly the ones its guard (having learned
+    every count) refuses GatherStart for, so every rank reaches one verdict."""
+    layers = 3
+    for counts in itertools.product(range(layers + 1), repeat=cp):
+        for layer in range(layers):
+            late = late_ranks(counts, layer)
+            assert late == sorted(r for r in range(cp) if counts[r] <= layer)
+            for me in range(cp):
+                if counts[me] <= layer:
+                    continue          # this rank itself has not restored `layer`: no gather here
+                g = LayerPipelineGuard(layers, peers={r: 0 for r in range(cp) if r != me})
+                for l in range(layer + 1):
+                    g.rank_restore_layer(l)
+                for r, k in enumerate(counts):
+                    for learned in range(k if r != me else 0):
+                        g.peer_restore_layer(r, learned)
+                g.gathered.update(range(layer))
+                g.attended.update(range(layer))
+                if late:
+                    with pytest.raises(IllegalTransition, match=rf"before rank {late[0]} restored layer {layer}"):
+                        g.gather_start(layer)
+                else:
+                    g.gather_start(layer)
+    assert late_ranks([], 0) == []
+    with pytest.raises(ValueError, match="layer"):
+        late_ranks([1], -1)
 
 
 def test_state_maps_own_restores_and_what_this_rank_learned():
