@@ -49,6 +49,16 @@ def host_write_in_flight(v: Node) -> bool:
     return bool(v.inflight) and any(getattr(op, "writes_host", False) for op in v.inflight)
 
 
+def raise_check_failure(op) -> None:
+    """Raise, on the scheduler's thread, a check that failed on the transfer thread that ran
+    `op` (a monitor's ProtocolViolation from an event the copy emitted, an assert): the worker
+    keeps whatever its op raised as a miss, so a violation stayed on the op while the bytes it
+    was about were read and the cache went on. Called once the op's completion is applied
+    (its slots released), so the cache is consistent when the error propagates."""
+    if isinstance(op.error, AssertionError):
+        raise op.error
+
+
 def close_after(cache, error: BaseException) -> None:
     """Close `cache` while `error` propagates. What close() raises then is about the state
     the error left (a monitor's violation stops an operation half done: slots reserved, no
@@ -774,6 +784,7 @@ class HiCache:
                 joined = got - dup
             met.prefetch_hit_tokens += joined * self.cfg.page_size
         self._emit(A.PrefetchFinish, rid=req.rid, fetched=got, joined=joined, node=req.node.id)
+        raise_check_failure(op)
         return joined
 
     # Stop policies: each decides, on the scheduler thread, how long to wait for the fetch;
@@ -833,13 +844,16 @@ class HiCache:
             for op in self.writer.ready():
                 self._backup_finish(op)
                 n += 1
+                raise_check_failure(op)
             for op in self.loader.ready():
                 self._load_finish(op)
                 n += 1
+                raise_check_failure(op)
         if self.backuper is not None:
             for op in self.backuper.ready():
                 self._storage_backup_finish(op)
                 n += 1
+                raise_check_failure(op)
             if self.prefetcher is not None:
                 self.prefetcher.ready()   # prefetch acks are consumed per request
         if self._orphans:

@@ -639,8 +639,10 @@ class DependentSet:
             raise ValueError("deps: a metadata-only cache holds no bytes to read")
         # SWA is target-side state: reading it is a read of the spec's "target" buffer
         name = "target" if role is None or role is Role.SWA else role.value
+        from hicache.runtime.cache import raise_check_failure
         for op in req.loads:
             op.wait()                      # the completion event (fires after every copy)
+            raise_check_failure(op)        # (a violation of the copies: not bytes to hand out)
             self.record_read(getattr(op, "draft_tid", None), name)
         pages = cache.prefix_pages(req)
         if role is None:

@@ -113,3 +113,15 @@ def wipe_device(cache: HiCache, deps: DependentSet) -> None:
     cache.device_pool.buf.zero_()
     for pool in deps.device.values():
         pool.buf.zero_()
+
+
+def raised_on_the_scheduler(fn, violation):
+    """Run fn() (a poll, drain, read or close) and return the violation it raised, which must
+    be `violation` when given: verified mode re-raises a check that failed on a transfer
+    thread (kept on the op) on the scheduler's thread once the op's completion is applied."""
+    import pytest
+    from hicache.monitors.runtime import ProtocolViolation
+    with pytest.raises(ProtocolViolation) as e:
+        fn()
+    assert violation is None or e.value is violation
+    return e.value

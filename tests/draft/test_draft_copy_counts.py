@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draft_support import DictStorage, compute, expected, make_cache, pool_of, wipe_device
+from draft_support import DictStorage, compute, expected, make_cache, pool_of, raised_on_the_scheduler, wipe_device
 from hicache.monitors.runtime import ProtocolViolation
 from hicache.runtime import draft
 from hicache.runtime.draft import DependentSet, Role
@@ -140,7 +140,7 @@ def test_a_short_load_back_copy_is_named(case, monkeypatch, tmp_path, verified):
     assert seen == [op.error]
     assert (op.error.action, op.error.conjunct) == named
     assert op.error.kind == "action" and op.error.trace_path
-    cache.close()
+    raised_on_the_scheduler(cache.close, op.error)
 
 
 @pytest.mark.parametrize("case", sorted(BACKUP_CASES))
@@ -160,7 +160,8 @@ def test_a_short_backup_copy_is_named(case, monkeypatch, tmp_path, verified):
     seen = catch(deps)
     with monkeypatch.context() as mp:
         inject(mp)
-        compute(cache, deps, TOKENS)
+        # (the backup's violation, raised on the writer thread, surfaces at compute's drain)
+        raised_on_the_scheduler(lambda: compute(cache, deps, TOKENS), None)
     assert len(seen) == 1, seen
     assert (seen[0].action, seen[0].conjunct) == named
     assert deps.transfers[seen[0].arguments["t"]].kind is draft.Kind.BACKUP
@@ -238,7 +239,8 @@ def test_a_prefetch_that_skips_the_draft_parts_reports_none_moved(tmp_path, veri
     draft.FAULTS.skip_draft_restore = True
     req = cache.match(TOKENS)
     assert cache.prefetch(req)
-    cache.finish_prefetch(req)
+    # (the violation, raised on the prefetch thread, surfaces when the prefetch is finished)
+    raised_on_the_scheduler(lambda: cache.finish_prefetch(req), None)
     (pre,) = deps.transfers
     # 6 pages: the target's 2 layers and SWA's 2 were written, the packed draft KV's not; the
     # target's finish (the packed rows ride in it) is the step that fails

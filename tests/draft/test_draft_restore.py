@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draft_support import (POOLS, DictStorage, compute, draft_config, expected, make_cache,
-                           pool_of, target_config, wipe_device)
+from draft_support import (POOLS, DictStorage, compute, draft_config, expected, make_cache, pool_of,
+                           raised_on_the_scheduler, target_config, wipe_device)
 from hicache.monitors.attach import unmonitored
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.runtime import draft
@@ -144,7 +144,7 @@ def test_fault_skip_draft_restore_is_named_by_the_monitor(layout, actions, actio
     assert err.location.startswith("spec/DraftState.tla:")
     assert err.trace_path and (tmp_path / err.trace_path.split("/")[-1]).exists()
     cache.finish(req)
-    cache.close()
+    raised_on_the_scheduler(cache.close, err)    # the loader's violation, on the scheduler
 
 
 def test_fault_off_by_default():

@@ -16,8 +16,8 @@ import dataclasses
 import pytest
 import torch
 
-from draft_support import (POOLS, DictStorage, compute, expected, pool_of, target_config,
-                           wipe_device)
+from draft_support import (POOLS, DictStorage, compute, expected, pool_of, raised_on_the_scheduler,
+                           target_config, wipe_device)
 from hicache import REPO_ROOT
 from hicache.kernels import HitPolicy, IndexSource
 from hicache.monitors.attach import unmonitored
@@ -180,7 +180,7 @@ def test_bug_13_is_still_caught_in_these_configs(layout, action, conjunct, tmp_p
         cache, deps, req, err = serve(layout, tmp_path)
     assert isinstance(err, ProtocolViolation), err
     assert (err.action, err.conjunct) == (action, conjunct)
-    cache.close()
+    raised_on_the_scheduler(cache.close, err)    # the loader's violation, on the scheduler
 
 
 def test_an_incompatible_pool_the_runtime_wrongly_packs_is_caught(monkeypatch, tmp_path):
