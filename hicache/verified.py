@@ -11,7 +11,8 @@ sample   a seeded fraction of events is checked (HICACHE_VERIFY_RATE, HICACHE_VE
 strict   every event: the action and every invariant
 
 A violation raises `hicache.monitors.runtime.ProtocolViolation` on the thread that emitted
-the event and writes the recent history as an ITF trace under HICACHE_VIOLATION_DIR
+the event (one a transfer thread emitted is raised again on the scheduler's thread when that
+transfer's completion is applied) and writes the recent history as an ITF trace under HICACHE_VIOLATION_DIR
 (default ./hicache-violations/), which `hicache explain` reads.
 
 What carries a monitor: a `HiCache` with a host tier (HostTier, and the background-worker

@@ -74,10 +74,12 @@ class ReplayConfig:
         if self.write_policy is WritePolicy.WRITE_BACK and self.host_tokens:
             # (the cache's own check counts pages over every rank: named here in the units and
             # fields a replay is configured in)
-            dev_pages = self.device_tokens // self.page_size * self.cp
+            # (the cache's device tier: every rank's pages when sharded, one rank's otherwise)
+            dev_pages = self.device_tokens // self.page_size * self.ranks_holding
             host_pages = self.host_tokens // self.page_size
             if host_pages < dev_pages:
-                per_rank = f" ({self.cp} ranks x {self.device_tokens // self.page_size})" if self.cp > 1 else ""
+                per_rank = f" ({self.cp} ranks x {self.device_tokens // self.page_size})" \
+                    if self.ranks_holding > 1 else ""
                 raise ValueError(f"host_tokens: write_back keeps every evicted page's only copy on host, so the "
                                  f"host tier needs at least the device tier's pages: {host_pages} host pages "
                                  f"< {dev_pages} device pages{per_rank}: at least {dev_pages * self.page_size} host "

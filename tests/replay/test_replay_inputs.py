@@ -157,6 +157,9 @@ def test_write_back_host_room_is_refused_in_the_replays_own_units(tmp_path, caps
     assert err.startswith("--host-tokens: write_back keeps every evicted page's only copy on host")
     assert "93 host pages < 128 device pages (2 ranks x 64): at least 8192 host tokens" in err
     assert main(argv[:-4] + ["--host-tokens", "8192", "--cp", "2"]) == 0
+    # replicated ranks (no sharding): the cache holds one rank's device pages
+    from hicache.replay.driver import ReplayConfig
+    ReplayConfig(cp=4, shard=False, write_policy="write_back", device_tokens=1024, host_tokens=1024, page_size=16)
 
 
 # -- 3. tracebacks -----------------------------------------------------------------------
