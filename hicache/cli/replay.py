@@ -10,6 +10,7 @@ a message; a store that cannot run here, or a plot that cannot be written, exits
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -168,15 +169,50 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _verify_config(args: argparse.Namespace):
-    """The replay's verified mode: --verify when given (off too: it holds over HICACHE_VERIFY),
-    else the variable's; rate and seed from HICACHE_VERIFY_RATE/_SEED, the directory from
+    """The replay's verified mode: --verify when given (off too: it holds over everything
+    else), else a mode chosen in this process (`hicache.verified.enable`, the pytest option),
+    else HICACHE_VERIFY's; rate and seed from HICACHE_VERIFY_RATE/_SEED, the directory from
     --violation-dir, else HICACHE_VIOLATION_DIR. A replay monitored because of the variable
     reports like one under the flag (its `verify` block, exit 4 on a violation): the variable
     alone attached monitors behind the replay's back, a violation was a traceback."""
+    from hicache.monitors import attach
     from hicache.monitors.runtime import VerifyConfig
-    env = VerifyConfig.from_env()          # (a bad variable: ValueError naming it)
-    return VerifyConfig(mode=args.verify or env.mode, sample_rate=env.sample_rate, seed=env.seed,
-                        violation_dir=args.violation_dir or env.violation_dir)
+    if args.verify == "off":
+        return VerifyConfig()              # (the variables are not read: nothing of them is used)
+    base = attach.chosen() if args.verify is None else None
+    if base is None:
+        base = VerifyConfig.from_env()     # (a bad variable: ValueError naming it)
+    return VerifyConfig(mode=args.verify or base.mode, sample_rate=base.sample_rate, seed=base.seed,
+                        history=base.history, violation_dir=args.violation_dir or base.violation_dir)
+
+
+@contextlib.contextmanager
+def _verified_mode(cfg):
+    """Verified mode `cfg` for the replay's caches, and the process's own state (a mode
+    enabled in code, or none) restored after it: the replay must not tear down a mode its
+    caller enabled, nor leave its own on."""
+    from hicache.monitors import attach
+    chosen = attach.chosen()
+    loaded = sys.modules.get("hicache.verified")
+    prev = loaded.current() if loaded is not None and loaded._state["orig"] is not None else None
+    try:
+        if cfg.mode.value == "off":
+            if loaded is not None:
+                loaded.disable()           # (unwraps a mode enabled in code)
+            attach.choose(cfg)             # (a choice: the variable attaches nothing either)
+        else:
+            from hicache import verified
+            verified.enable(cfg.mode, sample_rate=cfg.sample_rate, seed=cfg.seed, history=cfg.history,
+                            violation_dir=cfg.violation_dir)
+        yield
+    finally:
+        verified = sys.modules.get("hicache.verified")
+        if prev is not None:
+            verified.enable(prev.mode, sample_rate=prev.sample_rate, seed=prev.seed, history=prev.history,
+                            violation_dir=prev.violation_dir)
+        elif verified is not None:
+            verified.disable()
+        attach.choose(chosen)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -185,30 +221,18 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         return _fail(args, str(e), EXIT_USAGE)
     args.verify = vcfg.mode.value
-    from hicache.monitors import attach
-    chosen = attach.chosen()
-    if args.verify == "off":
-        attach.choose(vcfg)        # (a choice: the variable attaches nothing to this replay)
+    from hicache.monitors.runtime import ProtocolViolation
+    with _verified_mode(vcfg):
         try:
             return _run(args)
-        finally:
-            attach.choose(chosen)
-    from hicache import verified
-    from hicache.monitors.runtime import ProtocolViolation
-    verified.enable(vcfg.mode, sample_rate=vcfg.sample_rate, seed=vcfg.seed, violation_dir=vcfg.violation_dir)
-    try:
-        return _run(args)
-    except ProtocolViolation as e:
-        out = {"error": f"{e.spec}: {e.kind} {e.property} violated at step {e.step} by {e.action}",
-               "violation": {"spec": e.spec, "kind": e.kind, "property": e.property, "step": e.step,
-                             "action": e.action, "conjunct": e.conjunct, "location": e.location,
-                             "trace": e.trace_path}}
-        emit(args, out, text=None)
-        print(f"hicache replay: {e}", file=sys.stderr)
-        return 4
-    finally:
-        verified.disable()
-        attach.choose(chosen)
+        except ProtocolViolation as e:
+            out = {"error": f"{e.spec}: {e.kind} {e.property} violated at step {e.step} by {e.action}",
+                   "violation": {"spec": e.spec, "kind": e.kind, "property": e.property, "step": e.step,
+                                 "action": e.action, "conjunct": e.conjunct, "location": e.location,
+                                 "trace": e.trace_path}}
+            emit(args, out, text=None)
+            print(f"hicache replay: {e}", file=sys.stderr)
+            return 4
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -146,6 +146,28 @@ def test_a_trace_named_like_a_config_field_keeps_its_name(tmp_path, capsys, monk
     assert last_json(capsys.readouterr().out)["error"].startswith("--limit: ")
 
 
+def test_replay_keeps_a_verified_mode_enabled_in_code(tmp_path, capsys):
+    """A mode enabled in this process (hicache.verified.enable, the pytest option) is the
+    replay's when --verify is not given, and is the process's again after the replay, also
+    after --verify off (which unwrapped nothing before and reported `off` while monitored)."""
+    from hicache import verified
+    path = write(tmp_path, "".join(line(ts=i, ids=(7, 8 + i)) + "\n" for i in range(5)))
+    argv = ["replay", path, "--json", "--page-size", "64", "--device-tokens", "4096", "--host-tokens", "8192"]
+    verified.enable("sample", sample_rate=0.5, violation_dir=str(tmp_path / "v"))
+    try:
+        before = verified.current()
+        assert main(argv) == 0
+        v = last_json(capsys.readouterr().out)["verify"]
+        assert v["mode"] == "sample" and v["monitors"][0]["spec"] == "spec/HostTier.tla"
+        assert verified.current() == before and verified._state["orig"] is not None
+        assert main(argv + ["--verify", "off"]) == 0
+        out = last_json(capsys.readouterr().out)
+        assert "verify" not in out and out["monitors"] is None          # not monitored
+        assert verified.current() == before and verified._state["orig"] is not None
+    finally:
+        verified.disable()
+
+
 def test_write_back_host_room_is_refused_in_the_replays_own_units(tmp_path, capsys):
     """With --cp the device tier is per rank: the cache's own check counted pages over every
     rank and named fields (host_pages, device_pages) no replay option sets."""
