@@ -35,7 +35,13 @@ def pytest_configure(config) -> None:
         # HICACHE_VERIFY_RATE / _SEED raises there, named in the message)
         from hicache import verified
         if mode != "off":
-            verified.enable(mode)
+            extra = {}
+            if not os.environ.get("HICACHE_VIOLATION_DIR", "").strip():
+                # (not ./hicache-violations: a run of the suite would leave its tests' traces,
+                # the ones faults write on purpose included, in the working tree)
+                import tempfile
+                extra["violation_dir"] = tempfile.mkdtemp(prefix="hicache-violations-")
+            verified.enable(mode, **extra)
             config._hicache_verify = mode
             # the whole configuration (rate, seed, trace directory): what a test that
             # enables its own is restored to (tests/conftest.py)
@@ -49,7 +55,9 @@ def pytest_configure(config) -> None:
 
 def pytest_report_header(config) -> str | None:
     mode = getattr(config, "_hicache_verify", None)
-    return f"hicache verified mode: {mode}" if mode else None
+    if not mode:
+        return None
+    return f"hicache verified mode: {mode} (violation traces: {config._hicache_verify_config.violation_dir})"
 
 
 def pytest_unconfigure(config) -> None:

@@ -608,6 +608,10 @@ class DependentSet:
         if rec is None:
             return
         if rec.kind is Kind.PREFETCH:
+            # (what a prefetch's pools must have moved is the prefix it received: without the
+            # count every counted finish would be judged short, a false alarm)
+            if fetched is None:
+                raise ValueError("fetched: a prefetch's finish needs the count of values it received")
             rec.fetched = fetched
         packed = self.cfg.packed
         if packed is not None:

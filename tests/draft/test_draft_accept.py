@@ -43,14 +43,13 @@ def test_accept_config_is_validated():
         AcceptConfig(requests=0)
 
 
-def test_compare_under_verified_mode_measures_the_fault_instead_of_stopping_at_it(tmp_path):
+def test_compare_under_verified_mode_measures_the_fault_instead_of_stopping_at_it(tmp_path, monkeypatch):
     """Under verified mode the bug-13 comparison's faulty run is built unmonitored (the fault
     is what it measures: a strict monitor stopped it at its first load); the fault-free runs
     still carry monitors and raise nothing."""
     from hicache import verified
     from hicache.runtime.cache import HiCache
     monitored = []
-    init = HiCache.__init__
     verified.enable("strict", violation_dir=str(tmp_path))
     try:
         wrapped = HiCache.__init__
@@ -58,10 +57,10 @@ def test_compare_under_verified_mode_measures_the_fault_instead_of_stopping_at_i
         def spy(self, *a, **kw):
             wrapped(self, *a, **kw)
             monitored.append(verified.monitor_of(self) is not None)
-        HiCache.__init__ = spy
+        monkeypatch.setattr(HiCache, "__init__", spy)
         out = compare(AcceptConfig(requests=10, layout="packed", seed=3))
     finally:
-        HiCache.__init__ = init
+        monkeypatch.undo()      # (the spy off first: disable() then restores HiCache's own)
         verified.disable()
     assert out["acceptance_on_hits"]["cached_without_draft_restore"] < out["acceptance_on_hits"]["cached"]
     assert monitored == [True, False]          # the cached run checked, the faulty one not

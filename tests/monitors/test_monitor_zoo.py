@@ -3,6 +3,7 @@ the same workload without it is quiet; cross-rank digests; verified mode and the
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 
@@ -104,8 +105,9 @@ def test_verified_mode_attaches_and_detaches():
         verified.disable()
 
 
-def test_pytest_plugin_option():
+def test_pytest_plugin_option(monkeypatch):
     from hicache import pytest_plugin, verified
+    monkeypatch.delenv("HICACHE_VIOLATION_DIR", raising=False)
 
     class Cfg:
         def __init__(self, v):
@@ -117,7 +119,10 @@ def test_pytest_plugin_option():
     try:
         pytest_plugin.pytest_configure(cfg)
         assert verified.current().mode == "sample"
-        assert pytest_plugin.pytest_report_header(cfg) == "hicache verified mode: sample"
+        # traces go to a fresh temporary directory, not ./hicache-violations in the tree
+        vdir = verified.current().violation_dir
+        assert vdir != "hicache-violations" and os.path.basename(vdir).startswith("hicache-violations-")
+        assert pytest_plugin.pytest_report_header(cfg) == f"hicache verified mode: sample (violation traces: {vdir})"
     finally:
         pytest_plugin.pytest_unconfigure(cfg)
     assert verified.current().mode == "off"
