@@ -13,7 +13,6 @@ import pytest
 from hicache.dist.gather import monitor_seed
 from hicache.dist.launch import launch
 from hicache.dist.pipeline_check import pipeline_rank
-from hicache.protocol.cp_layout import CPLayout
 from hicache.tla.itf import read_itf
 
 CP, LAYERS = 2, 4

@@ -197,9 +197,14 @@ def test_a_locked_nodes_device_copy_evicted_keeping_its_host_copy(tmp_path, monk
     # without the guard the same fault passes every invariant: the guard is what sees it
     from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
     monkeypatch.setattr(IncrementalHostTierMap, "guard", None)
-    c2, _ = tiny_cache(tmp_path / "unguarded", dict(mode="strict"), device_pages=2, host_pages=4)
+    c2, mon2 = tiny_cache(tmp_path / "unguarded", dict(mode="strict"), device_pages=2, host_pages=4)
     serve(c2, [1, 2])
-    c2._evict_device(c2.match([1, 2]).node)
+    r2 = c2.match([1, 2])
+    c2._evict_device(r2.node)
+    assert r2.node.device is None and r2.node.host is not None and not mon2.tripped
+    assert mon2.checked == mon2.steps > 0          # every event checked, every invariant held
+    c2.finish(r2)
+    c2.close()
 
 
 def test_write_back_dropping_a_pages_only_copy(tmp_path):
