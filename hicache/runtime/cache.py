@@ -904,13 +904,17 @@ class HiCache:
         for op in self._prefetching:
             op.terminate = True
         deadline = time.monotonic() + CLOSE_STORAGE_WAIT_S
-        self.drain(deadline)
-        for w in (self.loader, self.writer):
-            if w is not None:
-                w.close()
-        for w in (self.prefetcher, self.backuper):
-            if w is not None and not w.close(max(0.0, deadline - time.monotonic())):
-                self.metrics.close_abandoned += 1
+        try:
+            self.drain(deadline)
+        finally:
+            # (also when a completion raised: a violation a transfer thread found surfaces in
+            # this drain, and the workers still stop, the cache being closed for good)
+            for w in (self.loader, self.writer):
+                if w is not None:
+                    w.close()
+            for w in (self.prefetcher, self.backuper):
+                if w is not None and not w.close(max(0.0, deadline - time.monotonic())):
+                    self.metrics.close_abandoned += 1
         if self.deps is not None:  # every transfer applied: the dependent pools' end of use too
             self.deps.close()
         if self._verified:         # the final cache check of verified mode

@@ -245,6 +245,7 @@ def test_skipped_draft_restore_is_named_in_strict_mode(name, tmp_path, verified)
     # the loader thread kept it on the op; the scheduler's next poll (here close's drain)
     # raises it: a violation no longer stays on an op while the run goes on
     raised_on_the_scheduler(cache.close, err)
+    assert not any(w._thread.is_alive() for w in (cache.loader, cache.writer))    # workers stopped
 
 
 def test_skipped_draft_restore_is_named_from_the_environment(monkeypatch, tmp_path, verified):
