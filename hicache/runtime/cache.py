@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import os
+import sys
 import time
 from typing import Any
 
@@ -50,13 +51,18 @@ def host_write_in_flight(v: Node) -> bool:
 
 
 def raise_check_failure(op) -> None:
-    """Raise, on the scheduler's thread, a check that failed on the transfer thread that ran
-    `op` (a monitor's ProtocolViolation from an event the copy emitted, an assert): the worker
-    keeps whatever its op raised as a miss, so a violation stayed on the op while the bytes it
-    was about were read and the cache went on. Called once the op's completion is applied
-    (its slots released), so the cache is consistent when the error propagates."""
-    if isinstance(op.error, AssertionError):
-        raise op.error
+    """Raise, on the scheduler's thread, a monitor's ProtocolViolation raised on the transfer
+    thread that ran `op` (from an event the copy emitted): the worker keeps whatever its op
+    raised as a miss, so a violation stayed on the op while the bytes it was about were read
+    and the cache went on. Any other error stays what it was, a miss (a storage backend's
+    failure is counted, not raised). Called once the op's completion is applied (its slots
+    released), so the cache is consistent when the error propagates."""
+    err = op.error
+    if err is None:
+        return
+    monitors = sys.modules.get("hicache.monitors.runtime")   # (none loaded: no violation exists)
+    if monitors is not None and isinstance(err, monitors.ProtocolViolation):
+        raise err
 
 
 def close_after(cache, error: BaseException) -> None:
