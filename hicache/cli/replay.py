@@ -175,13 +175,11 @@ def _verify_config(args: argparse.Namespace):
     --violation-dir, else HICACHE_VIOLATION_DIR. A replay monitored because of the variable
     reports like one under the flag (its `verify` block, exit 4 on a violation): the variable
     alone attached monitors behind the replay's back, a violation was a traceback."""
-    from hicache.monitors import attach
+    from hicache.monitors.maps.dist import verify_config
     from hicache.monitors.runtime import VerifyConfig
     if args.verify == "off":
         return VerifyConfig()              # (the variables are not read: nothing of them is used)
-    base = attach.chosen() if args.verify is None else None
-    if base is None:
-        base = VerifyConfig.from_env()     # (a bad variable: ValueError naming it)
+    base = verify_config()                 # (as `hicache run`; a bad variable: ValueError naming it)
     return VerifyConfig(mode=args.verify or base.mode, sample_rate=base.sample_rate, seed=base.seed,
                         history=base.history, violation_dir=args.violation_dir or base.violation_dir)
 

@@ -83,14 +83,15 @@ def pool_of(cache: HiCache, deps: DependentSet, name: str):
     return cache.device_pool if name == "target" else deps.device[Role(name)]
 
 
-def compute(cache: HiCache, deps: DependentSet, tokens: list[int]):
-    """Serve a request from scratch: write every pool's pages, insert, back up to host."""
+def compute(cache: HiCache, deps: DependentSet, tokens: list[int], pools=POOLS):
+    """Serve a request from scratch: write the pages of every pool in `pools` (names, "target"
+    included), insert, back up to host."""
     req = cache.match(tokens)
     have = len(cache.prefix_pages(req))
     n = len(tokens) // PS
     pages = cache.alloc(n - have)
     for i, p in enumerate(pages, start=have):
-        for name in POOLS:
+        for name in pools:
             pool = pool_of(cache, deps, name)
             pool.write_page(p, stamp(name, tokens, i, pool.page_nbytes))
     cache.insert(req, pages)

@@ -9,7 +9,9 @@ import sys
 import pytest
 import torch
 
-from draft_support import DictStorage, draft_config, expected, pool_of, raised_on_the_scheduler, stamp, target_config, wipe_device
+from draft_support import (DictStorage, draft_config, expected, pool_of, raised_on_the_scheduler, target_config,
+                           wipe_device)
+from draft_support import compute as serve
 from hicache.kernels import HitPolicy, IndexSource
 from hicache.monitors import attach as registry
 from hicache.monitors.maps.draft_state import DraftStateMap
@@ -69,16 +71,7 @@ def names(deps: DependentSet) -> list[str]:
 
 def compute(cache: HiCache, deps: DependentSet) -> None:
     """Serve TOKENS from scratch: every registered pool's pages, inserted, backed up to host."""
-    req = cache.match(TOKENS)
-    pages = cache.alloc(len(TOKENS) // 4)
-    for i, p in enumerate(pages):
-        for name in names(deps):
-            pool = pool_of(cache, deps, name)
-            pool.write_page(p, stamp(name, TOKENS, i, pool.page_nbytes))
-    cache.insert(req, pages)
-    cache.backup(req.node)
-    cache.finish(req)
-    cache.drain()
+    serve(cache, deps, TOKENS, names(deps))
 
 
 def host_hit(cache: HiCache, deps: DependentSet):
