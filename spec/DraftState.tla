@@ -21,6 +21,12 @@
 (*  TransferLaunch(t) --> TargetCopyFinish(t)  --+                         *)
 (*                    --> DraftCopyFinish(t,p) --+--> CompletionFire(t)    *)
 (*                                                      --> BufferRead(t,p)*)
+(*                                                      --> TransferRetire *)
+(*                                                                         *)
+(* Transfers are the runtime's completion slots: a fired transfer no       *)
+(* consumer can read any more (its requests ended) is retired, and its     *)
+(* slot is idle again for a later launch.  A long run thus needs only as   *)
+(* many slots as transfers are live at once.                               *)
 (*                                                                         *)
 (* Bug twins: BugFireOnTargetOnly = TRUE fires the completion event when   *)
 (* the target copy alone finished (the reference system's bug 13 class):   *)
@@ -175,12 +181,26 @@ LateDraftCopy(t, p) ==
     /\ draftDone' = [draftDone EXCEPT ![t] = @ \cup {p}]
     /\ UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>
 
+(* A fired transfer that no consumer can read any more gives its slot back: *)
+(* the slot is idle again, as at Init.  (A read after this would need      *)
+(* phase[t] = "fired": a read of a released completion fails BufferRead.)  *)
+TransferRetire(t) ==
+    /\ phase[t] = "fired"
+    /\ phase' = [phase EXCEPT ![t] = "idle"]
+    /\ tgtDone' = [tgtDone EXCEPT ![t] = FALSE]
+    /\ draftDone' = [draftDone EXCEPT ![t] = {}]
+    /\ read' = [read EXCEPT ![t] = {}]
+    /\ readStale' = [readStale EXCEPT ![t] = {}]
+    /\ srcIdx' = [srcIdx EXCEPT ![t] = [s \in Sources |-> 0]]
+    /\ xferIdx' = [xferIdx EXCEPT ![t] = [p \in DraftPools |-> 0]]
+    /\ UNCHANGED layout
+
 Finished == \A t \in Transfers : phase[t] = "fired" /\ read[t] = AllPools
 Terminated == Finished /\ UNCHANGED vars
 
 Next ==
     \/ \E t \in Transfers :
-        \/ TransferLaunch(t) \/ TargetCopyFinish(t) \/ CompletionFire(t)
+        \/ TransferLaunch(t) \/ TargetCopyFinish(t) \/ CompletionFire(t) \/ TransferRetire(t)
         \/ \E p \in DraftPools : DraftCopyFinish(t, p) \/ LateDraftCopy(t, p)
         \/ \E p \in AllPools : BufferRead(t, p)
     \/ Terminated

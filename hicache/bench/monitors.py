@@ -185,4 +185,7 @@ def run(args: argparse.Namespace) -> dict:
                       "sample_rate": VerifyConfig().sample_rate}}
     out["kv_bytes"] = _compare(ReplayConfig(kv="small", **base), reqs, runs, SWEEP)
     out["metadata_only"] = _compare(ReplayConfig(**base), reqs, runs)
+    # the DraftState monitor over a long run of transfers: flat per-block times (growth ~1)
+    from hicache.bench import draft_run
+    out["draft_long_run"] = draft_run.run(blocks=4, per_block=50 if quick else 250)
     return out

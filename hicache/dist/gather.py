@@ -249,8 +249,12 @@ class PrefixGather:
         return self._dep_out[role]
 
     def close(self) -> None:
+        """The gather's end: its worker joined; its dependent transfer retired (TransferRetire:
+        `dependent` reads after this return the gather's own output, recorded as no read)."""
         if self._thread is not None:
             self._thread.join(self.timeout_s)
+        if self.deps is not None:
+            self.deps.retire(self._tid)
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:

@@ -74,6 +74,7 @@ class DraftState(enum.StrEnum):
     DraftCopyFinish = "DraftCopyFinish"      # one dependent pool's copy finished
     CompletionFire = "CompletionFire"        # the transfer's completion event fires
     BufferRead = "BufferRead"                # a consumer reads a pool's buffer
+    TransferRetire = "TransferRetire"        # a fired transfer no consumer reads any more frees its slot
 
 
 class PDHandoff(enum.StrEnum):

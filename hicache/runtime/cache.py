@@ -97,6 +97,13 @@ class Request:
     done: bool = False
 
 
+def _hold(req: Request, op) -> None:
+    """req waits on load-back op and may read what it restores (`DependentSet.read`): op's
+    transfer is not retired while req lives."""
+    req.loads.append(op)
+    op.holders += 1
+
+
 def _live(req: Request) -> None:
     """A request that finished or aborted takes part in nothing more."""
     if req.done:
@@ -221,8 +228,8 @@ class HiCache:
             self._rid += 1
             rid = self._rid
         req = Request(rid, key, n_tokens, m.node, device_hit=m.device_pages)
-        if m.loads:
-            req.loads.extend(m.loads)
+        for op in m.loads or ():
+            _hold(req, op)
         met = self.metrics
         met.requests += 1
         met.input_tokens += n_tokens
@@ -245,7 +252,7 @@ class HiCache:
         for x in self.tree.path(req.node):
             op = x.loading
             if op is not None and op not in loads:
-                loads.append(op)
+                _hold(req, op)
 
     # ------------------------------------------------------------------ device room
     def alloc(self, n: int) -> list[int] | None:
@@ -534,7 +541,7 @@ class HiCache:
             x.loading = op
             off += x.n
         self._attach(op, take)
-        req.loads.append(op)
+        _hold(req, op)
         loaded = len(pages) * cfg.page_size
         if _tier == "host":
             req.host_hit += len(pages)
@@ -562,6 +569,8 @@ class HiCache:
         """LoadBackFinish: PROTECTED -> SYNCED; the ack is popped in issue order."""
         self.host.move(op.slots, S.PROTECTED, S.SYNCED)
         self._detach(op)
+        op.applied = True       # no request joins it from here on (its nodes' `loading` is cleared)
+        self._release_load(op)
         met = self.metrics
         met.load_tokens += len(op.pages) * self.cfg.page_size
         met.load_seconds += time.perf_counter() - op.t0
@@ -814,6 +823,7 @@ class HiCache:
             self.finish_prefetch(req)
         self.tree.unlock(req.node)
         req.done = True
+        self._release_loads(req)
         self._emit(A.RequestFinish, rid=req.rid)
 
     def abort(self, req: Request) -> None:
@@ -828,7 +838,20 @@ class HiCache:
             self._reap_orphans()
         self.tree.unlock(req.node)
         req.done = True
+        self._release_loads(req)
         self._emit(A.RequestAbort, rid=req.rid)
+
+    def _release_loads(self, req: Request) -> None:
+        """req reads its load-backs no more (it ended)."""
+        for op in req.loads:
+            op.holders -= 1
+            self._release_load(op)
+
+    def _release_load(self, op) -> None:
+        """TransferRetire of op's dependent transfer once nobody can read it: op applied (no
+        request joins it later) and every request that held it ended."""
+        if op.applied and op.holders == 0 and self.deps is not None:
+            self.deps.retire(getattr(op, "draft_tid", None))
 
     def _reap_orphans(self) -> None:
         """Free the slots of abandoned prefetches whose worker has finished with them."""

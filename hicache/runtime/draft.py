@@ -204,6 +204,9 @@ class Kind(enum.StrEnum):
 #: transfers that restore a hit (the hit policies select what they move); the others copy
 #: every page of every pool
 RESTORES = frozenset({Kind.LOAD, Kind.GATHER})
+#: transfers a consumer reads after their completion (`read`, the gather's `dependent`):
+#: retired by their owner once nobody can read them; the others retire when they fire
+READ_AFTER_FIRE = RESTORES
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -226,6 +229,9 @@ class Transfer:
     # a prefetch: the values its fetch received (a prefix of its pages: the fetch stops at
     # the first miss), set by its finish; None for every other kind
     fetched: int | None = None
+    # its owner said no consumer will read it any more (`retire`) before it fired: it
+    # retires when it fires
+    released: bool = False
 
 
 def _count_arg(name: str, v: int | None) -> int | None:
@@ -425,6 +431,30 @@ class DependentSet:
             self._emit(D.CompletionFire, t=rec.tid)
             if not self.bus.listeners:
                 self.transfers.pop(rec.tid, None)   # nobody maps it: keep no history
+            elif rec.released or rec.kind not in READ_AFTER_FIRE:
+                self._retire(rec)
+
+    def retire(self, tid: int | None) -> None:
+        """TransferRetire(tid): no consumer will read transfer tid any more (a load-back
+        whose requests all ended, a closed gather). A fired transfer leaves the set's
+        records now; one still copying when it fires. Without this a monitored set would
+        keep every transfer it ever made, and its monitor would map them all at each step.
+        Unknown or already retired tids are ignored (the owner may retire on every path)."""
+        if tid is None:
+            return
+        with self._lock:
+            rec = self.transfers.get(tid)
+            if rec is None:
+                return
+            if rec.phase == "fired":
+                self._retire(rec)
+            else:
+                rec.released = True
+
+    def _retire(self, rec: Transfer) -> None:
+        # (under the lock) a read after this finds no record: nothing is recorded for it
+        del self.transfers[rec.tid]
+        self._emit(D.TransferRetire, t=rec.tid)
 
     # ------------------------------------------------------------------ copies
     def _sidecar_lists(self, spec: DependentSpec, src: list[int], dst: list[int],
@@ -641,6 +671,10 @@ class DependentSet:
             role = self._role(role)
         if cache.device_pool is None:
             raise ValueError("deps: a metadata-only cache holds no bytes to read")
+        if req.done:
+            # its lock is gone (its pages may be evicted and reused) and its load-backs
+            # were retired: there is nothing of its own left to read
+            raise ValueError(f"req: request {req.rid} has ended (read before cache.finish/abort)")
         # SWA is target-side state: reading it is a read of the spec's "target" buffer
         name = "target" if role is None or role is Role.SWA else role.value
         from hicache.runtime.cache import raise_check_failure

@@ -45,6 +45,10 @@ class LoadOp(Op):
         self._on_layer = on_layer       # (layer) -> None, emits LoadBackLayer
         self.slots: list[int] = []
         self.pages: list[int] = []
+        # the scheduler's bookkeeping (its thread only): requests that hold this load in
+        # their `loads` and have not ended, and whether its completion was applied
+        self.holders = 0
+        self.applied = False
 
     def run(self) -> None:
         for layer in range(self.layers):

@@ -126,3 +126,16 @@ def raised_on_the_scheduler(fn, violation):
         fn()
     assert violation is None or e.value is violation
     return e.value
+
+
+def keep_records(deps: DependentSet) -> dict:
+    """tid -> the set's Transfer record, kept by a listener from its launch on: the set
+    drops a record when the transfer retires (a backup as it fires), a test reads it later."""
+    from hicache.protocol.vocabulary import DraftState as D
+    recs: dict = {}
+
+    def keep(action, fields) -> None:
+        if action == D.TransferLaunch:
+            recs[fields["t"]] = deps.transfers[fields["t"]]
+    deps.bus.subscribe(keep)
+    return recs

@@ -63,9 +63,10 @@ def test_completion_fires_after_every_dependent_copy(clean_and_faulty):
             assert copies == sorted(DRAFT_ORDER)
             if packed:      # the packed rows ride with the target's pages
                 assert ev[1] == ("DraftCopyFinish", "draft_kv") and target == 2
-            # consumers read only after the completion
-            assert all(a == "BufferRead" for a, _ in ev[fire + 1:])
-            assert sorted(p for _, p in ev[fire + 1:]) == sorted(DRAFT_ORDER + ["target"])
+            # consumers read only after the completion; the gather's close retires it last
+            assert ev[-1] == ("TransferRetire", None)
+            assert all(a == "BufferRead" for a, _ in ev[fire + 1:-1])
+            assert sorted(p for _, p in ev[fire + 1:-1]) == sorted(DRAFT_ORDER + ["target"])
 
 
 @pytest.mark.parametrize("k,action,prop,conjunct", [

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from draft_support import DictStorage, compute, expected, make_cache, pool_of, raised_on_the_scheduler, wipe_device
+from draft_support import (DictStorage, compute, expected, keep_records, make_cache, pool_of, raised_on_the_scheduler,
+                           wipe_device)
 from hicache.monitors.runtime import ProtocolViolation
 from hicache.runtime import draft
 from hicache.runtime.draft import DependentSet, Role
@@ -191,10 +192,12 @@ def test_each_finish_carries_what_its_copies_moved(layout, tmp_path, verified):
     first, deps_first = make_cache(store, draft_layout=layout)
     rec = Recorder()
     deps_first.bus.subscribe(rec)
+    recs = keep_records(deps_first)
     compute(first, deps_first, TOKENS[:12])            # 3 pages, backed up to host and storage
     first.drain()
     first.close()
-    kinds = {t: r.kind for t, r in deps_first.transfers.items()}
+    assert deps_first.transfers == {}                  # neither is read: retired as they fired
+    kinds = {t: r.kind for t, r in recs.items()}
     assert sorted(kinds.values()) == [draft.Kind.BACKUP, draft.Kind.STORE]
     for t, kind in kinds.items():                      # every page of every pool
         assert _finishes(rec, t) == {"target": 6, "draft_kv": 3, "draft_indexer": 3, "swa": 6,
@@ -202,25 +205,29 @@ def test_each_finish_carries_what_its_copies_moved(layout, tmp_path, verified):
     cache, deps = make_cache(store, draft_layout=layout)
     rec = Recorder()
     deps.bus.subscribe(rec)
+    recs = keep_records(deps)
     mon = verified.monitor_of(deps)
     req = cache.match(TOKENS)
     assert cache.prefetch(req)                         # 6 pages asked, 3 in storage
     assert cache.finish_prefetch(req) == 3
-    (pre,) = [t for t, r in deps.transfers.items() if r.kind is draft.Kind.PREFETCH]
-    assert len(deps.transfers[pre].src_idx["kv"]) == 6 and deps.transfers[pre].fetched == 3
+    (pre,) = [t for t, r in recs.items() if r.kind is draft.Kind.PREFETCH]
+    assert len(recs[pre].src_idx["kv"]) == 6 and recs[pre].fetched == 3
     assert _finishes(rec, pre) == {"target": 6, "draft_kv": 3, "draft_indexer": 3, "swa": 6,
                                    "draft_state": 3}
     op = cache.load_back(req, _tier="storage")
     assert op is not None and op.wait(30) and op.error is None, op.error
-    (load_t,) = [t for t, r in deps.transfers.items() if r.kind is draft.Kind.LOAD]
+    (load_t,) = [t for t, r in recs.items() if r.kind is draft.Kind.LOAD]
+    assert list(deps.transfers) == [load_t]            # req may still read it
     # a restore: SWA its 2 trailing pages, the state the last of those
     assert _finishes(rec, load_t) == {"target": 6, "draft_kv": 3, "draft_indexer": 3, "swa": 4,
                                       "draft_state": 1}
-    for t, r in deps.transfers.items():
+    for t, r in recs.items():
         for pool, moved in r.moved.items():
             assert moved == mon.rmap.required(r, pool), (r.kind, pool)
     cache.finish(req)
+    assert list(deps.transfers) == [load_t]            # not applied yet: a request may join it
     cache.close()
+    assert deps.transfers == {}                        # applied at close, its request ended: retired
     assert mon.checked == mon.steps > 0
 
 

@@ -101,7 +101,7 @@ def test_completion_fires_after_every_copy():
     by_t: dict[int, list] = {}
     for e in rec.events:
         by_t.setdefault(e.args["t"], []).append((str(e.action), e.args.get("p")))
-    kinds = [deps.transfers[t].kind.value for t in sorted(by_t)]
+    kinds = [e.args["kind"] for e in rec.events if e.action == "TransferLaunch"]
     assert kinds == ["backup", "load"]
     for t, evs in by_t.items():
         names = [a for a, _ in evs]
@@ -111,8 +111,13 @@ def test_completion_fires_after_every_copy():
         assert evs[1] == ("DraftCopyFinish", "draft_kv") and names[2] == "TargetCopyFinish"
         assert sorted(p for a, p in evs[:fire] if a == "DraftCopyFinish") == \
             ["draft_indexer", "draft_kv", "draft_state"]
-        assert all(a == "BufferRead" for a in names[fire + 1:])
-    assert by_t[2][-1] == ("BufferRead", "draft_kv")
+        # reads only after the completion; retired last (a backup when it fires: nobody
+        # reads it; the load when its request finished)
+        assert names[-1] == "TransferRetire"
+        assert all(a == "BufferRead" for a in names[fire + 1:-1])
+    assert by_t[1] == by_t[1][:fire + 1] + [("TransferRetire", None)]
+    assert by_t[2][-2:] == [("BufferRead", "draft_kv"), ("TransferRetire", None)]
+    assert deps.transfers == {}
 
 
 @pytest.mark.parametrize("layout,actions,action,prop,conjunct", [
@@ -250,16 +255,62 @@ def test_misuse_of_the_dependent_set_is_named():
     cache.close()
 
 
-def test_a_long_run_outgrows_the_monitors_transfer_window():
-    """More transfers than the spec's Transfers window (32): the window doubles (that event
-    checked by its invariants), and every event is still checked; it raised a ValueError into
-    the runtime's thread at the 33rd transfer of a legal run."""
+def test_a_long_run_keeps_the_monitors_window_flat():
+    """Many more transfers than the spec's Transfers window (32), one live at a time: each
+    retires when nobody can read it any more, its slot and page-list ids are reused, so the
+    window (and each step's cost) stays as wide as the transfers live at once. Before, the
+    set kept every record and the window doubled with the run (a step of the fourth 1,000
+    transfers cost 9x one of the first)."""
     cache, deps = make_cache(draft_layout="packed")
     mon = Monitor(DraftStateMap(deps), VerifyConfig(mode="strict"))
     deps.bus.subscribe(mon)
-    for i in range(40):
+    for i in range(60):
         cache.evict_device(cache.cfg.device_pages)
         compute(cache, deps, [10_000 + 100 * i + j for j in range(8)])
-    assert len(deps.transfers) == 40 and mon.rmap.capacity == 64
-    assert mon.checked == mon.steps > 200
+    assert deps.transfers == {}
+    assert mon.rmap.capacity == 32 and mon.rmap.constants()["NIdx"] == 64
+    assert mon.rmap.tid_at == {} and mon.rmap.state()["phase"] == ("idle",) * 32
+    assert mon.checked == mon.steps == 60 * 7        # launch, 3 draft copies, target, fire, retire
+    cache.close()
+
+
+def test_more_live_transfers_than_the_window_double_it():
+    """40 transfers live at once (public steps, as the CP gather drives them): the window
+    doubles at the 33rd launch (that event checked by its invariants), and every event is
+    still checked; it raised a ValueError into the runtime's thread at the 33rd transfer of a
+    legal run. Retiring them all leaves every slot idle."""
+    cache, deps = make_cache(draft_layout="sidecar")
+    mon = Monitor(DraftStateMap(deps), VerifyConfig(mode="strict"))
+    deps.bus.subscribe(mon)
+    tids = [deps.launch(draft.Kind.GATHER, [i], [i]) for i in range(40)]
+    assert mon.rmap.capacity == 64 and sorted(mon.rmap.slot_of.values()) == list(range(1, 41))
+    for tid in tids:
+        deps.finish_target(tid)
+        for s in deps.cfg.sidecars:
+            if s.role is not Role.SWA:
+                deps.finish_draft(tid, s.role)
+        deps.fire(tid)
+        deps.record_read(tid, "target")
+        deps.retire(tid)
+    assert deps.transfers == {} and mon.rmap.tid_at == {}
+    assert mon.checked == mon.steps == 40 * 8
+    cache.close()
+
+
+def test_a_step_of_a_retired_transfer_fails_its_guard(tmp_path):
+    """A read recorded after the transfer retired (its slot given to another transfer or
+    idle) is no read of a fired transfer: BufferRead's guard fails on the slot."""
+    cache, deps = make_cache(draft_layout="sidecar")
+    mon = Monitor(DraftStateMap(deps), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    deps.bus.subscribe(mon)
+    tid = deps.launch(draft.Kind.GATHER, [0], [0])
+    deps.finish_target(tid)
+    for s in deps.cfg.sidecars:
+        if s.role is not Role.SWA:
+            deps.finish_draft(tid, s.role)
+    deps.fire(tid)
+    deps.retire(tid)
+    with pytest.raises(ProtocolViolation) as e:
+        deps._emit(draft.D.BufferRead, t=tid, p="target")     # what a stale reader would step
+    assert (e.value.action, e.value.conjunct) == ("BufferRead", 'phase[t] = "fired"')
     cache.close()

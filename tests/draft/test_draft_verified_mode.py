@@ -119,8 +119,8 @@ def test_enable_attaches_a_draft_state_monitor_to_each_new_draft_runtime(tmp_pat
     cache.finish(req)
     cache.close()                                       # closes the set: its final check
     assert checks == [1]
-    assert mon.checked == mon.steps == 16               # 2 transfers of 6 steps, 4 first reads
-    assert registry.monitor_report(deps) == [{"spec": "spec/DraftState.tla", "events": 16, "checked": 16}]
+    assert mon.checked == mon.steps == 18               # 2 transfers of 7 steps, 4 first reads
+    assert registry.monitor_report(deps) == [{"spec": "spec/DraftState.tla", "events": 18, "checked": 18}]
 
 
 def test_hicache_verify_attaches_from_the_environment(monkeypatch, tmp_path, verified):
@@ -140,7 +140,7 @@ def test_hicache_verify_attaches_from_the_environment(monkeypatch, tmp_path, ver
     cache.finish(req)
     cache.close()
     assert checks == [1]
-    assert mon.checked == mon.steps == 10               # 2 transfers of 4 steps, 2 first reads
+    assert mon.checked == mon.steps == 12               # 2 transfers of 5 steps, 2 first reads
     monkeypatch.setenv("HICACHE_VERIFY", "off")
     _, quiet = make("draft_kv_sidecar")
     assert registry.monitor_of(quiet) is None and quiet.bus.listeners == []
@@ -181,7 +181,7 @@ def test_legal_configs_raise_nothing_under_verified_mode(name, mode, tmp_path, v
     cache.finish(req)
     cache.close()
     draft_reads = 1 + sum(p.role is not Role.SWA for p in deps.cfg.pools)   # target + each draft pool
-    per_transfer = 3 + sum(p.role is not Role.SWA for p in deps.cfg.pools)  # launch, target, fire
+    per_transfer = 4 + sum(p.role is not Role.SWA for p in deps.cfg.pools)  # launch, target, fire, retire
     assert mon.checked == mon.steps == 2 * per_transfer + draft_reads
     assert not list(tmp_path.iterdir())                 # no violation trace written
 
@@ -203,7 +203,8 @@ def test_storage_hit_with_fewer_draft_roles_raises_nothing(name, tmp_path, verif
     cache.finish(req)
     cache.close()
     assert mon.checked == mon.steps > 0
-    assert {r.kind.value for r in deps.transfers.values()} == {"prefetch", "load"}
+    assert {s.args["kind"] for s in mon.history if s.action == "TransferLaunch"} == {"prefetch", "load"}
+    assert deps.transfers == {}                         # each retired once nobody could read it
 
 
 def test_sample_mode_honours_the_rate(tmp_path, verified):
@@ -218,7 +219,7 @@ def test_sample_mode_honours_the_rate(tmp_path, verified):
     assert_restored(cache, deps, req)
     cache.finish(req)
     cache.close()
-    assert 0 < mon.checked < mon.steps == 16 and checks == [1]
+    assert 0 < mon.checked < mon.steps == 18 and checks == [1]
 
 
 # ------------------------------------------------------------------ bug 13, no manual attach
@@ -262,9 +263,9 @@ def test_sample_mode_at_rate_zero_still_catches_at_close(tmp_path, verified):
     _, op = host_hit(cache, deps)
     assert op.error is None
     mon = verified.monitor_of(deps)
-    # backup 4, the faulty load 4: the fault skips the draft copy, not its finish event,
-    # which reports the rows the copy moved (none)
-    assert mon.steps == 8 and mon.checked == 0
+    # backup 5 (its retire as it fires), the faulty load 4: the fault skips the draft copy,
+    # not its finish event, which reports the rows the copy moved (none)
+    assert mon.steps == 9 and mon.checked == 0
     with pytest.raises(ProtocolViolation) as e:
         cache.close()
     assert (e.value.property, e.value.kind) == ("CompletionAfterAllCopies", "invariant")
@@ -273,9 +274,9 @@ def test_sample_mode_at_rate_zero_still_catches_at_close(tmp_path, verified):
 def test_cache_check_checks_the_draft_runtime(tmp_path, verified):
     verified.enable("strict", violation_dir=str(tmp_path))
     cache, deps = make("all_sidecar")
-    compute(cache, deps)
+    req, op = host_hit(cache, deps)     # its load-back stays live while req may read it
     verified.cache_check(deps)          # a legal state
-    deps.transfers[1].done.discard("draft_indexer")     # a fired backup missing a copy
+    deps.transfers[op.draft_tid].done.discard("draft_indexer")     # a fired load missing a copy
     with pytest.raises(ProtocolViolation) as e:
         verified.cache_check(deps)
     assert e.value.property == "CompletionAfterAllCopies"

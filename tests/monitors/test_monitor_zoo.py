@@ -383,3 +383,19 @@ def test_a_violation_whose_trace_cannot_be_written_still_raises_and_says_so(tmp_
     assert exc is not None and exc.property == "SlotInOneOwner" and exc.trace_path is None
     assert exc.trace_error.startswith(f"{blocked}: ") and f"trace: not written ({blocked}: " in str(exc)
     assert main(["bugzoo", "--only", "6", "--clean", "0", "--violation-dir", str(blocked)]) == EXIT_USAGE
+
+
+def test_bench_draft_long_run_checks_every_step_in_a_bounded_window():
+    """`hicache bench monitors`' long DraftState run: each iteration's backup and read
+    load-back retire, so strict checks all 13 steps of each and the window stays at its
+    first width; the report's figures come from those runs."""
+    from hicache.bench import draft_run
+    out = draft_run.run(blocks=2, per_block=20)
+    assert (out["blocks"], out["iterations_per_block"]) == (2, 20)
+    for mode in draft_run.MODES:
+        m = out[mode]
+        assert len(m["block_seconds"]) == 2 and m["records_left"] == 0
+        assert m["growth"] == pytest.approx(m["block_seconds"][1] / m["block_seconds"][0], rel=1e-2)
+    strict, sample = out["strict"], out["sample"]
+    assert strict["steps"] == strict["checked"] == 40 * 13 and strict["window"] == 32
+    assert sample["steps"] == 40 * 13 and sample["checked"] < sample["steps"] and sample["window"] == 32

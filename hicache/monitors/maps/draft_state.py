@@ -5,12 +5,18 @@ subscribed to `deps.bus`. Each DraftState event is one spec step, so the monitor
 action (with the event's `t`, `p`) and then every invariant (two kinds of event excepted,
 below: a finish whose copy was not whole, a launch with a draft role absent).
 
-  spec transfer t   = the set's transfer tid t (tids are 1, 2, ... per set); the spec's
-                      Transfers is a window 1..capacity (a constant must not change between
-                      a step's two states), transfers not yet launched are "idle"; a tid
-                      beyond it doubles the window (that one event: invariants only), so a
-                      step's cost grows with the transfers so far (no finished transfer is
-                      retired from the runtime's records while a monitor watches).
+  spec transfer t   = a slot of a window 1..capacity (a constant must not change between
+                      a step's two states). A launch takes the lowest idle slot for its tid;
+                      TransferRetire (the runtime's owner of the transfer says nobody reads
+                      it any more, and it leaves the set's records) frees it, idle again as
+                      the spec's retire makes it. A launch with every slot taken doubles the
+                      window (that one event: invariants only). So the window is as wide as
+                      the transfers live at once, not the transfers of the whole run, and a
+                      step's cost stays flat over a long canary. The events carry the
+                      runtime's tid (the trace's `t` field), the spec steps the slot. An
+                      event of a tid the map holds no slot for (never launched, or retired)
+                      is mapped onto an idle slot: its guard, which needs a launched
+                      transfer, fails.
   layout[p]         = the layout of the pool with role p; "sidecar" for a draft role the
                       engine does not configure (below).
   phase, read       = the record's fields (written by the runtime step that emits the
@@ -28,6 +34,10 @@ below: a finish whose copy was not whole, a launch with a draft role absent).
                       finish, so whole-or-not at the read is whole-or-not now).
   srcIdx[t][s]      = an id for the page list source s handed out ("kv": the target's list,
                       "swa": the SWA pool's derived list, the target's without an SWA pool).
+                      Equal lists have equal ids. An id is held by the slots whose transfer
+                      maps a list to it and is reused once none does (its slot retired), so
+                      ids stay within NIdx = 2 x capacity (two lists per transfer) unless a
+                      faulty transfer maps more lists (NIdx then covers the largest id).
   xferIdx[t][p]     = the id of the source list pool p derived its pages from.
   TargetRow, Draft*Row = `row_signature` of the target and of each draft pool, from its
                       configured geometry: "dtype/kv_kind/row width/indexing", the indexing
@@ -56,6 +66,8 @@ event is still one spec step, and CompletionFire still needs each configured poo
 from __future__ import annotations
 
 from hicache.kernels import HitPolicy, IndexSource
+import heapq
+
 from hicache.monitors.generated import draft_state as spec
 from hicache.monitors.runtime import compound_step
 from hicache.protocol.vocabulary import DraftState as D
@@ -104,7 +116,15 @@ class DraftStateMap:
         self.deps = deps
         self.capacity = capacity
         self.needs_prestate = actions   # False: check the invariants only after each step
-        self._ids: dict[tuple, int] = {}
+        # the window: slot <-> tid of the transfer in it; idle slots (lowest first)
+        self.tid_at: dict[int, int] = {}
+        self.slot_of: dict[int, int] = {}
+        self._idle = list(range(1, capacity + 1))
+        # page list -> [id, slots holding it]; the lists each slot holds; ids free for reuse
+        self._ids: dict[tuple, list] = {}
+        self._held: dict[int, set] = {}
+        self._free_ids: list[int] = []
+        self._top_id = 0
         # the configured rows and sources: a DraftConfig is frozen, so computed once
         cfg = deps.cfg
         t = cfg.target
@@ -124,26 +144,56 @@ class DraftStateMap:
                                **{r: "sidecar" for r in self.absent}})
 
     def constants(self) -> dict:
-        return {"NTransfers": self.capacity, "NIdx": 2 * self.capacity, **self._fixed}
+        return {"NTransfers": self.capacity, "NIdx": max(2 * self.capacity, self._top_id), **self._fixed}
+
+    # ------------------------------------------------------------------ the window
+    def _take(self, tid: int) -> tuple[int, bool]:
+        """A slot for tid (the lowest idle one), and whether the window had to grow."""
+        grew = not self._idle
+        if grew:
+            # re-dimensioning, not a spec step: the window doubles (a new constants binding)
+            old, self.capacity = self.capacity, capacity(self.capacity + 1, self.capacity)
+            self._idle = list(range(old + 1, self.capacity + 1))
+        s = heapq.heappop(self._idle)
+        self.tid_at[s], self.slot_of[tid] = tid, s
+        return s, grew
+
+    def _free(self, tid: int) -> int:
+        """tid leaves the window: its slot is idle again, the list ids it held released."""
+        s = self.slot_of.pop(tid)
+        del self.tid_at[s]
+        heapq.heappush(self._idle, s)
+        for v in self._held.pop(s, ()):
+            e = self._ids[v]
+            e[1] -= 1
+            if e[1] == 0:
+                del self._ids[v]
+                heapq.heappush(self._free_ids, e[0])
+        return s
 
     def bind(self, action: str, fields: dict):
         if action not in _ACTIONS:
             return None
-        t = fields["t"]
-        if t > self.capacity:
-            # re-dimensioning, not a spec step: the Transfers window doubles (a new constants
-            # binding; it raised a ValueError into the runtime's thread at transfer 33 of a
-            # legal run). This event is checked by its invariants only: its pre-state was
-            # mapped in the smaller window, whose domains differ from the new one's.
-            self.capacity = capacity(t, self.capacity)
-            return [(action, None)]
+        tid = fields["t"]
+        if action == D.TransferRetire and tid in self.slot_of:
+            t = self._free(tid)
+        elif tid in self.slot_of:
+            t = self.slot_of[tid]
+        else:
+            # a launch (or a step of a tid never launched or already retired, whose guard
+            # then fails on the idle slot it is given)
+            t, grew = self._take(tid)
+            if grew:
+                # this event is checked by its invariants only: its pre-state was mapped in
+                # the smaller window, whose domains differ from the new one's
+                return [(action, None)]
         if not self.needs_prestate:
             return [(action, None)]      # invariants only
         if self.absent and action == D.TransferLaunch:
             # with the absent pools' empty copies finishing: several spec steps
             return compound_step(action)
         if action == D.DraftCopyFinish or action == D.TargetCopyFinish:
-            rec = self.deps.transfers.get(t)
+            rec = self.deps.transfers.get(tid)
             whole = rec is not None and (self._whole(rec, fields["p"]) if "p" in fields
                                          else self._target_whole(rec))
             if not whole:
@@ -182,11 +232,21 @@ class DraftStateMap:
     def _target_whole(self, r: Transfer) -> bool:
         return self._whole(r, "target") and (not self._has_swa or self._whole(r, Role.SWA.value))
 
-    def _id(self, pages: tuple) -> int:
-        i = self._ids.get(pages)
-        if i is None:
-            i = self._ids[pages] = len(self._ids) + 1
-        return i
+    def _id(self, pages: tuple, slot: int) -> int:
+        """The id of page list `pages`, held by `slot` from now until its transfer retires."""
+        e = self._ids.get(pages)
+        if e is None:
+            if self._free_ids:
+                i = heapq.heappop(self._free_ids)
+            else:
+                self._top_id += 1
+                i = self._top_id
+            e = self._ids[pages] = [i, 0]
+        held = self._held.setdefault(slot, set())
+        if pages not in held:
+            held.add(pages)
+            e[1] += 1
+        return e[0]
 
     def state(self) -> dict:
         recs = self.deps.transfers
@@ -194,8 +254,10 @@ class DraftStateMap:
         phase, tgt, done, read, stale, src, xfer = {}, {}, {}, {}, {}, {}, {}
         zero_src = mk_fcn({"kv": 0, "swa": 0})
         zero_x = mk_fcn({r.value: 0 for r in DRAFT_ROLES})
+        tid_at = self.tid_at
         for t in range(1, self.capacity + 1):
-            r = recs.get(t)
+            tid = tid_at.get(t)
+            r = recs.get(tid) if tid is not None else None
             if r is None:
                 phase[t], tgt[t], done[t], read[t], stale[t] = "idle", False, frozenset(), frozenset(), frozenset()
                 src[t], xfer[t] = zero_src, zero_x
@@ -206,10 +268,10 @@ class DraftStateMap:
             read[t] = frozenset(r.read)
             copied = (done[t] | {"target"}) if tgt[t] else done[t]
             stale[t] = frozenset(r.read_stale) | (read[t] - copied)
-            src[t] = mk_fcn({s: self._id(v) for s, v in r.src_idx.items()})
+            src[t] = mk_fcn({s: self._id(v, t) for s, v in r.src_idx.items()})
             kv = r.src_idx["kv"]
-            xfer[t] = mk_fcn({**{p: self._id(v) for p, v in r.xfer_idx.items()},
-                              **{p: self._id(kv) for p in absent}})
+            xfer[t] = mk_fcn({**{p: self._id(v, t) for p, v in r.xfer_idx.items()},
+                              **{p: self._id(kv, t) for p in absent}})
         return {"layout": self._layout, "phase": mk_fcn(phase), "tgtDone": mk_fcn(tgt),
                 "draftDone": mk_fcn(done), "read": mk_fcn(read), "readStale": mk_fcn(stale),
                 "srcIdx": mk_fcn(src), "xferIdx": mk_fcn(xfer)}
