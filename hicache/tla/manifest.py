@@ -4,8 +4,11 @@ Each entry fixes a model's expected result. For models that pass, the exact dist
 generated counts and the depth must match (they do not depend on exploration order). For
 bug twins, the violated property and the length of the (shortest) counterexample must
 match; counts at the moment of a violation depend on the order within a BFS level, so
-they are recorded but not compared. `--rewrite` re-records the manifest and the committed
-counterexamples (ITF JSON and TLC-style text) to be reviewed as a diff.
+they are recorded but not compared. The counterexample itself (its states and actions; the
+exploration order is pinned) must equal the committed ITF beside the manifest, so a spec
+change that alters it cannot leave a stale trace behind (`hicache explain` and the docs read
+them). `--rewrite` re-records the manifest and the committed counterexamples (ITF JSON and
+TLC-style text) to be reviewed as a diff.
 """
 from __future__ import annotations
 
@@ -44,11 +47,40 @@ def load_manifest(path: Path) -> list[Entry]:
     return [Entry(**m) for m in doc["models"]]
 
 
+def _itf_of(e: Entry, res) -> dict | None:
+    from hicache.tla.itf import trace_to_itf
+    if not res.trace:
+        return None
+    steps = [(s.state, None if s.action is None else s.action.name) for s in res.trace]
+    return trace_to_itf(res.variables, steps, {
+        "source": e.spec, "config": e.cfg, "result": res.result, "violated": res.violated})
+
+
+def stale_trace(e: Entry, res, committed_dir: Path) -> str | None:
+    """How the committed counterexample of a bug twin differs from the one found now (None:
+    equal, or no committed file: nothing to compare). States and actions are compared as
+    their ITF JSON (line numbers, which move with any spec edit, are not in it)."""
+    from hicache.tla.itf import read_itf
+    path = committed_dir / f"{e.name}.itf.json"
+    doc = _itf_of(e, res)
+    if doc is None or not path.exists():
+        return None
+    old = read_itf(path)
+    now = json.loads(json.dumps(doc))       # (the JSON form: tuples as lists)
+    if old.get("vars") != now["vars"]:
+        return f"committed counterexample {path.name} has variables {old.get('vars')}, not {now['vars']}"
+    for i, (a, b) in enumerate(zip(old.get("states", []), now["states"])):
+        if a != b:
+            return (f"committed counterexample {path.name} differs at state {i + 1} "
+                    f"(run `hicache check --all --rewrite` and review the diff)")
+    return None
+
+
 def check_entry(e: Entry, root: Path, out_dir: Path | None):
     from hicache.tla.cfg import load_cfg
     from hicache.tla.checker import Checker, build
     from hicache.tla.errors import TlaError
-    from hicache.tla.itf import trace_to_itf, write_itf
+    from hicache.tla.itf import write_itf
     from hicache.tla.report import summary_text
     try:
         ck = build(root / e.spec, load_cfg(root / e.cfg))
@@ -58,9 +90,7 @@ def check_entry(e: Entry, root: Path, out_dir: Path | None):
         from hicache.tla.checker import Result
         res = Result("error", error=exc)
     if out_dir is not None and res.trace:
-        steps = [(s.state, None if s.action is None else s.action.name) for s in res.trace]
-        write_itf(out_dir / f"{e.name}.itf.json", trace_to_itf(res.variables, steps, {
-            "source": e.spec, "config": e.cfg, "result": res.result, "violated": res.violated}))
+        write_itf(out_dir / f"{e.name}.itf.json", _itf_of(e, res))
         (out_dir / f"{e.name}.txt").write_text(summary_text(res).rsplit("\nFinished in", 1)[0] + "\n")
     return res
 
@@ -107,6 +137,10 @@ def run_all(args: argparse.Namespace) -> int:
             if res.result != "error":
                 e.expected_result = res.result
         diffs = compare(e, res)
+        if not diffs and e.mode == "bfs" and e.expected_result != "ok":
+            stale = stale_trace(e, res, path.parent)
+            if stale:
+                diffs.append(stale)
         ok &= not diffs
         rows.append({"name": e.name, "result": res.result, "expected_result": e.expected_result,
                      "distinct": res.distinct, "generated": res.generated, "depth": res.depth,
