@@ -999,7 +999,7 @@ class Generator:
                 "    if missing:\n",
                 "        raise ValueError(f\"constants: missing {', '.join(missing)}\")\n",
                 "    C = dict(raw)\n",
-                "    s = t = None  # constant-level definitions read no state\n"]
+                "    s = None  # constant-level definitions read no state (their t is None)\n"]
         for name, code, loc in const_defs:
             cons.append(f"    C[{name!r}] = {code}  # {loc}\n")
         for text, loc, code in assumes:

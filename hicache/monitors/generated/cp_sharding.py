@@ -29,7 +29,7 @@ def constants(raw: dict) -> dict:
     if missing:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
-    s = t = None  # constant-level definitions read no state
+    s = None  # constant-level definitions read no state (their t is None)
     C['Ranks'] = _b_range_(0, (C['CP'] - 1))  # spec/CPSharding.tla:43:1
     C['PageIds'] = _b_range_(0, ((C['CP'] * C['LocalPages']) - 1))  # spec/CPSharding.tla:44:1
     C['Pos'] = _b_range_(0, (C['MaxLen'] - 1))  # spec/CPSharding.tla:45:1

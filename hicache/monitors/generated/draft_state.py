@@ -26,7 +26,7 @@ def constants(raw: dict) -> dict:
     if missing:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
-    s = t = None  # constant-level definitions read no state
+    s = None  # constant-level definitions read no state (their t is None)
     C['Transfers'] = _b_range_(1, C['NTransfers'])  # spec/DraftState.tla:57:1
     C['Idx'] = _b_range_(1, C['NIdx'])  # spec/DraftState.tla:58:1
     C['DraftPools'] = frozenset(('draft_kv', 'draft_indexer', 'draft_state',))  # spec/DraftState.tla:59:1

@@ -26,7 +26,7 @@ def constants(raw: dict) -> dict:
     if missing:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
-    s = t = None  # constant-level definitions read no state
+    s = None  # constant-level definitions read no state (their t is None)
     C['AllPolicies'] = frozenset(('write_through', 'write_through_selective', 'write_back',))  # spec/HostTier.tla:43:1
     C['Nodes'] = _b_range_(0, (C['NNodes'] - 1))  # spec/HostTier.tla:52:1
     C['HSlots'] = _b_range_(1, C['NSlots'])  # spec/HostTier.tla:53:1

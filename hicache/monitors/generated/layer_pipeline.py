@@ -25,7 +25,7 @@ def constants(raw: dict) -> dict:
     if missing:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
-    s = t = None  # constant-level definitions read no state
+    s = None  # constant-level definitions read no state (their t is None)
     C['Ranks'] = _b_range_(0, (C['NRanks'] - 1))  # spec/LayerPipeline.tla:37:1
     C['Layers'] = _b_range_(0, (C['NLayers'] - 1))  # spec/LayerPipeline.tla:38:1
     C['Slots'] = frozenset((0, 1,))  # spec/LayerPipeline.tla:39:1

@@ -32,7 +32,7 @@ def constants(raw: dict) -> dict:
     if missing:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
-    s = t = None  # constant-level definitions read no state
+    s = None  # constant-level definitions read no state (their t is None)
     C['Pages'] = _b_range_(1, C['NPages'])  # spec/PDHandoff.tla:52:1
     C['Tiers'] = frozenset(('device', 'host', 'storage',))  # spec/PDHandoff.tla:53:1
     C['ToDecode'] = _b_cup(frozenset(normalize(d_Msg(C, s, None, 'DATA', v_i_1)) for v_i_1 in it(C['Pages'])), frozenset((normalize(d_Msg(C, s, None, 'ABORT', 0)),)))  # spec/PDHandoff.tla:58:1

@@ -26,7 +26,7 @@ def constants(raw: dict) -> dict:
     if missing:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
-    s = t = None  # constant-level definitions read no state
+    s = None  # constant-level definitions read no state (their t is None)
     C['Stages'] = _b_range_(0, (C['NStages'] - 1))  # spec/PPSync.tla:39:1
     C['Ranks'] = _b_range_(0, (C['NRanks'] - 1))  # spec/PPSync.tla:40:1
     C['Transfers'] = _b_range_(1, C['NTransfers'])  # spec/PPSync.tla:41:1

@@ -26,7 +26,7 @@ def constants(raw: dict) -> dict:
     if missing:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
-    s = t = None  # constant-level definitions read no state
+    s = None  # constant-level definitions read no state (their t is None)
     C['AllPolicies'] = frozenset(('best_effort', 'wait_complete', 'timeout',))  # spec/PrefixAgreement.tla:48:1
     C['Stages'] = _b_range_(0, (C['NStages'] - 1))  # spec/PrefixAgreement.tla:58:1
     C['RankIds'] = _b_range_(0, (C['NRanks'] - 1))  # spec/PrefixAgreement.tla:59:1
