@@ -56,6 +56,11 @@ REQ_VARS = ("req", "reqLen", "pfSlot", "pfNode", "pfAbort")
 #: the variables of a node's node-level values (dev, stor, hits, loadReq), in _remap's order
 _NODE_LEVEL = ("dev", "stor", "hits", "loadReq")
 SPARE = {"dev": False, "host": 0, "stor": False, "hits": 0, "backupOp": 0, "loadReq": 0, "loadDone": 0}
+#: the per-position variables whose values can differ between positions: loadDone is 0 at
+#: every position (as in the reference map: the runtime tracks no per-layer progress; only
+#: __init__ and _grow write it, both SPARE), so _remove, moving pages and making positions
+#: spare, would never change it and skips it
+PAGE_VARS = tuple(v for v in NODE_VARS if v != "loadDone")
 
 #: events after which the request-side variables are rebuilt
 _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "PrefetchStart", "PrefetchFinish",
@@ -215,19 +220,6 @@ class IncrementalHostTierMap(HostTierMap):
             d[p] = v
             dirty.add(p)
 
-    def _retarget(self, refs: dict, moves) -> None:
-        """Page references (host or backupOp) moved, each from slot old to slot new ((old,
-        new) pairs; 0: none, _MISSING: a new element): the slot reference counts follow;
-        every slot involved is dirty."""
-        dirty = self.dirty_slots
-        for old, new in moves:
-            if old is not _MISSING and old:
-                refs[old] = refs.get(old, 0) - 1
-                dirty.add(old)
-            if new:
-                refs[new] = refs.get(new, 0) + 1
-                dirty.add(new)
-
     def _set_scalar(self, var: str, v) -> None:
         old = self.s.get(var, _MISSING)
         if old is _MISSING or old != v:
@@ -261,7 +253,7 @@ class IncrementalHostTierMap(HostTierMap):
         filled by the page at the last position, and the last position becomes a spare one
         (so in-tree pages stay a prefix). Computed first as where each final position's page
         came from, then written one variable at a time (delta-recorded: one entry per
-        position, its value before this call).
+        position, its value before this call), each of PAGE_VARS (loadDone is 0 everywhere).
 
         A page moved into a hole is a renaming, not made dirty for the move: every
         element-local conjunct of HostTier reads a page's own values, InTree (TRUE at both
@@ -282,9 +274,19 @@ class IncrementalHostTierMap(HostTierMap):
                 origin[p] = origin.pop(last, last)
             L -= 1
         # every filled hole is < L (a later last is popped before); its source is >= L
-        delta, dirty = self.delta, self.dirty_nodes
-        for var, d in self.funcs.items():
-            gone = [d[p] for p in holes]
+        delta, dirty, funcs = self.delta, self.dirty_nodes, self.funcs
+        slots = self.dirty_slots
+        for var in PAGE_VARS:
+            d = funcs[var]
+            refs = self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None
+            if refs is not None:
+                # the slot references of the pages that leave are released (read before the
+                # moves overwrite the holes); each slot released is dirty
+                for p in holes:
+                    h = d[p]
+                    if h:
+                        refs[h] = refs.get(h, 0) - 1
+                        slots.add(h)
             spare = SPARE[var]
             for q, src in origin.items():
                 old, v = d[q], d[src]
@@ -296,9 +298,6 @@ class IncrementalHostTierMap(HostTierMap):
                 if old is not spare and not (old == spare and type(old) is type(spare)):
                     delta.append((var, q, old))
                     d[q] = spare
-            refs = self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None
-            if refs is not None:
-                self._retarget(refs, [(h, 0) for h in gone])
         keys, npos = self.keys, self.npos
         for q, src in origin.items():
             y, j = keys[src]
@@ -388,7 +387,7 @@ class IncrementalHostTierMap(HostTierMap):
                     delta.append((var, p, old))
                     d[p] = v
                     dirty.add(p)
-                    # (_retarget, inlined: the page's slot reference moves from old to v)
+                    # the page's slot reference moves from old to v (0: none); both slots are dirty
                     if old:
                         refs[old] = refs.get(old, 0) - 1
                         slots.add(old)
