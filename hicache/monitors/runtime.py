@@ -228,6 +228,8 @@ class Monitor:
         self._gap = -1
         if cfg.mode is Mode.SAMPLE and not self.needs_prestate and not self.incremental:
             self._gap = self._next_gap()
+        # events such a sample mode checks whatever the draw (the map's `always_check`)
+        self._always = frozenset(getattr(rmap, "always_check", ()))
         self.sampled = cfg.mode is Mode.STRICT   # whether the event being handled is checked
         # set by the first violation: the runtime's state is past what the spec allows, so
         # every later check would fail on it again (a teardown's close() raising a second
@@ -311,8 +313,15 @@ class Monitor:
             # sample mode, an unsampled event: bound (the map follows requests through
             # events) and recorded for the report, nothing else (what a canary pays per event)
             self.sampled = False
-            if self.rmap.bind(action, fields) is not None:
+            steps = self.rmap.bind(action, fields)
+            if steps is not None:
                 self.steps += 1
+                if action in self._always:
+                    # an event after which no sample could see what it ends (a retire
+                    # drops its transfer's record): checked now, outside the draw
+                    self.sampled = True
+                    self._map_and_check(str(action), fields, steps)
+                    return
                 self._gap -= 1
                 self.history.append(Step(self.steps, action, fields, None))
             return

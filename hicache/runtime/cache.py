@@ -248,6 +248,8 @@ class HiCache:
         another request started after req matched (they fill pages req's prefix already
         lists; without them req.loads said nothing was pending and the pages were read
         before their bytes landed)."""
+        if req.done:
+            return          # an ended request holds nothing (its holds were released)
         loads = req.loads
         for x in self.tree.path(req.node):
             op = x.loading

@@ -452,9 +452,11 @@ class DependentSet:
                 rec.released = True
 
     def _retire(self, rec: Transfer) -> None:
-        # (under the lock) a read after this finds no record: nothing is recorded for it
-        del self.transfers[rec.tid]
+        # (under the lock) the event first: a monitor may check the transfer's last state
+        # in it (sample mode checks every retire). A read after this finds no record and
+        # records nothing (`read` refuses an ended request; a closed gather reads its own output)
         self._emit(D.TransferRetire, t=rec.tid)
+        del self.transfers[rec.tid]
 
     # ------------------------------------------------------------------ copies
     def _sidecar_lists(self, spec: DependentSpec, src: list[int], dst: list[int],
@@ -678,6 +680,9 @@ class DependentSet:
         # SWA is target-side state: reading it is a read of the spec's "target" buffer
         name = "target" if role is None or role is Role.SWA else role.value
         from hicache.runtime.cache import raise_check_failure
+        # every load-back into req's prefix first, those another request started after req
+        # matched too: waiting on req.loads alone read their pages before their bytes landed
+        cache._join_loads(req)
         for op in req.loads:
             op.wait()                      # the completion event (fires after every copy)
             raise_check_failure(op)        # (a violation of the copies: not bytes to hand out)

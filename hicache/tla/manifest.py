@@ -69,10 +69,14 @@ def stale_trace(e: Entry, res, committed_dir: Path) -> str | None:
     now = json.loads(json.dumps(doc))       # (the JSON form: tuples as lists)
     if old.get("vars") != now["vars"]:
         return f"committed counterexample {path.name} has variables {old.get('vars')}, not {now['vars']}"
-    for i, (a, b) in enumerate(zip(old.get("states", []), now["states"])):
+    before = old.get("states", [])
+    for i, (a, b) in enumerate(zip(before, now["states"])):
         if a != b:
             return (f"committed counterexample {path.name} differs at state {i + 1} "
                     f"(run `hicache check --all --rewrite` and review the diff)")
+    if len(before) != len(now["states"]):
+        return (f"committed counterexample {path.name} has {len(before)} states, the one found now "
+                f"{len(now['states'])} (run `hicache check --all --rewrite` and review the diff)")
     return None
 
 

@@ -50,3 +50,15 @@ def test_a_stale_counterexample_fails_until_rewritten(tmp_path, capsys):
     assert rc == 0 and json.loads(itf.read_text())["states"][2]["tgtDone"][0] is True
     rc, out = _check(mc, capsys)
     assert rc == 0
+
+
+def test_a_committed_counterexample_of_another_length_fails(tmp_path, capsys):
+    mc = _layout(tmp_path, "DraftState_bug")
+    itf = mc / "DraftState_bug.itf.json"
+    doc = json.loads(itf.read_text())
+    doc["states"].append(doc["states"][-1])
+    itf.write_text(json.dumps(doc))
+    rc, out = _check(mc, capsys)
+    assert rc == 1 and out["models"][0]["diffs"] == [
+        "committed counterexample DraftState_bug.itf.json has 5 states, the one found now 4 "
+        "(run `hicache check --all --rewrite` and review the diff)"]

@@ -107,6 +107,9 @@ def pool_row(p: DependentSpec) -> str:
 
 class DraftStateMap:
     spec = spec
+    #: what sample mode checks at every occurrence: a retire ends its transfer's record, so
+    #: a later sample could no longer see a transfer that fired incomplete
+    always_check = frozenset({D.TransferRetire.value})
 
     def __init__(self, deps: DependentSet, capacity: int = 32, actions: bool = True) -> None:
         roles = {p.role for p in deps.cfg.pools}
@@ -125,6 +128,9 @@ class DraftStateMap:
         self._held: dict[int, set] = {}
         self._free_ids: list[int] = []
         self._top_id = 0
+        # invariants only: a retiring tid whose slot is freed at the next event, so its retire
+        # is checked on the state where the transfer still is (its last state)
+        self._retiring: int | None = None
         # the configured rows and sources: a DraftConfig is frozen, so computed once
         cfg = deps.cfg
         t = cfg.target
@@ -175,6 +181,14 @@ class DraftStateMap:
         if action not in _ACTIONS:
             return None
         tid = fields["t"]
+        if self._retiring is not None:
+            self._free(self._retiring)
+            self._retiring = None
+        if action == D.TransferRetire and tid in self.slot_of and not self.needs_prestate:
+            # (its spec step, a slot back to Init, has no invariant to break: the state
+            # before it is the one worth checking, and the runtime emits before dropping)
+            self._retiring = tid
+            return [(action, None)]
         if action == D.TransferRetire and tid in self.slot_of:
             t = self._free(tid)
         elif tid in self.slot_of:
