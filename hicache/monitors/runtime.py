@@ -230,6 +230,7 @@ class Monitor:
             self._gap = self._next_gap()
         # events such a sample mode checks whatever the draw (the map's `always_check`)
         self._always = frozenset(getattr(rmap, "always_check", ()))
+        self._spec_args = getattr(rmap, "spec_args", None)
         self.sampled = cfg.mode is Mode.STRICT   # whether the event being handled is checked
         # set by the first violation: the runtime's state is past what the spec allows, so
         # every later check would fail on it again (a teardown's close() raising a second
@@ -282,6 +283,15 @@ class Monitor:
                 if self._inc_all is not None else self._inc_checks
 
     # ------------------------------------------------------------ helpers
+    def _recorded(self, fields: dict) -> dict:
+        """An event's arguments as the history keeps them (a copy: the bus hands one dict to
+        every listener), with the spec's binding where the map renames (`spec_args`: the
+        DraftState slot a runtime tid maps to), so a trace shows both."""
+        args = dict(fields)
+        if self._spec_args is not None:
+            args.update(self._spec_args())
+        return args
+
     def _draw(self) -> bool:
         return self._strict or self.rng.random() < self.cfg.sample_rate
 
@@ -358,7 +368,7 @@ class Monitor:
             self.prev = None
             return
         t = self.rmap.state()
-        self.history.append(Step(self.steps, name, dict(fields), t))
+        self.history.append(Step(self.steps, name, self._recorded(fields), t))
         if check:
             self.checked += 1
             self._check_step(name, fields, steps, self.prev, t)
@@ -376,7 +386,7 @@ class Monitor:
         recorded and checked; prev (the last mapped state: the pre-state in strict mode) is
         for the diff only."""
         t = self.rmap.state()
-        self.history.append(Step(self.steps, name, dict(fields), t))
+        self.history.append(Step(self.steps, name, self._recorded(fields), t))
         self.checked += 1
         prev, self.prev = self.prev, t
         self._check_step(name, fields, steps, prev, t)

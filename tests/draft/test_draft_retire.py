@@ -180,4 +180,9 @@ def test_sample_mode_checks_a_retiring_transfer_before_its_record_goes(tmp_path,
         cache.finish(req)
     assert (e.value.property, e.value.kind, e.value.action) == ("CompletionAfterAllCopies", "invariant",
                                                                "TransferRetire")
+    # the trace records the runtime's tid and the spec's slot it maps to (the backup's slot,
+    # freed at its retire, was taken again by the load)
+    import json
+    last = json.loads(open(e.value.trace_path).read())["states"][-1]["#meta"]
+    assert last["action"] == "TransferRetire" and (last["args"]["t"], last["args"]["slot"]) == (op.draft_tid, 1)
     cache.close()                               # (the monitors tripped: one violation, reported once)

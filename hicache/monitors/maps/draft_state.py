@@ -131,6 +131,7 @@ class DraftStateMap:
         # invariants only: a retiring tid whose slot is freed at the next event, so its retire
         # is checked on the state where the transfer still is (its last state)
         self._retiring: int | None = None
+        self._slot = 0          # the slot the last bound event's tid maps to (spec_args)
         # the configured rows and sources: a DraftConfig is frozen, so computed once
         cfg = deps.cfg
         t = cfg.target
@@ -187,8 +188,9 @@ class DraftStateMap:
         if action == D.TransferRetire and tid in self.slot_of and not self.needs_prestate:
             # (its spec step, a slot back to Init, has no invariant to break: the state
             # before it is the one worth checking, and the runtime emits before dropping)
-            self._retiring = tid
+            self._retiring, self._slot = tid, self.slot_of[tid]
             return [(action, None)]
+        grew = False
         if action == D.TransferRetire and tid in self.slot_of:
             t = self._free(tid)
         elif tid in self.slot_of:
@@ -197,10 +199,11 @@ class DraftStateMap:
             # a launch (or a step of a tid never launched or already retired, whose guard
             # then fails on the idle slot it is given)
             t, grew = self._take(tid)
-            if grew:
-                # this event is checked by its invariants only: its pre-state was mapped in
-                # the smaller window, whose domains differ from the new one's
-                return [(action, None)]
+        self._slot = t
+        if grew:
+            # this event is checked by its invariants only: its pre-state was mapped in the
+            # smaller window, whose domains differ from the new one's
+            return [(action, None)]
         if not self.needs_prestate:
             return [(action, None)]      # invariants only
         if self.absent and action == D.TransferLaunch:
@@ -214,6 +217,11 @@ class DraftStateMap:
                 return [(action, None)]  # the copy moved too little: no step (module docstring)
         params = (t, fields["p"]) if "p" in fields else (t,)
         return [(action, params)]
+
+    def spec_args(self) -> dict:
+        """The spec's transfer (the slot) of the last bound event, recorded beside its
+        runtime tid `t` in the monitor's history and traces."""
+        return {"slot": self._slot}
 
     # ------------------------------------------------------------------ whole copies
     def required(self, r: Transfer, pool: str) -> int:
