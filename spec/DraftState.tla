@@ -36,7 +36,7 @@
 EXTENDS Naturals, Integers, FiniteSets
 
 CONSTANTS
-    NTransfers,           \* load-backs in this model
+    NTransfers,           \* transfer (completion) slots in this model
     NIdx,                 \* abstract index sets a source pool may hand out
     TargetLayers,         \* layers of the target host pool (packed offsets)
     DraftLayers,          \* draft layers appended to it when packed

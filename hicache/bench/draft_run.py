@@ -1,7 +1,7 @@
 """The DraftState monitor over a long run: does a step's cost stay flat as transfers add up?
 
-A speculative-decoding cache (target KV plus a draft KV sidecar, a packed-compatible fp16
-pool, and an fp8 indexer) serves requests in a loop. Each iteration writes a fresh 2-page
+A speculative-decoding cache (target KV plus two sidecar pools: a draft KV of the target's
+row shape and an fp8 indexer) serves requests in a loop. Each iteration writes a fresh 2-page
 prefix and backs it up to host (a backup transfer), evicts the device copy, then a second
 request matches it, loads it back, reads the draft KV and ends (a load-back transfer, read
 after its completion). So each iteration makes two transfers, each of its 6-7 steps
@@ -54,6 +54,7 @@ def _run_mode(mode: str, blocks: int, per_block: int) -> dict:
         verified.disable()
     else:
         verified.enable(mode, violation_dir="hicache-violations/bench")
+    cache = None
     try:
         cache, deps = _make()
         times, i = [], 0
@@ -68,9 +69,10 @@ def _run_mode(mode: str, blocks: int, per_block: int) -> dict:
                "records_left": len(deps.transfers)}
         if mon is not None:
             out.update(steps=mon.steps, checked=mon.checked, window=mon.rmap.capacity)
-        cache.close()
         return out
     finally:
+        if cache is not None:
+            cache.close()       # (its workers stop even when an iteration failed)
         verified.disable()
 
 

@@ -8,8 +8,10 @@ runtime's state to the spec's variables (the refinement map), checks the named a
   sample  a seeded fraction of steps is checked, plus every invariant at each
           `cache_check()`: on an invariant-only from-scratch map the events to the next
           sampled one are drawn at once (geometric) and the ones between are only bound and
-          recorded; otherwise the decision for step k+1 is drawn at step k, so the pre-state
-          of a sampled step is mapped only then
+          recorded, except the map's `always_check` events (a DraftState retire: what it
+          ends no later sample could see), checked whatever the draw; otherwise the
+          decision for step k+1 is drawn at step k, so the pre-state of a sampled step is
+          mapped only then
   strict  every step
 
 A failure raises `ProtocolViolation` (action, args, failing conjunct and its spec location,
@@ -94,7 +96,9 @@ class RefinementMap(Protocol):
     `state()` the mapped state (dict variable -> value); `bind(action, fields)` the spec
     action steps this event performs: [(action, params)] (params None: the event is a
     compound of several spec steps, so only the invariants are checked after it); None to
-    skip the event entirely (not part of this protocol).
+    skip the event entirely (not part of this protocol). Optional: `always_check` (events
+    sample mode checks whatever the draw), `spec_args()` (the spec's binding of the event
+    just bound, where the map renames: recorded beside the event's fields).
     """
     spec: Any
 
@@ -228,8 +232,14 @@ class Monitor:
         self._gap = -1
         if cfg.mode is Mode.SAMPLE and not self.needs_prestate and not self.incremental:
             self._gap = self._next_gap()
-        # events such a sample mode checks whatever the draw (the map's `always_check`)
+        # events such a sample mode checks whatever the draw (the map's `always_check`: it
+        # checks them on the state before the map lets their evidence go, which only an
+        # invariant-only map defers; one with action checks would see it gone)
         self._always = frozenset(getattr(rmap, "always_check", ()))
+        if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
+            raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
+                             f"({', '.join(sorted(self._always))}) on an invariant-only map: build it "
+                             f"without action checks (actions=False), as verified mode does")
         self._spec_args = getattr(rmap, "spec_args", None)
         self.sampled = cfg.mode is Mode.STRICT   # whether the event being handled is checked
         # set by the first violation: the runtime's state is past what the spec allows, so
@@ -326,14 +336,17 @@ class Monitor:
             steps = self.rmap.bind(action, fields)
             if steps is not None:
                 self.steps += 1
-                if action in self._always:
-                    # an event after which no sample could see what it ends (a retire
-                    # drops its transfer's record): checked now, outside the draw
-                    self.sampled = True
-                    self._map_and_check(str(action), fields, steps)
+                if action not in self._always:
+                    self._gap -= 1
+                    self.history.append(Step(self.steps, action, fields, None))
                     return
-                self._gap -= 1
-                self.history.append(Step(self.steps, action, fields, None))
+                # an event after which no sample could see what it ends (a retire drops its
+                # transfer's record): checked now, outside the draw (the gap is not spent)
+                self.sampled = True
+                name = str(action)
+                self._map_and_check(name, fields, steps)
+                for hook in self.step_hooks:
+                    hook(name, fields)
             return
         name = str(action)
         steps = self.rmap.bind(name, fields)
@@ -509,8 +522,9 @@ class Monitor:
             t = mapped[-1] if mapped else None
             s = mapped[-2] if len(mapped) > 1 else None
         steps = list(self.history) if history is None else history
+        fields = self._recorded(fields)     # (the spec's binding beside the event's fields)
         path, error = self.write_trace(kind, name, fields, failure, steps)
-        raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=dict(fields), failure=failure,
+        raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=fields, failure=failure,
                                 kind=kind, diff=state_diff(s, t), history=steps,
                                 step=self.steps, trace_path=path, trace_error=error)
 

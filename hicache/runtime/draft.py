@@ -6,8 +6,8 @@ bug 13). A `DependentSet` registers these pools beside the target KV pool, each 
 pool, and moves their bytes inside every transfer of the cache (backup, load-back, storage
 backup, storage prefetch), so the transfer's completion covers all of them. The CP gather
 (`hicache.dist.gather`) drives its own copies and records them through the public steps
-(`launch`, `finish_draft`, `finish_target`, `fire`, `record_read`) as a transfer of kind
-"gather".
+(`launch`, `finish_draft`, `finish_target`, `fire`, `record_read`, `retire`) as a transfer of
+kind "gather".
 
 Layouts (spec/DraftState.tla):
   PACKED   the pool's rows are tail layers of the target host pool and share its slot
@@ -22,11 +22,13 @@ Roles: DRAFT_KV, DRAFT_INDEXER (hit on all pages), DRAFT_STATE (recurrent state,
 trailing pages only) are the spec's DraftPools; SWA is target-side state and the second index
 source (spec `Sources = {"kv", "swa"}`): its copy is part of the target copy.
 
-Per transfer t the set keeps a `Transfer` record (the runtime state the DraftState
+Per live transfer t the set keeps a `Transfer` record (the runtime state the DraftState
 refinement map reads) and emits, on its own bus, TransferLaunch(t), DraftCopyFinish(t, p) for
 a packed pool, TargetCopyFinish(t), DraftCopyFinish(t, p) per sidecar, CompletionFire(t); a
-consumer reading a restored pool calls `read`, which waits on the completion and emits
-BufferRead(t, p). Invariant (fault switch off): CompletionFire(t) is emitted, and the load's
+consumer reading a restored pool calls `read`, which waits on every load-back into its
+request's prefix and emits BufferRead(t, p); TransferRetire(t) once no consumer can read t
+(a backup, storage backup or prefetch as it fires; a load-back once applied and every request
+holding it ended; a gather at its close), and the record goes. Invariant (fault switch off): CompletionFire(t) is emitted, and the load's
 completion is signalled, only after every copy of t finished.
 
 A finish says what its copy did, not only that the step after it ran: every kernel launch
@@ -663,9 +665,10 @@ class DependentSet:
         return self._derive(spec, pages, True)
 
     def read(self, req, role: Role | str | None) -> list:
-        """BufferRead: wait on the completion of each of req's load-backs, then read the
-        pool's bytes of req's prefix (role None: the target KV). One CPU uint8 tensor per
-        page, canonical order (kv, layer, token, row)."""
+        """BufferRead: wait on the completion of every load-back into req's prefix (those
+        another request started after req matched included), then read the pool's bytes of
+        req's prefix (role None: the target KV). One CPU uint8 tensor per page, canonical
+        order (kv, layer, token, row). An ended request is refused."""
         cache = self.cache
         if cache is None:
             raise ValueError("deps: not attached to a HiCache (pass it as HiCache(..., deps=...))")

@@ -58,13 +58,15 @@ def _itf_of(e: Entry, res) -> dict | None:
 
 def stale_trace(e: Entry, res, committed_dir: Path) -> str | None:
     """How the committed counterexample of a bug twin differs from the one found now (None:
-    equal, or no committed file: nothing to compare). States and actions are compared as
+    equal; a missing committed file is a difference too). States and actions are compared as
     their ITF JSON (line numbers, which move with any spec edit, are not in it)."""
     from hicache.tla.itf import read_itf
     path = committed_dir / f"{e.name}.itf.json"
     doc = _itf_of(e, res)
-    if doc is None or not path.exists():
+    if doc is None:
         return None
+    if not path.exists():
+        return f"no committed counterexample {path.name} (run `hicache check --all --rewrite` and review it)"
     old = read_itf(path)
     now = json.loads(json.dumps(doc))       # (the JSON form: tuples as lists)
     if old.get("vars") != now["vars"]:

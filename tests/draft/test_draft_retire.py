@@ -10,7 +10,7 @@ import threading
 import pytest
 import torch
 
-from draft_support import compute, keep_records, make_cache, stamp, wipe_device
+from draft_support import compute, make_cache, stamp, wipe_device
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.monitors.maps.draft_state import DraftStateMap
 from hicache.runtime import draft
@@ -23,16 +23,15 @@ TOKENS = list(range(100, 108))          # 2 pages of 4 tokens
 @pytest.fixture
 def host_only(tmp_path, verified):
     """A strict-monitored cache whose TOKENS prefix is on host only (device copy evicted and
-    zeroed), the events recorded; yields (cache, deps, recorder, kept records)."""
+    zeroed), the events recorded; yields (cache, deps, recorder)."""
     verified.enable("strict", violation_dir=str(tmp_path))
     cache, deps = make_cache(draft_layout="sidecar")
     rec = Recorder()
     deps.bus.subscribe(rec)
-    recs = keep_records(deps)
     compute(cache, deps, TOKENS)
     assert cache.evict_device(cache.cfg.device_pages) > 0
     wipe_device(cache, deps)
-    yield cache, deps, rec, recs
+    yield cache, deps, rec
     cache.close()
     assert deps.transfers == {}
 
@@ -61,7 +60,7 @@ def test_a_read_waits_on_a_load_another_request_started(host_only):
     """a matched the host-only prefix; b then loads it back. a's read must wait on b's load
     (it fills the pages a's prefix lists) and record its BufferRead: it read the zeroed
     device pages with no wait and no event before."""
-    cache, deps, rec, _ = host_only
+    cache, deps, rec = host_only
     a = cache.match(TOKENS)
     b = cache.match(TOKENS)
     orig = cache._load_layer_fn
@@ -87,7 +86,7 @@ def test_a_read_waits_on_a_load_another_request_started(host_only):
 def test_a_shared_load_retires_after_its_last_holder_ends(host_only):
     """b's load is held by b (its starter), by a (joined when a reads) and by c (matched
     while it was in flight): it retires when the last of them ends, after it was applied."""
-    cache, deps, rec, _ = host_only
+    cache, deps, rec = host_only
     a = cache.match(TOKENS)
     b = cache.match(TOKENS)
     op = cache.load_back(b)
@@ -105,7 +104,7 @@ def test_a_shared_load_retires_after_its_last_holder_ends(host_only):
 
 
 def test_a_load_held_by_an_aborted_request_retires(host_only):
-    cache, deps, rec, _ = host_only
+    cache, deps, rec = host_only
     req = cache.match(TOKENS)
     op = cache.load_back(req)
     assert op is not None and op.wait(30)
@@ -116,7 +115,7 @@ def test_a_load_held_by_an_aborted_request_retires(host_only):
 
 
 def test_a_load_whose_requests_ended_before_it_was_applied_retires_when_applied(host_only):
-    cache, deps, rec, _ = host_only
+    cache, deps, rec = host_only
     req = cache.match(TOKENS)
     op = cache.load_back(req)
     assert op is not None and op.wait(30)
@@ -127,7 +126,7 @@ def test_a_load_whose_requests_ended_before_it_was_applied_retires_when_applied(
 
 
 def test_an_ended_request_reads_nothing_and_holds_nothing(host_only):
-    cache, deps, _, _ = host_only
+    cache, deps, _ = host_only
     a = cache.match(TOKENS)
     cache.finish(a)
     b = cache.match(TOKENS)
@@ -186,3 +185,59 @@ def test_sample_mode_checks_a_retiring_transfer_before_its_record_goes(tmp_path,
     last = json.loads(open(e.value.trace_path).read())["states"][-1]["#meta"]
     assert last["action"] == "TransferRetire" and (last["args"]["t"], last["args"]["slot"]) == (op.draft_tid, 1)
     cache.close()                               # (the monitors tripped: one violation, reported once)
+
+
+def _complete(deps, tid: int) -> None:
+    """Every copy of transfer tid finished, then its completion (public steps)."""
+    deps.finish_target(tid)
+    for s in deps.cfg.sidecars:
+        if s.role is not Role.SWA:
+            deps.finish_draft(tid, s.role)
+    deps.fire(tid)
+
+
+def test_a_sample_monitor_with_action_checks_is_refused():
+    """Sample mode checks every retire on the state before it, which only an invariant-only
+    map keeps: with action checks the retire's slot is already free when it is mapped."""
+    cache, deps = make_cache(draft_layout="sidecar")
+    with pytest.raises(ValueError, match=r"DraftStateMap: sample mode .*actions=False"):
+        Monitor(DraftStateMap(deps), VerifyConfig(mode="sample"))
+    Monitor(DraftStateMap(deps, actions=False), VerifyConfig(mode="sample"))
+    cache.close()
+
+
+def test_an_invariant_only_retire_frees_its_slot_at_the_next_event(tmp_path):
+    """A window of one slot, invariants only: the retire is checked with the transfer still
+    in its slot (a cache check in between sees the slot idle: the record is gone), the next
+    launch takes the same slot, and the window never grows."""
+    cache, deps = make_cache(draft_layout="sidecar")
+    rmap = DraftStateMap(deps, capacity=1, actions=False)
+    mon = Monitor(rmap, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    deps.bus.subscribe(mon)
+    for i in range(3):
+        tid = deps.launch(draft.Kind.GATHER, [i], [i])
+        assert rmap.slot_of == {tid: 1}
+        _complete(deps, tid)
+        deps.retire(tid)
+        assert rmap.slot_of == {tid: 1} and mon.history[-1].state["phase"] == ("fired",)
+        mon.cache_check()
+        assert mon.history[-1].state["phase"] == ("idle",)
+    assert rmap.capacity == 1 and mon.checked == mon.steps
+    cache.close()
+
+
+def test_an_event_of_an_unknown_tid_binds_no_slot(tmp_path):
+    """A step of a transfer never launched is mapped onto the lowest idle slot, unbound: its
+    guard fails there in strict mode; without action checks nothing is bound either (it took
+    a slot for good, one per such event, before)."""
+    cache, deps = make_cache(draft_layout="sidecar")
+    quiet = DraftStateMap(deps, actions=False)
+    deps.bus.subscribe(Monitor(quiet, VerifyConfig(mode="strict", violation_dir=str(tmp_path))))
+    strict = DraftStateMap(deps)
+    deps.bus.subscribe(Monitor(strict, VerifyConfig(mode="strict", violation_dir=str(tmp_path))))
+    with pytest.raises(ProtocolViolation) as e:
+        deps._emit(draft.D.BufferRead, t=7, p="target")
+    assert (e.value.action, e.value.conjunct) == ("BufferRead", 'phase[t] = "fired"')
+    assert e.value.arguments["slot"] == 1 and e.value.arguments["t"] == 7
+    assert strict.slot_of == quiet.slot_of == {} and strict.tid_at == quiet.tid_at == {}
+    cache.close()

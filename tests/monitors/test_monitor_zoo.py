@@ -392,10 +392,10 @@ def test_bench_draft_long_run_checks_every_step_in_a_bounded_window():
     from hicache.bench import draft_run
     out = draft_run.run(blocks=2, per_block=20)
     assert (out["blocks"], out["iterations_per_block"]) == (2, 20)
-    for mode in draft_run.MODES:
+    for mode in ("sample", "strict"):
         m = out[mode]
-        assert len(m["block_seconds"]) == 2 and m["records_left"] == 0
-        assert m["growth"] == pytest.approx(m["block_seconds"][1] / m["block_seconds"][0], rel=1e-2)
+        assert len(m["block_seconds"]) == 2 and m["records_left"] == 0 and m["window"] == 32
     strict, sample = out["strict"], out["sample"]
-    assert strict["steps"] == strict["checked"] == 40 * 13 and strict["window"] == 32
-    assert sample["steps"] == 40 * 13 and sample["checked"] < sample["steps"] and sample["window"] == 32
+    assert strict["steps"] == strict["checked"] == 40 * 13
+    # sample mode: every retire (2 per iteration) checked, and not every step
+    assert sample["steps"] == 40 * 13 and 2 * 40 <= sample["checked"] < sample["steps"]

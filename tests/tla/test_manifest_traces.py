@@ -62,3 +62,11 @@ def test_a_committed_counterexample_of_another_length_fails(tmp_path, capsys):
     assert rc == 1 and out["models"][0]["diffs"] == [
         "committed counterexample DraftState_bug.itf.json has 5 states, the one found now 4 "
         "(run `hicache check --all --rewrite` and review the diff)"]
+
+
+def test_a_missing_committed_counterexample_fails(tmp_path, capsys):
+    mc = _layout(tmp_path, "DraftState_bug")
+    (mc / "DraftState_bug.itf.json").unlink()
+    rc, out = _check(mc, capsys)
+    assert rc == 1 and out["models"][0]["diffs"] == [
+        "no committed counterexample DraftState_bug.itf.json (run `hicache check --all --rewrite` and review it)"]

@@ -1,9 +1,12 @@
 """Refinement map: a `DependentSet`'s transfer records -> spec/DraftState variables.
 
 Attach with `hicache.monitors.runtime.Monitor(DraftStateMap(deps), VerifyConfig(mode=...))`
-subscribed to `deps.bus`. Each DraftState event is one spec step, so the monitor checks the
-action (with the event's `t`, `p`) and then every invariant (two kinds of event excepted,
-below: a finish whose copy was not whole, a launch with a draft role absent).
+subscribed to `deps.bus` (sample mode: `DraftStateMap(deps, actions=False)`). Each DraftState
+event is one spec step, so the monitor checks the action (with the slot of the event's `t`,
+and its `p`) and then every invariant; excepted, each checked by its invariants only: a
+finish whose copy was not whole and a launch with a draft role absent (below), a launch that
+grows the window. Without action checks (`actions=False`) a TransferRetire is checked on the
+state before it (its slot is freed at the next event), in sample mode at every retire.
 
   spec transfer t   = a slot of a window 1..capacity (a constant must not change between
                       a step's two states). A launch takes the lowest idle slot for its tid;
@@ -13,10 +16,12 @@ below: a finish whose copy was not whole, a launch with a draft role absent).
                       window (that one event: invariants only). So the window is as wide as
                       the transfers live at once, not the transfers of the whole run, and a
                       step's cost stays flat over a long canary. The events carry the
-                      runtime's tid (the trace's `t` field), the spec steps the slot. An
-                      event of a tid the map holds no slot for (never launched, or retired)
-                      is mapped onto an idle slot: its guard, which needs a launched
-                      transfer, fails.
+                      runtime's tid (the trace's `t` field), the spec steps the slot (the
+                      trace's `slot`, `spec_args`). A launch binds its tid to a slot; any
+                      other event of a tid with no slot (never launched, or retired) is
+                      mapped onto the lowest idle slot, unbound: its guard, which needs a
+                      launched transfer, fails there (strict mode; without action checks
+                      the state shows nothing of it). The runtime emits no such event.
   layout[p]         = the layout of the pool with role p; "sidecar" for a draft role the
                       engine does not configure (below).
   phase, read       = the record's fields (written by the runtime step that emits the
@@ -65,9 +70,9 @@ event is still one spec step, and CompletionFire still needs each configured poo
 """
 from __future__ import annotations
 
-from hicache.kernels import HitPolicy, IndexSource
 import heapq
 
+from hicache.kernels import HitPolicy, IndexSource
 from hicache.monitors.generated import draft_state as spec
 from hicache.monitors.runtime import compound_step
 from hicache.protocol.vocabulary import DraftState as D
@@ -195,10 +200,16 @@ class DraftStateMap:
             t = self._free(tid)
         elif tid in self.slot_of:
             t = self.slot_of[tid]
-        else:
-            # a launch (or a step of a tid never launched or already retired, whose guard
-            # then fails on the idle slot it is given)
+        elif action == D.TransferLaunch:
             t, grew = self._take(tid)
+        else:
+            # a step of a tid never launched or already retired: the lowest idle slot, not
+            # bound to it (its guard, which needs a launched transfer, fails there)
+            if not self._idle:
+                self._take(tid)             # (grows the window: this event invariants only)
+                self._free(tid)
+                grew = True
+            t = self._idle[0]
         self._slot = t
         if grew:
             # this event is checked by its invariants only: its pre-state was mapped in the
