@@ -97,7 +97,7 @@ class Request:
     done: bool = False
 
 
-def _hold(req: Request, op) -> None:
+def _hold(req: Request, op: LoadOp) -> None:
     """req waits on load-back op and may read what it restores (`DependentSet.read`): op's
     transfer is not retired while req lives."""
     req.loads.append(op)
@@ -849,7 +849,7 @@ class HiCache:
             op.holders -= 1
             self._release_load(op)
 
-    def _release_load(self, op) -> None:
+    def _release_load(self, op: LoadOp) -> None:
         """TransferRetire of op's dependent transfer once nobody can read it: op applied (no
         request joins it later) and every request that held it ended."""
         if op.applied and op.holders == 0 and self.deps is not None:

@@ -28,8 +28,9 @@ a packed pool, TargetCopyFinish(t), DraftCopyFinish(t, p) per sidecar, Completio
 consumer reading a restored pool calls `read`, which waits on every load-back into its
 request's prefix and emits BufferRead(t, p); TransferRetire(t) once no consumer can read t
 (a backup, storage backup or prefetch as it fires; a load-back once applied and every request
-holding it ended; a gather at its close), and the record goes. Invariant (fault switch off): CompletionFire(t) is emitted, and the load's
-completion is signalled, only after every copy of t finished.
+holding it ended; a gather at its close), and the record goes. Invariant (fault switch off):
+CompletionFire(t) is emitted, and the load's completion is signalled, only after every copy
+of t finished.
 
 A finish says what its copy did, not only that the step after it ran: every kernel launch
 (or storage value split) adds to `Transfer.moved[pool]` the (page, layer) copies it was
