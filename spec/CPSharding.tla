@@ -30,6 +30,7 @@ CONSTANTS
     CP,                    \* number of context-parallel ranks (>= 1)
     LocalPages,            \* device pages per rank
     PageSize,              \* tokens per page (used by the token-level rule)
+    ArithPages,            \* local pages PlacementBijection walks (a model: LocalPages)
     Chains,                \* chain identifiers (requests' page chains)
     MaxLen,                \* longest chain, in pages
     BugSpliceAnyRotation   \* seeded bug: accept splices of different rotations
@@ -38,6 +39,7 @@ CONSTANTS
 Positive(x) == x \in Nat /\ x >= 1
 
 ASSUME Positive(CP) /\ Positive(LocalPages) /\ Positive(PageSize)
+ASSUME ArithPages \in 1..LocalPages
 ASSUME Positive(MaxLen) /\ BugSpliceAnyRotation \in BOOLEAN
 
 Ranks   == 0..(CP - 1)
@@ -213,12 +215,18 @@ Spec == Init /\ [][Next]_vars
 -----------------------------------------------------------------------------
 (* Safety properties.                                                       *)
 
-(* Owner/local address is a bijection onto the logical page IDs.           *)
+(* Owner/local address is a bijection onto the logical page IDs, over the  *)
+(* first ArithPages local pages of every rank.  A model sets ArithPages =  *)
+(* LocalPages.  The arithmetic holds for every size (THEOREMs below:       *)
+(* PagePlacementIsBijection, TokOwnerIsPageOwner, PlacementIsBijection,    *)
+(* proved by `hicache prove`), so a runtime map, whose LocalPages is a     *)
+(* device's, checks a prefix: walking every token of it took ~10 s.        *)
 PlacementBijection ==
-    /\ \A p \in PageIds : PageAt(Owner(p), LocalAddr(p)) = p /\ LocalAddr(p) < LocalPages
-    /\ \A r \in Ranks, a \in 0..(LocalPages - 1) :
+    /\ \A p \in 0..(CP * ArithPages - 1) :
+          PageAt(Owner(p), LocalAddr(p)) = p /\ LocalAddr(p) < LocalPages
+    /\ \A r \in Ranks, a \in 0..(ArithPages - 1) :
           Owner(PageAt(r, a)) = r /\ LocalAddr(PageAt(r, a)) = a
-    /\ \A loc \in 0..(CP * LocalPages * PageSize - 1) :
+    /\ \A loc \in 0..(CP * ArithPages * PageSize - 1) :
           /\ TokOwner(loc, CP, PageSize) = Owner(loc \div PageSize)
           /\ TokLoc(TokOwner(loc, CP, PageSize), TokLocal(loc, CP, PageSize), CP, PageSize) = loc
 
@@ -270,6 +278,17 @@ THEOREM PlacementIsBijection ==
             /\ TokOwner(loc, n, ps) < n
             /\ TokLocal(loc, n, ps) >= 0
             /\ TokLoc(TokOwner(loc, n, ps), TokLocal(loc, n, ps), n, ps) = loc
+
+THEOREM PagePlacementIsBijection ==
+    \A n, l, p, r, a \in Nat :
+        (n >= 1) =>
+            /\ ((p \div n) * n) + (p % n) = p
+            /\ (p < n * l) => p \div n < l
+            /\ (r < n) => ((a * n + r) % n = r /\ (a * n + r) \div n = a)
+
+THEOREM TokOwnerIsPageOwner ==
+    \A n, ps, loc \in Nat :
+        (n >= 1 /\ ps >= 1) => TokOwner(loc, n, ps) = (loc \div ps) % n
 
 THEOREM PlacementIsInjective ==
     \A n, ps, r, a \in Nat :

@@ -164,12 +164,12 @@ def test_verified_mode_checks_a_sharded_replay(tmp_path, monkeypatch, host_pages
 
 
 def test_constant_level_invariants_are_checked_again_only_when_their_constants_change(tmp_path):
-    """PlacementBijection reads no variable (READS) and only CP, LocalPages and PageSize
-    (CONST_READS): over a replay whose Chains and MaxLen grow it is evaluated once; a binding
-    with another CP has it evaluated again."""
+    """PlacementBijection reads no variable (READS) and only CP, LocalPages, PageSize and
+    ArithPages (CONST_READS): over a replay whose Chains and MaxLen grow it is evaluated once;
+    a binding with another CP has it evaluated again."""
     from hicache.monitors.generated import cp_sharding as spec
     assert spec.READS["PlacementBijection"] == frozenset()
-    assert spec.CONST_READS["PlacementBijection"] == {"CP", "LocalPages", "PageSize"}
+    assert spec.CONST_READS["PlacementBijection"] == {"CP", "LocalPages", "PageSize", "ArithPages"}
     assert spec.CONST_READS["PositionOwner"] == {"CP", "Chains"}
     cache = make(cp=4)
     mon = watch(cache, tmp_path)
@@ -179,7 +179,7 @@ def test_constant_level_invariants_are_checked_again_only_when_their_constants_c
     assert calls == [4] and mon.checked > 60 and len(mon._cache) > 1     # bindings grew, one check
     C = mon.constants()
     assert "PlacementBijection" not in mon._invariants_for(C)
-    other = spec.constants({**mon.rmap.constants(), "CP": 2, "LocalPages": 12})
+    other = spec.constants({**mon.rmap.constants(), "CP": 2, "LocalPages": 12, "ArithPages": 12})
     assert "PlacementBijection" in mon._invariants_for(other)
     mon.detach()
     cache.close()
@@ -202,3 +202,23 @@ def test_a_page_freed_and_allocated_again_belongs_to_the_newer_allocation(tmp_pa
     assert mon.checked > 5
     mon.detach()
     cache.close()
+
+
+def test_the_placement_arithmetic_is_walked_on_a_prefix_of_a_device(tmp_path):
+    """A device-sized LocalPages: the map binds ArithPages to a prefix (the arithmetic is
+    proved for every size by `hicache prove`), which PlacementBijection walks; a broken
+    placement inside the prefix still fails it, and a small device is walked whole."""
+    from hicache.monitors.generated import cp_sharding as spec
+    from hicache.monitors.maps.cp_sharding import ARITH_PAGES, arith_pages
+    assert arith_pages(31_250) == ARITH_PAGES == 64 and arith_pages(12) == 12
+    C = spec.constants({"CP": 2, "LocalPages": 31_250, "PageSize": 64, "ArithPages": arith_pages(31_250),
+                        "Chains": frozenset({1}), "MaxLen": 2, "BugSpliceAnyRotation": False})
+    assert spec.inv_PlacementBijection(C, {}) is None
+    with pytest.raises(ValueError, match="ArithPages"):
+        spec.constants({**C, "ArithPages": 31_251})
+    broken = dict(spec.__dict__)
+    try:
+        spec.d_Owner = lambda C, s, t, p: (p + (p == 100)) % C["CP"]      # page 100 misplaced
+        assert spec.inv_PlacementBijection(C, {}).index == 1
+    finally:
+        spec.d_Owner = broken["d_Owner"]

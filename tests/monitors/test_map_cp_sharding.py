@@ -185,9 +185,9 @@ def test_a_page_on_the_wrong_owner_is_caught_at_its_allocation(tmp_path):
             last = d.events.events[-1]
             assert e.action == last[0] and "allocation" in e.arguments     # the allocation's event
             if e.kind == "action":      # a new chain's page by page check: not the lowest free page of its class
-                assert (e.property, e.location) == ("ChainExtend", "spec/CPSharding.tla:149:5")
+                assert (e.property, e.location) == ("ChainExtend", "spec/CPSharding.tla:151:5")
             else:                       # an extension's segment: the invariant after the allocation
-                assert (e.property, e.location) == ("PositionOwner", "spec/CPSharding.tla:227:5")
+                assert (e.property, e.location) == ("PositionOwner", "spec/CPSharding.tla:235:5")
             return
         assert not WrongOwnerAllocator.fired, "a misplaced page went unnoticed"
     pytest.fail("the fault never fired")
@@ -218,7 +218,7 @@ def test_a_splice_of_two_rotations_is_caught_at_the_insert(tmp_path):
             assert e.property in ("PositionOwner", "SpliceRotationsAgree")
             assert e.diff["mixed"] == (False, True)
             f = spec.inv_SpliceRotationsAgree(d.mon.constants(), d.mon.rmap.state())
-            assert (f.property, f.text, f.location) == ("SpliceRotationsAgree", "~mixed", "spec/CPSharding.tla:238:25")
+            assert (f.property, f.text, f.location) == ("SpliceRotationsAgree", "~mixed", "spec/CPSharding.tla:246:25")
             return
     pytest.fail("no seed spliced two rotations")
 

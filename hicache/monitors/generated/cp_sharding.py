@@ -11,7 +11,7 @@ from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, ch
 SPEC = 'spec/CPSharding.tla'
 MODULE = 'CPSharding'
 VARIABLES = ('rot', 'len', 'page', 'host', 'free', 'mixed')
-CONSTANTS = ('CP', 'LocalPages', 'PageSize', 'Chains', 'MaxLen', 'BugSpliceAnyRotation')
+CONSTANTS = ('CP', 'LocalPages', 'PageSize', 'ArithPages', 'Chains', 'MaxLen', 'BugSpliceAnyRotation')
 
 _b_mod = BI['%']
 _b_range_ = BI['..']
@@ -30,16 +30,18 @@ def constants(raw: dict) -> dict:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
     s = None  # constant-level definitions read no state (their t is None)
-    C['Ranks'] = _b_range_(0, (C['CP'] - 1))  # spec/CPSharding.tla:43:1
-    C['PageIds'] = _b_range_(0, ((C['CP'] * C['LocalPages']) - 1))  # spec/CPSharding.tla:44:1
-    C['Pos'] = _b_range_(0, (C['MaxLen'] - 1))  # spec/CPSharding.tla:45:1
-    C['NoRot'] = (-1)  # spec/CPSharding.tla:46:1
-    C['NoPage'] = (-1)  # spec/CPSharding.tla:47:1
-    C['NoHost'] = (-1)  # spec/CPSharding.tla:48:1
+    C['Ranks'] = _b_range_(0, (C['CP'] - 1))  # spec/CPSharding.tla:45:1
+    C['PageIds'] = _b_range_(0, ((C['CP'] * C['LocalPages']) - 1))  # spec/CPSharding.tla:46:1
+    C['Pos'] = _b_range_(0, (C['MaxLen'] - 1))  # spec/CPSharding.tla:47:1
+    C['NoRot'] = (-1)  # spec/CPSharding.tla:48:1
+    C['NoPage'] = (-1)  # spec/CPSharding.tla:49:1
+    C['NoHost'] = (-1)  # spec/CPSharding.tla:50:1
     if not ((d_Positive(C, s, None, C['CP']) and d_Positive(C, s, None, C['LocalPages'])) and d_Positive(C, s, None, C['PageSize'])):
-        raise ValueError('constants violate ASSUME at spec/CPSharding.tla:40:8: Positive(CP) /\\ Positive(LocalPages) /\\ Positive(PageSize)')
+        raise ValueError('constants violate ASSUME at spec/CPSharding.tla:41:8: Positive(CP) /\\ Positive(LocalPages) /\\ Positive(PageSize)')
+    if not (C['ArithPages'] in _b_range_(1, C['LocalPages'])):
+        raise ValueError('constants violate ASSUME at spec/CPSharding.tla:42:8: ArithPages \\in 1..LocalPages')
     if not (d_Positive(C, s, None, C['MaxLen']) and (C['BugSpliceAnyRotation'] in STD["BOOLEAN"])):
-        raise ValueError('constants violate ASSUME at spec/CPSharding.tla:41:8: Positive(MaxLen) /\\ BugSpliceAnyRotation \\in BOOLEAN')
+        raise ValueError('constants violate ASSUME at spec/CPSharding.tla:43:8: Positive(MaxLen) /\\ BugSpliceAnyRotation \\in BOOLEAN')
     C['$h0'] = FcnSet(C['Chains'], _b_cup(C['Ranks'], frozenset((normalize(C['NoRot']),))))
     C['$h1'] = FcnSet(C['Chains'], _b_range_(0, C['MaxLen']))
     C['$h2'] = FcnSet(C['Chains'], FcnSet(C['Pos'], _b_cup(C['PageIds'], frozenset((normalize(C['NoPage']),)))))
@@ -48,161 +50,162 @@ def constants(raw: dict) -> dict:
     C['$h5'] = _b_range_(0, C['MaxLen'])
     C['$h6'] = FcnSet(C['Pos'], _b_cup(C['PageIds'], frozenset((normalize(C['NoPage']),))))
     C['$h7'] = FcnSet(C['Pos'], _b_cup(C['Ranks'], frozenset((normalize(C['NoHost']),))))
-    C['$h8'] = _b_range_(0, (C['LocalPages'] - 1))
-    C['$h9'] = _b_range_(0, (((C['CP'] * C['LocalPages']) * C['PageSize']) - 1))
+    C['$h8'] = _b_range_(0, ((C['CP'] * C['ArithPages']) - 1))
+    C['$h9'] = _b_range_(0, (C['ArithPages'] - 1))
+    C['$h10'] = _b_range_(0, (((C['CP'] * C['ArithPages']) * C['PageSize']) - 1))
     return C
 
 
 def d_Positive(C, s, t, v_x):
-    # spec/CPSharding.tla:38:1
+    # spec/CPSharding.tla:39:1
     return ((v_x in STD['Nat']) and (v_x >= 1))
 
 
 def d_Owner(C, s, t, v_p):
-    # spec/CPSharding.tla:51:1
+    # spec/CPSharding.tla:53:1
     return _b_mod(v_p, C['CP'])
 
 
 def d_LocalAddr(C, s, t, v_p):
-    # spec/CPSharding.tla:52:1
+    # spec/CPSharding.tla:54:1
     return _b_div(v_p, C['CP'])
 
 
 def d_PageAt(C, s, t, v_r, v_a):
-    # spec/CPSharding.tla:53:1
+    # spec/CPSharding.tla:55:1
     return ((v_a * C['CP']) + v_r)
 
 
 def d_TokOwner(C, s, t, v_loc, v_n, v_ps):
-    # spec/CPSharding.tla:56:1
+    # spec/CPSharding.tla:58:1
     return _b_div(_b_mod(v_loc, (v_n * v_ps)), v_ps)
 
 
 def d_TokLocal(C, s, t, v_loc, v_n, v_ps):
-    # spec/CPSharding.tla:57:1
+    # spec/CPSharding.tla:59:1
     return ((_b_div(v_loc, (v_n * v_ps)) * v_ps) + _b_mod(v_loc, v_ps))
 
 
 def d_TokLoc(C, s, t, v_r, v_a, v_n, v_ps):
-    # spec/CPSharding.tla:58:1
+    # spec/CPSharding.tla:60:1
     return (((_b_div(v_a, v_ps) * (v_n * v_ps)) + (v_r * v_ps)) + _b_mod(v_a, v_ps))
 
 
 def d_ChainOwner(C, s, t, v_b, v_P, v_n):
-    # spec/CPSharding.tla:61:1
+    # spec/CPSharding.tla:63:1
     return _b_mod((v_b + v_P), v_n)
 
 
 def d_SpliceOK(C, s, t, v_b1, v_b2):
-    # spec/CPSharding.tla:62:1
+    # spec/CPSharding.tla:64:1
     return (v_b1 == v_b2)
 
 
 def d_Used(C, s, t, v_r):
-    # spec/CPSharding.tla:85:1
+    # spec/CPSharding.tla:87:1
     return _b_Cardinality(frozenset(v_p_1 for v_p_1 in it(_b_setminus(C['PageIds'], s['free'])) if (d_Owner(C, s, t, v_p_1) == v_r)))
 
 
 def d_LeastFull(C, s, t):
-    # spec/CPSharding.tla:86:1
+    # spec/CPSharding.tla:88:1
     return frozenset(v_r_1 for v_r_1 in it(C['Ranks']) if all((d_Used(C, s, t, v_r_1) <= d_Used(C, s, t, v_r2_2)) for v_r2_2 in it(C['Ranks'])))
 
 
 def d_FreeOn(C, s, t, v_r):
-    # spec/CPSharding.tla:87:1
+    # spec/CPSharding.tla:89:1
     return frozenset(v_p_1 for v_p_1 in it(s['free']) if (d_Owner(C, s, t, v_p_1) == v_r))
 
 
 def d_EmptyRow(C, s, t, v_f):
-    # spec/CPSharding.tla:88:1
+    # spec/CPSharding.tla:90:1
     return mk_fcn({v_P_1: v_f for v_P_1 in it(C['Pos'])})
 
 
 def d_Lowest(C, s, t, v_S):
-    # spec/CPSharding.tla:90:1
+    # spec/CPSharding.tla:92:1
     return choose(v_S, lambda v_p_1: all((v_p_1 <= v_q_2) for v_q_2 in it(v_S)))
 
 
 def d_Init(C, s, t):
-    # spec/CPSharding.tla:92:1
+    # spec/CPSharding.tla:94:1
     return ((s['rot'] == mk_fcn({v_c_1: C['NoRot'] for v_c_1 in it(C['Chains'])})) and (s['len'] == mk_fcn({v_c_2: 0 for v_c_2 in it(C['Chains'])})) and (s['page'] == mk_fcn({v_c_3: d_EmptyRow(C, s, t, C['NoPage']) for v_c_3 in it(C['Chains'])})) and (s['host'] == mk_fcn({v_c_4: d_EmptyRow(C, s, t, C['NoHost']) for v_c_4 in it(C['Chains'])})) and (s['free'] == C['PageIds']) and (s['mixed'] == False))
 
 
 def d_ChainAllocate(C, s, t, v_c):
-    # spec/CPSharding.tla:101:1
+    # spec/CPSharding.tla:103:1
     return ((ap(s['rot'], v_c) == C['NoRot']) and any(((d_FreeOn(C, s, t, v_r_1) != frozenset()) and (t['rot'] == exc(s['rot'], ((v_c,), lambda at_2: v_r_1))) and (t['len'] == exc(s['len'], ((v_c,), lambda at_3: 1))) and (t['page'] == exc(s['page'], ((v_c, 0,), lambda at_4: d_Lowest(C, s, t, d_FreeOn(C, s, t, v_r_1))))) and (t['free'] == _b_setminus(s['free'], frozenset((normalize(d_Lowest(C, s, t, d_FreeOn(C, s, t, v_r_1))),))))) for v_r_1 in it(d_LeastFull(C, s, t))) and ((t['host'] == s['host']) and (t['mixed'] == s['mixed'])))
 
 
 def d_ExtendByAllocation(C, s, t, v_c):
-    # spec/CPSharding.tla:112:1
+    # spec/CPSharding.tla:114:1
     return ((ap(s['rot'], v_c) != C['NoRot']) and (ap(s['len'], v_c) < C['MaxLen']) and (lambda l_cls_1: ((d_FreeOn(C, s, t, l_cls_1()) != frozenset()) and (t['page'] == exc(s['page'], ((v_c, ap(s['len'], v_c),), lambda at_2: d_Lowest(C, s, t, d_FreeOn(C, s, t, l_cls_1()))))) and (t['len'] == exc(s['len'], ((v_c,), lambda at_3: (ap(s['len'], v_c) + 1)))) and (t['free'] == _b_setminus(s['free'], frozenset((normalize(d_Lowest(C, s, t, d_FreeOn(C, s, t, l_cls_1()))),))))))(once(lambda: d_ChainOwner(C, s, t, ap(s['rot'], v_c), ap(s['len'], v_c), C['CP']))) and ((t['rot'] == s['rot']) and (t['host'] == s['host']) and (t['mixed'] == s['mixed'])))
 
 
 def d_SpliceCandidate(C, s, t, v_c, v_d):
-    # spec/CPSharding.tla:126:1
+    # spec/CPSharding.tla:128:1
     return ((v_c != v_d) and ((ap(s['rot'], v_c) != C['NoRot']) and (ap(s['rot'], v_d) != C['NoRot'])) and (ap(s['len'], v_c) < ap(s['len'], v_d)) and all(((ap(ap(s['page'], v_d), v_P_1) != C['NoPage']) and (ap(ap(s['host'], v_d), v_P_1) == C['NoHost'])) for v_P_1 in it(_b_range_(0, (ap(s['len'], v_d) - 1)))))
 
 
 def d_DPages(C, s, t, v_d):
-    # spec/CPSharding.tla:132:1
+    # spec/CPSharding.tla:134:1
     return frozenset(normalize(ap(ap(s['page'], v_d), v_P_1)) for v_P_1 in it(_b_range_(0, (ap(s['len'], v_d) - 1))))
 
 
 def d_SpliceAccept(C, s, t, v_c, v_d):
-    # spec/CPSharding.tla:134:1
+    # spec/CPSharding.tla:136:1
     return (d_SpliceCandidate(C, s, t, v_c, v_d) and (d_SpliceOK(C, s, t, ap(s['rot'], v_c), ap(s['rot'], v_d)) or C['BugSpliceAnyRotation']) and (t['page'] == exc(s['page'], ((v_c,), lambda at_1: mk_fcn({v_P_2: (ap(ap(s['page'], v_d), v_P_2) if ((v_P_2 >= ap(s['len'], v_c)) and (v_P_2 < ap(s['len'], v_d))) else ap(ap(s['page'], v_c), v_P_2)) for v_P_2 in it(C['Pos'])})), ((v_d,), lambda at_3: d_EmptyRow(C, s, t, C['NoPage'])))) and (t['free'] == _b_cup(s['free'], frozenset(normalize(ap(ap(s['page'], v_d), v_P_4)) for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c) - 1)))))) and (t['len'] == exc(s['len'], ((v_c,), lambda at_5: ap(s['len'], v_d)), ((v_d,), lambda at_6: 0))) and (t['rot'] == exc(s['rot'], ((v_d,), lambda at_7: C['NoRot']))) and (t['mixed'] == (s['mixed'] or (ap(s['rot'], v_c) != ap(s['rot'], v_d)))) and (t['host'] == s['host']))
 
 
 def d_ChainExtend(C, s, t, v_c):
-    # spec/CPSharding.tla:148:1
+    # spec/CPSharding.tla:150:1
     return (d_ExtendByAllocation(C, s, t, v_c) or any(d_SpliceAccept(C, s, t, v_c, v_d_1) for v_d_1 in it(C['Chains'])))
 
 
 def d_InsertReject(C, s, t, v_c, v_d):
-    # spec/CPSharding.tla:153:1
+    # spec/CPSharding.tla:155:1
     return (d_SpliceCandidate(C, s, t, v_c, v_d) and (not d_SpliceOK(C, s, t, ap(s['rot'], v_c), ap(s['rot'], v_d))) and (not C['BugSpliceAnyRotation']) and (t['free'] == _b_cup(s['free'], d_DPages(C, s, t, v_d))) and (t['page'] == exc(s['page'], ((v_d,), lambda at_1: d_EmptyRow(C, s, t, C['NoPage'])))) and (t['len'] == exc(s['len'], ((v_d,), lambda at_2: 0))) and (t['rot'] == exc(s['rot'], ((v_d,), lambda at_3: C['NoRot']))) and ((t['host'] == s['host']) and (t['mixed'] == s['mixed'])))
 
 
 def d_DeviceLeaf(C, s, t, v_c, v_P):
-    # spec/CPSharding.tla:164:1
+    # spec/CPSharding.tla:166:1
     return all(((not (v_Q_1 > v_P)) or (ap(ap(s['page'], v_c), v_Q_1) == C['NoPage'])) for v_Q_1 in it(C['Pos']))
 
 
 def d_PageEvict(C, s, t, v_c, v_P):
-    # spec/CPSharding.tla:169:1
+    # spec/CPSharding.tla:171:1
     return ((v_P < ap(s['len'], v_c)) and d_DeviceLeaf(C, s, t, v_c, v_P) and (((ap(ap(s['page'], v_c), v_P) != C['NoPage']) and (ap(ap(s['host'], v_c), v_P) != C['NoHost']) and (t['page'] == exc(s['page'], ((v_c, v_P,), lambda at_1: C['NoPage']))) and (t['free'] == _b_cup(s['free'], frozenset((normalize(ap(ap(s['page'], v_c), v_P)),)))) and ((t['len'] == s['len']) and (t['rot'] == s['rot']) and (t['host'] == s['host']))) or ((v_P == (ap(s['len'], v_c) - 1)) and (t['page'] == exc(s['page'], ((v_c, v_P,), lambda at_2: C['NoPage']))) and (t['host'] == exc(s['host'], ((v_c, v_P,), lambda at_3: C['NoHost']))) and (t['free'] == (_b_cup(s['free'], frozenset((normalize(ap(ap(s['page'], v_c), v_P)),))) if (ap(ap(s['page'], v_c), v_P) != C['NoPage']) else s['free'])) and (t['len'] == exc(s['len'], ((v_c,), lambda at_4: v_P))) and (t['rot'] == (exc(s['rot'], ((v_c,), lambda at_5: C['NoRot'])) if (v_P == 0) else s['rot'])))) and (t['mixed'] == s['mixed']))
 
 
 def d_OwnerBackup(C, s, t, v_c, v_P):
-    # spec/CPSharding.tla:186:1
+    # spec/CPSharding.tla:188:1
     return ((v_P < ap(s['len'], v_c)) and (ap(ap(s['page'], v_c), v_P) != C['NoPage']) and (ap(ap(s['host'], v_c), v_P) == C['NoHost']) and (t['host'] == exc(s['host'], ((v_c, v_P,), lambda at_1: d_Owner(C, s, t, ap(ap(s['page'], v_c), v_P))))) and ((t['rot'] == s['rot']) and (t['len'] == s['len']) and (t['page'] == s['page']) and (t['free'] == s['free']) and (t['mixed'] == s['mixed'])))
 
 
 def d_OwnerRestore(C, s, t, v_c, v_P):
-    # spec/CPSharding.tla:195:1
+    # spec/CPSharding.tla:197:1
     return ((v_P < ap(s['len'], v_c)) and (ap(ap(s['page'], v_c), v_P) == C['NoPage']) and (ap(ap(s['host'], v_c), v_P) != C['NoHost']) and any(((t['page'] == exc(s['page'], ((v_c, v_P,), lambda at_2: v_p_1))) and (t['free'] == _b_setminus(s['free'], frozenset((normalize(v_p_1),))))) for v_p_1 in it(d_FreeOn(C, s, t, ap(ap(s['host'], v_c), v_P)))) and ((t['rot'] == s['rot']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['mixed'] == s['mixed'])))
 
 
 _T_act_ChainAllocate = (
-    ('rot[c] = NoRot', 'spec/CPSharding.tla:102:8'),
-    ("\\E r \\in LeastFull : /\\ FreeOn(r) # {} /\\ rot' = [rot EXCEPT ![c] = r] /\\ len' = [len EXCEPT ![c] = 1] /\\ page' = [page EXCEPT ![c][0] = Lowest(FreeOn(r))] /\\ free' = free \\ {Lowest(FreeOn(r))}", 'spec/CPSharding.tla:103:8'),
-    ('UNCHANGED <<host, mixed>>', 'spec/CPSharding.tla:109:8'),
+    ('rot[c] = NoRot', 'spec/CPSharding.tla:104:8'),
+    ("\\E r \\in LeastFull : /\\ FreeOn(r) # {} /\\ rot' = [rot EXCEPT ![c] = r] /\\ len' = [len EXCEPT ![c] = 1] /\\ page' = [page EXCEPT ![c][0] = Lowest(FreeOn(r))] /\\ free' = free \\ {Lowest(FreeOn(r))}", 'spec/CPSharding.tla:105:8'),
+    ('UNCHANGED <<host, mixed>>', 'spec/CPSharding.tla:111:8'),
 )
 
 
 def act_ChainAllocate(C, s, t, v_c):
-    """ChainAllocate (spec/CPSharding.tla:102:5): None, or the first failing conjunct."""
+    """ChainAllocate (spec/CPSharding.tla:104:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:102:8
+        # spec/CPSharding.tla:104:8
         k = 1
         if not (ap(s['rot'], v_c) == C['NoRot']):
             return Failure('ChainAllocate', 1, *_T_act_ChainAllocate[0])
-        # spec/CPSharding.tla:103:8
+        # spec/CPSharding.tla:105:8
         k = 2
         if not any(((d_FreeOn(C, s, t, v_r_1) != frozenset()) and (t['rot'] == exc(s['rot'], ((v_c,), lambda at_2: v_r_1))) and (t['len'] == exc(s['len'], ((v_c,), lambda at_3: 1))) and (t['page'] == exc(s['page'], ((v_c, 0,), lambda at_4: d_Lowest(C, s, t, d_FreeOn(C, s, t, v_r_1))))) and (t['free'] == _b_setminus(s['free'], frozenset((normalize(d_Lowest(C, s, t, d_FreeOn(C, s, t, v_r_1))),))))) for v_r_1 in it(d_LeastFull(C, s, t))):
             return Failure('ChainAllocate', 2, *_T_act_ChainAllocate[1])
-        # spec/CPSharding.tla:109:8
+        # spec/CPSharding.tla:111:8
         k = 3
         if not ((t['host'] == s['host']) and (t['mixed'] == s['mixed'])):
             return Failure('ChainAllocate', 3, *_T_act_ChainAllocate[2])
@@ -212,15 +215,15 @@ def act_ChainAllocate(C, s, t, v_c):
 
 
 _T_act_ChainExtend = (
-    ('\\/ ExtendByAllocation(c) \\/ \\E d \\in Chains : SpliceAccept(c, d)', 'spec/CPSharding.tla:149:5'),
+    ('\\/ ExtendByAllocation(c) \\/ \\E d \\in Chains : SpliceAccept(c, d)', 'spec/CPSharding.tla:151:5'),
 )
 
 
 def act_ChainExtend(C, s, t, v_c):
-    """ChainExtend (spec/CPSharding.tla:149:5): None, or the first failing conjunct."""
+    """ChainExtend (spec/CPSharding.tla:151:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:149:5
+        # spec/CPSharding.tla:151:5
         k = 1
         if not (d_ExtendByAllocation(C, s, t, v_c) or any(d_SpliceAccept(C, s, t, v_c, v_d_1) for v_d_1 in it(C['Chains']))):
             return Failure('ChainExtend', 1, *_T_act_ChainExtend[0])
@@ -230,50 +233,50 @@ def act_ChainExtend(C, s, t, v_c):
 
 
 _T_act_InsertReject = (
-    ('SpliceCandidate(c, d)', 'spec/CPSharding.tla:154:8'),
-    ('~SpliceOK(rot[c], rot[d])', 'spec/CPSharding.tla:155:8'),
-    ('~BugSpliceAnyRotation', 'spec/CPSharding.tla:156:8'),
-    ("free' = free \\cup DPages(d)", 'spec/CPSharding.tla:157:8'),
-    ("page' = [page EXCEPT ![d] = EmptyRow(NoPage)]", 'spec/CPSharding.tla:158:8'),
-    ("len' = [len EXCEPT ![d] = 0]", 'spec/CPSharding.tla:159:8'),
-    ("rot' = [rot EXCEPT ![d] = NoRot]", 'spec/CPSharding.tla:160:8'),
-    ('UNCHANGED <<host, mixed>>', 'spec/CPSharding.tla:161:8'),
+    ('SpliceCandidate(c, d)', 'spec/CPSharding.tla:156:8'),
+    ('~SpliceOK(rot[c], rot[d])', 'spec/CPSharding.tla:157:8'),
+    ('~BugSpliceAnyRotation', 'spec/CPSharding.tla:158:8'),
+    ("free' = free \\cup DPages(d)", 'spec/CPSharding.tla:159:8'),
+    ("page' = [page EXCEPT ![d] = EmptyRow(NoPage)]", 'spec/CPSharding.tla:160:8'),
+    ("len' = [len EXCEPT ![d] = 0]", 'spec/CPSharding.tla:161:8'),
+    ("rot' = [rot EXCEPT ![d] = NoRot]", 'spec/CPSharding.tla:162:8'),
+    ('UNCHANGED <<host, mixed>>', 'spec/CPSharding.tla:163:8'),
 )
 
 
 def act_InsertReject(C, s, t, v_c, v_d):
-    """InsertReject (spec/CPSharding.tla:154:5): None, or the first failing conjunct."""
+    """InsertReject (spec/CPSharding.tla:156:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:154:8
+        # spec/CPSharding.tla:156:8
         k = 1
         if not d_SpliceCandidate(C, s, t, v_c, v_d):
             return Failure('InsertReject', 1, *_T_act_InsertReject[0])
-        # spec/CPSharding.tla:155:8
+        # spec/CPSharding.tla:157:8
         k = 2
         if not (not d_SpliceOK(C, s, t, ap(s['rot'], v_c), ap(s['rot'], v_d))):
             return Failure('InsertReject', 2, *_T_act_InsertReject[1])
-        # spec/CPSharding.tla:156:8
+        # spec/CPSharding.tla:158:8
         k = 3
         if not (not C['BugSpliceAnyRotation']):
             return Failure('InsertReject', 3, *_T_act_InsertReject[2])
-        # spec/CPSharding.tla:157:8
+        # spec/CPSharding.tla:159:8
         k = 4
         if not (t['free'] == _b_cup(s['free'], d_DPages(C, s, t, v_d))):
             return Failure('InsertReject', 4, *_T_act_InsertReject[3])
-        # spec/CPSharding.tla:158:8
+        # spec/CPSharding.tla:160:8
         k = 5
         if not (t['page'] == exc(s['page'], ((v_d,), lambda at_1: d_EmptyRow(C, s, t, C['NoPage'])))):
             return Failure('InsertReject', 5, *_T_act_InsertReject[4])
-        # spec/CPSharding.tla:159:8
+        # spec/CPSharding.tla:161:8
         k = 6
         if not (t['len'] == exc(s['len'], ((v_d,), lambda at_2: 0))):
             return Failure('InsertReject', 6, *_T_act_InsertReject[5])
-        # spec/CPSharding.tla:160:8
+        # spec/CPSharding.tla:162:8
         k = 7
         if not (t['rot'] == exc(s['rot'], ((v_d,), lambda at_3: C['NoRot']))):
             return Failure('InsertReject', 7, *_T_act_InsertReject[6])
-        # spec/CPSharding.tla:161:8
+        # spec/CPSharding.tla:163:8
         k = 8
         if not ((t['host'] == s['host']) and (t['mixed'] == s['mixed'])):
             return Failure('InsertReject', 8, *_T_act_InsertReject[7])
@@ -283,30 +286,30 @@ def act_InsertReject(C, s, t, v_c, v_d):
 
 
 _T_act_PageEvict = (
-    ('P < len[c]', 'spec/CPSharding.tla:170:8'),
-    ('DeviceLeaf(c, P)', 'spec/CPSharding.tla:171:8'),
-    ("\\/ /\\ page[c][P] # NoPage /\\ host[c][P] # NoHost /\\ page' = [page EXCEPT ![c][P] = NoPage] /\\ free' = free \\cup {page[c][P]} /\\ UNCHANGED <<len, rot, host>> \\/ /\\ P = len[c] - 1 /\\ page' = [page EXCEPT ![c][P] = NoPage] /\\ host' = [host EXCEPT ![c][P] = NoHost] /\\ free' = IF page[c][P] # NoPage THEN free \\cup {page[c][P]} ELSE free /\\ len' = [len EXCEPT ![c] = P] /\\ rot' = IF P = 0 THEN [rot EXCEPT ![c] = NoRot] ELSE rot", 'spec/CPSharding.tla:172:8'),
-    ('UNCHANGED mixed', 'spec/CPSharding.tla:183:8'),
+    ('P < len[c]', 'spec/CPSharding.tla:172:8'),
+    ('DeviceLeaf(c, P)', 'spec/CPSharding.tla:173:8'),
+    ("\\/ /\\ page[c][P] # NoPage /\\ host[c][P] # NoHost /\\ page' = [page EXCEPT ![c][P] = NoPage] /\\ free' = free \\cup {page[c][P]} /\\ UNCHANGED <<len, rot, host>> \\/ /\\ P = len[c] - 1 /\\ page' = [page EXCEPT ![c][P] = NoPage] /\\ host' = [host EXCEPT ![c][P] = NoHost] /\\ free' = IF page[c][P] # NoPage THEN free \\cup {page[c][P]} ELSE free /\\ len' = [len EXCEPT ![c] = P] /\\ rot' = IF P = 0 THEN [rot EXCEPT ![c] = NoRot] ELSE rot", 'spec/CPSharding.tla:174:8'),
+    ('UNCHANGED mixed', 'spec/CPSharding.tla:185:8'),
 )
 
 
 def act_PageEvict(C, s, t, v_c, v_P):
-    """PageEvict (spec/CPSharding.tla:170:5): None, or the first failing conjunct."""
+    """PageEvict (spec/CPSharding.tla:172:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:170:8
+        # spec/CPSharding.tla:172:8
         k = 1
         if not (v_P < ap(s['len'], v_c)):
             return Failure('PageEvict', 1, *_T_act_PageEvict[0])
-        # spec/CPSharding.tla:171:8
+        # spec/CPSharding.tla:173:8
         k = 2
         if not d_DeviceLeaf(C, s, t, v_c, v_P):
             return Failure('PageEvict', 2, *_T_act_PageEvict[1])
-        # spec/CPSharding.tla:172:8
+        # spec/CPSharding.tla:174:8
         k = 3
         if not (((ap(ap(s['page'], v_c), v_P) != C['NoPage']) and (ap(ap(s['host'], v_c), v_P) != C['NoHost']) and (t['page'] == exc(s['page'], ((v_c, v_P,), lambda at_1: C['NoPage']))) and (t['free'] == _b_cup(s['free'], frozenset((normalize(ap(ap(s['page'], v_c), v_P)),)))) and ((t['len'] == s['len']) and (t['rot'] == s['rot']) and (t['host'] == s['host']))) or ((v_P == (ap(s['len'], v_c) - 1)) and (t['page'] == exc(s['page'], ((v_c, v_P,), lambda at_2: C['NoPage']))) and (t['host'] == exc(s['host'], ((v_c, v_P,), lambda at_3: C['NoHost']))) and (t['free'] == (_b_cup(s['free'], frozenset((normalize(ap(ap(s['page'], v_c), v_P)),))) if (ap(ap(s['page'], v_c), v_P) != C['NoPage']) else s['free'])) and (t['len'] == exc(s['len'], ((v_c,), lambda at_4: v_P))) and (t['rot'] == (exc(s['rot'], ((v_c,), lambda at_5: C['NoRot'])) if (v_P == 0) else s['rot'])))):
             return Failure('PageEvict', 3, *_T_act_PageEvict[2])
-        # spec/CPSharding.tla:183:8
+        # spec/CPSharding.tla:185:8
         k = 4
         if not (t['mixed'] == s['mixed']):
             return Failure('PageEvict', 4, *_T_act_PageEvict[3])
@@ -316,35 +319,35 @@ def act_PageEvict(C, s, t, v_c, v_P):
 
 
 _T_act_OwnerBackup = (
-    ('P < len[c]', 'spec/CPSharding.tla:187:8'),
-    ('page[c][P] # NoPage', 'spec/CPSharding.tla:188:8'),
-    ('host[c][P] = NoHost', 'spec/CPSharding.tla:189:8'),
-    ("host' = [host EXCEPT ![c][P] = Owner(page[c][P])]", 'spec/CPSharding.tla:190:8'),
-    ('UNCHANGED <<rot, len, page, free, mixed>>', 'spec/CPSharding.tla:191:8'),
+    ('P < len[c]', 'spec/CPSharding.tla:189:8'),
+    ('page[c][P] # NoPage', 'spec/CPSharding.tla:190:8'),
+    ('host[c][P] = NoHost', 'spec/CPSharding.tla:191:8'),
+    ("host' = [host EXCEPT ![c][P] = Owner(page[c][P])]", 'spec/CPSharding.tla:192:8'),
+    ('UNCHANGED <<rot, len, page, free, mixed>>', 'spec/CPSharding.tla:193:8'),
 )
 
 
 def act_OwnerBackup(C, s, t, v_c, v_P):
-    """OwnerBackup (spec/CPSharding.tla:187:5): None, or the first failing conjunct."""
+    """OwnerBackup (spec/CPSharding.tla:189:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:187:8
+        # spec/CPSharding.tla:189:8
         k = 1
         if not (v_P < ap(s['len'], v_c)):
             return Failure('OwnerBackup', 1, *_T_act_OwnerBackup[0])
-        # spec/CPSharding.tla:188:8
+        # spec/CPSharding.tla:190:8
         k = 2
         if not (ap(ap(s['page'], v_c), v_P) != C['NoPage']):
             return Failure('OwnerBackup', 2, *_T_act_OwnerBackup[1])
-        # spec/CPSharding.tla:189:8
+        # spec/CPSharding.tla:191:8
         k = 3
         if not (ap(ap(s['host'], v_c), v_P) == C['NoHost']):
             return Failure('OwnerBackup', 3, *_T_act_OwnerBackup[2])
-        # spec/CPSharding.tla:190:8
+        # spec/CPSharding.tla:192:8
         k = 4
         if not (t['host'] == exc(s['host'], ((v_c, v_P,), lambda at_1: d_Owner(C, s, t, ap(ap(s['page'], v_c), v_P))))):
             return Failure('OwnerBackup', 4, *_T_act_OwnerBackup[3])
-        # spec/CPSharding.tla:191:8
+        # spec/CPSharding.tla:193:8
         k = 5
         if not ((t['rot'] == s['rot']) and (t['len'] == s['len']) and (t['page'] == s['page']) and (t['free'] == s['free']) and (t['mixed'] == s['mixed'])):
             return Failure('OwnerBackup', 5, *_T_act_OwnerBackup[4])
@@ -354,35 +357,35 @@ def act_OwnerBackup(C, s, t, v_c, v_P):
 
 
 _T_act_OwnerRestore = (
-    ('P < len[c]', 'spec/CPSharding.tla:196:8'),
-    ('page[c][P] = NoPage', 'spec/CPSharding.tla:197:8'),
-    ('host[c][P] # NoHost', 'spec/CPSharding.tla:198:8'),
-    ("\\E p \\in FreeOn(host[c][P]) : /\\ page' = [page EXCEPT ![c][P] = p] /\\ free' = free \\ {p}", 'spec/CPSharding.tla:199:8'),
-    ('UNCHANGED <<rot, len, host, mixed>>', 'spec/CPSharding.tla:202:8'),
+    ('P < len[c]', 'spec/CPSharding.tla:198:8'),
+    ('page[c][P] = NoPage', 'spec/CPSharding.tla:199:8'),
+    ('host[c][P] # NoHost', 'spec/CPSharding.tla:200:8'),
+    ("\\E p \\in FreeOn(host[c][P]) : /\\ page' = [page EXCEPT ![c][P] = p] /\\ free' = free \\ {p}", 'spec/CPSharding.tla:201:8'),
+    ('UNCHANGED <<rot, len, host, mixed>>', 'spec/CPSharding.tla:204:8'),
 )
 
 
 def act_OwnerRestore(C, s, t, v_c, v_P):
-    """OwnerRestore (spec/CPSharding.tla:196:5): None, or the first failing conjunct."""
+    """OwnerRestore (spec/CPSharding.tla:198:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:196:8
+        # spec/CPSharding.tla:198:8
         k = 1
         if not (v_P < ap(s['len'], v_c)):
             return Failure('OwnerRestore', 1, *_T_act_OwnerRestore[0])
-        # spec/CPSharding.tla:197:8
+        # spec/CPSharding.tla:199:8
         k = 2
         if not (ap(ap(s['page'], v_c), v_P) == C['NoPage']):
             return Failure('OwnerRestore', 2, *_T_act_OwnerRestore[1])
-        # spec/CPSharding.tla:198:8
+        # spec/CPSharding.tla:200:8
         k = 3
         if not (ap(ap(s['host'], v_c), v_P) != C['NoHost']):
             return Failure('OwnerRestore', 3, *_T_act_OwnerRestore[2])
-        # spec/CPSharding.tla:199:8
+        # spec/CPSharding.tla:201:8
         k = 4
         if not any(((t['page'] == exc(s['page'], ((v_c, v_P,), lambda at_2: v_p_1))) and (t['free'] == _b_setminus(s['free'], frozenset((normalize(v_p_1),))))) for v_p_1 in it(d_FreeOn(C, s, t, ap(ap(s['host'], v_c), v_P)))):
             return Failure('OwnerRestore', 4, *_T_act_OwnerRestore[3])
-        # spec/CPSharding.tla:202:8
+        # spec/CPSharding.tla:204:8
         k = 5
         if not ((t['rot'] == s['rot']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['mixed'] == s['mixed'])):
             return Failure('OwnerRestore', 5, *_T_act_OwnerRestore[4])
@@ -422,40 +425,40 @@ def next_OwnerRestore(C, s, t):
 
 
 _T_inv_TypeOK = (
-    ('rot \\in [Chains -> Ranks \\cup {NoRot}]', 'spec/CPSharding.tla:77:8'),
-    ('len \\in [Chains -> 0..MaxLen]', 'spec/CPSharding.tla:78:8'),
-    ('page \\in [Chains -> [Pos -> PageIds \\cup {NoPage}]]', 'spec/CPSharding.tla:79:8'),
-    ('host \\in [Chains -> [Pos -> Ranks \\cup {NoHost}]]', 'spec/CPSharding.tla:80:8'),
-    ('free \\subseteq PageIds', 'spec/CPSharding.tla:81:8'),
-    ('mixed \\in BOOLEAN', 'spec/CPSharding.tla:82:8'),
+    ('rot \\in [Chains -> Ranks \\cup {NoRot}]', 'spec/CPSharding.tla:79:8'),
+    ('len \\in [Chains -> 0..MaxLen]', 'spec/CPSharding.tla:80:8'),
+    ('page \\in [Chains -> [Pos -> PageIds \\cup {NoPage}]]', 'spec/CPSharding.tla:81:8'),
+    ('host \\in [Chains -> [Pos -> Ranks \\cup {NoHost}]]', 'spec/CPSharding.tla:82:8'),
+    ('free \\subseteq PageIds', 'spec/CPSharding.tla:83:8'),
+    ('mixed \\in BOOLEAN', 'spec/CPSharding.tla:84:8'),
 )
 
 
 def inv_TypeOK(C, s):
-    """TypeOK (spec/CPSharding.tla:77:5): None, or the first failing conjunct."""
+    """TypeOK (spec/CPSharding.tla:79:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:77:8
+        # spec/CPSharding.tla:79:8
         k = 1
         if not (s['rot'] in C['$h0']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/CPSharding.tla:78:8
+        # spec/CPSharding.tla:80:8
         k = 2
         if not (s['len'] in C['$h1']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/CPSharding.tla:79:8
+        # spec/CPSharding.tla:81:8
         k = 3
         if not (s['page'] in C['$h2']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/CPSharding.tla:80:8
+        # spec/CPSharding.tla:82:8
         k = 4
         if not (s['host'] in C['$h3']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/CPSharding.tla:81:8
+        # spec/CPSharding.tla:83:8
         k = 5
         if not _b_subseteq(s['free'], C['PageIds']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/CPSharding.tla:82:8
+        # spec/CPSharding.tla:84:8
         k = 6
         if not (s['mixed'] in STD["BOOLEAN"]):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
@@ -481,27 +484,27 @@ def inc_TypeOK(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/CPSharding.tla:77:8 (element-local)
+        # spec/CPSharding.tla:79:8 (element-local)
         k = 1
         if not all((ap(s['rot'], x_1) in C['$h4']) for x_1 in it(D['Chains'])):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/CPSharding.tla:78:8 (element-local)
+        # spec/CPSharding.tla:80:8 (element-local)
         k = 2
         if not all((ap(s['len'], x_2) in C['$h5']) for x_2 in it(D['Chains'])):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/CPSharding.tla:79:8 (element-local)
+        # spec/CPSharding.tla:81:8 (element-local)
         k = 3
         if not all((ap(s['page'], x_3) in C['$h6']) for x_3 in it(D['Chains'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/CPSharding.tla:80:8 (element-local)
+        # spec/CPSharding.tla:82:8 (element-local)
         k = 4
         if not all((ap(s['host'], x_4) in C['$h7']) for x_4 in it(D['Chains'])):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/CPSharding.tla:81:8
+        # spec/CPSharding.tla:83:8
         k = 5
         if not _b_subseteq(s['free'], C['PageIds']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/CPSharding.tla:82:8
+        # spec/CPSharding.tla:84:8
         k = 6
         if not (s['mixed'] in STD["BOOLEAN"]):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
@@ -511,58 +514,27 @@ def inc_TypeOK(C, s, D, V=None):
 
 
 _T_inv_PlacementBijection = (
-    ('\\A p \\in PageIds : PageAt(Owner(p), LocalAddr(p)) = p /\\ LocalAddr(p) < LocalPages', 'spec/CPSharding.tla:218:8'),
-    ('\\A r \\in Ranks, a \\in 0..(LocalPages - 1) : Owner(PageAt(r, a)) = r /\\ LocalAddr(PageAt(r, a)) = a', 'spec/CPSharding.tla:219:8'),
-    ('\\A loc \\in 0..(CP * LocalPages * PageSize - 1) : /\\ TokOwner(loc, CP, PageSize) = Owner(loc \\div PageSize) /\\ TokLoc(TokOwner(loc, CP, PageSize), TokLocal(loc, CP, PageSize), CP, PageSize) = loc', 'spec/CPSharding.tla:221:8'),
+    ('\\A p \\in 0..(CP * ArithPages - 1) : PageAt(Owner(p), LocalAddr(p)) = p /\\ LocalAddr(p) < LocalPages', 'spec/CPSharding.tla:225:8'),
+    ('\\A r \\in Ranks, a \\in 0..(ArithPages - 1) : Owner(PageAt(r, a)) = r /\\ LocalAddr(PageAt(r, a)) = a', 'spec/CPSharding.tla:227:8'),
+    ('\\A loc \\in 0..(CP * ArithPages * PageSize - 1) : /\\ TokOwner(loc, CP, PageSize) = Owner(loc \\div PageSize) /\\ TokLoc(TokOwner(loc, CP, PageSize), TokLocal(loc, CP, PageSize), CP, PageSize) = loc', 'spec/CPSharding.tla:229:8'),
 )
 
 
 def inv_PlacementBijection(C, s):
-    """PlacementBijection (spec/CPSharding.tla:218:5): None, or the first failing conjunct."""
+    """PlacementBijection (spec/CPSharding.tla:225:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:218:8
+        # spec/CPSharding.tla:225:8
         k = 1
-        if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, v_p_1), d_LocalAddr(C, s, None, v_p_1)) == v_p_1) and (d_LocalAddr(C, s, None, v_p_1) < C['LocalPages'])) for v_p_1 in it(C['PageIds'])):
+        if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, v_p_1), d_LocalAddr(C, s, None, v_p_1)) == v_p_1) and (d_LocalAddr(C, s, None, v_p_1) < C['LocalPages'])) for v_p_1 in it(C['$h8'])):
             return Failure('PlacementBijection', 1, *_T_inv_PlacementBijection[0])
-        # spec/CPSharding.tla:219:8
+        # spec/CPSharding.tla:227:8
         k = 2
-        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h8'])):
+        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(C['Ranks']) for v_a_3 in it(C['$h9'])):
             return Failure('PlacementBijection', 2, *_T_inv_PlacementBijection[1])
-        # spec/CPSharding.tla:221:8
+        # spec/CPSharding.tla:229:8
         k = 3
-        if not all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h9'])):
-            return Failure('PlacementBijection', 3, *_T_inv_PlacementBijection[2])
-    except Exception as e:  # an evaluation error fails the conjunct it happened in
-        return conj_error('PlacementBijection', _T_inv_PlacementBijection, k, e)
-    return None
-
-
-_R_inv_PlacementBijection = (
-    frozenset(()),
-    frozenset(()),
-    frozenset(()),
-)
-
-
-def inc_PlacementBijection(C, s, D, V=None):
-    """PlacementBijection over the elements D[domain] of PageIds only, skipping the conjuncts
-    that read no variable in V (see inv_PlacementBijection)."""
-    if inc_all(C, s, D, V, _OTHERS['PlacementBijection']):
-        return None
-    k = 0
-    try:
-        # spec/CPSharding.tla:218:8 (element-local)
-        k = 1
-        if not all(((d_PageAt(C, s, None, d_Owner(C, s, None, v_p_1), d_LocalAddr(C, s, None, v_p_1)) == v_p_1) and (d_LocalAddr(C, s, None, v_p_1) < C['LocalPages'])) for v_p_1 in it(D['PageIds'])):
-            return Failure('PlacementBijection', 1, *_T_inv_PlacementBijection[0])
-        # spec/CPSharding.tla:219:8
-        k = 2
-        if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_5, v_a_6)) == v_r_5) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_5, v_a_6)) == v_a_6)) for v_r_5 in it(C['Ranks']) for v_a_6 in it(C['$h8'])):
-            return Failure('PlacementBijection', 2, *_T_inv_PlacementBijection[1])
-        # spec/CPSharding.tla:221:8
-        k = 3
-        if not all(((d_TokOwner(C, s, None, v_loc_7, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_7, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_7, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_7, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_7)) for v_loc_7 in it(C['$h9'])):
+        if not all(((d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']) == d_Owner(C, s, None, _b_div(v_loc_4, C['PageSize']))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, C['CP'], C['PageSize']), d_TokLocal(C, s, None, v_loc_4, C['CP'], C['PageSize']), C['CP'], C['PageSize']) == v_loc_4)) for v_loc_4 in it(C['$h10'])):
             return Failure('PlacementBijection', 3, *_T_inv_PlacementBijection[2])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('PlacementBijection', _T_inv_PlacementBijection, k, e)
@@ -570,15 +542,15 @@ def inc_PlacementBijection(C, s, D, V=None):
 
 
 _T_inv_PositionOwner = (
-    ('\\A c \\in Chains : \\A P \\in 0..(len[c] - 1) : page[c][P] # NoPage => Owner(page[c][P]) = ChainOwner(rot[c], P, CP)', 'spec/CPSharding.tla:227:5'),
+    ('\\A c \\in Chains : \\A P \\in 0..(len[c] - 1) : page[c][P] # NoPage => Owner(page[c][P]) = ChainOwner(rot[c], P, CP)', 'spec/CPSharding.tla:235:5'),
 )
 
 
 def inv_PositionOwner(C, s):
-    """PositionOwner (spec/CPSharding.tla:227:5): None, or the first failing conjunct."""
+    """PositionOwner (spec/CPSharding.tla:235:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:227:5
+        # spec/CPSharding.tla:235:5
         k = 1
         if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_2, C['CP']))) for v_P_2 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(C['Chains'])):
             return Failure('PositionOwner', 1, *_T_inv_PositionOwner[0])
@@ -599,7 +571,7 @@ def inc_PositionOwner(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/CPSharding.tla:227:5 (element-local)
+        # spec/CPSharding.tla:235:5 (element-local)
         k = 1
         if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_2, C['CP']))) for v_P_2 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(D['Chains'])):
             return Failure('PositionOwner', 1, *_T_inv_PositionOwner[0])
@@ -609,15 +581,15 @@ def inc_PositionOwner(C, s, D, V=None):
 
 
 _T_inv_ExtensionKeepsRotation = (
-    ('\\A c \\in Chains : \\A P \\in 1..(len[c] - 1) : (page[c][P] # NoPage /\\ page[c][P - 1] # NoPage) => Owner(page[c][P]) = (Owner(page[c][P - 1]) + 1) % CP', 'spec/CPSharding.tla:233:5'),
+    ('\\A c \\in Chains : \\A P \\in 1..(len[c] - 1) : (page[c][P] # NoPage /\\ page[c][P - 1] # NoPage) => Owner(page[c][P]) = (Owner(page[c][P - 1]) + 1) % CP', 'spec/CPSharding.tla:241:5'),
 )
 
 
 def inv_ExtensionKeepsRotation(C, s):
-    """ExtensionKeepsRotation (spec/CPSharding.tla:233:5): None, or the first failing conjunct."""
+    """ExtensionKeepsRotation (spec/CPSharding.tla:241:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:233:5
+        # spec/CPSharding.tla:241:5
         k = 1
         if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage']) and (ap(ap(s['page'], v_c_1), (v_P_2 - 1)) != C['NoPage']))) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == _b_mod((d_Owner(C, s, None, ap(ap(s['page'], v_c_1), (v_P_2 - 1))) + 1), C['CP']))) for v_P_2 in it(_b_range_(1, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(C['Chains'])):
             return Failure('ExtensionKeepsRotation', 1, *_T_inv_ExtensionKeepsRotation[0])
@@ -638,7 +610,7 @@ def inc_ExtensionKeepsRotation(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/CPSharding.tla:233:5 (element-local)
+        # spec/CPSharding.tla:241:5 (element-local)
         k = 1
         if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage']) and (ap(ap(s['page'], v_c_1), (v_P_2 - 1)) != C['NoPage']))) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == _b_mod((d_Owner(C, s, None, ap(ap(s['page'], v_c_1), (v_P_2 - 1))) + 1), C['CP']))) for v_P_2 in it(_b_range_(1, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(D['Chains'])):
             return Failure('ExtensionKeepsRotation', 1, *_T_inv_ExtensionKeepsRotation[0])
@@ -648,15 +620,15 @@ def inc_ExtensionKeepsRotation(C, s, D, V=None):
 
 
 _T_inv_SpliceRotationsAgree = (
-    ('~mixed', 'spec/CPSharding.tla:238:25'),
+    ('~mixed', 'spec/CPSharding.tla:246:25'),
 )
 
 
 def inv_SpliceRotationsAgree(C, s):
-    """SpliceRotationsAgree (spec/CPSharding.tla:238:25): None, or the first failing conjunct."""
+    """SpliceRotationsAgree (spec/CPSharding.tla:246:25): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:238:25
+        # spec/CPSharding.tla:246:25
         k = 1
         if not (not s['mixed']):
             return Failure('SpliceRotationsAgree', 1, *_T_inv_SpliceRotationsAgree[0])
@@ -666,15 +638,15 @@ def inv_SpliceRotationsAgree(C, s):
 
 
 _T_inv_RestoreKeepsOwner = (
-    ('\\A c \\in Chains : \\A P \\in 0..(len[c] - 1) : (page[c][P] # NoPage /\\ host[c][P] # NoHost) => Owner(page[c][P]) = host[c][P]', 'spec/CPSharding.tla:242:5'),
+    ('\\A c \\in Chains : \\A P \\in 0..(len[c] - 1) : (page[c][P] # NoPage /\\ host[c][P] # NoHost) => Owner(page[c][P]) = host[c][P]', 'spec/CPSharding.tla:250:5'),
 )
 
 
 def inv_RestoreKeepsOwner(C, s):
-    """RestoreKeepsOwner (spec/CPSharding.tla:242:5): None, or the first failing conjunct."""
+    """RestoreKeepsOwner (spec/CPSharding.tla:250:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:242:5
+        # spec/CPSharding.tla:250:5
         k = 1
         if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage']) and (ap(ap(s['host'], v_c_1), v_P_2) != C['NoHost']))) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == ap(ap(s['host'], v_c_1), v_P_2))) for v_P_2 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(C['Chains'])):
             return Failure('RestoreKeepsOwner', 1, *_T_inv_RestoreKeepsOwner[0])
@@ -695,7 +667,7 @@ def inc_RestoreKeepsOwner(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/CPSharding.tla:242:5 (element-local)
+        # spec/CPSharding.tla:250:5 (element-local)
         k = 1
         if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage']) and (ap(ap(s['host'], v_c_1), v_P_2) != C['NoHost']))) or (d_Owner(C, s, None, ap(ap(s['page'], v_c_1), v_P_2)) == ap(ap(s['host'], v_c_1), v_P_2))) for v_P_2 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1)))) for v_c_1 in it(D['Chains'])):
             return Failure('RestoreKeepsOwner', 1, *_T_inv_RestoreKeepsOwner[0])
@@ -705,15 +677,15 @@ def inc_RestoreKeepsOwner(C, s, D, V=None):
 
 
 _T_inv_ChainBalanced = (
-    ('\\A c \\in Chains : rot[c] # NoRot => \\A r \\in Ranks : LET n == Cardinality({P \\in 0..(len[c] - 1) : ChainOwner(rot[c], P, CP) = r}) IN n \\in {len[c] \\div CP, (len[c] + CP - 1) \\div CP}', 'spec/CPSharding.tla:247:5'),
+    ('\\A c \\in Chains : rot[c] # NoRot => \\A r \\in Ranks : LET n == Cardinality({P \\in 0..(len[c] - 1) : ChainOwner(rot[c], P, CP) = r}) IN n \\in {len[c] \\div CP, (len[c] + CP - 1) \\div CP}', 'spec/CPSharding.tla:255:5'),
 )
 
 
 def inv_ChainBalanced(C, s):
-    """ChainBalanced (spec/CPSharding.tla:247:5): None, or the first failing conjunct."""
+    """ChainBalanced (spec/CPSharding.tla:255:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:247:5
+        # spec/CPSharding.tla:255:5
         k = 1
         if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: (l_n_3() in frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(C['Chains'])):
             return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
@@ -734,7 +706,7 @@ def inc_ChainBalanced(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/CPSharding.tla:247:5 (element-local)
+        # spec/CPSharding.tla:255:5 (element-local)
         k = 1
         if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: (l_n_3() in frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(D['Chains'])):
             return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
@@ -744,30 +716,30 @@ def inc_ChainBalanced(C, s, D, V=None):
 
 
 _T_inv_NoDoubleAllocation = (
-    ('\\A c, d \\in Chains : \\A P, Q \\in Pos : (page[c][P] # NoPage /\\ <<c, P>> # <<d, Q>>) => page[c][P] # page[d][Q]', 'spec/CPSharding.tla:254:8'),
-    ('\\A c \\in Chains : \\A P \\in Pos : page[c][P] # NoPage => page[c][P] \\notin free', 'spec/CPSharding.tla:256:8'),
-    ('\\A c \\in Chains : \\A P \\in Pos : P >= len[c] => page[c][P] = NoPage /\\ host[c][P] = NoHost', 'spec/CPSharding.tla:257:8'),
-    ('\\A p \\in PageIds : p \\notin free => \\E c \\in Chains, P \\in Pos : page[c][P] = p', 'spec/CPSharding.tla:258:8'),
+    ('\\A c, d \\in Chains : \\A P, Q \\in Pos : (page[c][P] # NoPage /\\ <<c, P>> # <<d, Q>>) => page[c][P] # page[d][Q]', 'spec/CPSharding.tla:262:8'),
+    ('\\A c \\in Chains : \\A P \\in Pos : page[c][P] # NoPage => page[c][P] \\notin free', 'spec/CPSharding.tla:264:8'),
+    ('\\A c \\in Chains : \\A P \\in Pos : P >= len[c] => page[c][P] = NoPage /\\ host[c][P] = NoHost', 'spec/CPSharding.tla:265:8'),
+    ('\\A p \\in PageIds : p \\notin free => \\E c \\in Chains, P \\in Pos : page[c][P] = p', 'spec/CPSharding.tla:266:8'),
 )
 
 
 def inv_NoDoubleAllocation(C, s):
-    """NoDoubleAllocation (spec/CPSharding.tla:254:5): None, or the first failing conjunct."""
+    """NoDoubleAllocation (spec/CPSharding.tla:262:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/CPSharding.tla:254:8
+        # spec/CPSharding.tla:262:8
         k = 1
         if not all(all(((not ((ap(ap(s['page'], v_c_1), v_P_3) != C['NoPage']) and ((v_c_1, v_P_3) != (v_d_2, v_Q_4)))) or (ap(ap(s['page'], v_c_1), v_P_3) != ap(ap(s['page'], v_d_2), v_Q_4))) for v_P_3 in it(C['Pos']) for v_Q_4 in it(C['Pos'])) for v_c_1 in it(C['Chains']) for v_d_2 in it(C['Chains'])):
             return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
-        # spec/CPSharding.tla:256:8
+        # spec/CPSharding.tla:264:8
         k = 2
         if not all(all(((not (ap(ap(s['page'], v_c_5), v_P_6) != C['NoPage'])) or (ap(ap(s['page'], v_c_5), v_P_6) not in s['free'])) for v_P_6 in it(C['Pos'])) for v_c_5 in it(C['Chains'])):
             return Failure('NoDoubleAllocation', 2, *_T_inv_NoDoubleAllocation[1])
-        # spec/CPSharding.tla:257:8
+        # spec/CPSharding.tla:265:8
         k = 3
         if not all(all(((not (v_P_8 >= ap(s['len'], v_c_7))) or ((ap(ap(s['page'], v_c_7), v_P_8) == C['NoPage']) and (ap(ap(s['host'], v_c_7), v_P_8) == C['NoHost']))) for v_P_8 in it(C['Pos'])) for v_c_7 in it(C['Chains'])):
             return Failure('NoDoubleAllocation', 3, *_T_inv_NoDoubleAllocation[2])
-        # spec/CPSharding.tla:258:8
+        # spec/CPSharding.tla:266:8
         k = 4
         if not all(((not (v_p_9 not in s['free'])) or any((ap(ap(s['page'], v_c_10), v_P_11) == v_p_9) for v_c_10 in it(C['Chains']) for v_P_11 in it(C['Pos']))) for v_p_9 in it(C['PageIds'])):
             return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
@@ -791,19 +763,19 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/CPSharding.tla:254:8
+        # spec/CPSharding.tla:262:8
         k = 1
         if not all(all(((not ((ap(ap(s['page'], v_c_16), v_P_18) != C['NoPage']) and ((v_c_16, v_P_18) != (v_d_17, v_Q_19)))) or (ap(ap(s['page'], v_c_16), v_P_18) != ap(ap(s['page'], v_d_17), v_Q_19))) for v_P_18 in it(C['Pos']) for v_Q_19 in it(C['Pos'])) for v_c_16 in it(C['Chains']) for v_d_17 in it(C['Chains'])):
             return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
-        # spec/CPSharding.tla:256:8 (element-local)
+        # spec/CPSharding.tla:264:8 (element-local)
         k = 2
         if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (ap(ap(s['page'], v_c_1), v_P_2) not in s['free'])) for v_P_2 in it(C['Pos'])) for v_c_1 in it(D['Chains'])):
             return Failure('NoDoubleAllocation', 2, *_T_inv_NoDoubleAllocation[1])
-        # spec/CPSharding.tla:257:8 (element-local)
+        # spec/CPSharding.tla:265:8 (element-local)
         k = 3
         if not all(all(((not (v_P_4 >= ap(s['len'], v_c_3))) or ((ap(ap(s['page'], v_c_3), v_P_4) == C['NoPage']) and (ap(ap(s['host'], v_c_3), v_P_4) == C['NoHost']))) for v_P_4 in it(C['Pos'])) for v_c_3 in it(D['Chains'])):
             return Failure('NoDoubleAllocation', 3, *_T_inv_NoDoubleAllocation[2])
-        # spec/CPSharding.tla:258:8 (element-local)
+        # spec/CPSharding.tla:266:8 (element-local)
         k = 4
         if not all(((not (v_p_5 not in s['free'])) or any((ap(ap(s['page'], v_c_6), v_P_7) == v_p_5) for v_c_6 in it(C['Chains']) for v_P_7 in it(C['Pos']))) for v_p_5 in it(D['PageIds'])):
             return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
@@ -814,37 +786,35 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
 
 #: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)
 _OTHERS = {
-    'TypeOK': frozenset(('PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
-    'PlacementBijection': frozenset(('TypeOK', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
-    'PositionOwner': frozenset(('TypeOK', 'PlacementBijection', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
-    'ExtensionKeepsRotation': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
-    'RestoreKeepsOwner': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'ChainBalanced', 'NoDoubleAllocation')),
-    'ChainBalanced': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'NoDoubleAllocation')),
-    'NoDoubleAllocation': frozenset(('TypeOK', 'PlacementBijection', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced')),
+    'TypeOK': frozenset(('PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
+    'PositionOwner': frozenset(('TypeOK', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
+    'ExtensionKeepsRotation': frozenset(('TypeOK', 'PositionOwner', 'RestoreKeepsOwner', 'ChainBalanced', 'NoDoubleAllocation')),
+    'RestoreKeepsOwner': frozenset(('TypeOK', 'PositionOwner', 'ExtensionKeepsRotation', 'ChainBalanced', 'NoDoubleAllocation')),
+    'ChainBalanced': frozenset(('TypeOK', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'NoDoubleAllocation')),
+    'NoDoubleAllocation': frozenset(('TypeOK', 'PositionOwner', 'ExtensionKeepsRotation', 'RestoreKeepsOwner', 'ChainBalanced')),
 }
 
 
 def inc_all(C, s, D, V=None, skip=frozenset()):
-    """The fast paths of TypeOK, PlacementBijection, PositionOwner, ExtensionKeepsRotation, RestoreKeepsOwner, ChainBalanced, NoDoubleAllocation in one pass (see codegen.fused_fn)."""
+    """The fast paths of TypeOK, PositionOwner, ExtensionKeepsRotation, RestoreKeepsOwner, ChainBalanced, NoDoubleAllocation in one pass (see codegen.fused_fn)."""
     try:
         _k0 = 'TypeOK' not in skip
-        _k1 = 'PlacementBijection' not in skip
-        _k2 = 'PositionOwner' not in skip
-        _k3 = 'ExtensionKeepsRotation' not in skip
-        _k4 = 'RestoreKeepsOwner' not in skip
-        _k5 = 'ChainBalanced' not in skip
-        _k6 = 'NoDoubleAllocation' not in skip
+        _k1 = 'PositionOwner' not in skip
+        _k2 = 'ExtensionKeepsRotation' not in skip
+        _k3 = 'RestoreKeepsOwner' not in skip
+        _k4 = 'ChainBalanced' not in skip
+        _k5 = 'NoDoubleAllocation' not in skip
         _u0_0 = _k0 and (V is None or 'rot' in V)
         _u0_1 = _k0 and (V is None or 'len' in V)
         _u0_2 = _k0 and (V is None or 'page' in V)
         _u0_3 = _k0 and (V is None or 'host' in V)
-        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_PositionOwner[0]))
-        _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_ExtensionKeepsRotation[0]))
-        _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_RestoreKeepsOwner[0]))
-        _u5_0 = _k5 and (V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]))
-        _u6_1 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1]))
-        _u6_2 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2]))
-        if (_u0_0 or _u0_1 or _u0_2 or _u0_3 or _u2_0 or _u3_0 or _u4_0 or _u5_0 or _u6_1 or _u6_2) and D['Chains']:
+        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_PositionOwner[0]))
+        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_ExtensionKeepsRotation[0]))
+        _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_RestoreKeepsOwner[0]))
+        _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]))
+        _u5_1 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1]))
+        _u5_2 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2]))
+        if (_u0_0 or _u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_0 or _u4_0 or _u5_1 or _u5_2) and D['Chains']:
             _a0 = fast_ap(s['rot'])
             _a1 = fast_ap(s['len'])
             _a2 = fast_ap(s['page'])
@@ -865,7 +835,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _e1 = _a1(e_Chains)
                 _e2 = _a2(e_Chains)
                 _e3 = _a3(e_Chains)
-                if not ((not _u0_0 or (_e0 in _r4)) and (not _u0_1 or (_e1 in _r5)) and (not _u0_2 or (_e2 in _r6)) and (not _u0_3 or (_e3 in _r7)) and (not _u2_0 or all(((not (ap(_e2, v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e2, (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u4_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e3, v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u5_0 or ((not (_e0 != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_e1, _r9)), normalize(_b_div((_e1 + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u6_1 or all(((not (ap(_e2, v_P_12) != _r8)) or (ap(_e2, v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u6_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r8) and (ap(_e3, v_P_13) == _r10))) for v_P_13 in it(_r14)))):
+                if not ((not _u0_0 or (_e0 in _r4)) and (not _u0_1 or (_e1 in _r5)) and (not _u0_2 or (_e2 in _r6)) and (not _u0_3 or (_e3 in _r7)) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e2, (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e3, v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_e1, _r9)), normalize(_b_div((_e1 + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r8)) or (ap(_e2, v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r8) and (ap(_e3, v_P_13) == _r10))) for v_P_13 in it(_r14)))):
                     raise FastPathFailed()
         if (_k0 and (V is None or 'free' in V)):
             _r15 = s['free']
@@ -877,36 +847,21 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r18 = STD["BOOLEAN"]
             if not (_r17 in _r18):
                 raise FastPathFailed()
-        _u1_0 = _k1 and (V is None)
-        _u6_3 = _k6 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]))
-        if (_u1_0 or _u6_3) and D['PageIds']:
+        if (_k5 and (V is None or 'page' in V)):
             _a19 = fast_ap(s['page'])
-            _r20 = C['LocalPages']
-            _r21 = s['free']
+            _r20 = C['NoPage']
+            _r21 = C['Pos']
             _r22 = C['Chains']
-            _r23 = C['Pos']
+            if not all(all(((not ((ap(_a19(v_c_8), v_P_10) != _r20) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a19(v_c_8), v_P_10) != ap(_a19(v_d_9), v_Q_11))) for v_P_10 in it(_r21) for v_Q_11 in it(_r21)) for v_c_8 in it(_r22) for v_d_9 in it(_r22)):
+                raise FastPathFailed()
+        if (_k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]))) and D['PageIds']:
+            _a23 = fast_ap(s['page'])
+            _r24 = s['free']
+            _r25 = C['Chains']
+            _r26 = C['Pos']
             for e_PageIds in it(D['PageIds']):
-                _e0 = d_LocalAddr(C, s, None, e_PageIds)
-                if not ((not _u1_0 or ((d_PageAt(C, s, None, d_Owner(C, s, None, e_PageIds), _e0) == e_PageIds) and (_e0 < _r20))) and (not _u6_3 or ((not (e_PageIds not in _r21)) or any((ap(_a19(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r22) for v_P_15 in it(_r23))))):
+                if not (((not (e_PageIds not in _r24)) or any((ap(_a23(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r25) for v_P_15 in it(_r26)))):
                     raise FastPathFailed()
-        if (_k1 and (V is None)):
-            _r24 = C['Ranks']
-            _r25 = C['$h8']
-            if not all(((d_Owner(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_r_2) and (d_LocalAddr(C, s, None, d_PageAt(C, s, None, v_r_2, v_a_3)) == v_a_3)) for v_r_2 in it(_r24) for v_a_3 in it(_r25)):
-                raise FastPathFailed()
-        if (_k1 and (V is None)):
-            _r26 = C['CP']
-            _r27 = C['PageSize']
-            _r28 = C['$h9']
-            if not all(((d_TokOwner(C, s, None, v_loc_4, _r26, _r27) == d_Owner(C, s, None, _b_div(v_loc_4, _r27))) and (d_TokLoc(C, s, None, d_TokOwner(C, s, None, v_loc_4, _r26, _r27), d_TokLocal(C, s, None, v_loc_4, _r26, _r27), _r26, _r27) == v_loc_4)) for v_loc_4 in it(_r28)):
-                raise FastPathFailed()
-        if (_k6 and (V is None or 'page' in V)):
-            _a29 = fast_ap(s['page'])
-            _r30 = C['NoPage']
-            _r31 = C['Pos']
-            _r32 = C['Chains']
-            if not all(all(((not ((ap(_a29(v_c_8), v_P_10) != _r30) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a29(v_c_8), v_P_10) != ap(_a29(v_d_9), v_Q_11))) for v_P_10 in it(_r31) for v_Q_11 in it(_r31)) for v_c_8 in it(_r32) for v_d_9 in it(_r32)):
-                raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide
         return False
@@ -966,7 +921,7 @@ READS = {
 #: reading no variable keeps its verdict while these keep their values
 CONST_READS = {
     'TypeOK': frozenset(('CP', 'LocalPages', 'Chains', 'MaxLen')),
-    'PlacementBijection': frozenset(('CP', 'LocalPages', 'PageSize')),
+    'PlacementBijection': frozenset(('CP', 'LocalPages', 'PageSize', 'ArithPages')),
     'PositionOwner': frozenset(('CP', 'Chains')),
     'ExtensionKeepsRotation': frozenset(('CP', 'Chains')),
     'SpliceRotationsAgree': frozenset(()),
@@ -978,7 +933,6 @@ CONST_READS = {
 #: invariant name -> (incremental check inc_<Inv>(C, s, D), domains it is element-local in)
 INCREMENTAL = {
     'TypeOK': (inc_TypeOK, ('Chains',)),
-    'PlacementBijection': (inc_PlacementBijection, ('PageIds',)),
     'PositionOwner': (inc_PositionOwner, ('Chains',)),
     'ExtensionKeepsRotation': (inc_ExtensionKeepsRotation, ('Chains',)),
     'RestoreKeepsOwner': (inc_RestoreKeepsOwner, ('Chains',)),

@@ -30,7 +30,7 @@ NoDoubleAllocation (its last conjunct: no page leaks) reports it.
 from __future__ import annotations
 
 from hicache.monitors.generated import cp_sharding as spec
-from hicache.monitors.maps.cp_sharding import NONE, no_double_allocation_linear
+from hicache.monitors.maps.cp_sharding import NONE, arith_pages, no_double_allocation_linear
 from hicache.monitors.runtime import compound_step
 from hicache.tla.values import Fcn, mk_fcn
 
@@ -67,6 +67,7 @@ class CPReplayMap:
     # ------------------------------------------------------------ constants / state
     def constants(self) -> dict:
         return {"CP": self.cp, "LocalPages": self.local_pages, "PageSize": self.cache.layout.page_size,
+                "ArithPages": arith_pages(self.local_pages),
                 "Chains": frozenset(range(1, self.n_chains + 1)), "MaxLen": self.max_len,
                 "BugSpliceAnyRotation": False}
 

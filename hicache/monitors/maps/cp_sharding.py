@@ -49,6 +49,16 @@ from hicache.tla.values import Fcn, mk_fcn
 from .steps import capacity
 
 NONE = -1
+#: local pages whose placement arithmetic the monitor walks (spec constant ArithPages): the
+#: arithmetic is proved for every size (`hicache prove`: PagePlacementIsBijection,
+#: TokOwnerIsPageOwner, PlacementIsBijection), so a device-sized LocalPages is checked on a
+#: prefix (every token of 2 x 31,250 pages of 64 took ~10 s, once per constants binding)
+ARITH_PAGES = 64
+
+
+def arith_pages(local_pages: int) -> int:
+    """ArithPages for a runtime of `local_pages` device pages per rank."""
+    return max(1, min(local_pages, ARITH_PAGES))
 
 
 class CPShardingMap:
@@ -73,6 +83,7 @@ class CPShardingMap:
     # ------------------------------------------------------------ constants / state
     def constants(self) -> dict:
         return {"CP": self.cp, "LocalPages": self.local_pages, "PageSize": self.tree.layout.page_size,
+                "ArithPages": arith_pages(self.local_pages),
                 "Chains": frozenset(range(1, self.n_chains + 1)), "MaxLen": self.max_len,
                 "BugSpliceAnyRotation": False}
 
