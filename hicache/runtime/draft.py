@@ -684,14 +684,15 @@ class DependentSet:
         # SWA is target-side state: reading it is a read of the spec's "target" buffer
         name = "target" if role is None or role is Role.SWA else role.value
         from hicache.runtime.cache import raise_check_failure
-        # every load-back into req's prefix first, those another request started after req
-        # matched too: waiting on req.loads alone read their pages before their bytes landed
-        cache._join_loads(req)
+        # the prefix's pages first: prefix_pages joins every load-back into them to req.loads,
+        # those another request started after req matched too (waiting on req.loads before
+        # that join read their pages before their bytes landed); a locked prefix's pages do
+        # not change while req waits
+        pages = cache.prefix_pages(req)
         for op in req.loads:
             op.wait()                      # the completion event (fires after every copy)
             raise_check_failure(op)        # (a violation of the copies: not bytes to hand out)
             self.record_read(getattr(op, "draft_tid", None), name)
-        pages = cache.prefix_pages(req)
         if role is None:
             return [cache.device_pool.read_page(p) for p in pages]
         pool = self.device[role]

@@ -159,13 +159,17 @@ class DraftStateMap:
         return {"NTransfers": self.capacity, "NIdx": max(2 * self.capacity, self._top_id), **self._fixed}
 
     # ------------------------------------------------------------------ the window
+    def _grow(self) -> None:
+        """Every slot taken: the window doubles (re-dimensioning, not a spec step: a new
+        constants binding), the new slots idle."""
+        old, self.capacity = self.capacity, capacity(self.capacity + 1, self.capacity)
+        self._idle = list(range(old + 1, self.capacity + 1))
+
     def _take(self, tid: int) -> tuple[int, bool]:
         """A slot for tid (the lowest idle one), and whether the window had to grow."""
         grew = not self._idle
         if grew:
-            # re-dimensioning, not a spec step: the window doubles (a new constants binding)
-            old, self.capacity = self.capacity, capacity(self.capacity + 1, self.capacity)
-            self._idle = list(range(old + 1, self.capacity + 1))
+            self._grow()
         s = heapq.heappop(self._idle)
         self.tid_at[s], self.slot_of[tid] = tid, s
         return s, grew
@@ -205,10 +209,9 @@ class DraftStateMap:
         else:
             # a step of a tid never launched or already retired: the lowest idle slot, not
             # bound to it (its guard, which needs a launched transfer, fails there)
-            if not self._idle:
-                self._take(tid)             # (grows the window: this event invariants only)
-                self._free(tid)
-                grew = True
+            grew = not self._idle
+            if grew:
+                self._grow()                # (this event: invariants only, below)
             t = self._idle[0]
         self._slot = t
         if grew:
