@@ -22,11 +22,14 @@
 (*                    --> DraftCopyFinish(t,p) --+--> CompletionFire(t)    *)
 (*                                                      --> BufferRead(t,p)*)
 (*                                                      --> TransferRetire *)
+(*                    --> TransferAbort(t)   (a copy failed: never fires)  *)
 (*                                                                         *)
 (* Transfers are the runtime's completion slots: a fired transfer no       *)
 (* consumer can read any more (its requests ended) is retired, and its     *)
 (* slot is idle again for a later launch.  A long run thus needs only as   *)
-(* many slots as transfers are live at once.                               *)
+(* many slots as transfers are live at once.  A transfer one of whose      *)
+(* copies failed never fires: it is aborted, its consumers get the copy's  *)
+(* error instead of its buffers, and its slot is idle again too.           *)
 (*                                                                         *)
 (* Bug twins: BugFireOnTargetOnly = TRUE fires the completion event when   *)
 (* the target copy alone finished (the reference system's bug 13 class):   *)
@@ -195,12 +198,25 @@ TransferRetire(t) ==
     /\ xferIdx' = [xferIdx EXCEPT ![t] = [p \in DraftPools |-> 0]]
     /\ UNCHANGED layout
 
+(* A copying transfer one of whose copies failed is aborted: it never      *)
+(* fires, so no consumer reads it (BufferRead needs phase[t] = "fired"),   *)
+(* and its slot is idle again, as at Init.                                 *)
+TransferAbort(t) ==
+    /\ phase[t] = "copying"
+    /\ phase' = [phase EXCEPT ![t] = "idle"]
+    /\ tgtDone' = [tgtDone EXCEPT ![t] = FALSE]
+    /\ draftDone' = [draftDone EXCEPT ![t] = {}]
+    /\ srcIdx' = [srcIdx EXCEPT ![t] = [s \in Sources |-> 0]]
+    /\ xferIdx' = [xferIdx EXCEPT ![t] = [p \in DraftPools |-> 0]]
+    /\ UNCHANGED <<layout, read, readStale>>
+
 Finished == \A t \in Transfers : phase[t] = "fired" /\ read[t] = AllPools
 Terminated == Finished /\ UNCHANGED vars
 
 Next ==
     \/ \E t \in Transfers :
-        \/ TransferLaunch(t) \/ TargetCopyFinish(t) \/ CompletionFire(t) \/ TransferRetire(t)
+        \/ TransferLaunch(t) \/ TargetCopyFinish(t) \/ CompletionFire(t)
+        \/ TransferRetire(t) \/ TransferAbort(t)
         \/ \E p \in DraftPools : DraftCopyFinish(t, p) \/ LateDraftCopy(t, p)
         \/ \E p \in AllPools : BufferRead(t, p)
     \/ Terminated

@@ -250,11 +250,13 @@ class PrefixGather:
 
     def close(self) -> None:
         """The gather's end: its worker joined; its dependent transfer retired (TransferRetire:
-        `dependent` reads after this return the gather's own output, recorded as no read)."""
+        `dependent` reads after this return the gather's own output, recorded as no read), or
+        aborted when the gather failed (TransferAbort)."""
         if self._thread is not None:
             self._thread.join(self.timeout_s)
         if self.deps is not None:
-            self.deps.retire(self._tid)
+            # (a failed gather's transfer never fires: aborted, TransferAbort)
+            (self.deps.abort if self._error is not None else self.deps.retire)(self._tid)
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:

@@ -75,6 +75,7 @@ class DraftState(enum.StrEnum):
     CompletionFire = "CompletionFire"        # the transfer's completion event fires
     BufferRead = "BufferRead"                # a consumer reads a pool's buffer
     TransferRetire = "TransferRetire"        # a fired transfer no consumer reads any more frees its slot
+    TransferAbort = "TransferAbort"          # a copying transfer whose copy failed frees its slot, never fires
 
 
 class PDHandoff(enum.StrEnum):

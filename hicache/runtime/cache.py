@@ -58,11 +58,15 @@ def raise_check_failure(op) -> None:
     failure is counted, not raised). Called once the op's completion is applied (its slots
     released), so the cache is consistent when the error propagates."""
     err = op.error
-    if err is None:
-        return
-    monitors = sys.modules.get("hicache.monitors.runtime")   # (none loaded: no violation exists)
-    if monitors is not None and isinstance(err, monitors.ProtocolViolation):
+    if err is not None and is_violation(err):
         raise err
+
+
+def is_violation(err: BaseException) -> bool:
+    """Whether `err` is a monitor's ProtocolViolation (without importing the monitors: none
+    loaded, no violation exists)."""
+    monitors = sys.modules.get("hicache.monitors.runtime")
+    return monitors is not None and isinstance(err, monitors.ProtocolViolation)
 
 
 def close_after(cache, error: BaseException) -> None:
@@ -239,9 +243,38 @@ class HiCache:
         return req
 
     def prefix_pages(self, req: Request) -> list[int]:
-        """Device pages of the request's cached prefix (wait on req.loads before reading)."""
+        """Device pages of the request's cached prefix (wait on req.loads before reading).
+        A load-back that failed (its copy raised) is no prefix: the device run ends before
+        the nodes it was to fill (their device copies are dropped here, `_drop_failed_load`),
+        so the caller computes those pages again instead of reading pages never written.
+        Call it again after waiting: a load that fails later shortens the prefix then."""
         self._join_loads(req)
+        for op in req.loads:
+            if op.done.is_set() and op.error is not None:
+                self._drop_failed_load(op)
         return self.tree.device_pages_of(req.node)
+
+    def _drop_failed_load(self, op: LoadOp) -> None:
+        """The device copies a failed load-back was to fill hold no KV of theirs (pages
+        allocated at its start, never or partly written): each is dropped and its pages
+        freed, deepest node first, so no match nor prefix hands them out (a silent wrong
+        hit, before this, for every later request). The nodes keep their host copies, which
+        a later load-back may read again. Once per op: at the first look after the failure
+        (prefix_pages, insert) or when the ack queue applies it (_load_finish). A node below
+        which something was inserted meanwhile keeps its copy (its device descendants sit
+        on it); that insert computed on the prefix before waiting on its load, which no
+        library call does; counted in `metrics.load_failed_pages_kept`."""
+        if op.dropped:
+            return
+        op.dropped = True
+        tree = self.tree
+        for x in reversed(op.nodes):          # (path order: deepest last)
+            if x.loading is not op or x.device is None or x.parent is None:
+                continue
+            if x.dev_children:
+                self.metrics.load_failed_pages_kept += x.n
+                continue
+            self.dev_alloc.release(tree.drop_device(x))
 
     def _join_loads(self, req: Request) -> None:
         """Every load-back in flight into req's prefix is one req waits on: also those
@@ -458,6 +491,7 @@ class HiCache:
     def _backup_finish(self, op: FuncOp) -> None:
         """BackupFinish: RESERVED -> SYNCED; the node's host copy is now readable."""
         if op.error is not None:   # a copy cannot half-fail silently: the slots are released
+            self._abort_draft(op)
             nodes = list(op.nodes)
             self._detach(op)
             for x in nodes:
@@ -568,7 +602,13 @@ class HiCache:
         return lambda layer: self._emit(A.LoadBackLayer, rid=op.rid, nodes=op.node_ids, layer=layer)
 
     def _load_finish(self, op: LoadOp) -> None:
-        """LoadBackFinish: PROTECTED -> SYNCED; the ack is popped in issue order."""
+        """LoadBackFinish: PROTECTED -> SYNCED; the ack is popped in issue order. A failed
+        load's device copies are dropped (`_drop_failed_load`) and its dependent transfer
+        aborted: its requests' prefixes end before its nodes."""
+        if op.error is not None:
+            self._drop_failed_load(op)
+            self._abort_draft(op)
+            self.metrics.load_failures += 1
         self.host.move(op.slots, S.PROTECTED, S.SYNCED)
         self._detach(op)
         op.applied = True       # no request joins it from here on (its nodes' `loading` is cleared)
@@ -626,6 +666,7 @@ class HiCache:
         self.host.move(op.slots, S.BACKUP, S.SYNCED)
         self._backup_slots -= len(op.slots)
         ok = op.error is None and op.result is not None and all(op.result)
+        self._abort_draft(op)
         nodes = list(op.nodes)
         self._detach(op)
         for x in nodes:
@@ -765,6 +806,7 @@ class HiCache:
         self.tree.host_anchor(op.anchor, -1)
         if op.done.is_set():
             got = op.result if (op.error is None and isinstance(op.result, int)) else 0
+            self._abort_draft(op)
             self._prefetching.discard(op)
             self._prefetch_slots -= len(op.slots)
             fetched, rest = op.slots[:got], op.slots[got:]
@@ -843,6 +885,14 @@ class HiCache:
         self._release_loads(req)
         self._emit(A.RequestAbort, rid=req.rid)
 
+    def _abort_draft(self, op) -> None:
+        """TransferAbort of a failed op's dependent transfer, once its worker is done with it
+        (`DependentSet.abort`: one that fired already retires). Not after a violation: the
+        monitors stopped there, and the records stay as the violation left them."""
+        err = op.error
+        if err is not None and self.deps is not None and not is_violation(err):
+            self.deps.abort(getattr(op, "draft_tid", None))
+
     def _release_loads(self, req: Request) -> None:
         """req reads its load-backs no more (it ended)."""
         for op in req.loads:
@@ -860,6 +910,7 @@ class HiCache:
         keep = []
         for op in self._orphans:
             if op.done.is_set():
+                self._abort_draft(op)
                 self._prefetching.discard(op)
                 self._prefetch_slots -= len(op.slots)
                 self.host.move(op.slots, S.RESERVED, S.IDLE)

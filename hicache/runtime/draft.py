@@ -6,8 +6,8 @@ bug 13). A `DependentSet` registers these pools beside the target KV pool, each 
 pool, and moves their bytes inside every transfer of the cache (backup, load-back, storage
 backup, storage prefetch), so the transfer's completion covers all of them. The CP gather
 (`hicache.dist.gather`) drives its own copies and records them through the public steps
-(`launch`, `finish_draft`, `finish_target`, `fire`, `record_read`, `retire`) as a transfer of
-kind "gather".
+(`launch`, `finish_draft`, `finish_target`, `fire`, `record_read`, `retire`, `abort`) as a
+transfer of kind "gather".
 
 Layouts (spec/DraftState.tla):
   PACKED   the pool's rows are tail layers of the target host pool and share its slot
@@ -28,7 +28,8 @@ a packed pool, TargetCopyFinish(t), DraftCopyFinish(t, p) per sidecar, Completio
 consumer reading a restored pool calls `read`, which waits on every load-back into its
 request's prefix and emits BufferRead(t, p); TransferRetire(t) once no consumer can read t
 (a backup, storage backup or prefetch as it fires; a load-back once applied and every request
-holding it ended; a gather at its close), and the record goes. Invariant (fault switch off):
+holding it ended; a gather at its close), and the record goes; TransferAbort(t) instead when a
+copy of t failed before it fired (its owner's failure path: `abort`). Invariant (fault switch off):
 CompletionFire(t) is emitted, and the load's completion is signalled, only after every copy
 of t finished.
 
@@ -454,6 +455,27 @@ class DependentSet:
             else:
                 rec.released = True
 
+    def abort(self, tid: int | None) -> None:
+        """TransferAbort(tid): a copy of transfer tid failed, so it will never fire; its
+        owner ends it (its consumers get the copy's error, never its buffers). A copying
+        transfer leaves the set's records now, its slot idle; one that fired already (the
+        failure came after its completion) retires as `retire` would. Without this every
+        failed copy of a long canary (a storage or copy error, counted and survived) would
+        keep its record, and the monitor's window its slot, for the rest of the run.
+        Unknown, already ended tids are ignored. Call only once the transfer's copies have
+        stopped: a copy step after it finds no live transfer."""
+        if tid is None:
+            return
+        with self._lock:
+            rec = self.transfers.get(tid)
+            if rec is None:
+                return
+            if rec.phase == "fired":
+                self._retire(rec)
+                return
+            self._emit(D.TransferAbort, t=tid)     # (the event first, as _retire's)
+            del self.transfers[tid]
+
     def _retire(self, rec: Transfer) -> None:
         # (under the lock) the event first: a monitor may check the transfer's last state
         # in it (sample mode checks every retire). A read after this finds no record and
@@ -684,15 +706,24 @@ class DependentSet:
         # SWA is target-side state: reading it is a read of the spec's "target" buffer
         name = "target" if role is None or role is Role.SWA else role.value
         from hicache.runtime.cache import raise_check_failure
-        # the prefix's pages first: prefix_pages joins every load-back into them to req.loads,
-        # those another request started after req matched too (waiting on req.loads before
-        # that join read their pages before their bytes landed); a locked prefix's pages do
-        # not change while req waits
-        pages = cache.prefix_pages(req)
-        for op in req.loads:
-            op.wait()                      # the completion event (fires after every copy)
-            raise_check_failure(op)        # (a violation of the copies: not bytes to hand out)
-            self.record_read(getattr(op, "draft_tid", None), name)
+        # prefix_pages joins every load-back into the prefix to req.loads, those another
+        # request started after req matched too (waiting on req.loads before that join read
+        # their pages before their bytes landed); the pages are taken once every load joined
+        # was waited on, so a load that failed meanwhile ends the prefix before its nodes
+        # (its pages were never written). Two rounds at most: loads start on the scheduler's
+        # thread, the caller's, so none starts while this one waits
+        waited: set = set()
+        while True:
+            pages = cache.prefix_pages(req)
+            fresh = [op for op in req.loads if op not in waited]
+            if not fresh:
+                break
+            for op in fresh:
+                waited.add(op)
+                op.wait()                  # the completion event (fires after every copy)
+                raise_check_failure(op)    # (a violation of the copies: not bytes to hand out)
+                if op.error is None:       # (a failed load fired nothing: it is no read)
+                    self.record_read(getattr(op, "draft_tid", None), name)
         if role is None:
             return [cache.device_pool.read_page(p) for p in pages]
         pool = self.device[role]

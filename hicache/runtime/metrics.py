@@ -19,6 +19,8 @@ class Metrics:
     load_tokens: int = 0          # host -> device
     load_bytes: int = 0
     load_seconds: float = 0.0
+    load_failures: int = 0        # load-backs whose copy raised (their nodes' device copies dropped)
+    load_failed_pages_kept: int = 0  # pages of such a node kept: inserted below before the drop
     backup_tokens: int = 0        # device -> host
     backup_bytes: int = 0
     backup_seconds: float = 0.0

@@ -49,6 +49,9 @@ class LoadOp(Op):
         # their `loads` and have not ended, and whether its completion was applied
         self.holders = 0
         self.applied = False
+        # its copy failed and the device copies it was to fill were dropped (the scheduler's
+        # `_drop_failed_load`, once: at the first look after the failure, or at its apply)
+        self.dropped = False
 
     def run(self) -> None:
         for layer in range(self.layers):
@@ -59,10 +62,12 @@ class LoadOp(Op):
             self._on_layer(layer)
 
     def wait_layer(self, layer: int, timeout: float | None = None) -> bool:
-        """Block until `layer` is on device (the forward pass calls this per layer)."""
+        """Block until `layer` is on device (the forward pass calls this per layer): True
+        once it is; False on timeout, and when the load ended (failed, `error`) before
+        copying it: its pages hold no bytes of the prefix to compute on."""
         with self._cond:
-            return self._cond.wait_for(lambda: self.layers_done > layer or self.done.is_set(),
-                                       timeout)
+            self._cond.wait_for(lambda: self.layers_done > layer or self.done.is_set(), timeout)
+            return self.layers_done > layer
 
 
 class FuncOp(Op):

@@ -27,21 +27,21 @@ def constants(raw: dict) -> dict:
         raise ValueError(f"constants: missing {', '.join(missing)}")
     C = dict(raw)
     s = None  # constant-level definitions read no state (their t is None)
-    C['Transfers'] = _b_range_(1, C['NTransfers'])  # spec/DraftState.tla:57:1
-    C['Idx'] = _b_range_(1, C['NIdx'])  # spec/DraftState.tla:58:1
-    C['DraftPools'] = frozenset(('draft_kv', 'draft_indexer', 'draft_state',))  # spec/DraftState.tla:59:1
-    C['AllPools'] = _b_cup(frozenset(('target',)), C['DraftPools'])  # spec/DraftState.tla:60:1
-    C['Sources'] = frozenset(('kv', 'swa',))  # spec/DraftState.tla:61:1
+    C['Transfers'] = _b_range_(1, C['NTransfers'])  # spec/DraftState.tla:60:1
+    C['Idx'] = _b_range_(1, C['NIdx'])  # spec/DraftState.tla:61:1
+    C['DraftPools'] = frozenset(('draft_kv', 'draft_indexer', 'draft_state',))  # spec/DraftState.tla:62:1
+    C['AllPools'] = _b_cup(frozenset(('target',)), C['DraftPools'])  # spec/DraftState.tla:63:1
+    C['Sources'] = frozenset(('kv', 'swa',))  # spec/DraftState.tla:64:1
     if not (d_Positive(C, s, None, C['NTransfers']) and d_Positive(C, s, None, C['NIdx'])):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:63:8: Positive(NTransfers) /\\ Positive(NIdx)')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:66:8: Positive(NTransfers) /\\ Positive(NIdx)')
     if not ((d_Positive(C, s, None, C['TargetLayers']) and d_Positive(C, s, None, C['DraftLayers'])) and d_Positive(C, s, None, C['HostSlots'])):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:64:8: Positive(TargetLayers) /\\ Positive(DraftLayers) /\\ Positive(HostSlots)')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:67:8: Positive(TargetLayers) /\\ Positive(DraftLayers) /\\ Positive(HostSlots)')
     if not _b_subseteq(frozenset((normalize(C['TargetRow']), normalize(C['DraftKVRow']), normalize(C['DraftIndexerRow']), normalize(C['DraftStateRow']),)), STD["STRING"]):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:65:8: {TargetRow, DraftKVRow, DraftIndexerRow, DraftStateRow} \\subseteq STRING')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:68:8: {TargetRow, DraftKVRow, DraftIndexerRow, DraftStateRow} \\subseteq STRING')
     if not _b_subseteq(frozenset((normalize(C['DraftKVSource']), normalize(C['DraftIndexerSource']), normalize(C['DraftStateSource']),)), C['Sources']):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:66:8: {DraftKVSource, DraftIndexerSource, DraftStateSource} \\subseteq Sources')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:69:8: {DraftKVSource, DraftIndexerSource, DraftStateSource} \\subseteq Sources')
     if not ((C['BugFireOnTargetOnly'] in STD["BOOLEAN"]) and (C['BugPackIncompatible'] in STD["BOOLEAN"])):
-        raise ValueError('constants violate ASSUME at spec/DraftState.tla:67:8: BugFireOnTargetOnly \\in BOOLEAN /\\ BugPackIncompatible \\in BOOLEAN')
+        raise ValueError('constants violate ASSUME at spec/DraftState.tla:70:8: BugFireOnTargetOnly \\in BOOLEAN /\\ BugPackIncompatible \\in BOOLEAN')
     C['$h0'] = FcnSet(C['DraftPools'], frozenset(('packed', 'sidecar',)))
     C['$h1'] = FcnSet(C['Transfers'], frozenset(('idle', 'copying', 'fired',)))
     C['$h2'] = FcnSet(C['Transfers'], STD["BOOLEAN"])
@@ -64,125 +64,130 @@ def constants(raw: dict) -> dict:
 
 
 def d_Positive(C, s, t, v_x):
-    # spec/DraftState.tla:55:1
+    # spec/DraftState.tla:58:1
     return ((v_x in STD['Nat']) and (v_x >= 1))
 
 
 def d_Row(C, s, t, v_p):
-    # spec/DraftState.tla:73:1
-    return (C['DraftKVRow'] if (v_p == 'draft_kv') else (C['DraftIndexerRow'] if (v_p == 'draft_indexer') else (C['DraftStateRow'] if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:74:5'))))
+    # spec/DraftState.tla:76:1
+    return (C['DraftKVRow'] if (v_p == 'draft_kv') else (C['DraftIndexerRow'] if (v_p == 'draft_indexer') else (C['DraftStateRow'] if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:77:5'))))
 
 
 def d_SourceOf(C, s, t, v_p):
-    # spec/DraftState.tla:79:1
-    return (C['DraftKVSource'] if (v_p == 'draft_kv') else (C['DraftIndexerSource'] if (v_p == 'draft_indexer') else (C['DraftStateSource'] if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:80:5'))))
+    # spec/DraftState.tla:82:1
+    return (C['DraftKVSource'] if (v_p == 'draft_kv') else (C['DraftIndexerSource'] if (v_p == 'draft_indexer') else (C['DraftStateSource'] if (v_p == 'draft_state') else case_fail('spec/DraftState.tla:83:5'))))
 
 
 def d_Compatible(C, s, t, v_p):
-    # spec/DraftState.tla:84:1
+    # spec/DraftState.tla:87:1
     return (d_Row(C, s, t, v_p) == C['TargetRow'])
 
 
 def d_AllowedLayouts(C, s, t, v_p):
-    # spec/DraftState.tla:86:1
+    # spec/DraftState.tla:89:1
     return (C['$h7'] if (d_Compatible(C, s, t, v_p) or C['BugPackIncompatible']) else C['$h17'])
 
 
 def d_PackedOffset(C, s, t, v_s, v_l, v_lt, v_ld):
-    # spec/DraftState.tla:91:1
+    # spec/DraftState.tla:94:1
     return ((v_s * (v_lt + v_ld)) + v_l)
 
 
 def d_Packed(C, s, t):
-    # spec/DraftState.tla:115:1
+    # spec/DraftState.tla:118:1
     return frozenset(v_p_1 for v_p_1 in it(C['DraftPools']) if (ap(s['layout'], v_p_1) == 'packed'))
 
 
 def d_Copied(C, s, t, v_t):
-    # spec/DraftState.tla:116:1
+    # spec/DraftState.tla:119:1
     return _b_cup((C['$h16'] if ap(s['tgtDone'], v_t) else frozenset()), ap(s['draftDone'], v_t))
 
 
 def d_Init(C, s, t):
-    # spec/DraftState.tla:118:1
+    # spec/DraftState.tla:121:1
     return ((s['layout'] in frozenset(v_f_1 for v_f_1 in it(C['$h0']) if all((ap(v_f_1, v_p_2) in d_AllowedLayouts(C, s, t, v_p_2)) for v_p_2 in it(C['DraftPools'])))) and (s['phase'] == mk_fcn({v_t_3: 'idle' for v_t_3 in it(C['Transfers'])})) and (s['tgtDone'] == mk_fcn({v_t_4: False for v_t_4 in it(C['Transfers'])})) and (s['draftDone'] == mk_fcn({v_t_5: frozenset() for v_t_5 in it(C['Transfers'])})) and (s['read'] == mk_fcn({v_t_6: frozenset() for v_t_6 in it(C['Transfers'])})) and (s['readStale'] == mk_fcn({v_t_7: frozenset() for v_t_7 in it(C['Transfers'])})) and (s['srcIdx'] == mk_fcn({v_t_8: mk_fcn({v_s_9: 0 for v_s_9 in it(C['Sources'])}) for v_t_8 in it(C['Transfers'])})) and (s['xferIdx'] == mk_fcn({v_t_10: mk_fcn({v_p_11: 0 for v_p_11 in it(C['DraftPools'])}) for v_t_10 in it(C['Transfers'])})))
 
 
 def d_IdxFor(C, s, t, v_p, v_src):
-    # spec/DraftState.tla:131:1
+    # spec/DraftState.tla:134:1
     return (ap(v_src, 'kv') if (ap(s['layout'], v_p) == 'packed') else ap(v_src, d_SourceOf(C, s, t, v_p)))
 
 
 def d_TransferLaunch(C, s, t, v_t):
-    # spec/DraftState.tla:134:1
+    # spec/DraftState.tla:137:1
     return ((ap(s['phase'], v_t) == 'idle') and any((lambda l_src_3: ((t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_5: l_src_3()))) and (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_6: mk_fcn({v_p_7: d_IdxFor(C, s, t, v_p_7, l_src_3()) for v_p_7 in it(C['DraftPools'])}))))))(once(lambda: mk_fcn({v_s_4: (v_kv_1 if (v_s_4 == 'kv') else v_swa_2) for v_s_4 in it(C['Sources'])}))) for v_kv_1 in it(C['Idx']) for v_swa_2 in it(C['Idx'])) and (t['phase'] == exc(s['phase'], ((v_t,), lambda at_8: 'copying'))) and ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale'])))
 
 
 def d_TargetCopyFinish(C, s, t, v_t):
-    # spec/DraftState.tla:145:1
+    # spec/DraftState.tla:148:1
     return ((ap(s['phase'], v_t) == 'copying') and (not ap(s['tgtDone'], v_t)) and _b_subseteq(d_Packed(C, s, t), ap(s['draftDone'], v_t)) and (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_1: True))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_DraftCopyFinish(C, s, t, v_t, v_p):
-    # spec/DraftState.tla:153:1
+    # spec/DraftState.tla:156:1
     return ((ap(s['phase'], v_t) == 'copying') and (v_p not in ap(s['draftDone'], v_t)) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_CompletionFire(C, s, t, v_t):
-    # spec/DraftState.tla:161:1
+    # spec/DraftState.tla:164:1
     return ((ap(s['phase'], v_t) == 'copying') and ap(s['tgtDone'], v_t) and (C['BugFireOnTargetOnly'] or (ap(s['draftDone'], v_t) == C['DraftPools'])) and (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'fired'))) and ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_BufferRead(C, s, t, v_t, v_p):
-    # spec/DraftState.tla:169:1
+    # spec/DraftState.tla:172:1
     return ((ap(s['phase'], v_t) == 'fired') and (v_p not in ap(s['read'], v_t)) and (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and (t['readStale'] == (s['readStale'] if (v_p in d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_LateDraftCopy(C, s, t, v_t, v_p):
-    # spec/DraftState.tla:178:1
+    # spec/DraftState.tla:181:1
     return ((ap(s['phase'], v_t) == 'fired') and (v_p not in ap(s['draftDone'], v_t)) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_TransferRetire(C, s, t, v_t):
-    # spec/DraftState.tla:187:1
+    # spec/DraftState.tla:190:1
     return ((ap(s['phase'], v_t) == 'fired') and (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'idle'))) and (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_2: False))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_3: frozenset()))) and (t['read'] == exc(s['read'], ((v_t,), lambda at_4: frozenset()))) and (t['readStale'] == exc(s['readStale'], ((v_t,), lambda at_5: frozenset()))) and (t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_6: mk_fcn({v_s_7: 0 for v_s_7 in it(C['Sources'])})))) and (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_8: mk_fcn({v_p_9: 0 for v_p_9 in it(C['DraftPools'])})))) and (t['layout'] == s['layout']))
 
 
+def d_TransferAbort(C, s, t, v_t):
+    # spec/DraftState.tla:204:1
+    return ((ap(s['phase'], v_t) == 'copying') and (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'idle'))) and (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_2: False))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_3: frozenset()))) and (t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_4: mk_fcn({v_s_5: 0 for v_s_5 in it(C['Sources'])})))) and (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_6: mk_fcn({v_p_7: 0 for v_p_7 in it(C['DraftPools'])})))) and ((t['layout'] == s['layout']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale'])))
+
+
 def d_Finished(C, s, t):
-    # spec/DraftState.tla:198:1
+    # spec/DraftState.tla:213:1
     return all(((ap(s['phase'], v_t_1) == 'fired') and (ap(s['read'], v_t_1) == C['AllPools'])) for v_t_1 in it(C['Transfers']))
 
 
 def d_Terminated(C, s, t):
-    # spec/DraftState.tla:199:1
+    # spec/DraftState.tla:214:1
     return (d_Finished(C, s, t) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 _T_act_TransferLaunch = (
-    ('phase[t] = "idle"', 'spec/DraftState.tla:135:8'),
-    ('\\E kv \\in Idx, swa \\in Idx : LET src == [s \\in Sources |-> IF s = "kv" THEN kv ELSE swa] IN /\\ srcIdx\' = [srcIdx EXCEPT ![t] = src] /\\ xferIdx\' = [xferIdx EXCEPT ![t] = [p \\in DraftPools |-> IdxFor(p, src)]]', 'spec/DraftState.tla:136:8'),
-    ('phase\' = [phase EXCEPT ![t] = "copying"]', 'spec/DraftState.tla:140:8'),
-    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale>>', 'spec/DraftState.tla:141:8'),
+    ('phase[t] = "idle"', 'spec/DraftState.tla:138:8'),
+    ('\\E kv \\in Idx, swa \\in Idx : LET src == [s \\in Sources |-> IF s = "kv" THEN kv ELSE swa] IN /\\ srcIdx\' = [srcIdx EXCEPT ![t] = src] /\\ xferIdx\' = [xferIdx EXCEPT ![t] = [p \\in DraftPools |-> IdxFor(p, src)]]', 'spec/DraftState.tla:139:8'),
+    ('phase\' = [phase EXCEPT ![t] = "copying"]', 'spec/DraftState.tla:143:8'),
+    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale>>', 'spec/DraftState.tla:144:8'),
 )
 
 
 def act_TransferLaunch(C, s, t, v_t):
-    """TransferLaunch (spec/DraftState.tla:135:5): None, or the first failing conjunct."""
+    """TransferLaunch (spec/DraftState.tla:138:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:135:8
+        # spec/DraftState.tla:138:8
         k = 1
         if not (ap(s['phase'], v_t) == 'idle'):
             return Failure('TransferLaunch', 1, *_T_act_TransferLaunch[0])
-        # spec/DraftState.tla:136:8
+        # spec/DraftState.tla:139:8
         k = 2
         if not any((lambda l_src_3: ((t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_5: l_src_3()))) and (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_6: mk_fcn({v_p_7: d_IdxFor(C, s, t, v_p_7, l_src_3()) for v_p_7 in it(C['DraftPools'])}))))))(once(lambda: mk_fcn({v_s_4: (v_kv_1 if (v_s_4 == 'kv') else v_swa_2) for v_s_4 in it(C['Sources'])}))) for v_kv_1 in it(C['Idx']) for v_swa_2 in it(C['Idx'])):
             return Failure('TransferLaunch', 2, *_T_act_TransferLaunch[1])
-        # spec/DraftState.tla:140:8
+        # spec/DraftState.tla:143:8
         k = 3
         if not (t['phase'] == exc(s['phase'], ((v_t,), lambda at_8: 'copying'))):
             return Failure('TransferLaunch', 3, *_T_act_TransferLaunch[2])
-        # spec/DraftState.tla:141:8
+        # spec/DraftState.tla:144:8
         k = 4
         if not ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale'])):
             return Failure('TransferLaunch', 4, *_T_act_TransferLaunch[3])
@@ -192,35 +197,35 @@ def act_TransferLaunch(C, s, t, v_t):
 
 
 _T_act_TargetCopyFinish = (
-    ('phase[t] = "copying"', 'spec/DraftState.tla:146:8'),
-    ('~tgtDone[t]', 'spec/DraftState.tla:147:8'),
-    ('Packed \\subseteq draftDone[t]', 'spec/DraftState.tla:148:8'),
-    ("tgtDone' = [tgtDone EXCEPT ![t] = TRUE]", 'spec/DraftState.tla:149:8'),
-    ('UNCHANGED <<layout, phase, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:150:8'),
+    ('phase[t] = "copying"', 'spec/DraftState.tla:149:8'),
+    ('~tgtDone[t]', 'spec/DraftState.tla:150:8'),
+    ('Packed \\subseteq draftDone[t]', 'spec/DraftState.tla:151:8'),
+    ("tgtDone' = [tgtDone EXCEPT ![t] = TRUE]", 'spec/DraftState.tla:152:8'),
+    ('UNCHANGED <<layout, phase, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:153:8'),
 )
 
 
 def act_TargetCopyFinish(C, s, t, v_t):
-    """TargetCopyFinish (spec/DraftState.tla:146:5): None, or the first failing conjunct."""
+    """TargetCopyFinish (spec/DraftState.tla:149:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:146:8
+        # spec/DraftState.tla:149:8
         k = 1
         if not (ap(s['phase'], v_t) == 'copying'):
             return Failure('TargetCopyFinish', 1, *_T_act_TargetCopyFinish[0])
-        # spec/DraftState.tla:147:8
+        # spec/DraftState.tla:150:8
         k = 2
         if not (not ap(s['tgtDone'], v_t)):
             return Failure('TargetCopyFinish', 2, *_T_act_TargetCopyFinish[1])
-        # spec/DraftState.tla:148:8
+        # spec/DraftState.tla:151:8
         k = 3
         if not _b_subseteq(d_Packed(C, s, t), ap(s['draftDone'], v_t)):
             return Failure('TargetCopyFinish', 3, *_T_act_TargetCopyFinish[2])
-        # spec/DraftState.tla:149:8
+        # spec/DraftState.tla:152:8
         k = 4
         if not (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_1: True))):
             return Failure('TargetCopyFinish', 4, *_T_act_TargetCopyFinish[3])
-        # spec/DraftState.tla:150:8
+        # spec/DraftState.tla:153:8
         k = 5
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('TargetCopyFinish', 5, *_T_act_TargetCopyFinish[4])
@@ -230,30 +235,30 @@ def act_TargetCopyFinish(C, s, t, v_t):
 
 
 _T_act_DraftCopyFinish = (
-    ('phase[t] = "copying"', 'spec/DraftState.tla:154:8'),
-    ('p \\notin draftDone[t]', 'spec/DraftState.tla:155:8'),
-    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:156:8'),
-    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:157:8'),
+    ('phase[t] = "copying"', 'spec/DraftState.tla:157:8'),
+    ('p \\notin draftDone[t]', 'spec/DraftState.tla:158:8'),
+    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:159:8'),
+    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:160:8'),
 )
 
 
 def act_DraftCopyFinish(C, s, t, v_t, v_p):
-    """DraftCopyFinish (spec/DraftState.tla:154:5): None, or the first failing conjunct."""
+    """DraftCopyFinish (spec/DraftState.tla:157:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:154:8
+        # spec/DraftState.tla:157:8
         k = 1
         if not (ap(s['phase'], v_t) == 'copying'):
             return Failure('DraftCopyFinish', 1, *_T_act_DraftCopyFinish[0])
-        # spec/DraftState.tla:155:8
+        # spec/DraftState.tla:158:8
         k = 2
         if not (v_p not in ap(s['draftDone'], v_t)):
             return Failure('DraftCopyFinish', 2, *_T_act_DraftCopyFinish[1])
-        # spec/DraftState.tla:156:8
+        # spec/DraftState.tla:159:8
         k = 3
         if not (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))):
             return Failure('DraftCopyFinish', 3, *_T_act_DraftCopyFinish[2])
-        # spec/DraftState.tla:157:8
+        # spec/DraftState.tla:160:8
         k = 4
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('DraftCopyFinish', 4, *_T_act_DraftCopyFinish[3])
@@ -263,35 +268,35 @@ def act_DraftCopyFinish(C, s, t, v_t, v_p):
 
 
 _T_act_CompletionFire = (
-    ('phase[t] = "copying"', 'spec/DraftState.tla:162:8'),
-    ('tgtDone[t]', 'spec/DraftState.tla:163:8'),
-    ('BugFireOnTargetOnly \\/ draftDone[t] = DraftPools', 'spec/DraftState.tla:164:8'),
-    ('phase\' = [phase EXCEPT ![t] = "fired"]', 'spec/DraftState.tla:165:8'),
-    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:166:8'),
+    ('phase[t] = "copying"', 'spec/DraftState.tla:165:8'),
+    ('tgtDone[t]', 'spec/DraftState.tla:166:8'),
+    ('BugFireOnTargetOnly \\/ draftDone[t] = DraftPools', 'spec/DraftState.tla:167:8'),
+    ('phase\' = [phase EXCEPT ![t] = "fired"]', 'spec/DraftState.tla:168:8'),
+    ('UNCHANGED <<layout, tgtDone, draftDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:169:8'),
 )
 
 
 def act_CompletionFire(C, s, t, v_t):
-    """CompletionFire (spec/DraftState.tla:162:5): None, or the first failing conjunct."""
+    """CompletionFire (spec/DraftState.tla:165:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:162:8
+        # spec/DraftState.tla:165:8
         k = 1
         if not (ap(s['phase'], v_t) == 'copying'):
             return Failure('CompletionFire', 1, *_T_act_CompletionFire[0])
-        # spec/DraftState.tla:163:8
+        # spec/DraftState.tla:166:8
         k = 2
         if not ap(s['tgtDone'], v_t):
             return Failure('CompletionFire', 2, *_T_act_CompletionFire[1])
-        # spec/DraftState.tla:164:8
+        # spec/DraftState.tla:167:8
         k = 3
         if not (C['BugFireOnTargetOnly'] or (ap(s['draftDone'], v_t) == C['DraftPools'])):
             return Failure('CompletionFire', 3, *_T_act_CompletionFire[2])
-        # spec/DraftState.tla:165:8
+        # spec/DraftState.tla:168:8
         k = 4
         if not (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'fired'))):
             return Failure('CompletionFire', 4, *_T_act_CompletionFire[3])
-        # spec/DraftState.tla:166:8
+        # spec/DraftState.tla:169:8
         k = 5
         if not ((t['layout'] == s['layout']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('CompletionFire', 5, *_T_act_CompletionFire[4])
@@ -301,35 +306,35 @@ def act_CompletionFire(C, s, t, v_t):
 
 
 _T_act_BufferRead = (
-    ('phase[t] = "fired"', 'spec/DraftState.tla:170:8'),
-    ('p \\notin read[t]', 'spec/DraftState.tla:171:8'),
-    ("read' = [read EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:172:8'),
-    ("readStale' = IF p \\in Copied(t) THEN readStale ELSE [readStale EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:173:8'),
-    ('UNCHANGED <<layout, phase, tgtDone, draftDone, srcIdx, xferIdx>>', 'spec/DraftState.tla:175:8'),
+    ('phase[t] = "fired"', 'spec/DraftState.tla:173:8'),
+    ('p \\notin read[t]', 'spec/DraftState.tla:174:8'),
+    ("read' = [read EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:175:8'),
+    ("readStale' = IF p \\in Copied(t) THEN readStale ELSE [readStale EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:176:8'),
+    ('UNCHANGED <<layout, phase, tgtDone, draftDone, srcIdx, xferIdx>>', 'spec/DraftState.tla:178:8'),
 )
 
 
 def act_BufferRead(C, s, t, v_t, v_p):
-    """BufferRead (spec/DraftState.tla:170:5): None, or the first failing conjunct."""
+    """BufferRead (spec/DraftState.tla:173:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:170:8
+        # spec/DraftState.tla:173:8
         k = 1
         if not (ap(s['phase'], v_t) == 'fired'):
             return Failure('BufferRead', 1, *_T_act_BufferRead[0])
-        # spec/DraftState.tla:171:8
+        # spec/DraftState.tla:174:8
         k = 2
         if not (v_p not in ap(s['read'], v_t)):
             return Failure('BufferRead', 2, *_T_act_BufferRead[1])
-        # spec/DraftState.tla:172:8
+        # spec/DraftState.tla:175:8
         k = 3
         if not (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))):
             return Failure('BufferRead', 3, *_T_act_BufferRead[2])
-        # spec/DraftState.tla:173:8
+        # spec/DraftState.tla:176:8
         k = 4
         if not (t['readStale'] == (s['readStale'] if (v_p in d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))):
             return Failure('BufferRead', 4, *_T_act_BufferRead[3])
-        # spec/DraftState.tla:175:8
+        # spec/DraftState.tla:178:8
         k = 5
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('BufferRead', 5, *_T_act_BufferRead[4])
@@ -339,30 +344,30 @@ def act_BufferRead(C, s, t, v_t, v_p):
 
 
 _T_act_LateDraftCopy = (
-    ('phase[t] = "fired"', 'spec/DraftState.tla:179:8'),
-    ('p \\notin draftDone[t]', 'spec/DraftState.tla:180:8'),
-    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:181:8'),
-    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:182:8'),
+    ('phase[t] = "fired"', 'spec/DraftState.tla:182:8'),
+    ('p \\notin draftDone[t]', 'spec/DraftState.tla:183:8'),
+    ("draftDone' = [draftDone EXCEPT ![t] = @ \\cup {p}]", 'spec/DraftState.tla:184:8'),
+    ('UNCHANGED <<layout, phase, tgtDone, read, readStale, srcIdx, xferIdx>>', 'spec/DraftState.tla:185:8'),
 )
 
 
 def act_LateDraftCopy(C, s, t, v_t, v_p):
-    """LateDraftCopy (spec/DraftState.tla:179:5): None, or the first failing conjunct."""
+    """LateDraftCopy (spec/DraftState.tla:182:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:179:8
+        # spec/DraftState.tla:182:8
         k = 1
         if not (ap(s['phase'], v_t) == 'fired'):
             return Failure('LateDraftCopy', 1, *_T_act_LateDraftCopy[0])
-        # spec/DraftState.tla:180:8
+        # spec/DraftState.tla:183:8
         k = 2
         if not (v_p not in ap(s['draftDone'], v_t)):
             return Failure('LateDraftCopy', 2, *_T_act_LateDraftCopy[1])
-        # spec/DraftState.tla:181:8
+        # spec/DraftState.tla:184:8
         k = 3
         if not (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))):
             return Failure('LateDraftCopy', 3, *_T_act_LateDraftCopy[2])
-        # spec/DraftState.tla:182:8
+        # spec/DraftState.tla:185:8
         k = 4
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('LateDraftCopy', 4, *_T_act_LateDraftCopy[3])
@@ -372,55 +377,55 @@ def act_LateDraftCopy(C, s, t, v_t, v_p):
 
 
 _T_act_TransferRetire = (
-    ('phase[t] = "fired"', 'spec/DraftState.tla:188:8'),
-    ('phase\' = [phase EXCEPT ![t] = "idle"]', 'spec/DraftState.tla:189:8'),
-    ("tgtDone' = [tgtDone EXCEPT ![t] = FALSE]", 'spec/DraftState.tla:190:8'),
-    ("draftDone' = [draftDone EXCEPT ![t] = {}]", 'spec/DraftState.tla:191:8'),
-    ("read' = [read EXCEPT ![t] = {}]", 'spec/DraftState.tla:192:8'),
-    ("readStale' = [readStale EXCEPT ![t] = {}]", 'spec/DraftState.tla:193:8'),
-    ("srcIdx' = [srcIdx EXCEPT ![t] = [s \\in Sources |-> 0]]", 'spec/DraftState.tla:194:8'),
-    ("xferIdx' = [xferIdx EXCEPT ![t] = [p \\in DraftPools |-> 0]]", 'spec/DraftState.tla:195:8'),
-    ('UNCHANGED layout', 'spec/DraftState.tla:196:8'),
+    ('phase[t] = "fired"', 'spec/DraftState.tla:191:8'),
+    ('phase\' = [phase EXCEPT ![t] = "idle"]', 'spec/DraftState.tla:192:8'),
+    ("tgtDone' = [tgtDone EXCEPT ![t] = FALSE]", 'spec/DraftState.tla:193:8'),
+    ("draftDone' = [draftDone EXCEPT ![t] = {}]", 'spec/DraftState.tla:194:8'),
+    ("read' = [read EXCEPT ![t] = {}]", 'spec/DraftState.tla:195:8'),
+    ("readStale' = [readStale EXCEPT ![t] = {}]", 'spec/DraftState.tla:196:8'),
+    ("srcIdx' = [srcIdx EXCEPT ![t] = [s \\in Sources |-> 0]]", 'spec/DraftState.tla:197:8'),
+    ("xferIdx' = [xferIdx EXCEPT ![t] = [p \\in DraftPools |-> 0]]", 'spec/DraftState.tla:198:8'),
+    ('UNCHANGED layout', 'spec/DraftState.tla:199:8'),
 )
 
 
 def act_TransferRetire(C, s, t, v_t):
-    """TransferRetire (spec/DraftState.tla:188:5): None, or the first failing conjunct."""
+    """TransferRetire (spec/DraftState.tla:191:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:188:8
+        # spec/DraftState.tla:191:8
         k = 1
         if not (ap(s['phase'], v_t) == 'fired'):
             return Failure('TransferRetire', 1, *_T_act_TransferRetire[0])
-        # spec/DraftState.tla:189:8
+        # spec/DraftState.tla:192:8
         k = 2
         if not (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'idle'))):
             return Failure('TransferRetire', 2, *_T_act_TransferRetire[1])
-        # spec/DraftState.tla:190:8
+        # spec/DraftState.tla:193:8
         k = 3
         if not (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_2: False))):
             return Failure('TransferRetire', 3, *_T_act_TransferRetire[2])
-        # spec/DraftState.tla:191:8
+        # spec/DraftState.tla:194:8
         k = 4
         if not (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_3: frozenset()))):
             return Failure('TransferRetire', 4, *_T_act_TransferRetire[3])
-        # spec/DraftState.tla:192:8
+        # spec/DraftState.tla:195:8
         k = 5
         if not (t['read'] == exc(s['read'], ((v_t,), lambda at_4: frozenset()))):
             return Failure('TransferRetire', 5, *_T_act_TransferRetire[4])
-        # spec/DraftState.tla:193:8
+        # spec/DraftState.tla:196:8
         k = 6
         if not (t['readStale'] == exc(s['readStale'], ((v_t,), lambda at_5: frozenset()))):
             return Failure('TransferRetire', 6, *_T_act_TransferRetire[5])
-        # spec/DraftState.tla:194:8
+        # spec/DraftState.tla:197:8
         k = 7
         if not (t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_6: mk_fcn({v_s_7: 0 for v_s_7 in it(C['Sources'])})))):
             return Failure('TransferRetire', 7, *_T_act_TransferRetire[6])
-        # spec/DraftState.tla:195:8
+        # spec/DraftState.tla:198:8
         k = 8
         if not (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_8: mk_fcn({v_p_9: 0 for v_p_9 in it(C['DraftPools'])})))):
             return Failure('TransferRetire', 8, *_T_act_TransferRetire[7])
-        # spec/DraftState.tla:196:8
+        # spec/DraftState.tla:199:8
         k = 9
         if not (t['layout'] == s['layout']):
             return Failure('TransferRetire', 9, *_T_act_TransferRetire[8])
@@ -429,21 +434,69 @@ def act_TransferRetire(C, s, t, v_t):
     return None
 
 
+_T_act_TransferAbort = (
+    ('phase[t] = "copying"', 'spec/DraftState.tla:205:8'),
+    ('phase\' = [phase EXCEPT ![t] = "idle"]', 'spec/DraftState.tla:206:8'),
+    ("tgtDone' = [tgtDone EXCEPT ![t] = FALSE]", 'spec/DraftState.tla:207:8'),
+    ("draftDone' = [draftDone EXCEPT ![t] = {}]", 'spec/DraftState.tla:208:8'),
+    ("srcIdx' = [srcIdx EXCEPT ![t] = [s \\in Sources |-> 0]]", 'spec/DraftState.tla:209:8'),
+    ("xferIdx' = [xferIdx EXCEPT ![t] = [p \\in DraftPools |-> 0]]", 'spec/DraftState.tla:210:8'),
+    ('UNCHANGED <<layout, read, readStale>>', 'spec/DraftState.tla:211:8'),
+)
+
+
+def act_TransferAbort(C, s, t, v_t):
+    """TransferAbort (spec/DraftState.tla:205:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/DraftState.tla:205:8
+        k = 1
+        if not (ap(s['phase'], v_t) == 'copying'):
+            return Failure('TransferAbort', 1, *_T_act_TransferAbort[0])
+        # spec/DraftState.tla:206:8
+        k = 2
+        if not (t['phase'] == exc(s['phase'], ((v_t,), lambda at_1: 'idle'))):
+            return Failure('TransferAbort', 2, *_T_act_TransferAbort[1])
+        # spec/DraftState.tla:207:8
+        k = 3
+        if not (t['tgtDone'] == exc(s['tgtDone'], ((v_t,), lambda at_2: False))):
+            return Failure('TransferAbort', 3, *_T_act_TransferAbort[2])
+        # spec/DraftState.tla:208:8
+        k = 4
+        if not (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_3: frozenset()))):
+            return Failure('TransferAbort', 4, *_T_act_TransferAbort[3])
+        # spec/DraftState.tla:209:8
+        k = 5
+        if not (t['srcIdx'] == exc(s['srcIdx'], ((v_t,), lambda at_4: mk_fcn({v_s_5: 0 for v_s_5 in it(C['Sources'])})))):
+            return Failure('TransferAbort', 5, *_T_act_TransferAbort[4])
+        # spec/DraftState.tla:210:8
+        k = 6
+        if not (t['xferIdx'] == exc(s['xferIdx'], ((v_t,), lambda at_6: mk_fcn({v_p_7: 0 for v_p_7 in it(C['DraftPools'])})))):
+            return Failure('TransferAbort', 6, *_T_act_TransferAbort[5])
+        # spec/DraftState.tla:211:8
+        k = 7
+        if not ((t['layout'] == s['layout']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale'])):
+            return Failure('TransferAbort', 7, *_T_act_TransferAbort[6])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('TransferAbort', _T_act_TransferAbort, k, e)
+    return None
+
+
 _T_act_Terminated = (
-    ('Finished', 'spec/DraftState.tla:199:15'),
-    ('UNCHANGED vars', 'spec/DraftState.tla:199:27'),
+    ('Finished', 'spec/DraftState.tla:214:15'),
+    ('UNCHANGED vars', 'spec/DraftState.tla:214:27'),
 )
 
 
 def act_Terminated(C, s, t):
-    """Terminated (spec/DraftState.tla:199:15): None, or the first failing conjunct."""
+    """Terminated (spec/DraftState.tla:214:15): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:199:15
+        # spec/DraftState.tla:214:15
         k = 1
         if not d_Finished(C, s, t):
             return Failure('Terminated', 1, *_T_act_Terminated[0])
-        # spec/DraftState.tla:199:27
+        # spec/DraftState.tla:214:27
         k = 2
         if not ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])):
             return Failure('Terminated', 2, *_T_act_Terminated[1])
@@ -487,56 +540,61 @@ def next_TransferRetire(C, s, t):
     return bool(any(d_TransferRetire(C, s, t, v_t_1) for v_t_1 in it(C['Transfers'])))
 
 
+def next_TransferAbort(C, s, t):
+    """Some binding of TransferAbort's parameters allows s -> t (a disjunct of Next)."""
+    return bool(any(d_TransferAbort(C, s, t, v_t_1) for v_t_1 in it(C['Transfers'])))
+
+
 def next_Terminated(C, s, t):
     """Some binding of Terminated's parameters allows s -> t (a disjunct of Next)."""
     return bool(d_Terminated(C, s, t))
 
 
 _T_inv_TypeOK = (
-    ('layout \\in [DraftPools -> {"packed", "sidecar"}]', 'spec/DraftState.tla:106:8'),
-    ('phase \\in [Transfers -> {"idle", "copying", "fired"}]', 'spec/DraftState.tla:107:8'),
-    ('tgtDone \\in [Transfers -> BOOLEAN]', 'spec/DraftState.tla:108:8'),
-    ('draftDone \\in [Transfers -> SUBSET DraftPools]', 'spec/DraftState.tla:109:8'),
-    ('read \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:110:8'),
-    ('readStale \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:111:8'),
-    ('srcIdx \\in [Transfers -> [Sources -> Idx \\cup {0}]]', 'spec/DraftState.tla:112:8'),
-    ('xferIdx \\in [Transfers -> [DraftPools -> Idx \\cup {0}]]', 'spec/DraftState.tla:113:8'),
+    ('layout \\in [DraftPools -> {"packed", "sidecar"}]', 'spec/DraftState.tla:109:8'),
+    ('phase \\in [Transfers -> {"idle", "copying", "fired"}]', 'spec/DraftState.tla:110:8'),
+    ('tgtDone \\in [Transfers -> BOOLEAN]', 'spec/DraftState.tla:111:8'),
+    ('draftDone \\in [Transfers -> SUBSET DraftPools]', 'spec/DraftState.tla:112:8'),
+    ('read \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:113:8'),
+    ('readStale \\in [Transfers -> SUBSET AllPools]', 'spec/DraftState.tla:114:8'),
+    ('srcIdx \\in [Transfers -> [Sources -> Idx \\cup {0}]]', 'spec/DraftState.tla:115:8'),
+    ('xferIdx \\in [Transfers -> [DraftPools -> Idx \\cup {0}]]', 'spec/DraftState.tla:116:8'),
 )
 
 
 def inv_TypeOK(C, s):
-    """TypeOK (spec/DraftState.tla:106:5): None, or the first failing conjunct."""
+    """TypeOK (spec/DraftState.tla:109:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:106:8
+        # spec/DraftState.tla:109:8
         k = 1
         if not (s['layout'] in C['$h0']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/DraftState.tla:107:8
+        # spec/DraftState.tla:110:8
         k = 2
         if not (s['phase'] in C['$h1']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/DraftState.tla:108:8
+        # spec/DraftState.tla:111:8
         k = 3
         if not (s['tgtDone'] in C['$h2']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/DraftState.tla:109:8
+        # spec/DraftState.tla:112:8
         k = 4
         if not (s['draftDone'] in C['$h3']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/DraftState.tla:110:8
+        # spec/DraftState.tla:113:8
         k = 5
         if not (s['read'] in C['$h4']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/DraftState.tla:111:8
+        # spec/DraftState.tla:114:8
         k = 6
         if not (s['readStale'] in C['$h4']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
-        # spec/DraftState.tla:112:8
+        # spec/DraftState.tla:115:8
         k = 7
         if not (s['srcIdx'] in C['$h5']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
-        # spec/DraftState.tla:113:8
+        # spec/DraftState.tla:116:8
         k = 8
         if not (s['xferIdx'] in C['$h6']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
@@ -564,35 +622,35 @@ def inc_TypeOK(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:106:8 (element-local)
+        # spec/DraftState.tla:109:8 (element-local)
         k = 1
         if not all((ap(s['layout'], x_1) in C['$h7']) for x_1 in it(D['DraftPools'])):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
-        # spec/DraftState.tla:107:8 (element-local)
+        # spec/DraftState.tla:110:8 (element-local)
         k = 2
         if not all((ap(s['phase'], x_2) in C['$h8']) for x_2 in it(D['Transfers'])):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
-        # spec/DraftState.tla:108:8 (element-local)
+        # spec/DraftState.tla:111:8 (element-local)
         k = 3
         if not all((ap(s['tgtDone'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Transfers'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
-        # spec/DraftState.tla:109:8 (element-local)
+        # spec/DraftState.tla:112:8 (element-local)
         k = 4
         if not all((ap(s['draftDone'], x_4) in C['$h9']) for x_4 in it(D['Transfers'])):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
-        # spec/DraftState.tla:110:8 (element-local)
+        # spec/DraftState.tla:113:8 (element-local)
         k = 5
         if not all((ap(s['read'], x_5) in C['$h10']) for x_5 in it(D['Transfers'])):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
-        # spec/DraftState.tla:111:8 (element-local)
+        # spec/DraftState.tla:114:8 (element-local)
         k = 6
         if not all((ap(s['readStale'], x_6) in C['$h10']) for x_6 in it(D['Transfers'])):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
-        # spec/DraftState.tla:112:8 (element-local)
+        # spec/DraftState.tla:115:8 (element-local)
         k = 7
         if not all((ap(s['srcIdx'], x_7) in C['$h11']) for x_7 in it(D['Transfers'])):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
-        # spec/DraftState.tla:113:8 (element-local)
+        # spec/DraftState.tla:116:8 (element-local)
         k = 8
         if not all((ap(s['xferIdx'], x_8) in C['$h12']) for x_8 in it(D['Transfers'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
@@ -602,15 +660,15 @@ def inc_TypeOK(C, s, D, V=None):
 
 
 _T_inv_CompletionAfterAllCopies = (
-    ('\\A t \\in Transfers : phase[t] = "fired" => tgtDone[t] /\\ draftDone[t] = DraftPools', 'spec/DraftState.tla:216:5'),
+    ('\\A t \\in Transfers : phase[t] = "fired" => tgtDone[t] /\\ draftDone[t] = DraftPools', 'spec/DraftState.tla:232:5'),
 )
 
 
 def inv_CompletionAfterAllCopies(C, s):
-    """CompletionAfterAllCopies (spec/DraftState.tla:216:5): None, or the first failing conjunct."""
+    """CompletionAfterAllCopies (spec/DraftState.tla:232:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:216:5
+        # spec/DraftState.tla:232:5
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) == 'fired')) or (ap(s['tgtDone'], v_t_1) and (ap(s['draftDone'], v_t_1) == C['DraftPools']))) for v_t_1 in it(C['Transfers'])):
             return Failure('CompletionAfterAllCopies', 1, *_T_inv_CompletionAfterAllCopies[0])
@@ -631,7 +689,7 @@ def inc_CompletionAfterAllCopies(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:216:5 (element-local)
+        # spec/DraftState.tla:232:5 (element-local)
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) == 'fired')) or (ap(s['tgtDone'], v_t_1) and (ap(s['draftDone'], v_t_1) == C['DraftPools']))) for v_t_1 in it(D['Transfers'])):
             return Failure('CompletionAfterAllCopies', 1, *_T_inv_CompletionAfterAllCopies[0])
@@ -641,15 +699,15 @@ def inc_CompletionAfterAllCopies(C, s, D, V=None):
 
 
 _T_inv_NoReadBeforeCompletion = (
-    ('\\A t \\in Transfers : /\\ read[t] # {} => phase[t] = "fired" /\\ readStale[t] = {}', 'spec/DraftState.tla:220:5'),
+    ('\\A t \\in Transfers : /\\ read[t] # {} => phase[t] = "fired" /\\ readStale[t] = {}', 'spec/DraftState.tla:236:5'),
 )
 
 
 def inv_NoReadBeforeCompletion(C, s):
-    """NoReadBeforeCompletion (spec/DraftState.tla:220:5): None, or the first failing conjunct."""
+    """NoReadBeforeCompletion (spec/DraftState.tla:236:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:220:5
+        # spec/DraftState.tla:236:5
         k = 1
         if not all((((not (ap(s['read'], v_t_1) != frozenset())) or (ap(s['phase'], v_t_1) == 'fired')) and (ap(s['readStale'], v_t_1) == frozenset())) for v_t_1 in it(C['Transfers'])):
             return Failure('NoReadBeforeCompletion', 1, *_T_inv_NoReadBeforeCompletion[0])
@@ -670,7 +728,7 @@ def inc_NoReadBeforeCompletion(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:220:5 (element-local)
+        # spec/DraftState.tla:236:5 (element-local)
         k = 1
         if not all((((not (ap(s['read'], v_t_1) != frozenset())) or (ap(s['phase'], v_t_1) == 'fired')) and (ap(s['readStale'], v_t_1) == frozenset())) for v_t_1 in it(D['Transfers'])):
             return Failure('NoReadBeforeCompletion', 1, *_T_inv_NoReadBeforeCompletion[0])
@@ -680,15 +738,15 @@ def inc_NoReadBeforeCompletion(C, s, D, V=None):
 
 
 _T_inv_PackedOnlyCompatible = (
-    ('\\A p \\in DraftPools : layout[p] = "packed" => Compatible(p)', 'spec/DraftState.tla:226:5'),
+    ('\\A p \\in DraftPools : layout[p] = "packed" => Compatible(p)', 'spec/DraftState.tla:242:5'),
 )
 
 
 def inv_PackedOnlyCompatible(C, s):
-    """PackedOnlyCompatible (spec/DraftState.tla:226:5): None, or the first failing conjunct."""
+    """PackedOnlyCompatible (spec/DraftState.tla:242:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:226:5
+        # spec/DraftState.tla:242:5
         k = 1
         if not all(((not (ap(s['layout'], v_p_1) == 'packed')) or d_Compatible(C, s, None, v_p_1)) for v_p_1 in it(C['DraftPools'])):
             return Failure('PackedOnlyCompatible', 1, *_T_inv_PackedOnlyCompatible[0])
@@ -709,7 +767,7 @@ def inc_PackedOnlyCompatible(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:226:5 (element-local)
+        # spec/DraftState.tla:242:5 (element-local)
         k = 1
         if not all(((not (ap(s['layout'], v_p_1) == 'packed')) or d_Compatible(C, s, None, v_p_1)) for v_p_1 in it(D['DraftPools'])):
             return Failure('PackedOnlyCompatible', 1, *_T_inv_PackedOnlyCompatible[0])
@@ -719,15 +777,15 @@ def inc_PackedOnlyCompatible(C, s, D, V=None):
 
 
 _T_inv_IndicesFromDeclaredSource = (
-    ('\\A t \\in Transfers : phase[t] # "idle" => \\A p \\in DraftPools : xferIdx[t][p] = IF layout[p] = "packed" THEN srcIdx[t]["kv"] ELSE srcIdx[t][SourceOf(p)]', 'spec/DraftState.tla:231:5'),
+    ('\\A t \\in Transfers : phase[t] # "idle" => \\A p \\in DraftPools : xferIdx[t][p] = IF layout[p] = "packed" THEN srcIdx[t]["kv"] ELSE srcIdx[t][SourceOf(p)]', 'spec/DraftState.tla:247:5'),
 )
 
 
 def inv_IndicesFromDeclaredSource(C, s):
-    """IndicesFromDeclaredSource (spec/DraftState.tla:231:5): None, or the first failing conjunct."""
+    """IndicesFromDeclaredSource (spec/DraftState.tla:247:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:231:5
+        # spec/DraftState.tla:247:5
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) != 'idle')) or all((ap(ap(s['xferIdx'], v_t_1), v_p_2) == (ap(ap(s['srcIdx'], v_t_1), 'kv') if (ap(s['layout'], v_p_2) == 'packed') else ap(ap(s['srcIdx'], v_t_1), d_SourceOf(C, s, None, v_p_2)))) for v_p_2 in it(C['DraftPools']))) for v_t_1 in it(C['Transfers'])):
             return Failure('IndicesFromDeclaredSource', 1, *_T_inv_IndicesFromDeclaredSource[0])
@@ -748,7 +806,7 @@ def inc_IndicesFromDeclaredSource(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/DraftState.tla:231:5 (element-local)
+        # spec/DraftState.tla:247:5 (element-local)
         k = 1
         if not all(((not (ap(s['phase'], v_t_1) != 'idle')) or all((ap(ap(s['xferIdx'], v_t_1), v_p_2) == (ap(ap(s['srcIdx'], v_t_1), 'kv') if (ap(s['layout'], v_p_2) == 'packed') else ap(ap(s['srcIdx'], v_t_1), d_SourceOf(C, s, None, v_p_2)))) for v_p_2 in it(C['DraftPools']))) for v_t_1 in it(D['Transfers'])):
             return Failure('IndicesFromDeclaredSource', 1, *_T_inv_IndicesFromDeclaredSource[0])
@@ -758,15 +816,15 @@ def inc_IndicesFromDeclaredSource(C, s, D, V=None):
 
 
 _T_inv_PackedOffsetsDisjoint = (
-    ('\\A s1, s2 \\in 0..(HostSlots - 1) : \\A lt \\in 0..(TargetLayers - 1), ld \\in 0..(DraftLayers - 1) : PackedOffset(s1, lt, TargetLayers, DraftLayers) # PackedOffset(s2, TargetLayers + ld, TargetLayers, DraftLayers)', 'spec/DraftState.tla:238:5'),
+    ('\\A s1, s2 \\in 0..(HostSlots - 1) : \\A lt \\in 0..(TargetLayers - 1), ld \\in 0..(DraftLayers - 1) : PackedOffset(s1, lt, TargetLayers, DraftLayers) # PackedOffset(s2, TargetLayers + ld, TargetLayers, DraftLayers)', 'spec/DraftState.tla:254:5'),
 )
 
 
 def inv_PackedOffsetsDisjoint(C, s):
-    """PackedOffsetsDisjoint (spec/DraftState.tla:238:5): None, or the first failing conjunct."""
+    """PackedOffsetsDisjoint (spec/DraftState.tla:254:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/DraftState.tla:238:5
+        # spec/DraftState.tla:254:5
         k = 1
         if not all(all((d_PackedOffset(C, s, None, v_s1_1, v_lt_3, C['TargetLayers'], C['DraftLayers']) != d_PackedOffset(C, s, None, v_s2_2, (C['TargetLayers'] + v_ld_4), C['TargetLayers'], C['DraftLayers'])) for v_lt_3 in it(C['$h14']) for v_ld_4 in it(C['$h15'])) for v_s1_1 in it(C['$h13']) for v_s2_2 in it(C['$h13'])):
             return Failure('PackedOffsetsDisjoint', 1, *_T_inv_PackedOffsetsDisjoint[0])
@@ -857,6 +915,7 @@ ACTIONS = {
     'BufferRead': (act_BufferRead, ('t', 'p')),
     'LateDraftCopy': (act_LateDraftCopy, ('t', 'p')),
     'TransferRetire': (act_TransferRetire, ('t',)),
+    'TransferAbort': (act_TransferAbort, ('t',)),
     'Terminated': (act_Terminated, ()),
 }
 
@@ -868,6 +927,7 @@ NEXT = {
     'LateDraftCopy': next_LateDraftCopy,
     'TargetCopyFinish': next_TargetCopyFinish,
     'Terminated': next_Terminated,
+    'TransferAbort': next_TransferAbort,
     'TransferLaunch': next_TransferLaunch,
     'TransferRetire': next_TransferRetire,
 }

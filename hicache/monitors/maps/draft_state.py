@@ -5,14 +5,16 @@ subscribed to `deps.bus` (sample mode: `DraftStateMap(deps, actions=False)`). Ea
 event is one spec step, so the monitor checks the action (with the slot of the event's `t`,
 and its `p`) and then every invariant; excepted, each checked by its invariants only: a
 finish whose copy was not whole and a launch with a draft role absent (below), a launch that
-grows the window. Without action checks (`actions=False`) a TransferRetire is checked on the
-state before it (its slot is freed at the next event), in sample mode at every retire.
+grows the window. Without action checks (`actions=False`) a TransferRetire (a TransferAbort)
+is checked on the state before it (its slot is freed at the next event), in sample mode at
+every one.
 
   spec transfer t   = a slot of a window 1..capacity (a constant must not change between
                       a step's two states). A launch takes the lowest idle slot for its tid;
                       TransferRetire (the runtime's owner of the transfer says nobody reads
                       it any more, and it leaves the set's records) frees it, idle again as
-                      the spec's retire makes it. A launch with every slot taken doubles the
+                      the spec's retire makes it; so does TransferAbort (a copy failed: it
+                      never fires). A launch with every slot taken doubles the
                       window (that one event: invariants only). So the window is as wide as
                       the transfers live at once, not the transfers of the whole run, and a
                       step's cost stays flat over a long canary. The events carry the
@@ -83,6 +85,8 @@ from hicache.tla.values import mk_fcn
 from .steps import capacity
 
 _ACTIONS = {a.value for a in D}
+#: the steps that end a transfer: its slot is idle again after them
+_ENDS = frozenset({D.TransferRetire.value, D.TransferAbort.value})
 
 #: the spec's per-pool constants, by the runtime role they describe
 _ROW_CONSTANT = {Role.DRAFT_KV: "DraftKVRow", Role.DRAFT_INDEXER: "DraftIndexerRow",
@@ -112,9 +116,10 @@ def pool_row(p: DependentSpec) -> str:
 
 class DraftStateMap:
     spec = spec
-    #: what sample mode checks at every occurrence: a retire ends its transfer's record, so
-    #: a later sample could no longer see a transfer that fired incomplete
-    always_check = frozenset({D.TransferRetire.value})
+    #: what sample mode checks at every occurrence: a retire (an abort) ends its transfer's
+    #: record, so a later sample could no longer see a transfer that fired incomplete (whose
+    #: page lists were mapped wrong)
+    always_check = frozenset(_ENDS)
 
     def __init__(self, deps: DependentSet, capacity: int = 32, actions: bool = True) -> None:
         roles = {p.role for p in deps.cfg.pools}
@@ -194,13 +199,13 @@ class DraftStateMap:
         if self._retiring is not None:
             self._free(self._retiring)
             self._retiring = None
-        if action == D.TransferRetire and tid in self.slot_of and not self.needs_prestate:
+        if action in _ENDS and tid in self.slot_of and not self.needs_prestate:
             # (its spec step, a slot back to Init, has no invariant to break: the state
             # before it is the one worth checking, and the runtime emits before dropping)
             self._retiring, self._slot = tid, self.slot_of[tid]
             return [(action, None)]
         grew = False
-        if action == D.TransferRetire and tid in self.slot_of:
+        if action in _ENDS and tid in self.slot_of:
             t = self._free(tid)
         elif tid in self.slot_of:
             t = self.slot_of[tid]

@@ -1,0 +1,139 @@
+"""A load-back whose copy fails fills nothing: its nodes' device copies (pages allocated at
+its start, never written) leave the tree, so no prefix hands them out, now or later.
+
+Before, the nodes kept the unwritten pages as device copies: the request read them as its
+prefix, and every later request matched them as a device hit (silent wrong KV)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime_helpers import check_prefix, compute, serve
+from runtime_support import stamp
+from hicache.protocol.vocabulary import HostTier as A
+from hicache.runtime.allocator import HostSlotState as S
+from hicache.runtime.cache import HiCache
+from hicache.runtime.config import CacheConfig
+from hicache.runtime.events import Recorder
+
+PS = 2
+TOKENS = [1, 2, 3, 4, 5, 6]          # 3 pages
+
+
+class CopyFailed(RuntimeError):
+    pass
+
+
+@pytest.fixture
+def host_only():
+    """A cache whose TOKENS prefix is on host only (device copies evicted and zeroed), with
+    its events recorded; its load-backs' copies fail until `broken[0]` is set False."""
+    cache = HiCache(CacheConfig(page_size=PS, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2))
+    rec = Recorder()
+    cache.bus.subscribe(rec)
+    serve(cache, TOKENS)
+    cache.drain()
+    assert cache.evict_device(cache.cfg.device_pages) == cache.cfg.device_pages
+    cache.device_pool.buf.zero_()
+    broken = [True]
+    orig = cache._load_layer_fn
+
+    def load_fn(op):
+        copy = orig(op)
+
+        def maybe(layer):
+            if broken[0] and layer == 1:         # the first layer lands, the second fails
+                raise CopyFailed("copy kernel failed")
+            copy(layer)
+        return maybe
+    cache._load_layer_fn = load_fn
+    yield cache, rec, broken
+    cache.close()
+
+
+def test_a_failed_load_leaves_no_device_copy_and_its_slots_readable(host_only):
+    cache, rec, _ = host_only
+    req = cache.match(TOKENS)
+    op = cache.load_back(req)
+    assert op is not None and op.wait(30) and isinstance(op.error, CopyFailed)
+    assert op.wait_layer(0) and not op.wait_layer(1)       # layer 1 never landed
+    cache.poll()
+    assert cache.prefix_pages(req) == [] and req.node.device is None and req.node.host is not None
+    assert cache.host.all_in(req.node.host, S.SYNCED)        # the host copy is intact, readable
+    assert cache.metrics.load_failures == 1 and cache.metrics.load_failed_pages_kept == 0
+    assert cache.dev_alloc.free == cache.cfg.device_pages        # its pages went back
+    finish = [e for e in rec.events if e.action == A.LoadBackFinish]
+    assert finish[-1].args["ok"] is False
+    cache.finish(req)
+    later = cache.match(TOKENS)
+    assert later.device_hit == 0 and cache.prefix_pages(later) == []
+
+
+def test_the_failure_shortens_the_prefix_before_the_ack_is_applied(host_only):
+    """prefix_pages after the wait, with no poll between: the failed load's pages are already
+    out of the prefix; the request computes them, inserts, and the tree holds its bytes."""
+    cache, _, _ = host_only
+    req = cache.match(TOKENS)
+    op = cache.load_back(req)
+    assert op is not None and op.wait(30) and op.error is not None and not op.applied
+    assert cache.prefix_pages(req) == []
+    assert compute(cache, req)                # writes and inserts all 3 pages
+    check_prefix(cache, req)
+    cache.finish(req)
+    cache.poll()
+    assert op.applied and cache.metrics.load_failures == 1
+    again = cache.match(TOKENS)
+    assert again.device_hit == 3
+    check_prefix(cache, again)
+    cache.finish(again)
+
+
+def test_a_later_load_of_the_same_nodes_restores_their_bytes(host_only):
+    cache, _, broken = host_only
+    req = cache.match(TOKENS)
+    op = cache.load_back(req)
+    assert op.wait(30) and op.error is not None
+    cache.poll()
+    cache.finish(req)
+    broken[0] = False
+    req = cache.match(TOKENS)
+    op = cache.load_back(req)
+    assert op is not None and op.wait(30) and op.error is None
+    assert len(cache.prefix_pages(req)) == 3
+    check_prefix(cache, req)
+    cache.finish(req)
+    cache.poll()
+
+
+def test_a_request_that_joined_the_failed_load_reads_no_page_of_it(host_only):
+    """b matched while a's load was in flight (it holds the load too): once the load failed,
+    b's prefix ends before its nodes as well."""
+    cache, _, _ = host_only
+    a = cache.match(TOKENS)
+    op = cache.load_back(a)
+    b = cache.match(TOKENS)
+    assert op in b.loads
+    assert op.wait(30) and op.error is not None
+    assert cache.prefix_pages(b) == [] and cache.prefix_pages(a) == []
+    cache.finish(a)
+    cache.finish(b)
+    cache.poll()
+    assert cache.tree.device_pages == 0
+
+
+def test_a_zeroed_device_page_is_what_the_failure_would_have_served(host_only):
+    """The fixture's premise: the load's pages hold no bytes of the prefix (zeroed), so a
+    prefix that listed them would read wrong KV (check_prefix fails on such a page)."""
+    cache, _, broken = host_only
+    broken[0] = False
+    req = cache.match(TOKENS)
+    op = cache.load_back(req)
+    assert op.wait(30) and op.error is None
+    page = cache.prefix_pages(req)[0]
+    cache.device_pool.buf.view(cache.device_pool.pages, -1)[page].zero_()
+    nb = cache.device_pool.page_nbytes
+    assert not torch.equal(cache.device_pool.read_page(page), stamp(req.key, 0, nb, PS))
+    with pytest.raises(AssertionError, match="holds wrong bytes"):
+        check_prefix(cache, req)
+    cache.finish(req)
+    cache.poll()
