@@ -268,13 +268,20 @@ class HiCache:
             return
         op.dropped = True
         tree = self.tree
-        for x in reversed(op.nodes):          # (path order: deepest last)
-            if x.loading is not op or x.device is None or x.parent is None:
-                continue
-            if x.dev_children:
-                self.metrics.load_failed_pages_kept += x.n
-                continue
-            self.dev_alloc.release(tree.drop_device(x))
+        # deepest first: a node drops once its device children did (op.nodes is not in path
+        # order: a node split while loading appends its upper half); rounds until none drops
+        todo = [x for x in dict.fromkeys(op.nodes)      # (each once)
+                if x.loading is op and x.device is not None and x.parent is not None]
+        while todo:
+            dropped = False
+            for x in todo:
+                if not x.dev_children:
+                    self.dev_alloc.release(tree.drop_device(x))
+                    dropped = True
+            todo = [x for x in todo if x.device is not None]
+            if todo and not dropped:
+                self.metrics.load_failed_pages_kept += sum(x.n for x in todo)
+                break
 
     def _join_loads(self, req: Request) -> None:
         """Every load-back in flight into req's prefix is one req waits on: also those
@@ -429,6 +436,7 @@ class HiCache:
                 raise ValueError(f"pages: {bad!r} is not a device page of this pool (0..{cap - 1})")
             if len(set(pages)) != len(pages):
                 raise ValueError("pages: a page is listed twice")
+        self._settle_loads(req.key)
         node, dup = self.tree.insert(req.key, full)
         if dup > len(prefix):            # someone inserted the same pages meanwhile
             self.dev_alloc.release(full[len(prefix):dup])
@@ -438,6 +446,38 @@ class HiCache:
         self._emit(A.DeviceInsert, rid=req.rid, node=node.id, new_pages=n - dup)
         if self.host is not None and self._threshold != float("inf"):
             self._write_through(node)
+
+    def _settle_loads(self, key: bytes) -> None:
+        """`_settle` the nodes on key's path (an insert's: beyond the inserting request's
+        prefix too, where another request may have started a load after this one matched)."""
+        tree, pb = self.tree, self.tree.pb
+        node, off, n = tree.root, 0, len(key)
+        path = []
+        while off < n:
+            child = node.children.get(key[off:off + pb])
+            if child is None:
+                break
+            path.append(child)
+            if not key.startswith(child.key, off):
+                break
+            off += child.n * pb
+            node = child
+        self._settle(path)
+
+    def _settle(self, path: list[Node]) -> None:
+        """Wait on the load-backs in flight into `path`'s nodes, and drop the device copies
+        of those that failed (`_drop_failed_load`), before something is built below them: an
+        insert adopts a loading node's pages as cached (and frees the caller's copy of
+        them), a load-back fills the host-only run below it. A failed load's node with a
+        device child could not drop its unwritten pages; it kept them, and every later match
+        read them. The wait is on copies already running (host to device), and only where a
+        load into the path is in flight."""
+        for x in path:
+            op = x.loading
+            if op is not None:
+                op.wait()
+                if op.error is not None:
+                    self._drop_failed_load(op)
 
     def _write_through(self, node: Node) -> None:
         self.backup(node, self._threshold)
@@ -545,7 +585,9 @@ class HiCache:
         if self.host is None:
             return None
         self._join_loads(req)
-        nodes = [x for x in self.tree.path(req.node) if x.device is None]
+        path = self.tree.path(req.node)
+        self._settle(path)
+        nodes = [x for x in path if x.device is None]
         take = []
         total = 0
         for x in nodes:

@@ -9,11 +9,13 @@ from hicache.runtime.cache import HiCache, Request
 
 def check_prefix(cache: HiCache, req: Request) -> None:
     """Every device page of req's cached prefix holds exactly the bytes written for it (the
-    documented order: the pages, then wait on req.loads, which prefix_pages completes with
-    the loads in flight into them, then read)."""
-    pages = cache.prefix_pages(req)
+    documented order: prefix_pages, which joins to req.loads the loads in flight into the
+    prefix; wait on req.loads; prefix_pages again, which leaves out what a load that failed
+    was to fill; then read)."""
+    cache.prefix_pages(req)
     for op in req.loads:
         op.wait()
+    pages = cache.prefix_pages(req)
     nb = cache.device_pool.page_nbytes
     for i, p in enumerate(pages):
         assert torch.equal(cache.device_pool.read_page(p), stamp(req.key, i, nb, cache.cfg.page_size)), \

@@ -137,3 +137,64 @@ def test_a_zeroed_device_page_is_what_the_failure_would_have_served(host_only):
         check_prefix(cache, req)
     cache.finish(req)
     cache.poll()
+
+
+def test_an_insert_over_a_failed_load_keeps_the_inserting_requests_pages():
+    """c matched before the prefix was cached (it holds no load of it) and computes it all;
+    meanwhile a's load-back of the prefix failed. c's insert waits on that load, drops its
+    unwritten pages and gives the nodes c's own (before: the tree counted the load's pages
+    as already cached, freed c's, and kept the unwritten ones)."""
+    cache = HiCache(CacheConfig(page_size=PS, device_pages=6, host_pages=8, layers=2, heads=1, head_dim=2))
+    c = cache.match(TOKENS)
+    assert c.device_hit == 0 and c.node is cache.tree.root
+    serve(cache, TOKENS)
+    cache.drain()
+    assert cache.evict_device(cache.cfg.device_pages) == cache.cfg.device_pages
+    orig = cache._load_layer_fn
+
+    def failing(op):
+        def layer(i):
+            raise CopyFailed("copy kernel failed")
+        return layer
+    cache._load_layer_fn = failing
+    a = cache.match(TOKENS)
+    op = cache.load_back(a)
+    assert op is not None and op not in c.loads
+    cache._load_layer_fn = orig
+    assert compute(cache, c)                 # c's prefix is empty: it writes and inserts all 3 pages
+    assert op.error is not None
+    check_prefix(cache, c)                   # the tree's pages of the prefix are c's
+    cache.finish(c)
+    cache.finish(a)
+    cache.poll()
+    again = cache.match(TOKENS)
+    assert again.device_hit == 3
+    check_prefix(cache, again)
+    cache.finish(again)
+    cache.close()
+
+
+def test_a_load_below_a_failed_load_does_not_start_on_top_of_it(host_only):
+    """a loads the prefix's first page (a split node) and fails; b's load-back of the whole
+    prefix waits on it first, so b loads nothing below the failed node's unwritten page
+    (before: b loaded the pages below it, which then kept the failed node's device copy, a
+    device parent of theirs, for good)."""
+    cache, _, broken = host_only
+    a = cache.match(TOKENS[:PS])              # splits the 3-page node: a's node is its first page
+    op = cache.load_back(a)
+    assert op is not None and len(op.pages) == 1
+    b = cache.match(TOKENS)
+    assert op in b.loads
+    later = cache.load_back(b)
+    assert op.error is not None and later is None     # (the failed node is busy until applied)
+    assert cache.prefix_pages(b) == [] and cache.tree.device_pages == 0
+    cache.poll()
+    broken[0] = False
+    later = cache.load_back(b)
+    assert later is not None and later.wait(30) and later.error is None
+    assert len(cache.prefix_pages(b)) == 3
+    check_prefix(cache, b)
+    cache.finish(a)
+    cache.finish(b)
+    cache.poll()
+    assert cache.metrics.load_failed_pages_kept == 0

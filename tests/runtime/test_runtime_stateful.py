@@ -47,6 +47,7 @@ class HostTierMachine(RuleBasedStateMachine):
                                          model="stateful"), storage=self.storage)
         self.nbytes = self.cache.device_pool.page_nbytes
         self.dropped_only_copy = []
+        self._copy_faults()
         if policy is WritePolicy.WRITE_BACK:
             def watch(action, fields):
                 if action is HostTier.DeviceEvict and not fields["kept_host"]:
@@ -56,6 +57,28 @@ class HostTierMachine(RuleBasedStateMachine):
             self.RequestMatch(tokens, load=True, fetch=True, compute=True)
             self.RequestFinish(len(self.reqs) - 1)
         self.cache.evict_device(DEVICE)
+
+    def _copy_faults(self) -> None:
+        """Copies that fail while `self.failing` names their kind: a load-back's second layer
+        (its first landed), a backup's whole copy (the real copy functions otherwise)."""
+        self.failing: set = set()
+        cache = self.cache
+        load_fn, to_host = cache._load_layer_fn, cache._copy_to_host
+
+        def loads(op):
+            copy = load_fn(op)
+
+            def layer(i):
+                if "load" in self.failing and i == 1:
+                    raise RuntimeError("load copy failed")
+                copy(i)
+            return layer
+
+        def backup(op):
+            if "backup" in self.failing:
+                raise RuntimeError("backup copy failed")
+            to_host(op)
+        cache._load_layer_fn, cache._copy_to_host = loads, backup
 
     def teardown(self):
         if self.cache is not None:
@@ -157,6 +180,12 @@ class HostTierMachine(RuleBasedStateMachine):
     @rule(fault=st.sampled_from([Fault.NONE, Fault.NONE, Fault.RAISE, Fault.NONE_VALUE]))
     def storage_fault(self, fault):
         self.storage.fault = fault
+
+    @rule(kinds=st.sampled_from([(), (), ("load",), ("backup",), ("load", "backup")]))
+    def copy_fault(self, kinds):
+        """Copies fail from now on (a failed load-back fills nothing, a failed backup
+        releases its slots): the invariants below check no byte of either is served."""
+        self.failing = set(kinds)
 
     # -- invariants ------------------------------------------------------------
     @invariant()
