@@ -255,8 +255,11 @@ class PrefixGather:
         if self._thread is not None:
             self._thread.join(self.timeout_s)
         if self.deps is not None:
-            # (a failed gather's transfer never fires: aborted, TransferAbort)
-            (self.deps.abort if self._error is not None else self.deps.retire)(self._tid)
+            # a gather that failed, or ended before its completion (overlap off: its error
+            # went to the caller of `acquire`), never fires: aborted, TransferAbort (a fired
+            # one retires either way)
+            done = self._error is None and self._done.is_set()
+            (self.deps.retire if done else self.deps.abort)(self._tid)
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:

@@ -420,11 +420,18 @@ class HiCache:
         self._open("insert")
         if req.done:
             raise ValueError(f"request {req.rid} has finished: it inserts nothing")
+        # loads in flight into the path first (a failed one's pages leave it), then the
+        # prefix the caller's pages follow: taken before the wait, it listed pages the wait
+        # then freed, and the tree took them back as the failed nodes' copies
+        self._settle_loads(req.key)
         prefix = self.prefix_pages(req)
         full = prefix + pages
         n = len(req.key) // self.tree.pb
         if len(full) != n:
-            raise ValueError(f"pages: expected {n - len(prefix)} new pages, got {len(pages)}")
+            failed = [op for op in req.loads if op.error is not None]
+            why = (f" (a load-back into req's prefix failed: {failed[0].error!r}; wait on req.loads, "
+                   f"then take prefix_pages again before computing)") if failed else ""
+            raise ValueError(f"pages: expected {n - len(prefix)} new pages, got {len(pages)}{why}")
         if pages:
             # device pages of this pool, each once: a bogus id would enter the tree's accounting
             # (a later alloc could hand the same page out again: two owners of one page's KV)
@@ -436,7 +443,6 @@ class HiCache:
                 raise ValueError(f"pages: {bad!r} is not a device page of this pool (0..{cap - 1})")
             if len(set(pages)) != len(pages):
                 raise ValueError("pages: a page is listed twice")
-        self._settle_loads(req.key)
         node, dup = self.tree.insert(req.key, full)
         if dup > len(prefix):            # someone inserted the same pages meanwhile
             self.dev_alloc.release(full[len(prefix):dup])
@@ -532,6 +538,7 @@ class HiCache:
         """BackupFinish: RESERVED -> SYNCED; the node's host copy is now readable."""
         if op.error is not None:   # a copy cannot half-fail silently: the slots are released
             self._abort_draft(op)
+            self.metrics.backup_failures += 1
             nodes = list(op.nodes)
             self._detach(op)
             for x in nodes:
@@ -561,12 +568,22 @@ class HiCache:
             return False
         # blocking: the node's host copy is recorded when the copy ends, not before it
         self._emit(A.BackupStart, node=v.id, slots=slots, blocking=True)
-        if self.deps is not None:
-            self.deps.copy_all(self.deps.launch(_draft_kind("backup"), v.device, slots), True,
-                               v.device, slots)
-        elif self.host_pool is not None:
-            from hicache.runtime.copy import copy_pages
-            copy_pages(self.host_pool, slots, self.device_pool, v.device)
+        tid = self.deps.launch(_draft_kind("backup"), v.device, slots) if self.deps is not None else None
+        try:
+            if self.deps is not None:
+                self.deps.copy_all(tid, True, v.device, slots)
+            elif self.host_pool is not None:
+                from hicache.runtime.copy import copy_pages
+                copy_pages(self.host_pool, slots, self.device_pool, v.device)
+        except Exception as e:  # noqa: BLE001 - a failed copy: v keeps its only copy, on device
+            if is_violation(e):
+                raise               # (a monitor stopped the step: the state stays as it found it)
+            if self.deps is not None:
+                self.deps.abort(tid)
+            self.host.move(slots, S.RESERVED, S.IDLE)
+            self.metrics.backup_failures += 1
+            self._emit(A.BackupFinish, node=v.id, slots=slots, ok=False)
+            return False
         self.tree.set_host(v, slots)
         self.host.move(slots, S.RESERVED, S.SYNCED)
         self.metrics.backup_tokens += v.n * self.cfg.page_size
@@ -1039,6 +1056,9 @@ class HiCache:
             for w in (self.prefetcher, self.backuper):
                 if w is not None and not w.close(max(0.0, deadline - time.monotonic())):
                     self.metrics.close_abandoned += 1
+        for op in self._prefetching:
+            if op.done.is_set():
+                self._abort_draft(op)   # a live request's failed prefetch (finish would have)
         if self.deps is not None:  # every transfer applied: the dependent pools' end of use too
             self.deps.close()
         if self._verified:         # the final cache check of verified mode

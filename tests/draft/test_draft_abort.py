@@ -171,3 +171,70 @@ def test_sample_mode_checks_every_abort(tmp_path, verified):
     assert mon.checked == before + 1 and mon.history[-1].action == "TransferAbort"
     cache.finish(req)
     cache.close()
+
+
+def test_a_failed_prefetch_of_a_live_request_is_aborted_at_close(tmp_path, verified):
+    """A prefetch whose host write failed, its request still live when the cache closes: the
+    close aborts it (a finish would have), and the set ends empty."""
+    from draft_support import DictStorage
+    verified.enable("strict", violation_dir=str(tmp_path))
+    tokens = list(range(100, 112))
+    cache, deps = make_cache(storage=DictStorage(), draft_layout="sidecar")
+    compute(cache, deps, tokens)
+    cache.drain()
+    cache.evict_device(cache.cfg.device_pages)
+    cache.evict_host(cache.cfg.host_pages)
+
+    def failing(*a, **k):
+        raise CopyFailed("host write failed")
+    deps.write_value = failing
+    req = cache.match(tokens)
+    assert cache.prefetch(req)
+    req.prefetch.wait()
+    tid = req.prefetch.draft_tid
+    assert isinstance(req.prefetch.error, CopyFailed) and tid in deps.transfers
+    cache.close()
+    assert deps.transfers == {}
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_failed_gather_is_aborted_at_close(tmp_path, overlap):
+    """A CP gather (one rank, a restore that never lands) fails: with overlap its worker's
+    error, without it the caller's; either way its close aborts the transfer, which never
+    fired (before, overlap off retired it: the record stayed, copying, for good)."""
+    import types
+
+    import torch
+
+    from draft_support import draft_config, target_config
+    from hicache.dist import gather as G
+    from hicache.dist.errors import LocalTimeout
+    from hicache.dist.gather_deps_check import _page_shape, _pool
+    from hicache.protocol.cp_layout import CPLayout
+    from hicache.runtime.draft import DependentSet
+    from hicache.runtime.events import EventBus
+    dcfg = draft_config(target_config(), "sidecar")
+    tcfg = dcfg.target
+    layout = CPLayout(cp_size=1, page_size=tcfg.page_size)
+    comm = types.SimpleNamespace(topo=types.SimpleNamespace(cp_rank=0), rank=0)
+
+    def pool(name, cfg):
+        return _pool(name, cfg.layers, 4, _page_shape(cfg), getattr(torch, cfg.dtype), layout, 0)
+    target = pool("target", tcfg)
+    pools = {s.role: pool(s.role.value, dcfg.pool_config(s)) for s in dcfg.pools}
+    deps = DependentSet(dcfg, EventBus())
+    mon = Monitor(DraftStateMap(deps), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    rec = Recorder()
+    deps.bus.subscribe(mon)
+    deps.bus.subscribe(rec)
+    g = G.PrefixGather(comm, layout, target, [0, 1, 2], lambda layer: False, overlap=overlap, timeout_s=0.5,
+                       stats=G.GatherStats(), deps=deps, dep_pools=pools)
+    g.start()
+    with pytest.raises(LocalTimeout, match="restore of layer 0 did not finish"):
+        g.acquire(0)
+    try:
+        g.close()
+    except LocalTimeout:    # with overlap, close raises the worker's error again
+        assert overlap
+    assert deps.transfers == {} and [str(e.action) for e in rec.events] == ["TransferLaunch", "TransferAbort"]
+    assert mon.checked == mon.steps == 2

@@ -5,6 +5,8 @@ Before, the nodes kept the unwritten pages as device copies: the request read th
 prefix, and every later request matched them as a device hit (silent wrong KV)."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -198,3 +200,77 @@ def test_a_load_below_a_failed_load_does_not_start_on_top_of_it(host_only):
     cache.finish(b)
     cache.poll()
     assert cache.metrics.load_failed_pages_kept == 0
+
+
+def _pages_consistent(cache) -> None:
+    """Every device page exactly once: free, or in one node of the tree."""
+    free = cache.dev_alloc.free_set()
+    used = [p for x in cache.tree.nodes() if x.device is not None for p in x.device]
+    assert len(used) == len(set(used)) and not (free & set(used))
+    assert free | set(used) == set(range(cache.cfg.device_pages))
+
+
+def test_an_insert_whose_joined_load_fails_while_it_waits_is_refused():
+    """b joined a's load in flight and computed only its suffix, without waiting on it (as
+    a scheduler that trusts the load may). The load fails while b's insert waits on it: the
+    insert is refused with why, and no page is left both free and in the tree (before: the
+    insert took the prefix before the wait, and gave the freed pages back to the nodes)."""
+    cache = HiCache(CacheConfig(page_size=PS, device_pages=6, host_pages=8, layers=2, heads=1, head_dim=2))
+    serve(cache, TOKENS)
+    cache.drain()
+    assert cache.evict_device(6) == 6
+
+    def gated(op):
+        go, wait = threading.Event(), op.wait
+
+        def waiting(timeout=None):      # the copy fails once somebody waits on it: mid-insert
+            go.set()
+            return wait(timeout)
+        op.wait = waiting
+
+        def layer(i):
+            go.wait(30)
+            raise CopyFailed("copy kernel failed")
+        return layer
+    cache._load_layer_fn = gated
+    a = cache.match(TOKENS)
+    op = cache.load_back(a)
+    b = cache.match(TOKENS + [7, 8])
+    assert op in b.loads and len(cache.prefix_pages(b)) == 3 and not op.done.is_set()
+    new = cache.alloc(1)
+    with pytest.raises(ValueError, match=r"expected 4 new pages, got 1 \(a load-back into req's prefix failed"):
+        cache.insert(b, new)
+    cache.dev_alloc.release(new)
+    _pages_consistent(cache)
+    assert cache.prefix_pages(b) == []
+    cache.finish(a)
+    cache.finish(b)
+    cache.poll()
+    _pages_consistent(cache)
+    cache.close()
+
+
+def test_a_failed_write_back_copy_keeps_the_device_copy(monkeypatch):
+    """write_back backs a node up synchronously before evicting it: when that copy fails the
+    node keeps its only copy on device, its host slots go back to idle, and BackupFinish
+    says ok=False (before: the slots stayed reserved for good, and the error escaped)."""
+    cache = HiCache(CacheConfig(page_size=PS, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2,
+                                write_policy="write_back"))
+    rec = Recorder()
+    cache.bus.subscribe(rec)
+    req = serve(cache, TOKENS[:4])
+    from hicache.runtime import copy as copy_mod
+
+    def boom(*a, **k):
+        raise CopyFailed("copy kernel failed")
+    monkeypatch.setattr(copy_mod, "copy_pages", boom)
+    assert cache.evict_device(4) == 2                 # the node could not leave: 2 pages stay used
+    node = cache.tree.match(req.key).node
+    assert node.device is not None and node.host is None
+    assert (cache.host.state == int(S.IDLE)).all() and cache.metrics.backup_failures == 1
+    last = [e for e in rec.events if e.action == A.BackupFinish][-1]
+    assert last.args["ok"] is False and last.args["node"] == node.id
+    monkeypatch.undo()
+    assert cache.evict_device(4) == 4                 # the copy works again: evicted, backed up
+    assert cache.tree.match(req.key).node.host is not None
+    cache.close()
