@@ -454,7 +454,7 @@ class HiCache:
             self._write_through(node)
 
     def _settle_loads(self, key: bytes) -> None:
-        """`_settle` the nodes on key's path (an insert's: beyond the inserting request's
+        """`_settle_path` the nodes on key's path (an insert's: beyond the inserting request's
         prefix too, where another request may have started a load after this one matched)."""
         tree, pb = self.tree, self.tree.pb
         node, off, n = tree.root, 0, len(key)
@@ -468,9 +468,9 @@ class HiCache:
                 break
             off += child.n * pb
             node = child
-        self._settle(path)
+        self._settle_path(path)
 
-    def _settle(self, path: list[Node]) -> None:
+    def _settle_path(self, path: list[Node]) -> None:
         """Wait on the load-backs in flight into `path`'s nodes, and drop the device copies
         of those that failed (`_drop_failed_load`), before something is built below them: an
         insert adopts a loading node's pages as cached (and frees the caller's copy of
@@ -603,7 +603,7 @@ class HiCache:
             return None
         self._join_loads(req)
         path = self.tree.path(req.node)
-        self._settle(path)
+        self._settle_path(path)
         nodes = [x for x in path if x.device is None]
         take = []
         total = 0
