@@ -258,8 +258,12 @@ class PrefixGather:
             # a gather that failed, or ended before its completion (overlap off: its error
             # went to the caller of `acquire`), never fires: aborted, TransferAbort (a fired
             # one retires either way)
+            from hicache.runtime.cache import is_violation
             done = self._error is None and self._done.is_set()
-            (self.deps.retire if done else self.deps.abort)(self._tid)
+            if done:
+                self.deps.retire(self._tid)
+            elif not is_violation(self._error):    # (after a violation the records stay as it left them)
+                self.deps.abort(self._tid)
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:

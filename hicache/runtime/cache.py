@@ -267,6 +267,15 @@ class HiCache:
         if op.dropped:
             return
         op.dropped = True
+        # the hit it counted at its start was none
+        req, tier = op.hit
+        n = len(op.pages)
+        if tier == "host":
+            req.host_hit -= n
+            self.metrics.host_hit_tokens -= n * self.cfg.page_size
+        else:
+            req.storage_hit -= n
+            self.metrics.storage_hit_tokens -= n * self.cfg.page_size
         tree = self.tree
         # deepest first: a node drops once its device children did (op.nodes is not in path
         # order: a node split while loading appends its upper half); rounds until none drops
@@ -638,6 +647,7 @@ class HiCache:
         self._attach(op, take)
         _hold(req, op)
         loaded = len(pages) * cfg.page_size
+        op.hit = (req, _tier)       # whose hit it counts, in which tier (a failure takes it back)
         if _tier == "host":
             req.host_hit += len(pages)
             self.metrics.host_hit_tokens += loaded
@@ -673,10 +683,11 @@ class HiCache:
         op.applied = True       # no request joins it from here on (its nodes' `loading` is cleared)
         self._release_load(op)
         met = self.metrics
-        met.load_tokens += len(op.pages) * self.cfg.page_size
-        met.load_seconds += time.perf_counter() - op.t0
-        if self.host_pool is not None:
-            met.load_bytes += len(op.pages) * self.host_pool.page_nbytes
+        if op.error is None:       # (a failed one moved nothing: counted in load_failures)
+            met.load_tokens += len(op.pages) * self.cfg.page_size
+            met.load_seconds += time.perf_counter() - op.t0
+            if self.host_pool is not None:
+                met.load_bytes += len(op.pages) * self.host_pool.page_nbytes
         self._emit(A.LoadBackFinish, rid=op.rid, nodes=op.node_ids, slots=op.slots,
                    ok=op.error is None)
 

@@ -52,6 +52,7 @@ class LoadOp(Op):
         # its copy failed and the device copies it was to fill were dropped (the scheduler's
         # `_drop_failed_load`, once: at the first look after the failure, or at its apply)
         self.dropped = False
+        self.hit: tuple | None = None   # (request, tier) whose hit counters it added to
 
     def run(self) -> None:
         for layer in range(self.layers):

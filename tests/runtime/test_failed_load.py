@@ -63,6 +63,8 @@ def test_a_failed_load_leaves_no_device_copy_and_its_slots_readable(host_only):
     assert cache.prefix_pages(req) == [] and req.node.device is None and req.node.host is not None
     assert cache.host.all_in(req.node.host, S.SYNCED)        # the host copy is intact, readable
     assert cache.metrics.load_failures == 1 and cache.metrics.load_failed_pages_kept == 0
+    # the hit it counted at its start is taken back; it moved nothing
+    assert req.host_hit == 0 and cache.metrics.host_hit_tokens == 0 and cache.metrics.load_tokens == 0
     assert cache.dev_alloc.free == cache.cfg.device_pages        # its pages went back
     finish = [e for e in rec.events if e.action == A.LoadBackFinish]
     assert finish[-1].args["ok"] is False
