@@ -444,16 +444,7 @@ class DependentSet:
         records now; one still copying when it fires. Without this a monitored set would
         keep every transfer it ever made, and its monitor would map them all at each step.
         Unknown or already retired tids are ignored (the owner may retire on every path)."""
-        if tid is None:
-            return
-        with self._lock:
-            rec = self.transfers.get(tid)
-            if rec is None:
-                return
-            if rec.phase == "fired":
-                self._retire(rec)
-            else:
-                rec.released = True
+        self._end(tid, failed=False)
 
     def abort(self, tid: int | None) -> None:
         """TransferAbort(tid): a copy of transfer tid failed, so it will never fire; its
@@ -464,6 +455,11 @@ class DependentSet:
         keep its record, and the monitor's window its slot, for the rest of the run.
         Unknown, already ended tids are ignored. Call only once the transfer's copies have
         stopped: a copy step after it finds no live transfer."""
+        self._end(tid, failed=True)
+
+    def _end(self, tid: int | None, failed: bool) -> None:
+        """Its owner is done with transfer tid: a fired one retires; a copying one is
+        aborted when its copy failed, else marked to retire when it fires."""
         if tid is None:
             return
         with self._lock:
@@ -472,9 +468,11 @@ class DependentSet:
                 return
             if rec.phase == "fired":
                 self._retire(rec)
-                return
-            self._emit(D.TransferAbort, t=tid)     # (the event first, as _retire's)
-            del self.transfers[tid]
+            elif failed:
+                self._emit(D.TransferAbort, t=tid)     # (the event first, as _retire's)
+                del self.transfers[tid]
+            else:
+                rec.released = True
 
     def _retire(self, rec: Transfer) -> None:
         # (under the lock) the event first: a monitor may check the transfer's last state

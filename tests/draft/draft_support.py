@@ -109,6 +109,33 @@ def expected(name: str, deps: DependentSet | None, tokens: list[int], n_pages: i
     return [stamp(name, tokens, i, nbytes) for i in idx]
 
 
+#: the prefix the host-only fixtures cache: 2 pages of 4 tokens
+TOKENS = list(range(100, 108))
+
+
+def host_only_cache(verified, violation_dir: str):
+    """A strict-monitored cache with dependent pools whose TOKENS prefix is on host only
+    (device copies evicted and zeroed), its DraftState events recorded: (cache, deps, recorder)."""
+    from hicache.runtime.events import Recorder
+    verified.enable("strict", violation_dir=violation_dir)
+    cache, deps = make_cache(draft_layout="sidecar")
+    rec = Recorder()
+    deps.bus.subscribe(rec)
+    compute(cache, deps, TOKENS)
+    assert cache.evict_device(cache.cfg.device_pages) > 0
+    wipe_device(cache, deps)
+    return cache, deps, rec
+
+
+def complete_transfer(deps: DependentSet, tid: int) -> None:
+    """Every copy of transfer tid finished, then its completion (the public steps)."""
+    deps.finish_target(tid)
+    for s in deps.cfg.sidecars:
+        if s.role is not Role.SWA:
+            deps.finish_draft(tid, s.role)
+    deps.fire(tid)
+
+
 def wipe_device(cache: HiCache, deps: DependentSet) -> None:
     """Zero every device pool: restored bytes can only come from host or storage."""
     cache.device_pool.buf.zero_()

@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from draft_support import compute, make_cache, wipe_device
+from draft_support import TOKENS, complete_transfer, compute, host_only_cache, make_cache
 from hicache.monitors.attach import monitor_of
 from hicache.monitors.maps.draft_state import DraftStateMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.runtime import draft
-from hicache.runtime.draft import Role
 from hicache.runtime.events import Recorder
-
-TOKENS = list(range(100, 108))          # 2 pages of 4 tokens
-
 
 class CopyFailed(RuntimeError):
     pass
@@ -48,13 +44,7 @@ def _failing_loads(cache) -> None:
 def monitored(tmp_path, verified):
     """A strict-monitored cache with dependent pools whose TOKENS prefix is on host only,
     the DraftState events recorded, its load-backs failing; yields (cache, deps, recorder)."""
-    verified.enable("strict", violation_dir=str(tmp_path))
-    cache, deps = make_cache(draft_layout="sidecar")
-    rec = Recorder()
-    deps.bus.subscribe(rec)
-    compute(cache, deps, TOKENS)
-    assert cache.evict_device(cache.cfg.device_pages) > 0
-    wipe_device(cache, deps)
+    cache, deps, rec = host_only_cache(verified, str(tmp_path))
     _failing_loads(cache)
     yield cache, deps, rec
     cache.close()
@@ -107,12 +97,6 @@ def test_a_long_run_of_failed_loads_keeps_the_window(monitored):
     assert sum(e.action == "TransferAbort" for e in rec.events) == 50
 
 
-def _complete(deps, tid: int) -> None:
-    deps.finish_target(tid)
-    for s in deps.cfg.sidecars:
-        if s.role is not Role.SWA:
-            deps.finish_draft(tid, s.role)
-    deps.fire(tid)
 
 
 @pytest.mark.parametrize("actions", [True, False], ids=["actions", "invariants_only"])
@@ -128,7 +112,7 @@ def test_the_public_abort(tmp_path, actions):
     deps.finish_target(a)
     deps.abort(a)
     b = deps.launch(draft.Kind.GATHER, [2], [2])
-    _complete(deps, b)
+    complete_transfer(deps, b)
     deps.abort(b)
     deps.abort(a)
     deps.abort(99)
@@ -147,7 +131,7 @@ def test_an_abort_of_a_fired_transfer_is_a_violation(tmp_path):
     cache, deps = make_cache(draft_layout="sidecar")
     deps.bus.subscribe(Monitor(DraftStateMap(deps), VerifyConfig(mode="strict", violation_dir=str(tmp_path))))
     t = deps.launch(draft.Kind.GATHER, [0], [0])
-    _complete(deps, t)
+    complete_transfer(deps, t)
     with pytest.raises(ProtocolViolation) as e:
         deps._emit(draft.D.TransferAbort, t=t)
     assert (e.value.action, e.value.conjunct, e.value.kind) == ("TransferAbort", 'phase[t] = "copying"', "action")

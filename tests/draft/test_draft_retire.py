@@ -10,27 +10,18 @@ import threading
 import pytest
 import torch
 
-from draft_support import compute, make_cache, stamp, wipe_device
+from draft_support import TOKENS, complete_transfer, compute, host_only_cache, make_cache, stamp
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.monitors.maps.draft_state import DraftStateMap
 from hicache.runtime import draft
 from hicache.runtime.draft import Role
 from hicache.runtime.events import Recorder
 
-TOKENS = list(range(100, 108))          # 2 pages of 4 tokens
-
-
 @pytest.fixture
 def host_only(tmp_path, verified):
     """A strict-monitored cache whose TOKENS prefix is on host only (device copy evicted and
     zeroed), the events recorded; yields (cache, deps, recorder)."""
-    verified.enable("strict", violation_dir=str(tmp_path))
-    cache, deps = make_cache(draft_layout="sidecar")
-    rec = Recorder()
-    deps.bus.subscribe(rec)
-    compute(cache, deps, TOKENS)
-    assert cache.evict_device(cache.cfg.device_pages) > 0
-    wipe_device(cache, deps)
+    cache, deps, rec = host_only_cache(verified, str(tmp_path))
     yield cache, deps, rec
     cache.close()
     assert deps.transfers == {}
@@ -187,13 +178,6 @@ def test_sample_mode_checks_a_retiring_transfer_before_its_record_goes(tmp_path,
     cache.close()                               # (the monitors tripped: one violation, reported once)
 
 
-def _complete(deps, tid: int) -> None:
-    """Every copy of transfer tid finished, then its completion (public steps)."""
-    deps.finish_target(tid)
-    for s in deps.cfg.sidecars:
-        if s.role is not Role.SWA:
-            deps.finish_draft(tid, s.role)
-    deps.fire(tid)
 
 
 def test_a_sample_monitor_with_action_checks_is_refused():
@@ -217,7 +201,7 @@ def test_an_invariant_only_retire_frees_its_slot_at_the_next_event(tmp_path):
     for i in range(3):
         tid = deps.launch(draft.Kind.GATHER, [i], [i])
         assert rmap.slot_of == {tid: 1}
-        _complete(deps, tid)
+        complete_transfer(deps, tid)
         deps.retire(tid)
         assert rmap.slot_of == {tid: 1} and mon.history[-1].state["phase"] == ("fired",)
         mon.cache_check()
