@@ -260,22 +260,23 @@ class HiCache:
         freed, deepest node first, so no match nor prefix hands them out (a silent wrong
         hit, before this, for every later request). The nodes keep their host copies, which
         a later load-back may read again. Once per op: at the first look after the failure
-        (prefix_pages, insert) or when the ack queue applies it (_load_finish). A node below
-        which something was inserted meanwhile keeps its copy (its device descendants sit
-        on it); that insert computed on the prefix before waiting on its load, which no
-        library call does; counted in `metrics.load_failed_pages_kept`."""
+        (prefix_pages, `_settle_path`) or when the ack queue applies it (_load_finish). A node
+        that still has a device child keeps its copy (drop_device needs a device leaf);
+        insert and load_back wait on the loads into their path before building below them,
+        so no library call leaves one there: counted in `metrics.load_failed_pages_kept`,
+        0 in every test and fuzz run."""
         if op.dropped:
             return
         op.dropped = True
-        # the hit it counted at its start was none
-        req, tier = op.hit
-        n = len(op.pages)
-        if tier == "host":
-            req.host_hit -= n
-            self.metrics.host_hit_tokens -= n * self.cfg.page_size
-        else:
-            req.storage_hit -= n
-            self.metrics.storage_hit_tokens -= n * self.cfg.page_size
+        if op.hit is not None:      # the hit it counted at its start was none
+            req, tier = op.hit
+            n = len(op.pages)
+            if tier == "host":
+                req.host_hit -= n
+                self.metrics.host_hit_tokens -= n * self.cfg.page_size
+            else:
+                req.storage_hit -= n
+                self.metrics.storage_hit_tokens -= n * self.cfg.page_size
         tree = self.tree
         # deepest first: a node drops once its device children did (op.nodes is not in path
         # order: a node split while loading appends its upper half); rounds until none drops
