@@ -124,7 +124,18 @@ def _minus_set(a, b):
 def _subseteq(a, b):
     if not is_set(a):
         raise EvalError(f"\\subseteq applied to non-set {fmt(a)}")
+    if type(a) is frozenset:
+        # the set-wide forms of `in_set` on every element (a monitor's TypeOK checks a free
+        # list of a whole device against an interval at each step): a frozenset's membership
+        # is its elements' equality, an interval's is "an int within its bounds"
+        if type(b) is frozenset:
+            return a <= b
+        if type(b) is Interval:
+            return not a or (set(map(type, a)) == _INT and b.lo <= min(a) and max(a) <= b.hi)
     return all(in_set(x, b) for x in iter_values(a))
+
+
+_INT = {int}
 
 
 def _domain(f):

@@ -82,6 +82,11 @@ def test_finite_sets(tla_eval_many):
         ("{<<x, y>> \\in {1, 2} \\X {3, 4} : x + y = 5}", frozenset({(1, 4), (2, 3)})),
         ("{a + b : <<a, b>> \\in {<<1, 2>>, <<3, 4>>}}", frozenset({3, 7})),
         ("{1, 2} \\subset {1, 2}", False), ("{1} \\subset {1, 2}", True), ("{1, 2} \\supseteq {2}", True),
+        # (the set-wide forms of \\subseteq: of an interval, of a finite set)
+        ("{2, 3} \\subseteq 1..3", True), ("{0, 2} \\subseteq 1..3", False), ("{2, 4} \\subseteq 1..3", False),
+        ("{} \\subseteq 1..0", True), ("{1} \\subseteq 1..0", False), ("{TRUE} \\subseteq 0..1", False),
+        ("{\"a\", 1} \\subseteq 1..3", False), ("{1, 2} \\subseteq {1, 2, 3}", True),
+        ("{1, 4} \\subseteq {1, 2, 3}", False), ("{{1}} \\subseteq {{1}, {2}}", True),
     ])
 
 
