@@ -165,6 +165,18 @@ LoadBackFinish(q) ==
     /\ req' = [req EXCEPT ![q] = "running"]
     /\ UNCHANGED <<policy, len, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>
 
+(* q's load-back failed (a copy raised): nothing of it reached the device. *)
+(* Its slots are SYNCED again (the host copies are intact, a later load    *)
+(* may read them) and q runs on without those pages: it computes them.     *)
+LoadBackFail(q) ==
+    /\ req[q] = "loading"
+    /\ slot' = [h \in HSlots |-> IF \E n \in Loading(q) : host[n] = h
+                                 THEN "synced" ELSE slot[h]]
+    /\ loadReq' = [n \in Nodes |-> IF n \in Loading(q) THEN NoReq ELSE loadReq[n]]
+    /\ loadDone' = [n \in Nodes |-> IF n \in Loading(q) THEN 0 ELSE loadDone[n]]
+    /\ req' = [req EXCEPT ![q] = "running"]
+    /\ UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>
+
 (* Running request q computed the next page and inserts it on device.      *)
 DeviceInsert(q) ==
     /\ req[q] = "running"
@@ -336,7 +348,7 @@ RequestFinish(q) ==
 
 Next ==
     \/ \E q \in Reqs :
-        \/ RequestMatch(q) \/ LoadBackStart(q) \/ LoadBackFinish(q)
+        \/ RequestMatch(q) \/ LoadBackStart(q) \/ LoadBackFinish(q) \/ LoadBackFail(q)
         \/ DeviceInsert(q) \/ PrefetchStart(q) \/ PrefetchFinish(q)
         \/ RequestAbort(q) \/ RequestFinish(q)
     \/ \E n \in Nodes :

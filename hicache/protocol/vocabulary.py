@@ -20,6 +20,7 @@ class HostTier(enum.StrEnum):
     LoadBackStart = "LoadBackStart"          # host->device load: SYNCED->PROTECTED (read-locked)
     LoadBackLayer = "LoadBackLayer"          # one layer of a load-back finished (per-layer event)
     LoadBackFinish = "LoadBackFinish"        # all layers done: PROTECTED->SYNCED, ack popped
+    LoadBackFail = "LoadBackFail"            # its copy failed: PROTECTED->SYNCED, no device copy, ack popped
     DeviceEvict = "DeviceEvict"              # device copy dropped (write_back: backs up first)
     HostEvict = "HostEvict"                  # host copy dropped: SYNCED->IDLE
     StorageBackupStart = "StorageBackupStart"    # host->storage: SYNCED->BACKUP

@@ -13,7 +13,7 @@ Request lifecycle (what the scheduler calls):
   pages = cache.alloc(n)             DeviceEvict    LRU device victims make room
   cache.insert(req, pages)           DeviceInsert   write policy may start BackupStart
   cache.finish(req) / abort(req)     RequestFinish / RequestAbort
-  cache.poll()                       BackupFinish, LoadBackFinish, StorageBackupFinish
+  cache.poll()                       BackupFinish, LoadBackFinish (LoadBackFail), StorageBackupFinish
 """
 from __future__ import annotations
 
@@ -672,9 +672,9 @@ class HiCache:
         return lambda layer: self._emit(A.LoadBackLayer, rid=op.rid, nodes=op.node_ids, layer=layer)
 
     def _load_finish(self, op: LoadOp) -> None:
-        """LoadBackFinish: PROTECTED -> SYNCED; the ack is popped in issue order. A failed
-        load's device copies are dropped (`_drop_failed_load`) and its dependent transfer
-        aborted: its requests' prefixes end before its nodes."""
+        """LoadBackFinish: PROTECTED -> SYNCED; the ack is popped in issue order. LoadBackFail
+        instead when its copy failed: its device copies are dropped (`_drop_failed_load`) and
+        its dependent transfer aborted; its requests' prefixes end before its nodes."""
         if op.error is not None:
             self._drop_failed_load(op)
             self._abort_draft(op)
@@ -689,8 +689,8 @@ class HiCache:
             met.load_seconds += time.perf_counter() - op.t0
             if self.host_pool is not None:
                 met.load_bytes += len(op.pages) * self.host_pool.page_nbytes
-        self._emit(A.LoadBackFinish, rid=op.rid, nodes=op.node_ids, slots=op.slots,
-                   ok=op.error is None)
+        self._emit(A.LoadBackFinish if op.error is None else A.LoadBackFail, rid=op.rid, nodes=op.node_ids,
+                   slots=op.slots)
 
     # ------------------------------------------------------------------ storage backup
     def _storage_backup_start(self, v: Node) -> None:

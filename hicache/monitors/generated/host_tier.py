@@ -121,103 +121,108 @@ def d_LoadBackFinish(C, s, t, v_q):
     return ((ap(s['req'], v_q) == 'loading') and all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))) and (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or (v_n_2 in d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})) and (t['slot'] == mk_fcn({v_h_3: ('synced' if any((ap(s['host'], v_n_4) == v_h_3) for v_n_4 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_3)) for v_h_3 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_5: (C['NoReq'] if (v_n_5 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_5)) for v_n_5 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_6: (0 if (v_n_6 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_6)) for v_n_6 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_7: 'running'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
+def d_LoadBackFail(C, s, t, v_q):
+    # spec/HostTier.tla:171:1
+    return ((ap(s['req'], v_q) == 'loading') and (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if (v_n_3 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_4: (0 if (v_n_4 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
+
+
 def d_DeviceInsert(C, s, t, v_q):
-    # spec/HostTier.tla:169:1
+    # spec/HostTier.tla:181:1
     return ((ap(s['req'], v_q) == 'running') and (ap(s['reqLen'], v_q) == s['len']) and (s['len'] < C['NNodes']) and (t['dev'] == exc(s['dev'], ((s['len'],), lambda at_1: True))) and (t['hits'] == exc(s['hits'], ((s['len'],), lambda at_2: 1))) and (t['len'] == (s['len'] + 1)) and (t['reqLen'] == exc(s['reqLen'], ((v_q,), lambda at_3: (s['len'] + 1)))) and ((t['policy'] == s['policy']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_DevEvictable(C, s, t, v_n):
-    # spec/HostTier.tla:181:1
+    # spec/HostTier.tla:193:1
     return ((d_InTree(C, s, t, v_n) and ap(s['dev'], v_n)) and (not d_Locked(C, s, t, v_n)) and ((ap(s['loadReq'], v_n) == C['NoReq']) and (ap(s['backupOp'], v_n) == C['NoSlot'])) and (True if (v_n == (s['len'] - 1)) else (not ap(s['dev'], (v_n + 1)))))
 
 
 def d_BackupDue(C, s, t, v_n):
-    # spec/HostTier.tla:188:1
-    return ((ap(s['hits'], v_n) >= 1) if (s['policy'] == 'write_through') else ((ap(s['hits'], v_n) >= 2) if (s['policy'] == 'write_through_selective') else (d_DevEvictable(C, s, t, v_n) if (s['policy'] == 'write_back') else case_fail('spec/HostTier.tla:189:5'))))
+    # spec/HostTier.tla:200:1
+    return ((ap(s['hits'], v_n) >= 1) if (s['policy'] == 'write_through') else ((ap(s['hits'], v_n) >= 2) if (s['policy'] == 'write_through_selective') else (d_DevEvictable(C, s, t, v_n) if (s['policy'] == 'write_back') else case_fail('spec/HostTier.tla:201:5'))))
 
 
 def d_ParentBacked(C, s, t, v_n):
-    # spec/HostTier.tla:195:1
+    # spec/HostTier.tla:207:1
     return (True if (v_n == 0) else (ap(s['host'], (v_n - 1)) != C['NoSlot']))
 
 
 def d_ParentBackedOrGoing(C, s, t, v_n):
-    # spec/HostTier.tla:196:1
+    # spec/HostTier.tla:208:1
     return (True if (v_n == 0) else ((ap(s['host'], (v_n - 1)) != C['NoSlot']) or (ap(s['backupOp'], (v_n - 1)) != C['NoSlot'])))
 
 
 def d_BackupStart(C, s, t, v_n):
-    # spec/HostTier.tla:200:1
+    # spec/HostTier.tla:212:1
     return ((d_InTree(C, s, t, v_n) and ap(s['dev'], v_n)) and ((ap(s['host'], v_n) == C['NoSlot']) and (ap(s['backupOp'], v_n) == C['NoSlot'])) and d_BackupDue(C, s, t, v_n) and ((not (s['policy'] in C['WriteThrough'])) or d_ParentBackedOrGoing(C, s, t, v_n)) and any(((t['slot'] == exc(s['slot'], ((v_h_1,), lambda at_2: 'reserved'))) and (t['backupOp'] == exc(s['backupOp'], ((v_n,), lambda at_3: v_h_1)))) for v_h_1 in it(d_IdleSlots(C, s, t))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_BackupFinish(C, s, t, v_n):
-    # spec/HostTier.tla:214:1
+    # spec/HostTier.tla:226:1
     return ((ap(s['backupOp'], v_n) != C['NoSlot']) and ((not (s['policy'] in C['WriteThrough'])) or d_ParentBacked(C, s, t, v_n)) and (t['slot'] == exc(s['slot'], ((ap(s['backupOp'], v_n),), lambda at_1: 'synced'))) and (t['host'] == exc(s['host'], ((v_n,), lambda at_2: ap(s['backupOp'], v_n)))) and (t['backupOp'] == exc(s['backupOp'], ((v_n,), lambda at_3: C['NoSlot']))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_DeviceEvict(C, s, t, v_n):
-    # spec/HostTier.tla:226:1
+    # spec/HostTier.tla:238:1
     return (d_DevEvictable(C, s, t, v_n) and (((ap(s['host'], v_n) != C['NoSlot']) and (t['dev'] == exc(s['dev'], ((v_n,), lambda at_1: False))) and ((t['len'] == s['len']) and (t['hits'] == s['hits']))) or ((ap(s['host'], v_n) == C['NoSlot']) and (s['policy'] != 'write_back') and (v_n == (s['len'] - 1)) and (t['dev'] == exc(s['dev'], ((v_n,), lambda at_2: False))) and (t['hits'] == exc(s['hits'], ((v_n,), lambda at_3: 0))) and (t['len'] == v_n))) and ((t['policy'] == s['policy']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_HostEvictable(C, s, t, v_n):
-    # spec/HostTier.tla:242:1
+    # spec/HostTier.tla:254:1
     return ((d_InTree(C, s, t, v_n) and (ap(s['host'], v_n) != C['NoSlot'])) and (True if (v_n == (s['len'] - 1)) else ((ap(s['host'], (v_n + 1)) == C['NoSlot']) and (ap(s['backupOp'], (v_n + 1)) == C['NoSlot']))) and (((ap(s['slot'], ap(s['host'], v_n)) == 'synced') and (ap(s['dev'], v_n) or (not d_Locked(C, s, t, v_n)))) or (C['BugEvictDuringLoad'] and (ap(s['slot'], ap(s['host'], v_n)) == 'protected'))) and (ap(s['dev'], v_n) or (v_n == (s['len'] - 1))))
 
 
 def d_HostEvict(C, s, t, v_n):
-    # spec/HostTier.tla:252:1
+    # spec/HostTier.tla:264:1
     return (d_HostEvictable(C, s, t, v_n) and (t['slot'] == exc(s['slot'], ((ap(s['host'], v_n),), lambda at_1: 'idle'))) and (t['host'] == exc(s['host'], ((v_n,), lambda at_2: C['NoSlot']))) and (t['len'] == (s['len'] if ap(s['dev'], v_n) else v_n)) and (t['hits'] == (s['hits'] if ap(s['dev'], v_n) else exc(s['hits'], ((v_n,), lambda at_3: 0)))) and ((t['policy'] == s['policy']) and (t['dev'] == s['dev']) and (t['stor'] == s['stor']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_StorageBackupStart(C, s, t, v_n):
-    # spec/HostTier.tla:262:1
+    # spec/HostTier.tla:274:1
     return ((d_InTree(C, s, t, v_n) and (ap(s['host'], v_n) != C['NoSlot'])) and (ap(s['slot'], ap(s['host'], v_n)) == 'synced') and (not ap(s['stor'], v_n)) and (t['slot'] == exc(s['slot'], ((ap(s['host'], v_n),), lambda at_1: 'backup'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_StorageBackupFinish(C, s, t, v_n):
-    # spec/HostTier.tla:271:1
+    # spec/HostTier.tla:283:1
     return ((d_InTree(C, s, t, v_n) and (ap(s['host'], v_n) != C['NoSlot'])) and (ap(s['slot'], ap(s['host'], v_n)) == 'backup') and (t['slot'] == exc(s['slot'], ((ap(s['host'], v_n),), lambda at_1: 'synced'))) and (t['stor'] == exc(s['stor'], ((v_n,), lambda at_2: True))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_HostTail(C, s, t):
-    # spec/HostTier.tla:281:1
+    # spec/HostTier.tla:293:1
     return (True if (s['len'] == 0) else (ap(s['host'], (s['len'] - 1)) != C['NoSlot']))
 
 
 def d_PrefetchStart(C, s, t, v_q):
-    # spec/HostTier.tla:285:1
+    # spec/HostTier.tla:297:1
     return ((ap(s['req'], v_q) == 'matched') and (ap(s['pfSlot'], v_q) == C['NoSlot']) and (ap(s['reqLen'], v_q) == s['len']) and (s['len'] < C['NNodes']) and ap(s['stor'], s['len']) and d_HostTail(C, s, t) and any(((t['slot'] == exc(s['slot'], ((v_h_1,), lambda at_2: 'reserved'))) and (t['pfSlot'] == exc(s['pfSlot'], ((v_q,), lambda at_3: v_h_1))) and (t['pfNode'] == exc(s['pfNode'], ((v_q,), lambda at_4: s['len'])))) for v_h_1 in it(d_IdleSlots(C, s, t))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_PrefetchFinish(C, s, t, v_q):
-    # spec/HostTier.tla:302:1
+    # spec/HostTier.tla:314:1
     return ((ap(s['pfSlot'], v_q) != C['NoSlot']) and any((((t['slot'] == exc(s['slot'], ((ap(s['pfSlot'], v_q),), lambda at_2: 'synced'))) and (t['host'] == exc(s['host'], ((s['len'],), lambda at_3: ap(s['pfSlot'], v_q)))) and (t['hits'] == exc(s['hits'], ((s['len'],), lambda at_4: 0))) and (t['len'] == (s['len'] + 1))) if (((v_hit_1 and (not ap(s['pfAbort'], v_q))) and (ap(s['pfNode'], v_q) == s['len'])) and d_HostTail(C, s, t)) else ((t['slot'] == exc(s['slot'], ((ap(s['pfSlot'], v_q),), lambda at_5: 'idle'))) and ((t['host'] == s['host']) and (t['hits'] == s['hits']) and (t['len'] == s['len'])))) for v_hit_1 in it(STD["BOOLEAN"])) and (t['pfSlot'] == exc(s['pfSlot'], ((v_q,), lambda at_6: C['NoSlot']))) and (t['pfAbort'] == exc(s['pfAbort'], ((v_q,), lambda at_7: False))) and ((t['policy'] == s['policy']) and (t['dev'] == s['dev']) and (t['stor'] == s['stor']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfNode'] == s['pfNode'])))
 
 
 def d_RequestAbort(C, s, t, v_q):
-    # spec/HostTier.tla:318:1
+    # spec/HostTier.tla:330:1
     return ((ap(s['req'], v_q) == 'matched') and (t['req'] == exc(s['req'], ((v_q,), lambda at_1: 'idle'))) and (t['reqLen'] == exc(s['reqLen'], ((v_q,), lambda at_2: 0))) and (((t['pfSlot'] == exc(s['pfSlot'], ((v_q,), lambda at_3: C['NoSlot']))) and (t['pfAbort'] == s['pfAbort'])) if C['BugAbortLeak'] else ((t['pfAbort'] == exc(s['pfAbort'], ((v_q,), lambda at_4: (ap(s['pfSlot'], v_q) != C['NoSlot'])))) and (t['pfSlot'] == s['pfSlot']))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['pfNode'] == s['pfNode'])))
 
 
 def d_RequestFinish(C, s, t, v_q):
-    # spec/HostTier.tla:330:1
+    # spec/HostTier.tla:342:1
     return ((ap(s['req'], v_q) == 'running') and (t['req'] == exc(s['req'], ((v_q,), lambda at_1: 'idle'))) and (t['reqLen'] == exc(s['reqLen'], ((v_q,), lambda at_2: 0))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_TreeRefs(C, s, t, v_h):
-    # spec/HostTier.tla:352:1
+    # spec/HostTier.tla:364:1
     return frozenset(v_n_1 for v_n_1 in it(C['Nodes']) if (d_InTree(C, s, t, v_n_1) and (ap(s['host'], v_n_1) == v_h)))
 
 
 def d_BackupRefs(C, s, t, v_h):
-    # spec/HostTier.tla:353:1
+    # spec/HostTier.tla:365:1
     return frozenset(v_n_1 for v_n_1 in it(C['Nodes']) if (ap(s['backupOp'], v_n_1) == v_h))
 
 
 def d_FetchRefs(C, s, t, v_h):
-    # spec/HostTier.tla:354:1
+    # spec/HostTier.tla:366:1
     return frozenset(v_q_1 for v_q_1 in it(C['Reqs']) if (ap(s['pfSlot'], v_q_1) == v_h))
 
 
@@ -403,51 +408,94 @@ def act_LoadBackFinish(C, s, t, v_q):
     return None
 
 
+_T_act_LoadBackFail = (
+    ('req[q] = "loading"', 'spec/HostTier.tla:172:8'),
+    ('slot\' = [h \\in HSlots |-> IF \\E n \\in Loading(q) : host[n] = h THEN "synced" ELSE slot[h]]', 'spec/HostTier.tla:173:8'),
+    ("loadReq' = [n \\in Nodes |-> IF n \\in Loading(q) THEN NoReq ELSE loadReq[n]]", 'spec/HostTier.tla:175:8'),
+    ("loadDone' = [n \\in Nodes |-> IF n \\in Loading(q) THEN 0 ELSE loadDone[n]]", 'spec/HostTier.tla:176:8'),
+    ('req\' = [req EXCEPT ![q] = "running"]', 'spec/HostTier.tla:177:8'),
+    ('UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:178:8'),
+)
+
+
+def act_LoadBackFail(C, s, t, v_q):
+    """LoadBackFail (spec/HostTier.tla:172:5): None, or the first failing conjunct."""
+    k = 0
+    try:
+        # spec/HostTier.tla:172:8
+        k = 1
+        if not (ap(s['req'], v_q) == 'loading'):
+            return Failure('LoadBackFail', 1, *_T_act_LoadBackFail[0])
+        # spec/HostTier.tla:173:8
+        k = 2
+        if not (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})):
+            return Failure('LoadBackFail', 2, *_T_act_LoadBackFail[1])
+        # spec/HostTier.tla:175:8
+        k = 3
+        if not (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if (v_n_3 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})):
+            return Failure('LoadBackFail', 3, *_T_act_LoadBackFail[2])
+        # spec/HostTier.tla:176:8
+        k = 4
+        if not (t['loadDone'] == mk_fcn({v_n_4: (0 if (v_n_4 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})):
+            return Failure('LoadBackFail', 4, *_T_act_LoadBackFail[3])
+        # spec/HostTier.tla:177:8
+        k = 5
+        if not (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))):
+            return Failure('LoadBackFail', 5, *_T_act_LoadBackFail[4])
+        # spec/HostTier.tla:178:8
+        k = 6
+        if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
+            return Failure('LoadBackFail', 6, *_T_act_LoadBackFail[5])
+    except Exception as e:  # an evaluation error fails the conjunct it happened in
+        return conj_error('LoadBackFail', _T_act_LoadBackFail, k, e)
+    return None
+
+
 _T_act_DeviceInsert = (
-    ('req[q] = "running"', 'spec/HostTier.tla:170:8'),
-    ('reqLen[q] = len', 'spec/HostTier.tla:171:8'),
-    ('len < NNodes', 'spec/HostTier.tla:172:8'),
-    ("dev' = [dev EXCEPT ![len] = TRUE]", 'spec/HostTier.tla:173:8'),
-    ("hits' = [hits EXCEPT ![len] = 1]", 'spec/HostTier.tla:174:8'),
-    ("len' = len + 1", 'spec/HostTier.tla:175:8'),
-    ("reqLen' = [reqLen EXCEPT ![q] = len + 1]", 'spec/HostTier.tla:176:8'),
-    ('UNCHANGED <<policy, host, stor, slot, backupOp, loadReq, loadDone, req, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:177:8'),
+    ('req[q] = "running"', 'spec/HostTier.tla:182:8'),
+    ('reqLen[q] = len', 'spec/HostTier.tla:183:8'),
+    ('len < NNodes', 'spec/HostTier.tla:184:8'),
+    ("dev' = [dev EXCEPT ![len] = TRUE]", 'spec/HostTier.tla:185:8'),
+    ("hits' = [hits EXCEPT ![len] = 1]", 'spec/HostTier.tla:186:8'),
+    ("len' = len + 1", 'spec/HostTier.tla:187:8'),
+    ("reqLen' = [reqLen EXCEPT ![q] = len + 1]", 'spec/HostTier.tla:188:8'),
+    ('UNCHANGED <<policy, host, stor, slot, backupOp, loadReq, loadDone, req, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:189:8'),
 )
 
 
 def act_DeviceInsert(C, s, t, v_q):
-    """DeviceInsert (spec/HostTier.tla:170:5): None, or the first failing conjunct."""
+    """DeviceInsert (spec/HostTier.tla:182:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:170:8
+        # spec/HostTier.tla:182:8
         k = 1
         if not (ap(s['req'], v_q) == 'running'):
             return Failure('DeviceInsert', 1, *_T_act_DeviceInsert[0])
-        # spec/HostTier.tla:171:8
+        # spec/HostTier.tla:183:8
         k = 2
         if not (ap(s['reqLen'], v_q) == s['len']):
             return Failure('DeviceInsert', 2, *_T_act_DeviceInsert[1])
-        # spec/HostTier.tla:172:8
+        # spec/HostTier.tla:184:8
         k = 3
         if not (s['len'] < C['NNodes']):
             return Failure('DeviceInsert', 3, *_T_act_DeviceInsert[2])
-        # spec/HostTier.tla:173:8
+        # spec/HostTier.tla:185:8
         k = 4
         if not (t['dev'] == exc(s['dev'], ((s['len'],), lambda at_1: True))):
             return Failure('DeviceInsert', 4, *_T_act_DeviceInsert[3])
-        # spec/HostTier.tla:174:8
+        # spec/HostTier.tla:186:8
         k = 5
         if not (t['hits'] == exc(s['hits'], ((s['len'],), lambda at_2: 1))):
             return Failure('DeviceInsert', 5, *_T_act_DeviceInsert[4])
-        # spec/HostTier.tla:175:8
+        # spec/HostTier.tla:187:8
         k = 6
         if not (t['len'] == (s['len'] + 1)):
             return Failure('DeviceInsert', 6, *_T_act_DeviceInsert[5])
-        # spec/HostTier.tla:176:8
+        # spec/HostTier.tla:188:8
         k = 7
         if not (t['reqLen'] == exc(s['reqLen'], ((v_q,), lambda at_3: (s['len'] + 1)))):
             return Failure('DeviceInsert', 7, *_T_act_DeviceInsert[6])
-        # spec/HostTier.tla:177:8
+        # spec/HostTier.tla:189:8
         k = 8
         if not ((t['policy'] == s['policy']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('DeviceInsert', 8, *_T_act_DeviceInsert[7])
@@ -457,50 +505,50 @@ def act_DeviceInsert(C, s, t, v_q):
 
 
 _T_act_BackupStart = (
-    ('InTree(n)', 'spec/HostTier.tla:201:8'),
-    ('dev[n]', 'spec/HostTier.tla:201:21'),
-    ('host[n] = NoSlot', 'spec/HostTier.tla:202:8'),
-    ('backupOp[n] = NoSlot', 'spec/HostTier.tla:202:28'),
-    ('BackupDue(n)', 'spec/HostTier.tla:203:8'),
-    ('policy \\in WriteThrough => ParentBackedOrGoing(n)', 'spec/HostTier.tla:204:8'),
-    ('\\E h \\in IdleSlots : /\\ slot\' = [slot EXCEPT ![h] = "reserved"] /\\ backupOp\' = [backupOp EXCEPT ![n] = h]', 'spec/HostTier.tla:205:8'),
-    ('UNCHANGED <<policy, len, dev, host, stor, hits, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:208:8'),
+    ('InTree(n)', 'spec/HostTier.tla:213:8'),
+    ('dev[n]', 'spec/HostTier.tla:213:21'),
+    ('host[n] = NoSlot', 'spec/HostTier.tla:214:8'),
+    ('backupOp[n] = NoSlot', 'spec/HostTier.tla:214:28'),
+    ('BackupDue(n)', 'spec/HostTier.tla:215:8'),
+    ('policy \\in WriteThrough => ParentBackedOrGoing(n)', 'spec/HostTier.tla:216:8'),
+    ('\\E h \\in IdleSlots : /\\ slot\' = [slot EXCEPT ![h] = "reserved"] /\\ backupOp\' = [backupOp EXCEPT ![n] = h]', 'spec/HostTier.tla:217:8'),
+    ('UNCHANGED <<policy, len, dev, host, stor, hits, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:220:8'),
 )
 
 
 def act_BackupStart(C, s, t, v_n):
-    """BackupStart (spec/HostTier.tla:201:5): None, or the first failing conjunct."""
+    """BackupStart (spec/HostTier.tla:213:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:201:8
+        # spec/HostTier.tla:213:8
         k = 1
         if not d_InTree(C, s, t, v_n):
             return Failure('BackupStart', 1, *_T_act_BackupStart[0])
-        # spec/HostTier.tla:201:21
+        # spec/HostTier.tla:213:21
         k = 2
         if not ap(s['dev'], v_n):
             return Failure('BackupStart', 2, *_T_act_BackupStart[1])
-        # spec/HostTier.tla:202:8
+        # spec/HostTier.tla:214:8
         k = 3
         if not (ap(s['host'], v_n) == C['NoSlot']):
             return Failure('BackupStart', 3, *_T_act_BackupStart[2])
-        # spec/HostTier.tla:202:28
+        # spec/HostTier.tla:214:28
         k = 4
         if not (ap(s['backupOp'], v_n) == C['NoSlot']):
             return Failure('BackupStart', 4, *_T_act_BackupStart[3])
-        # spec/HostTier.tla:203:8
+        # spec/HostTier.tla:215:8
         k = 5
         if not d_BackupDue(C, s, t, v_n):
             return Failure('BackupStart', 5, *_T_act_BackupStart[4])
-        # spec/HostTier.tla:204:8
+        # spec/HostTier.tla:216:8
         k = 6
         if not ((not (s['policy'] in C['WriteThrough'])) or d_ParentBackedOrGoing(C, s, t, v_n)):
             return Failure('BackupStart', 6, *_T_act_BackupStart[5])
-        # spec/HostTier.tla:205:8
+        # spec/HostTier.tla:217:8
         k = 7
         if not any(((t['slot'] == exc(s['slot'], ((v_h_1,), lambda at_2: 'reserved'))) and (t['backupOp'] == exc(s['backupOp'], ((v_n,), lambda at_3: v_h_1)))) for v_h_1 in it(d_IdleSlots(C, s, t))):
             return Failure('BackupStart', 7, *_T_act_BackupStart[6])
-        # spec/HostTier.tla:208:8
+        # spec/HostTier.tla:220:8
         k = 8
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('BackupStart', 8, *_T_act_BackupStart[7])
@@ -510,40 +558,40 @@ def act_BackupStart(C, s, t, v_n):
 
 
 _T_act_BackupFinish = (
-    ('backupOp[n] # NoSlot', 'spec/HostTier.tla:215:8'),
-    ('policy \\in WriteThrough => ParentBacked(n)', 'spec/HostTier.tla:216:8'),
-    ('slot\' = [slot EXCEPT ![backupOp[n]] = "synced"]', 'spec/HostTier.tla:217:8'),
-    ("host' = [host EXCEPT ![n] = backupOp[n]]", 'spec/HostTier.tla:218:8'),
-    ("backupOp' = [backupOp EXCEPT ![n] = NoSlot]", 'spec/HostTier.tla:219:8'),
-    ('UNCHANGED <<policy, len, dev, stor, hits, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:220:8'),
+    ('backupOp[n] # NoSlot', 'spec/HostTier.tla:227:8'),
+    ('policy \\in WriteThrough => ParentBacked(n)', 'spec/HostTier.tla:228:8'),
+    ('slot\' = [slot EXCEPT ![backupOp[n]] = "synced"]', 'spec/HostTier.tla:229:8'),
+    ("host' = [host EXCEPT ![n] = backupOp[n]]", 'spec/HostTier.tla:230:8'),
+    ("backupOp' = [backupOp EXCEPT ![n] = NoSlot]", 'spec/HostTier.tla:231:8'),
+    ('UNCHANGED <<policy, len, dev, stor, hits, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:232:8'),
 )
 
 
 def act_BackupFinish(C, s, t, v_n):
-    """BackupFinish (spec/HostTier.tla:215:5): None, or the first failing conjunct."""
+    """BackupFinish (spec/HostTier.tla:227:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:215:8
+        # spec/HostTier.tla:227:8
         k = 1
         if not (ap(s['backupOp'], v_n) != C['NoSlot']):
             return Failure('BackupFinish', 1, *_T_act_BackupFinish[0])
-        # spec/HostTier.tla:216:8
+        # spec/HostTier.tla:228:8
         k = 2
         if not ((not (s['policy'] in C['WriteThrough'])) or d_ParentBacked(C, s, t, v_n)):
             return Failure('BackupFinish', 2, *_T_act_BackupFinish[1])
-        # spec/HostTier.tla:217:8
+        # spec/HostTier.tla:229:8
         k = 3
         if not (t['slot'] == exc(s['slot'], ((ap(s['backupOp'], v_n),), lambda at_1: 'synced'))):
             return Failure('BackupFinish', 3, *_T_act_BackupFinish[2])
-        # spec/HostTier.tla:218:8
+        # spec/HostTier.tla:230:8
         k = 4
         if not (t['host'] == exc(s['host'], ((v_n,), lambda at_2: ap(s['backupOp'], v_n)))):
             return Failure('BackupFinish', 4, *_T_act_BackupFinish[3])
-        # spec/HostTier.tla:219:8
+        # spec/HostTier.tla:231:8
         k = 5
         if not (t['backupOp'] == exc(s['backupOp'], ((v_n,), lambda at_3: C['NoSlot']))):
             return Failure('BackupFinish', 5, *_T_act_BackupFinish[4])
-        # spec/HostTier.tla:220:8
+        # spec/HostTier.tla:232:8
         k = 6
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('BackupFinish', 6, *_T_act_BackupFinish[5])
@@ -553,25 +601,25 @@ def act_BackupFinish(C, s, t, v_n):
 
 
 _T_act_DeviceEvict = (
-    ('DevEvictable(n)', 'spec/HostTier.tla:227:8'),
-    ('\\/ /\\ host[n] # NoSlot /\\ dev\' = [dev EXCEPT ![n] = FALSE] /\\ UNCHANGED <<len, hits>> \\/ /\\ host[n] = NoSlot /\\ policy # "write_back" /\\ n = len - 1 /\\ dev\' = [dev EXCEPT ![n] = FALSE] /\\ hits\' = [hits EXCEPT ![n] = 0] /\\ len\' = n', 'spec/HostTier.tla:228:8'),
-    ('UNCHANGED <<policy, host, stor, slot, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:237:8'),
+    ('DevEvictable(n)', 'spec/HostTier.tla:239:8'),
+    ('\\/ /\\ host[n] # NoSlot /\\ dev\' = [dev EXCEPT ![n] = FALSE] /\\ UNCHANGED <<len, hits>> \\/ /\\ host[n] = NoSlot /\\ policy # "write_back" /\\ n = len - 1 /\\ dev\' = [dev EXCEPT ![n] = FALSE] /\\ hits\' = [hits EXCEPT ![n] = 0] /\\ len\' = n', 'spec/HostTier.tla:240:8'),
+    ('UNCHANGED <<policy, host, stor, slot, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:249:8'),
 )
 
 
 def act_DeviceEvict(C, s, t, v_n):
-    """DeviceEvict (spec/HostTier.tla:227:5): None, or the first failing conjunct."""
+    """DeviceEvict (spec/HostTier.tla:239:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:227:8
+        # spec/HostTier.tla:239:8
         k = 1
         if not d_DevEvictable(C, s, t, v_n):
             return Failure('DeviceEvict', 1, *_T_act_DeviceEvict[0])
-        # spec/HostTier.tla:228:8
+        # spec/HostTier.tla:240:8
         k = 2
         if not (((ap(s['host'], v_n) != C['NoSlot']) and (t['dev'] == exc(s['dev'], ((v_n,), lambda at_1: False))) and ((t['len'] == s['len']) and (t['hits'] == s['hits']))) or ((ap(s['host'], v_n) == C['NoSlot']) and (s['policy'] != 'write_back') and (v_n == (s['len'] - 1)) and (t['dev'] == exc(s['dev'], ((v_n,), lambda at_2: False))) and (t['hits'] == exc(s['hits'], ((v_n,), lambda at_3: 0))) and (t['len'] == v_n))):
             return Failure('DeviceEvict', 2, *_T_act_DeviceEvict[1])
-        # spec/HostTier.tla:237:8
+        # spec/HostTier.tla:249:8
         k = 3
         if not ((t['policy'] == s['policy']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('DeviceEvict', 3, *_T_act_DeviceEvict[2])
@@ -581,40 +629,40 @@ def act_DeviceEvict(C, s, t, v_n):
 
 
 _T_act_HostEvict = (
-    ('HostEvictable(n)', 'spec/HostTier.tla:253:8'),
-    ('slot\' = [slot EXCEPT ![host[n]] = "idle"]', 'spec/HostTier.tla:254:8'),
-    ("host' = [host EXCEPT ![n] = NoSlot]", 'spec/HostTier.tla:255:8'),
-    ("len' = IF dev[n] THEN len ELSE n", 'spec/HostTier.tla:256:8'),
-    ("hits' = IF dev[n] THEN hits ELSE [hits EXCEPT ![n] = 0]", 'spec/HostTier.tla:257:8'),
-    ('UNCHANGED <<policy, dev, stor, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:258:8'),
+    ('HostEvictable(n)', 'spec/HostTier.tla:265:8'),
+    ('slot\' = [slot EXCEPT ![host[n]] = "idle"]', 'spec/HostTier.tla:266:8'),
+    ("host' = [host EXCEPT ![n] = NoSlot]", 'spec/HostTier.tla:267:8'),
+    ("len' = IF dev[n] THEN len ELSE n", 'spec/HostTier.tla:268:8'),
+    ("hits' = IF dev[n] THEN hits ELSE [hits EXCEPT ![n] = 0]", 'spec/HostTier.tla:269:8'),
+    ('UNCHANGED <<policy, dev, stor, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:270:8'),
 )
 
 
 def act_HostEvict(C, s, t, v_n):
-    """HostEvict (spec/HostTier.tla:253:5): None, or the first failing conjunct."""
+    """HostEvict (spec/HostTier.tla:265:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:253:8
+        # spec/HostTier.tla:265:8
         k = 1
         if not d_HostEvictable(C, s, t, v_n):
             return Failure('HostEvict', 1, *_T_act_HostEvict[0])
-        # spec/HostTier.tla:254:8
+        # spec/HostTier.tla:266:8
         k = 2
         if not (t['slot'] == exc(s['slot'], ((ap(s['host'], v_n),), lambda at_1: 'idle'))):
             return Failure('HostEvict', 2, *_T_act_HostEvict[1])
-        # spec/HostTier.tla:255:8
+        # spec/HostTier.tla:267:8
         k = 3
         if not (t['host'] == exc(s['host'], ((v_n,), lambda at_2: C['NoSlot']))):
             return Failure('HostEvict', 3, *_T_act_HostEvict[2])
-        # spec/HostTier.tla:256:8
+        # spec/HostTier.tla:268:8
         k = 4
         if not (t['len'] == (s['len'] if ap(s['dev'], v_n) else v_n)):
             return Failure('HostEvict', 4, *_T_act_HostEvict[3])
-        # spec/HostTier.tla:257:8
+        # spec/HostTier.tla:269:8
         k = 5
         if not (t['hits'] == (s['hits'] if ap(s['dev'], v_n) else exc(s['hits'], ((v_n,), lambda at_3: 0)))):
             return Failure('HostEvict', 5, *_T_act_HostEvict[4])
-        # spec/HostTier.tla:258:8
+        # spec/HostTier.tla:270:8
         k = 6
         if not ((t['policy'] == s['policy']) and (t['dev'] == s['dev']) and (t['stor'] == s['stor']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('HostEvict', 6, *_T_act_HostEvict[5])
@@ -624,40 +672,40 @@ def act_HostEvict(C, s, t, v_n):
 
 
 _T_act_StorageBackupStart = (
-    ('InTree(n)', 'spec/HostTier.tla:263:8'),
-    ('host[n] # NoSlot', 'spec/HostTier.tla:263:21'),
-    ('slot[host[n]] = "synced"', 'spec/HostTier.tla:264:8'),
-    ('~stor[n]', 'spec/HostTier.tla:265:8'),
-    ('slot\' = [slot EXCEPT ![host[n]] = "backup"]', 'spec/HostTier.tla:266:8'),
-    ('UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:267:8'),
+    ('InTree(n)', 'spec/HostTier.tla:275:8'),
+    ('host[n] # NoSlot', 'spec/HostTier.tla:275:21'),
+    ('slot[host[n]] = "synced"', 'spec/HostTier.tla:276:8'),
+    ('~stor[n]', 'spec/HostTier.tla:277:8'),
+    ('slot\' = [slot EXCEPT ![host[n]] = "backup"]', 'spec/HostTier.tla:278:8'),
+    ('UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:279:8'),
 )
 
 
 def act_StorageBackupStart(C, s, t, v_n):
-    """StorageBackupStart (spec/HostTier.tla:263:5): None, or the first failing conjunct."""
+    """StorageBackupStart (spec/HostTier.tla:275:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:263:8
+        # spec/HostTier.tla:275:8
         k = 1
         if not d_InTree(C, s, t, v_n):
             return Failure('StorageBackupStart', 1, *_T_act_StorageBackupStart[0])
-        # spec/HostTier.tla:263:21
+        # spec/HostTier.tla:275:21
         k = 2
         if not (ap(s['host'], v_n) != C['NoSlot']):
             return Failure('StorageBackupStart', 2, *_T_act_StorageBackupStart[1])
-        # spec/HostTier.tla:264:8
+        # spec/HostTier.tla:276:8
         k = 3
         if not (ap(s['slot'], ap(s['host'], v_n)) == 'synced'):
             return Failure('StorageBackupStart', 3, *_T_act_StorageBackupStart[2])
-        # spec/HostTier.tla:265:8
+        # spec/HostTier.tla:277:8
         k = 4
         if not (not ap(s['stor'], v_n)):
             return Failure('StorageBackupStart', 4, *_T_act_StorageBackupStart[3])
-        # spec/HostTier.tla:266:8
+        # spec/HostTier.tla:278:8
         k = 5
         if not (t['slot'] == exc(s['slot'], ((ap(s['host'], v_n),), lambda at_1: 'backup'))):
             return Failure('StorageBackupStart', 5, *_T_act_StorageBackupStart[4])
-        # spec/HostTier.tla:267:8
+        # spec/HostTier.tla:279:8
         k = 6
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('StorageBackupStart', 6, *_T_act_StorageBackupStart[5])
@@ -667,40 +715,40 @@ def act_StorageBackupStart(C, s, t, v_n):
 
 
 _T_act_StorageBackupFinish = (
-    ('InTree(n)', 'spec/HostTier.tla:272:8'),
-    ('host[n] # NoSlot', 'spec/HostTier.tla:272:21'),
-    ('slot[host[n]] = "backup"', 'spec/HostTier.tla:273:8'),
-    ('slot\' = [slot EXCEPT ![host[n]] = "synced"]', 'spec/HostTier.tla:274:8'),
-    ("stor' = [stor EXCEPT ![n] = TRUE]", 'spec/HostTier.tla:275:8'),
-    ('UNCHANGED <<policy, len, dev, host, hits, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:276:8'),
+    ('InTree(n)', 'spec/HostTier.tla:284:8'),
+    ('host[n] # NoSlot', 'spec/HostTier.tla:284:21'),
+    ('slot[host[n]] = "backup"', 'spec/HostTier.tla:285:8'),
+    ('slot\' = [slot EXCEPT ![host[n]] = "synced"]', 'spec/HostTier.tla:286:8'),
+    ("stor' = [stor EXCEPT ![n] = TRUE]", 'spec/HostTier.tla:287:8'),
+    ('UNCHANGED <<policy, len, dev, host, hits, backupOp, loadReq, loadDone, req, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:288:8'),
 )
 
 
 def act_StorageBackupFinish(C, s, t, v_n):
-    """StorageBackupFinish (spec/HostTier.tla:272:5): None, or the first failing conjunct."""
+    """StorageBackupFinish (spec/HostTier.tla:284:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:272:8
+        # spec/HostTier.tla:284:8
         k = 1
         if not d_InTree(C, s, t, v_n):
             return Failure('StorageBackupFinish', 1, *_T_act_StorageBackupFinish[0])
-        # spec/HostTier.tla:272:21
+        # spec/HostTier.tla:284:21
         k = 2
         if not (ap(s['host'], v_n) != C['NoSlot']):
             return Failure('StorageBackupFinish', 2, *_T_act_StorageBackupFinish[1])
-        # spec/HostTier.tla:273:8
+        # spec/HostTier.tla:285:8
         k = 3
         if not (ap(s['slot'], ap(s['host'], v_n)) == 'backup'):
             return Failure('StorageBackupFinish', 3, *_T_act_StorageBackupFinish[2])
-        # spec/HostTier.tla:274:8
+        # spec/HostTier.tla:286:8
         k = 4
         if not (t['slot'] == exc(s['slot'], ((ap(s['host'], v_n),), lambda at_1: 'synced'))):
             return Failure('StorageBackupFinish', 4, *_T_act_StorageBackupFinish[3])
-        # spec/HostTier.tla:275:8
+        # spec/HostTier.tla:287:8
         k = 5
         if not (t['stor'] == exc(s['stor'], ((v_n,), lambda at_2: True))):
             return Failure('StorageBackupFinish', 5, *_T_act_StorageBackupFinish[4])
-        # spec/HostTier.tla:276:8
+        # spec/HostTier.tla:288:8
         k = 6
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('StorageBackupFinish', 6, *_T_act_StorageBackupFinish[5])
@@ -710,50 +758,50 @@ def act_StorageBackupFinish(C, s, t, v_n):
 
 
 _T_act_PrefetchStart = (
-    ('req[q] = "matched"', 'spec/HostTier.tla:286:8'),
-    ('pfSlot[q] = NoSlot', 'spec/HostTier.tla:287:8'),
-    ('reqLen[q] = len', 'spec/HostTier.tla:288:8'),
-    ('len < NNodes', 'spec/HostTier.tla:289:8'),
-    ('stor[len]', 'spec/HostTier.tla:290:8'),
-    ('HostTail', 'spec/HostTier.tla:291:8'),
-    ('\\E h \\in IdleSlots : /\\ slot\' = [slot EXCEPT ![h] = "reserved"] /\\ pfSlot\' = [pfSlot EXCEPT ![q] = h] /\\ pfNode\' = [pfNode EXCEPT ![q] = len]', 'spec/HostTier.tla:292:8'),
-    ('UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, loadReq, loadDone, req, reqLen, pfAbort>>', 'spec/HostTier.tla:296:8'),
+    ('req[q] = "matched"', 'spec/HostTier.tla:298:8'),
+    ('pfSlot[q] = NoSlot', 'spec/HostTier.tla:299:8'),
+    ('reqLen[q] = len', 'spec/HostTier.tla:300:8'),
+    ('len < NNodes', 'spec/HostTier.tla:301:8'),
+    ('stor[len]', 'spec/HostTier.tla:302:8'),
+    ('HostTail', 'spec/HostTier.tla:303:8'),
+    ('\\E h \\in IdleSlots : /\\ slot\' = [slot EXCEPT ![h] = "reserved"] /\\ pfSlot\' = [pfSlot EXCEPT ![q] = h] /\\ pfNode\' = [pfNode EXCEPT ![q] = len]', 'spec/HostTier.tla:304:8'),
+    ('UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, loadReq, loadDone, req, reqLen, pfAbort>>', 'spec/HostTier.tla:308:8'),
 )
 
 
 def act_PrefetchStart(C, s, t, v_q):
-    """PrefetchStart (spec/HostTier.tla:286:5): None, or the first failing conjunct."""
+    """PrefetchStart (spec/HostTier.tla:298:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:286:8
+        # spec/HostTier.tla:298:8
         k = 1
         if not (ap(s['req'], v_q) == 'matched'):
             return Failure('PrefetchStart', 1, *_T_act_PrefetchStart[0])
-        # spec/HostTier.tla:287:8
+        # spec/HostTier.tla:299:8
         k = 2
         if not (ap(s['pfSlot'], v_q) == C['NoSlot']):
             return Failure('PrefetchStart', 2, *_T_act_PrefetchStart[1])
-        # spec/HostTier.tla:288:8
+        # spec/HostTier.tla:300:8
         k = 3
         if not (ap(s['reqLen'], v_q) == s['len']):
             return Failure('PrefetchStart', 3, *_T_act_PrefetchStart[2])
-        # spec/HostTier.tla:289:8
+        # spec/HostTier.tla:301:8
         k = 4
         if not (s['len'] < C['NNodes']):
             return Failure('PrefetchStart', 4, *_T_act_PrefetchStart[3])
-        # spec/HostTier.tla:290:8
+        # spec/HostTier.tla:302:8
         k = 5
         if not ap(s['stor'], s['len']):
             return Failure('PrefetchStart', 5, *_T_act_PrefetchStart[4])
-        # spec/HostTier.tla:291:8
+        # spec/HostTier.tla:303:8
         k = 6
         if not d_HostTail(C, s, t):
             return Failure('PrefetchStart', 6, *_T_act_PrefetchStart[5])
-        # spec/HostTier.tla:292:8
+        # spec/HostTier.tla:304:8
         k = 7
         if not any(((t['slot'] == exc(s['slot'], ((v_h_1,), lambda at_2: 'reserved'))) and (t['pfSlot'] == exc(s['pfSlot'], ((v_q,), lambda at_3: v_h_1))) and (t['pfNode'] == exc(s['pfNode'], ((v_q,), lambda at_4: s['len'])))) for v_h_1 in it(d_IdleSlots(C, s, t))):
             return Failure('PrefetchStart', 7, *_T_act_PrefetchStart[6])
-        # spec/HostTier.tla:296:8
+        # spec/HostTier.tla:308:8
         k = 8
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('PrefetchStart', 8, *_T_act_PrefetchStart[7])
@@ -763,35 +811,35 @@ def act_PrefetchStart(C, s, t, v_q):
 
 
 _T_act_PrefetchFinish = (
-    ('pfSlot[q] # NoSlot', 'spec/HostTier.tla:303:8'),
-    ('\\E hit \\in BOOLEAN : IF hit /\\ ~pfAbort[q] /\\ pfNode[q] = len /\\ HostTail THEN /\\ slot\' = [slot EXCEPT ![pfSlot[q]] = "synced"] /\\ host\' = [host EXCEPT ![len] = pfSlot[q]] /\\ hits\' = [hits EXCEPT ![len] = 0] /\\ len\' = len + 1 ELSE /\\ slot\' = [slot EXCEPT ![pfSlot[q]] = "idle"] /\\ UNCHANGED <<host, hits, len>>', 'spec/HostTier.tla:304:8'),
-    ("pfSlot' = [pfSlot EXCEPT ![q] = NoSlot]", 'spec/HostTier.tla:312:8'),
-    ("pfAbort' = [pfAbort EXCEPT ![q] = FALSE]", 'spec/HostTier.tla:313:8'),
-    ('UNCHANGED <<policy, dev, stor, backupOp, loadReq, loadDone, req, reqLen, pfNode>>', 'spec/HostTier.tla:314:8'),
+    ('pfSlot[q] # NoSlot', 'spec/HostTier.tla:315:8'),
+    ('\\E hit \\in BOOLEAN : IF hit /\\ ~pfAbort[q] /\\ pfNode[q] = len /\\ HostTail THEN /\\ slot\' = [slot EXCEPT ![pfSlot[q]] = "synced"] /\\ host\' = [host EXCEPT ![len] = pfSlot[q]] /\\ hits\' = [hits EXCEPT ![len] = 0] /\\ len\' = len + 1 ELSE /\\ slot\' = [slot EXCEPT ![pfSlot[q]] = "idle"] /\\ UNCHANGED <<host, hits, len>>', 'spec/HostTier.tla:316:8'),
+    ("pfSlot' = [pfSlot EXCEPT ![q] = NoSlot]", 'spec/HostTier.tla:324:8'),
+    ("pfAbort' = [pfAbort EXCEPT ![q] = FALSE]", 'spec/HostTier.tla:325:8'),
+    ('UNCHANGED <<policy, dev, stor, backupOp, loadReq, loadDone, req, reqLen, pfNode>>', 'spec/HostTier.tla:326:8'),
 )
 
 
 def act_PrefetchFinish(C, s, t, v_q):
-    """PrefetchFinish (spec/HostTier.tla:303:5): None, or the first failing conjunct."""
+    """PrefetchFinish (spec/HostTier.tla:315:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:303:8
+        # spec/HostTier.tla:315:8
         k = 1
         if not (ap(s['pfSlot'], v_q) != C['NoSlot']):
             return Failure('PrefetchFinish', 1, *_T_act_PrefetchFinish[0])
-        # spec/HostTier.tla:304:8
+        # spec/HostTier.tla:316:8
         k = 2
         if not any((((t['slot'] == exc(s['slot'], ((ap(s['pfSlot'], v_q),), lambda at_2: 'synced'))) and (t['host'] == exc(s['host'], ((s['len'],), lambda at_3: ap(s['pfSlot'], v_q)))) and (t['hits'] == exc(s['hits'], ((s['len'],), lambda at_4: 0))) and (t['len'] == (s['len'] + 1))) if (((v_hit_1 and (not ap(s['pfAbort'], v_q))) and (ap(s['pfNode'], v_q) == s['len'])) and d_HostTail(C, s, t)) else ((t['slot'] == exc(s['slot'], ((ap(s['pfSlot'], v_q),), lambda at_5: 'idle'))) and ((t['host'] == s['host']) and (t['hits'] == s['hits']) and (t['len'] == s['len'])))) for v_hit_1 in it(STD["BOOLEAN"])):
             return Failure('PrefetchFinish', 2, *_T_act_PrefetchFinish[1])
-        # spec/HostTier.tla:312:8
+        # spec/HostTier.tla:324:8
         k = 3
         if not (t['pfSlot'] == exc(s['pfSlot'], ((v_q,), lambda at_6: C['NoSlot']))):
             return Failure('PrefetchFinish', 3, *_T_act_PrefetchFinish[2])
-        # spec/HostTier.tla:313:8
+        # spec/HostTier.tla:325:8
         k = 4
         if not (t['pfAbort'] == exc(s['pfAbort'], ((v_q,), lambda at_7: False))):
             return Failure('PrefetchFinish', 4, *_T_act_PrefetchFinish[3])
-        # spec/HostTier.tla:314:8
+        # spec/HostTier.tla:326:8
         k = 5
         if not ((t['policy'] == s['policy']) and (t['dev'] == s['dev']) and (t['stor'] == s['stor']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['req'] == s['req']) and (t['reqLen'] == s['reqLen']) and (t['pfNode'] == s['pfNode'])):
             return Failure('PrefetchFinish', 5, *_T_act_PrefetchFinish[4])
@@ -801,35 +849,35 @@ def act_PrefetchFinish(C, s, t, v_q):
 
 
 _T_act_RequestAbort = (
-    ('req[q] = "matched"', 'spec/HostTier.tla:319:8'),
-    ('req\' = [req EXCEPT ![q] = "idle"]', 'spec/HostTier.tla:320:8'),
-    ("reqLen' = [reqLen EXCEPT ![q] = 0]", 'spec/HostTier.tla:321:8'),
-    ("IF BugAbortLeak THEN /\\ pfSlot' = [pfSlot EXCEPT ![q] = NoSlot] /\\ UNCHANGED pfAbort ELSE /\\ pfAbort' = [pfAbort EXCEPT ![q] = pfSlot[q] # NoSlot] /\\ UNCHANGED pfSlot", 'spec/HostTier.tla:322:8'),
-    ('UNCHANGED <<policy, len, dev, host, stor, hits, slot, backupOp, loadReq, loadDone, pfNode>>', 'spec/HostTier.tla:327:8'),
+    ('req[q] = "matched"', 'spec/HostTier.tla:331:8'),
+    ('req\' = [req EXCEPT ![q] = "idle"]', 'spec/HostTier.tla:332:8'),
+    ("reqLen' = [reqLen EXCEPT ![q] = 0]", 'spec/HostTier.tla:333:8'),
+    ("IF BugAbortLeak THEN /\\ pfSlot' = [pfSlot EXCEPT ![q] = NoSlot] /\\ UNCHANGED pfAbort ELSE /\\ pfAbort' = [pfAbort EXCEPT ![q] = pfSlot[q] # NoSlot] /\\ UNCHANGED pfSlot", 'spec/HostTier.tla:334:8'),
+    ('UNCHANGED <<policy, len, dev, host, stor, hits, slot, backupOp, loadReq, loadDone, pfNode>>', 'spec/HostTier.tla:339:8'),
 )
 
 
 def act_RequestAbort(C, s, t, v_q):
-    """RequestAbort (spec/HostTier.tla:319:5): None, or the first failing conjunct."""
+    """RequestAbort (spec/HostTier.tla:331:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:319:8
+        # spec/HostTier.tla:331:8
         k = 1
         if not (ap(s['req'], v_q) == 'matched'):
             return Failure('RequestAbort', 1, *_T_act_RequestAbort[0])
-        # spec/HostTier.tla:320:8
+        # spec/HostTier.tla:332:8
         k = 2
         if not (t['req'] == exc(s['req'], ((v_q,), lambda at_1: 'idle'))):
             return Failure('RequestAbort', 2, *_T_act_RequestAbort[1])
-        # spec/HostTier.tla:321:8
+        # spec/HostTier.tla:333:8
         k = 3
         if not (t['reqLen'] == exc(s['reqLen'], ((v_q,), lambda at_2: 0))):
             return Failure('RequestAbort', 3, *_T_act_RequestAbort[2])
-        # spec/HostTier.tla:322:8
+        # spec/HostTier.tla:334:8
         k = 4
         if not (((t['pfSlot'] == exc(s['pfSlot'], ((v_q,), lambda at_3: C['NoSlot']))) and (t['pfAbort'] == s['pfAbort'])) if C['BugAbortLeak'] else ((t['pfAbort'] == exc(s['pfAbort'], ((v_q,), lambda at_4: (ap(s['pfSlot'], v_q) != C['NoSlot'])))) and (t['pfSlot'] == s['pfSlot']))):
             return Failure('RequestAbort', 4, *_T_act_RequestAbort[3])
-        # spec/HostTier.tla:327:8
+        # spec/HostTier.tla:339:8
         k = 5
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['pfNode'] == s['pfNode'])):
             return Failure('RequestAbort', 5, *_T_act_RequestAbort[4])
@@ -839,30 +887,30 @@ def act_RequestAbort(C, s, t, v_q):
 
 
 _T_act_RequestFinish = (
-    ('req[q] = "running"', 'spec/HostTier.tla:331:8'),
-    ('req\' = [req EXCEPT ![q] = "idle"]', 'spec/HostTier.tla:332:8'),
-    ("reqLen' = [reqLen EXCEPT ![q] = 0]", 'spec/HostTier.tla:333:8'),
-    ('UNCHANGED <<policy, len, dev, host, stor, hits, slot, backupOp, loadReq, loadDone, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:334:8'),
+    ('req[q] = "running"', 'spec/HostTier.tla:343:8'),
+    ('req\' = [req EXCEPT ![q] = "idle"]', 'spec/HostTier.tla:344:8'),
+    ("reqLen' = [reqLen EXCEPT ![q] = 0]", 'spec/HostTier.tla:345:8'),
+    ('UNCHANGED <<policy, len, dev, host, stor, hits, slot, backupOp, loadReq, loadDone, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:346:8'),
 )
 
 
 def act_RequestFinish(C, s, t, v_q):
-    """RequestFinish (spec/HostTier.tla:331:5): None, or the first failing conjunct."""
+    """RequestFinish (spec/HostTier.tla:343:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:331:8
+        # spec/HostTier.tla:343:8
         k = 1
         if not (ap(s['req'], v_q) == 'running'):
             return Failure('RequestFinish', 1, *_T_act_RequestFinish[0])
-        # spec/HostTier.tla:332:8
+        # spec/HostTier.tla:344:8
         k = 2
         if not (t['req'] == exc(s['req'], ((v_q,), lambda at_1: 'idle'))):
             return Failure('RequestFinish', 2, *_T_act_RequestFinish[1])
-        # spec/HostTier.tla:333:8
+        # spec/HostTier.tla:345:8
         k = 3
         if not (t['reqLen'] == exc(s['reqLen'], ((v_q,), lambda at_2: 0))):
             return Failure('RequestFinish', 3, *_T_act_RequestFinish[2])
-        # spec/HostTier.tla:334:8
+        # spec/HostTier.tla:346:8
         k = 4
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['slot'] == s['slot']) and (t['backupOp'] == s['backupOp']) and (t['loadReq'] == s['loadReq']) and (t['loadDone'] == s['loadDone']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
             return Failure('RequestFinish', 4, *_T_act_RequestFinish[3])
@@ -889,6 +937,11 @@ def next_LoadBackLayer(C, s, t):
 def next_LoadBackFinish(C, s, t):
     """Some binding of LoadBackFinish's parameters allows s -> t (a disjunct of Next)."""
     return bool(any(d_LoadBackFinish(C, s, t, v_q_1) for v_q_1 in it(C['Reqs'])))
+
+
+def next_LoadBackFail(C, s, t):
+    """Some binding of LoadBackFail's parameters allows s -> t (a disjunct of Next)."""
+    return bool(any(d_LoadBackFail(C, s, t, v_q_1) for v_q_1 in it(C['Reqs'])))
 
 
 def next_DeviceInsert(C, s, t):
@@ -1126,15 +1179,15 @@ def inc_TypeOK(C, s, D, V=None):
 
 
 _T_inv_SlotInOneOwner = (
-    ('\\A h \\in HSlots : LET t == Cardinality(TreeRefs(h)) f == Cardinality(BackupRefs(h)) + Cardinality(FetchRefs(h)) IN CASE slot[h] = "idle" -> t = 0 /\\ f = 0 [] slot[h] = "reserved" -> t = 0 /\\ f = 1 [] OTHER -> t = 1 /\\ f = 0', 'spec/HostTier.tla:360:5'),
+    ('\\A h \\in HSlots : LET t == Cardinality(TreeRefs(h)) f == Cardinality(BackupRefs(h)) + Cardinality(FetchRefs(h)) IN CASE slot[h] = "idle" -> t = 0 /\\ f = 0 [] slot[h] = "reserved" -> t = 0 /\\ f = 1 [] OTHER -> t = 1 /\\ f = 0', 'spec/HostTier.tla:372:5'),
 )
 
 
 def inv_SlotInOneOwner(C, s):
-    """SlotInOneOwner (spec/HostTier.tla:360:5): None, or the first failing conjunct."""
+    """SlotInOneOwner (spec/HostTier.tla:372:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:360:5
+        # spec/HostTier.tla:372:5
         k = 1
         if not all((lambda l_t_2: (lambda l_f_3: (((l_t_2() == 0) and (l_f_3() == 0)) if (ap(s['slot'], v_h_1) == 'idle') else (((l_t_2() == 0) and (l_f_3() == 1)) if (ap(s['slot'], v_h_1) == 'reserved') else ((l_t_2() == 1) and (l_f_3() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, v_h_1)) + _b_Cardinality(d_FetchRefs(C, s, None, v_h_1))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, v_h_1)))) for v_h_1 in it(C['HSlots'])):
             return Failure('SlotInOneOwner', 1, *_T_inv_SlotInOneOwner[0])
@@ -1155,7 +1208,7 @@ def inc_SlotInOneOwner(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/HostTier.tla:360:5 (element-local)
+        # spec/HostTier.tla:372:5 (element-local)
         k = 1
         if not all((lambda l_t_2: (lambda l_f_3: (((l_t_2() == 0) and (l_f_3() == 0)) if (ap(s['slot'], v_h_1) == 'idle') else (((l_t_2() == 0) and (l_f_3() == 1)) if (ap(s['slot'], v_h_1) == 'reserved') else ((l_t_2() == 1) and (l_f_3() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, v_h_1)) + _b_Cardinality(d_FetchRefs(C, s, None, v_h_1))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, v_h_1)))) for v_h_1 in it(D['HSlots'])):
             return Failure('SlotInOneOwner', 1, *_T_inv_SlotInOneOwner[0])
@@ -1165,15 +1218,15 @@ def inc_SlotInOneOwner(C, s, D, V=None):
 
 
 _T_inv_PendingLoadLocked = (
-    ('\\A n \\in Nodes : loadReq[n] # NoReq => /\\ InTree(n) /\\ host[n] # NoSlot /\\ slot[host[n]] = "protected"', 'spec/HostTier.tla:369:5'),
+    ('\\A n \\in Nodes : loadReq[n] # NoReq => /\\ InTree(n) /\\ host[n] # NoSlot /\\ slot[host[n]] = "protected"', 'spec/HostTier.tla:381:5'),
 )
 
 
 def inv_PendingLoadLocked(C, s):
-    """PendingLoadLocked (spec/HostTier.tla:369:5): None, or the first failing conjunct."""
+    """PendingLoadLocked (spec/HostTier.tla:381:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:369:5
+        # spec/HostTier.tla:381:5
         k = 1
         if not all(((not (ap(s['loadReq'], v_n_1) != C['NoReq'])) or (d_InTree(C, s, None, v_n_1) and (ap(s['host'], v_n_1) != C['NoSlot']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'protected'))) for v_n_1 in it(C['Nodes'])):
             return Failure('PendingLoadLocked', 1, *_T_inv_PendingLoadLocked[0])
@@ -1194,7 +1247,7 @@ def inc_PendingLoadLocked(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/HostTier.tla:369:5 (element-local)
+        # spec/HostTier.tla:381:5 (element-local)
         k = 1
         if not all(((not (ap(s['loadReq'], v_n_1) != C['NoReq'])) or (d_InTree(C, s, None, v_n_1) and (ap(s['host'], v_n_1) != C['NoSlot']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'protected'))) for v_n_1 in it(D['Nodes'])):
             return Failure('PendingLoadLocked', 1, *_T_inv_PendingLoadLocked[0])
@@ -1204,15 +1257,15 @@ def inc_PendingLoadLocked(C, s, D, V=None):
 
 
 _T_inv_WriteThroughPrefix = (
-    ('policy \\in WriteThrough => \\A n \\in Nodes : (InTree(n) /\\ n > 0 /\\ host[n] # NoSlot) => host[n - 1] # NoSlot', 'spec/HostTier.tla:377:5'),
+    ('policy \\in WriteThrough => \\A n \\in Nodes : (InTree(n) /\\ n > 0 /\\ host[n] # NoSlot) => host[n - 1] # NoSlot', 'spec/HostTier.tla:389:5'),
 )
 
 
 def inv_WriteThroughPrefix(C, s):
-    """WriteThroughPrefix (spec/HostTier.tla:377:5): None, or the first failing conjunct."""
+    """WriteThroughPrefix (spec/HostTier.tla:389:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:377:5
+        # spec/HostTier.tla:389:5
         k = 1
         if not ((not (s['policy'] in C['WriteThrough'])) or all(((not ((d_InTree(C, s, None, v_n_1) and (v_n_1 > 0)) and (ap(s['host'], v_n_1) != C['NoSlot']))) or (ap(s['host'], (v_n_1 - 1)) != C['NoSlot'])) for v_n_1 in it(C['Nodes']))):
             return Failure('WriteThroughPrefix', 1, *_T_inv_WriteThroughPrefix[0])
@@ -1222,20 +1275,20 @@ def inv_WriteThroughPrefix(C, s):
 
 
 _T_inv_TreeCopiesConsistent = (
-    ('\\A n \\in Nodes : InTree(n) => dev[n] \\/ host[n] # NoSlot', 'spec/HostTier.tla:383:8'),
-    ('\\A n \\in Nodes : ~InTree(n) => ~dev[n] /\\ host[n] = NoSlot /\\ backupOp[n] = NoSlot /\\ loadReq[n] = NoReq', 'spec/HostTier.tla:384:8'),
+    ('\\A n \\in Nodes : InTree(n) => dev[n] \\/ host[n] # NoSlot', 'spec/HostTier.tla:395:8'),
+    ('\\A n \\in Nodes : ~InTree(n) => ~dev[n] /\\ host[n] = NoSlot /\\ backupOp[n] = NoSlot /\\ loadReq[n] = NoReq', 'spec/HostTier.tla:396:8'),
 )
 
 
 def inv_TreeCopiesConsistent(C, s):
-    """TreeCopiesConsistent (spec/HostTier.tla:383:5): None, or the first failing conjunct."""
+    """TreeCopiesConsistent (spec/HostTier.tla:395:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:383:8
+        # spec/HostTier.tla:395:8
         k = 1
         if not all(((not d_InTree(C, s, None, v_n_1)) or (ap(s['dev'], v_n_1) or (ap(s['host'], v_n_1) != C['NoSlot']))) for v_n_1 in it(C['Nodes'])):
             return Failure('TreeCopiesConsistent', 1, *_T_inv_TreeCopiesConsistent[0])
-        # spec/HostTier.tla:384:8
+        # spec/HostTier.tla:396:8
         k = 2
         if not all(((not (not d_InTree(C, s, None, v_n_2))) or ((((not ap(s['dev'], v_n_2)) and (ap(s['host'], v_n_2) == C['NoSlot'])) and (ap(s['backupOp'], v_n_2) == C['NoSlot'])) and (ap(s['loadReq'], v_n_2) == C['NoReq']))) for v_n_2 in it(C['Nodes'])):
             return Failure('TreeCopiesConsistent', 2, *_T_inv_TreeCopiesConsistent[1])
@@ -1257,11 +1310,11 @@ def inc_TreeCopiesConsistent(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/HostTier.tla:383:8 (element-local)
+        # spec/HostTier.tla:395:8 (element-local)
         k = 1
         if not all(((not d_InTree(C, s, None, v_n_1)) or (ap(s['dev'], v_n_1) or (ap(s['host'], v_n_1) != C['NoSlot']))) for v_n_1 in it(D['Nodes'])):
             return Failure('TreeCopiesConsistent', 1, *_T_inv_TreeCopiesConsistent[0])
-        # spec/HostTier.tla:384:8 (element-local)
+        # spec/HostTier.tla:396:8 (element-local)
         k = 2
         if not all(((not (not d_InTree(C, s, None, v_n_2))) or ((((not ap(s['dev'], v_n_2)) and (ap(s['host'], v_n_2) == C['NoSlot'])) and (ap(s['backupOp'], v_n_2) == C['NoSlot'])) and (ap(s['loadReq'], v_n_2) == C['NoReq']))) for v_n_2 in it(D['Nodes'])):
             return Failure('TreeCopiesConsistent', 2, *_T_inv_TreeCopiesConsistent[1])
@@ -1271,15 +1324,15 @@ def inc_TreeCopiesConsistent(C, s, D, V=None):
 
 
 _T_inv_LockedNodesKept = (
-    ('\\A q \\in Reqs : req[q] # "idle" => reqLen[q] <= len', 'spec/HostTier.tla:390:5'),
+    ('\\A q \\in Reqs : req[q] # "idle" => reqLen[q] <= len', 'spec/HostTier.tla:402:5'),
 )
 
 
 def inv_LockedNodesKept(C, s):
-    """LockedNodesKept (spec/HostTier.tla:390:5): None, or the first failing conjunct."""
+    """LockedNodesKept (spec/HostTier.tla:402:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:390:5
+        # spec/HostTier.tla:402:5
         k = 1
         if not all(((not (ap(s['req'], v_q_1) != 'idle')) or (ap(s['reqLen'], v_q_1) <= s['len'])) for v_q_1 in it(C['Reqs'])):
             return Failure('LockedNodesKept', 1, *_T_inv_LockedNodesKept[0])
@@ -1300,7 +1353,7 @@ def inc_LockedNodesKept(C, s, D, V=None):
         return None
     k = 0
     try:
-        # spec/HostTier.tla:390:5 (element-local)
+        # spec/HostTier.tla:402:5 (element-local)
         k = 1
         if not all(((not (ap(s['req'], v_q_1) != 'idle')) or (ap(s['reqLen'], v_q_1) <= s['len'])) for v_q_1 in it(D['Reqs'])):
             return Failure('LockedNodesKept', 1, *_T_inv_LockedNodesKept[0])
@@ -1419,6 +1472,7 @@ ACTIONS = {
     'LoadBackStart': (act_LoadBackStart, ('q',)),
     'LoadBackLayer': (act_LoadBackLayer, ('n',)),
     'LoadBackFinish': (act_LoadBackFinish, ('q',)),
+    'LoadBackFail': (act_LoadBackFail, ('q',)),
     'DeviceInsert': (act_DeviceInsert, ('q',)),
     'BackupStart': (act_BackupStart, ('n',)),
     'BackupFinish': (act_BackupFinish, ('n',)),
@@ -1439,6 +1493,7 @@ NEXT = {
     'DeviceEvict': next_DeviceEvict,
     'DeviceInsert': next_DeviceInsert,
     'HostEvict': next_HostEvict,
+    'LoadBackFail': next_LoadBackFail,
     'LoadBackFinish': next_LoadBackFinish,
     'LoadBackLayer': next_LoadBackLayer,
     'LoadBackStart': next_LoadBackStart,

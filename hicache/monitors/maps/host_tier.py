@@ -44,9 +44,11 @@ for _s, _n in _SLOT_NAME.items():
 #: events that name the node a request's lock now holds (field `node`)
 _MOVES_LOCK = frozenset({"RequestMatch", "DeviceInsert", "PrefetchFinish"})
 
+#: the events that end a load-back (its ack popped; LoadBackFail: its copy failed)
+_LOAD_ENDS = frozenset({"LoadBackFinish", "LoadBackFail"})
 #: runtime event -> request phase after it (None: the request leaves)
 _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish": "running",
-          "DeviceInsert": "running", "RequestFinish": None, "RequestAbort": None}
+          "LoadBackFail": "running", "DeviceInsert": "running", "RequestFinish": None, "RequestAbort": None}
 
 
 
@@ -140,7 +142,7 @@ class HostTierMap:
         phase, loads = self.phase, self.loads
         if action == "LoadBackStart":
             loads[rid] = loads.get(rid, 0) + 1
-        elif action == "LoadBackFinish" and rid in loads:
+        elif action in _LOAD_ENDS and rid in loads:
             loads[rid] -= 1
             if not loads[rid]:
                 del loads[rid]

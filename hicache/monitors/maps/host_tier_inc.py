@@ -64,7 +64,7 @@ PAGE_VARS = tuple(v for v in NODE_VARS if v != "loadDone")
 
 #: events after which the request-side variables are rebuilt
 _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "PrefetchStart", "PrefetchFinish",
-                          "LoadBackStart", "LoadBackFinish", "DeviceInsert"})
+                          "LoadBackStart", "LoadBackFinish", "LoadBackFail", "DeviceInsert"})
 
 _IDLE = int(HostSlotState.IDLE)
 _EMPTY: frozenset = frozenset()
