@@ -613,7 +613,8 @@ class HiCache:
             return None
         self._join_loads(req)
         path = self.tree.path(req.node)
-        self._settle_path(path)
+        if any(x.device is None for x in path):
+            self._settle_path(path)     # (what this load would build on: only then)
         nodes = [x for x in path if x.device is None]
         take = []
         total = 0

@@ -276,3 +276,34 @@ def test_a_failed_write_back_copy_keeps_the_device_copy(monkeypatch):
     assert cache.evict_device(4) == 4                 # the copy works again: evicted, backed up
     assert cache.tree.match(req.key).node.host is not None
     cache.close()
+
+
+def test_a_load_back_with_nothing_to_load_does_not_wait(host_only):
+    """b's whole prefix is being loaded by a's load: b's load_back has nothing of its own to
+    load and returns at once, without waiting on a's copy (which runs only once somebody
+    waits on it, so a wait would show as a finished load)."""
+    cache, _, broken = host_only
+    broken[0] = False
+    orig = cache._load_layer_fn
+
+    def gated(op):
+        copy, go, wait = orig(op), threading.Event(), op.wait
+
+        def waiting(timeout=None):
+            go.set()
+            return wait(timeout)
+        op.wait = waiting
+
+        def layer(i):
+            go.wait(30)
+            copy(i)
+        return layer
+    cache._load_layer_fn = gated
+    a = cache.match(TOKENS)
+    op = cache.load_back(a)
+    b = cache.match(TOKENS)
+    assert cache.load_back(b) is None and not op.done.is_set() and op in b.loads
+    check_prefix(cache, b)                   # waits (opening the gate), then reads a's bytes
+    cache.finish(a)
+    cache.finish(b)
+    cache.poll()
