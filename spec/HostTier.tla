@@ -151,30 +151,30 @@ LoadBackLayer(n) ==
     /\ UNCHANGED <<policy, len, dev, host, stor, hits, slot, backupOp, loadReq,
                    req, reqLen, pfSlot, pfNode, pfAbort>>
 
-(* Every layer of every node q loads is done: copies on device, slots back *)
-(* to SYNCED, the ack popped.                                              *)
 Loading(q) == {n \in Nodes : loadReq[n] = q}
-LoadBackFinish(q) ==
+
+(* q's load-back ends, whether it landed or not: the slots it read are     *)
+(* SYNCED again, its nodes no longer loading, q running, the ack popped.   *)
+LoadEnd(q) ==
     /\ req[q] = "loading"
-    /\ \A n \in Loading(q) : loadDone[n] = NLayers
-    /\ dev' = [n \in Nodes |-> dev[n] \/ n \in Loading(q)]
     /\ slot' = [h \in HSlots |-> IF \E n \in Loading(q) : host[n] = h
                                  THEN "synced" ELSE slot[h]]
     /\ loadReq' = [n \in Nodes |-> IF n \in Loading(q) THEN NoReq ELSE loadReq[n]]
     /\ loadDone' = [n \in Nodes |-> IF n \in Loading(q) THEN 0 ELSE loadDone[n]]
     /\ req' = [req EXCEPT ![q] = "running"]
+
+(* Every layer of every node q loads is done: copies on device.            *)
+LoadBackFinish(q) ==
+    /\ LoadEnd(q)
+    /\ \A n \in Loading(q) : loadDone[n] = NLayers
+    /\ dev' = [n \in Nodes |-> dev[n] \/ n \in Loading(q)]
     /\ UNCHANGED <<policy, len, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>
 
 (* q's load-back failed (a copy raised): nothing of it reached the device. *)
-(* Its slots are SYNCED again (the host copies are intact, a later load    *)
-(* may read them) and q runs on without those pages: it computes them.     *)
+(* The host copies are intact (a later load may read them) and q runs on   *)
+(* without those pages: it computes them.                                  *)
 LoadBackFail(q) ==
-    /\ req[q] = "loading"
-    /\ slot' = [h \in HSlots |-> IF \E n \in Loading(q) : host[n] = h
-                                 THEN "synced" ELSE slot[h]]
-    /\ loadReq' = [n \in Nodes |-> IF n \in Loading(q) THEN NoReq ELSE loadReq[n]]
-    /\ loadDone' = [n \in Nodes |-> IF n \in Loading(q) THEN 0 ELSE loadDone[n]]
-    /\ req' = [req EXCEPT ![q] = "running"]
+    /\ LoadEnd(q)
     /\ UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>
 
 (* Running request q computed the next page and inserts it on device.      *)

@@ -112,18 +112,23 @@ def d_LoadBackLayer(C, s, t, v_n):
 
 
 def d_Loading(C, s, t, v_q):
-    # spec/HostTier.tla:156:1
+    # spec/HostTier.tla:154:1
     return frozenset(v_n_1 for v_n_1 in it(C['Nodes']) if (ap(s['loadReq'], v_n_1) == v_q))
 
 
+def d_LoadEnd(C, s, t, v_q):
+    # spec/HostTier.tla:158:1
+    return ((ap(s['req'], v_q) == 'loading') and (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if (v_n_3 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_4: (0 if (v_n_4 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))))
+
+
 def d_LoadBackFinish(C, s, t, v_q):
-    # spec/HostTier.tla:157:1
-    return ((ap(s['req'], v_q) == 'loading') and all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))) and (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or (v_n_2 in d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})) and (t['slot'] == mk_fcn({v_h_3: ('synced' if any((ap(s['host'], v_n_4) == v_h_3) for v_n_4 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_3)) for v_h_3 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_5: (C['NoReq'] if (v_n_5 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_5)) for v_n_5 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_6: (0 if (v_n_6 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_6)) for v_n_6 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_7: 'running'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
+    # spec/HostTier.tla:167:1
+    return (d_LoadEnd(C, s, t, v_q) and all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))) and (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or (v_n_2 in d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_LoadBackFail(C, s, t, v_q):
-    # spec/HostTier.tla:171:1
-    return ((ap(s['req'], v_q) == 'loading') and (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if (v_n_3 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_4: (0 if (v_n_4 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
+    # spec/HostTier.tla:176:1
+    return (d_LoadEnd(C, s, t, v_q) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_DeviceInsert(C, s, t, v_q):
@@ -356,96 +361,56 @@ def act_LoadBackLayer(C, s, t, v_n):
 
 
 _T_act_LoadBackFinish = (
-    ('req[q] = "loading"', 'spec/HostTier.tla:158:8'),
-    ('\\A n \\in Loading(q) : loadDone[n] = NLayers', 'spec/HostTier.tla:159:8'),
-    ("dev' = [n \\in Nodes |-> dev[n] \\/ n \\in Loading(q)]", 'spec/HostTier.tla:160:8'),
-    ('slot\' = [h \\in HSlots |-> IF \\E n \\in Loading(q) : host[n] = h THEN "synced" ELSE slot[h]]', 'spec/HostTier.tla:161:8'),
-    ("loadReq' = [n \\in Nodes |-> IF n \\in Loading(q) THEN NoReq ELSE loadReq[n]]", 'spec/HostTier.tla:163:8'),
-    ("loadDone' = [n \\in Nodes |-> IF n \\in Loading(q) THEN 0 ELSE loadDone[n]]", 'spec/HostTier.tla:164:8'),
-    ('req\' = [req EXCEPT ![q] = "running"]', 'spec/HostTier.tla:165:8'),
-    ('UNCHANGED <<policy, len, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:166:8'),
+    ('LoadEnd(q)', 'spec/HostTier.tla:168:8'),
+    ('\\A n \\in Loading(q) : loadDone[n] = NLayers', 'spec/HostTier.tla:169:8'),
+    ("dev' = [n \\in Nodes |-> dev[n] \\/ n \\in Loading(q)]", 'spec/HostTier.tla:170:8'),
+    ('UNCHANGED <<policy, len, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:171:8'),
 )
 
 
 def act_LoadBackFinish(C, s, t, v_q):
-    """LoadBackFinish (spec/HostTier.tla:158:5): None, or the first failing conjunct."""
+    """LoadBackFinish (spec/HostTier.tla:168:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:158:8
+        # spec/HostTier.tla:168:8
         k = 1
-        if not (ap(s['req'], v_q) == 'loading'):
+        if not d_LoadEnd(C, s, t, v_q):
             return Failure('LoadBackFinish', 1, *_T_act_LoadBackFinish[0])
-        # spec/HostTier.tla:159:8
+        # spec/HostTier.tla:169:8
         k = 2
         if not all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))):
             return Failure('LoadBackFinish', 2, *_T_act_LoadBackFinish[1])
-        # spec/HostTier.tla:160:8
+        # spec/HostTier.tla:170:8
         k = 3
         if not (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or (v_n_2 in d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})):
             return Failure('LoadBackFinish', 3, *_T_act_LoadBackFinish[2])
-        # spec/HostTier.tla:161:8
+        # spec/HostTier.tla:171:8
         k = 4
-        if not (t['slot'] == mk_fcn({v_h_3: ('synced' if any((ap(s['host'], v_n_4) == v_h_3) for v_n_4 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_3)) for v_h_3 in it(C['HSlots'])})):
-            return Failure('LoadBackFinish', 4, *_T_act_LoadBackFinish[3])
-        # spec/HostTier.tla:163:8
-        k = 5
-        if not (t['loadReq'] == mk_fcn({v_n_5: (C['NoReq'] if (v_n_5 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_5)) for v_n_5 in it(C['Nodes'])})):
-            return Failure('LoadBackFinish', 5, *_T_act_LoadBackFinish[4])
-        # spec/HostTier.tla:164:8
-        k = 6
-        if not (t['loadDone'] == mk_fcn({v_n_6: (0 if (v_n_6 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_6)) for v_n_6 in it(C['Nodes'])})):
-            return Failure('LoadBackFinish', 6, *_T_act_LoadBackFinish[5])
-        # spec/HostTier.tla:165:8
-        k = 7
-        if not (t['req'] == exc(s['req'], ((v_q,), lambda at_7: 'running'))):
-            return Failure('LoadBackFinish', 7, *_T_act_LoadBackFinish[6])
-        # spec/HostTier.tla:166:8
-        k = 8
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
-            return Failure('LoadBackFinish', 8, *_T_act_LoadBackFinish[7])
+            return Failure('LoadBackFinish', 4, *_T_act_LoadBackFinish[3])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('LoadBackFinish', _T_act_LoadBackFinish, k, e)
     return None
 
 
 _T_act_LoadBackFail = (
-    ('req[q] = "loading"', 'spec/HostTier.tla:172:8'),
-    ('slot\' = [h \\in HSlots |-> IF \\E n \\in Loading(q) : host[n] = h THEN "synced" ELSE slot[h]]', 'spec/HostTier.tla:173:8'),
-    ("loadReq' = [n \\in Nodes |-> IF n \\in Loading(q) THEN NoReq ELSE loadReq[n]]", 'spec/HostTier.tla:175:8'),
-    ("loadDone' = [n \\in Nodes |-> IF n \\in Loading(q) THEN 0 ELSE loadDone[n]]", 'spec/HostTier.tla:176:8'),
-    ('req\' = [req EXCEPT ![q] = "running"]', 'spec/HostTier.tla:177:8'),
+    ('LoadEnd(q)', 'spec/HostTier.tla:177:8'),
     ('UNCHANGED <<policy, len, dev, host, stor, hits, backupOp, reqLen, pfSlot, pfNode, pfAbort>>', 'spec/HostTier.tla:178:8'),
 )
 
 
 def act_LoadBackFail(C, s, t, v_q):
-    """LoadBackFail (spec/HostTier.tla:172:5): None, or the first failing conjunct."""
+    """LoadBackFail (spec/HostTier.tla:177:5): None, or the first failing conjunct."""
     k = 0
     try:
-        # spec/HostTier.tla:172:8
-        k = 1
-        if not (ap(s['req'], v_q) == 'loading'):
-            return Failure('LoadBackFail', 1, *_T_act_LoadBackFail[0])
-        # spec/HostTier.tla:173:8
-        k = 2
-        if not (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})):
-            return Failure('LoadBackFail', 2, *_T_act_LoadBackFail[1])
-        # spec/HostTier.tla:175:8
-        k = 3
-        if not (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if (v_n_3 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})):
-            return Failure('LoadBackFail', 3, *_T_act_LoadBackFail[2])
-        # spec/HostTier.tla:176:8
-        k = 4
-        if not (t['loadDone'] == mk_fcn({v_n_4: (0 if (v_n_4 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})):
-            return Failure('LoadBackFail', 4, *_T_act_LoadBackFail[3])
         # spec/HostTier.tla:177:8
-        k = 5
-        if not (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))):
-            return Failure('LoadBackFail', 5, *_T_act_LoadBackFail[4])
+        k = 1
+        if not d_LoadEnd(C, s, t, v_q):
+            return Failure('LoadBackFail', 1, *_T_act_LoadBackFail[0])
         # spec/HostTier.tla:178:8
-        k = 6
+        k = 2
         if not ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])):
-            return Failure('LoadBackFail', 6, *_T_act_LoadBackFail[5])
+            return Failure('LoadBackFail', 2, *_T_act_LoadBackFail[1])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('LoadBackFail', _T_act_LoadBackFail, k, e)
     return None
