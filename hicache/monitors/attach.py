@@ -101,9 +101,12 @@ def _sharded(cache) -> bool:
 
 
 def _cp_monitor(cache, cfg: VerifyConfig) -> Monitor:
-    """The CP replay's page placement against CPSharding, on the cache's bus."""
+    """The CP replay's page placement against CPSharding, on the cache's bus (strict: the
+    incremental map, whose checks follow the chains an event changed; sample mode: the
+    from-scratch one, which costs nothing between samples)."""
     from hicache.monitors.maps.cp_replay import CPReplayMap
-    cp = Monitor(CPReplayMap(cache), cfg)
+    from hicache.monitors.maps.cp_replay_inc import IncrementalCPReplayMap
+    cp = Monitor((IncrementalCPReplayMap if cfg.mode is Mode.STRICT else CPReplayMap)(cache), cfg)
     cache.bus.subscribe(cp)
     return cp
 

@@ -90,7 +90,12 @@ class ShardedDeviceAllocator:
 
     def free_set(self) -> set[int]:
         k = self.k
-        return {local * k + c for c, cls in enumerate(self.classes) for local in cls.free_set()}
+        out: set[int] = set()
+        for c, cls in enumerate(self.classes):
+            # local * k + c for each free local page, in C-level passes (a CP monitor reads
+            # the free set of a whole device at every checked step)
+            out.update(map(c.__add__, map(k.__mul__, cls.free_set())))
+        return out
 
 
 class ShardedCache(HiCache):

@@ -61,6 +61,8 @@ def _pow(a, b):
 
 
 def _div(a, b):
+    if type(a) is int and type(b) is int and b > 0:
+        return a // b          # (the common case first: a monitor's placement arithmetic)
     _int2("\\div")(a, b)
     if b == 0:
         raise EvalError("division by zero in \\div")
@@ -68,10 +70,10 @@ def _div(a, b):
 
 
 def _mod(a, b):
+    if type(a) is int and type(b) is int and b > 0:
+        return a % b           # (the common case first: Owner(p) = p % CP per page checked)
     _int2("%")(a, b)
-    if b <= 0:
-        raise EvalError(f"% requires a positive divisor, got {b}")
-    return a % b
+    raise EvalError(f"% requires a positive divisor, got {b}")
 
 
 def _cmp(name, op):

@@ -4,7 +4,9 @@ Seeded workloads with shared prefixes over a small sharded device pool (eviction
 load-backs both happen) run clean in strict mode; a cache that forgets a chain's offset when
 it extends a cached prefix breaks PositionOwner at the step that inserts the pages, and an
 allocator that loses a freed page breaks NoDoubleAllocation (its no-leak conjunct) at the
-eviction that lost it; verified mode attaches the monitor to a sharded replay.
+eviction that lost it; verified mode attaches the monitor to a sharded replay. Each runs on
+the from-scratch map and on the incremental one (maps/cp_replay_inc.py), whose state equals
+the from-scratch map's after every event.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import random
 import pytest
 
 from hicache.monitors.maps.cp_replay import CPReplayMap
+from hicache.monitors.maps.cp_replay_inc import IncrementalCPReplayMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.protocol.cp_layout import chain_owner_class
 from hicache.replay.cp import ShardedCache, ShardedDeviceAllocator
@@ -54,16 +57,20 @@ def serve(cache: ShardedCache, keys: list[bytes]) -> None:
         cache.drain()
 
 
-def watch(cache: ShardedCache, tmp_path) -> Monitor:
-    mon = Monitor(CPReplayMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+MAPS = pytest.mark.parametrize("cls", [CPReplayMap, IncrementalCPReplayMap], ids=["scratch", "incremental"])
+
+
+def watch(cache: ShardedCache, tmp_path, cls=CPReplayMap) -> Monitor:
+    mon = Monitor(cls(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
     mon.detach = cache.bus.subscribe(mon)
     return mon
 
 
+@MAPS
 @pytest.mark.parametrize("seed", range(6))
-def test_clean_sharded_replays_hold_every_invariant(seed, tmp_path):
+def test_clean_sharded_replays_hold_every_invariant(seed, tmp_path, cls):
     cache = make(cp=(2, 4)[seed % 2])
-    mon = watch(cache, tmp_path)
+    mon = watch(cache, tmp_path, cls)
     serve(cache, workload(seed))
     mon.cache_check()
     assert mon.checked == mon.steps > 60
@@ -106,10 +113,11 @@ class Leaks(ShardedCache):
         return LeakyAllocator(self.layout, cfg.device_pages // self.layout.cp_size)
 
 
-def test_an_extension_placed_without_its_offset_breaks_position_owner(tmp_path):
+@MAPS
+def test_an_extension_placed_without_its_offset_breaks_position_owner(tmp_path, cls):
     for seed in range(20):
         cache = make(ForgetsOffset, cp=4)
-        mon = watch(cache, tmp_path)
+        mon = watch(cache, tmp_path, cls)
         try:
             serve(cache, workload(seed))
         except ProtocolViolation as e:
@@ -124,9 +132,10 @@ def test_an_extension_placed_without_its_offset_breaks_position_owner(tmp_path):
     pytest.fail("the misplaced extension was never caught")
 
 
-def test_a_lost_page_breaks_no_double_allocation_at_the_eviction(tmp_path):
+@MAPS
+def test_a_lost_page_breaks_no_double_allocation_at_the_eviction(tmp_path, cls):
     cache = make(Leaks, cp=2)
-    mon = watch(cache, tmp_path)
+    mon = watch(cache, tmp_path, cls)
     with pytest.raises(ProtocolViolation) as exc:
         serve(cache, workload(1))
     e = exc.value
@@ -160,6 +169,7 @@ def test_verified_mode_checks_a_sharded_replay(tmp_path, monkeypatch, host_pages
         verified.disable()
     cp = [m for m in seen if isinstance(m.rmap, CPReplayMap)]
     assert len(cp) == 1 and cp[0].checked > 40
+    assert type(cp[0].rmap) is IncrementalCPReplayMap      # strict: the incremental map
     assert len(seen) == (2 if host_pages else 1)
 
 
@@ -185,11 +195,12 @@ def test_constant_level_invariants_are_checked_again_only_when_their_constants_c
     cache.close()
 
 
-def test_a_page_freed_and_allocated_again_belongs_to_the_newer_allocation(tmp_path):
+@MAPS
+def test_a_page_freed_and_allocated_again_belongs_to_the_newer_allocation(tmp_path, cls):
     """Two allocations pending at once, the first one's pages freed and handed out again
     before any event: each page is mapped in one chain (the newer allocation's), no alarm."""
     cache = make(cp=2)
-    mon = watch(cache, tmp_path)
+    mon = watch(cache, tmp_path, cls)
     first = cache.alloc(3)
     cache.dev_alloc.release(first)        # dropped without an insert, no event between
     second = cache.alloc(3)
@@ -222,3 +233,104 @@ def test_the_placement_arithmetic_is_walked_on_a_prefix_of_a_device(tmp_path):
         assert spec.inv_PlacementBijection(C, {}).index == 1
     finally:
         spec.d_Owner = broken["d_Owner"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_incremental_map_equals_the_from_scratch_map_after_every_event(seed, tmp_path):
+    """The maintained state is the reference map's state, chain numbering and padding
+    included, after every event of seeded workloads (whose chains and lengths grow, whose
+    pages are evicted, loaded back and allocated again), and the page counts NoDoubleAllocation
+    reads are the positions holding each page."""
+    cache = make(cp=(2, 4)[seed % 2])
+    mon = watch(cache, tmp_path, IncrementalCPReplayMap)
+    ref = CPReplayMap(cache)
+    compared = []
+
+    def compare(action, fields) -> None:
+        if action == "LoadBackLayer":
+            return
+        t, s = ref.state(), mon.rmap.state()
+        assert s == t, (action, sorted(k for k in t if s.get(k) != t[k]))
+        held: dict = {}
+        for row in t["page"]:
+            for p in row.d.values():
+                if p >= 0:
+                    held[p] = held.get(p, 0) + 1
+        assert {p: k for p, k in mon.rmap.holders.items() if k} == held
+        compared.append(action)
+    detach = cache.bus.subscribe(compare)
+    serve(cache, workload(seed))
+    assert len(compared) == mon.checked == mon.steps > 60
+    assert mon.rmap.n_chains > 8 or mon.rmap.max_len > 8        # a reshape happened on the way
+    detach()
+    mon.detach()
+    cache.close()
+
+
+def test_the_incremental_map_checks_only_the_chains_an_event_changed(tmp_path):
+    """After the first steps, a step checks the invariants over the chains it changed: the
+    generated PositionOwner form sees a few chains per event, not every chain."""
+    cache = make(cp=2)
+    mon = watch(cache, tmp_path, IncrementalCPReplayMap)
+    sizes = []
+    domains = mon.rmap.domains
+
+    def spy(C, dirty):
+        D = domains(C, dirty)
+        sizes.append((len(D["Chains"]), len(C["Chains"])))
+        return D
+    mon.rmap.domains = spy
+    serve(cache, workload(2))
+    assert sizes and all(d <= n for d, n in sizes)
+    assert sum(d for d, _ in sizes) < sum(n for _, n in sizes) / 4
+    mon.detach()
+    cache.close()
+
+
+def _first_violation(cache_cls, cp: int, seed: int, tmp_path, cls, fault=None):
+    """(step, action, property, conjunct) of the first violation a map reports on a
+    workload (None: none); `fault(cache, step)` may corrupt the cache before a request."""
+    cache = make(cache_cls, cp=cp)
+    mon = watch(cache, tmp_path, cls)
+    try:
+        for i, key in enumerate(workload(seed)):
+            if fault is not None:
+                fault(cache, i)
+            serve(cache, [key])
+    except ProtocolViolation as e:
+        return e.step, e.action, e.property, e.failure.index
+    finally:
+        mon.detach()
+        cache.close()
+    return None
+
+
+def _free_a_held_page(cache, i) -> None:
+    """A use after free: before request 20, one device page a tree node holds is released
+    (the node keeps it): the page is free and in a chain at once."""
+    if i == 20:
+        held = next(x.device for x in cache.tree.nodes() if x.device)
+        cache.dev_alloc.release([held[0]])
+
+
+@pytest.mark.parametrize("case", ["offset", "leak", "use_after_free"])
+def test_the_incremental_map_reports_what_the_from_scratch_map_reports_at_the_same_step(case, tmp_path):
+    """The same violation (property and conjunct) at the same step on both maps: a misplaced
+    extension (PositionOwner, on a changed chain), a leaked page (NoDoubleAllocation 4: a
+    page left its chain and the free set missed it) and a page freed while a node holds it
+    (NoDoubleAllocation 2: only the free set changed)."""
+    cache_cls, cp, fault = {"offset": (ForgetsOffset, 4, None), "leak": (Leaks, 2, None),
+                            "use_after_free": (ShardedCache, 2, _free_a_held_page)}[case]
+    found = []
+    for seed in range(20):
+        ref = _first_violation(cache_cls, cp, seed, tmp_path, CPReplayMap, fault)
+        if ref is None:
+            continue
+        assert _first_violation(cache_cls, cp, seed, tmp_path, IncrementalCPReplayMap, fault) == ref
+        found.append(ref)
+        if len(found) == 3:
+            break
+    assert found, "the fault was never caught"
+    want = {"offset": ("PositionOwner", 1), "leak": ("NoDoubleAllocation", 4),
+            "use_after_free": ("NoDoubleAllocation", 2)}[case]
+    assert all((prop, k) == want for _, _, prop, k in found), found

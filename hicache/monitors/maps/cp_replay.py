@@ -122,6 +122,11 @@ class CPReplayMap:
             out[cid] = (rot, pages)
         return out
 
+    @staticmethod
+    def row(pages, L: int) -> Fcn:
+        """A chain's row: positions 0..L-1, NoPage past the chain's end (one C-level build)."""
+        return Fcn(dict(zip(range(L), [*pages, *[NONE] * (L - len(pages))])))
+
     def state(self) -> dict:
         pids = self.pids
         free = pids & self.cache.dev_alloc.free_set()
@@ -133,11 +138,11 @@ class CPReplayMap:
             self.max_len = capacity(longest, self.max_len)
         L = self.max_len
         rot, ln, page, host = {}, {}, {}, {}
-        empty = Fcn(dict.fromkeys(range(L), NONE))
+        empty = self.row((), L)
         for c in range(1, self.n_chains + 1):
             r, pages = rows.get(c, (NONE, []))
             rot[c], ln[c] = r, len(pages)
-            page[c] = Fcn({P: (pages[P] if P < len(pages) else NONE) for P in range(L)}) if pages else empty
+            page[c] = self.row(pages, L) if pages else empty
             host[c] = empty
         return {"rot": mk_fcn(rot), "len": mk_fcn(ln), "page": mk_fcn(page), "host": mk_fcn(host),
                 "free": free, "mixed": False}

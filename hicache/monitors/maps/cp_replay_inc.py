@@ -1,0 +1,186 @@
+"""Incremental refinement map: the CP replay's sharded cache -> spec/CPSharding, per event.
+
+`CPReplayMap` (cp_replay.py) builds the whole mapped state at every checked event and the
+monitor checks every invariant over every chain and position: a CP replay's rows are padded
+to MaxLen and its device holds thousands of pages, so strict mode cost ~60 ms per event
+(`hicache replay ... --cp 2 --verify strict`: 12.4 s against 1.7 s off). This map keeps the
+mapped state and reports what an event changed, so the monitor evaluates the generated
+`inc_<Inv>` forms over the changed chains only (as the incremental HostTier map does for
+pages). The abstraction, the chain numbering and the padding are the reference map's: the
+maintained state equals `CPReplayMap.state()` after every event
+(tests/monitors/test_map_cp_replay.py checks it on seeded workloads).
+
+How a change is found (no journaling: the chains are the tree's nodes and the pending
+allocations, which the reference map's walk already lists):
+  * each sync walks the tree and the allocation log as the reference map does and compares
+    every chain's (rotation, pages) with what it last mapped: the chains that differ are
+    dirty; a sequence variable (rot, len, page, host: functions on 1..#chains, tuples) is
+    replaced as a whole when one of its chains changed;
+  * the free set is compared as a whole; the pages that entered or left it are dirty, with
+    the pages of every chain that changed (old and new);
+  * when Chains or MaxLen grows (doubling), every row is padded to the new shape and the
+    constants change: the monitor then checks everything (a new constants binding).
+
+NoDoubleAllocation is checked over the dirty pages with the count of positions holding each
+page (`holders`): a page is held at most once, never while free, and every page out of the
+free set is held, which decides the conjuncts that read pages; conjunct 3 (no page past a
+chain's length) over the dirty chains. Any doubt runs the linear form over everything, which
+names the first failing conjunct. Invariant between events: `self.s` equals the reference
+map's state and `holders` counts its positions' pages.
+"""
+from __future__ import annotations
+
+from hicache.monitors.maps.cp_replay import CPReplayMap
+from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_allocation_linear
+from hicache.monitors.runtime import MISSING, snapshot
+
+from .steps import capacity
+
+#: the per-chain sequence variables, in the order a row gives their values
+ROW_VARS = ("rot", "len", "page", "host")
+#: what NoDoubleAllocation reads
+_NDA_READS = frozenset({"page", "host", "len", "free"})
+
+
+class IncrementalCPReplayMap(CPReplayMap):
+    incremental = True
+
+    def __init__(self, cache):
+        super().__init__(cache)
+        self.rows: dict[int, tuple] = {}        # chain id -> (rot, pages tuple) as mapped
+        self.holders: dict[int, int] = {}       # device page -> positions holding it
+        self.s: dict = {}
+        self.delta: list = []
+        self.sync()
+        self.delta = []
+
+    # ------------------------------------------------------------ the step
+    def sync(self) -> tuple[list, dict]:
+        """Bring the mapped state up to date: (delta, dirty chains and pages). The delta
+        lists (variable, None, old value) of each variable replaced (`undo` rebuilds the
+        states before this event from it)."""
+        delta = self.delta = []
+        pids = self.pids
+        free = pids & self.cache.dev_alloc.free_set()
+        rows = self._rows(pids - free)
+        n0, L0 = self.n_chains, self.max_len
+        if max(rows, default=1) > self.n_chains:
+            self.n_chains = capacity(max(rows), self.n_chains)
+        longest = max((len(p) for _, p in rows.values()), default=1)
+        if longest > self.max_len:
+            self.max_len = capacity(longest, self.max_len)
+        n, L = self.n_chains, self.max_len
+        s = self.s
+        reshaped = not s or n != n0 or L != L0
+        dirty_chains: set[int] = set()
+        dirty_pages: set[int] = set()
+        empty = (NONE, ())
+        old_rows = {} if reshaped else self.rows
+        new_rows: dict[int, tuple] = {}
+        for c in range(1, n + 1):
+            r, pages = rows.get(c, empty)
+            new = (r, tuple(pages))
+            new_rows[c] = new
+            old = old_rows.get(c, empty)
+            if new != old or reshaped:
+                dirty_chains.add(c)
+                if new[1] != old[1]:
+                    self._count(old[1], -1, dirty_pages)
+                    self._count(new[1], 1, dirty_pages)
+        if reshaped:
+            # every row padded to the new shape (old rows were counted under the old one)
+            self.holders = {}
+            dirty_pages = set(pids)
+            for _, pages in new_rows.values():
+                self._count(pages, 1, dirty_pages)
+        self.rows = new_rows
+        if dirty_chains:
+            self._write_rows(new_rows, dirty_chains, L, reshaped)
+        old_free = s.get("free", MISSING)
+        if old_free is MISSING or old_free != free:
+            delta.append(("free", None, old_free))
+            s["free"] = free
+            if old_free is not MISSING:
+                dirty_pages |= old_free ^ free
+        if "mixed" not in s:
+            delta.append(("mixed", None, MISSING))
+            s["mixed"] = False
+        return delta, {"Chains": dirty_chains, "PageIds": dirty_pages}
+
+    def _count(self, pages: tuple, k: int, dirty: set) -> None:
+        holders = self.holders
+        for p in pages:
+            if p != NONE:
+                holders[p] = holders.get(p, 0) + k
+                dirty.add(p)
+
+    def _write_rows(self, rows: dict, dirty: set, L: int, reshaped: bool) -> None:
+        """Replace the sequence variables whose chains changed (as the reference map builds
+        them: each row a function on positions 0..L-1, NoPage past the chain's end)."""
+        s, delta = self.s, self.delta
+        empty = self._empty_row(L, reshaped)
+        if reshaped:
+            vals = {v: [None] * len(rows) for v in ROW_VARS}
+        else:
+            vals = {v: list(s[v]) for v in ROW_VARS}
+        for c in (rows if reshaped else sorted(dirty)):
+            r, pages = rows[c]
+            i = c - 1
+            vals["rot"][i], vals["len"][i] = r, len(pages)
+            vals["page"][i] = self.row(pages, L) if pages else empty
+            vals["host"][i] = empty
+        for var in ROW_VARS:
+            new = tuple(vals[var])
+            old = s.get(var, MISSING)
+            if old is MISSING or old != new:
+                delta.append((var, None, old))
+                s[var] = new
+
+    def _empty_row(self, L: int, reshaped: bool):
+        if reshaped or getattr(self, "_empty", None) is None:
+            self._empty = self.row((), L)
+        return self._empty
+
+    # ------------------------------------------------------------ monitor interface
+    def live(self) -> dict:
+        """The maintained state itself (read, never kept: the next sync replaces values)."""
+        return self.s
+
+    def state(self) -> dict:
+        """A snapshot of the maintained state (safe to keep and compare)."""
+        return snapshot(self.s)
+
+    def reference_state(self) -> dict:
+        return CPReplayMap.state(self)
+
+    def reference_constants(self) -> dict:
+        return self.constants()
+
+    def constants_key(self) -> tuple:
+        return (self.n_chains, self.max_len)
+
+    def domains(self, C: dict, dirty: dict) -> dict:
+        """The dirty chains and pages still in their domains."""
+        n = self.n_chains
+        return {"Chains": frozenset(c for c in dirty["Chains"] if c <= n),
+                "PageIds": frozenset(dirty["PageIds"])}
+
+    @property
+    def incremental_overrides(self) -> dict:
+        return {"NoDoubleAllocation": self.no_double_allocation_inc}
+
+    def no_double_allocation_inc(self, C, s, D, V=None):
+        """NoDoubleAllocation over the dirty pages and chains (see the module docstring);
+        the linear form over everything decides and names a failure."""
+        if V is not None and V.isdisjoint(_NDA_READS):
+            return None
+        holders, free = self.holders, s["free"]
+        for p in D["PageIds"]:
+            k = holders.get(p, 0)
+            if k > 1 or k < 0 or (k == 1) == (p in free):
+                return no_double_allocation_linear(C, s)
+        rows, hosts, lens = s["page"], s["host"], s["len"]
+        for c in D["Chains"]:
+            if beyond_len_used(rows[c - 1].d, hosts[c - 1].d, lens[c - 1]):
+                return no_double_allocation_linear(C, s)
+        return None
