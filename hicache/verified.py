@@ -15,8 +15,9 @@ the event (one a transfer thread emitted is raised again on the scheduler's thre
 transfer's completion is applied) and writes the recent history as an ITF trace under HICACHE_VIOLATION_DIR
 (default ./hicache-violations/), which `hicache explain` reads.
 
-What carries a monitor: a `HiCache` with a host tier (HostTier, and the background-worker
-watch), the CP replay's sharded cache (CPSharding), and a speculative-decoding draft runtime,
+What carries a monitor: a `HiCache` with a host tier (HostTier, the background-worker
+watch, and its device pages against CPSharding at CP = 1: strict at every event, sample at
+cache checks), the CP replay's sharded cache (CPSharding), and a speculative-decoding draft runtime,
 `hicache.runtime.draft.DependentSet` (DraftState, whichever draft roles it configures).
 
 Enabling wraps `__init__` (attach a monitor) and `close` (a final cache check) of `HiCache`

@@ -101,13 +101,24 @@ def _sharded(cache) -> bool:
 
 
 def _cp_monitor(cache, cfg: VerifyConfig) -> Monitor:
-    """The CP replay's page placement against CPSharding, on the cache's bus (strict: the
-    incremental map, whose checks follow the chains an event changed; sample mode: the
-    from-scratch one, which costs nothing between samples)."""
-    from hicache.monitors.maps.cp_replay import CPReplayMap
-    from hicache.monitors.maps.cp_replay_inc import IncrementalCPReplayMap
-    cp = Monitor((IncrementalCPReplayMap if cfg.mode is Mode.STRICT else CPReplayMap)(cache), cfg)
-    cache.bus.subscribe(cp)
+    """The device pages against CPSharding, on the cache's bus: the CP replay's sharded
+    placement (maps/cp_replay.py), or one engine's pool as CP = 1 (maps/device_pages.py:
+    no page in two nodes, none freed while held, none lost). Strict: the incremental map,
+    whose checks follow the chains an event changed; sample mode: the from-scratch one,
+    which costs nothing between samples."""
+    sharded = _sharded(cache)
+    if sharded:
+        from hicache.monitors.maps.cp_replay import CPReplayMap as scratch
+        from hicache.monitors.maps.cp_replay_inc import IncrementalCPReplayMap as kept
+    else:
+        from hicache.monitors.maps.device_pages import DevicePagesMap as scratch
+        from hicache.monitors.maps.device_pages import IncrementalDevicePagesMap as kept
+    strict = cfg.mode is Mode.STRICT
+    cp = Monitor((kept if strict else scratch)(cache), cfg)
+    if strict or sharded:
+        cp.detach = cache.bus.subscribe(cp)
+    # (sample mode on one engine's pool: its invariants at each cache check only, where a
+    # from-scratch map costs once, not at the sampled events: a canary's budget)
     return cp
 
 
@@ -127,13 +138,13 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
     mon = Monitor(rmap, cfg)
     cache.bus.subscribe(mon)
     watch(cache, mon)
-    if _sharded(cache):
-        # the CP replay's sharded cache: its page placement against CPSharding too, checked
-        # after the HostTier monitor at each event and at each of its cache checks
-        cp = _cp_monitor(cache, cfg)
-        mon.cache_check_hooks.append(cp.cache_check)
-        mon.companions.append(cp)
-        link(mon, cp)
+    # the device pages against CPSharding too (the CP replay's sharded placement, or one
+    # engine's pool as CP = 1), checked after the HostTier monitor at each event and at
+    # each of its cache checks
+    cp = _cp_monitor(cache, cfg)
+    mon.cache_check_hooks.append(cp.cache_check)
+    mon.companions.append(cp)
+    link(mon, cp)
     return mon
 
 

@@ -256,6 +256,12 @@ class Monitor:
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)
         self.invariants.update(getattr(rmap, "invariant_overrides", {}))
+        # a map may check a subset of the spec's invariants (`checked_invariants`): those
+        # its instance of the spec can break (CPSharding at CP = 1: the placement ones hold
+        # by arithmetic in every state TypeOK allows, see maps/device_pages.py)
+        only = getattr(rmap, "checked_invariants", None)
+        if only is not None:
+            self.invariants = {n: f for n, f in self.invariants.items() if n in only}
         # an invariant that reads no variable (READS empty: the constants alone, such as
         # placement arithmetic over every address) is checked again only when a constant it
         # reads (CONST_READS) changed value since it last held, not at every step
@@ -286,8 +292,9 @@ class Monitor:
             self._inc_all = getattr(self.spec, "inc_all", None)
             self._guard = getattr(rmap, "guard", None)
             self._presynced = True       # the map's state is the state before the next event
-            self._fused_skip = frozenset(over)
-            fused = frozenset(n for n in inc if n not in over)
+            # (the fast path skips what the map replaces and what it does not check)
+            self._fused_skip = frozenset(over) | frozenset(n for n in inc if n not in self.invariants)
+            fused = frozenset(n for n in inc if n not in self._fused_skip)
             # what runs when the fused fast path holds: the checks it does not cover
             self._unfused_checks = [c for c in self._inc_checks if c[0] not in fused] \
                 if self._inc_all is not None else self._inc_checks
@@ -436,6 +443,8 @@ class Monitor:
         # since (the delta names every variable written) still holds. A new constants
         # binding (a domain grew) can change any element's predicate: everything is checked
         fresh = C is not self._checked_C
+        if not delta and not fresh:
+            return       # the state is the one every invariant last held on
         changed = None if fresh else set(map(_first, delta))
         self._checked_C = C
         s = self.rmap.live()

@@ -127,6 +127,12 @@ class HiCache:
     """The tiered cache of one engine. Not thread-safe: one scheduler thread calls it;
     its own worker threads only copy bytes and call storage (see the module docstring)."""
 
+    # device allocation provenance, kept only while a device-page monitor watches this
+    # cache (hicache.monitors.maps.device_pages sets it and prunes it): id -> (rotation
+    # base, first position, pages), the pages `alloc` handed out that no node may hold yet
+    alloc_log: dict[int, tuple[int, int, list[int]]] | None = None
+    _alloc_ids = 0
+
     def __init__(self, cfg: CacheConfig, storage=None, bus: EventBus | None = None,
                  deps=None) -> None:
         self.cfg = cfg
@@ -314,7 +320,11 @@ class HiCache:
         alloc = self.dev_alloc
         if not self._make_room(lambda: alloc.free >= n):
             return None
-        return alloc.alloc(n)
+        pages = alloc.alloc(n)
+        if self.alloc_log is not None and pages:
+            self._alloc_ids += 1
+            self.alloc_log[self._alloc_ids] = (0, 0, pages)
+        return pages
 
     def _make_room(self, fits) -> bool:
         """Evict LRU device victims until `fits()`; False if locks pin too much.

@@ -45,8 +45,7 @@ class CPReplayMap:
 
     def __init__(self, cache):
         self.cache = cache
-        self.cp = cache.layout.cp_size
-        self.local_pages = cache.dev_alloc.pages_per_rank
+        self._placement(cache)
         # the cache records each allocation while a map watches it; pruned here once every
         # page of it is in a node or free again
         if cache.alloc_log is None:
@@ -58,6 +57,19 @@ class CPReplayMap:
         self.ids: dict = {}
         self.pids = frozenset(range(self.cp * self.local_pages))    # every logical page (fixed)
 
+    def _placement(self, cache) -> None:
+        """CP, LocalPages and PageSize of the cache's device pool (a sharded one's layout)."""
+        self.cp = cache.layout.cp_size
+        self.local_pages = cache.dev_alloc.pages_per_rank
+        self.page_size = cache.layout.page_size
+
+    def _subtree_base(self, x):
+        """The rotation base of the subtree under root child x: the owner class of its first
+        page, or (no device copy there: device copies form a prefix of every path, so then no
+        node below should have one) the rotation the cache recorded for the subtree."""
+        cache = self.cache
+        return cache.layout.page_owner(x.device[0]) if x.device else cache._bases.get(x.key[:cache.tree.pb])
+
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
         if action == "LoadBackLayer":
@@ -66,7 +78,7 @@ class CPReplayMap:
 
     # ------------------------------------------------------------ constants / state
     def constants(self) -> dict:
-        return {"CP": self.cp, "LocalPages": self.local_pages, "PageSize": self.cache.layout.page_size,
+        return {"CP": self.cp, "LocalPages": self.local_pages, "PageSize": self.page_size,
                 "ArithPages": arith_pages(self.local_pages),
                 "Chains": frozenset(range(1, self.n_chains + 1)), "MaxLen": self.max_len,
                 "BugSpliceAnyRotation": False}
@@ -75,17 +87,11 @@ class CPReplayMap:
         """Chain id -> (rot, device pages or NoPage per position): one chain per tree node,
         one per pending allocation."""
         cache, cp = self.cache, self.cp
-        owner = cache.layout.page_owner
         rows: list[tuple[object, int, list]] = []    # (node or allocation id, rot, pages)
         held: set[int] = set()
         stack = []
-        pb = cache.tree.pb
         for x in reversed(list(cache.tree.root.children.values())):
-            # a subtree's rotation: the class of its root child's first page; without a device
-            # copy there (device copies form a prefix of every path, so then no node below
-            # should have one), the rotation the cache recorded for the subtree
-            base = owner(x.device[0]) if x.device else cache._bases.get(x.key[:pb])
-            stack.append((x, 0, base))
+            stack.append((x, 0, self._subtree_base(x)))
         while stack:
             x, depth, base = stack.pop()
             if x.device is not None:

@@ -42,13 +42,16 @@ ROW_VARS = ("rot", "len", "page", "host")
 _NDA_READS = frozenset({"page", "host", "len", "free"})
 
 
-class IncrementalCPReplayMap(CPReplayMap):
+class IncrementalRows:
+    """The incremental form of a from-scratch chain map (CPReplayMap or a subclass: the
+    class after this one in the MRO builds the reference state)."""
     incremental = True
 
     def __init__(self, cache):
         super().__init__(cache)
-        self.rows: dict[int, tuple] = {}        # chain id -> (rot, pages tuple) as mapped
+        self.rows: dict[int, tuple] = {}        # chain id -> (rot, pages tuple) as mapped (used chains)
         self.holders: dict[int, int] = {}       # device page -> positions holding it
+        self._shape = None                      # (Chains, MaxLen) of the last commit
         self.s: dict = {}
         self.delta: list = []
         self.sync()
@@ -59,45 +62,55 @@ class IncrementalCPReplayMap(CPReplayMap):
         """Bring the mapped state up to date: (delta, dirty chains and pages). The delta
         lists (variable, None, old value) of each variable replaced (`undo` rebuilds the
         states before this event from it)."""
-        delta = self.delta = []
         pids = self.pids
         free = pids & self.cache.dev_alloc.free_set()
         rows = self._rows(pids - free)
-        n0, L0 = self.n_chains, self.max_len
-        if max(rows, default=1) > self.n_chains:
-            self.n_chains = capacity(max(rows), self.n_chains)
-        longest = max((len(p) for _, p in rows.values()), default=1)
+        self._grow(max(rows, default=1), max((len(p) for _, p in rows.values()), default=1))
+        empty = (NONE, ())
+        # every chain, compared with what was last mapped
+        return self._commit({c: (r, tuple(p)) for c, (r, p) in
+                             ((c, rows.get(c, empty)) for c in range(1, self.n_chains + 1))}, free)
+
+    def _grow(self, chains: int, longest: int) -> None:
+        """Chains and MaxLen to hold `chains` chains and a chain of `longest` pages (doubling)."""
+        if chains > self.n_chains:
+            self.n_chains = capacity(chains, self.n_chains)
         if longest > self.max_len:
             self.max_len = capacity(longest, self.max_len)
+
+    def _commit(self, changed: dict, free: frozenset) -> tuple[list, dict]:
+        """Record the chains in `changed` (chain id -> (rot, pages tuple); (NoRot, ()) for a
+        chain no longer used) and the free set: the rows and variables that differ are
+        replaced, each write in the delta; when Chains or MaxLen grew since the last commit,
+        every row is written again in the new shape and everything is dirty."""
+        delta = self.delta = []
+        pids = self.pids
         n, L = self.n_chains, self.max_len
         s = self.s
-        reshaped = not s or n != n0 or L != L0
+        reshaped = self._shape != (n, L)
+        self._shape = (n, L)
         dirty_chains: set[int] = set()
         dirty_pages: set[int] = set()
         empty = (NONE, ())
-        old_rows = {} if reshaped else self.rows
-        new_rows: dict[int, tuple] = {}
-        for c in range(1, n + 1):
-            r, pages = rows.get(c, empty)
-            new = (r, tuple(pages))
-            new_rows[c] = new
-            old = old_rows.get(c, empty)
-            if new != old or reshaped:
+        rows = self.rows
+        for c, new in changed.items():
+            old = rows.get(c, empty)
+            if new != old:
                 dirty_chains.add(c)
                 if new[1] != old[1]:
                     self._count(old[1], -1, dirty_pages)
                     self._count(new[1], 1, dirty_pages)
+                if new == empty:
+                    del rows[c]
+                else:
+                    rows[c] = new
         if reshaped:
-            # every row padded to the new shape (old rows were counted under the old one)
-            self.holders = {}
+            dirty_chains = set(range(1, n + 1))
             dirty_pages = set(pids)
-            for _, pages in new_rows.values():
-                self._count(pages, 1, dirty_pages)
-        self.rows = new_rows
         if dirty_chains:
-            self._write_rows(new_rows, dirty_chains, L, reshaped)
+            self._write_rows(dirty_chains, L, reshaped)
         old_free = s.get("free", MISSING)
-        if old_free is MISSING or old_free != free:
+        if old_free is not free and (old_free is MISSING or old_free != free):
             delta.append(("free", None, old_free))
             s["free"] = free
             if old_free is not MISSING:
@@ -114,17 +127,18 @@ class IncrementalCPReplayMap(CPReplayMap):
                 holders[p] = holders.get(p, 0) + k
                 dirty.add(p)
 
-    def _write_rows(self, rows: dict, dirty: set, L: int, reshaped: bool) -> None:
+    def _write_rows(self, dirty: set, L: int, reshaped: bool) -> None:
         """Replace the sequence variables whose chains changed (as the reference map builds
         them: each row a function on positions 0..L-1, NoPage past the chain's end)."""
-        s, delta = self.s, self.delta
+        s, delta, rows = self.s, self.delta, self.rows
         empty = self._empty_row(L, reshaped)
         if reshaped:
-            vals = {v: [None] * len(rows) for v in ROW_VARS}
+            vals = {v: [None] * self.n_chains for v in ROW_VARS}
         else:
             vals = {v: list(s[v]) for v in ROW_VARS}
-        for c in (rows if reshaped else sorted(dirty)):
-            r, pages = rows[c]
+        unused = (NONE, ())
+        for c in (range(1, self.n_chains + 1) if reshaped else dirty):
+            r, pages = rows.get(c, unused)
             i = c - 1
             vals["rot"][i], vals["len"][i] = r, len(pages)
             vals["page"][i] = self.row(pages, L) if pages else empty
@@ -151,7 +165,7 @@ class IncrementalCPReplayMap(CPReplayMap):
         return snapshot(self.s)
 
     def reference_state(self) -> dict:
-        return CPReplayMap.state(self)
+        return super().state()
 
     def reference_constants(self) -> dict:
         return self.constants()
@@ -184,3 +198,7 @@ class IncrementalCPReplayMap(CPReplayMap):
             if beyond_len_used(rows[c - 1].d, hosts[c - 1].d, lens[c - 1]):
                 return no_double_allocation_linear(C, s)
         return None
+
+
+class IncrementalCPReplayMap(IncrementalRows, CPReplayMap):
+    """The CP replay's sharded cache, incrementally (what strict verified mode attaches)."""

@@ -71,9 +71,9 @@ _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
 
-def _tracked_class(journals: list) -> type:
-    """A Node subclass (same slots) whose writes of WATCHED fields add the node to every
-    journal in `journals` (one per incremental map of the tree).
+def _tracked_class(journals: dict) -> type:
+    """A Node subclass (same slots) whose writes of a WATCHED field add the node to every
+    journal in `journals[field]` (the maps of the tree that read that field).
 
     Each watched field becomes a property over the base class's slot: reads go straight to
     the slot's C getter, writes store through the slot and journal the node; every other
@@ -83,35 +83,38 @@ def _tracked_class(journals: list) -> type:
     for name in WATCHED:
         slot = Node.__dict__[name]
 
-        def setter(self, value, _store=slot.__set__):
+        def setter(self, value, _store=slot.__set__, _journals=journals[name]):
             _store(self, value)
-            for j in journals:
+            for j in _journals:
                 j.add(self)
 
         ns[name] = property(slot.__get__, setter)
     return type("TrackedNode", (Node,), ns)
 
 
-def _journal_tree(tree, journal: set, owner) -> None:
-    """Make every node of `tree`, present and future, report writes to `journal` (a second
-    map of the same tree shares the tracked class and adds its journal) until `owner` is
-    collected."""
+def journal_tree(tree, journal: set, owner, fields=WATCHED) -> None:
+    """Make every node of `tree`, present and future, report writes of `fields` (a subset
+    of WATCHED) to `journal` (a second map of the same tree shares the tracked class and
+    adds its journal) until `owner` is collected."""
     journals = getattr(tree.node_cls, "_hicache_journals", None)
     if journals is None:
-        journals = []
+        journals = {name: [] for name in WATCHED}
         cls = _tracked_class(journals)
         tree.node_cls = cls
         for x in [tree.root, *tree.nodes()]:
             x.__class__ = cls
-    journals.append(journal)
-    weakref.finalize(owner, _drop_journal, journals, journal)
+    lists = [journals[name] for name in fields]
+    for js in lists:
+        js.append(journal)
+    weakref.finalize(owner, _drop_journal, lists, journal)
 
 
-def _drop_journal(journals: list, journal: set) -> None:
-    for i, j in enumerate(journals):
-        if j is journal:
-            del journals[i]
-            return
+def _drop_journal(lists: list, journal: set) -> None:
+    for journals in lists:
+        for i, j in enumerate(journals):
+            if j is journal:
+                del journals[i]
+                break
 
 
 class IncrementalHostTierMap(HostTierMap):
@@ -124,7 +127,7 @@ class IncrementalHostTierMap(HostTierMap):
         super().__init__(cache)
         self.journal: set = set()
         tree = cache.tree
-        _journal_tree(tree, self.journal, self)
+        journal_tree(tree, self.journal, self)
         self.L = 0                                   # pages in the tree
         self.keys: list = []                         # position -> (node, i), positions < L
         self.npos: dict = {}                         # node -> [positions of its pages]

@@ -1,0 +1,237 @@
+"""Refinement map: one engine's device pages (hicache.runtime.cache.HiCache) -> spec/CPSharding, CP = 1.
+
+HostTier models a page's device copy as a boolean (`dev[n]`): which device page holds it is
+not part of that spec, so a device page owned by two nodes, or freed while a node still
+holds it, or lost (in no node and never free again) leaves every HostTier invariant true
+while two requests read each other's KV. CPSharding states exactly that accounting for a
+sharded device (NoDoubleAllocation: the pages of every chain and the free pages partition
+the page ids); a single engine is its case CP = 1, one owner class, rotation 0 everywhere
+(the placement invariants then hold trivially, and are checked as well). The map is the CP
+replay's (`maps/cp_replay.py`) with that placement:
+
+  spec chain      one tree node (its device pages are positions 0..n-1), or one pending
+                  allocation: pages `HiCache.alloc` handed out that no node holds yet (the
+                  cache's `alloc_log`, kept while this map watches, pruned once the pages
+                  are in a node or free again)
+  rot[c]          0 (CP = 1: every page is owner class 0)
+  page[c][P]      the node's P-th device page, or NoPage without a device copy
+  host[c][P]      NoHost (HostTier maps the host tier)
+  free            the device allocator's free pages
+  mixed           FALSE
+
+Verified mode attaches it beside the HostTier monitor of every cache with a host tier (the
+CP replay's sharded cache has the CPSharding monitor of its own placement instead): from
+scratch in sample mode, incrementally in strict mode (`IncrementalDevicePagesMap`).
+"""
+from __future__ import annotations
+
+import heapq
+import weakref
+
+from hicache.monitors.maps.cp_replay import CPReplayMap
+from hicache.monitors.maps.cp_replay_inc import IncrementalRows
+from hicache.monitors.maps.cp_sharding import NONE
+from hicache.monitors.maps.host_tier_inc import journal_tree
+
+#: what this map's monitor checks: at CP = 1 every page is owner class 0 (p % 1 = 0), so
+#: PositionOwner, ExtensionKeepsRotation, ChainBalanced and PlacementBijection hold in every
+#: state TypeOK allows, and RestoreKeepsOwner and SpliceRotationsAgree read host and mixed,
+#: which this map fixes (NoHost, FALSE): checking them would cost every step and find nothing
+CHECKED = frozenset({"TypeOK", "NoDoubleAllocation"})
+
+#: the node fields a row reads (its device pages, its page count, whether it is in the tree)
+DEVICE_FIELDS = ("parent", "n", "device")
+
+_UNUSED = (NONE, ())        # the row of a chain id no node nor allocation holds
+_NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that found no change
+
+
+class OpJournal(list):
+    """The allocator's calls since the last sync, bounded: past `LIMIT` entries (a monitor
+    that stopped syncing, after a violation) it keeps nothing more and says so, and the
+    next sync takes the free set from the allocator instead."""
+    LIMIT = 4096
+    overflowed = False
+
+    def append(self, op) -> None:
+        if len(self) < self.LIMIT:
+            super().append(op)
+        else:
+            self.overflowed = True
+
+
+def _stop_journal(dev) -> None:
+    dev.journal = None
+
+
+class DevicePagesMap(CPReplayMap):
+    """A single engine's device pages against CPSharding with CP = 1, from scratch."""
+    checked_invariants = CHECKED
+
+    def _placement(self, cache) -> None:
+        self.cp = 1
+        self.local_pages = cache.cfg.device_pages
+        self.page_size = cache.cfg.page_size
+
+    def _subtree_base(self, x) -> int:
+        return 0      # one owner class: every chain's rotation is 0
+
+
+class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
+    """The same map, kept between events (what strict verified mode attaches).
+
+    What changed is journaled, not searched for: the tree's nodes report writes of their
+    device pages, page count and parent (the tracked node class of the incremental HostTier
+    map, `journal_tree`), and the device allocator records the pages of each alloc and
+    release (`PageAllocator.journal`); the pending allocations (a few between an alloc and
+    its insert) are looked at again at every sync. Chains are numbered in the order they
+    appear (the reference map numbers them in tree order): the two states are equal up to
+    that renaming of chains, which tests/monitors/test_map_device_pages.py checks after
+    every event. The free set is mirrored from the allocator's calls and taken from the
+    allocator itself whenever the mirror's size disagrees with its free count (a page
+    released twice, say)."""
+
+    def __init__(self, cache):
+        self.journal: set = set()
+        journal_tree(cache.tree, self.journal, self, fields=DEVICE_FIELDS)
+        self.journal.update(cache.tree.nodes())    # the first sync maps every node
+        self.cid: dict = {}            # node or ("alloc", id) -> chain id
+        self.spare: list[int] = []     # chain ids given back (a heap: the lowest is reused first)
+        self.next_id = 1
+        self.node_pages: dict = {}     # mapped node -> its row's pages
+        self.node_held: dict[int, int] = {}    # device page -> tree positions holding it
+        dev = cache.dev_alloc
+        if dev.journal is not None:
+            raise ValueError("the device allocator is already journaled by another map")
+        self.ops = dev.journal = OpJournal()
+        weakref.finalize(self, _stop_journal, dev)
+        self.mirror: set | None = None
+        super().__init__(cache)
+
+    # ------------------------------------------------------------ the step
+    def sync(self) -> tuple[list, dict]:
+        if not self.journal and not self.ops and not self.ops.overflowed and not self.cache.alloc_log \
+                and self.s:
+            # nothing this state is a function of was written since the last sync (most
+            # events: a request's match or finish, a host-side copy)
+            self.delta = []
+            return self.delta, _NOTHING
+        changed: dict = {}
+        self._nodes(changed)
+        free = self._free()
+        self._pending(changed, free)
+        longest = max((len(p) for _, p in changed.values()), default=1)
+        self._grow(self.next_id - 1, longest)
+        return self._commit(changed, free)
+
+    def _nodes(self, changed: dict) -> None:
+        """Map every journaled node: parents first (a node is in the tree iff its parent is
+        the root or a mapped node); one left detached takes its mapped subtree with it."""
+        todo = list(self.journal)
+        self.journal.clear()
+        root, mapped = self.cache.tree.root, self.node_pages
+        pending = []
+        for x in todo:
+            if x is root:
+                continue
+            if x.parent is None:
+                self._leave_subtree(x, changed)
+            else:
+                pending.append(x)
+        while pending:
+            later = []
+            for x in pending:
+                par = x.parent
+                if par is None:
+                    self._leave_subtree(x, changed)
+                elif par is root or par in mapped:
+                    self._enter(x, changed)
+                else:
+                    later.append(x)
+            if len(later) == len(pending):
+                for x in later:
+                    self._leave_subtree(x, changed)
+                break
+            pending = later
+
+    def _enter(self, x, changed: dict) -> None:
+        pages = tuple(x.device) if x.device is not None else (NONE,) * x.n
+        old = self.node_pages.get(x)
+        if old == pages:
+            return
+        self._hold(old, -1)
+        self._hold(pages, 1)
+        self.node_pages[x] = pages
+        changed[self._id(x)] = (0, pages)
+
+    def _leave_subtree(self, x, changed: dict) -> None:
+        stack = [x]
+        while stack:
+            y = stack.pop()
+            if y in self.node_pages:
+                self._hold(self.node_pages.pop(y), -1)
+                changed[self._release_id(y)] = _UNUSED
+            stack.extend(y.children.values())
+
+    def _hold(self, pages, k: int) -> None:
+        if pages:
+            held = self.node_held
+            for p in pages:
+                if p != NONE:
+                    held[p] = held.get(p, 0) + k
+
+    def _id(self, key) -> int:
+        c = self.cid.get(key)
+        if c is None:
+            if self.spare:
+                c = heapq.heappop(self.spare)
+            else:
+                c = self.next_id
+                self.next_id += 1
+            self.cid[key] = c
+        return c
+
+    def _release_id(self, key) -> int:
+        c = self.cid.pop(key)
+        heapq.heappush(self.spare, c)
+        return c
+
+    def _free(self) -> frozenset:
+        """The free pages, from the allocator's calls since the last sync (its own free set
+        when the mirror's size disagrees with its free count)."""
+        dev, pids, ops = self.cache.dev_alloc, self.pids, self.ops
+        mirror = self.mirror
+        if mirror is not None and not ops and not ops.overflowed:
+            return self.s["free"]
+        if mirror is not None and not ops.overflowed:
+            for released, pages in ops:
+                if released:
+                    mirror.update(p for p in pages if p in pids)
+                else:
+                    mirror.difference_update(pages)
+        else:
+            mirror = None
+        ops.clear()
+        ops.overflowed = False
+        if mirror is None or len(mirror) != dev.free:
+            mirror = self.mirror = set(pids & dev.free_set())
+        return frozenset(mirror)
+
+    def _pending(self, changed: dict, free: frozenset) -> None:
+        """The pending allocations, newest first (a page freed and handed out again belongs
+        to the newer one): their pages not free and held by no node (nor a newer pending
+        allocation); an allocation with none left is pruned."""
+        log = self.cache.alloc_log
+        held = self.node_held
+        claimed: set[int] = set()
+        for aid in sorted(log, reverse=True):
+            base, start, pages = log[aid]
+            row = tuple(p if p not in free and not held.get(p) and p not in claimed else NONE for p in pages)
+            key = ("alloc", aid)
+            if row.count(NONE) == len(row):
+                del log[aid]       # inserted (or freed) by now
+                if key in self.cid:
+                    changed[self._release_id(key)] = _UNUSED
+                continue
+            claimed.update(p for p in row if p != NONE)
+            changed[self._id(key)] = ((base + start) % self.cp, row)

@@ -1,0 +1,346 @@
+"""One engine's device pages against spec/CPSharding at CP = 1 (hicache.monitors.maps.device_pages).
+
+HostTier has no page identity (`dev[n]` is a boolean), so these faults leave every HostTier
+invariant true while two nodes read each other's KV: a page handed to a node while another
+node holds it, a page released while its node still holds it, a page lost by an eviction.
+The device-page monitor reports each at the step that does it, on the from-scratch map and
+on the incremental one alike; the incremental map's state equals the from-scratch map's
+(up to the numbering of chains) after every event of seeded workloads; verified mode
+attaches it beside every HostTier monitor (strict: every step; sample: at cache checks).
+"""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from hicache.monitors.maps.device_pages import CHECKED, DevicePagesMap, IncrementalDevicePagesMap, OpJournal
+from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
+from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload, serve_one
+from hicache.runtime.cache import HiCache
+
+MAPS = pytest.mark.parametrize("cls", [DevicePagesMap, IncrementalDevicePagesMap], ids=["scratch", "incremental"])
+
+
+def canonical(s: dict) -> tuple:
+    """The state with chains renamed away: the multiset of (rot, len, row) of the chains in
+    use, the free set, mixed."""
+    rows = collections.Counter()
+    for r, n, row, host in zip(s["rot"], s["len"], s["page"], s["host"]):
+        if n:
+            rows[(r, n, tuple(sorted(row.d.items())), tuple(sorted(host.d.items())))] += 1
+    return frozenset(rows.items()), s["free"], s["mixed"]
+
+
+def watch(cache, tmp_path, cls) -> Monitor:
+    mon = Monitor(cls(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    mon.detach = cache.bus.subscribe(mon)
+    return mon
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_incremental_map_equals_the_from_scratch_map_after_every_event(seed, tmp_path):
+    """Seeded workloads of every write policy (splits, evictions, load-backs, prefetches,
+    aborts): after every event the maintained state is the reference state up to chain
+    numbers, every chain id in use is within Chains, and `holders` counts the positions
+    holding each page."""
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    mon = watch(cache, tmp_path, IncrementalDevicePagesMap)
+    ref = DevicePagesMap(cache)
+    compared = []
+
+    def compare(action, fields) -> None:
+        if action == "LoadBackLayer":
+            return
+        t, s = ref.state(), mon.rmap.state()
+        assert canonical(s) == canonical(t), (action, fields)
+        assert len(s["rot"]) == mon.rmap.n_chains
+        held = collections.Counter(p for row in t["page"] for p in row.d.values() if p >= 0)
+        assert {p: k for p, k in mon.rmap.holders.items() if k} == dict(held)
+        compared.append(action)
+    cache.bus.subscribe(compare)
+    run_workload(cache, reqs)
+    assert len(compared) > 20 and mon.checked == mon.steps
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deltas_rebuild_the_previous_states(seed):
+    """undo(state after k, delta k) == state after k-1 for every event (a violation's trace
+    is rebuilt this way)."""
+    wcfg = WorkloadConfig(requests=15)
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    inc = IncrementalDevicePagesMap(cache)
+    states, deltas = [inc.state()], []
+
+    def listener(action, fields):
+        if action == "LoadBackLayer":
+            return
+        delta, _ = inc.sync()
+        deltas.append(delta)
+        states.append(inc.state())
+    cache.bus.subscribe(listener)
+    run_workload(cache, reqs)
+    assert len(deltas) > 10 and any(deltas)
+    for k, delta in enumerate(deltas, 1):
+        assert undo(states[k], delta) == states[k - 1]
+
+
+# ------------------------------------------------------------------ faults HostTier cannot see
+class SharesAPage(HiCache):
+    """Bug: the 4th insert puts a page another node holds into the new node (the page it
+    was given goes back to the free list): two nodes' KV in one device page."""
+    inserts = 0
+
+    def insert(self, req, pages):
+        self.inserts += 1
+        if self.inserts == 4 and pages:
+            held = next((x.device[0] for x in self.tree.nodes() if x.device), None)
+            if held is not None and held not in pages:
+                self.dev_alloc.release([pages[0]])
+                pages = [held, *pages[1:]]
+        return super().insert(req, pages)
+
+
+class FreesAHeldPage(HiCache):
+    """Bug: the 4th insert also releases the first page it put in the tree (use after free:
+    the next allocation hands it out again), after its DeviceInsert event: the next event,
+    the request's finish, is the first step that shows it."""
+    inserts = 0
+
+    def insert(self, req, pages):
+        self.inserts += 1
+        out = super().insert(req, pages)
+        if self.inserts == 4 and req.node.device:
+            self.dev_alloc.release([req.node.device[0]])
+        return out
+
+
+class LosesAPage(HiCache):
+    """Bug: the 2nd device eviction keeps one page back (in no node, never free again)."""
+    evictions = 0
+
+    def _evict_device(self, v):
+        self.evictions += 1
+        if self.evictions != 2:
+            return super()._evict_device(v)
+        release = self.dev_alloc.release
+        self.dev_alloc.release = lambda pages: release(list(pages)[:-1])
+        try:
+            return super()._evict_device(v)
+        finally:
+            del self.dev_alloc.release
+
+
+FAULTS = {"shares_a_page": (SharesAPage, "DeviceInsert", 1),
+          "frees_a_held_page": (FreesAHeldPage, "RequestFinish", 2),
+          "loses_a_page": (LosesAPage, "DeviceEvict", 4)}
+
+
+def _first_violation(fault: str, seed: int, tmp_path, cls):
+    cache_cls = FAULTS[fault][0]
+    wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, "write_through", cls=cache_cls)
+    mon = watch(cache, tmp_path, cls)
+    try:
+        for toks, what in reqs:
+            serve_one(cache, toks, what)
+            cache.drain()
+    except ProtocolViolation as e:
+        return e.step, e.action, e.property, e.failure.index
+    finally:
+        mon.detach()
+        cache.close()
+    return None
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_each_fault_is_caught_at_its_step_by_both_maps(fault, tmp_path):
+    """The conjunct of NoDoubleAllocation the fault breaks, at the event that does it, the
+    same on the from-scratch and the incremental map."""
+    _, action, k = FAULTS[fault]
+    ref = _first_violation(fault, 1, tmp_path, DevicePagesMap)
+    assert ref is not None and ref[1:] == (action, "NoDoubleAllocation", k), ref
+    assert _first_violation(fault, 1, tmp_path, IncrementalDevicePagesMap) == ref
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_the_host_tier_monitor_alone_misses_each_fault(fault, tmp_path):
+    """What this monitor adds: the HostTier monitor (strict) passes the faulty step."""
+    cache_cls, action, _ = FAULTS[fault]
+    step = _first_violation(fault, 1, tmp_path, DevicePagesMap)[0]
+    wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    policy, reqs = plan(1, wcfg)
+    cache = make_cache(wcfg, "write_through", cls=cache_cls)
+    mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    try:
+        for toks, what in reqs:
+            serve_one(cache, toks, what)
+            cache.drain()
+            if mon.steps > step:
+                break
+    except ProtocolViolation as e:      # a later consequence, if any, comes after the fault
+        assert e.step > step
+    assert mon.steps >= step
+    cache.close()
+
+
+def test_verified_mode_attaches_it_beside_the_host_tier_monitor(tmp_path):
+    """Strict: a companion of the HostTier monitor, checked at every event (the fault is
+    raised at its step); sample: not on the bus, its invariants at each cache check."""
+    from hicache import verified
+    from hicache.monitors.attach import monitor_of
+    wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    policy, reqs = plan(1, wcfg)
+    step = _first_violation("frees_a_held_page", 1, tmp_path, DevicePagesMap)[0]
+    for mode in ("strict", "sample"):
+        verified.enable(mode, violation_dir=str(tmp_path))
+        try:
+            cache = make_cache(wcfg, "write_through", cls=FreesAHeldPage)
+            mon = monitor_of(cache)
+            dev = [m for m in mon.companions if isinstance(m.rmap, DevicePagesMap)]
+            assert len(dev) == 1
+            assert isinstance(dev[0].rmap, IncrementalDevicePagesMap) == (mode == "strict")
+            with pytest.raises(ProtocolViolation) as exc:
+                for toks, what in reqs:
+                    serve_one(cache, toks, what)
+                    cache.drain()
+                    verified.cache_check(cache)
+            e = exc.value
+            assert (e.spec, e.property, e.failure.index) == ("spec/CPSharding.tla", "NoDoubleAllocation", 2)
+            if mode == "strict":
+                assert (e.step, e.action) == (step, "RequestFinish")
+            else:
+                assert e.action == "cache_check" and dev[0].steps == 0      # (no event reached it)
+        finally:
+            verified.disable()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_clean_workloads_raise_nothing_in_verified_mode(seed, tmp_path):
+    """Every write policy, prefetches and aborts: no false alarm from either map."""
+    from hicache import verified
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    for mode in ("strict", "sample"):
+        verified.enable(mode, violation_dir=str(tmp_path))
+        try:
+            cache = make_cache(wcfg, policy)
+            run_workload(cache, reqs, on_request=lambda i: verified.cache_check(cache))
+        finally:
+            verified.disable()
+
+
+def test_only_the_invariants_a_single_pool_can_break_are_checked(tmp_path):
+    """At CP = 1 the placement invariants hold in every state TypeOK allows: the monitor
+    checks TypeOK and NoDoubleAllocation (and its fast path skips the others)."""
+    wcfg = WorkloadConfig(requests=5)
+    cache = make_cache(wcfg, "write_through")
+    for cls in (DevicePagesMap, IncrementalDevicePagesMap):
+        mon = Monitor(cls(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+        assert set(mon.invariants) == CHECKED == {"TypeOK", "NoDoubleAllocation"}
+    assert {"PositionOwner", "ExtensionKeepsRotation", "ChainBalanced"} <= mon._fused_skip
+    cache.close()
+
+
+def test_a_page_released_twice_is_caught_when_a_node_holds_it(tmp_path):
+    """A double release of a free page changes no set (the allocator's list holds it twice:
+    its free count and the mirror's size differ, so the free set is read from the
+    allocator); the first allocation that hands it out leaves it free as well, so the insert
+    that puts it in a node breaks NoDoubleAllocation's second conjunct (a held page is not
+    free), on both maps, before the second allocation hands it to a second node."""
+    found = {}
+    for cls in (DevicePagesMap, IncrementalDevicePagesMap):
+        cache = make_cache(WorkloadConfig(requests=5), "write_through")
+        mon = watch(cache, tmp_path, cls)
+        page = cache.alloc(1)[0]
+        cache.dev_alloc.release([page])
+        cache.dev_alloc.release([page])      # the bug: released twice, no event between
+        with pytest.raises(ProtocolViolation) as exc:
+            for tokens in ([1, 2], [3, 4]):
+                req = cache.match(tokens)
+                got = cache.alloc(1)
+                assert got == [page]
+                cache.insert(req, got)
+                cache.finish(req)
+        e = exc.value
+        found[cls] = (e.step, e.action, e.property, e.failure.index)
+        mon.detach()
+        cache.close()
+    assert found[DevicePagesMap] == found[IncrementalDevicePagesMap]
+    assert found[DevicePagesMap] == (2, "DeviceInsert", "NoDoubleAllocation", 2)     # (1: the match)
+
+
+def test_the_allocator_journal_is_bounded_and_an_overflow_reads_the_allocator(tmp_path, monkeypatch):
+    """A monitor that stops syncing (after a violation) leaves a journal that keeps at most
+    LIMIT calls; a sync after an overflow takes the free set from the allocator, exactly."""
+    monkeypatch.setattr(OpJournal, "LIMIT", 3)
+    wcfg = WorkloadConfig(requests=5)
+    cache = make_cache(wcfg, "write_through")
+    inc = IncrementalDevicePagesMap(cache)
+    dev = cache.dev_alloc
+    for _ in range(5):
+        dev.release(dev.alloc(1))
+    assert len(inc.ops) == 3 and inc.ops.overflowed
+    inc.sync()
+    assert inc.s["free"] == frozenset(dev.free_set()) and not inc.ops and not inc.ops.overflowed
+    del inc
+    import gc
+    gc.collect()
+    assert dev.journal is None          # a collected map stops the allocator's journal
+    cache.close()
+
+
+@MAPS
+def test_a_page_freed_and_allocated_again_belongs_to_the_newer_allocation(tmp_path, cls):
+    """Two allocations pending at once, the first one's pages freed and handed out again
+    before any event: each page is in one chain (the newer allocation's), no alarm, and the
+    two maps agree."""
+    cache = make_cache(WorkloadConfig(requests=5), "write_through")
+    mon = watch(cache, tmp_path, cls)
+    ref = DevicePagesMap(cache)
+    first = cache.alloc(3)
+    cache.dev_alloc.release(first)
+    second = cache.alloc(3)
+    assert set(first) & set(second)          # (LIFO: the same pages again)
+    req = cache.match([1, 2])                # an event: both allocations are mapped
+    s = mon.rmap.state()
+    assert canonical(s) == canonical(ref.state())
+    mapped = [p for row in s["page"] for p in row.d.values() if p >= 0]
+    assert sorted(mapped) == sorted(second)
+    cache.finish(req)
+    cache.dev_alloc.release(second)
+    mon.detach()
+    cache.close()
+
+
+@MAPS
+def test_a_subtree_cut_loose_leaks_its_pages_at_the_next_step(tmp_path, cls):
+    """A node detached with its children (the children keep their parent link and their
+    pages): the subtree is out of the tree, so its pages are in no chain and not free, a
+    leak (NoDoubleAllocation's last conjunct) at the next event, on both maps."""
+    wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    policy, reqs = plan(3, wcfg)
+    cache = make_cache(wcfg, "write_through")
+    mon = watch(cache, tmp_path, cls)
+    for toks, what in reqs:
+        serve_one(cache, toks, what)
+        cache.drain()
+        x = next((x for x in cache.tree.nodes() if x.children and x.device and x.parent is cache.tree.root), None)
+        if x is not None:
+            break
+    assert x is not None
+    del cache.tree.root.children[x.key[:cache.tree.pb]]
+    x.parent = None                          # the bug: the subtree leaves, its pages with it
+    with pytest.raises(ProtocolViolation) as exc:
+        cache.match([999_001, 999_002])
+    e = exc.value
+    assert (e.action, e.property, e.failure.index) == ("RequestMatch", "NoDoubleAllocation", 4)
+    # every node of the subtree left the mapped state (the state the trace shows)
+    assert canonical(mon.rmap.state()) == canonical(DevicePagesMap(cache).state())
+    mon.detach()
