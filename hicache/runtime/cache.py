@@ -555,16 +555,29 @@ class HiCache:
             copy_pages(self.host_pool, op.slots, self.device_pool, op.pages)
 
     def _backup_finish(self, op: FuncOp) -> None:
-        """BackupFinish: RESERVED -> SYNCED; the node's host copy is now readable."""
-        if op.error is not None:   # a copy cannot half-fail silently: the slots are released
+        """BackupFinish: RESERVED -> SYNCED; the node's host copy is now readable.
+
+        Not when the copy failed, nor (write-through) when the node's parent has no host copy
+        any more: its own copy failed after this one was issued, and write-through keeps host
+        copies a prefix of every path (HostTier's WriteThroughPrefix; its BackupFinish needs
+        ParentBacked), so a copy landing below it is released like a failed one. Acks are
+        applied in issue order, so a parent's failure is applied before its children's
+        copies end."""
+        orphaned = op.error is None and self._below_no_host_copy(op.nodes)
+        if op.error is not None or orphaned:   # a copy cannot half-fail silently: the slots are released
             self._abort_draft(op)
-            self.metrics.backup_failures += 1
+            if orphaned:
+                self.metrics.backup_dropped += 1
+            else:
+                self.metrics.backup_failures += 1
             nodes = list(op.nodes)
             self._detach(op)
             for x in nodes:
                 if x.host is not None and x.parent is not None:
                     self.tree.drop_host(x)
             self.host.move(op.slots, S.RESERVED, S.IDLE)
+            # (the step that ends it, as a failed write_back copy reports its end)
+            self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots, ok=False)
             return
         self.host.move(op.slots, S.RESERVED, S.SYNCED)
         nodes = list(op.nodes)
@@ -579,6 +592,15 @@ class HiCache:
             for x in nodes:
                 if x.parent is not None:
                     self._storage_backup_start(x)
+
+    def _below_no_host_copy(self, nodes: list[Node]) -> bool:
+        """Write-through: a node of `nodes` whose parent (not the root, not one of `nodes`)
+        has no host copy, finished nor in flight."""
+        if self.cfg.write_policy not in WRITE_THROUGH:
+            return False
+        root = self.tree.root
+        return any(x.parent is not None and x.parent is not root and x.parent.host is None
+                   and all(x.parent is not y for y in nodes) for x in nodes)
 
     def _backup_sync(self, v: Node) -> bool:
         """write_back: v is leaving the device; copy it to host first, synchronously.

@@ -26,6 +26,7 @@ class Metrics:
     backup_seconds: float = 0.0
     backup_skipped_tokens: int = 0  # no host room
     backup_failures: int = 0        # device -> host copies that raised (the node kept its device copy)
+    backup_dropped: int = 0         # write-through copies that ended below a node whose own copy failed (released)
     storage_backup_tokens: int = 0
     storage_backup_bytes: int = 0
     storage_backup_failures: int = 0

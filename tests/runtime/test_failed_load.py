@@ -307,3 +307,49 @@ def test_a_load_back_with_nothing_to_load_does_not_wait(host_only):
     cache.finish(a)
     cache.finish(b)
     cache.poll()
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_through_selective"])
+def test_a_backup_that_ends_below_a_failed_backup_is_released(policy, tmp_path):
+    """Write-through keeps host copies a prefix of every path. A parent's device->host copy
+    fails after its child's was issued: the child's copy then ends below a node with no
+    host copy, and is released like a failed one (slots idle, no host copy, BackupFinish
+    ok=False, counted in backup_dropped); the strict HostTier monitor raises nothing.
+    Before: the child kept a host copy under a parent without one (found by the stateful
+    test under --hicache-verify=strict: WriteThroughPrefix at the child's BackupFinish)."""
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+    from hicache.monitors.runtime import Monitor, VerifyConfig
+    cache = HiCache(CacheConfig(page_size=PS, device_pages=8, host_pages=8, layers=2, heads=1, head_dim=2,
+                                write_policy=policy))
+    mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    rec = Recorder()
+    cache.bus.subscribe(rec)
+    orig = cache._copy_to_host
+
+    def copy(op):
+        if len(op.pages) == 1:             # the parent's copies (one page) fail
+            raise CopyFailed("copy kernel failed")
+        orig(op)
+    cache._copy_to_host = copy
+    parent = serve(cache, TOKENS[:2]).node                 # the parent: one page (served, finished)
+    cache.drain()
+    assert parent.host is None                             # (no copy yet, or a failed one)
+    child = serve(cache, TOKENS).node                      # the child: two pages below it
+    assert child.parent is parent
+    cache.backup(child)                                    # both copies issued, parent first
+    assert parent.host is not None and child.host is not None
+    cache.drain()
+    assert parent.host is None and child.host is None
+    assert (cache.host.state == int(S.IDLE)).all()
+    # (write_through started the parent's copy in the child's insert already: it may have
+    # failed, and been issued again by backup(), before the child's)
+    assert cache.metrics.backup_failures >= 1 and cache.metrics.backup_dropped == 1
+    ends = [(e.args["node"], e.args.get("ok", True)) for e in rec.events if e.action == A.BackupFinish]
+    assert ends[-2:] == [(parent.id, False), (child.id, False)] and set(ends) == {(parent.id, False), (child.id, False)}
+    cache._copy_to_host = orig
+    assert cache.backup(child) == 2                        # the copies work again: both backed up
+    cache.drain()
+    assert parent.host is not None and child.host is not None
+    assert mon.checked == mon.steps > 5
+    cache.close()
