@@ -42,6 +42,9 @@ rank only), locks, LRU clocks and in-flight loads (no spec variable).
 """
 from __future__ import annotations
 
+import functools
+import operator
+
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.rt import Failure
 from hicache.tla.values import Fcn, as_frozenset, mk_fcn
@@ -287,7 +290,7 @@ def no_double_allocation_linear(C, s):
     free = s["free"]
     rows, hosts, lens = s["page"], s["host"], s["len"]
     used: list = []           # every device page of every position of every chain
-    not_none = NONE.__ne__
+    not_none = _IS_PAGE     # (operator.ne: a numpy integer page compares as an int)
     for c in C["Chains"]:
         row, hrow, ln = _ap(rows, c).d, _ap(hosts, c).d, _ap(lens, c)
         used += filter(not_none, row.values())
@@ -301,6 +304,9 @@ def no_double_allocation_linear(C, s):
     if any(p not in free and p not in seen for p in _missing(C["PageIds"], free, seen)):
         bad.add(4)
     return _fail(min(bad)) if bad else None
+
+
+_IS_PAGE = functools.partial(operator.ne, NONE)
 
 
 def beyond_len_used(row: dict, hrow: dict, ln: int) -> bool:
