@@ -19,6 +19,11 @@ from hicache.cli.main import EXIT_USAGE
 from hicache.cli.output import emit, refuse
 
 
+def _describe(m: dict) -> str:
+    from hicache.monitors.attach import describe     # (loaded only under --verify)
+    return describe(m)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", help="JSONL trace (timestamp, input_length, output_length, hash_ids)")
     p.add_argument("--page-size", type=int, default=64, help="tokens per page (divides 512)")
@@ -146,7 +151,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         mons = {name: run.pop("monitors", None) or [] for name, run in runs.items()}
         out["verify"] = {"mode": args.verify, "violations": 0, "monitors": mons}
         text += f"\nverify {args.verify}: no violation (" + "; ".join(
-            f"{name}: " + ", ".join(f"{m['spec']} {m['checked']} of {m['events']} events checked" for m in ms)
+            f"{name}: " + ", ".join(_describe(m) for m in ms)
             for name, ms in mons.items()) + ")"
     if plot_path:
         from hicache.replay.plot import plot
@@ -274,7 +279,7 @@ def _run(args: argparse.Namespace) -> int:
         out["verify"] = {"mode": args.verify, "violations": 0, "monitors": out.get("monitors") or []}
         if out["verify"]["monitors"]:
             text += f"; verify {args.verify}: no violation (" + ", ".join(
-                f"{m['spec']}: {m['checked']} of {m['events']} events checked" for m in out["verify"]["monitors"]) + ")"
+                _describe(m) for m in out["verify"]["monitors"]) + ")"
         else:
             # nothing was attached (no host tier, no sharding): say so, not "no violation"
             text += f"; verify {args.verify}: nothing to check (no host tier: HostTier has no step here)"

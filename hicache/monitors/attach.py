@@ -153,12 +153,23 @@ def monitor_of(cache) -> Monitor | None:
 
 
 def monitor_report(cache) -> list[dict] | None:
-    """What the monitors attached to `cache` checked: per monitor its spec, events seen and
-    steps checked (None: none attached)."""
+    """What the monitors attached to `cache` checked: per monitor its spec, what of the
+    runtime it maps (`what`), events seen, steps checked and cache checks run (None: none
+    attached)."""
     mon = _monitors.get(cache)
     if mon is None:
         return None
-    return [{"spec": m.spec.SPEC, "events": m.steps, "checked": m.checked} for m in (mon, *mon.companions)]
+    return [{"spec": m.spec.SPEC, "what": getattr(m.rmap, "what", None), "events": m.steps, "checked": m.checked,
+             "cache_checks": m.cache_checks} for m in (mon, *mon.companions)]
+
+
+def describe(m: dict) -> str:
+    """One monitor of `monitor_report` in words: its spec, what it maps, what it checked."""
+    what = f" ({m['what']})" if m.get("what") else ""
+    if not m["events"] and m.get("cache_checks"):
+        n = m["cache_checks"]
+        return f"{m['spec']}{what}: at {n} cache check{'s' if n != 1 else ''}"
+    return f"{m['spec']}{what}: {m['checked']} of {m['events']} events checked"
 
 
 def cache_check(cache) -> None:

@@ -217,6 +217,7 @@ class Monitor:
         self.history: collections.deque[Step] = collections.deque(maxlen=cfg.history)
         self.steps = 0               # events seen
         self.checked = 0             # steps whose action was checked
+        self.cache_checks = 0        # cache checks run
         self._cache: dict = {}
         self._strict = cfg.mode is Mode.STRICT
         # a map may name what its constants depend on (cheaper than freezing them all)
@@ -417,7 +418,7 @@ class Monitor:
         the changed elements; in sample mode an unchecked step only records the event, so a
         sampled check still covers every change since the last one."""
         check = self._check_next
-        self._check_next = self._draw()
+        self._check_next = True if self._strict else self._draw()
         self.sampled = check
         if not check:
             # an unchecked step only records the event: the map journals what changed and
@@ -434,7 +435,9 @@ class Monitor:
         broke = guard(name, fields) if guard is not None and self._presynced else None
         self._presynced = True
         delta, acc = self.rmap.sync()
-        self.history.append(Step(self.steps, name, dict(fields), None, delta))
+        # (the bus hands each listener the one dict it built for this event, and no listener
+        # writes it: kept as it is, as the unchecked steps of sample mode are)
+        self.history.append(Step(self.steps, name, fields, None, delta))
         self.checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
@@ -497,6 +500,7 @@ class Monitor:
         `cache_check` (a violation found here is explained on the state it was found in)."""
         if self.tripped:
             return
+        self.cache_checks += 1
         if self.incremental:
             self._sync_pending()
             t = self.rmap.reference_state()

@@ -156,8 +156,7 @@ class ShardedCache(HiCache):
             return None
         pages = alloc.alloc_chain(base, start, n)
         if self.alloc_log is not None and pages:
-            self._alloc_ids += 1
-            self.alloc_log[self._alloc_ids] = (base, start, pages)
+            self._log_alloc(base, start, pages)
         return pages
 
     def evict_device(self, n: int) -> int:

@@ -138,6 +138,7 @@ class HiCache:
         self.cfg = cfg
         self.bus = bus or EventBus()
         self.metrics = Metrics()
+        self._alloc_of: dict[int, int] = {}     # page -> its logged allocation (alloc_log)
         # the namespace names the bytes a page holds (with a packed draft pool, the host
         # page carries the draft's layers too): engines that differ there share no key
         page_cfg = deps.cfg.host_config() if deps is not None else cfg
@@ -322,9 +323,31 @@ class HiCache:
             return None
         pages = alloc.alloc(n)
         if self.alloc_log is not None and pages:
-            self._alloc_ids += 1
-            self.alloc_log[self._alloc_ids] = (0, 0, pages)
+            self._log_alloc(0, 0, pages)
         return pages
+
+    def _log_alloc(self, base: int, start: int, pages: list[int]) -> None:
+        """Record an allocation the caller holds (only while a device-page monitor watches)."""
+        self._alloc_ids += 1
+        self.alloc_log[self._alloc_ids] = (base, start, list(pages))
+        self._alloc_of.update(dict.fromkeys(pages, self._alloc_ids))
+
+    def _unlog(self, pages) -> None:
+        """The pages of a logged allocation are the tree's now (an insert, a load-back) or
+        free again: the log forgets them (so it holds what callers still hold, and a page an
+        insert then loses is in no chain: a leak, not a pending page)."""
+        log, of = self.alloc_log, self._alloc_of
+        if log is None or not pages:
+            return
+        for p in pages:
+            aid = of.pop(p, None)
+            entry = log.get(aid)
+            if entry is not None:
+                left = [q for q in entry[2] if q != p]
+                if left:
+                    log[aid] = (entry[0], entry[1], left)
+                else:
+                    del log[aid]
 
     def _make_room(self, fits) -> bool:
         """Evict LRU device victims until `fits()`; False if locks pin too much.
@@ -355,6 +378,7 @@ class HiCache:
         pages = self.alloc(n)
         if pages is not None:
             self.dev_alloc.release(pages)
+            self._unlog(pages)
         return self.dev_alloc.free
 
     def evict_host(self, n: int) -> int:
@@ -463,6 +487,7 @@ class HiCache:
                 raise ValueError(f"pages: {bad!r} is not a device page of this pool (0..{cap - 1})")
             if len(set(pages)) != len(pages):
                 raise ValueError("pages: a page is listed twice")
+        self._unlog(pages)               # (the caller's pages are the tree's, or freed below)
         node, dup = self.tree.insert(req.key, full)
         if dup > len(prefix):            # someone inserted the same pages meanwhile
             self.dev_alloc.release(full[len(prefix):dup])
@@ -678,6 +703,7 @@ class HiCache:
             self.tree.set_device(x, pages[off:off + x.n])
             x.loading = op
             off += x.n
+        self._unlog(pages)
         self._attach(op, take)
         _hold(req, op)
         loaded = len(pages) * cfg.page_size

@@ -344,3 +344,32 @@ def test_a_subtree_cut_loose_leaks_its_pages_at_the_next_step(tmp_path, cls):
     # every node of the subtree left the mapped state (the state the trace shows)
     assert canonical(mon.rmap.state()) == canonical(DevicePagesMap(cache).state())
     mon.detach()
+
+
+def test_the_allocation_log_holds_what_callers_hold(tmp_path):
+    """The cache forgets a logged allocation once its pages are the tree's (an insert, a
+    load-back) or free again (evict_device's own): between an alloc and its insert the
+    pages are pending, after it none is, and a long sample-mode run (whose device-page
+    monitor maps only at cache checks) leaves no log behind."""
+    from hicache import verified
+    cache = make_cache(WorkloadConfig(requests=5), "write_through")
+    DevicePagesMap(cache)                       # (a watching map turns the log on)
+    req = cache.match([1, 2, 3, 4])
+    pages = cache.alloc(2)
+    assert list(cache.alloc_log.values()) == [(0, 0, pages)]
+    cache.insert(req, pages)
+    assert cache.alloc_log == {}
+    cache.evict_device(cache.cfg.device_pages)
+    assert cache.alloc_log == {}
+    cache.finish(req)
+    cache.close()
+    wcfg = WorkloadConfig(requests=200)
+    policy, reqs = plan(5, wcfg)
+    verified.enable("sample", violation_dir=str(tmp_path))
+    try:
+        cache = make_cache(wcfg, policy)
+        sizes = []
+        run_workload(cache, reqs, on_request=lambda i: sizes.append(len(cache.alloc_log)))
+    finally:
+        verified.disable()
+    assert max(sizes) <= 1 and cache.metrics.requests == 200

@@ -357,8 +357,11 @@ def test_evaluate_under_verify_reports_what_the_monitors_checked(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     v = last_json(proc.stdout)["verify"]
     assert (v["mode"], v["violations"]) == ("strict", 0)
-    assert [m["spec"] for m in v["monitors"]["baseline"]] == ["spec/HostTier.tla"]
-    assert [m["spec"] for m in v["monitors"]["sharded"]] == ["spec/HostTier.tla", "spec/CPSharding.tla"]
+    # (the baseline's device pages against CPSharding at CP = 1, the sharded cache's placement)
+    assert [(m["spec"], m["what"]) for m in v["monitors"]["baseline"]] == [
+        ("spec/HostTier.tla", None), ("spec/CPSharding.tla", "device pages, CP = 1")]
+    assert [(m["spec"], m["what"]) for m in v["monitors"]["sharded"]] == [
+        ("spec/HostTier.tla", None), ("spec/CPSharding.tla", "sharded placement")]
     assert all(m["checked"] == m["events"] > 0 for ms in v["monitors"].values() for m in ms)
 
 
@@ -373,6 +376,6 @@ def test_verify_without_a_host_tier_says_what_it_checked(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         return proc.stdout
     out = run("--cp", "2")
-    assert "verify strict: no violation (spec/CPSharding.tla:" in out
+    assert "verify strict: no violation (spec/CPSharding.tla (sharded placement): " in out
     out = run()
     assert "verify strict: nothing to check (no host tier" in out and "no violation" not in out

@@ -42,6 +42,7 @@ class CPReplayMap:
     spec = spec
     needs_prestate = False       # every event is a compound step: invariants only
     invariant_overrides = {"NoDoubleAllocation": no_double_allocation_linear}
+    what = "sharded placement"
 
     def __init__(self, cache):
         self.cache = cache

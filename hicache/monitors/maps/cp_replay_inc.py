@@ -132,23 +132,38 @@ class IncrementalRows:
         them: each row a function on positions 0..L-1, NoPage past the chain's end)."""
         s, delta, rows = self.s, self.delta, self.rows
         empty = self._empty_row(L, reshaped)
-        if reshaped:
-            vals = {v: [None] * self.n_chains for v in ROW_VARS}
-        else:
-            vals = {v: list(s[v]) for v in ROW_VARS}
         unused = (NONE, ())
-        for c in (range(1, self.n_chains + 1) if reshaped else dirty):
+        if reshaped:
+            n = self.n_chains
+            vals = {"rot": [None] * n, "len": [None] * n, "page": [None] * n, "host": [empty] * n}
+            for c in range(1, n + 1):
+                r, pages = rows.get(c, unused)
+                vals["rot"][c - 1], vals["len"][c - 1] = r, len(pages)
+                vals["page"][c - 1] = self.row(pages, L) if pages else empty
+            for var in ROW_VARS:
+                delta.append((var, None, s.get(var, MISSING)))
+                s[var] = tuple(vals[var])
+            return
+        # (host rows are NoHost everywhere, whatever a chain holds: only rot, len and page
+        # change, and each is rebuilt only when one of its entries does)
+        cur = {v: s[v] for v in ("rot", "len", "page")}
+        edits: dict = {}
+        for c in dirty:
             r, pages = rows.get(c, unused)
             i = c - 1
-            vals["rot"][i], vals["len"][i] = r, len(pages)
-            vals["page"][i] = self.row(pages, L) if pages else empty
-            vals["host"][i] = empty
-        for var in ROW_VARS:
-            new = tuple(vals[var])
-            old = s.get(var, MISSING)
-            if old is MISSING or old != new:
-                delta.append((var, None, old))
-                s[var] = new
+            for var, v in (("rot", r), ("len", len(pages))):
+                if cur[var][i] != v:
+                    edits.setdefault(var, {})[i] = v
+            row = self.row(pages, L) if pages else empty
+            if cur["page"][i] != row:
+                edits.setdefault("page", {})[i] = row
+        for var, at in edits.items():
+            old = cur[var]
+            new = list(old)
+            for i, v in at.items():
+                new[i] = v
+            delta.append((var, None, old))
+            s[var] = tuple(new)
 
     def _empty_row(self, L: int, reshaped: bool):
         if reshaped or getattr(self, "_empty", None) is None:

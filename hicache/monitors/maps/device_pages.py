@@ -11,8 +11,10 @@ replay's (`maps/cp_replay.py`) with that placement:
 
   spec chain      one tree node (its device pages are positions 0..n-1), or one pending
                   allocation: pages `HiCache.alloc` handed out that no node holds yet (the
-                  cache's `alloc_log`, kept while this map watches, pruned once the pages
-                  are in a node or free again)
+                  cache's `alloc_log`, kept while this map watches: the cache forgets an
+                  allocation's pages when an insert or a load-back puts them in the tree
+                  or its own eviction frees them, and the maps prune what is free again;
+                  so a page an insert loses is in no chain, a leak, not a pending page)
   rot[c]          0 (CP = 1: every page is owner class 0)
   page[c][P]      the node's P-th device page, or NoPage without a device copy
   host[c][P]      NoHost (HostTier maps the host tier)
@@ -67,6 +69,7 @@ def _stop_journal(dev) -> None:
 class DevicePagesMap(CPReplayMap):
     """A single engine's device pages against CPSharding with CP = 1, from scratch."""
     checked_invariants = CHECKED
+    what = "device pages, CP = 1"
 
     def _placement(self, cache) -> None:
         self.cp = 1
@@ -100,6 +103,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         self.next_id = 1
         self.node_pages: dict = {}     # mapped node -> its row's pages
         self.node_held: dict[int, int] = {}    # device page -> tree positions holding it
+        self.pending: set[int] = set()         # ids of the logged allocations mapped as chains
         dev = cache.dev_alloc
         if dev.journal is not None:
             raise ValueError("the device allocator is already journaled by another map")
@@ -111,7 +115,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
     # ------------------------------------------------------------ the step
     def sync(self) -> tuple[list, dict]:
         if not self.journal and not self.ops and not self.ops.overflowed and not self.cache.alloc_log \
-                and self.s:
+                and not self.pending and self.s:
             # nothing this state is a function of was written since the last sync (most
             # events: a request's match or finish, a host-side copy)
             self.delta = []
@@ -224,6 +228,11 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         log = self.cache.alloc_log
         held = self.node_held
         claimed: set[int] = set()
+        # allocations the cache forgot since (inserted, loaded into nodes, freed): their
+        # chains end
+        for aid in [a for a in self.pending if a not in log]:
+            self.pending.discard(aid)
+            changed[self._release_id(("alloc", aid))] = _UNUSED
         for aid in sorted(log, reverse=True):
             base, start, pages = log[aid]
             row = tuple(p if p not in free and not held.get(p) and p not in claimed else NONE for p in pages)
@@ -231,7 +240,9 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             if row.count(NONE) == len(row):
                 del log[aid]       # inserted (or freed) by now
                 if key in self.cid:
+                    self.pending.discard(aid)
                     changed[self._release_id(key)] = _UNUSED
                 continue
             claimed.update(p for p in row if p != NONE)
+            self.pending.add(aid)
             changed[self._id(key)] = ((base + start) % self.cp, row)
