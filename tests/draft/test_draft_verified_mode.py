@@ -120,7 +120,8 @@ def test_enable_attaches_a_draft_state_monitor_to_each_new_draft_runtime(tmp_pat
     cache.close()                                       # closes the set: its final check
     assert checks == [1]
     assert mon.checked == mon.steps == 18               # 2 transfers of 7 steps, 4 first reads
-    assert registry.monitor_report(deps) == [{"spec": "spec/DraftState.tla", "events": 18, "checked": 18}]
+    assert registry.monitor_report(deps) == [{"spec": "spec/DraftState.tla", "what": None, "events": 18, "checked": 18,
+                                              "cache_checks": 1}]
 
 
 def test_hicache_verify_attaches_from_the_environment(monkeypatch, tmp_path, verified):
