@@ -10,6 +10,7 @@ the from-scratch map's after every event.
 """
 from __future__ import annotations
 
+import collections
 import random
 
 import pytest
@@ -251,12 +252,8 @@ def test_the_incremental_map_equals_the_from_scratch_map_after_every_event(seed,
             return
         t, s = ref.state(), mon.rmap.state()
         assert s == t, (action, sorted(k for k in t if s.get(k) != t[k]))
-        held: dict = {}
-        for row in t["page"]:
-            for p in row.d.values():
-                if p >= 0:
-                    held[p] = held.get(p, 0) + 1
-        assert {p: k for p, k in mon.rmap.holders.items() if k} == held
+        held = collections.Counter(p for row in t["page"] for p in row.d.values() if p >= 0)
+        assert {p: k for p, k in mon.rmap.holders.items() if k} == dict(held)
         compared.append(action)
     detach = cache.bus.subscribe(compare)
     serve(cache, workload(seed))

@@ -33,7 +33,7 @@ import weakref
 from hicache.monitors.maps.cp_replay import CPReplayMap
 from hicache.monitors.maps.cp_replay_inc import IncrementalRows
 from hicache.monitors.maps.cp_sharding import NONE
-from hicache.monitors.maps.host_tier_inc import journal_tree
+from hicache.monitors.maps.host_tier_inc import journal_tree, walk_journaled
 
 #: what this map's monitor checks: at CP = 1 every page is owner class 0 (p % 1 = 0), so
 #: PositionOwner, ExtensionKeepsRotation, ChainBalanced and PlacementBijection hold in every
@@ -133,30 +133,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         the root or a mapped node); one left detached takes its mapped subtree with it."""
         todo = list(self.journal)
         self.journal.clear()
-        root, mapped = self.cache.tree.root, self.node_pages
-        pending = []
-        for x in todo:
-            if x is root:
-                continue
-            if x.parent is None:
-                self._leave_subtree(x, changed)
-            else:
-                pending.append(x)
-        while pending:
-            later = []
-            for x in pending:
-                par = x.parent
-                if par is None:
-                    self._leave_subtree(x, changed)
-                elif par is root or par in mapped:
-                    self._enter(x, changed)
-                else:
-                    later.append(x)
-            if len(later) == len(pending):
-                for x in later:
-                    self._leave_subtree(x, changed)
-                break
-            pending = later
+        walk_journaled(todo, self.cache.tree.root, self.node_pages, lambda x: self._enter(x, changed),
+                       lambda x: self._leave_subtree(x, changed))
 
     def _enter(self, x, changed: dict) -> None:
         pages = tuple(x.device) if x.device is not None else (NONE,) * x.n

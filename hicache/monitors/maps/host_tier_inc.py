@@ -109,6 +109,36 @@ def journal_tree(tree, journal: set, owner, fields=WATCHED) -> None:
     weakref.finalize(owner, _drop_journal, lists, journal)
 
 
+def walk_journaled(todo, root, mapped, enter, leave) -> None:
+    """Visit journaled nodes parents first: a node is in the tree iff its parent is the root
+    or a mapped node (`par in mapped`), so `enter(x)` maps it; `leave(x)` takes a detached
+    node (its parent link cut) with whatever hangs below it, and so what makes no progress
+    (it hangs below a detached node, outside the tree)."""
+    pending = []
+    for x in todo:
+        if x is root:
+            continue
+        if x.parent is None:
+            leave(x)
+        else:
+            pending.append(x)
+    while pending:
+        later = []
+        for x in pending:
+            par = x.parent
+            if par is None:
+                leave(x)
+            elif par is root or par in mapped:
+                enter(x)
+            else:
+                later.append(x)
+        if len(later) == len(pending):
+            for x in later:
+                leave(x)
+            break
+        pending = later
+
+
 def _drop_journal(lists: list, journal: set) -> None:
     for journals in lists:
         for i, j in enumerate(journals):
@@ -398,9 +428,6 @@ class IncrementalHostTierMap(HostTierMap):
                         refs[v] = refs.get(v, 0) + 1
                         slots.add(v)
 
-    def _detached(self, x) -> bool:
-        return x.parent is None and x is not self.cache.tree.root
-
     # ------------------------------------------------------------ slots and requests
     def _slots(self) -> None:
         c = self.cache
@@ -530,33 +557,7 @@ class IncrementalHostTierMap(HostTierMap):
         todo = self.journal | self.requeue
         self.journal.clear()
         self.requeue = set()
-        root = self.cache.tree.root
-        # detached nodes leave first (with whatever hangs below them); then nodes are mapped
-        # parents first: a node is in the tree iff its parent is the root or a mapped node,
-        # and what makes no progress hangs below a detached node, outside the tree
-        pending = []
-        for x in todo:
-            if x is root:
-                continue
-            if self._detached(x):
-                self._unmap_subtree(x)
-            else:
-                pending.append(x)
-        while pending:
-            later = []
-            for x in pending:
-                par = x.parent
-                if par is None:
-                    self._unmap_subtree(x)
-                elif par is root or par in self.npos:
-                    self._remap(x)
-                else:
-                    later.append(x)
-            if len(later) == len(pending):
-                for x in later:
-                    self._unmap_subtree(x)
-                break
-            pending = later
+        walk_journaled(todo, self.cache.tree.root, self.npos, self._remap, self._unmap_subtree)
         self.slot_changed.clear()
 
     def _unmap_subtree(self, x) -> None:
