@@ -209,6 +209,9 @@ def test_bench_compares_the_three_modes_on_one_replay():
     assert sum(v["events"] for v in prof.values()) >= out["events"] > 0
     assert {"RequestMatch", "RequestFinish"} <= set(prof)
     assert all(v["us_per_event"] > 0 and v["ms"] > 0 for v in prof.values())
+    # ... split per monitor of the cache: HostTier's and the device pages' (CPSharding, CP = 1)
+    assert set(out["strict_ms_by_monitor"]) == {"spec/HostTier.tla", "spec/CPSharding.tla (device pages, CP = 1)"}
+    assert all(ms > 0 for ms in out["strict_ms_by_monitor"].values())
     # the attached floor ran the replay with the monitor attached (its listener got every
     # event the strict monitor saw, and more: LoadBackLayer binds to no step)
     floor = out["attached_floor"]
