@@ -529,6 +529,10 @@ class Monitor:
         self._const_held.clear()
         for m in self.linked:
             m.tripped = True
+            # (an incremental map journals the runtime's writes for its next sync: none comes)
+            stop = getattr(m.rmap, "stop", None)
+            if stop is not None:
+                stop()
         if self.incremental and t is None:
             self._rebuild_states()
             mapped = [h.state for h in self.history if h.state is not None]
@@ -561,6 +565,14 @@ class Monitor:
         """The mapped states of `history` as an ITF trace (the states sample mode did not map
         are left out; each state's #meta names the event and its arguments): (path, None),
         or (None, why it could not be written)."""
+        try:
+            return self._write_trace(kind, name, fields, failure, history)
+        except (TypeError, ValueError) as e:
+            # a value ITF cannot encode (a runtime type in a mapped state): the violation is
+            # raised all the same, and says why there is no trace
+            return None, f"not encodable as ITF: {e}"
+
+    def _write_trace(self, kind, name, fields, failure: Failure, history: list) -> tuple[str | None, str | None]:
         from hicache.tla.itf import encode
         states = []
         for h in history:

@@ -17,9 +17,9 @@ class PageAllocator:
     [next, capacity), so construction is O(1) whatever the capacity.
     Invariant: free pages are distinct, in [0, capacity)."""
 
-    #: while a device-page monitor watches: the pages of each call, in order, as
-    #: (released, pages) (hicache.monitors.maps.device_pages drains it); None otherwise
-    journal: list | None = None
+    #: while device-page monitors watch: their journals, each given the pages of every call
+    #: in order, as (released, pages) (hicache.monitors.maps.device_pages drains them)
+    journals: tuple = ()
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -43,13 +43,13 @@ class PageAllocator:
             nxt = self._next
             out.extend(range(nxt, nxt + n - take))
             self._next = nxt + n - take
-        if self.journal is not None:
-            self.journal.append((False, out))
+        for j in self.journals:
+            j.append((False, out))
         return out
 
     def release(self, pages: list[int]) -> None:
-        if self.journal is not None:
-            self.journal.append((True, list(pages)))
+        for j in self.journals:
+            j.append((True, list(pages)))
         self._free.extend(pages)
 
     def free_set(self) -> set[int]:

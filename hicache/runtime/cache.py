@@ -327,7 +327,11 @@ class HiCache:
         return pages
 
     def _log_alloc(self, base: int, start: int, pages: list[int]) -> None:
-        """Record an allocation the caller holds (only while a device-page monitor watches)."""
+        """Record an allocation the caller holds (only while a device-page monitor watches).
+        A page handed out again was freed since: it belongs to this allocation, not to the
+        older one (which forgets it), so every page is in at most one entry and the log
+        stays within the device's pages, whatever callers free themselves."""
+        self._unlog(pages)
         self._alloc_ids += 1
         self.alloc_log[self._alloc_ids] = (base, start, list(pages))
         self._alloc_of.update(dict.fromkeys(pages, self._alloc_ids))
@@ -487,6 +491,12 @@ class HiCache:
                 raise ValueError(f"pages: {bad!r} is not a device page of this pool (0..{cap - 1})")
             if len(set(pages)) != len(pages):
                 raise ValueError("pages: a page is listed twice")
+            if not all(type(p) is int for p in pages):
+                # numpy integers: the tree, the allocator and the monitors' states hold ints
+                # (a free list of np.int64 failed TypeOK's free \subseteq PageIds, and the
+                # ITF encoder, where a plain int passes both)
+                pages = [int(p) for p in pages]
+                full = prefix + pages
         self._unlog(pages)               # (the caller's pages are the tree's, or freed below)
         node, dup = self.tree.insert(req.key, full)
         if dup > len(prefix):            # someone inserted the same pages meanwhile
@@ -620,12 +630,20 @@ class HiCache:
 
     def _below_no_host_copy(self, nodes: list[Node]) -> bool:
         """Write-through: a node of `nodes` whose parent (not the root, not one of `nodes`)
-        has no host copy, finished nor in flight."""
+        has no readable host copy: none, or one still being written. Acks apply in issue
+        order, so a parent copy still in flight when a child's ends was issued after it: the
+        parent's first copy failed and was issued again (HostTier's BackupFinish needs
+        ParentBacked: the parent's copy finished, not started)."""
         if self.cfg.write_policy not in WRITE_THROUGH:
             return False
         root = self.tree.root
-        return any(x.parent is not None and x.parent is not root and x.parent.host is None
-                   and all(x.parent is not y for y in nodes) for x in nodes)
+        for x in nodes:
+            par = x.parent
+            if par is None or par is root or any(par is y for y in nodes):
+                continue
+            if par.host is None or host_write_in_flight(par):
+                return True
+        return False
 
     def _backup_sync(self, v: Node) -> bool:
         """write_back: v is leaving the device; copy it to host first, synchronously.

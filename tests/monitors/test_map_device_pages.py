@@ -289,10 +289,42 @@ def test_the_allocator_journal_is_bounded_and_an_overflow_reads_the_allocator(tm
     assert len(inc.ops) == 3 and inc.ops.overflowed
     inc.sync()
     assert inc.s["free"] == frozenset(dev.free_set()) and not inc.ops and not inc.ops.overflowed
+    second = IncrementalDevicePagesMap(cache)       # another map of the same cache journals too
+    assert dev.journals == (inc.ops, second.ops)
     del inc
     import gc
     gc.collect()
-    assert dev.journal is None          # a collected map stops the allocator's journal
+    assert dev.journals == (second.ops,)            # a collected map's journal leaves the allocator
+    cache.close()
+
+
+def test_a_tripped_monitor_stops_journaling(tmp_path):
+    """After a violation nothing syncs again: the maps of the tripped monitors (the HostTier
+    one linked to it included) leave the node and allocator journals, so a cache that goes
+    on serving keeps no record for them."""
+    from hicache import verified
+    from hicache.monitors.attach import monitor_of
+    wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    policy, reqs = plan(1, wcfg)
+    verified.enable("strict", violation_dir=str(tmp_path))
+    try:
+        cache = make_cache(wcfg, "write_through", cls=FreesAHeldPage)
+    finally:
+        verified.disable()
+    mon = monitor_of(cache)
+    dev_mon = mon.companions[0]
+    with pytest.raises(ProtocolViolation):
+        for toks, what in reqs:
+            serve_one(cache, toks, what)
+            cache.drain()
+    assert mon.tripped and dev_mon.tripped
+    journals = type(cache.tree.root)._hicache_journals
+    assert all(js == [] for js in journals.values()) and cache.dev_alloc.journals == ()
+    cache.evict_device(cache.cfg.device_pages)      # the cache goes on: nothing is recorded
+    for i in range(10):
+        cache.finish(cache.match([10_000 + i, 20_000 + i]))
+        cache.dev_alloc.release(cache.alloc(1))
+    assert not mon.rmap.journal and not dev_mon.rmap.journal and not dev_mon.rmap.ops
     cache.close()
 
 
@@ -363,6 +395,12 @@ def test_the_allocation_log_holds_what_callers_hold(tmp_path):
     assert cache.alloc_log == {}
     cache.finish(req)
     cache.close()
+    cache = make_cache(WorkloadConfig(requests=5), "write_through")
+    DevicePagesMap(cache)
+    for _ in range(50):                 # a caller that frees what it allocated, never inserting
+        cache.dev_alloc.release(cache.alloc(2))
+    assert len(cache.alloc_log) == 1                # (a page handed out again leaves the older entry)
+    cache.close()
     wcfg = WorkloadConfig(requests=200)
     policy, reqs = plan(5, wcfg)
     verified.enable("sample", violation_dir=str(tmp_path))
@@ -373,3 +411,25 @@ def test_the_allocation_log_holds_what_callers_hold(tmp_path):
     finally:
         verified.disable()
     assert max(sizes) <= 1 and cache.metrics.requests == 200
+
+
+def test_numpy_integer_pages_are_stored_as_ints(tmp_path):
+    """insert takes numpy integers as pages; the tree (and so the allocator's free list
+    after an eviction) holds ints: a free set of np.int64 failed TypeOK's free \\subseteq
+    PageIds in both modes, and the violation's trace could not be encoded."""
+    import numpy as np
+    from hicache import verified
+    for mode in ("strict", "sample"):
+        verified.enable(mode, violation_dir=str(tmp_path))
+        try:
+            cache = make_cache(WorkloadConfig(requests=5), "write_through")
+            req = cache.match([1, 2, 3, 4])
+            cache.insert(req, [np.int64(p) for p in cache.alloc(2)])
+            assert all(type(p) is int for p in req.node.device)
+            cache.finish(req)
+            cache.evict_device(cache.cfg.device_pages)
+            verified.cache_check(cache)
+            assert all(type(p) is int for p in cache.dev_alloc.free_set())
+            cache.close()
+        finally:
+            verified.disable()

@@ -299,3 +299,27 @@ def test_verify_config_fields_are_checked_and_named():
         assert str(e.value) == msg
     assert VerifyConfig.from_env({"HICACHE_VERIFY": "sample", "HICACHE_VIOLATION_DIR": " "}).violation_dir == \
         "hicache-violations"
+
+
+def test_a_state_itf_cannot_encode_still_raises_the_violation_and_says_why(tmp_path):
+    """A mapped value of a runtime type the ITF encoder does not know (a numpy integer page
+    once reached a free set): the violation is raised as a ProtocolViolation whose message
+    says the trace could not be encoded, not as the encoder's TypeError."""
+    import numpy as np
+    cache = make_cache(W, "write_through")
+    m = HostTierMap(cache)
+    mon = Monitor(m, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    real = m.state
+
+    def state():
+        s = dict(real())
+        s["hits"] = Fcn({n: np.int64(5) for n in s["hits"].d})      # not in 0..2: TypeOK fails
+        return s
+    m.state = state
+    cache.bus.subscribe(mon)
+    with pytest.raises(ProtocolViolation) as exc:
+        cache.match([1, 2])
+    e = exc.value
+    assert e.property == "TypeOK" and e.trace_path is None
+    assert "not encodable as ITF" in e.trace_error and "not written (not encodable" in str(e)
+    _close_quietly(cache)

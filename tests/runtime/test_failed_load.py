@@ -353,3 +353,54 @@ def test_a_backup_that_ends_below_a_failed_backup_is_released(policy, tmp_path):
     assert parent.host is not None and child.host is not None
     assert mon.checked == mon.steps > 5
     cache.close()
+
+
+def test_a_backup_that_ends_below_a_parent_copy_issued_again_is_released(tmp_path):
+    """Write-through, one transient failure: the parent's first copy fails, its copy is
+    issued again, and the child's copy (issued between the two) ends while the parent's
+    second copy is still in flight. The parent has no readable host copy then (HostTier's
+    BackupFinish needs ParentBacked: finished, not started), so the child's copy is
+    released; the parent's second copy lands. Before: the child became SYNCED below a
+    parent still being written (a helper's review, after the first fix only tested for no
+    host copy at all)."""
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+    from hicache.monitors.runtime import Monitor, VerifyConfig
+    cache = HiCache(CacheConfig(page_size=PS, device_pages=8, host_pages=8, layers=2, heads=1, head_dim=2,
+                                metadata_only=True, write_policy="write_through"))
+    mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    gates = [threading.Event() for _ in range(3)]
+    calls = []
+    orig = cache._copy_to_host
+
+    def copy(op):                        # the writer thread runs the copies in issue order
+        k = len(calls)
+        calls.append(op)
+        assert gates[k].wait(timeout=30)
+        if k == 0:
+            raise CopyFailed("copy kernel failed")
+        orig(op)
+    cache._copy_to_host = copy
+
+    def serve_one(tokens):
+        req = cache.match(tokens)
+        cache.insert(req, cache.alloc(len(tokens) // PS - len(cache.prefix_pages(req))))
+        cache.finish(req)
+        return req.node
+    parent = serve_one(TOKENS[:2])       # the parent's copy is issued (write_through: first hit)
+    child = serve_one(TOKENS[:4])        # the child's, below it
+    gates[0].set()
+    assert cache.writer.acks[0].done.wait(timeout=30)
+    cache.poll()                         # the parent's failure is applied
+    assert parent.host is None and cache.metrics.backup_failures == 1
+    assert cache.backup(parent) == 1     # issued again, after the child's
+    gates[1].set()
+    assert cache.writer.acks[0].done.wait(timeout=30)
+    cache.poll()                         # the child's copy ends: the parent's is in flight
+    assert child.host is None and cache.metrics.backup_dropped == 1
+    gates[2].set()
+    cache.drain()
+    assert parent.host is not None and child.host is None
+    assert (cache.host.state[parent.host] == int(S.SYNCED)).all()
+    assert mon.checked == mon.steps > 5
+    cache.close()

@@ -33,7 +33,7 @@ import weakref
 from hicache.monitors.maps.cp_replay import CPReplayMap
 from hicache.monitors.maps.cp_replay_inc import IncrementalRows
 from hicache.monitors.maps.cp_sharding import NONE
-from hicache.monitors.maps.host_tier_inc import journal_tree, walk_journaled
+from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal, walk_journaled
 
 #: what this map's monitor checks: at CP = 1 every page is owner class 0 (p % 1 = 0), so
 #: PositionOwner, ExtensionKeepsRotation, ChainBalanced and PlacementBijection hold in every
@@ -62,8 +62,8 @@ class OpJournal(list):
             self.overflowed = True
 
 
-def _stop_journal(dev) -> None:
-    dev.journal = None
+def _stop_journal(dev, ops) -> None:
+    dev.journals = tuple(j for j in dev.journals if j is not ops)
 
 
 class DevicePagesMap(CPReplayMap):
@@ -86,17 +86,19 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
     What changed is journaled, not searched for: the tree's nodes report writes of their
     device pages, page count and parent (the tracked node class of the incremental HostTier
     map, `journal_tree`), and the device allocator records the pages of each alloc and
-    release (`PageAllocator.journal`); the pending allocations (a few between an alloc and
+    release (`PageAllocator.journals`); the pending allocations (a few between an alloc and
     its insert) are looked at again at every sync. Chains are numbered in the order they
     appear (the reference map numbers them in tree order): the two states are equal up to
     that renaming of chains, which tests/monitors/test_map_device_pages.py checks after
     every event. The free set is mirrored from the allocator's calls and taken from the
     allocator itself whenever the mirror's size disagrees with its free count (a page
-    released twice, say)."""
+    released twice, say). A write into a node's page list in place (not an attribute write:
+    the runtime never does one) is seen at the node's next write or the next cache check,
+    which maps from scratch; the from-scratch map sees it at once."""
 
     def __init__(self, cache):
         self.journal: set = set()
-        journal_tree(cache.tree, self.journal, self, fields=DEVICE_FIELDS)
+        self._journal_lists = journal_tree(cache.tree, self.journal, self, fields=DEVICE_FIELDS)
         self.journal.update(cache.tree.nodes())    # the first sync maps every node
         self.cid: dict = {}            # node or ("alloc", id) -> chain id
         self.spare: list[int] = []     # chain ids given back (a heap: the lowest is reused first)
@@ -105,12 +107,17 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         self.node_held: dict[int, int] = {}    # device page -> tree positions holding it
         self.pending: set[int] = set()         # ids of the logged allocations mapped as chains
         dev = cache.dev_alloc
-        if dev.journal is not None:
-            raise ValueError("the device allocator is already journaled by another map")
-        self.ops = dev.journal = OpJournal()
-        weakref.finalize(self, _stop_journal, dev)
+        self.ops = OpJournal()
+        dev.journals = (*dev.journals, self.ops)     # (copy on write: another map's stays)
+        weakref.finalize(self, _stop_journal, dev, self.ops)
         self.mirror: set | None = None
         super().__init__(cache)
+
+    def stop(self) -> None:
+        """Journal nothing more (the monitor tripped: nothing will sync again)."""
+        _stop_journal(self.cache.dev_alloc, self.ops)
+        stop_journal(self._journal_lists, self.journal)
+        self.ops.clear()
 
     # ------------------------------------------------------------ the step
     def sync(self) -> tuple[list, dict]:

@@ -92,10 +92,10 @@ def _tracked_class(journals: dict) -> type:
     return type("TrackedNode", (Node,), ns)
 
 
-def journal_tree(tree, journal: set, owner, fields=WATCHED) -> None:
+def journal_tree(tree, journal: set, owner, fields=WATCHED) -> list:
     """Make every node of `tree`, present and future, report writes of `fields` (a subset
     of WATCHED) to `journal` (a second map of the same tree shares the tracked class and
-    adds its journal) until `owner` is collected."""
+    adds its journal) until `owner` is collected; returns the lists it is in (stop_journal)."""
     journals = getattr(tree.node_cls, "_hicache_journals", None)
     if journals is None:
         journals = {name: [] for name in WATCHED}
@@ -107,6 +107,14 @@ def journal_tree(tree, journal: set, owner, fields=WATCHED) -> None:
     for js in lists:
         js.append(journal)
     weakref.finalize(owner, _drop_journal, lists, journal)
+    return lists
+
+
+def stop_journal(lists: list, journal: set) -> None:
+    """`journal` is given nothing more (its map's monitor tripped: nothing syncs again) and
+    forgets what it had; `lists` is what `journal_tree` returned for it."""
+    _drop_journal(lists, journal)
+    journal.clear()
 
 
 def walk_journaled(todo, root, mapped, enter, leave) -> None:
@@ -157,7 +165,7 @@ class IncrementalHostTierMap(HostTierMap):
         super().__init__(cache)
         self.journal: set = set()
         tree = cache.tree
-        journal_tree(tree, self.journal, self)
+        self._journal_lists = journal_tree(tree, self.journal, self)
         self.L = 0                                   # pages in the tree
         self.keys: list = []                         # position -> (node, i), positions < L
         self.npos: dict = {}                         # node -> [positions of its pages]
@@ -569,6 +577,10 @@ class IncrementalHostTierMap(HostTierMap):
             stack.extend(y.children.values())
 
     # ------------------------------------------------------------ states
+    def stop(self) -> None:
+        """Journal nothing more (the monitor tripped: nothing will sync again)."""
+        stop_journal(self._journal_lists, self.journal)
+
     def live(self) -> dict:
         """The maintained state itself (functions wrap live dicts: read, never hash or keep)."""
         return self.s
