@@ -343,11 +343,15 @@ class HiCache:
         log, of = self.alloc_log, self._alloc_of
         if log is None or not pages:
             return
+        gone: dict[int, set] = {}         # allocation -> its pages forgotten here
         for p in pages:
             aid = of.pop(p, None)
+            if aid is not None:
+                gone.setdefault(aid, set()).add(p)
+        for aid, ps in gone.items():      # (each entry rebuilt once: linear in the pages)
             entry = log.get(aid)
             if entry is not None:
-                left = [q for q in entry[2] if q != p]
+                left = [q for q in entry[2] if q not in ps]
                 if left:
                     log[aid] = (entry[0], entry[1], left)
                 else:
@@ -592,12 +596,11 @@ class HiCache:
     def _backup_finish(self, op: FuncOp) -> None:
         """BackupFinish: RESERVED -> SYNCED; the node's host copy is now readable.
 
-        Not when the copy failed, nor (write-through) when the node's parent has no host copy
-        any more: its own copy failed after this one was issued, and write-through keeps host
-        copies a prefix of every path (HostTier's WriteThroughPrefix; its BackupFinish needs
-        ParentBacked), so a copy landing below it is released like a failed one. Acks are
-        applied in issue order, so a parent's failure is applied before its children's
-        copies end."""
+        Not when the copy failed, nor (write-through) when the node's parent has no readable
+        host copy: its own copy failed after this one was issued (and may be running again),
+        and write-through keeps host copies a prefix of every path (HostTier's
+        WriteThroughPrefix; its BackupFinish needs ParentBacked), so a copy landing below it
+        is released like a failed one (`_below_no_host_copy`)."""
         orphaned = op.error is None and self._below_no_host_copy(op.nodes)
         if op.error is not None or orphaned:   # a copy cannot half-fail silently: the slots are released
             self._abort_draft(op)
