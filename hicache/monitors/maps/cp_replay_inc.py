@@ -10,8 +10,9 @@ pages). The abstraction, the chain numbering and the padding are the reference m
 maintained state equals `CPReplayMap.state()` after every event
 (tests/monitors/test_map_cp_replay.py checks it on seeded workloads).
 
-How a change is found (no journaling: the chains are the tree's nodes and the pending
-allocations, which the reference map's walk already lists):
+How a change is found here (no journaling: the chains are the tree's nodes and the pending
+allocations, which the reference map's walk already lists; the single-engine device-page
+map, maps/device_pages.py, shares the commit below and journals instead):
   * each sync walks the tree and the allocation log as the reference map does and compares
     every chain's (rotation, pages) with what it last mapped: the chains that differ are
     dirty; a sequence variable (rot, len, page, host: functions on 1..#chains, tuples) is

@@ -6,15 +6,16 @@ holds it, or lost (in no node and never free again) leaves every HostTier invari
 while two requests read each other's KV. CPSharding states exactly that accounting for a
 sharded device (NoDoubleAllocation: the pages of every chain and the free pages partition
 the page ids); a single engine is its case CP = 1, one owner class, rotation 0 everywhere
-(the placement invariants then hold trivially, and are checked as well). The map is the CP
-replay's (`maps/cp_replay.py`) with that placement:
+(the placement invariants then hold by arithmetic: only TypeOK and NoDoubleAllocation are
+checked, `CHECKED`). The map is the CP replay's (`maps/cp_replay.py`) with that placement:
 
   spec chain      one tree node (its device pages are positions 0..n-1), or one pending
                   allocation: pages `HiCache.alloc` handed out that no node holds yet (the
                   cache's `alloc_log`, kept while this map watches: the cache forgets an
-                  allocation's pages when an insert or a load-back puts them in the tree
-                  or its own eviction frees them, and the maps prune what is free again;
-                  so a page an insert loses is in no chain, a leak, not a pending page)
+                  allocation's pages when an insert or a load-back puts them in the tree,
+                  its own eviction frees them or an allocation hands them out again, and
+                  the maps prune what is free again; so a page an insert loses is in no
+                  chain, a leak, not a pending page)
   rot[c]          0 (CP = 1: every page is owner class 0)
   page[c][P]      the node's P-th device page, or NoPage without a device copy
   host[c][P]      NoHost (HostTier maps the host tier)
