@@ -41,6 +41,18 @@ from .steps import capacity
 ROW_VARS = ("rot", "len", "page", "host")
 #: what NoDoubleAllocation reads
 _NDA_READS = frozenset({"page", "host", "len", "free"})
+#: the row of a chain id no node nor allocation holds
+UNUSED = (NONE, ())
+
+
+def count_pages(counts: dict, pages, k: int, dirty: set | None = None) -> None:
+    """counts[p] += k for each device page p of `pages` (NoPage skipped), each added to
+    `dirty` when given."""
+    for p in pages or ():
+        if p != NONE:
+            counts[p] = counts.get(p, 0) + k
+            if dirty is not None:
+                dirty.add(p)
 
 
 class IncrementalRows:
@@ -67,10 +79,9 @@ class IncrementalRows:
         free = pids & self.cache.dev_alloc.free_set()
         rows = self._rows(pids - free)
         self._grow(max(rows, default=1), max((len(p) for _, p in rows.values()), default=1))
-        empty = (NONE, ())
         # every chain, compared with what was last mapped
         return self._commit({c: (r, tuple(p)) for c, (r, p) in
-                             ((c, rows.get(c, empty)) for c in range(1, self.n_chains + 1))}, free)
+                             ((c, rows.get(c, UNUSED)) for c in range(1, self.n_chains + 1))}, free)
 
     def _grow(self, chains: int, longest: int) -> None:
         """Chains and MaxLen to hold `chains` chains and a chain of `longest` pages (doubling)."""
@@ -92,16 +103,15 @@ class IncrementalRows:
         self._shape = (n, L)
         dirty_chains: set[int] = set()
         dirty_pages: set[int] = set()
-        empty = (NONE, ())
-        rows = self.rows
+        rows, holders = self.rows, self.holders
         for c, new in changed.items():
-            old = rows.get(c, empty)
+            old = rows.get(c, UNUSED)
             if new != old:
                 dirty_chains.add(c)
                 if new[1] != old[1]:
-                    self._count(old[1], -1, dirty_pages)
-                    self._count(new[1], 1, dirty_pages)
-                if new == empty:
+                    count_pages(holders, old[1], -1, dirty_pages)
+                    count_pages(holders, new[1], 1, dirty_pages)
+                if new == UNUSED:
                     del rows[c]
                 else:
                     rows[c] = new
@@ -121,24 +131,16 @@ class IncrementalRows:
             s["mixed"] = False
         return delta, {"Chains": dirty_chains, "PageIds": dirty_pages}
 
-    def _count(self, pages: tuple, k: int, dirty: set) -> None:
-        holders = self.holders
-        for p in pages:
-            if p != NONE:
-                holders[p] = holders.get(p, 0) + k
-                dirty.add(p)
-
     def _write_rows(self, dirty: set, L: int, reshaped: bool) -> None:
         """Replace the sequence variables whose chains changed (as the reference map builds
         them: each row a function on positions 0..L-1, NoPage past the chain's end)."""
         s, delta, rows = self.s, self.delta, self.rows
         empty = self._empty_row(L, reshaped)
-        unused = (NONE, ())
         if reshaped:
             n = self.n_chains
             vals = {"rot": [None] * n, "len": [None] * n, "page": [None] * n, "host": [empty] * n}
             for c in range(1, n + 1):
-                r, pages = rows.get(c, unused)
+                r, pages = rows.get(c, UNUSED)
                 vals["rot"][c - 1], vals["len"][c - 1] = r, len(pages)
                 vals["page"][c - 1] = self.row(pages, L) if pages else empty
             for var in ROW_VARS:
@@ -150,7 +152,7 @@ class IncrementalRows:
         cur = {v: s[v] for v in ("rot", "len", "page")}
         edits: dict = {}
         for c in dirty:
-            r, pages = rows.get(c, unused)
+            r, pages = rows.get(c, UNUSED)
             i = c - 1
             for var, v in (("rot", r), ("len", len(pages))):
                 if cur[var][i] != v:

@@ -32,7 +32,7 @@ import heapq
 import weakref
 
 from hicache.monitors.maps.cp_replay import CPReplayMap
-from hicache.monitors.maps.cp_replay_inc import IncrementalRows
+from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows, count_pages
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal, walk_journaled
 
@@ -45,7 +45,6 @@ CHECKED = frozenset({"TypeOK", "NoDoubleAllocation"})
 #: the node fields a row reads (its device pages, its page count, whether it is in the tree)
 DEVICE_FIELDS = ("parent", "n", "device")
 
-_UNUSED = (NONE, ())        # the row of a chain id no node nor allocation holds
 _NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that found no change
 
 
@@ -149,8 +148,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         old = self.node_pages.get(x)
         if old == pages:
             return
-        self._hold(old, -1)
-        self._hold(pages, 1)
+        count_pages(self.node_held, old, -1)
+        count_pages(self.node_held, pages, 1)
         self.node_pages[x] = pages
         changed[self._id(x)] = (0, pages)
 
@@ -159,16 +158,9 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         while stack:
             y = stack.pop()
             if y in self.node_pages:
-                self._hold(self.node_pages.pop(y), -1)
-                changed[self._release_id(y)] = _UNUSED
+                count_pages(self.node_held, self.node_pages.pop(y), -1)
+                changed[self._release_id(y)] = UNUSED
             stack.extend(y.children.values())
-
-    def _hold(self, pages, k: int) -> None:
-        if pages:
-            held = self.node_held
-            for p in pages:
-                if p != NONE:
-                    held[p] = held.get(p, 0) + k
 
     def _id(self, key) -> int:
         c = self.cid.get(key)
@@ -218,7 +210,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # chains end
         for aid in [a for a in self.pending if a not in log]:
             self.pending.discard(aid)
-            changed[self._release_id(("alloc", aid))] = _UNUSED
+            changed[self._release_id(("alloc", aid))] = UNUSED
         for aid in sorted(log, reverse=True):
             base, start, pages = log[aid]
             row = tuple(p if p not in free and not held.get(p) and p not in claimed else NONE for p in pages)
@@ -227,7 +219,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
                 del log[aid]       # inserted (or freed) by now
                 if key in self.cid:
                     self.pending.discard(aid)
-                    changed[self._release_id(key)] = _UNUSED
+                    changed[self._release_id(key)] = UNUSED
                 continue
             claimed.update(p for p in row if p != NONE)
             self.pending.add(aid)
