@@ -28,6 +28,7 @@ attaches its own monitor (its `__init__` reads the variable once); once `enable`
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 
@@ -62,7 +63,7 @@ def enable(mode: str | Mode | None = None, **overrides) -> VerifyConfig:
     if mode is None and os.environ.get("HICACHE_VERIFY") is None:
         mode = Mode.STRICT
     if mode is not None or overrides:
-        fields = {f: getattr(cfg, f) for f in ("mode", "sample_rate", "seed", "history", "violation_dir")}
+        fields = dataclasses.asdict(cfg)
         if mode is not None:
             fields["mode"] = mode          # (VerifyConfig checks it, naming the field)
         fields.update(overrides)

@@ -1,6 +1,7 @@
 """Suite-wide setup. Triton reads TRITON_INTERPRET once, when it is first imported, and any
 test folder may import `hicache.kernels` first: without a GPU, select the interpreter here,
 before anything imports Triton, so kernel tests see the same mode whatever runs before them."""
+import dataclasses
 import os
 
 import torch
@@ -37,5 +38,4 @@ def _verified_mode_as_configured(request):
     elif verified.current() != want or verified._state["orig"] is None:
         # the whole configuration, not just the mode: a test's enable("strict",
         # violation_dir=its tmp_path) left every later test's traces in that directory
-        verified.enable(want.mode, sample_rate=want.sample_rate, seed=want.seed, history=want.history,
-                        violation_dir=want.violation_dir)
+        verified.enable(**dataclasses.asdict(want))

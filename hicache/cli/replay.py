@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import re
 import sys
@@ -185,8 +186,7 @@ def _verify_config(args: argparse.Namespace):
     if args.verify == "off":
         return VerifyConfig()              # (the variables are not read: nothing of them is used)
     base = verify_config()                 # (as `hicache run`; a bad variable: ValueError naming it)
-    return VerifyConfig(mode=args.verify or base.mode, sample_rate=base.sample_rate, seed=base.seed,
-                        history=base.history, violation_dir=args.violation_dir or base.violation_dir)
+    return dataclasses.replace(base, mode=args.verify or base.mode, violation_dir=args.violation_dir or base.violation_dir)
 
 
 @contextlib.contextmanager
@@ -205,14 +205,12 @@ def _verified_mode(cfg):
             attach.choose(cfg)             # (a choice: the variable attaches nothing either)
         else:
             from hicache import verified
-            verified.enable(cfg.mode, sample_rate=cfg.sample_rate, seed=cfg.seed, history=cfg.history,
-                            violation_dir=cfg.violation_dir)
+            verified.enable(**dataclasses.asdict(cfg))
         yield
     finally:
         verified = sys.modules.get("hicache.verified")
         if prev is not None:
-            verified.enable(prev.mode, sample_rate=prev.sample_rate, seed=prev.seed, history=prev.history,
-                            violation_dir=prev.violation_dir)
+            verified.enable(**dataclasses.asdict(prev))
         elif verified is not None:
             verified.disable()
         attach.choose(chosen)

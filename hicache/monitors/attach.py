@@ -117,8 +117,8 @@ def _cp_monitor(cache, cfg: VerifyConfig) -> Monitor:
     cp = Monitor((kept if strict else scratch)(cache), cfg)
     if strict or sharded:
         cp.detach = cache.bus.subscribe(cp)
-    # (sample mode on one engine's pool: its invariants at each cache check only, where a
-    # from-scratch map costs once, not at the sampled events: a canary's budget)
+    # (sample mode on one engine's pool: no events of its own; its invariants on the state
+    # of each HostTier sampled step (monitor_cache) and at each cache check)
     return cp
 
 
@@ -142,6 +142,10 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
     # engine's pool as CP = 1), checked after the HostTier monitor at each event and at
     # each of its cache checks
     cp = _cp_monitor(cache, cfg)
+    if cfg.mode is Mode.SAMPLE and not _sharded(cache):
+        # checked with HostTier's sampled steps, on the same budget (the from-scratch map
+        # costs nothing between them)
+        mon.step_hooks.append(lambda name, fields: cp.check_sampled(name, fields, mon.steps))
     mon.cache_check_hooks.append(cp.cache_check)
     mon.companions.append(cp)
     link(mon, cp)
@@ -160,16 +164,20 @@ def monitor_report(cache) -> list[dict] | None:
     if mon is None:
         return None
     return [{"spec": m.spec.SPEC, "what": getattr(m.rmap, "what", None), "events": m.steps, "checked": m.checked,
-             "cache_checks": m.cache_checks} for m in (mon, *mon.companions)]
+             "cache_checks": m.cache_checks, "budget_skipped": m.budget_skipped} for m in (mon, *mon.companions)]
 
 
 def describe(m: dict) -> str:
     """One monitor of `monitor_report` in words: its spec, what it maps, what it checked."""
     what = f" ({m['what']})" if m.get("what") else ""
     if not m["events"] and m.get("cache_checks"):
-        n = m["cache_checks"]
-        return f"{m['spec']}{what}: at {n} cache check{'s' if n != 1 else ''}"
-    return f"{m['spec']}{what}: {m['checked']} of {m['events']} events checked"
+        # (a companion with no events of its own: checked at its leader's sampled steps)
+        n, k = m["cache_checks"], m["checked"]
+        at = f"{k} sampled step{'s' if k != 1 else ''} and " if k > 0 else ""
+        return f"{m['spec']}{what}: at {at}{n} cache check{'s' if n != 1 else ''}"
+    let_go = m.get("budget_skipped")
+    budget = f" ({let_go} drawn sample{'s' if let_go != 1 else ''} let go by the budget)" if let_go else ""
+    return f"{m['spec']}{what}: {m['checked']} of {m['events']} events checked{budget}"
 
 
 def cache_check(cache) -> None:

@@ -11,7 +11,9 @@ runtime's state to the spec's variables (the refinement map), checks the named a
           recorded, except the map's `always_check` events (a DraftState retire: what it
           ends no later sample could see), checked whatever the draw; otherwise the
           decision for step k+1 is drawn at step k, so the pre-state of a sampled step is
-          mapped only then
+          mapped only then. A drawn sample is checked while the monitor's checking time
+          is within `sample_budget` of its lifetime (default 2%; None: always), so a
+          canary's cost stays bounded on any state size; one it lets go is counted
   strict  every step
 
 A failure raises `ProtocolViolation` (action, args, failing conjunct and its spec location,
@@ -27,6 +29,7 @@ import math
 import operator
 import os
 import random
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,6 +49,9 @@ class VerifyConfig:
     mode: Mode = Mode.OFF
     sample_rate: float = 0.05     # sample mode: fraction of steps checked
     seed: int = 0                 # sample mode: the RNG seed (reproducible choices)
+    # sample mode: the most of its lifetime a monitor spends checking before it lets drawn
+    # samples go (None: every drawn sample is checked, whatever it costs; see Monitor._afford)
+    sample_budget: float | None = 0.02
     history: int = 64             # events kept for the violation report and trace
     violation_dir: str = "hicache-violations"
 
@@ -56,6 +62,9 @@ class VerifyConfig:
             raise ValueError(f"mode: {self.mode!r} is not one of off, sample, strict") from None
         from hicache.validate import int_at_least, integer, number_in
         object.__setattr__(self, "sample_rate", number_in("sample_rate", self.sample_rate, 0.0, 1.0))
+        if self.sample_budget is not None:
+            object.__setattr__(self, "sample_budget",
+                               number_in("sample_budget", self.sample_budget, 0.0, 1.0, lo_open=True))
         integer("seed", self.seed)
         int_at_least("history", self.history, 2)      # a violation needs its pre-state
         if not isinstance(self.violation_dir, str) or not self.violation_dir.strip():
@@ -64,7 +73,7 @@ class VerifyConfig:
     @classmethod
     def from_env(cls, env=None) -> "VerifyConfig":
         """HICACHE_VERIFY=off|sample|strict, HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED,
-        HICACHE_VIOLATION_DIR."""
+        HICACHE_VERIFY_BUDGET (a fraction in (0, 1], or `none`), HICACHE_VIOLATION_DIR."""
         env = os.environ if env is None else env
         raw = env.get("HICACHE_VERIFY", "off").strip().lower() or "off"
         try:
@@ -75,9 +84,25 @@ class VerifyConfig:
         rate = _env_number(env, "HICACHE_VERIFY_RATE", "0.05", float, "a fraction in [0, 1]")
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"HICACHE_VERIFY_RATE: {rate!r} is not a fraction in [0, 1]")
+        budget = _env_budget(env)
         return cls(mode=mode, sample_rate=rate, seed=_env_number(env, "HICACHE_VERIFY_SEED", "0", int, "an integer"),
+                   sample_budget=budget,
                    # (set but empty: the default, as for HICACHE_VERIFY; not the current directory)
                    violation_dir=env.get("HICACHE_VIOLATION_DIR", "").strip() or "hicache-violations")
+
+
+def _env_budget(env) -> float | None:
+    """HICACHE_VERIFY_BUDGET: unset or empty, the default; `none`, no budget; else a
+    fraction in (0, 1]."""
+    raw = env.get("HICACHE_VERIFY_BUDGET", "").strip()
+    if not raw:
+        return VerifyConfig.__dataclass_fields__["sample_budget"].default
+    if raw.lower() == "none":
+        return None
+    budget = _env_number(env, "HICACHE_VERIFY_BUDGET", raw, float, "a fraction in (0, 1] or none")
+    if not (0.0 < budget <= 1.0):     # (also NaN)
+        raise ValueError(f"HICACHE_VERIFY_BUDGET: {raw!r} is not a fraction in (0, 1] or none")
+    return budget
 
 
 def _env_number(env, name: str, default: str, kind, what: str):
@@ -220,6 +245,11 @@ class Monitor:
         self.cache_checks = 0        # cache checks run
         self._cache: dict = {}
         self._strict = cfg.mode is Mode.STRICT
+        # sample mode's budget (see _afford): seconds spent checking since the monitor was made
+        self._budget = cfg.sample_budget if cfg.mode is Mode.SAMPLE else None
+        self._spent = 0.0
+        self._born = _clock()
+        self.budget_skipped = 0      # drawn samples let go because the budget was spent
         # a map may name what its constants depend on (cheaper than freezing them all)
         self._constants_key = getattr(rmap, "constants_key", None)
         self._check_next = self._strict or self._draw()
@@ -311,7 +341,22 @@ class Monitor:
         return args
 
     def _draw(self) -> bool:
-        return self._strict or self.rng.random() < self.cfg.sample_rate
+        # (the seeded draw comes first and is made whatever the budget: the steps a run
+        # may check are the seed's, which of them it can afford is the machine's)
+        return self._strict or (self.rng.random() < self.cfg.sample_rate and self._afford())
+
+    def _afford(self) -> bool:
+        """Sample mode's budget: a drawn sample is checked only while the time this monitor
+        has spent checking (sampled steps, cache checks) is at most `sample_budget` of its
+        lifetime; one let go is counted (`budget_skipped`). This bounds what a canary pays
+        for the sampled steps whatever the state's size: a from-scratch check of a large
+        tree costs more, so fewer are afforded. Events that must be checked (a map's
+        `always_check`) and cache checks run regardless, and count against it."""
+        b = self._budget
+        if b is None or self._spent <= b * (_clock() - self._born):
+            return True
+        self.budget_skipped += 1
+        return False
 
     def _next_gap(self) -> int:
         """Unsampled events before the next sampled one: P(gap = k) = (1-r)^k r."""
@@ -351,10 +396,7 @@ class Monitor:
                 # an event after which no sample could see what it ends (a retire drops its
                 # transfer's record): checked now, outside the draw (the gap is not spent)
                 self.sampled = True
-                name = str(action)
-                self._map_and_check(name, fields, steps)
-                for hook in self.step_hooks:
-                    hook(name, fields)
+                self._checked_sample(str(action), fields, steps)
             return
         name = str(action)
         steps = self.rmap.bind(name, fields)
@@ -363,7 +405,22 @@ class Monitor:
         self.steps += 1
         if self._gap == 0:
             self._sample_step(name, fields, steps)
-        elif self.incremental:
+            return
+        if self._budget is None:
+            self._step(name, fields, steps)
+            return
+        # (sample mode on a map that is not gap-counted: each event's time is charged, the
+        # unchecked ones' too, a slight overcount on the safe side)
+        t0 = _clock()
+        try:
+            self._step(name, fields, steps)
+        finally:
+            self._spent += _clock() - t0
+
+    def _step(self, name: str, fields: dict, steps) -> None:
+        """One event on an incremental or a from-scratch map, then the step hooks if it
+        was checked."""
+        if self.incremental:
             self._step_incremental(name, fields)
         else:
             self._step_full(name, fields, steps)
@@ -399,8 +456,40 @@ class Monitor:
         """A sampled event of sample mode: every invariant on the state after it, mapped
         from scratch (the map keeps nothing between samples)."""
         self._gap = self._next_gap()
+        # (an always-checked event is checked whatever the budget, as between samples)
+        if name not in self._always and not self._afford():
+            self.sampled = False
+            self.history.append(Step(self.steps, name, fields, None))
+            return
         self.sampled = True
-        self._map_and_check(name, fields, steps)
+        self._checked_sample(name, fields, steps)
+
+    def _checked_sample(self, name: str, fields: dict, steps) -> None:
+        """A checked event of gap-counted sample mode, and the step hooks after it (the
+        worker watch, a companion's check: `check_sampled`), all charged to the budget."""
+        t0 = _clock()
+        try:
+            self._map_and_check(name, fields, steps)
+            for hook in self.step_hooks:
+                hook(name, fields)
+        finally:
+            self._spent += _clock() - t0
+
+    def check_sampled(self, name: str, fields: dict, step: int) -> None:
+        """Every invariant on the current mapped state, as the leader's step `step`, event
+        `name` (a companion of sample mode gets no events of its own: it is checked at its
+        leader's sampled steps, `step_hooks`, and numbers them as the leader does)."""
+        if self.tripped:
+            return
+        self.checked += 1
+        t = self.rmap.state()
+        self.history.append(Step(step, name, self._recorded(fields), t))
+        prev, self.prev = self.prev, t
+        C = self.constants()
+        for inv in self._invariants_for(C).values():
+            f = inv(C, t)
+            if f is not None:
+                self.fail("invariant", name, fields, f, prev, t, step=step)
 
     def _map_and_check(self, name: str, fields: dict, steps) -> None:
         """A checked event on an invariant-only map: the state after it, mapped from scratch,
@@ -501,6 +590,13 @@ class Monitor:
         if self.tripped:
             return
         self.cache_checks += 1
+        t0 = _clock()
+        try:
+            self._cache_check()
+        finally:
+            self._spent += _clock() - t0
+
+    def _cache_check(self) -> None:
         if self.incremental:
             self._sync_pending()
             t = self.rmap.reference_state()
@@ -523,9 +619,11 @@ class Monitor:
         if self._check_next:
             self.prev = t
 
-    def fail(self, kind, name, fields, failure: Failure, s, t, history: list | None = None) -> None:
+    def fail(self, kind, name, fields, failure: Failure, s, t, history: list | None = None,
+             step: int | None = None) -> None:
         """Write the trace and raise the violation (`history`: the steps of the trace, the
-        monitor's recent history when None)."""
+        monitor's recent history when None; `step`: the step it names, this monitor's
+        count of events when None)."""
         self._const_held.clear()
         for m in self.linked:
             m.tripped = True
@@ -543,7 +641,8 @@ class Monitor:
         path, error = self.write_trace(kind, name, fields, failure, steps)
         raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=fields, failure=failure,
                                 kind=kind, diff=state_diff(s, t), history=steps,
-                                step=self.steps, trace_path=path, trace_error=error)
+                                step=self.steps if step is None else step, trace_path=path,
+                                trace_error=error)
 
     def _sync_pending(self) -> None:
         """Bring an incremental map up to date outside a checked step (sample mode): the
@@ -598,11 +697,15 @@ class Monitor:
                          # the model the checks used (explain evaluates and searches with it)
                          "constants": constants,
                          "config": {"mode": str(self.cfg.mode), "seed": self.cfg.seed,
-                                    "sample_rate": self.cfg.sample_rate, "history": self.cfg.history,
+                                    "sample_rate": self.cfg.sample_rate,
+                                    "sample_budget": self.cfg.sample_budget,
+                                    "budget_skipped": self.budget_skipped, "history": self.cfg.history,
                                     # False: every event is a compound step (invariants only)
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}
-        return write_trace_file(self.cfg.violation_dir, f"{self.spec.MODULE}-step{self.steps}", doc)
+        # (named by the failing step: the last of the history, a companion's by its leader)
+        at = history[-1].seq if history else self.steps
+        return write_trace_file(self.cfg.violation_dir, f"{self.spec.MODULE}-step{at}", doc)
 
 
 def link(*monitors: Monitor) -> None:
@@ -619,6 +722,8 @@ def link(*monitors: Monitor) -> None:
 MISSING = object()     # in a delta: the key was not in the function's domain before
 
 _first = operator.itemgetter(0)    # a delta entry's variable
+
+_clock = time.perf_counter        # the budget's clock: wall time, as the overhead it bounds
 
 #: the step a cache check records (no spec action: every invariant on the state it found)
 CACHE_CHECK = "cache_check"

@@ -18,6 +18,7 @@ Request lifecycle (what the scheduler calls):
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import numbers
 import os
 import sys
@@ -331,7 +332,8 @@ class HiCache:
         A page handed out again was freed since: it belongs to this allocation, not to the
         older one (which forgets it), so every page is in at most one entry and the log
         stays within the device's pages, whatever callers free themselves."""
-        self._unlog(pages)
+        if not self._alloc_of.keys().isdisjoint(pages):    # (C-level: the common case costs no loop)
+            self._unlog(pages)
         self._alloc_ids += 1
         self.alloc_log[self._alloc_ids] = (base, start, list(pages))
         self._alloc_of.update(dict.fromkeys(pages, self._alloc_ids))
@@ -343,15 +345,13 @@ class HiCache:
         log, of = self.alloc_log, self._alloc_of
         if log is None or not pages:
             return
-        gone: dict[int, set] = {}         # allocation -> its pages forgotten here
-        for p in pages:
-            aid = of.pop(p, None)
-            if aid is not None:
-                gone.setdefault(aid, set()).add(p)
-        for aid, ps in gone.items():      # (each entry rebuilt once: linear in the pages)
+        # (C-level pops; an allocation's pages not forgotten here still map to it)
+        aids = set(map(of.pop, pages, itertools.repeat(None)))
+        aids.discard(None)
+        for aid in aids:                  # (each entry rebuilt once: linear in its pages)
             entry = log.get(aid)
             if entry is not None:
-                left = [q for q in entry[2] if q not in ps]
+                left = [q for q in entry[2] if of.get(q) == aid]
                 if left:
                     log[aid] = (entry[0], entry[1], left)
                 else:

@@ -121,7 +121,7 @@ def test_enable_attaches_a_draft_state_monitor_to_each_new_draft_runtime(tmp_pat
     assert checks == [1]
     assert mon.checked == mon.steps == 18               # 2 transfers of 7 steps, 4 first reads
     assert registry.monitor_report(deps) == [{"spec": "spec/DraftState.tla", "what": None, "events": 18, "checked": 18,
-                                              "cache_checks": 1}]
+                                              "cache_checks": 1, "budget_skipped": 0}]
 
 
 def test_hicache_verify_attaches_from_the_environment(monkeypatch, tmp_path, verified):
@@ -173,7 +173,7 @@ def test_disable_restores_the_draft_runtime_and_attaches_nothing(tmp_path, verif
 def test_legal_configs_raise_nothing_under_verified_mode(name, mode, tmp_path, verified):
     """Every configuration DraftConfig accepts, fewer draft roles than the spec's three too:
     a host hit restores the right bytes and the monitor counts its steps without an alarm."""
-    verified.enable(mode, sample_rate=1.0, violation_dir=str(tmp_path))
+    verified.enable(mode, sample_rate=1.0, sample_budget=None, violation_dir=str(tmp_path))
     cache, deps = make(name)
     mon = verified.monitor_of(deps)
     req, op = host_hit(cache, deps)
@@ -211,7 +211,7 @@ def test_storage_hit_with_fewer_draft_roles_raises_nothing(name, tmp_path, verif
 def test_sample_mode_honours_the_rate(tmp_path, verified):
     """Sample mode checks the invariants on a seeded fraction of the events (no action
     checks: an unsampled event maps nothing), and on every state at the final check."""
-    verified.enable("sample", sample_rate=0.5, seed=3, violation_dir=str(tmp_path))
+    verified.enable("sample", sample_rate=0.5, seed=3, sample_budget=None, violation_dir=str(tmp_path))
     cache, deps = make("all_sidecar")
     mon = verified.monitor_of(deps)
     assert mon.cfg.sample_rate == 0.5 and not mon.rmap.needs_prestate

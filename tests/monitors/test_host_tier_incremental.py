@@ -253,7 +253,8 @@ def test_sample_mode_defers_the_map_and_still_catches(tmp_path):
         policy, reqs = plan(seed, wcfg)
         cache = make_cache(wcfg, policy, cls=RUNTIME_FAULTS[8])
         mon = Monitor(IncrementalHostTierMap(cache),
-                      VerifyConfig(mode="sample", sample_rate=0.2, seed=seed, violation_dir=str(tmp_path)))
+                      VerifyConfig(mode="sample", sample_rate=0.2, seed=seed, sample_budget=None,
+                                   violation_dir=str(tmp_path)))
         cache.bus.subscribe(mon)
         try:
             run_workload(cache, reqs)

@@ -6,7 +6,8 @@ node holds it, a page released while its node still holds it, a page lost by an 
 The device-page monitor reports each at the step that does it, on the from-scratch map and
 on the incremental one alike; the incremental map's state equals the from-scratch map's
 (up to the numbering of chains) after every event of seeded workloads; verified mode
-attaches it beside every HostTier monitor (strict: every step; sample: at cache checks).
+attaches it beside every HostTier monitor (strict: every step; sample: at HostTier's sampled
+steps and cache checks).
 """
 from __future__ import annotations
 
@@ -192,14 +193,17 @@ def test_the_host_tier_monitor_alone_misses_each_fault(fault, tmp_path):
 
 def test_verified_mode_attaches_it_beside_the_host_tier_monitor(tmp_path):
     """Strict: a companion of the HostTier monitor, checked at every event (the fault is
-    raised at its step); sample: not on the bus, its invariants at each cache check."""
+    raised at its step); sample: not on the bus, its invariants on the state of each of
+    HostTier's sampled steps (at rate 1, no budget: the same step as strict) and at each
+    cache check (at rate 0: only there)."""
     from hicache import verified
     from hicache.monitors.attach import monitor_of
     wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
     policy, reqs = plan(1, wcfg)
     step = _first_violation("frees_a_held_page", 1, tmp_path, DevicePagesMap)[0]
-    for mode in ("strict", "sample"):
-        verified.enable(mode, violation_dir=str(tmp_path))
+    for mode, rate in (("strict", None), ("sample", 1.0), ("sample", 0.0)):
+        verified.enable(mode, violation_dir=str(tmp_path),
+                        **({} if rate is None else dict(sample_rate=rate, sample_budget=None)))
         try:
             cache = make_cache(wcfg, "write_through", cls=FreesAHeldPage)
             mon = monitor_of(cache)
@@ -213,10 +217,12 @@ def test_verified_mode_attaches_it_beside_the_host_tier_monitor(tmp_path):
                     verified.cache_check(cache)
             e = exc.value
             assert (e.spec, e.property, e.failure.index) == ("spec/CPSharding.tla", "NoDoubleAllocation", 2)
-            if mode == "strict":
+            if rate != 0.0:
                 assert (e.step, e.action) == (step, "RequestFinish")
             else:
-                assert e.action == "cache_check" and dev[0].steps == 0      # (no event reached it)
+                assert e.action == "cache_check" and dev[0].checked == 0
+            if mode == "sample":
+                assert dev[0].steps == 0      # (no event reached it)
         finally:
             verified.disable()
 

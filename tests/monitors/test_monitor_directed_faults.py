@@ -158,7 +158,7 @@ def test_a_live_requests_locked_node_deleted_from_the_tree(tmp_path, mode):
     """A host eviction that ignores a live request's lock deletes the node it matched: its
     locked prefix is beyond the tree (LockedNodesKept). The maps gave live requests reqLen
     0 whatever they locked, so only prefetch pseudo-requests were ever checked."""
-    verify = dict(mode=mode) if mode == "strict" else dict(mode=mode, sample_rate=1.0)
+    verify = dict(mode=mode) if mode == "strict" else dict(mode=mode, sample_rate=1.0, sample_budget=None)
     c, mon = tiny_cache(tmp_path, verify, device_pages=2, host_pages=4)
     serve(c, [1, 2])
     c.evict_device(2)

@@ -16,7 +16,7 @@ from hicache.monitors.workers import KeyAudit
 from hicache.monitors.workload import MemStore
 from tiny_cache import SlowStore, serve, tiny_cache, to_storage_only
 
-MODES = [pytest.param(dict(mode="strict"), id="strict"), pytest.param(dict(mode="sample", sample_rate=1.0), id="sample-1")]
+MODES = [pytest.param(dict(mode="strict"), id="strict"), pytest.param(dict(mode="sample", sample_rate=1.0, sample_budget=None), id="sample-1")]
 
 
 @pytest.mark.parametrize("verify", MODES)

@@ -22,7 +22,8 @@ def _run(seed, cls=None, mode="strict", tmp=None, rate=0.05, keep=None):
     policy, reqs = plan(seed, W)
     cache = make_cache(W, policy, cls=cls)
     m = HostTierMap(cache)
-    mon = Monitor(m, VerifyConfig(mode=mode, sample_rate=rate, seed=seed, violation_dir=str(tmp or "viol")))
+    mon = Monitor(m, VerifyConfig(mode=mode, sample_rate=rate, seed=seed, sample_budget=None,
+                                  violation_dir=str(tmp or "viol")))
     cache.bus.subscribe(mon)
     if keep is not None:
         cache.bus.subscribe(lambda a, f: keep.append(m.state()))
@@ -108,7 +109,7 @@ def test_sample_mode_draws_gaps_at_the_rate_and_hooks_only_sampled_events(tmp_pa
     exactly the checked events."""
     policy, reqs = plan(1, WorkloadConfig(requests=120))
     cache = make_cache(W, policy)
-    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.25, seed=5,
+    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.25, seed=5, sample_budget=None,
                                                    violation_dir=str(tmp_path)))
     hooked = []
     mon.step_hooks.append(lambda name, fields: hooked.append(fields["seq"]))
@@ -204,7 +205,8 @@ def _leak_behind_the_monitor(mode: str, tmp_path):
     from hicache.monitors.attach import monitor_cache
     policy, reqs = plan(0, W)
     cache = make_cache(W, policy)
-    mon = monitor_cache(cache, VerifyConfig(mode=mode, sample_rate=0.05, violation_dir=str(tmp_path)))
+    mon = monitor_cache(cache, VerifyConfig(mode=mode, sample_rate=0.05, sample_budget=None,
+                                            violation_dir=str(tmp_path)))
     run_workload(cache, reqs)
     cache.host.reserve(1)
     with pytest.raises(ProtocolViolation) as info:
@@ -323,3 +325,90 @@ def test_a_state_itf_cannot_encode_still_raises_the_violation_and_says_why(tmp_p
     assert e.property == "TypeOK" and e.trace_path is None
     assert "not encodable as ITF" in e.trace_error and "not written (not encodable" in str(e)
     _close_quietly(cache)
+
+
+# ---------------------------------------------------------------- sample mode's budget
+class _FakeClock:
+    """The monitor's clock, driven by the test: the runtime's time advances `per_event` at
+    each event, a from-scratch map costs `per_map` (what a sampled check spends)."""
+
+    def __init__(self, per_event: float, per_map: float):
+        self.now, self.per_event, self.per_map = 0.0, per_event, per_map
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _budgeted(monkeypatch, tmp_path, budget, rate=1.0, seed=0):
+    from hicache.monitors import runtime
+    clock = _FakeClock(per_event=0.1, per_map=1.0)
+    monkeypatch.setattr(runtime, "_clock", clock)
+    policy, reqs = plan(seed, WorkloadConfig(requests=60))
+    cache = make_cache(W, policy)
+    rmap = HostTierMap(cache)
+    mapped = rmap.state
+
+    def costly_state():
+        clock.now += clock.per_map
+        return mapped()
+    rmap.state = costly_state
+
+    def runtime_time(action, fields):
+        clock.now += clock.per_event
+    cache.bus.subscribe(runtime_time)
+    mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=rate, seed=seed, sample_budget=budget,
+                                     violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    return cache, mon, clock, reqs
+
+
+def test_sample_budget_lets_samples_go_once_checking_exceeds_its_share(monkeypatch, tmp_path):
+    """At rate 1 every event is drawn; with a budget of half the time and a check costing
+    ten events' time, about one event in eleven is checked, the rest are let go and
+    counted, and the time spent checking stays within the budget (plus the one check that
+    crossed it)."""
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5)
+    run_workload(cache, reqs)
+    assert mon.steps > 200
+    assert mon.checked + mon.budget_skipped == mon.steps       # every event was drawn
+    assert mon.steps / 16 < mon.checked < mon.steps / 8
+    assert mon._spent <= 0.5 * clock.now + clock.per_map
+    # the cache check runs over budget, and counts against it
+    spent = mon._spent
+    mon.cache_check()
+    assert mon.cache_checks == 1 and mon._spent == spent + clock.per_map
+
+
+def test_no_sample_budget_checks_every_drawn_sample(monkeypatch, tmp_path):
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=None)
+    run_workload(cache, reqs)
+    assert mon.checked == mon.steps > 200 and mon.budget_skipped == 0
+
+
+def test_sample_budget_keeps_the_seeded_draws(monkeypatch, tmp_path):
+    """The budget lets drawn samples go but never draws others: the steps checked under a
+    budget are a subset of those the same seed checks without one."""
+    def checked_seqs(budget):
+        cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=budget, rate=0.3, seed=4)
+        seqs = []
+        mon.step_hooks.append(lambda name, fields: seqs.append(fields["seq"]))
+        run_workload(cache, reqs)
+        return mon, seqs
+    free, all_drawn = checked_seqs(None)
+    tight, afforded = checked_seqs(0.2)
+    assert tight.budget_skipped > 0 and tight.checked + tight.budget_skipped == free.checked
+    assert afforded and set(afforded) < set(all_drawn)
+
+
+def test_sample_budget_is_validated_and_read_from_the_environment():
+    assert VerifyConfig().sample_budget == 0.02
+    assert VerifyConfig(sample_budget=None).sample_budget is None
+    for bad in (0.0, 1.5, float("nan"), "0.1", True):
+        with pytest.raises(ValueError, match="sample_budget"):
+            VerifyConfig(mode="sample", sample_budget=bad)
+    assert VerifyConfig.from_env({"HICACHE_VERIFY": "sample"}).sample_budget == 0.02
+    assert VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET": " 0.1 "}).sample_budget == 0.1
+    assert VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET": "None"}).sample_budget is None
+    for bad in ("0", "2", "x", "nan"):
+        with pytest.raises(ValueError, match="HICACHE_VERIFY_BUDGET"):
+            VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET": bad})

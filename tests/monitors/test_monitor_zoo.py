@@ -204,6 +204,17 @@ def test_bench_compares_the_three_modes_on_one_replay():
     th = out["thread_cpu_seconds"]
     assert s["thread_cpu_ratio"] == th["strict"] / th["off"] and th["off"] > 0
     assert out["sample_vs_off"]["ratio"] == out["sample_vs_off"]["sample_s"] / out["sample_vs_off"]["off_s"]
+    # default sample mode's checks, and the same rate with no budget, in the same runs
+    assert out["sample_budget"] == 0.02
+    checks = out["sample_checks"]
+    assert set(checks) == {"spec/HostTier.tla", "spec/CPSharding.tla (device pages, CP = 1)"}
+    counts = checks["spec/HostTier.tla"]
+    assert counts["events"] == out["events"] and counts["cache_checks"] == 1
+    # (sample mode checks the device pages at cache checks only: no event reaches it)
+    assert checks["spec/CPSharding.tla (device pages, CP = 1)"]["events"] == 0
+    assert counts["checked"] + counts["budget_skipped"] <= counts["events"]
+    u = out["sample_unbudgeted_vs_off"]
+    assert u["ratio"] == u["sample_s"] / s["off_s"] and u["thread_cpu_ratio"] > 0
     # the per-type profile covers every event the strict monitor saw, once
     prof = out["strict_us_by_event"]
     assert sum(v["events"] for v in prof.values()) >= out["events"] > 0
@@ -344,8 +355,8 @@ def test_monitor_traces_record_constants_and_config(tmp_path):
     consts = {k: decode(v) for k, v in meta["constants"].items()}
     assert set(consts) == {"NNodes", "NSlots", "NLayers", "NReqs", "Policies", "BugEvictDuringLoad", "BugAbortLeak"}
     assert consts["NSlots"] == W.host_pages and consts["BugAbortLeak"] is False
-    assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "history": 64,
-                              "action_checks": False}
+    assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "sample_budget": 0.02,
+                              "budget_skipped": 0, "history": 64, "action_checks": False}
     s = spec_entry(13, 10, str(tmp_path))
     meta = read_itf(s.trace)["#meta"]
     assert {k: decode(v) for k, v in meta["constants"].items()} == dict(load_cfg("spec/DraftState.cfg").constants)
