@@ -60,6 +60,9 @@ def to_text(e: Explanation) -> str:
         v = e.trace.verify
         # (the rate and seed say which steps a sample-mode monitor checked; strict checks all)
         sampled = f", seed {v.get('seed')}, sample rate {v.get('sample_rate')}" if v.get("mode") == "sample" else ""
+        if sampled and v.get("budget_skipped"):
+            # (drawn samples the budget let go: the seed's steps that were not checked)
+            sampled += f", {v['budget_skipped']} drawn samples let go by the budget {v.get('sample_budget')}"
         out.append(f"  monitor: verify mode {v.get('mode')}{sampled}")
     k = e.first_violating_step
     if k is not None:

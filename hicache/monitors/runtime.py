@@ -248,6 +248,7 @@ class Monitor:
         # sample mode's budget (see _afford): seconds spent checking since the monitor was made
         self._budget = cfg.sample_budget if cfg.mode is Mode.SAMPLE else None
         self._spent = 0.0
+        self._last_cost = 0.0        # what the last sampled check cost (the next one's estimate)
         self._born = _clock()
         self.budget_skipped = 0      # drawn samples let go because the budget was spent
         # a map may name what its constants depend on (cheaper than freezing them all)
@@ -353,7 +354,9 @@ class Monitor:
         tree costs more, so fewer are afforded. Events that must be checked (a map's
         `always_check`) and cache checks run regardless, and count against it."""
         b = self._budget
-        if b is None or self._spent <= b * (_clock() - self._born):
+        # (with the sample's estimated cost: the last one's, so the budget is kept, not
+        # overshot by one check; the first sample, whose cost is unknown, runs)
+        if b is None or self._spent + self._last_cost <= b * (_clock() - self._born):
             return True
         self.budget_skipped += 1
         return False
@@ -473,7 +476,8 @@ class Monitor:
             for hook in self.step_hooks:
                 hook(name, fields)
         finally:
-            self._spent += _clock() - t0
+            self._last_cost = _clock() - t0
+            self._spent += self._last_cost
 
     def check_sampled(self, name: str, fields: dict, step: int) -> None:
         """Every invariant on the current mapped state, as the leader's step `step`, event

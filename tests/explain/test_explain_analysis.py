@@ -345,6 +345,10 @@ def test_monitor_config_is_read_and_sample_mode_noted(tmp_path, pipeline_trace):
     e = explain(p)
     assert e.trace.verify["mode"] == "sample" and e.trace.config is None
     assert any(n.startswith("the monitor ran in sample mode (rate 0.25, seed 7)") for n in e.notes)
-    assert "monitor: verify mode sample, seed 7, sample rate 0.25" in to_text(e)
+    assert "monitor: verify mode sample, seed 7, sample rate 0.25\n" in to_text(e)
+    # drawn samples its budget let go are named beside the rate
+    doc["#meta"]["config"].update(sample_budget=0.02, budget_skipped=3)
+    p.write_text(json.dumps(doc))
+    assert "sample rate 0.25, 3 drawn samples let go by the budget 0.02\n" in to_text(explain(p))
     # the recorded constants are the ones used (not the CI model's note)
     assert e.constants_source == "trace" and not any("CI model" in n for n in e.notes)
