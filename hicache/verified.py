@@ -5,9 +5,11 @@
     pytest --hicache-verify=strict     # the pytest plugin (hicache.pytest_plugin)
 
 off      nothing is attached or wrapped: the runtime runs exactly its own code
-sample   a seeded fraction of events is checked (HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED),
-         plus every invariant at each cache check: `cache_check(cache)`, which a scheduler
-         calls at its check points, and `close()`
+sample   a seeded fraction of events is checked (HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED)
+         while the monitor's checking time stays within HICACHE_VERIFY_BUDGET of its
+         lifetime (default 0.02; `none`: every drawn sample), plus every invariant at each
+         cache check: `cache_check(cache)`, which a scheduler calls at its check points,
+         and `close()`
 strict   every event: the action and every invariant
 
 A violation raises `hicache.monitors.runtime.ProtocolViolation` on the thread that emitted
@@ -17,7 +19,7 @@ transfer's completion is applied) and writes the recent history as an ITF trace 
 
 What carries a monitor: a `HiCache` with a host tier (HostTier, the background-worker
 watch, and its device pages against CPSharding at CP = 1: strict at every event, sample at
-cache checks), the CP replay's sharded cache (CPSharding), and a speculative-decoding draft runtime,
+its sampled steps and cache checks), the CP replay's sharded cache (CPSharding), and a speculative-decoding draft runtime,
 `hicache.runtime.draft.DependentSet` (DraftState, whichever draft roles it configures).
 
 Enabling wraps `__init__` (attach a monitor) and `close` (a final cache check) of `HiCache`
