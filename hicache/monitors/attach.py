@@ -146,7 +146,11 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
         # checked with HostTier's sampled steps, on the same budget (the from-scratch map
         # costs nothing between them)
         mon.step_hooks.append(lambda name, fields: cp.check_sampled(name, fields, mon.steps))
-    mon.cache_check_hooks.append(cp.cache_check)
+        cp.sampled_by = mon
+        # (numbered as HostTier's step, as its sampled checks are)
+        mon.cache_check_hooks.append(lambda: cp.cache_check(mon.steps))
+    else:
+        mon.cache_check_hooks.append(cp.cache_check)
     mon.companions.append(cp)
     link(mon, cp)
     return mon
@@ -164,13 +168,13 @@ def monitor_report(cache) -> list[dict] | None:
     if mon is None:
         return None
     return [{"spec": m.spec.SPEC, "what": getattr(m.rmap, "what", None), "events": m.steps, "checked": m.checked,
-             "cache_checks": m.cache_checks, "budget_skipped": m.budget_skipped} for m in (mon, *mon.companions)]
+             "cache_checks": m.cache_checks, "budget_skipped": m.let_go()} for m in (mon, *mon.companions)]
 
 
 def describe(m: dict) -> str:
     """One monitor of `monitor_report` in words: its spec, what it maps, what it checked."""
     what = f" ({m['what']})" if m.get("what") else ""
-    if not m["events"] and m.get("cache_checks"):
+    if not m["events"]:
         # (a companion with no events of its own: checked at its leader's sampled steps)
         n, k = m["cache_checks"], m["checked"]
         at = f"{k} sampled step{'s' if k != 1 else ''} and " if k > 0 else ""

@@ -285,6 +285,10 @@ class Monitor:
         self.cache_check_hooks: list = []        # further checks a cache check runs (fn())
         self.companions: list = []               # monitors of other specs on the same runtime
         self.step_hooks: list = []               # ... and a checked event (fn(name, fields))
+        # ... and cheap runtime checks (the worker watch: a dead worker would hang the next
+        # drain), run at every checked event and at every drawn sample the budget lets go
+        self.watch_hooks: list = []
+        self.sampled_by: Monitor | None = None   # a companion's leader (its samples are the leader's)
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)
         self.invariants.update(getattr(rmap, "invariant_overrides", {}))
@@ -361,6 +365,11 @@ class Monitor:
         self.budget_skipped += 1
         return False
 
+    def let_go(self) -> int:
+        """Drawn samples the budget let go (a companion's: its leader's, whose samples are
+        the only ones it is checked at)."""
+        return (self.sampled_by or self).budget_skipped
+
     def _next_gap(self) -> int:
         """Unsampled events before the next sampled one: P(gap = k) = (1-r)^k r."""
         r = self.cfg.sample_rate
@@ -418,7 +427,10 @@ class Monitor:
         try:
             self._step(name, fields, steps)
         finally:
-            self._spent += _clock() - t0
+            cost = _clock() - t0
+            self._spent += cost
+            if self.sampled:
+                self._last_cost = cost
 
     def _step(self, name: str, fields: dict, steps) -> None:
         """One event on an incremental or a from-scratch map, then the step hooks if it
@@ -429,6 +441,8 @@ class Monitor:
             self._step_full(name, fields, steps)
         if self.sampled:
             for hook in self.step_hooks:
+                hook(name, fields)
+            for hook in self.watch_hooks:
                 hook(name, fields)
 
     def _step_full(self, name: str, fields: dict, steps) -> None:
@@ -463,6 +477,8 @@ class Monitor:
         if name not in self._always and not self._afford():
             self.sampled = False
             self.history.append(Step(self.steps, name, fields, None))
+            for hook in self.watch_hooks:
+                hook(name, fields)
             return
         self.sampled = True
         self._checked_sample(name, fields, steps)
@@ -474,6 +490,8 @@ class Monitor:
         try:
             self._map_and_check(name, fields, steps)
             for hook in self.step_hooks:
+                hook(name, fields)
+            for hook in self.watch_hooks:
                 hook(name, fields)
         finally:
             self._last_cost = _clock() - t0
@@ -585,22 +603,24 @@ class Monitor:
             out[name] = inv
         return out
 
-    def cache_check(self) -> None:
+    def cache_check(self, step: int | None = None) -> None:
         """Every invariant on the current mapped state (sample mode runs this at each cache
         check; strict mode already did at the last step). An incremental map is checked on
         its from-scratch reference state here, which also catches a change the incremental
         map did not see. The checked state is the trace's last state, as a step named
-        `cache_check` (a violation found here is explained on the state it was found in)."""
+        `cache_check` (a violation found here is explained on the state it was found in).
+        `step`: the step it is numbered as (a companion's: its leader's), this monitor's
+        count of events when None."""
         if self.tripped:
             return
         self.cache_checks += 1
         t0 = _clock()
         try:
-            self._cache_check()
+            self._cache_check(self.steps if step is None else step)
         finally:
             self._spent += _clock() - t0
 
-    def _cache_check(self) -> None:
+    def _cache_check(self, at: int) -> None:
         if self.incremental:
             self._sync_pending()
             t = self.rmap.reference_state()
@@ -608,16 +628,16 @@ class Monitor:
             # the reference numbers pages in DFS preorder, the history's states in the
             # map's positions: a failure's trace holds the checked state alone (a diff
             # across the two numberings would be a renaming, not what changed)
-            history, prev = [Step(self.steps, CACHE_CHECK, {}, t)], None
+            history, prev = [Step(at, CACHE_CHECK, {}, t)], None
         else:
             t = self.rmap.state()
             C = self.constants()
-            self.history.append(Step(self.steps, CACHE_CHECK, {}, t))
+            self.history.append(Step(at, CACHE_CHECK, {}, t))
             history, prev = None, self.prev
         for inv in self._invariants_for(C).values():
             f = inv(C, t)
             if f is not None:
-                self.fail("invariant", CACHE_CHECK, {}, f, prev, t, history)
+                self.fail("invariant", CACHE_CHECK, {}, f, prev, t, history, step=at)
         for hook in self.cache_check_hooks:
             hook()
         if self._check_next:
@@ -703,7 +723,7 @@ class Monitor:
                          "config": {"mode": str(self.cfg.mode), "seed": self.cfg.seed,
                                     "sample_rate": self.cfg.sample_rate,
                                     "sample_budget": self.cfg.sample_budget,
-                                    "budget_skipped": self.budget_skipped, "history": self.cfg.history,
+                                    "budget_skipped": self.let_go(), "history": self.cfg.history,
                                     # False: every event is a compound step (invariants only)
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}

@@ -171,6 +171,6 @@ def watch(cache, monitor) -> WorkerWatch:
     # a hook of the monitor, not a listener of its own: it runs after the events the
     # monitor checks (events of no protocol step, such as LoadBackLayer, are not), at no
     # cost on the others
-    monitor.step_hooks.append(w.check)
+    monitor.watch_hooks.append(w.check)
     monitor.cache_check_hooks.append(lambda: w.check("cache_check", {}))
     return w

@@ -32,7 +32,7 @@ from hicache.runtime.events import EventBus
 from hicache.runtime.hashing import chain_hashes, namespace_seed, storage_key
 from hicache.runtime.metrics import Metrics
 from hicache.runtime.radix import Node, RadixTree, TOKEN_BYTES, encode
-from hicache.runtime.transfer import FuncOp, LoadOp, Op, Worker
+from hicache.runtime.transfer import FuncOp, LoadOp, Op, Worker, WorkerDied
 
 #: the policies under which host copies form a prefix from the root (HostTier's WriteThrough)
 WRITE_THROUGH = frozenset({WritePolicy.WRITE_THROUGH, WritePolicy.WRITE_THROUGH_SELECTIVE})
@@ -405,7 +405,7 @@ class HiCache:
         none. Backups and loads pin their device pages, so room may appear when they end."""
         for w in (self.writer, self.loader):
             if w is not None and w.acks:
-                w.acks[0].done.wait()
+                self._wait_for(w, w.acks[0])
                 self.poll()
                 return True
         return False
@@ -1003,7 +1003,7 @@ class HiCache:
         op.terminate = True
 
     def _stop_wait_complete(self, op: FuncOp) -> None:
-        op.done.wait()
+        self._wait_for(self.prefetcher, op)
 
     def _stop_timeout(self, op: FuncOp) -> None:
         left = op.t0 + self.cfg.prefetch_timeout(len(op.keys)) - time.monotonic()
@@ -1099,21 +1099,33 @@ class HiCache:
         """Wait for every transfer in flight and apply its completion. With a deadline
         (time.monotonic()), storage operations (backups to storage, abandoned prefetches)
         are waited for only until then; memory copies always complete."""
-        def wait(op, storage: bool) -> bool:
+        def wait(w, op, storage: bool) -> bool:
             if not storage or storage_deadline is None:
-                op.done.wait()
-                return True
-            return op.done.wait(max(0.0, storage_deadline - time.monotonic()))
+                return self._wait_for(w, op)
+            return self._wait_for(w, op, max(0.0, storage_deadline - time.monotonic()))
         while True:
             busy = False
             for w in (self.writer, self.loader, self.backuper):
-                if w is not None and w.acks and wait(w.acks[0], w is self.backuper):
+                if w is not None and w.acks and wait(w, w.acks[0], w is self.backuper):
                     busy = True
-            stuck = [op for op in self._orphans if not wait(op, True)]
+            # (orphans are abandoned prefetches: the prefetcher's)
+            stuck = [op for op in self._orphans if not wait(self.prefetcher, op, True)]
             if not busy and len(stuck) == len(self._orphans):
                 break
             self.poll()
         self.poll()
+
+    def _wait_for(self, worker, op, timeout: float | None = None) -> bool:
+        """`worker.wait_for(op, timeout)`; when the worker's thread has died with it
+        unfinished (WorkerDied, not a hang), the cache check of its verified-mode monitor
+        (if one is attached) runs first, so the monitor names the property
+        (InFlightOpsHaveWorker, or the breach that killed the thread) and writes its trace."""
+        try:
+            return worker.wait_for(op, timeout)
+        except WorkerDied:
+            from hicache.monitors.attach import cache_check    # (a no-op with none attached)
+            cache_check(self)
+            raise
 
     def __enter__(self) -> HiCache:
         return self

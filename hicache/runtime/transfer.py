@@ -10,7 +10,16 @@ from __future__ import annotations
 import collections
 import queue
 import threading
+import time
 from typing import Any
+
+#: how often a wait on a worker's op checks that the worker's thread still runs
+LIVENESS_POLL_S = 0.05
+
+
+class WorkerDied(RuntimeError):
+    """A worker's thread ended with one of its ops unfinished: nothing will complete it, so
+    a wait for it would never return."""
 
 
 class Op:
@@ -112,10 +121,25 @@ class Worker:
         """Wait for every submitted op and pop them all, in issue order."""
         out = []
         while self.acks:
-            op = self.acks.popleft()
-            op.done.wait()
-            out.append(op)
+            self.wait_for(self.acks[0])
+            out.append(self.acks.popleft())
         return out
+
+    def wait_for(self, op: Op, timeout: float | None = None) -> bool:
+        """Wait for `op`, one of this worker's, at most `timeout` seconds (None: until it is
+        done): True once done. Raises WorkerDied when the thread has ended with it
+        unfinished (a dead worker's op never completes: the wait would hang). The wait is
+        the op's event; the thread is looked at every LIVENESS_POLL_S while it waits."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = LIVENESS_POLL_S if deadline is None else min(LIVENESS_POLL_S, deadline - time.monotonic())
+            if op.done.wait(max(left, 0.0)):
+                return True
+            if not self._thread.is_alive() and not op.done.is_set():
+                raise WorkerDied(f"the {self.name} worker's thread has ended with an operation unfinished: "
+                                 f"nothing will complete it")
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     def _loop(self) -> None:
         while True:

@@ -227,6 +227,42 @@ def test_verified_mode_attaches_it_beside_the_host_tier_monitor(tmp_path):
             verified.disable()
 
 
+def test_sample_modes_device_page_checks_are_numbered_as_host_tiers_steps(tmp_path):
+    """In sample mode the device-page monitor has no events of its own: its sampled checks
+    and its cache checks are numbered as HostTier's step (a fault found at close names the
+    last step, not step 0), the samples HostTier's budget let go are its own let-go samples
+    (report, trace), and a report taken before any cache check counts its sampled steps."""
+    from hicache import verified
+    from hicache.monitors.attach import describe, monitor_of, monitor_report
+    from hicache.tla.itf import read_itf
+    wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    policy, reqs = plan(1, wcfg)
+    verified.enable("sample", sample_rate=1.0, sample_budget=1e-9, violation_dir=str(tmp_path))
+    try:
+        cache = make_cache(wcfg, "write_through", cls=LosesAPage)
+        mon = monitor_of(cache)
+        (dev,) = mon.companions
+        serve_one(cache, *reqs[0])
+        report = monitor_report(cache)
+        assert report[1]["checked"] == 1 and report[1]["budget_skipped"] == report[0]["budget_skipped"]
+        assert describe(report[1]) == "spec/CPSharding.tla (device pages, CP = 1): at 1 sampled step and 0 cache checks"
+        with pytest.raises(ProtocolViolation) as exc:
+            for toks, what in reqs[1:]:
+                serve_one(cache, toks, what)
+                cache.drain()
+            cache.close()
+        e = exc.value
+        assert (e.spec, e.action, e.step) == ("spec/CPSharding.tla", "cache_check", mon.steps)
+        assert mon.budget_skipped > 0 and dev.let_go() == mon.budget_skipped
+        seqs = [h.seq for h in e.history]
+        assert seqs == sorted(seqs) and seqs[-1] == mon.steps
+        assert e.trace_path.endswith(f"CPSharding-step{mon.steps}.itf.json") or \
+            f"CPSharding-step{mon.steps}-" in e.trace_path
+        assert read_itf(e.trace_path)["#meta"]["config"]["budget_skipped"] == mon.budget_skipped
+    finally:
+        verified.disable()
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_clean_workloads_raise_nothing_in_verified_mode(seed, tmp_path):
     """Every write policy, prefetches and aborts: no false alarm from either map."""

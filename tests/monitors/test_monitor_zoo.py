@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 
 import pytest
 
@@ -260,6 +261,59 @@ def test_key_derivation_mismatch_caught_on_every_seed_it_fires(tmp_path):
         assert exc is not None and exc.property == "OneKeyDerivation", seed
         assert exc.history[-1].args["seq"] == cache.fault_seq, seed
     assert fired >= 2
+
+
+def test_a_dead_prefetch_thread_is_an_error_not_a_hang(tmp_path):
+    """Bug 14's dead thread leaves an abandoned prefetch that nothing completes. Off, the
+    drain that waits for it raises WorkerDied (it waited forever); in sample mode with every
+    drawn sample let go by the budget, the worker watch still runs at each drawn sample and
+    names the breach at the step strict mode does; at rate 0 (no sample at all) the drain's
+    cache check names it before WorkerDied would."""
+    from hicache import verified
+    from hicache.monitors.attach import monitor_cache
+    from hicache.monitors.faults import PrefetchThreadDies
+    from hicache.monitors.runtime import ProtocolViolation, VerifyConfig
+    from hicache.monitors.workload import make_cache, plan, run_workload
+    from hicache.runtime.transfer import WorkerDied
+    verified.disable()           # (importing it turned verified mode on)
+    wcfg = WorkloadConfig(requests=40)
+    policy, reqs = plan(0, wcfg)
+    cache = make_cache(wcfg, policy, cls=PrefetchThreadDies)
+    # (on a daemon thread, bounded: a regression hangs it, not the suite)
+    raised: list = []
+
+    def run() -> None:
+        try:
+            run_workload(cache, reqs)
+        except BaseException as e:  # noqa: BLE001 - what the run raised is the result
+            raised.append(e)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the drain hung on the dead prefetch thread's operation"
+    (e,) = raised
+    assert isinstance(e, WorkerDied) and "prefetch worker's thread has ended" in str(e)
+    assert not cache.prefetcher._thread.is_alive()
+    steps = {}
+    for budget in (None, 1e-9):
+        cache = make_cache(wcfg, policy, cls=PrefetchThreadDies)
+        mon = monitor_cache(cache, VerifyConfig(mode="sample", sample_rate=1.0, sample_budget=budget,
+                                                violation_dir=str(tmp_path)))
+        with pytest.raises(ProtocolViolation) as exc:
+            run_workload(cache, reqs)
+        assert exc.value.property == "OneKeyDerivation"
+        steps[budget] = exc.value.step
+        if budget is not None:
+            assert mon.checked == 1 and mon.budget_skipped == exc.value.step - 1
+    assert steps[None] == steps[1e-9]
+    verified.enable("sample", sample_rate=0.0, violation_dir=str(tmp_path))
+    try:
+        cache = make_cache(wcfg, policy, cls=PrefetchThreadDies)
+        with pytest.raises(ProtocolViolation) as exc:
+            run_workload(cache, reqs)
+        assert exc.value.property == "OneKeyDerivation" and exc.value.action == "cache_check"
+    finally:
+        verified.disable()
 
 
 def test_key_audit_follows_fetches():
