@@ -170,10 +170,10 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
     cpu = {m: float("inf") for m in MODES}
     thread = {m: float("inf") for m in MODES}
     swept = {r: float("inf") for r in sweep}
+    swept_thread = {r: float("inf") for r in sweep}
     # sample mode at the default rate with no budget: every drawn sample checked (what the
     # budget saves, measured in the same runs)
     unbudgeted, unbudgeted_thread = float("inf"), float("inf")
-    swept_thread = {r: float("inf") for r in sweep}
     attached, attached_thread, delivered = float("inf"), float("inf"), 0
     # one untimed replay per mode first: the first replay of a process pays one-time costs
     # (imports, the pools' first allocations) that would otherwise land on whichever mode

@@ -99,8 +99,11 @@ def _env_budget(env) -> float | None:
         return VerifyConfig.__dataclass_fields__["sample_budget"].default
     if raw.lower() == "none":
         return None
-    budget = _env_number(env, "HICACHE_VERIFY_BUDGET", raw, float, "a fraction in (0, 1] or none")
-    if not (0.0 < budget <= 1.0):     # (also NaN)
+    try:
+        budget = float(raw)
+    except ValueError:
+        budget = math.nan
+    if not (0.0 < budget <= 1.0):     # (NaN too: a word, or "nan")
         raise ValueError(f"HICACHE_VERIFY_BUDGET: {raw!r} is not a fraction in (0, 1] or none")
     return budget
 
