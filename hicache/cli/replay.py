@@ -177,7 +177,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _verify_config(args: argparse.Namespace):
     """The replay's verified mode: --verify when given (off too: it holds over everything
     else), else a mode chosen in this process (`hicache.verified.enable`, the pytest option),
-    else HICACHE_VERIFY's; rate, seed and budget from HICACHE_VERIFY_RATE/_SEED/_BUDGET, the directory from
+    else HICACHE_VERIFY's; rate, seed and budget from HICACHE_VERIFY_RATE/_SEED/_BUDGET/_BUDGET_WINDOW, the directory from
     --violation-dir, else HICACHE_VIOLATION_DIR. A replay monitored because of the variable
     reports like one under the flag (its `verify` block, exit 4 on a violation): the variable
     alone attached monitors behind the replay's back, a violation was a traceback."""

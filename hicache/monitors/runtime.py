@@ -12,8 +12,10 @@ runtime's state to the spec's variables (the refinement map), checks the named a
           ends no later sample could see), checked whatever the draw; otherwise the
           decision for step k+1 is drawn at step k, so the pre-state of a sampled step is
           mapped only then. A drawn sample is checked while the monitor's checking time
-          is within `sample_budget` of its lifetime (default 2%; None: always), so a
-          canary's cost stays bounded on any state size; one it lets go is counted
+          is within `sample_budget` of the time that passed (default 2%; None: always),
+          credit for idle time kept for `budget_window` seconds at most, so a canary's
+          cost stays bounded on any state size and comes in no burst after a quiet
+          spell; one it lets go is counted
   strict  every step
 
 A failure raises `ProtocolViolation` (action, args, failing conjunct and its spec location,
@@ -52,6 +54,9 @@ class VerifyConfig:
     # sample mode: the most of its lifetime a monitor spends checking before it lets drawn
     # samples go (None: every drawn sample is checked, whatever it costs; see Monitor._afford)
     sample_budget: float | None = 0.02
+    # ... over what span, in seconds: the credit a quiet spell earns is kept up to
+    # sample_budget x budget_window (so it is spent in no long burst of checks later)
+    budget_window: float = 1.0
     history: int = 64             # events kept for the violation report and trace
     violation_dir: str = "hicache-violations"
 
@@ -65,6 +70,7 @@ class VerifyConfig:
         if self.sample_budget is not None:
             object.__setattr__(self, "sample_budget",
                                number_in("sample_budget", self.sample_budget, 0.0, 1.0, lo_open=True))
+        object.__setattr__(self, "budget_window", number_in("budget_window", self.budget_window, 0.0, lo_open=True))
         integer("seed", self.seed)
         int_at_least("history", self.history, 2)      # a violation needs its pre-state
         if not isinstance(self.violation_dir, str) or not self.violation_dir.strip():
@@ -73,7 +79,8 @@ class VerifyConfig:
     @classmethod
     def from_env(cls, env=None) -> "VerifyConfig":
         """HICACHE_VERIFY=off|sample|strict, HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED,
-        HICACHE_VERIFY_BUDGET (a fraction in (0, 1], or `none`), HICACHE_VIOLATION_DIR."""
+        HICACHE_VERIFY_BUDGET (a fraction in (0, 1], or `none`), HICACHE_VERIFY_BUDGET_WINDOW
+        (seconds, > 0), HICACHE_VIOLATION_DIR."""
         env = os.environ if env is None else env
         raw = env.get("HICACHE_VERIFY", "off").strip().lower() or "off"
         try:
@@ -85,8 +92,11 @@ class VerifyConfig:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"HICACHE_VERIFY_RATE: {rate!r} is not a fraction in [0, 1]")
         budget = _env_budget(env)
+        window = _env_number(env, "HICACHE_VERIFY_BUDGET_WINDOW", "1.0", float, "a number of seconds > 0")
+        if not (0.0 < window < math.inf):     # (NaN too)
+            raise ValueError(f"HICACHE_VERIFY_BUDGET_WINDOW: {window!r} is not a number of seconds > 0")
         return cls(mode=mode, sample_rate=rate, seed=_env_number(env, "HICACHE_VERIFY_SEED", "0", int, "an integer"),
-                   sample_budget=budget,
+                   sample_budget=budget, budget_window=window,
                    # (set but empty: the default, as for HICACHE_VERIFY; not the current directory)
                    violation_dir=env.get("HICACHE_VIOLATION_DIR", "").strip() or "hicache-violations")
 
@@ -248,11 +258,15 @@ class Monitor:
         self.cache_checks = 0        # cache checks run
         self._cache: dict = {}
         self._strict = cfg.mode is Mode.STRICT
-        # sample mode's budget (see _afford): seconds spent checking since the monitor was made
+        # sample mode's budget (see _afford): a bucket of checking seconds, filled at
+        # sample_budget per second that passes, holding at most sample_budget x budget_window
+        # (or one check's cost, when that is more: so a costly check is never shut out)
         self._budget = cfg.sample_budget if cfg.mode is Mode.SAMPLE else None
-        self._spent = 0.0
+        self._window = cfg.budget_window
+        self._credit = 0.0           # seconds of checking afforded now (< 0: a debt being repaid)
+        self._filled = _clock()      # when the credit was last brought up to date
+        self._spent = 0.0            # seconds spent checking in all
         self._last_cost = 0.0        # what the last sampled check cost (the next one's estimate)
-        self._born = _clock()
         self.budget_skipped = 0      # drawn samples let go because the budget was spent
         # a map may name what its constants depend on (cheaper than freezing them all)
         self._constants_key = getattr(rmap, "constants_key", None)
@@ -355,18 +369,37 @@ class Monitor:
 
     def _afford(self) -> bool:
         """Sample mode's budget: a drawn sample is checked only while the time this monitor
-        has spent checking (sampled steps, cache checks) is at most `sample_budget` of its
-        lifetime; one let go is counted (`budget_skipped`). This bounds what a canary pays
+        has spent checking (sampled steps, cache checks) is at most `sample_budget` of the
+        time that passed, counting no more than `budget_window` seconds of a quiet spell's
+        credit; one let go is counted (`budget_skipped`). This bounds what a canary pays
         for the sampled steps whatever the state's size: a from-scratch check of a large
-        tree costs more, so fewer are afforded. Events that must be checked (a map's
-        `always_check`) and cache checks run regardless, and count against it."""
+        tree costs more, so fewer are afforded; and after an idle hour it checks no more
+        than after an idle second. Events that must be checked (a map's `always_check`)
+        and cache checks run regardless, and count against it."""
         b = self._budget
+        if b is None:
+            return True
+        now = _clock()
+        # the credit earned since the last look, kept up to the window's worth: credit is
+        # earned only by time passing, so over any span the checking time is at most
+        # sample_budget of it plus one window's worth (never a quiet hour's, spent later in
+        # a burst of checks)
+        credit = self._credit + b * (now - self._filled)
+        cap = max(b * self._window, self._last_cost)
+        self._credit, self._filled = (cap if credit > cap else credit), now
         # (with the sample's estimated cost: the last one's, so the budget is kept, not
         # overshot by one check; the first sample, whose cost is unknown, runs)
-        if b is None or self._spent + self._last_cost <= b * (_clock() - self._born):
+        if self._credit >= self._last_cost:
             return True
         self.budget_skipped += 1
         return False
+
+    def _charge(self, cost: float) -> None:
+        """Checking time spent (a sampled step, an always-checked event, a cache check):
+        taken from the budget's credit, which may go below zero (the next samples wait
+        until time passing has repaid it)."""
+        self._spent += cost
+        self._credit -= cost
 
     def let_go(self) -> int:
         """Drawn samples the budget let go (a companion's: its leader's, whose samples are
@@ -431,7 +464,7 @@ class Monitor:
             self._step(name, fields, steps)
         finally:
             cost = _clock() - t0
-            self._spent += cost
+            self._charge(cost)
             if self.sampled:
                 self._last_cost = cost
 
@@ -498,7 +531,7 @@ class Monitor:
                 hook(name, fields)
         finally:
             self._last_cost = _clock() - t0
-            self._spent += self._last_cost
+            self._charge(self._last_cost)
 
     def check_sampled(self, name: str, fields: dict, step: int) -> None:
         """Every invariant on the current mapped state, as the leader's step `step`, event
@@ -621,7 +654,7 @@ class Monitor:
         try:
             self._cache_check(self.steps if step is None else step)
         finally:
-            self._spent += _clock() - t0
+            self._charge(_clock() - t0)
 
     def _cache_check(self, at: int) -> None:
         if self.incremental:
@@ -726,6 +759,7 @@ class Monitor:
                          "config": {"mode": str(self.cfg.mode), "seed": self.cfg.seed,
                                     "sample_rate": self.cfg.sample_rate,
                                     "sample_budget": self.cfg.sample_budget,
+                                    "budget_window": self.cfg.budget_window,
                                     "budget_skipped": self.let_go(), "history": self.cfg.history,
                                     # False: every event is a compound step (invariants only)
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},

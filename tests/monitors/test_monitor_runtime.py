@@ -400,6 +400,44 @@ def test_sample_budget_keeps_the_seeded_draws(monkeypatch, tmp_path):
     assert afforded and set(afforded) < set(all_drawn)
 
 
+def test_sample_budget_keeps_no_more_than_a_windows_credit_after_a_quiet_spell(monkeypatch, tmp_path):
+    """Credit is earned by time passing, but a quiet spell (an idle canary) earns at most
+    the window's worth: after an hour with no events, the drawn samples afforded in a row
+    are those the window pays for, not the thousands an hour's credit would pay; after
+    that, checks come at the budget's pace again (about one event in eleven). The window's
+    credit is 0.5 x 20 s = 10 s; each check costs 1 s and, with its event's 0.1 s, earns
+    0.55 s back: 20 checks in a row leave 1 s, the estimated cost of the next."""
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5)
+    mon._window = 20.0
+    afforded_in_a_row = []
+
+    def look(name, fields):
+        afforded_in_a_row.append(mon.sampled)
+    cache.bus.subscribe(look)
+
+    def idle_hour(i):
+        if i == 19:
+            clock.now += 3600.0
+            afforded_in_a_row.clear()
+    run_workload(cache, reqs, on_request=idle_hour)
+    after = afforded_in_a_row[:-1]     # (the last: close's cache check, no event)
+    burst = next(i for i, checked in enumerate(after) if not checked)
+    assert 18 <= burst <= 21          # (not the ~6500 an hour of credit would pay)
+    rest = after[burst:]
+    assert len(rest) > 100 and sum(rest) < len(rest) / 8
+    # the budget over the whole span still holds
+    assert mon._spent <= 0.5 * clock.now
+
+
+def test_sample_budget_affords_a_check_costlier_than_its_window(monkeypatch, tmp_path):
+    """A window whose credit (0.5 x 0.1 s) is less than one check's cost (1 s) still lets
+    checks run at the budget's pace: the bucket holds one check's cost at least."""
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5)
+    mon._window = 0.1
+    run_workload(cache, reqs)
+    assert mon.steps / 16 < mon.checked < mon.steps / 8
+
+
 def test_sample_budget_is_validated_and_read_from_the_environment():
     assert VerifyConfig().sample_budget == 0.02
     assert VerifyConfig(sample_budget=None).sample_budget is None
@@ -412,3 +450,12 @@ def test_sample_budget_is_validated_and_read_from_the_environment():
     for bad in ("0", "2", "x", "nan"):
         with pytest.raises(ValueError, match="HICACHE_VERIFY_BUDGET"):
             VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET": bad})
+    # the window over which a quiet spell's credit is kept: seconds, > 0
+    assert VerifyConfig().budget_window == 1.0
+    assert VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET_WINDOW": " 30 "}).budget_window == 30.0
+    for bad in (0, -1.0, float("inf"), float("nan"), "1", True):
+        with pytest.raises(ValueError, match="budget_window"):
+            VerifyConfig(mode="sample", budget_window=bad)
+    for bad in ("0", "-2", "inf", "nan", "x"):
+        with pytest.raises(ValueError, match="HICACHE_VERIFY_BUDGET_WINDOW"):
+            VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET_WINDOW": bad})
