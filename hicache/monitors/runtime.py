@@ -380,10 +380,10 @@ class Monitor:
         if b is None:
             return True
         now = _clock()
-        # the credit earned since the last look, kept up to the window's worth: credit is
-        # earned only by time passing, so over any span the checking time is at most
-        # sample_budget of it plus one window's worth (never a quiet hour's, spent later in
-        # a burst of checks)
+        # the credit earned since the last look, kept up to the window's worth (or one
+        # check's cost): credit is earned only by time passing, so over any span the checking
+        # time is about sample_budget of it plus what the bucket held (never a quiet hour's
+        # credit, spent later in a burst of checks)
         credit = self._credit + b * (now - self._filled)
         cap = max(b * self._window, self._last_cost)
         self._credit, self._filled = (cap if credit > cap else credit), now

@@ -39,6 +39,10 @@ class Op:
     def wait(self, timeout: float | None = None) -> bool:
         return self.done.wait(timeout)
 
+    def finish(self) -> None:
+        """Mark the op ended (run returned or raised): the worker's last word on it."""
+        self.done.set()
+
 
 class LoadOp(Op):
     """Host -> device, layer by layer. `layers_done` only grows; consumers wait per layer."""
@@ -70,6 +74,13 @@ class LoadOp(Op):
                 self.layers_done = layer + 1
                 self._cond.notify_all()
             self._on_layer(layer)
+
+    def finish(self) -> None:
+        # a per-layer waiter re-checks its condition only when notified: a load that ended
+        # early (a copy failed) must wake it, or it waits for a layer that never comes
+        with self._cond:
+            self.done.set()
+            self._cond.notify_all()
 
     def wait_layer(self, layer: int, timeout: float | None = None) -> bool:
         """Block until `layer` is on device (the forward pass calls this per layer): True
@@ -151,7 +162,7 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - a failing op is a miss, never a dead thread
                 op.error = exc
             finally:
-                op.done.set()
+                op.finish()
 
     def close(self, timeout_s: float | None = None) -> bool:
         """Stop the thread after the ops queued before; True once it ended. With a bound,

@@ -452,6 +452,11 @@ def test_sample_budget_is_validated_and_read_from_the_environment():
             VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET": bad})
     # the window over which a quiet spell's credit is kept: seconds, > 0
     assert VerifyConfig().budget_window == 1.0
+    cache = make_cache(W, plan(0, WorkloadConfig(requests=1))[0])
+    try:    # (the window a monitor keeps is the configuration's)
+        assert Monitor(HostTierMap(cache), VerifyConfig(mode="sample", budget_window=7.5))._window == 7.5
+    finally:
+        cache.close()
     assert VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET_WINDOW": " 30 "}).budget_window == 30.0
     for bad in (0, -1.0, float("inf"), float("nan"), "1", True):
         with pytest.raises(ValueError, match="budget_window"):

@@ -404,3 +404,37 @@ def test_a_backup_that_ends_below_a_parent_copy_issued_again_is_released(tmp_pat
     assert (cache.host.state[parent.host] == int(S.SYNCED)).all()
     assert mon.checked == mon.steps > 5
     cache.close()
+
+
+def test_a_layer_waiter_is_woken_when_the_load_fails(host_only):
+    """The forward pass waits per layer (`wait_layer`); a load whose copy fails must wake a
+    waiter already blocked on a layer it will never copy (it waited for good before: the
+    worker set `done` without notifying the layer condition). Each layer's copy is held
+    until the waiter is blocked again (its n-th wait), so the failure lands while it
+    waits. Bounded: the waiter runs on a thread joined with a timeout, its own wait 30 s."""
+    cache, _, _ = host_only
+    waits = threading.Semaphore(0)
+    failing = cache._load_layer_fn
+
+    def gated_fn(op):
+        copy = failing(op)
+
+        def gated(layer):
+            assert waits.acquire(timeout=30)     # the waiter is blocked (again)
+            copy(layer)
+        return gated
+    cache._load_layer_fn = gated_fn
+
+    class Watched(threading.Condition):
+        def wait(self, timeout=None):
+            waits.release()
+            return super().wait(timeout)
+    req = cache.match(TOKENS)
+    op = cache.load_back(req)
+    op._cond = Watched()                         # (the worker is held before layer 0's copy)
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(op.wait_layer(1, timeout=30)), daemon=True)
+    waiter.start()
+    waiter.join(20)
+    assert not waiter.is_alive() and got == [False] and isinstance(op.error, CopyFailed)
+    cache.poll()
