@@ -51,8 +51,9 @@ class VerifyConfig:
     mode: Mode = Mode.OFF
     sample_rate: float = 0.05     # sample mode: fraction of steps checked
     seed: int = 0                 # sample mode: the RNG seed (reproducible choices)
-    # sample mode: the most of its lifetime a monitor spends checking before it lets drawn
-    # samples go (None: every drawn sample is checked, whatever it costs; see Monitor._afford)
+    # sample mode: the share of the time that passes a monitor spends checking before it
+    # lets drawn samples go (None: every drawn sample is checked, whatever it costs; see
+    # Monitor._afford)
     sample_budget: float | None = 0.02
     # ... over what span, in seconds: the credit a quiet spell earns is kept up to
     # sample_budget x budget_window (so it is spent in no long burst of checks later)
