@@ -169,7 +169,7 @@ class _UnguardedWorker(Worker):
                 if op is None:
                     return
                 op.run()            # the bug: an exception here ends the thread
-                op.done.set()
+                op.finish()
                 with self.cond:
                     self.cond.notify_all()
         except Exception as exc:  # noqa: BLE001 - recorded; the loop (the thread) is over
