@@ -197,6 +197,17 @@ class HiCache:
         if bus.listeners:
             bus.publish(action, args)
 
+    def _launch(self, worker: Worker, op: Op, action: A, **args: Any) -> None:
+        """`action`'s event, then `op` to its worker, also when a listener raised at the event
+        (a monitor's violation, which the caller then sees). The op is already recorded where
+        its waiters look (its nodes' `inflight` and `loading`, the request's loads or
+        prefetch, its reserved slots): one never submitted would never finish, so a later
+        match of its prefix would wait for it forever and its slots would stay reserved."""
+        try:
+            self._emit(action, **args)
+        finally:
+            worker.submit(op)
+
     def _attach(self, op: Op, nodes: list[Node]) -> None:
         for x in nodes:
             x.inflight.append(op)
@@ -551,6 +562,7 @@ class HiCache:
         """BackupStart for the nodes without a host copy on node's path, top-down, while
         they have `min_hits` hits: host copies of backups form a prefix from the root.
         Returns the number of nodes whose backup started."""
+        self._open("backup")
         if self.host is None:
             return 0
         path = []
@@ -581,8 +593,7 @@ class HiCache:
         if self.deps is not None:
             op.draft_tid = self.deps.launch(_draft_kind("backup"), pages, slots)
         self._attach(op, [v])
-        self._emit(A.BackupStart, node=v.id, slots=slots, blocking=False)
-        self.writer.submit(op)
+        self._launch(self.writer, op, A.BackupStart, node=v.id, slots=slots, blocking=False)
         return True
 
     def _copy_to_host(self, op: FuncOp) -> None:
@@ -735,8 +746,7 @@ class HiCache:
         else:
             req.storage_hit += len(pages)
             self.metrics.storage_hit_tokens += loaded
-        self._emit(A.LoadBackStart, rid=req.rid, nodes=op.node_ids, slots=slots, pages=pages)
-        self.loader.submit(op)
+        self._launch(self.loader, op, A.LoadBackStart, rid=req.rid, nodes=op.node_ids, slots=slots, pages=pages)
         return op
 
     def _load_layer_fn(self, op: LoadOp):
@@ -788,8 +798,7 @@ class HiCache:
         if self.deps is not None:
             op.draft_tid = self.deps.launch(_draft_kind("store"), slots, slots)
         self._attach(op, [v])
-        self._emit(A.StorageBackupStart, node=v.id, keys=len(keys))
-        self.backuper.submit(op)
+        self._launch(self.backuper, op, A.StorageBackupStart, node=v.id, keys=len(keys))
 
     def _store_pages(self, op: FuncOp) -> list[bool]:
         import torch
@@ -871,8 +880,7 @@ class HiCache:
         self._prefetching.add(op)
         self._prefetch_slots += len(slots)
         self.metrics.prefetch_requests += 1
-        self._emit(A.PrefetchStart, rid=req.rid, slots=slots, pages=want)
-        self.prefetcher.submit(op)
+        self._launch(self.prefetcher, op, A.PrefetchStart, rid=req.rid, slots=slots, pages=want)
         return True
 
     def _host_tail(self, v: Node) -> bool:
@@ -952,7 +960,10 @@ class HiCache:
         op = req.prefetch
         if op is None:
             return 0
-        STOP[self.cfg.prefetch_policy](self, op)
+        if not self._closed:
+            STOP[self.cfg.prefetch_policy](self, op)
+        # (after close the prefetch was terminated there: its stop policy waits no more, or a
+        # request finished after close on a backend that never answers would wait for good)
         req.prefetch = None
         self.tree.host_anchor(op.anchor, -1)
         if op.done.is_set():
@@ -1088,7 +1099,8 @@ class HiCache:
                 n += 1
                 raise_check_failure(op)
             if self.prefetcher is not None:
-                self.prefetcher.ready()   # prefetch acks are consumed per request
+                for _ in self.prefetcher.ready():    # prefetch acks are consumed per request
+                    pass
         if self._orphans:
             self._reap_orphans()
         if self.host is not None:
@@ -1157,8 +1169,14 @@ class HiCache:
             for w in (self.loader, self.writer):
                 if w is not None:
                     w.close()
-            for w in (self.prefetcher, self.backuper):
-                if w is not None and not w.close(max(0.0, deadline - time.monotonic())):
+            # (both storage workers are told to stop before either is waited for: a healthy
+            # one ends while a stuck one uses up the wait, and is not counted as left behind
+            # for being joined with no time left)
+            storage = [w for w in (self.prefetcher, self.backuper) if w is not None]
+            for w in storage:
+                w.stop()
+            for w in storage:
+                if not w.join(max(0.0, deadline - time.monotonic())):
                     self.metrics.close_abandoned += 1
         for op in self._prefetching:
             if op.done.is_set():

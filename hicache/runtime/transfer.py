@@ -11,7 +11,7 @@ import collections
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 #: how often a wait on a worker's op checks that the worker's thread still runs
 LIVENESS_POLL_S = 0.05
@@ -120,13 +120,14 @@ class Worker:
         self._q.put(op)
         return op
 
-    def ready(self) -> list[Op]:
-        """Pop the finished ops at the front of the ack queue, in issue order."""
-        out = []
+    def ready(self) -> Iterator[Op]:
+        """The finished ops at the front of the ack queue, in issue order, each popped only
+        when it is taken: when applying one raises (a monitor's violation, a check failure),
+        the ones after it stay queued for the next poll. (Popped all at once, they were lost:
+        never applied, their slots held and their nodes in flight for good.)"""
         acks = self.acks
         while acks and acks[0].done.is_set():
-            out.append(acks.popleft())
-        return out
+            yield acks.popleft()
 
     def drain(self) -> list[Op]:
         """Wait for every submitted op and pop them all, in issue order."""
@@ -168,6 +169,14 @@ class Worker:
         """Stop the thread after the ops queued before; True once it ended. With a bound,
         a thread stuck in an op (a backend that never answers) is left behind (a daemon):
         False."""
+        self.stop()
+        return self.join(timeout_s)
+
+    def stop(self) -> None:
+        """Ask the thread to end after the ops queued before it (without waiting)."""
         self._q.put(None)
+
+    def join(self, timeout_s: float | None = None) -> bool:
+        """Wait for the thread to end, at most `timeout_s`: True once it has."""
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
