@@ -31,16 +31,19 @@ def pytest_configure(config) -> None:
         # under it, the conftest fixture turning it off only after that test.)
         return
     try:
-        # (importing hicache.verified enables verified mode from the environment: a bad
-        # HICACHE_VERIFY_RATE / _SEED raises there, named in the message)
-        from hicache import verified
+        # (imported without its own enable() from HICACHE_VERIFY: the mode is chosen here, so a
+        # bad variable the option overrides blocks nothing; a bad HICACHE_VERIFY_RATE / _SEED
+        # raises at enable, named in the message)
+        from hicache.monitors.attach import verified_module
+        verified = verified_module()
         if mode != "off":
             extra = {}
             if not os.environ.get("HICACHE_VIOLATION_DIR", "").strip():
                 # (not ./hicache-violations: a run of the suite would leave its tests' traces,
-                # the ones faults write on purpose included, in the working tree)
+                # the ones faults write on purpose included, in the working tree; removed at
+                # the end when no trace went there, so a clean run leaves no directory behind)
                 import tempfile
-                extra["violation_dir"] = tempfile.mkdtemp(prefix="hicache-violations-")
+                extra["violation_dir"] = config._hicache_tmp_dir = tempfile.mkdtemp(prefix="hicache-violations-")
             verified.enable(mode, **extra)
             config._hicache_verify = mode
             # the whole configuration (rate, seed, trace directory): what a test that
@@ -50,7 +53,19 @@ def pytest_configure(config) -> None:
             # --hicache-verify=off is a choice: it holds over HICACHE_VERIFY in the environment
             verified.disable()
     except ValueError as e:
+        _remove_tmp_dir(config)
         raise pytest.UsageError(str(e)) from None
+
+
+def _remove_tmp_dir(config) -> None:
+    """The session's temporary trace directory, removed when no trace was written to it."""
+    path = getattr(config, "_hicache_tmp_dir", None)
+    if path is not None:
+        config._hicache_tmp_dir = None
+        try:
+            os.rmdir(path)        # (only an empty one: a violation's traces stay to explain)
+        except OSError:
+            pass
 
 
 def pytest_report_header(config) -> str | None:
@@ -64,3 +79,4 @@ def pytest_unconfigure(config) -> None:
     if getattr(config, "_hicache_verify", None):
         from hicache import verified
         verified.disable()
+    _remove_tmp_dir(config)

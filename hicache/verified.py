@@ -1,6 +1,6 @@
 """Verified mode: every cache and draft runtime created while it is on carries a runtime monitor.
 
-    import hicache.verified            # mode from HICACHE_VERIFY (default: strict)
+    import hicache.verified            # mode from HICACHE_VERIFY (unset or empty: strict)
     hicache.verified.enable("sample")  # or explicitly
     pytest --hicache-verify=strict     # the pytest plugin (hicache.pytest_plugin)
 
@@ -31,7 +31,6 @@ attaches its own monitor (its `__init__` reads the variable once); once `enable`
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 
@@ -61,16 +60,15 @@ cache_check = _registry.cache_check
 
 
 def enable(mode: str | Mode | None = None, **overrides) -> VerifyConfig:
-    """Turn verified mode on for caches created from now on (mode None: from the env)."""
-    cfg = VerifyConfig.from_env()
-    if mode is None and os.environ.get("HICACHE_VERIFY") is None:
-        mode = Mode.STRICT
-    if mode is not None or overrides:
-        fields = dataclasses.asdict(cfg)
-        if mode is not None:
-            fields["mode"] = mode          # (VerifyConfig checks it, naming the field)
-        fields.update(overrides)
-        cfg = VerifyConfig(**fields)
+    """Turn verified mode on for caches created from now on (mode None: HICACHE_VERIFY's,
+    strict when it is unset, empty or blank). The mode and the fields given win over their
+    variables, which are then not read: a bad HICACHE_VERIFY blocks only the call that uses it."""
+    if mode is None and not os.environ.get("HICACHE_VERIFY", "").strip():
+        mode = Mode.STRICT                 # (empty is unset: from_env would read it as off)
+    given = dict(overrides)
+    if mode is not None:
+        given["mode"] = mode               # (VerifyConfig checks it, naming the field)
+    cfg = VerifyConfig.from_env(**given)
     disable()
     _state["cfg"] = cfg
     _registry.choose(cfg)
@@ -120,5 +118,8 @@ def disable() -> None:
     _registry.choose(_state["cfg"])     # off, whatever HICACHE_VERIFY says
 
 
-# `import hicache.verified` turns verification on (HICACHE_VERIFY=off keeps it off)
-enable()
+# `import hicache.verified` turns verification on (HICACHE_VERIFY=off keeps it off), unless
+# the importer chooses the mode itself at once (`attach.verified_module`: the replay's
+# --verify, the pytest option), whose choice a bad HICACHE_VERIFY must not block
+if not _registry.importing_to_choose():
+    enable()

@@ -67,7 +67,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 #: config field -> the flag that sets it: the configs' errors name fields ("host_tokens: ..."),
 #: a command-line user needs the flag
 _FLAGS = {"page_size": "--page-size", "device_tokens": "--device-tokens",
-          "host_tokens": "--host-tokens", "limit": "--limit", "cp": "--cp", "sweep": "--sweep"}
+          "host_tokens": "--host-tokens", "limit": "--limit", "cp": "--cp", "sweep": "--sweep",
+          # (VerifyConfig's: only the flag gives a bad one; an empty HICACHE_VIOLATION_DIR is the default)
+          "violation_dir": "--violation-dir"}
 _FIELD = re.compile(r"^(\w+): ")
 
 
@@ -180,13 +182,18 @@ def _verify_config(args: argparse.Namespace):
     else HICACHE_VERIFY's; rate, seed and budget from HICACHE_VERIFY_RATE/_SEED/_BUDGET/_BUDGET_WINDOW, the directory from
     --violation-dir, else HICACHE_VIOLATION_DIR. A replay monitored because of the variable
     reports like one under the flag (its `verify` block, exit 4 on a violation): the variable
-    alone attached monitors behind the replay's back, a violation was a traceback."""
+    alone attached monitors behind the replay's back, a violation was a traceback. A flag's
+    variable is not read (a bad HICACHE_VERIFY refused `--verify strict`)."""
     from hicache.monitors.maps.dist import verify_config
     from hicache.monitors.runtime import VerifyConfig
     if args.verify == "off":
         return VerifyConfig()              # (the variables are not read: nothing of them is used)
-    base = verify_config()                 # (as `hicache run`; a bad variable: ValueError naming it)
-    return dataclasses.replace(base, mode=args.verify or base.mode, violation_dir=args.violation_dir or base.violation_dir)
+    given = {}
+    if args.verify is not None:
+        given["mode"] = args.verify
+    if args.violation_dir is not None:     # (an empty one too: refused, naming the flag)
+        given["violation_dir"] = args.violation_dir
+    return verify_config(**given)          # (as `hicache run`; a bad variable: ValueError naming it)
 
 
 @contextlib.contextmanager
@@ -204,8 +211,8 @@ def _verified_mode(cfg):
                 loaded.disable()           # (unwraps a mode enabled in code)
             attach.choose(cfg)             # (a choice: the variable attaches nothing either)
         else:
-            from hicache import verified
-            verified.enable(**dataclasses.asdict(cfg))
+            # (imported without its own enable() from HICACHE_VERIFY: --verify is the choice)
+            attach.verified_module().enable(**dataclasses.asdict(cfg))
         yield
     finally:
         verified = sys.modules.get("hicache.verified")
@@ -220,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         vcfg = _verify_config(args)
     except ValueError as e:
-        return _fail(args, str(e), EXIT_USAGE)
+        return _fail(args, _flagged(str(e)), EXIT_USAGE)
     args.verify = vcfg.mode.value
     from hicache.monitors.runtime import ProtocolViolation
     with _verified_mode(vcfg):

@@ -32,6 +32,30 @@ def chosen() -> VerifyConfig | None:
     return _chosen[0]
 
 
+# True while `verified_module()` imports hicache.verified for a caller that chooses the mode
+# itself right after: the import then enables nothing from HICACHE_VERIFY
+_importing_to_choose: list = [False]
+
+
+def importing_to_choose() -> bool:
+    return _importing_to_choose[0]
+
+
+def verified_module():
+    """hicache.verified, for a caller that calls its `enable`/`disable` at once (the replay's
+    --verify, the pytest option): imported here, if not yet loaded, without the import's own
+    `enable()` from HICACHE_VERIFY, so a bad value there (a variable the explicit choice does
+    not use) does not fail the import and block the choice."""
+    mod = sys.modules.get("hicache.verified")
+    if mod is None:
+        _importing_to_choose[0] = True
+        try:
+            import hicache.verified as mod
+        finally:
+            _importing_to_choose[0] = False
+    return mod
+
+
 # set inside `unmonitored()`: what is created there gets no monitor (per thread of control)
 _unmonitored: contextvars.ContextVar[bool] = contextvars.ContextVar("hicache_unmonitored", default=False)
 

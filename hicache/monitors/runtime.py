@@ -59,6 +59,7 @@ class VerifyConfig:
     # sample_budget x budget_window (so it is spent in no long burst of checks later)
     budget_window: float = 1.0
     history: int = 64             # events kept for the violation report and trace
+    # where violation traces go: a str or os.PathLike (a pathlib.Path), kept as its str
     violation_dir: str = "hicache-violations"
 
     def __post_init__(self) -> None:
@@ -74,40 +75,62 @@ class VerifyConfig:
         object.__setattr__(self, "budget_window", number_in("budget_window", self.budget_window, 0.0, lo_open=True))
         integer("seed", self.seed)
         int_at_least("history", self.history, 2)      # a violation needs its pre-state
-        if not isinstance(self.violation_dir, str) or not self.violation_dir.strip():
+        # (normalized once: the trace writer, the pytest report header and equality between
+        # configs see one str, whichever form the caller had)
+        vdir = os.fspath(self.violation_dir) if isinstance(self.violation_dir, os.PathLike) else self.violation_dir
+        if not isinstance(vdir, str) or not vdir.strip():
             raise ValueError(f"violation_dir: must be a directory path, got {self.violation_dir!r}")
+        object.__setattr__(self, "violation_dir", vdir)
 
     @classmethod
-    def from_env(cls, env=None) -> "VerifyConfig":
+    def from_env(cls, env=None, **given) -> "VerifyConfig":
         """HICACHE_VERIFY=off|sample|strict, HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED,
         HICACHE_VERIFY_BUDGET (a fraction in (0, 1], or `none`), HICACHE_VERIFY_BUDGET_WINDOW
-        (seconds, > 0), HICACHE_VIOLATION_DIR."""
+        (seconds, > 0), HICACHE_VIOLATION_DIR. Each one unset, empty or blank is its field's
+        default (HICACHE_VERIFY: off). A field in `given` (a flag, an argument in code) wins
+        and its variable is not read: a bad value the caller overrides must not block it."""
         env = os.environ if env is None else env
-        raw = env.get("HICACHE_VERIFY", "off").strip().lower() or "off"
-        try:
-            mode = Mode(raw)
-        except ValueError:
-            raise ValueError(f"HICACHE_VERIFY: {raw!r} is not one of off, sample, strict") from None
-        # (each variable's error names it: the process's environment is the input here)
-        rate = _env_number(env, "HICACHE_VERIFY_RATE", "0.05", float, "a fraction in [0, 1]")
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"HICACHE_VERIFY_RATE: {rate!r} is not a fraction in [0, 1]")
-        budget = _env_budget(env)
-        window = _env_number(env, "HICACHE_VERIFY_BUDGET_WINDOW", "1.0", float, "a number of seconds > 0")
-        if not (0.0 < window < math.inf):     # (NaN too)
-            raise ValueError(f"HICACHE_VERIFY_BUDGET_WINDOW: {window!r} is not a number of seconds > 0")
-        return cls(mode=mode, sample_rate=rate, seed=_env_number(env, "HICACHE_VERIFY_SEED", "0", int, "an integer"),
-                   sample_budget=budget, budget_window=window,
-                   # (set but empty: the default, as for HICACHE_VERIFY; not the current directory)
-                   violation_dir=env.get("HICACHE_VIOLATION_DIR", "").strip() or "hicache-violations")
+        # (in field order, each variable's error naming it: the environment is the input here)
+        fields = {name: read(env) for name, read in _ENV_READERS.items() if name not in given}
+        return cls(**fields, **given)
+
+
+def _default(field: str):
+    return VerifyConfig.__dataclass_fields__[field].default
+
+
+def _env_raw(env, name: str) -> str | None:
+    """The variable's stripped value; None when unset, empty or blank (then the default, for
+    every variable alike: `VAR= cmd` in a shell, or a CI template's empty slot, means unset)."""
+    raw = env.get(name, "").strip()
+    return raw or None
+
+
+def _env_mode(env) -> Mode:
+    raw = _env_raw(env, "HICACHE_VERIFY")
+    try:
+        return Mode((raw or "off").lower())
+    except ValueError:
+        raise ValueError(f"HICACHE_VERIFY: {raw.lower()!r} is not one of off, sample, strict") from None
+
+
+def _env_rate(env) -> float:
+    rate = _env_number(env, "HICACHE_VERIFY_RATE", "sample_rate", float, "a fraction in [0, 1]")
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"HICACHE_VERIFY_RATE: {rate!r} is not a fraction in [0, 1]")
+    return rate
+
+
+def _env_seed(env) -> int:
+    return _env_number(env, "HICACHE_VERIFY_SEED", "seed", int, "an integer")
 
 
 def _env_budget(env) -> float | None:
     """HICACHE_VERIFY_BUDGET: unset or empty, the default; `none`, no budget; else a
     fraction in (0, 1]."""
-    raw = env.get("HICACHE_VERIFY_BUDGET", "").strip()
-    if not raw:
-        return VerifyConfig.__dataclass_fields__["sample_budget"].default
+    raw = _env_raw(env, "HICACHE_VERIFY_BUDGET")
+    if raw is None:
+        return _default("sample_budget")
     if raw.lower() == "none":
         return None
     try:
@@ -119,12 +142,31 @@ def _env_budget(env) -> float | None:
     return budget
 
 
-def _env_number(env, name: str, default: str, kind, what: str):
-    raw = env.get(name, default)
+def _env_window(env) -> float:
+    window = _env_number(env, "HICACHE_VERIFY_BUDGET_WINDOW", "budget_window", float, "a number of seconds > 0")
+    if not (0.0 < window < math.inf):     # (NaN too)
+        raise ValueError(f"HICACHE_VERIFY_BUDGET_WINDOW: {window!r} is not a number of seconds > 0")
+    return window
+
+
+def _env_dir(env) -> str:
+    # (set but empty: the default, as for every variable; not the current directory)
+    return _env_raw(env, "HICACHE_VIOLATION_DIR") or _default("violation_dir")
+
+
+def _env_number(env, name: str, field: str, kind, what: str):
+    raw = _env_raw(env, name)
+    if raw is None:
+        return _default(field)
     try:
-        return kind(raw.strip())
+        return kind(raw)
     except ValueError:
-        raise ValueError(f"{name}: {raw!r} is not {what}") from None
+        raise ValueError(f"{name}: {env[name]!r} is not {what}") from None
+
+
+#: VerifyConfig field -> its variable's reader (history has none)
+_ENV_READERS = {"mode": _env_mode, "sample_rate": _env_rate, "seed": _env_seed,
+                "sample_budget": _env_budget, "budget_window": _env_window, "violation_dir": _env_dir}
 
 
 class RefinementMap(Protocol):

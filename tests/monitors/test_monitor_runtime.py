@@ -158,6 +158,68 @@ def test_verify_config_from_env():
             VerifyConfig.from_env({"HICACHE_VERIFY": "sample", var: value})
 
 
+def test_an_empty_or_blank_variable_is_its_default():
+    """HICACHE_VERIFY_RATE / _SEED / _BUDGET_WINDOW set to "" (a CI template's empty slot,
+    `VAR= cmd`) were errors, while an empty HICACHE_VERIFY or HICACHE_VIOLATION_DIR was the
+    default: every variable reads empty or blank as unset."""
+    names = ("HICACHE_VERIFY_RATE", "HICACHE_VERIFY_SEED", "HICACHE_VERIFY_BUDGET",
+             "HICACHE_VERIFY_BUDGET_WINDOW", "HICACHE_VIOLATION_DIR")
+    for blank in ("", "  "):
+        assert VerifyConfig.from_env({"HICACHE_VERIFY": "sample", **dict.fromkeys(names, blank)}) == \
+            VerifyConfig(mode="sample")
+        assert VerifyConfig.from_env({"HICACHE_VERIFY": blank}).mode is Mode.OFF
+
+
+def test_an_explicit_choice_does_not_read_the_variable_it_replaces(monkeypatch, tmp_path):
+    """A bad HICACHE_VERIFY is an error only where it is used: `enable("strict")` (and
+    `from_env(mode=...)`, what `hicache replay --verify` calls) refused it anyway."""
+    from hicache import verified
+    monkeypatch.setenv("HICACHE_VERIFY", "bogus")
+    assert VerifyConfig.from_env(mode="strict").mode is Mode.STRICT
+    assert VerifyConfig.from_env({"HICACHE_VERIFY_RATE": "x"}, mode="sample", sample_rate=0.5).sample_rate == 0.5
+    try:
+        assert verified.enable("strict", violation_dir=str(tmp_path)).mode is Mode.STRICT
+        assert verified.current().mode is Mode.STRICT
+    finally:
+        verified.disable()
+    with pytest.raises(ValueError, match="^HICACHE_VERIFY: 'bogus' is not one of"):
+        verified.enable()           # (no mode given: the variable is what is used)
+    # a variable still used is still checked
+    monkeypatch.setenv("HICACHE_VERIFY_RATE", "x")
+    with pytest.raises(ValueError, match="^HICACHE_VERIFY_RATE: 'x'"):
+        verified.enable("sample")
+
+
+def test_import_under_an_empty_hicache_verify_is_strict(monkeypatch, tmp_path):
+    """`import hicache.verified` turns strict mode on when HICACHE_VERIFY is unset; set but
+    empty is unset (it was off)."""
+    import sys
+
+    import hicache
+    monkeypatch.setenv("HICACHE_VERIFY", "")
+    monkeypatch.setenv("HICACHE_VIOLATION_DIR", str(tmp_path))
+    # as in a fresh process, where the import is what reads the variable
+    monkeypatch.delitem(sys.modules, "hicache.verified", raising=False)
+    monkeypatch.delattr(hicache, "verified", raising=False)
+    import hicache.verified as fresh
+    try:
+        assert fresh.current().mode is Mode.STRICT
+    finally:
+        fresh.disable()
+
+
+def test_violation_dir_takes_a_path():
+    """A pathlib.Path (any os.PathLike) is a directory path: it was refused as not a str. It is
+    kept as its str, so configs given either form are equal."""
+    import pathlib
+    cfg = VerifyConfig(mode="strict", violation_dir=pathlib.Path("/tmp/traces"))
+    assert cfg.violation_dir == "/tmp/traces" and type(cfg.violation_dir) is str
+    assert cfg == VerifyConfig(mode="strict", violation_dir="/tmp/traces")
+    for bad in (b"/tmp/traces", 3, None):
+        with pytest.raises(ValueError, match="^violation_dir: must be a directory path"):
+            VerifyConfig(violation_dir=bad)
+
+
 # ---------------------------------------------------------------- map's own invariant forms
 def test_linear_slot_in_one_owner_agrees_with_generated(tmp_path):
     rng = random.Random(5)

@@ -129,6 +129,60 @@ def test_pytest_plugin_option(monkeypatch):
     assert verified.current().mode == "off"
 
 
+def test_pytest_plugin_leaves_no_empty_violation_directory(monkeypatch):
+    """The session's temporary trace directory is removed at the end when no trace went
+    there (every run left an empty hicache-violations-* behind); one holding a trace stays."""
+    import shutil
+
+    from hicache import pytest_plugin
+    monkeypatch.delenv("HICACHE_VIOLATION_DIR", raising=False)
+
+    class Cfg:
+        def getoption(self, name, default=None):
+            return "sample"
+    clean, dirty = Cfg(), Cfg()
+    for cfg in (clean, dirty):
+        try:
+            pytest_plugin.pytest_configure(cfg)
+            vdir = cfg._hicache_verify_config.violation_dir
+            assert os.path.isdir(vdir)
+            if cfg is dirty:
+                open(os.path.join(vdir, "HostTier-step1-0.itf.json"), "w").close()
+        finally:
+            pytest_plugin.pytest_unconfigure(cfg)
+    try:
+        assert not os.path.exists(clean._hicache_verify_config.violation_dir)
+        assert os.listdir(dirty._hicache_verify_config.violation_dir) == ["HostTier-step1-0.itf.json"]
+    finally:
+        shutil.rmtree(dirty._hicache_verify_config.violation_dir)
+
+
+def test_pytest_option_is_not_blocked_by_a_bad_hicache_verify(monkeypatch, tmp_path):
+    """--hicache-verify=strict with HICACHE_VERIFY=bogus: the option is the mode, the variable
+    is not used (importing hicache.verified enabled from it, and failed)."""
+    import sys
+
+    import hicache
+    from hicache import pytest_plugin
+    from hicache.monitors.runtime import Mode
+
+    class Cfg:
+        def getoption(self, name, default=None):
+            return "strict"
+    monkeypatch.setenv("HICACHE_VERIFY", "bogus")
+    monkeypatch.setenv("HICACHE_VIOLATION_DIR", str(tmp_path))
+    # as in a fresh process, where the plugin's import of hicache.verified reads the variables
+    monkeypatch.delitem(sys.modules, "hicache.verified", raising=False)
+    monkeypatch.delattr(hicache, "verified", raising=False)
+    cfg = Cfg()
+    try:
+        pytest_plugin.pytest_configure(cfg)
+        assert sys.modules["hicache.verified"].current().mode is Mode.STRICT
+        assert cfg._hicache_verify_config.violation_dir == str(tmp_path)
+    finally:
+        pytest_plugin.pytest_unconfigure(cfg)
+
+
 def test_pytest_plugin_reports_bad_settings_as_usage_errors(monkeypatch):
     """A bad HICACHE_VERIFY or HICACHE_VERIFY_RATE under the plugin is a usage error (pytest
     prints the line and exits 4), not an INTERNALERROR traceback."""

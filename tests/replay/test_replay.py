@@ -135,6 +135,19 @@ def test_cli_verify_follows_hicache_verify_and_off_holds_over_it(tmp_path):
     assert json.loads(proc.stdout.splitlines()[-1])["error"].startswith("HICACHE_VERIFY: 'bogus'")
 
 
+def test_cli_verify_flag_is_not_blocked_by_a_bad_hicache_verify(tmp_path):
+    """--verify strict is the mode: a bad HICACHE_VERIFY, which it replaces, refused the replay
+    (at the variable's parse, and again at `hicache.verified`'s import, which enabled from it).
+    A fresh process: in this one the pytest plugin's verified mode is in force."""
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--limit", "20", "--page-size", "16",
+                           "--device-tokens", "2048", "--host-tokens", "8192", "--json", "--verify", "strict",
+                           "--violation-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ, HICACHE_VERIFY="bogus"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    v = json.loads(proc.stdout.splitlines()[-1])["verify"]
+    assert v["mode"] == "strict" and v["monitors"][0]["checked"] > 0
+
+
 def test_cli_reports_bad_lines(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n{"x": 1}\n')

@@ -146,6 +146,16 @@ def test_a_trace_named_like_a_config_field_keeps_its_name(tmp_path, capsys, monk
     assert last_json(capsys.readouterr().out)["error"].startswith("--limit: ")
 
 
+def test_a_bad_violation_dir_names_the_flag(tmp_path, capsys):
+    """`--violation-dir` with no directory in it: the error names the flag the user typed,
+    not VerifyConfig's field (`violation_dir: ...`); an empty one is refused too (it fell back
+    to the default directory, as if not given)."""
+    path = write(tmp_path, line() + "\n")
+    for value in (" ", ""):
+        assert main(["replay", path, "--json", "--verify", "strict", "--violation-dir", value]) == EXIT_USAGE
+        assert last_json(capsys.readouterr().out)["error"] == f"--violation-dir: must be a directory path, got {value!r}"
+
+
 def test_replay_keeps_a_verified_mode_enabled_in_code(tmp_path, capsys):
     """A mode enabled in this process (hicache.verified.enable, the pytest option) is the
     replay's when --verify is not given, and is the process's again after the replay, also

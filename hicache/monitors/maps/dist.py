@@ -16,6 +16,7 @@ only a completion reported twice fails there).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from hicache.monitors.runtime import Mode, ProtocolViolation, VerifyConfig
@@ -23,12 +24,15 @@ from hicache.monitors.runtime import Mode, ProtocolViolation, VerifyConfig
 from .steps import SequenceMonitor, Tee
 
 
-def verify_config() -> VerifyConfig:
+def verify_config(**given) -> VerifyConfig:
     """The verified mode in force: `hicache.verified`'s when it was imported (it may have
-    been enabled programmatically or by the pytest plugin), else HICACHE_VERIFY. Importing
+    been enabled programmatically or by the pytest plugin), else HICACHE_VERIFY; the fields
+    `given` (a command line's flags) over either, their variables not read. Importing
     `hicache.verified` here would switch verification on as a side effect."""
     mod = sys.modules.get("hicache.verified")
-    return mod.current() if mod is not None else VerifyConfig.from_env()
+    if mod is not None:
+        return dataclasses.replace(mod.current(), **given)
+    return VerifyConfig.from_env(**given)
 
 
 class EngineMonitors(Tee):
