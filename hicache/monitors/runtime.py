@@ -310,6 +310,7 @@ class Monitor:
         self._filled = _clock()      # when the credit was last brought up to date
         self._spent = 0.0            # seconds spent checking in all
         self._last_cost = 0.0        # what the last sampled check cost (the next one's estimate)
+        self._mapped = False         # whether the event being handled mapped a state (charged)
         self.budget_skipped = 0      # drawn samples let go because the budget was spent
         # a map may name what its constants depend on (cheaper than freezing them all)
         self._constants_key = getattr(rmap, "constants_key", None)
@@ -406,9 +407,16 @@ class Monitor:
         return args
 
     def _draw(self) -> bool:
-        # (the seeded draw comes first and is made whatever the budget: the steps a run
-        # may check are the seed's, which of them it can afford is the machine's)
-        return self._strict or (self.rng.random() < self.cfg.sample_rate and self._afford())
+        """The seeded draw of the next step (made one step ahead: a map with action checks
+        maps its pre-state now). Whatever the budget: the steps a run may check are the
+        seed's; which of them it can afford is the machine's, asked at the step itself
+        (`_affords`), once this step's cost has been charged. Asked here, a checked step's
+        successor was afforded before the step's own cost was taken: checks came in pairs."""
+        return self._strict or self.rng.random() < self.cfg.sample_rate
+
+    def _affords(self, drawn: bool) -> bool:
+        """Whether a step drawn one step ahead is checked: drawn, and (sample mode) afforded now."""
+        return drawn and (self._budget is None or self._afford())
 
     def _afford(self) -> bool:
         """Sample mode's budget: a drawn sample is checked only while the time this monitor
@@ -487,7 +495,7 @@ class Monitor:
                 # an event after which no sample could see what it ends (a retire drops its
                 # transfer's record): checked now, outside the draw (the gap is not spent)
                 self.sampled = True
-                self._checked_sample(str(action), fields, steps)
+                self._checked_sample(str(action), fields, steps, drawn=False)
             return
         name = str(action)
         steps = self.rmap.bind(name, fields)
@@ -500,16 +508,20 @@ class Monitor:
         if self._budget is None:
             self._step(name, fields, steps)
             return
-        # (sample mode on a map that is not gap-counted: each event's time is charged, the
-        # unchecked ones' too, a slight overcount on the safe side)
+        # sample mode on a map that is not gap-counted: a step that checked, or mapped the
+        # pre-state of the next, is charged. (An unchecked one's recording is the dispatch
+        # every event pays, as on a gap-counted map: charged, it kept a busy canary's bucket
+        # in debt for good, so that nothing was ever checked.)
         t0 = _clock()
+        self._mapped = False
         try:
             self._step(name, fields, steps)
         finally:
-            cost = _clock() - t0
-            self._charge(cost)
-            if self.sampled:
-                self._last_cost = cost
+            if self.sampled or self._mapped:
+                cost = _clock() - t0
+                self._charge(cost)
+                if self.sampled:
+                    self._last_cost = cost
 
     def _step(self, name: str, fields: dict, steps) -> None:
         """One event on an incremental or a from-scratch map, then the step hooks if it
@@ -527,7 +539,7 @@ class Monitor:
     def _step_full(self, name: str, fields: dict, steps) -> None:
         """One event on a from-scratch map (strict, or sample mode on a map with action
         checks, whose sampled step needs the state before it)."""
-        check = self._check_next
+        check = self._affords(self._check_next)
         self._check_next = self._draw()
         self.sampled = check
         if not self.needs_prestate:
@@ -542,6 +554,7 @@ class Monitor:
             self.prev = None
             return
         t = self.rmap.state()
+        self._mapped = True
         self.history.append(Step(self.steps, name, self._recorded(fields), t))
         if check:
             self.checked += 1
@@ -562,9 +575,12 @@ class Monitor:
         self.sampled = True
         self._checked_sample(name, fields, steps)
 
-    def _checked_sample(self, name: str, fields: dict, steps) -> None:
+    def _checked_sample(self, name: str, fields: dict, steps, drawn: bool = True) -> None:
         """A checked event of gap-counted sample mode, and the step hooks after it (the
-        worker watch, a companion's check: `check_sampled`), all charged to the budget."""
+        worker watch, a companion's check: `check_sampled`), all charged to the budget.
+        Only a drawn sample's cost is the next one's estimate: an always-checked event
+        (`drawn` False) may be much cheaper (a retire on a small state), and estimated by
+        it the next sample would overdraw the bucket."""
         t0 = _clock()
         try:
             self._map_and_check(name, fields, steps)
@@ -573,8 +589,10 @@ class Monitor:
             for hook in self.watch_hooks:
                 hook(name, fields)
         finally:
-            self._last_cost = _clock() - t0
-            self._charge(self._last_cost)
+            cost = _clock() - t0
+            self._charge(cost)
+            if drawn:
+                self._last_cost = cost
 
     def check_sampled(self, name: str, fields: dict, step: int) -> None:
         """Every invariant on the current mapped state, as the leader's step `step`, event
@@ -607,7 +625,7 @@ class Monitor:
         (`sync`: everything that changed since the last sync) and evaluates each invariant on
         the changed elements; in sample mode an unchecked step only records the event, so a
         sampled check still covers every change since the last one."""
-        check = self._check_next
+        check = True if self._strict else self._affords(self._check_next)
         self._check_next = True if self._strict else self._draw()
         self.sampled = check
         if not check:

@@ -500,6 +500,92 @@ def test_sample_budget_affords_a_check_costlier_than_its_window(monkeypatch, tmp
     assert mon.steps / 16 < mon.checked < mon.steps / 8
 
 
+def test_sample_budget_estimates_a_sample_by_drawn_samples_only(monkeypatch, tmp_path):
+    """An always-checked event (checked whatever the draw: here RequestFinish, on a small
+    state, 0.01 s) does not become the estimate of the next drawn sample (1 s): estimated
+    by it, a sample was afforded with a hundredth of its cost in the bucket."""
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5, rate=0.2)
+    mon._always = frozenset({"RequestFinish"})
+    ends = []
+
+    def cheap_ends(action, fields):      # (called before the monitor, at each event)
+        clock.per_map = 0.01 if action == "RequestFinish" else 1.0
+        ends.append(action == "RequestFinish")
+    cache.bus.listeners.insert(0, cheap_ends)
+    run_workload(cache, reqs)
+    assert ends[-1] and sum(ends) > 40       # the last event is an always-checked one
+    assert mon.checked > sum(ends) and mon._last_cost == 1.0
+
+
+def _budgeted_incremental(monkeypatch, tmp_path, budget, per_event=0.1, per_record=0.0):
+    """Sample mode on an incremental map (not gap-counted: each step is drawn one step
+    ahead, and a drawn one syncs the map), whose sync costs 1 s on the fake clock; each
+    step's recording in the history costs `per_record` (an unchecked step's dispatch)."""
+    import collections
+
+    from hicache.monitors import runtime
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+    clock = _FakeClock(per_event=per_event, per_map=1.0)
+    monkeypatch.setattr(runtime, "_clock", clock)
+    policy, reqs = plan(0, WorkloadConfig(requests=60))
+    cache = make_cache(W, policy)
+    rmap = IncrementalHostTierMap(cache)
+    synced = rmap.sync
+
+    def costly_sync():
+        clock.now += clock.per_map
+        return synced()
+    rmap.sync = costly_sync
+
+    def runtime_time(action, fields):
+        clock.now += clock.per_event
+    cache.bus.subscribe(runtime_time)
+    mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=1.0, seed=0, sample_budget=budget,
+                                     violation_dir=str(tmp_path)))
+
+    class CostlyHistory(collections.deque):
+        def append(self, step):
+            clock.now += per_record
+            super().append(step)
+    mon.history = CostlyHistory(mon.history, maxlen=mon.history.maxlen)
+    cache.bus.subscribe(mon)
+    checked = []      # per step of the monitor's (an event it maps to none is no step)
+
+    def look(action, fields):
+        if mon.steps > len(checked):
+            checked.append(mon.sampled)
+    cache.bus.subscribe(look)
+    return cache, mon, clock, reqs, checked
+
+
+def test_sample_budget_on_an_incremental_map_checks_at_its_pace_not_in_pairs(monkeypatch, tmp_path):
+    """A step drawn one step ahead is afforded at the step itself, once the step before has
+    been charged: before, it was afforded before that step's own cost was taken, so every
+    check came with a second one right after it (twice the budget's pace)."""
+    cache, mon, clock, reqs, checked = _budgeted_incremental(monkeypatch, tmp_path, budget=0.5)
+    run_workload(cache, reqs)
+    assert mon.steps > 200 and len(checked) == mon.steps
+    pairs = sum(1 for a, b in zip(checked, checked[1:]) if a and b)
+    assert pairs == 0
+    assert mon.checked + mon.budget_skipped == mon.steps       # rate 1: every step drawn
+    assert mon.steps / 16 < mon.checked < mon.steps / 8
+    assert mon._spent <= 0.5 * clock.now + mon._last_cost
+
+
+def test_sample_budget_charges_checks_not_every_events_dispatch(monkeypatch, tmp_path):
+    """Every event's dispatch costs the monitor a little (here its recording, 0.02 s; the
+    runtime's own time between events 0.001 s). Charged to the budget, an unchecked step's
+    dispatch cost more than the bucket earned in its time (0.9 x 0.021 s), so after the
+    first check the bucket stayed in debt and nothing more was checked; only checking is
+    charged now: a check (1 s) about every 55 events."""
+    cache, mon, clock, reqs, checked = _budgeted_incremental(monkeypatch, tmp_path, budget=0.9,
+                                                            per_event=0.001, per_record=0.02)
+    run_workload(cache, reqs)
+    assert mon.steps > 200
+    assert mon.checked >= 3
+    assert mon._spent <= 0.9 * clock.now + mon._last_cost
+
+
 def test_sample_budget_is_validated_and_read_from_the_environment():
     assert VerifyConfig().sample_budget == 0.02
     assert VerifyConfig(sample_budget=None).sample_budget is None
