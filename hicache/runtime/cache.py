@@ -142,7 +142,7 @@ class HiCache:
         self._alloc_of: dict[int, int] = {}     # page -> its logged allocation (alloc_log)
         # the namespace names the bytes a page holds (with a packed draft pool, the host
         # page carries the draft's layers too): engines that differ there share no key
-        page_cfg = deps.cfg.host_config() if deps is not None else cfg
+        page_cfg = deps.cfg.host_config() if deps is not None and not cfg.metadata_only else cfg
         self.tree = RadixTree(cfg.page_size, namespace_seed(cfg.model, cfg.salt, page_cfg.page_format()))
         self.dev_alloc = self._device_allocator(cfg)
         self.host = HostSlots(cfg.host_pages) if cfg.host_pages else None

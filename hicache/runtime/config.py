@@ -106,7 +106,11 @@ class CacheConfig:
         KV kind, dtype, geometry and the host layout the page is copied from (a stored page
         is a host row's bytes in its element order)."""
         return (f"{self.kv_kind.value}/{self.dtype}/layers={self.layers}/heads={self.heads}/"
-                f"head_dim={self.head_dim}/{self.host_layout.value}")
+                f"head_dim={self.head_dim}/{self.host_layout.value}"
+                # a metadata-only cache stores a one-byte marker per page, never KV bytes: its
+                # keys name no real page (in a store shared with a real engine the marker sat
+                # under the real page's key, whose write was then skipped as already there)
+                + ("/metadata-only-marker" if self.metadata_only else ""))
 
     def prefetch_timeout(self, pages: int) -> float:
         """REFERENCE.md: base + pages * (ps / 1024) * per_ki_token seconds."""

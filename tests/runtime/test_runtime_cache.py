@@ -370,3 +370,26 @@ def test_close_with_a_prefetch_on_a_backend_that_never_answers_returns():
         st.gate.set()                       # let the stuck call go (it returns into nothing)
     assert took < cache_mod.CLOSE_STORAGE_WAIT_S + 5
     assert c.metrics.close_abandoned >= 1       # the prefetcher (and the storage backuper, if it was in a call)
+
+
+def test_a_metadata_only_cache_stores_under_no_real_pages_key(mem_storage):
+    """A metadata-only cache writes a one-byte marker per page. Under the real page's key (its
+    namespace was the real engine's), a store shared with a real engine kept the marker: the
+    real engine's write of the page was skipped as already there, and every later fetch of it
+    failed its size check, for good. The marker's namespace is its own now."""
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8]
+    marker, _ = make(storage=mem_storage, storage_batch_pages=1, metadata_only=True)
+    req = marker.match(tokens)
+    marker.insert(req, marker.alloc(4))      # (no bytes to write: metadata only)
+    marker.finish(req)
+    marker.drain()
+    marked = set(mem_storage.data)
+    assert len(marked) == 4
+    real, _ = make(storage=mem_storage, storage_batch_pages=1)
+    serve(real, tokens)
+    real.drain()
+    assert set(mem_storage.data) - marked and len(mem_storage.data) == 8
+    # a fresh real engine is served the real bytes from storage (serve checks them)
+    fresh, _ = make(storage=mem_storage, storage_batch_pages=1, prefetch_policy="wait_complete")
+    req = serve(fresh, tokens, storage=True)
+    assert req.storage_hit == 4 and fresh.metrics.storage_failures == 0
