@@ -14,16 +14,21 @@ import json
 import os
 import re
 import stat
+import sys
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 
+from hicache.storage.keys import _U32_MAX
 from hicache.validate import INT64_MAX
 
 BLOCK_TOKENS = 512
-#: the largest block id whose token ids (b*512 + i, i < 512) fit expand's int64: a larger one
-#: would wrap onto another block's tokens (false hits) or overflow numpy
-MAX_HASH_ID = (INT64_MAX - (BLOCK_TOKENS - 1)) // BLOCK_TOKENS
+#: the largest block id whose token ids (`expand`: b*512 + i, i < 512) a storage key can hash:
+#: hicache.storage.keys writes each token as a little-endian u32 (ids <= _U32_MAX, "tokens: ids
+#: must lie in [0, 2**32)"), so the last token of the block, b*512 + 511, must not pass _U32_MAX.
+#: A larger id would fail mid-replay when storage is on; it also keeps expand's int64 far from
+#: wrapping (b*512 onto another block's tokens: false hits) or overflowing numpy.
+MAX_HASH_ID = (_U32_MAX - (BLOCK_TOKENS - 1)) // BLOCK_TOKENS      # 2**23 - 1
 
 #: paths of an already-open descriptor (`/dev/stdin`, `<(zcat t.gz)`): opening one never
 #: waits for a writer, so a pipe there is read (once); a named FIFO could block open() forever
@@ -73,6 +78,45 @@ def check_source(path: str) -> bool:
     raise TraceError(f"{path}: not a regular file (a device or socket)")
 
 
+class _DuplicateKey(Exception):
+    """A key seen twice in one JSON object (json keeps the last, silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """object_pairs_hook: the object, or _DuplicateKey for a key given twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _DuplicateKey(k)
+            seen.add(k)
+    return obj
+
+
+#: built once: json.loads(..., object_pairs_hook=) builds a decoder per call (a third slower)
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys)
+
+
+def _lines(f, path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of an open trace; an I/O error becomes a TraceError naming the
+    path and the line being read (a device error, a file like /proc/self/mem)."""
+    lineno = 0
+    while True:
+        try:
+            raw = f.readline()
+        except OSError as exc:
+            raise TraceError(f"{path}:{lineno + 1}: cannot read ({exc.strerror or exc})") from None
+        if not raw:
+            return
+        lineno += 1
+        yield lineno, raw
+
+
 def _decode(raw: bytes, path: str, lineno: int) -> str:
     try:
         # utf-8-sig on line 1: a byte-order mark some editors write is not part of the JSON
@@ -96,17 +140,27 @@ def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
         raise TraceError(f"{path}: {exc.strerror or exc}") from None
     with f:
         count = 0
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in _lines(f, path):
             where = f"{path}:{lineno}"
-            text = _decode(raw, path, lineno).strip()
+            decoded = _decode(raw, path, lineno)
+            text = decoded.strip()
             if not text:
                 continue
             try:
-                obj = json.loads(text)
+                obj = _DECODER.decode(text)
+            except _DuplicateKey as exc:
+                raise TraceError(f"{where}: field {exc.key!r} appears twice in one object "
+                                 f"(JSON would keep only the last)") from None
             except json.JSONDecodeError as exc:
-                raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+                # the column in the line as read: text lost its leading whitespace
+                col = exc.colno + len(decoded) - len(decoded.lstrip())
+                raise TraceError(f"{where}:{col}: not JSON ({exc.msg})") from None
             except RecursionError:
                 raise TraceError(f"{where}: not JSON (nested too deeply)") from None
+            except ValueError:
+                # int() refuses a longer decimal string (CVE-2020-10735); json names no position
+                raise TraceError(f"{where}: not JSON (an integer of more than "
+                                 f"{sys.get_int_max_str_digits()} digits)") from None
             if not isinstance(obj, dict):
                 raise TraceError(f"{where}: expected an object")
             ts = _field(obj, "timestamp", where)
@@ -119,7 +173,8 @@ def read_trace(path: str, limit: int | None = None) -> Iterator[TraceRequest]:
             big = next((b for b in ids if b > MAX_HASH_ID), None)
             if big is not None:
                 raise TraceError(f"{where}: field 'hash_ids' has block id {big}, above {MAX_HASH_ID}: "
-                                 f"its token ids (id*{BLOCK_TOKENS} + i) would not fit int64")
+                                 f"its token ids (id*{BLOCK_TOKENS} + i) would not fit the u32 token ids of "
+                                 f"storage keys (< 2**32)")
             if len(ids) * BLOCK_TOKENS < n:
                 raise TraceError(f"{where}: field 'hash_ids' has {len(ids)} blocks, too few for "
                                  f"input_length {n}")

@@ -14,7 +14,7 @@ import pytest
 from hicache.cli.main import EXIT_USAGE, main
 from hicache.replay.driver import ReplayConfig, TraceStream, load_requests, replay_requests
 from hicache.replay.evaluate import EvalConfig, evaluate, render
-from hicache.replay.trace import (INT64_MAX, MAX_HASH_ID, LoadedTrace, TraceError, TraceRequest,
+from hicache.replay.trace import (MAX_HASH_ID, LoadedTrace, TraceError, TraceRequest,
                                   expand, read_trace)
 
 SYN = "/work/shared/traces/synthetic_trace.jsonl"
@@ -107,14 +107,38 @@ def test_a_named_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
 
 # -- 2. int64 bounds ---------------------------------------------------------------------
 
-def test_the_largest_hash_id_expands_without_wrapping(tmp_path):
+def test_the_largest_hash_id_has_tokens_a_storage_key_can_hash(tmp_path):
+    """Storage keys hash token ids as u32: the largest accepted block id's tokens are all
+    below 2**32, and the next id's are not (it was accepted up to 2**54 - 1, then failed
+    mid-replay with storage on: "tokens: ids must lie in [0, 2**32)", no file or line)."""
+    from hicache.storage import keys
+    ns = keys.namespace_hash("m")
     toks = np.frombuffer(expand(TraceRequest(1, 0, 512, 1, (MAX_HASH_ID,)), 64), dtype="<i8")
-    assert toks[0] == MAX_HASH_ID * 512 and toks[-1] == INT64_MAX
+    assert toks[0] == MAX_HASH_ID * 512 and toks[-1] == 2**32 - 1
+    assert len(keys.chain(ns, toks, 64)) == 8
+    over = np.frombuffer(expand(TraceRequest(1, 0, 512, 1, (MAX_HASH_ID + 1,)), 64), dtype="<i8")
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 2\*\*32\)"):
+        keys.chain(ns, over, 64)
     assert len(list(read_trace(write(tmp_path, line(n=512, ids=[MAX_HASH_ID]) + "\n")))) == 1
 
 
+def test_cli_hash_id_past_storage_keys_is_a_located_error_before_the_replay(tmp_path, capsys):
+    """bigid.jsonl of the review: id 2**23 replayed with storage failed at the first storage
+    write, with no file or line; now refused at its line. 2**23 - 1 replays with storage."""
+    argv = ["--json", "--page-size", "64", "--device-tokens", "512", "--host-tokens", "4096", "--storage", "memory"]
+    path = write(tmp_path, "".join(line(ts=i, n=512, ids=[2**23]) + "\n" for i in range(4)))
+    assert main(["replay", path, *argv]) == EXIT_USAGE
+    assert last_json(capsys.readouterr().out)["error"] == (
+        f"{path}:1: field 'hash_ids' has block id {2**23}, above {2**23 - 1}: its token ids (id*512 + i) "
+        f"would not fit the u32 token ids of storage keys (< 2**32)")
+    path = write(tmp_path, "".join(line(ts=i, n=512, ids=[2**23 - 1]) + "\n" for i in range(4)), "ok.jsonl")
+    assert main(["replay", path, *argv]) == 0
+    assert last_json(capsys.readouterr().out)["requests"] == 4
+
+
 @pytest.mark.parametrize("bad, field", [
-    (line(ids=[1, MAX_HASH_ID + 1]), "hash_ids"),    # 2**54: b*512 wrapped onto block 0's tokens
+    (line(ids=[1, MAX_HASH_ID + 1]), "hash_ids"),    # 2**23: tokens past a storage key's u32
+    (line(ids=[1, 2**54]), "hash_ids"),              # b*512 wrapped onto block 0's tokens
     (line(ids=[1, 2**63]), "hash_ids"),              # numpy OverflowError
     (line(ts=10**26), "timestamp"),                  # array('q') OverflowError in TraceStream
     (line(ts=2**63), "timestamp"),
@@ -200,6 +224,73 @@ def test_deeply_nested_json_is_a_located_error(tmp_path):
     path = write(tmp_path, line() + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
     with pytest.raises(TraceError, match=r":2: not JSON \(nested too deeply\)"):
         list(read_trace(path))
+
+
+def test_an_integer_too_long_for_python_is_a_located_error(tmp_path):
+    """int() refuses more than 4300 digits: json.loads raised a bare ValueError (no file, no
+    line), and the CLI printed it as if a config field were wrong."""
+    for bad in ('{"timestamp": 1' + "0" * 5000 + ', "input_length": 1, "output_length": 1, "hash_ids": [1]}',
+                '{"timestamp": 1, "input_length": 1, "output_length": 1, "hash_ids": [1' + "0" * 5000 + ']}'):
+        path = write(tmp_path, line() + "\n" + bad + "\n")
+        with pytest.raises(TraceError) as exc:
+            list(read_trace(path))
+        assert str(exc.value) == f"{path}:2: not JSON (an integer of more than {sys.get_int_max_str_digits()} digits)"
+
+
+def test_a_read_error_names_the_file_and_line(tmp_path, monkeypatch):
+    """An OSError while reading (EIO) surfaced bare, naming neither the trace nor the line;
+    the requests before it were already yielded and stay so."""
+    if os.path.exists("/proc/self/mem"):       # a regular file whose read at offset 0 fails (EIO)
+        with pytest.raises(TraceError) as exc:
+            list(read_trace("/proc/self/mem"))
+        assert str(exc.value) == "/proc/self/mem:1: cannot read (Input/output error)"
+    import io
+    from hicache.replay import trace as trace_mod
+
+    class FailsOnLine3(io.BytesIO):
+        def readline(self, *a):
+            if self.tell() >= self.cut:
+                raise OSError(5, "Input/output error")
+            return super().readline(*a)
+    path = write(tmp_path, (line(ts=1) + "\n" + line(ts=2) + "\n" + line(ts=3) + "\n"))
+    data = open(path, "rb").read()
+    f = FailsOnLine3(data)
+    f.cut = len(line(ts=1)) + len(line(ts=2)) + 2
+    monkeypatch.setattr(trace_mod, "open", lambda *a, **k: f, raising=False)
+    got = []
+    with pytest.raises(TraceError) as exc:
+        got.extend(r.timestamp for r in read_trace(path))
+    assert str(exc.value) == f"{path}:3: cannot read (Input/output error)" and got == [1, 2]
+
+
+def test_json_errors_name_the_column(tmp_path):
+    text = '{"timestamp": 0, "input_length": 600 "output_length": 1, "hash_ids": [1, 2]}'
+    col = text.index('"output') + 1          # 38: where the comma should be
+    path = write(tmp_path, line() + "\n" + text + "\n")
+    with pytest.raises(TraceError) as exc:
+        list(read_trace(path))
+    assert str(exc.value) == f"{path}:2:{col}: not JSON (Expecting ',' delimiter)"
+    path = write(tmp_path, line() + "\n" + "  \t" + text + "\n", "indented.jsonl")
+    with pytest.raises(TraceError) as exc:       # the column in the line as written
+        list(read_trace(path))
+    assert str(exc.value) == f"{path}:2:{col + 3}: not JSON (Expecting ',' delimiter)"
+
+
+@pytest.mark.parametrize("bad, key", [
+    ('{"timestamp": 0, "input_length": 600, "input_length": 5, "output_length": 1, "hash_ids": [1, 2]}',
+     "input_length"),
+    ('{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1], "x": {"a": 1, "a": 2}}', "a"),
+])
+def test_a_key_given_twice_is_refused(tmp_path, capsys, bad, key):
+    """json keeps the last of two equal keys: the line replayed with input_length 5, not 600,
+    and nothing said so."""
+    path = write(tmp_path, line() + "\n" + bad + "\n")
+    msg = f"{path}:2: field {key!r} appears twice in one object (JSON would keep only the last)"
+    with pytest.raises(TraceError) as exc:
+        list(read_trace(path))
+    assert str(exc.value) == msg
+    assert main(["replay", path, "--json"]) == EXIT_USAGE
+    assert last_json(capsys.readouterr().out)["error"] == msg
 
 
 def test_an_overflowing_sweep_factor_is_refused_before_any_replay():
