@@ -8,9 +8,31 @@ A backend never returns wrong bytes: a missing or corrupt page is a miss (None).
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
 import torch
+
+
+class StorageClosed(RuntimeError):
+    """A call on a backend after its close() began: refused, since the connection it would
+    go through may be gone (a closed Mooncake client crashes the process when called)."""
+
+
+class CallThread(threading.Thread):
+    """A daemon thread that runs one storage call on behalf of another thread, whose name
+    is `caller` (SafeStorage's worker under a timeout)."""
+
+    def __init__(self, target: Callable[[], None], caller: str, name: str = "hicache-storage-call") -> None:
+        super().__init__(target=target, name=name, daemon=True)
+        self.caller = caller
+
+
+def caller_name() -> str:
+    """The name of the thread a storage call is made for: the current thread's, or on a
+    CallThread its caller's (so per-caller state survives the call moving to a worker)."""
+    th = threading.current_thread()
+    return th.caller if isinstance(th, CallThread) else th.name
 
 
 class StorageBackend(abc.ABC):

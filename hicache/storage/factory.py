@@ -5,6 +5,10 @@
 
 The returned backend is wrapped as SafeStorage(FaultyStorage(backend)) as configured:
 the runtime's background threads should always get a SafeStorage.
+Teardown closes the outermost wrapper only, and it closes what it wraps: SafeStorage first
+refuses new calls and waits for those still running in the backend, so the backend is never
+closed (nor its directory or master removed) under a call (a closed Mooncake client crashes).
+The openers below therefore never close their backend themselves.
 """
 from __future__ import annotations
 
@@ -28,14 +32,10 @@ class StorageKind(enum.StrEnum):
 @contextlib.contextmanager
 def _open_file(root: str | os.PathLike | None, **_: object) -> Iterator[StorageBackend]:
     if root is not None:
-        store = FileStorage(FileStorageConfig(root=root))
-        yield store
-        store.close()
+        yield FileStorage(FileStorageConfig(root=root))
         return
     with tempfile.TemporaryDirectory(prefix="hicache-pages-") as tmp:
-        store = FileStorage(FileStorageConfig(root=tmp))
-        yield store
-        store.close()
+        yield FileStorage(FileStorageConfig(root=tmp))   # removed after open_storage closed it
 
 
 @contextlib.contextmanager
@@ -47,9 +47,7 @@ def _open_mooncake(master=None, mooncake_config=None, **_: object) -> Iterator[S
             if master is None:
                 master = stack.enter_context(MooncakeMaster.start())
             mooncake_config = MooncakeStoreConfig.for_master(master)
-        store = MooncakeStorage(mooncake_config)
-        stack.callback(store.close)
-        yield store
+        yield MooncakeStorage(mooncake_config)   # the master stops after open_storage closed it
 
 
 _OPENERS: dict[StorageKind, Callable[..., contextlib.AbstractContextManager[StorageBackend]]] = {
@@ -75,8 +73,13 @@ def open_storage(kind: StorageKind | str, *, root: str | os.PathLike | None = No
         raise ValueError(f"kind: unknown storage {kind!r}; expected one of "
                          f"{[k.value for k in StorageKind]}") from None
     with _OPENERS[kind](root=root, master=master, mooncake_config=mooncake_config) as store:
-        if faults is not None:
-            store = FaultyStorage(store, faults)
-        if safe is not None:
-            store = SafeStorage(store, safe)
-        yield store
+        try:
+            if faults is not None:
+                store = FaultyStorage(store, faults)
+            if safe is not None:
+                store = SafeStorage(store, safe)
+            yield store
+        finally:
+            # The outermost wrapper built, which closes the backend after draining (also
+            # when a wrapper failed to build: then the backend or wrapper built so far).
+            store.close()

@@ -1,9 +1,14 @@
 """Failure injection for tests: a backend wrapper that delays, raises, returns None,
 corrupts pages at rest and drops writes, reproducibly per seed.
 
-Determinism: each thread draws from its own `random.Random`, seeded from (seed, thread name),
-and every call draws a fixed number of values whatever the outcome, so a thread's sequence of
-faults depends only on the seed, its name and the calls it made, not on other threads.
+Determinism: each calling thread draws from its own `random.Random`, seeded from (seed, thread
+name), and every call draws a fixed number of values whatever the outcome, so a thread's sequence
+of faults depends only on the seed, its name and the calls it made, not on other threads.
+The streams are kept by the wrapper, keyed by the name of the thread the call is made for
+(`caller_name`), not by the running thread: SafeStorage under a timeout runs each call on a new
+worker thread, and a stream per worker restarted at every call (the same draws each time, so
+faults were all or nothing). A call takes its draws under a lock, so threads of one name share
+one stream without tearing it (deterministic as long as their calls do not overlap).
 Corruption is injected under the checksum (the stored bytes are changed through the inner
 backend's `tamper`), so it exercises the real defence: verification turns it into a miss.
 A dropped write is reported stored but is not: exists/get must then simply miss.
@@ -14,14 +19,15 @@ import dataclasses
 import hashlib
 import random
 import threading
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
-from hicache.storage.base import StorageBackend
+from hicache.storage.base import StorageBackend, caller_name
 from hicache.storage.counters import Count, Counters, merge_stats
 
+T = TypeVar("T")
 MAX_DELAY_S = 5.0
 _never_set = threading.Event()   # waited on with a timeout: emulated latency, not synchronization
 
@@ -76,20 +82,25 @@ class FaultyStorage(StorageBackend):
         self.inner = inner
         self.config = config
         self.counters = Counters()
-        self._local = threading.local()
+        self._rng_lock = threading.Lock()
+        self._rngs: dict[str, random.Random] = {}   # fault stream per caller name, under _rng_lock
 
-    def _rng(self) -> random.Random:
-        rng = getattr(self._local, "rng", None)
-        if rng is None:
-            rng = self._local.rng = thread_rng(self.config.seed, threading.current_thread().name)
-        return rng
+    def _draw(self, draw: Callable[[random.Random], T]) -> T:
+        """draw(stream of the calling thread), under the lock: one call's draws are taken
+        together, never interleaved with another thread's of the same name."""
+        name = caller_name()
+        with self._rng_lock:
+            rng = self._rngs.get(name)
+            if rng is None:
+                rng = self._rngs[name] = thread_rng(self.config.seed, name)
+            return draw(rng)
 
     def _call_faults(self) -> bool:
         """Delay and maybe fail: raise, or True if this call must return None. One draw
         decides the outcome (raise below p_raise, None below p_raise + p_none), so a call
         fails with probability p_raise + p_none; draws 3 values whatever happens."""
-        rng, c = self._rng(), self.config
-        delay, outcome, amount = rng.random(), rng.random(), rng.random()
+        c = self.config
+        delay, outcome, amount = self._draw(lambda rng: (rng.random(), rng.random(), rng.random()))
         if delay < c.p_delay:
             self.counters.add(Count.FAULT_DELAY)
             _never_set.wait(amount * c.max_delay_s)
@@ -103,16 +114,14 @@ class FaultyStorage(StorageBackend):
 
     def _corrupt(self, keys: Sequence[str]) -> None:
         """Per key, maybe corrupt the stored page (two draws per key)."""
-        rng = self._rng()
-        for key in keys:
-            hit, offset = rng.random(), rng.randrange(1 << 30)
+        draws = self._draw(lambda rng: [(rng.random(), rng.randrange(1 << 30)) for _ in keys])
+        for key, (hit, offset) in zip(keys, draws):
             if hit < self.config.p_corrupt and self.inner.tamper(key, offset):
                 self.counters.add(Count.FAULT_CORRUPT)
 
     def _kept(self, n: int) -> list[bool]:
         """Per page written, whether it is really written (one draw per page)."""
-        rng = self._rng()
-        kept = [rng.random() >= self.config.p_drop_write for _ in range(n)]
+        kept = [x >= self.config.p_drop_write for x in self._draw(lambda rng: [rng.random() for _ in range(n)])]
         self.counters.add(Count.FAULT_DROP, kept.count(False))
         return kept
 

@@ -13,25 +13,35 @@ whole underlying storage), and a reference is kept so registered memory is never
 Puts of an existing key keep the stored object (Mooncake does not overwrite on put): keys are
 content addresses. A page that fails verification is force-removed so it can be stored again
 (except one that merely has another size than the caller's row).
+Close: calling the native client after its close, or closing it under a call still inside it,
+crashes the process (SIGSEGV). So every call that reaches the client is counted in flight, and
+`close` first refuses new calls (they raise StorageClosed), then closes the client only once
+none is in flight; if some are still stuck after its bound, the client is left open (a leak,
+recorded in `close_skipped` and warned about) rather than crash.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
+import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from hicache.storage import envelope
-from hicache.storage.base import StorageBackend
+from hicache.storage.base import StorageBackend, StorageClosed
 from hicache.storage.counters import Count, Counters
 from hicache.storage.hostbuf import byte_view, check_rows
 from hicache.storage.keys import check_key, check_keys
 from hicache.storage.mooncake_server import LOOPBACK, MooncakeMaster, MooncakeUnavailable
 
 _H = envelope.HEADER_BYTES
+CLOSE_DRAIN_S = 10.0   # how long close waits for calls in flight before leaving the client open
+_F = TypeVar("_F", bound=Callable)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,6 +86,26 @@ def _preflight(config: MooncakeStoreConfig) -> None:
             raise MooncakeUnavailable(f"no Mooncake {what} answers at {where}: {exc}") from None
 
 
+def _in_flight(method: _F) -> _F:
+    """Run `method` counted in flight (close waits for it); StorageClosed once close began.
+    Nested calls (batch_get_into -> batch_get) are counted twice: a count, not a lock."""
+    @functools.wraps(method)
+    def call(self: MooncakeStorage, *args, **kwargs):
+        with self._lock:
+            if self._closed:
+                raise StorageClosed(f"MooncakeStorage.{method.__name__}: the client is closed "
+                                    f"(master {self.config.master_addr})")
+            self._calls += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            with self._lock:
+                self._calls -= 1
+                if self._calls == 0:
+                    self._idle.notify_all()
+    return call  # type: ignore[return-value]
+
+
 class _ThreadBuffers:
     """A thread's handle on its scratch buffers: collected when the thread ends."""
     __slots__ = ("__weakref__",)
@@ -100,12 +130,19 @@ class MooncakeStorage(StorageBackend):
             raise MooncakeUnavailable(f"MooncakeDistributedStore.setup returned {rc} "
                                       f"(master {config.master_addr})")
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)   # notified when _calls drops to 0
         # Invariant: every (start, end) here is registered and its storage object is kept alive.
         self._regions: dict[int, tuple[int, object]] = {}
         self._local = threading.local()
-        self._closed = False
+        # Invariant: the native client is closed only with _closed set and _calls == 0, so no
+        # call is inside it then and none enters it after.
+        self._calls = 0            # calls in flight (see _in_flight)
+        self._closed = False       # set by close: calls are refused from then on
+        self._released = False     # the native client was closed
+        self.close_skipped: str | None = None   # why the last close left the client open
 
     # -- registered memory ---------------------------------------------------------------
+    @_in_flight
     def register_buffer(self, buf: torch.Tensor) -> None:
         storage = buf.untyped_storage()
         start, n = storage.data_ptr(), storage.nbytes()
@@ -149,6 +186,7 @@ class MooncakeStorage(StorageBackend):
         bufs.clear()
 
     # -- interface -----------------------------------------------------------------------
+    @_in_flight
     def batch_exists(self, keys: Sequence[str]) -> int:
         self.counters.add(Count.EXISTS_CALLS)
         if not keys:
@@ -159,6 +197,7 @@ class MooncakeStorage(StorageBackend):
                 return i
         return len(keys)
 
+    @_in_flight
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
         if not keys:
             return []
@@ -178,6 +217,7 @@ class MooncakeStorage(StorageBackend):
         self.counters.add(Count.GET_HIT)
         return out
 
+    @_in_flight
     def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
         if len(keys) != len(values):
             raise ValueError(f"values: {len(values)} values for {len(keys)} keys")
@@ -197,6 +237,7 @@ class MooncakeStorage(StorageBackend):
             off += size
         return self._count_sets(self._store.batch_put_from(list(keys), ptrs, sizes))
 
+    @_in_flight
     def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
         check_keys(keys)
         check_rows(keys, dst, rows, "dst")
@@ -242,6 +283,7 @@ class MooncakeStorage(StorageBackend):
         self.counters.add(Count.GET_HIT)
         return True
 
+    @_in_flight
     def batch_set_from(self, keys: Sequence[str], src: torch.Tensor, rows: Sequence[int]) -> list[bool]:
         check_rows(keys, src, rows, "src")
         if not keys:
@@ -264,14 +306,27 @@ class MooncakeStorage(StorageBackend):
     def stats(self) -> dict[str, int]:
         return self.counters.snapshot()
 
-    def close(self) -> None:
+    def close(self, drain_s: float = CLOSE_DRAIN_S) -> None:
+        """Refuse later calls, wait up to `drain_s` for those in flight, then close the client.
+        Calls still in flight then leave the client open (closing it under them would crash
+        the process): `close_skipped` says why, a RuntimeWarning too; a later close retries."""
         with self._lock:
-            if self._closed:
-                return
             self._closed = True
-            for start in list(self._regions):
-                self._store.unregister_buffer(start)
-            self._regions.clear()
+            if self._released:
+                return
+            release = self._idle.wait_for(lambda: self._calls == 0, drain_s)
+            if release:   # (decided under the lock: of concurrent closes, one closes the client)
+                self._released, self.close_skipped = True, None
+                for start in list(self._regions):
+                    self._store.unregister_buffer(start)
+                self._regions.clear()
+            else:
+                why = self.close_skipped = (
+                    f"MooncakeStorage.close: {self._calls} call(s) still in the client after "
+                    f"{drain_s:g} s; left it open (a leak until exit) rather than crash")
+        if not release:
+            warnings.warn(why, RuntimeWarning, stacklevel=2)
+            return
         self._store.close()
 
     # -- helpers -------------------------------------------------------------------------
@@ -296,6 +351,7 @@ class MooncakeStorage(StorageBackend):
             self._store.remove(key, True)   # force: a read lease must not keep a bad page
 
     # -- fault injection -----------------------------------------------------------------
+    @_in_flight
     def tamper(self, key: str, offset: int) -> bool:
         """Flip every bit of the stored byte at `offset` (modulo the value size), in place.
 

@@ -19,6 +19,11 @@ malformed answer, a timeout) open the circuit: for `cooldown_s` every data call 
 again. A dead backend (a stopped Mooncake master answers each call after seconds) then costs
 a few bounded calls, not seconds per page for the rest of the run, and reads as failures,
 never as a cold cache.
+
+Close: `close` refuses every later data call (a counted failure, `last_error` says so), waits
+(bounded) for the backend calls still running, those on the caller's thread and the timed-out
+ones alike, and only then closes the backend: a client closed under a call still inside it
+can crash the process (Mooncake's did).
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from typing import Any
 
 import torch
 
-from hicache.storage.base import StorageBackend
+from hicache.storage.base import CallThread, StorageBackend
 from hicache.storage.counters import Count, Counters, merge_stats
 from hicache.storage.hostbuf import check_rows
 from hicache.storage.keys import check_keys
@@ -56,6 +61,10 @@ class _Timeout(Exception):
     pass
 
 
+class _Closed(Exception):
+    pass
+
+
 class _Call:
     """One backend call on a daemon worker thread; the caller waits with a deadline."""
     __slots__ = ("done", "result", "error", "abandoned")
@@ -75,20 +84,32 @@ class SafeStorage(StorageBackend):
         self.config = config
         self.counters = Counters()
         self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)   # notified when _abandoned drops
+        self._idle = threading.Condition(self._lock)   # notified when _running or _abandoned drops
         self._abandoned = 0   # Invariant: timed-out calls whose worker has not finished yet
+        self._running = 0     # Invariant: backend calls started, not returned (abandoned ones too)
+        self._closed = False  # set by close (under _lock): no backend call starts after it ...
+        self._inner_closed = False   # ... except the backend's close, once _running is 0
         self._failures = 0    # failed data calls in a row (the breaker's count)
         self._open_until = 0.0   # monotonic time until which data calls fail at once
         self.last_error: str | None = None
 
     # -- running one call ----------------------------------------------------------------
-    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """fn(*args), on a worker thread with a deadline when a timeout is configured."""
-        if self.config.timeout_s is None:
-            return fn(*args)
-        with self._lock:
-            if self._abandoned >= self.config.max_abandoned:
+    def _run(self, fn: Callable[..., Any], *args: Any, after_close: bool = False) -> Any:
+        """fn(*args), on a worker thread with a deadline when a timeout is configured.
+        Raises _Closed once close began, unless `after_close` (a call that does not go
+        through the backend's connection: stats, close itself)."""
+        timed = self.config.timeout_s is not None
+        with self._lock:   # the check and the count are one step, so close never misses a call
+            if self._closed and not after_close:
+                raise _Closed
+            if timed and self._abandoned >= self.config.max_abandoned:
                 raise _Timeout
+            self._running += 1
+        if not timed:
+            try:
+                return fn(*args)
+            finally:
+                self._finished()
         call = _Call()
 
         def work() -> None:
@@ -99,11 +120,16 @@ class SafeStorage(StorageBackend):
             finally:
                 with self._lock:
                     call.done.set()
+                    self._running -= 1
                     if call.abandoned:
                         self._abandoned -= 1
-                        self._idle.notify_all()
+                    self._idle.notify_all()
 
-        threading.Thread(target=work, name="hicache-storage-call", daemon=True).start()
+        try:
+            CallThread(work, threading.current_thread().name).start()
+        except BaseException:
+            self._finished()   # the call never started
+            raise
         if not call.done.wait(self.config.timeout_s):
             with self._lock:
                 if not call.done.is_set():
@@ -114,8 +140,13 @@ class SafeStorage(StorageBackend):
             raise call.error
         return call.result
 
+    def _finished(self) -> None:
+        with self._lock:
+            self._running -= 1
+            self._idle.notify_all()
+
     def _guard(self, n_pages: int, miss: Any, check: Callable[[Any], Any],
-               fn: Callable[..., Any], *args: Any) -> Any:
+               fn: Callable[..., Any], *args: Any, after_close: bool = False) -> Any:
         """Run, validate with `check` (returns the cleaned result or raises TypeError). A
         data call (n_pages > 0) goes through the circuit breaker; housekeeping (stats, close,
         buffer registration) does not."""
@@ -125,7 +156,10 @@ class SafeStorage(StorageBackend):
             self.counters.add(Count.FAILED_PAGES, n_pages)
             return miss
         try:
-            result = self._run(fn, *args)
+            result = self._run(fn, *args, after_close=after_close)
+        except _Closed:
+            self._fail(Count.CALL_ERROR, n_pages, "refused: the storage is closed")
+            return miss
         except _Timeout:
             self._fail(Count.CALL_TIMEOUT, n_pages, "timeout", data)
             return miss
@@ -159,6 +193,7 @@ class SafeStorage(StorageBackend):
 
     # -- interface -----------------------------------------------------------------------
     def batch_exists(self, keys: Sequence[str]) -> int:
+        check_keys(keys)     # caller misuse raises: it is no backend failure (nor trips the breaker)
         n = len(keys)
 
         def check(r: Any) -> int:
@@ -168,6 +203,7 @@ class SafeStorage(StorageBackend):
         return self._guard(n, 0, check, self.inner.batch_exists, keys)
 
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
+        check_keys(keys)     # caller misuse raises: it is no backend failure (nor trips the breaker)
         return self._guard(len(keys), [None] * len(keys), _pages_check(len(keys)),
                            self.inner.batch_get, keys)
 
@@ -194,6 +230,12 @@ class SafeStorage(StorageBackend):
             good = val is not None and val.numel() == dst[row].numel()
             if good:
                 dst[row].copy_(val.view(dst[row].shape))
+            elif val is not None:
+                # A page of another size than the row: a miss, counted corrupt as the backend's
+                # own batch_get_into (the path without a timeout) counts it. (batch_get, not
+                # knowing the row, may have counted it a hit: it did return a verified page.
+                # That count is the backend's and stays; not every backend counts hits.)
+                self.counters.add(Count.GET_CORRUPT)
             out.append(good)
         return out
 
@@ -223,19 +265,28 @@ class SafeStorage(StorageBackend):
         self._guard(0, None, lambda r: None, self.inner.register_buffer, buf)
 
     def stats(self) -> dict[str, int]:
-        inner = self._guard(0, {}, _stats_check, self.inner.stats)
+        # (also after close: the backends' stats are their own counters, no connection)
+        inner = self._guard(0, {}, _stats_check, self.inner.stats, after_close=True)
         return merge_stats(inner, self.counters.snapshot())
 
     def close(self, drain_s: float = 10.0) -> None:
-        """Close the backend once no abandoned call runs in it (waiting up to `drain_s`): a
-        client closed under a call still inside it can crash the process (Mooncake's did).
-        If calls are still running then, the backend is left open (counted as an error,
-        `last_error` says why): a leak until the process ends, never a crash."""
-        if not self.drain(drain_s):
-            self._fail(Count.CALL_ERROR, 0, f"close skipped: {self.abandoned()} timed-out call(s) still "
-                                            f"running in the backend after {drain_s:g} s")
+        """Refuse every later call, then close the backend once no call runs in it (waiting
+        up to `drain_s` for those in progress and the timed-out ones): a client closed under
+        a call still inside it can crash the process (Mooncake's did). If calls are still
+        running then, the backend is left open (counted as an error, `last_error` says why):
+        a leak until the process ends, never a crash; a later close tries again."""
+        with self._lock:
+            self._closed = True
+            if self._inner_closed:
+                return
+            drained = self._idle.wait_for(lambda: self._running == 0, drain_s)
+            running, abandoned = self._running, self._abandoned
+            self._inner_closed = drained
+        if not drained:
+            self._fail(Count.CALL_ERROR, 0, f"close skipped: {running} call(s) still running in the "
+                                            f"backend after {drain_s:g} s ({abandoned} of them timed out)")
             return
-        self._guard(0, None, lambda r: None, self.inner.close)
+        self._guard(0, None, lambda r: None, self.inner.close, after_close=True)
 
 
 def _pages_check(n: int) -> Callable[[Any], list[torch.Tensor | None]]:

@@ -7,7 +7,7 @@ import torch
 from hicache.storage.factory import StorageKind, open_storage
 from hicache.storage.faulty import FaultConfig, FaultyStorage
 from hicache.storage.file_store import FileStorage
-from hicache.storage.safe import SafeStorage
+from hicache.storage.safe import SafeConfig, SafeStorage
 
 PAGE = torch.arange(32, dtype=torch.uint8)
 KEY = "ab" * 32
@@ -43,3 +43,29 @@ def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="kind"):
         with open_storage("s3"):
             pass
+
+
+@pytest.mark.parametrize("kind", ["file", "mooncake"])
+def test_teardown_closes_the_outermost_wrapper_which_closes_the_backend(request, monkeypatch, kind):
+    """Teardown closed the raw backend itself and never the SafeStorage it handed out, so
+    SafeStorage's close (refuse new calls, wait for those running, then close) never ran:
+    a Mooncake client was closed under a running call (a crash), a temporary root removed
+    under it. Now the wrapper is closed, and it closes what it wraps, each once."""
+    from hicache.storage.mooncake_store import MooncakeStorage
+    closed: list[str] = []
+    for cls in (SafeStorage, FaultyStorage, FileStorage, MooncakeStorage):
+        def spy(self, *args, _close=cls.close, **kwargs):
+            closed.append(type(self).__name__)
+            return _close(self, *args, **kwargs)
+        monkeypatch.setattr(cls, "close", spy)
+    extra = {"master": request.getfixturevalue("mooncake_master")} if kind == "mooncake" else {}
+    raw = {"file": "FileStorage", "mooncake": "MooncakeStorage"}[kind]
+    with open_storage(kind, faults=FaultConfig(), safe=SafeConfig(), **extra) as store:
+        assert store.batch_set([KEY], [PAGE]) == [True]
+    assert closed == ["SafeStorage", "FaultyStorage", raw]
+    assert store.batch_exists([KEY]) == 0                  # refused: a counted miss
+    assert store.last_error == "refused: the storage is closed"
+    closed.clear()
+    with open_storage(kind, safe=None, **extra):          # no wrapper: the backend, once
+        pass
+    assert closed == [raw]

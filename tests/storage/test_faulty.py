@@ -9,6 +9,7 @@ import torch
 from hicache.storage.base import StorageBackend
 from hicache.storage.faulty import FaultConfig, FaultyStorage, InjectedFault
 from hicache.storage.file_store import FileStorage
+from hicache.storage.safe import SafeConfig, SafeStorage
 
 PAGE = torch.arange(48, dtype=torch.uint8)
 
@@ -156,3 +157,20 @@ def test_corruption_needs_a_tamperable_backend():
     with pytest.raises(ValueError, match="p_corrupt"):
         FaultyStorage(Plain(), FaultConfig(p_corrupt=0.1))
     FaultyStorage(Plain(), FaultConfig(p_raise=0.1))   # other faults need nothing
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_faults_hold_their_rate_when_each_call_runs_on_a_new_thread(tmp_path, seed):
+    """The fault stream was per thread, seeded by the thread's name; SafeStorage under a
+    timeout runs each call on a new worker thread of one name, so every call replayed the
+    same first draws: all or none of the calls failed (seed 0: 0/40, seed 2: 40/40 at
+    p_raise=0.5). The stream is now the calling thread's, kept across its workers: the same
+    faults as when it calls directly."""
+    config = FaultConfig(seed=seed, p_raise=0.5)
+
+    def outcomes(safe: SafeConfig) -> list[bool]:
+        store = SafeStorage(FaultyStorage(FileStorage(tmp_path / str(safe.timeout_s)), config), safe)
+        return [store.batch_set(keys(1, i), [PAGE]) == [True] for i in range(40)]
+    direct, on_workers = outcomes(SafeConfig()), outcomes(SafeConfig(timeout_s=30.0))
+    assert on_workers == direct
+    assert 10 < on_workers.count(False) < 30

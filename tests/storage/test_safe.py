@@ -75,15 +75,27 @@ def test_caller_misuse_still_raises(tmp_path):
 
 
 class Hung(StorageBackend):
-    """Blocks every call until released; records what it was asked to store."""
+    """Blocks every call until released; records what it was asked to store, and per close
+    how many calls were inside it then."""
     def __init__(self):
         self.release = threading.Event()
+        self.entered = threading.Event()    # set once a call is inside
         self.calls = 0
+        self.inside = 0
+        self.closes: list[int] = []
         self.stored: list[torch.Tensor] = []
 
     def _block(self):
         self.calls += 1
-        assert self.release.wait(30), "test never released the backend"
+        self.inside += 1
+        self.entered.set()
+        try:
+            assert self.release.wait(30), "test never released the backend"
+        finally:
+            self.inside -= 1
+
+    def close(self):
+        self.closes.append(self.inside)
 
     def batch_exists(self, keys):
         self._block()
@@ -219,3 +231,59 @@ def test_caller_misuse_raises_through_the_guard(tmp_path):
     with pytest.raises(ValueError, match="at positions 0 and 1"):
         store.batch_set_from([KEYS[0], KEYS[0]], torch.zeros(2, 16, dtype=torch.uint8), [0, 1])
     assert store.stats().get("call_error", 0) == 0
+
+
+@pytest.mark.parametrize("timeout_s", [None, 30.0])
+def test_close_waits_for_calls_in_progress_and_refuses_later_calls(timeout_s):
+    """close waited only for timed-out calls: a call still in progress (on the caller's
+    thread, or within its timeout) had the backend closed under it (a Mooncake client then
+    crashed the process), and calls made after close still went in. Now close waits for
+    every running call, bounded: past the bound the backend is left open, never closed under
+    a call; and later calls are refused, as counted failures."""
+    hung = Hung()
+    safe = SafeStorage(hung, SafeConfig(timeout_s=timeout_s))
+    got: list[int] = []
+    th = threading.Thread(target=lambda: got.append(safe.batch_exists(KEYS)))
+    th.start()
+    try:
+        assert hung.entered.wait(30)
+        safe.close(drain_s=0.05)                 # the call is still inside the backend
+        assert hung.closes == []
+        assert safe.last_error.startswith("close skipped: 1 call(s) still running")
+        assert safe.batch_get(KEYS) == [None] * 3 and safe.batch_exists(KEYS) == 0
+        assert safe.last_error == "refused: the storage is closed"
+        assert hung.calls == 1                   # the refused calls never reached it
+    finally:
+        hung.release.set()
+        th.join()
+    assert got == [3]                            # the call in progress finished normally
+    safe.close()                                 # nothing runs now: closes, once
+    safe.close()
+    assert hung.closes == [0]
+    assert safe.stats() == {"call_error": 3, "failed_pages": 6}   # skipped close + 2 refusals
+
+
+def test_duplicate_keys_in_a_read_raise_and_never_trip_the_breaker(tmp_path):
+    """batch_get / batch_exists took a key twice in one batch (a caller bug, which batch_set
+    refuses) for a backend failure: a counted miss that tripped the breaker, after which
+    healthy reads failed too. The caller's bug now raises, and the backend is not blamed."""
+    store = SafeStorage(FileStorage(tmp_path), SafeConfig(trip_after=1, cooldown_s=30))
+    assert store.batch_set(KEYS[:1], [PAGE]) == [True]
+    for call in (store.batch_get, store.batch_exists):
+        with pytest.raises(ValueError, match="at positions 0 and 1"):
+            call([KEYS[0], KEYS[0]])
+    assert not store.circuit_open() and "call_error" not in store.stats()
+    assert torch.equal(store.batch_get(KEYS[:1])[0], PAGE)
+
+
+@pytest.mark.parametrize("timeout_s", [None, 30.0])
+def test_a_page_of_another_size_than_the_row_is_counted_corrupt(tmp_path, timeout_s):
+    """Under a timeout, batch_get_into reads through batch_get (which knows no row size) and
+    dropped a page of another size than the row without counting it: the stats said a hit
+    where the path without a timeout said corrupt. Both now count it corrupt."""
+    store = SafeStorage(FileStorage(tmp_path), SafeConfig(timeout_s=timeout_s))
+    assert store.batch_set(KEYS[:1], [torch.ones(32, dtype=torch.uint8)]) == [True]
+    dst = torch.zeros(2, 64, dtype=torch.uint8)
+    assert store.batch_get_into(KEYS[:1], dst, [0]) == [False]
+    assert bool((dst == 0).all())
+    assert store.stats()["get_corrupt"] == 1
