@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hicache.tla.errors import EvalError
 from hicache.tla.stdlib import BUILTINS, CONSTANTS as STD
 from hicache.tla.values import (
-    Fcn, FcnSet, Interval, RecFcn, RecordSet, fmt, iter_values, mk_fcn, normalize, sorted_values,
+    Fcn, FcnSet, Interval, RecFcn, RecordSet, fmt, in_domain, iter_values, mk_fcn, normalize, sorted_values,
 )
 
 __all__ = [
@@ -93,6 +93,8 @@ def fast_ap(f):
 
 def _update(val, keys, fn):
     k = keys[0]
+    if not in_domain(val, k):
+        return val      # [f EXCEPT ![c] = e] = f when c \notin DOMAIN f (as the interpreter has it)
     old = ap(val, k)
     new = fn(old) if len(keys) == 1 else _update(old, keys[1:], fn)
     t = type(val)

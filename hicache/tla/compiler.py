@@ -22,7 +22,7 @@ from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, STRING, SYNONYMS
 from hicache.tla.values import (
-    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_set, is_infinite, iter_values, kinds_differ,
+    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_domain, in_set, is_infinite, iter_values, kinds_differ,
     mk_fcn, normalize, sorted_values,
 )
 
@@ -1621,7 +1621,7 @@ def apply_fn(f, x, loc):
 def update_path(val, keys, fn, loc):
     """[val EXCEPT ![k1][k2]... = fn(@)] for one path."""
     k = keys[0]
-    if not _in_domain(val, k):
+    if not in_domain(val, k):
         return val  # [f EXCEPT ![c] = e] = f when c \notin DOMAIN f (by its definition)
     old = apply_fn(val, k, loc)
     new = fn(old) if len(keys) == 1 else update_path(old, keys[1:], fn, loc)
@@ -1638,20 +1638,6 @@ def update_path(val, keys, fn, loc):
         d[k] = new
         return mk_fcn(d)
     raise EvalError(f"EXCEPT applied to non-function {fmt(val)}", loc)
-
-
-def _in_domain(f, k) -> bool:
-    t = type(f)
-    if t is tuple:
-        return type(k) is int and 1 <= k <= len(f)
-    if t is Fcn:
-        try:
-            return k in f.d
-        except TypeError:
-            return False
-    if t is RecFcn:
-        return in_set(k, f.dom)
-    return True  # let apply_fn report the non-function
 
 
 def _as_dict(f):

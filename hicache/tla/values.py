@@ -383,6 +383,23 @@ def as_frozenset(v) -> frozenset:
     raise EvalError(f"expected a set, got {fmt(v)}")
 
 
+def in_domain(f, k) -> bool:
+    """k \\in DOMAIN f, for EXCEPT: whether a change at k applies (`[f EXCEPT ![k] = e]` is f
+    when k is outside the domain, by its definition). True for a non-function, whose
+    application then reports it."""
+    t = type(f)
+    if t is tuple:
+        return type(k) is int and 1 <= k <= len(f)
+    if t is Fcn:
+        try:
+            return k in f.d
+        except TypeError:
+            return False
+    if t is RecFcn:
+        return in_set(k, f.dom)
+    return True
+
+
 def in_set(x, s) -> bool:
     if type(s) is frozenset:
         return x in s

@@ -2,7 +2,8 @@
 
 A synthetic spec exercises records, sequences, EXCEPT on paths and fields, multi-bound and
 tuple-pattern binders, CHOOSE, LET with parameters, CASE, SUBSET, \\X, set comprehensions,
-and an action with \\E over a set of records. Its generated module must agree with the
+an action with \\E over a set of records, and an EXCEPT outside the function's domain
+(which leaves the function as it is). Its generated module must agree with the
 interpreter on every reachable state and transition and on mutated ones.
 """
 from __future__ import annotations
@@ -37,8 +38,10 @@ Push == /\ Len(q) < 2
         /\ q' = Append(q, CHOOSE p \in Pairs : \A o \in Pairs : p[1] <= o[1])
         /\ UNCHANGED <<x, f, r>>
 Pop == /\ q # <<>> /\ q' = Tail(q) /\ UNCHANGED <<x, f, r>>
+Miss == /\ f' = [f EXCEPT ![<<3, "a">>] = 1, ![<<1, "a">>] = @]   \* <<3, "a">> \notin DOMAIN f: f' = f
+        /\ UNCHANGED <<x, r, q>>
 Next == \/ \E i \in 1..2 : Bump(i)
-        \/ Tag \/ Push \/ Pop
+        \/ Tag \/ Push \/ Pop \/ Miss
 Spec == Init /\ [][Next]_vars
 TypeOK == /\ x \in Vals
           /\ f \in [(1..2) \X {"a", "b"} -> Vals]
@@ -91,7 +94,7 @@ def test_generated_constructs_agree_with_interpreter(tmp_path):
                 if t not in seen:
                     seen.add(t)
                     states.append(t)
-    assert len(states) > 20 and set(gen.NEXT) == {"Bump", "Tag", "Push", "Pop"}
+    assert len(states) > 20 and set(gen.NEXT) == {"Bump", "Tag", "Push", "Pop", "Miss"}
     d = lambda s: dict(zip(gen.VARIABLES, s))  # noqa: E731
     interp = {name: ck.model.def_value(name) for name in gen.INVARIANTS}
     rng = random.Random(0)
