@@ -71,6 +71,15 @@ class RunConfig:
             raise ValueError("storage_dir must name a directory shared by the ranks")
 
     @property
+    def storage_timeout_s(self) -> float:
+        """The bound of one storage call (a call past it is a miss / a failed write).
+        Between two collectives a rank makes at most two storage calls (a cache check's
+        write-through, an admission's exists) and a peer's prefetch sync waits for one read
+        per batch: a quarter of the collective timeout each keeps a slow but healthy backend
+        from reading as a dead peer."""
+        return self.timeout_s / 4
+
+    @property
     def world(self) -> int:
         return self.cp * self.pp
 
@@ -81,4 +90,7 @@ class RunConfig:
                 "host_pages_per_rank": self.host_pages_per_rank,
                 "prefetch_batch_pages": self.prefetch_batch_pages, "policy": str(self.policy),
                 "model": asdict(self.model), "requests": self.requests, "seed": self.seed,
-                "max_batch": self.max_batch}
+                "max_batch": self.max_batch,
+                # decides whether a cache check runs a world all-gather (verify_digest): ranks
+                # that differ here would pass start-up and then wait in different collectives
+                "verify": self.verify}

@@ -28,15 +28,17 @@ from hicache.protocol.events import NULL_LISTENER, Listener
 from hicache.protocol.prefix_agreement import StopInput, agreed_prefix, batch_plan, decide_terminate
 from hicache.protocol.vocabulary import CPSharding, PPSync, PrefixAgreement
 from hicache.storage.base import StorageBackend
-from hicache.storage.keys import KeyDerivation
+from hicache.storage.counters import Count
+from hicache.storage.keys import KeyDerivation, namespace_hash
 from hicache.storage.keys import Topology as KeyTopology
+from hicache.storage.safe import SafeConfig, SafeStorage
 
 from .cache_model import Node, ReplicatedTree
 from .comm import Comm
 from .config import RunConfig, Verify
-from .errors import DistStepError
+from .errors import DistStepError, LocalTimeout, PrefetchFailure
 from .gather import GatherStats, PrefixGather
-from .model import TinyModel
+from .model import ModelConfig, TinyModel
 from .pp_sync import pp_sync
 from .prefetch import PrefetchJob, PrefetchWorker
 from .transfers import CopyEngine, PageCopy, Transfer, TransferKind, TransferQueue
@@ -55,6 +57,20 @@ class SeededBugs:
 
 #: in-flight storage prefetches at most (each has a stop-vote slot in the pp_sync vector)
 MAX_PREFETCHES = 2
+MODEL_NAME = "hicache-tiny"
+
+
+def storage_namespace(model: ModelConfig, dtype: torch.dtype) -> bytes:
+    """The namespace that seeds every page key (tree identity and storage key): the model,
+    every field of its config (its weights are a function of them, the seed included), and
+    the format of a stored page's bytes (dtype; layers x heads x head_dim; the element
+    order of a host row). Equal keys must mean equal bytes: a storage directory reused by
+    a run of another model, or of other page bytes, then misses instead of serving that
+    run's KV as this one's. (The PP stage is the key's topology suffix.)"""
+    ident = "/".join(f"{k}={v}" for k, v in sorted(dataclasses.asdict(model).items()))
+    fmt = (f"kv/{str(dtype).removeprefix('torch.')}/layers={model.layers}/heads={model.heads}/"
+           f"head_dim={model.head_dim}/row=[layer,k|v,token,head,dim]")
+    return namespace_hash(f"{MODEL_NAME}/{ident}", page_format=fmt)
 
 
 def cp_query_rows(cp_rank: int, m: int, cp: int) -> range:
@@ -127,12 +143,23 @@ class Engine:
         self.device_pool = torch.zeros(self.stage_layers, cfg.device_pages_per_rank, *page_shape)
         self.host_pool = torch.zeros(self.stage_layers, cfg.host_pages_per_rank, *page_shape)
         self.tree = ReplicatedTree(self.layout, cfg.device_pages_per_rank, cfg.host_pages_per_rank, listener)
-        self.keys = KeyDerivation(model="hicache-tiny", page_size=cfg.page_size,
+        self.keys = KeyDerivation(model=MODEL_NAME, page_size=cfg.page_size,
                                   topology=KeyTopology(pp_rank=self.topo.stage, pp_size=cfg.pp))
+        # (KeyDerivation takes no page format: the namespace below seeds every chain instead
+        # of self.keys.namespace, which names the model family only)
+        self.namespace = storage_namespace(m, self.host_pool.dtype)
         self.copies = CopyEngine(self.topo.rank, cfg.seed, max_delay_s=cfg.transfer_delay_s, listener=listener)
         self.loads = TransferQueue(TransferKind.LOAD)
         self.backups = TransferQueue(TransferKind.BACKUP)
-        self.prefetch = PrefetchWorker(comm, load_store or store, self.host_pool, listener=listener)
+        # Storage calls run between collectives (exists at admission, a check's write-through)
+        # or gate every rank's prefetch sync (the loader's reads): each is bounded by its own
+        # timeout, well under the collective one, and one past it is a counted miss (or a
+        # failed write), so a slow backend never reads as a dead peer. Separate guards: the
+        # loader's lingering calls do not use up the main thread's.
+        bound = SafeConfig(timeout_s=cfg.storage_timeout_s)
+        self.store = SafeStorage(store, bound)
+        self.load_store = SafeStorage(load_store or store, bound)
+        self.prefetch = PrefetchWorker(comm, self.load_store, self.host_pool, listener=listener)
         self.records: deque[PrefetchRecord] = deque()
         self.pending: deque[Request] = deque()
         self.ready: deque[Request] = deque()
@@ -149,12 +176,16 @@ class Engine:
         # (page key, layer) -> every version of that page's KV written in this run. A page
         # recomputed after eviction may differ in the last bits from its stored copy (other
         # matmul shapes), so a gathered page must equal one written version exactly.
+        # Filled only under verify=strict, the one level whose check reads it: it keeps a
+        # clone of every page ever created (never pruned: a page that left the tree may come
+        # back from storage, and which pages storage still holds is not known here).
         self.ledger: dict[tuple[str, int], list[torch.Tensor]] = {}
         self.storage_write_failures = 0
         self.applied = {"loads": 0, "backups": 0, "acks": 0}
         self.prefetches = 0
         self.terminated = 0
         self.empty_shares = 0        # requests of which this rank attended no row (m <= cp_rank)
+        self.started_at = self._moved_at = time.monotonic()    # (serve restarts both)
 
     # --- helpers ------------------------------------------------------------------------
     def _owner_me(self, page: int) -> bool:
@@ -192,9 +223,15 @@ class Engine:
         for rid, toks in enumerate(workload):
             full = len(toks) // ps
             pages = [tuple(toks[i * ps:(i + 1) * ps]) for i in range(full)]
-            keys = [h.hex() for h in self.keys.page_hashes(toks)]
+            keys = [h.hex() for h in self.keys.page_hashes(toks, parent=self.namespace)]
             self.pending.append(Request(rid, toks, pages, keys))
         self.total = len(workload)
+        # When the replicated state last changed. Every wait the loop makes is bounded by
+        # timeout_s, so no change for longer is a fault (say a loader stuck in a listener):
+        # the cache check then stops every rank with LocalTimeout naming what was awaited,
+        # where each idle pass's successful pp_sync would otherwise count as progress for
+        # the launcher's watchdog, for ever.
+        self.started_at = self._moved_at = time.monotonic()
         while not self._finished():
             if faults is not None:
                 faults.maybe_fire(self.topo.rank, self.checks, self)
@@ -202,7 +239,9 @@ class Engine:
             progressed |= self._complete_prefetches()
             progressed |= self._admit()
             progressed |= self._compute()
-            if not progressed:
+            if progressed:
+                self._moved_at = time.monotonic()
+            else:
                 self._idle_wait()
         self.prefetch.close(self.cfg.timeout_s)
         self.copies.close()
@@ -221,6 +260,17 @@ class Engine:
                 return
         self.prefetch.wait_published(0.005)
 
+    def _waiting_for(self) -> str:
+        """What the loop waits for (the stall error's detail)."""
+        parts = [f"the storage prefetch of request {r.req.rid} ({len(r.published)} of {len(r.plan)} batches "
+                 f"published{', terminated' if r.terminated else ''})" for r in self.records]
+        for q in (self.loads, self.backups):
+            if len(q):
+                parts.append(f"{len(q)} {q.kind} transfer(s) from transfer {q.head().tid} on")
+        if self.ready:
+            parts.append(f"device pages for request {self.ready[0].rid} ({len(self.ready)} ready)")
+        return "; ".join(parts) or f"nothing ({self.done} of {self.total} requests done)"
+
     # --- 1. cache check -----------------------------------------------------------------
     def cache_check(self) -> bool:
         self.checks += 1
@@ -235,15 +285,34 @@ class Engine:
                 inp = StopInput(elapsed_s=time.monotonic() - rec.issued_at, pages=len(rec.host_pages),
                                 page_size=self.cfg.page_size, budget=self.cfg.budget)
                 votes[i] = int(decide_terminate(self.cfg.policy, inp))
-        counts = [self.loads.leading_ready(), self.backups.leading_ready(), self.prefetch.ready_count()]
+        # Two fault slots ride in the same vector (no extra round trip), so every rank of a
+        # stage, and every later stage, stops at this very check: this rank's number when
+        # its prefetch thread died / when nothing moved for timeout_s, else `world`; the MIN
+        # names the lowest such rank. (A later stage's own slots are not forwarded: its
+        # peers see it go as a PeerFailure, bounded by timeout_s.)
+        world = self.topo.world
+        me = self.topo.rank
+        n_published, failure = self.prefetch.snapshot()
+        stalled = time.monotonic() - self._moved_at > self.cfg.timeout_s
+        counts = [self.loads.leading_ready(), self.backups.leading_ready(), 0 if failure else n_published,
+                  world if failure is None else me, me if stalled else world]
         out = pp_sync(self.comm, self.digest(), counts, votes, self.listener)
-        n_load, n_backup, n_acks = out.counts
+        n_load, n_backup, n_acks, failed_rank, stalled_rank = out.counts
+        step = f"cache_check#{self.checks}"
+        if failure is not None:     # this rank's own, first: its report names the thread and error
+            self.prefetch.raise_if_failed(step)
+        if failed_rank < world:
+            raise PrefetchFailure(step, me, f"the storage prefetch of rank {failed_rank} failed (that rank "
+                                  f"reports its error); every rank stops at this check; "
+                                  f"{self.prefetch.loader_state()}")
+        if stalled_rank < world:
+            raise LocalTimeout(step, me, f"nothing moved for {self.cfg.timeout_s:g} s (rank {stalled_rank}'s "
+                               f"clock), waiting for {self._waiting_for()}; {self.prefetch.loader_state()}")
         if self.bugs.local_counts:
             # reference bug 5: this stage pops what it sees ready, not what every rank agreed
             n_load, n_backup = counts[0], counts[1]
             if (n_load, n_backup) != tuple(out.counts[:2]) and self.fault_check is None:
                 self.fault_check = self.checks
-        step = f"cache_check#{self.checks}"
         for rec, verdict in zip(live, out.votes):
             if verdict:
                 rec.terminated = True
@@ -254,8 +323,10 @@ class Engine:
         wait = not self.bugs.no_wait
         for t in self.loads.pop(n_load, step, self.topo.rank, self.cfg.timeout_s, wait=wait):
             self._apply_load(t)
+        writes: list[tuple[str, torch.Tensor]] = []
         for t in self.backups.pop(n_backup, step, self.topo.rank, self.cfg.timeout_s, wait=wait):
-            self._apply_backup(t)
+            self._apply_backup(t, writes)
+        self._write_through(writes)
         for ack in self.prefetch.pop(n_acks, step, self.cfg.timeout_s):
             self._apply_ack(ack)
         applied = {"rank": self.topo.rank, "counts": [n_load, n_backup, n_acks], "check": self.checks}
@@ -281,25 +352,33 @@ class Engine:
             node.loading = None
         self.applied["loads"] += 1
 
-    def _apply_backup(self, t: Transfer) -> None:
+    def _apply_backup(self, t: Transfer, writes: list[tuple[str, torch.Tensor]]) -> None:
         self._check_applied(t)
         nodes: list[Node] = t.tag
         for node in nodes:
             node.backing_up = False
             self.listener(CPSharding.OwnerBackup, {"rank": self.topo.rank, "key": node.key,
                                                   "owner": self.layout.page_owner(node.host_page)})
-        # Storage backup of the owner's pages (write-through); a failed write is just a miss later.
-        mine = [n for n in nodes if self._owner_me(n.host_page)]
-        if mine:
-            keys = [self._storage_key(n.key) for n in mine]
-            vals = [self.host_pool[:, self._local(n.host_page)].contiguous().view(torch.uint8).reshape(-1)
-                    for n in mine]
-            try:
-                stored = self.store.batch_set(keys, vals)
-                self.storage_write_failures += sum(1 for s in stored if not s)
-            except Exception:
-                self.storage_write_failures += len(mine)
+        # Storage backup of the owner's pages (write-through, `_write_through`). A copy, never
+        # a view of the host row: a write that outlives its timeout lands later, when the row
+        # may hold another page.
+        for n in nodes:
+            if self._owner_me(n.host_page):
+                row = self.host_pool[:, self._local(n.host_page)]
+                writes.append((self._storage_key(n.key),
+                               row.clone(memory_format=torch.contiguous_format).view(torch.uint8).reshape(-1)))
         self.applied["backups"] += 1
+
+    def _write_through(self, writes: list[tuple[str, torch.Tensor]]) -> None:
+        """One storage call for the backups a cache check applied (one bounded wait between
+        two collectives, however many backups); a failed write is just a miss later."""
+        if not writes:
+            return
+        try:
+            stored = self.store.batch_set([k for k, _ in writes], [v for _, v in writes])
+            self.storage_write_failures += sum(1 for s in stored if not s)
+        except Exception:
+            self.storage_write_failures += len(writes)
 
     def _apply_ack(self, ack) -> None:
         rec = next((r for r in self.records if r.req.rid == ack.rid), None)
@@ -558,11 +637,13 @@ class Engine:
                 if self._owner_me(n.device_page):
                     self.device_pool[:, self._local(n.device_page)] += 1.0
         backed = []
+        strict = self._strict()
         for j, n in created:
-            for g in range(self.layer0, self.layer0 + self.stage_layers):
-                versions = self.ledger.setdefault((n.key, g), [])
-                if not any(torch.equal(kv[(j, g)], w) for w in versions):
-                    versions.append(kv[(j, g)].clone())
+            if strict:          # only the strict check reads the ledger (see __init__)
+                for g in range(self.layer0, self.layer0 + self.stage_layers):
+                    versions = self.ledger.setdefault((n.key, g), [])
+                    if not any(torch.equal(kv[(j, g)], w) for w in versions):
+                        versions.append(kv[(j, g)].clone())
             page = self.tree.alloc_host(n.base, n.position)
             if page is None:
                 continue
@@ -583,6 +664,9 @@ class Engine:
             "evicted_host": self.tree.evicted_host, "gather": self.gather_stats.as_dict(),
             "prefetches": self.prefetches, "terminated_prefetches": self.terminated,
             "prefetch_loaded_pages": self.prefetch.loaded_pages, "prefetch_failed_batches": self.prefetch.failed_batches,
-            "storage_write_failures": self.storage_write_failures, "final_digest": self.digest(),
+            "storage_write_failures": self.storage_write_failures,
+            # storage calls past their own bound (each a miss or a failed write)
+            "storage_timeouts": self.store.counters[Count.CALL_TIMEOUT] + self.load_store.counters[Count.CALL_TIMEOUT],
+            "final_digest": self.digest(),
             "fault_check": self.fault_check, "empty_shares": self.empty_shares,
         }

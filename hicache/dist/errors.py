@@ -20,3 +20,9 @@ class PeerFailure(DistStepError):
 
 class LocalTimeout(DistStepError):
     """A local wait (transfer finish, published ack) exceeded its bound."""
+
+
+class PrefetchFailure(DistStepError):
+    """A rank's storage prefetch thread (loader or sync) failed. The failing rank raises it
+    naming the thread and its error; the pp_sync vector carries a flag, so the other ranks of
+    its stage and the stages after it stop at the same cache check, naming that rank."""

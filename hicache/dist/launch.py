@@ -39,6 +39,8 @@ _progress: Callable[[], None] | None = None
 #: a rank posts progress at most this often (a queue message per collective would cost more
 #: than some collectives)
 PROGRESS_EVERY_S = 1.0
+#: frames of a failing rank's traceback in its report (per chained exception)
+TRACEBACK_FRAMES = 8
 
 
 def report_progress() -> None:
@@ -62,7 +64,9 @@ def _entry(fn: Callable[..., Any], rank: int, world: int, port: int, payload: An
         result = fn(rank, world, port, payload)
         out.put((rank, True, result))
     except BaseException as exc:  # report everything, including SystemExit from a watchdog
-        out.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=6)}"))
+        # the innermost frames (a negative limit): where the error was raised, not the entry
+        # frames every report shares
+        out.put((rank, False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-TRACEBACK_FRAMES)}"))
 
 
 def launch(fn: Callable[[int, int, int, Any], Any], world: int, payload: Any, *, timeout_s: float = 60.0,

@@ -23,3 +23,13 @@ def paced_rank(rank: int, world: int, port: int, work: PacedWork) -> int:
         report_progress()
     idle.wait(work.stall_s)
     return rank
+
+
+def failing_rank(rank: int, world: int, port: int, depth: int) -> int:
+    """Raises `depth` calls below the rank's entry: the launcher's report must still show
+    the line that raised."""
+    def down(n: int) -> int:
+        if n == 0:
+            raise ValueError(f"raised {depth} calls down on rank {rank}")
+        return down(n - 1)
+    return down(depth)

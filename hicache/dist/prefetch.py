@@ -29,7 +29,7 @@ from hicache.protocol.vocabulary import PrefixAgreement
 from hicache.storage.base import StorageBackend
 
 from .comm import Comm
-from .errors import LocalTimeout
+from .errors import LocalTimeout, PrefetchFailure
 
 
 @dataclass(slots=True, eq=False)
@@ -61,7 +61,13 @@ class PrefetchWorker:
         self._acks: queue.Queue[tuple[int, int, int] | object] = queue.Queue()
         self._published: deque[PublishedAck] = deque()
         self._cond = threading.Condition()
+        # set once, by the first of the two threads to die (then it stays set: a dead thread
+        # posts or publishes no more acks, so this worker can never serve a prefetch again)
         self.error: BaseException | None = None
+        self.error_thread = ""
+        # (rid, batch, since) of the batch the loader is on, None when idle: a rank whose
+        # loader hangs raises nothing itself; the fault report of its stage names this
+        self._loading: tuple[int, int, float] | None = None
         self.loaded_pages = 0
         self.failed_batches = 0
         # rid -> batch plan of every submitted prefetch, in submit order (the order of the
@@ -79,9 +85,20 @@ class PrefetchWorker:
             self.plans[job.rid] = job.plan
         self._jobs.put(job)
 
-    def ready_count(self) -> int:
+    def ready_count(self, step: str = "ready_count") -> int:
+        """Published acks not popped yet; PrefetchFailure once a thread of this worker died
+        (its acks stop coming: a count without the error would look like a slow load)."""
+        count, _ = self.snapshot()
+        self.raise_if_failed(step)
+        return count
+
+    def snapshot(self) -> tuple[int, BaseException | None]:
+        """(published acks not popped, what killed a thread or None), read together. The
+        cache check puts both in its pp_sync vector and acts on this same reading after it:
+        an error that comes later is shared at the next check, so every rank stops at the
+        same one."""
         with self._cond:
-            return len(self._published)
+            return len(self._published), self.error
 
     def wait_published(self, timeout_s: float) -> None:
         """Block until the sync thread publishes something (or the timeout passes)."""
@@ -90,11 +107,14 @@ class PrefetchWorker:
 
     def pop(self, count: int, step: str, timeout_s: float) -> list[PublishedAck]:
         """Pop exactly `count` published acks (StageCacheCheck), waiting for the local sync
-        thread if it is behind the agreed count."""
+        thread if it is behind the agreed count; PrefetchFailure if it must wait and a thread
+        of this worker died. Acks already published are popped even then (every rank agreed
+        on them). The agreed count is a MIN over ranks, so this rank often never waits: its
+        failure is raised by the cache check (`snapshot`), not here."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while len(self._published) < count:
-                self._raise_if_failed()
+                self.raise_if_failed(step)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise LocalTimeout(step, self.comm.rank, f"only {len(self._published)} of {count} "
@@ -111,19 +131,39 @@ class PrefetchWorker:
         self._jobs.put(_STOP)
         self._loader.join(timeout_s)
         self._sync.join(timeout_s)
-        self._raise_if_failed()
+        self.raise_if_failed("prefetch_close")
 
-    def _raise_if_failed(self) -> None:
-        if self.error is not None:
-            raise self.error
+    def loader_state(self) -> str:
+        """Where this rank's loader is (an error detail: a hung loader shows here)."""
+        at = self._loading
+        if at is None:
+            return "this rank's prefetch loader is idle"
+        rid, batch, since = at
+        return (f"this rank's prefetch loader has been on batch {batch} of request {rid} for "
+                f"{time.monotonic() - since:.1f} s")
+
+    def raise_if_failed(self, step: str) -> None:
+        """Raise what killed a thread of this worker: a monitor's violation as itself (an
+        AssertionError: ProtocolViolation, as the copy threads do), anything else as a
+        PrefetchFailure naming the thread and the error (chained as the cause)."""
+        exc = self.error
+        if exc is None:
+            return
+        if isinstance(exc, AssertionError):
+            raise exc
+        raise PrefetchFailure(step, self.comm.rank, f"the storage prefetch thread {self.error_thread} "
+                              f"failed: {type(exc).__name__}: {exc}") from exc
 
     def _guard(self, fn):
         def run() -> None:
             try:
                 fn()
-            except BaseException as exc:  # surfaced to the engine through pop()/close()
-                self.error = exc
+            except BaseException as exc:  # surfaced to the engine at its next cache check
                 with self._cond:
+                    if self.error is None:      # the first failure is the cause; keep it
+                        self.error_thread = threading.current_thread().name
+                        exc.add_note(f"(raised on the prefetch thread {self.error_thread})")
+                        self.error = exc
                     self._cond.notify_all()
         return run
 
@@ -136,9 +176,11 @@ class PrefetchWorker:
                 if job.terminate.is_set():
                     got = None
                 else:
+                    self._loading = (job.rid, b, time.monotonic())
                     got = self._load_batch(job, start, size)
                     self.listener(PrefixAgreement.RankLoadBatch, {"rank": self.comm.rank, "rid": job.rid,
                                                                  "batch": b, "loaded": got})
+                    self._loading = None
                 loaded.append(got)
                 # The ack of batch b depends only on batches <= b: post it now.
                 ack = rank_acks(job.plan[:b + 1], loaded)[-1]

@@ -5,6 +5,7 @@ import collections
 import dataclasses
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from hicache.storage.faulty import FaultConfig, FaultyStorage
@@ -29,6 +30,29 @@ class EventCounter:
             self.counts[str(event)] += 1
 
 
+class HungStorage(FileStorage):
+    """A backend whose every call hangs for `stall_s` first (Faults.hung_storage_rank)."""
+
+    def __init__(self, root: str, stall_s: float) -> None:
+        super().__init__(root)
+        self.stall_s = stall_s
+
+    def _hang(self) -> None:
+        threading.Event().wait(self.stall_s)    # emulated hang, never set
+
+    def batch_exists(self, keys):
+        self._hang()
+        return super().batch_exists(keys)
+
+    def batch_get(self, keys):
+        self._hang()
+        return super().batch_get(keys)
+
+    def batch_set(self, keys, values):
+        self._hang()
+        return super().batch_set(keys, values)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Faults:
     """Injected process faults (tests): a rank that dies or stalls at a given cache check,
@@ -39,11 +63,38 @@ class Faults:
     no_wait_rank: int | None = None      # seeded bug: applies transfers without waiting (slow copies)
     local_counts_rank: int | None = None  # seeded bug 5: applies its own ready counts, not the agreed
     corrupt_ranks: tuple[int, ...] = ()  # seeded bug: these ranks write wrong bytes into their pages
+    # a listener on these ranks' prefetch loader thread fails at its first batch: "raise"
+    # (a monitor's error there) or "hang" (never returns within stall_s: a stuck monitor)
+    loader_fault_ranks: tuple[int, ...] = ()
+    loader_fault: str = "raise"
+    hung_storage_rank: int | None = None  # every storage call of this rank hangs for stall_s
     at_check: int = 3
+    # a test's own bound (0: none): a rank still in its serve loop this many seconds after
+    # the first pass raises, so a test of a fault that used to spin fails instead of hanging
+    serve_limit_s: float = 0.0
     stall_s: float = 600.0
     overrides: dict[int, dict[str, object]] = field(default_factory=dict)
 
+    def loader_listener(self, rank: int, inner):
+        """`inner`, failing as `loader_fault` says on this rank's prefetch loader thread."""
+        if rank not in self.loader_fault_ranks:
+            return inner
+
+        def listener(event, fields) -> None:
+            if (str(event) == "RankLoadBatch"
+                    and threading.current_thread().name.startswith("prefetch-load")):
+                if self.loader_fault == "hang":
+                    threading.Event().wait(self.stall_s)
+                else:
+                    raise RuntimeError(f"injected: a listener failed on rank {rank}'s loader thread")
+            inner(event, fields)
+        return listener
+
     def maybe_fire(self, rank: int, checks: int, engine: "Engine") -> None:
+        if self.serve_limit_s:
+            if time.monotonic() - engine.started_at > self.serve_limit_s:
+                raise RuntimeError(f"test bound: rank {rank} still serving after {self.serve_limit_s:g} s "
+                                   f"({checks} cache checks)")
         if checks != self.at_check:
             return
         if rank == self.diverge_rank:
@@ -82,7 +133,9 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
         comm.build_groups(Topology(cp=cfg.cp, pp=cfg.pp, rank=rank))
         # Injected faults differ per rank (seeded by rank). The loader's reads fail at the
         # configured rate; exists/set calls of the scheduler at a third of it.
-        fail, inner = cfg.storage_fail_p, FileStorage(cfg.storage_dir)
+        fail = cfg.storage_fail_p
+        inner = (HungStorage(cfg.storage_dir, faults.stall_s) if rank == faults.hung_storage_rank
+                 else FileStorage(cfg.storage_dir))
         delay = dict(p_delay=0.5 if cfg.storage_delay_s > 0 else 0.0, max_delay_s=cfg.storage_delay_s)
         load_store = FaultyStorage(inner, FaultConfig(seed=cfg.seed * 1000 + rank, p_raise=fail / 2,
                                                       p_none=fail / 2, **delay))
@@ -90,7 +143,7 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
                                                  p_none=fail / 6, **delay))
         events = EventCounter()
         verify = verify or verify_config()    # verified mode (HICACHE_VERIFY): spec monitors
-        listener = monitored(events, verify)
+        listener = monitored(faults.loader_listener(rank, events), verify)
         engine = Engine(cfg, comm, store, load_store, listener=listener, bugs=bugs, verify=verify)
         attach_monitors(listener, engine)
         workload = make_workload(cfg.requests, cfg.page_size, cfg.model.vocab, cfg.seed, cfg.model.max_len)

@@ -45,7 +45,7 @@ def test_diverged_later_stage_rank_is_detected_against_upstream():
 
 
 @pytest.mark.parametrize("field,value", [("page_size", 8), ("layout", "page_first"), ("host_pages_per_rank", 3),
-                                         ("cp", 1)])
+                                         ("cp", 1), ("verify", "off")])
 def test_mismatched_configuration_is_rejected_at_start(field, value):
     fails = _failures(faults=Faults(overrides={1: {field: value}}), **QUICK)
     for rank in (0, 1):
@@ -77,3 +77,57 @@ def test_a_bad_setting_is_refused_before_any_rank_starts(tmp_path, field, value,
     with pytest.raises(ValueError) as info:
         RunConfig(storage_dir=str(tmp_path), **{field: value})
     assert str(info.value) == msg
+
+
+#: a workload whose requests prefetch from storage (shared prefixes evicted past small pools)
+PREFETCHING = dict(QUICK, requests=14, device_pages_per_rank=4, host_pages_per_rank=6, storage_delay_s=0.0,
+                   verify="off", seed=1)
+
+
+def test_a_failed_prefetch_thread_stops_every_rank_at_the_same_check_naming_it():
+    """A listener raising on rank 1's loader thread used to leave its error unread (pop only
+    looked while waiting, and the agreed count, a MIN, never made it wait): the request
+    never completed and every rank spun in cache checks for ever, each successful pp_sync
+    counting as progress for the launcher."""
+    fails = _failures(faults=Faults(loader_fault_ranks=(1,), serve_limit_s=40.0), **PREFETCHING)
+    assert ("the storage prefetch thread prefetch-load-r1 failed: RuntimeError: injected: a listener failed "
+            "on rank 1's loader thread") in fails[1]
+    assert fails[1].startswith("PrefetchFailure: rank 1: step 'cache_check#")
+    step = fails[1].split("'")[1]
+    # rank 0 stops at the very same check, from the flag in the pp_sync vector
+    assert fails[0].startswith(f"PrefetchFailure: rank 0: step '{step}': the storage prefetch of rank 1 failed")
+
+
+def test_a_serve_loop_where_nothing_moves_stops_every_rank_naming_what_it_waits_for():
+    """Both ranks' loaders hang (a stuck listener): no thread fails, no collective times out;
+    nothing moves, and the loop's bound (timeout_s without any change) stops both ranks."""
+    fails = _failures(faults=Faults(loader_fault_ranks=(0, 1), loader_fault="hang", stall_s=60.0,
+                                    serve_limit_s=40.0), **PREFETCHING)
+    steps = set()
+    for rank in (0, 1):
+        first = fails[rank].splitlines()[0]
+        assert first.startswith(f"LocalTimeout: rank {rank}: step 'cache_check#"), first
+        assert "nothing moved for 3 s" in first and "waiting for the storage prefetch of request" in first
+        assert "this rank's prefetch loader has been on batch 0 of request" in first
+        steps.add(first.split("'")[1])
+    assert len(steps) == 1
+
+
+@pytest.mark.parametrize("faults, slow", [
+    (Faults(hung_storage_rank=1, stall_s=60.0), {}),          # every call of rank 1 hangs
+    (Faults(), {"storage_delay_s": 5.0, "storage_fail_p": 0.0}),    # healthy, slower than the collectives
+], ids=["hung", "slow"])
+def test_a_slow_or_hung_storage_is_a_counted_miss_not_a_dead_peer(faults, slow):
+    """Storage calls ran between collectives (exists, write-through) or gated every rank's
+    prefetch sync (reads) under the collective timeout: a slow backend stopped the run as a
+    PeerFailure. Each call has its own, shorter bound now; one past it is a miss."""
+    cfg = dict(PREFETCHING, timeout_s=2.0, **slow)
+    reports = run_distributed(launch_timeout_s=60, grace_s=4, faults=faults, **cfg)
+    for r in reports:
+        assert r["requests"] == cfg["requests"] and r["violations"] == []
+    assert len({r["final_digest"] for r in reports}) == 1
+    timeouts = [r["storage_timeouts"] for r in reports]
+    if faults.hung_storage_rank is not None:
+        assert timeouts[1] > 0 and timeouts[0] == 0
+    else:
+        assert sum(timeouts) > 0
