@@ -1,7 +1,9 @@
 """`hicache check`: model-check one spec, or every model of models_checked/ (--all).
 
-Exit codes as TLC: 0 ok, 11 deadlock, 12 safety violation, 13 liveness, 150+ usage and
-parse/semantic/evaluation errors (reported as one located line, never a traceback).
+Exit codes as TLC: 0 ok, 10 POSTCONDITION false, 11 deadlock, 12 safety violation, 13 liveness,
+150+ usage and parse/semantic/evaluation errors (reported as one located line, never a
+traceback). A PROPERTY part that is not checked (liveness) is such an error unless
+--allow-unchecked-properties.
 """
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace-out", help="where to write the ITF trace of a violation "
                                        "(default: SPEC_CFG.itf.json in the current directory)")
     p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    p.add_argument("--allow-unchecked-properties", action="store_true",
+                   help="report a PROPERTY part this checker does not check (liveness: <>P, P ~> Q, fairness, "
+                        "...) as a warning instead of failing the run (exit 150); the property's other parts are "
+                        "still checked")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from hicache.tla.run import check_one
     res, payload, text = check_one(args.spec, args.config, simulate=args.simulate, depth=args.depth,
                                    num=args.num, seed=args.seed, trace_out=args.trace_out,
-                                   progress=not args.no_progress and not args.json)
+                                   progress=not args.no_progress and not args.json,
+                                   allow_unchecked_properties=args.allow_unchecked_properties)
     emit(args, payload, text)
     return res.exit_code if res is not None else EXIT_ERROR

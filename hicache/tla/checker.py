@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Callable
 
 from hicache.tla.cfg import Config
-from hicache.tla.compiler import UNSET, Compiler, Ctx, Model, OpDef
-from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
+from hicache.tla.compiler import (
+    F_IMPURE, F_STATE, UNSET, Compiler, Ctx, Model, OpDef, TemporalInPart, _pat_names,
+)
+from hicache.tla.errors import ConfigError, EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, node_loc
-from hicache.tla.stdlib import TLCContext
-from hicache.tla.values import Fcn, as_frozenset, fmt, permute, sort_key
+from hicache.tla.stdlib import SYNONYMS, TLCContext
+from hicache.tla.values import Fcn, LazySet, as_frozenset, fmt, permute, sort_key
 
 
 def _name(node) -> str:
@@ -49,7 +51,7 @@ class Step:
 
 @dataclass
 class Result:
-    result: str                # ok | deadlock | invariant | property | error
+    result: str                # ok | deadlock | invariant | property | postcondition | error
     distinct: int = 0
     generated: int = 0
     depth: int = 0
@@ -63,7 +65,8 @@ class Result:
 
     @property
     def exit_code(self) -> int:
-        return {"ok": 0, "deadlock": 11, "invariant": 12, "property": 12, "liveness": 13}.get(self.result, 150)
+        return {"ok": 0, "postcondition": 10, "deadlock": 11, "invariant": 12, "property": 12,
+                "liveness": 13}.get(self.result, 150)
 
 
 @dataclass
@@ -82,9 +85,16 @@ class Checkable:
     check_deadlock: bool
     warnings: list[str]
     locs: dict = field(default_factory=dict)   # definition name -> Loc (for located errors)
+    init_name: str = "Init"
+    init_loc: Loc | None = None                # where the initial predicate is defined
+    postcondition: tuple | None = None         # (name, code, Loc): cfg POSTCONDITION
 
 
-def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = None) -> Checkable:
+def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = None, *,
+          allow_unchecked_properties: bool = False) -> Checkable:
+    """Compile a model for checking. A PROPERTY part the checker cannot check (liveness:
+    `<>P`, `P ~> Q`, fairness, a temporal formula under `=>`, ...) is a located error unless
+    `allow_unchecked_properties`, when it becomes a warning and the safety parts are checked."""
     spec_path = Path(spec_path)
     loader = Loader([spec_path.parent] + list(search_dirs or []))
     root = loader.load_file(spec_path)
@@ -99,6 +109,19 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
         except SemanticError as e:
             raise SemanticError(e.message, cfg.locs.get(name, e.loc)) from None
     model.lookup_def = lookup_cfg_name
+
+    def cfg_def(name: str, section: str) -> OpDef:
+        """The definition a .cfg section names: defined, and without parameters (it was
+        called with none: an internal IndexError)."""
+        d = model.lookup_def(name)
+        where = cfg.locs.get(name, d.loc)
+        if d.is_instance:
+            raise ConfigError(f"{section} {name} names an instance of a module, not an operator", where)
+        if d.params:
+            n = len(d.params)
+            raise ConfigError(f"{section} {name} takes {n} argument{'s' if n > 1 else ''} (defined at {d.loc}); "
+                              f"the configuration can only name a definition without parameters", where)
+        return d
     comp = Compiler(model)
     warnings: list[str] = []
 
@@ -109,13 +132,16 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
 
     # Init and Next: from INIT/NEXT or from SPECIFICATION Init /\ [][Next]_v /\ fairness
     if cfg.specification:
+        cfg_def(cfg.specification, "SPECIFICATION")
         init_node, init_ctx, next_node, next_ctx = _split_spec(model, cfg.specification)
+        init_name, init_loc = _init_where(init_node, init_ctx)
     else:
         if not cfg.init or not cfg.next:
             raise SemanticError("the configuration needs SPECIFICATION or both INIT and NEXT", Loc(cfg.file, 1, 1))
-        d_init, d_next = model.lookup_def(cfg.init), model.lookup_def(cfg.next)
+        d_init, d_next = cfg_def(cfg.init, "INIT"), cfg_def(cfg.next, "NEXT")
         init_node, init_ctx = d_init.body, Ctx(d_init.scope, varmode="init", module=d_init.module)
         next_node, next_ctx = d_next.body, Ctx(d_next.scope, module=d_next.module)
+        init_name, init_loc = d_init.name, d_init.loc
     init_fn = comp.action(init_node, Ctx(init_ctx.scope, varmode="init", module=init_ctx.module))[0]
 
     actions = []
@@ -125,40 +151,112 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
         fn = comp.action(node, ctx)[0]
         actions.append(Action(name, node_loc(loc_mod.file, loc_node), loc_mod.name, fn))
 
-    def state_pred(name: str) -> Callable:
-        d = model.lookup_def(name)
+    def state_pred(name: str, section: str) -> Callable:
+        d = cfg_def(name, section)
         return comp.def_code(d, "value", "state", False, d.node)[0]
 
-    invariants = [(nm, state_pred(nm)) for nm in cfg.invariants]
+    invariants = [(nm, state_pred(nm, "INVARIANT")) for nm in cfg.invariants]
+    locs = {name: model.lookup_def(name).loc for name in cfg.invariants}
     init_props, act_props = [], []
+    unchecked: list[tuple[str, str, Loc]] = []
+    props = _Properties(comp)
     for pname in cfg.properties:
-        d = model.lookup_def(pname)
-        for kind, node, ctx in _property_parts(model, d.body, Ctx(d.scope, module=d.module)):
-            if kind == "init":
-                init_props.append((pname, comp.value(node, ctx)[0]))
-            elif kind == "always":
-                invariants.append((pname, comp.value(node, ctx)[0]))
-            elif kind == "action":
-                act_props.append((pname, comp.value(node, ctx)[0]))
+        d = cfg_def(pname, "PROPERTY")
+        locs.setdefault(pname, d.loc)
+        for part in props.parts(d.body, Ctx(d.scope, module=d.module)):
+            if part.kind == "init":
+                init_props.append((pname, part.fn))
+            elif part.kind == "always":
+                invariants.append((pname, part.fn))
+            elif part.kind == "action":
+                act_props.append((pname, part.fn))
             else:
-                warnings.append(f"property {pname}: temporal formula {kind} is not checked (liveness "
-                                f"checking is not supported); safety parts are checked")
-    constraints = [state_pred(c) for c in cfg.constraints]
+                unchecked.append((pname, part.what, part.loc))
+    if unchecked and not allow_unchecked_properties:
+        pname, what, loc = unchecked[0]
+        more = f" (and {len(unchecked) - 1} more unchecked part{'s' if len(unchecked) > 2 else ''})" \
+            if len(unchecked) > 1 else ""
+        raise SemanticError(f"PROPERTY {pname}: {what} is not checked (hicache check checks state predicates, "
+                            f"[]P and [][A]_v, also under \\A over a constant set; not liveness or other "
+                            f"temporal formulas); pass --allow-unchecked-properties to check only the other "
+                            f"parts{more}", loc)
+    for pname, what, loc in unchecked:
+        warnings.append(f"{loc}: property {pname}: {what} is not checked (liveness and other temporal "
+                        f"formulas are not supported; allowed by --allow-unchecked-properties); its other parts "
+                        f"are checked")
+    constraints = [state_pred(c, "CONSTRAINT") for c in cfg.constraints]
     action_constraints = []
     for c in cfg.action_constraints:
-        d = model.lookup_def(c)
+        d = cfg_def(c, "ACTION_CONSTRAINT")
         action_constraints.append(comp.def_code(d, "value", "state", False, d.node)[0])
-    view = state_pred(cfg.view) if cfg.view else None
+    view = state_pred(cfg.view, "VIEW") if cfg.view else None
     symmetry = None
     if cfg.symmetry:
-        perms = state_pred(cfg.symmetry)((), None, ())
-        symmetry = []
-        for p in as_frozenset(perms):
-            d = p.d if isinstance(p, Fcn) else {i + 1: x for i, x in enumerate(p)}
-            symmetry.append(d)
-    locs = {name: model.lookup_def(name).loc for name in cfg.invariants}
+        symmetry = _symmetry(cfg, cfg.symmetry, state_pred(cfg.symmetry, "SYMMETRY"), model)
+    if cfg.alias:
+        cfg_def(cfg.alias, "ALIAS")    # (traces show the variables; the alias is not applied)
+    post = None
+    if cfg.postcondition:
+        d = cfg_def(cfg.postcondition, "POSTCONDITION")
+        post = (d.name, comp.def_code(d, "value", "state", False, d.node)[0], d.loc)
     return Checkable(model, init_fn, actions, invariants, init_props, act_props, constraints,
-                     action_constraints, view, symmetry, cfg.check_deadlock, warnings, locs)
+                     action_constraints, view, symmetry, cfg.check_deadlock, warnings, locs,
+                     init_name, init_loc, post)
+
+
+class _NoState(tuple):
+    """The state a constant-level formula (SYMMETRY, POSTCONDITION) is evaluated in: reading
+    a variable is a located error naming it (it was an internal IndexError)."""
+
+    def __new__(cls, variables: list[str], what: str):
+        t = super().__new__(cls)
+        t.variables, t.what = variables, what
+        return t
+
+    def __getitem__(self, i):
+        raise EvalError(f"{self.what} reads the variable {self.variables[i]}: it is evaluated once, on no "
+                        f"state, and must be constant-level")
+
+
+def _symmetry(cfg: Config, name: str, code: Callable, model: Model) -> list[dict]:
+    """SYMMETRY's permutations, each as a dict; a value that is not a set of permutations
+    (of a set onto itself, as Permutations(S) returns) is a located error naming it."""
+    where = cfg.locs.get(name)
+    try:
+        v = code(_NoState(model.variables, f"SYMMETRY {name}"), None, ())
+    except TlaError as e:
+        if e.loc is None:
+            e.loc = where
+        raise
+
+    def refuse(why: str):
+        shown = fmt(v)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise ConfigError(f"SYMMETRY {name} must be a set of permutations such as Permutations(S); {why} "
+                          f"(it is {shown})", where)
+    if type(v) is not frozenset and not isinstance(v, LazySet):
+        refuse("it is not a set")
+    out = []
+    for p in as_frozenset(v):
+        if isinstance(p, Fcn):
+            d = p.d
+        elif isinstance(p, tuple):
+            d = {i + 1: x for i, x in enumerate(p)}
+        else:
+            refuse(f"its element {fmt(p)} is not a function")
+        if len(set(d.values())) != len(d) or set(d.values()) != set(d.keys()):
+            refuse(f"its element {fmt(p)} does not map its domain onto itself")
+        out.append(d)
+    return out
+
+
+def _init_where(node, ctx: Ctx) -> tuple[str, Loc]:
+    """The initial predicate's name and definition site (for `Init does not assign y`)."""
+    if _name(node) == "OperatorApplication" and not node.arguments and isinstance(node.operator, str):
+        e = ctx.scope.entries.get(node.operator)
+        if isinstance(e, OpDef):
+            return e.name, e.loc
+    return "the initial predicate", node_loc(ctx.module.file, node)
 
 
 def _unfold(model: Model, node, ctx: Ctx):
@@ -308,23 +406,221 @@ def _leaf_name(ctx, node, name, loc_node, loc_mod):
     return name, loc_node, loc_mod
 
 
-def _property_parts(model, node, ctx):
-    for c, cctx in _conjuncts(model, node, ctx):
-        k = _name(c)
-        if k == "OperatorApplication" and c.operator == "[]":
-            inner, ictx = _unfold(model, c.arguments[0], cctx)
-            if _name(inner) == "SubscriptedAction" and inner.operator == "[":
-                yield "action", inner, ictx
-            elif _temporal(inner):
-                yield f"[]({_name(inner)})", inner, ictx
-            else:
-                yield "always", inner, ictx
-        elif k == "Fairness":
-            yield f"{c.operator}", c, cctx
-        elif _temporal(c):
-            yield f"{getattr(c, 'operator', k)}", c, cctx
+@dataclass(slots=True)
+class _Part:
+    """One checkable part of a PROPERTY: `init` (a state predicate on the initial states),
+    `always` ([]P: P on every state), `action` ([][A]_v: on every step), or `unchecked`
+    (`what` at `loc`: liveness and other temporal formulas this checker does not check).
+    `fn(st, pr, env)` takes the env of the context the part was found in."""
+    kind: str
+    fn: Callable | None = None
+    what: str = ""
+    loc: Loc | None = None
+
+
+class _Properties:
+    """Takes a PROPERTY apart into the parts the checker checks. Conjunctions split; `[]P`
+    and `[][A]_v` are always/action parts; a definition (with or without arguments, also
+    through an instance) is unfolded when its body is temporal; `\\A x \\in S : F` with S
+    constant-level distributes over F's parts (`\\A x \\in S : []P` is `[](\\A x \\in S : P)`).
+    Anything else temporal is an `unchecked` part, never a state predicate checked on the
+    first state only. Parts are compiled in varmode "prop", where a temporal operator left
+    inside (under IF, LET, =>, ...) raises TemporalInPart: that part is unchecked too."""
+
+    def __init__(self, comp: Compiler):
+        self.comp = comp
+        self.temporal_defs: dict[int, bool] = {}    # id(OpDef) -> whether its body is temporal
+
+    def loc(self, node, ctx: Ctx) -> Loc:
+        return node_loc((ctx.module or self.comp.m.root).file, node)
+
+    def parts(self, node, ctx: Ctx) -> list[_Part]:
+        ctx = Ctx(ctx.scope, ctx.names, ctx.localops, "prop", False, ctx.module)
+        try:
+            return self._parts(node, ctx)
+        except TemporalInPart as e:
+            # (a temporal operator in an argument or a quantifier's set)
+            return [_Part("unchecked", what=f"{self.snippet(node, ctx)} (it has a temporal operator at {e.loc})",
+                          loc=self.loc(node, ctx))]
+
+    def _parts(self, node, ctx: Ctx) -> list[_Part]:
+        k = _name(node)
+        if k == "Parentheses":
+            return self.parts(node.expression, ctx)
+        if not self.temporal(node, ctx):
+            return [self.leaf("init", node, ctx)]
+        if _is_conj(node):
+            items = [it.expression for it in node.arguments] if k == "VerticalList" else node.arguments
+            return [p for it in items for p in self.parts(it, ctx)]
+        if k == "OperatorApplication" and node.operator == "[]":
+            return self.box(node, ctx)
+        if k == "Quantification" and node.quantifier == "\\A":
+            return self.forall(node, ctx)
+        callee = self.callee(node, ctx)
+        if callee is not None:
+            body, bctx, adapt = callee
+            return [_Part(p.kind, adapt(p.fn), p.what, p.loc) if p.fn else p for p in self.parts(body, bctx)]
+        return [self.unchecked(node, ctx)]
+
+    def box(self, node, ctx: Ctx) -> list[_Part]:
+        inner, ictx, adapt = node.arguments[0], ctx, None
+        while True:
+            if _name(inner) == "Parentheses":
+                inner = inner.expression
+                continue
+            callee = self.callee(inner, ictx, zero_arity_only=True)
+            if callee is None:
+                break
+            inner, ictx, a = callee
+            adapt = a if adapt is None else (lambda f, a=a, b=adapt: b(a(f)))
+        if _name(inner) == "SubscriptedAction" and inner.operator == "[":
+            part = self.leaf("action", inner, ictx)
+        elif not self.temporal(inner, ictx):
+            part = self.leaf("always", inner, ictx)
         else:
-            yield "init", c, cctx
+            return [self.unchecked(node, ctx)]
+        if part.fn is not None and adapt is not None:
+            part.fn = adapt(part.fn)
+        return [part]
+
+    def forall(self, node, ctx: Ctx) -> list[_Part]:
+        comp = self.comp
+        bounds = comp.bounds(node.declarations, ctx)
+        names = [n for pat, _ in bounds for n in _pat_names(pat)]
+        sets = comp.bound_sets(bounds, ctx)
+        # a set that changes from state to state: [] cannot move out of the quantifier
+        varying = any(f & (F_STATE | F_IMPURE) for _, f in sets)
+        out = []
+        for p in self.parts(node.predicate, ctx.bind(*names)):
+            if p.kind == "unchecked":
+                out.append(p)
+            elif varying and p.kind != "init":
+                if not any(q.kind == "unchecked" and q.loc == self.loc(node, ctx) for q in out):
+                    out.append(_Part("unchecked", what=f"{self.snippet(node, ctx)} (a temporal formula under \\A "
+                                     f"over a set that depends on the state)", loc=self.loc(node, ctx)))
+            else:
+                out.append(_Part(p.kind, self._forall_fn(bounds, sets, p.fn)))
+        return out
+
+    def _forall_fn(self, bounds, sets, fn):
+        iter_bind = self.comp.iter_bind
+
+        def forall(st, pr, env):
+            for env2 in iter_bind(bounds, sets, st, pr, env):
+                v = fn(st, pr, env2)
+                if v is not True:
+                    return v        # FALSE, or a non-boolean the caller reports
+            return True
+        return forall
+
+    def leaf(self, kind: str, node, ctx: Ctx) -> _Part:
+        pctx = Ctx(ctx.scope, ctx.names, ctx.localops, "prop", False, ctx.module)
+        return _Part(kind, self.comp.value(node, pctx)[0])    # (TemporalInPart: see parts)
+
+    def unchecked(self, node, ctx: Ctx) -> _Part:
+        return _Part("unchecked", what=self.snippet(node, ctx), loc=self.loc(node, ctx))
+
+    def snippet(self, node, ctx: Ctx) -> str:
+        """The formula as written (its first line, shortened), for messages."""
+        loc = self.loc(node, ctx)
+        try:
+            lines = Path(loc.file).read_text().splitlines()
+            text = lines[loc.line - 1][loc.col - 1:] if loc.line != loc.end_line \
+                else lines[loc.line - 1][loc.col - 1:loc.end_col]
+            text = " ".join(text.split())
+        except (OSError, IndexError, ValueError):
+            text = ""
+        if not text:
+            return f"the temporal formula ({_name(node)})"
+        if len(text) > 60 or loc.line != loc.end_line:
+            text = text[:57] + "..."
+        return f"the temporal formula `{text}`"
+
+    # ------------------------------------------------------------------ definitions
+    def resolve(self, node, ctx: Ctx):
+        """(definition, body ctx, argument nodes compiled in ctx, instance-argument count) of
+        an application of a user definition or of an instance's operator, or None."""
+        k = _name(node)
+        if k == "OperatorApplication" and isinstance(node.operator, str):
+            r = self.comp.resolve(SYNONYMS.get(node.operator, node.operator), ctx)
+            if not isinstance(r, OpDef) or r.is_instance or r.is_fn:
+                return None
+            return r, list(node.arguments or []), [], 0
+        if k == "SubexpressionReference":
+            items = node.items
+            first = items[0]
+            name = first.operator if _name(first) == "OperatorApplication" else str(first)
+            iargs = list(first.arguments or []) if _name(first) == "OperatorApplication" else []
+            d = self.comp.resolve(name, ctx)
+            if not isinstance(d, OpDef) or not d.is_instance:
+                return None
+            scope = d.body
+            for it in items[1:-1]:
+                nm = it.operator if _name(it) == "OperatorApplication" else str(it)
+                nd = scope.entries.get(nm)
+                if not isinstance(nd, OpDef) or not nd.is_instance:
+                    return None
+                scope = nd.body
+            last = items[-1]
+            opname = last.operator if _name(last) == "OperatorApplication" else str(last)
+            oargs = list(last.arguments or []) if _name(last) == "OperatorApplication" else []
+            target = scope.entries.get(opname)
+            if not isinstance(target, OpDef) or target.is_instance or target.is_fn:
+                return None
+            return target, oargs, iargs, len(iargs)
+        return None
+
+    def callee(self, node, ctx: Ctx, zero_arity_only: bool = False):
+        """(body, body ctx, adapt) to look into an applied definition: adapt maps code over
+        the body's env to code over ctx's env (the arguments evaluated where it is used, as
+        an application of the definition evaluates them)."""
+        got = self.resolve(node, ctx)
+        if got is None:
+            return None
+        d, args, iargs, n_inst = got
+        if zero_arity_only and (args or iargs or d.params):
+            return None
+        if len(args) != len(d.params):
+            raise self.comp.err(f"{d.name} takes {len(d.params)} arguments, got {len(args)}", node, ctx)
+        bctx = Ctx(d.scope, tuple(("$i", "val") for _ in range(n_inst))
+                   + tuple((p, "op" if a else "val") for p, a in d.params), (), ctx.varmode, False, d.module)
+        fns = [self.comp.value(a, ctx)[0] for a in iargs] + \
+              [self.comp.arg_value(a, ctx, ar)[0] for a, (_, ar) in zip(args, d.params)]
+        if not fns:
+            return d.body, bctx, (lambda f: (lambda st, pr, env: f(st, pr, ())))
+
+        def adapt(f):
+            return lambda st, pr, env: f(st, pr, tuple(g(st, pr, env) for g in fns))
+        return d.body, bctx, adapt
+
+    def temporal(self, node, ctx: Ctx) -> bool:
+        """Whether a formula is temporal, looking into the definitions it applies (each
+        definition's body once: a definition's temporality does not depend on its use)."""
+        k = _name(node)
+        if k == "Fairness":
+            return True
+        if k == "Parentheses":
+            return self.temporal(node.expression, ctx)
+        if k == "Quantification":
+            return self.temporal(node.predicate, ctx)
+        if k == "VerticalList":
+            return any(self.temporal(it.expression, ctx) for it in node.arguments)
+        if k in ("OperatorApplication", "SubexpressionReference"):
+            if k == "OperatorApplication" and node.operator in ("[]", "<>", "~>", "-+->"):
+                return True
+            got = self.resolve(node, ctx)
+            if got is not None:
+                d = got[0]
+                known = self.temporal_defs.get(id(d))
+                if known is None:
+                    self.temporal_defs[id(d)] = False       # (a recursive definition meets itself)
+                    known = self.temporal_defs[id(d)] = self.temporal(d.body, Ctx(d.scope, module=d.module))
+                if known:
+                    return True
+            args = (node.arguments or []) if k == "OperatorApplication" else \
+                [a for it in node.items if _name(it) == "OperatorApplication" for a in (it.arguments or [])]
+            return any(self.temporal(a, ctx) for a in args if not isinstance(a, str))
+        return False
 
 
 def _temporal(node) -> bool:
@@ -426,10 +722,7 @@ class Checker:
             TLCContext.level = 1
             blank = [UNSET] * self.nvars
             for pr in ck.init(None, blank, ()):
-                if UNSET in pr:
-                    missing = [ck.model.variables[i] for i, v in enumerate(pr) if v is UNSET]
-                    raise EvalError(f"Init does not assign {', '.join(missing)}")
-                s = tuple(pr)
+                s = self._initial(pr)
                 res.generated += 1
                 if not self._in_model(s):
                     continue
@@ -521,6 +814,11 @@ class Checker:
                         self.progress({"generated": res.generated, "distinct": len(states),
                                        "queue": len(states) - head, "depth": lvl,
                                        "seconds": now - t0})
+            if ck.postcondition is not None:
+                cur_state = None
+                if not self._postcondition(len(states), res.generated, max(levels) if levels else 0,
+                                           len(states) - head, time.perf_counter() - t0):
+                    return finish("postcondition", ck.postcondition[0])
         except TlaError as e:
             if cur_state is not None and e.state is None:
                 e.state = format_state(ck.model.variables, cur_state)
@@ -528,6 +826,32 @@ class Checker:
         except RecursionError:
             return finish("error", None, None, EvalError("recursion too deep"))
         return finish("ok")
+
+    def _initial(self, pr) -> tuple:
+        """An initial state from Init's assignment; a variable it leaves free is an error
+        located at Init's definition."""
+        if UNSET in pr:
+            missing = [self.ck.model.variables[i] for i, v in enumerate(pr) if v is UNSET]
+            raise EvalError(f"{self.ck.init_name} does not assign {', '.join(missing)}", self.ck.init_loc)
+        return tuple(pr)
+
+    def _postcondition(self, distinct: int, generated: int, depth: int, queue: int, seconds: float) -> bool:
+        """Evaluate the cfg POSTCONDITION once, after the search (as TLC does): a constant-level
+        formula that may read the run's statistics through TLCGet("stats")."""
+        name, code, loc = self.ck.postcondition
+        TLCContext.stats = Fcn({"distinct": distinct, "generated": generated, "diameter": depth,
+                                "queue": queue, "duration": int(seconds)})
+        try:
+            v = code(_NoState(self.ck.model.variables, f"POSTCONDITION {name}"), None, ())
+        except TlaError as e:
+            if e.loc is None:
+                e.loc = loc
+            raise
+        finally:
+            TLCContext.stats = None
+        if v is True or v is False:
+            return v
+        raise EvalError(f"POSTCONDITION {name} evaluated to {fmt(v)}, not a boolean", loc)
 
     # --- random simulation
     def simulate(self, depth: int, num: int, seed: int) -> Result:
@@ -540,14 +864,12 @@ class Checker:
         seen = set()
         blank = [UNSET] * self.nvars
         try:
-            inits = [tuple(p) for p in ck.init(None, blank, ())]
+            inits = [self._initial(p) for p in ck.init(None, blank, ())]
             inits = [s for s in inits if self._in_model(s)]
             inits.sort(key=sort_key)   # repr of a set follows hash order: not stable across runs
             res.generated += len(inits)
-            if not inits:
-                return self._done(res, t0, len(seen), 0)
             max_depth = 0
-            for _ in range(num):
+            for _ in range(num if inits else 0):
                 s = rng.choice(inits)
                 trace = [Step(s, None)]
                 seen.add(self._key(s))
@@ -555,6 +877,10 @@ class Checker:
                 if bad:
                     res.result, res.violated, res.trace = "invariant", bad, trace
                     return self._done(res, t0, len(seen), len(trace))
+                for pname, p in ck.init_properties:
+                    if p(s, None, ()) is not True:
+                        res.result, res.violated, res.trace = "property", pname, trace
+                        return self._done(res, t0, len(seen), len(trace))
                 for lvl in range(1, depth):
                     TLCContext.level = lvl
                     succ = list(self._successors(s))
@@ -581,6 +907,9 @@ class Checker:
                         res.result, res.violated, res.trace = "invariant", bad, trace
                         return self._done(res, t0, len(seen), len(trace))
                 max_depth = max(max_depth, len(trace))
+            if ck.postcondition is not None and not self._postcondition(
+                    len(seen), res.generated, max_depth, 0, time.perf_counter() - t0):
+                res.result, res.violated = "postcondition", ck.postcondition[0]
             return self._done(res, t0, len(seen), max_depth)
         except TlaError as e:
             res.result, res.error = "error", e

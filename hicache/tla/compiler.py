@@ -27,6 +27,11 @@ from hicache.tla.values import (
 )
 
 
+class TemporalInPart(SemanticError):
+    """A temporal operator met where a state or step is evaluated (the checker reports such
+    a PROPERTY part as not checked)."""
+
+
 class _Unset:
     __slots__ = ()
 
@@ -115,7 +120,9 @@ class Ctx:
     scope: Scope
     names: tuple = ()          # bound names in env order: (name, kind) kind in val|lazy|op|localop
     localops: tuple = ()       # LocalOp objects, parallel lookups by name
-    varmode: str = "state"     # "state" | "init"
+    # "state" | "init" | "prop": "prop" is a part of a PROPERTY that the checker evaluates
+    # on states/steps (state semantics), where a temporal operator left inside is refused
+    varmode: str = "state"
     primed: bool = False
     module: Module | None = None
 
@@ -849,7 +856,8 @@ class Compiler:
         return self.instance_ref(node, ctx, "value")
 
     def v_Fairness(self, node, ctx):
-        raise self.err("fairness conditions are temporal formulas; they cannot be evaluated as values", node, ctx)
+        raise self.err("fairness conditions are temporal formulas; they cannot be evaluated as values", node, ctx,
+                       TemporalInPart)
 
     def v_OperatorApplication(self, node, ctx):
         op = node.operator
@@ -988,11 +996,16 @@ class Compiler:
         return enabled, af | F_STATE
 
     def sv_box(self, node, args, ctx):
-        # [][A]_v or []P inside a PROPERTY evaluated per transition
+        if ctx.varmode == "prop":
+            # a [] the checker did not take apart (under IF, LET, ~, =>, ...): evaluating it on
+            # the one state or step at hand would check it there only (a false pass)
+            raise self.err("temporal operator [] cannot be evaluated on a state", node, ctx, TemporalInPart)
+        # ([]P or [][A]_v named as an INVARIANT: P, [A]_v evaluated on every state)
         return self.value(args[0], ctx)
 
     def sv_temporal(self, node, args, ctx):
-        raise self.err(f"temporal operator {node.operator} cannot be evaluated on a state", node, ctx)
+        raise self.err(f"temporal operator {node.operator} cannot be evaluated on a state", node, ctx,
+                       TemporalInPart)
 
     # ---------------------------------------------------- named operators
     def apply_named(self, node, op: str, args, ctx: Ctx, kind: str):

@@ -82,14 +82,14 @@ def stale_trace(e: Entry, res, committed_dir: Path) -> str | None:
     return None
 
 
-def check_entry(e: Entry, root: Path, out_dir: Path | None):
+def check_entry(e: Entry, root: Path, out_dir: Path | None, allow_unchecked_properties: bool = False):
     from hicache.tla.cfg import load_cfg
     from hicache.tla.checker import Checker, build
     from hicache.tla.errors import TlaError
     from hicache.tla.itf import write_itf
     from hicache.tla.report import summary_text
     try:
-        ck = build(root / e.spec, load_cfg(root / e.cfg))
+        ck = build(root / e.spec, load_cfg(root / e.cfg), allow_unchecked_properties=allow_unchecked_properties)
         checker = Checker(ck)
         res = checker.simulate(100, 200, 0) if e.mode == "simulate" else checker.run()
     except TlaError as exc:
@@ -135,7 +135,8 @@ def run_all(args: argparse.Namespace) -> int:
             rows.append({"name": e.name, "result": "skipped", "expected_result": e.expected_result,
                          "distinct": None, "generated": None, "match": True, "skipped": True})
             continue
-        res = check_entry(e, root, path.parent if rewrite else None)
+        res = check_entry(e, root, path.parent if rewrite else None,
+                          getattr(args, "allow_unchecked_properties", False))
         if rewrite:
             e.distinct, e.generated, e.depth = res.distinct, res.generated, res.depth
             e.violated = res.violated

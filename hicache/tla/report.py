@@ -24,6 +24,8 @@ def summary_text(res: Result) -> str:
         out.append(f"Error: Invariant {res.violated} is violated.")
     elif res.result == "property":
         out.append(f"Error: Action property {res.violated} is violated.")
+    elif res.result == "postcondition":
+        out.append(f"Error: POSTCONDITION {res.violated} is violated (evaluated once, after the search).")
     elif res.result == "deadlock":
         out.append("Error: Deadlock reached.")
     elif res.result == "error":

@@ -23,7 +23,8 @@ def default_cfg(spec: Path) -> Path:
 
 
 def check_one(spec: str, cfg_path: str | None, *, simulate: bool = False, depth: int = 100, num: int = 1000,
-              seed: int = 0, trace_out: str | None = None, progress: bool = False):
+              seed: int = 0, trace_out: str | None = None, progress: bool = False,
+              allow_unchecked_properties: bool = False):
     """Returns (Result or None, json payload, human text)."""
     spec_p = Path(spec)
     cfg_p = Path(cfg_path) if cfg_path else default_cfg(spec_p)
@@ -31,7 +32,7 @@ def check_one(spec: str, cfg_path: str | None, *, simulate: bool = False, depth:
         if not spec_p.is_file():    # (before its default config, which would be reported missing)
             raise TlaError(f"no such spec file {spec_p}", Loc(str(spec_p), 0, 0))
         cfg = load_cfg(cfg_p)
-        ck = build(spec_p, cfg)
+        ck = build(spec_p, cfg, allow_unchecked_properties=allow_unchecked_properties)
     except TlaError as e:
         res = Result("error", error=e)
         return res, _payload(res, None), f"Error: {e}"

@@ -296,14 +296,20 @@ def _to_string(v):
 
 
 class TLCContext:
-    """Per-run values that TLCGet reads; the checker updates `level`."""
+    """Per-run values that TLCGet reads; the checker updates `level`, and sets `stats` (a
+    record) while it evaluates a POSTCONDITION."""
     level = 0
     rng = random.Random(0)
+    stats = None
 
 
 def _tlc_get(key):
     if key == "level":
         return TLCContext.level
+    if key == "stats" and TLCContext.stats is not None:
+        return TLCContext.stats
+    if key == "stats":
+        raise EvalError('TLCGet("stats") is only supported in a POSTCONDITION')
     raise EvalError(f"TLCGet({fmt(key)}) is not supported")
 
 

@@ -341,3 +341,102 @@ def test_a_precedence_conflict_is_a_located_error_of_check(tmp_path):
     assert proc.returncode >= 150
     msg = assert_located(payload, "Chain.tla", 6, 23)
     assert "precedence conflict between `=>` and `=>`" in msg
+
+
+# ------------------------------------------------- PROPERTY parts the checker does not check
+LIVE = SPEC_OK.replace("====", "Spec == Init /\\ [][Next]_x /\\ WF_x(Next)\nLive == <>(x = 2)\n"
+                                "Safe == \\A b \\in {2} : [](x < b)\n====")
+LIVE_CFG = "SPECIFICATION Spec\nCHECK_DEADLOCK FALSE\n"
+
+
+def test_an_unchecked_liveness_property_fails_the_run_unless_allowed(tmp_path):
+    """`PROPERTY Live` (<>(x = 2)) printed a warning and exited 0: a false pass in CI."""
+    proc, payload = run_check(tmp_path, "Live", LIVE, LIVE_CFG + "PROPERTY Live\n", subprocess_=True)
+    assert proc.returncode == 150
+    msg = assert_located(payload, "Live.tla", 7, 9)
+    assert "PROPERTY Live" in msg and "`<>(x = 2)`" in msg and "is not checked" in msg
+    assert "--allow-unchecked-properties" in msg
+    proc, payload = run_check(tmp_path, "Live", LIVE, LIVE_CFG + "PROPERTY Live\n", "--allow-unchecked-properties")
+    assert proc.returncode == 0 and payload["result"] == "ok"
+    assert len(payload["warnings"]) == 1 and "Live.tla:7:9" in payload["warnings"][0]
+    # WF_x(Next) in SPECIFICATION Spec is fairness, not a property to check
+    proc, payload = run_check(tmp_path, "Live", LIVE, LIVE_CFG)
+    assert proc.returncode == 0 and payload["result"] == "ok" and "warnings" not in payload
+
+
+def test_a_quantified_always_property_fails_the_run(tmp_path):
+    """`\\A b \\in {2} : [](x < b)` was "not checked" (exit 0); it is `[](\\A b \\in {2} : x < b)`."""
+    proc, payload = run_check(tmp_path, "QSafe", LIVE, LIVE_CFG + "PROPERTY Safe\n", subprocess_=True)
+    assert proc.returncode == 12
+    assert (payload["result"], payload["violated"]) == ("invariant", "Safe")
+    assert len(json.loads((tmp_path / "trace.itf.json").read_text())["states"]) == 3
+
+
+# ------------------------------------------------- POSTCONDITION, ALIAS
+POST = SPEC_OK.replace("EXTENDS Naturals", "EXTENDS Naturals, TLC").replace(
+    "====", 'Three == TLCGet("stats").distinct = 3\nFour == TLCGet("stats").distinct = 4\nAtTwo == x = 2\n====')
+
+
+def test_postcondition_is_evaluated_once_after_the_search(tmp_path):
+    """A false POSTCONDITION passed: it was stored and never evaluated. (TLC: exit 10.)"""
+    for post, code, result, violated in (("Four", 10, "postcondition", "Four"), ("Three", 0, "ok", None)):
+        proc, payload = run_check(tmp_path, "Post", POST, CFG_OK + f"POSTCONDITION {post}\n")
+        assert proc.returncode == code
+        assert (payload["result"], payload["violated"], payload["distinct"]) == (result, violated, 3)
+
+
+def test_a_postcondition_reading_a_variable_is_a_located_error(tmp_path):
+    proc, payload = run_check(tmp_path, "PostVar", POST, CFG_OK + "POSTCONDITION AtTwo\n")
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "PostVar.tla", 8)
+    assert "POSTCONDITION AtTwo reads the variable x" in msg
+
+
+@pytest.mark.parametrize("section", ["ALIAS", "POSTCONDITION"])
+def test_alias_or_postcondition_naming_nothing_is_located_in_the_cfg(tmp_path, section):
+    proc, payload = run_check(tmp_path, "NoPost", SPEC_OK, CFG_OK + f"{section} Nope\n")
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "NoPost.cfg", 4, len(section) + 2)
+    assert "Nope" in msg
+
+
+# ------------------------------------------------- errors that had no location
+@pytest.mark.parametrize("cfg, extra", [(CFG_OK, ()), (CFG_OK, ("--simulate",)),
+                                        ("SPECIFICATION Spec\n", ())])
+def test_init_leaving_a_variable_free_is_located_at_init(tmp_path, cfg, extra):
+    spec = SPEC_OK.replace("VARIABLE x", "VARIABLES x, y").replace(
+        "====", "Spec == Init /\\ [][Next /\\ y' = y]_<<x, y>>\n====")
+    proc, payload = run_check(tmp_path, "InitFree", spec, cfg, *extra)
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "InitFree.tla", 4, 1)
+    assert "Init does not assign y" in msg
+
+
+@pytest.mark.parametrize("section", ["INVARIANT", "PROPERTY", "CONSTRAINT", "ACTION_CONSTRAINT", "VIEW",
+                                     "SYMMETRY", "POSTCONDITION"])
+def test_a_cfg_name_of_an_operator_with_parameters_is_a_located_cfg_error(tmp_path, section):
+    """`INVARIANT InvP` with InvP(n) crashed with an internal IndexError."""
+    spec = SPEC_OK.replace("====", "InvP(n) == x < n\n====")
+    proc, payload = run_check(tmp_path, "Param", spec, CFG_OK + f"{section} InvP\n")
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Param.cfg", 4, len(section) + 2)
+    assert f"{section} InvP takes 1 argument" in msg and "config error" in msg
+
+
+@pytest.mark.parametrize("sym, why", [("Flag", "it is not a set"), ("Pairs", "its element 1 is not a function"),
+                                      ("Skew", "does not map its domain onto itself")])
+def test_a_symmetry_that_is_not_a_set_of_permutations_is_a_located_cfg_error(tmp_path, sym, why):
+    spec = SPEC_OK.replace("VARIABLE x", "CONSTANT P\nVARIABLE x").replace(
+        "====", "Flag == TRUE\nPairs == {1, 2}\nSkew == {[p \\in P |-> CHOOSE q \\in P : TRUE]}\n====")
+    proc, payload = run_check(tmp_path, "Sym", spec, CFG_OK + f"CONSTANT P = {{a, b}}\nSYMMETRY {sym}\n")
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "Sym.cfg", 5, 10)
+    assert f"SYMMETRY {sym} must be a set of permutations" in msg and why in msg
+
+
+def test_a_symmetry_reading_a_variable_is_a_located_error(tmp_path):
+    spec = SPEC_OK.replace("====", "Inv == x < 5\n====")
+    proc, payload = run_check(tmp_path, "SymVar", spec, CFG_OK + "SYMMETRY Inv\n")
+    assert proc.returncode >= 150
+    msg = assert_located(payload, "SymVar.tla", 6)
+    assert "SYMMETRY Inv reads the variable x" in msg

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from tla_bfs import bfs
-from tla_testlib import MODELS, check_model
+from tla_testlib import MODELS, check_model, check_text
+from hicache.tla.errors import SemanticError
 from hicache.tla.itf import decode, encode
 from hicache.tla.values import Fcn, ModelValue, mk_fcn
 
@@ -639,9 +640,110 @@ def test_mixed_action_forms_and_properties():
 
 
 def test_liveness_is_reported_unchecked_and_safety_part_checked():
-    res = check_model(MODELS / "Mixed.tla", MODELS / "MixedLiveness.cfg")
+    # (only when asked: without the opt-out an unchecked part fails the run, see below)
+    res = check_model(MODELS / "Mixed.tla", MODELS / "MixedLiveness.cfg", allow_unchecked_properties=True)
     assert res.result == "ok" and res.distinct == 36
-    assert any("Eventually" in w and "not checked" in w for w in res.warnings)
+    assert any("Eventually" in w and "not checked" in w and "Mixed.tla:31:15" in w for w in res.warnings)
+
+
+def test_an_unchecked_liveness_property_is_a_located_error_not_a_pass():
+    """`PROPERTY Eventually` (`<>(x = 3)` and `[]Inv`) printed a warning and passed (exit 0)."""
+    with pytest.raises(SemanticError) as ei:
+        check_model(MODELS / "Mixed.tla", MODELS / "MixedLiveness.cfg")
+    e = ei.value
+    assert (Path(e.loc.file).name, e.loc.line, e.loc.col) == ("Mixed.tla", 31, 15)    # the <>(x = 3)
+    assert "PROPERTY Eventually" in e.message and "<>(x = 3)" in e.message and "not checked" in e.message
+    assert "--allow-unchecked-properties" in e.message
+
+
+# --------------------------------------------------------------- PROPERTY parts
+# x[1] counts 0..3, x[2] stays 0: 4 states; x[1] = 2 (a violation of x[p] < 2) is at level 3.
+QPROP = """---- MODULE {name} ----
+EXTENDS Naturals
+VARIABLES x
+Init == x = [p \\in {{1, 2}} |-> 0]
+Next == x' = [x EXCEPT ![1] = @ + 1] /\\ x[1] < 3
+Fair == WF_x(Next)
+Spec == Init /\\ [][Next]_x /\\ Fair
+SafeFor(p) == [](x[p] < 2)
+Grows(p) == [][x'[p] >= x[p]]_x
+Bounded(p) == x[p] < 2
+C == INSTANCE QPropIdx WITH v <- x
+Prop == {prop}
+====
+"""
+QPROP_IDX = """---- MODULE QPropIdx ----
+EXTENDS Naturals
+VARIABLE v
+Idx == {1, 2}
+SafeI(p) == [](v[p] < 2)
+====
+"""
+QPROP_CFG = "SPECIFICATION Spec\nPROPERTY Prop\nCHECK_DEADLOCK FALSE\n"
+
+
+def _qprop(tmp_path, prop, **kw):
+    (tmp_path / "QPropIdx.tla").write_text(QPROP_IDX)
+    return check_text(tmp_path, "QProp", QPROP.format(name="QProp", prop=prop), QPROP_CFG, **kw)
+
+
+@pytest.mark.parametrize("prop", [
+    "\\A p \\in {1, 2} : [](x[p] < 2)",                        # was: "not checked", exit 0
+    "\\A p \\in C!Idx : [](x[p] < 2)",
+    "\\A p \\in C!Idx : C!SafeI(p)",                              # through an instance
+    "\\A p \\in {1, 2} : SafeFor(p)",                           # was: checked on the first state only
+    "SafeFor(1)",                                              # was: checked on the first state only
+    "\\A p \\in {1, 2} : [](x[p] < 2) /\\ Grows(p)",
+    "\\A p \\in {1} : \\A q \\in {p, 2} : [](Bounded(q))",
+    "x[2] = 0 /\\ \\A p \\in {2, 1} : SafeFor(p)",
+])
+def test_a_quantified_always_property_is_checked_as_always_of_the_quantifier(tmp_path, prop):
+    # the same behavior as `[](\\A p \\in {1, 2} : x[p] < 2)` (which was checked already)
+    res = _qprop(tmp_path, prop)
+    assert res.result == "invariant" and res.violated == "Prop", (prop, res.result, res.warnings)
+    assert [s.state[0] for s in res.trace] == [(0, 0), (1, 0), (2, 0)]
+    assert not res.warnings
+
+
+@pytest.mark.parametrize("prop, result", [
+    ("\\A p \\in {1, 2} : [](x[p] < 4) /\\ Grows(p)", "ok"),
+    ("\\A p \\in {2} : [][x'[p] = x[p]]_x", "ok"),
+    ("\\A p \\in {1, 2} : [][x'[p] = x[p]]_x", "property"),
+    ("\\A p \\in {1, 2} : x[p] = 1 /\\ [](x[p] < 9)", "property"),  # its part on the initial states
+    ("\\A p \\in {1, 2} : x[p] = 0 /\\ SafeFor(p)", "invariant"),
+])
+def test_quantified_property_parts_keep_their_kind(tmp_path, prop, result):
+    res = _qprop(tmp_path, prop)
+    assert res.result == result, (prop, res.result, res.error)
+    assert (res.distinct if result == "ok" else 4) == 4
+    assert not res.warnings       # (these were "not checked")
+
+
+@pytest.mark.parametrize("prop, col", [
+    ("<>(x[1] = 3)", 9),
+    ("(x[1] = 0) ~> (x[1] = 3)", 9),
+    ("Spec", 9),                                                # its WF_x(Next): liveness
+    ("x[1] = 0 => [](x[1] < 2)", 9),
+    ("IF x[1] = 0 THEN [](x[1] < 2) ELSE TRUE", 9),
+    ("LET B == [](x[1] < 2) IN B", 9),
+    ("\\E p \\in {1, 2} : [](x[p] < 2)", 9),
+    ("\\A p \\in {x[1]} : [](x[p] < 2)", 9),                        # a set that varies
+    ("[](x[1] < 9) /\\ <>(x[1] = 3)", 25),
+])
+def test_a_property_part_that_is_not_checked_fails_unless_allowed(tmp_path, prop, col):
+    with pytest.raises(SemanticError) as ei:
+        _qprop(tmp_path, prop)
+    e = ei.value
+    line = 12 if prop != "Spec" else 6
+    assert (Path(e.loc.file).name, e.loc.line, e.loc.col) == ("QProp.tla", line, col if prop != "Spec" else 9), e
+    assert "PROPERTY Prop" in e.message and "not checked" in e.message
+    res = _qprop(tmp_path, prop, allow_unchecked_properties=True)
+    assert res.result == "ok" and res.distinct == 4
+    assert len(res.warnings) == 1 and "not checked" in res.warnings[0] and "Prop" in res.warnings[0]
+    # the fairness of SPECIFICATION Spec is not a property: without PROPERTY, no error, no warning
+    res = check_text(tmp_path, "QProp", QPROP.format(name="QProp", prop=prop), "SPECIFICATION Spec\n"
+                     "CHECK_DEADLOCK FALSE\n")
+    assert (res.result, res.distinct, res.warnings) == ("ok", 4, [])
 
 
 def test_init_part_of_property_violated():

@@ -81,3 +81,9 @@ def test_simulation_bounds_below_one_are_refused(capsys):
         # (the code of check's other usage error, a missing SPEC.tla)
         assert main(["check", str(MODELS / "DieHard.tla"), "--simulate", flag, v]) == EXIT_ERROR + 1
         assert f"hicache check: {flag}: must be >= 1, got {v}" in capsys.readouterr().err
+
+
+def test_simulation_checks_the_initial_part_of_a_property(tmp_path):
+    # PROPERTY StartsAtTwo (x = 2, on the initial states) was not checked by --simulate
+    code, payload = simulate(tmp_path, "Mixed.tla", 5, 3, 0, cfg="MixedInitProp.cfg")
+    assert code == 12 and (payload["result"], payload["violated"]) == ("property", "StartsAtTwo")

@@ -38,17 +38,17 @@ def eval_many(dirpath: Path, exprs: list[str], defs: str = "", constants: dict |
 
 
 
-def check_model(spec: Path, cfg: Path | None = None) -> Result:
+def check_model(spec: Path, cfg: Path | None = None, **build_kw) -> Result:
     """Exhaustive check through the Python API (cfg defaults to SPEC.cfg)."""
     cfg = cfg or spec.with_suffix(".cfg")
-    ck = build(spec, parse_cfg(cfg.read_text(), str(cfg)))
+    ck = build(spec, parse_cfg(cfg.read_text(), str(cfg)), **build_kw)
     return Checker(ck).run()
 
 
-def check_text(dirpath: Path, name: str, spec: str, cfg: str) -> Result:
+def check_text(dirpath: Path, name: str, spec: str, cfg: str, **build_kw) -> Result:
     """Write SPEC (a full module text) and its cfg to dirpath and check them."""
     p = dirpath / f"{name}.tla"
     p.write_text(spec)
     c = dirpath / f"{name}.cfg"
     c.write_text(cfg)
-    return check_model(p, c)
+    return check_model(p, c, **build_kw)

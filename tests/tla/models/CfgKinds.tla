@@ -1,7 +1,7 @@
 ---------------------------- MODULE CfgKinds ----------------------------
 (* Exercises each kind of .cfg constant: integer, string, boolean, model value,
    a set of model values, a set of strings, and an override `Limit <- SmallLimit`. *)
-EXTENDS Naturals, FiniteSets
+EXTENDS Naturals, FiniteSets, TLC
 
 CONSTANTS Start, Label, Enabled, Nil, Workers, Colors, Limit
 
@@ -26,4 +26,7 @@ TypeOK == /\ n \in Start..Limit
           /\ owner \in Workers \cup {Nil}
           /\ color \in Colors
           /\ Label = "cfg"
+
+\* the POSTCONDITION: constant-level, read once after the search
+SawAll == TLCGet("stats").distinct = 10 /\ TLCGet("stats").generated = 26
 =============================================================================
