@@ -401,23 +401,31 @@ class _FakeClock:
         return self.now
 
 
-def _budgeted(monkeypatch, tmp_path, budget, rate=1.0, seed=0):
+def _timed_cache(monkeypatch, map_cls, costly: str, per_event=0.1, seed=0):
+    """A workload's cache and a map of it on the monitor's fake clock: each event takes
+    `per_event` of the runtime's time, the map's `costly` method (a from-scratch state, an
+    incremental sync: what a checked step spends) 1 s."""
     from hicache.monitors import runtime
-    clock = _FakeClock(per_event=0.1, per_map=1.0)
+    clock = _FakeClock(per_event=per_event, per_map=1.0)
     monkeypatch.setattr(runtime, "_clock", clock)
     policy, reqs = plan(seed, WorkloadConfig(requests=60))
     cache = make_cache(W, policy)
-    rmap = HostTierMap(cache)
-    mapped = rmap.state
+    rmap = map_cls(cache)
+    work = getattr(rmap, costly)
 
-    def costly_state():
+    def costly_work():
         clock.now += clock.per_map
-        return mapped()
-    rmap.state = costly_state
+        return work()
+    setattr(rmap, costly, costly_work)
 
     def runtime_time(action, fields):
         clock.now += clock.per_event
     cache.bus.subscribe(runtime_time)
+    return cache, rmap, clock, reqs
+
+
+def _budgeted(monkeypatch, tmp_path, budget, rate=1.0, seed=0):
+    cache, rmap, clock, reqs = _timed_cache(monkeypatch, HostTierMap, "state", seed=seed)
     mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=rate, seed=seed, sample_budget=budget,
                                      violation_dir=str(tmp_path)))
     cache.bus.subscribe(mon)
@@ -523,23 +531,8 @@ def _budgeted_incremental(monkeypatch, tmp_path, budget, per_event=0.1, per_reco
     step's recording in the history costs `per_record` (an unchecked step's dispatch)."""
     import collections
 
-    from hicache.monitors import runtime
     from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
-    clock = _FakeClock(per_event=per_event, per_map=1.0)
-    monkeypatch.setattr(runtime, "_clock", clock)
-    policy, reqs = plan(0, WorkloadConfig(requests=60))
-    cache = make_cache(W, policy)
-    rmap = IncrementalHostTierMap(cache)
-    synced = rmap.sync
-
-    def costly_sync():
-        clock.now += clock.per_map
-        return synced()
-    rmap.sync = costly_sync
-
-    def runtime_time(action, fields):
-        clock.now += clock.per_event
-    cache.bus.subscribe(runtime_time)
+    cache, rmap, clock, reqs = _timed_cache(monkeypatch, IncrementalHostTierMap, "sync", per_event=per_event)
     mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=1.0, seed=0, sample_budget=budget,
                                      violation_dir=str(tmp_path)))
 

@@ -33,6 +33,13 @@ class RaiseAt:
     def __init__(self, action: A) -> None:
         self.action, self.fired = action, 0
 
+    @classmethod
+    def on(cls, cache: HiCache, action: A) -> "RaiseAt":
+        """One listening on cache's bus (after the listeners it has)."""
+        listener = cls(action)
+        cache.bus.subscribe(listener)
+        return listener
+
     def __call__(self, action, fields) -> None:
         if action is self.action and not self.fired:
             self.fired += 1
@@ -85,8 +92,7 @@ def test_a_load_whose_start_event_raised_still_loads(caches):
     serve(cache, TOKENS)
     cache.drain()
     cache.evict_device(cache.cfg.device_pages)
-    raising = RaiseAt(A.LoadBackStart)
-    cache.bus.subscribe(raising)
+    raising = RaiseAt.on(cache, A.LoadBackStart)
     req = cache.match(TOKENS)
     with pytest.raises(Boom):
         cache.load_back(req)
@@ -104,8 +110,7 @@ def test_a_load_whose_start_event_raised_still_loads(caches):
 
 def test_a_backup_whose_start_event_raised_still_backs_up(caches):
     cache = caches()
-    raising = RaiseAt(A.BackupStart)
-    cache.bus.subscribe(raising)
+    raising = RaiseAt.on(cache, A.BackupStart)
     req = cache.match(TOKENS)
     with pytest.raises(Boom):
         compute(cache, req)        # the insert's write-through backup raised at its start
@@ -120,8 +125,7 @@ def test_a_backup_whose_start_event_raised_still_backs_up(caches):
 
 def test_a_storage_backup_whose_start_event_raised_still_stores(caches, mem_storage):
     cache = caches(storage=mem_storage, storage_batch_pages=1)
-    raising = RaiseAt(A.StorageBackupStart)
-    cache.bus.subscribe(raising)
+    raising = RaiseAt.on(cache, A.StorageBackupStart)
     req = cache.match(TOKENS)
     compute(cache, req)
     cache.finish(req)
@@ -139,8 +143,7 @@ def test_a_prefetch_whose_start_event_raised_still_fetches(caches, mem_storage):
     assert len(mem_storage.data) == 4
     cache.evict_device(cache.cfg.device_pages)
     cache.evict_host(cache.cfg.host_pages)
-    raising = RaiseAt(A.PrefetchStart)
-    cache.bus.subscribe(raising)
+    raising = RaiseAt.on(cache, A.PrefetchStart)
     req = cache.match(TOKENS)
     with pytest.raises(Boom):
         cache.prefetch(req)
@@ -166,8 +169,7 @@ def test_poll_keeps_the_acks_after_one_whose_apply_raised(caches):
         reqs.append(req)
     ops = list(cache.writer.acks)
     assert len(ops) == 2 and all(op.wait(BOUND_S) for op in ops)
-    raising = RaiseAt(A.BackupFinish)
-    cache.bus.subscribe(raising)
+    raising = RaiseAt.on(cache, A.BackupFinish)
     with pytest.raises(Boom):
         cache.poll()
     assert list(cache.writer.acks) == ops[1:]
