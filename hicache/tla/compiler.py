@@ -608,8 +608,11 @@ class Compiler:
 
         def case(st, pr, env):
             for (p, _), (e, _) in arms:
-                if p(st, pr, env) is True:
+                v = p(st, pr, env)
+                if v is True:
                     return e(st, pr, env)
+                if v is not False:
+                    raise EvalError(f"CASE guard is {fmt(v)}, not a boolean", loc)
             if other is not None:
                 return other[0](st, pr, env)
             raise EvalError("no CASE arm applies and there is no OTHER", loc)
@@ -1384,8 +1387,11 @@ class Compiler:
         def case(st, pr, env):
             # as TLC: the first arm whose guard holds, else OTHER
             for p, e in arms:
-                if p(st, pr, env) is True:
+                v = p(st, pr, env)
+                if v is True:
                     return e(st, pr, env)
+                if v is not False:
+                    raise EvalError(f"CASE guard is {fmt(v)}, not a boolean", loc)
             if other is None:
                 raise EvalError("no CASE arm applies and there is no OTHER", loc)
             return other(st, pr, env)

@@ -173,7 +173,26 @@ def _cardinality(s):
 
 
 def _is_finite(s):
-    return not isinstance(s, InfiniteSet)
+    if not is_set(s):
+        raise EvalError(f"IsFiniteSet applied to non-set {fmt(s)}")
+    return not _infinite(s)
+
+
+def _infinite(s) -> bool:
+    """Whether a set is infinite: Nat, Int, Seq(S) are; a union or difference with an
+    infinite side (CombinedSet, built only then) is, unless it is a difference of two
+    infinite sets, which this evaluator cannot decide (an error, not a guess)."""
+    if isinstance(s, InfiniteSet):
+        return True
+    if isinstance(s, CombinedSet):
+        if s.op == "cup":
+            return _infinite(s.a) or _infinite(s.b)
+        if not _infinite(s.a):
+            return False
+        if not _infinite(s.b):
+            return True
+        raise EvalError(f"cannot decide whether {fmt(s)} is finite (a difference of infinite sets)")
+    return False
 
 
 def _product(*parts):
@@ -220,11 +239,11 @@ def _tail(s):
 
 
 def _subseq(s, m, n):
-    if type(s) is str:
-        return s[m - 1:n]
-    _seq_check("SubSeq", s)
+    if type(s) is not str:
+        _seq_check("SubSeq", s)
     if m > n:
-        return ()
+        return s[:0]
+    # (a string too: s[m - 1:n] with m < 1 wrapped round to the string's end)
     if m < 1 or n > len(s):
         raise EvalError(f"SubSeq({fmt(s)}, {m}, {n}) out of range")
     return s[m - 1:n]

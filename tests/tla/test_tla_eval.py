@@ -76,6 +76,7 @@ def test_finite_sets(tla_eval_many):
         ("UNION {{1}, {2, 3}, {}}", frozenset({1, 2, 3})), ("UNION {}", frozenset()),
         ("Cardinality({})", 0), ("Cardinality({1, 1, 2})", 2), ("{1, 2} = {2, 1}", True),
         ("{{1}, {1}}", frozenset({frozenset({1})})), ("IsFiniteSet({1})", True),
+        ("IsFiniteSet(Nat)", False), ("IsFiniteSet(Nat \\ {0})", False), ("IsFiniteSet(Int \\cup {1})", False),
         ("{x \\in 1..6 : x % 2 = 0}", frozenset({2, 4, 6})), ("{x \\in {} : TRUE}", frozenset()),
         ("{x * x : x \\in 1..3}", frozenset({1, 4, 9})), ("{x % 2 : x \\in 1..9}", frozenset({0, 1})),
         ("{x + y : x \\in 1..2, y \\in {10, 20}}", frozenset({11, 12, 21, 22})),
@@ -145,6 +146,7 @@ def test_sequences(tla_eval_many):
         ("Len(<<1, 2>>)", 2), ("Len(<<>>)", 0), ("Append(<<1>>, 2)", (1, 2)), ("Append(<<>>, 1)", (1,)),
         ("Head(<<1, 2>>)", 1), ("Tail(<<1, 2>>)", (2,)), ("Tail(<<1>>)", ()),
         ("SubSeq(<<1, 2, 3, 4>>, 2, 3)", (2, 3)), ("SubSeq(<<1, 2, 3>>, 2, 1)", ()),
+        ("SubSeq(\"abc\", 2, 3)", "bc"), ("SubSeq(\"abc\", 3, 2)", ""),
         ("<<1, 2>> \\o <<3>>", (1, 2, 3)), ("<<>> \\o <<>>", ()),
         ("SelectSeq(<<1, 2, 3, 4>>, LAMBDA x : x % 2 = 0)", (2, 4)),
         ("<<1, 2, 3>> \\in Seq({1, 2, 3})", True), ("<<4>> \\in Seq({1, 2, 3})", False),
@@ -332,6 +334,10 @@ def test_infinite_set_enumeration_error_is_located(tla_eval, expr):
     ("CHOOSE x \\in {} : TRUE", "CHOOSE"), ("CASE FALSE -> 1", "CASE"), ("1 + {}", "+"),
     ("IF 1 THEN 2 ELSE 3", "IF"), ("Cardinality(Nat)", "infinite"), ("\"a\" < \"b\"", "<"),
     ("<<1, 2>> \\o \"ab\"", "\\o"),
+    # (a CASE guard that is no boolean was skipped; SubSeq of a string from 0 wrapped round to
+    # its end; IsFiniteSet of a non-set was TRUE)
+    ("CASE 1 -> 1 [] OTHER -> 2", "CASE guard"), ("SubSeq(\"abc\", 0, 9)", "SubSeq"),
+    ("IsFiniteSet(3)", "IsFiniteSet"), ("IsFiniteSet(Nat \\ Int)", "cannot decide"),
 ])
 def test_evaluation_errors_are_located(tla_eval, expr, fragment):
     with pytest.raises(EvalError) as ei:
