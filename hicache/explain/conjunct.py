@@ -170,7 +170,7 @@ class _Walker:
                     _, env2 = code(self.st, self.pr, env2 + (None,))
             for (name, kind), x in zip(inner.names[len(env):], env2[len(env):]):
                 if kind == "lazy":
-                    f.bindings[name] = fmt(x.force())
+                    f.bindings[name] = fmt(x.force(x.pr))
         except Exception:  # noqa: BLE001 - a LET that cannot be evaluated ends the walk
             return node, ctx
         f.path.append(part(ctx.module.file, node.expression))

@@ -1022,7 +1022,7 @@ class Compiler:
             if tag == "local":
                 i, lkind = r[1], r[2]
                 if lkind == "lazy":
-                    return (lambda st, pr, env: env[i].force()), F_ENV
+                    return (lambda st, pr, env: env[i].force(pr)), F_ENV
                 if lkind == "op":
                     argc = [self.arg_value(a, ctx, 0) for a in args]
                     fns = [f for f, _ in argc]
@@ -1598,17 +1598,23 @@ class Compiler:
 
 # ====================================================================== runtime helpers
 class Lazy:
-    """A LET-bound zero-arity definition: evaluated at most once, on first use."""
+    """A LET-bound zero-arity definition: evaluated on first use, in the primed state of
+    that use. A LET definition means its body where it is used (TLC evaluates it there):
+    in an action the primed variables are assigned conjunct by conjunct, each assignment
+    giving a new primed state, so `LET nx == x' IN x' = e /\\ y' = nx` reads the x' its use
+    sees, not the unassigned one of the LET's entry (that was a false "read before it is
+    assigned"). The value is kept for uses in the same primed state (in a state predicate,
+    every use: pr is None there)."""
     __slots__ = ("code", "st", "pr", "env", "val", "done")
 
     def __init__(self, code, st, pr, env):
         self.code, self.st, self.pr, self.env = code, st, pr, env
         self.done = False
 
-    def force(self):
-        if not self.done:
-            self.val = self.code(self.st, self.pr, self.env)
-            self.done = True
+    def force(self, pr):
+        if not self.done or pr is not self.pr:
+            self.val = self.code(self.st, pr, self.env)
+            self.pr, self.done = pr, True
         return self.val
 
 

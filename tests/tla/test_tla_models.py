@@ -823,3 +823,14 @@ def test_states_left_on_queue_at_violation():
     res = check_model(MODELS / "DieHard.tla", MODELS / "DieHardSolve.cfg")
     # the violating state itself was added and never explored
     assert res.queue_left >= 1
+
+
+def test_a_let_definition_reading_a_primed_variable_sees_it_where_it_is_used(tmp_path):
+    """`LET nx == x' IN x' = e /\\ y' = nx`: the LET means its body where it is used, after
+    x' is assigned (TLC finds y = 2). Evaluated at the LET's entry instead, it was a false
+    "x' is read before it is assigned"."""
+    spec = ("---- MODULE LetPrime ----\nEXTENDS Naturals\nVARIABLE x, y\nInit == x = 0 /\\ y = 0\n"
+            "Next == LET nx == x' IN x' = (x + 1) % 3 /\\ y' = nx\nInv == y # 2\n====\n")
+    res = check_text(tmp_path, "LetPrime", spec, "INIT Init\nNEXT Next\nINVARIANT Inv\n")
+    assert res.result == "invariant" and res.violated == "Inv"
+    assert [s.state for s in res.trace] == [(0, 0), (1, 1), (2, 2)]
