@@ -1161,6 +1161,16 @@ class Compiler:
             raise self.err(f"{d.name} is an instance; use {d.name}!Op", node, ctx)
         if len(args) != len(d.params):
             raise self.err(f"{d.name} takes {len(d.params)} arguments, got {len(args)}", node, ctx)
+        n_inst = _instance_args(ctx)
+        if n_inst:
+            # inside a parameterized instance's body (env starts with its n arguments): a
+            # definition of the instantiated module sees them too, its substitutions read them
+            # (`subst_ref`: env[:n]); called with () it lost them (an internal IndexError)
+            code, flags = self._instance_body(d, ctx, kind, n_inst)
+            comp = [self.arg_value(a, ctx, ar) for a, (_, ar) in zip(args, d.params)]
+            fns = [f for f, _ in comp]
+            return (lambda st, pr, env: code(st, pr, env[:n_inst] + tuple(f(st, pr, env) for f in fns))), \
+                flags | F_ENV | _or(comp)
         code, flags = self.def_code(d, kind, ctx.varmode, ctx.primed, node)
         if not args:
             # a definition sees only its own bound names: never the caller's env
@@ -1597,6 +1607,17 @@ class Compiler:
 
 
 # ====================================================================== runtime helpers
+def _instance_args(ctx: Ctx) -> int:
+    """How many arguments of a parameterized instance lead ctx's bound names (the "$i" slots
+    `instance_ref` binds first): 0 outside such an instance's body."""
+    n = 0
+    for name, _ in ctx.names:
+        if name != "$i":
+            break
+        n += 1
+    return n
+
+
 class Lazy:
     """A LET-bound zero-arity definition: evaluated on first use, in the primed state of
     that use. A LET definition means its body where it is used (TLC evaluates it there):

@@ -834,3 +834,17 @@ def test_a_let_definition_reading_a_primed_variable_sees_it_where_it_is_used(tmp
     res = check_text(tmp_path, "LetPrime", spec, "INIT Init\nNEXT Next\nINVARIANT Inv\n")
     assert res.result == "invariant" and res.violated == "Inv"
     assert [s.state for s in res.trace] == [(0, 0), (1, 1), (2, 2)]
+
+
+def test_a_parameterized_instance_passes_its_arguments_to_nested_definitions(tmp_path):
+    """`C(l) == INSTANCE Counter WITH c <- x, Lim <- l`: Counter's Foo calls Bar, which reads
+    the substitution Lim <- l. The nested call dropped the instance's argument (an internal
+    IndexError); Foo is (x + l) * 2 now for each l, and the invariant fails at x = 3."""
+    (tmp_path / "Counter.tla").write_text("---- MODULE Counter ----\nEXTENDS Naturals\nCONSTANT Lim\n"
+                                         "VARIABLE c\nBar == c + Lim\nFoo == Bar * 2\n====\n")
+    spec = ("---- MODULE Inst ----\nEXTENDS Naturals\nVARIABLE x\n"
+            "C(l) == INSTANCE Counter WITH c <- x, Lim <- l\nInit == x = 0\nNext == x < 3 /\\ x' = x + 1\n"
+            "Inv == C(1)!Foo = (x + 1) * 2 /\\ C(2)!Foo = (x + 2) * 2 /\\ C(10)!Foo < 25\n====\n")
+    res = check_text(tmp_path, "Inst", spec, "INIT Init\nNEXT Next\nINVARIANT Inv\nCHECK_DEADLOCK FALSE\n")
+    assert res.result == "invariant" and res.violated == "Inv"
+    assert [s.state for s in res.trace] == [(0,), (1,), (2,), (3,)]
