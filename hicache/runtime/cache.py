@@ -923,7 +923,9 @@ class HiCache:
         while done < hit and not op.terminate:
             chunk = keys[done:min(done + batch, hit)]
             try:
-                values = be.batch_get(chunk)
+                # (a sized read where the page size is known: the backend counts a page of
+                # another size corrupt, not a hit, and it is dropped below as a failure)
+                values = be.batch_get_sized(chunk, nbytes) if pool is not None else be.batch_get(chunk)
             except Exception:  # noqa: BLE001
                 values = None
             if not isinstance(values, list) or len(values) != len(chunk):

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from hicache.storage.hostbuf import row_nbytes
+
 
 class StorageClosed(RuntimeError):
     """A call on a backend after its close() began: refused, since the connection it would
@@ -50,10 +52,25 @@ class StorageBackend(abc.ABC):
     def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
         """Store pages; per key whether it was stored."""
 
+    def batch_get_sized(self, keys: Sequence[str], nbytes: int) -> list[torch.Tensor | None]:
+        """`batch_get` of pages that must be `nbytes` long (the rows of a zero-copy read):
+        a page of another size is a miss (None), never a hit, and kept (it may be intact
+        for another pool); a backend that counts outcomes counts it a failed verification
+        (`get_corrupt`).
+
+        The default drops other sizes from `batch_get`'s answer (and counts nothing, having
+        no counters); a backend whose `batch_get` counts hits overrides it to check the size
+        before counting (as the file and Mooncake backends do), and a wrapper passes it
+        through to what it wraps.
+        """
+        return [v if v is None or v.numel() == nbytes else None for v in self.batch_get(keys)]
+
     def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
-        """Zero-copy style: write page i into dst[rows[i]] (a uint8 view of host slots)."""
+        """Zero-copy style: write page i into dst[rows[i]] (a uint8 view of host slots).
+        (The default reads through `batch_get_sized`, so a page of another size than the
+        row is no hit, and copies only pages of the row's size.)"""
         ok = []
-        for key, row, val in zip(keys, rows, self.batch_get(keys)):
+        for row, val in zip(rows, self.batch_get_sized(keys, row_nbytes(dst))):
             good = val is not None and val.numel() == dst[row].numel()
             if good:
                 dst[row].copy_(val.view(dst[row].shape))

@@ -137,6 +137,12 @@ class FaultyStorage(StorageBackend):
         self._corrupt(keys)
         return self.inner.batch_get(keys)
 
+    def batch_get_sized(self, keys: Sequence[str], nbytes: int) -> list[torch.Tensor | None]:
+        if self._call_faults():
+            return None  # type: ignore[return-value]
+        self._corrupt(keys)
+        return self.inner.batch_get_sized(keys, nbytes)
+
     def batch_get_into(self, keys: Sequence[str], dst: torch.Tensor, rows: Sequence[int]) -> list[bool]:
         if self._call_faults():
             return None  # type: ignore[return-value]

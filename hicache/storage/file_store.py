@@ -74,6 +74,9 @@ class FileStorage(StorageBackend):
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
         return [self._read(key, None) for key in check_keys(keys)]
 
+    def batch_get_sized(self, keys: Sequence[str], nbytes: int) -> list[torch.Tensor | None]:
+        return [self._read(key, None, nbytes) for key in check_keys(keys)]
+
     def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
         check_keys(keys)
         if len(keys) != len(values):
@@ -100,8 +103,12 @@ class FileStorage(StorageBackend):
         return self.counters.snapshot()
 
     # -- pages ---------------------------------------------------------------------------
-    def _read(self, key: str, target: RowTarget | None) -> torch.Tensor | None:
-        """The verified payload (in `target` when given, else a new tensor), or None."""
+    def _read(self, key: str, target: RowTarget | None, nbytes: int | None = None) -> torch.Tensor | None:
+        """The verified payload (in `target` when given, else a new tensor), or None. The
+        payload must be `target`'s size, else `nbytes` long when given (checked on the
+        header, before anything is read: another size is counted corrupt, never a hit)."""
+        if target is not None:
+            nbytes = target.nbytes
         path = self.path_of(key)
         try:
             # O_NONBLOCK: a FIFO in a page's place must not block the open; anything but a
@@ -118,8 +125,7 @@ class FileStorage(StorageBackend):
             with open(fd, "rb") as f:
                 head = bytearray(envelope.HEADER_BYTES)
                 got = f.readinto(head)
-                verdict, length = envelope.check_header(head[:got],
-                                                        None if target is None else target.nbytes)
+                verdict, length = envelope.check_header(head[:got], nbytes)
                 # The announced length is checked against the file size before anything is
                 # allocated: a flipped length field must not become a huge allocation.
                 if (verdict is envelope.Verdict.OK

@@ -20,6 +20,11 @@ def byte_view(t: torch.Tensor) -> memoryview:
     return memoryview(check_page(t).reshape(-1).contiguous().numpy())
 
 
+def row_nbytes(buf: torch.Tensor) -> int:
+    """Bytes in one row `buf[i]` of a uint8 host buffer (every row has the same size)."""
+    return buf[0].numel() if buf.dim() and buf.shape[0] else 0
+
+
 def check_rows(keys: Sequence[str], buf: torch.Tensor, rows: Sequence[int], what: str) -> None:
     check_page(buf, what)
     if len(keys) != len(rows):

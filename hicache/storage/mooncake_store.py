@@ -6,7 +6,8 @@ straight between the object and the host row (Mooncake multi-buffer put/get), so
 copy of the page is made; the checksum is then verified on the row in place. A row whose read
 fails verification is reported False and its bytes are unspecified (the caller treats it
 as a miss and frees the slot).
-Invariant: a True from `batch_get_into`, or a tensor from `batch_get`, passed `envelope.check`.
+Invariant: a True from `batch_get_into`, or a tensor from `batch_get` / `batch_get_sized`,
+passed `envelope.check`.
 Host buffers passed to the zero-copy calls are registered with the transfer engine once (the
 whole underlying storage), and a reference is kept so registered memory is never freed before
 `close` unregisters it.
@@ -35,7 +36,7 @@ import torch
 from hicache.storage import envelope
 from hicache.storage.base import StorageBackend, StorageClosed
 from hicache.storage.counters import Count, Counters
-from hicache.storage.hostbuf import byte_view, check_rows
+from hicache.storage.hostbuf import byte_view, check_rows, row_nbytes
 from hicache.storage.keys import check_key, check_keys
 from hicache.storage.mooncake_server import LOOPBACK, MooncakeMaster, MooncakeUnavailable
 
@@ -199,14 +200,27 @@ class MooncakeStorage(StorageBackend):
 
     @_in_flight
     def batch_get(self, keys: Sequence[str]) -> list[torch.Tensor | None]:
+        return self._get(keys, None)
+
+    @_in_flight
+    def batch_get_sized(self, keys: Sequence[str], nbytes: int) -> list[torch.Tensor | None]:
+        return self._get(keys, nbytes)
+
+    def _get(self, keys: Sequence[str], nbytes: int | None) -> list[torch.Tensor | None]:
         if not keys:
             return []
         blobs = self._store.get_batch(list(check_keys(keys)))
-        return [self._decode(key, blob) for key, blob in zip(keys, blobs)]
+        return [self._decode(key, blob, nbytes) for key, blob in zip(keys, blobs)]
 
-    def _decode(self, key: str, blob: bytes) -> torch.Tensor | None:
+    def _decode(self, key: str, blob: bytes, nbytes: int | None) -> torch.Tensor | None:
+        """The verified payload of `blob`, or None; a payload of another length than
+        `nbytes` (when given) is rejected on its header, before any hit is counted."""
         if not blob:   # the client answers a missing object with b""
             self.counters.add(Count.GET_MISS)
+            return None
+        verdict, _ = envelope.check_header(blob, nbytes)
+        if verdict is envelope.Verdict.BAD_LENGTH:
+            self._reject(key, verdict)
             return None
         verdict, payload = envelope.decode(key, blob)
         if verdict is not envelope.Verdict.OK:
@@ -255,14 +269,18 @@ class MooncakeStorage(StorageBackend):
             hv = heads.numpy()
             for j, (i, code) in enumerate(zip(direct, codes)):
                 ok[i] = self._verify_row(keys[i], code, hv[j * _H:(j + 1) * _H], dst[rows[i]], n[j])
-        # Rows that are not contiguous in the host layout take the copying path.
+        # Rows that are not contiguous in the host layout take the copying path, which
+        # checks the size as the direct one does: a page of another size than the row is
+        # counted corrupt (never a hit) and nothing of it reaches the row.
         taken = set(direct)
         rest = [i for i in range(len(keys)) if i not in taken]
-        for i, val in zip(rest, self.batch_get([keys[i] for i in rest])):
-            row = dst[rows[i]]
-            if val is not None and val.numel() == row.numel():
-                row.copy_(val.view(row.shape))
-                ok[i] = True
+        if rest:
+            vals = self._get([keys[i] for i in rest], row_nbytes(dst))
+            for i, val in zip(rest, vals):
+                row = dst[rows[i]]
+                if val is not None and val.numel() == row.numel():
+                    row.copy_(val.view(row.shape))
+                    ok[i] = True
         return ok
 
     def _verify_row(self, key: str, code: int, head: np.ndarray, row: torch.Tensor, n: int) -> bool:

@@ -37,7 +37,7 @@ import torch
 
 from hicache.storage.base import CallThread, StorageBackend
 from hicache.storage.counters import Count, Counters, merge_stats
-from hicache.storage.hostbuf import check_rows
+from hicache.storage.hostbuf import check_rows, row_nbytes
 from hicache.storage.keys import check_keys
 from hicache.validate import int_at_least, number_in
 
@@ -207,6 +207,11 @@ class SafeStorage(StorageBackend):
         return self._guard(len(keys), [None] * len(keys), _pages_check(len(keys)),
                            self.inner.batch_get, keys)
 
+    def batch_get_sized(self, keys: Sequence[str], nbytes: int) -> list[torch.Tensor | None]:
+        check_keys(keys)
+        return self._guard(len(keys), [None] * len(keys), _pages_check(len(keys), nbytes),
+                           self.inner.batch_get_sized, keys, nbytes)
+
     def batch_set(self, keys: Sequence[str], values: Sequence[torch.Tensor]) -> list[bool]:
         check_keys(keys)     # caller misuse still raises (as the zero-copy calls do)
         if len(keys) != len(values):
@@ -222,21 +227,19 @@ class SafeStorage(StorageBackend):
             return self._guard(len(keys), miss, _flags_check(len(keys), "batch_get_into"),
                                self.inner.batch_get_into, keys, dst, rows)
         # The worker fills its own tensors; only this thread writes dst (see module doc).
-        vals = self._guard(len(keys), None, _pages_check(len(keys)), self.inner.batch_get, keys)
+        # It asks for pages of the row's size, so the backend checks the size before it
+        # counts: a page of another size is a miss counted corrupt by the backend, never a
+        # hit, as on the path without a timeout (this wrapper counts no page outcomes).
+        nbytes = row_nbytes(dst)
+        vals = self._guard(len(keys), None, _pages_check(len(keys), nbytes),
+                           self.inner.batch_get_sized, keys, nbytes)
         if vals is None:
             return miss
         out = []
         for row, val in zip(rows, vals):
-            good = val is not None and val.numel() == dst[row].numel()
-            if good:
+            if val is not None:     # (of the row's size: _pages_check refused any other)
                 dst[row].copy_(val.view(dst[row].shape))
-            elif val is not None:
-                # A page of another size than the row: a miss, counted corrupt as the backend's
-                # own batch_get_into (the path without a timeout) counts it. (batch_get, not
-                # knowing the row, may have counted it a hit: it did return a verified page.
-                # That count is the backend's and stays; not every backend counts hits.)
-                self.counters.add(Count.GET_CORRUPT)
-            out.append(good)
+            out.append(val is not None)
         return out
 
     def batch_set_from(self, keys: Sequence[str], src: torch.Tensor, rows: Sequence[int]) -> list[bool]:
@@ -289,14 +292,22 @@ class SafeStorage(StorageBackend):
         self._guard(0, None, lambda r: None, self.inner.close, after_close=True)
 
 
-def _pages_check(n: int) -> Callable[[Any], list[torch.Tensor | None]]:
+def _pages_check(n: int, nbytes: int | None = None) -> Callable[[Any], list[torch.Tensor | None]]:
+    """Check of a batch_get answer (of batch_get_sized's when `nbytes` is given: a page of
+    another size breaks its contract, so the whole answer is malformed, never copied)."""
+    what = "batch_get" if nbytes is None else "batch_get_sized"
+
     def check(r: Any) -> list[torch.Tensor | None]:
         if not isinstance(r, list) or len(r) != n:
-            raise TypeError(f"batch_get returned {type(r).__name__} for {n} keys")
+            raise TypeError(f"{what} returned {type(r).__name__} for {n} keys")
         for v in r:
-            if v is not None and not (isinstance(v, torch.Tensor) and v.dtype == torch.uint8
-                                      and v.dim() == 1 and v.device.type == "cpu"):
-                raise TypeError("batch_get returned a value that is not a 1-D CPU uint8 tensor")
+            if v is None:
+                continue
+            if not (isinstance(v, torch.Tensor) and v.dtype == torch.uint8
+                    and v.dim() == 1 and v.device.type == "cpu"):
+                raise TypeError(f"{what} returned a value that is not a 1-D CPU uint8 tensor")
+            if nbytes is not None and v.numel() != nbytes:
+                raise TypeError(f"{what} returned a page of {v.numel()} bytes for {nbytes}")
         return r
     return check
 

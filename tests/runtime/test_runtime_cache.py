@@ -393,3 +393,47 @@ def test_a_metadata_only_cache_stores_under_no_real_pages_key(mem_storage):
     fresh, _ = make(storage=mem_storage, storage_batch_pages=1, prefetch_policy="wait_complete")
     req = serve(fresh, tokens, storage=True)
     assert req.storage_hit == 4 and fresh.metrics.storage_failures == 0
+
+
+def test_a_stored_page_of_another_size_is_a_counted_corrupt_miss_never_a_hit(tmp_path):
+    """The prefetch reads with the pool's page size (`batch_get_sized`): a stored page of
+    another size (another pool's layout under the same key) is counted corrupt by the
+    backend itself, never a hit, and the fetch stops there with a storage failure."""
+    from hicache.storage.file_store import FileStorage
+
+    class Keyed(FileStorage):
+        def __init__(self, root):
+            super().__init__(root)
+            self.keys = []
+
+        def batch_set(self, keys, values):
+            self.keys.extend(keys)
+            return super().batch_set(keys, values)
+
+    store = Keyed(str(tmp_path))
+    cache = HiCache(CacheConfig(page_size=PS, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2,
+                                storage_backup_host_fraction=1.0, storage_batch_pages=1,
+                                prefetch_policy="wait_complete"), storage=store)
+    try:
+        serve(cache, [1, 2, 3, 4, 5, 6, 7, 8])
+        cache.drain()
+        assert len(store.keys) == 4
+        cache.evict_device(4)
+        cache.evict_host(8)
+        # the third page is replaced by one of twice the size
+        third = store.keys[2]
+        nbytes = cache.host_pool.page_nbytes
+        store.path_of(third).unlink()             # (a stored key is never rewritten)
+        assert store.batch_set([third], [torch.zeros(2 * nbytes, dtype=torch.uint8)]) == [True]
+        before = dict(store.stats())
+        req = cache.match([1, 2, 3, 4, 5, 6, 7, 8])
+        assert cache.prefetch(req)
+        got = cache.finish_prefetch(req)
+        after = store.stats()
+        assert got == 2                           # the pages before the bad one
+        assert after.get("get_corrupt", 0) - before.get("get_corrupt", 0) == 1
+        assert after.get("get_hit", 0) - before.get("get_hit", 0) == 2
+        assert cache.metrics.storage_failures >= 1
+        cache.finish(req)
+    finally:
+        cache.close()

@@ -1,13 +1,17 @@
 """The StorageBackend contract, run against the file store and a real Mooncake Store."""
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
 import torch
 
 from hicache.storage import envelope
+from hicache.storage.base import StorageBackend
+from hicache.storage.faulty import FaultConfig, FaultyStorage
 from hicache.storage.file_store import FileStorage
+from hicache.storage.safe import SafeConfig, SafeStorage
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float32)
 
@@ -339,3 +343,63 @@ def test_mooncake_close_never_closes_the_client_under_a_call_and_refuses_later_c
     store.close()
     store.close()
     assert closed_with == [0] and store.close_skipped is None
+
+
+def host_rows(layout: str, n_rows: int, row_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A host buffer filled with 0xAB, and its (slots, ...) view: contiguous rows, or a
+    layer-first layout (two layers) in which each row is strided."""
+    if layout == "contiguous":
+        host = torch.full((n_rows, row_bytes), 0xAB, dtype=torch.uint8)
+        return host, host
+    host = torch.full((2, n_rows, row_bytes // 2), 0xAB, dtype=torch.uint8)
+    return host, host.transpose(0, 1)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("call", ["own", "default"])
+def test_a_page_of_another_size_than_the_row_is_corrupt_never_a_hit(backend, fresh_key, layout, call):
+    """Mooncake's path for strided rows and the interface's default batch_get_into read
+    through batch_get, which knew no row size: a page of another size than the row was
+    counted a hit (and then dropped). Every path now checks the size as it reads: a miss
+    counted corrupt only, nothing copied into the row, and the page kept (it may be intact
+    for a differently shaped pool)."""
+    get_into = (backend.batch_get_into if call == "own"
+                else functools.partial(StorageBackend.batch_get_into, backend))
+    key, page = fresh_key(0), torch.arange(48, dtype=torch.uint8)
+    assert backend.batch_set([key], [page]) == [True]
+    for row_bytes in (32, 64):                     # a row smaller and one larger than the page
+        host, dst = host_rows(layout, 2, row_bytes)
+        before = backend.stats()
+        assert get_into([key], dst, [1]) == [False]
+        assert delta(backend, before) == {"get_corrupt": 1}
+        if call == "default" or layout == "strided":   # (a False row's bytes are unspecified
+            assert bool((host == 0xAB).all())          # only where the backend reads in place)
+    before = backend.stats()
+    assert torch.equal(backend.batch_get([key])[0], page)
+    assert delta(backend, before) == {"get_hit": 1}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("timeout_s", [None, 30.0])
+def test_safe_storage_counts_a_page_of_another_size_corrupt_in_every_layer(backend, fresh_key, timeout_s, layout):
+    """Under a timeout SafeStorage reads into the worker's own tensors through batch_get,
+    which knew no row size: the backend counted a page of another size than the row a hit
+    and the wrapper counted it corrupt, so every layer's stats said hit and the merged ones
+    said both. The worker now asks for pages of the row's size: each layer counts what it
+    counts without a timeout, a corrupt page and no hit; a page of the right size is a hit."""
+    faulty = FaultyStorage(backend, FaultConfig())
+    safe = SafeStorage(faulty, SafeConfig(timeout_s=timeout_s))   # (not closed: the module's client)
+    layers = (safe, faulty, backend)
+    wrong, right = fresh_key(0), fresh_key(1)
+    assert safe.batch_set([wrong], [torch.arange(48, dtype=torch.uint8)]) == [True]
+    assert safe.batch_set([right], [torch.arange(64, dtype=torch.uint8)]) == [True]
+    host, dst = host_rows(layout, 2, 64)
+    before = [layer.stats() for layer in layers]
+    assert safe.batch_get_into([wrong], dst, [0]) == [False]
+    assert [delta(layer, b) for layer, b in zip(layers, before)] == [{"get_corrupt": 1}] * 3
+    if timeout_s is not None or layout == "strided":
+        assert bool((host == 0xAB).all())
+    before = [layer.stats() for layer in layers]
+    assert safe.batch_get_into([right], dst, [1]) == [True]
+    assert [delta(layer, b) for layer, b in zip(layers, before)] == [{"get_hit": 1}] * 3
+    assert torch.equal(dst[1], torch.arange(64, dtype=torch.uint8).view(dst[1].shape))

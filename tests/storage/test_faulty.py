@@ -174,3 +174,24 @@ def test_faults_hold_their_rate_when_each_call_runs_on_a_new_thread(tmp_path, se
     direct, on_workers = outcomes(SafeConfig()), outcomes(SafeConfig(timeout_s=30.0))
     assert on_workers == direct
     assert 10 < on_workers.count(False) < 30
+
+
+def test_sized_reads_get_the_faults_of_reads(tmp_path):
+    """batch_get_sized (SafeStorage's read under a timeout) draws and injects the faults of
+    batch_get, and the size check stays the backend's: another size is corrupt, not a hit."""
+    inner = FileStorage(tmp_path)
+    ks = keys(2)
+    assert inner.batch_set(ks, [PAGE, PAGE]) == [True, True]
+    with pytest.raises(InjectedFault):
+        FaultyStorage(inner, FaultConfig(p_raise=1.0)).batch_get_sized(ks, PAGE.numel())
+    assert FaultyStorage(inner, FaultConfig(p_none=1.0)).batch_get_sized(ks, PAGE.numel()) is None
+    sized = FaultyStorage(inner, FaultConfig())
+    before = inner.stats()
+    assert sized.batch_get_sized(ks[:1], PAGE.numel() + 1) == [None]
+    (got,) = sized.batch_get_sized(ks[1:], PAGE.numel())
+    assert torch.equal(got, PAGE)
+    assert inner.stats()["get_corrupt"] == before.get("get_corrupt", 0) + 1
+    assert inner.stats()["get_hit"] == before.get("get_hit", 0) + 1
+    corrupting = FaultyStorage(inner, FaultConfig(p_corrupt=1.0))
+    assert corrupting.batch_get_sized(ks, PAGE.numel()) == [None, None]    # never wrong bytes
+    assert corrupting.stats()["fault_corrupt"] == 2

@@ -278,12 +278,41 @@ def test_duplicate_keys_in_a_read_raise_and_never_trip_the_breaker(tmp_path):
 
 @pytest.mark.parametrize("timeout_s", [None, 30.0])
 def test_a_page_of_another_size_than_the_row_is_counted_corrupt(tmp_path, timeout_s):
-    """Under a timeout, batch_get_into reads through batch_get (which knows no row size) and
-    dropped a page of another size than the row without counting it: the stats said a hit
-    where the path without a timeout said corrupt. Both now count it corrupt."""
-    store = SafeStorage(FileStorage(tmp_path), SafeConfig(timeout_s=timeout_s))
+    """Under a timeout, batch_get_into reads on a worker into the worker's own tensors, and
+    read through batch_get, which knows no row size: a page of another size than the row
+    was first dropped uncounted (the stats said a hit), then counted corrupt by the wrapper
+    on top of the backend's hit. The worker now asks for pages of the row's size
+    (batch_get_sized): corrupt and no hit, in the merged stats and the backend's own."""
+    inner = FileStorage(tmp_path)
+    store = SafeStorage(inner, SafeConfig(timeout_s=timeout_s))
     assert store.batch_set(KEYS[:1], [torch.ones(32, dtype=torch.uint8)]) == [True]
     dst = torch.zeros(2, 64, dtype=torch.uint8)
     assert store.batch_get_into(KEYS[:1], dst, [0]) == [False]
     assert bool((dst == 0).all())
-    assert store.stats()["get_corrupt"] == 1
+    assert store.stats() == inner.stats() == {"set_ok": 1, "get_corrupt": 1}
+
+
+class Oversized(StorageBackend):
+    """Answers a sized read with pages of another size (a broken batch_get_sized)."""
+    def batch_exists(self, keys): return len(keys)
+    def batch_get(self, keys): return [torch.full((32,), 9, dtype=torch.uint8) for _ in keys]
+    def batch_get_sized(self, keys, nbytes): return self.batch_get(keys)
+    def batch_set(self, keys, values): return [True] * len(keys)
+
+
+@pytest.mark.parametrize("timeout_s", [None, 30.0])
+def test_a_sized_read_answering_another_size_is_a_malformed_result(timeout_s):
+    """A page of another size than asked from batch_get_sized breaks the backend's contract:
+    the answer is malformed (a counted failure), and none of it reaches the rows."""
+    store = SafeStorage(Oversized(), SafeConfig(timeout_s=timeout_s))
+    assert store.batch_get_sized(KEYS[:2], 16) == [None, None]
+    assert store.last_error == "batch_get_sized returned a page of 32 bytes for 16"
+    dst = torch.zeros(2, 16, dtype=torch.uint8)
+    if timeout_s is not None:               # (the worker's read; the direct path is the backend's)
+        assert store.batch_get_into(KEYS[:2], dst, [0, 1]) == [False, False]
+        assert bool((dst == 0).all())
+    # the default sized read of a backend filters by size: a miss, not a malformed answer
+    assert StorageBackend.batch_get_sized(Oversized(), KEYS[:2], 16) == [None, None]
+    assert [v.numel() for v in StorageBackend.batch_get_sized(Oversized(), KEYS[:1], 32)] == [32]
+    calls = 2 if timeout_s is not None else 1
+    assert store.stats() == {"call_none": calls, "failed_pages": 2 * calls}
