@@ -31,6 +31,7 @@ import math
 import operator
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -306,6 +307,9 @@ class Monitor:
         # (or one check's cost, when that is more: so a costly check is never shut out)
         self._budget = cfg.sample_budget if cfg.mode is Mode.SAMPLE else None
         self._window = cfg.budget_window
+        # the bucket is updated from the scheduler thread (cache checks) and from transfer
+        # threads (a DraftState monitor's events): read-modify-writes under this lock
+        self._budget_lock = threading.Lock()
         self._credit = 0.0           # seconds of checking afforded now (< 0: a debt being repaid)
         self._filled = _clock()      # when the credit was last brought up to date
         self._spent = 0.0            # seconds spent checking in all
@@ -430,27 +434,29 @@ class Monitor:
         b = self._budget
         if b is None:
             return True
-        now = _clock()
-        # the credit earned since the last look, kept up to the window's worth (or one
-        # check's cost): credit is earned only by time passing, so over any span the checking
-        # time is about sample_budget of it plus what the bucket held (never a quiet hour's
-        # credit, spent later in a burst of checks)
-        credit = self._credit + b * (now - self._filled)
-        cap = max(b * self._window, self._last_cost)
-        self._credit, self._filled = (cap if credit > cap else credit), now
-        # (with the sample's estimated cost: the last one's, so the budget is kept, not
-        # overshot by one check; the first sample, whose cost is unknown, runs)
-        if self._credit >= self._last_cost:
-            return True
-        self.budget_skipped += 1
-        return False
+        with self._budget_lock:
+            now = _clock()
+            # the credit earned since the last look, kept up to the window's worth (or one
+            # check's cost): credit is earned only by time passing, so over any span the
+            # checking time is about sample_budget of it plus what the bucket held (never a
+            # quiet hour's credit, spent later in a burst of checks)
+            credit = self._credit + b * (now - self._filled)
+            cap = max(b * self._window, self._last_cost)
+            self._credit, self._filled = (cap if credit > cap else credit), now
+            # (with the sample's estimated cost: the last one's, so the budget is kept, not
+            # overshot by one check; the first sample, whose cost is unknown, runs)
+            if self._credit >= self._last_cost:
+                return True
+            self.budget_skipped += 1
+            return False
 
     def _charge(self, cost: float) -> None:
         """Checking time spent (a sampled step, an always-checked event, a cache check):
         taken from the budget's credit, which may go below zero (the next samples wait
         until time passing has repaid it)."""
-        self._spent += cost
-        self._credit -= cost
+        with self._budget_lock:
+            self._spent += cost
+            self._credit -= cost
 
     def let_go(self) -> int:
         """Drawn samples the budget let go (a companion's: its leader's, whose samples are

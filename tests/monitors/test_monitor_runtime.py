@@ -579,6 +579,48 @@ def test_sample_budget_charges_checks_not_every_events_dispatch(monkeypatch, tmp
     assert mon._spent <= 0.9 * clock.now + mon._last_cost
 
 
+def test_sample_budget_charges_from_two_threads_are_never_lost(monkeypatch):
+    """The bucket is charged from the scheduler thread (cache checks) while a transfer
+    thread's event (a DraftState monitor's) brings it up to date: both read-modify-write
+    the credit, so without the lock a charge made between the other's read and write was
+    lost (the monitor then checked more than its budget). A stopped clock earns no
+    credit: the bucket must end at exactly minus the charges."""
+    import sys
+    import threading
+
+    from hicache.monitors import runtime
+    monkeypatch.setattr(runtime, "_clock", lambda: 0.0)
+    cache = make_cache(W, plan(0, WorkloadConfig(requests=1))[0])
+    try:
+        mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_budget=0.5))
+    finally:
+        cache.close()
+    n = 60000
+    start = threading.Barrier(2)
+
+    def charge():
+        start.wait()
+        for _ in range(n):
+            mon._charge(1.0)
+
+    def afford():
+        start.wait()
+        for _ in range(n):
+            mon._afford()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)      # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=charge), threading.Thread(target=afford)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        sys.setswitchinterval(old)
+    assert not any(t.is_alive() for t in threads)
+    assert mon._spent == n and mon._credit == -n
+
+
 def test_sample_budget_is_validated_and_read_from_the_environment():
     assert VerifyConfig().sample_budget == 0.02
     assert VerifyConfig(sample_budget=None).sample_budget is None

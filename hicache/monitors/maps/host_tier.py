@@ -118,8 +118,10 @@ class HostTierMap:
                 self._request_event(action, rid)
             if rid not in self.phase or rid in self.ending:
                 self.req_node.pop(rid, None)    # ended (even with a load to finish): unlocked
-            elif action in _MOVES_LOCK and fields.get("node") is not None:
-                self.req_node[rid] = fields["node"]
+            elif action in _MOVES_LOCK:
+                node = fields.get("node")
+                if node is not None:
+                    self.req_node[rid] = node
         if action == "BackupStart":
             # a blocking copy (write_back) sets the node's host slots only when it ends:
             # until then its slots are the node's backupOp (node_slots)
