@@ -36,7 +36,8 @@ from hicache.storage.safe import SafeConfig, SafeStorage
 from .cache_model import Node, ReplicatedTree
 from .comm import Comm
 from .config import RunConfig, Verify
-from .errors import DistStepError, LocalTimeout, PrefetchFailure
+from . import fault_slot
+from .errors import DistStepError
 from .gather import GatherStats, PrefixGather
 from .model import ModelConfig, TinyModel
 from .pp_sync import pp_sync
@@ -66,7 +67,10 @@ def storage_namespace(model: ModelConfig, dtype: torch.dtype) -> bytes:
     the format of a stored page's bytes (dtype; layers x heads x head_dim; the element
     order of a host row). Equal keys must mean equal bytes: a storage directory reused by
     a run of another model, or of other page bytes, then misses instead of serving that
-    run's KV as this one's. (The PP stage is the key's topology suffix.)"""
+    run's KV as this one's. (The PP stage is the key's topology suffix; the page size is in
+    the chain itself, each step hashing one page of tokens. The `layout` setting changes no
+    stored byte: the engine does not read it, and a stored page is a contiguous copy of the
+    host row in the order above.)"""
     ident = "/".join(f"{k}={v}" for k, v in sorted(dataclasses.asdict(model).items()))
     fmt = (f"kv/{str(dtype).removeprefix('torch.')}/layers={model.layers}/heads={model.heads}/"
            f"head_dim={model.head_dim}/row=[layer,k|v,token,head,dim]")
@@ -143,10 +147,18 @@ class Engine:
         self.device_pool = torch.zeros(self.stage_layers, cfg.device_pages_per_rank, *page_shape)
         self.host_pool = torch.zeros(self.stage_layers, cfg.host_pages_per_rank, *page_shape)
         self.tree = ReplicatedTree(self.layout, cfg.device_pages_per_rank, cfg.host_pages_per_rank, listener)
+        # Page keys. KeyDerivation has no page-format field, and none is needed here: its own
+        # `namespace` (the model family only) seeds no chain of this engine. Every key it
+        # uses comes from `page_keys` (chained from `self.namespace`: every model field and
+        # the page format, from the host pool's actual dtype) and reaches storage only as
+        # `_storage_key` (that key plus the PP stage suffix): the exists of an admission, the
+        # reads of a prefetch (PrefetchJob.keys) and the write-through of a backup all take
+        # tree keys through it. So engines of two page formats sharing a store never share a
+        # key (tests/dist/test_storage_namespace.py). This KeyDerivation contributes only the
+        # page size (how many tokens each chain step hashes) and the topology suffix; never
+        # call its keys()/page_hashes() without parent=self.namespace.
         self.keys = KeyDerivation(model=MODEL_NAME, page_size=cfg.page_size,
                                   topology=KeyTopology(pp_rank=self.topo.stage, pp_size=cfg.pp))
-        # (KeyDerivation takes no page format: the namespace below seeds every chain instead
-        # of self.keys.namespace, which names the model family only)
         self.namespace = storage_namespace(m, self.host_pool.dtype)
         self.copies = CopyEngine(self.topo.rank, cfg.seed, max_delay_s=cfg.transfer_delay_s, listener=listener)
         self.loads = TransferQueue(TransferKind.LOAD)
@@ -194,7 +206,13 @@ class Engine:
     def _local(self, page: int) -> int:
         return self.layout.local_page(page)
 
+    def page_keys(self, tokens: list[int]) -> list[str]:
+        """Tree keys of the whole pages of `tokens`, chained from the storage namespace: the one
+        place this engine derives keys (see __init__)."""
+        return [h.hex() for h in self.keys.page_hashes(tokens, parent=self.namespace)]
+
     def _storage_key(self, key: str) -> str:
+        """The backend key of a tree key (exists, get and set all use this one)."""
         return key + self.keys.topology.suffix
 
     def _strict(self) -> bool:
@@ -223,8 +241,7 @@ class Engine:
         for rid, toks in enumerate(workload):
             full = len(toks) // ps
             pages = [tuple(toks[i * ps:(i + 1) * ps]) for i in range(full)]
-            keys = [h.hex() for h in self.keys.page_hashes(toks, parent=self.namespace)]
-            self.pending.append(Request(rid, toks, pages, keys))
+            self.pending.append(Request(rid, toks, pages, self.page_keys(toks)))
         self.total = len(workload)
         # When the replicated state last changed. Every wait the loop makes is bounded by
         # timeout_s, so no change for longer is a fault (say a loader stuck in a listener):
@@ -274,8 +291,7 @@ class Engine:
     # --- 1. cache check -----------------------------------------------------------------
     def cache_check(self) -> bool:
         self.checks += 1
-        # what failed on a copy thread since the last check stops this rank here
-        self.copies.raise_failures(f"cache_check#{self.checks}")
+        step = f"cache_check#{self.checks}"
         # Stage 0 decides the stop policy for every in-flight prefetch (one vote slot each);
         # the MAX-reduced verdicts travel with the counts, so every stage applies the same ones.
         live = [r for r in self.records if not r.terminated]
@@ -285,29 +301,37 @@ class Engine:
                 inp = StopInput(elapsed_s=time.monotonic() - rec.issued_at, pages=len(rec.host_pages),
                                 page_size=self.cfg.page_size, budget=self.cfg.budget)
                 votes[i] = int(decide_terminate(self.cfg.policy, inp))
-        # Two fault slots ride in the same vector (no extra round trip), so every rank of a
-        # stage, and every later stage, stops at this very check: this rank's number when
-        # its prefetch thread died / when nothing moved for timeout_s, else `world`; the MIN
-        # names the lowest such rank. (A later stage's own slots are not forwarded: its
-        # peers see it go as a PeerFailure, bounded by timeout_s.)
+        # What failed on this rank since the last check (a copy thread, a prefetch thread, or
+        # nothing moved for timeout_s), read once: this reading goes in the fault slot and is
+        # what this rank raises below. The slot rides in the same vector (no extra round trip
+        # with one stage; with more, `fault_slot.share` first reduces it over the world, since
+        # the vector only goes down), so every rank, of every stage, stops at this very check,
+        # naming the origin. (A failure raised here, before the exchange, would leave its
+        # peers a PeerFailure on a closed connection instead.)
         world = self.topo.world
         me = self.topo.rank
-        n_published, failure = self.prefetch.snapshot()
+        n_published, prefetch_error = self.prefetch.snapshot()
+        copy_error = self.copies.failures[0][1] if self.copies.failures else None
         stalled = time.monotonic() - self._moved_at > self.cfg.timeout_s
-        counts = [self.loads.leading_ready(), self.backups.leading_ready(), 0 if failure else n_published,
-                  world if failure is None else me, me if stalled else world]
+        own = self._own_fault(copy_error, prefetch_error, stalled)
+        counts = [self.loads.leading_ready(), self.backups.leading_ready(), 0 if prefetch_error else n_published,
+                  fault_slot.encode(own, me, world)]
+        if self.topo.pp > 1:
+            # (after the counts were read: the share waits for the later stages, and ready
+            # counts read after that wait would make stage 0 apply more per check than it
+            # did without the share, changing the run's timing-dependent cache hits)
+            counts[3] = fault_slot.share(self.comm, counts[3])
         out = pp_sync(self.comm, self.digest(), counts, votes, self.listener)
-        n_load, n_backup, n_acks, failed_rank, stalled_rank = out.counts
-        step = f"cache_check#{self.checks}"
-        if failure is not None:     # this rank's own, first: its report names the thread and error
+        n_load, n_backup, n_acks, fault = out.counts
+        # this rank's own, first: its report names the thread and the error
+        if own in (fault_slot.FaultKind.COPY_VIOLATION, fault_slot.FaultKind.COPY):
+            self.copies.raise_failures(step)
+        if own in (fault_slot.FaultKind.PREFETCH_VIOLATION, fault_slot.FaultKind.PREFETCH):
             self.prefetch.raise_if_failed(step)
-        if failed_rank < world:
-            raise PrefetchFailure(step, me, f"the storage prefetch of rank {failed_rank} failed (that rank "
-                                  f"reports its error); every rank stops at this check; "
-                                  f"{self.prefetch.loader_state()}")
-        if stalled_rank < world:
-            raise LocalTimeout(step, me, f"nothing moved for {self.cfg.timeout_s:g} s (rank {stalled_rank}'s "
-                               f"clock), waiting for {self._waiting_for()}; {self.prefetch.loader_state()}")
+        shared = fault_slot.decode(fault, world)
+        if shared is not None:
+            raise fault_slot.error(step, me, *shared, timeout_s=self.cfg.timeout_s, waiting=self._waiting_for(),
+                                   context=self.prefetch.loader_state())
         if self.bugs.local_counts:
             # reference bug 5: this stage pops what it sees ready, not what every rank agreed
             n_load, n_backup = counts[0], counts[1]
@@ -341,6 +365,20 @@ class Engine:
                 self.violations.append(f"{step}: tree/in-flight digests differ across ranks: "
                                        + ", ".join(f"{d & 0xffff:04x}" for d in digests))
         return bool(n_load or n_backup or n_acks or any(out.votes))
+
+    @staticmethod
+    def _own_fault(copy_error: BaseException | None, prefetch_error: BaseException | None,
+                   stalled: bool) -> fault_slot.FaultKind | None:
+        """The most important of this rank's faults (a monitor's violation is an AssertionError)."""
+        K = fault_slot.FaultKind
+        kinds = []
+        if copy_error is not None:
+            kinds.append(K.COPY_VIOLATION if isinstance(copy_error, AssertionError) else K.COPY)
+        if prefetch_error is not None:
+            kinds.append(K.PREFETCH_VIOLATION if isinstance(prefetch_error, AssertionError) else K.PREFETCH)
+        if stalled:
+            kinds.append(K.STALL)
+        return min(kinds, default=None)
 
     def _check_applied(self, t: Transfer) -> None:
         if not t.done.is_set() or not t.bytes_match():

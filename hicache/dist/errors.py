@@ -24,5 +24,11 @@ class LocalTimeout(DistStepError):
 
 class PrefetchFailure(DistStepError):
     """A rank's storage prefetch thread (loader or sync) failed. The failing rank raises it
-    naming the thread and its error; the pp_sync vector carries a flag, so the other ranks of
-    its stage and the stages after it stop at the same cache check, naming that rank."""
+    naming the thread and its error; its fault slot (`fault_slot`) reaches every rank, of
+    every stage, at that cache check, so each other rank stops there too, naming that rank."""
+
+
+class PeerFault(DistStepError):
+    """Another rank reported a failure of its own through the fault slot at this cache check
+    (a copy thread's failure, a monitor's violation on one of its threads): this rank stops
+    at the same check, naming that rank and what failed there; that rank raises the error."""

@@ -48,6 +48,11 @@ class HungStorage(FileStorage):
         self._hang()
         return super().batch_get(keys)
 
+    def batch_get_sized(self, keys, nbytes):
+        # (FileStorage's own sized read does not go through batch_get: hung as well)
+        self._hang()
+        return super().batch_get_sized(keys, nbytes)
+
     def batch_set(self, keys, values):
         self._hang()
         return super().batch_set(keys, values)
@@ -67,6 +72,10 @@ class Faults:
     # (a monitor's error there) or "hang" (never returns within stall_s: a stuck monitor)
     loader_fault_ranks: tuple[int, ...] = ()
     loader_fault: str = "raise"
+    # a listener on these ranks' copy threads fails when their first transfer completes:
+    # "violation" (an AssertionError, as a monitor's ProtocolViolation) or "raise" (any other error)
+    copy_fault_ranks: tuple[int, ...] = ()
+    copy_fault: str = "violation"
     hung_storage_rank: int | None = None  # every storage call of this rank hangs for stall_s
     at_check: int = 3
     # a test's own bound (0: none): a rank still in its serve loop this many seconds after
@@ -75,18 +84,25 @@ class Faults:
     stall_s: float = 600.0
     overrides: dict[int, dict[str, object]] = field(default_factory=dict)
 
-    def loader_listener(self, rank: int, inner):
-        """`inner`, failing as `loader_fault` says on this rank's prefetch loader thread."""
-        if rank not in self.loader_fault_ranks:
+    def thread_listener(self, rank: int, inner):
+        """`inner`, failing on this rank's prefetch loader thread as `loader_fault` says and
+        on its copy threads as `copy_fault` says."""
+        loader = rank in self.loader_fault_ranks
+        copy = rank in self.copy_fault_ranks
+        if not (loader or copy):
             return inner
 
         def listener(event, fields) -> None:
-            if (str(event) == "RankLoadBatch"
-                    and threading.current_thread().name.startswith("prefetch-load")):
+            thread = threading.current_thread().name
+            if loader and str(event) == "RankLoadBatch" and thread.startswith("prefetch-load"):
                 if self.loader_fault == "hang":
                     threading.Event().wait(self.stall_s)
                 else:
                     raise RuntimeError(f"injected: a listener failed on rank {rank}'s loader thread")
+            if copy and str(event) == "TransferComplete" and thread.startswith("copy-"):
+                if self.copy_fault == "violation":
+                    raise AssertionError(f"injected: a monitor's check failed on rank {rank}'s copy thread")
+                raise RuntimeError(f"injected: a listener failed on rank {rank}'s copy thread")
             inner(event, fields)
         return listener
 
@@ -143,7 +159,7 @@ def run_rank(rank: int, world: int, port: int, payload: tuple) -> dict:
                                                  p_none=fail / 6, **delay))
         events = EventCounter()
         verify = verify or verify_config()    # verified mode (HICACHE_VERIFY): spec monitors
-        listener = monitored(faults.loader_listener(rank, events), verify)
+        listener = monitored(faults.thread_listener(rank, events), verify)
         engine = Engine(cfg, comm, store, load_store, listener=listener, bugs=bugs, verify=verify)
         attach_monitors(listener, engine)
         workload = make_workload(cfg.requests, cfg.page_size, cfg.model.vocab, cfg.seed, cfg.model.max_len)

@@ -131,3 +131,51 @@ def test_a_slow_or_hung_storage_is_a_counted_miss_not_a_dead_peer(faults, slow):
         assert timeouts[1] > 0 and timeouts[0] == 0
     else:
         assert sum(timeouts) > 0
+
+
+#: the prefetching workload on two PP stages (ranks 0, 1: stage 0; ranks 2, 3: stage 1)
+PP2 = dict(PREFETCHING, pp=2)
+
+
+def _first_lines(fails: dict[int, str]) -> dict[int, str]:
+    return {r: m.splitlines()[0] for r, m in fails.items()}
+
+
+def test_a_later_stage_prefetch_failure_stops_every_rank_at_the_same_check_naming_it():
+    """Rank 3 (stage 1) loses its prefetch loader. Its fault slot used to stay on stage 1
+    (the pp_sync vector only goes down): ranks 0-2 ended in a PeerFailure on a closed
+    connection, at different steps, none naming rank 3 or what failed. Now every rank stops
+    at the check where rank 3 reports it."""
+    fails = _first_lines(_failures(faults=Faults(loader_fault_ranks=(3,), serve_limit_s=40.0), **PP2))
+    assert fails[3].startswith("PrefetchFailure: rank 3: step 'cache_check#"), fails[3]
+    assert "the storage prefetch thread prefetch-load-r3 failed: RuntimeError: injected" in fails[3]
+    step = fails[3].split("'")[1]
+    for rank in (0, 1, 2):
+        assert fails[rank].startswith(f"PrefetchFailure: rank {rank}: step '{step}': the storage prefetch "
+                                      "of rank 3 failed"), fails[rank]
+
+
+@pytest.mark.parametrize("origin, pp, kind, own, shared", [
+    (2, 2, "violation", "AssertionError: injected: a monitor's check failed on rank 2's copy thread",
+     "a monitor's check failed (a protocol violation) on a copy thread of rank 2"),
+    (3, 2, "raise", "DistStepError: rank 3: step 'cache_check#",
+     "a transfer of rank 3 failed on its copy thread"),
+    (1, 1, "raise", "DistStepError: rank 1: step 'cache_check#",
+     "a transfer of rank 1 failed on its copy thread"),
+], ids=["stage1-violation", "stage1-error", "stage0-error"])
+def test_a_copy_thread_failure_stops_every_rank_at_the_same_check_naming_it(origin, pp, kind, own, shared):
+    """A listener raising on a copy thread (a monitor's violation, or any error): its rank
+    raised it at its next cache check *before* the pp_sync, so every other rank saw only a
+    PeerFailure (a closed connection), on stage 0 as on stage 1. Now it rides in the fault
+    slot of that check: the others stop at the same check, naming the rank and what failed."""
+    fails = _first_lines(_failures(faults=Faults(copy_fault_ranks=(origin,), copy_fault=kind, serve_limit_s=40.0),
+                                   **dict(QUICK, pp=pp)))
+    assert fails[origin].startswith(own), fails[origin]
+    steps = set()
+    for rank in set(fails) - {origin}:
+        assert fails[rank].startswith(f"PeerFault: rank {rank}: step 'cache_check#"), fails[rank]
+        assert shared in fails[rank], fails[rank]
+        steps.add(fails[rank].split("'")[1])
+    assert len(fails) == 2 * pp and len(steps) == 1
+    if kind == "raise":
+        assert fails[origin].split("'")[1] in steps
