@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hicache.tla.errors import ConfigError, Loc
-from hicache.tla.values import ModelValue
+from hicache.tla.errors import ConfigError, EvalError, Loc
+from hicache.tla.values import ModelValue, set_of
 
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
@@ -151,7 +151,10 @@ class _Parser:
                 items.append(self.value())
                 sep = self.next("',' or '}'")
                 if sep.text == "}":
-                    return frozenset(items)
+                    try:
+                        return set_of(items)    # ({1, TRUE}: TLC refuses a boolean beside 1)
+                    except EvalError as e:
+                        raise ConfigError(e.message, self.loc(t)) from None
                 if sep.text != ",":
                     raise ConfigError(f"expected ',' or '}}' in a set, got {sep.text!r}", self.loc(sep))
         raise ConfigError(f"expected a value, got {t.text!r}", self.loc(t))

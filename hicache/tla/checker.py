@@ -23,7 +23,7 @@ from hicache.tla.compiler import (
 from hicache.tla.errors import ConfigError, EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, node_loc
 from hicache.tla.stdlib import SYNONYMS, TLCContext
-from hicache.tla.values import Fcn, LazySet, as_frozenset, fmt, permute, sort_key
+from hicache.tla.values import Fcn, LazySet, as_frozenset, crossing, fmt, permute, sort_key, tagged
 
 
 def _name(node) -> str:
@@ -726,10 +726,8 @@ class Checker:
                 res.generated += 1
                 if not self._in_model(s):
                     continue
-                k = self._key(s)
-                if k in seen:
+                if not _add_new(seen, self._key(s)):
                     continue
-                seen[k] = len(states)
                 states.append(s)
                 parents.append(-1)
                 acts.append(None)
@@ -785,10 +783,14 @@ class Checker:
                         TLCContext.level = lvl
                         continue
                     k = key(s2) if use_key else s2
-                    if k in seen:
-                        TLCContext.level = lvl
-                        continue
-                    seen[k] = len(states)
+                    old = seen.get(k)
+                    if old is not None:
+                        # (Python's equality takes TRUE for 1: `_add_new` tells them apart)
+                        if old is k or crossing(old, k) is None or not _add_new(seen, k):
+                            TLCContext.level = lvl
+                            continue
+                    else:
+                        seen[k] = k
                     states.append(s2)
                     parents.append(idx)
                     acts.append(act)
@@ -861,7 +863,7 @@ class Checker:
         TLCContext.rng = random.Random(seed)
         t0 = time.perf_counter()
         res = Result("ok", variables=list(ck.model.variables), warnings=list(ck.warnings))
-        seen = set()
+        seen: dict = {}
         blank = [UNSET] * self.nvars
         try:
             inits = [self._initial(p) for p in ck.init(None, blank, ())]
@@ -872,7 +874,7 @@ class Checker:
             for _ in range(num if inits else 0):
                 s = rng.choice(inits)
                 trace = [Step(s, None)]
-                seen.add(self._key(s))
+                _add_new(seen, self._key(s))
                 bad = self._check_state(s)
                 if bad:
                     res.result, res.violated, res.trace = "invariant", bad, trace
@@ -901,7 +903,7 @@ class Checker:
                             return self._done(res, t0, len(seen), len(trace))
                     s = s2
                     trace.append(Step(s, act))
-                    seen.add(self._key(s))
+                    _add_new(seen, self._key(s))
                     bad = self._check_state(s)
                     if bad:
                         res.result, res.violated, res.trace = "invariant", bad, trace
@@ -919,6 +921,28 @@ class Checker:
     def _done(res: Result, t0: float, distinct: int, depth: int) -> Result:
         res.distinct, res.depth, res.seconds = distinct, depth, time.perf_counter() - t0
         return res
+
+
+_TAGGED = object()
+
+
+def _add_new(seen: dict, k) -> bool:
+    """Add the state (or VIEW/SYMMETRY key) k to the seen-set unless it is there; whether it was
+    new. The seen-set maps a key to itself. Python's equality (and hash) takes TRUE for 1, where
+    TLC's fingerprints tell them apart: a key that Python pairs with a seen one but that holds
+    a boolean where that one holds an integer (`crossing`) is a new state, kept under a key
+    that tags booleans (`tagged`, marked: no plain key equals it)."""
+    old = seen.get(k)
+    if old is None:
+        seen[k] = k
+        return True
+    if old is k or crossing(old, k) is None:
+        return False
+    tk = (_TAGGED, tagged(k))
+    if tk in seen:
+        return False
+    seen[tk] = tk
+    return True
 
 
 def format_state(variables: list[str], s: tuple) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast as _pyast
 import operator
+from operator import is_ as _is
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,8 +23,8 @@ from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, STRING, SYNONYMS
 from hicache.tla.values import (
-    Closure, Fcn, LazySet, RecFcn, RecordSet, FcnSet, fmt, in_domain, in_set, is_infinite, iter_values, kinds_differ,
-    mk_fcn, normalize, sorted_values,
+    _CONTAINERS, KK_BOOL, KK_NESTED, Closure, Fcn, LazySet, ModelValue, RecFcn, RecordSet, FcnSet, crossing, crossing_error, fmt, in_domain, in_set,
+    fcn_key_ok, is_infinite, is_plain, iter_values, key_kinds, kinds_differ, mk_fcn, normalize, set_has, set_of, sorted_values, stored, tla_eq,
 )
 
 
@@ -42,6 +43,7 @@ class _Unset:
 UNSET = _Unset()
 _MISS = object()
 _SIMPLE = (int, bool, str, tuple, frozenset, Fcn)
+_KK_BOOL_NESTED = KK_BOOL | KK_NESTED
 
 # flags describing what a compiled expression depends on
 F_STATE = 1     # reads state variables (or primes)
@@ -521,7 +523,16 @@ class Compiler:
     def v_SetEnumeration(self, node, ctx):
         items = [self.value(x, ctx) for x in node.items]
         fns = [f for f, _ in items]
-        return (lambda st, pr, env: frozenset(normalize(f(st, pr, env)) for f in fns)), _or(items)
+        loc = self.loc(node, ctx)
+
+        def set_enum(st, pr, env):
+            try:
+                return set_of([normalize(f(st, pr, env)) for f in fns])
+            except EvalError as e:
+                if e.loc is None:
+                    e.loc = loc
+                raise
+        return set_enum, _or(items)
 
     def v_Record(self, node, ctx):
         items = [(kv[0] if isinstance(kv, (list, tuple)) else kv.name,
@@ -530,7 +541,7 @@ class Compiler:
         keys = [k for k, _ in items]
         fns = [f for _, (f, _) in items]
         flags = _or([c for _, c in items])
-        return (lambda st, pr, env: Fcn({k: f(st, pr, env) for k, f in zip(keys, fns)})), flags
+        return (lambda st, pr, env: Fcn({k: f(st, pr, env) for k, f in zip(keys, fns)}, 0)), flags
 
     def v_SetOfRecords(self, node, ctx):
         items = [(kb.name, self.value(kb.bound, ctx)) for kb in node.key_bounds]
@@ -572,7 +583,30 @@ class Compiler:
                 if t is Fcn:
                     v = fv.d.get(x, _MISS)
                     if v is not _MISS:
-                        return v
+                        # the key found is of x's own types (else apply_fn checks it): an
+                        # integer other than 0 and 1, a name, or f has no boolean key and x
+                        # (0, 1, or a tuple of them, f[a, b]) holds no boolean
+                        tx = type(x)
+                        if tx is int:
+                            if x > 1 or x < 0:
+                                return v
+                            kk = fv.kk
+                            if kk is None:
+                                kk = key_kinds(fv)
+                            if not kk & KK_BOOL:
+                                return v
+                        elif tx is tuple:
+                            kk = fv.kk
+                            if kk is None:
+                                kk = key_kinds(fv)
+                            if not kk & _KK_BOOL_NESTED:
+                                if len(x) == 2:
+                                    if type(x[0]) is not bool and type(x[1]) is not bool:
+                                        return v
+                                elif bool not in map(type, x):
+                                    return v
+                        elif tx is str or tx is ModelValue:
+                            return v
                 elif t is tuple and type(x) is int and 0 < x <= len(fv):
                     return fv[x - 1]
                 return apply_fn(fv, x, loc)
@@ -780,10 +814,10 @@ class Compiler:
         flags = _or([(0, f) for _, f in sets]) | (ef & ~F_ENV) | (F_ENV if _uses_outer(ef, ctx) else 0)
         if len(bounds) == 1 and isinstance(bounds[0][0], str):
             sfn = sets[0][0]
-            return (lambda st, pr, env: frozenset(normalize(e(st, pr, env + (x,)))
-                                                  for x in iter_values(sfn(st, pr, env)))), flags
-        return (lambda st, pr, env: frozenset(normalize(e(st, pr, env2))
-                                              for env2 in self.iter_bind(bounds, sets, st, pr, env))), flags
+            return (lambda st, pr, env: set_of([normalize(e(st, pr, env + (x,)))
+                                                for x in iter_values(sfn(st, pr, env))])), flags
+        return (lambda st, pr, env: set_of([normalize(e(st, pr, env2))
+                                            for env2 in self.iter_bind(bounds, sets, st, pr, env)])), flags
 
     def v_Function(self, node, ctx):
         bounds = self.bounds(node.declaration, ctx)
@@ -851,9 +885,12 @@ class Compiler:
         a, af = self.value(node.action, ctx)
         v, vf = self.value(node.subscript, ctx)
         vp, _ = self.value(node.subscript, Ctx(ctx.scope, ctx.names, ctx.localops, ctx.varmode, True, ctx.module))
+        loc = self.loc(node, ctx)
         if node.operator == "[":
-            return (lambda st, pr, env: a(st, pr, env) is True or vp(st, pr, env) == v(st, pr, env)), af | vf | F_STATE
-        return (lambda st, pr, env: a(st, pr, env) is True and vp(st, pr, env) != v(st, pr, env)), af | vf | F_STATE
+            return (lambda st, pr, env: a(st, pr, env) is True
+                    or _eq(vp(st, pr, env), v(st, pr, env), loc)), af | vf | F_STATE
+        return (lambda st, pr, env: a(st, pr, env) is True
+                and not _eq(vp(st, pr, env), v(st, pr, env), loc)), af | vf | F_STATE
 
     def v_SubexpressionReference(self, node, ctx):
         return self.instance_ref(node, ctx, "value")
@@ -944,18 +981,27 @@ class Compiler:
 
     def _compare(self, node, args, ctx, op):
         """= or #: values of different kinds are an error, as in TLC (never FALSE, nor TRUE:
-        Python's 1 == True); a model value compares with anything."""
+        Python's 1 == True), and so is a boolean paired with an integer inside equal values
+        (`<<1>> = <<TRUE>>`: `crossing`); a model value compares with anything."""
         a, af = self.value(args[0], ctx)
         b, bf = self.value(args[1], ctx)
         loc = self.loc(node, ctx)
+        eq = op is operator.eq
 
         def compare(st, pr, env):
             x, y = a(st, pr, env), b(st, pr, env)
-            if type(x) is not type(y):
+            t = type(x)
+            if t is not type(y):
                 why = kinds_differ(x, y)
                 if why is not None:
                     raise EvalError(why, loc)
-            return op(x, y)
+            if x == y:
+                if t in _CONTAINERS and x is not y and not (t is tuple and all(map(_is, x, y))):
+                    r = crossing(x, y)
+                    if r is not None:
+                        raise EvalError(crossing_error(r, x, y), loc)
+                return eq
+            return not eq
         return compare, af | bf
 
     def sv_in(self, node, args, ctx):
@@ -965,10 +1011,22 @@ class Compiler:
 
         def in_(st, pr, env):
             s = b(st, pr, env)
-            if type(s) is frozenset:
-                return a(st, pr, env) in s
-            if isinstance(s, LazySet):
-                return s.contains(a(st, pr, env))
+            try:
+                if type(s) is frozenset:
+                    x = a(st, pr, env)
+                    if x not in s:
+                        return False
+                    t = type(x)
+                    # (the member found is of x's own type; else set_has looks at it)
+                    if t is str or t is ModelValue or (t is int and (x > 1 or x < 0)):
+                        return True
+                    return set_has(x, s)
+                if isinstance(s, LazySet):
+                    return s.contains(a(st, pr, env))
+            except EvalError as e:
+                if e.loc is None:
+                    e.loc = loc
+                raise
             raise EvalError(f"\\in applied to non-set {fmt(s)}", loc)
         return in_, af | bf
 
@@ -988,7 +1046,8 @@ class Compiler:
         inner = Ctx(ctx.scope, ctx.names, ctx.localops, ctx.varmode, True, ctx.module)
         a, af = self.value(args[0], inner)
         b, bf = self.value(args[0], ctx)
-        return (lambda st, pr, env: a(st, pr, env) == b(st, pr, env)), af | bf | F_STATE
+        loc = self.loc(node, ctx)
+        return (lambda st, pr, env: _eq(a(st, pr, env), b(st, pr, env), loc)), af | bf | F_STATE
 
     def sv_enabled(self, node, args, ctx):
         act, af = self.action(args[0], ctx)
@@ -1455,7 +1514,9 @@ class Compiler:
             return (lambda st, pr, env: a(st, pr, env) + u(st, pr, env)), af | uf
         v, _ = self.value(node.subscript, ctx)
         vp, _ = self.value(node.subscript, Ctx(ctx.scope, ctx.names, ctx.localops, ctx.varmode, True, ctx.module))
-        return (lambda st, pr, env: [p for p in a(st, pr, env) if vp(st, p, env) != v(st, p, env)]), af | F_STATE
+        loc = self.loc(node, ctx)
+        return (lambda st, pr, env: [p for p in a(st, pr, env) if not _eq(vp(st, p, env), v(st, p, env), loc)]), \
+            af | F_STATE
 
     def a_SubexpressionReference(self, node, ctx):
         return self.instance_ref(node, ctx, "action")
@@ -1532,6 +1593,7 @@ class Compiler:
 
     def assign(self, i: int, rhs, ctx):
         f, flags = self.value(rhs, ctx)
+        loc = self.loc(rhs, ctx)
 
         def assign(st, pr, env):
             v = f(st, pr, env)
@@ -1542,7 +1604,7 @@ class Compiler:
                 p = pr.copy()
                 p[i] = v
                 return [p]
-            return [pr] if old == v else []
+            return [pr] if _eq(old, v, loc) else []
         return assign, flags | F_STATE
 
     def assign_in(self, i: int, rhs, ctx):
@@ -1570,6 +1632,8 @@ class Compiler:
             f, flags = self.sv_unchanged(node, [node], ctx)
             return (lambda st, pr, env: [pr] if f(st, pr, env) else []), flags
 
+        loc = self.loc(node, ctx)
+
         def unchanged(st, pr, env):
             p = None
             for i in idxs:
@@ -1578,7 +1642,7 @@ class Compiler:
                     if p is None:
                         p = pr.copy()
                     p[i] = st[i]
-                elif old != st[i]:
+                elif not _eq(old, st[i], loc):
                     return []
             return [p if p is not None else pr]
         return unchanged, F_STATE
@@ -1647,11 +1711,19 @@ def apply_fn(f, x, loc):
         raise EvalError(f"index {fmt(x)} is out of the domain 1..{len(f)} of {fmt(f)}", loc)
     if t is Fcn:
         try:
-            return f.d[x]
+            v = f.d[x]
         except KeyError:
             raise EvalError(f"{fmt(x)} is not in the domain of {fmt(f)}", loc) from None
         except TypeError:
             raise EvalError(f"{fmt(x)} is not in the domain of {fmt(f)}", loc) from None
+        if not fcn_key_ok(f, x):
+            # Python's 1 == TRUE: the key found may be TRUE where x is 1 (TLC: an error)
+            k = stored(f.d, x)
+            if k is not x:
+                r = crossing(x, k)
+                if r is not None:
+                    raise EvalError(crossing_error(r, x, k, f"applying {fmt(f)} to {fmt(x)}"), loc)
+        return v
     if t is RecFcn:
         try:
             return f.apply(x)
@@ -1678,7 +1750,7 @@ def update_path(val, keys, fn, loc):
     if type(val) is Fcn:
         d = dict(val.d)
         d[k] = new
-        return Fcn(d)
+        return Fcn(d, val.kk)      # (the same keys)
     if type(val) is RecFcn:
         d = dict(_as_dict(val.materialize()))
         d[k] = new
@@ -1690,6 +1762,18 @@ def _as_dict(f):
     if type(f) is tuple:
         return {i + 1: x for i, x in enumerate(f)}
     return f.d
+
+
+def _eq(x, y, loc) -> bool:
+    """TLA+'s x = y (`tla_eq`), its errors located at loc."""
+    if x is y:
+        return True
+    try:
+        return tla_eq(x, y)
+    except EvalError as e:
+        if e.loc is None:
+            e.loc = loc
+        raise
 
 
 def _bool(v):

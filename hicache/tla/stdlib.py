@@ -14,8 +14,8 @@ from typing import Callable
 
 from hicache.tla.errors import EvalError
 from hicache.tla.values import (
-    CombinedSet, is_infinite, Fcn, InfiniteSet, Interval, PowerSet, ProductSet, RecFcn, as_frozenset, card, fmt,
-    in_set, is_set, iter_values, mk_fcn, sorted_values,
+    CombinedSet, is_infinite, Fcn, InfiniteSet, Interval, PowerSet, ProductSet, RecFcn, as_frozenset, card,
+    check_keys, cross_common, crossing_error, fmt, in_set, is_set, iter_values, mk_fcn, set_has, set_of, sorted_values,
 )
 
 
@@ -96,10 +96,22 @@ def _neg(a):
 
 
 # ------------------------------------------------------------------ sets
+def _common(a: frozenset, b: frozenset, op: str):
+    """The elements two sets have in common are compared in TLA+: an error where Python's
+    equality paired a boolean with an integer ({1} \\cup {TRUE})."""
+    r = cross_common(a, b)
+    if r is not None:
+        raise EvalError(crossing_error(r, what=f"{fmt(a)} {op} {fmt(b)}"))
+
+
 def _union(a, b):
     if is_infinite(a) or is_infinite(b):
         return CombinedSet("cup", a, b)
-    return as_frozenset(a) | as_frozenset(b)
+    fa, fb = as_frozenset(a), as_frozenset(b)
+    u = fa | fb
+    if len(u) != len(fa) + len(fb):
+        _common(fa, fb, "\\cup")
+    return u
 
 
 def _inter(a, b):
@@ -109,7 +121,11 @@ def _inter(a, b):
         a, b = b, a
     if is_infinite(b):
         return frozenset(x for x in iter_values(a) if in_set(x, b))
-    return as_frozenset(a) & as_frozenset(b)
+    fa, fb = as_frozenset(a), as_frozenset(b)
+    i = fa & fb
+    if i:
+        _common(fa, fb, "\\cap")
+    return i
 
 
 def _minus_set(a, b):
@@ -119,7 +135,10 @@ def _minus_set(a, b):
         return CombinedSet("minus", a, b)
     fa = as_frozenset(a)
     if type(b) is frozenset:
-        return fa - b
+        d = fa - b
+        if len(d) != len(fa):
+            _common(fa, b, "\\")
+        return d
     return frozenset(x for x in fa if not in_set(x, b))
 
 
@@ -131,7 +150,11 @@ def _subseteq(a, b):
         # list of a whole device against an interval at each step): a frozenset's membership
         # is its elements' equality, an interval's is "an int within its bounds"
         if type(b) is frozenset:
-            return a <= b
+            if a <= b:
+                if a:
+                    _common(a, b, "\\subseteq")
+                return True
+            return False
         if type(b) is Interval:
             return not a or (set(map(type, a)) == _INT and b.lo <= min(a) and max(a) <= b.hi)
     return all(in_set(x, b) for x in iter_values(a))
@@ -154,10 +177,10 @@ def _domain(f):
 
 
 def _big_union(s):
-    out = set()
+    out = []
     for x in iter_values(s):
-        out |= as_frozenset(x)
-    return frozenset(out)
+        out.extend(as_frozenset(x))
+    return set_of(out, "in UNION")
 
 
 def _subset(s):
@@ -284,8 +307,11 @@ def _fcn_dict(f) -> dict:
 
 
 def _at_at(f, g):
-    d = dict(_fcn_dict(g))
-    d.update(_fcn_dict(f))
+    fd, gd = _fcn_dict(f), _fcn_dict(g)
+    d = dict(gd)
+    d.update(fd)
+    if len(d) != len(fd) + len(gd):
+        check_keys(fd, gd, "in the domains of f @@ g")
     return mk_fcn(d)
 
 
@@ -364,14 +390,16 @@ def _bag_to_set(b):
 
 
 def _bag_in(e, b):
-    return e in _bag(b)
+    return set_has(e, _bag(b))
 
 
 def _copies_in(e, b):
-    return _bag(b).get(e, 0)
+    d = _bag(b)
+    return d[e] if set_has(e, d) else 0
 
 
 def _bag_plus(a, b):
+    check_keys(_bag(a), _bag(b), "in the domains of two bags")
     d = dict(_bag(a))
     for k, v in _bag(b).items():
         d[k] = d.get(k, 0) + v
@@ -379,6 +407,7 @@ def _bag_plus(a, b):
 
 
 def _bag_minus(a, b):
+    check_keys(_bag(a), _bag(b), "in the domains of two bags")
     d = dict(_bag(a))
     for k, v in _bag(b).items():
         if k in d:
@@ -403,6 +432,7 @@ def _is_a_bag(b):
 
 def _sub_bag(a, b):
     da, db = _bag(a), _bag(b)
+    check_keys(da, db, "in the domains of two bags")
     return all(db.get(k, 0) >= v for k, v in da.items())
 
 
