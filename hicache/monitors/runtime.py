@@ -399,6 +399,8 @@ class Monitor:
             # what runs when the fused fast path holds: the checks it does not cover
             self._unfused_checks = [c for c in self._inc_checks if c[0] not in fused] \
                 if self._inc_all is not None else self._inc_checks
+        # strict mode on an incremental map: __call__'s one-frame path (_strict_step)
+        self._fast = self._strict and self.incremental
 
     # ------------------------------------------------------------ helpers
     def _recorded(self, fields: dict) -> dict:
@@ -485,6 +487,18 @@ class Monitor:
 
     # ------------------------------------------------------------ listener
     def __call__(self, action, fields: dict) -> None:
+        if self._fast:
+            # strict mode on an incremental map (what verified mode attaches): every event
+            # checked, no draw, no budget; the same steps as _step -> _step_incremental, in
+            # one frame (this listener runs at every event of a strict run)
+            if self.tripped:
+                return
+            name = str(action)
+            steps = self.rmap.bind(name, fields)
+            if steps is not None:
+                self.steps += 1
+                self._strict_step(name, fields)
+            return
         if self.tripped:
             return
         if self._gap > 0:
@@ -662,10 +676,41 @@ class Monitor:
         fresh = C is not self._checked_C
         if not delta and not fresh:
             return       # the state is the one every invariant last held on
-        changed = None if fresh else set(map(_first, delta))
         self._checked_C = C
+        self._check_delta(name, fields, C, {d: C[d] for d in self._domains} if fresh else self.rmap.domains(C, acc),
+                          None if fresh else set(map(_first, delta)))
+
+    def _strict_step(self, name: str, fields: dict) -> None:
+        """`_step_incremental` and the step hooks of a strict monitor: every step checked,
+        and the map's state is always the state before the event (no unchecked step
+        leaves it behind), so the guard always runs."""
+        rmap = self.rmap
+        guard = self._guard
+        broke = guard(name, fields) if guard is not None else None
+        delta, acc = rmap.sync()
+        self.history.append(Step(self.steps, name, fields, None, delta))
+        self.checked += 1
+        if broke is not None:
+            self.fail("action", name, fields, broke, None, None)
+        key = self._constants_key
+        C = self._cache.get(key()) if key is not None else None
+        if C is None:
+            C = self.constants()
+        if C is not self._checked_C:
+            # a new constants binding (a domain grew): every element of every invariant
+            self._checked_C = C
+            self._check_delta(name, fields, C, {d: C[d] for d in self._domains}, None)
+        elif delta:
+            self._check_delta(name, fields, C, rmap.domains(C, acc), set(map(_first, delta)))
+        for hook in self.step_hooks:
+            hook(name, fields)
+        for hook in self.watch_hooks:
+            hook(name, fields)
+
+    def _check_delta(self, name: str, fields: dict, C: dict, D: dict, changed: set | None) -> None:
+        """Each invariant over the elements `D` (the fused fast path first), skipping those
+        reading no variable in `changed` (None: every variable may have changed)."""
         s = self.rmap.live()
-        D = {d: C[d] for d in self._domains} if fresh else self.rmap.domains(C, acc)
         checks = self._unfused_checks if self._inc_all is not None and \
             self._inc_all(C, s, D, changed, self._fused_skip) else self._inc_checks
         for inv, inc, full, reads in checks:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_sharding import NONE, arith_pages, no_double_allocation_linear
 from hicache.monitors.runtime import compound_step
-from hicache.tla.values import Fcn, mk_fcn
+from hicache.tla.values import KK_INT, Fcn, mk_fcn
 
 from .steps import capacity
 
@@ -131,8 +131,9 @@ class CPReplayMap:
 
     @staticmethod
     def row(pages, L: int) -> Fcn:
-        """A chain's row: positions 0..L-1, NoPage past the chain's end (one C-level build)."""
-        return Fcn(dict(zip(range(L), [*pages, *[NONE] * (L - len(pages))])))
+        """A chain's row: positions 0..L-1, NoPage past the chain's end (one C-level build);
+        its keys are integers (KK_INT: TypeOK's membership test need not look at them)."""
+        return Fcn(dict(zip(range(L), [*pages, *[NONE] * (L - len(pages))])), KK_INT)
 
     def state(self) -> dict:
         pids = self.pids

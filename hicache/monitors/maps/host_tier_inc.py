@@ -37,7 +37,7 @@ import numpy as np
 
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps import host_tier_guards
-from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req, lock_len,
+from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req,
                                              node_slots, prefetch_row)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
@@ -65,6 +65,9 @@ PAGE_VARS = tuple(v for v in NODE_VARS if v != "loadDone")
 #: events after which the request-side variables are rebuilt
 _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "PrefetchStart", "PrefetchFinish",
                           "LoadBackStart", "LoadBackFinish", "LoadBackFail", "DeviceInsert"})
+
+#: events whose node's host-side values (its backupOp pages) are re-mapped at the next sync
+_BACKUP_ACTIONS = frozenset({"BackupStart", "BackupFinish"})
 
 _IDLE = int(HostSlotState.IDLE)
 _EMPTY: frozenset = frozenset()
@@ -212,15 +215,18 @@ class IncrementalHostTierMap(HostTierMap):
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
         steps = super().bind(action, fields)
-        if action in _REQ_ACTIONS or fields.get("rid") is not None:
-            self.req_dirty = True
         rid = fields.get("rid")
-        if rid is not None and action in _PHASE:
-            if rid in self.phase and rid not in self.qslot:
-                self._take_q(rid)
-            elif rid not in self.phase and rid in self.qslot:
-                self._free_q(rid)
-        if action in ("BackupStart", "BackupFinish"):
+        if rid is not None:
+            self.req_dirty = True
+            if action in _PHASE:
+                if rid in self.phase:
+                    if rid not in self.qslot:
+                        self._take_q(rid)
+                elif rid in self.qslot:
+                    self._free_q(rid)
+        elif action in _REQ_ACTIONS:
+            self.req_dirty = True
+        if action in _BACKUP_ACTIONS:
             x = self._node_by_id(fields.get("node"))
             if x is not None:
                 self.requeue.add(x)
@@ -439,13 +445,14 @@ class IncrementalHostTierMap(HostTierMap):
     # ------------------------------------------------------------ slots and requests
     def _slots(self) -> None:
         c = self.cache
-        if c.host is None:
+        host = c.host
+        if host is None:
             return
-        state = c.host.state
-        free = c.host.free
+        state = host.state
+        free = host.free
         # nothing to do when neither the states nor the free count moved (the common event)
         raw = state.tobytes()      # (a 128-byte copy and compare: far cheaper than numpy's ops)
-        if free == self.free_seen and not self.adjusted and raw == self.slot_bytes:
+        if raw == self.slot_bytes and free == self.free_seen and not self.adjusted:
             return
         self.free_seen, self.slot_bytes = free, raw
         changed = np.flatnonzero(state != self.slot_seen)
@@ -480,11 +487,10 @@ class IncrementalHostTierMap(HostTierMap):
     def _lock_lens(self) -> list[int]:
         """reqLen of each live request's row (`lock_len`: 0 while its locked node is in the
         tree, the mapped nodes; len + 1 once it left)."""
-        by_id, root, req_node, L = self.by_id, self.cache.tree.root.id, self.req_node, self.L
-
-        def in_tree(nid) -> bool:
-            return nid == root or nid in by_id
-        return [lock_len(req_node.get(rid), in_tree, L) if rid is not None else 0 for rid in self.qtab]
+        by_id, root, get, out = self.by_id, self.cache.tree.root.id, self.req_node.get, self.L + 1
+        # (lock_len inlined: this runs at every rebuild of the request rows)
+        return [0 if rid is None or (nid := get(rid)) is None or nid == root or nid in by_id else out
+                for rid in self.qtab]
 
     def _requests(self) -> None:
         phase = self.phase
