@@ -1,0 +1,149 @@
+"""Instructions executed inside the runtime monitors on `hicache bench monitors`' replay,
+counted by callgrind: a figure to compare two commits' monitor cost by.
+
+Wall-clock ratios on a shared 2-core machine move by 30 % from run to run (the medians of
+one process's replays do); the instructions the scheduler thread executes inside the
+monitors' listeners and cache checks repeat to ~0.1 %, so a change of a few percent shows.
+They are not time (a cache miss costs more than an add): the ratio targets stay wall-clock
+figures, `hicache bench monitors`.
+
+    python scripts/monitor_instructions.py [--mode strict|sample] [--replays 2] [--limit 200]
+
+prints one JSON object: instructions inside the monitors (their listeners, and cache checks
+not nested in one) over `--replays` replays, per replay and per listener call. Needs
+valgrind with its `valgrind/callgrind.h` header and a C compiler (a three-line library turns
+collection on and off around the monitors' code: a callgrind client request, a no-op
+outside valgrind). Each run takes ~2.5 min here: valgrind runs the whole process, imports
+included, and instruments from the warm-up replay on.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_TOGGLE_C = """#include <valgrind/callgrind.h>
+void hicache_cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
+void hicache_cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
+"""
+
+
+def build_toggle(folder: Path) -> Path:
+    src, lib = folder / "cg_toggle.c", folder / "libcg_toggle.so"
+    src.write_text(_TOGGLE_C)
+    cc = os.environ.get("CC", "cc")
+    proc = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"monitor_instructions: building the callgrind toggle failed (is valgrind's callgrind.h "
+                 f"installed?): {proc.stderr.strip()[-400:]}")
+    return lib
+
+
+def child(args: argparse.Namespace) -> None:
+    """Inside valgrind (or natively, where the toggles do nothing): the replays, collection
+    on only inside the monitors; writes the listener calls counted to args.report."""
+    cg = ctypes.CDLL(args.lib)
+    from hicache.bench import monitors as bm
+    from hicache.monitors import runtime as R
+    from hicache.replay.driver import ReplayConfig, load_requests
+    reqs = load_requests(str(bm.TRACE), bm.PAGE, args.limit)
+    cfg = ReplayConfig(kv="small", page_size=bm.PAGE, device_tokens=bm.PAGE * 64, host_tokens=bm.PAGE * 128,
+                       write_policy="write_through", sync=True, limit=args.limit)
+    bm._replay_once(args.mode, cfg, reqs)     # imports and first allocations, not instrumented
+    cg.hicache_cg_start()
+    bm._replay_once(args.mode, cfg, reqs)     # once more, instrumented, not collected
+    call, check, init = R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__
+    toggle = cg.hicache_cg_toggle
+    state = {"calls": 0, "depth": 0}
+    monitors: list = []
+
+    def kept_init(self, *a, **kw):
+        init(self, *a, **kw)
+        monitors.append(self)
+
+    def counted_call(self, action, fields):
+        state["calls"] += 1
+        toggle()
+        try:
+            return call(self, action, fields)
+        finally:
+            toggle()
+
+    def counted_check(self, *a, **kw):
+        # (a cache check runs its companions' checks inside it: collected once)
+        outer = state["depth"] == 0
+        state["depth"] += 1
+        if outer:
+            toggle()
+        try:
+            return check(self, *a, **kw)
+        finally:
+            state["depth"] -= 1
+            if outer:
+                toggle()
+    R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = counted_call, counted_check, kept_init
+    try:
+        for _ in range(args.replays):
+            bm._replay_once(args.mode, cfg, reqs)
+    finally:
+        R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = call, check, init
+    # (sample mode's budget is wall-clock time: under valgrind it affords other samples than
+    # natively, so the steps checked are reported beside the count they cost)
+    Path(args.report).write_text(json.dumps({"listener_calls": state["calls"],
+                                             "steps_checked": sum(m.checked for m in monitors),
+                                             "cache_checks": sum(m.cache_checks for m in monitors)}))
+
+
+def summary(path: Path) -> int:
+    """The instructions a callgrind output file counted (its `summary:` line)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise ValueError(f"{path}: no summary line")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("strict", "sample"), default="strict")
+    ap.add_argument("--replays", type=int, default=2)
+    ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--lib", help=argparse.SUPPRESS)
+    ap.add_argument("--report", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    if shutil.which("valgrind") is None:
+        sys.exit("monitor_instructions: valgrind is not installed")
+    with tempfile.TemporaryDirectory(prefix="hicache-cg-") as tmp:
+        folder = Path(tmp)
+        lib = build_toggle(folder)
+        report = folder / "report.json"
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
+               f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
+               "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+        if proc.returncode != 0 or not report.exists():
+            sys.exit(f"monitor_instructions: the run under valgrind failed ({proc.returncode}): "
+                     f"{proc.stderr.strip()[-800:]}")
+        # thread 1 is the scheduler's (the replay's) thread, where the monitors run
+        main_thread = sorted(folder.glob("cg.*-01"))
+        if len(main_thread) != 1:
+            sys.exit(f"monitor_instructions: expected one thread-1 output, found {[p.name for p in main_thread]}")
+        n = summary(main_thread[0])
+        counts = json.loads(report.read_text())
+    calls = counts["listener_calls"]
+    print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, "instructions": n,
+                      "per_replay": n // max(args.replays, 1), **counts,
+                      "per_listener_call": round(n / max(calls, 1), 1)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""scripts/monitor_instructions.py: its replay child, run natively (callgrind's client
+requests do nothing outside valgrind), and the reading of callgrind's output; the run
+under valgrind itself takes minutes and is not part of the suite."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "monitor_instructions.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("monitor_instructions", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_summary_reads_callgrinds_total_and_refuses_a_file_without_one(tmp_path):
+    mod = _script()
+    out = tmp_path / "cg.1-01"
+    out.write_text("version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nsummary: 461499987\ntotals: 461499987\n")
+    assert mod.summary(out) == 461499987
+    out.write_text("version: 1\nevents: Ir\n")
+    with pytest.raises(ValueError, match="no summary"):
+        mod.summary(out)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
+                    reason="needs a C compiler and valgrind's callgrind.h")
+@pytest.mark.parametrize("mode", ["strict", "sample"])
+def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_path, monkeypatch, mode):
+    from hicache.bench import monitors as bench
+    from hicache.monitors import runtime
+    if not bench.TRACE.exists():
+        pytest.skip("trace not present")
+    mod = _script()
+    lib = mod.build_toggle(tmp_path)
+    report = tmp_path / "report.json"
+    kept = (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__)
+    # (the child wraps all three for its replays and puts them back; should it not, the
+    # rest of the session's tests get the originals back all the same)
+    for name, fn in zip(("__call__", "cache_check", "__init__"), kept):
+        monkeypatch.setattr(runtime.Monitor, name, fn)
+    args = type("A", (), {"lib": str(lib), "mode": mode, "limit": 8, "replays": 2, "report": str(report)})()
+    mod.child(args)
+    got = json.loads(report.read_text())
+    # two replays of 8 requests, each request's match and finish at least: events reached
+    # the wrapped listener (strict: both monitors of the cache listen)
+    assert got["listener_calls"] >= 2 * 2 * 8
+    # strict checks every event; sample mode at least its cache checks, one per replay
+    assert got["cache_checks"] >= 2
+    if mode == "strict":
+        assert got["steps_checked"] >= got["listener_calls"] // 2
+    assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
