@@ -113,6 +113,8 @@ def main() -> None:
     ap.add_argument("--mode", choices=("strict", "sample"), default="strict")
     ap.add_argument("--replays", type=int, default=2)
     ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds the run under valgrind may take (~150 s for the defaults here)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--lib", help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
@@ -129,7 +131,11 @@ def main() -> None:
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
                "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                                  env={**os.environ, "TRITON_INTERPRET": "1"})
+        except subprocess.TimeoutExpired:
+            sys.exit(f"monitor_instructions: the run under valgrind took more than {args.timeout:.0f} s (--timeout)")
         if proc.returncode != 0 or not report.exists():
             sys.exit(f"monitor_instructions: the run under valgrind failed ({proc.returncode}): "
                      f"{proc.stderr.strip()[-800:]}")
