@@ -374,7 +374,7 @@ class Monitor:
                              if not reads_of.get(n, True) and n not in overridden}
         self._const_held: dict[str, tuple] = {}   # invariant -> its constants' values when it held
         # incremental maps keep the mapped state themselves and report what changed;
-        # invariants are then checked on the changed elements only (see _step_incremental);
+        # invariants are then checked on the changed elements only (see _strict_step, _step_incremental);
         # the states of the history are rebuilt from the deltas on a failure
         if self.incremental:
             self.prev = None
@@ -641,12 +641,13 @@ class Monitor:
         self._check_step(name, fields, steps, prev, t)
 
     def _step_incremental(self, name: str, fields: dict) -> None:
-        """One event on an incremental map. A checked step brings the map's state up to date
-        (`sync`: everything that changed since the last sync) and evaluates each invariant on
-        the changed elements; in sample mode an unchecked step only records the event, so a
-        sampled check still covers every change since the last one."""
-        check = True if self._strict else self._affords(self._check_next)
-        self._check_next = True if self._strict else self._draw()
+        """One event on an incremental map in sample mode (strict mode's is `_strict_step`).
+        A checked step brings the map's state up to date (`sync`: everything that changed
+        since the last sync) and evaluates each invariant on the changed elements; an
+        unchecked step only records the event, so a sampled check still covers every change
+        since the last one."""
+        check = self._affords(self._check_next)
+        self._check_next = self._draw()
         self.sampled = check
         if not check:
             # an unchecked step only records the event: the map journals what changed and
