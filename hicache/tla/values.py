@@ -611,19 +611,15 @@ def _cross_seq(a, b):
             if t is bool or type(y) is bool:
                 return (x, y)
             r = _cross_other(x, y)
-        elif t is tuple:
+        elif t is tuple or t is frozenset:
             if all(map(_is, x, y)):
                 continue
-            r = _cross_seq(x, y)
+            r = _cross_seq(x, y) if t is tuple else _cross_set(x, y)
         elif t is Fcn:
             xd, yd = x.d, y.d
             if all(map(_is, xd, yd)) and all(map(_is, xd.values(), yd.values())):
                 continue
             r = _cross_fcn(x, y)
-        elif t is frozenset:
-            if all(map(_is, x, y)):
-                continue
-            r = _cross_set(x, y)
         elif t in _CONTAINERS:
             r = _cross_other(x, y)
         else:
