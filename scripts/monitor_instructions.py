@@ -37,8 +37,9 @@ void hicache_cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
 def build_toggle(folder: Path) -> Path:
     src, lib = folder / "cg_toggle.c", folder / "libcg_toggle.so"
     src.write_text(_TOGGLE_C)
-    cc = os.environ.get("CC", "cc")
-    proc = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], capture_output=True, text=True)
+    from kernels.native import compiler     # (the page-copy library's: $CC, else cc)
+    proc = subprocess.run([compiler(), "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         sys.exit(f"monitor_instructions: building the callgrind toggle failed (is valgrind's callgrind.h "
                  f"installed?): {proc.stderr.strip()[-400:]}")
@@ -51,10 +52,9 @@ def child(args: argparse.Namespace) -> None:
     cg = ctypes.CDLL(args.lib)
     from hicache.bench import monitors as bm
     from hicache.monitors import runtime as R
-    from hicache.replay.driver import ReplayConfig, load_requests
+    from hicache.replay.driver import load_requests
     reqs = load_requests(str(bm.TRACE), bm.PAGE, args.limit)
-    cfg = ReplayConfig(kv="small", page_size=bm.PAGE, device_tokens=bm.PAGE * 64, host_tokens=bm.PAGE * 128,
-                       write_policy="write_through", sync=True, limit=args.limit)
+    cfg = bm.replay_config(args.limit, "small")      # the bench's kv_bytes replay
     bm._replay_once(args.mode, cfg, reqs)     # imports and first allocations, not instrumented
     cg.hicache_cg_start()
     bm._replay_once(args.mode, cfg, reqs)     # once more, instrumented, not collected

@@ -228,22 +228,29 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
     return out
 
 
+def replay_config(limit: int, kv: str = "metadata"):
+    """The benchmark's replay of `limit` requests: 64 device and 128 host pages of PAGE
+    tokens, write-through, every transfer applied before the next request; `kv` "small"
+    moves real KV bytes (the kv_bytes replay), "metadata" none (metadata_only)."""
+    from hicache.replay.driver import ReplayConfig
+    return ReplayConfig(kv=kv, page_size=PAGE, device_tokens=PAGE * 64, host_tokens=PAGE * 128,
+                        write_policy="write_through", sync=True, limit=limit)
+
+
 def run(args: argparse.Namespace) -> dict:
-    from hicache.replay.driver import ReplayConfig, load_requests
+    from hicache.replay.driver import load_requests
     quick = bool(getattr(args, "quick", False))
     runs = max(1, int(getattr(args, "runs", 3)))
     if not TRACE.exists():
         return {"error": f"trace {TRACE} not found"}
     limit = 60 if quick else 200
     reqs = load_requests(str(TRACE), PAGE, limit)
-    base = dict(page_size=PAGE, device_tokens=PAGE * 64, host_tokens=PAGE * 128, write_policy="write_through",
-                sync=True, limit=limit)
     from hicache.monitors.runtime import VerifyConfig
     out = {"trace": str(TRACE), "requests": len(reqs), "runs": runs,
            "config": {"page_size": PAGE, "device_pages": 64, "host_pages": 128, "write_policy": "write_through",
                       "sample_rate": VerifyConfig().sample_rate}}
-    out["kv_bytes"] = _compare(ReplayConfig(kv="small", **base), reqs, runs, SWEEP)
-    out["metadata_only"] = _compare(ReplayConfig(**base), reqs, runs)
+    out["kv_bytes"] = _compare(replay_config(limit, "small"), reqs, runs, SWEEP)
+    out["metadata_only"] = _compare(replay_config(limit), reqs, runs)
     # the DraftState monitor over a long run of transfers: flat per-block times (growth ~1)
     from hicache.bench import draft_run
     out["draft_long_run"] = draft_run.run(blocks=4, per_block=50 if quick else 250)
