@@ -155,27 +155,32 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             code = " and ".join(f"(not {en.guard} or {en.code})" for en in block)
         prelude, (code,) = _hoist_fast([code], bound)
         bound += len(prelude)
-        # a loop over no elements holds: nothing is bound for it
-        nonempty = "" if dom is None else f" and D[{dom!r}]"
-        if len(block) == 1:
-            out.append(f"{indent}if ({block[0].cond}){nonempty}:\n")
-        else:
-            out += [f"{indent}{en.guard} = {en.cond}\n" for en in block]
-            out.append(f"{indent}if ({' or '.join(en.guard for en in block)}){nonempty}:\n")
-        out += [f"{indent}    {line}\n" for line in prelude]
         if dom is None:
+            out.append(f"{indent}if ({block[0].cond}):\n")
+            out += [f"{indent}    {line}\n" for line in prelude]
             out.append(f"{indent}    if not {code}:\n")
             out.append(f"{indent}        raise FastPathFailed()\n")
             continue
+        # a loop over no elements holds: nothing is bound for it, and its guards are not
+        # computed (most steps change elements of one domain: a request's event, no page)
+        if len(block) == 1:
+            out.append(f"{indent}if D[{dom!r}] and ({block[0].cond}):\n")
+            body = indent + "    "
+        else:
+            out.append(f"{indent}if D[{dom!r}]:\n")
+            out += [f"{indent}    {en.guard} = {en.cond}\n" for en in block]
+            out.append(f"{indent}    if {' or '.join(en.guard for en in block)}:\n")
+            body = indent + "        "
+        out += [f"{body}{line}\n" for line in prelude]
         # one element at a time: what the predicate reads of the element more than once
         # is read once, first (eagerly: where the exact form's short-circuit would have
         # skipped a read that raises, the fast path fails and the exact form decides)
         var = _pyname("e_", dom)
         reads, code = _share_element_reads(code, var)
-        out.append(f"{indent}    for {var} in it(D[{dom!r}]):\n")
-        out += [f"{indent}        {name} = {expr}\n" for name, expr in reads]
-        out.append(f"{indent}        if not ({code}):\n")
-        out.append(f"{indent}            raise FastPathFailed()\n")
+        out.append(f"{body}for {var} in it(D[{dom!r}]):\n")
+        out += [f"{body}    {name} = {expr}\n" for name, expr in reads]
+        out.append(f"{body}    if not ({code}):\n")
+        out.append(f"{body}        raise FastPathFailed()\n")
     return out
 
 
@@ -197,6 +202,14 @@ def _share_element_reads(code: str, var: str) -> tuple[list[tuple[str, str]], st
     return [(n, e) for e, n in names.items()], pat.sub(lambda m: names.get(m.group(0), m.group(0)), code)
 
 
+#: a state-level definition applied to one plain name in generated code (unprimed)
+_DEF_CALL = re.compile(r"(?<![\w.])(d_\w+)\(C, s, None, ([A-Za-z_]\w*)\)")
+#: a call in generated code (a name, a subscript or a parenthesis before "(")
+_CALL = re.compile(r"[\w\])]\(")
+#: the parameter's name in an inlinable definition's body (no generated name has it)
+_INLINE_PARAM = "__inline_arg__"
+
+
 def _pyname(prefix: str, name: str) -> str:
     out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return prefix + out
@@ -213,6 +226,7 @@ class Generator:
         self.model = Model(self.loader, self.root, {n: _UNBOUND for n in self._declared_constants(self.root)})
         self.scope = self.model.root_scope
         self.want_invariants = invariants
+        self._inlined: dict[str, str | None] = {}    # definition -> its inlinable body (_inline_body)
         self.files: dict[str, list[str]] = {}
         self.const_memo: dict[str, bool] = {}
         self.builtins_used: set[str] = set()
@@ -877,7 +891,8 @@ class Generator:
         entries = []
         for n, name in enumerate(names):
             for en in self.inc_entries[name][2]:
-                entries.append(_FastConjunct(f"_u{n}_{en.guard[2:]}", f"_k{n} and ({en.cond})", en.domain, en.code))
+                entries.append(_FastConjunct(f"_u{n}_{en.guard[2:]}", f"_k{n} and ({en.cond})", en.domain,
+                                             self._inline_defs(en.code)))
         out = ["#: invariant -> the other incremental invariants (inc_<I>'s fast path skips them)\n_OTHERS = {\n"]
         out += [f"    {name!r}: frozenset({tuple(n for n in names if n != name)!r}),\n" for name in names]
         out += ["}\n\n\n",
@@ -890,6 +905,42 @@ class Generator:
                 "    except Exception:  # FALSE or an error: the inc_<I> forms decide\n",
                 "        return False\n\n\n"]
         return out
+
+    def _inline_defs(self, code: str) -> str:
+        """Fast-path `code` with each call of a one-parameter state-level definition on a
+        plain name replaced by the definition's body, where that body is one short
+        expression calling nothing but state functions (InTree(n) == n < len): the fast
+        path then evaluates it in place of a Python call per element. The exact forms keep the call (and the
+        definition's spec location); the body is the same translation as the function's,
+        its parameter bound to the argument, so both decide alike."""
+        by_py = {_pyname("d_", n): d for n, d in self.defs_needed.items()}
+
+        def sub(m) -> str:
+            d = by_py.get(m.group(1))
+            body = self._inline_body(d) if d is not None else None
+            return m.group(0) if body is None else f"({body.replace(_INLINE_PARAM, m.group(2))})"
+        return _DEF_CALL.sub(sub, code)
+
+    def _inline_body(self, d) -> str | None:
+        """The body of definition `d` as an expression of its one parameter (named
+        _INLINE_PARAM), or None when it is not that simple (see _inline_defs)."""
+        if d.name in self._inlined:
+            return self._inlined[d.name]
+        body = None
+        if len(d.params) == 1 and not d.is_fn and not d.is_instance and not d.params[0][1]:
+            uniq = self.uniq
+            try:
+                code = self.e(d.body, Env(((d.params[0][0], "val", _INLINE_PARAM),), t=None))
+            except Exception:        # (what the translation refuses stays a call)
+                code = None
+            finally:
+                self.uniq = uniq
+            # (a state function's application is no call there: the fast path reads it through
+            # its hoisted dict lookup, `_hoist_fast`)
+            if code is not None and len(code) <= 120 and not _CALL.search(_FAST_AP.sub("", code)):
+                body = code
+        self._inlined[d.name] = body
+        return body
 
     # ------------------------------------------------------------- module
     def generate(self) -> tuple[str, SpecInfo]:

@@ -172,3 +172,35 @@ def test_a_module_named_unlike_its_file_is_refused(tmp_path):
     with pytest.raises(TlaError) as ei:
         generate(tmp_path / "QaErr3.tla", "QaErr3.tla")
     assert str(ei.value).startswith(f"{tmp_path / 'QaErr3.tla'}:1:13: parse error: module Other is in file QaErr3.tla")
+
+
+def test_fused_fast_path_inlines_only_call_free_one_parameter_definitions(tmp_path):
+    # Small(n) is one comparison: inc_all evaluates it in place; Big(n) calls a builtin
+    # (Cardinality) and stays a call; both decide as the exact forms do
+    (tmp_path / "Inl.tla").write_text(
+        "---- MODULE Inl ----\nEXTENDS Naturals, FiniteSets\nCONSTANTS N\nVARIABLES f, lim\n"
+        "Dom == 1..N\n"
+        "Small(n) == f[n] < lim\n"
+        "Big(n) == Cardinality({f[n]}) = 1\n"
+        "Init == f = [n \\in Dom |-> 0] /\\ lim = 1\n"
+        "Next == \\E n \\in Dom : f' = [f EXCEPT ![n] = f[n] + 1] /\\ lim' = lim\n"
+        "Spec == Init /\\ [][Next]_<<f, lim>>\n"
+        "Inv == \\A n \\in Dom : Small(n) /\\ Big(n)\n====\n")
+    (tmp_path / "Inl.cfg").write_text("CONSTANT N = 3\nSPECIFICATION Spec\nINVARIANT Inv\n")
+    src, _ = generate(tmp_path / "Inl.tla", "Inl.tla")
+    fused = src[src.index("def inc_all("):src.index("def init_ok(")]
+    assert "d_Small(" not in fused and "< _r" in fused          # inlined, its `lim` read hoisted
+    assert "d_Big(C, s, None, e_Dom)" in fused                  # a call in its body: kept
+    exact = src[src.index("def inc_Inv("):src.index("def inc_all(")]
+    assert "d_Small(C, s, None" in exact                        # the exact form keeps the call
+    import types
+    mod = types.ModuleType("inl_gen")
+    exec(compile(src, "inl_gen.py", "exec"), mod.__dict__)
+    C = mod.constants({"N": 3})
+    D = {"Dom": frozenset({1, 2, 3})}
+    ok = {"f": (0, 0, 0), "lim": 1}
+    bad = {"f": (0, 1, 0), "lim": 1}                            # Small(2) is FALSE
+    assert mod.inc_all(C, ok, D) is True and mod.inc_Inv(C, ok, D) is None
+    assert mod.inc_all(C, bad, D) is False
+    failure = mod.inc_Inv(C, bad, D)
+    assert failure is not None and failure.property == "Inv" and failure.location.startswith("Inl.tla:")

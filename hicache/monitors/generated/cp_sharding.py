@@ -804,39 +804,40 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k3 = 'RestoreKeepsOwner' not in skip
         _k4 = 'ChainBalanced' not in skip
         _k5 = 'NoDoubleAllocation' not in skip
-        _u0_0 = _k0 and (V is None or 'rot' in V)
-        _u0_1 = _k0 and (V is None or 'len' in V)
-        _u0_2 = _k0 and (V is None or 'page' in V)
-        _u0_3 = _k0 and (V is None or 'host' in V)
-        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_PositionOwner[0]))
-        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_ExtensionKeepsRotation[0]))
-        _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_RestoreKeepsOwner[0]))
-        _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]))
-        _u5_1 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1]))
-        _u5_2 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2]))
-        if (_u0_0 or _u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_0 or _u4_0 or _u5_1 or _u5_2) and D['Chains']:
-            _a0 = fast_ap(s['rot'])
-            _a1 = fast_ap(s['len'])
-            _a2 = fast_ap(s['page'])
-            _a3 = fast_ap(s['host'])
-            _r4 = C['$h4']
-            _r5 = C['$h5']
-            _r6 = C['$h6']
-            _r7 = C['$h7']
-            _r8 = C['NoPage']
-            _r9 = C['CP']
-            _r10 = C['NoHost']
-            _r11 = C['NoRot']
-            _r12 = C['Ranks']
-            _r13 = s['free']
-            _r14 = C['Pos']
-            for e_Chains in it(D['Chains']):
-                _e0 = _a0(e_Chains)
-                _e1 = _a1(e_Chains)
-                _e2 = _a2(e_Chains)
-                _e3 = _a3(e_Chains)
-                if not ((not _u0_0 or (_e0 in _r4)) and (not _u0_1 or (_e1 in _r5)) and (not _u0_2 or (_e2 in _r6)) and (not _u0_3 or (_e3 in _r7)) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e2, (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e3, v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_e1, _r9)), normalize(_b_div((_e1 + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r8)) or (ap(_e2, v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r8) and (ap(_e3, v_P_13) == _r10))) for v_P_13 in it(_r14)))):
-                    raise FastPathFailed()
+        if D['Chains']:
+            _u0_0 = _k0 and (V is None or 'rot' in V)
+            _u0_1 = _k0 and (V is None or 'len' in V)
+            _u0_2 = _k0 and (V is None or 'page' in V)
+            _u0_3 = _k0 and (V is None or 'host' in V)
+            _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_PositionOwner[0]))
+            _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_ExtensionKeepsRotation[0]))
+            _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_RestoreKeepsOwner[0]))
+            _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_ChainBalanced[0]))
+            _u5_1 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1]))
+            _u5_2 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2]))
+            if _u0_0 or _u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_0 or _u4_0 or _u5_1 or _u5_2:
+                _a0 = fast_ap(s['rot'])
+                _a1 = fast_ap(s['len'])
+                _a2 = fast_ap(s['page'])
+                _a3 = fast_ap(s['host'])
+                _r4 = C['$h4']
+                _r5 = C['$h5']
+                _r6 = C['$h6']
+                _r7 = C['$h7']
+                _r8 = C['NoPage']
+                _r9 = C['CP']
+                _r10 = C['NoHost']
+                _r11 = C['NoRot']
+                _r12 = C['Ranks']
+                _r13 = s['free']
+                _r14 = C['Pos']
+                for e_Chains in it(D['Chains']):
+                    _e0 = _a0(e_Chains)
+                    _e1 = _a1(e_Chains)
+                    _e2 = _a2(e_Chains)
+                    _e3 = _a3(e_Chains)
+                    if not ((not _u0_0 or (_e0 in _r4)) and (not _u0_1 or (_e1 in _r5)) and (not _u0_2 or (_e2 in _r6)) and (not _u0_3 or (_e3 in _r7)) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e2, (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e3, v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_e1, _r9)), normalize(_b_div((_e1 + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r8)) or (ap(_e2, v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r8) and (ap(_e3, v_P_13) == _r10))) for v_P_13 in it(_r14)))):
+                        raise FastPathFailed()
         if (_k0 and (V is None or 'free' in V)):
             _r15 = s['free']
             _r16 = C['PageIds']
@@ -854,7 +855,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r22 = C['Chains']
             if not all(all(((not ((ap(_a19(v_c_8), v_P_10) != _r20) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a19(v_c_8), v_P_10) != ap(_a19(v_d_9), v_Q_11))) for v_P_10 in it(_r21) for v_Q_11 in it(_r21)) for v_c_8 in it(_r22) for v_d_9 in it(_r22)):
                 raise FastPathFailed()
-        if (_k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]))) and D['PageIds']:
+        if D['PageIds'] and (_k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]))):
             _a23 = fast_ap(s['page'])
             _r24 = s['free']
             _r25 = C['Chains']

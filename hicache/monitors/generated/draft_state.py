@@ -851,51 +851,53 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k2 = 'NoReadBeforeCompletion' not in skip
         _k3 = 'PackedOnlyCompatible' not in skip
         _k4 = 'IndicesFromDeclaredSource' not in skip
-        _u0_0 = _k0 and (V is None or 'layout' in V)
-        _u3_0 = _k3 and (V is None or 'layout' in V)
-        if (_u0_0 or _u3_0) and D['DraftPools']:
-            _a0 = fast_ap(s['layout'])
-            _r1 = C['$h7']
-            for e_DraftPools in it(D['DraftPools']):
-                _e0 = _a0(e_DraftPools)
-                if not ((not _u0_0 or (_e0 in _r1)) and (not _u3_0 or ((not (_e0 == 'packed')) or d_Compatible(C, s, None, e_DraftPools)))):
-                    raise FastPathFailed()
-        _u0_1 = _k0 and (V is None or 'phase' in V)
-        _u0_2 = _k0 and (V is None or 'tgtDone' in V)
-        _u0_3 = _k0 and (V is None or 'draftDone' in V)
-        _u0_4 = _k0 and (V is None or 'read' in V)
-        _u0_5 = _k0 and (V is None or 'readStale' in V)
-        _u0_6 = _k0 and (V is None or 'srcIdx' in V)
-        _u0_7 = _k0 and (V is None or 'xferIdx' in V)
-        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_CompletionAfterAllCopies[0]))
-        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoReadBeforeCompletion[0]))
-        _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndicesFromDeclaredSource[0]))
-        if (_u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_6 or _u0_7 or _u1_0 or _u2_0 or _u4_0) and D['Transfers']:
-            _a2 = fast_ap(s['phase'])
-            _a3 = fast_ap(s['tgtDone'])
-            _a4 = fast_ap(s['draftDone'])
-            _a5 = fast_ap(s['read'])
-            _a6 = fast_ap(s['readStale'])
-            _a7 = fast_ap(s['srcIdx'])
-            _a8 = fast_ap(s['xferIdx'])
-            _a9 = fast_ap(s['layout'])
-            _r10 = C['$h8']
-            _r11 = STD["BOOLEAN"]
-            _r12 = C['$h9']
-            _r13 = C['$h10']
-            _r14 = C['$h11']
-            _r15 = C['$h12']
-            _r16 = C['DraftPools']
-            for e_Transfers in it(D['Transfers']):
-                _e0 = _a2(e_Transfers)
-                _e1 = _a3(e_Transfers)
-                _e2 = _a4(e_Transfers)
-                _e3 = _a5(e_Transfers)
-                _e4 = _a6(e_Transfers)
-                _e5 = _a7(e_Transfers)
-                _e6 = _a8(e_Transfers)
-                if not ((not _u0_1 or (_e0 in _r10)) and (not _u0_2 or (_e1 in _r11)) and (not _u0_3 or (_e2 in _r12)) and (not _u0_4 or (_e3 in _r13)) and (not _u0_5 or (_e4 in _r13)) and (not _u0_6 or (_e5 in _r14)) and (not _u0_7 or (_e6 in _r15)) and (not _u1_0 or ((not (_e0 == 'fired')) or (_e1 and (_e2 == _r16)))) and (not _u2_0 or (((not (_e3 != frozenset())) or (_e0 == 'fired')) and (_e4 == frozenset()))) and (not _u4_0 or ((not (_e0 != 'idle')) or all((ap(_e6, v_p_3) == (ap(_e5, 'kv') if (_a9(v_p_3) == 'packed') else ap(_e5, d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r16))))):
-                    raise FastPathFailed()
+        if D['DraftPools']:
+            _u0_0 = _k0 and (V is None or 'layout' in V)
+            _u3_0 = _k3 and (V is None or 'layout' in V)
+            if _u0_0 or _u3_0:
+                _a0 = fast_ap(s['layout'])
+                _r1 = C['$h7']
+                for e_DraftPools in it(D['DraftPools']):
+                    _e0 = _a0(e_DraftPools)
+                    if not ((not _u0_0 or (_e0 in _r1)) and (not _u3_0 or ((not (_e0 == 'packed')) or d_Compatible(C, s, None, e_DraftPools)))):
+                        raise FastPathFailed()
+        if D['Transfers']:
+            _u0_1 = _k0 and (V is None or 'phase' in V)
+            _u0_2 = _k0 and (V is None or 'tgtDone' in V)
+            _u0_3 = _k0 and (V is None or 'draftDone' in V)
+            _u0_4 = _k0 and (V is None or 'read' in V)
+            _u0_5 = _k0 and (V is None or 'readStale' in V)
+            _u0_6 = _k0 and (V is None or 'srcIdx' in V)
+            _u0_7 = _k0 and (V is None or 'xferIdx' in V)
+            _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_CompletionAfterAllCopies[0]))
+            _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoReadBeforeCompletion[0]))
+            _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndicesFromDeclaredSource[0]))
+            if _u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_6 or _u0_7 or _u1_0 or _u2_0 or _u4_0:
+                _a2 = fast_ap(s['phase'])
+                _a3 = fast_ap(s['tgtDone'])
+                _a4 = fast_ap(s['draftDone'])
+                _a5 = fast_ap(s['read'])
+                _a6 = fast_ap(s['readStale'])
+                _a7 = fast_ap(s['srcIdx'])
+                _a8 = fast_ap(s['xferIdx'])
+                _a9 = fast_ap(s['layout'])
+                _r10 = C['$h8']
+                _r11 = STD["BOOLEAN"]
+                _r12 = C['$h9']
+                _r13 = C['$h10']
+                _r14 = C['$h11']
+                _r15 = C['$h12']
+                _r16 = C['DraftPools']
+                for e_Transfers in it(D['Transfers']):
+                    _e0 = _a2(e_Transfers)
+                    _e1 = _a3(e_Transfers)
+                    _e2 = _a4(e_Transfers)
+                    _e3 = _a5(e_Transfers)
+                    _e4 = _a6(e_Transfers)
+                    _e5 = _a7(e_Transfers)
+                    _e6 = _a8(e_Transfers)
+                    if not ((not _u0_1 or (_e0 in _r10)) and (not _u0_2 or (_e1 in _r11)) and (not _u0_3 or (_e2 in _r12)) and (not _u0_4 or (_e3 in _r13)) and (not _u0_5 or (_e4 in _r13)) and (not _u0_6 or (_e5 in _r14)) and (not _u0_7 or (_e6 in _r15)) and (not _u1_0 or ((not (_e0 == 'fired')) or (_e1 and (_e2 == _r16)))) and (not _u2_0 or (((not (_e3 != frozenset())) or (_e0 == 'fired')) and (_e4 == frozenset()))) and (not _u4_0 or ((not (_e0 != 'idle')) or all((ap(_e6, v_p_3) == (ap(_e5, 'kv') if (_a9(v_p_3) == 'packed') else ap(_e5, d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r16))))):
+                        raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide
         return False

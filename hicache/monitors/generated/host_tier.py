@@ -1355,72 +1355,75 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r3 = C['$h0']
             if not (_r2 in _r3):
                 raise FastPathFailed()
-        _u0_2 = _k0 and (V is None or 'dev' in V)
-        _u0_3 = _k0 and (V is None or 'host' in V)
-        _u0_4 = _k0 and (V is None or 'stor' in V)
-        _u0_5 = _k0 and (V is None or 'hits' in V)
-        _u0_7 = _k0 and (V is None or 'backupOp' in V)
-        _u0_8 = _k0 and (V is None or 'loadReq' in V)
-        _u0_9 = _k0 and (V is None or 'loadDone' in V)
-        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_PendingLoadLocked[0]))
-        _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[0]))
-        _u3_1 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[1]))
-        if (_u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_7 or _u0_8 or _u0_9 or _u2_0 or _u3_0 or _u3_1) and D['Nodes']:
-            _a4 = fast_ap(s['dev'])
-            _a5 = fast_ap(s['host'])
-            _a6 = fast_ap(s['stor'])
-            _a7 = fast_ap(s['hits'])
-            _a8 = fast_ap(s['backupOp'])
-            _a9 = fast_ap(s['loadReq'])
-            _a10 = fast_ap(s['loadDone'])
-            _a11 = fast_ap(s['slot'])
-            _r12 = STD["BOOLEAN"]
-            _r13 = C['$h12']
-            _r14 = C['$h13']
-            _r15 = C['$h14']
-            _r16 = C['$h15']
-            _r17 = C['NoReq']
-            _r18 = C['NoSlot']
-            for e_Nodes in it(D['Nodes']):
-                _e0 = _a4(e_Nodes)
-                _e1 = _a5(e_Nodes)
-                _e2 = _a8(e_Nodes)
-                _e3 = _a9(e_Nodes)
-                _e4 = d_InTree(C, s, None, e_Nodes)
-                if not ((not _u0_2 or (_e0 in _r12)) and (not _u0_3 or (_e1 in _r13)) and (not _u0_4 or (_a6(e_Nodes) in _r12)) and (not _u0_5 or (_a7(e_Nodes) in _r14)) and (not _u0_7 or (_e2 in _r13)) and (not _u0_8 or (_e3 in _r15)) and (not _u0_9 or (_a10(e_Nodes) in _r16)) and (not _u2_0 or ((not (_e3 != _r17)) or (_e4 and (_e1 != _r18) and (_a11(_e1) == 'protected')))) and (not _u3_0 or ((not _e4) or (_e0 or (_e1 != _r18)))) and (not _u3_1 or ((not (not _e4)) or ((((not _e0) and (_e1 == _r18)) and (_e2 == _r18)) and (_e3 == _r17))))):
-                    raise FastPathFailed()
-        _u0_6 = _k0 and (V is None or 'slot' in V)
-        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_SlotInOneOwner[0]))
-        if (_u0_6 or _u1_0) and D['HSlots']:
-            _a19 = fast_ap(s['slot'])
-            _r20 = C['SlotStates']
-            for e_HSlots in it(D['HSlots']):
-                _e0 = _a19(e_HSlots)
-                if not ((not _u0_6 or (_e0 in _r20)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_e0 == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_e0 == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))):
-                    raise FastPathFailed()
-        _u0_10 = _k0 and (V is None or 'req' in V)
-        _u0_11 = _k0 and (V is None or 'reqLen' in V)
-        _u0_12 = _k0 and (V is None or 'pfSlot' in V)
-        _u0_13 = _k0 and (V is None or 'pfNode' in V)
-        _u0_14 = _k0 and (V is None or 'pfAbort' in V)
-        _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_LockedNodesKept[0]))
-        if (_u0_10 or _u0_11 or _u0_12 or _u0_13 or _u0_14 or _u4_0) and D['Reqs']:
-            _a21 = fast_ap(s['req'])
-            _a22 = fast_ap(s['reqLen'])
-            _a23 = fast_ap(s['pfSlot'])
-            _a24 = fast_ap(s['pfNode'])
-            _a25 = fast_ap(s['pfAbort'])
-            _r26 = C['ReqStates']
-            _r27 = C['$h0']
-            _r28 = C['$h12']
-            _r29 = C['Nodes']
-            _r30 = STD["BOOLEAN"]
-            _r31 = s['len']
-            for e_Reqs in it(D['Reqs']):
-                _e0 = _a21(e_Reqs)
-                _e1 = _a22(e_Reqs)
-                if not ((not _u0_10 or (_e0 in _r26)) and (not _u0_11 or (_e1 in _r27)) and (not _u0_12 or (_a23(e_Reqs) in _r28)) and (not _u0_13 or (_a24(e_Reqs) in _r29)) and (not _u0_14 or (_a25(e_Reqs) in _r30)) and (not _u4_0 or ((not (_e0 != 'idle')) or (_e1 <= _r31)))):
-                    raise FastPathFailed()
+        if D['Nodes']:
+            _u0_2 = _k0 and (V is None or 'dev' in V)
+            _u0_3 = _k0 and (V is None or 'host' in V)
+            _u0_4 = _k0 and (V is None or 'stor' in V)
+            _u0_5 = _k0 and (V is None or 'hits' in V)
+            _u0_7 = _k0 and (V is None or 'backupOp' in V)
+            _u0_8 = _k0 and (V is None or 'loadReq' in V)
+            _u0_9 = _k0 and (V is None or 'loadDone' in V)
+            _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_PendingLoadLocked[0]))
+            _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[0]))
+            _u3_1 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[1]))
+            if _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_7 or _u0_8 or _u0_9 or _u2_0 or _u3_0 or _u3_1:
+                _a4 = fast_ap(s['dev'])
+                _a5 = fast_ap(s['host'])
+                _a6 = fast_ap(s['stor'])
+                _a7 = fast_ap(s['hits'])
+                _a8 = fast_ap(s['backupOp'])
+                _a9 = fast_ap(s['loadReq'])
+                _a10 = fast_ap(s['loadDone'])
+                _a11 = fast_ap(s['slot'])
+                _r12 = STD["BOOLEAN"]
+                _r13 = C['$h12']
+                _r14 = C['$h13']
+                _r15 = C['$h14']
+                _r16 = C['$h15']
+                _r17 = C['NoReq']
+                _r18 = s['len']
+                _r19 = C['NoSlot']
+                for e_Nodes in it(D['Nodes']):
+                    _e0 = _a4(e_Nodes)
+                    _e1 = _a5(e_Nodes)
+                    _e2 = _a8(e_Nodes)
+                    _e3 = _a9(e_Nodes)
+                    if not ((not _u0_2 or (_e0 in _r12)) and (not _u0_3 or (_e1 in _r13)) and (not _u0_4 or (_a6(e_Nodes) in _r12)) and (not _u0_5 or (_a7(e_Nodes) in _r14)) and (not _u0_7 or (_e2 in _r13)) and (not _u0_8 or (_e3 in _r15)) and (not _u0_9 or (_a10(e_Nodes) in _r16)) and (not _u2_0 or ((not (_e3 != _r17)) or (((e_Nodes < _r18)) and (_e1 != _r19) and (_a11(_e1) == 'protected')))) and (not _u3_0 or ((not ((e_Nodes < _r18))) or (_e0 or (_e1 != _r19)))) and (not _u3_1 or ((not (not ((e_Nodes < _r18)))) or ((((not _e0) and (_e1 == _r19)) and (_e2 == _r19)) and (_e3 == _r17))))):
+                        raise FastPathFailed()
+        if D['HSlots']:
+            _u0_6 = _k0 and (V is None or 'slot' in V)
+            _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_SlotInOneOwner[0]))
+            if _u0_6 or _u1_0:
+                _a20 = fast_ap(s['slot'])
+                _r21 = C['SlotStates']
+                for e_HSlots in it(D['HSlots']):
+                    _e0 = _a20(e_HSlots)
+                    if not ((not _u0_6 or (_e0 in _r21)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_e0 == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_e0 == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))):
+                        raise FastPathFailed()
+        if D['Reqs']:
+            _u0_10 = _k0 and (V is None or 'req' in V)
+            _u0_11 = _k0 and (V is None or 'reqLen' in V)
+            _u0_12 = _k0 and (V is None or 'pfSlot' in V)
+            _u0_13 = _k0 and (V is None or 'pfNode' in V)
+            _u0_14 = _k0 and (V is None or 'pfAbort' in V)
+            _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_LockedNodesKept[0]))
+            if _u0_10 or _u0_11 or _u0_12 or _u0_13 or _u0_14 or _u4_0:
+                _a22 = fast_ap(s['req'])
+                _a23 = fast_ap(s['reqLen'])
+                _a24 = fast_ap(s['pfSlot'])
+                _a25 = fast_ap(s['pfNode'])
+                _a26 = fast_ap(s['pfAbort'])
+                _r27 = C['ReqStates']
+                _r28 = C['$h0']
+                _r29 = C['$h12']
+                _r30 = C['Nodes']
+                _r31 = STD["BOOLEAN"]
+                _r32 = s['len']
+                for e_Reqs in it(D['Reqs']):
+                    _e0 = _a22(e_Reqs)
+                    _e1 = _a23(e_Reqs)
+                    if not ((not _u0_10 or (_e0 in _r27)) and (not _u0_11 or (_e1 in _r28)) and (not _u0_12 or (_a24(e_Reqs) in _r29)) and (not _u0_13 or (_a25(e_Reqs) in _r30)) and (not _u0_14 or (_a26(e_Reqs) in _r31)) and (not _u4_0 or ((not (_e0 != 'idle')) or (_e1 <= _r32)))):
+                        raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide
         return False

@@ -625,34 +625,35 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k1 = 'GatherAfterRestore' not in skip
         _k2 = 'NoOverwriteWhileRead' not in skip
         _k3 = 'TwoBuffersOnly' not in skip
-        if (_k0 and (V is None or 'restored' in V)) and D['Ranks']:
+        if D['Ranks'] and (_k0 and (V is None or 'restored' in V)):
             _a0 = fast_ap(s['restored'])
             _r1 = C['$h3']
             for e_Ranks in it(D['Ranks']):
                 if not ((_a0(e_Ranks) in _r1)):
                     raise FastPathFailed()
-        _u0_1 = _k0 and (V is None or 'slotLayer' in V)
-        _u0_2 = _k0 and (V is None or 'slotFull' in V)
-        _u0_3 = _k0 and (V is None or 'gatherBusy' in V)
-        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_GatherAfterRestore[0]))
-        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoOverwriteWhileRead[0]))
-        _u3_1 = _k3 and (V is None or 'slotLayer' in V)
-        if (_u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_1) and D['Slots']:
-            _a2 = fast_ap(s['slotLayer'])
-            _a3 = fast_ap(s['slotFull'])
-            _a4 = fast_ap(s['gatherBusy'])
-            _a5 = fast_ap(s['restored'])
-            _r6 = C['$h4']
-            _r7 = STD["BOOLEAN"]
-            _r8 = C['None']
-            _r9 = C['Ranks']
-            _r10 = s['reading']
-            _r11 = s['attnNext']
-            for e_Slots in it(D['Slots']):
-                _e0 = _a2(e_Slots)
-                _e1 = _a4(e_Slots)
-                if not ((not _u0_1 or (_e0 in _r6)) and (not _u0_2 or (_a3(e_Slots) in _r7)) and (not _u0_3 or (_e1 in _r7)) and (not _u1_0 or ((not (_e0 != _r8)) or all((_a5(v_r_3) > _e0) for v_r_3 in it(_r9)))) and (not _u2_0 or ((not _e1) or (((_r10 == _r8) or (d_Slot(C, s, None, _r10) != e_Slots)) and (_r11 >= (_e0 - 1))))) and (not _u3_1 or ((not (_e0 != _r8)) or (d_Slot(C, s, None, _e0) == e_Slots)))):
-                    raise FastPathFailed()
+        if D['Slots']:
+            _u0_1 = _k0 and (V is None or 'slotLayer' in V)
+            _u0_2 = _k0 and (V is None or 'slotFull' in V)
+            _u0_3 = _k0 and (V is None or 'gatherBusy' in V)
+            _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_GatherAfterRestore[0]))
+            _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoOverwriteWhileRead[0]))
+            _u3_1 = _k3 and (V is None or 'slotLayer' in V)
+            if _u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_1:
+                _a2 = fast_ap(s['slotLayer'])
+                _a3 = fast_ap(s['slotFull'])
+                _a4 = fast_ap(s['gatherBusy'])
+                _a5 = fast_ap(s['restored'])
+                _r6 = C['$h4']
+                _r7 = STD["BOOLEAN"]
+                _r8 = C['None']
+                _r9 = C['Ranks']
+                _r10 = s['reading']
+                _r11 = s['attnNext']
+                for e_Slots in it(D['Slots']):
+                    _e0 = _a2(e_Slots)
+                    _e1 = _a4(e_Slots)
+                    if not ((not _u0_1 or (_e0 in _r6)) and (not _u0_2 or (_a3(e_Slots) in _r7)) and (not _u0_3 or (_e1 in _r7)) and (not _u1_0 or ((not (_e0 != _r8)) or all((_a5(v_r_3) > _e0) for v_r_3 in it(_r9)))) and (not _u2_0 or ((not _e1) or (((_r10 == _r8) or (d_Slot(C, s, None, _r10) != e_Slots)) and (_r11 >= (_e0 - 1))))) and (not _u3_1 or ((not (_e0 != _r8)) or (d_Slot(C, s, None, _e0) == e_Slots)))):
+                        raise FastPathFailed()
         if (_k0 and (V is None or 'gatherNext' in V)):
             _r12 = s['gatherNext']
             _r13 = C['$h3']

@@ -1025,26 +1025,27 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         _k0 = 'TypeOK' not in skip
         _k1 = 'DecodeReadsTransferred' not in skip
         _k2 = 'InFlightDestOwned' not in skip
-        _u0_0 = _k0 and (V is None or 'ploc' in V)
-        _u0_4 = _k0 and (V is None or 'dalloc' in V)
-        _u0_6 = _k0 and (V is None or 'dland' in V)
-        _u0_7 = _k0 and (V is None or 'dread' in V)
-        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_DecodeReadsTransferred[0]))
-        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_InFlightDestOwned[0]))
-        if (_u0_0 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_0) and D['Pages']:
-            _a0 = fast_ap(s['ploc'])
-            _a1 = fast_ap(s['dalloc'])
-            _a2 = fast_ap(s['dland'])
-            _a3 = fast_ap(s['dread'])
-            _r4 = C['Tiers']
-            _r5 = STD["BOOLEAN"]
-            _r6 = s['pstate']
-            for e_Pages in it(D['Pages']):
-                _e0 = _a1(e_Pages)
-                _e1 = _a2(e_Pages)
-                _e2 = _a3(e_Pages)
-                if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0 in _r5)) and (not _u0_6 or (_e1 in _r5)) and (not _u0_7 or (_e2 in _r5)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not ((e_Pages in d_InFlight(C, s, None)) or ((_r6 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _e0))):
-                    raise FastPathFailed()
+        if D['Pages']:
+            _u0_0 = _k0 and (V is None or 'ploc' in V)
+            _u0_4 = _k0 and (V is None or 'dalloc' in V)
+            _u0_6 = _k0 and (V is None or 'dland' in V)
+            _u0_7 = _k0 and (V is None or 'dread' in V)
+            _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_DecodeReadsTransferred[0]))
+            _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_InFlightDestOwned[0]))
+            if _u0_0 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_0:
+                _a0 = fast_ap(s['ploc'])
+                _a1 = fast_ap(s['dalloc'])
+                _a2 = fast_ap(s['dland'])
+                _a3 = fast_ap(s['dread'])
+                _r4 = C['Tiers']
+                _r5 = STD["BOOLEAN"]
+                _r6 = s['pstate']
+                for e_Pages in it(D['Pages']):
+                    _e0 = _a1(e_Pages)
+                    _e1 = _a2(e_Pages)
+                    _e2 = _a3(e_Pages)
+                    if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0 in _r5)) and (not _u0_6 or (_e1 in _r5)) and (not _u0_7 or (_e2 in _r5)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not ((e_Pages in d_InFlight(C, s, None)) or ((_r6 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _e0))):
+                        raise FastPathFailed()
         if (_k0 and (V is None or 'pstate' in V)):
             _r7 = s['pstate']
             _r8 = C['$h3']

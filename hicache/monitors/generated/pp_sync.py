@@ -775,58 +775,60 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r1 = C['$h0']
             if not (_r0 in _r1):
                 raise FastPathFailed()
-        _u0_1 = _k0 and (V is None or 'done' in V)
-        _u0_2 = _k0 and (V is None or 'applied' in V)
-        _u0_3 = _k0 and (V is None or 'checks' in V)
-        _u0_4 = _k0 and (V is None or 'upto' in V)
-        _u0_6 = _k0 and (V is None or 'pending' in V)
-        _u0_7 = _k0 and (V is None or 'chan' in V)
-        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_AppliedIssued[0]))
-        _u2_4 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[4]))
-        _u2_5 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[5]))
-        _u2_10 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[10]))
-        _u2_11 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[11]))
-        _u2_12 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
-        _u2_13 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
-        if (_u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_4 or _u2_5 or _u2_10 or _u2_11 or _u2_12 or _u2_13) and D['Stages']:
-            _a2 = fast_ap(s['done'])
-            _a3 = fast_ap(s['applied'])
-            _a4 = fast_ap(s['checks'])
-            _a5 = fast_ap(s['upto'])
-            _a6 = fast_ap(s['pending'])
-            _a7 = fast_ap(s['chan'])
-            _a8 = fast_ap(s['agreed'])
-            _r9 = C['$h7']
-            _r10 = C['$h0']
-            _r11 = C['$h8']
-            _r12 = C['$h9']
-            _r13 = C['$h10']
-            _r14 = s['issued']
-            _r15 = C['Checks']
-            _r16 = C['MaxChecks']
-            _r17 = C['None']
-            for e_Stages in it(D['Stages']):
-                _e0 = _a3(e_Stages)
-                _e1 = _a4(e_Stages)
-                _e2 = _a5(e_Stages)
-                _e3 = _a6(e_Stages)
-                _e4 = _a7(e_Stages)
-                _e5 = d_Received(C, s, None, e_Stages)
-                if not ((not _u0_1 or (_a2(e_Stages) in _r9)) and (not _u0_2 or (_e0 in _r10)) and (not _u0_3 or (_e1 in _r11)) and (not _u0_4 or (_e2 in _r12)) and (not _u0_6 or (_e3 in _r13)) and (not _u0_7 or (_e4 in _r13)) and (not _u1_0 or ((_e0 <= _r14) and (_e1 <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _e1)) or (ap(_e2, v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r15))) and (not _u2_5 or (_e0 == (0 if (_e1 == 0) else ap(_e2, _e1)))) and (not _u2_10 or (_e5 <= _r16)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (_e5 + (1 if (_e4 != _r17) else 0))))) and (not _u2_12 or ((not (_e3 != _r17)) or (_e3 == _a8(d_Round(C, s, None, e_Stages))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_e4 != _r17))) or (_e4 == _a8((_e5 + 1)))))):
-                    raise FastPathFailed()
-        _u0_5 = _k0 and (V is None or 'agreed' in V)
-        _u2_6 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
-        _u2_7 = _k2 and (V is None or 'agreed' in V)
-        _u2_8 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))
-        if (_u0_5 or _u2_6 or _u2_7 or _u2_8) and D['Checks']:
-            _a18 = fast_ap(s['agreed'])
-            _r19 = C['$h10']
-            _r20 = C['None']
-            _r21 = s['issued']
-            for e_Checks in it(D['Checks']):
-                _e0 = _a18(e_Checks)
-                if not ((not _u0_5 or (_e0 in _r19)) and (not _u2_6 or ((_e0 != _r20) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_e0 != _r20) and (e_Checks > 1))) or (_a18((e_Checks - 1)) <= _e0))) and (not _u2_8 or ((not (_e0 != _r20)) or (_e0 <= _r21)))):
-                    raise FastPathFailed()
+        if D['Stages']:
+            _u0_1 = _k0 and (V is None or 'done' in V)
+            _u0_2 = _k0 and (V is None or 'applied' in V)
+            _u0_3 = _k0 and (V is None or 'checks' in V)
+            _u0_4 = _k0 and (V is None or 'upto' in V)
+            _u0_6 = _k0 and (V is None or 'pending' in V)
+            _u0_7 = _k0 and (V is None or 'chan' in V)
+            _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_AppliedIssued[0]))
+            _u2_4 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[4]))
+            _u2_5 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[5]))
+            _u2_10 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[10]))
+            _u2_11 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[11]))
+            _u2_12 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
+            _u2_13 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
+            if _u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_4 or _u2_5 or _u2_10 or _u2_11 or _u2_12 or _u2_13:
+                _a2 = fast_ap(s['done'])
+                _a3 = fast_ap(s['applied'])
+                _a4 = fast_ap(s['checks'])
+                _a5 = fast_ap(s['upto'])
+                _a6 = fast_ap(s['pending'])
+                _a7 = fast_ap(s['chan'])
+                _a8 = fast_ap(s['agreed'])
+                _r9 = C['$h7']
+                _r10 = C['$h0']
+                _r11 = C['$h8']
+                _r12 = C['$h9']
+                _r13 = C['$h10']
+                _r14 = s['issued']
+                _r15 = C['Checks']
+                _r16 = C['MaxChecks']
+                _r17 = C['None']
+                for e_Stages in it(D['Stages']):
+                    _e0 = _a3(e_Stages)
+                    _e1 = _a4(e_Stages)
+                    _e2 = _a5(e_Stages)
+                    _e3 = _a6(e_Stages)
+                    _e4 = _a7(e_Stages)
+                    _e5 = d_Received(C, s, None, e_Stages)
+                    if not ((not _u0_1 or (_a2(e_Stages) in _r9)) and (not _u0_2 or (_e0 in _r10)) and (not _u0_3 or (_e1 in _r11)) and (not _u0_4 or (_e2 in _r12)) and (not _u0_6 or (_e3 in _r13)) and (not _u0_7 or (_e4 in _r13)) and (not _u1_0 or ((_e0 <= _r14) and (_e1 <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _e1)) or (ap(_e2, v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r15))) and (not _u2_5 or (_e0 == (0 if (_e1 == 0) else ap(_e2, _e1)))) and (not _u2_10 or (_e5 <= _r16)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (_e5 + (1 if (_e4 != _r17) else 0))))) and (not _u2_12 or ((not (_e3 != _r17)) or (_e3 == _a8(((_e1 + 1)))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_e4 != _r17))) or (_e4 == _a8((_e5 + 1)))))):
+                        raise FastPathFailed()
+        if D['Checks']:
+            _u0_5 = _k0 and (V is None or 'agreed' in V)
+            _u2_6 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
+            _u2_7 = _k2 and (V is None or 'agreed' in V)
+            _u2_8 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))
+            if _u0_5 or _u2_6 or _u2_7 or _u2_8:
+                _a18 = fast_ap(s['agreed'])
+                _r19 = C['$h10']
+                _r20 = C['None']
+                _r21 = s['issued']
+                for e_Checks in it(D['Checks']):
+                    _e0 = _a18(e_Checks)
+                    if not ((not _u0_5 or (_e0 in _r19)) and (not _u2_6 or ((_e0 != _r20) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_e0 != _r20) and (e_Checks > 1))) or (_a18((e_Checks - 1)) <= _e0))) and (not _u2_8 or ((not (_e0 != _r20)) or (_e0 <= _r21)))):
+                        raise FastPathFailed()
         if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
                 raise FastPathFailed()

@@ -922,22 +922,23 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r1 = C['Policies']
             if not (_r0 in _r1):
                 raise FastPathFailed()
-        _u0_1 = _k0 and (V is None or 'tried' in V)
-        _u0_2 = _k0 and (V is None or 'loaded' in V)
-        _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[0]))
-        _u4_6 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
-        if (_u0_1 or _u0_2 or _u2_0 or _u4_6) and D['Ranks']:
-            _a2 = fast_ap(s['tried'])
-            _a3 = fast_ap(s['loaded'])
-            _r4 = C['$h3']
-            _r5 = C['$h10']
-            _r6 = s['pub']
-            _r7 = C['BatchPages']
-            for e_Ranks in it(D['Ranks']):
-                _e0 = _a2(e_Ranks)
-                _e1 = _a3(e_Ranks)
-                if not ((not _u0_1 or (_e0 in _r4)) and (not _u0_2 or (_e1 in _r5)) and (not _u2_0 or (_r6 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r7)))):
-                    raise FastPathFailed()
+        if D['Ranks']:
+            _u0_1 = _k0 and (V is None or 'tried' in V)
+            _u0_2 = _k0 and (V is None or 'loaded' in V)
+            _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[0]))
+            _u4_6 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
+            if _u0_1 or _u0_2 or _u2_0 or _u4_6:
+                _a2 = fast_ap(s['tried'])
+                _a3 = fast_ap(s['loaded'])
+                _r4 = C['$h3']
+                _r5 = C['$h10']
+                _r6 = s['pub']
+                _r7 = C['BatchPages']
+                for e_Ranks in it(D['Ranks']):
+                    _e0 = _a2(e_Ranks)
+                    _e1 = _a3(e_Ranks)
+                    if not ((not _u0_1 or (_e0 in _r4)) and (not _u0_2 or (_e1 in _r5)) and (not _u2_0 or (_r6 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r7)))):
+                        raise FastPathFailed()
         if (_k0 and (V is None or 'terminated' in V)):
             _r8 = s['terminated']
             _r9 = STD["BOOLEAN"]
@@ -948,67 +949,70 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r11 = C['$h3']
             if not (_r10 in _r11):
                 raise FastPathFailed()
-        _u0_5 = _k0 and (V is None or 'pubAck' in V)
-        _u4_7 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[7]))
-        if (_u0_5 or _u4_7) and D['Batches']:
-            _a12 = fast_ap(s['pubAck'])
-            _r13 = C['$h11']
-            _r14 = C['None']
-            _r15 = s['pub']
-            for e_Batches in it(D['Batches']):
-                _e0 = _a12(e_Batches)
-                if not ((not _u0_5 or (_e0 in _r13)) and (not _u4_7 or ((_e0 != _r14) == (e_Batches <= _r15)))):
-                    raise FastPathFailed()
-        _u0_6 = _k0 and (V is None or 'checks' in V)
-        _u0_9 = _k0 and (V is None or 'consumed' in V)
-        _u0_10 = _k0 and (V is None or 'used' in V)
-        _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_UsedLeLoaded[0]))
-        _u2_1 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[1]))
-        _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_SameAcksConsumed[0]))
-        _u4_13 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
-        _u4_14 = _k4 and (V is None or 'checks' in V)
-        _u4_15 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[15]))
-        _u4_16 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[16]))
-        if (_u0_6 or _u0_9 or _u0_10 or _u1_0 or _u2_1 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16) and D['Stages']:
-            _a16 = fast_ap(s['checks'])
-            _a17 = fast_ap(s['consumed'])
-            _a18 = fast_ap(s['used'])
-            _a19 = fast_ap(s['loaded'])
-            _a20 = fast_ap(s['cut'])
-            _a21 = fast_ap(s['verdict'])
-            _r22 = C['$h12']
-            _r23 = C['$h3']
-            _r24 = C['$h15']
-            _r25 = C['None']
-            _r26 = C['Ranks']
-            _r27 = s['pub']
-            _r28 = C['NBatches']
-            for e_Stages in it(D['Stages']):
-                _e0 = _a16(e_Stages)
-                _e1 = _a17(e_Stages)
-                _e2 = _a18(e_Stages)
-                if not ((not _u0_6 or (_e0 in _r22)) and (not _u0_9 or (_e1 in _r23)) and (not _u0_10 or (_e2 in _r24)) and (not _u1_0 or ((not (_e2 != _r25)) or all((_e2 <= _a19(v_k_3)) for v_k_3 in it(_r26)))) and (not _u2_1 or (_e1 <= _r27)) and (not _u3_0 or ((not (_e0 > 0)) or (_e1 == _a20(_e0)))) and (not _u4_13 or ((not (_e2 == _r25)) or all(((not _a21(v_c_15)) and (_a20(v_c_15) < _r28)) for v_c_15 in it(_b_range_(1, _e0))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_e0 <= _a16((e_Stages - 1))))) and (not _u4_15 or ((not (_e2 != _r25)) or ((_e0 > 0) and (_e2 == d_PrefixOf(C, s, None, _e1)) and (_a21(_e0) or (_e1 == _r28))))) and (not _u4_16 or all(((not (v_c_16 < _e0)) or ((not _a21(v_c_16)) and (_a20(v_c_16) < _r28))) for v_c_16 in it(_b_range_(1, _e0))))):
-                    raise FastPathFailed()
-        _u0_7 = _k0 and (V is None or 'verdict' in V)
-        _u0_8 = _k0 and (V is None or 'cut' in V)
-        _u4_9 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[9]))
-        _u4_10 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[10]))
-        _u4_11 = _k4 and (V is None or 'cut' in V)
-        _u4_12 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
-        if (_u0_7 or _u0_8 or _u4_9 or _u4_10 or _u4_11 or _u4_12) and D['Checks']:
-            _a29 = fast_ap(s['verdict'])
-            _a30 = fast_ap(s['cut'])
-            _a31 = fast_ap(s['checks'])
-            _r32 = C['$h13']
-            _r33 = C['$h14']
-            _r34 = C['None']
-            _r35 = C['NoVerdict']
-            _r36 = s['pub']
-            for e_Checks in it(D['Checks']):
-                _e0 = _a29(e_Checks)
-                _e1 = _a30(e_Checks)
-                if not ((not _u0_7 or (_e0 in _r32)) and (not _u0_8 or (_e1 in _r33)) and (not _u4_9 or ((_e1 != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_e0 != _r35)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r34)) or ((_e1 <= _r36) and (_e0 != _r35))))):
-                    raise FastPathFailed()
+        if D['Batches']:
+            _u0_5 = _k0 and (V is None or 'pubAck' in V)
+            _u4_7 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[7]))
+            if _u0_5 or _u4_7:
+                _a12 = fast_ap(s['pubAck'])
+                _r13 = C['$h11']
+                _r14 = C['None']
+                _r15 = s['pub']
+                for e_Batches in it(D['Batches']):
+                    _e0 = _a12(e_Batches)
+                    if not ((not _u0_5 or (_e0 in _r13)) and (not _u4_7 or ((_e0 != _r14) == (e_Batches <= _r15)))):
+                        raise FastPathFailed()
+        if D['Stages']:
+            _u0_6 = _k0 and (V is None or 'checks' in V)
+            _u0_9 = _k0 and (V is None or 'consumed' in V)
+            _u0_10 = _k0 and (V is None or 'used' in V)
+            _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_UsedLeLoaded[0]))
+            _u2_1 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[1]))
+            _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_SameAcksConsumed[0]))
+            _u4_13 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
+            _u4_14 = _k4 and (V is None or 'checks' in V)
+            _u4_15 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[15]))
+            _u4_16 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[16]))
+            if _u0_6 or _u0_9 or _u0_10 or _u1_0 or _u2_1 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16:
+                _a16 = fast_ap(s['checks'])
+                _a17 = fast_ap(s['consumed'])
+                _a18 = fast_ap(s['used'])
+                _a19 = fast_ap(s['loaded'])
+                _a20 = fast_ap(s['cut'])
+                _a21 = fast_ap(s['verdict'])
+                _r22 = C['$h12']
+                _r23 = C['$h3']
+                _r24 = C['$h15']
+                _r25 = C['None']
+                _r26 = C['Ranks']
+                _r27 = s['pub']
+                _r28 = C['NBatches']
+                for e_Stages in it(D['Stages']):
+                    _e0 = _a16(e_Stages)
+                    _e1 = _a17(e_Stages)
+                    _e2 = _a18(e_Stages)
+                    if not ((not _u0_6 or (_e0 in _r22)) and (not _u0_9 or (_e1 in _r23)) and (not _u0_10 or (_e2 in _r24)) and (not _u1_0 or ((not (_e2 != _r25)) or all((_e2 <= _a19(v_k_3)) for v_k_3 in it(_r26)))) and (not _u2_1 or (_e1 <= _r27)) and (not _u3_0 or ((not (_e0 > 0)) or (_e1 == _a20(_e0)))) and (not _u4_13 or ((not (_e2 == _r25)) or all(((not _a21(v_c_15)) and (_a20(v_c_15) < _r28)) for v_c_15 in it(_b_range_(1, _e0))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_e0 <= _a16((e_Stages - 1))))) and (not _u4_15 or ((not (_e2 != _r25)) or ((_e0 > 0) and (_e2 == d_PrefixOf(C, s, None, _e1)) and (_a21(_e0) or (_e1 == _r28))))) and (not _u4_16 or all(((not (v_c_16 < _e0)) or ((not _a21(v_c_16)) and (_a20(v_c_16) < _r28))) for v_c_16 in it(_b_range_(1, _e0))))):
+                        raise FastPathFailed()
+        if D['Checks']:
+            _u0_7 = _k0 and (V is None or 'verdict' in V)
+            _u0_8 = _k0 and (V is None or 'cut' in V)
+            _u4_9 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[9]))
+            _u4_10 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[10]))
+            _u4_11 = _k4 and (V is None or 'cut' in V)
+            _u4_12 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
+            if _u0_7 or _u0_8 or _u4_9 or _u4_10 or _u4_11 or _u4_12:
+                _a29 = fast_ap(s['verdict'])
+                _a30 = fast_ap(s['cut'])
+                _a31 = fast_ap(s['checks'])
+                _r32 = C['$h13']
+                _r33 = C['$h14']
+                _r34 = C['None']
+                _r35 = C['NoVerdict']
+                _r36 = s['pub']
+                for e_Checks in it(D['Checks']):
+                    _e0 = _a29(e_Checks)
+                    _e1 = _a30(e_Checks)
+                    if not ((not _u0_7 or (_e0 in _r32)) and (not _u0_8 or (_e1 in _r33)) and (not _u4_9 or ((_e1 != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_e0 != _r35)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r34)) or ((_e1 <= _r36) and (_e0 != _r35))))):
+                        raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
                 raise FastPathFailed()
