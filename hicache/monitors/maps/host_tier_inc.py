@@ -32,6 +32,7 @@ Invariant between events: `self.s` equals the reference map's state up to the re
 from __future__ import annotations
 
 import weakref
+from itertools import repeat
 
 import numpy as np
 
@@ -274,16 +275,17 @@ class IncrementalHostTierMap(HostTierMap):
             self.s[var] = v
 
     # ------------------------------------------------------------ positions
-    def _append(self, x, i: int) -> int:
-        """A new page at position L, the first spare position (the domain grows, doubling,
-        only if the tree outgrows it)."""
-        p = self.L
-        self.keys.append((x, i))
-        self.L = p + 1
-        if self.L >= self.cap:
+    def _extend(self, x, pos: list, n: int) -> None:
+        """Node x's pages len(pos)..n-1 take the first spare positions, L onwards (the
+        domain grows, doubling, only if the tree outgrows it); each is dirty."""
+        k, p = len(pos), self.L
+        new = range(p, p + n - k)
+        self.keys.extend(zip(repeat(x), range(k, n)))
+        pos.extend(new)
+        self.L = p + n - k
+        while self.L >= self.cap:
             self._grow(2 * self.cap)
-        self.dirty_nodes.add(p)
-        return p
+        self.dirty_nodes.update(new)
 
     def _grow(self, cap: int) -> None:
         delta = self.delta
@@ -387,8 +389,8 @@ class IncrementalHostTierMap(HostTierMap):
         if len(pos) > n:
             self._remove(pos[n:])
             del pos[n:]
-        while len(pos) < n:
-            pos.append(self._append(x, len(pos)))
+        if len(pos) < n:
+            self._extend(x, pos, n)
         d = x.device is not None
         lq = 0
         if x.loading is not None:
