@@ -8,9 +8,12 @@ They are not time (a cache miss costs more than an add): the ratio targets stay 
 figures, `hicache bench monitors`.
 
     python scripts/monitor_instructions.py [--mode strict|sample] [--replays 2] [--limit 200]
+        [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method]
 
 prints one JSON object: instructions inside the monitors (their listeners, and cache checks
-not nested in one) over `--replays` replays, per replay and per listener call. Needs
+not nested in one) over `--replays` replays, per replay and per listener call; with the
+filters, inside the selected listener calls only (of those events, of that spec's monitor),
+or only inside one function's calls made by them: where a monitor's cost goes. Needs
 valgrind with its `valgrind/callgrind.h` header and a C compiler (a three-line library turns
 collection on and off around the monitors' code: a callgrind client request, a no-op
 outside valgrind). Each run takes ~2.5 min here: valgrind runs the whole process, imports
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import inspect
 import json
 import os
 import shutil
@@ -46,13 +50,39 @@ def build_toggle(folder: Path) -> Path:
     return lib
 
 
+def resolve(target: str):
+    """(owner, attribute name) of `module:Qualified.name` (a module-level function, or a
+    method of a class in that module), refused with a clear error when it does not exist."""
+    import importlib
+    modname, _, qual = target.partition(":")
+    try:
+        owner = importlib.import_module(modname)
+        *path, name = qual.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        if isinstance(inspect.getattr_static(owner, name), classmethod):
+            raise ValueError(f"{qual} is a classmethod")
+    except (ImportError, AttributeError, ValueError) as e:
+        sys.exit(f"monitor_instructions: --within {target!r}: {e} (expected module:function or "
+                 f"module:Class.method)")
+    return owner, name
+
+
 def child(args: argparse.Namespace) -> None:
     """Inside valgrind (or natively, where the toggles do nothing): the replays, collection
-    on only inside the monitors; writes the listener calls counted to args.report."""
+    on only inside the monitors; writes the listener calls counted to args.report.
+
+    The filters narrow what is collected to the listener calls of the events in
+    `args.events` and of the monitors of spec `args.spec`, and within those, with
+    `args.within`, to the calls of one function; cache checks are then not collected."""
     cg = ctypes.CDLL(args.lib)
     from hicache.bench import monitors as bm
     from hicache.monitors import runtime as R
     from hicache.replay.driver import load_requests
+    events = frozenset(filter(None, (getattr(args, "events", None) or "").split(",")))
+    spec = getattr(args, "spec", None)
+    within = resolve(args.within) if getattr(args, "within", None) else None
+    whole = not (events or spec or within)      # every listener call and the cache checks
     reqs = load_requests(str(bm.TRACE), bm.PAGE, args.limit)
     cfg = bm.replay_config(args.limit, "small")      # the bench's kv_bytes replay
     bm._replay_once(args.mode, cfg, reqs)     # imports and first allocations, not instrumented
@@ -60,7 +90,7 @@ def child(args: argparse.Namespace) -> None:
     bm._replay_once(args.mode, cfg, reqs)     # once more, instrumented, not collected
     call, check, init = R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__
     toggle = cg.hicache_cg_toggle
-    state = {"calls": 0, "depth": 0}
+    state = {"calls": 0, "depth": 0, "inside": False}
     monitors: list = []
 
     def kept_init(self, *a, **kw):
@@ -68,7 +98,16 @@ def child(args: argparse.Namespace) -> None:
         monitors.append(self)
 
     def counted_call(self, action, fields):
+        if (events and str(action) not in events) or (spec and self.spec.MODULE != spec):
+            return call(self, action, fields)
         state["calls"] += 1
+        if within is not None:
+            # (collected only inside `within`'s calls made by this listener call)
+            state["inside"] = True
+            try:
+                return call(self, action, fields)
+            finally:
+                state["inside"] = False
         toggle()
         try:
             return call(self, action, fields)
@@ -77,7 +116,7 @@ def child(args: argparse.Namespace) -> None:
 
     def counted_check(self, *a, **kw):
         # (a cache check runs its companions' checks inside it: collected once)
-        outer = state["depth"] == 0
+        outer = whole and state["depth"] == 0
         state["depth"] += 1
         if outer:
             toggle()
@@ -88,11 +127,35 @@ def child(args: argparse.Namespace) -> None:
             if outer:
                 toggle()
     R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = counted_call, counted_check, kept_init
+    if within is not None:
+        # (patched where the monitors look it up: a class attribute, a module's function
+        # read at each call or when a monitor is built, as the spec module's inc_all is)
+        owner, name = within
+        stored = inspect.getattr_static(owner, name)
+        own = name in vars(owner)
+        target = getattr(owner, name)
+
+        def counted_within(*a, **kw):
+            if not state["inside"]:
+                return target(*a, **kw)
+            state["inside"] = False          # (a recursive call is inside the outer one)
+            toggle()
+            try:
+                return target(*a, **kw)
+            finally:
+                toggle()
+                state["inside"] = True
+        setattr(owner, name, staticmethod(counted_within) if isinstance(stored, staticmethod) else counted_within)
     try:
         for _ in range(args.replays):
             bm._replay_once(args.mode, cfg, reqs)
     finally:
         R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = call, check, init
+        if within is not None:
+            if own:
+                setattr(owner, name, stored)
+            else:
+                delattr(owner, name)     # (an inherited method: the subclass's copy goes)
     # (sample mode's budget is wall-clock time: under valgrind it affords other samples than
     # natively, so the steps checked are reported beside the count they cost)
     Path(args.report).write_text(json.dumps({"listener_calls": state["calls"],
@@ -115,6 +178,12 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="seconds the run under valgrind may take (~150 s for the defaults here)")
+    ap.add_argument("--events", help="only the listener calls of these events (comma-separated action names, "
+                                     "e.g. RequestMatch,RequestFinish); cache checks then not collected")
+    ap.add_argument("--spec", help="only the listener calls of the monitors of this spec module (HostTier, "
+                                   "CPSharding); cache checks then not collected")
+    ap.add_argument("--within", help="only inside this function's calls made by the listener calls selected "
+                                     "(module:function or module:Class.method, patched where it is looked up)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--lib", help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
@@ -122,6 +191,9 @@ def main() -> None:
     if args.child:
         child(args)
         return
+    filters = {k: v for k, v in (("events", args.events), ("spec", args.spec), ("within", args.within)) if v}
+    if args.within:
+        resolve(args.within)        # (a misspelt target is refused before minutes under valgrind)
     if shutil.which("valgrind") is None:
         sys.exit("monitor_instructions: valgrind is not installed")
     with tempfile.TemporaryDirectory(prefix="hicache-cg-") as tmp:
@@ -130,7 +202,8 @@ def main() -> None:
         report = folder / "report.json"
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
-               "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit)]
+               "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit),
+               *[f"--{k}={v}" for k, v in filters.items()]]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                                   env={**os.environ, "TRITON_INTERPRET": "1"})
@@ -146,7 +219,7 @@ def main() -> None:
         n = summary(main_thread[0])
         counts = json.loads(report.read_text())
     calls = counts["listener_calls"]
-    print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, "instructions": n,
+    print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, **filters, "instructions": n,
                       "per_replay": n // max(args.replays, 1), **counts,
                       "per_listener_call": round(n / max(calls, 1), 1)}))
 

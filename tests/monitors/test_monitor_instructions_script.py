@@ -57,3 +57,38 @@ def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_
     if mode == "strict":
         assert got["steps_checked"] >= got["listener_calls"] // 2
     assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
+                    reason="needs a C compiler and valgrind's callgrind.h")
+@pytest.mark.parametrize("within", [
+    "hicache.monitors.maps.host_tier_inc:IncrementalHostTierMap.sync",         # the class's own method
+    "hicache.monitors.maps.host_tier_inc:IncrementalHostTierMap.constants",    # its own, bound per call
+    "hicache.monitors.generated.host_tier:inc_all",                            # a module's function
+])
+def test_the_filters_select_the_listener_calls_and_put_the_target_back(tmp_path, monkeypatch, within):
+    from hicache.bench import monitors as bench
+    from hicache.monitors import runtime
+    if not bench.TRACE.exists():
+        pytest.skip("trace not present")
+    mod = _script()
+    owner, name = mod.resolve(within)
+    before = vars(owner)[name]
+    for attr in ("__call__", "cache_check", "__init__"):
+        monkeypatch.setattr(runtime.Monitor, attr, getattr(runtime.Monitor, attr))
+    report = tmp_path / "report.json"
+    args = type("A", (), {"lib": str(mod.build_toggle(tmp_path)), "mode": "strict", "limit": 8, "replays": 2,
+                          "report": str(report), "events": "RequestMatch", "spec": "HostTier",
+                          "within": within})()
+    mod.child(args)
+    # one match per request, one HostTier monitor per cache: exactly the selected calls
+    assert json.loads(report.read_text())["listener_calls"] == 2 * 8
+    assert vars(owner)[name] is before
+
+
+def test_resolve_refuses_what_is_not_there_and_classmethods(capsys):
+    mod = _script()
+    for bad in ("hicache.monitors.maps.host_tier_inc:NoSuchMap.sync", "no.such.module:f",
+                "hicache.monitors.runtime:VerifyConfig.from_env"):
+        with pytest.raises(SystemExit, match="--within"):
+            mod.resolve(bad)
