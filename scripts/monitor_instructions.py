@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib
 import inspect
 import json
 import os
@@ -53,7 +54,6 @@ def build_toggle(folder: Path) -> Path:
 def resolve(target: str):
     """(owner, attribute name) of `module:Qualified.name` (a module-level function, or a
     method of a class in that module), refused with a clear error when it does not exist."""
-    import importlib
     modname, _, qual = target.partition(":")
     try:
         owner = importlib.import_module(modname)
@@ -192,8 +192,13 @@ def main() -> None:
         child(args)
         return
     filters = {k: v for k, v in (("events", args.events), ("spec", args.spec), ("within", args.within)) if v}
+    # (a misspelt spec or target is refused before minutes under valgrind)
+    if args.spec:
+        from hicache.monitors.generated import MODULES
+        if args.spec not in MODULES:
+            sys.exit(f"monitor_instructions: --spec {args.spec!r}: no such spec (one of {', '.join(MODULES)})")
     if args.within:
-        resolve(args.within)        # (a misspelt target is refused before minutes under valgrind)
+        resolve(args.within)
     if shutil.which("valgrind") is None:
         sys.exit("monitor_instructions: valgrind is not installed")
     with tempfile.TemporaryDirectory(prefix="hicache-cg-") as tmp:
@@ -219,6 +224,9 @@ def main() -> None:
         n = summary(main_thread[0])
         counts = json.loads(report.read_text())
     calls = counts["listener_calls"]
+    if filters and not calls:
+        sys.exit(f"monitor_instructions: no listener call matched {filters} (--events takes action names such "
+                 f"as RequestMatch, --spec a spec module such as HostTier or CPSharding)")
     print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, **filters, "instructions": n,
                       "per_replay": n // max(args.replays, 1), **counts,
                       "per_listener_call": round(n / max(calls, 1), 1)}))

@@ -910,9 +910,9 @@ class Generator:
         """Fast-path `code` with each call of a one-parameter state-level definition on a
         plain name replaced by the definition's body, where that body is one short
         expression calling nothing but state functions (InTree(n) == n < len): the fast
-        path then evaluates it in place of a Python call per element. The exact forms keep the call (and the
-        definition's spec location); the body is the same translation as the function's,
-        its parameter bound to the argument, so both decide alike."""
+        path then evaluates it in place of a Python call per element. The exact forms keep
+        the call (and the definition's spec location); the body is the same translation as
+        the function's, its parameter bound to the argument, so both decide alike."""
         by_py = {_pyname("d_", n): d for n, d in self.defs_needed.items()}
 
         def sub(m) -> str:

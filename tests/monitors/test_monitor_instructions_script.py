@@ -92,3 +92,14 @@ def test_resolve_refuses_what_is_not_there_and_classmethods(capsys):
                 "hicache.monitors.runtime:VerifyConfig.from_env"):
         with pytest.raises(SystemExit, match="--within"):
             mod.resolve(bad)
+
+
+def test_a_misspelt_spec_is_refused_before_valgrind_runs():
+    import subprocess
+    import sys
+    # (the run under valgrind would take minutes: the refusal must come first, whether or
+    # not valgrind is installed here)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--spec", "HostTeir"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    assert "--spec 'HostTeir': no such spec (one of HostTier, CPSharding" in proc.stderr
