@@ -495,20 +495,34 @@ class IncrementalHostTierMap(HostTierMap):
                 for rid in self.qtab]
 
     def _requests(self) -> None:
-        phase = self.phase
-        req = [phase.get(rid, "idle") if rid is not None else "idle" for rid in self.qtab]
-        locks = self._lock_lens()
+        # (plain loops, no comprehension nor helper call: this runs at every request event,
+        # over the few live requests, where each call costs more than the loop's work)
+        phase, get, by_id, root = self.phase, self.req_node.get, self.by_id, self.cache.tree.root.id
+        req = []
+        locked_out = False           # a live request's locked node left the tree (_lock_lens)
+        for rid in self.qtab:
+            if rid is None:
+                req.append("idle")
+                continue
+            req.append(phase.get(rid, "idle"))
+            nid = get(rid)
+            if nid is not None and nid != root and nid not in by_id:
+                locked_out = True
         s = self.s
         old = s.get("req")
-        if old is not None and not self._prefetch_in_flight() and not self.pf_refs and not any(locks) \
-                and not any(s["reqLen"]):
+        c = self.cache
+        if old is not None and not locked_out and not self.pf_refs and not any(s["reqLen"]) \
+                and not (c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks)):
             # no prefetch row now nor at the last rebuild (a prefetch row always references
-            # a slot), no locked node out of the tree now nor then: every row is a live
-            # request's, whose other values are all 0/FALSE
+            # a slot; the test is _prefetch_in_flight's), no locked node out of the tree now
+            # nor then: every row is a live request's, whose other values are all 0/FALSE
             if not req:
                 req = ["idle"]
             nq, n0 = len(req), len(old)
-            changed = [q + 1 for q, ph in enumerate(req) if q >= n0 or old[q] != ph]
+            changed = []
+            for q, ph in enumerate(req):
+                if q >= n0 or old[q] != ph:
+                    changed.append(q + 1)
             if nq != n0:
                 for var, v in zip(REQ_VARS[1:], ((0,) * nq, (0,) * nq, (0,) * nq, (False,) * nq)):
                     self._set_scalar(var, v)
@@ -516,6 +530,7 @@ class IncrementalHostTierMap(HostTierMap):
                 self.dirty_reqs.update(changed)
                 self._set_scalar("req", tuple(req))
             return
+        locks = self._lock_lens()
         nlive = len(req)
         pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, locks
         c = self.cache
@@ -616,7 +631,8 @@ class IncrementalHostTierMap(HostTierMap):
         return {"Nodes": _EMPTY if not nodes else frozenset(nodes) if max(nodes) < n else
                 frozenset(p for p in nodes if p < n),
                 "HSlots": frozenset(dirty["HSlots"]) if dirty["HSlots"] else _EMPTY,
-                "Reqs": C["Reqs"] if reqs is None else frozenset(q for q in reqs if q <= nq) if reqs else _EMPTY}
+                "Reqs": C["Reqs"] if reqs is None else _EMPTY if not reqs else frozenset(reqs) if max(reqs) <= nq else
+                frozenset(q for q in reqs if q <= nq)}
 
     def digest_view(self) -> dict:
         # rank digests compare the canonical (DFS preorder) numbering, not positions, which
