@@ -570,11 +570,14 @@ class IncrementalHostTierMap(HostTierMap):
         L0 = self.L
         if self.journal or self.requeue:
             self._map_nodes()
-        self._set_scalar("len", self.L)
+        if self.s["len"] != self.L:          # (_set_scalar's test, without its call at every event)
+            self._set_scalar("len", self.L)
         # request-side variables: rebuilt after a request event, or while a prefetch is in
         # flight or was at the last rebuild (its pseudo-requests read the tree and leave
         # when the prefetch table drops them, which a poll may do under any event)
-        if self.req_dirty or self._prefetch_in_flight() or self.pf_refs or self.L != L0:
+        c = self.cache
+        if self.req_dirty or self.pf_refs or self.L != L0 or c._prefetching or c._orphans \
+                or (c.prefetcher is not None and c.prefetcher.acks):     # (_prefetch_in_flight, inline)
             self.req_dirty = False
             self._requests()
         # a request's row is checked when it changed; all of them when len did (what
