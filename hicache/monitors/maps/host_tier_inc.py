@@ -208,7 +208,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.s = {"policy": str(cache.cfg.write_policy), "len": 0,
                   **{v: Fcn(self.funcs[v]) for v in NODE_VARS}}
         self.s["slot"] = tuple(self.slot_names)
-        self._requests()
+        self._requests(self._prefetch_in_flight())
         self.journal.update(tree.nodes())
         self.sync()
         self.delta = []
@@ -486,36 +486,30 @@ class IncrementalHostTierMap(HostTierMap):
         if changed.size or self.adjusted or self.dirty_slots:
             self._set_scalar("slot", tuple(self.slot_names))
 
-    def _lock_lens(self) -> list[int]:
-        """reqLen of each live request's row (`lock_len`: 0 while its locked node is in the
-        tree, the mapped nodes; len + 1 once it left)."""
-        by_id, root, get, out = self.by_id, self.cache.tree.root.id, self.req_node.get, self.L + 1
-        # (lock_len inlined: this runs at every rebuild of the request rows)
-        return [0 if rid is None or (nid := get(rid)) is None or nid == root or nid in by_id else out
-                for rid in self.qtab]
-
-    def _requests(self) -> None:
+    def _requests(self, inflight: bool) -> None:
+        """The request-side variables from the live requests' phases and locks and, with a
+        prefetch in flight (`inflight`, _prefetch_in_flight) or one at the last rebuild, the
+        prefetch rows."""
         # (plain loops, no comprehension nor helper call: this runs at every request event,
         # over the few live requests, where each call costs more than the loop's work)
-        phase, get, by_id, root = self.phase, self.req_node.get, self.by_id, self.cache.tree.root.id
-        req = []
-        locked_out = False           # a live request's locked node left the tree (_lock_lens)
+        phase, get, by_id, root, out = self.phase, self.req_node.get, self.by_id, self.cache.tree.root.id, self.L + 1
+        req, locks = [], []
         for rid in self.qtab:
             if rid is None:
                 req.append("idle")
+                locks.append(0)
                 continue
             req.append(phase.get(rid, "idle"))
+            # reqLen (`lock_len`): 0 while its locked node is in the tree (mapped), len + 1
+            # once it left
             nid = get(rid)
-            if nid is not None and nid != root and nid not in by_id:
-                locked_out = True
+            locks.append(0 if nid is None or nid == root or nid in by_id else out)
         s = self.s
         old = s.get("req")
-        c = self.cache
-        if old is not None and not locked_out and not self.pf_refs and not any(s["reqLen"]) \
-                and not (c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks)):
+        if old is not None and not inflight and not self.pf_refs and not any(locks) and not any(s["reqLen"]):
             # no prefetch row now nor at the last rebuild (a prefetch row always references
-            # a slot; the test is _prefetch_in_flight's), no locked node out of the tree now
-            # nor then: every row is a live request's, whose other values are all 0/FALSE
+            # a slot), no locked node out of the tree now nor then: every row is a live
+            # request's, whose other values are all 0/FALSE
             if not req:
                 req = ["idle"]
             nq, n0 = len(req), len(old)
@@ -530,7 +524,6 @@ class IncrementalHostTierMap(HostTierMap):
                 self.dirty_reqs.update(changed)
                 self._set_scalar("req", tuple(req))
             return
-        locks = self._lock_lens()
         nlive = len(req)
         pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, locks
         c = self.cache
@@ -576,10 +569,11 @@ class IncrementalHostTierMap(HostTierMap):
         # flight or was at the last rebuild (its pseudo-requests read the tree and leave
         # when the prefetch table drops them, which a poll may do under any event)
         c = self.cache
-        if self.req_dirty or self.pf_refs or self.L != L0 or c._prefetching or c._orphans \
-                or (c.prefetcher is not None and c.prefetcher.acks):     # (_prefetch_in_flight, inline)
+        # (_prefetch_in_flight, inline: this runs at every event)
+        inflight = bool(c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks))
+        if self.req_dirty or inflight or self.pf_refs or self.L != L0:
             self.req_dirty = False
-            self._requests()
+            self._requests(inflight)
         # a request's row is checked when it changed; all of them when len did (what
         # LockedNodesKept reads of the state besides the row)
         reqs = None if self.L != L0 else self.dirty_reqs
