@@ -90,7 +90,7 @@ def child(args: argparse.Namespace) -> None:
     bm._replay_once(args.mode, cfg, reqs)     # once more, instrumented, not collected
     call, check, init = R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__
     toggle = cg.hicache_cg_toggle
-    state = {"calls": 0, "depth": 0, "inside": False}
+    state = {"calls": 0, "depth": 0, "inside": False, "within_calls": 0}
     monitors: list = []
 
     def kept_init(self, *a, **kw):
@@ -139,6 +139,7 @@ def child(args: argparse.Namespace) -> None:
             if not state["inside"]:
                 return target(*a, **kw)
             state["inside"] = False          # (a recursive call is inside the outer one)
+            state["within_calls"] += 1
             toggle()
             try:
                 return target(*a, **kw)
@@ -158,9 +159,11 @@ def child(args: argparse.Namespace) -> None:
                 delattr(owner, name)     # (an inherited method: the subclass's copy goes)
     # (sample mode's budget is wall-clock time: under valgrind it affords other samples than
     # natively, so the steps checked are reported beside the count they cost)
-    Path(args.report).write_text(json.dumps({"listener_calls": state["calls"],
-                                             "steps_checked": sum(m.checked for m in monitors),
-                                             "cache_checks": sum(m.cache_checks for m in monitors)}))
+    counts = {"listener_calls": state["calls"], "steps_checked": sum(m.checked for m in monitors),
+              "cache_checks": sum(m.cache_checks for m in monitors)}
+    if within is not None:
+        counts["within_calls"] = state["within_calls"]      # (the calls of `within` collected)
+    Path(args.report).write_text(json.dumps(counts))
 
 
 def summary(path: Path) -> int:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -193,7 +194,6 @@ def test_fused_fast_path_inlines_only_call_free_one_parameter_definitions(tmp_pa
     assert "d_Big(C, s, None, e_Dom)" in fused                  # a call in its body: kept
     exact = src[src.index("def inc_Inv("):src.index("def inc_all(")]
     assert "d_Small(C, s, None" in exact                        # the exact form keeps the call
-    import types
     mod = types.ModuleType("inl_gen")
     exec(compile(src, "inl_gen.py", "exec"), mod.__dict__)
     C = mod.constants({"N": 3})

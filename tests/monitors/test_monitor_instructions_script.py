@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,7 +65,7 @@ def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_
                     reason="needs a C compiler and valgrind's callgrind.h")
 @pytest.mark.parametrize("within", [
     "hicache.monitors.maps.host_tier_inc:IncrementalHostTierMap.sync",         # the class's own method
-    "hicache.monitors.maps.host_tier_inc:IncrementalHostTierMap.constants",    # its own, bound per call
+    "hicache.monitors.maps.host_tier_inc:IncrementalHostTierMap.bind",         # an override of the base's
     "hicache.monitors.generated.host_tier:inc_all",                            # a module's function
 ])
 def test_the_filters_select_the_listener_calls_and_put_the_target_back(tmp_path, monkeypatch, within):
@@ -81,12 +83,15 @@ def test_the_filters_select_the_listener_calls_and_put_the_target_back(tmp_path,
                           "report": str(report), "events": "RequestMatch", "spec": "HostTier",
                           "within": within})()
     mod.child(args)
-    # one match per request, one HostTier monitor per cache: exactly the selected calls
-    assert json.loads(report.read_text())["listener_calls"] == 2 * 8
+    got = json.loads(report.read_text())
+    # one match per request, one HostTier monitor per cache: exactly the selected calls,
+    # and each of them reached the target once (bind, sync and the fused check run once per step)
+    assert got["listener_calls"] == 2 * 8
+    assert got["within_calls"] == 2 * 8
     assert vars(owner)[name] is before
 
 
-def test_resolve_refuses_what_is_not_there_and_classmethods(capsys):
+def test_resolve_refuses_what_is_not_there_and_classmethods():
     mod = _script()
     for bad in ("hicache.monitors.maps.host_tier_inc:NoSuchMap.sync", "no.such.module:f",
                 "hicache.monitors.runtime:VerifyConfig.from_env"):
@@ -95,8 +100,6 @@ def test_resolve_refuses_what_is_not_there_and_classmethods(capsys):
 
 
 def test_a_misspelt_spec_is_refused_before_valgrind_runs():
-    import subprocess
-    import sys
     # (the run under valgrind would take minutes: the refusal must come first, whether or
     # not valgrind is installed here)
     proc = subprocess.run([sys.executable, str(SCRIPT), "--spec", "HostTeir"], capture_output=True, text=True,
