@@ -671,15 +671,8 @@ class Monitor:
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
         C = self.constants()
-        # an invariant held on the last checked state; one whose variables did not change
-        # since (the delta names every variable written) still holds. A new constants
-        # binding (a domain grew) can change any element's predicate: everything is checked
-        fresh = C is not self._checked_C
-        if not delta and not fresh:
-            return       # the state is the one every invariant last held on
-        self._checked_C = C
-        self._check_delta(name, fields, C, {d: C[d] for d in self._domains} if fresh else self.rmap.domains(C, acc),
-                          None if fresh else set(map(_first, delta)))
+        if delta or C is not self._checked_C:    # (else the state every invariant last held on)
+            self._check_delta(name, fields, C, delta, acc)
 
     def _strict_step(self, name: str, fields: dict) -> None:
         """`_step_incremental` and the step hooks of a strict monitor: every step checked,
@@ -697,20 +690,26 @@ class Monitor:
         C = self._cache.get(key()) if key is not None else None
         if C is None:
             C = self.constants()
-        if C is not self._checked_C:
-            # a new constants binding (a domain grew): every element of every invariant
-            self._checked_C = C
-            self._check_delta(name, fields, C, {d: C[d] for d in self._domains}, None)
-        elif delta:
-            self._check_delta(name, fields, C, rmap.domains(C, acc), set(map(_first, delta)))
+        if delta or C is not self._checked_C:    # (else the state every invariant last held on)
+            self._check_delta(name, fields, C, delta, acc)
         for hook in self.step_hooks:
             hook(name, fields)
         for hook in self.watch_hooks:
             hook(name, fields)
 
-    def _check_delta(self, name: str, fields: dict, C: dict, D: dict, changed: set | None) -> None:
-        """Each invariant over the elements `D` (the fused fast path first), skipping those
-        reading no variable in `changed` (None: every variable may have changed)."""
+    def _check_delta(self, name: str, fields: dict, C: dict, delta: list, acc: dict) -> None:
+        """Each invariant on a synced step (the fused fast path first), under constants C.
+
+        An invariant held on the last checked state; one whose variables did not change
+        since (the delta names every variable written) still holds, and an element-local
+        conjunct holds on every element the map does not report changed (`acc`, through its
+        `domains`). A new constants binding (a domain grew) can change any element's
+        predicate: then every element of every invariant is checked."""
+        if C is not self._checked_C:
+            self._checked_C = C
+            D, changed = {d: C[d] for d in self._domains}, None
+        else:
+            D, changed = self.rmap.domains(C, acc), set(map(_first, delta))
         s = self.rmap.live()
         checks = self._unfused_checks if self._inc_all is not None and \
             self._inc_all(C, s, D, changed, self._fused_skip) else self._inc_checks
