@@ -42,7 +42,7 @@ void hicache_cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
 def build_toggle(folder: Path) -> Path:
     src, lib = folder / "cg_toggle.c", folder / "libcg_toggle.so"
     src.write_text(_TOGGLE_C)
-    from kernels.native import compiler     # (the page-copy library's: $CC, else cc)
+    from hicache.kernels.native import compiler     # (the page-copy library's: $CC, else cc)
     proc = subprocess.run([compiler(), "-shared", "-fPIC", "-O1", "-o", str(lib), str(src)], capture_output=True,
                           text=True)
     if proc.returncode != 0:

@@ -106,3 +106,17 @@ def test_a_misspelt_spec_is_refused_before_valgrind_runs():
                           timeout=120)
     assert proc.returncode != 0
     assert "--spec 'HostTeir': no such spec (one of HostTier, CPSharding" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
+                    reason="needs a C compiler and valgrind's callgrind.h")
+def test_the_toggle_library_builds_when_run_from_another_folder(tmp_path):
+    # as a user runs it (`python scripts/monitor_instructions.py` from anywhere): only the
+    # installed package is importable, not the checkout's top-level folders
+    code = ("import importlib.util, pathlib, sys\n"
+            f"spec = importlib.util.spec_from_file_location('mi', {str(SCRIPT)!r})\n"
+            "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+            "print(mod.build_toggle(pathlib.Path('.')).name)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert proc.stdout.strip() == "libcg_toggle.so" and (tmp_path / "libcg_toggle.so").exists()
