@@ -51,9 +51,9 @@ def _strip(node):
 
 
 #: names generated code may take from hicache.monitors.rt (imported when used)
-_RT_NAMES = ("BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose", "fast_ap",
-             "FastPathFailed",
-             "conj_error", "exc", "it", "mk_fcn", "normalize", "once")
+_RT_NAMES = ("BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "bool_free", "case_fail", "choose",
+             "fast_ap", "FastPathFailed", "conj_error", "exc", "in_", "in_c", "in_set", "it", "mk_fcn", "normalize",
+             "once")
 
 #: inlined Python operators for integer/boolean builtins (same results on valid inputs)
 _INLINE_BIN = {"+": "+", "-": "-", "*": "*", "<": "<", ">": ">", "<=": "<=", ">=": ">="}
@@ -87,6 +87,8 @@ class SpecInfo:
 #: variable, a constant, a standard set (not preceded by a name character or a dot, so
 #: `xs['a']` or `f.C['a']` never match)
 _FAST_AP = re.compile(r"(?<![\w.])ap\(s\[('[A-Za-z_][A-Za-z_0-9]*')\], ")
+#: a constant-level set as translated: `C['K']` (a CONSTANT, a constant definition, a hoisted set)
+_CONST_REF = re.compile(r"C\['([^'\\]*)'\]")
 _FAST_REF = re.compile(r"(?<![\w.])(s|C|STD)\[('[^'\\]*'|\"[^\"\\]*\")\]")
 
 
@@ -177,6 +179,7 @@ def _fast_path(entries: list, indent: str) -> list[str]:
         # skipped a read that raises, the fast path fails and the exact form decides)
         var = _pyname("e_", dom)
         reads, code = _share_element_reads(code, var)
+        code = _inline_members(code, var)
         out.append(f"{body}for {var} in it(D[{dom!r}]):\n")
         out += [f"{body}    {name} = {expr}\n" for name, expr in reads]
         out.append(f"{body}    if not ({code}):\n")
@@ -200,6 +203,22 @@ def _share_element_reads(code: str, var: str) -> tuple[list[tuple[str, str]], st
     if not names:
         return [], code
     return [(n, e) for e, n in names.items()], pat.sub(lambda m: names.get(m.group(0), m.group(0)), code)
+
+
+#: `in_c(x, S, flag)` in a fast path's loop with x a local (the element, or one of its shared
+#: reads) and S and its flag hoisted locals
+_MEMBER_CALL = r"(?<![\w.])in_c\(({v}|_e\d+), (_r\d+), (_r\d+)\)"
+
+
+def _inline_members(code: str, var: str) -> str:
+    """`in_c`'s common case in place in a fast path's loop (a call per element per membership
+    was 1.5 % of strict mode's instructions): with the flag set (S holds no boolean), an
+    integer or string found in S is a member; with it unset, the interpreter's `in_set`. An
+    element of another kind found in S (a tuple) makes the test FALSE, which only sends the
+    check to the exact form (where `in_c` decides it)."""
+    pat = re.compile(_MEMBER_CALL.format(v=re.escape(var)))
+    return pat.sub(lambda m: f"(({m[1]} in {m[2]} and ({m[1]}.__class__ is int or {m[1]}.__class__ is str)) "
+                             f"if {m[3]} else in_set({m[1]}, {m[2]}))", code)
 
 
 #: a state-level definition applied to one plain name in generated code (unprimed)
@@ -233,6 +252,7 @@ class Generator:
         self.defs_needed: dict[str, OpDef] = {}
         self.const_needed: set[str] = set()
         self.hoisted: dict[str, str] = {}     # code -> key in C ("$h<i>")
+        self.member_flags: set[str] = set()    # keys K of C whose flag C["K!"] (bool_free) in_c reads
         self.no_hoist = False                  # inside a hoisted or constant-level expression
         self.uniq = 0
         self.incremental: dict[str, tuple[str, ...]] = {}   # invariant -> domains it is local in
@@ -591,9 +611,9 @@ class Generator:
         if op == "#":
             return f"({self.e(args[0], env)} != {self.e(args[1], env)})"
         if op == "\\in":
-            return f"({self.e(args[0], env)} in {self.e(args[1], env)})"
+            return self.member(self.e(args[0], env), args[1], env)
         if op == "\\notin":
-            return f"({self.e(args[0], env)} not in {self.e(args[1], env)})"
+            return f"(not {self.member(self.e(args[0], env), args[1], env)})"
         if op == "'":
             if env.t is None:
                 self.unsupported("double prime", node)
@@ -603,6 +623,47 @@ class Generator:
         if op in ("ENABLED", "[]", "<>", "~>", "-+->", "\\cdot"):
             self.unsupported(f"temporal/ENABLED operator {op}", node)
         return self.e_name(op, args, node, env)
+
+    def member(self, x: str, set_node, env: Env) -> str:
+        """`x \\in S` (x already translated) with TLA+'s kinds, which Python's `in` mixes up:
+        True == 1 and False == 0, so `TRUE \\in {0, 1}` and `1 \\in BOOLEAN` would hold and a
+        map writing a boolean for a slot id would pass TypeOK. BOOLEAN: the value's class;
+        a..b and sets of string literals (directly or through constant definitions): `in`,
+        which cannot pair a boolean with an integer there (an Interval tests the type); a
+        constant-level set: `in_c`, with a flag computed once per constants binding (whether
+        it holds a boolean), at about `in`'s speed; anything else: `in_` (the interpreter's)."""
+        kind = self._set_kind(set_node, env)
+        if kind == "bool":
+            return f"({x}.__class__ is bool)"
+        code = self.e(set_node, env)
+        if kind == "exact":
+            return f"({x} in {code})"
+        m = _CONST_REF.fullmatch(code)
+        if m:
+            self.member_flags.add(m.group(1))
+            return f"in_c({x}, {code}, C[{m.group(1) + '!'!r}])"  # (its flag: see constants())
+        return f"in_({x}, {code})"
+
+    def _set_kind(self, node, env: Env, depth: int = 0) -> str | None:
+        """"bool" (BOOLEAN), "exact" (Python's `in` decides as TLA+ does: a..b, a set of
+        string literals) or None, through zero-parameter definitions."""
+        node = _strip(node)
+        k = _k(node)
+        if k == "SetOfBooleans":
+            return "bool"
+        if k == "SetEnumeration":
+            return "exact" if node.items and all(_k(_strip(x)) == "StringLiteral" for x in node.items) else None
+        if k != "OperatorApplication" or not isinstance(node.operator, str) or depth > 8:
+            return None
+        op = SYNONYMS.get(node.operator, node.operator)
+        r = self.resolve(op, env)
+        if isinstance(r, tuple) and r[0] == "builtin" and r[1] == ".." and len(node.arguments or ()) == 2:
+            return "exact"
+        if isinstance(r, tuple) and r[0] == "stdconst" and r[1] == "BOOLEAN":
+            return "bool"
+        if isinstance(r, OpDef) and not r.params and not r.is_fn and not node.arguments and not r.is_instance:
+            return self._set_kind(r.body, Env(), depth + 1)
+        return None
 
     def unchanged(self, node, env: Env) -> str:
         node = _strip(node)
@@ -810,7 +871,7 @@ class Generator:
                 dom = self._const_domain(fs.domain)
                 if dom is not None:
                     v = var or self.fresh("x_")
-                    return dom, v, f"(ap({self.e(c.arguments[0], env)}, {v}) in {self.e(fs.codomain, env)})"
+                    return dom, v, self.member(f"ap({self.e(c.arguments[0], env)}, {v})", fs.codomain, env)
         return None
 
     def incremental_fn(self, name: str, body, mod) -> list[str]:
@@ -1058,6 +1119,9 @@ class Generator:
             cons.append(f"        raise ValueError({('constants violate ASSUME at ' + loc + ': ' + text)!r})\n")
         for code, key in self.hoisted.items():
             cons.append(f"    C[{key!r}] = {code}\n")
+        for key in sorted(self.member_flags):
+            # (in_c's flag: membership in a constant set holding no boolean is Python's `in`)
+            cons.append(f"    C[{key + '!'!r}] = bool_free(C[{key!r}])\n")
         cons.append("    return C\n\n\n")
         tail = ["#: action name -> (check, parameter names)\n", "ACTIONS = {\n"]
         for name in act_names:

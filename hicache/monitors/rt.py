@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from hicache.tla.errors import EvalError
 from hicache.tla.stdlib import BUILTINS, CONSTANTS as STD
 from hicache.tla.values import (
-    Fcn, FcnSet, Interval, RecFcn, RecordSet, fmt, in_domain, iter_values, mk_fcn, normalize, sorted_values,
+    Fcn, FcnSet, Interval, RecFcn, RecordSet, fmt, has_bool, in_domain, in_set, iter_values, mk_fcn, normalize,
+    sorted_values,
 )
 
 __all__ = [
-    "BI", "STD", "FastPathFailed", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "case_fail", "choose",
-    "conj_error", "exc", "fast_ap", "it", "mk_fcn", "normalize", "once",
+    "BI", "STD", "FastPathFailed", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "bool_free",
+    "case_fail", "choose", "conj_error", "exc", "fast_ap", "in_", "in_c", "in_set", "it", "mk_fcn", "normalize",
+    "once",
 ]
 
 #: builtin implementations by TLA+ operator name
@@ -49,6 +51,37 @@ class Failure:
 class FastPathFailed(Exception):
     """Raised by a generated fast path that did not find every conjunct TRUE: the exact
     conjunct-by-conjunct form then decides and names the failure."""
+
+
+# ---------------------------------------------------------------- membership
+# Python's True == 1 and False == 0 (with equal hashes), so its `in` finds TRUE in {0, 1, 2}
+# and 1 in BOOLEAN: a refinement map writing a boolean where the spec has a slot id would
+# pass TypeOK. The generated code asks `\in` through these (or, for BOOLEAN, tests the
+# value's class; for a..b and sets of string literals, whose `in` cannot pair the two kinds,
+# uses `in`), so it decides membership as the interpreter does (`in_set`: an evaluation error
+# where a boolean is paired with an integer).
+
+#: x \in s, exactly as the interpreter decides it (s a frozenset or a lazy set; an
+#: EvalError for anything else, or where a boolean would be paired with an integer)
+in_ = in_set
+
+
+def in_c(x, s, free: bool) -> bool:
+    """x \\in s for a constant-level set s, with `free` (bool_free(s), computed once per
+    constants binding): in a set holding no boolean an integer or string member is one
+    without a boolean paired with it, at C speed; anything else asks `in_`."""
+    if free:
+        if x in s:
+            c = x.__class__
+            return c is int or c is str or in_set(x, s)
+        return False     # (TLA+'s membership implies Python's)
+    return in_set(x, s)  # (a lazy set's own test, once: a function set's walks the function)
+
+
+def bool_free(s) -> bool:
+    """Whether s is a finite set of explicit elements (a frozenset) with no boolean in or
+    inside any of them (in_c's flag)."""
+    return type(s) is frozenset and not has_bool(s)
 
 
 def conj_error(prop: str, table: tuple, k: int, exc_: BaseException) -> Failure:

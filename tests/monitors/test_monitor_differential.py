@@ -260,3 +260,81 @@ def test_fused_fast_path_agrees_with_the_forms(world):
         assert not fused or each, f"{name}: inc_all holds where a form fails (V={V}, skip={skip})"
         if s in reachable:
             assert fused == each, f"{name}: inc_all fails on a reachable state where every form holds"
+
+
+# ---------------------------------------------------------------- booleans are not integers
+# Python's True == 1 (and False == 0, with equal hashes): a refinement map that writes a
+# boolean where the spec has an integer (a slot id, NoSlot) or the reverse would pass
+# `host[n] \in HSlots \cup {NoSlot}` by Python's `in`. The interpreter refuses it (TLC's
+# "attempted to compare"): so must the monitors.
+
+def _other_kind(x):
+    """The value Python's equality pairs with x of the other kind: 1 for TRUE, FALSE for 0.
+    (Not a dict: its keys True and 1 would be one key.)"""
+    return int(x) if type(x) is bool else bool(x)
+
+
+def _crossed(v, rng):
+    """v with one boolean replaced by the integer Python's equality pairs it with, or one 0/1
+    integer by the boolean (at the top level or one level inside a sequence or function);
+    None when v holds neither."""
+    from hicache.tla.values import Fcn
+    if type(v) in (bool, int) and v in (0, 1):
+        return _other_kind(v)
+    if type(v) is tuple:
+        at = [i for i, x in enumerate(v) if type(x) in (bool, int) and x in (0, 1)]
+        if at:
+            i = rng.choice(at)
+            return v[:i] + (_other_kind(v[i]),) + v[i + 1:]
+    if type(v) is Fcn:
+        at = [k for k, x in v.d.items() if type(x) in (bool, int) and x in (0, 1)]
+        if at:
+            k = rng.choice(sorted(at, key=repr))
+            d = dict(v.d)
+            d[k] = _other_kind(d[k])
+            return Fcn(d)
+    return None
+
+
+def _crossed_states(states, variables, rng, count):
+    out = []
+    for _ in range(count * 4):
+        s = list(rng.choice(states))
+        i = rng.randrange(len(variables))
+        c = _crossed(s[i], rng)
+        if c is not None:
+            s[i] = c
+            out.append(tuple(s))
+        if len(out) == count:
+            break
+    return out
+
+
+def test_a_boolean_for_an_integer_is_refused_like_the_interpreter_does(world):
+    """On states where one value has the other kind (TRUE for 1, 0 for FALSE, inside a
+    function or a sequence too): the generated invariants reject exactly the states the
+    interpreter rejects (an invariant FALSE or an evaluation error), TypeOK among them, and
+    neither the incremental forms nor the fused fast path let one through."""
+    name, ck, gen, C, states, _ = world
+    rng = random.Random(6)
+    interp = {n: ck.model.def_value(n) for n in gen.INVARIANTS}
+    crossed = _crossed_states(states, gen.VARIABLES, rng, 200)
+    assert len(crossed) >= 50, f"{name}: too few states with a 0/1 or a boolean to cross"
+    rejected = 0
+    for s in crossed:
+        sd = _d(gen, s)
+        want = any(_verdict(lambda: interp[n](s, None, ())) is not True for n in gen.INVARIANTS)
+        got = {n: inv(C, sd) for n, inv in gen.INVARIANTS.items()}
+        assert any(f is not None for f in got.values()) == want, f"{name} on {sd}: generated {got}"
+        if not want:
+            continue
+        rejected += 1
+        # (the interpreter refuses every crossed value: TypeOK names the wrong kind)
+        assert got["TypeOK"] is not None, f"{name}.TypeOK holds on {sd}"
+        if gen.INCREMENTAL:
+            domains = {d for _, doms in gen.INCREMENTAL.values() for d in doms}
+            D = {dom: C[dom] for dom in domains}
+            inc, _ = gen.INCREMENTAL["TypeOK"]
+            assert inc(C, sd, {dom: C[dom] for dom in gen.INCREMENTAL["TypeOK"][1]}) is not None
+            assert gen.inc_all(C, sd, D, None) is False, f"{name}: inc_all holds on {sd}"
+    assert rejected == len(crossed), f"{name}: the interpreter accepted a crossed state"

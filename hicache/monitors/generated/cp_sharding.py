@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, choose, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/CPSharding.tla'
 MODULE = 'CPSharding'
@@ -40,7 +40,7 @@ def constants(raw: dict) -> dict:
         raise ValueError('constants violate ASSUME at spec/CPSharding.tla:41:8: Positive(CP) /\\ Positive(LocalPages) /\\ Positive(PageSize)')
     if not (C['ArithPages'] in _b_range_(1, C['LocalPages'])):
         raise ValueError('constants violate ASSUME at spec/CPSharding.tla:42:8: ArithPages \\in 1..LocalPages')
-    if not (d_Positive(C, s, None, C['MaxLen']) and (C['BugSpliceAnyRotation'] in STD["BOOLEAN"])):
+    if not (d_Positive(C, s, None, C['MaxLen']) and (C['BugSpliceAnyRotation'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/CPSharding.tla:43:8: Positive(MaxLen) /\\ BugSpliceAnyRotation \\in BOOLEAN')
     C['$h0'] = FcnSet(C['Chains'], _b_cup(C['Ranks'], frozenset((normalize(C['NoRot']),))))
     C['$h1'] = FcnSet(C['Chains'], _b_range_(0, C['MaxLen']))
@@ -53,12 +53,19 @@ def constants(raw: dict) -> dict:
     C['$h8'] = _b_range_(0, ((C['CP'] * C['ArithPages']) - 1))
     C['$h9'] = _b_range_(0, (C['ArithPages'] - 1))
     C['$h10'] = _b_range_(0, (((C['CP'] * C['ArithPages']) * C['PageSize']) - 1))
+    C['$h0!'] = bool_free(C['$h0'])
+    C['$h1!'] = bool_free(C['$h1'])
+    C['$h2!'] = bool_free(C['$h2'])
+    C['$h3!'] = bool_free(C['$h3'])
+    C['$h4!'] = bool_free(C['$h4'])
+    C['$h6!'] = bool_free(C['$h6'])
+    C['$h7!'] = bool_free(C['$h7'])
     return C
 
 
 def d_Positive(C, s, t, v_x):
     # spec/CPSharding.tla:39:1
-    return ((v_x in STD['Nat']) and (v_x >= 1))
+    return (in_(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_Owner(C, s, t, v_p):
@@ -440,19 +447,19 @@ def inv_TypeOK(C, s):
     try:
         # spec/CPSharding.tla:79:8
         k = 1
-        if not (s['rot'] in C['$h0']):
+        if not in_c(s['rot'], C['$h0'], C['$h0!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/CPSharding.tla:80:8
         k = 2
-        if not (s['len'] in C['$h1']):
+        if not in_c(s['len'], C['$h1'], C['$h1!']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/CPSharding.tla:81:8
         k = 3
-        if not (s['page'] in C['$h2']):
+        if not in_c(s['page'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/CPSharding.tla:82:8
         k = 4
-        if not (s['host'] in C['$h3']):
+        if not in_c(s['host'], C['$h3'], C['$h3!']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/CPSharding.tla:83:8
         k = 5
@@ -460,7 +467,7 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/CPSharding.tla:84:8
         k = 6
-        if not (s['mixed'] in STD["BOOLEAN"]):
+        if not (s['mixed'].__class__ is bool):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -486,7 +493,7 @@ def inc_TypeOK(C, s, D, V=None):
     try:
         # spec/CPSharding.tla:79:8 (element-local)
         k = 1
-        if not all((ap(s['rot'], x_1) in C['$h4']) for x_1 in it(D['Chains'])):
+        if not all(in_c(ap(s['rot'], x_1), C['$h4'], C['$h4!']) for x_1 in it(D['Chains'])):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/CPSharding.tla:80:8 (element-local)
         k = 2
@@ -494,11 +501,11 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/CPSharding.tla:81:8 (element-local)
         k = 3
-        if not all((ap(s['page'], x_3) in C['$h6']) for x_3 in it(D['Chains'])):
+        if not all(in_c(ap(s['page'], x_3), C['$h6'], C['$h6!']) for x_3 in it(D['Chains'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/CPSharding.tla:82:8 (element-local)
         k = 4
-        if not all((ap(s['host'], x_4) in C['$h7']) for x_4 in it(D['Chains'])):
+        if not all(in_c(ap(s['host'], x_4), C['$h7'], C['$h7!']) for x_4 in it(D['Chains'])):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/CPSharding.tla:83:8
         k = 5
@@ -506,7 +513,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/CPSharding.tla:84:8
         k = 6
-        if not (s['mixed'] in STD["BOOLEAN"]):
+        if not (s['mixed'].__class__ is bool):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -687,7 +694,7 @@ def inv_ChainBalanced(C, s):
     try:
         # spec/CPSharding.tla:255:5
         k = 1
-        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: (l_n_3() in frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(C['Chains'])):
+        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: in_(l_n_3(), frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(C['Chains'])):
             return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ChainBalanced', _T_inv_ChainBalanced, k, e)
@@ -708,7 +715,7 @@ def inc_ChainBalanced(C, s, D, V=None):
     try:
         # spec/CPSharding.tla:255:5 (element-local)
         k = 1
-        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: (l_n_3() in frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(D['Chains'])):
+        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: in_(l_n_3(), frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(D['Chains'])):
             return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ChainBalanced', _T_inv_ChainBalanced, k, e)
@@ -733,7 +740,7 @@ def inv_NoDoubleAllocation(C, s):
             return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
         # spec/CPSharding.tla:264:8
         k = 2
-        if not all(all(((not (ap(ap(s['page'], v_c_5), v_P_6) != C['NoPage'])) or (ap(ap(s['page'], v_c_5), v_P_6) not in s['free'])) for v_P_6 in it(C['Pos'])) for v_c_5 in it(C['Chains'])):
+        if not all(all(((not (ap(ap(s['page'], v_c_5), v_P_6) != C['NoPage'])) or (not in_(ap(ap(s['page'], v_c_5), v_P_6), s['free']))) for v_P_6 in it(C['Pos'])) for v_c_5 in it(C['Chains'])):
             return Failure('NoDoubleAllocation', 2, *_T_inv_NoDoubleAllocation[1])
         # spec/CPSharding.tla:265:8
         k = 3
@@ -741,7 +748,7 @@ def inv_NoDoubleAllocation(C, s):
             return Failure('NoDoubleAllocation', 3, *_T_inv_NoDoubleAllocation[2])
         # spec/CPSharding.tla:266:8
         k = 4
-        if not all(((not (v_p_9 not in s['free'])) or any((ap(ap(s['page'], v_c_10), v_P_11) == v_p_9) for v_c_10 in it(C['Chains']) for v_P_11 in it(C['Pos']))) for v_p_9 in it(C['PageIds'])):
+        if not all(((not (not in_(v_p_9, s['free']))) or any((ap(ap(s['page'], v_c_10), v_P_11) == v_p_9) for v_c_10 in it(C['Chains']) for v_P_11 in it(C['Pos']))) for v_p_9 in it(C['PageIds'])):
             return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
@@ -769,7 +776,7 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
             return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
         # spec/CPSharding.tla:264:8 (element-local)
         k = 2
-        if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (ap(ap(s['page'], v_c_1), v_P_2) not in s['free'])) for v_P_2 in it(C['Pos'])) for v_c_1 in it(D['Chains'])):
+        if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (not in_(ap(ap(s['page'], v_c_1), v_P_2), s['free']))) for v_P_2 in it(C['Pos'])) for v_c_1 in it(D['Chains'])):
             return Failure('NoDoubleAllocation', 2, *_T_inv_NoDoubleAllocation[1])
         # spec/CPSharding.tla:265:8 (element-local)
         k = 3
@@ -777,7 +784,7 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
             return Failure('NoDoubleAllocation', 3, *_T_inv_NoDoubleAllocation[2])
         # spec/CPSharding.tla:266:8 (element-local)
         k = 4
-        if not all(((not (v_p_5 not in s['free'])) or any((ap(ap(s['page'], v_c_6), v_P_7) == v_p_5) for v_c_6 in it(C['Chains']) for v_P_7 in it(C['Pos']))) for v_p_5 in it(D['PageIds'])):
+        if not all(((not (not in_(v_p_5, s['free']))) or any((ap(ap(s['page'], v_c_6), v_P_7) == v_p_5) for v_c_6 in it(C['Chains']) for v_P_7 in it(C['Pos']))) for v_p_5 in it(D['PageIds'])):
             return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
@@ -821,47 +828,49 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _a2 = fast_ap(s['page'])
                 _a3 = fast_ap(s['host'])
                 _r4 = C['$h4']
-                _r5 = C['$h5']
-                _r6 = C['$h6']
-                _r7 = C['$h7']
-                _r8 = C['NoPage']
-                _r9 = C['CP']
-                _r10 = C['NoHost']
-                _r11 = C['NoRot']
-                _r12 = C['Ranks']
-                _r13 = s['free']
-                _r14 = C['Pos']
+                _r5 = C['$h4!']
+                _r6 = C['$h5']
+                _r7 = C['$h6']
+                _r8 = C['$h6!']
+                _r9 = C['$h7']
+                _r10 = C['$h7!']
+                _r11 = C['NoPage']
+                _r12 = C['CP']
+                _r13 = C['NoHost']
+                _r14 = C['NoRot']
+                _r15 = C['Ranks']
+                _r16 = s['free']
+                _r17 = C['Pos']
                 for e_Chains in it(D['Chains']):
                     _e0 = _a0(e_Chains)
                     _e1 = _a1(e_Chains)
                     _e2 = _a2(e_Chains)
                     _e3 = _a3(e_Chains)
-                    if not ((not _u0_0 or (_e0 in _r4)) and (not _u0_1 or (_e1 in _r5)) and (not _u0_2 or (_e2 in _r6)) and (not _u0_3 or (_e3 in _r7)) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r8)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r9))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e2, (v_P_3 - 1)) != _r8))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r9))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r8) and (ap(_e3, v_P_3) != _r10))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r11)) or all((lambda l_n_6: (l_n_6() in frozenset((normalize(_b_div(_e1, _r9)), normalize(_b_div((_e1 + (_r9 - 1)), _r9)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r9) == v_r_5))))) for v_r_5 in it(_r12)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r8)) or (ap(_e2, v_P_12) not in _r13)) for v_P_12 in it(_r14))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r8) and (ap(_e3, v_P_13) == _r10))) for v_P_13 in it(_r14)))):
+                    if not ((not _u0_0 or ((_e0 in _r4 and (_e0.__class__ is int or _e0.__class__ is str)) if _r5 else in_set(_e0, _r4))) and (not _u0_1 or (_e1 in _r6)) and (not _u0_2 or ((_e2 in _r7 and (_e2.__class__ is int or _e2.__class__ is str)) if _r8 else in_set(_e2, _r7))) and (not _u0_3 or ((_e3 in _r9 and (_e3.__class__ is int or _e3.__class__ is str)) if _r10 else in_set(_e3, _r9))) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r11)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r12))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e2, (v_P_3 - 1)) != _r11))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r12))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e3, v_P_3) != _r13))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r14)) or all((lambda l_n_6: in_(l_n_6(), frozenset((normalize(_b_div(_e1, _r12)), normalize(_b_div((_e1 + (_r12 - 1)), _r12)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r12) == v_r_5))))) for v_r_5 in it(_r15)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r11)) or (not in_(ap(_e2, v_P_12), _r16))) for v_P_12 in it(_r17))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r11) and (ap(_e3, v_P_13) == _r13))) for v_P_13 in it(_r17)))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'free' in V)):
-            _r15 = s['free']
-            _r16 = C['PageIds']
-            if not _b_subseteq(_r15, _r16):
+            _r18 = s['free']
+            _r19 = C['PageIds']
+            if not _b_subseteq(_r18, _r19):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'mixed' in V)):
-            _r17 = s['mixed']
-            _r18 = STD["BOOLEAN"]
-            if not (_r17 in _r18):
+            _r20 = s['mixed']
+            if not (_r20.__class__ is bool):
                 raise FastPathFailed()
         if (_k5 and (V is None or 'page' in V)):
-            _a19 = fast_ap(s['page'])
-            _r20 = C['NoPage']
-            _r21 = C['Pos']
-            _r22 = C['Chains']
-            if not all(all(((not ((ap(_a19(v_c_8), v_P_10) != _r20) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a19(v_c_8), v_P_10) != ap(_a19(v_d_9), v_Q_11))) for v_P_10 in it(_r21) for v_Q_11 in it(_r21)) for v_c_8 in it(_r22) for v_d_9 in it(_r22)):
+            _a21 = fast_ap(s['page'])
+            _r22 = C['NoPage']
+            _r23 = C['Pos']
+            _r24 = C['Chains']
+            if not all(all(((not ((ap(_a21(v_c_8), v_P_10) != _r22) and ((v_c_8, v_P_10) != (v_d_9, v_Q_11)))) or (ap(_a21(v_c_8), v_P_10) != ap(_a21(v_d_9), v_Q_11))) for v_P_10 in it(_r23) for v_Q_11 in it(_r23)) for v_c_8 in it(_r24) for v_d_9 in it(_r24)):
                 raise FastPathFailed()
         if D['PageIds'] and (_k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[3]))):
-            _a23 = fast_ap(s['page'])
-            _r24 = s['free']
-            _r25 = C['Chains']
-            _r26 = C['Pos']
+            _a25 = fast_ap(s['page'])
+            _r26 = s['free']
+            _r27 = C['Chains']
+            _r28 = C['Pos']
             for e_PageIds in it(D['PageIds']):
-                if not (((not (e_PageIds not in _r24)) or any((ap(_a23(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r25) for v_P_15 in it(_r26)))):
+                if not (((not (not in_(e_PageIds, _r26))) or any((ap(_a25(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r27) for v_P_15 in it(_r28)))):
                     raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

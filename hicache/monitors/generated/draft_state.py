@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/DraftState.tla'
 MODULE = 'DraftState'
@@ -40,7 +40,7 @@ def constants(raw: dict) -> dict:
         raise ValueError('constants violate ASSUME at spec/DraftState.tla:68:8: {TargetRow, DraftKVRow, DraftIndexerRow, DraftStateRow} \\subseteq STRING')
     if not _b_subseteq(frozenset((normalize(C['DraftKVSource']), normalize(C['DraftIndexerSource']), normalize(C['DraftStateSource']),)), C['Sources']):
         raise ValueError('constants violate ASSUME at spec/DraftState.tla:69:8: {DraftKVSource, DraftIndexerSource, DraftStateSource} \\subseteq Sources')
-    if not ((C['BugFireOnTargetOnly'] in STD["BOOLEAN"]) and (C['BugPackIncompatible'] in STD["BOOLEAN"])):
+    if not ((C['BugFireOnTargetOnly'].__class__ is bool) and (C['BugPackIncompatible'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/DraftState.tla:70:8: BugFireOnTargetOnly \\in BOOLEAN /\\ BugPackIncompatible \\in BOOLEAN')
     C['$h0'] = FcnSet(C['DraftPools'], frozenset(('packed', 'sidecar',)))
     C['$h1'] = FcnSet(C['Transfers'], frozenset(('idle', 'copying', 'fired',)))
@@ -60,12 +60,23 @@ def constants(raw: dict) -> dict:
     C['$h15'] = _b_range_(0, (C['DraftLayers'] - 1))
     C['$h16'] = frozenset(('target',))
     C['$h17'] = frozenset(('sidecar',))
+    C['$h0!'] = bool_free(C['$h0'])
+    C['$h1!'] = bool_free(C['$h1'])
+    C['$h10!'] = bool_free(C['$h10'])
+    C['$h11!'] = bool_free(C['$h11'])
+    C['$h12!'] = bool_free(C['$h12'])
+    C['$h2!'] = bool_free(C['$h2'])
+    C['$h3!'] = bool_free(C['$h3'])
+    C['$h4!'] = bool_free(C['$h4'])
+    C['$h5!'] = bool_free(C['$h5'])
+    C['$h6!'] = bool_free(C['$h6'])
+    C['$h9!'] = bool_free(C['$h9'])
     return C
 
 
 def d_Positive(C, s, t, v_x):
     # spec/DraftState.tla:58:1
-    return ((v_x in STD['Nat']) and (v_x >= 1))
+    return (in_(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_Row(C, s, t, v_p):
@@ -105,7 +116,7 @@ def d_Copied(C, s, t, v_t):
 
 def d_Init(C, s, t):
     # spec/DraftState.tla:121:1
-    return ((s['layout'] in frozenset(v_f_1 for v_f_1 in it(C['$h0']) if all((ap(v_f_1, v_p_2) in d_AllowedLayouts(C, s, t, v_p_2)) for v_p_2 in it(C['DraftPools'])))) and (s['phase'] == mk_fcn({v_t_3: 'idle' for v_t_3 in it(C['Transfers'])})) and (s['tgtDone'] == mk_fcn({v_t_4: False for v_t_4 in it(C['Transfers'])})) and (s['draftDone'] == mk_fcn({v_t_5: frozenset() for v_t_5 in it(C['Transfers'])})) and (s['read'] == mk_fcn({v_t_6: frozenset() for v_t_6 in it(C['Transfers'])})) and (s['readStale'] == mk_fcn({v_t_7: frozenset() for v_t_7 in it(C['Transfers'])})) and (s['srcIdx'] == mk_fcn({v_t_8: mk_fcn({v_s_9: 0 for v_s_9 in it(C['Sources'])}) for v_t_8 in it(C['Transfers'])})) and (s['xferIdx'] == mk_fcn({v_t_10: mk_fcn({v_p_11: 0 for v_p_11 in it(C['DraftPools'])}) for v_t_10 in it(C['Transfers'])})))
+    return (in_(s['layout'], frozenset(v_f_1 for v_f_1 in it(C['$h0']) if all(in_(ap(v_f_1, v_p_2), d_AllowedLayouts(C, s, t, v_p_2)) for v_p_2 in it(C['DraftPools'])))) and (s['phase'] == mk_fcn({v_t_3: 'idle' for v_t_3 in it(C['Transfers'])})) and (s['tgtDone'] == mk_fcn({v_t_4: False for v_t_4 in it(C['Transfers'])})) and (s['draftDone'] == mk_fcn({v_t_5: frozenset() for v_t_5 in it(C['Transfers'])})) and (s['read'] == mk_fcn({v_t_6: frozenset() for v_t_6 in it(C['Transfers'])})) and (s['readStale'] == mk_fcn({v_t_7: frozenset() for v_t_7 in it(C['Transfers'])})) and (s['srcIdx'] == mk_fcn({v_t_8: mk_fcn({v_s_9: 0 for v_s_9 in it(C['Sources'])}) for v_t_8 in it(C['Transfers'])})) and (s['xferIdx'] == mk_fcn({v_t_10: mk_fcn({v_p_11: 0 for v_p_11 in it(C['DraftPools'])}) for v_t_10 in it(C['Transfers'])})))
 
 
 def d_IdxFor(C, s, t, v_p, v_src):
@@ -125,7 +136,7 @@ def d_TargetCopyFinish(C, s, t, v_t):
 
 def d_DraftCopyFinish(C, s, t, v_t, v_p):
     # spec/DraftState.tla:156:1
-    return ((ap(s['phase'], v_t) == 'copying') and (v_p not in ap(s['draftDone'], v_t)) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
+    return ((ap(s['phase'], v_t) == 'copying') and (not in_(v_p, ap(s['draftDone'], v_t))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_CompletionFire(C, s, t, v_t):
@@ -135,12 +146,12 @@ def d_CompletionFire(C, s, t, v_t):
 
 def d_BufferRead(C, s, t, v_t, v_p):
     # spec/DraftState.tla:172:1
-    return ((ap(s['phase'], v_t) == 'fired') and (v_p not in ap(s['read'], v_t)) and (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and (t['readStale'] == (s['readStale'] if (v_p in d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
+    return ((ap(s['phase'], v_t) == 'fired') and (not in_(v_p, ap(s['read'], v_t))) and (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and (t['readStale'] == (s['readStale'] if in_(v_p, d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_LateDraftCopy(C, s, t, v_t, v_p):
     # spec/DraftState.tla:181:1
-    return ((ap(s['phase'], v_t) == 'fired') and (v_p not in ap(s['draftDone'], v_t)) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
+    return ((ap(s['phase'], v_t) == 'fired') and (not in_(v_p, ap(s['draftDone'], v_t))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_TransferRetire(C, s, t, v_t):
@@ -252,7 +263,7 @@ def act_DraftCopyFinish(C, s, t, v_t, v_p):
             return Failure('DraftCopyFinish', 1, *_T_act_DraftCopyFinish[0])
         # spec/DraftState.tla:158:8
         k = 2
-        if not (v_p not in ap(s['draftDone'], v_t)):
+        if not (not in_(v_p, ap(s['draftDone'], v_t))):
             return Failure('DraftCopyFinish', 2, *_T_act_DraftCopyFinish[1])
         # spec/DraftState.tla:159:8
         k = 3
@@ -324,7 +335,7 @@ def act_BufferRead(C, s, t, v_t, v_p):
             return Failure('BufferRead', 1, *_T_act_BufferRead[0])
         # spec/DraftState.tla:174:8
         k = 2
-        if not (v_p not in ap(s['read'], v_t)):
+        if not (not in_(v_p, ap(s['read'], v_t))):
             return Failure('BufferRead', 2, *_T_act_BufferRead[1])
         # spec/DraftState.tla:175:8
         k = 3
@@ -332,7 +343,7 @@ def act_BufferRead(C, s, t, v_t, v_p):
             return Failure('BufferRead', 3, *_T_act_BufferRead[2])
         # spec/DraftState.tla:176:8
         k = 4
-        if not (t['readStale'] == (s['readStale'] if (v_p in d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))):
+        if not (t['readStale'] == (s['readStale'] if in_(v_p, d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))):
             return Failure('BufferRead', 4, *_T_act_BufferRead[3])
         # spec/DraftState.tla:178:8
         k = 5
@@ -361,7 +372,7 @@ def act_LateDraftCopy(C, s, t, v_t, v_p):
             return Failure('LateDraftCopy', 1, *_T_act_LateDraftCopy[0])
         # spec/DraftState.tla:183:8
         k = 2
-        if not (v_p not in ap(s['draftDone'], v_t)):
+        if not (not in_(v_p, ap(s['draftDone'], v_t))):
             return Failure('LateDraftCopy', 2, *_T_act_LateDraftCopy[1])
         # spec/DraftState.tla:184:8
         k = 3
@@ -568,35 +579,35 @@ def inv_TypeOK(C, s):
     try:
         # spec/DraftState.tla:109:8
         k = 1
-        if not (s['layout'] in C['$h0']):
+        if not in_c(s['layout'], C['$h0'], C['$h0!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/DraftState.tla:110:8
         k = 2
-        if not (s['phase'] in C['$h1']):
+        if not in_c(s['phase'], C['$h1'], C['$h1!']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/DraftState.tla:111:8
         k = 3
-        if not (s['tgtDone'] in C['$h2']):
+        if not in_c(s['tgtDone'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/DraftState.tla:112:8
         k = 4
-        if not (s['draftDone'] in C['$h3']):
+        if not in_c(s['draftDone'], C['$h3'], C['$h3!']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/DraftState.tla:113:8
         k = 5
-        if not (s['read'] in C['$h4']):
+        if not in_c(s['read'], C['$h4'], C['$h4!']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/DraftState.tla:114:8
         k = 6
-        if not (s['readStale'] in C['$h4']):
+        if not in_c(s['readStale'], C['$h4'], C['$h4!']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/DraftState.tla:115:8
         k = 7
-        if not (s['srcIdx'] in C['$h5']):
+        if not in_c(s['srcIdx'], C['$h5'], C['$h5!']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/DraftState.tla:116:8
         k = 8
-        if not (s['xferIdx'] in C['$h6']):
+        if not in_c(s['xferIdx'], C['$h6'], C['$h6!']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -632,27 +643,27 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/DraftState.tla:111:8 (element-local)
         k = 3
-        if not all((ap(s['tgtDone'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Transfers'])):
+        if not all((ap(s['tgtDone'], x_3).__class__ is bool) for x_3 in it(D['Transfers'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/DraftState.tla:112:8 (element-local)
         k = 4
-        if not all((ap(s['draftDone'], x_4) in C['$h9']) for x_4 in it(D['Transfers'])):
+        if not all(in_c(ap(s['draftDone'], x_4), C['$h9'], C['$h9!']) for x_4 in it(D['Transfers'])):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/DraftState.tla:113:8 (element-local)
         k = 5
-        if not all((ap(s['read'], x_5) in C['$h10']) for x_5 in it(D['Transfers'])):
+        if not all(in_c(ap(s['read'], x_5), C['$h10'], C['$h10!']) for x_5 in it(D['Transfers'])):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/DraftState.tla:114:8 (element-local)
         k = 6
-        if not all((ap(s['readStale'], x_6) in C['$h10']) for x_6 in it(D['Transfers'])):
+        if not all(in_c(ap(s['readStale'], x_6), C['$h10'], C['$h10!']) for x_6 in it(D['Transfers'])):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/DraftState.tla:115:8 (element-local)
         k = 7
-        if not all((ap(s['srcIdx'], x_7) in C['$h11']) for x_7 in it(D['Transfers'])):
+        if not all(in_c(ap(s['srcIdx'], x_7), C['$h11'], C['$h11!']) for x_7 in it(D['Transfers'])):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/DraftState.tla:116:8 (element-local)
         k = 8
-        if not all((ap(s['xferIdx'], x_8) in C['$h12']) for x_8 in it(D['Transfers'])):
+        if not all(in_c(ap(s['xferIdx'], x_8), C['$h12'], C['$h12!']) for x_8 in it(D['Transfers'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -882,12 +893,15 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _a8 = fast_ap(s['xferIdx'])
                 _a9 = fast_ap(s['layout'])
                 _r10 = C['$h8']
-                _r11 = STD["BOOLEAN"]
-                _r12 = C['$h9']
+                _r11 = C['$h9']
+                _r12 = C['$h9!']
                 _r13 = C['$h10']
-                _r14 = C['$h11']
-                _r15 = C['$h12']
-                _r16 = C['DraftPools']
+                _r14 = C['$h10!']
+                _r15 = C['$h11']
+                _r16 = C['$h11!']
+                _r17 = C['$h12']
+                _r18 = C['$h12!']
+                _r19 = C['DraftPools']
                 for e_Transfers in it(D['Transfers']):
                     _e0 = _a2(e_Transfers)
                     _e1 = _a3(e_Transfers)
@@ -896,7 +910,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                     _e4 = _a6(e_Transfers)
                     _e5 = _a7(e_Transfers)
                     _e6 = _a8(e_Transfers)
-                    if not ((not _u0_1 or (_e0 in _r10)) and (not _u0_2 or (_e1 in _r11)) and (not _u0_3 or (_e2 in _r12)) and (not _u0_4 or (_e3 in _r13)) and (not _u0_5 or (_e4 in _r13)) and (not _u0_6 or (_e5 in _r14)) and (not _u0_7 or (_e6 in _r15)) and (not _u1_0 or ((not (_e0 == 'fired')) or (_e1 and (_e2 == _r16)))) and (not _u2_0 or (((not (_e3 != frozenset())) or (_e0 == 'fired')) and (_e4 == frozenset()))) and (not _u4_0 or ((not (_e0 != 'idle')) or all((ap(_e6, v_p_3) == (ap(_e5, 'kv') if (_a9(v_p_3) == 'packed') else ap(_e5, d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r16))))):
+                    if not ((not _u0_1 or (_e0 in _r10)) and (not _u0_2 or (_e1.__class__ is bool)) and (not _u0_3 or ((_e2 in _r11 and (_e2.__class__ is int or _e2.__class__ is str)) if _r12 else in_set(_e2, _r11))) and (not _u0_4 or ((_e3 in _r13 and (_e3.__class__ is int or _e3.__class__ is str)) if _r14 else in_set(_e3, _r13))) and (not _u0_5 or ((_e4 in _r13 and (_e4.__class__ is int or _e4.__class__ is str)) if _r14 else in_set(_e4, _r13))) and (not _u0_6 or ((_e5 in _r15 and (_e5.__class__ is int or _e5.__class__ is str)) if _r16 else in_set(_e5, _r15))) and (not _u0_7 or ((_e6 in _r17 and (_e6.__class__ is int or _e6.__class__ is str)) if _r18 else in_set(_e6, _r17))) and (not _u1_0 or ((not (_e0 == 'fired')) or (_e1 and (_e2 == _r19)))) and (not _u2_0 or (((not (_e3 != frozenset())) or (_e0 == 'fired')) and (_e4 == frozenset()))) and (not _u4_0 or ((not (_e0 != 'idle')) or all((ap(_e6, v_p_3) == (ap(_e5, 'kv') if (_a9(v_p_3) == 'packed') else ap(_e5, d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r19))))):
                         raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

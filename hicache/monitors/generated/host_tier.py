@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/HostTier.tla'
 MODULE = 'HostTier'
@@ -40,7 +40,7 @@ def constants(raw: dict) -> dict:
         raise ValueError('constants violate ASSUME at spec/HostTier.tla:48:8: Positive(NNodes) /\\ Positive(NSlots) /\\ Positive(NLayers)')
     if not ((d_Positive(C, s, None, C['NReqs']) and _b_subseteq(C['Policies'], C['AllPolicies'])) and (C['Policies'] != frozenset())):
         raise ValueError('constants violate ASSUME at spec/HostTier.tla:49:8: Positive(NReqs) /\\ Policies \\subseteq AllPolicies /\\ Policies # {}')
-    if not ((C['BugEvictDuringLoad'] in STD["BOOLEAN"]) and (C['BugAbortLeak'] in STD["BOOLEAN"])):
+    if not ((C['BugEvictDuringLoad'].__class__ is bool) and (C['BugAbortLeak'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/HostTier.tla:50:8: BugEvictDuringLoad \\in BOOLEAN /\\ BugAbortLeak \\in BOOLEAN')
     C['$h0'] = _b_range_(0, C['NNodes'])
     C['$h1'] = FcnSet(C['Nodes'], STD["BOOLEAN"])
@@ -58,12 +58,26 @@ def constants(raw: dict) -> dict:
     C['$h13'] = _b_range_(0, 2)
     C['$h14'] = _b_cup(C['Reqs'], frozenset((normalize(C['NoReq']),)))
     C['$h15'] = _b_range_(0, C['NLayers'])
+    C['$h1!'] = bool_free(C['$h1'])
+    C['$h10!'] = bool_free(C['$h10'])
+    C['$h11!'] = bool_free(C['$h11'])
+    C['$h12!'] = bool_free(C['$h12'])
+    C['$h14!'] = bool_free(C['$h14'])
+    C['$h2!'] = bool_free(C['$h2'])
+    C['$h3!'] = bool_free(C['$h3'])
+    C['$h4!'] = bool_free(C['$h4'])
+    C['$h5!'] = bool_free(C['$h5'])
+    C['$h6!'] = bool_free(C['$h6'])
+    C['$h7!'] = bool_free(C['$h7'])
+    C['$h8!'] = bool_free(C['$h8'])
+    C['$h9!'] = bool_free(C['$h9'])
+    C['Policies!'] = bool_free(C['Policies'])
     return C
 
 
 def d_Positive(C, s, t, v_x):
     # spec/HostTier.tla:46:1
-    return ((v_x in STD['Nat']) and (v_x >= 1))
+    return (in_(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_Locked(C, s, t, v_n):
@@ -88,7 +102,7 @@ def d_InTree(C, s, t, v_n):
 
 def d_Init(C, s, t):
     # spec/HostTier.tla:103:1
-    return ((s['policy'] in C['Policies']) and (s['len'] == 0) and (s['dev'] == mk_fcn({v_n_1: False for v_n_1 in it(C['Nodes'])})) and (s['host'] == mk_fcn({v_n_2: C['NoSlot'] for v_n_2 in it(C['Nodes'])})) and (s['stor'] == mk_fcn({v_n_3: False for v_n_3 in it(C['Nodes'])})) and (s['hits'] == mk_fcn({v_n_4: 0 for v_n_4 in it(C['Nodes'])})) and (s['slot'] == mk_fcn({v_h_5: 'idle' for v_h_5 in it(C['HSlots'])})) and (s['backupOp'] == mk_fcn({v_n_6: C['NoSlot'] for v_n_6 in it(C['Nodes'])})) and (s['loadReq'] == mk_fcn({v_n_7: C['NoReq'] for v_n_7 in it(C['Nodes'])})) and (s['loadDone'] == mk_fcn({v_n_8: 0 for v_n_8 in it(C['Nodes'])})) and (s['req'] == mk_fcn({v_q_9: 'idle' for v_q_9 in it(C['Reqs'])})) and (s['reqLen'] == mk_fcn({v_q_10: 0 for v_q_10 in it(C['Reqs'])})) and (s['pfSlot'] == mk_fcn({v_q_11: C['NoSlot'] for v_q_11 in it(C['Reqs'])})) and (s['pfNode'] == mk_fcn({v_q_12: 0 for v_q_12 in it(C['Reqs'])})) and (s['pfAbort'] == mk_fcn({v_q_13: False for v_q_13 in it(C['Reqs'])})))
+    return (in_c(s['policy'], C['Policies'], C['Policies!']) and (s['len'] == 0) and (s['dev'] == mk_fcn({v_n_1: False for v_n_1 in it(C['Nodes'])})) and (s['host'] == mk_fcn({v_n_2: C['NoSlot'] for v_n_2 in it(C['Nodes'])})) and (s['stor'] == mk_fcn({v_n_3: False for v_n_3 in it(C['Nodes'])})) and (s['hits'] == mk_fcn({v_n_4: 0 for v_n_4 in it(C['Nodes'])})) and (s['slot'] == mk_fcn({v_h_5: 'idle' for v_h_5 in it(C['HSlots'])})) and (s['backupOp'] == mk_fcn({v_n_6: C['NoSlot'] for v_n_6 in it(C['Nodes'])})) and (s['loadReq'] == mk_fcn({v_n_7: C['NoReq'] for v_n_7 in it(C['Nodes'])})) and (s['loadDone'] == mk_fcn({v_n_8: 0 for v_n_8 in it(C['Nodes'])})) and (s['req'] == mk_fcn({v_q_9: 'idle' for v_q_9 in it(C['Reqs'])})) and (s['reqLen'] == mk_fcn({v_q_10: 0 for v_q_10 in it(C['Reqs'])})) and (s['pfSlot'] == mk_fcn({v_q_11: C['NoSlot'] for v_q_11 in it(C['Reqs'])})) and (s['pfNode'] == mk_fcn({v_q_12: 0 for v_q_12 in it(C['Reqs'])})) and (s['pfAbort'] == mk_fcn({v_q_13: False for v_q_13 in it(C['Reqs'])})))
 
 
 def d_RequestMatch(C, s, t, v_q):
@@ -103,7 +117,7 @@ def d_ToLoad(C, s, t, v_q):
 
 def d_LoadBackStart(C, s, t, v_q):
     # spec/HostTier.tla:134:1
-    return ((ap(s['req'], v_q) == 'matched') and (ap(s['pfSlot'], v_q) == C['NoSlot']) and all(((ap(s['loadReq'], v_n_1) == C['NoReq']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'synced')) for v_n_1 in it(d_ToLoad(C, s, t, v_q))) and (t['slot'] == mk_fcn({v_h_2: ('protected' if any((ap(s['host'], v_n_3) == v_h_2) for v_n_3 in it(d_ToLoad(C, s, t, v_q))) else ap(s['slot'], v_h_2)) for v_h_2 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_4: (v_q if (v_n_4 in d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_5: (0 if (v_n_5 in d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_6: 'loading'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
+    return ((ap(s['req'], v_q) == 'matched') and (ap(s['pfSlot'], v_q) == C['NoSlot']) and all(((ap(s['loadReq'], v_n_1) == C['NoReq']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'synced')) for v_n_1 in it(d_ToLoad(C, s, t, v_q))) and (t['slot'] == mk_fcn({v_h_2: ('protected' if any((ap(s['host'], v_n_3) == v_h_2) for v_n_3 in it(d_ToLoad(C, s, t, v_q))) else ap(s['slot'], v_h_2)) for v_h_2 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_4: (v_q if in_(v_n_4, d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_5: (0 if in_(v_n_5, d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_6: 'loading'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_LoadBackLayer(C, s, t, v_n):
@@ -118,12 +132,12 @@ def d_Loading(C, s, t, v_q):
 
 def d_LoadEnd(C, s, t, v_q):
     # spec/HostTier.tla:158:1
-    return ((ap(s['req'], v_q) == 'loading') and (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if (v_n_3 in d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_4: (0 if (v_n_4 in d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))))
+    return ((ap(s['req'], v_q) == 'loading') and (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if in_(v_n_3, d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_4: (0 if in_(v_n_4, d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))))
 
 
 def d_LoadBackFinish(C, s, t, v_q):
     # spec/HostTier.tla:167:1
-    return (d_LoadEnd(C, s, t, v_q) and all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))) and (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or (v_n_2 in d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
+    return (d_LoadEnd(C, s, t, v_q) and all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))) and (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or in_(v_n_2, d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_LoadBackFail(C, s, t, v_q):
@@ -308,11 +322,11 @@ def act_LoadBackStart(C, s, t, v_q):
             return Failure('LoadBackStart', 4, *_T_act_LoadBackStart[3])
         # spec/HostTier.tla:140:8
         k = 5
-        if not (t['loadReq'] == mk_fcn({v_n_4: (v_q if (v_n_4 in d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})):
+        if not (t['loadReq'] == mk_fcn({v_n_4: (v_q if in_(v_n_4, d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})):
             return Failure('LoadBackStart', 5, *_T_act_LoadBackStart[4])
         # spec/HostTier.tla:141:8
         k = 6
-        if not (t['loadDone'] == mk_fcn({v_n_5: (0 if (v_n_5 in d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})):
+        if not (t['loadDone'] == mk_fcn({v_n_5: (0 if in_(v_n_5, d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})):
             return Failure('LoadBackStart', 6, *_T_act_LoadBackStart[5])
         # spec/HostTier.tla:142:8
         k = 7
@@ -382,7 +396,7 @@ def act_LoadBackFinish(C, s, t, v_q):
             return Failure('LoadBackFinish', 2, *_T_act_LoadBackFinish[1])
         # spec/HostTier.tla:170:8
         k = 3
-        if not (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or (v_n_2 in d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})):
+        if not (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or in_(v_n_2, d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})):
             return Failure('LoadBackFinish', 3, *_T_act_LoadBackFinish[2])
         # spec/HostTier.tla:171:8
         k = 4
@@ -989,7 +1003,7 @@ def inv_TypeOK(C, s):
     try:
         # spec/HostTier.tla:82:8
         k = 1
-        if not (s['policy'] in C['Policies']):
+        if not in_c(s['policy'], C['Policies'], C['Policies!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/HostTier.tla:83:8
         k = 2
@@ -997,55 +1011,55 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/HostTier.tla:84:8
         k = 3
-        if not (s['dev'] in C['$h1']):
+        if not in_c(s['dev'], C['$h1'], C['$h1!']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/HostTier.tla:85:8
         k = 4
-        if not (s['host'] in C['$h2']):
+        if not in_c(s['host'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/HostTier.tla:86:8
         k = 5
-        if not (s['stor'] in C['$h1']):
+        if not in_c(s['stor'], C['$h1'], C['$h1!']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/HostTier.tla:87:8
         k = 6
-        if not (s['hits'] in C['$h3']):
+        if not in_c(s['hits'], C['$h3'], C['$h3!']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/HostTier.tla:88:8
         k = 7
-        if not (s['slot'] in C['$h4']):
+        if not in_c(s['slot'], C['$h4'], C['$h4!']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/HostTier.tla:89:8
         k = 8
-        if not (s['backupOp'] in C['$h2']):
+        if not in_c(s['backupOp'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/HostTier.tla:90:8
         k = 9
-        if not (s['loadReq'] in C['$h5']):
+        if not in_c(s['loadReq'], C['$h5'], C['$h5!']):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/HostTier.tla:91:8
         k = 10
-        if not (s['loadDone'] in C['$h6']):
+        if not in_c(s['loadDone'], C['$h6'], C['$h6!']):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
         # spec/HostTier.tla:92:8
         k = 11
-        if not (s['req'] in C['$h7']):
+        if not in_c(s['req'], C['$h7'], C['$h7!']):
             return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
         # spec/HostTier.tla:93:8
         k = 12
-        if not (s['reqLen'] in C['$h8']):
+        if not in_c(s['reqLen'], C['$h8'], C['$h8!']):
             return Failure('TypeOK', 12, *_T_inv_TypeOK[11])
         # spec/HostTier.tla:94:8
         k = 13
-        if not (s['pfSlot'] in C['$h9']):
+        if not in_c(s['pfSlot'], C['$h9'], C['$h9!']):
             return Failure('TypeOK', 13, *_T_inv_TypeOK[12])
         # spec/HostTier.tla:95:8
         k = 14
-        if not (s['pfNode'] in C['$h10']):
+        if not in_c(s['pfNode'], C['$h10'], C['$h10!']):
             return Failure('TypeOK', 14, *_T_inv_TypeOK[13])
         # spec/HostTier.tla:96:8
         k = 15
-        if not (s['pfAbort'] in C['$h11']):
+        if not in_c(s['pfAbort'], C['$h11'], C['$h11!']):
             return Failure('TypeOK', 15, *_T_inv_TypeOK[14])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -1080,7 +1094,7 @@ def inc_TypeOK(C, s, D, V=None):
     try:
         # spec/HostTier.tla:82:8
         k = 1
-        if not (s['policy'] in C['Policies']):
+        if not in_c(s['policy'], C['Policies'], C['Policies!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/HostTier.tla:83:8
         k = 2
@@ -1088,15 +1102,15 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/HostTier.tla:84:8 (element-local)
         k = 3
-        if not all((ap(s['dev'], x_1) in STD["BOOLEAN"]) for x_1 in it(D['Nodes'])):
+        if not all((ap(s['dev'], x_1).__class__ is bool) for x_1 in it(D['Nodes'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/HostTier.tla:85:8 (element-local)
         k = 4
-        if not all((ap(s['host'], x_2) in C['$h12']) for x_2 in it(D['Nodes'])):
+        if not all(in_c(ap(s['host'], x_2), C['$h12'], C['$h12!']) for x_2 in it(D['Nodes'])):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/HostTier.tla:86:8 (element-local)
         k = 5
-        if not all((ap(s['stor'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Nodes'])):
+        if not all((ap(s['stor'], x_3).__class__ is bool) for x_3 in it(D['Nodes'])):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/HostTier.tla:87:8 (element-local)
         k = 6
@@ -1108,11 +1122,11 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/HostTier.tla:89:8 (element-local)
         k = 8
-        if not all((ap(s['backupOp'], x_6) in C['$h12']) for x_6 in it(D['Nodes'])):
+        if not all(in_c(ap(s['backupOp'], x_6), C['$h12'], C['$h12!']) for x_6 in it(D['Nodes'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/HostTier.tla:90:8 (element-local)
         k = 9
-        if not all((ap(s['loadReq'], x_7) in C['$h14']) for x_7 in it(D['Nodes'])):
+        if not all(in_c(ap(s['loadReq'], x_7), C['$h14'], C['$h14!']) for x_7 in it(D['Nodes'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/HostTier.tla:91:8 (element-local)
         k = 10
@@ -1128,7 +1142,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 12, *_T_inv_TypeOK[11])
         # spec/HostTier.tla:94:8 (element-local)
         k = 13
-        if not all((ap(s['pfSlot'], x_11) in C['$h12']) for x_11 in it(D['Reqs'])):
+        if not all(in_c(ap(s['pfSlot'], x_11), C['$h12'], C['$h12!']) for x_11 in it(D['Reqs'])):
             return Failure('TypeOK', 13, *_T_inv_TypeOK[12])
         # spec/HostTier.tla:95:8 (element-local)
         k = 14
@@ -1136,7 +1150,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 14, *_T_inv_TypeOK[13])
         # spec/HostTier.tla:96:8 (element-local)
         k = 15
-        if not all((ap(s['pfAbort'], x_13) in STD["BOOLEAN"]) for x_13 in it(D['Reqs'])):
+        if not all((ap(s['pfAbort'], x_13).__class__ is bool) for x_13 in it(D['Reqs'])):
             return Failure('TypeOK', 15, *_T_inv_TypeOK[14])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -1348,12 +1362,13 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         if (_k0 and (V is None or 'policy' in V)):
             _r0 = s['policy']
             _r1 = C['Policies']
-            if not (_r0 in _r1):
+            _r2 = C['Policies!']
+            if not in_c(_r0, _r1, _r2):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'len' in V)):
-            _r2 = s['len']
-            _r3 = C['$h0']
-            if not (_r2 in _r3):
+            _r3 = s['len']
+            _r4 = C['$h0']
+            if not (_r3 in _r4):
                 raise FastPathFailed()
         if D['Nodes']:
             _u0_2 = _k0 and (V is None or 'dev' in V)
@@ -1367,38 +1382,39 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[0]))
             _u3_1 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[1]))
             if _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_7 or _u0_8 or _u0_9 or _u2_0 or _u3_0 or _u3_1:
-                _a4 = fast_ap(s['dev'])
-                _a5 = fast_ap(s['host'])
-                _a6 = fast_ap(s['stor'])
-                _a7 = fast_ap(s['hits'])
-                _a8 = fast_ap(s['backupOp'])
-                _a9 = fast_ap(s['loadReq'])
-                _a10 = fast_ap(s['loadDone'])
-                _a11 = fast_ap(s['slot'])
-                _r12 = STD["BOOLEAN"]
+                _a5 = fast_ap(s['dev'])
+                _a6 = fast_ap(s['host'])
+                _a7 = fast_ap(s['stor'])
+                _a8 = fast_ap(s['hits'])
+                _a9 = fast_ap(s['backupOp'])
+                _a10 = fast_ap(s['loadReq'])
+                _a11 = fast_ap(s['loadDone'])
+                _a12 = fast_ap(s['slot'])
                 _r13 = C['$h12']
-                _r14 = C['$h13']
-                _r15 = C['$h14']
-                _r16 = C['$h15']
-                _r17 = C['NoReq']
-                _r18 = s['len']
-                _r19 = C['NoSlot']
+                _r14 = C['$h12!']
+                _r15 = C['$h13']
+                _r16 = C['$h14']
+                _r17 = C['$h14!']
+                _r18 = C['$h15']
+                _r19 = C['NoReq']
+                _r20 = s['len']
+                _r21 = C['NoSlot']
                 for e_Nodes in it(D['Nodes']):
-                    _e0 = _a4(e_Nodes)
-                    _e1 = _a5(e_Nodes)
-                    _e2 = _a8(e_Nodes)
-                    _e3 = _a9(e_Nodes)
-                    if not ((not _u0_2 or (_e0 in _r12)) and (not _u0_3 or (_e1 in _r13)) and (not _u0_4 or (_a6(e_Nodes) in _r12)) and (not _u0_5 or (_a7(e_Nodes) in _r14)) and (not _u0_7 or (_e2 in _r13)) and (not _u0_8 or (_e3 in _r15)) and (not _u0_9 or (_a10(e_Nodes) in _r16)) and (not _u2_0 or ((not (_e3 != _r17)) or (((e_Nodes < _r18)) and (_e1 != _r19) and (_a11(_e1) == 'protected')))) and (not _u3_0 or ((not ((e_Nodes < _r18))) or (_e0 or (_e1 != _r19)))) and (not _u3_1 or ((not (not ((e_Nodes < _r18)))) or ((((not _e0) and (_e1 == _r19)) and (_e2 == _r19)) and (_e3 == _r17))))):
+                    _e0 = _a5(e_Nodes)
+                    _e1 = _a6(e_Nodes)
+                    _e2 = _a9(e_Nodes)
+                    _e3 = _a10(e_Nodes)
+                    if not ((not _u0_2 or (_e0.__class__ is bool)) and (not _u0_3 or ((_e1 in _r13 and (_e1.__class__ is int or _e1.__class__ is str)) if _r14 else in_set(_e1, _r13))) and (not _u0_4 or (_a7(e_Nodes).__class__ is bool)) and (not _u0_5 or (_a8(e_Nodes) in _r15)) and (not _u0_7 or ((_e2 in _r13 and (_e2.__class__ is int or _e2.__class__ is str)) if _r14 else in_set(_e2, _r13))) and (not _u0_8 or ((_e3 in _r16 and (_e3.__class__ is int or _e3.__class__ is str)) if _r17 else in_set(_e3, _r16))) and (not _u0_9 or (_a11(e_Nodes) in _r18)) and (not _u2_0 or ((not (_e3 != _r19)) or (((e_Nodes < _r20)) and (_e1 != _r21) and (_a12(_e1) == 'protected')))) and (not _u3_0 or ((not ((e_Nodes < _r20))) or (_e0 or (_e1 != _r21)))) and (not _u3_1 or ((not (not ((e_Nodes < _r20)))) or ((((not _e0) and (_e1 == _r21)) and (_e2 == _r21)) and (_e3 == _r19))))):
                         raise FastPathFailed()
         if D['HSlots']:
             _u0_6 = _k0 and (V is None or 'slot' in V)
             _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_SlotInOneOwner[0]))
             if _u0_6 or _u1_0:
-                _a20 = fast_ap(s['slot'])
-                _r21 = C['SlotStates']
+                _a22 = fast_ap(s['slot'])
+                _r23 = C['SlotStates']
                 for e_HSlots in it(D['HSlots']):
-                    _e0 = _a20(e_HSlots)
-                    if not ((not _u0_6 or (_e0 in _r21)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_e0 == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_e0 == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))):
+                    _e0 = _a22(e_HSlots)
+                    if not ((not _u0_6 or (_e0 in _r23)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_e0 == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_e0 == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))):
                         raise FastPathFailed()
         if D['Reqs']:
             _u0_10 = _k0 and (V is None or 'req' in V)
@@ -1408,21 +1424,21 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u0_14 = _k0 and (V is None or 'pfAbort' in V)
             _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_LockedNodesKept[0]))
             if _u0_10 or _u0_11 or _u0_12 or _u0_13 or _u0_14 or _u4_0:
-                _a22 = fast_ap(s['req'])
-                _a23 = fast_ap(s['reqLen'])
-                _a24 = fast_ap(s['pfSlot'])
-                _a25 = fast_ap(s['pfNode'])
-                _a26 = fast_ap(s['pfAbort'])
-                _r27 = C['ReqStates']
-                _r28 = C['$h0']
-                _r29 = C['$h12']
-                _r30 = C['Nodes']
-                _r31 = STD["BOOLEAN"]
-                _r32 = s['len']
+                _a24 = fast_ap(s['req'])
+                _a25 = fast_ap(s['reqLen'])
+                _a26 = fast_ap(s['pfSlot'])
+                _a27 = fast_ap(s['pfNode'])
+                _a28 = fast_ap(s['pfAbort'])
+                _r29 = C['ReqStates']
+                _r30 = C['$h0']
+                _r31 = C['$h12']
+                _r32 = C['$h12!']
+                _r33 = C['Nodes']
+                _r34 = s['len']
                 for e_Reqs in it(D['Reqs']):
-                    _e0 = _a22(e_Reqs)
-                    _e1 = _a23(e_Reqs)
-                    if not ((not _u0_10 or (_e0 in _r27)) and (not _u0_11 or (_e1 in _r28)) and (not _u0_12 or (_a24(e_Reqs) in _r29)) and (not _u0_13 or (_a25(e_Reqs) in _r30)) and (not _u0_14 or (_a26(e_Reqs) in _r31)) and (not _u4_0 or ((not (_e0 != 'idle')) or (_e1 <= _r32)))):
+                    _e0 = _a24(e_Reqs)
+                    _e1 = _a25(e_Reqs)
+                    if not ((not _u0_10 or (_e0 in _r29)) and (not _u0_11 or (_e1 in _r30)) and (not _u0_12 or in_c(_a26(e_Reqs), _r31, _r32)) and (not _u0_13 or (_a27(e_Reqs) in _r33)) and (not _u0_14 or (_a28(e_Reqs).__class__ is bool)) and (not _u4_0 or ((not (_e0 != 'idle')) or (_e1 <= _r34)))):
                         raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, conj_error, exc, fast_ap, it, mk_fcn, normalize
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize
 
 SPEC = 'spec/LayerPipeline.tla'
 MODULE = 'LayerPipeline'
@@ -32,19 +32,23 @@ def constants(raw: dict) -> dict:
     C['None'] = (-1)  # spec/LayerPipeline.tla:40:1
     if not (d_Positive(C, s, None, C['NRanks']) and d_Positive(C, s, None, C['NLayers'])):
         raise ValueError('constants violate ASSUME at spec/LayerPipeline.tla:34:8: Positive(NRanks) /\\ Positive(NLayers)')
-    if not ((C['BugSkipRestoreWait'] in STD["BOOLEAN"]) and (C['BugSkipSlotWait'] in STD["BOOLEAN"])):
+    if not ((C['BugSkipRestoreWait'].__class__ is bool) and (C['BugSkipSlotWait'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/LayerPipeline.tla:35:8: BugSkipRestoreWait \\in BOOLEAN /\\ BugSkipSlotWait \\in BOOLEAN')
     C['$h0'] = FcnSet(C['Ranks'], _b_range_(0, C['NLayers']))
     C['$h1'] = FcnSet(C['Slots'], _b_cup(C['Layers'], frozenset((normalize(C['None']),))))
     C['$h2'] = FcnSet(C['Slots'], STD["BOOLEAN"])
     C['$h3'] = _b_range_(0, C['NLayers'])
     C['$h4'] = _b_cup(C['Layers'], frozenset((normalize(C['None']),)))
+    C['$h0!'] = bool_free(C['$h0'])
+    C['$h1!'] = bool_free(C['$h1'])
+    C['$h2!'] = bool_free(C['$h2'])
+    C['$h4!'] = bool_free(C['$h4'])
     return C
 
 
 def d_Positive(C, s, t, v_x):
     # spec/LayerPipeline.tla:32:1
-    return ((v_x in STD['Nat']) and (v_x >= 1))
+    return (in_(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_Slot(C, s, t, v_l):
@@ -382,19 +386,19 @@ def inv_TypeOK(C, s):
     try:
         # spec/LayerPipeline.tla:56:8
         k = 1
-        if not (s['restored'] in C['$h0']):
+        if not in_c(s['restored'], C['$h0'], C['$h0!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/LayerPipeline.tla:57:8
         k = 2
-        if not (s['slotLayer'] in C['$h1']):
+        if not in_c(s['slotLayer'], C['$h1'], C['$h1!']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/LayerPipeline.tla:58:8
         k = 3
-        if not (s['slotFull'] in C['$h2']):
+        if not in_c(s['slotFull'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/LayerPipeline.tla:59:8
         k = 4
-        if not (s['gatherBusy'] in C['$h2']):
+        if not in_c(s['gatherBusy'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/LayerPipeline.tla:60:8
         k = 5
@@ -406,7 +410,7 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/LayerPipeline.tla:62:8
         k = 7
-        if not (s['reading'] in C['$h4']):
+        if not in_c(s['reading'], C['$h4'], C['$h4!']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -437,15 +441,15 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/LayerPipeline.tla:57:8 (element-local)
         k = 2
-        if not all((ap(s['slotLayer'], x_2) in C['$h4']) for x_2 in it(D['Slots'])):
+        if not all(in_c(ap(s['slotLayer'], x_2), C['$h4'], C['$h4!']) for x_2 in it(D['Slots'])):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/LayerPipeline.tla:58:8 (element-local)
         k = 3
-        if not all((ap(s['slotFull'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Slots'])):
+        if not all((ap(s['slotFull'], x_3).__class__ is bool) for x_3 in it(D['Slots'])):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/LayerPipeline.tla:59:8 (element-local)
         k = 4
-        if not all((ap(s['gatherBusy'], x_4) in STD["BOOLEAN"]) for x_4 in it(D['Slots'])):
+        if not all((ap(s['gatherBusy'], x_4).__class__ is bool) for x_4 in it(D['Slots'])):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/LayerPipeline.tla:60:8
         k = 5
@@ -457,7 +461,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/LayerPipeline.tla:62:8
         k = 7
-        if not (s['reading'] in C['$h4']):
+        if not in_c(s['reading'], C['$h4'], C['$h4!']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -644,7 +648,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _a4 = fast_ap(s['gatherBusy'])
                 _a5 = fast_ap(s['restored'])
                 _r6 = C['$h4']
-                _r7 = STD["BOOLEAN"]
+                _r7 = C['$h4!']
                 _r8 = C['None']
                 _r9 = C['Ranks']
                 _r10 = s['reading']
@@ -652,7 +656,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 for e_Slots in it(D['Slots']):
                     _e0 = _a2(e_Slots)
                     _e1 = _a4(e_Slots)
-                    if not ((not _u0_1 or (_e0 in _r6)) and (not _u0_2 or (_a3(e_Slots) in _r7)) and (not _u0_3 or (_e1 in _r7)) and (not _u1_0 or ((not (_e0 != _r8)) or all((_a5(v_r_3) > _e0) for v_r_3 in it(_r9)))) and (not _u2_0 or ((not _e1) or (((_r10 == _r8) or (d_Slot(C, s, None, _r10) != e_Slots)) and (_r11 >= (_e0 - 1))))) and (not _u3_1 or ((not (_e0 != _r8)) or (d_Slot(C, s, None, _e0) == e_Slots)))):
+                    if not ((not _u0_1 or ((_e0 in _r6 and (_e0.__class__ is int or _e0.__class__ is str)) if _r7 else in_set(_e0, _r6))) and (not _u0_2 or (_a3(e_Slots).__class__ is bool)) and (not _u0_3 or (_e1.__class__ is bool)) and (not _u1_0 or ((not (_e0 != _r8)) or all((_a5(v_r_3) > _e0) for v_r_3 in it(_r9)))) and (not _u2_0 or ((not _e1) or (((_r10 == _r8) or (d_Slot(C, s, None, _r10) != e_Slots)) and (_r11 >= (_e0 - 1))))) and (not _u3_1 or ((not (_e0 != _r8)) or (d_Slot(C, s, None, _e0) == e_Slots)))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'gatherNext' in V)):
             _r12 = s['gatherNext']
@@ -667,12 +671,13 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         if (_k0 and (V is None or 'reading' in V)):
             _r16 = s['reading']
             _r17 = C['$h4']
-            if not (_r16 in _r17):
+            _r18 = C['$h4!']
+            if not in_c(_r16, _r17, _r18):
                 raise FastPathFailed()
         if (_k3 and (V is None or not V.isdisjoint(_R_inv_TwoBuffersOnly[0]))):
-            _r18 = s['gatherNext']
-            _r19 = s['attnNext']
-            if not (_r18 <= (_r19 + 2)):
+            _r19 = s['gatherNext']
+            _r20 = s['attnNext']
+            if not (_r19 <= (_r20 + 2)):
                 raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, case_fail, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_, in_c, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PDHandoff.tla'
 MODULE = 'PDHandoff'
@@ -37,9 +37,9 @@ def constants(raw: dict) -> dict:
     C['Tiers'] = frozenset(('device', 'host', 'storage',))  # spec/PDHandoff.tla:53:1
     C['ToDecode'] = _b_cup(frozenset(normalize(d_Msg(C, s, None, 'DATA', v_i_1)) for v_i_1 in it(C['Pages'])), frozenset((normalize(d_Msg(C, s, None, 'ABORT', 0)),)))  # spec/PDHandoff.tla:58:1
     C['ToPrefill'] = _b_cup(frozenset(normalize(d_Msg(C, s, None, 'ALLOC', v_i_1)) for v_i_1 in it(C['Pages'])), frozenset(normalize(d_Msg(C, s, None, v_k_2, 0)) for v_k_2 in it(frozenset(('ABORT', 'DONE', 'CLOSED',)))))  # spec/PDHandoff.tla:59:1
-    if not (d_Positive(C, s, None, C['NPages']) and (C['NDecodeSlots'] in STD['Nat'])):
+    if not (d_Positive(C, s, None, C['NPages']) and in_(C['NDecodeSlots'], STD['Nat'])):
         raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:49:8: Positive(NPages) /\\ NDecodeSlots \\in Nat')
-    if not ((C['BugAbortFreesInFlight'] in STD["BOOLEAN"]) and (C['BugSendBeforeLoadBack'] in STD["BOOLEAN"])):
+    if not ((C['BugAbortFreesInFlight'].__class__ is bool) and (C['BugSendBeforeLoadBack'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:50:8: BugAbortFreesInFlight \\in BOOLEAN /\\ BugSendBeforeLoadBack \\in BOOLEAN')
     C['$h0'] = frozenset(('ALLOC', 'ABORT', 'DONE',))
     C['$h1'] = frozenset(('waiting', 'aborting',))
@@ -49,12 +49,14 @@ def constants(raw: dict) -> dict:
     C['$h5'] = FcnSet(C['Pages'], STD["BOOLEAN"])
     C['$h6'] = _b_range_(0, C['NDecodeSlots'])
     C['$h7'] = frozenset(('done', 'aborted',))
+    C['$h2!'] = bool_free(C['$h2'])
+    C['$h5!'] = bool_free(C['$h5'])
     return C
 
 
 def d_Positive(C, s, t, v_x):
     # spec/PDHandoff.tla:47:1
-    return ((v_x in STD['Nat']) and (v_x >= 1))
+    return (in_(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_TierRank(C, s, t, v_x):
@@ -79,12 +81,12 @@ def d_AtHead(C, s, t, v_q, v_m):
 
 def d_InFlight(C, s, t):
     # spec/PDHandoff.tla:95:1
-    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if (d_Msg(C, s, t, 'DATA', v_i_1) in d_Range(C, s, t, s['p2d'])))
+    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if in_(d_Msg(C, s, t, 'DATA', v_i_1), d_Range(C, s, t, s['p2d'])))
 
 
 def d_Requested(C, s, t):
     # spec/PDHandoff.tla:96:1
-    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if (d_Msg(C, s, t, 'ALLOC', v_i_1) in d_Range(C, s, t, s['d2p'])))
+    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if in_(d_Msg(C, s, t, 'ALLOC', v_i_1), d_Range(C, s, t, s['d2p'])))
 
 
 def d_Allocated(C, s, t):
@@ -94,7 +96,7 @@ def d_Allocated(C, s, t):
 
 def d_Init(C, s, t):
     # spec/PDHandoff.tla:100:1
-    return ((s['ploc'] in frozenset(v_f_1 for v_f_1 in it(C['$h2']) if all(((not (v_i_2 > 1)) or (d_TierRank(C, s, t, ap(v_f_1, (v_i_2 - 1))) <= d_TierRank(C, s, t, ap(v_f_1, v_i_2)))) for v_i_2 in it(C['Pages'])))) and (s['pstate'] == 'running') and (s['plock'] == True) and (s['dstate'] == 'waiting') and (s['dalloc'] == mk_fcn({v_i_3: False for v_i_3 in it(C['Pages'])})) and (s['dfree'] == C['NDecodeSlots']) and (s['dland'] == mk_fcn({v_i_4: False for v_i_4 in it(C['Pages'])})) and (s['dread'] == mk_fcn({v_i_5: False for v_i_5 in it(C['Pages'])})) and (s['p2d'] == ()) and (s['d2p'] == ()) and (s['sentUnloaded'] == frozenset()))
+    return (in_(s['ploc'], frozenset(v_f_1 for v_f_1 in it(C['$h2']) if all(((not (v_i_2 > 1)) or (d_TierRank(C, s, t, ap(v_f_1, (v_i_2 - 1))) <= d_TierRank(C, s, t, ap(v_f_1, v_i_2)))) for v_i_2 in it(C['Pages'])))) and (s['pstate'] == 'running') and (s['plock'] == True) and (s['dstate'] == 'waiting') and (s['dalloc'] == mk_fcn({v_i_3: False for v_i_3 in it(C['Pages'])})) and (s['dfree'] == C['NDecodeSlots']) and (s['dland'] == mk_fcn({v_i_4: False for v_i_4 in it(C['Pages'])})) and (s['dread'] == mk_fcn({v_i_5: False for v_i_5 in it(C['Pages'])})) and (s['p2d'] == ()) and (s['d2p'] == ()) and (s['sentUnloaded'] == frozenset()))
 
 
 def d_PrefillLoadBack(C, s, t, v_i):
@@ -144,7 +146,7 @@ def d_DecodeFinish(C, s, t):
 
 def d_DecodeAbort(C, s, t):
     # spec/PDHandoff.tla:214:1
-    return ((s['dstate'] == 'waiting') and (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: (v_i_3 in l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))) and (t['dstate'] == 'aborting') and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ABORT', 0))) and ((t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+    return ((s['dstate'] == 'waiting') and (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: in_(v_i_3, l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))) and (t['dstate'] == 'aborting') and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ABORT', 0))) and ((t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
 
 
 def d_DecodeClose(C, s, t):
@@ -584,7 +586,7 @@ def act_DecodeAbort(C, s, t):
             return Failure('DecodeAbort', 1, *_T_act_DecodeAbort[0])
         # spec/PDHandoff.tla:216:8
         k = 2
-        if not (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: (v_i_3 in l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))):
+        if not (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: in_(v_i_3, l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))):
             return Failure('DecodeAbort', 2, *_T_act_DecodeAbort[1])
         # spec/PDHandoff.tla:219:8
         k = 3
@@ -759,7 +761,7 @@ def inv_TypeOK(C, s):
     try:
         # spec/PDHandoff.tla:79:8
         k = 1
-        if not (s['ploc'] in C['$h2']):
+        if not in_c(s['ploc'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/PDHandoff.tla:80:8
         k = 2
@@ -767,7 +769,7 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/PDHandoff.tla:81:8
         k = 3
-        if not (s['plock'] in STD["BOOLEAN"]):
+        if not (s['plock'].__class__ is bool):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/PDHandoff.tla:82:8
         k = 4
@@ -775,7 +777,7 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/PDHandoff.tla:83:8
         k = 5
-        if not (s['dalloc'] in C['$h5']):
+        if not in_c(s['dalloc'], C['$h5'], C['$h5!']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/PDHandoff.tla:84:8
         k = 6
@@ -783,19 +785,19 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/PDHandoff.tla:85:8
         k = 7
-        if not (s['dland'] in C['$h5']):
+        if not in_c(s['dland'], C['$h5'], C['$h5!']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/PDHandoff.tla:86:8
         k = 8
-        if not (s['dread'] in C['$h5']):
+        if not in_c(s['dread'], C['$h5'], C['$h5!']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/PDHandoff.tla:87:8
         k = 9
-        if not (s['p2d'] in _b_Seq(C['ToDecode'])):
+        if not in_(s['p2d'], _b_Seq(C['ToDecode'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/PDHandoff.tla:88:8
         k = 10
-        if not (s['d2p'] in _b_Seq(C['ToPrefill'])):
+        if not in_(s['d2p'], _b_Seq(C['ToPrefill'])):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
         # spec/PDHandoff.tla:89:8
         k = 11
@@ -838,7 +840,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/PDHandoff.tla:81:8
         k = 3
-        if not (s['plock'] in STD["BOOLEAN"]):
+        if not (s['plock'].__class__ is bool):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/PDHandoff.tla:82:8
         k = 4
@@ -846,7 +848,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/PDHandoff.tla:83:8 (element-local)
         k = 5
-        if not all((ap(s['dalloc'], x_2) in STD["BOOLEAN"]) for x_2 in it(D['Pages'])):
+        if not all((ap(s['dalloc'], x_2).__class__ is bool) for x_2 in it(D['Pages'])):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/PDHandoff.tla:84:8
         k = 6
@@ -854,19 +856,19 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/PDHandoff.tla:85:8 (element-local)
         k = 7
-        if not all((ap(s['dland'], x_3) in STD["BOOLEAN"]) for x_3 in it(D['Pages'])):
+        if not all((ap(s['dland'], x_3).__class__ is bool) for x_3 in it(D['Pages'])):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/PDHandoff.tla:86:8 (element-local)
         k = 8
-        if not all((ap(s['dread'], x_4) in STD["BOOLEAN"]) for x_4 in it(D['Pages'])):
+        if not all((ap(s['dread'], x_4).__class__ is bool) for x_4 in it(D['Pages'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/PDHandoff.tla:87:8
         k = 9
-        if not (s['p2d'] in _b_Seq(C['ToDecode'])):
+        if not in_(s['p2d'], _b_Seq(C['ToDecode'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/PDHandoff.tla:88:8
         k = 10
-        if not (s['d2p'] in _b_Seq(C['ToPrefill'])):
+        if not in_(s['d2p'], _b_Seq(C['ToPrefill'])):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
         # spec/PDHandoff.tla:89:8
         k = 11
@@ -950,7 +952,7 @@ def inv_InFlightDestOwned(C, s):
     try:
         # spec/PDHandoff.tla:274:5
         k = 1
-        if not all(((not ((v_i_1 in d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and (v_i_1 in d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(C['Pages'])):
+        if not all(((not (in_(v_i_1, d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and in_(v_i_1, d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(C['Pages'])):
             return Failure('InFlightDestOwned', 1, *_T_inv_InFlightDestOwned[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('InFlightDestOwned', _T_inv_InFlightDestOwned, k, e)
@@ -971,7 +973,7 @@ def inc_InFlightDestOwned(C, s, D, V=None):
     try:
         # spec/PDHandoff.tla:274:5 (element-local)
         k = 1
-        if not all(((not ((v_i_1 in d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and (v_i_1 in d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(D['Pages'])):
+        if not all(((not (in_(v_i_1, d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and in_(v_i_1, d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(D['Pages'])):
             return Failure('InFlightDestOwned', 1, *_T_inv_InFlightDestOwned[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('InFlightDestOwned', _T_inv_InFlightDestOwned, k, e)
@@ -1038,48 +1040,46 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _a2 = fast_ap(s['dland'])
                 _a3 = fast_ap(s['dread'])
                 _r4 = C['Tiers']
-                _r5 = STD["BOOLEAN"]
-                _r6 = s['pstate']
+                _r5 = s['pstate']
                 for e_Pages in it(D['Pages']):
                     _e0 = _a1(e_Pages)
                     _e1 = _a2(e_Pages)
                     _e2 = _a3(e_Pages)
-                    if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0 in _r5)) and (not _u0_6 or (_e1 in _r5)) and (not _u0_7 or (_e2 in _r5)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not ((e_Pages in d_InFlight(C, s, None)) or ((_r6 == 'running') and (e_Pages in d_Requested(C, s, None))))) or _e0))):
+                    if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0.__class__ is bool)) and (not _u0_6 or (_e1.__class__ is bool)) and (not _u0_7 or (_e2.__class__ is bool)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not (in_(e_Pages, d_InFlight(C, s, None)) or ((_r5 == 'running') and in_(e_Pages, d_Requested(C, s, None))))) or _e0))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'pstate' in V)):
-            _r7 = s['pstate']
-            _r8 = C['$h3']
-            if not (_r7 in _r8):
+            _r6 = s['pstate']
+            _r7 = C['$h3']
+            if not (_r6 in _r7):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'plock' in V)):
-            _r9 = s['plock']
-            _r10 = STD["BOOLEAN"]
-            if not (_r9 in _r10):
+            _r8 = s['plock']
+            if not (_r8.__class__ is bool):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'dstate' in V)):
-            _r11 = s['dstate']
-            _r12 = C['$h4']
-            if not (_r11 in _r12):
+            _r9 = s['dstate']
+            _r10 = C['$h4']
+            if not (_r9 in _r10):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'dfree' in V)):
-            _r13 = s['dfree']
-            _r14 = C['$h6']
-            if not (_r13 in _r14):
+            _r11 = s['dfree']
+            _r12 = C['$h6']
+            if not (_r11 in _r12):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'p2d' in V)):
-            _r15 = s['p2d']
-            _r16 = C['ToDecode']
-            if not (_r15 in _b_Seq(_r16)):
+            _r13 = s['p2d']
+            _r14 = C['ToDecode']
+            if not in_(_r13, _b_Seq(_r14)):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'd2p' in V)):
-            _r17 = s['d2p']
-            _r18 = C['ToPrefill']
-            if not (_r17 in _b_Seq(_r18)):
+            _r15 = s['d2p']
+            _r16 = C['ToPrefill']
+            if not in_(_r15, _b_Seq(_r16)):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'sentUnloaded' in V)):
-            _r19 = s['sentUnloaded']
-            _r20 = C['Pages']
-            if not _b_subseteq(_r19, _r20):
+            _r17 = s['sentUnloaded']
+            _r18 = C['Pages']
+            if not _b_subseteq(_r17, _r18):
                 raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

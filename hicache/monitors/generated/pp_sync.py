@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, choose, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PPSync.tla'
 MODULE = 'PPSync'
@@ -34,7 +34,7 @@ def constants(raw: dict) -> dict:
     C['None'] = (-1)  # spec/PPSync.tla:43:1
     if not (d_Positive(C, s, None, C['NStages']) and d_Positive(C, s, None, C['NRanks'])):
         raise ValueError('constants violate ASSUME at spec/PPSync.tla:36:8: Positive(NStages) /\\ Positive(NRanks)')
-    if not (((C['NTransfers'] in STD['Nat']) and d_Positive(C, s, None, C['MaxChecks'])) and (C['BugLocalCount'] in STD["BOOLEAN"])):
+    if not ((in_(C['NTransfers'], STD['Nat']) and d_Positive(C, s, None, C['MaxChecks'])) and (C['BugLocalCount'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/PPSync.tla:37:8: NTransfers \\in Nat /\\ Positive(MaxChecks) /\\ BugLocalCount \\in BOOLEAN')
     C['$h0'] = _b_range_(0, C['NTransfers'])
     C['$h1'] = FcnSet(C['Stages'], FcnSet(C['Ranks'], _b_SUBSET(C['Transfers'])))
@@ -47,22 +47,31 @@ def constants(raw: dict) -> dict:
     C['$h8'] = _b_range_(0, C['MaxChecks'])
     C['$h9'] = FcnSet(C['Checks'], _b_range_(0, C['NTransfers']))
     C['$h10'] = _b_cup(_b_range_(0, C['NTransfers']), frozenset((normalize(C['None']),)))
+    C['$h1!'] = bool_free(C['$h1'])
+    C['$h10!'] = bool_free(C['$h10'])
+    C['$h2!'] = bool_free(C['$h2'])
+    C['$h3!'] = bool_free(C['$h3'])
+    C['$h4!'] = bool_free(C['$h4'])
+    C['$h5!'] = bool_free(C['$h5'])
+    C['$h6!'] = bool_free(C['$h6'])
+    C['$h7!'] = bool_free(C['$h7'])
+    C['$h9!'] = bool_free(C['$h9'])
     return C
 
 
 def d_Positive(C, s, t, v_x):
     # spec/PPSync.tla:34:1
-    return ((v_x in STD['Nat']) and (v_x >= 1))
+    return (in_(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_TypeOK(C, s, t):
     # spec/PPSync.tla:57:1
-    return ((s['issued'] in C['$h0']) and (s['done'] in C['$h1']) and (s['applied'] in C['$h2']) and (s['checks'] in C['$h3']) and (s['upto'] in C['$h4']) and (s['agreed'] in C['$h5']) and (s['pending'] in C['$h6']) and (s['chan'] in C['$h6']))
+    return ((s['issued'] in C['$h0']) and in_c(s['done'], C['$h1'], C['$h1!']) and in_c(s['applied'], C['$h2'], C['$h2!']) and in_c(s['checks'], C['$h3'], C['$h3!']) and in_c(s['upto'], C['$h4'], C['$h4!']) and in_c(s['agreed'], C['$h5'], C['$h5!']) and in_c(s['pending'], C['$h6'], C['$h6!']) and in_c(s['chan'], C['$h6'], C['$h6!']))
 
 
 def d_ReadyRun(C, s, t, v_s, v_r, v_n):
     # spec/PPSync.tla:68:1
-    return all((v_t_1 in ap(ap(s['done'], v_s), v_r)) for v_t_1 in it(_b_range_((ap(s['applied'], v_s) + 1), (ap(s['applied'], v_s) + v_n))))
+    return all(in_(v_t_1, ap(ap(s['done'], v_s), v_r)) for v_t_1 in it(_b_range_((ap(s['applied'], v_s) + 1), (ap(s['applied'], v_s) + v_n))))
 
 
 def d_Lead(C, s, t, v_s, v_r):
@@ -87,7 +96,7 @@ def d_TransferIssue(C, s, t):
 
 def d_TransferComplete(C, s, t, v_t, v_s, v_r):
     # spec/PPSync.tla:92:1
-    return ((v_t <= s['issued']) and (v_t not in ap(ap(s['done'], v_s), v_r)) and (t['done'] == exc(s['done'], ((v_s, v_r,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_t),)))))) and ((t['issued'] == s['issued']) and (t['applied'] == s['applied']) and (t['checks'] == s['checks']) and (t['upto'] == s['upto']) and (t['agreed'] == s['agreed']) and (t['pending'] == s['pending']) and (t['chan'] == s['chan'])))
+    return ((v_t <= s['issued']) and (not in_(v_t, ap(ap(s['done'], v_s), v_r))) and (t['done'] == exc(s['done'], ((v_s, v_r,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_t),)))))) and ((t['issued'] == s['issued']) and (t['applied'] == s['applied']) and (t['checks'] == s['checks']) and (t['upto'] == s['upto']) and (t['agreed'] == s['agreed']) and (t['pending'] == s['pending']) and (t['chan'] == s['chan'])))
 
 
 def d_Round(C, s, t, v_s):
@@ -112,7 +121,7 @@ def d_ApplyTarget(C, s, t, v_s):
 
 def d_StageApply(C, s, t, v_s):
     # spec/PPSync.tla:133:1
-    return ((ap(s['pending'], v_s) != C['None']) and (lambda l_target_1: (all(all((v_t_3 in ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: (ap(s['checks'], v_s) + 1)))) and (t['pending'] == exc(s['pending'], ((v_s,), lambda at_7: C['None']))) and ((t['issued'] == s['issued']) and (t['done'] == s['done']) and (t['agreed'] == s['agreed']) and (t['chan'] == s['chan'])))
+    return ((ap(s['pending'], v_s) != C['None']) and (lambda l_target_1: (all(all(in_(v_t_3, ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: (ap(s['checks'], v_s) + 1)))) and (t['pending'] == exc(s['pending'], ((v_s,), lambda at_7: C['None']))) and ((t['issued'] == s['issued']) and (t['done'] == s['done']) and (t['agreed'] == s['agreed']) and (t['chan'] == s['chan'])))
 
 
 def d_Finished(C, s, t):
@@ -132,7 +141,7 @@ def d_SameCountEachCheck(C, s, t):
 
 def d_ApplyOnlyCompleted(C, s, t):
     # spec/PPSync.tla:170:1
-    return all(all((v_t_3 in ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks']))
+    return all(all(in_(v_t_3, ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks']))
 
 
 def d_AgreedRounds(C, s, t):
@@ -196,7 +205,7 @@ def act_TransferComplete(C, s, t, v_t, v_s, v_r):
             return Failure('TransferComplete', 1, *_T_act_TransferComplete[0])
         # spec/PPSync.tla:94:8
         k = 2
-        if not (v_t not in ap(ap(s['done'], v_s), v_r)):
+        if not (not in_(v_t, ap(ap(s['done'], v_s), v_r))):
             return Failure('TransferComplete', 2, *_T_act_TransferComplete[1])
         # spec/PPSync.tla:95:8
         k = 3
@@ -321,7 +330,7 @@ def act_StageApply(C, s, t, v_s):
             return Failure('StageApply', 1, *_T_act_StageApply[0])
         # spec/PPSync.tla:135:8
         k = 2
-        if not (lambda l_target_1: (all(all((v_t_3 in ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))):
+        if not (lambda l_target_1: (all(all(in_(v_t_3, ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))):
             return Failure('StageApply', 2, *_T_act_StageApply[1])
         # spec/PPSync.tla:139:8
         k = 3
@@ -415,31 +424,31 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/PPSync.tla:59:8
         k = 2
-        if not (s['done'] in C['$h1']):
+        if not in_c(s['done'], C['$h1'], C['$h1!']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/PPSync.tla:60:8
         k = 3
-        if not (s['applied'] in C['$h2']):
+        if not in_c(s['applied'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/PPSync.tla:61:8
         k = 4
-        if not (s['checks'] in C['$h3']):
+        if not in_c(s['checks'], C['$h3'], C['$h3!']):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/PPSync.tla:62:8
         k = 5
-        if not (s['upto'] in C['$h4']):
+        if not in_c(s['upto'], C['$h4'], C['$h4!']):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/PPSync.tla:63:8
         k = 6
-        if not (s['agreed'] in C['$h5']):
+        if not in_c(s['agreed'], C['$h5'], C['$h5!']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/PPSync.tla:64:8
         k = 7
-        if not (s['pending'] in C['$h6']):
+        if not in_c(s['pending'], C['$h6'], C['$h6!']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/PPSync.tla:65:8
         k = 8
-        if not (s['chan'] in C['$h6']):
+        if not in_c(s['chan'], C['$h6'], C['$h6!']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -471,7 +480,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/PPSync.tla:59:8 (element-local)
         k = 2
-        if not all((ap(s['done'], x_1) in C['$h7']) for x_1 in it(D['Stages'])):
+        if not all(in_c(ap(s['done'], x_1), C['$h7'], C['$h7!']) for x_1 in it(D['Stages'])):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/PPSync.tla:60:8 (element-local)
         k = 3
@@ -483,19 +492,19 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/PPSync.tla:62:8 (element-local)
         k = 5
-        if not all((ap(s['upto'], x_4) in C['$h9']) for x_4 in it(D['Stages'])):
+        if not all(in_c(ap(s['upto'], x_4), C['$h9'], C['$h9!']) for x_4 in it(D['Stages'])):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/PPSync.tla:63:8 (element-local)
         k = 6
-        if not all((ap(s['agreed'], x_5) in C['$h10']) for x_5 in it(D['Checks'])):
+        if not all(in_c(ap(s['agreed'], x_5), C['$h10'], C['$h10!']) for x_5 in it(D['Checks'])):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/PPSync.tla:64:8 (element-local)
         k = 7
-        if not all((ap(s['pending'], x_6) in C['$h10']) for x_6 in it(D['Stages'])):
+        if not all(in_c(ap(s['pending'], x_6), C['$h10'], C['$h10!']) for x_6 in it(D['Stages'])):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/PPSync.tla:65:8 (element-local)
         k = 8
-        if not all((ap(s['chan'], x_7) in C['$h10']) for x_7 in it(D['Stages'])):
+        if not all(in_c(ap(s['chan'], x_7), C['$h10'], C['$h10!']) for x_7 in it(D['Stages'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -531,7 +540,7 @@ def inv_ApplyOnlyCompleted(C, s):
     try:
         # spec/PPSync.tla:171:5
         k = 1
-        if not all(all((v_t_3 in ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks'])):
+        if not all(all(in_(v_t_3, ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks'])):
             return Failure('ApplyOnlyCompleted', 1, *_T_inv_ApplyOnlyCompleted[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ApplyOnlyCompleted', _T_inv_ApplyOnlyCompleted, k, e)
@@ -798,14 +807,17 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _a7 = fast_ap(s['chan'])
                 _a8 = fast_ap(s['agreed'])
                 _r9 = C['$h7']
-                _r10 = C['$h0']
-                _r11 = C['$h8']
-                _r12 = C['$h9']
-                _r13 = C['$h10']
-                _r14 = s['issued']
-                _r15 = C['Checks']
-                _r16 = C['MaxChecks']
-                _r17 = C['None']
+                _r10 = C['$h7!']
+                _r11 = C['$h0']
+                _r12 = C['$h8']
+                _r13 = C['$h9']
+                _r14 = C['$h9!']
+                _r15 = C['$h10']
+                _r16 = C['$h10!']
+                _r17 = s['issued']
+                _r18 = C['Checks']
+                _r19 = C['MaxChecks']
+                _r20 = C['None']
                 for e_Stages in it(D['Stages']):
                     _e0 = _a3(e_Stages)
                     _e1 = _a4(e_Stages)
@@ -813,7 +825,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                     _e3 = _a6(e_Stages)
                     _e4 = _a7(e_Stages)
                     _e5 = d_Received(C, s, None, e_Stages)
-                    if not ((not _u0_1 or (_a2(e_Stages) in _r9)) and (not _u0_2 or (_e0 in _r10)) and (not _u0_3 or (_e1 in _r11)) and (not _u0_4 or (_e2 in _r12)) and (not _u0_6 or (_e3 in _r13)) and (not _u0_7 or (_e4 in _r13)) and (not _u1_0 or ((_e0 <= _r14) and (_e1 <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _e1)) or (ap(_e2, v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r15))) and (not _u2_5 or (_e0 == (0 if (_e1 == 0) else ap(_e2, _e1)))) and (not _u2_10 or (_e5 <= _r16)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (_e5 + (1 if (_e4 != _r17) else 0))))) and (not _u2_12 or ((not (_e3 != _r17)) or (_e3 == _a8(((_e1 + 1)))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_e4 != _r17))) or (_e4 == _a8((_e5 + 1)))))):
+                    if not ((not _u0_1 or in_c(_a2(e_Stages), _r9, _r10)) and (not _u0_2 or (_e0 in _r11)) and (not _u0_3 or (_e1 in _r12)) and (not _u0_4 or ((_e2 in _r13 and (_e2.__class__ is int or _e2.__class__ is str)) if _r14 else in_set(_e2, _r13))) and (not _u0_6 or ((_e3 in _r15 and (_e3.__class__ is int or _e3.__class__ is str)) if _r16 else in_set(_e3, _r15))) and (not _u0_7 or ((_e4 in _r15 and (_e4.__class__ is int or _e4.__class__ is str)) if _r16 else in_set(_e4, _r15))) and (not _u1_0 or ((_e0 <= _r17) and (_e1 <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _e1)) or (ap(_e2, v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r18))) and (not _u2_5 or (_e0 == (0 if (_e1 == 0) else ap(_e2, _e1)))) and (not _u2_10 or (_e5 <= _r19)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (_e5 + (1 if (_e4 != _r20) else 0))))) and (not _u2_12 or ((not (_e3 != _r20)) or (_e3 == _a8(((_e1 + 1)))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_e4 != _r20))) or (_e4 == _a8((_e5 + 1)))))):
                         raise FastPathFailed()
         if D['Checks']:
             _u0_5 = _k0 and (V is None or 'agreed' in V)
@@ -821,13 +833,14 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u2_7 = _k2 and (V is None or 'agreed' in V)
             _u2_8 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))
             if _u0_5 or _u2_6 or _u2_7 or _u2_8:
-                _a18 = fast_ap(s['agreed'])
-                _r19 = C['$h10']
-                _r20 = C['None']
-                _r21 = s['issued']
+                _a21 = fast_ap(s['agreed'])
+                _r22 = C['$h10']
+                _r23 = C['$h10!']
+                _r24 = C['None']
+                _r25 = s['issued']
                 for e_Checks in it(D['Checks']):
-                    _e0 = _a18(e_Checks)
-                    if not ((not _u0_5 or (_e0 in _r19)) and (not _u2_6 or ((_e0 != _r20) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_e0 != _r20) and (e_Checks > 1))) or (_a18((e_Checks - 1)) <= _e0))) and (not _u2_8 or ((not (_e0 != _r20)) or (_e0 <= _r21)))):
+                    _e0 = _a21(e_Checks)
+                    if not ((not _u0_5 or ((_e0 in _r22 and (_e0.__class__ is int or _e0.__class__ is str)) if _r23 else in_set(_e0, _r22))) and (not _u2_6 or ((_e0 != _r24) == (e_Checks <= d_AgreedRounds(C, s, None)))) and (not _u2_7 or ((not ((_e0 != _r24) and (e_Checks > 1))) or (_a21((e_Checks - 1)) <= _e0))) and (not _u2_8 or ((not (_e0 != _r24)) or (_e0 <= _r25)))):
                         raise FastPathFailed()
         if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
@@ -842,16 +855,16 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             if not d_AppliedIssued(C, s, None):
                 raise FastPathFailed()
         if (_k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[9]))):
-            _a22 = fast_ap(s['done'])
-            _r23 = s['issued']
-            _r24 = C['Stages']
-            _r25 = C['Ranks']
-            if not all(_b_subseteq(ap(_a22(v_s_12), v_r_13), _b_range_(1, _r23)) for v_s_12 in it(_r24) for v_r_13 in it(_r25)):
+            _a26 = fast_ap(s['done'])
+            _r27 = s['issued']
+            _r28 = C['Stages']
+            _r29 = C['Ranks']
+            if not all(_b_subseteq(ap(_a26(v_s_12), v_r_13), _b_range_(1, _r27)) for v_s_12 in it(_r28) for v_r_13 in it(_r29)):
                 raise FastPathFailed()
         if (_k2 and (V is None or 'chan' in V)):
-            _a26 = fast_ap(s['chan'])
-            _r27 = C['None']
-            if not (_a26(0) == _r27):
+            _a30 = fast_ap(s['chan'])
+            _r31 = C['None']
+            if not (_a30(0) == _r31):
                 raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

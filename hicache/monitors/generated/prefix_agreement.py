@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, case_fail, choose, conj_error, exc, fast_ap, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, choose, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PrefixAgreement.tla'
 MODULE = 'PrefixAgreement'
@@ -42,7 +42,7 @@ def constants(raw: dict) -> dict:
         raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:54:8: Positive(NBatches) /\\ Positive(BatchPages)')
     if not (_b_subseteq(C['Policies'], C['AllPolicies']) and (C['Policies'] != frozenset())):
         raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:55:8: Policies \\subseteq AllPolicies /\\ Policies # {}')
-    if not ((C['ConsumeLatestProgress'] in STD["BOOLEAN"]) and (C['BugNoAckAfterStop'] in STD["BOOLEAN"])):
+    if not ((C['ConsumeLatestProgress'].__class__ is bool) and (C['BugNoAckAfterStop'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/PrefixAgreement.tla:56:8: ConsumeLatestProgress \\in BOOLEAN /\\ BugNoAckAfterStop \\in BOOLEAN')
     C['$h0'] = _b_range_(0, C['BatchPages'])
     C['$h1'] = FcnSet(C['Ranks'], _b_range_(0, C['NBatches']))
@@ -62,17 +62,30 @@ def constants(raw: dict) -> dict:
     C['$h15'] = _b_cup(_b_range_(0, C['MaxPages']), frozenset((normalize(C['None']),)))
     C['$h16'] = frozenset((True,))
     C['$h17'] = frozenset((False,))
+    C['$h1!'] = bool_free(C['$h1'])
+    C['$h11!'] = bool_free(C['$h11'])
+    C['$h13!'] = bool_free(C['$h13'])
+    C['$h14!'] = bool_free(C['$h14'])
+    C['$h15!'] = bool_free(C['$h15'])
+    C['$h2!'] = bool_free(C['$h2'])
+    C['$h4!'] = bool_free(C['$h4'])
+    C['$h5!'] = bool_free(C['$h5'])
+    C['$h6!'] = bool_free(C['$h6'])
+    C['$h7!'] = bool_free(C['$h7'])
+    C['$h8!'] = bool_free(C['$h8'])
+    C['$h9!'] = bool_free(C['$h9'])
+    C['Policies!'] = bool_free(C['Policies'])
     return C
 
 
 def d_Positive(C, s, t, v_x):
     # spec/PrefixAgreement.tla:51:1
-    return ((v_x in STD['Nat']) and (v_x >= 1))
+    return (in_(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_TypeOK(C, s, t):
     # spec/PrefixAgreement.tla:82:1
-    return ((s['policy'] in C['Policies']) and (s['tried'] in C['$h1']) and (s['loaded'] in C['$h2']) and (s['terminated'] in STD["BOOLEAN"]) and (s['pub'] in C['$h3']) and (s['pubAck'] in C['$h4']) and (s['checks'] in C['$h5']) and (s['verdict'] in C['$h6']) and (s['cut'] in C['$h7']) and (s['consumed'] in C['$h8']) and (s['used'] in C['$h9']))
+    return (in_c(s['policy'], C['Policies'], C['Policies!']) and in_c(s['tried'], C['$h1'], C['$h1!']) and in_c(s['loaded'], C['$h2'], C['$h2!']) and (s['terminated'].__class__ is bool) and (s['pub'] in C['$h3']) and in_c(s['pubAck'], C['$h4'], C['$h4!']) and in_c(s['checks'], C['$h5'], C['$h5!']) and in_c(s['verdict'], C['$h6'], C['$h6!']) and in_c(s['cut'], C['$h7'], C['$h7!']) and in_c(s['consumed'], C['$h8'], C['$h8!']) and in_c(s['used'], C['$h9'], C['$h9!']))
 
 
 def d_Min(C, s, t, v_S):
@@ -112,7 +125,7 @@ def d_PrefixOf(C, s, t, v_n):
 
 def d_Init(C, s, t):
     # spec/PrefixAgreement.tla:112:1
-    return ((s['policy'] in C['Policies']) and (s['tried'] == mk_fcn({v_k_1: 0 for v_k_1 in it(C['Ranks'])})) and (s['loaded'] == mk_fcn({v_k_2: 0 for v_k_2 in it(C['Ranks'])})) and (s['terminated'] == False) and (s['pub'] == 0) and (s['pubAck'] == mk_fcn({v_j_3: C['None'] for v_j_3 in it(C['Batches'])})) and (s['checks'] == mk_fcn({v_s_4: 0 for v_s_4 in it(C['Stages'])})) and (s['verdict'] == mk_fcn({v_c_5: C['NoVerdict'] for v_c_5 in it(C['Checks'])})) and (s['cut'] == mk_fcn({v_c_6: C['None'] for v_c_6 in it(C['Checks'])})) and (s['consumed'] == mk_fcn({v_s_7: 0 for v_s_7 in it(C['Stages'])})) and (s['used'] == mk_fcn({v_s_8: C['None'] for v_s_8 in it(C['Stages'])})))
+    return (in_c(s['policy'], C['Policies'], C['Policies!']) and (s['tried'] == mk_fcn({v_k_1: 0 for v_k_1 in it(C['Ranks'])})) and (s['loaded'] == mk_fcn({v_k_2: 0 for v_k_2 in it(C['Ranks'])})) and (s['terminated'] == False) and (s['pub'] == 0) and (s['pubAck'] == mk_fcn({v_j_3: C['None'] for v_j_3 in it(C['Batches'])})) and (s['checks'] == mk_fcn({v_s_4: 0 for v_s_4 in it(C['Stages'])})) and (s['verdict'] == mk_fcn({v_c_5: C['NoVerdict'] for v_c_5 in it(C['Checks'])})) and (s['cut'] == mk_fcn({v_c_6: C['None'] for v_c_6 in it(C['Checks'])})) and (s['consumed'] == mk_fcn({v_s_7: 0 for v_s_7 in it(C['Stages'])})) and (s['used'] == mk_fcn({v_s_8: C['None'] for v_s_8 in it(C['Stages'])})))
 
 
 def d_RankLoadBatch(C, s, t, v_k):
@@ -409,19 +422,19 @@ def inv_TypeOK(C, s):
     try:
         # spec/PrefixAgreement.tla:83:8
         k = 1
-        if not (s['policy'] in C['Policies']):
+        if not in_c(s['policy'], C['Policies'], C['Policies!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/PrefixAgreement.tla:84:8
         k = 2
-        if not (s['tried'] in C['$h1']):
+        if not in_c(s['tried'], C['$h1'], C['$h1!']):
             return Failure('TypeOK', 2, *_T_inv_TypeOK[1])
         # spec/PrefixAgreement.tla:85:8
         k = 3
-        if not (s['loaded'] in C['$h2']):
+        if not in_c(s['loaded'], C['$h2'], C['$h2!']):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/PrefixAgreement.tla:86:8
         k = 4
-        if not (s['terminated'] in STD["BOOLEAN"]):
+        if not (s['terminated'].__class__ is bool):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/PrefixAgreement.tla:87:8
         k = 5
@@ -429,27 +442,27 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/PrefixAgreement.tla:88:8
         k = 6
-        if not (s['pubAck'] in C['$h4']):
+        if not in_c(s['pubAck'], C['$h4'], C['$h4!']):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/PrefixAgreement.tla:89:8
         k = 7
-        if not (s['checks'] in C['$h5']):
+        if not in_c(s['checks'], C['$h5'], C['$h5!']):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/PrefixAgreement.tla:90:8
         k = 8
-        if not (s['verdict'] in C['$h6']):
+        if not in_c(s['verdict'], C['$h6'], C['$h6!']):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/PrefixAgreement.tla:91:8
         k = 9
-        if not (s['cut'] in C['$h7']):
+        if not in_c(s['cut'], C['$h7'], C['$h7!']):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/PrefixAgreement.tla:92:8
         k = 10
-        if not (s['consumed'] in C['$h8']):
+        if not in_c(s['consumed'], C['$h8'], C['$h8!']):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
         # spec/PrefixAgreement.tla:93:8
         k = 11
-        if not (s['used'] in C['$h9']):
+        if not in_c(s['used'], C['$h9'], C['$h9!']):
             return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -480,7 +493,7 @@ def inc_TypeOK(C, s, D, V=None):
     try:
         # spec/PrefixAgreement.tla:83:8
         k = 1
-        if not (s['policy'] in C['Policies']):
+        if not in_c(s['policy'], C['Policies'], C['Policies!']):
             return Failure('TypeOK', 1, *_T_inv_TypeOK[0])
         # spec/PrefixAgreement.tla:84:8 (element-local)
         k = 2
@@ -492,7 +505,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 3, *_T_inv_TypeOK[2])
         # spec/PrefixAgreement.tla:86:8
         k = 4
-        if not (s['terminated'] in STD["BOOLEAN"]):
+        if not (s['terminated'].__class__ is bool):
             return Failure('TypeOK', 4, *_T_inv_TypeOK[3])
         # spec/PrefixAgreement.tla:87:8
         k = 5
@@ -500,7 +513,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 5, *_T_inv_TypeOK[4])
         # spec/PrefixAgreement.tla:88:8 (element-local)
         k = 6
-        if not all((ap(s['pubAck'], x_3) in C['$h11']) for x_3 in it(D['Batches'])):
+        if not all(in_c(ap(s['pubAck'], x_3), C['$h11'], C['$h11!']) for x_3 in it(D['Batches'])):
             return Failure('TypeOK', 6, *_T_inv_TypeOK[5])
         # spec/PrefixAgreement.tla:89:8 (element-local)
         k = 7
@@ -508,11 +521,11 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 7, *_T_inv_TypeOK[6])
         # spec/PrefixAgreement.tla:90:8 (element-local)
         k = 8
-        if not all((ap(s['verdict'], x_5) in C['$h13']) for x_5 in it(D['Checks'])):
+        if not all(in_c(ap(s['verdict'], x_5), C['$h13'], C['$h13!']) for x_5 in it(D['Checks'])):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/PrefixAgreement.tla:91:8 (element-local)
         k = 9
-        if not all((ap(s['cut'], x_6) in C['$h14']) for x_6 in it(D['Checks'])):
+        if not all(in_c(ap(s['cut'], x_6), C['$h14'], C['$h14!']) for x_6 in it(D['Checks'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/PrefixAgreement.tla:92:8 (element-local)
         k = 10
@@ -520,7 +533,7 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
         # spec/PrefixAgreement.tla:93:8 (element-local)
         k = 11
-        if not all((ap(s['used'], x_8) in C['$h15']) for x_8 in it(D['Stages'])):
+        if not all(in_c(ap(s['used'], x_8), C['$h15'], C['$h15!']) for x_8 in it(D['Stages'])):
             return Failure('TypeOK', 11, *_T_inv_TypeOK[10])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('TypeOK', _T_inv_TypeOK, k, e)
@@ -920,7 +933,8 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         if (_k0 and (V is None or 'policy' in V)):
             _r0 = s['policy']
             _r1 = C['Policies']
-            if not (_r0 in _r1):
+            _r2 = C['Policies!']
+            if not in_c(_r0, _r1, _r2):
                 raise FastPathFailed()
         if D['Ranks']:
             _u0_1 = _k0 and (V is None or 'tried' in V)
@@ -928,21 +942,20 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[0]))
             _u4_6 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
             if _u0_1 or _u0_2 or _u2_0 or _u4_6:
-                _a2 = fast_ap(s['tried'])
-                _a3 = fast_ap(s['loaded'])
-                _r4 = C['$h3']
-                _r5 = C['$h10']
-                _r6 = s['pub']
-                _r7 = C['BatchPages']
+                _a3 = fast_ap(s['tried'])
+                _a4 = fast_ap(s['loaded'])
+                _r5 = C['$h3']
+                _r6 = C['$h10']
+                _r7 = s['pub']
+                _r8 = C['BatchPages']
                 for e_Ranks in it(D['Ranks']):
-                    _e0 = _a2(e_Ranks)
-                    _e1 = _a3(e_Ranks)
-                    if not ((not _u0_1 or (_e0 in _r4)) and (not _u0_2 or (_e1 in _r5)) and (not _u2_0 or (_r6 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r7)))):
+                    _e0 = _a3(e_Ranks)
+                    _e1 = _a4(e_Ranks)
+                    if not ((not _u0_1 or (_e0 in _r5)) and (not _u0_2 or (_e1 in _r6)) and (not _u2_0 or (_r7 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r8)))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'terminated' in V)):
-            _r8 = s['terminated']
-            _r9 = STD["BOOLEAN"]
-            if not (_r8 in _r9):
+            _r9 = s['terminated']
+            if not (_r9.__class__ is bool):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'pub' in V)):
             _r10 = s['pub']
@@ -955,11 +968,12 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             if _u0_5 or _u4_7:
                 _a12 = fast_ap(s['pubAck'])
                 _r13 = C['$h11']
-                _r14 = C['None']
-                _r15 = s['pub']
+                _r14 = C['$h11!']
+                _r15 = C['None']
+                _r16 = s['pub']
                 for e_Batches in it(D['Batches']):
                     _e0 = _a12(e_Batches)
-                    if not ((not _u0_5 or (_e0 in _r13)) and (not _u4_7 or ((_e0 != _r14) == (e_Batches <= _r15)))):
+                    if not ((not _u0_5 or ((_e0 in _r13 and (_e0.__class__ is int or _e0.__class__ is str)) if _r14 else in_set(_e0, _r13))) and (not _u4_7 or ((_e0 != _r15) == (e_Batches <= _r16)))):
                         raise FastPathFailed()
         if D['Stages']:
             _u0_6 = _k0 and (V is None or 'checks' in V)
@@ -973,24 +987,25 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u4_15 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[15]))
             _u4_16 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[16]))
             if _u0_6 or _u0_9 or _u0_10 or _u1_0 or _u2_1 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16:
-                _a16 = fast_ap(s['checks'])
-                _a17 = fast_ap(s['consumed'])
-                _a18 = fast_ap(s['used'])
-                _a19 = fast_ap(s['loaded'])
-                _a20 = fast_ap(s['cut'])
-                _a21 = fast_ap(s['verdict'])
-                _r22 = C['$h12']
-                _r23 = C['$h3']
-                _r24 = C['$h15']
-                _r25 = C['None']
-                _r26 = C['Ranks']
-                _r27 = s['pub']
-                _r28 = C['NBatches']
+                _a17 = fast_ap(s['checks'])
+                _a18 = fast_ap(s['consumed'])
+                _a19 = fast_ap(s['used'])
+                _a20 = fast_ap(s['loaded'])
+                _a21 = fast_ap(s['cut'])
+                _a22 = fast_ap(s['verdict'])
+                _r23 = C['$h12']
+                _r24 = C['$h3']
+                _r25 = C['$h15']
+                _r26 = C['$h15!']
+                _r27 = C['None']
+                _r28 = C['Ranks']
+                _r29 = s['pub']
+                _r30 = C['NBatches']
                 for e_Stages in it(D['Stages']):
-                    _e0 = _a16(e_Stages)
-                    _e1 = _a17(e_Stages)
-                    _e2 = _a18(e_Stages)
-                    if not ((not _u0_6 or (_e0 in _r22)) and (not _u0_9 or (_e1 in _r23)) and (not _u0_10 or (_e2 in _r24)) and (not _u1_0 or ((not (_e2 != _r25)) or all((_e2 <= _a19(v_k_3)) for v_k_3 in it(_r26)))) and (not _u2_1 or (_e1 <= _r27)) and (not _u3_0 or ((not (_e0 > 0)) or (_e1 == _a20(_e0)))) and (not _u4_13 or ((not (_e2 == _r25)) or all(((not _a21(v_c_15)) and (_a20(v_c_15) < _r28)) for v_c_15 in it(_b_range_(1, _e0))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_e0 <= _a16((e_Stages - 1))))) and (not _u4_15 or ((not (_e2 != _r25)) or ((_e0 > 0) and (_e2 == d_PrefixOf(C, s, None, _e1)) and (_a21(_e0) or (_e1 == _r28))))) and (not _u4_16 or all(((not (v_c_16 < _e0)) or ((not _a21(v_c_16)) and (_a20(v_c_16) < _r28))) for v_c_16 in it(_b_range_(1, _e0))))):
+                    _e0 = _a17(e_Stages)
+                    _e1 = _a18(e_Stages)
+                    _e2 = _a19(e_Stages)
+                    if not ((not _u0_6 or (_e0 in _r23)) and (not _u0_9 or (_e1 in _r24)) and (not _u0_10 or ((_e2 in _r25 and (_e2.__class__ is int or _e2.__class__ is str)) if _r26 else in_set(_e2, _r25))) and (not _u1_0 or ((not (_e2 != _r27)) or all((_e2 <= _a20(v_k_3)) for v_k_3 in it(_r28)))) and (not _u2_1 or (_e1 <= _r29)) and (not _u3_0 or ((not (_e0 > 0)) or (_e1 == _a21(_e0)))) and (not _u4_13 or ((not (_e2 == _r27)) or all(((not _a22(v_c_15)) and (_a21(v_c_15) < _r30)) for v_c_15 in it(_b_range_(1, _e0))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_e0 <= _a17((e_Stages - 1))))) and (not _u4_15 or ((not (_e2 != _r27)) or ((_e0 > 0) and (_e2 == d_PrefixOf(C, s, None, _e1)) and (_a22(_e0) or (_e1 == _r30))))) and (not _u4_16 or all(((not (v_c_16 < _e0)) or ((not _a22(v_c_16)) and (_a21(v_c_16) < _r30))) for v_c_16 in it(_b_range_(1, _e0))))):
                         raise FastPathFailed()
         if D['Checks']:
             _u0_7 = _k0 and (V is None or 'verdict' in V)
@@ -1000,18 +1015,20 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u4_11 = _k4 and (V is None or 'cut' in V)
             _u4_12 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
             if _u0_7 or _u0_8 or _u4_9 or _u4_10 or _u4_11 or _u4_12:
-                _a29 = fast_ap(s['verdict'])
-                _a30 = fast_ap(s['cut'])
-                _a31 = fast_ap(s['checks'])
-                _r32 = C['$h13']
-                _r33 = C['$h14']
-                _r34 = C['None']
-                _r35 = C['NoVerdict']
-                _r36 = s['pub']
+                _a31 = fast_ap(s['verdict'])
+                _a32 = fast_ap(s['cut'])
+                _a33 = fast_ap(s['checks'])
+                _r34 = C['$h13']
+                _r35 = C['$h13!']
+                _r36 = C['$h14']
+                _r37 = C['$h14!']
+                _r38 = C['None']
+                _r39 = C['NoVerdict']
+                _r40 = s['pub']
                 for e_Checks in it(D['Checks']):
-                    _e0 = _a29(e_Checks)
-                    _e1 = _a30(e_Checks)
-                    if not ((not _u0_7 or (_e0 in _r32)) and (not _u0_8 or (_e1 in _r33)) and (not _u4_9 or ((_e1 != _r34) == (e_Checks <= _a31(0)))) and (not _u4_10 or ((not (_e0 != _r35)) or (e_Checks <= (_a31(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r34) and (e_Checks > 1))) or (_a30((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r34)) or ((_e1 <= _r36) and (_e0 != _r35))))):
+                    _e0 = _a31(e_Checks)
+                    _e1 = _a32(e_Checks)
+                    if not ((not _u0_7 or ((_e0 in _r34 and (_e0.__class__ is int or _e0.__class__ is str)) if _r35 else in_set(_e0, _r34))) and (not _u0_8 or ((_e1 in _r36 and (_e1.__class__ is int or _e1.__class__ is str)) if _r37 else in_set(_e1, _r36))) and (not _u4_9 or ((_e1 != _r38) == (e_Checks <= _a33(0)))) and (not _u4_10 or ((not (_e0 != _r39)) or (e_Checks <= (_a33(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r38) and (e_Checks > 1))) or (_a32((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r38)) or ((_e1 <= _r40) and (_e0 != _r39))))):
                         raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
@@ -1032,16 +1049,16 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             if not d_SameAcksConsumed(C, s, None):
                 raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[8]))):
-            _a37 = fast_ap(s['pubAck'])
-            _r38 = C['Ranks']
-            _r39 = s['pub']
-            if not all((_a37(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r38)))) for v_j_13 in it(_b_range_(1, _r39))):
+            _a41 = fast_ap(s['pubAck'])
+            _r42 = C['Ranks']
+            _r43 = s['pub']
+            if not all((_a41(v_j_13) == d_Min(C, s, None, frozenset(normalize(d_AckOf(C, s, None, v_k_14, v_j_13)) for v_k_14 in it(_r42)))) for v_j_13 in it(_b_range_(1, _r43))):
                 raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[17]))):
-            _a40 = fast_ap(s['verdict'])
-            _r41 = C['Checks']
-            _r42 = s['terminated']
-            if not ((not any((_a40(v_c_17) == True) for v_c_17 in it(_r41))) or _r42):
+            _a44 = fast_ap(s['verdict'])
+            _r45 = C['Checks']
+            _r46 = s['terminated']
+            if not ((not any((_a44(v_c_17) == True) for v_c_17 in it(_r45))) or _r46):
                 raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide
