@@ -13,10 +13,13 @@ figures, `hicache bench monitors`.
 prints one JSON object: instructions inside the monitors (their listeners, and cache checks
 not nested in one) over `--replays` replays, per replay and per listener call; with the
 filters, inside the selected listener calls only (of those events, of that spec's monitor),
-or only inside one function's calls made by them: where a monitor's cost goes. Needs
-valgrind with its `valgrind/callgrind.h` header and a C compiler (a three-line library turns
-collection on and off around the monitors' code: a callgrind client request, a no-op
-outside valgrind). Each run takes ~2.5 min here: valgrind runs the whole process, imports
+or only inside one function's calls made by them: where a monitor's cost goes. Each
+collected call also counts the ctypes calls that turn collection on and off around it (~2k
+instructions, measured in the same run on calls of a function that does nothing:
+`toggle_cost`); `net` is the count without them (a small function's own cost under
+--within). Needs valgrind with its `valgrind/callgrind.h` header and a C compiler (a
+four-line library turns collection on and off around the monitors' code and dumps the
+calibrations apart: callgrind client requests, no-ops outside valgrind). Each run takes ~2.5 min here: valgrind runs the whole process, imports
 included, and instruments from the warm-up replay on.
 """
 from __future__ import annotations
@@ -36,7 +39,13 @@ from pathlib import Path
 _TOGGLE_C = """#include <valgrind/callgrind.h>
 void hicache_cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
 void hicache_cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
+void hicache_cg_dump(void) { CALLGRIND_DUMP_STATS; }
 """
+
+#: toggle pairs around a call that does nothing, counted apart before the replays: what one
+#: collected call costs the count besides its own work (the ctypes calls into the toggle),
+#: in each of the two shapes the counted calls have
+CALIBRATION_CALLS = 500
 
 
 def build_toggle(folder: Path) -> Path:
@@ -68,6 +77,37 @@ def resolve(target: str):
     return owner, name
 
 
+def calibrate(cg) -> None:
+    """CALIBRATION_CALLS collected calls of a function that does nothing in each shape the
+    counted calls have, each followed by a dump (its counts go to a part of their own: `.1`
+    a listener call's shape, `.2` a --within call's; the final part holds the replays')."""
+    toggle = cg.hicache_cg_toggle
+
+    def nothing(*a, **kw):
+        return None
+
+    def listener_call(self, action, fields):
+        # (as counted_call calls the listener, and counted_check a cache check)
+        toggle()
+        try:
+            return nothing(self, action, fields)
+        finally:
+            toggle()
+
+    def within_call(*a, **kw):
+        # (as counted_within calls its target: the arguments passed on)
+        toggle()
+        try:
+            return nothing(*a, **kw)
+        finally:
+            toggle()
+    args = (object(), "RequestMatch", {})
+    for shape in (listener_call, within_call):
+        for _ in range(CALIBRATION_CALLS):
+            shape(*args)
+        cg.hicache_cg_dump()
+
+
 def child(args: argparse.Namespace) -> None:
     """Inside valgrind (or natively, where the toggles do nothing): the replays, collection
     on only inside the monitors; writes the listener calls counted to args.report.
@@ -88,9 +128,10 @@ def child(args: argparse.Namespace) -> None:
     bm._replay_once(args.mode, cfg, reqs)     # imports and first allocations, not instrumented
     cg.hicache_cg_start()
     bm._replay_once(args.mode, cfg, reqs)     # once more, instrumented, not collected
+    calibrate(cg)
     call, check, init = R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__
     toggle = cg.hicache_cg_toggle
-    state = {"calls": 0, "depth": 0, "inside": False, "within_calls": 0}
+    state = {"calls": 0, "depth": 0, "inside": False, "within_calls": 0, "toggled": 0}
     monitors: list = []
 
     def kept_init(self, *a, **kw):
@@ -108,6 +149,7 @@ def child(args: argparse.Namespace) -> None:
                 return call(self, action, fields)
             finally:
                 state["inside"] = False
+        state["toggled"] += 1
         toggle()
         try:
             return call(self, action, fields)
@@ -119,6 +161,7 @@ def child(args: argparse.Namespace) -> None:
         outer = whole and state["depth"] == 0
         state["depth"] += 1
         if outer:
+            state["toggled"] += 1
             toggle()
         try:
             return check(self, *a, **kw)
@@ -140,6 +183,7 @@ def child(args: argparse.Namespace) -> None:
                 return target(*a, **kw)
             state["inside"] = False          # (a recursive call is inside the outer one)
             state["within_calls"] += 1
+            state["toggled"] += 1
             toggle()
             try:
                 return target(*a, **kw)
@@ -159,7 +203,7 @@ def child(args: argparse.Namespace) -> None:
                 delattr(owner, name)     # (an inherited method: the subclass's copy goes)
     # (sample mode's budget is wall-clock time: under valgrind it affords other samples than
     # natively, so the steps checked are reported beside the count they cost)
-    counts = {"listener_calls": state["calls"], "steps_checked": sum(m.checked for m in monitors),
+    counts = {"listener_calls": state["calls"], "collected_calls": state["toggled"], "steps_checked": sum(m.checked for m in monitors),
               "cache_checks": sum(m.cache_checks for m in monitors)}
     if within is not None:
         counts["within_calls"] = state["within_calls"]      # (the calls of `within` collected)
@@ -220,19 +264,29 @@ def main() -> None:
         if proc.returncode != 0 or not report.exists():
             sys.exit(f"monitor_instructions: the run under valgrind failed ({proc.returncode}): "
                      f"{proc.stderr.strip()[-800:]}")
-        # thread 1 is the scheduler's (the replay's) thread, where the monitors run
-        main_thread = sorted(folder.glob("cg.*-01"))
-        if len(main_thread) != 1:
-            sys.exit(f"monitor_instructions: expected one thread-1 output, found {[p.name for p in main_thread]}")
+        # thread 1 is the scheduler's (the replay's) thread, where the monitors run: parts 1
+        # and 2 (cg.PID.1-01, cg.PID.2-01) the calibration, the final part (cg.PID-01) the replays
+        parts = [sorted(folder.glob(pattern)) for pattern in ("cg.*.1-01", "cg.*.2-01")]
+        main_thread = sorted(p for p in folder.glob("cg.*-01") if "." not in p.name[3:])
+        if len(main_thread) != 1 or any(len(p) != 1 for p in parts):
+            sys.exit(f"monitor_instructions: expected one thread-1 output of each part, found "
+                     f"{sorted(p.name for p in folder.glob('cg.*'))}")
         n = summary(main_thread[0])
+        per_call, per_within = (summary(p[0]) / CALIBRATION_CALLS for p in parts)
         counts = json.loads(report.read_text())
     calls = counts["listener_calls"]
     if filters and not calls:
         sys.exit(f"monitor_instructions: no listener call matched {filters} (--events takes action names such "
                  f"as RequestMatch, --spec a spec module such as HostTier or CPSharding)")
+    # (each collected call also counts the ctypes calls into the toggles around it, ~2k
+    # instructions measured apart: `net` leaves them out, so a small function's --within
+    # figure is its own cost; `instructions` is the raw count, comparable to earlier runs)
+    per_toggle = per_within if args.within else per_call
+    net = max(0, round(n - per_toggle * counts["collected_calls"]))
     print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, **filters, "instructions": n,
                       "per_replay": n // max(args.replays, 1), **counts,
-                      "per_listener_call": round(n / max(calls, 1), 1)}))
+                      "per_listener_call": round(n / max(calls, 1), 1), "toggle_cost": round(per_toggle, 1),
+                      "net": net, "net_per_listener_call": round(net / max(calls, 1), 1)}))
 
 
 if __name__ == "__main__":

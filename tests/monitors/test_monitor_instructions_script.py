@@ -58,6 +58,8 @@ def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_
     assert got["cache_checks"] >= 2
     if mode == "strict":
         assert got["steps_checked"] >= got["listener_calls"] // 2
+    # every listener call, and each cache check not nested in another, is collected once
+    assert got["listener_calls"] + 2 <= got["collected_calls"] <= got["listener_calls"] + got["cache_checks"]
     assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
 
 
@@ -88,6 +90,8 @@ def test_the_filters_select_the_listener_calls_and_put_the_target_back(tmp_path,
     # and each of them reached the target once (bind, sync and the fused check run once per step)
     assert got["listener_calls"] == 2 * 8
     assert got["within_calls"] == 2 * 8
+    # (what the toggle cost is subtracted for: the target's calls, not the listener calls)
+    assert got["collected_calls"] == got["within_calls"]
     assert vars(owner)[name] is before
 
 
@@ -120,3 +124,20 @@ def test_the_toggle_library_builds_when_run_from_another_folder(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-800:]
     assert proc.stdout.strip() == "libcg_toggle.so" and (tmp_path / "libcg_toggle.so").exists()
+
+
+def test_the_calibration_toggles_around_each_shape_and_dumps_each_apart():
+    """What `net` subtracts is measured on CALIBRATION_CALLS calls of each collected-call
+    shape, each set dumped to its own part: toggles in pairs, one dump after each shape."""
+    mod = _script()
+    calls: list[str] = []
+
+    class FakeLib:
+        def hicache_cg_toggle(self):
+            calls.append("toggle")
+
+        def hicache_cg_dump(self):
+            calls.append("dump")
+    mod.calibrate(FakeLib())
+    n = mod.CALIBRATION_CALLS
+    assert calls == (["toggle"] * (2 * n) + ["dump"]) * 2
