@@ -647,3 +647,36 @@ def test_sample_budget_is_validated_and_read_from_the_environment():
     for bad in ("0", "-2", "inf", "nan", "x"):
         with pytest.raises(ValueError, match="HICACHE_VERIFY_BUDGET_WINDOW"):
             VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET_WINDOW": bad})
+
+
+@pytest.mark.parametrize("mode", ["strict", "sample"])
+def test_a_map_writing_booleans_for_slot_ids_fails_typeok(tmp_path, monkeypatch, mode):
+    """A refinement-map bug that Python's `True == 1` hid: host[n] written as "has a host
+    copy" (TRUE) instead of the slot id. TypeOK (host[n] \\in HSlots \\cup {NoSlot}) refuses
+    it at the first step that maps it, an evaluation error naming the boolean paired with an
+    integer, as the interpreter's check does: strict mode through the incremental map (its
+    fast path falls back to the exact form), sample mode at the cache check (whose
+    from-scratch form tests a function set's membership, which was exact already). Strict
+    mode's element-wise form took TRUE for slot 1 before, and named SlotInOneOwner (TRUE
+    and slot 1 counted as one slot's references): a wrong diagnosis of the map's bug."""
+    from hicache.monitors.maps import host_tier as ht_map, host_tier_inc
+    from tests.monitors.tiny_cache import serve, tiny_cache
+
+    real = ht_map.node_slots
+
+    def as_flags(hs, pending, n, backing):
+        host, backup = real(hs, pending, n, backing)
+        return [h != 0 for h in host], backup
+    monkeypatch.setattr(ht_map, "node_slots", as_flags)
+    monkeypatch.setattr(host_tier_inc, "node_slots", as_flags)
+    cache, mon = tiny_cache(tmp_path, {"mode": mode, "sample_rate": 0.0})
+    with pytest.raises(ProtocolViolation) as info:
+        serve(cache, [1, 2, 3])
+        mon.cache_check()
+    _close_quietly(cache)
+    e = info.value
+    assert e.property == "TypeOK", e
+    assert "attempted to compare a boolean TRUE with an integer" in str(e)
+    # strict: at the event after which the map wrote it (the copy to host acknowledged);
+    # sample mode (nothing drawn): at the cache check
+    assert e.action == ("BackupFinish" if mode == "strict" else "cache_check")
