@@ -409,6 +409,7 @@ _SYMBOLIC = frozenset({InfiniteSet, CombinedSet})     # sets that are never enum
 #: types whose values may hold a boolean inside (or equal a set that does)
 _CONTAINERS = _SETS | {tuple, Fcn, RecFcn}
 _NAMES = frozenset({str, ModelValue})                 # types no boolean is paired with
+_ATOMS = frozenset({int, str, ModelValue})            # values with nothing inside (booleans aside)
 
 
 def is_set(v) -> bool:
@@ -674,8 +675,22 @@ def cross_common(a, b):
     # no pair without a boolean on one side: the smaller side is always looked at (element
     # types at C speed, then compound elements), the other unless it is large (then only
     # a's 0, 1 and compound elements are looked up in it)
-    if not _any_bool(a) and (len(b) <= 64 and not _any_bool(b) or all(map(is_plain, a))):
-        return None
+    types = set(map(type, a))
+    if bool not in types:
+        if types <= _ATOMS:
+            # a holds atoms only (no boolean): only its 0 and 1 can be paired with a boolean
+            # of b, looked up directly (a monitor's TypeOK asks `free \subseteq PageIds` of a
+            # whole device's free list at every step: per element, this was Python's loop)
+            if len(b) <= 64 and bool not in set(map(type, b)):
+                return None
+            for x in (0, 1):
+                if x in a:
+                    y = stored(b, x)
+                    if y is not _NONE and type(y) is bool:
+                        return (x, y)
+            return None
+        if not _any_bool(a) and (len(b) <= 64 and not _any_bool(b) or all(map(is_plain, a))):
+            return None
     for x in a:
         if is_plain(x):
             continue

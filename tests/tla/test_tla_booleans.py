@@ -132,3 +132,34 @@ def test_an_action_comparing_one_with_true_is_a_located_error(tmp_path, nxt, col
     msg = res.error.message if res.result == "error" else res.result
     assert "boolean TRUE" in msg and "integer 1" in msg and "<<1>>" in msg, msg
     assert (res.error.loc.line, res.error.loc.col) == (4, col), res.error
+
+
+def _pairs_by_brute_force(a, b):
+    """Whether some x in a and y in b are equal to Python and one is a boolean where the
+    other is an integer, at the top or inside a tuple (what cross_common looks for)."""
+    def crossed(x, y):
+        if type(x) is tuple and type(y) is tuple:
+            return len(x) == len(y) and any(crossed(p, q) for p, q in zip(x, y))
+        return x == y and (type(x) is bool) != (type(y) is bool)
+    return any(x == y and crossed(x, y) for x in a for y in b)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_common_elements_are_paired_across_kinds_exactly_when_brute_force_finds_it(seed):
+    """cross_common (\\cup, \\cap, \\, \\subseteq) on sets of atoms, small and large (past
+    the 64 elements where it stops scanning the larger side's types), with and without a
+    boolean on either side, and with tuples: a pair found exactly where one exists."""
+    import random
+
+    from hicache.tla.values import cross_common
+    rng = random.Random(seed)
+    atoms = [0, 1, 2, 3, True, False, "a", (1,), (True,), (0, 2)]
+    for _ in range(400):
+        sets = []
+        for _side in range(2):
+            n = rng.choice([0, 1, 3, 10, 100, 300])
+            xs = set(rng.sample(range(4, 2000), n))
+            xs.update(rng.sample(atoms, rng.randrange(3)))
+            sets.append(frozenset(xs))
+        a, b = sets
+        assert (cross_common(a, b) is not None) == _pairs_by_brute_force(a, b), (sorted(map(repr, a - b)), b & a)
