@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from hicache.tla.errors import EvalError
+from hicache.tla.errors import EvalError, TlaError
 from hicache.tla.stdlib import BUILTINS, CONSTANTS as STD
 from hicache.tla.values import (
     Fcn, FcnSet, Interval, RecFcn, RecordSet, fmt, has_bool, in_domain, in_set, iter_values, mk_fcn, normalize,
@@ -86,7 +86,10 @@ def bool_free(s) -> bool:
 
 def conj_error(prop: str, table: tuple, k: int, exc_: BaseException) -> Failure:
     text, loc = table[k - 1]
-    return Failure(prop, k, text, loc, f"{type(exc_).__name__}: {exc_}")
+    # (the report says "evaluation error: <why>" itself: a toolkit error gives its message,
+    # without its own "evaluation error:"; a Python error its type: "KeyError: 3")
+    why = exc_.message if isinstance(exc_, TlaError) else f"{type(exc_).__name__}: {exc_}"
+    return Failure(prop, k, text, loc, why)
 
 
 def ap(f, x):

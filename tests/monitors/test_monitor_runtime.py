@@ -676,7 +676,7 @@ def test_a_map_writing_booleans_for_slot_ids_fails_typeok(tmp_path, monkeypatch,
     _close_quietly(cache)
     e = info.value
     assert e.property == "TypeOK", e
-    assert "attempted to compare a boolean TRUE with an integer" in str(e)
+    assert "(evaluation error: attempted to compare a boolean TRUE with an integer" in str(e)
     # strict: at the event after which the map wrote it (the copy to host acknowledged);
     # sample mode (nothing drawn): at the cache check
     assert e.action == ("BackupFinish" if mode == "strict" else "cache_check")
