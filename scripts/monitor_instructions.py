@@ -9,6 +9,7 @@ figures, `hicache bench monitors`.
 
     python scripts/monitor_instructions.py [--mode strict|sample] [--replays 2] [--limit 200]
         [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method]
+    python scripts/monitor_instructions.py --whole --mode off|sample|strict
 
 prints one JSON object: instructions inside the monitors (their listeners, and cache checks
 not nested in one) over `--replays` replays, per replay and per listener call; with the
@@ -17,7 +18,9 @@ or only inside one function's calls made by them: where a monitor's cost goes. E
 collected call also counts the ctypes calls that turn collection on and off around it (~2k
 instructions, measured in the same run on calls of a function that does nothing:
 `toggle_cost`); `net` is the count without them (a small function's own cost under
---within). Needs valgrind with its `valgrind/callgrind.h` header and a C compiler (a
+--within). `--whole` counts the scheduler thread over whole replays instead (any mode, off
+included): two modes' counts make a ratio that repeats, beside the benchmark's wall-clock
+one (the transfer threads' copies are not in it, so it reads higher). Needs valgrind with its `valgrind/callgrind.h` header and a C compiler (a
 four-line library turns collection on and off around the monitors' code and dumps the
 calibrations apart: callgrind client requests, no-ops outside valgrind). Each run takes ~2.5 min here: valgrind runs the whole process, imports
 included, and instruments from the warm-up replay on.
@@ -108,6 +111,20 @@ def calibrate(cg) -> None:
         cg.hicache_cg_dump()
 
 
+def whole_replays(cg, bm, args, cfg, reqs) -> None:
+    """--whole: collection on around each replay, whatever the mode (off included): the
+    scheduler thread's instructions for the whole replay, monitors and cache alike, so that
+    two modes' counts give the ratio the wall-clock benchmark measures, without its noise
+    (the transfer threads' copies, and their waits, are not in it)."""
+    for _ in range(args.replays):
+        cg.hicache_cg_toggle()
+        try:
+            bm._replay_once(args.mode, cfg, reqs)
+        finally:
+            cg.hicache_cg_toggle()
+    Path(args.report).write_text(json.dumps({"listener_calls": 0, "collected_calls": args.replays}))
+
+
 def child(args: argparse.Namespace) -> None:
     """Inside valgrind (or natively, where the toggles do nothing): the replays, collection
     on only inside the monitors; writes the listener calls counted to args.report.
@@ -129,6 +146,9 @@ def child(args: argparse.Namespace) -> None:
     cg.hicache_cg_start()
     bm._replay_once(args.mode, cfg, reqs)     # once more, instrumented, not collected
     calibrate(cg)
+    if getattr(args, "whole", False):
+        whole_replays(cg, bm, args, cfg, reqs)
+        return
     call, check, init = R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__
     toggle = cg.hicache_cg_toggle
     state = {"calls": 0, "depth": 0, "inside": False, "within_calls": 0, "toggled": 0}
@@ -220,7 +240,10 @@ def summary(path: Path) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("strict", "sample"), default="strict")
+    ap.add_argument("--mode", choices=("strict", "sample", "off"), default="strict",
+                    help="verify mode of the replays (off: only with --whole)")
+    ap.add_argument("--whole", action="store_true",
+                    help="count the scheduler thread's whole replays, not only inside the monitors (no filters)")
     ap.add_argument("--replays", type=int, default=2)
     ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
     ap.add_argument("--timeout", type=float, default=1800.0,
@@ -239,6 +262,10 @@ def main() -> None:
         child(args)
         return
     filters = {k: v for k, v in (("events", args.events), ("spec", args.spec), ("within", args.within)) if v}
+    if args.whole and filters:
+        sys.exit("monitor_instructions: --whole counts whole replays: no --events, --spec or --within")
+    if args.mode == "off" and not args.whole:
+        sys.exit("monitor_instructions: --mode off runs no monitor: count it with --whole")
     # (a misspelt spec or target is refused before minutes under valgrind)
     if args.spec:
         from hicache.monitors.generated import MODULES
@@ -255,7 +282,7 @@ def main() -> None:
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
                "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit),
-               *[f"--{k}={v}" for k, v in filters.items()]]
+               *[f"--{k}={v}" for k, v in filters.items()], *(["--whole"] if args.whole else [])]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                                   env={**os.environ, "TRITON_INTERPRET": "1"})
@@ -275,6 +302,10 @@ def main() -> None:
         per_call, per_within = (summary(p[0]) / CALIBRATION_CALLS for p in parts)
         counts = json.loads(report.read_text())
     calls = counts["listener_calls"]
+    if args.whole:
+        print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, "whole": True,
+                          "instructions": n, "per_replay": n // max(args.replays, 1)}))
+        return
     if filters and not calls:
         sys.exit(f"monitor_instructions: no listener call matched {filters} (--events takes action names such "
                  f"as RequestMatch, --spec a spec module such as HostTier or CPSharding)")

@@ -141,3 +141,31 @@ def test_the_calibration_toggles_around_each_shape_and_dumps_each_apart():
     mod.calibrate(FakeLib())
     n = mod.CALIBRATION_CALLS
     assert calls == (["toggle"] * (2 * n) + ["dump"]) * 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--whole", "--spec", "HostTier"], "--whole counts whole replays: no --events, --spec or --within"),
+    (["--mode", "off"], "--mode off runs no monitor: count it with --whole"),
+])
+def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(argv, message):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
+                    reason="needs a C compiler and valgrind's callgrind.h")
+@pytest.mark.parametrize("mode", ["off", "strict"])
+def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(tmp_path, monkeypatch, mode):
+    from hicache.bench import monitors as bench
+    from hicache.monitors import runtime
+    if not bench.TRACE.exists():
+        pytest.skip("trace not present")
+    mod = _script()
+    kept = (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__)
+    report = tmp_path / "report.json"
+    args = type("A", (), {"lib": str(mod.build_toggle(tmp_path)), "mode": mode, "limit": 8, "replays": 3,
+                          "report": str(report), "whole": True})()
+    mod.child(args)
+    assert json.loads(report.read_text()) == {"listener_calls": 0, "collected_calls": 3}
+    assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
