@@ -14,6 +14,10 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "monitor_instructions.py"
 
+#: the tests that build the toggle library
+needs_toggle = pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
+                                  reason="needs a C compiler and valgrind's callgrind.h")
+
 
 def _script():
     spec = importlib.util.spec_from_file_location("monitor_instructions", SCRIPT)
@@ -32,8 +36,7 @@ def test_summary_reads_callgrinds_total_and_refuses_a_file_without_one(tmp_path)
         mod.summary(out)
 
 
-@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
-                    reason="needs a C compiler and valgrind's callgrind.h")
+@needs_toggle
 @pytest.mark.parametrize("mode", ["strict", "sample"])
 def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_path, monkeypatch, mode):
     from hicache.bench import monitors as bench
@@ -63,8 +66,7 @@ def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_
     assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
 
 
-@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
-                    reason="needs a C compiler and valgrind's callgrind.h")
+@needs_toggle
 @pytest.mark.parametrize("within", [
     "hicache.monitors.maps.host_tier_inc:IncrementalHostTierMap.sync",         # the class's own method
     "hicache.monitors.maps.host_tier_inc:IncrementalHostTierMap.bind",         # an override of the base's
@@ -112,8 +114,7 @@ def test_a_misspelt_spec_is_refused_before_valgrind_runs():
     assert "--spec 'HostTeir': no such spec (one of HostTier, CPSharding" in proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
-                    reason="needs a C compiler and valgrind's callgrind.h")
+@needs_toggle
 def test_the_toggle_library_builds_when_run_from_another_folder(tmp_path):
     # as a user runs it (`python scripts/monitor_instructions.py` from anywhere): only the
     # installed package is importable, not the checkout's top-level folders
@@ -153,10 +154,9 @@ def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(a
     assert message in proc.stderr
 
 
-@pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
-                    reason="needs a C compiler and valgrind's callgrind.h")
+@needs_toggle
 @pytest.mark.parametrize("mode", ["off", "strict"])
-def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(tmp_path, monkeypatch, mode):
+def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(tmp_path, mode):
     from hicache.bench import monitors as bench
     from hicache.monitors import runtime
     if not bench.TRACE.exists():
