@@ -679,8 +679,8 @@ def cross_common(a, b):
     if bool not in types:
         if types <= _ATOMS:
             # a holds atoms only (no boolean): only its 0 and 1 can be paired with a boolean
-            # of b, looked up directly (a monitor's TypeOK asks `free \subseteq PageIds` of a
-            # whole device's free list at every step: per element, this was Python's loop)
+            # of b, looked up directly (the loop below calls is_plain per element of a: 65 us
+            # where this takes 12 for 298 integers against 2000)
             if len(b) <= 64 and bool not in set(map(type, b)):
                 return None
             for x in (0, 1):
