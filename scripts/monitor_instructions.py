@@ -19,11 +19,13 @@ collected call also counts the ctypes calls that turn collection on and off arou
 instructions, measured in the same run on calls of a function that does nothing:
 `toggle_cost`); `net` is the count without them (a small function's own cost under
 --within). `--whole` counts the scheduler thread over whole replays instead (any mode, off
-included): two modes' counts make a ratio that repeats, beside the benchmark's wall-clock
-one (the transfer threads' copies are not in it, so it reads higher). Needs valgrind with its `valgrind/callgrind.h` header and a C compiler (a
-four-line library turns collection on and off around the monitors' code and dumps the
-calibrations apart: callgrind client requests, no-ops outside valgrind). Each run takes ~2.5 min here: valgrind runs the whole process, imports
-included, and instruments from the warm-up replay on.
+included): two modes' counts make a ratio that repeats to ~2 %, like the benchmark's
+scheduler-thread CPU ratio (the transfer threads' copies are not in it, so it reads higher
+than the wall-clock one). Needs valgrind with its `valgrind/callgrind.h` header and a C
+compiler (a four-line library turns collection on and off around the monitors' code and
+dumps the calibrations apart: callgrind client requests, no-ops outside valgrind). Each run
+takes ~2.5 min here: valgrind runs the whole process, imports included, and instruments
+from the warm-up replay on.
 """
 from __future__ import annotations
 
@@ -114,8 +116,8 @@ def calibrate(cg) -> None:
 def whole_replays(cg, bm, args, cfg, reqs) -> None:
     """--whole: collection on around each replay, whatever the mode (off included): the
     scheduler thread's instructions for the whole replay, monitors and cache alike, so that
-    two modes' counts give the ratio the wall-clock benchmark measures, without its noise
-    (the transfer threads' copies, and their waits, are not in it)."""
+    two modes' counts give the ratio of the benchmark's scheduler-thread CPU times without
+    their noise (the transfer threads' copies, and their waits, are not in it)."""
     for _ in range(args.replays):
         cg.hicache_cg_toggle()
         try:
@@ -223,8 +225,8 @@ def child(args: argparse.Namespace) -> None:
                 delattr(owner, name)     # (an inherited method: the subclass's copy goes)
     # (sample mode's budget is wall-clock time: under valgrind it affords other samples than
     # natively, so the steps checked are reported beside the count they cost)
-    counts = {"listener_calls": state["calls"], "collected_calls": state["toggled"], "steps_checked": sum(m.checked for m in monitors),
-              "cache_checks": sum(m.cache_checks for m in monitors)}
+    counts = {"listener_calls": state["calls"], "collected_calls": state["toggled"],
+              "steps_checked": sum(m.checked for m in monitors), "cache_checks": sum(m.cache_checks for m in monitors)}
     if within is not None:
         counts["within_calls"] = state["within_calls"]      # (the calls of `within` collected)
     Path(args.report).write_text(json.dumps(counts))
