@@ -9,7 +9,7 @@ figures, `hicache bench monitors`.
 
     python scripts/monitor_instructions.py [--mode strict|sample] [--replays 2] [--limit 200]
         [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method]
-    python scripts/monitor_instructions.py --whole --mode off|sample|strict
+    python scripts/monitor_instructions.py --whole --mode off|floor|sample|strict [--rate 0]
 
 prints one JSON object: instructions inside the monitors (their listeners, and cache checks
 not nested in one) over `--replays` replays, per replay and per listener call; with the
@@ -121,7 +121,10 @@ def whole_replays(cg, bm, args, cfg, reqs) -> None:
     for _ in range(args.replays):
         cg.hicache_cg_toggle()
         try:
-            bm._replay_once(args.mode, cfg, reqs)
+            if args.mode == "floor":
+                bm._attached_once(cfg, reqs)      # (the bench's attached floor: strict's monitors, deaf)
+            else:
+                bm._replay_once(args.mode, cfg, reqs, rate=getattr(args, "rate", None))
         finally:
             cg.hicache_cg_toggle()
     Path(args.report).write_text(json.dumps({"listener_calls": 0, "collected_calls": args.replays}))
@@ -144,9 +147,11 @@ def child(args: argparse.Namespace) -> None:
     whole = not (events or spec or within)      # every listener call and the cache checks
     reqs = load_requests(str(bm.TRACE), bm.PAGE, args.limit)
     cfg = bm.replay_config(args.limit, "small")      # the bench's kv_bytes replay
-    bm._replay_once(args.mode, cfg, reqs)     # imports and first allocations, not instrumented
+    rate = getattr(args, "rate", None)     # (sample mode's; None: VerifyConfig's default)
+    mode = "strict" if args.mode == "floor" else args.mode
+    bm._replay_once(mode, cfg, reqs, rate=rate)     # imports and first allocations, not instrumented
     cg.hicache_cg_start()
-    bm._replay_once(args.mode, cfg, reqs)     # once more, instrumented, not collected
+    bm._replay_once(mode, cfg, reqs, rate=rate)     # once more, instrumented, not collected
     calibrate(cg)
     if getattr(args, "whole", False):
         whole_replays(cg, bm, args, cfg, reqs)
@@ -215,7 +220,7 @@ def child(args: argparse.Namespace) -> None:
         setattr(owner, name, staticmethod(counted_within) if isinstance(stored, staticmethod) else counted_within)
     try:
         for _ in range(args.replays):
-            bm._replay_once(args.mode, cfg, reqs)
+            bm._replay_once(args.mode, cfg, reqs, rate=rate)
     finally:
         R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = call, check, init
         if within is not None:
@@ -242,8 +247,12 @@ def summary(path: Path) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mode", choices=("strict", "sample", "off"), default="strict",
-                    help="verify mode of the replays (off: only with --whole)")
+    ap.add_argument("--mode", choices=("strict", "sample", "off", "floor"), default="strict",
+                    help="verify mode of the replays (off, and floor: strict's monitors attached with listeners "
+                         "that return at once, the bench's attached floor: only with --whole)")
+    ap.add_argument("--rate", type=float,
+                    help="sample mode's rate (default VerifyConfig's); 0: nothing drawn, so the count does not "
+                         "depend on what the wall-clock budget affords under valgrind")
     ap.add_argument("--whole", action="store_true",
                     help="count the scheduler thread's whole replays, not only inside the monitors (no filters)")
     ap.add_argument("--replays", type=int, default=2)
@@ -266,8 +275,10 @@ def main() -> None:
     filters = {k: v for k, v in (("events", args.events), ("spec", args.spec), ("within", args.within)) if v}
     if args.whole and filters:
         sys.exit("monitor_instructions: --whole counts whole replays: no --events, --spec or --within")
-    if args.mode == "off" and not args.whole:
-        sys.exit("monitor_instructions: --mode off runs no monitor: count it with --whole")
+    if args.rate is not None and (args.mode != "sample" or not 0.0 <= args.rate <= 1.0):
+        sys.exit("monitor_instructions: --rate is sample mode's, between 0 and 1")
+    if args.mode in ("off", "floor") and not args.whole:
+        sys.exit(f"monitor_instructions: --mode {args.mode} checks nothing: count it with --whole")
     # (a misspelt spec or target is refused before minutes under valgrind)
     if args.spec:
         from hicache.monitors.generated import MODULES
@@ -284,7 +295,8 @@ def main() -> None:
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
                "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit),
-               *[f"--{k}={v}" for k, v in filters.items()], *(["--whole"] if args.whole else [])]
+               *[f"--{k}={v}" for k, v in filters.items()], *(["--whole"] if args.whole else []),
+               *([f"--rate={args.rate}"] if args.rate is not None else [])]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                                   env={**os.environ, "TRITON_INTERPRET": "1"})
@@ -306,6 +318,7 @@ def main() -> None:
     calls = counts["listener_calls"]
     if args.whole:
         print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, "whole": True,
+                          **({"rate": args.rate} if args.rate is not None else {}),
                           "instructions": n, "per_replay": n // max(args.replays, 1)}))
         return
     if filters and not calls:
@@ -316,7 +329,8 @@ def main() -> None:
     # figure is its own cost; `instructions` is the raw count, comparable to earlier runs)
     per_toggle = per_within if args.within else per_call
     net = max(0, round(n - per_toggle * counts["collected_calls"]))
-    print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, **filters, "instructions": n,
+    print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, **filters,
+                      **({"rate": args.rate} if args.rate is not None else {}), "instructions": n,
                       "per_replay": n // max(args.replays, 1), **counts,
                       "per_listener_call": round(n / max(calls, 1), 1), "toggle_cost": round(per_toggle, 1),
                       "net": net, "net_per_listener_call": round(net / max(calls, 1), 1)}))

@@ -146,7 +146,10 @@ def test_the_calibration_toggles_around_each_shape_and_dumps_each_apart():
 
 @pytest.mark.parametrize("argv, message", [
     (["--whole", "--spec", "HostTier"], "--whole counts whole replays: no --events, --spec or --within"),
-    (["--mode", "off"], "--mode off runs no monitor: count it with --whole"),
+    (["--mode", "off"], "--mode off checks nothing: count it with --whole"),
+    (["--mode", "floor"], "--mode floor checks nothing: count it with --whole"),
+    (["--rate", "0"], "--rate is sample mode's, between 0 and 1"),
+    (["--mode", "sample", "--rate", "1.5"], "--rate is sample mode's, between 0 and 1"),
 ])
 def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(argv, message):
     proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120)
@@ -155,7 +158,7 @@ def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(a
 
 
 @needs_toggle
-@pytest.mark.parametrize("mode", ["off", "strict"])
+@pytest.mark.parametrize("mode", ["off", "floor", "strict"])
 def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(tmp_path, mode):
     from hicache.bench import monitors as bench
     from hicache.monitors import runtime

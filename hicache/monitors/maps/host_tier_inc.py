@@ -457,7 +457,7 @@ class IncrementalHostTierMap(HostTierMap):
         if raw == self.slot_bytes and free == self.free_seen and not self.adjusted:
             return
         self.free_seen, self.slot_bytes = free, raw
-        changed = np.flatnonzero(state != self.slot_seen)
+        changed = (state != self.slot_seen).nonzero()[0]     # (flatnonzero: the same, through 4 Python frames)
         self.slot_seen = np.frombuffer(raw, dtype=np.int8)    # (read-only: only compared)
         if changed.size:
             hs = changed.tolist()
