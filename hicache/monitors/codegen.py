@@ -52,8 +52,7 @@ def _strip(node):
 
 #: names generated code may take from hicache.monitors.rt (imported when used)
 _RT_NAMES = ("BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "bool_free", "case_fail", "choose",
-             "fast_ap", "FastPathFailed", "conj_error", "exc", "in_", "in_c", "in_set", "it", "mk_fcn", "normalize",
-             "once")
+             "fast_ap", "FastPathFailed", "conj_error", "exc", "in_c", "in_set", "it", "mk_fcn", "normalize", "once")
 
 #: inlined Python operators for integer/boolean builtins (same results on valid inputs)
 _INLINE_BIN = {"+": "+", "-": "-", "*": "*", "<": "<", ">": ">", "<=": "<=", ">=": ">="}
@@ -631,7 +630,7 @@ class Generator:
         a..b and sets of string literals (directly or through constant definitions): `in`,
         which cannot pair a boolean with an integer there (an Interval tests the type); a
         constant-level set: `in_c`, with a flag computed once per constants binding (whether
-        it holds a boolean), at about `in`'s speed; anything else: `in_` (the interpreter's)."""
+        it holds a boolean), at about `in`'s speed; anything else: `in_set` (the interpreter's)."""
         kind = self._set_kind(set_node, env)
         if kind == "bool":
             return f"({x}.__class__ is bool)"
@@ -642,7 +641,7 @@ class Generator:
         if m:
             self.member_flags.add(m.group(1))
             return f"in_c({x}, {code}, C[{m.group(1) + '!'!r}])"  # (its flag: see constants())
-        return f"in_({x}, {code})"
+        return f"in_set({x}, {code})"
 
     def _set_kind(self, node, env: Env, depth: int = 0) -> str | None:
         """"bool" (BOOLEAN), "exact" (Python's `in` decides as TLA+ does: a..b, a set of

@@ -19,8 +19,7 @@ from hicache.tla.values import (
 
 __all__ = [
     "BI", "STD", "FastPathFailed", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "bool_free",
-    "case_fail", "choose", "conj_error", "exc", "fast_ap", "in_", "in_c", "in_set", "it", "mk_fcn", "normalize",
-    "once",
+    "case_fail", "choose", "conj_error", "exc", "fast_ap", "in_c", "in_set", "it", "mk_fcn", "normalize", "once",
 ]
 
 #: builtin implementations by TLA+ operator name
@@ -61,15 +60,11 @@ class FastPathFailed(Exception):
 # uses `in`), so it decides membership as the interpreter does (`in_set`: an evaluation error
 # where a boolean is paired with an integer).
 
-#: x \in s, exactly as the interpreter decides it (s a frozenset or a lazy set; an
-#: EvalError for anything else, or where a boolean would be paired with an integer)
-in_ = in_set
-
-
 def in_c(x, s, free: bool) -> bool:
     """x \\in s for a constant-level set s, with `free` (bool_free(s), computed once per
     constants binding): in a set holding no boolean an integer or string member is one
-    without a boolean paired with it, at C speed; anything else asks `in_`."""
+    without a boolean paired with it, at C speed; anything else asks `in_set` (the
+    interpreter's: an EvalError where a boolean would be paired with an integer)."""
     if free:
         if x in s:
             c = x.__class__

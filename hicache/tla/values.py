@@ -689,7 +689,9 @@ def cross_common(a, b):
                     if y is not _NONE and type(y) is bool:
                         return (x, y)
             return None
-        if not _any_bool(a) and (len(b) <= 64 and not _any_bool(b) or all(map(is_plain, a))):
+        # (_any_bool(a), on the types already taken: a boolean can only be inside an element)
+        inside = not _CONTAINERS.isdisjoint(types) and any(map(has_bool, a))
+        if not inside and (len(b) <= 64 and not _any_bool(b) or all(map(is_plain, a))):
             return None
     for x in a:
         if is_plain(x):

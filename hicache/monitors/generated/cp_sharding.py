@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/CPSharding.tla'
 MODULE = 'CPSharding'
@@ -65,7 +65,7 @@ def constants(raw: dict) -> dict:
 
 def d_Positive(C, s, t, v_x):
     # spec/CPSharding.tla:39:1
-    return (in_(v_x, STD['Nat']) and (v_x >= 1))
+    return (in_set(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_Owner(C, s, t, v_p):
@@ -694,7 +694,7 @@ def inv_ChainBalanced(C, s):
     try:
         # spec/CPSharding.tla:255:5
         k = 1
-        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: in_(l_n_3(), frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(C['Chains'])):
+        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: in_set(l_n_3(), frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(C['Chains'])):
             return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ChainBalanced', _T_inv_ChainBalanced, k, e)
@@ -715,7 +715,7 @@ def inc_ChainBalanced(C, s, D, V=None):
     try:
         # spec/CPSharding.tla:255:5 (element-local)
         k = 1
-        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: in_(l_n_3(), frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(D['Chains'])):
+        if not all(((not (ap(s['rot'], v_c_1) != C['NoRot'])) or all((lambda l_n_3: in_set(l_n_3(), frozenset((normalize(_b_div(ap(s['len'], v_c_1), C['CP'])), normalize(_b_div((ap(s['len'], v_c_1) + (C['CP'] - 1)), C['CP'])),))))(once(lambda: _b_Cardinality(frozenset(v_P_4 for v_P_4 in it(_b_range_(0, (ap(s['len'], v_c_1) - 1))) if (d_ChainOwner(C, s, None, ap(s['rot'], v_c_1), v_P_4, C['CP']) == v_r_2))))) for v_r_2 in it(C['Ranks']))) for v_c_1 in it(D['Chains'])):
             return Failure('ChainBalanced', 1, *_T_inv_ChainBalanced[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ChainBalanced', _T_inv_ChainBalanced, k, e)
@@ -740,7 +740,7 @@ def inv_NoDoubleAllocation(C, s):
             return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
         # spec/CPSharding.tla:264:8
         k = 2
-        if not all(all(((not (ap(ap(s['page'], v_c_5), v_P_6) != C['NoPage'])) or (not in_(ap(ap(s['page'], v_c_5), v_P_6), s['free']))) for v_P_6 in it(C['Pos'])) for v_c_5 in it(C['Chains'])):
+        if not all(all(((not (ap(ap(s['page'], v_c_5), v_P_6) != C['NoPage'])) or (not in_set(ap(ap(s['page'], v_c_5), v_P_6), s['free']))) for v_P_6 in it(C['Pos'])) for v_c_5 in it(C['Chains'])):
             return Failure('NoDoubleAllocation', 2, *_T_inv_NoDoubleAllocation[1])
         # spec/CPSharding.tla:265:8
         k = 3
@@ -748,7 +748,7 @@ def inv_NoDoubleAllocation(C, s):
             return Failure('NoDoubleAllocation', 3, *_T_inv_NoDoubleAllocation[2])
         # spec/CPSharding.tla:266:8
         k = 4
-        if not all(((not (not in_(v_p_9, s['free']))) or any((ap(ap(s['page'], v_c_10), v_P_11) == v_p_9) for v_c_10 in it(C['Chains']) for v_P_11 in it(C['Pos']))) for v_p_9 in it(C['PageIds'])):
+        if not all(((not (not in_set(v_p_9, s['free']))) or any((ap(ap(s['page'], v_c_10), v_P_11) == v_p_9) for v_c_10 in it(C['Chains']) for v_P_11 in it(C['Pos']))) for v_p_9 in it(C['PageIds'])):
             return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
@@ -776,7 +776,7 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
             return Failure('NoDoubleAllocation', 1, *_T_inv_NoDoubleAllocation[0])
         # spec/CPSharding.tla:264:8 (element-local)
         k = 2
-        if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (not in_(ap(ap(s['page'], v_c_1), v_P_2), s['free']))) for v_P_2 in it(C['Pos'])) for v_c_1 in it(D['Chains'])):
+        if not all(all(((not (ap(ap(s['page'], v_c_1), v_P_2) != C['NoPage'])) or (not in_set(ap(ap(s['page'], v_c_1), v_P_2), s['free']))) for v_P_2 in it(C['Pos'])) for v_c_1 in it(D['Chains'])):
             return Failure('NoDoubleAllocation', 2, *_T_inv_NoDoubleAllocation[1])
         # spec/CPSharding.tla:265:8 (element-local)
         k = 3
@@ -784,7 +784,7 @@ def inc_NoDoubleAllocation(C, s, D, V=None):
             return Failure('NoDoubleAllocation', 3, *_T_inv_NoDoubleAllocation[2])
         # spec/CPSharding.tla:266:8 (element-local)
         k = 4
-        if not all(((not (not in_(v_p_5, s['free']))) or any((ap(ap(s['page'], v_c_6), v_P_7) == v_p_5) for v_c_6 in it(C['Chains']) for v_P_7 in it(C['Pos']))) for v_p_5 in it(D['PageIds'])):
+        if not all(((not (not in_set(v_p_5, s['free']))) or any((ap(ap(s['page'], v_c_6), v_P_7) == v_p_5) for v_c_6 in it(C['Chains']) for v_P_7 in it(C['Pos']))) for v_p_5 in it(D['PageIds'])):
             return Failure('NoDoubleAllocation', 4, *_T_inv_NoDoubleAllocation[3])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('NoDoubleAllocation', _T_inv_NoDoubleAllocation, k, e)
@@ -846,7 +846,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                     _e1 = _a1(e_Chains)
                     _e2 = _a2(e_Chains)
                     _e3 = _a3(e_Chains)
-                    if not ((not _u0_0 or ((_e0 in _r4 and (_e0.__class__ is int or _e0.__class__ is str)) if _r5 else in_set(_e0, _r4))) and (not _u0_1 or (_e1 in _r6)) and (not _u0_2 or ((_e2 in _r7 and (_e2.__class__ is int or _e2.__class__ is str)) if _r8 else in_set(_e2, _r7))) and (not _u0_3 or ((_e3 in _r9 and (_e3.__class__ is int or _e3.__class__ is str)) if _r10 else in_set(_e3, _r9))) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r11)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r12))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e2, (v_P_3 - 1)) != _r11))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r12))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e3, v_P_3) != _r13))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r14)) or all((lambda l_n_6: in_(l_n_6(), frozenset((normalize(_b_div(_e1, _r12)), normalize(_b_div((_e1 + (_r12 - 1)), _r12)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r12) == v_r_5))))) for v_r_5 in it(_r15)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r11)) or (not in_(ap(_e2, v_P_12), _r16))) for v_P_12 in it(_r17))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r11) and (ap(_e3, v_P_13) == _r13))) for v_P_13 in it(_r17)))):
+                    if not ((not _u0_0 or ((_e0 in _r4 and (_e0.__class__ is int or _e0.__class__ is str)) if _r5 else in_set(_e0, _r4))) and (not _u0_1 or (_e1 in _r6)) and (not _u0_2 or ((_e2 in _r7 and (_e2.__class__ is int or _e2.__class__ is str)) if _r8 else in_set(_e2, _r7))) and (not _u0_3 or ((_e3 in _r9 and (_e3.__class__ is int or _e3.__class__ is str)) if _r10 else in_set(_e3, _r9))) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r11)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r12))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e2, (v_P_3 - 1)) != _r11))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r12))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e3, v_P_3) != _r13))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r14)) or all((lambda l_n_6: in_set(l_n_6(), frozenset((normalize(_b_div(_e1, _r12)), normalize(_b_div((_e1 + (_r12 - 1)), _r12)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r12) == v_r_5))))) for v_r_5 in it(_r15)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r11)) or (not in_set(ap(_e2, v_P_12), _r16))) for v_P_12 in it(_r17))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r11) and (ap(_e3, v_P_13) == _r13))) for v_P_13 in it(_r17)))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'free' in V)):
             _r18 = s['free']
@@ -870,7 +870,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _r27 = C['Chains']
             _r28 = C['Pos']
             for e_PageIds in it(D['PageIds']):
-                if not (((not (not in_(e_PageIds, _r26))) or any((ap(_a25(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r27) for v_P_15 in it(_r28)))):
+                if not (((not (not in_set(e_PageIds, _r26))) or any((ap(_a25(v_c_14), v_P_15) == e_PageIds) for v_c_14 in it(_r27) for v_P_15 in it(_r28)))):
                     raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/DraftState.tla'
 MODULE = 'DraftState'
@@ -76,7 +76,7 @@ def constants(raw: dict) -> dict:
 
 def d_Positive(C, s, t, v_x):
     # spec/DraftState.tla:58:1
-    return (in_(v_x, STD['Nat']) and (v_x >= 1))
+    return (in_set(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_Row(C, s, t, v_p):
@@ -116,7 +116,7 @@ def d_Copied(C, s, t, v_t):
 
 def d_Init(C, s, t):
     # spec/DraftState.tla:121:1
-    return (in_(s['layout'], frozenset(v_f_1 for v_f_1 in it(C['$h0']) if all(in_(ap(v_f_1, v_p_2), d_AllowedLayouts(C, s, t, v_p_2)) for v_p_2 in it(C['DraftPools'])))) and (s['phase'] == mk_fcn({v_t_3: 'idle' for v_t_3 in it(C['Transfers'])})) and (s['tgtDone'] == mk_fcn({v_t_4: False for v_t_4 in it(C['Transfers'])})) and (s['draftDone'] == mk_fcn({v_t_5: frozenset() for v_t_5 in it(C['Transfers'])})) and (s['read'] == mk_fcn({v_t_6: frozenset() for v_t_6 in it(C['Transfers'])})) and (s['readStale'] == mk_fcn({v_t_7: frozenset() for v_t_7 in it(C['Transfers'])})) and (s['srcIdx'] == mk_fcn({v_t_8: mk_fcn({v_s_9: 0 for v_s_9 in it(C['Sources'])}) for v_t_8 in it(C['Transfers'])})) and (s['xferIdx'] == mk_fcn({v_t_10: mk_fcn({v_p_11: 0 for v_p_11 in it(C['DraftPools'])}) for v_t_10 in it(C['Transfers'])})))
+    return (in_set(s['layout'], frozenset(v_f_1 for v_f_1 in it(C['$h0']) if all(in_set(ap(v_f_1, v_p_2), d_AllowedLayouts(C, s, t, v_p_2)) for v_p_2 in it(C['DraftPools'])))) and (s['phase'] == mk_fcn({v_t_3: 'idle' for v_t_3 in it(C['Transfers'])})) and (s['tgtDone'] == mk_fcn({v_t_4: False for v_t_4 in it(C['Transfers'])})) and (s['draftDone'] == mk_fcn({v_t_5: frozenset() for v_t_5 in it(C['Transfers'])})) and (s['read'] == mk_fcn({v_t_6: frozenset() for v_t_6 in it(C['Transfers'])})) and (s['readStale'] == mk_fcn({v_t_7: frozenset() for v_t_7 in it(C['Transfers'])})) and (s['srcIdx'] == mk_fcn({v_t_8: mk_fcn({v_s_9: 0 for v_s_9 in it(C['Sources'])}) for v_t_8 in it(C['Transfers'])})) and (s['xferIdx'] == mk_fcn({v_t_10: mk_fcn({v_p_11: 0 for v_p_11 in it(C['DraftPools'])}) for v_t_10 in it(C['Transfers'])})))
 
 
 def d_IdxFor(C, s, t, v_p, v_src):
@@ -136,7 +136,7 @@ def d_TargetCopyFinish(C, s, t, v_t):
 
 def d_DraftCopyFinish(C, s, t, v_t, v_p):
     # spec/DraftState.tla:156:1
-    return ((ap(s['phase'], v_t) == 'copying') and (not in_(v_p, ap(s['draftDone'], v_t))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
+    return ((ap(s['phase'], v_t) == 'copying') and (not in_set(v_p, ap(s['draftDone'], v_t))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_CompletionFire(C, s, t, v_t):
@@ -146,12 +146,12 @@ def d_CompletionFire(C, s, t, v_t):
 
 def d_BufferRead(C, s, t, v_t, v_p):
     # spec/DraftState.tla:172:1
-    return ((ap(s['phase'], v_t) == 'fired') and (not in_(v_p, ap(s['read'], v_t))) and (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and (t['readStale'] == (s['readStale'] if in_(v_p, d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
+    return ((ap(s['phase'], v_t) == 'fired') and (not in_set(v_p, ap(s['read'], v_t))) and (t['read'] == exc(s['read'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and (t['readStale'] == (s['readStale'] if in_set(v_p, d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['draftDone'] == s['draftDone']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_LateDraftCopy(C, s, t, v_t, v_p):
     # spec/DraftState.tla:181:1
-    return ((ap(s['phase'], v_t) == 'fired') and (not in_(v_p, ap(s['draftDone'], v_t))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
+    return ((ap(s['phase'], v_t) == 'fired') and (not in_set(v_p, ap(s['draftDone'], v_t))) and (t['draftDone'] == exc(s['draftDone'], ((v_t,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_p),)))))) and ((t['layout'] == s['layout']) and (t['phase'] == s['phase']) and (t['tgtDone'] == s['tgtDone']) and (t['read'] == s['read']) and (t['readStale'] == s['readStale']) and (t['srcIdx'] == s['srcIdx']) and (t['xferIdx'] == s['xferIdx'])))
 
 
 def d_TransferRetire(C, s, t, v_t):
@@ -263,7 +263,7 @@ def act_DraftCopyFinish(C, s, t, v_t, v_p):
             return Failure('DraftCopyFinish', 1, *_T_act_DraftCopyFinish[0])
         # spec/DraftState.tla:158:8
         k = 2
-        if not (not in_(v_p, ap(s['draftDone'], v_t))):
+        if not (not in_set(v_p, ap(s['draftDone'], v_t))):
             return Failure('DraftCopyFinish', 2, *_T_act_DraftCopyFinish[1])
         # spec/DraftState.tla:159:8
         k = 3
@@ -335,7 +335,7 @@ def act_BufferRead(C, s, t, v_t, v_p):
             return Failure('BufferRead', 1, *_T_act_BufferRead[0])
         # spec/DraftState.tla:174:8
         k = 2
-        if not (not in_(v_p, ap(s['read'], v_t))):
+        if not (not in_set(v_p, ap(s['read'], v_t))):
             return Failure('BufferRead', 2, *_T_act_BufferRead[1])
         # spec/DraftState.tla:175:8
         k = 3
@@ -343,7 +343,7 @@ def act_BufferRead(C, s, t, v_t, v_p):
             return Failure('BufferRead', 3, *_T_act_BufferRead[2])
         # spec/DraftState.tla:176:8
         k = 4
-        if not (t['readStale'] == (s['readStale'] if in_(v_p, d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))):
+        if not (t['readStale'] == (s['readStale'] if in_set(v_p, d_Copied(C, s, t, v_t)) else exc(s['readStale'], ((v_t,), lambda at_2: _b_cup(at_2, frozenset((normalize(v_p),))))))):
             return Failure('BufferRead', 4, *_T_act_BufferRead[3])
         # spec/DraftState.tla:178:8
         k = 5
@@ -372,7 +372,7 @@ def act_LateDraftCopy(C, s, t, v_t, v_p):
             return Failure('LateDraftCopy', 1, *_T_act_LateDraftCopy[0])
         # spec/DraftState.tla:183:8
         k = 2
-        if not (not in_(v_p, ap(s['draftDone'], v_t))):
+        if not (not in_set(v_p, ap(s['draftDone'], v_t))):
             return Failure('LateDraftCopy', 2, *_T_act_LateDraftCopy[1])
         # spec/DraftState.tla:184:8
         k = 3

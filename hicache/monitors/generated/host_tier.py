@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/HostTier.tla'
 MODULE = 'HostTier'
@@ -77,7 +77,7 @@ def constants(raw: dict) -> dict:
 
 def d_Positive(C, s, t, v_x):
     # spec/HostTier.tla:46:1
-    return (in_(v_x, STD['Nat']) and (v_x >= 1))
+    return (in_set(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_Locked(C, s, t, v_n):
@@ -117,7 +117,7 @@ def d_ToLoad(C, s, t, v_q):
 
 def d_LoadBackStart(C, s, t, v_q):
     # spec/HostTier.tla:134:1
-    return ((ap(s['req'], v_q) == 'matched') and (ap(s['pfSlot'], v_q) == C['NoSlot']) and all(((ap(s['loadReq'], v_n_1) == C['NoReq']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'synced')) for v_n_1 in it(d_ToLoad(C, s, t, v_q))) and (t['slot'] == mk_fcn({v_h_2: ('protected' if any((ap(s['host'], v_n_3) == v_h_2) for v_n_3 in it(d_ToLoad(C, s, t, v_q))) else ap(s['slot'], v_h_2)) for v_h_2 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_4: (v_q if in_(v_n_4, d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_5: (0 if in_(v_n_5, d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_6: 'loading'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
+    return ((ap(s['req'], v_q) == 'matched') and (ap(s['pfSlot'], v_q) == C['NoSlot']) and all(((ap(s['loadReq'], v_n_1) == C['NoReq']) and (ap(s['slot'], ap(s['host'], v_n_1)) == 'synced')) for v_n_1 in it(d_ToLoad(C, s, t, v_q))) and (t['slot'] == mk_fcn({v_h_2: ('protected' if any((ap(s['host'], v_n_3) == v_h_2) for v_n_3 in it(d_ToLoad(C, s, t, v_q))) else ap(s['slot'], v_h_2)) for v_h_2 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_4: (v_q if in_set(v_n_4, d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_5: (0 if in_set(v_n_5, d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_6: 'loading'))) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['dev'] == s['dev']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_LoadBackLayer(C, s, t, v_n):
@@ -132,12 +132,12 @@ def d_Loading(C, s, t, v_q):
 
 def d_LoadEnd(C, s, t, v_q):
     # spec/HostTier.tla:158:1
-    return ((ap(s['req'], v_q) == 'loading') and (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if in_(v_n_3, d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_4: (0 if in_(v_n_4, d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))))
+    return ((ap(s['req'], v_q) == 'loading') and (t['slot'] == mk_fcn({v_h_1: ('synced' if any((ap(s['host'], v_n_2) == v_h_1) for v_n_2 in it(d_Loading(C, s, t, v_q))) else ap(s['slot'], v_h_1)) for v_h_1 in it(C['HSlots'])})) and (t['loadReq'] == mk_fcn({v_n_3: (C['NoReq'] if in_set(v_n_3, d_Loading(C, s, t, v_q)) else ap(s['loadReq'], v_n_3)) for v_n_3 in it(C['Nodes'])})) and (t['loadDone'] == mk_fcn({v_n_4: (0 if in_set(v_n_4, d_Loading(C, s, t, v_q)) else ap(s['loadDone'], v_n_4)) for v_n_4 in it(C['Nodes'])})) and (t['req'] == exc(s['req'], ((v_q,), lambda at_5: 'running'))))
 
 
 def d_LoadBackFinish(C, s, t, v_q):
     # spec/HostTier.tla:167:1
-    return (d_LoadEnd(C, s, t, v_q) and all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))) and (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or in_(v_n_2, d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
+    return (d_LoadEnd(C, s, t, v_q) and all((ap(s['loadDone'], v_n_1) == C['NLayers']) for v_n_1 in it(d_Loading(C, s, t, v_q))) and (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or in_set(v_n_2, d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})) and ((t['policy'] == s['policy']) and (t['len'] == s['len']) and (t['host'] == s['host']) and (t['stor'] == s['stor']) and (t['hits'] == s['hits']) and (t['backupOp'] == s['backupOp']) and (t['reqLen'] == s['reqLen']) and (t['pfSlot'] == s['pfSlot']) and (t['pfNode'] == s['pfNode']) and (t['pfAbort'] == s['pfAbort'])))
 
 
 def d_LoadBackFail(C, s, t, v_q):
@@ -322,11 +322,11 @@ def act_LoadBackStart(C, s, t, v_q):
             return Failure('LoadBackStart', 4, *_T_act_LoadBackStart[3])
         # spec/HostTier.tla:140:8
         k = 5
-        if not (t['loadReq'] == mk_fcn({v_n_4: (v_q if in_(v_n_4, d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})):
+        if not (t['loadReq'] == mk_fcn({v_n_4: (v_q if in_set(v_n_4, d_ToLoad(C, s, t, v_q)) else ap(s['loadReq'], v_n_4)) for v_n_4 in it(C['Nodes'])})):
             return Failure('LoadBackStart', 5, *_T_act_LoadBackStart[4])
         # spec/HostTier.tla:141:8
         k = 6
-        if not (t['loadDone'] == mk_fcn({v_n_5: (0 if in_(v_n_5, d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})):
+        if not (t['loadDone'] == mk_fcn({v_n_5: (0 if in_set(v_n_5, d_ToLoad(C, s, t, v_q)) else ap(s['loadDone'], v_n_5)) for v_n_5 in it(C['Nodes'])})):
             return Failure('LoadBackStart', 6, *_T_act_LoadBackStart[5])
         # spec/HostTier.tla:142:8
         k = 7
@@ -396,7 +396,7 @@ def act_LoadBackFinish(C, s, t, v_q):
             return Failure('LoadBackFinish', 2, *_T_act_LoadBackFinish[1])
         # spec/HostTier.tla:170:8
         k = 3
-        if not (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or in_(v_n_2, d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})):
+        if not (t['dev'] == mk_fcn({v_n_2: (ap(s['dev'], v_n_2) or in_set(v_n_2, d_Loading(C, s, t, v_q))) for v_n_2 in it(C['Nodes'])})):
             return Failure('LoadBackFinish', 3, *_T_act_LoadBackFinish[2])
         # spec/HostTier.tla:171:8
         k = 4

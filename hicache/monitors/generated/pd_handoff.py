@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_, in_c, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PDHandoff.tla'
 MODULE = 'PDHandoff'
@@ -37,7 +37,7 @@ def constants(raw: dict) -> dict:
     C['Tiers'] = frozenset(('device', 'host', 'storage',))  # spec/PDHandoff.tla:53:1
     C['ToDecode'] = _b_cup(frozenset(normalize(d_Msg(C, s, None, 'DATA', v_i_1)) for v_i_1 in it(C['Pages'])), frozenset((normalize(d_Msg(C, s, None, 'ABORT', 0)),)))  # spec/PDHandoff.tla:58:1
     C['ToPrefill'] = _b_cup(frozenset(normalize(d_Msg(C, s, None, 'ALLOC', v_i_1)) for v_i_1 in it(C['Pages'])), frozenset(normalize(d_Msg(C, s, None, v_k_2, 0)) for v_k_2 in it(frozenset(('ABORT', 'DONE', 'CLOSED',)))))  # spec/PDHandoff.tla:59:1
-    if not (d_Positive(C, s, None, C['NPages']) and in_(C['NDecodeSlots'], STD['Nat'])):
+    if not (d_Positive(C, s, None, C['NPages']) and in_set(C['NDecodeSlots'], STD['Nat'])):
         raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:49:8: Positive(NPages) /\\ NDecodeSlots \\in Nat')
     if not ((C['BugAbortFreesInFlight'].__class__ is bool) and (C['BugSendBeforeLoadBack'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/PDHandoff.tla:50:8: BugAbortFreesInFlight \\in BOOLEAN /\\ BugSendBeforeLoadBack \\in BOOLEAN')
@@ -56,7 +56,7 @@ def constants(raw: dict) -> dict:
 
 def d_Positive(C, s, t, v_x):
     # spec/PDHandoff.tla:47:1
-    return (in_(v_x, STD['Nat']) and (v_x >= 1))
+    return (in_set(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_TierRank(C, s, t, v_x):
@@ -81,12 +81,12 @@ def d_AtHead(C, s, t, v_q, v_m):
 
 def d_InFlight(C, s, t):
     # spec/PDHandoff.tla:95:1
-    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if in_(d_Msg(C, s, t, 'DATA', v_i_1), d_Range(C, s, t, s['p2d'])))
+    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if in_set(d_Msg(C, s, t, 'DATA', v_i_1), d_Range(C, s, t, s['p2d'])))
 
 
 def d_Requested(C, s, t):
     # spec/PDHandoff.tla:96:1
-    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if in_(d_Msg(C, s, t, 'ALLOC', v_i_1), d_Range(C, s, t, s['d2p'])))
+    return frozenset(v_i_1 for v_i_1 in it(C['Pages']) if in_set(d_Msg(C, s, t, 'ALLOC', v_i_1), d_Range(C, s, t, s['d2p'])))
 
 
 def d_Allocated(C, s, t):
@@ -96,7 +96,7 @@ def d_Allocated(C, s, t):
 
 def d_Init(C, s, t):
     # spec/PDHandoff.tla:100:1
-    return (in_(s['ploc'], frozenset(v_f_1 for v_f_1 in it(C['$h2']) if all(((not (v_i_2 > 1)) or (d_TierRank(C, s, t, ap(v_f_1, (v_i_2 - 1))) <= d_TierRank(C, s, t, ap(v_f_1, v_i_2)))) for v_i_2 in it(C['Pages'])))) and (s['pstate'] == 'running') and (s['plock'] == True) and (s['dstate'] == 'waiting') and (s['dalloc'] == mk_fcn({v_i_3: False for v_i_3 in it(C['Pages'])})) and (s['dfree'] == C['NDecodeSlots']) and (s['dland'] == mk_fcn({v_i_4: False for v_i_4 in it(C['Pages'])})) and (s['dread'] == mk_fcn({v_i_5: False for v_i_5 in it(C['Pages'])})) and (s['p2d'] == ()) and (s['d2p'] == ()) and (s['sentUnloaded'] == frozenset()))
+    return (in_set(s['ploc'], frozenset(v_f_1 for v_f_1 in it(C['$h2']) if all(((not (v_i_2 > 1)) or (d_TierRank(C, s, t, ap(v_f_1, (v_i_2 - 1))) <= d_TierRank(C, s, t, ap(v_f_1, v_i_2)))) for v_i_2 in it(C['Pages'])))) and (s['pstate'] == 'running') and (s['plock'] == True) and (s['dstate'] == 'waiting') and (s['dalloc'] == mk_fcn({v_i_3: False for v_i_3 in it(C['Pages'])})) and (s['dfree'] == C['NDecodeSlots']) and (s['dland'] == mk_fcn({v_i_4: False for v_i_4 in it(C['Pages'])})) and (s['dread'] == mk_fcn({v_i_5: False for v_i_5 in it(C['Pages'])})) and (s['p2d'] == ()) and (s['d2p'] == ()) and (s['sentUnloaded'] == frozenset()))
 
 
 def d_PrefillLoadBack(C, s, t, v_i):
@@ -146,7 +146,7 @@ def d_DecodeFinish(C, s, t):
 
 def d_DecodeAbort(C, s, t):
     # spec/PDHandoff.tla:214:1
-    return ((s['dstate'] == 'waiting') and (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: in_(v_i_3, l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))) and (t['dstate'] == 'aborting') and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ABORT', 0))) and ((t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
+    return ((s['dstate'] == 'waiting') and (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: in_set(v_i_3, l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))) and (t['dstate'] == 'aborting') and (t['d2p'] == _b_Append(s['d2p'], d_Msg(C, s, t, 'ABORT', 0))) and ((t['dland'] == s['dland']) and (t['dread'] == s['dread']) and (t['p2d'] == s['p2d'])) and ((t['ploc'] == s['ploc']) and (t['pstate'] == s['pstate']) and (t['plock'] == s['plock']) and (t['sentUnloaded'] == s['sentUnloaded'])))
 
 
 def d_DecodeClose(C, s, t):
@@ -586,7 +586,7 @@ def act_DecodeAbort(C, s, t):
             return Failure('DecodeAbort', 1, *_T_act_DecodeAbort[0])
         # spec/PDHandoff.tla:216:8
         k = 2
-        if not (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: in_(v_i_3, l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))):
+        if not (lambda l_kept_1: ((t['dalloc'] == mk_fcn({v_i_3: in_set(v_i_3, l_kept_1()) for v_i_3 in it(C['Pages'])})) and (t['dfree'] == (s['dfree'] + _b_Cardinality(_b_setminus(d_Allocated(C, s, t), l_kept_1()))))))(once(lambda: (frozenset() if C['BugAbortFreesInFlight'] else frozenset(v_i_2 for v_i_2 in it(d_Allocated(C, s, t)) if (not ap(s['dland'], v_i_2)))))):
             return Failure('DecodeAbort', 2, *_T_act_DecodeAbort[1])
         # spec/PDHandoff.tla:219:8
         k = 3
@@ -793,11 +793,11 @@ def inv_TypeOK(C, s):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/PDHandoff.tla:87:8
         k = 9
-        if not in_(s['p2d'], _b_Seq(C['ToDecode'])):
+        if not in_set(s['p2d'], _b_Seq(C['ToDecode'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/PDHandoff.tla:88:8
         k = 10
-        if not in_(s['d2p'], _b_Seq(C['ToPrefill'])):
+        if not in_set(s['d2p'], _b_Seq(C['ToPrefill'])):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
         # spec/PDHandoff.tla:89:8
         k = 11
@@ -864,11 +864,11 @@ def inc_TypeOK(C, s, D, V=None):
             return Failure('TypeOK', 8, *_T_inv_TypeOK[7])
         # spec/PDHandoff.tla:87:8
         k = 9
-        if not in_(s['p2d'], _b_Seq(C['ToDecode'])):
+        if not in_set(s['p2d'], _b_Seq(C['ToDecode'])):
             return Failure('TypeOK', 9, *_T_inv_TypeOK[8])
         # spec/PDHandoff.tla:88:8
         k = 10
-        if not in_(s['d2p'], _b_Seq(C['ToPrefill'])):
+        if not in_set(s['d2p'], _b_Seq(C['ToPrefill'])):
             return Failure('TypeOK', 10, *_T_inv_TypeOK[9])
         # spec/PDHandoff.tla:89:8
         k = 11
@@ -952,7 +952,7 @@ def inv_InFlightDestOwned(C, s):
     try:
         # spec/PDHandoff.tla:274:5
         k = 1
-        if not all(((not (in_(v_i_1, d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and in_(v_i_1, d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(C['Pages'])):
+        if not all(((not (in_set(v_i_1, d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and in_set(v_i_1, d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(C['Pages'])):
             return Failure('InFlightDestOwned', 1, *_T_inv_InFlightDestOwned[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('InFlightDestOwned', _T_inv_InFlightDestOwned, k, e)
@@ -973,7 +973,7 @@ def inc_InFlightDestOwned(C, s, D, V=None):
     try:
         # spec/PDHandoff.tla:274:5 (element-local)
         k = 1
-        if not all(((not (in_(v_i_1, d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and in_(v_i_1, d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(D['Pages'])):
+        if not all(((not (in_set(v_i_1, d_InFlight(C, s, None)) or ((s['pstate'] == 'running') and in_set(v_i_1, d_Requested(C, s, None))))) or ap(s['dalloc'], v_i_1)) for v_i_1 in it(D['Pages'])):
             return Failure('InFlightDestOwned', 1, *_T_inv_InFlightDestOwned[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('InFlightDestOwned', _T_inv_InFlightDestOwned, k, e)
@@ -1045,7 +1045,7 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                     _e0 = _a1(e_Pages)
                     _e1 = _a2(e_Pages)
                     _e2 = _a3(e_Pages)
-                    if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0.__class__ is bool)) and (not _u0_6 or (_e1.__class__ is bool)) and (not _u0_7 or (_e2.__class__ is bool)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not (in_(e_Pages, d_InFlight(C, s, None)) or ((_r5 == 'running') and in_(e_Pages, d_Requested(C, s, None))))) or _e0))):
+                    if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0.__class__ is bool)) and (not _u0_6 or (_e1.__class__ is bool)) and (not _u0_7 or (_e2.__class__ is bool)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not (in_set(e_Pages, d_InFlight(C, s, None)) or ((_r5 == 'running') and in_set(e_Pages, d_Requested(C, s, None))))) or _e0))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'pstate' in V)):
             _r6 = s['pstate']
@@ -1069,12 +1069,12 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
         if (_k0 and (V is None or 'p2d' in V)):
             _r13 = s['p2d']
             _r14 = C['ToDecode']
-            if not in_(_r13, _b_Seq(_r14)):
+            if not in_set(_r13, _b_Seq(_r14)):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'd2p' in V)):
             _r15 = s['d2p']
             _r16 = C['ToPrefill']
-            if not in_(_r15, _b_Seq(_r16)):
+            if not in_set(_r15, _b_Seq(_r16)):
                 raise FastPathFailed()
         if (_k0 and (V is None or 'sentUnloaded' in V)):
             _r17 = s['sentUnloaded']

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PPSync.tla'
 MODULE = 'PPSync'
@@ -34,7 +34,7 @@ def constants(raw: dict) -> dict:
     C['None'] = (-1)  # spec/PPSync.tla:43:1
     if not (d_Positive(C, s, None, C['NStages']) and d_Positive(C, s, None, C['NRanks'])):
         raise ValueError('constants violate ASSUME at spec/PPSync.tla:36:8: Positive(NStages) /\\ Positive(NRanks)')
-    if not ((in_(C['NTransfers'], STD['Nat']) and d_Positive(C, s, None, C['MaxChecks'])) and (C['BugLocalCount'].__class__ is bool)):
+    if not ((in_set(C['NTransfers'], STD['Nat']) and d_Positive(C, s, None, C['MaxChecks'])) and (C['BugLocalCount'].__class__ is bool)):
         raise ValueError('constants violate ASSUME at spec/PPSync.tla:37:8: NTransfers \\in Nat /\\ Positive(MaxChecks) /\\ BugLocalCount \\in BOOLEAN')
     C['$h0'] = _b_range_(0, C['NTransfers'])
     C['$h1'] = FcnSet(C['Stages'], FcnSet(C['Ranks'], _b_SUBSET(C['Transfers'])))
@@ -61,7 +61,7 @@ def constants(raw: dict) -> dict:
 
 def d_Positive(C, s, t, v_x):
     # spec/PPSync.tla:34:1
-    return (in_(v_x, STD['Nat']) and (v_x >= 1))
+    return (in_set(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_TypeOK(C, s, t):
@@ -71,7 +71,7 @@ def d_TypeOK(C, s, t):
 
 def d_ReadyRun(C, s, t, v_s, v_r, v_n):
     # spec/PPSync.tla:68:1
-    return all(in_(v_t_1, ap(ap(s['done'], v_s), v_r)) for v_t_1 in it(_b_range_((ap(s['applied'], v_s) + 1), (ap(s['applied'], v_s) + v_n))))
+    return all(in_set(v_t_1, ap(ap(s['done'], v_s), v_r)) for v_t_1 in it(_b_range_((ap(s['applied'], v_s) + 1), (ap(s['applied'], v_s) + v_n))))
 
 
 def d_Lead(C, s, t, v_s, v_r):
@@ -96,7 +96,7 @@ def d_TransferIssue(C, s, t):
 
 def d_TransferComplete(C, s, t, v_t, v_s, v_r):
     # spec/PPSync.tla:92:1
-    return ((v_t <= s['issued']) and (not in_(v_t, ap(ap(s['done'], v_s), v_r))) and (t['done'] == exc(s['done'], ((v_s, v_r,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_t),)))))) and ((t['issued'] == s['issued']) and (t['applied'] == s['applied']) and (t['checks'] == s['checks']) and (t['upto'] == s['upto']) and (t['agreed'] == s['agreed']) and (t['pending'] == s['pending']) and (t['chan'] == s['chan'])))
+    return ((v_t <= s['issued']) and (not in_set(v_t, ap(ap(s['done'], v_s), v_r))) and (t['done'] == exc(s['done'], ((v_s, v_r,), lambda at_1: _b_cup(at_1, frozenset((normalize(v_t),)))))) and ((t['issued'] == s['issued']) and (t['applied'] == s['applied']) and (t['checks'] == s['checks']) and (t['upto'] == s['upto']) and (t['agreed'] == s['agreed']) and (t['pending'] == s['pending']) and (t['chan'] == s['chan'])))
 
 
 def d_Round(C, s, t, v_s):
@@ -121,7 +121,7 @@ def d_ApplyTarget(C, s, t, v_s):
 
 def d_StageApply(C, s, t, v_s):
     # spec/PPSync.tla:133:1
-    return ((ap(s['pending'], v_s) != C['None']) and (lambda l_target_1: (all(all(in_(v_t_3, ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: (ap(s['checks'], v_s) + 1)))) and (t['pending'] == exc(s['pending'], ((v_s,), lambda at_7: C['None']))) and ((t['issued'] == s['issued']) and (t['done'] == s['done']) and (t['agreed'] == s['agreed']) and (t['chan'] == s['chan'])))
+    return ((ap(s['pending'], v_s) != C['None']) and (lambda l_target_1: (all(all(in_set(v_t_3, ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))) and (t['checks'] == exc(s['checks'], ((v_s,), lambda at_6: (ap(s['checks'], v_s) + 1)))) and (t['pending'] == exc(s['pending'], ((v_s,), lambda at_7: C['None']))) and ((t['issued'] == s['issued']) and (t['done'] == s['done']) and (t['agreed'] == s['agreed']) and (t['chan'] == s['chan'])))
 
 
 def d_Finished(C, s, t):
@@ -141,7 +141,7 @@ def d_SameCountEachCheck(C, s, t):
 
 def d_ApplyOnlyCompleted(C, s, t):
     # spec/PPSync.tla:170:1
-    return all(all(in_(v_t_3, ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks']))
+    return all(all(in_set(v_t_3, ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks']))
 
 
 def d_AgreedRounds(C, s, t):
@@ -205,7 +205,7 @@ def act_TransferComplete(C, s, t, v_t, v_s, v_r):
             return Failure('TransferComplete', 1, *_T_act_TransferComplete[0])
         # spec/PPSync.tla:94:8
         k = 2
-        if not (not in_(v_t, ap(ap(s['done'], v_s), v_r))):
+        if not (not in_set(v_t, ap(ap(s['done'], v_s), v_r))):
             return Failure('TransferComplete', 2, *_T_act_TransferComplete[1])
         # spec/PPSync.tla:95:8
         k = 3
@@ -330,7 +330,7 @@ def act_StageApply(C, s, t, v_s):
             return Failure('StageApply', 1, *_T_act_StageApply[0])
         # spec/PPSync.tla:135:8
         k = 2
-        if not (lambda l_target_1: (all(all(in_(v_t_3, ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))):
+        if not (lambda l_target_1: (all(all(in_set(v_t_3, ap(ap(s['done'], v_s), v_r_2)) for v_t_3 in it(_b_range_((ap(s['applied'], v_s) + 1), l_target_1()))) for v_r_2 in it(C['Ranks'])) and (t['applied'] == exc(s['applied'], ((v_s,), lambda at_4: l_target_1()))) and (t['upto'] == exc(s['upto'], ((v_s, d_Round(C, s, t, v_s),), lambda at_5: l_target_1())))))(once(lambda: d_ApplyTarget(C, s, t, v_s))):
             return Failure('StageApply', 2, *_T_act_StageApply[1])
         # spec/PPSync.tla:139:8
         k = 3
@@ -540,7 +540,7 @@ def inv_ApplyOnlyCompleted(C, s):
     try:
         # spec/PPSync.tla:171:5
         k = 1
-        if not all(all(in_(v_t_3, ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks'])):
+        if not all(all(in_set(v_t_3, ap(ap(s['done'], v_s_1), v_r_2)) for v_t_3 in it(_b_range_(1, ap(s['applied'], v_s_1)))) for v_s_1 in it(C['Stages']) for v_r_2 in it(C['Ranks'])):
             return Failure('ApplyOnlyCompleted', 1, *_T_inv_ApplyOnlyCompleted[0])
     except Exception as e:  # an evaluation error fails the conjunct it happened in
         return conj_error('ApplyOnlyCompleted', _T_inv_ApplyOnlyCompleted, k, e)

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, choose, conj_error, exc, fast_ap, in_, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
 
 SPEC = 'spec/PrefixAgreement.tla'
 MODULE = 'PrefixAgreement'
@@ -80,7 +80,7 @@ def constants(raw: dict) -> dict:
 
 def d_Positive(C, s, t, v_x):
     # spec/PrefixAgreement.tla:51:1
-    return (in_(v_x, STD['Nat']) and (v_x >= 1))
+    return (in_set(v_x, STD['Nat']) and (v_x >= 1))
 
 
 def d_TypeOK(C, s, t):
