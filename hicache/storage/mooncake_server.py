@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hicache.deferred_signals import deferred_signals
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -168,12 +170,15 @@ class MooncakeMaster:
                 f"--rpc_thread_num={options.rpc_threads}",
                 f"--default_kv_lease_ttl={options.kv_lease_ttl_ms}",
                 *options.extra_args]
-        try:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_fd,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        finally:
-            os.close(log_fd)
-        return cls(proc, rpc, http, metrics, Path(log_name))
+        # a SIGTERM (or Ctrl-C) landing between the exec and the constructor's atexit
+        # registration would leave the master running: it waits until the master is armed
+        with deferred_signals():
+            try:
+                proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_fd,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            finally:
+                os.close(log_fd)
+            return cls(proc, rpc, http, metrics, Path(log_name))
 
     def _wait_ready(self, timeout_s: float) -> bool:
         """Poll until both ports accept, the process exits, or the deadline passes."""

@@ -16,6 +16,14 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
+def _state(pid: int) -> str:
+    """The process's state letter (Z: a zombie, killed but not reaped), for a failure message."""
+    try:
+        return "state " + open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "no such process"
+
+
 def test_master_runs_on_loopback(mooncake_master):
     assert mooncake_master.alive()
     assert mooncake_master.metadata_url.startswith("http://127.0.0.1:")
@@ -74,11 +82,53 @@ def test_sigterm_to_the_command_stops_its_master(mooncake_available, tmp_path):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 128 + signal.SIGTERM and "terminated" in err
-        assert not _group_alive(master)
+        assert not _group_alive(master), _state(master)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+_SIGTERM_AT_EXEC = """
+import signal, subprocess, sys
+from hicache.storage import mooncake_server
+
+class Stop(BaseException):
+    pass
+
+def stop(signum, frame):
+    raise Stop()
+signal.signal(signal.SIGTERM, stop)       # as `hicache` installs it
+real = subprocess.Popen
+
+def popen(*args, **kwargs):               # the signal lands after the exec, before Popen returns
+    proc = real(*args, **kwargs)
+    print(proc.pid, flush=True)
+    signal.raise_signal(signal.SIGTERM)
+    return proc
+subprocess.Popen = popen
+try:
+    mooncake_server.MooncakeMaster.start()
+except Stop:
+    print("stopped", flush=True)
+"""
+
+
+def test_a_sigterm_between_the_exec_and_the_registration_still_stops_the_master(mooncake_available):
+    """CI once found the master of a SIGTERMed `hicache replay` still running: a signal landing
+    between the master's exec and the registration of its cleanup raised where nothing could
+    stop it. The launch now holds the signal until the master is armed."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _SIGTERM_AT_EXEC], capture_output=True, text=True, timeout=60)
+    lines = out.stdout.split()
+    assert out.returncode == 0 and lines[1:] == ["stopped"], (out.stdout, out.stderr)
+    master = int(lines[0])
+    try:
+        assert not _group_alive(master), _state(master)
+    finally:
+        if _group_alive(master):
+            os.killpg(master, 9)
 
 
 def test_a_port_taken_by_another_process_is_not_taken_for_the_master(mooncake_available, monkeypatch):
