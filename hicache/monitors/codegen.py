@@ -19,7 +19,7 @@ from pathlib import Path
 
 from hicache.tla.cfg import load_cfg
 from hicache.tla.checker import _split_spec
-from hicache.tla.compiler import Model, OpDef
+from hicache.tla.compiler import Compiler, Model, OpDef
 from hicache.tla.errors import SemanticError
 from hicache.tla.loader import Loader, node_loc
 from hicache.tla.stdlib import BUILTINS, CONSTANTS, SYNONYMS
@@ -242,6 +242,7 @@ class Generator:
         # constants are bound at run time (C), not by a .cfg: the Model only needs to know
         # that each declared constant will have a value
         self.model = Model(self.loader, self.root, {n: _UNBOUND for n in self._declared_constants(self.root)})
+        Compiler(self.model).resolve_every_definition()     # an unknown name, as SANY refuses it
         self.scope = self.model.root_scope
         self.want_invariants = invariants
         self._inlined: dict[str, str | None] = {}    # definition -> its inlinable body (_inline_body)

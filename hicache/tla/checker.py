@@ -123,6 +123,7 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
                               f"the configuration can only name a definition without parameters", where)
         return d
     comp = Compiler(model)
+    comp.resolve_every_definition()
     warnings: list[str] = []
 
     for expr, ctx in model.assumes:

@@ -33,6 +33,10 @@ class TemporalInPart(SemanticError):
     a PROPERTY part as not checked)."""
 
 
+class UnknownName(SemanticError):
+    """A name that resolves to nothing in scope (SANY: "Unknown operator")."""
+
+
 class _Unset:
     __slots__ = ()
 
@@ -334,6 +338,9 @@ def _pyast_ident(name: str):
 class Compiler:
     def __init__(self, model: Model):
         self.m = model
+        # inside resolve_every_definition: a constant without a value compiles to code that
+        # raises its error when evaluated, so that the names after it are resolved too
+        self.resolving = False
 
     # ------------------------------------------------------------ helpers
     def err(self, msg: str, node, ctx: Ctx, cls=SemanticError) -> TlaError:
@@ -442,6 +449,42 @@ class Compiler:
             f.body = lambda x: body_fn(st, pr, env2 + (x,))
             return f
         return make, (sflags | bflags) & ~F_ENV
+
+    def resolve_every_definition(self) -> None:
+        """SANY resolves every name of every module, used or not, where this compiler only
+        compiles what a check reaches: a definition nothing uses could name something
+        undefined and pass here, then be refused by TLC. So each user definition (the
+        root's, the modules' it extends, its instances') is compiled once for the names it
+        uses, as a value and else as an action: an UnknownName is raised, located. Another
+        compile error is left to a use that meets it (a temporal formula is neither a value
+        nor an action, which says nothing about its names; those inside one go unresolved)."""
+        self.resolving = True
+        try:
+            self._resolve_scopes()
+        finally:
+            self.resolving = False
+
+    def _resolve_scopes(self) -> None:
+        scopes, seen = [self.m.root_scope], set()
+        while scopes:
+            scope = scopes.pop()
+            if id(scope) in seen:
+                continue
+            seen.add(id(scope))
+            for d in list(scope.entries.values()):
+                if not isinstance(d, OpDef):
+                    continue
+                if d.is_instance:
+                    scopes.append(d.body)
+                    continue
+                for kind in ("value", "action"):
+                    try:
+                        self.def_code(d, kind, "state", False, d.node)
+                        break
+                    except UnknownName:
+                        raise
+                    except TlaError:
+                        continue
 
     # ------------------------------------------------------------ name resolution
     def resolve(self, name: str, ctx: Ctx):
@@ -1075,7 +1118,7 @@ class Compiler:
             op = "-."
         r = self.resolve(op, ctx)
         if r is None:
-            raise self.err(f"unknown operator {op}", node, ctx)
+            raise self.err(f"unknown operator {op}", node, ctx, UnknownName)
         if isinstance(r, tuple):
             tag = r[0]
             if tag == "local":
@@ -1135,8 +1178,14 @@ class Compiler:
                 raise self.err(f"configuration substitutes {name} <- {target}, but {target} is not defined", node, ctx)
             return self.def_call(node, d, args, ctx, "value")
         if name not in self.m.const_values:
-            raise SemanticError(f"constant {name} is not given a value by the configuration",
-                                node_loc(mod.file, decl))
+            missing = SemanticError(f"constant {name} is not given a value by the configuration",
+                                    node_loc(mod.file, decl))
+            if not self.resolving:
+                raise missing
+
+            def unbound(st, pr, env):       # (prove without a .cfg: the names still resolve)
+                raise missing
+            return unbound, 0
         v = self.m.const_values[name]
         if args:
             raise self.err(f"constant {name} applied to arguments", node, ctx)
@@ -1274,6 +1323,8 @@ class Compiler:
         name = first.operator if _name(first) == "OperatorApplication" else str(first)
         iargs = (first.arguments or []) if _name(first) == "OperatorApplication" else []
         d = self.resolve(name, ctx)
+        if d is None:
+            raise self.err(f"unknown operator {name}", node, ctx, UnknownName)
         if not isinstance(d, OpDef) or not d.is_instance:
             raise self.err(f"{name} is not an instance", node, ctx)
         arg_comp = [self.value(a, ctx) for a in iargs]
@@ -1291,7 +1342,7 @@ class Compiler:
         if target is None:
             if opname in BUILTINS or opname in CONSTANTS:
                 return self.apply_named(last, opname, oargs, ctx, kind)
-            raise self.err(f"{name}!{opname} is not defined", node, ctx)
+            raise self.err(f"{name}!{opname} is not defined", node, ctx, UnknownName)
         if isinstance(target, Subst):
             code, flags = self.subst_ref(target, ctx, kind)
         else:

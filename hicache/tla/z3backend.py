@@ -25,7 +25,7 @@ from typing import Any
 
 import z3
 
-from hicache.tla.compiler import Model, OpDef
+from hicache.tla.compiler import Compiler, Model, OpDef
 from hicache.tla.errors import ConfigError, EvalError, Loc, TlaError
 from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.z3arith import Poly
@@ -122,6 +122,7 @@ class Prover:
         self.constants = cfg.values if cfg else {}
         # (Model rejects a THEOREM name defined twice, or named like an operator, as SANY does)
         self.model = Model(self.loader, self.root, self.constants)
+        Compiler(self.model).resolve_every_definition()     # an unknown name, as SANY refuses it
         if cfg is not None:
             self._check_config(cfg)
 

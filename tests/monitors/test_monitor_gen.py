@@ -146,6 +146,7 @@ _REC = ("---- MODULE Rec ----\nEXTENDS Naturals\nVARIABLES x\n"
 @pytest.mark.parametrize("inv, cfg, message", [
     ("Inv == ENABLED Next\n", "INVARIANT Inv\n", "unsupported construct temporal/ENABLED operator ENABLED"),
     ("", "INVARIANT Missing\n", "invariant Missing is not defined"),
+    ("Spare == x + Missing\n", "", "unknown operator Missing"),   # used by nothing: SANY refuses it too
 ])
 def test_generator_errors_carry_no_command_prefix(tmp_path, inv, cfg, message):
     # the generator is a library: the command that calls it says `hicache gen:` (once)

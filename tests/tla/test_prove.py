@@ -356,6 +356,15 @@ def test_a_theorem_name_defined_twice_is_an_error_at_the_second(tmp_path, first,
         Status.ERROR, f"{spec}:5:14: semantic error: multiply-defined symbol T (also defined at {spec}:{where})")
 
 
+def test_an_unknown_name_in_a_definition_no_theorem_uses_is_an_error(tmp_path):
+    # (SANY refuses the module: a proof of its theorems would be of a spec TLC cannot load)
+    spec = tmp_path / "Unk.tla"
+    spec.write_text("---- MODULE Unk ----\nEXTENDS Naturals\nCONSTANT N\nSpare == N + Missing\n"
+                    "THEOREM T == 1 = 1\n====\n")
+    (r,) = prove_files([spec])
+    assert (r.status, r.detail) == (Status.ERROR, f"{spec}:4:14: semantic error: unknown operator Missing")
+
+
 def test_a_theorem_in_one_case_says_case(tmp_path):
     spec = tmp_path / "One.tla"
     spec.write_text("---- MODULE One ----\nEXTENDS Naturals\nCONSTANT N\nTHEOREM T == N = 2 => N + N = 4\n====\n")

@@ -440,3 +440,41 @@ def test_a_symmetry_reading_a_variable_is_a_located_error(tmp_path):
     assert proc.returncode >= 150
     msg = assert_located(payload, "SymVar.tla", 6)
     assert "SYMMETRY Inv reads the variable x" in msg
+
+
+UNUSED_SPEC = """---- MODULE {name} ----
+EXTENDS Naturals
+VARIABLE x
+Inst == INSTANCE Other WITH y <- 0
+Init == x = 0
+Next == x < 2 /\\ x' = x + 1
+%s
+====
+"""
+
+
+@pytest.mark.parametrize("unused, col, name", [
+    ("Unused == x + Missing", 15, "unknown operator Missing"),                    # a value
+    ("Step == x' = Missing(x)", 14, "unknown operator Missing"),                  # an action
+    ("Op(a) == LET b == a IN b + Missing", 28, "unknown operator Missing"),       # under parameters and LET
+    ("Via == Inst!Missing", 8, "Inst!Missing is not defined"),                    # an instance's operator
+])
+def test_an_unknown_name_in_a_definition_nothing_uses_is_refused_like_sany_does(tmp_path, unused, col, name):
+    """The checker compiled only what the model reached, so an unused definition naming
+    something undefined passed `check` (and TLC refuses the module). Every definition is
+    now resolved before the check."""
+    (tmp_path / "Other.tla").write_text("---- MODULE Other ----\nVARIABLE y\nLimit == y\n====\n")
+    proc, payload = run_check(tmp_path, "Unused", UNUSED_SPEC % unused)
+    assert proc.returncode >= 150, payload
+    assert name in assert_located(payload, "Unused.tla", 7, col)
+
+
+def test_definitions_nothing_uses_still_pass_when_they_resolve(tmp_path):
+    """The resolution pass refuses unknown names only: an unused temporal formula, action,
+    parametrized operator or instance reference that resolves is no error."""
+    (tmp_path / "Other.tla").write_text("---- MODULE Other ----\nVARIABLE y\nLimit == y\n====\n")
+    extra = ("Inst == INSTANCE Other WITH y <- x\nLive == <>(x = 2)\nStay == x' = x /\\ UNCHANGED x\n"
+             "Op(a, F(_)) == F(a) + 1\nVia == Inst!Limit\n")
+    spec = SPEC_OK.replace("====\n", extra + "====\n")
+    proc, payload = run_check(tmp_path, "Resolves", spec)
+    assert proc.returncode == 0 and payload["result"] == "ok", payload
