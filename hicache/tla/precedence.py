@@ -15,7 +15,8 @@ its infix children finds SANY's conflicts.
 Rejected: every conflict SANY reports between infix operators, those of one range (`=>`
 chains, `=`, `#`, `<`, `\in` mixed or chained, `/\` and `\/` inline, `*` and `\div`) and
 those whose ranges merely overlap (`a + b % c`: `+` is 10-10, `%` 10-11; spec/CPSharding.tla
-wrote that until this check found it, so TLC would not have parsed it).
+wrote that until this check found it, so TLC would not have parsed it), and between a
+prefix operator and an infix one in its operand (`SUBSET S \cup T`: both 8-8).
 """
 from __future__ import annotations
 
@@ -61,6 +62,16 @@ _TABLE_KEY = {
 }
 
 
+#: prefix operator -> (low, high): Specifying Systems' table (tla2sany's prefix entries).
+#: `P x B y` groups `(P x) B y` when P's range lies above B's, `P (x B y)` when below, and
+#: is a conflict when they overlap (`SUBSET S \cup T`: both 8-8)
+_PREFIX: dict[str, tuple[int, int]] = {
+    "~": (4, 4), "ENABLED": (4, 15), "UNCHANGED": (4, 15), "[]": (4, 15), "<>": (4, 15),
+    "SUBSET": (8, 8), "UNION": (8, 8), "DOMAIN": (9, 9), "-": (12, 12),
+}
+_PREFIX_KEY = {"\\lnot": "~", "\\neg": "~", "-.": "-"}
+
+
 def _canon(op: str) -> str:
     op = SYNONYMS.get(op, op)
     return _TABLE_KEY.get(op, op)
@@ -75,6 +86,28 @@ def grouping(a: str, b: str) -> str | None:
         return "left"
     if hi_a < lo_b:
         return "right"
+    return None
+
+
+def prefix_grouping(p: str, b: str) -> str | None:
+    """How SANY groups `P x b y` for prefix operator P: "prefix" (`(P x) b y`), "infix"
+    (`P (x b y)`), or None (a precedence conflict)."""
+    lo_p, hi_p = _PREFIX[_PREFIX_KEY.get(p, p)]
+    lo_b, hi_b, _ = _INFIX[_canon(b)]
+    if lo_p > hi_b:
+        return "prefix"
+    if hi_p < lo_b:
+        return "infix"
+    return None
+
+
+def _prefix_op(node) -> str | None:
+    """The operator of a prefix application (`~ x`, `SUBSET S`, `-x`; not parenthesized)."""
+    if type(node).__name__ != "OperatorApplication" or node.nonfix:
+        return None
+    op = node.operator
+    if isinstance(op, str) and _PREFIX_KEY.get(op, op) in _PREFIX and node.arguments and len(node.arguments) == 1:
+        return op
     return None
 
 
@@ -107,6 +140,14 @@ def check_precedence(tree, text: str, file: str) -> None:
                 _conflict(lop, op, left, text, file)
             if rop is not None and _rejected(op, rop):
                 _conflict(op, rop, right.arguments[0], text, file)
+            pop = _prefix_op(left)          # parsed `(P x) op y`
+            if pop is not None and prefix_grouping(pop, op) != "prefix":
+                _conflict(pop, op, left, text, file)
+        pop = _prefix_op(node)
+        if pop is not None:                 # parsed `P (x b y)`
+            bop = _infix_op(node.arguments[0])
+            if bop is not None and prefix_grouping(pop, bop) != "infix":
+                _conflict(pop, bop, node.arguments[0].arguments[0], text, file)
         stack.extend(reversed([getattr(node, f) for f in fields]))
 
 
