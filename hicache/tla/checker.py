@@ -62,6 +62,9 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     variables: list[str] = field(default_factory=list)
     queue_left: int = 0
+    # the .cfg's ALIAS on each state of `trace`: (field, value) rows that the text behavior
+    # shows in place of the variables (None: no ALIAS, or none evaluated)
+    shown: list[list[tuple[str, Any]]] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -88,6 +91,7 @@ class Checkable:
     init_name: str = "Init"
     init_loc: Loc | None = None                # where the initial predicate is defined
     postcondition: tuple | None = None         # (name, code, Loc): cfg POSTCONDITION
+    alias: tuple | None = None                 # (name, code, Loc): cfg ALIAS
 
 
 def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = None, *,
@@ -194,15 +198,17 @@ def build(spec_path: str | Path, cfg: Config, search_dirs: list[Path] | None = N
     symmetry = None
     if cfg.symmetry:
         symmetry = _symmetry(cfg, cfg.symmetry, state_pred(cfg.symmetry, "SYMMETRY"), model)
+    alias = None
     if cfg.alias:
-        cfg_def(cfg.alias, "ALIAS")    # (traces show the variables; the alias is not applied)
+        d = cfg_def(cfg.alias, "ALIAS")
+        alias = (d.name, comp.def_code(d, "value", "state", False, d.node)[0], d.loc)
     post = None
     if cfg.postcondition:
         d = cfg_def(cfg.postcondition, "POSTCONDITION")
         post = (d.name, comp.def_code(d, "value", "state", False, d.node)[0], d.loc)
     return Checkable(model, init_fn, actions, invariants, init_props, act_props, constraints,
                      action_constraints, view, symmetry, cfg.check_deadlock, warnings, locs,
-                     init_name, init_loc, post)
+                     init_name, init_loc, post, alias)
 
 
 class _NoState(tuple):
@@ -712,6 +718,7 @@ class Checker:
 
         def finish(kind: str, violated=None, trace=None, error=None):
             res.result, res.violated, res.trace, res.error = kind, violated, trace, error
+            self._show(res)
             res.distinct = len(states)
             res.queue_left = max(0, len(states) - self.head)
             res.depth = max(levels) if levels else 0
@@ -918,10 +925,33 @@ class Checker:
             res.result, res.error = "error", e
             return self._done(res, t0, len(seen), 0)
 
-    @staticmethod
-    def _done(res: Result, t0: float, distinct: int, depth: int) -> Result:
+    def _done(self, res: Result, t0: float, distinct: int, depth: int) -> Result:
         res.distinct, res.depth, res.seconds = distinct, depth, time.perf_counter() - t0
+        self._show(res)
         return res
+
+    def _show(self, res: Result) -> None:
+        """The .cfg's ALIAS on each state of res.trace, the rows TLC prints in place of the
+        variables. A primed variable in it reads the trace's next state (the last state has
+        none: a primed read there is an evaluation error). A state where the alias fails, or
+        is not a record, shows its variables, and a warning says why."""
+        if self.ck.alias is None or not res.trace:
+            return
+        name, code, _ = self.ck.alias
+        shown = []
+        for i, step in enumerate(res.trace):
+            nxt = res.trace[i + 1].state if i + 1 < len(res.trace) else None
+            try:
+                v = code(step.state, nxt, ())
+                why = None if isinstance(v, Fcn) and all(type(k) is str for k in v.d) else f"is {fmt(v)}, not a record"
+            except TlaError as e:
+                why = f"could not be evaluated ({e})"
+            if why is None:
+                shown.append(list(v.d.items()))
+            else:
+                res.warnings.append(f"ALIAS {name} {why} in state {i + 1}: its variables are shown")
+                shown.append(list(zip(res.variables, step.state)))
+        res.shown = shown
 
 
 _TAGGED = object()

@@ -10,7 +10,8 @@ def behavior_text(res: Result) -> str:
     for i, step in enumerate(res.trace or [], 1):
         label = "<Initial predicate>" if step.action is None else step.action.label()
         lines.append(f"State {i}: {label}")
-        for name, val in zip(res.variables, step.state):
+        rows = res.shown[i - 1] if res.shown else zip(res.variables, step.state)   # (the ALIAS, as TLC)
+        for name, val in rows:
             lines.append(f"/\\ {name} = {fmt(val)}")
         lines.append("")
     return "\n".join(lines)

@@ -400,6 +400,40 @@ def test_alias_or_postcondition_naming_nothing_is_located_in_the_cfg(tmp_path, s
     assert "Nope" in msg
 
 
+ALIASED = SPEC_OK.replace("VARIABLE x", "VARIABLES x, y").replace("x = 0", "x = 0 /\\ y = 0").replace(
+    "x' = x + 1", "x' = x + 1 /\\ y' = 2 * x").replace(
+    "====", "Safe == x < 2\nAl == [count |-> x, next |-> x']\nFlat == x + 1\n====")
+
+
+def _behavior(tmp_path, alias: str) -> str:
+    from hicache.tla.run import check_one
+    (tmp_path / "Al.tla").write_text(ALIASED.replace("{name}", "Al"))
+    (tmp_path / "Al.cfg").write_text(CFG_OK + f"INVARIANT Safe\nALIAS {alias}\n")
+    res, payload, text = check_one(str(tmp_path / "Al.tla"), str(tmp_path / "Al.cfg"),
+                                   trace_out=str(tmp_path / "t.itf.json"))
+    assert (res.result, payload["violated"]) == ("invariant", "Safe")
+    # (the ITF trace keeps the variables: `hicache explain` reads the spec's state)
+    assert json.loads((tmp_path / "t.itf.json").read_text())["vars"] == ["x", "y"]
+    return text
+
+
+def test_alias_is_shown_in_place_of_the_variables_primes_reading_the_next_state(tmp_path):
+    """ALIAS was accepted and not applied: the behavior showed the variables."""
+    text = _behavior(tmp_path, "Al")
+    states = text.split("Error: The behavior up to this point is:\n")[1].split("\n\n")
+    assert states[0] == "State 1: <Initial predicate>\n/\\ count = 0\n/\\ next = 1"
+    assert states[1].endswith("\n/\\ count = 1\n/\\ next = 2")
+    # the last state has no next state: its variables, and a warning saying why
+    assert states[2].endswith("\n/\\ x = 2\n/\\ y = 2")
+    assert "Warning: ALIAS Al could not be evaluated (" in text and ") in state 3: its variables are shown" in text
+
+
+def test_an_alias_that_is_not_a_record_shows_the_variables_with_a_warning(tmp_path):
+    text = _behavior(tmp_path, "Flat")
+    assert "Warning: ALIAS Flat is 1, not a record in state 1: its variables are shown" in text
+    assert "State 1: <Initial predicate>\n/\\ x = 0\n/\\ y = 0" in text
+
+
 # ------------------------------------------------- errors that had no location
 @pytest.mark.parametrize("cfg, extra", [(CFG_OK, ()), (CFG_OK, ("--simulate",)),
                                         ("SPECIFICATION Spec\n", ())])
