@@ -457,7 +457,8 @@ class Compiler:
         root's, the modules' it extends, its instances') is compiled once for the names it
         uses, as a value and else as an action: an UnknownName is raised, located. Another
         compile error is left to a use that meets it (a temporal formula is neither a value
-        nor an action, which says nothing about its names; those inside one go unresolved)."""
+        nor an action, which says nothing about its names: the operands of its temporal
+        operators are resolved on their own)."""
         self.resolving = True
         try:
             self._resolve_scopes()
@@ -485,6 +486,18 @@ class Compiler:
                         raise
                     except TlaError:
                         continue
+
+    def _resolve_operand(self, node, ctx: Ctx) -> None:
+        """(resolve_every_definition) The names in the operand of a temporal operator,
+        which itself cannot be compiled: the operand as a value, else as an action."""
+        for compile_part in (self.value, self.action):
+            try:
+                compile_part(node, ctx)
+                return
+            except UnknownName:
+                raise
+            except TlaError:
+                continue
 
     # ------------------------------------------------------------ name resolution
     def resolve(self, name: str, ctx: Ctx):
@@ -939,6 +952,9 @@ class Compiler:
         return self.instance_ref(node, ctx, "value")
 
     def v_Fairness(self, node, ctx):
+        if self.resolving:
+            self._resolve_operand(node.subscript, ctx)
+            self._resolve_operand(node.action, ctx)
         raise self.err("fairness conditions are temporal formulas; they cannot be evaluated as values", node, ctx,
                        TemporalInPart)
 
@@ -1109,6 +1125,9 @@ class Compiler:
         return self.value(args[0], ctx)
 
     def sv_temporal(self, node, args, ctx):
+        if self.resolving:
+            for a in args:
+                self._resolve_operand(a, ctx)
         raise self.err(f"temporal operator {node.operator} cannot be evaluated on a state", node, ctx,
                        TemporalInPart)
 

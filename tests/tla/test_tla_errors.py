@@ -492,6 +492,8 @@ Next == x < 2 /\\ x' = x + 1
     ("Step == x' = Missing(x)", 14, "unknown operator Missing"),                  # an action
     ("Op(a) == LET b == a IN b + Missing", 28, "unknown operator Missing"),       # under parameters and LET
     ("Via == Inst!Missing", 8, "Inst!Missing is not defined"),                    # an instance's operator
+    ("Live == <>(x = Missing)", 16, "unknown operator Missing"),                  # temporal operands
+    ("Fair == WF_x(x' = Missing)", 19, "unknown operator Missing"),
 ])
 def test_an_unknown_name_in_a_definition_nothing_uses_is_refused_like_sany_does(tmp_path, unused, col, name):
     """The checker compiled only what the model reached, so an unused definition naming
