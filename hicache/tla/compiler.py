@@ -37,6 +37,11 @@ class UnknownName(SemanticError):
     """A name that resolves to nothing in scope (SANY: "Unknown operator")."""
 
 
+class NameConflict(SemanticError):
+    """A name bound or defined where another of that name is visible (SANY has no
+    shadowing: "Multiply-defined symbol")."""
+
+
 class _Unset:
     __slots__ = ()
 
@@ -341,6 +346,7 @@ class Compiler:
         # inside resolve_every_definition: a constant without a value compiles to code that
         # raises its error when evaluated, so that the names after it are resolved too
         self.resolving = False
+        self._extends: dict[str, frozenset[str]] = {}    # module file -> _extended_files
 
     # ------------------------------------------------------------ helpers
     def err(self, msg: str, node, ctx: Ctx, cls=SemanticError) -> TlaError:
@@ -396,6 +402,7 @@ class Compiler:
             return rec, F_STATE | F_IMPURE
         d.compiling.add(key)
         try:
+            self._refuse_shadowing(Ctx(d.scope, module=d.module), [p for p, _ in d.params], d.node)
             ctx = Ctx(d.scope, tuple((p, "op" if a else "val") for p, a in d.params),
                       (), varmode, primed, d.module)
             if d.is_fn:
@@ -455,7 +462,8 @@ class Compiler:
         compiles what a check reaches: a definition nothing uses could name something
         undefined and pass here, then be refused by TLC. So each user definition (the
         root's, the modules' it extends, its instances') is compiled once for the names it
-        uses, as a value and else as an action: an UnknownName is raised, located. Another
+        uses, as a value and else as an action: an UnknownName (or a NameConflict: a binder
+        shadowing a visible name) is raised, located. Another
         compile error is left to a use that meets it (a temporal formula is neither a value
         nor an action, which says nothing about its names: the operands of its temporal
         operators are resolved on their own)."""
@@ -482,10 +490,52 @@ class Compiler:
                     try:
                         self.def_code(d, kind, "state", False, d.node)
                         break
-                    except UnknownName:
+                    except (UnknownName, NameConflict):
                         raise
                     except TlaError:
                         continue
+
+    def _bind(self, ctx: Ctx, names, node) -> Ctx:
+        """ctx with `names` bound by the binder `node` (a quantifier, CHOOSE, a set or
+        function constructor, LAMBDA), refusing a shadow as SANY does."""
+        self._refuse_shadowing(ctx, names, node)
+        return ctx.bind(*names)
+
+    def _refuse_shadowing(self, ctx: Ctx, names, node) -> None:
+        """SANY has no shadowing: a name bound or defined where another of that name is
+        visible (bound around it, a LET name, or a module-level constant, variable or
+        definition declared before it, in this file or a module it extends) is a
+        multiply-defined symbol, located at the binder. A module-level name declared after
+        the binder is no conflict (it was not visible there); nor are the standard
+        modules' operators, which are builtins here."""
+        here = self.loc(node, ctx)
+        for name in names:
+            if any(b == name for b, _ in ctx.names) or any(lo.name == name for lo in ctx.localops):
+                raise NameConflict(f"multiply-defined symbol {name} (bound already around it)", here)
+            site = ctx.scope.sites.get(name)
+            if site is None:
+                continue
+            loc = site[1]
+            # (the scope merges a module with what it extends, and with what extends it: a
+            # name of the extending module is not visible in the extended one's binders)
+            visible = (loc.line, loc.col) < (here.line, here.col) if loc.file == here.file \
+                else loc.file in self._extended_files(ctx.module or self.m.root)
+            if visible:
+                raise NameConflict(f"multiply-defined symbol {name} (also defined at {loc})", here)
+
+    def _extended_files(self, mod: Module) -> frozenset[str]:
+        """The files of the modules `mod` extends, transitively (whose names it sees)."""
+        got = self._extends.get(mod.file)
+        if got is None:
+            files: set[str] = set()
+            todo = [self.m.loader.get(e) for e in mod.extends]
+            while todo:
+                m = todo.pop()
+                if m is not None and m.file not in files:
+                    files.add(m.file)
+                    todo.extend(self.m.loader.get(e) for e in m.extends)
+            got = self._extends[mod.file] = frozenset(files)
+        return got
 
     def _resolve_operand(self, node, ctx: Ctx) -> None:
         """(resolve_every_definition) The names in the operand of a temporal operator,
@@ -494,7 +544,7 @@ class Compiler:
             try:
                 compile_part(node, ctx)
                 return
-            except UnknownName:
+            except (UnknownName, NameConflict):
                 raise
             except TlaError:
                 continue
@@ -722,6 +772,7 @@ class Compiler:
                 continue  # RECURSIVE declarations inside LET
             params = [(p.operator, len(p.arguments) if p.arguments else 0) if _name(p) == "OperatorApplication"
                       else (str(p), 0) for p in (d.arity or [])]
+            self._refuse_shadowing(cur, [d.name], d)
             if params:
                 lo = LocalOp(d.name, params, d.definiens, len(cur.names), cur.names)
                 cur = Ctx(cur.scope, cur.names, cur.localops + (lo,), cur.varmode, cur.primed, cur.module)
@@ -772,7 +823,7 @@ class Compiler:
 
     def v_Lambda(self, node, ctx):
         names = [p.operator if _name(p) == "OperatorApplication" else str(p) for p in node.parameters]
-        body, flags = self.value(node.expression, ctx.bind(*names))
+        body, flags = self.value(node.expression, self._bind(ctx, names, node))
         n = len(names)
         return (lambda st, pr, env: Closure(lambda *a: body(st, pr, env + a), n)), flags | F_ENV
 
@@ -784,7 +835,7 @@ class Compiler:
         else:
             raise self.err("unbounded CHOOSE cannot be evaluated", node, ctx)
         name = self.pattern(pat, ctx)
-        p, pf = self.value(node.predicate, ctx.bind(*_pat_names(name)))
+        p, pf = self.value(node.predicate, self._bind(ctx, _pat_names(name), node))
         loc = self.loc(node, ctx)
         bind = _binder(name)
 
@@ -802,7 +853,7 @@ class Compiler:
     def v_Quantification(self, node, ctx):
         bounds = self.bounds(node.declarations, ctx)
         names = [n for pat, _ in bounds for n in _pat_names(pat)]
-        body, bf = self.value(node.predicate, ctx.bind(*names))
+        body, bf = self.value(node.predicate, self._bind(ctx, names, node))
         sets = self.bound_sets(bounds, ctx)
         flags = _or([(0, f) for _, f in sets]) | (bf & ~F_ENV) | (F_ENV if _uses_outer(bf, ctx) else 0)
         loc = self.loc(node, ctx)
@@ -847,7 +898,7 @@ class Compiler:
         pat, set_node = decl.arguments
         name = self.pattern(pat, ctx)
         s, sf = self.value(set_node, ctx)
-        p, pf = self.value(node.predicate, ctx.bind(*_pat_names(name)))
+        p, pf = self.value(node.predicate, self._bind(ctx, _pat_names(name), node))
         bind = _binder(name)
         loc = self.loc(node, ctx)
 
@@ -865,7 +916,7 @@ class Compiler:
     def v_SetComprehension(self, node, ctx):
         bounds = self.bounds(node.declarations, ctx)
         names = [n for pat, _ in bounds for n in _pat_names(pat)]
-        e, ef = self.value(node.item, ctx.bind(*names))
+        e, ef = self.value(node.item, self._bind(ctx, names, node))
         sets = self.bound_sets(bounds, ctx)
         flags = _or([(0, f) for _, f in sets]) | (ef & ~F_ENV) | (F_ENV if _uses_outer(ef, ctx) else 0)
         if len(bounds) == 1 and isinstance(bounds[0][0], str):
@@ -878,7 +929,7 @@ class Compiler:
     def v_Function(self, node, ctx):
         bounds = self.bounds(node.declaration, ctx)
         names = [n for pat, _ in bounds for n in _pat_names(pat)]
-        e, ef = self.value(node.value, ctx.bind(*names))
+        e, ef = self.value(node.value, self._bind(ctx, names, node))
         sets = self.bound_sets(bounds, ctx)
         flags = _or([(0, f) for _, f in sets]) | (ef & ~F_ENV) | (F_ENV if _uses_outer(ef, ctx) else 0)
         if len(bounds) == 1 and isinstance(bounds[0][0], str):
@@ -1544,7 +1595,7 @@ class Compiler:
     def a_Quantification(self, node, ctx):
         bounds = self.bounds(node.declarations, ctx)
         names = [n for pat, _ in bounds for n in _pat_names(pat)]
-        body, bf = self.action(node.predicate, ctx.bind(*names))
+        body, bf = self.action(node.predicate, self._bind(ctx, names, node))
         sets = self.bound_sets(bounds, ctx)
         flags = _or([(0, f) for _, f in sets]) | bf
         if node.quantifier == "\\E":

@@ -505,6 +505,39 @@ def test_an_unknown_name_in_a_definition_nothing_uses_is_refused_like_sany_does(
     assert name in assert_located(payload, "Unused.tla", 7, col)
 
 
+SHADOW_SPEC = """---- MODULE {name} ----
+EXTENDS Naturals
+VARIABLE x
+Init == x = 0
+Next == x < 2 /\\ x' = x + 1
+%s
+====
+"""
+
+
+@pytest.mark.parametrize("body, col, name, why", [
+    ("Q == \\A x \\in {1} : x > 0", 6, "x", "also defined at {f}:3:10"),            # a variable
+    ("Q == CHOOSE Init \\in {1} : TRUE", 6, "Init", "also defined at {f}:4:1"),     # a definition before it
+    ("Q(x) == x", 1, "x", "also defined at {f}:3:10"),                                 # a parameter
+    ("Q == LET x == 1 IN x", 10, "x", "also defined at {f}:3:10"),                     # a LET name
+    ("Q == \\A n \\in {1} : \\E n \\in {2} : n > 0", 21, "n", "bound already around it"),   # nested binders
+    ("Q == [Next \\in {1} |-> 0]", 6, "Next", "also defined at {f}:5:1"),           # a function constructor
+])
+def test_a_name_shadowing_a_visible_one_is_refused_like_sany_does(tmp_path, body, col, name, why):
+    """TLA+ has no shadowing: SANY refuses a bound name already visible. The evaluator let
+    the inner binding win, so a spec TLC rejects was checked here."""
+    proc, payload = run_check(tmp_path, "Shadow", SHADOW_SPEC % body)
+    assert proc.returncode >= 150, payload
+    f = str(tmp_path / "Shadow.tla")
+    assert payload["error"] == f"{f}:6:{col}: semantic error: multiply-defined symbol {name} ({why.format(f=f)})"
+
+
+def test_a_binder_named_like_a_later_definition_is_no_conflict(tmp_path):
+    """A module-level name declared after the binder was not visible where it binds."""
+    proc, payload = run_check(tmp_path, "Later", SHADOW_SPEC % "Q == \\A Zed \\in {1} : Zed > 0\nZed == 3")
+    assert proc.returncode == 0 and payload["result"] == "ok", payload
+
+
 def test_definitions_nothing_uses_still_pass_when_they_resolve(tmp_path):
     """The resolution pass refuses unknown names only: an unused temporal formula, action,
     parametrized operator or instance reference that resolves is no error."""

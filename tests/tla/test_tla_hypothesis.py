@@ -57,7 +57,10 @@ def int_expr(draw, depth=3):
     if kind == "choose":
         (s, sv), k = draw(set_expr(depth - 1)), draw(st.integers(-5, 5))
         u = f"({s} \\cup {{{lit_int(k)}}})"
-        return f"(CHOOSE x \\in {u} : \\A y \\in {u} : x >= y)", max(sv | {k})   # the unique maximum
+        # (u is repeated inside the CHOOSE's body: its own binders must not reuse the
+        # names bound there, which TLA+ refuses; names of this depth are fresh below it)
+        m, n = f"m{depth}", f"n{depth}"
+        return f"(CHOOSE {m} \\in {u} : \\A {n} \\in {u} : {m} >= {n})", max(sv | {k})   # the unique maximum
     c, cv = draw(bool_expr(depth - 1))
     (a, av), (b, bv) = draw(int_expr(depth - 1)), draw(int_expr(depth - 1))
     return f"(IF {c} THEN {a} ELSE {b})", av if cv else bv
@@ -121,7 +124,8 @@ def set_expr(draw, depth=3):
         s, sv = draw(seq_expr(depth - 1))
         return f"(DOMAIN {s})", frozenset(range(1, len(sv) + 1))
     s, sv = draw(seq_expr(depth - 1))
-    return f"{{{s}[i] : i \\in 1..Len({s})}}", frozenset(sv)
+    i = f"i{depth}"      # (s, inside this binder's scope, binds names of lower depths only)
+    return f"{{{s}[{i}] : {i} \\in 1..Len({s})}}", frozenset(sv)
 
 
 @st.composite
