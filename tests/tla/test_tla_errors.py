@@ -505,14 +505,7 @@ def test_an_unknown_name_in_a_definition_nothing_uses_is_refused_like_sany_does(
     assert name in assert_located(payload, "Unused.tla", 7, col)
 
 
-SHADOW_SPEC = """---- MODULE {name} ----
-EXTENDS Naturals
-VARIABLE x
-Init == x = 0
-Next == x < 2 /\\ x' = x + 1
-%s
-====
-"""
+SHADOW_SPEC = SPEC_OK.replace("====", "%s\n====")     # (line 6: the body under test)
 
 
 @pytest.mark.parametrize("body, col, name, why", [
