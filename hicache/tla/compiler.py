@@ -448,7 +448,7 @@ class Compiler:
         set_fn, sflags = self.value(set_node, ctx)
         # the function's own name is bound to the RecFcn being built, so its recursive
         # calls share one memo table (fib[n-1] + fib[n-2] is linear, not exponential)
-        body_fn, bflags = self.value(node.value, ctx.bind(d.name).bind(pat))
+        body_fn, bflags = self.value(node.value, self._bind(ctx.bind(d.name), [pat], node))
 
         def make(st, pr, env):
             f = RecFcn(set_fn(st, pr, env), None)
@@ -463,10 +463,10 @@ class Compiler:
         undefined and pass here, then be refused by TLC. So each user definition (the
         root's, the modules' it extends, its instances') is compiled once for the names it
         uses, as a value and else as an action: an UnknownName (or a NameConflict: a binder
-        shadowing a visible name) is raised, located. Another
-        compile error is left to a use that meets it (a temporal formula is neither a value
-        nor an action, which says nothing about its names: the operands of its temporal
-        operators are resolved on their own)."""
+        shadowing a visible name) is raised, located. Another compile error is left to a use
+        that meets it (a temporal formula is neither a value nor an action, which says
+        nothing about its names: the operands of its temporal operators are resolved on
+        their own)."""
         self.resolving = True
         try:
             self._resolve_scopes()
@@ -497,7 +497,7 @@ class Compiler:
 
     def _bind(self, ctx: Ctx, names, node) -> Ctx:
         """ctx with `names` bound by the binder `node` (a quantifier, CHOOSE, a set or
-        function constructor, LAMBDA), refusing a shadow as SANY does."""
+        function constructor or definition, LAMBDA), refusing a shadow as SANY does."""
         self._refuse_shadowing(ctx, names, node)
         return ctx.bind(*names)
 
@@ -797,7 +797,7 @@ class Compiler:
             raise self.err("LET function definitions take one bound variable", d, bctx)
         pat, set_node = bounds[0]
         set_fn, sf = self.value(set_node, bctx)
-        body_fn, bf = self.value(d.definiens.value, bctx.bind(pat))
+        body_fn, bf = self.value(d.definiens.value, self._bind(bctx, [pat], d))
 
         def make(st, pr, env):
             # env here already ends with this function's own slot (filled below)

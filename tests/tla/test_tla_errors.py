@@ -515,6 +515,8 @@ SHADOW_SPEC = SPEC_OK.replace("====", "%s\n====")     # (line 6: the body under 
     ("Q == LET x == 1 IN x", 10, "x", "also defined at {f}:3:10"),                     # a LET name
     ("Q == \\A n \\in {1} : \\E n \\in {2} : n > 0", 21, "n", "bound already around it"),   # nested binders
     ("Q == [Next \\in {1} |-> 0]", 6, "Next", "also defined at {f}:5:1"),           # a function constructor
+    ("Q[x \\in {1}] == x", 1, "x", "also defined at {f}:3:10"),                     # a function definition
+    ("Q == LET F[n \\in {1}] == \\A n \\in {1} : TRUE IN F[1]", 26, "n", "bound already around it"),
 ])
 def test_a_name_shadowing_a_visible_one_is_refused_like_sany_does(tmp_path, body, col, name, why):
     """TLA+ has no shadowing: SANY refuses a bound name already visible. The evaluator let
