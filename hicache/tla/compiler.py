@@ -42,6 +42,20 @@ class NameConflict(SemanticError):
     shadowing: "Multiply-defined symbol")."""
 
 
+def _first_that_compiles(*compiles: Callable[[], Any]) -> None:
+    """Run the compiles in turn until one succeeds, for the names they resolve: an
+    UnknownName or a NameConflict is raised at once, another compile error tries the next
+    (and after the last, is left to a use that meets it)."""
+    for compile_ in compiles:
+        try:
+            compile_()
+            return
+        except (UnknownName, NameConflict):
+            raise
+        except TlaError:
+            continue
+
+
 class _Unset:
     __slots__ = ()
 
@@ -486,14 +500,8 @@ class Compiler:
                 if d.is_instance:
                     scopes.append(d.body)
                     continue
-                for kind in ("value", "action"):
-                    try:
-                        self.def_code(d, kind, "state", False, d.node)
-                        break
-                    except (UnknownName, NameConflict):
-                        raise
-                    except TlaError:
-                        continue
+                _first_that_compiles(lambda: self.def_code(d, "value", "state", False, d.node),
+                                     lambda: self.def_code(d, "action", "state", False, d.node))
 
     def _bind(self, ctx: Ctx, names, node) -> Ctx:
         """ctx with `names` bound by the binder `node` (a quantifier, CHOOSE, a set or
@@ -540,14 +548,7 @@ class Compiler:
     def _resolve_operand(self, node, ctx: Ctx) -> None:
         """(resolve_every_definition) The names in the operand of a temporal operator,
         which itself cannot be compiled: the operand as a value, else as an action."""
-        for compile_part in (self.value, self.action):
-            try:
-                compile_part(node, ctx)
-                return
-            except (UnknownName, NameConflict):
-                raise
-            except TlaError:
-                continue
+        _first_that_compiles(lambda: self.value(node, ctx), lambda: self.action(node, ctx))
 
     # ------------------------------------------------------------ name resolution
     def resolve(self, name: str, ctx: Ctx):

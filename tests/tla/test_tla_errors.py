@@ -476,15 +476,8 @@ def test_a_symmetry_reading_a_variable_is_a_located_error(tmp_path):
     assert "SYMMETRY Inv reads the variable x" in msg
 
 
-UNUSED_SPEC = """---- MODULE {name} ----
-EXTENDS Naturals
-VARIABLE x
-Inst == INSTANCE Other WITH y <- 0
-Init == x = 0
-Next == x < 2 /\\ x' = x + 1
-%s
-====
-"""
+UNUSED_SPEC = SPEC_OK.replace("VARIABLE x\n", "VARIABLE x\nInst == INSTANCE Other WITH y <- 0\n").replace(
+    "====", "%s\n====")     # (line 7: the definition under test)
 
 
 @pytest.mark.parametrize("unused, col, name", [
