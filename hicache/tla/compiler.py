@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from hicache.tla.errors import EvalError, Loc, SemanticError, TlaError
 from hicache.tla.loader import Loader, Module, node_loc
-from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, STRING, SYNONYMS
+from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, MODULE_NAMES, MODULE_PROVIDED, STRING, SYNONYMS
 from hicache.tla.values import (
     _CONTAINERS, KK_BOOL, KK_NESTED, Closure, Fcn, LazySet, ModelValue, RecFcn, RecordSet, FcnSet, crossing, crossing_error, fmt, in_domain, in_set,
     fcn_key_ok, is_infinite, is_plain, iter_values, key_kinds, kinds_differ, mk_fcn, normalize, set_has, set_of, sorted_values, stored, tla_eq,
@@ -361,6 +361,9 @@ class Compiler:
         # raises its error when evaluated, so that the names after it are resolved too
         self.resolving = False
         self._extends: dict[str, frozenset[str]] = {}    # module file -> _extended_files
+        # (module file, name) -> the standard modules' names it sees, and those it passes on
+        self._std_seen: dict[tuple, frozenset | None] = {}
+        self._std_passed: dict[tuple, frozenset | None] = {}
 
     # ------------------------------------------------------------ helpers
     def err(self, msg: str, node, ctx: Ctx, cls=SemanticError) -> TlaError:
@@ -494,6 +497,7 @@ class Compiler:
             if id(scope) in seen:
                 continue
             seen.add(id(scope))
+            self._refuse_standard_clashes(scope)
             for d in list(scope.entries.values()):
                 if not isinstance(d, OpDef):
                     continue
@@ -502,6 +506,19 @@ class Compiler:
                     continue
                 _first_that_compiles(lambda: self.def_code(d, "value", "state", False, d.node),
                                      lambda: self.def_code(d, "action", "state", False, d.node))
+
+    def _refuse_standard_clashes(self, scope: Scope) -> None:
+        """A constant, variable or definition (of the module or one it extends) named as a
+        standard module's operator that the module sees: SANY's multiply-defined symbol
+        (`Len(s) == ...` under EXTENDS Sequences), at the declaration."""
+        if scope.module is None:
+            return
+        seen = self._standard_names(scope.module)
+        if not seen:
+            return
+        for name, (_, loc) in scope.sites.items():
+            if name in seen:
+                raise NameConflict(f"multiply-defined symbol {name}{_standard_home(name)}", loc)
 
     def _bind(self, ctx: Ctx, names, node) -> Ctx:
         """ctx with `names` bound by the binder `node` (a quantifier, CHOOSE, a set or
@@ -513,9 +530,9 @@ class Compiler:
         """SANY has no shadowing: a name bound or defined where another of that name is
         visible (bound around it, a LET name, or a module-level constant, variable or
         definition declared before it, in this file or a module it extends) is a
-        multiply-defined symbol, located at the binder. A module-level name declared after
-        the binder is no conflict (it was not visible there); nor are the standard
-        modules' operators, which are builtins here."""
+        multiply-defined symbol, located at the binder; so is one named as an operator of a
+        standard module the module sees (`\\A Len \\in S` under EXTENDS Sequences). A
+        module-level name declared after the binder is no conflict (it was not visible there)."""
         here = self.loc(node, ctx)
         for name in names:
             if any(b == name for b, _ in ctx.names) or any(lo.name == name for lo in ctx.localops):
@@ -530,6 +547,12 @@ class Compiler:
                 else loc.file in self._extended_files(ctx.module or self.m.root)
             if visible:
                 raise NameConflict(f"multiply-defined symbol {name} (also defined at {loc})", here)
+        clash = [name for name in names if name in MODULE_PROVIDED]
+        if clash:
+            seen = self._standard_names(ctx.module or self.m.root)
+            for name in clash:
+                if seen is not None and name in seen:
+                    raise NameConflict(f"multiply-defined symbol {name}{_standard_home(name)}", here)
 
     def _extended_files(self, mod: Module) -> frozenset[str]:
         """The files of the modules `mod` extends, transitively (whose names it sees)."""
@@ -563,11 +586,46 @@ class Compiler:
         if e is not None:
             return e
         name = SYNONYMS.get(name, name)
+        if name in MODULE_PROVIDED:
+            seen = self._standard_names(ctx.module or self.m.root)
+            if seen is not None and name not in seen:
+                return None     # (a standard module's operator, that module not extended)
         if name in CONSTANTS:
             return ("stdconst", CONSTANTS[name])
         if name in BUILTINS:
             return ("builtin", BUILTINS[name])
         return None
+
+    def _standard_names(self, mod: Module, passed: bool = False) -> frozenset | None:
+        """The standard modules' operators and constants visible in `mod` (`passed`: those
+        it passes on to a module that extends or instantiates it): what its EXTENDS and its
+        unnamed INSTANCEs bring, transitively through user modules; a LOCAL INSTANCE's only
+        in `mod` itself (SANY's rule: `LOCAL INSTANCE Naturals` in Sequences is why
+        EXTENDS Sequences gives no `+`). None: every builtin (a community module's EXTENDS,
+        whose names are not tabled, refuses nothing)."""
+        key = (mod.file, mod.name)
+        table = self._std_passed if passed else self._std_seen
+        if key in table:
+            return table[key]
+        table[key] = frozenset()        # (a cycle of EXTENDS is refused elsewhere)
+        seen: set = set()
+        every = False
+        brought = [(e, False) for e in mod.extends]
+        brought += [(u.name, bool(u.local)) for u in mod.units if _name(u) == "Instance"]
+        for other, local in brought:
+            if local and passed:
+                continue
+            if other in MODULE_NAMES:
+                seen |= MODULE_NAMES[other]
+                continue
+            um = self.m.loader.get(other)
+            got = self._standard_names(um, passed=True) if um is not None else None
+            if got is None:
+                every = True
+            else:
+                seen |= got
+        out = table[key] = None if every else frozenset(seen)
+        return out
 
     # ------------------------------------------------------------ value compilation
     def value(self, node, ctx: Ctx) -> tuple[Callable, int]:
@@ -1189,7 +1247,7 @@ class Compiler:
             op = "-."
         r = self.resolve(op, ctx)
         if r is None:
-            raise self.err(f"unknown operator {op}", node, ctx, UnknownName)
+            raise self.err(f"unknown operator {op}{_extends_hint(op)}", node, ctx, UnknownName)
         if isinstance(r, tuple):
             tag = r[0]
             if tag == "local":
@@ -1935,6 +1993,24 @@ def _pat_names(pat):
             out += _pat_names(p)
         return out
     return [pat]
+
+
+def _homes(name: str) -> list[str]:
+    """The standard modules that define `name` (Reals left out: it is Integers')."""
+    name = SYNONYMS.get(name, name)
+    return [m for m, names in MODULE_NAMES.items() if name in names and m != "Reals"]
+
+
+def _extends_hint(name: str) -> str:
+    """What to add for a standard module's operator that resolved to nothing (its module
+    not extended), or nothing for a name no standard module defines."""
+    homes = _homes(name)
+    return f" (defined by {' and '.join(homes)}: EXTENDS {homes[0]})" if homes else ""
+
+
+def _standard_home(name: str) -> str:
+    """Where a standard operator that a declaration or binder clashes with comes from."""
+    return f" (also defined by the standard module {' / '.join(_homes(name))}, which is extended here)"
 
 
 def _binder(pat):

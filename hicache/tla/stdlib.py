@@ -469,6 +469,27 @@ BUILTINS: dict[str, Builtin] = {b.name: b for b in [
     _B("\\sqsubseteq", 2, _sub_bag),
 ]}
 
+#: what each standard module makes visible to a module that EXTENDS it (or INSTANCEs it
+#: unnamed), its own EXTENDS included (Integers extends Naturals; Sequences, FiniteSets,
+#: TLC and Bags only LOCAL INSTANCE Naturals, so EXTENDS Sequences alone gives no `+`, as
+#: in SANY). A builtin in none of them is TLA+'s own (\\cup, DOMAIN, SUBSET, ...), visible
+#: everywhere; a module not listed here (the community modules) is taken to make every
+#: builtin visible, so that nothing SANY accepts is refused.
+_NATURALS = frozenset({"+", "-", "*", "^", "\\div", "%", "..", "<", ">", "<=", ">=", "Nat"})
+MODULE_NAMES: dict[str, frozenset[str]] = {
+    "Naturals": _NATURALS,
+    "Integers": _NATURALS | {"-.", "Int"},
+    "Reals": _NATURALS | {"-.", "Int"},
+    "Sequences": frozenset({"Seq", "Len", "\\o", "Append", "Head", "Tail", "SubSeq", "SelectSeq"}),
+    "FiniteSets": frozenset({"IsFiniteSet", "Cardinality"}),
+    "TLC": frozenset({":>", "@@", "Print", "PrintT", "Assert", "JavaTime", "TLCGet", "ToString", "TLCEval",
+                      "SortSeq", "Permutations", "RandomElement"}),
+    "Bags": frozenset({"EmptyBag", "SetToBag", "BagToSet", "BagIn", "CopiesIn", "(+)", "(-)", "BagCardinality",
+                       "IsABag", "\\sqsubseteq"}),
+}
+#: the builtins and constants some standard module provides (a name outside it is TLA+'s own)
+MODULE_PROVIDED = frozenset().union(*MODULE_NAMES.values())
+
 #: zero-arity constants of the standard modules
 CONSTANTS = {"Nat": NAT, "Int": INT, "STRING": STRING, "BOOLEAN": BOOLEAN}
 

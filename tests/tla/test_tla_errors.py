@@ -535,3 +535,62 @@ def test_definitions_nothing_uses_still_pass_when_they_resolve(tmp_path):
     spec = SPEC_OK.replace("====\n", extra + "====\n")
     proc, payload = run_check(tmp_path, "Resolves", spec)
     assert proc.returncode == 0 and payload["result"] == "ok", payload
+
+
+@pytest.mark.parametrize("extends, body, col, name, hint", [
+    ("Naturals", "Q == Len(<<1>>)", 6, "Len", "Sequences: EXTENDS Sequences"),
+    ("Naturals", "Q == Cardinality({1})", 6, "Cardinality", "FiniteSets: EXTENDS FiniteSets"),
+    ("Naturals", "Q == -1", 6, "-.", "Integers: EXTENDS Integers"),            # prefix minus: Integers'
+    ("Naturals", "Q == x \\in Int", 12, "Int", "Integers: EXTENDS Integers"),
+    ("Naturals", "Q == 1 :> 2", 6, ":>", "TLC: EXTENDS TLC"),
+    # Sequences and TLC only LOCAL INSTANCE Naturals: they pass on no arithmetic
+    ("Sequences", "Q == 1 + 2", 6, "+", "Naturals and Integers: EXTENDS Naturals"),
+    ("TLC", "Q == 1 < 2", 6, "<", "Naturals and Integers: EXTENDS Naturals"),
+])
+def test_a_standard_operator_whose_module_is_not_extended_is_unknown_like_sany_says(tmp_path, extends, body, col,
+                                                                                   name, hint):
+    """The standard modules' operators were builtins visible everywhere, so a spec that
+    forgot `EXTENDS Sequences` (or wrote -1 under Naturals alone) passed here and was
+    refused by SANY. Each is now visible where its module is extended, and the error says
+    which module to add."""
+    spec = SHADOW_SPEC.replace("EXTENDS Naturals", f"EXTENDS {extends}").replace("x < 2 /\\ x' = x + 1", "x' = x")
+    proc, payload = run_check(tmp_path, "Std", spec % body)
+    assert proc.returncode >= 150, payload
+    msg = assert_located(payload, "Std.tla", 6, col)
+    assert msg.endswith(f"unknown operator {name} (defined by {hint})"), msg
+
+
+def test_standard_operators_come_through_extended_and_instantiated_user_modules(tmp_path):
+    """What a user module EXTENDS or INSTANCEs (unnamed) it passes on; its LOCAL INSTANCE
+    it keeps, but its own definitions still use it."""
+    (tmp_path / "Base.tla").write_text("---- MODULE Base ----\nEXTENDS Sequences\n====\n")
+    (tmp_path / "Inst.tla").write_text("---- MODULE Inst ----\nINSTANCE FiniteSets\n====\n")
+    (tmp_path / "Loc.tla").write_text("---- MODULE Loc ----\nLOCAL INSTANCE Integers\nMinusOne == -1\n====\n")
+    spec = SHADOW_SPEC.replace("EXTENDS Naturals", "EXTENDS Naturals, Base, Inst, Loc") % \
+        "Q == Len(<<1>>) + Cardinality({1}) + MinusOne"
+    proc, payload = run_check(tmp_path, "Through", spec)
+    assert proc.returncode == 0 and payload["result"] == "ok", payload
+    proc, payload = run_check(tmp_path, "Kept", spec.replace("+ MinusOne", "+ (-1)"))
+    assert proc.returncode >= 150, payload
+    assert "unknown operator -. (defined by Integers" in assert_located(payload, "Kept.tla", 6, 39)
+
+
+@pytest.mark.parametrize("extends, body, line, col, name, home", [
+    ("Naturals, Sequences", "Len(s) == 0", 6, 1, "Len", "Sequences"),                 # a definition
+    ("Naturals, FiniteSets", "Q == \\A Cardinality \\in {1} : TRUE", 6, 6, "Cardinality", "FiniteSets"),
+    ("Integers", "Q == LET Int == 1 IN Int", 6, 10, "Int", "Integers"),               # a LET name
+])
+def test_a_name_clashing_with_an_extended_standard_operator_is_refused_like_sany_does(tmp_path, extends, body, line,
+                                                                                     col, name, home):
+    spec = SHADOW_SPEC.replace("EXTENDS Naturals", f"EXTENDS {extends}")
+    proc, payload = run_check(tmp_path, "StdClash", spec % body)
+    assert proc.returncode >= 150, payload
+    msg = assert_located(payload, "StdClash.tla", line, col)
+    assert msg.endswith(f"multiply-defined symbol {name} (also defined by the standard module {home}, which is "
+                        f"extended here)"), msg
+
+
+def test_a_standard_operators_name_is_free_where_its_module_is_not_extended(tmp_path):
+    spec = SHADOW_SPEC % "Len(s) == 0\nQ == \\A Cardinality \\in {1} : Len(Cardinality) = 0"
+    proc, payload = run_check(tmp_path, "StdFree", spec)
+    assert proc.returncode == 0 and payload["result"] == "ok", payload

@@ -1,7 +1,7 @@
 ---------------------------- MODULE Grid ----------------------------
 (* Two counters that step up or down in 0..3; the ACTION_CONSTRAINT keeps only
    steps that do not decrease the sum, the CONSTRAINT keeps a + b <= 4. *)
-EXTENDS Naturals
+EXTENDS Integers
 
 VARIABLES a, b
 

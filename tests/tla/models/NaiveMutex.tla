@@ -1,6 +1,8 @@
 ---------------------------- MODULE NaiveMutex ----------------------------
 (* Check-then-set: a process tests the other's flag, then raises its own.
    Both can pass the test before either raises its flag. *)
+EXTENDS Naturals
+
 VARIABLES
     pc,     \* pc[i] \in {"idle", "set", "cs"}
     flag    \* flag[i]: process i has announced it is entering

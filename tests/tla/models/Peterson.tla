@@ -1,5 +1,7 @@
 ---------------------------- MODULE Peterson ----------------------------
 (* Peterson's mutual exclusion for two processes, one atomic step per line. *)
+EXTENDS Naturals
+
 VARIABLES
     pc,     \* pc[i] \in {"idle", "flag", "turn", "wait", "cs"}
     flag,   \* flag[i]: process i wants to enter

@@ -1,7 +1,7 @@
 ---------------------------- MODULE Philosophers ----------------------------
 (* N philosophers each take the left fork, then the right, then put both down.
    All holding their left fork is a deadlock. *)
-EXTENDS Naturals
+EXTENDS Integers
 
 CONSTANT N
 

@@ -1,7 +1,7 @@
 ---------------------------- MODULE River ----------------------------
 (* Missionaries and cannibals: 3 of each and a boat for two cross a river.
    Unsolved is violated by the shortest crossing plan (the puzzle's answer). *)
-EXTENDS Naturals
+EXTENDS Integers
 
 VARIABLES
     m,      \* missionaries on the left bank
