@@ -305,8 +305,15 @@ class Model:
                 subst[n] = Subst(ident, inst_ctx)
         target_scope = self._build_scope(target, subst, subst, None)
         if name is None:
+            # its non-LOCAL definitions become this module's, declared as its own are: one
+            # that names what the module declares too is SANY's multiply-defined symbol
             for k, v in target_scope.entries.items():
                 if isinstance(v, OpDef) and not getattr(v.node, "local", None):
+                    held = scope.sites.get(k)
+                    if held is not None and held[0] is not v.node:    # (declared before it)
+                        raise SemanticError(f"multiply-defined symbol {k} (INSTANCE {inst.name} defines it at "
+                                            f"{v.loc}, also defined at {held[1]})", mod.loc(node))
+                    scope.declare(k, v.node, v.loc)
                     scope.entries.setdefault(k, v)
         else:
             scope.entries[name] = OpDef(name, params, target_scope, scope, node, mod, is_instance=True)

@@ -311,6 +311,32 @@ def test_a_definition_clashing_with_an_extended_module_is_located_in_both(tmp_pa
                                 f"(also defined at {tmp_path / 'Base.tla'}:2:10)")
 
 
+@pytest.mark.parametrize("before", [False, True])
+def test_a_definition_clashing_with_an_unnamed_instances_is_a_multiply_defined_symbol(tmp_path, before):
+    """`INSTANCE Oth` makes Oth's definitions the module's own: one of the same name in the
+    module was silently preferred (the module's own, whichever came first). SANY refuses
+    it; the error is at the second of the two, naming the first."""
+    (tmp_path / "Oth.tla").write_text("---- MODULE Oth ----\nCONSTANT K\nLimit == K\n====\n")
+    units = ["Limit == 5", "INSTANCE Oth WITH K <- 2"]
+    spec = SPEC_OK.replace("====", "\n".join(units[::-1] if not before else units) + "\n====")
+    proc, payload = run_check(tmp_path, "UInst", spec)
+    f, oth = tmp_path / "UInst.tla", tmp_path / "Oth.tla"
+    assert proc.returncode >= 150, payload
+    if before:   # the definition first: the error at the INSTANCE
+        assert payload["error"] == (f"{f}:7:1: semantic error: multiply-defined symbol Limit (INSTANCE Oth defines "
+                                    f"it at {oth}:3:1, also defined at {f}:6:1)")
+    else:
+        assert payload["error"] == f"{f}:7:1: semantic error: multiply-defined symbol Limit (also defined at {oth}:3:1)"
+
+
+def test_an_unnamed_instance_brings_its_definitions_and_keeps_its_local_ones(tmp_path):
+    (tmp_path / "Oth.tla").write_text("---- MODULE Oth ----\nCONSTANT K\nLimit == K\nLOCAL Helper == 1\n====\n")
+    spec = SPEC_OK.replace("x < 2", "x < Limit").replace("====", "INSTANCE Oth WITH K <- 2\nHelper == 7\n====")
+    proc, payload = run_check(tmp_path, "UInstOk", spec)
+    assert proc.returncode == 0 and payload["result"] == "ok", payload
+    assert payload["distinct"] == 3, payload
+
+
 def test_a_module_extended_along_two_paths_defines_nothing_twice(tmp_path):
     (tmp_path / "Base.tla").write_text("---- MODULE Base ----\nCONSTANT N\nLimit == 3\nTHEOREM L == TRUE\n====\n")
     (tmp_path / "Left.tla").write_text("---- MODULE Left ----\nEXTENDS Base\n====\n")
