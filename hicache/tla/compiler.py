@@ -622,11 +622,10 @@ class Compiler:
         for other, local in brought:
             if local and passed:
                 continue
-            if other in MODULE_NAMES:
-                seen |= MODULE_NAMES[other]
-                continue
+            # (a file of the module's name in the search path is that module, as the loader
+            # has it: a user's own TLC.tla declares its operators itself)
             um = self.m.loader.get(other)
-            got = self._standard_names(um, passed=True) if um is not None else None
+            got = self._standard_names(um, passed=True) if um is not None else MODULE_NAMES.get(other)
             if got is None:
                 every = True
             else:

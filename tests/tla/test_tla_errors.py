@@ -620,3 +620,17 @@ def test_a_standard_operators_name_is_free_where_its_module_is_not_extended(tmp_
     spec = SHADOW_SPEC % "Len(s) == 0\nQ == \\A Cardinality \\in {1} : Len(Cardinality) = 0"
     proc, payload = run_check(tmp_path, "StdFree", spec)
     assert proc.returncode == 0 and payload["result"] == "ok", payload
+
+
+def test_a_users_own_module_named_like_a_standard_one_declares_its_operators_itself(tmp_path):
+    """A TLC.tla beside the spec is the module EXTENDS TLC finds: its `Print` is its own
+    definition, no clash with the standard TLC's, and its LOCAL INSTANCE Naturals is not
+    passed on (the spec extends Naturals itself)."""
+    (tmp_path / "TLC.tla").write_text("---- MODULE TLC ----\nLOCAL INSTANCE Naturals\nPrint(out, val) == val\n"
+                                      "Twice(n) == n + n\n====\n")
+    spec = SHADOW_SPEC.replace("EXTENDS Naturals", "EXTENDS Naturals, TLC") % 'Q == Print("hi", Twice(1)) = 2'
+    proc, payload = run_check(tmp_path, "OwnTLC", spec, CFG_OK + "INVARIANT Q\n")
+    assert proc.returncode == 0 and payload["result"] == "ok", payload
+    proc, payload = run_check(tmp_path, "OwnTLC2", spec.replace("EXTENDS Naturals, TLC", "EXTENDS TLC"))
+    assert proc.returncode >= 150, payload
+    assert "unknown operator < (defined by Naturals" in payload["error"], payload
