@@ -314,8 +314,8 @@ def test_a_definition_clashing_with_an_extended_module_is_located_in_both(tmp_pa
 @pytest.mark.parametrize("before", [False, True])
 def test_a_definition_clashing_with_an_unnamed_instances_is_a_multiply_defined_symbol(tmp_path, before):
     """`INSTANCE Oth` makes Oth's definitions the module's own: one of the same name in the
-    module was silently preferred (the module's own, whichever came first). SANY refuses
-    it; the error is at the second of the two, naming the first."""
+    module silently won, in either order. SANY refuses it; the error is at the second of
+    the two, naming the first."""
     (tmp_path / "Oth.tla").write_text("---- MODULE Oth ----\nCONSTANT K\nLimit == K\n====\n")
     units = ["Limit == 5", "INSTANCE Oth WITH K <- 2"]
     spec = SPEC_OK.replace("====", "\n".join(units[::-1] if not before else units) + "\n====")
