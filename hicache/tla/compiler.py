@@ -368,9 +368,8 @@ class Compiler:
         # raises its error when evaluated, so that the names after it are resolved too
         self.resolving = False
         self._extends: dict[str, frozenset[str]] = {}    # module file -> _extended_files
-        # (module file, name) -> the standard modules' names it sees, and those it passes on
-        self._std_seen: dict[tuple, frozenset | None] = {}
-        self._std_passed: dict[tuple, frozenset | None] = {}
+        # (module file, name, passed) -> _standard_names
+        self._std_names: dict[tuple, frozenset | None] = {}
 
     # ------------------------------------------------------------ helpers
     def err(self, msg: str, node, ctx: Ctx, cls=SemanticError) -> TlaError:
@@ -520,11 +519,8 @@ class Compiler:
         (`Len(s) == ...` under EXTENDS Sequences), at the declaration."""
         if scope.module is None:
             return
-        seen = self._standard_names(scope.module)
-        if not seen:
-            return
         for name, (_, loc) in scope.sites.items():
-            if name in seen:
+            if self._clashes_standard(scope.module, name):
                 raise NameConflict(f"multiply-defined symbol {name}{_standard_home(name)}", loc)
 
     def _bind(self, ctx: Ctx, names, node) -> Ctx:
@@ -554,12 +550,9 @@ class Compiler:
                 else loc.file in self._extended_files(ctx.module or self.m.root)
             if visible:
                 raise NameConflict(f"multiply-defined symbol {name} (also defined at {loc})", here)
-        clash = [name for name in names if name in MODULE_PROVIDED]
-        if clash:
-            seen = self._standard_names(ctx.module or self.m.root)
-            for name in clash:
-                if seen is not None and name in seen:
-                    raise NameConflict(f"multiply-defined symbol {name}{_standard_home(name)}", here)
+        for name in names:
+            if self._clashes_standard(ctx.module or self.m.root, name):
+                raise NameConflict(f"multiply-defined symbol {name}{_standard_home(name)}", here)
 
     def _extended_files(self, mod: Module) -> frozenset[str]:
         """The files of the modules `mod` extends, transitively (whose names it sees)."""
@@ -610,8 +603,8 @@ class Compiler:
         in `mod` itself (SANY's rule: `LOCAL INSTANCE Naturals` in Sequences is why
         EXTENDS Sequences gives no `+`). None: every builtin (a community module's EXTENDS,
         whose names are not tabled, refuses nothing)."""
-        key = (mod.file, mod.name)
-        table = self._std_passed if passed else self._std_seen
+        key = (mod.file, mod.name, passed)
+        table = self._std_names
         if key in table:
             return table[key]
         table[key] = frozenset()        # (a cycle of EXTENDS is refused elsewhere)
@@ -632,6 +625,15 @@ class Compiler:
                 seen |= got
         out = table[key] = None if every else frozenset(seen)
         return out
+
+    def _clashes_standard(self, mod: Module, name: str) -> bool:
+        """`name` is a standard module's operator that `mod` sees (declaring or binding it
+        there is a multiply-defined symbol); a module seeing every builtin (None) refuses
+        nothing."""
+        if name not in MODULE_PROVIDED:
+            return False
+        seen = self._standard_names(mod)
+        return seen is not None and name in seen
 
     # ------------------------------------------------------------ value compilation
     def value(self, node, ctx: Ctx) -> tuple[Callable, int]:
