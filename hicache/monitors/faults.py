@@ -128,8 +128,8 @@ class FreeCopyDestination(FaultyCache):
     """Bug 12: the destination slots of a device->host copy already launched are freed
     (use after free: the copy then writes into slots someone else may own)."""
 
-    def _backup_start(self, v) -> bool:
-        ok = super()._backup_start(v)
+    def _backup_start(self, v, requested: bool = False) -> bool:
+        ok = super()._backup_start(v, requested)
         if ok and not self.fired:
             self._force_idle(v.host)
             self._fire(A.HostEvict, node=v.id, slots=list(v.host))

@@ -556,12 +556,14 @@ class HiCache:
                     self._drop_failed_load(op)
 
     def _write_through(self, node: Node) -> None:
-        self.backup(node, self._threshold)
+        self.backup(node, self._threshold, requested=False)
 
-    def backup(self, node: Node, min_hits: float = 0) -> int:
+    def backup(self, node: Node, min_hits: float = 0, *, requested: bool = True) -> int:
         """BackupStart for the nodes without a host copy on node's path, top-down, while
         they have `min_hits` hits: host copies of backups form a prefix from the root.
-        Returns the number of nodes whose backup started."""
+        Returns the number of nodes whose backup started. `requested`: the engine asked for
+        it (the PD handoff's prefill side), not the write policy; its events say so, and
+        HostTier's BackupDue, the policy's rule, is not checked against them."""
         self._open("backup")
         if self.host is None:
             return 0
@@ -573,12 +575,12 @@ class HiCache:
         started = 0
         for y in reversed(path):
             if (y.hit_count < min_hits or y.device is None or y.parent is None
-                    or not self._backup_start(y)):
+                    or not self._backup_start(y, requested)):
                 break
             started += 1
         return started
 
-    def _backup_start(self, v: Node) -> bool:
+    def _backup_start(self, v: Node, requested: bool = False) -> bool:
         """BackupStart: device -> host copy of v in the background (slots IDLE->RESERVED)."""
         slots = self._reserve_host(v.n)
         if slots is None:
@@ -593,7 +595,7 @@ class HiCache:
         if self.deps is not None:
             op.draft_tid = self.deps.launch(_draft_kind("backup"), pages, slots)
         self._attach(op, [v])
-        self._launch(self.writer, op, A.BackupStart, node=v.id, slots=slots, blocking=False)
+        self._launch(self.writer, op, A.BackupStart, node=v.id, slots=slots, blocking=False, requested=requested)
         return True
 
     def _copy_to_host(self, op: FuncOp) -> None:

@@ -264,3 +264,121 @@ def test_an_eviction_that_deletes_a_whole_subtree_is_judged_on_the_children_it_h
     with pytest.raises(ProtocolViolation) as e:
         c._emit(A.DeviceEvict, node=a.id, pages=len(pages), kept_host=False)
     assert e.value.property == "DeviceEvict" and f"child node {b.id} keeps a device copy" in e.value.conjunct
+
+
+# --- the other guards in tree form: a backup, a load-back, a storage write started where
+# the spec's action may not start (host_tier_guards.py); each fault leaves a state some or
+# every invariant accepts, so only the guard, on the state before the event, sees it
+
+def _split(c):
+    """[1, 2, 3, 4] served, then split by a match of [1, 2, 5]: (a = [1, 2], b = [3, 4]
+    below it), neither backed up (write_through_selective: one hit each)."""
+    serve(c, [1, 2, 3, 4])
+    c.abort(c.match([1, 2, 5]))
+    a = next(iter(c.tree.root.children.values()))
+    b = next(iter(a.children.values()))
+    assert a.host is None and b.host is None and a.device and b.device
+    return a, b
+
+
+def test_a_backup_before_the_write_policy_asks_for_it(tmp_path):
+    """write_through_selective backs a node up on its second hit; a policy backup of a node
+    hit once (a threshold off by one) leaves a legal state. BackupDue(n), named with the
+    hits the node had; the same backup asked for by the engine (`backup()`: the PD
+    handoff's) is not the policy's and passes."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), write_policy="write_through_selective")
+    r = serve(c, [1, 2])
+    v = r.node
+    assert v.host is None and v.hit_count == 1
+    with pytest.raises(ProtocolViolation) as e:
+        c.backup(v, 1, requested=False)                     # the fault: the policy's threshold 1, not 2
+    assert (e.value.property, e.value.kind, e.value.action) == ("BackupStart", "action", "BackupStart")
+    assert e.value.failure.index == 5 and "BackupDue(n)" in e.value.conjunct
+    assert "has 1 hit (min(hits, 2)); write_through_selective backs up at 2" in e.value.conjunct
+    c2, mon2 = tiny_cache(tmp_path / "asked", dict(mode="strict"), write_policy="write_through_selective")
+    v2 = serve(c2, [1, 2]).node
+    assert c2.backup(v2) == 1 and not mon2.tripped          # the engine's own request
+    c2.drain()
+    assert v2.host is not None and not mon2.tripped
+    c2.close()
+
+
+def test_a_write_through_backup_of_a_child_before_its_parent(tmp_path):
+    """Write-through host copies form a prefix from the root: a child's backup may start
+    only once its parent's has (ParentBackedOrGoing). Started out of order, the state after
+    it is legal (a copy in flight is no host copy yet)."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=4, host_pages=8,
+                        write_policy="write_through_selective")
+    a, b = _split(c)
+    with pytest.raises(ProtocolViolation) as e:
+        c._backup_start(b, requested=True)                  # the fault: b first, a never
+    assert e.value.property == "BackupStart" and e.value.failure.index == 6
+    assert f"parent node {a.id} has no host copy and none being written" in e.value.conjunct
+    c.drain()
+
+
+def test_a_backup_into_slots_another_node_holds(tmp_path):
+    """A backup whose slots were not IDLE (an allocator that hands out a held slot): the
+    event names them. `\\E h \\in IdleSlots` on the slots' states before it."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), write_policy="write_through_selective")
+    v = serve(c, [1, 2]).node
+    w = serve(c, [3, 4]).node
+    assert c.backup(v) == 1
+    c.drain()
+    held = list(v.host)
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.BackupStart, node=w.id, slots=held, blocking=False, requested=True)
+    assert e.value.property == "BackupStart" and e.value.failure.index == 7
+    assert f"(runtime slot {held[0]}) is \"synced\", not \"idle\"" in e.value.conjunct
+
+
+def test_a_backup_of_a_node_with_no_device_copy(tmp_path):
+    """A backup of a host-only node (its device pages were freed: the copy would read
+    pages another node owns now). dev[n]."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    v = serve(c, [1, 2]).node
+    c._evict_device(v)
+    assert v.device is None and v.host is not None
+    slots = c.host.reserve(v.n)
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.BackupStart, node=v.id, slots=slots, blocking=False)
+    assert e.value.property == "BackupStart" and e.value.failure.index == 2
+    assert "no device copy to back up (dev[n])" in e.value.conjunct
+
+
+def test_a_load_back_of_a_node_that_has_its_device_copy(tmp_path):
+    """A load-back of a node that is not host-only (its device copy would be overwritten
+    while requests read it): not in ToLoad(q)."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    v = serve(c, [1, 2]).node
+    r = c.match([1, 2])
+    assert v.device is not None and v.host is not None
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.LoadBackStart, rid=r.rid, nodes=[v.id], slots=list(v.host), pages=list(v.device))
+    assert e.value.property == "LoadBackStart" and e.value.failure.index == 3
+    assert "has a device copy: not host-only, not in ToLoad(q)" in e.value.conjunct
+
+
+def test_a_storage_write_of_a_node_already_stored(tmp_path):
+    """A storage write of a node storage already holds (its `stored` flag lost): ~stor[n]."""
+    from hicache.monitors.workload import MemStore
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=MemStore())
+    v = serve(c, [1, 2]).node
+    assert v.stored and v.host is not None
+    v.stored = False                                        # the fault: the flag forgotten
+    with pytest.raises(ProtocolViolation) as e:
+        c._storage_backup_start(v)
+    assert e.value.property == "StorageBackupStart" and e.value.failure.index == 4
+    assert "already in storage (~stor[n])" in e.value.conjunct
+    c.drain()
+
+
+def test_a_storage_write_ending_on_slots_it_never_held(tmp_path):
+    """A StorageBackupFinish for a node whose slots were SYNCED, not BACKUP (an ack of a
+    write that never started, or popped twice): slot[host[n]] = "backup"."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    v = serve(c, [1, 2]).node
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.StorageBackupFinish, node=v.id, ok=True)
+    assert e.value.property == "StorageBackupFinish" and e.value.failure.index == 3
+    assert "is \"synced\", not \"backup\"" in e.value.conjunct

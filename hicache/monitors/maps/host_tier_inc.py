@@ -167,8 +167,9 @@ def _drop_journal(lists: list, journal: set) -> None:
 
 class IncrementalHostTierMap(HostTierMap):
     incremental = True
-    #: the eviction guards in tree form, on the state before an event (the monitor calls it
-    #: before `sync`): what a compound step's invariants cannot see afterwards
+    #: the action guards in tree form (evictions, backups, load-backs, storage writes), on the
+    #: state before an event (the monitor calls it before `sync`): what a compound step's
+    #: invariants cannot see afterwards
     guard = host_tier_guards.check
 
     def __init__(self, cache):
@@ -195,7 +196,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.requeue: set = set()                    # nodes to re-map for non-field reasons
         self.by_id: dict = {}                        # node id -> mapped node
         self.nval: dict = {}                         # node -> values last written for it
-        # the tree's shape as of the last sync (mapped nodes): what the eviction guards read
+        # the tree's shape as of the last sync (mapped nodes): what the guards read
         # as the state before an event, whose own writes are not synced yet
         self.up: dict = {}                           # mapped node -> its parent
         self.kids: dict = {}                         # node -> its mapped children
