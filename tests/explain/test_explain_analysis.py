@@ -352,3 +352,43 @@ def test_monitor_config_is_read_and_sample_mode_noted(tmp_path, pipeline_trace):
     assert "sample rate 0.25, 3 drawn samples let go by the budget 0.02\n" in to_text(explain(p))
     # the recorded constants are the ones used (not the CI model's note)
     assert e.constants_source == "trace" and not any("CI model" in n for n in e.notes)
+
+
+SYM = """---- MODULE Sym ----
+EXTENDS Naturals
+VARIABLES a, b
+Init == a = 0 /\\ b = 0
+Next == \\/ a < 2 /\\ a' = a + 1 /\\ b' = b
+        \\/ b < 2 /\\ b' = b + 1 /\\ a' = a
+View == IF a <= b THEN <<a, b>> ELSE <<b, a>>
+====
+"""
+
+
+def test_the_pre_state_search_finds_the_exact_state_under_a_view(tmp_path):
+    """The search for the state before a rejected step looks for one exact state; the
+    config's VIEW merges it with a twin seen first (breadth-first, a = 1 /\\ b = 0 comes
+    before a = 0 /\\ b = 1, and both have the view <<0, 1>>), whose successors stand for it
+    but whose target test ran on the twin alone: the search ended "none". It runs without
+    the VIEW (and SYMMETRY) now, and finds the state's shortest path."""
+    spec = tmp_path / "Sym.tla"
+    spec.write_text(SYM)
+    (tmp_path / "Sym.cfg").write_text("INIT Init\nNEXT Next\nVIEW View\n")
+    states = [(0, 0), (0, 1), (2, 2)]
+    doc = {"#meta": {"format": "ITF", "source": str(spec), "module": "Sym",
+                     "violation": {"kind": "action", "property": "Next", "action": "Next"}},
+           "vars": ["a", "b"],
+           "states": [{"#meta": {"index": i, "action": "Next"}, "a": encode(x), "b": encode(y)}
+                      for i, (x, y) in enumerate(states)]}
+    p = tmp_path / "sym.itf.json"
+    write_itf(p, doc)
+    e = explain(p)
+    assert e.first_violating_step == 2
+    assert e.spec_search.status == "found", e.spec_search
+    assert e.spec_search.length == 2 and e.spec_search.actions == ["Next"]
+    # the step the monitor rejected is not matched as several spec steps (three reach (2, 2)
+    # from (0, 1), within `compound`: it read as a coarse event, the trace as a behavior)
+    assert [c.status for c in e.step_checks] == [StepStatus.UNCHECKED, StepStatus.SPEC_STEP,
+                                                StepStatus.NOT_ALLOWED]
+    assert "the monitor's action check rejected it" in e.step_checks[2].note
+    assert e.trace_is_spec_behavior is False and e.divergence["step"] == 2
