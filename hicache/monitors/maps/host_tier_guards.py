@@ -132,14 +132,15 @@ def _host_evict(m, action: str, fields: dict) -> Failure | None:
     if x is None:
         return pos
     f = m.funcs
-    if not all(f["host"][q] for q in pos):
+    hs = [f["host"][q] for q in pos]
+    if not all(hs):
         return _fail(action, 0, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
     children = _children(m, x)
     below = [c for c in children if f["host"][m.npos[c][0]] or f["backupOp"][m.npos[c][0]]]
     if below:
         return _fail(action, 0, f"child node {below[0].id} keeps a host copy or one being written "
                                 f"(host[n + 1] = NoSlot /\\ backupOp[n + 1] = NoSlot)")
-    broke = _slots_in(m, action, 0, x, [f["host"][q] for q in pos], "synced", "slot[host[n]] = \"synced\"")
+    broke = _slots_in(m, action, 0, x, hs, "synced")
     if broke is not None:
         return broke
     if not f["dev"][pos[-1]]:
@@ -202,7 +203,7 @@ def _load_back_start(m, action: str, fields: dict) -> Failure | None:
             return _fail(action, 2, f"node {x.id} has a device copy: not host-only, not in ToLoad(q) (~dev[n])")
         if f["loadReq"][p]:
             return _fail(action, 2, f"a load-back into node {x.id} is already in flight (loadReq[n] = NoReq)")
-        broke = _slots_in(m, action, 2, x, [f["host"][q] for q in pos], "synced", "slot[host[n]] = \"synced\"")
+        broke = _host_slots(m, action, 2, 2, x, pos, "synced")
         if broke is not None:
             return broke
     return None
@@ -212,13 +213,10 @@ def _storage_backup_start(m, action: str, fields: dict) -> Failure | None:
     x, pos = _mapped(m, action, fields.get("node"))
     if x is None:
         return pos
-    f = m.funcs
-    if not all(f["host"][q] for q in pos):
-        return _fail(action, 1, f"node {x.id}'s pages have no host copy to write to storage (host[n] # NoSlot)")
-    broke = _slots_in(m, action, 2, x, [f["host"][q] for q in pos], "synced", "slot[host[n]] = \"synced\"")
+    broke = _host_slots(m, action, 1, 2, x, pos, "synced")
     if broke is not None:
         return broke
-    if f["stor"][pos[-1]]:
+    if m.funcs["stor"][pos[-1]]:
         return _fail(action, 3, f"node {x.id} is already in storage (~stor[n])")
     return None
 
@@ -230,21 +228,29 @@ def _storage_backup_finish(m, action: str, fields: dict) -> Failure | None:
     x, pos = _mapped(m, action, nid)
     if x is None:
         return pos
-    f = m.funcs
-    if not all(f["host"][q] for q in pos):
-        return _fail(action, 1, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
-    return _slots_in(m, action, 2, x, [f["host"][q] for q in pos], "backup", "slot[host[n]] = \"backup\"")
+    return _host_slots(m, action, 1, 2, x, pos, "backup")
 
 
-def _slots_in(m, action: str, k: int, x, slots: list, state: str, text: str) -> Failure | None:
-    """Conjunct k fails unless every spec slot of `slots` (runtime slot + 1) was `state`
-    before the event."""
+def _host_slots(m, action: str, k_host: int, k_state: int, x, pos: list, state: str) -> Failure | None:
+    """Conjunct k_host fails unless every page of x has a host copy (host[n] # NoSlot),
+    conjunct k_state unless each one's slot was `state` (slot[host[n]] = state)."""
+    hs = [m.funcs["host"][q] for q in pos]
+    if not all(hs):
+        return _fail(action, k_host, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
+    return _slots_in(m, action, k_state, x, hs, state)
+
+
+def _slots_in(m, action: str, k: int, x, slots: list, state: str,
+              text: str | None = None) -> Failure | None:
+    """Conjunct k (its text `text`, or slot[host[n]] = state) fails unless every spec slot of
+    `slots` (runtime slot + 1) was `state` before the event."""
     names = m.slot_names
     bad = [h for h in slots if not 0 < h <= len(names) or names[h - 1] != state]
     if not bad:
         return None
     h = bad[0]
     was = f"\"{names[h - 1]}\"" if 0 < h <= len(names) else "not a host slot"
+    text = text or f"slot[host[n]] = \"{state}\""
     return _fail(action, k, f"node {x.id}'s slot {h} (runtime slot {h - 1}) is {was}, not \"{state}\" ({text})")
 
 
