@@ -23,6 +23,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds per theorem (default: 30)")
     p.add_argument("--config", help="take constant values from this .cfg instead of proving for all values "
                                     "allowed by the ASSUMEs")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes proving the cases of one theorem at once (a theorem whose hypothesis "
+                        "pins a constant to a range, `NStages \\in 1..8`, is one case per value; default 1)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     timeout = DEFAULT_TIMEOUT_S if args.timeout is None else args.timeout
     if not (0 < timeout <= MAX_TIMEOUT_S):      # (also refuses nan; inf is above the cap)
         return usage(f"--timeout must be a number of seconds in (0, {MAX_TIMEOUT_S:.0f}], got {timeout:g}")
+    if args.jobs < 1:
+        return usage(f"--jobs must be an integer >= 1, got {args.jobs}")
     paths = [Path(s) for s in args.specs] or sorted((hicache.REPO_ROOT / "spec").glob("*.tla"))
     # inputs that are not there are the command line's error, refused before any proof
     # (as `hicache check` does); a spec that is there but does not load is a result
@@ -44,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         return usage(f"no such file: {', '.join(missing)}")
     try:
-        results = prove_files(paths, timeout_s=timeout, cfg_path=Path(args.config) if args.config else None)
+        results = prove_files(paths, timeout_s=timeout, cfg_path=Path(args.config) if args.config else None,
+                              jobs=args.jobs)
     except ConfigRejected as e:
         # a .cfg that does not fit is the command line's error, like a missing file: no
         # theorem is reported proved (a violated ASSUME would make every proof vacuous)

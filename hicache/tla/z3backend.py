@@ -17,6 +17,8 @@ are then expanded); it is proved iff every case is.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
 import time
 from dataclasses import dataclass
 from enum import Enum
@@ -109,13 +111,20 @@ class Prover:
     """Proves the THEOREMs of one root module."""
 
     def __init__(self, path: Path, *, timeout_s: float = DEFAULT_TIMEOUT_S, cfg_path: Path | None = None,
-                 search_dirs: list[Path] | None = None):
+                 search_dirs: list[Path] | None = None, jobs: int = 1):
         """Raises TlaError when the spec does not load, ConfigRejected when `cfg_path`
-        does not fit it, ValueError for a timeout Z3 cannot take."""
+        does not fit it, ValueError for a timeout Z3 cannot take or `jobs` < 1. `jobs`:
+        processes proving the cases of one theorem at once (see `prove`)."""
         if not (0 < timeout_s <= MAX_TIMEOUT_S):      # (also false for NaN)
             raise ValueError(f"timeout_s must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {timeout_s}")
+        if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+            raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
         self.path = Path(path)
         self.timeout_s = timeout_s
+        self.jobs = jobs
+        # what a worker process needs to load the same Prover (`_case_in_worker`)
+        self._spec_args = (str(self.path), timeout_s, str(cfg_path) if cfg_path else None,
+                           tuple(str(d) for d in search_dirs or ()))
         self.loader = Loader([self.path.parent, *(search_dirs or [])])
         self.root = self.loader.load_file(self.path)
         cfg = load_prove_config(cfg_path) if cfg_path else None
@@ -211,18 +220,49 @@ class Prover:
         varying = [k for k in cases[0] if len({repr(c[k]) for c in cases}) > 1]
         fixed = ", ".join(f"{k} = {_lit(v)}" for k, v in cases[0].items() if k not in varying)
         per_case: list[str] = []
-        for assign in cases:
-            r = self._prove_case(name, goal, mod, {**self.constants, **assign})
-            what = ", ".join(f"{k} = {_lit(assign[k])}" for k in varying) or fixed
-            if not r.proved:
-                return TheoremResult(label, mod.name, r.status, time.monotonic() - t0,
-                                     f"case {what}: {r.detail}", r.location)
-            note = " (vacuous)" if "vacuous" in r.detail else ""
-            per_case.append(f"{what}: {r.seconds:.2f} s{note}")
+        results = self._case_results(name, goal, mod, cases)
+        try:
+            for assign, r in zip(cases, results):
+                what = ", ".join(f"{k} = {_lit(assign[k])}" for k in varying) or fixed
+                if not r.proved:
+                    return TheoremResult(label, mod.name, r.status, time.monotonic() - t0,
+                                         f"case {what}: {r.detail}", r.location)
+                note = " (vacuous)" if "vacuous" in r.detail else ""
+                per_case.append(f"{what}: {r.seconds:.2f} s{note}")
+        finally:
+            results.close()     # (a worker pool's cases not started are dropped at once)
         n = f"{len(cases)} case" + ("" if len(cases) == 1 else "s")
         return TheoremResult(label, mod.name, Status.PROVED, time.monotonic() - t0,
                              f"Q.E.D. in {n}" + (f" with {fixed}" if varying and fixed else "")
                              + f" ({'; '.join(per_case)})", str(node_loc(mod.file, goal)))
+
+    def _case_results(self, name: str, goal, mod: Module, cases: list[dict]):
+        """Each case's result, in the cases' order (the caller stops at the first one not
+        proved). With `jobs` > 1 the cases are proved by that many processes at once, the
+        last cases first (pipeline sizes grow along them, and the largest take longest:
+        PrefixAgreementCore's NStages = 8 is 50 s of its 133), so the longest is not left
+        to run alone at the end; Z3 runs one thread a solver. A worker loads the spec
+        again (a parsed module does not cross processes) and proves the theorem the same
+        way, by its position among the root module's theorems."""
+        if self.jobs == 1 or len(cases) == 1:
+            for assign in cases:
+                yield self._prove_case(name, goal, mod, {**self.constants, **assign})
+            return
+        index = next(i for i, t in enumerate(self.theorems()) if t[1] is goal)
+        # spawn, not fork: a forked child would inherit Z3's state mid-use
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(min(self.jobs, len(cases)), mp_context=ctx) as pool:
+            futures = {}
+            for k in reversed(range(len(cases))):
+                futures[k] = pool.submit(_case_in_worker, self._spec_args, index,
+                                         {**self.constants, **cases[k]})
+            try:
+                for k in range(len(cases)):
+                    yield futures[k].result()
+            finally:
+                # (the caller stopped at a case not proved: the ones not started are dropped,
+                # the running ones end within their timeout)
+                pool.shutdown(wait=True, cancel_futures=True)
 
     def _constant_cases(self, goal, mod: Module) -> list[dict]:
         """Assignments of the constants that the goal's antecedent (`H => ...`, H a
@@ -552,16 +592,33 @@ def _set_text(m: z3.ModelRef, s: SetV, tr: Translator) -> str:
     return "{" + ", ".join(map(str, members)) + "}"
 
 
+#: a worker process's Provers, by what it was asked to load (its tasks reuse them)
+_WORKER_PROVERS: dict[tuple, "Prover"] = {}
+
+
+def _case_in_worker(spec_args: tuple, index: int, constants: dict) -> TheoremResult:
+    """One case of the root module's index-th theorem, in a worker process (Prover.jobs)."""
+    prover = _WORKER_PROVERS.get(spec_args)
+    if prover is None:
+        path, timeout_s, cfg_path, dirs = spec_args
+        prover = _WORKER_PROVERS[spec_args] = Prover(Path(path), timeout_s=timeout_s,
+                                                     cfg_path=Path(cfg_path) if cfg_path else None,
+                                                     search_dirs=[Path(d) for d in dirs])
+    name, goal, mod = prover.theorems()[index]
+    return prover._prove_case(name, goal, mod, constants)
+
+
 def prove_files(paths: list[Path], *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                cfg_path: Path | None = None) -> list[TheoremResult]:
+                cfg_path: Path | None = None, jobs: int = 1) -> list[TheoremResult]:
     """Every THEOREM of every file; a file that does not load gives one error result.
+    `jobs`: processes proving one theorem's cases at once.
 
     Raises ConfigRejected when `cfg_path` does not fit one of the files: every file is
     loaded (and the .cfg checked against it) before any proof starts."""
     loaded: list[Prover | TheoremResult] = []
     for p in paths:
         try:
-            loaded.append(Prover(Path(p), timeout_s=timeout_s, cfg_path=cfg_path))
+            loaded.append(Prover(Path(p), timeout_s=timeout_s, cfg_path=cfg_path, jobs=jobs))
         except TlaError as e:
             loaded.append(TheoremResult(f"<{Path(p).name}>", Path(p).stem, Status.ERROR, 0.0, str(e),
                                         str(e.loc or "")))

@@ -37,6 +37,7 @@ def test_a_refused_command_line_without_json_prints_nothing_on_stdout(capsys):
     (["bugzoo", "--only", "99", "--json"], EXIT_USAGE, "--only: 99 is not a bug class of the zoo (1-14)"),
     (["prove", "spec/Nope.tla", "--json"], EXIT_USAGE, "no such file: spec/Nope.tla"),
     (["prove", "spec/CPSharding.tla", "--timeout", "nan", "--json"], EXIT_USAGE, "--timeout must be"),
+    (["prove", "spec/CPSharding.tla", "--jobs", "0", "--json"], EXIT_USAGE, "--jobs must be an integer >= 1"),
 ])
 def test_a_command_refusing_its_arguments_under_json_prints_one_json_error(capsys, argv, code, says):
     """Refusals a command makes itself (not argparse): stderr names them, and under --json the

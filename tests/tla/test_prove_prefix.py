@@ -8,6 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 import hicache
 from hicache.cli.main import main
 from hicache.tla.z3backend import Status, prove_files
@@ -67,7 +69,8 @@ def test_same_model_without_the_bug_keeps_the_prefix(tmp_path):
 
 
 def test_indinv_is_inductive_for_1_to_8_stages(capsys):
-    assert main(["prove", str(SPEC), "--json", "--timeout", "120"]) == 0
+    # (two processes: the cases take ~130 s one after the other here)
+    assert main(["prove", str(SPEC), "--json", "--timeout", "120", "--jobs", "2"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["ok"] is True
     (t,) = [t for t in out["theorems"] if t["name"] == "IndInvInductive"]
@@ -79,10 +82,13 @@ def test_indinv_is_inductive_for_1_to_8_stages(capsys):
     assert [int(n) for n in cases] == list(range(1, 9))
 
 
-def test_seeded_bug_breaks_the_inductive_step_with_a_counterexample(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_seeded_bug_breaks_the_inductive_step_with_a_counterexample(tmp_path, jobs):
+    """With one process or two (the cases proved at once, the last first), the result is
+    the first case in order that is not proved."""
     shutil.copy(SPEC, tmp_path / SPEC.name)
     shutil.copy(SEEDED, tmp_path / SEEDED.name)
-    (r,) = prove_files([tmp_path / SEEDED.name], timeout_s=60)
+    (r,) = prove_files([tmp_path / SEEDED.name], timeout_s=60, jobs=jobs)
     assert r.name == "SeededBugBreaksStep"
     assert r.status is Status.COUNTEREXAMPLE, r.detail
     # one stage is proved (no stage > 0 to consume differently); two are refuted
