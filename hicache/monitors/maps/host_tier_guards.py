@@ -85,8 +85,9 @@ def _children(m, x) -> list:
 
 
 def _dev_evictable(m, action: str, x, pos: list) -> Failure | None:
-    """DevEvictable(n) for x's pages: conjunct 0 of `action`'s table when it fails (the
-    first of DeviceEvict's; BackupDue under write_back, BackupStart's fifth, indexes 4)."""
+    """DevEvictable(n) for x's pages. A failure names DeviceEvict's first conjunct
+    (DevEvictable itself), or for BackupStart its fifth, BackupDue(n), which under
+    write_back is DevEvictable(n)."""
     k = 0 if action == "DeviceEvict" else 4
     f = m.funcs
     p = pos[-1]          # node-level values are shared by the node's pages; its last page decides leafness
