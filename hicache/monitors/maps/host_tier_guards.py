@@ -64,18 +64,24 @@ def check(m, action: str, fields: dict) -> Failure | None:
     """The guard of `action` on map m's state before the event: None, or the failed
     conjunct (None too for an action without a guard here). m is an IncrementalHostTierMap
     not yet synced for this event (its funcs, positions and slot names are the pre-state)."""
-    fn = GUARDS.get(action)
-    return None if fn is None else fn(m, action, fields)
+    fn = NODE_GUARDS.get(action)
+    if fn is None:
+        return _load_back_start(m, action, fields) if action == "LoadBackStart" else None
+    nid = fields.get("node")
+    if nid is None and action == "StorageBackupFinish":
+        return None      # (an op whose node the runtime no longer holds: nothing of the tree to judge)
+    x, pos = _mapped(m, nid)
+    if x is None:
+        return _fail(action, 0, f"node {nid} has no page in the tree before the event (InTree(n))")
+    return fn(m, action, x, pos, fields)
 
 
-def _mapped(m, action: str, node_id):
+def _mapped(m, node_id) -> tuple:
     """(node, its positions) of node id `node_id` in the tree before the event, or (None,
-    the InTree(n) failure)."""
+    None)."""
     x = m.by_id.get(node_id)
     pos = m.npos.get(x) if x is not None else None
-    if not pos:
-        return None, _fail(action, 0, f"node {node_id} has no page in the tree before the event (InTree(n))")
-    return x, pos
+    return (x, pos) if pos else (None, None)
 
 
 def _children(m, x) -> list:
@@ -108,10 +114,7 @@ def _dev_evictable(m, action: str, x, pos: list) -> Failure | None:
     return None
 
 
-def _device_evict(m, action: str, fields: dict) -> Failure | None:
-    x, pos = _mapped(m, action, fields.get("node"))
-    if x is None:
-        return pos
+def _device_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     broke = _dev_evictable(m, action, x, pos)
     if broke is not None:
         return broke
@@ -128,10 +131,7 @@ def _device_evict(m, action: str, fields: dict) -> Failure | None:
     return None
 
 
-def _host_evict(m, action: str, fields: dict) -> Failure | None:
-    x, pos = _mapped(m, action, fields.get("node"))
-    if x is None:
-        return pos
+def _host_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     f = m.funcs
     hs = [f["host"][q] for q in pos]
     if not all(hs):
@@ -155,10 +155,7 @@ def _host_evict(m, action: str, fields: dict) -> Failure | None:
     return None
 
 
-def _backup_start(m, action: str, fields: dict) -> Failure | None:
-    x, pos = _mapped(m, action, fields.get("node"))
-    if x is None:
-        return pos
+def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     f = m.funcs
     p = pos[-1]
     if not f["dev"][p]:
@@ -195,7 +192,7 @@ def _backup_start(m, action: str, fields: dict) -> Failure | None:
 def _load_back_start(m, action: str, fields: dict) -> Failure | None:
     f = m.funcs
     for nid in fields.get("nodes") or ():
-        x, pos = _mapped(m, action, nid)
+        x, pos = _mapped(m, nid)
         if x is None:
             # (ToLoad(q) is the request's prefix: pages in the tree)
             return _fail(action, 2, f"node {nid} has no page in the tree before the event (n < reqLen[q])")
@@ -210,10 +207,7 @@ def _load_back_start(m, action: str, fields: dict) -> Failure | None:
     return None
 
 
-def _storage_backup_start(m, action: str, fields: dict) -> Failure | None:
-    x, pos = _mapped(m, action, fields.get("node"))
-    if x is None:
-        return pos
+def _storage_backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     broke = _host_slots(m, action, 1, 2, x, pos, "synced")
     if broke is not None:
         return broke
@@ -222,13 +216,7 @@ def _storage_backup_start(m, action: str, fields: dict) -> Failure | None:
     return None
 
 
-def _storage_backup_finish(m, action: str, fields: dict) -> Failure | None:
-    nid = fields.get("node")
-    if nid is None:
-        return None      # (an op whose node the runtime no longer holds: nothing of the tree to judge)
-    x, pos = _mapped(m, action, nid)
-    if x is None:
-        return pos
+def _storage_backup_finish(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     return _host_slots(m, action, 1, 2, x, pos, "backup")
 
 
@@ -274,10 +262,10 @@ def _fail(action: str, k: int, why: str) -> Failure:
     return Failure(action, k + 1, f"{text}  [tree form: {why}]", loc)
 
 
-#: the events whose guard is checked: spec action -> its tree form
-GUARDS = {
+#: the events of one node (field `node`) whose guard is checked: spec action -> its tree
+#: form, given the node and its positions before the event (LoadBackStart, of several
+#: nodes, is `_load_back_start`)
+NODE_GUARDS = {
     "DeviceEvict": _device_evict, "HostEvict": _host_evict, "BackupStart": _backup_start,
-    "LoadBackStart": _load_back_start, "StorageBackupStart": _storage_backup_start,
-    "StorageBackupFinish": _storage_backup_finish,
+    "StorageBackupStart": _storage_backup_start, "StorageBackupFinish": _storage_backup_finish,
 }
-GUARDED = frozenset(GUARDS)
