@@ -204,9 +204,9 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         checks = [StepCheck(i, StepStatus.UNCHECKED, note="compound runtime event") for i in range(len(tuples))]
         is_beh, divergence = None, None
         notes.append("the monitor's refinement map reports every runtime event as a compound step "
-                     "(it checks the invariants after each event, and the guards of the evictions, "
-                     "backups, load-backs and storage writes in tree form on the state before it), so "
-                     "the trace is not checked step by step against the spec's actions")
+                     "(it checks the invariants after each event, and the actions' guards its map "
+                     "has in tree form on the state before it), so the trace is not checked step by "
+                     "step against the spec's actions")
     elif constants_fit:
         checks, is_beh, divergence = check_behavior(trace, ck, tuples, opts, notes)
     else:

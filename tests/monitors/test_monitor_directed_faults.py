@@ -382,3 +382,128 @@ def test_a_storage_write_ending_on_slots_it_never_held(tmp_path):
         c._emit(A.StorageBackupFinish, node=v.id, ok=True)
     assert e.value.property == "StorageBackupFinish" and e.value.failure.index == 3
     assert "is \"synced\", not \"backup\"" in e.value.conjunct
+
+
+# the request actions' guards and the acks' (host_tier_guards.py, REQUEST_GUARDS and
+# BackupFinish): an event of a request that has ended, or an ack of a copy that never ran
+
+def _no_finished_check(monkeypatch):
+    """The fault: the runtime's "this request has ended" check removed (`_live`)."""
+    import hicache.runtime.cache as runtime_cache
+    monkeypatch.setattr(runtime_cache, "_live", lambda req: None)
+
+
+def test_a_request_finished_twice_releases_another_requests_lock(tmp_path, monkeypatch):
+    """A double finish with a second request on the same prefix: the lock count stays >= 0
+    (the other request's lock is the one released), so the runtime's own assertion is
+    silent and the state after it is legal; only later would the unlocked prefix be evicted.
+    The request was not live: RequestFinish's req[q] = "running", at that step."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    serve(c, [1, 2])
+    r1, r2 = c.match([1, 2]), c.match([1, 2])
+    c.finish(r1)
+    _no_finished_check(monkeypatch)
+    with pytest.raises(ProtocolViolation) as e:
+        c.finish(r1)                                         # the fault: r1 again
+    assert (e.value.property, e.value.kind, e.value.failure.index) == ("RequestFinish", "action", 1)
+    assert f"request {r1.rid} is not live" in e.value.conjunct and 'req[q] = "running"' in e.value.conjunct
+    assert r2.node.lock_ref == 0                              # r2's lock is gone: what the step broke
+
+
+def test_an_insert_by_a_request_that_has_finished(tmp_path):
+    """Pages inserted for a request after its finish (a use after finish: its finished flag
+    lost): the tree grows below a prefix nobody locks any more, a legal-looking state.
+    DeviceInsert's req[q] = "running"."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r = c.match([1, 2])
+    c.finish(r)
+    r.done = False                                           # the fault: the flag lost
+    with pytest.raises(ProtocolViolation) as e:
+        c.insert(r, c.alloc(2))                              # the fault: r has ended
+    assert (e.value.property, e.value.failure.index) == ("DeviceInsert", 1)
+    assert f"request {r.rid} is not live" in e.value.conjunct
+
+
+def test_two_live_requests_under_one_id(tmp_path):
+    """A match under the id of a request still live: the monitor follows requests by id,
+    so the two would be one spec request (one's finish unlocking the other's prefix in the
+    map). RequestMatch's req[q] = "idle"."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r = c.match([1, 2])
+    with pytest.raises(ProtocolViolation) as e:
+        c.match([3], rid=r.rid)
+    assert (e.value.property, e.value.failure.index) == ("RequestMatch", 1)
+    assert f"request {r.rid} is matched again while live (matched)" in e.value.conjunct
+
+
+def test_a_prefetch_into_slots_another_node_holds(tmp_path):
+    """A prefetch whose slots were not IDLE (an allocator handing out a held slot): the
+    fetched bytes would overwrite a readable host copy. PrefetchStart's \\E h \\in IdleSlots."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    v = serve(c, [1, 2]).node
+    r = c.match([3])
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.PrefetchStart, rid=r.rid, slots=list(v.host), pages=1)
+    assert (e.value.property, e.value.failure.index) == ("PrefetchStart", 7)
+    assert f"request {r.rid}'s prefetch slot {v.host[0] + 1} (runtime slot {v.host[0]}) is \"synced\"" \
+        in e.value.conjunct
+
+
+def test_a_load_ack_for_slots_no_load_holds(tmp_path):
+    """A LoadBackFinish releasing slots that no load-back held (an ack applied twice, or one
+    of a load that never started): LoadEnd(q)'s req[q] = "loading", in tree form."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    v = serve(c, [1, 2]).node
+    r = c.match([1, 2])
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.LoadBackFinish, rid=r.rid, nodes=[v.id], slots=list(v.host))
+    assert (e.value.property, e.value.failure.index) == ("LoadBackFinish", 1)
+    assert "load-back slot" in e.value.conjunct and 'is "synced", not "protected"' in e.value.conjunct
+
+
+def test_a_backup_ack_with_no_copy_in_flight(tmp_path):
+    """A BackupFinish of a node whose copy already ended (an ack applied twice): its slots
+    are SYNCED either way, so the state after it is legal. backupOp[n] # NoSlot."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    v = serve(c, [1, 2]).node
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.BackupFinish, node=v.id, slots=list(v.host))
+    assert (e.value.property, e.value.failure.index) == ("BackupFinish", 1)
+    assert f"no device->host copy of node {v.id}'s page" in e.value.conjunct
+
+
+def test_a_write_through_childs_ack_before_its_parents(tmp_path):
+    """Write-through: a child's copy acknowledged while its parent's is still running (the
+    runtime drops such a copy, `_below_no_host_copy`; acks applied out of order would not).
+    BackupFinish's ParentBacked(n); the parent's copy ending in the same ack is fine."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=4, host_pages=8,
+                        write_policy="write_through_selective")
+    a, b = _split(c)
+    gate = threading.Event()
+    copy = c._copy_to_host
+    c._copy_to_host = lambda op: (gate.wait(10), copy(op))
+    c._backup_start(a, requested=True)
+    c._backup_start(b, requested=True)
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.BackupFinish, node=b.id, slots=list(b.host))   # the fault: b's ack before a's
+    assert (e.value.property, e.value.failure.index) == ("BackupFinish", 2)
+    assert f"parent node {a.id} has no host copy yet (ParentBacked(n)" in e.value.conjunct
+    gate.set()
+    c.drain()
+
+
+@pytest.mark.parametrize("action, fields, phase", [
+    (A.RequestAbort, {}, "matched"),
+    (A.LoadBackStart, dict(nodes=[], slots=[], pages=[]), "matched"),
+    (A.PrefetchStart, dict(slots=[], pages=0), "matched"),
+    (A.RequestFinish, {}, "running"),
+])
+def test_a_step_of_a_request_that_has_ended(tmp_path, action, fields, phase):
+    """Each request action's first conjunct (req[q] = <phase>) on a request that finished:
+    its event fails the guard at once, whatever it moves."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r = serve(c, [1, 2])
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(action, rid=r.rid, **fields)
+    assert (e.value.property, e.value.failure.index) == (str(action), 1)
+    assert f'request {r.rid} is not live' in e.value.conjunct and f'req[q] = "{phase}"' in e.value.conjunct

@@ -4,7 +4,8 @@ The spec's actions move one page of a chain; the runtime moves whole nodes of a 
 its events are compound steps and the maps check the invariants after them. What no
 invariant can see afterwards is a guard the event broke while leaving a legal-looking
 state. `check` evaluates, on the incremental map's state before the event (the monitor
-calls it before the map syncs), the guards of:
+calls it before the map syncs; a request's liveness before it, `was_live`, is what the
+map's bind saw), the guards of:
 
   DeviceEvict    DevEvictable and the choice of its disjuncts: a device copy dropped while
                  a live request's prefix still pins it (the node keeps its host copy, so
@@ -23,7 +24,24 @@ calls it before the map syncs), the guards of:
                  being written, or one a storage write reads);
   StorageBackupStart / StorageBackupFinish
                  a storage write of a node with no host copy, from slots not SYNCED, of a
-                 node already stored; its end on slots that were not BACKUP.
+                 node already stored; its end on slots that were not BACKUP;
+  BackupFinish   the ack of a copy not in flight (one applied twice), or (write-through) a
+                 child's copy acknowledged while its parent's has not landed (the parent's
+                 ending in the same ack is fine: acks apply parents first);
+  LoadBackFinish / LoadBackFail
+                 an ack releasing slots that no load-back held (not PROTECTED);
+  RequestMatch   a match under the id of a request still live (the monitor follows requests
+                 by id: the two would be one spec request);
+  RequestFinish, RequestAbort, DeviceInsert, LoadBackStart, PrefetchStart
+                 a step of a request that is not live (never matched, or finished or
+                 aborted: a double release, a use after finish); PrefetchStart also into
+                 slots that were not IDLE.
+
+The request actions' first conjunct asks one phase (req[q] = "running" for RequestFinish
+and DeviceInsert, "matched" for the others); in tree form it asks that the request is live.
+The runtime's request steps are compound: one with nothing to load runs without a load
+(matched -> running at once), and one may end while its load's ack is still to come, so
+every live phase is accepted.
 
 The chain's notions are read in the tree:
 
@@ -66,13 +84,15 @@ def check(m, action: str, fields: dict) -> Failure | None:
     not yet synced for this event (its funcs, positions and slot names are the pre-state)."""
     fn = NODE_GUARDS.get(action)
     if fn is None:
-        return _load_back_start(m, action, fields) if action == "LoadBackStart" else None
+        fn = REQUEST_GUARDS.get(action)
+        return fn(m, action, fields) if fn is not None else None
     nid = fields.get("node")
-    if nid is None and action == "StorageBackupFinish":
+    if nid is None and action in _ACKS:
         return None      # (an op whose node the runtime no longer holds: nothing of the tree to judge)
     x, pos = _mapped(m, nid)
     if x is None:
-        return _fail(action, 0, f"node {nid} has no page in the tree before the event (InTree(n))")
+        return _fail(action, 0, f"node {nid} has no page in the tree before the event "
+                                f"({_NOT_IN_TREE.get(action, 'InTree(n)')})")
     return fn(m, action, x, pos, fields)
 
 
@@ -141,7 +161,7 @@ def _host_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     if below:
         return _fail(action, 0, f"child node {below[0].id} keeps a host copy or one being written "
                                 f"(host[n + 1] = NoSlot /\\ backupOp[n + 1] = NoSlot)")
-    broke = _slots_in(m, action, 0, x, hs, "synced")
+    broke = _slots_in(m, action, 0, f"node {x.id}'s", hs, "synced")
     if broke is not None:
         return broke
     if not f["dev"][pos[-1]]:
@@ -186,10 +206,72 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
                 return _fail(action, 5, f"parent node {par.id} has no host copy and none being written "
                                         f"(ParentBackedOrGoing(n): host[n - 1] # NoSlot \\/ "
                                         f"backupOp[n - 1] # NoSlot)")
-    return _slots_in(m, action, 6, x, [h + 1 for h in fields.get("slots") or ()], "idle", "h \\in IdleSlots")
+    return _slots_in(m, action, 6, f"node {x.id}'s", [h + 1 for h in fields.get("slots") or ()], "idle",
+                     "h \\in IdleSlots")
+
+
+def _backup_finish(m, action: str, x, pos: list, fields: dict) -> Failure | None:
+    f = m.funcs
+    idle = [q for q in pos if not f["backupOp"][q]]
+    if idle:
+        return _fail(action, 0, f"no device->host copy of node {x.id}'s page at position {idle[0]} is in "
+                                f"flight (backupOp[n] # NoSlot)")
+    if fields.get("ok", True) and m.s["policy"] in _DUE_HITS:
+        # (a failed copy, ok False, is no BackupFinish of the spec: its slots go back IDLE;
+        # the runtime also fails one whose parent's copy is not readable yet)
+        par = m.up.get(x)
+        above = m.npos.get(par) if par is not None else None
+        if above:
+            q = above[-1]
+            # the parent's copy ending in this same ack (one op's nodes) lands first: acks
+            # apply parents first
+            if not f["host"][q] and f["backupOp"][q] - 1 not in set(fields.get("slots") or ()):
+                return _fail(action, 1, f"parent node {par.id} has no host copy yet (ParentBacked(n): "
+                                        f"host[n - 1] # NoSlot)")
+    return None
+
+
+def _request_live(m, action: str, fields: dict) -> Failure | None:
+    """req[q] = <the phase the action asks>, in tree form: the request is live (matched,
+    and neither finished nor aborted). The runtime's request steps are compound: one with
+    nothing to load runs without a load (matched -> running at once), one may end while its
+    load's ack is still to come, so any live phase is accepted; what fails is an event of
+    a request never matched, or one that has ended (a use after finish, a double release)."""
+    if m.was_live:
+        return None
+    rid = fields.get("rid")
+    return _fail(action, 0, f"request {rid} is not live: never matched, or already finished or aborted "
+                            f"(req[q] = \"{_LIVE_PHASE[action]}\")")
+
+
+def _request_match(m, action: str, fields: dict) -> Failure | None:
+    if not m.was_live:
+        return None
+    rid = fields.get("rid")
+    return _fail(action, 0, f"request {rid} is matched again while live ({m.phase.get(rid)}): two requests "
+                            f"under one id (req[q] = \"idle\")")
+
+
+def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
+    broke = _request_live(m, action, fields)
+    if broke is not None:
+        return broke
+    return _slots_in(m, action, 6, f"request {fields.get('rid')}'s prefetch",
+                     [h + 1 for h in fields.get("slots") or ()], "idle", "h \\in IdleSlots")
+
+
+def _load_end(m, action: str, fields: dict) -> Failure | None:
+    """LoadEnd(q)'s req[q] = "loading" in tree form: the slots the ack releases were held
+    by a load-back in flight (PROTECTED), which the load of q holds while q is loading."""
+    return _slots_in(m, action, 0, f"request {fields.get('rid')}'s load-back",
+                     [h + 1 for h in fields.get("slots") or ()], "protected",
+                     "LoadEnd(q): req[q] = \"loading\", its load holding them")
 
 
 def _load_back_start(m, action: str, fields: dict) -> Failure | None:
+    broke = _request_live(m, action, fields)
+    if broke is not None:
+        return broke
     f = m.funcs
     for nid in fields.get("nodes") or ():
         x, pos = _mapped(m, nid)
@@ -226,13 +308,13 @@ def _host_slots(m, action: str, k_host: int, k_state: int, x, pos: list, state: 
     hs = [m.funcs["host"][q] for q in pos]
     if not all(hs):
         return _fail(action, k_host, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
-    return _slots_in(m, action, k_state, x, hs, state)
+    return _slots_in(m, action, k_state, f"node {x.id}'s", hs, state)
 
 
-def _slots_in(m, action: str, k: int, x, slots: list, state: str,
+def _slots_in(m, action: str, k: int, whose: str, slots: list, state: str,
               text: str | None = None) -> Failure | None:
     """Conjunct k (its text `text`, or slot[host[n]] = state) fails unless every spec slot of
-    `slots` (runtime slot + 1) was `state` before the event."""
+    `slots` (runtime slot + 1) was `state` before the event; `whose` slots they are, in words."""
     names = m.slot_names
     bad = [h for h in slots if not 0 < h <= len(names) or names[h - 1] != state]
     if not bad:
@@ -240,7 +322,7 @@ def _slots_in(m, action: str, k: int, x, slots: list, state: str,
     h = bad[0]
     was = f"\"{names[h - 1]}\"" if 0 < h <= len(names) else "not a host slot"
     text = text or f"slot[host[n]] = \"{state}\""
-    return _fail(action, k, f"node {x.id}'s slot {h} (runtime slot {h - 1}) is {was}, not \"{state}\" ({text})")
+    return _fail(action, k, f"{whose} slot {h} (runtime slot {h - 1}) is {was}, not \"{state}\" ({text})")
 
 
 def _locker(m, x):
@@ -267,5 +349,23 @@ def _fail(action: str, k: int, why: str) -> Failure:
 #: nodes, is `_load_back_start`)
 NODE_GUARDS = {
     "DeviceEvict": _device_evict, "HostEvict": _host_evict, "BackupStart": _backup_start,
+    "BackupFinish": _backup_finish,
     "StorageBackupStart": _storage_backup_start, "StorageBackupFinish": _storage_backup_finish,
 }
+
+#: the events of a request (field `rid`) whose guard is checked: spec action -> its tree form
+REQUEST_GUARDS = {
+    "RequestMatch": _request_match, "RequestFinish": _request_live, "RequestAbort": _request_live,
+    "DeviceInsert": _request_live, "LoadBackStart": _load_back_start, "PrefetchStart": _prefetch_start,
+    "LoadBackFinish": _load_end, "LoadBackFail": _load_end,
+}
+
+#: the phase each request action's first conjunct asks of its request (req[q] = ...)
+_LIVE_PHASE = {"RequestFinish": "running", "RequestAbort": "matched", "DeviceInsert": "running",
+               "LoadBackStart": "matched", "PrefetchStart": "matched"}
+
+#: the acks of a node's copy: one whose op no longer holds a node names none (nothing to judge)
+_ACKS = frozenset({"BackupFinish", "StorageBackupFinish"})
+
+#: what a node event's guard says of a node with no page in the tree, where not InTree(n)
+_NOT_IN_TREE = {"BackupFinish": "so no copy of its pages is in flight: backupOp[n] # NoSlot"}
