@@ -26,7 +26,8 @@ class HostTier(enum.StrEnum):
     StorageBackupStart = "StorageBackupStart"    # host->storage: SYNCED->BACKUP
     StorageBackupFinish = "StorageBackupFinish"  # BACKUP->SYNCED, node gains storage copy
     PrefetchStart = "PrefetchStart"          # storage->host: IDLE->RESERVED for fetched pages
-    PrefetchFinish = "PrefetchFinish"        # fetched pages SYNCED and inserted (or freed on miss)
+    PrefetchFinish = "PrefetchFinish"        # fetched pages SYNCED and inserted (or freed on miss, or
+                                             # an abandoned fetch's slots freed once its worker is done)
     RequestAbort = "RequestAbort"            # request gone: its in-flight slots are released
     RequestFinish = "RequestFinish"          # request done: its locks are released
 

@@ -1072,17 +1072,17 @@ class HiCache:
             self.deps.retire(getattr(op, "draft_tid", None))
 
     def _reap_orphans(self) -> None:
-        """Free the slots of abandoned prefetches whose worker has finished with them."""
-        keep = []
-        for op in self._orphans:
-            if op.done.is_set():
-                self._abort_draft(op)
-                self._prefetching.discard(op)
-                self._prefetch_slots -= len(op.slots)
-                self.host.move(op.slots, S.RESERVED, S.IDLE)
-            else:
-                keep.append(op)
-        self._orphans = keep
+        """Free the slots of abandoned prefetches whose worker has finished with them: the
+        end of each is HostTier's PrefetchFinish of an aborted fetch (`orphan`: its slots
+        go back IDLE, nothing joins the tree), emitted as each op is settled (and out of
+        the list: a listener that raises leaves no op to free twice)."""
+        for op in [op for op in self._orphans if op.done.is_set()]:
+            self._orphans.remove(op)
+            self._abort_draft(op)
+            self._prefetching.discard(op)
+            self._prefetch_slots -= len(op.slots)
+            self.host.move(op.slots, S.RESERVED, S.IDLE)
+            self._emit(A.PrefetchFinish, rid=op.rid, fetched=0, joined=0, slots=list(op.slots), orphan=True)
 
     # ------------------------------------------------------------------ completions
     def poll(self) -> int:

@@ -507,3 +507,15 @@ def test_a_step_of_a_request_that_has_ended(tmp_path, action, fields, phase):
         c._emit(action, rid=r.rid, **fields)
     assert (e.value.property, e.value.failure.index) == (str(action), 1)
     assert f'request {r.rid} is not live' in e.value.conjunct and f'req[q] = "{phase}"' in e.value.conjunct
+
+
+def test_an_abandoned_fetchs_end_freeing_slots_it_did_not_hold(tmp_path):
+    """The end of an abandoned fetch (`orphan`) freeing slots that were not RESERVED (a
+    fetch reaped twice, or one whose slot list was another op's): its pfSlot[q] # NoSlot,
+    in tree form."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    v = serve(c, [1, 2]).node
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.PrefetchFinish, rid=7, fetched=0, joined=0, slots=list(v.host), orphan=True)
+    assert (e.value.property, e.value.failure.index) == ("PrefetchFinish", 1)
+    assert "request 7's abandoned fetch slot" in e.value.conjunct and 'is "synced", not "reserved"' in e.value.conjunct

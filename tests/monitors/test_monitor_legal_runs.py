@@ -14,6 +14,7 @@ import pytest
 
 from hicache.monitors.workers import KeyAudit
 from hicache.monitors.workload import MemStore
+from hicache.runtime.allocator import HostSlotState as S
 from tiny_cache import SlowStore, serve, tiny_cache, to_storage_only
 
 MODES = [pytest.param(dict(mode="strict"), id="strict"), pytest.param(dict(mode="sample", sample_rate=1.0, sample_budget=None), id="sample-1")]
@@ -38,8 +39,14 @@ def test_an_aborted_prefetchs_anchor_may_leave_the_tree(tmp_path, verify):
     assert len(c._orphans) == 1
     assert c.evict_device(4) and c.evict_host(8)     # the anchor leaves: legal
     assert r.node.parent is None
+    slots = list(c._orphans[0].slots)
     st.gate.set()
     c.drain()
+    # the orphan's end is a step of its own, PrefetchFinish naming the slots it frees (it
+    # was silent: the slots went IDLE under whatever event came next)
+    last = [h for h in mon.history if h.action == "PrefetchFinish"]
+    assert last and last[-1].args["orphan"] is True and last[-1].args["slots"] == slots
+    assert not c._orphans and all(c.host.state[h] == S.IDLE for h in slots)
     mon.cache_check()
     c.close()
     assert mon.checked > 10 and not list(tmp_path.iterdir())

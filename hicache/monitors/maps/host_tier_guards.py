@@ -30,6 +30,8 @@ map's bind saw), the guards of:
                  ending in the same ack is fine: acks apply parents first);
   LoadBackFinish / LoadBackFail
                  an ack releasing slots that no load-back held (not PROTECTED);
+  PrefetchFinish an abandoned fetch's end (`orphan`) freeing slots it did not hold (not
+                 RESERVED);
   RequestMatch   a match under the id of a request still live (the monitor follows requests
                  by id: the two would be one spec request);
   RequestFinish, RequestAbort, DeviceInsert, LoadBackStart, PrefetchStart
@@ -260,6 +262,17 @@ def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
                      [h + 1 for h in fields.get("slots") or ()], "idle", "h \\in IdleSlots")
 
 
+def _prefetch_end(m, action: str, fields: dict) -> Failure | None:
+    """pfSlot[q] # NoSlot, in tree form, for the end of an abandoned fetch (`orphan`: the
+    event names the slots it frees): they were the fetch's, RESERVED. (A request's own
+    PrefetchFinish names no slots: its fetch is the request's, which the map follows.)"""
+    slots = fields.get("slots")
+    if slots is None:
+        return None
+    return _slots_in(m, action, 0, f"request {fields.get('rid')}'s abandoned fetch", [h + 1 for h in slots],
+                     "reserved", "pfSlot[q] # NoSlot: the fetch holds them")
+
+
 def _load_end(m, action: str, fields: dict) -> Failure | None:
     """LoadEnd(q)'s req[q] = "loading" in tree form: the slots the ack releases were held
     by a load-back in flight (PROTECTED), which the load of q holds while q is loading."""
@@ -357,7 +370,7 @@ NODE_GUARDS = {
 REQUEST_GUARDS = {
     "RequestMatch": _request_match, "RequestFinish": _request_live, "RequestAbort": _request_live,
     "DeviceInsert": _request_live, "LoadBackStart": _load_back_start, "PrefetchStart": _prefetch_start,
-    "LoadBackFinish": _load_end, "LoadBackFail": _load_end,
+    "LoadBackFinish": _load_end, "LoadBackFail": _load_end, "PrefetchFinish": _prefetch_end,
 }
 
 #: the phase each request action's first conjunct asks of its request (req[q] = ...)
