@@ -430,10 +430,11 @@ def test_two_live_requests_under_one_id(tmp_path):
     map). RequestMatch's req[q] = "idle"."""
     c, mon = tiny_cache(tmp_path, dict(mode="strict"))
     r = c.match([1, 2])
+    c.insert(r, c.alloc(2))                                  # r runs
     with pytest.raises(ProtocolViolation) as e:
         c.match([3], rid=r.rid)
     assert (e.value.property, e.value.failure.index) == ("RequestMatch", 1)
-    assert f"request {r.rid} is matched again while live (matched)" in e.value.conjunct
+    assert f"request {r.rid} is matched again while live (running)" in e.value.conjunct
 
 
 def test_a_prefetch_into_slots_another_node_holds(tmp_path):

@@ -4,8 +4,8 @@ The spec's actions move one page of a chain; the runtime moves whole nodes of a 
 its events are compound steps and the maps check the invariants after them. What no
 invariant can see afterwards is a guard the event broke while leaving a legal-looking
 state. `check` evaluates, on the incremental map's state before the event (the monitor
-calls it before the map syncs; a request's liveness before it, `was_live`, is what the
-map's bind saw), the guards of:
+calls it before the map syncs; a request's phase before it, `was_live`, is what the map's
+bind saw), the guards of:
 
   DeviceEvict    DevEvictable and the choice of its disjuncts: a device copy dropped while
                  a live request's prefix still pins it (the node keeps its host copy, so
@@ -239,7 +239,7 @@ def _request_live(m, action: str, fields: dict) -> Failure | None:
     nothing to load runs without a load (matched -> running at once), one may end while its
     load's ack is still to come, so any live phase is accepted; what fails is an event of
     a request never matched, or one that has ended (a use after finish, a double release)."""
-    if m.was_live:
+    if m.was_live is not None:
         return None
     rid = fields.get("rid")
     return _fail(action, 0, f"request {rid} is not live: never matched, or already finished or aborted "
@@ -247,10 +247,10 @@ def _request_live(m, action: str, fields: dict) -> Failure | None:
 
 
 def _request_match(m, action: str, fields: dict) -> Failure | None:
-    if not m.was_live:
+    if m.was_live is None:
         return None
     rid = fields.get("rid")
-    return _fail(action, 0, f"request {rid} is matched again while live ({m.phase.get(rid)}): two requests "
+    return _fail(action, 0, f"request {rid} is matched again while live ({m.was_live}): two requests "
                             f"under one id (req[q] = \"idle\")")
 
 
@@ -359,7 +359,7 @@ def _fail(action: str, k: int, why: str) -> Failure:
 
 #: the events of one node (field `node`) whose guard is checked: spec action -> its tree
 #: form, given the node and its positions before the event (LoadBackStart, of several
-#: nodes, is `_load_back_start`)
+#: nodes, is a request guard)
 NODE_GUARDS = {
     "DeviceEvict": _device_evict, "HostEvict": _host_evict, "BackupStart": _backup_start,
     "BackupFinish": _backup_finish,
