@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hicache.explain.actions import action_def, closest_binding, recover_all_args, recover_args
-from hicache.explain.behavior import StepCheck, StepStatus, check_behavior
+from hicache.explain.behavior import StepCheck, StepStatus, check_behavior, near_init
 from hicache.explain.conjunct import Finding, Part, display_path, failing_part, quote_location
 from hicache.explain.options import Options
 from hicache.explain.search import SpecSearch, search, search_invariant
@@ -257,10 +257,20 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         # the target test would run on the first one only: a symmetric twin visited first
         # hid the target, "none"). A view is also evaluated at every state (PPSync's ranks'
         # bag of completion sets: most of a search's time, for no merge at one rank).
+        # The trace's own steps before k that the behavior check found to be spec steps
+        # already lead to the pre-state: what is left to search for is the first state of
+        # that run, shallower (a monitor's window starts deep in a run: PPSync's pre-state
+        # 37 states in, past the budget, DraftState's behind 131,072 launches a state).
         sck = build(spec, dataclasses.replace(cfg, invariants=[], view=None, symmetry=None))
-        target = s_prev
+        j = _spec_run_start(checks, tuples, k - 1)
+        target = tuples[j]
         sck.invariants = [("pre-state", lambda st, pr, env: st != target)]
-        found = search(sck, f"the state before step {k} (where {base['action']} was taken)", opts)
+        what = f"the state before step {k} (where {base['action']} was taken)"
+        if j < k - 1:
+            what = f"step {j}'s state, from which the trace's own spec steps {j + 1}..{k - 1} reach {what}"
+        first = near_init(sck, target)
+        found = search(sck, what, opts) if first is None else \
+            SpecSearch(what, "found", length=len(first) + 1, actions=first, note="one step from an initial state")
     elif kind == "deadlock":
         sck = build(spec, dataclasses.replace(cfg, invariants=[], check_deadlock=True))
         found = search(sck, "a deadlock", opts, want=("deadlock",))
@@ -269,6 +279,19 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
     base["spec_search"] = found
     return _finish(Explanation(first_violating_step=k, diff=_diff(trace, k, opts.diff_steps),
                                verdict=Verdict.UNKNOWN, verdict_text="", **base), opts)
+
+
+#: step checks whose step the spec takes (from the state before it to the one after)
+_SPEC_TAKES = frozenset({StepStatus.SPEC_STEP, StepStatus.STUTTER, StepStatus.COMPOUND})
+
+
+def _spec_run_start(checks: list[StepCheck], tuples: list, i: int) -> int:
+    """The earliest state j <= i from which every step of the trace up to state i is one the
+    spec takes (spec steps, stutters, compounds of spec steps): a spec path to state j is
+    one to state i."""
+    while i > 0 and checks[i].status in _SPEC_TAKES and tuples[i - 1] is not None:
+        i -= 1
+    return i
 
 
 def _check_spec_matches(trace: Trace, spec: Path, how: str, notes: list[str]) -> None:

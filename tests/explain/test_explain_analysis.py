@@ -365,16 +365,12 @@ View == IF a <= b THEN <<a, b>> ELSE <<b, a>>
 """
 
 
-def test_the_pre_state_search_finds_the_exact_state_under_a_view(tmp_path):
-    """The search for the state before a rejected step looks for one exact state; the
-    config's VIEW merges it with a twin seen first (breadth-first, a = 1 /\\ b = 0 comes
-    before a = 0 /\\ b = 1, and both have the view <<0, 1>>), whose successors stand for it
-    but whose target test ran on the twin alone: the search ended "none". It runs without
-    the VIEW (and SYMMETRY) now, and finds the state's shortest path."""
+def _sym_trace(tmp_path, states: list) -> Path:
+    """A monitor's action-violation trace of Sym (VIEW View) through `states`: its last step
+    is the one the monitor rejected."""
     spec = tmp_path / "Sym.tla"
     spec.write_text(SYM)
     (tmp_path / "Sym.cfg").write_text("INIT Init\nNEXT Next\nVIEW View\n")
-    states = [(0, 0), (0, 1), (2, 2)]
     doc = {"#meta": {"format": "ITF", "source": str(spec), "module": "Sym",
                      "violation": {"kind": "action", "property": "Next", "action": "Next"}},
            "vars": ["a", "b"],
@@ -382,13 +378,47 @@ def test_the_pre_state_search_finds_the_exact_state_under_a_view(tmp_path):
                       for i, (x, y) in enumerate(states)]}
     p = tmp_path / "sym.itf.json"
     write_itf(p, doc)
-    e = explain(p)
-    assert e.first_violating_step == 2
+    return p
+
+
+def test_the_pre_state_search_finds_the_exact_state_under_a_view(tmp_path):
+    """The search for the state before a rejected step looks for one exact state; the
+    config's VIEW merges it with a twin seen first (breadth-first, a = 2 /\\ b = 0 comes
+    before a = 0 /\\ b = 2, and both have the view <<0, 2>>), whose successors stand for it
+    but whose target test ran on the twin alone: the search ended "none". It runs without
+    the VIEW (and SYMMETRY) now, and finds the state's shortest path."""
+    e = explain(_sym_trace(tmp_path, [(0, 2), (2, 2)]))
+    assert e.first_violating_step == 1
     assert e.spec_search.status == "found", e.spec_search
-    assert e.spec_search.length == 2 and e.spec_search.actions == ["Next"]
-    # the step the monitor rejected is not matched as several spec steps (three reach (2, 2)
-    # from (0, 1), within `compound`: it read as a coarse event, the trace as a behavior)
-    assert [c.status for c in e.step_checks] == [StepStatus.UNCHECKED, StepStatus.SPEC_STEP,
-                                                StepStatus.NOT_ALLOWED]
-    assert "the monitor's action check rejected it" in e.step_checks[2].note
-    assert e.trace_is_spec_behavior is False and e.divergence["step"] == 2
+    assert e.spec_search.length == 3 and e.spec_search.actions == ["Next", "Next"]
+    assert e.spec_search.target == "the state before step 1 (where Next was taken)"
+    # the step the monitor rejected is not matched as several spec steps (two reach (2, 2)
+    # from (0, 2), within `compound`: it read as a coarse event, the trace as a behavior)
+    assert [c.status for c in e.step_checks] == [StepStatus.UNCHECKED, StepStatus.NOT_ALLOWED]
+    assert "the monitor's action check rejected it" in e.step_checks[1].note
+    assert e.trace_is_spec_behavior is False and e.divergence["step"] == 1
+
+
+def test_the_pre_state_search_starts_where_the_traces_spec_steps_start(tmp_path):
+    """The trace's own steps that are spec steps already reach the pre-state: the search
+    is for the first state of that run (here the initial state, one test), not for the
+    pre-state four steps deeper (a monitor's PPSync trace: 37 states in, past the budget at
+    60 s, found now in 1 s); the report says which state it searched for and why."""
+    e = explain(_sym_trace(tmp_path, [(0, 0), (0, 1), (0, 2), (1, 2), (2, 2), (0, 0)]))
+    assert e.first_violating_step == 5
+    assert [c.status for c in e.step_checks[1:5]] == [StepStatus.SPEC_STEP] * 4
+    assert e.spec_search.target == ("step 0's state, from which the trace's own spec steps 1..4 reach the state "
+                                    "before step 5 (where Next was taken)")
+    assert (e.spec_search.status, e.spec_search.length, e.spec_search.actions) == ("found", 1, [])
+    assert "Spec's shortest path to step 0's state, from which the trace's own spec steps 1..4" in to_text(e)
+
+
+def test_a_state_one_step_from_an_initial_state_is_found_without_a_search(tmp_path):
+    """A pre-state one step from an initial state is found by testing that step, primed
+    variables bound, on each initial state: a breadth-first search built every successor of
+    the initial state first (DraftState's 131,072 launches with a monitor's constants,
+    ~25 s, to find a state one step in)."""
+    e = explain(_sym_trace(tmp_path, [(0, 1), (2, 2)]))
+    assert e.first_violating_step == 1
+    assert (e.spec_search.status, e.spec_search.length, e.spec_search.actions) == ("found", 2, ["Next"])
+    assert e.spec_search.distinct == 0        # no state space explored
