@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -268,9 +269,16 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         what = f"the state before step {k} (where {base['action']} was taken)"
         if j < k - 1:
             what = f"step {j}'s state, from which the trace's own spec steps {j + 1}..{k - 1} reach {what}"
-        first = near_init(sck, target)
-        found = search(sck, what, opts) if first is None else \
-            SpecSearch(what, "found", length=len(first) + 1, actions=first, note="one step from an initial state")
+        t0 = time.perf_counter()
+        first = near_init(sck, target, t0 + opts.max_seconds)
+        if first is not None:
+            found = SpecSearch(what, "found", length=len(first) + 1, actions=first, seconds=time.perf_counter() - t0,
+                               note="one step from an initial state")
+        else:       # (in what is left of the time budget)
+            left = opts.max_seconds - (time.perf_counter() - t0)
+            found = search(sck, what, dataclasses.replace(opts, max_seconds=left)) if left > 0 else \
+                SpecSearch(what, "budget", seconds=time.perf_counter() - t0,
+                           note=f"stopped at the budget ({opts.max_seconds:g}s, testing the initial states' steps)")
     elif kind == "deadlock":
         sck = build(spec, dataclasses.replace(cfg, invariants=[], check_deadlock=True))
         found = search(sck, "a deadlock", opts, want=("deadlock",))
