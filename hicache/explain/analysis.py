@@ -273,7 +273,7 @@ def explain(path: str | Path, opts: Options | None = None) -> Explanation:
         first = near_init(sck, target, t0 + opts.max_seconds)
         if first is not None:
             found = SpecSearch(what, "found", length=len(first) + 1, actions=first, seconds=time.perf_counter() - t0,
-                               note="one step from an initial state")
+                               note="one step from an initial state" if first else "an initial state")
         else:       # (in what is left of the time budget)
             left = opts.max_seconds - (time.perf_counter() - t0)
             found = search(sck, what, dataclasses.replace(opts, max_seconds=left)) if left > 0 else \

@@ -103,15 +103,18 @@ TIMED_OUT = "timed out"
 def near_init(ck: Checkable, t: tuple, deadline: float, limit: int = 1000) -> list[str] | None:
     """A shortest spec path's actions from an initial state to t when it is at most one
     step long ([]: t is initial; [A]: some initial state's step A leads to t), tested on
-    each of the first `limit` initial states with t's values bound (`_Steps.explaining`),
-    until the clock passes `deadline`; None when neither is found. A breadth-first search
-    builds every successor of the initial state instead: DraftState's 131,072 launches,
-    ~25 s, to find a state one step in."""
+    each initial state with t's values bound (`_Steps.explaining`), until the clock passes
+    `deadline`; None when neither is found, or when the spec has more than `limit` initial
+    states (t could be one of those not looked at: then [A] would not be shortest). A
+    breadth-first search builds every successor of the initial state instead: DraftState's
+    131,072 launches, ~25 s, to find a state one step in."""
     steps = _Steps(ck)
     blank = [UNSET] * steps.n
-    inits = [tuple(pr) for pr in itertools.islice(ck.init(None, blank, ()), limit)]
+    inits = [tuple(pr) for pr in itertools.islice(ck.init(None, blank, ()), limit + 1)]
     if t in inits:
         return []
+    if len(inits) > limit:
+        return None
     for s in inits:
         if time.perf_counter() > deadline:
             break
