@@ -4,7 +4,7 @@ The spec's actions move one page of a chain; the runtime moves whole nodes of a 
 its events are compound steps and the maps check the invariants after them. What no
 invariant can see afterwards is a guard the event broke while leaving a legal-looking
 state. `check` evaluates, on the incremental map's state before the event (the monitor
-calls it before the map syncs; a request's phase before it, `was_live`, is what the map's
+calls it before the map syncs; a request's phase before it, `phase_before`, is what the map's
 bind saw), the guards of:
 
   DeviceEvict    DevEvictable and the choice of its disjuncts: a device copy dropped while
@@ -163,7 +163,7 @@ def _host_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     if below:
         return _fail(action, 0, f"child node {below[0].id} keeps a host copy or one being written "
                                 f"(host[n + 1] = NoSlot /\\ backupOp[n + 1] = NoSlot)")
-    broke = _slots_in(m, action, 0, f"node {x.id}'s", hs, "synced")
+    broke = _slots_in(m, action, 0, "node {}'s", x.id, hs, "synced")
     if broke is not None:
         return broke
     if not f["dev"][pos[-1]]:
@@ -208,8 +208,7 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
                 return _fail(action, 5, f"parent node {par.id} has no host copy and none being written "
                                         f"(ParentBackedOrGoing(n): host[n - 1] # NoSlot \\/ "
                                         f"backupOp[n - 1] # NoSlot)")
-    return _slots_in(m, action, 6, f"node {x.id}'s", [h + 1 for h in fields.get("slots") or ()], "idle",
-                     "h \\in IdleSlots")
+    return _slots_in(m, action, 6, "node {}'s", x.id, _event_slots(fields), "idle", "h \\in IdleSlots")
 
 
 def _backup_finish(m, action: str, x, pos: list, fields: dict) -> Failure | None:
@@ -239,7 +238,7 @@ def _request_live(m, action: str, fields: dict) -> Failure | None:
     nothing to load runs without a load (matched -> running at once), one may end while its
     load's ack is still to come, so any live phase is accepted; what fails is an event of
     a request never matched, or one that has ended (a use after finish, a double release)."""
-    if m.was_live is not None:
+    if m.phase_before is not None:
         return None
     rid = fields.get("rid")
     return _fail(action, 0, f"request {rid} is not live: never matched, or already finished or aborted "
@@ -247,10 +246,10 @@ def _request_live(m, action: str, fields: dict) -> Failure | None:
 
 
 def _request_match(m, action: str, fields: dict) -> Failure | None:
-    if m.was_live is None:
+    if m.phase_before is None:
         return None
     rid = fields.get("rid")
-    return _fail(action, 0, f"request {rid} is matched again while live ({m.was_live}): two requests "
+    return _fail(action, 0, f"request {rid} is matched again while live ({m.phase_before}): two requests "
                             f"under one id (req[q] = \"idle\")")
 
 
@@ -258,26 +257,24 @@ def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
     broke = _request_live(m, action, fields)
     if broke is not None:
         return broke
-    return _slots_in(m, action, 6, f"request {fields.get('rid')}'s prefetch",
-                     [h + 1 for h in fields.get("slots") or ()], "idle", "h \\in IdleSlots")
+    return _slots_in(m, action, 6, "request {}'s prefetch", fields.get("rid"), _event_slots(fields), "idle",
+                     "h \\in IdleSlots")
 
 
 def _prefetch_end(m, action: str, fields: dict) -> Failure | None:
     """pfSlot[q] # NoSlot, in tree form, for the end of an abandoned fetch (`orphan`: the
     event names the slots it frees): they were the fetch's, RESERVED. (A request's own
     PrefetchFinish names no slots: its fetch is the request's, which the map follows.)"""
-    slots = fields.get("slots")
-    if slots is None:
+    if fields.get("slots") is None:
         return None
-    return _slots_in(m, action, 0, f"request {fields.get('rid')}'s abandoned fetch", [h + 1 for h in slots],
+    return _slots_in(m, action, 0, "request {}'s abandoned fetch", fields.get("rid"), _event_slots(fields),
                      "reserved", "pfSlot[q] # NoSlot: the fetch holds them")
 
 
 def _load_end(m, action: str, fields: dict) -> Failure | None:
     """LoadEnd(q)'s req[q] = "loading" in tree form: the slots the ack releases were held
     by a load-back in flight (PROTECTED), which the load of q holds while q is loading."""
-    return _slots_in(m, action, 0, f"request {fields.get('rid')}'s load-back",
-                     [h + 1 for h in fields.get("slots") or ()], "protected",
+    return _slots_in(m, action, 0, "request {}'s load-back", fields.get("rid"), _event_slots(fields), "protected",
                      "LoadEnd(q): req[q] = \"loading\", its load holding them")
 
 
@@ -321,13 +318,19 @@ def _host_slots(m, action: str, k_host: int, k_state: int, x, pos: list, state: 
     hs = [m.funcs["host"][q] for q in pos]
     if not all(hs):
         return _fail(action, k_host, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
-    return _slots_in(m, action, k_state, f"node {x.id}'s", hs, state)
+    return _slots_in(m, action, k_state, "node {}'s", x.id, hs, state)
 
 
-def _slots_in(m, action: str, k: int, whose: str, slots: list, state: str,
+def _event_slots(fields: dict) -> list[int]:
+    """The spec slots (runtime slot + 1) of the event's `slots` field."""
+    return [h + 1 for h in fields.get("slots") or ()]
+
+
+def _slots_in(m, action: str, k: int, whose: str, of, slots: list, state: str,
               text: str | None = None) -> Failure | None:
     """Conjunct k (its text `text`, or slot[host[n]] = state) fails unless every spec slot of
-    `slots` (runtime slot + 1) was `state` before the event; `whose` slots they are, in words."""
+    `slots` (runtime slot + 1) was `state` before the event; whose slots they are, in words:
+    `whose.format(of)` (formatted for a failure only: this runs at every guarded event)."""
     names = m.slot_names
     bad = [h for h in slots if not 0 < h <= len(names) or names[h - 1] != state]
     if not bad:
@@ -335,7 +338,7 @@ def _slots_in(m, action: str, k: int, whose: str, slots: list, state: str,
     h = bad[0]
     was = f"\"{names[h - 1]}\"" if 0 < h <= len(names) else "not a host slot"
     text = text or f"slot[host[n]] = \"{state}\""
-    return _fail(action, k, f"{whose} slot {h} (runtime slot {h - 1}) is {was}, not \"{state}\" ({text})")
+    return _fail(action, k, f"{whose.format(of)} slot {h} (runtime slot {h - 1}) is {was}, not \"{state}\" ({text})")
 
 
 def _locker(m, x):

@@ -202,7 +202,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.kids: dict = {}                         # node -> its mapped children
         self.slot_changed: set = set()               # nodes holding a slot whose state changed
         self.req_dirty = True                        # request-side variables need rebuilding
-        self.was_live = None                         # the last event's request's phase before it (None: not live)
+        self.phase_before = None                     # the last event's request's phase before it (None: not live)
         host = cache.host
         self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
         self.slot_names = [_NAMES[int(x)] for x in self.slot_seen] if host is not None else ["idle"]
@@ -226,7 +226,7 @@ class IncrementalHostTierMap(HostTierMap):
         rid = fields.get("rid")
         # the event's request's phase before it, None when it was not live (the request
         # guards' pre-state: bind moves the phases on before the guards run)
-        self.was_live = None if rid is None or rid in self.ending else self.phase.get(rid)
+        self.phase_before = None if rid is None or rid in self.ending else self.phase.get(rid)
         steps = super().bind(action, fields)
         if rid is not None:
             self.req_dirty = True
