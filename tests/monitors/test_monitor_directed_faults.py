@@ -520,3 +520,79 @@ def test_an_abandoned_fetchs_end_freeing_slots_it_did_not_hold(tmp_path):
         c._emit(A.PrefetchFinish, rid=7, fetched=0, joined=0, slots=list(v.host), orphan=True)
     assert (e.value.property, e.value.failure.index) == ("PrefetchFinish", 1)
     assert "request 7's abandoned fetch slot" in e.value.conjunct and 'is "synced", not "reserved"' in e.value.conjunct
+
+
+def test_a_second_fetch_of_a_request_whose_first_is_in_flight(tmp_path):
+    """A prefetch started for a request whose own fetch is still running (a runtime that
+    forgot its `req.prefetch` test): the request's record now names the second, so nothing
+    would ever settle the first or free its RESERVED slots, and every state after it is
+    legal (two fetch rows, each holding its slots). PrefetchStart's pfSlot[q] = NoSlot."""
+    st = SlowStore()
+    st.gate.set()
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=st, prefetch_policy="wait_complete")
+    to_storage_only(c, [1, 2, 3, 4])
+    st.gate.clear()
+    r = c.match([1, 2, 3, 4])
+    try:
+        assert c.prefetch(r) and st.inside.wait(10)
+        r.prefetch = None            # the fault: the request's fetch in flight forgotten
+        with pytest.raises(ProtocolViolation) as e:
+            c.prefetch(r)
+    finally:
+        st.gate.set()
+    assert (e.value.property, e.value.failure.index) == ("PrefetchStart", 2)
+    assert f"request {r.rid} already has a fetch in flight" in e.value.conjunct
+
+
+def test_a_write_through_fetch_below_a_node_whose_host_copy_is_in_flight(tmp_path):
+    """Write-through: a prefetch anchored at a node whose backup to host has not landed (a
+    runtime that skipped its HostTail test, `_host_tail`). The fetched pages would join
+    below a page with no readable host copy, breaking WriteThroughPrefix only when the
+    fetch ends, if it joins at all. PrefetchStart's HostTail, on the state before it."""
+    from hicache.monitors.workload import MemStore
+    from hicache.runtime.cache import host_write_in_flight
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=MemStore())
+    r1 = c.match([1, 2])
+    c.insert(r1, c.alloc(2))
+    c.finish(r1)                     # (not drained: the node's device->host copy is in flight)
+    v = r1.node
+    assert host_write_in_flight(v)
+    r2 = c.match([1, 2, 3, 4])
+    assert r2.node is v
+    c._host_tail = lambda node: True     # the fault
+    with pytest.raises(ProtocolViolation) as e:
+        c.prefetch(r2)
+    assert (e.value.property, e.value.failure.index) == ("PrefetchStart", 6)
+    assert f"prefix ends at node {v.id}, whose last page has no host copy" in e.value.conjunct
+
+
+def test_a_write_back_fetch_below_a_device_only_node_is_legal(tmp_path):
+    """write_back keeps no HostTail (its host copies are no prefix: a device-only node's
+    eviction drops the pages fetched below it first), so the runtime's prefetch below a
+    device-only node is no violation there; the guard's other conjuncts hold."""
+    from hicache.monitors.workload import MemStore
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=MemStore(), write_policy="write_back")
+    serve(c, [1, 2])
+    r = c.match([1, 2, 3, 4])
+    assert r.node.host is None
+    assert c.prefetch(r)
+    c.finish_prefetch(r)
+    c.finish(r)
+    c.drain()
+    assert mon.checked == mon.steps and not mon.tripped
+
+
+def test_a_requests_fetch_settled_twice(tmp_path):
+    """A request's PrefetchFinish when its fetch was already settled (a finish_prefetch
+    run twice, or an ack delivered twice): it ends nothing, and nothing in the state after
+    it shows that. PrefetchFinish's pfSlot[q] # NoSlot, on the state before it."""
+    from hicache.monitors.workload import MemStore
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=MemStore(), prefetch_policy="wait_complete")
+    to_storage_only(c, [1, 2, 3, 4])
+    r = c.match([1, 2, 3, 4])
+    assert c.prefetch(r)
+    assert c.finish_prefetch(r) == 4
+    with pytest.raises(ProtocolViolation) as e:
+        c._emit(A.PrefetchFinish, rid=r.rid, fetched=0, joined=0, node=r.node.id)
+    assert (e.value.property, e.value.failure.index) == ("PrefetchFinish", 1)
+    assert f"request {r.rid} has no fetch in flight" in e.value.conjunct

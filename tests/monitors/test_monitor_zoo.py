@@ -259,6 +259,10 @@ def test_bench_compares_the_three_modes_on_one_replay():
     th = out["thread_cpu_seconds"]
     assert s["thread_cpu_ratio"] == th["strict"] / th["off"] and th["off"] > 0
     assert out["sample_vs_off"]["ratio"] == out["sample_vs_off"]["sample_s"] / out["sample_vs_off"]["off_s"]
+    # one round: its paired ratio is that round's (here also the best-of: one replay each)
+    for mode in ("sample", "strict"):
+        p = out[f"{mode}_vs_off"]["paired"]
+        assert p["rounds"] == 1 and p["q1"] == p["median"] == p["q3"] == out[f"{mode}_vs_off"]["ratio"]
     # default sample mode's checks, and the same rate with no budget, in the same runs
     assert out["sample_budget"] == 0.02
     checks = out["sample_checks"]
@@ -521,3 +525,14 @@ def test_bench_draft_long_run_checks_every_step_in_a_bounded_window():
     assert strict["steps"] == strict["checked"] == 40 * 13
     # sample mode: every retire (2 per iteration) checked, and not every step
     assert sample["steps"] == 40 * 13 and 2 * 40 <= sample["checked"] < sample["steps"]
+
+
+def test_paired_ratios_are_per_round_and_their_quartiles():
+    from hicache.bench.monitors import _paired
+    # round 2's mode replay met a slow spell its off replay did not: the median pairs rounds
+    p = _paired([1.1, 3.0, 1.3, 1.2, 1.0], [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert p["rounds"] == 5 and abs(p["median"] - 1.2) < 1e-12
+    assert abs(p["q1"] - 1.1) < 1e-12 and abs(p["q3"] - 1.3) < 1e-12
+    # each ratio is of one round: a fast mode replay is not set against another round's off
+    assert _paired([2.0, 4.0], [1.0, 4.0])["median"] == 1.5
+    assert _paired([], []) == {"rounds": 0} and _paired([1.0], [0.0]) == {"rounds": 0}

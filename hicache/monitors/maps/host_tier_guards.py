@@ -30,14 +30,17 @@ bind saw), the guards of:
                  ending in the same ack is fine: acks apply parents first);
   LoadBackFinish / LoadBackFail
                  an ack releasing slots that no load-back held (not PROTECTED);
-  PrefetchFinish an abandoned fetch's end (`orphan`) freeing slots it did not hold (not
+  PrefetchFinish a request's fetch ended when none was in flight (settled twice), or an
+                 abandoned fetch's end (`orphan`) freeing slots it did not hold (not
                  RESERVED);
   RequestMatch   a match under the id of a request still live (the monitor follows requests
                  by id: the two would be one spec request);
   RequestFinish, RequestAbort, DeviceInsert, LoadBackStart, PrefetchStart
                  a step of a request that is not live (never matched, or finished or
-                 aborted: a double release, a use after finish); PrefetchStart also into
-                 slots that were not IDLE.
+                 aborted: a double release, a use after finish); PrefetchStart also of
+                 a request whose own fetch is in flight, below a node with no readable
+                 host copy (write-through policies: HostTail), or into slots that were
+                 not IDLE.
 
 The request actions' first conjunct asks one phase (req[q] = "running" for RequestFinish
 and DeviceInsert, "matched" for the others); in tree form it asks that the request is live.
@@ -78,6 +81,8 @@ from hicache.monitors.rt import Failure
 #: hits a write-through policy asks of a node before its backup (BackupDue; min(hits, 2) is
 #: what the map holds). write_back's is DevEvictable, checked apart.
 _DUE_HITS = {"write_through": 1, "write_through_selective": 2}
+#: the policies whose host copies form a prefix from the root (WriteThroughPrefix, HostTail)
+_WRITE_THROUGH = frozenset(_DUE_HITS)
 
 
 def check(m, action: str, fields: dict) -> Failure | None:
@@ -254,19 +259,38 @@ def _request_match(m, action: str, fields: dict) -> Failure | None:
 
 
 def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
+    """PrefetchStart(q)'s guard in tree form: q is live, has no fetch of its own in flight
+    (pfSlot[q] = NoSlot: a second fetch would overwrite the request's record of the first,
+    whose slots nothing would then free), under a write-through policy the node it fetches
+    below has a readable host copy (HostTail: host[len - 1] # NoSlot; a page whose copy is
+    still in flight is backupOp in the map, as in the spec), and its slots were IDLE."""
     broke = _request_live(m, action, fields)
     if broke is not None:
         return broke
+    rid = fields.get("rid")
+    if rid in m.fetching:
+        return _fail(action, 1, f"request {rid} already has a fetch in flight (pfSlot[q] = NoSlot)")
+    if m.s["policy"] in _WRITE_THROUGH:
+        # (write_back keeps no HostTail: the runtime fetches below a device-only node, whose
+        # eviction drops the fetched pages first; the root is HostTail's len = 0)
+        x, pos = _mapped(m, m.req_node.get(rid))
+        if x is not None and not m.funcs["host"][pos[-1]]:
+            return _fail(action, 5, f"request {rid}'s prefix ends at node {x.id}, whose last page has no "
+                                    f"host copy (HostTail: host[len - 1] # NoSlot)")
     return _slots_in(m, action, 6, "request {}'s prefetch", fields.get("rid"), _event_slots(fields), "idle",
                      "h \\in IdleSlots")
 
 
 def _prefetch_end(m, action: str, fields: dict) -> Failure | None:
-    """pfSlot[q] # NoSlot, in tree form, for the end of an abandoned fetch (`orphan`: the
-    event names the slots it frees): they were the fetch's, RESERVED. (A request's own
-    PrefetchFinish names no slots: its fetch is the request's, which the map follows.)"""
+    """pfSlot[q] # NoSlot, in tree form: a request's own PrefetchFinish (no `slots` field)
+    ends a fetch of that request in flight before the event (one settled twice ends
+    nothing); the end of an abandoned fetch (`orphan`: the event names the slots it frees)
+    frees slots that were the fetch's, RESERVED."""
     if fields.get("slots") is None:
-        return None
+        rid = fields.get("rid")
+        if rid in m.fetching:
+            return None
+        return _fail(action, 0, f"request {rid} has no fetch in flight (pfSlot[q] # NoSlot)")
     return _slots_in(m, action, 0, "request {}'s abandoned fetch", fields.get("rid"), _event_slots(fields),
                      "reserved", "pfSlot[q] # NoSlot: the fetch holds them")
 

@@ -203,6 +203,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.slot_changed: set = set()               # nodes holding a slot whose state changed
         self.req_dirty = True                        # request-side variables need rebuilding
         self.phase_before = None                     # the last event's request's phase before it (None: not live)
+        self.fetching: frozenset = _EMPTY            # rids with a fetch of their own in flight (not orphaned)
         host = cache.host
         self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
         self.slot_names = [_NAMES[int(x)] for x in self.slot_seen] if host is not None else ["idle"]
@@ -534,14 +535,19 @@ class IncrementalHostTierMap(HostTierMap):
             if changed or nq != n0:
                 self.dirty_reqs.update(changed)
                 self._set_scalar("req", tuple(req))
+            self.fetching = _EMPTY
             return
         nlive = len(req)
         pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, locks
         c = self.cache
+        fetching = set()
         for op, orphan in self._prefetch_ops():
+            if not orphan:
+                fetching.add(op.rid)
             anchored = _in_tree(c.tree, op.anchor)
             for h in op.slots:
                 req.append(prefetch_row(orphan, anchored, self.L, pfslot, pfabort, reqlen, h))
+        self.fetching = frozenset(fetching)
         if not req:
             req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
         refs: dict[int, int] = {}
