@@ -78,6 +78,9 @@ def _name(node) -> str:
     return type(node).__name__
 
 
+_NOTHING = object()    # no value at that key
+
+
 # ====================================================================== scopes
 @dataclass(slots=True)
 class OpDef:
@@ -1165,8 +1168,7 @@ class Compiler:
         loc = self.loc(node, ctx)
         eq = op is operator.eq
 
-        def compare(st, pr, env):
-            x, y = a(st, pr, env), b(st, pr, env)
+        def decide(x, y):
             t = type(x)
             if t is not type(y):
                 why = kinds_differ(x, y)
@@ -1179,7 +1181,57 @@ class Compiler:
                         raise EvalError(crossing_error(r, x, y), loc)
                 return eq
             return not eq
-        return compare, af | bf
+
+        parts = self._one_key_except(args[1], ctx)
+        if parts is None:
+            return (lambda st, pr, env: decide(a(st, pr, env), b(st, pr, env))), af | bf
+        fb, kb, eb = parts
+
+        def compare_except(st, pr, env):
+            """x = [f EXCEPT ![k] = e] without building the right side when x differs from
+            it at k (the step checks of `hicache explain` test an action's `v' = [v EXCEPT
+            ...]` for every binding of its quantifiers, nearly all of which differ there):
+            the same evaluations in the same order (x, f, k, then e with @ = f[k]) and the
+            same verdict, since functions that differ at one argument are unequal; any case
+            it does not cover (a key outside the domain, a boolean paired with an integer
+            in f's keys, a lazy function) is left to the general comparison."""
+            x = a(st, pr, env)
+            f = fb(st, pr, env)
+            t = type(x)
+            if t is type(f):
+                if t is tuple:
+                    k = kb(st, pr, env)
+                    if type(k) is int and 1 <= k <= len(f):
+                        new = eb(st, pr, env + (f[k - 1],))
+                        if len(x) != len(f) or x[k - 1] != new:
+                            return not eq
+                        return decide(x, f[:k - 1] + (new,) + f[k:])
+                elif t is Fcn:
+                    k = kb(st, pr, env)
+                    try:
+                        inside = k in f.d
+                    except TypeError:        # (an unhashable key: in no domain)
+                        inside = False
+                    if inside and fcn_key_ok(f, k):
+                        new = eb(st, pr, env + (f.d[k],))
+                        if x.d.get(k, _NOTHING) != new:
+                            return not eq
+                        d = dict(f.d)
+                        d[k] = new
+                        return decide(x, Fcn(d, f.kk))
+            return decide(x, b(st, pr, env))
+        return compare_except, af | bf
+
+    def _one_key_except(self, node, ctx):
+        """(f, k, e) compiled, for `[f EXCEPT ![k] = e]` with one change at one key; None for
+        any other expression."""
+        if _name(node) != "Except" or len(node.changes) != 1:
+            return None
+        ch = node.changes[0]
+        if len(ch.item) != 1 or isinstance(ch.item[0], str) or len(ch.item[0]) != 1:
+            return None
+        return (self.value(node.function, ctx)[0], self.value(ch.item[0][0], ctx)[0],
+                self.value(ch.expression, ctx.bind("@"))[0])
 
     def sv_in(self, node, args, ctx):
         a, af = self.value(args[0], ctx)

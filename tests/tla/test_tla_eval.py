@@ -348,3 +348,58 @@ def test_unknown_identifier_is_a_located_semantic_error(tla_eval):
     with pytest.raises(SemanticError) as ei:
         tla_eval("1 + undefined_name")
     assert "undefined_name" in ei.value.message and ei.value.loc.line == 4
+
+
+def _outcome(fn):
+    try:
+        return ("value", fn())
+    except EvalError as e:
+        return ("error", e.message)     # (without its location: the two forms' columns differ)
+
+
+def test_equality_with_a_one_key_except_agrees_with_the_general_comparison(tmp_path):
+    """`x = [f EXCEPT ![k] = e]` is decided without building the right side when x differs
+    from it at k (compiler._compare's fast path): against the same comparison with the
+    EXCEPT in parentheses (the general path), every case gives the same value or the same
+    error: tuples and functions, equal or not at k, keys outside the domain, lengths and
+    domains that differ, booleans paired with integers, values of other kinds, and #."""
+    from tla_testlib import write_module
+    from hicache.tla.compiler import Model
+    from hicache.tla.loader import Loader
+    defs = ('s == <<1, 2, 3>>\nr == [a |-> 1, b |-> "x"]\nm == [i \\in {0, 5} |-> i]\n'
+            'bk == [v \\in BOOLEAN |-> 0]\nnest == <<<<1>>, <<2>>>>')
+    cases = [
+        ("<<1, 9, 3>>", "s", "2", "9"), ("<<1, 9, 3>>", "s", "2", "8"), ("<<1, 9, 3>>", "s", "2", "@ + 7"),
+        ("<<1, 2>>", "s", "2", "2"), ("<<1, 2, 3, 4>>", "s", "2", "2"), ("<<9, 2, 3>>", "s", "4", "9"),
+        ("s", "s", "4", "9"), ("s", "s", "0", "1"), ("<<1, 2, 3>>", "s", '"a"', "1"),
+        ('[a |-> 1, b |-> "y"]', "r", '"b"', '"y"'), ('[a |-> 1, b |-> "y"]', "r", '"b"', '"z"'),
+        ('[a |-> 2, b |-> "x"]', "r", '"b"', '"x"'), ('[a |-> 1]', "r", '"a"', "1"),
+        ("r", "r", '"c"', "0"), ('[a |-> 1, b |-> TRUE]', "r", '"b"', "1"),
+        ('[a |-> 1, b |-> 1]', "r", '"b"', "TRUE"), ('[a |-> TRUE, b |-> 1]', "r", '"b"', "1"),
+        ("[i \\in {0, 5} |-> 7]", "m", "5", "7"), ("[i \\in {0, 5} |-> 0]", "m", "5", "0"),
+        ("[i \\in {0, 5} |-> i]", "m", "0", "0"), ("[v \\in BOOLEAN |-> 0]", "bk", "TRUE", "0"),
+        ("[v \\in BOOLEAN |-> 1]", "bk", "FALSE", "1"), ("[v \\in BOOLEAN |-> 0]", "bk", "1", "0"),
+        ("<<<<1>>, <<9>>>>", "nest", "2", "<<9>>"), ("<<<<1>>, <<TRUE>>>>", "nest", "2", "<<1>>"),
+        ("<<<<1>>, <<1>>>>", "nest", "2", "<<TRUE>>"), ("<<TRUE, 2, 3>>", "s", "2", "2"),
+        ("7", "s", "1", "1"), ('"s"', "r", '"a"', "1"), ("r", "s", "1", "1"), ("s", "r", '"a"', "1"),
+        ("<<1, 2, 3>>", "s", "1", "1 \\div 0"), ("<<5, 2, 3>>", "s", "1", "<<>>[1]"),
+    ]
+    body = [defs]
+    for i, (x, f, k, e) in enumerate(cases):
+        for op in ("=", "#"):
+            tag = "Q" if op == "#" else "E"
+            body.append(f"{tag}{i} == {x} {op} [{f} EXCEPT ![{k}] = {e}]")
+            body.append(f"{tag}P{i} == {x} {op} ([{f} EXCEPT ![{k}] = {e}])")
+    path = write_module(tmp_path, "ExceptEq", "\n".join(body))
+    model = Model(Loader([tmp_path]), Loader([tmp_path]).load_file(path), {}, {})
+    outcomes = {}
+    for i, case in enumerate(cases):
+        for tag in ("E", "Q"):
+            fast = _outcome(lambda: model.def_value(f"{tag}{i}")((), None, ()))
+            general = _outcome(lambda: model.def_value(f"{tag}P{i}")((), None, ()))
+            assert fast == general, (tag, case, fast, general)
+            outcomes.setdefault(fast[0], []).append(case)
+    # both outcomes occur, and both verdicts: the cases reach the fast path's every exit
+    assert {"value", "error"} <= set(outcomes)
+    verdicts = {model.def_value(f"E{i}")((), None, ()) for i, c in enumerate(cases) if c in outcomes["value"]}
+    assert verdicts == {True, False}
