@@ -81,6 +81,15 @@ def _name(node) -> str:
 _NOTHING = object()    # no value at that key
 
 
+def _differ(u, v) -> bool:
+    """Whether Python's equality surely tells u from v (False when it cannot say: comparing
+    them raised, a lazy set's materialization say)."""
+    try:
+        return u != v
+    except Exception:  # noqa: BLE001 - any error: not decided here
+        return False
+
+
 # ====================================================================== scopes
 @dataclass(slots=True)
 class OpDef:
@@ -1194,7 +1203,9 @@ class Compiler:
             the same evaluations in the same order (x, f, k, then e with @ = f[k]) and the
             same verdict, since functions that differ at one argument are unequal; any case
             it does not cover (a key outside the domain, a boolean paired with an integer
-            in f's keys, a lazy function) is left to the general comparison."""
+            in f's keys, a lazy function, values at k whose comparison raises: the general
+            one compares the arguments in order and may stop before k) is left to the
+            general comparison."""
             x = a(st, pr, env)
             f = fb(st, pr, env)
             t = type(x)
@@ -1203,7 +1214,7 @@ class Compiler:
                     k = kb(st, pr, env)
                     if type(k) is int and 1 <= k <= len(f):
                         new = eb(st, pr, env + (f[k - 1],))
-                        if len(x) != len(f) or x[k - 1] != new:
+                        if len(x) != len(f) or _differ(x[k - 1], new):
                             return not eq
                         return decide(x, f[:k - 1] + (new,) + f[k:])
                 elif t is Fcn:
@@ -1214,7 +1225,7 @@ class Compiler:
                         inside = False
                     if inside and fcn_key_ok(f, k):
                         new = eb(st, pr, env + (f.d[k],))
-                        if x.d.get(k, _NOTHING) != new:
+                        if _differ(x.d.get(k, _NOTHING), new):
                             return not eq
                         d = dict(f.d)
                         d[k] = new

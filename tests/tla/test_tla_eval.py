@@ -383,6 +383,9 @@ def test_equality_with_a_one_key_except_agrees_with_the_general_comparison(tmp_p
         ("<<<<1>>, <<1>>>>", "nest", "2", "<<TRUE>>"), ("<<TRUE, 2, 3>>", "s", "2", "2"),
         ("7", "s", "1", "1"), ('"s"', "r", '"a"', "1"), ("r", "s", "1", "1"), ("s", "r", '"a"', "1"),
         ("<<1, 2, 3>>", "s", "1", "1 \\div 0"), ("<<5, 2, 3>>", "s", "1", "<<>>[1]"),
+        # values at k that cannot be compared (an infinite set's subsets): the general
+        # comparison stops at the first argument, which differs
+        ("<<1, SUBSET Nat>>", "<<2, {}>>", "2", "SUBSET Nat"),
     ]
     body = [defs]
     for i, (x, f, k, e) in enumerate(cases):
