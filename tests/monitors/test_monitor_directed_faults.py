@@ -38,17 +38,24 @@ def _load_pending_after_its_request(c):
     return gate, op, op.nodes[0]
 
 
-def test_prefetch_slots_freed_while_the_worker_still_writes_them(tmp_path):
-    """An abort that frees its prefetch's slots at once (bug 12's use-after-free on the
-    prefetch path): the map took in-flight prefetches from the cache's own table, which
-    the faulty abort cleared; it reads the prefetch worker's queue too."""
+def _fetch_in_flight(tmp_path):
+    """(cache, its store, a request) of a strict tiny cache whose request's fetch is in
+    flight, the store's batch_get held until `store.gate` is set."""
     st = SlowStore()
     st.gate.set()
-    c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=st, prefetch_policy="wait_complete")
+    c, _ = tiny_cache(tmp_path, dict(mode="strict"), storage=st, prefetch_policy="wait_complete")
     to_storage_only(c, [1, 2, 3, 4])
     st.gate.clear()
     r = c.match([1, 2, 3, 4])
     assert c.prefetch(r) and st.inside.wait(10)
+    return c, st, r
+
+
+def test_prefetch_slots_freed_while_the_worker_still_writes_them(tmp_path):
+    """An abort that frees its prefetch's slots at once (bug 12's use-after-free on the
+    prefetch path): the map took in-flight prefetches from the cache's own table, which
+    the faulty abort cleared; it reads the prefetch worker's queue too."""
+    c, st, r = _fetch_in_flight(tmp_path)
     op = r.prefetch
     # the fault: the slots go back to IDLE and the op is forgotten, the worker still running
     op.terminate = True
@@ -527,14 +534,8 @@ def test_a_second_fetch_of_a_request_whose_first_is_in_flight(tmp_path):
     forgot its `req.prefetch` test): the request's record now names the second, so nothing
     would ever settle the first or free its RESERVED slots, and every state after it is
     legal (two fetch rows, each holding its slots). PrefetchStart's pfSlot[q] = NoSlot."""
-    st = SlowStore()
-    st.gate.set()
-    c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=st, prefetch_policy="wait_complete")
-    to_storage_only(c, [1, 2, 3, 4])
-    st.gate.clear()
-    r = c.match([1, 2, 3, 4])
+    c, st, r = _fetch_in_flight(tmp_path)
     try:
-        assert c.prefetch(r) and st.inside.wait(10)
         r.prefetch = None            # the fault: the request's fetch in flight forgotten
         with pytest.raises(ProtocolViolation) as e:
             c.prefetch(r)
