@@ -547,9 +547,10 @@ def test_a_second_fetch_of_a_request_whose_first_is_in_flight(tmp_path):
 
 def test_a_write_through_fetch_below_a_node_whose_host_copy_is_in_flight(tmp_path):
     """Write-through: a prefetch anchored at a node whose backup to host has not landed (a
-    runtime that skipped its HostTail test, `_host_tail`). The fetched pages would join
-    below a page with no readable host copy, breaking WriteThroughPrefix only when the
-    fetch ends, if it joins at all. PrefetchStart's HostTail, on the state before it."""
+    runtime that skipped its HostTail test, `_host_tail`). The runtime's join tests HostTail
+    again when the fetch ends (pages below a node still without a host copy are freed, not
+    joined), so no state after it is illegal: the fetch's slots and storage reads went to
+    pages the spec would not fetch. PrefetchStart's HostTail, on the state before it."""
     from hicache.monitors.workload import MemStore
     from hicache.runtime.cache import host_write_in_flight
     c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=MemStore())
@@ -570,7 +571,8 @@ def test_a_write_through_fetch_below_a_node_whose_host_copy_is_in_flight(tmp_pat
 def test_a_write_back_fetch_below_a_device_only_node_is_legal(tmp_path):
     """write_back keeps no HostTail (its host copies are no prefix: a device-only node's
     eviction drops the pages fetched below it first), so the runtime's prefetch below a
-    device-only node is no violation there; the guard's other conjuncts hold."""
+    device-only node is no violation there (applied under every policy, the HostTail test
+    raises here); the guard's other conjuncts hold."""
     from hicache.monitors.workload import MemStore
     c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=MemStore(), write_policy="write_back")
     serve(c, [1, 2])
