@@ -599,3 +599,21 @@ def test_a_requests_fetch_settled_twice(tmp_path):
         c._emit(A.PrefetchFinish, rid=r.rid, fetched=0, joined=0, node=r.node.id)
     assert (e.value.property, e.value.failure.index) == ("PrefetchFinish", 1)
     assert f"request {r.rid} has no fetch in flight" in e.value.conjunct
+
+
+def test_a_requests_pages_filed_under_another_prefix(tmp_path):
+    """An insert that files a request's new pages under a prefix the request did not match
+    (a key mixed up between requests): the tree stays legal, every page in one place, and
+    the pages now hold tokens 1-4's KV under tokens 5-8, which the next match of 5-8 reads.
+    DeviceInsert's reqLen[q] = len, in tree form: the pages extend the chain the request holds."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=8, host_pages=16)
+    held = serve(c, [1, 2]).node
+    other = serve(c, [5, 6]).node
+    r = c.match([1, 2, 3, 4])
+    assert r.node is held
+    r.key = c.match([5, 6, 7, 8]).key      # the fault: the key of another request
+    with pytest.raises(ProtocolViolation) as e:
+        c.insert(r, c.alloc(2))
+    assert (e.value.property, e.value.failure.index) == ("DeviceInsert", 2)
+    assert f"not below node {held.id} where its prefix ended" in e.value.conjunct
+    assert r.node.parent is other

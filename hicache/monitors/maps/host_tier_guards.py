@@ -37,7 +37,8 @@ bind saw), the guards of:
                  by id: the two would be one spec request);
   RequestFinish, RequestAbort, DeviceInsert, LoadBackStart, PrefetchStart
                  a step of a request that is not live (never matched, or finished or
-                 aborted: a double release, a use after finish); PrefetchStart also of
+                 aborted: a double release, a use after finish); DeviceInsert also of
+                 pages filed elsewhere than below the request's prefix; PrefetchStart also of
                  a request whose own fetch is in flight, below a node with no readable
                  host copy (write-through policies: HostTail), or into slots that were
                  not IDLE.
@@ -258,6 +259,36 @@ def _request_match(m, action: str, fields: dict) -> Failure | None:
                             f"under one id (req[q] = \"idle\")")
 
 
+def _device_insert(m, action: str, fields: dict) -> Failure | None:
+    """DeviceInsert(q)'s guard in tree form: q is live, and its pages extend the chain q
+    holds (reqLen[q] = len): the node the event names (the deepest of q's key after the
+    insert) lies below the node q's prefix ended at before it. The runtime inserts along
+    q's key from the root, so pages filed under another prefix (a key that is not the one
+    q matched) give a legal-looking tree whose pages hold another prefix's KV: a later match
+    of that prefix would read them. The node's place is read from the tree as the insert
+    left it (a new node is not mapped before the event)."""
+    broke = _request_live(m, action, fields)
+    if broke is not None:
+        return broke
+    rid = fields.get("rid")
+    held = m.by_id.get(m.lock_before)
+    if held is None:
+        return None      # (the root, below which every node is, or a node not mapped: nothing to judge)
+    nid = fields.get("node")
+    x = m.by_id.get(nid)
+    if x is None:
+        x = next((y for y in m.journal if y.id == nid), None)
+    if x is None:
+        return None
+    y = x
+    while y is not None and y is not held:
+        y = y.parent
+    if y is None:
+        return _fail(action, 1, f"request {rid}'s pages went to node {nid}, not below node {held.id} where its "
+                                f"prefix ended (reqLen[q] = len: the request holds the chain its pages extend)")
+    return None
+
+
 def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
     """PrefetchStart(q)'s guard in tree form: q is live, has no fetch of its own in flight
     (pfSlot[q] = NoSlot: a second fetch would overwrite the request's record of the first,
@@ -273,7 +304,7 @@ def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
     if m.s["policy"] in _WRITE_THROUGH:
         # (write_back keeps no HostTail: the runtime fetches below a device-only node, whose
         # eviction drops the fetched pages first; the root is HostTail's len = 0)
-        x, pos = _mapped(m, m.req_node.get(rid))
+        x, pos = _mapped(m, m.lock_before)
         if x is not None and not m.funcs["host"][pos[-1]]:
             return _fail(action, 5, f"request {rid}'s prefix ends at node {x.id}, whose last page has no "
                                     f"host copy (HostTail: host[len - 1] # NoSlot)")
@@ -396,7 +427,7 @@ NODE_GUARDS = {
 #: the events of a request (field `rid`) whose guard is checked: spec action -> its tree form
 REQUEST_GUARDS = {
     "RequestMatch": _request_match, "RequestFinish": _request_live, "RequestAbort": _request_live,
-    "DeviceInsert": _request_live, "LoadBackStart": _load_back_start, "PrefetchStart": _prefetch_start,
+    "DeviceInsert": _device_insert, "LoadBackStart": _load_back_start, "PrefetchStart": _prefetch_start,
     "LoadBackFinish": _load_end, "LoadBackFail": _load_end, "PrefetchFinish": _prefetch_end,
 }
 

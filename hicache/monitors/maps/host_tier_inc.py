@@ -203,6 +203,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.slot_changed: set = set()               # nodes holding a slot whose state changed
         self.req_dirty = True                        # request-side variables need rebuilding
         self.phase_before = None                     # the last event's request's phase before it (None: not live)
+        self.lock_before = None                      # ... the node id its lock was on before it (None: none)
         self.fetching: frozenset = _EMPTY            # rids with a fetch of their own in flight (not orphaned)
         host = cache.host
         self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
@@ -228,6 +229,8 @@ class IncrementalHostTierMap(HostTierMap):
         # the event's request's phase before it, None when it was not live (the request
         # guards' pre-state: bind moves the phases on before the guards run)
         self.phase_before = None if rid is None or rid in self.ending else self.phase.get(rid)
+        # ... and the node its lock was on (its prefix's end) before it: a DeviceInsert moves it
+        self.lock_before = None if rid is None else self.req_node.get(rid)
         steps = super().bind(action, fields)
         if rid is not None:
             self.req_dirty = True
