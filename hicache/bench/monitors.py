@@ -189,7 +189,6 @@ def _paired(mode_walls: list[float], off_walls: list[float]) -> dict:
 
 
 def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
-    best = {m: float("inf") for m in MODES}
     walls: dict[str, list[float]] = {m: [] for m in MODES}   # each round's wall time, per mode
     cpu = {m: float("inf") for m in MODES}
     thread = {m: float("inf") for m in MODES}
@@ -211,7 +210,6 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
         for mode in MODES[k % len(MODES):] + MODES[:k % len(MODES)]:
             w, c, t = _replay_once(mode, cfg, reqs)
             walls[mode].append(w)
-            best[mode] = min(best[mode], w)
             cpu[mode] = min(cpu[mode], c)
             thread[mode] = min(thread[mode], t)
         for r in sweep:
@@ -221,6 +219,7 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
         unbudgeted, unbudgeted_thread = min(unbudgeted, w), min(unbudgeted_thread, t)
         w, t, delivered = _attached_once(cfg, reqs)
         attached, attached_thread = min(attached, w), min(attached_thread, t)
+    best = {m: min(w) for m, w in walls.items()}
     off, off_cpu, off_thread = best["off"], cpu["off"], thread["off"]
     events, by_event, by_monitor = _strict_profile(cfg, reqs, runs)
     out = {"seconds": best, "cpu_seconds": cpu, "thread_cpu_seconds": thread, "events": events,

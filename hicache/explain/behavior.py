@@ -57,16 +57,19 @@ class _Steps:
                     names.append(act.name)
         return out
 
-    def explaining(self, s: tuple, t: tuple) -> list[str]:
+    def explaining(self, s: tuple, t: tuple, first: bool = False) -> list[str]:
         """The actions that take s to t in one step: each evaluated with its primed
         variables bound to t's values, where `x' = e` is a test (as TLC checks a trace's
         step), so no successor is built. Enumerating them instead built every successor of
         s: DraftState's TransferLaunch alone has NIdx^2 per idle transfer (131,072 for a
-        monitor's trace's constants, 32 s a state)."""
+        monitor's trace's constants, 32 s a state). `first`: the first such action only
+        (the later ones are not evaluated)."""
         names = []
         for act in self.ck.actions:
             if act.name not in names and any(True for _ in act.fn(s, list(t), ())):
                 names.append(act.name)
+                if first:
+                    break
         return names
 
     def initial(self, s: tuple, limit: int = 200_000) -> bool:
@@ -118,9 +121,9 @@ def near_init(ck: Checkable, t: tuple, deadline: float, limit: int = 1000) -> li
     for s in inits:
         if time.perf_counter() > deadline:
             break
-        names = steps.explaining(s, t)
+        names = steps.explaining(s, t, first=True)
         if names:
-            return names[:1]
+            return names
     return None
 
 

@@ -308,8 +308,7 @@ def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
         if x is not None and not m.funcs["host"][pos[-1]]:
             return _fail(action, 5, f"request {rid}'s prefix ends at node {x.id}, whose last page has no "
                                     f"host copy (HostTail: host[len - 1] # NoSlot)")
-    return _slots_in(m, action, 6, "request {}'s prefetch", fields.get("rid"), _event_slots(fields), "idle",
-                     "h \\in IdleSlots")
+    return _slots_in(m, action, 6, "request {}'s prefetch", rid, _event_slots(fields), "idle", "h \\in IdleSlots")
 
 
 def _prefetch_end(m, action: str, fields: dict) -> Failure | None:
