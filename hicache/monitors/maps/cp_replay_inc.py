@@ -34,6 +34,7 @@ from __future__ import annotations
 from hicache.monitors.maps.cp_replay import CPReplayMap
 from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_allocation_linear
 from hicache.monitors.runtime import MISSING, snapshot
+from hicache.tla.values import KK_INT, Fcn
 
 from .steps import capacity
 
@@ -103,12 +104,14 @@ class IncrementalRows:
         self._shape = (n, L)
         dirty_chains: set[int] = set()
         dirty_pages: set[int] = set()
+        paged: set[int] = set()                 # the dirty chains whose pages changed
         rows, holders = self.rows, self.holders
         for c, new in changed.items():
             old = rows.get(c, UNUSED)
             if new != old:
                 dirty_chains.add(c)
                 if new[1] != old[1]:
+                    paged.add(c)
                     count_pages(holders, old[1], -1, dirty_pages)
                     count_pages(holders, new[1], 1, dirty_pages)
                 if new == UNUSED:
@@ -119,7 +122,7 @@ class IncrementalRows:
             dirty_chains = set(range(1, n + 1))
             dirty_pages = set(pids)
         if dirty_chains:
-            self._write_rows(dirty_chains, L, reshaped)
+            self._write_rows(dirty_chains, L, reshaped, paged)
         old_free = s.get("free", MISSING)
         if old_free is not free and (old_free is MISSING or old_free != free):
             delta.append(("free", None, old_free))
@@ -131,9 +134,11 @@ class IncrementalRows:
             s["mixed"] = False
         return delta, {"Chains": dirty_chains, "PageIds": dirty_pages}
 
-    def _write_rows(self, dirty: set, L: int, reshaped: bool) -> None:
+    def _write_rows(self, dirty: set, L: int, reshaped: bool, paged: set) -> None:
         """Replace the sequence variables whose chains changed (as the reference map builds
-        them: each row a function on positions 0..L-1, NoPage past the chain's end)."""
+        them: each row a function on positions 0..L-1, NoPage past the chain's end); `paged`:
+        the chains whose pages changed (a page row is rebuilt only for these: a row has
+        MaxLen entries, a chain's pages are a few of them)."""
         s, delta, rows = self.s, self.delta, self.rows
         empty = self._empty_row(L, reshaped)
         if reshaped:
@@ -157,9 +162,11 @@ class IncrementalRows:
             for var, v in (("rot", r), ("len", len(pages))):
                 if cur[var][i] != v:
                     edits.setdefault(var, {})[i] = v
-            row = self.row(pages, L) if pages else empty
-            if cur["page"][i] != row:
-                edits.setdefault("page", {})[i] = row
+            if c in paged:
+                # (no comparison with the row it replaces, MaxLen entries: other pages make
+                # another row, but for trailing NoPages, (NoPage, NoPage) against (), whose
+                # rows are equal: written again, an entry undo restores as it was)
+                edits.setdefault("page", {})[i] = self._padded(pages) if pages else empty
         for var, at in edits.items():
             old = cur[var]
             new = list(old)
@@ -171,7 +178,16 @@ class IncrementalRows:
     def _empty_row(self, L: int, reshaped: bool):
         if reshaped or getattr(self, "_empty", None) is None:
             self._empty = self.row((), L)
+            self._pad = dict.fromkeys(range(L), NONE)
         return self._empty
+
+    def _padded(self, pages) -> Fcn:
+        """`row(pages, L)` for the current MaxLen L: the all-NoPage row copied, the chain's
+        pages written over its first positions (two C-level passes, the second over the
+        chain's pages only; the same keys in the same order as `row` builds)."""
+        d = self._pad.copy()
+        d.update(enumerate(pages))
+        return Fcn(d, KK_INT)
 
     # ------------------------------------------------------------ monitor interface
     def live(self) -> dict:
