@@ -20,6 +20,7 @@ from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload, serve_one
 from hicache.runtime.cache import HiCache
+from hicache.tla.values import KK_INT, Fcn
 
 MAPS = pytest.mark.parametrize("cls", [DevicePagesMap, IncrementalDevicePagesMap], ids=["scratch", "incremental"])
 
@@ -136,13 +137,45 @@ class LosesAPage(HiCache):
             del self.dev_alloc.release
 
 
+class FilesABadPageId(HiCache):
+    """Bug: the 3rd insert writes, over the first device page of the node it filed (which
+    it releases), a page id that is no device page (`page`: past the pool, or a boolean,
+    which Python's dicts and sets take for 1), behind insert's own check of the pages it
+    was given, before its DeviceInsert event."""
+    inserts = 0
+    page: object = None
+
+    def _emit(self, action, **args):
+        if action == "DeviceInsert":
+            self.inserts += 1
+            x = self.tree.root
+            for x in self.tree.nodes():
+                if x.id == args.get("node"):
+                    break
+            if self.inserts == 3 and x.device:
+                self.dev_alloc.release([x.device[0]])
+                x.device = [self.page, *x.device[1:]]
+        return super()._emit(action, **args)
+
+
+class FilesAPagePastThePool(FilesABadPageId):
+    page = 10_000
+
+
+class FilesABooleanPage(FilesABadPageId):
+    page = True
+
+
 FAULTS = {"shares_a_page": (SharesAPage, "DeviceInsert", 1),
           "frees_a_held_page": (FreesAHeldPage, "RequestFinish", 2),
           "loses_a_page": (LosesAPage, "DeviceEvict", 4)}
+#: faults TypeOK's page-row conjunct (its third) catches, at the insert
+TYPE_FAULTS = {"files_a_page_past_the_pool": (FilesAPagePastThePool, "DeviceInsert", 3),
+               "files_a_boolean_page": (FilesABooleanPage, "DeviceInsert", 3)}
 
 
 def _first_violation(fault: str, seed: int, tmp_path, cls):
-    cache_cls = FAULTS[fault][0]
+    cache_cls = {**FAULTS, **TYPE_FAULTS}[fault][0]
     wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, "write_through", cls=cache_cls)
@@ -167,6 +200,66 @@ def test_each_fault_is_caught_at_its_step_by_both_maps(fault, tmp_path):
     ref = _first_violation(fault, 1, tmp_path, DevicePagesMap)
     assert ref is not None and ref[1:] == (action, "NoDoubleAllocation", k), ref
     assert _first_violation(fault, 1, tmp_path, IncrementalDevicePagesMap) == ref
+
+
+@pytest.mark.parametrize("fault", sorted(TYPE_FAULTS))
+def test_a_page_id_no_device_page_is_refused_by_typeok_on_both_maps(fault, tmp_path):
+    """The incremental map decides TypeOK from the pages a row was built from, not the
+    row's MaxLen entries (`type_ok_inc`): a page past the pool or a boolean page fails it at
+    the insert that files it, with the conjunct the from-scratch map's generated check
+    names."""
+    _, action, k = TYPE_FAULTS[fault]
+    ref = _first_violation(fault, 1, tmp_path, DevicePagesMap)
+    assert ref is not None and ref[1:] == (action, "TypeOK", k), ref
+    assert _first_violation(fault, 1, tmp_path, IncrementalDevicePagesMap) == ref
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_typeok_from_the_rows_agrees_with_the_generated_form(seed, tmp_path):
+    """After every event of seeded workloads, on the maintained state with every chain and
+    page taken as changed: `type_ok_inc` and the generated `inc_TypeOK` agree (both hold);
+    with a chain's page row swapped for one holding a page past the pool (the map's own
+    rows left as they are: the shortcut must not take the state's row for the one it
+    built), or its length past MaxLen, or off by one (still within 0..MaxLen: TypeOK
+    holds), they agree again."""
+    from hicache.monitors.generated import cp_sharding as spec
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    mon = watch(cache, tmp_path, IncrementalDevicePagesMap)
+    m = mon.rmap
+    reads = spec.READS["TypeOK"]
+    seen = []
+
+    def compare(action, fields) -> None:
+        if action == "LoadBackLayer":
+            return
+        C, s = mon.constants(), m.live()
+        D = {"Chains": C["Chains"], "PageIds": C["PageIds"]}
+        assert m.type_ok_inc(C, s, D, reads) is None and spec.inc_TypeOK(C, s, D, reads) is None
+        used = [c for c in C["Chains"] if s["len"][c - 1]]
+        if used:
+            c = used[-1]
+            n = s["len"][c - 1]
+            for var, value, fails in (("page", m.row([10_000], C["MaxLen"]), True),
+                                      ("len", C["MaxLen"] + 1, True), ("len", n + 1, n + 1 > C["MaxLen"])):
+                bad = dict(s)
+                bad[var] = tuple(value if i == c - 1 else v for i, v in enumerate(s[var]))
+                mine, theirs = m.type_ok_inc(C, bad, D, reads), spec.inc_TypeOK(C, bad, D, reads)
+                assert mine == theirs and (mine is not None) == fails, (var, value, mine, theirs)
+            # a page past the chain's length, its len as it was: NoDoubleAllocation's third
+            # conjunct, found though the rows the map built skip its walk
+            assert m.no_double_allocation_inc(C, s, D, frozenset({"page"})) is None
+            if n < C["MaxLen"]:
+                bad = dict(s)
+                row = s["page"][c - 1]
+                bad["page"] = tuple(Fcn({**row.d, n: 0}, KK_INT) if i == c - 1 else v for i, v in enumerate(s["page"]))
+                failure = m.no_double_allocation_inc(C, bad, D, frozenset({"page"}))
+                assert failure is not None and failure.property == "NoDoubleAllocation", failure
+            seen.append(action)
+    cache.bus.subscribe(compare)
+    run_workload(cache, reqs)
+    assert len(seen) > 20
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))

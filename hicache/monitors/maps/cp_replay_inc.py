@@ -64,6 +64,7 @@ class IncrementalRows:
     def __init__(self, cache):
         super().__init__(cache)
         self.rows: dict[int, tuple] = {}        # chain id -> (rot, pages tuple) as mapped (used chains)
+        self.page_rows: dict = {}               # chain id -> the page row built from its pages (if any)
         self.holders: dict[int, int] = {}       # device page -> positions holding it
         self._shape = None                      # (Chains, MaxLen) of the last commit
         self.s: dict = {}
@@ -144,10 +145,14 @@ class IncrementalRows:
         if reshaped:
             n = self.n_chains
             vals = {"rot": [None] * n, "len": [None] * n, "page": [None] * n, "host": [empty] * n}
+            self.page_rows = {}
             for c in range(1, n + 1):
                 r, pages = rows.get(c, UNUSED)
                 vals["rot"][c - 1], vals["len"][c - 1] = r, len(pages)
-                vals["page"][c - 1] = self.row(pages, L) if pages else empty
+                if pages:
+                    vals["page"][c - 1] = self.page_rows[c] = self.row(pages, L)
+                else:
+                    vals["page"][c - 1] = empty
             for var in ROW_VARS:
                 delta.append((var, None, s.get(var, MISSING)))
                 s[var] = tuple(vals[var])
@@ -166,7 +171,11 @@ class IncrementalRows:
                 # (no comparison with the row it replaces, MaxLen entries: other pages make
                 # another row, but for trailing NoPages, (NoPage, NoPage) against (), whose
                 # rows are equal: written again, an entry undo restores as it was)
-                edits.setdefault("page", {})[i] = self._padded(pages) if pages else empty
+                if pages:
+                    edits.setdefault("page", {})[i] = self.page_rows[c] = self._padded(pages)
+                else:
+                    edits.setdefault("page", {})[i] = empty
+                    self.page_rows.pop(c, None)
         for var, at in edits.items():
             old = cur[var]
             new = list(old)
@@ -228,8 +237,15 @@ class IncrementalRows:
             if k > 1 or k < 0 or (k == 1) == (p in free):
                 return no_double_allocation_linear(C, s)
         rows, hosts, lens = s["page"], s["host"], s["len"]
+        built, empty, chains = self.page_rows, self._empty, self.rows
         for c in D["Chains"]:
-            if beyond_len_used(rows[c - 1].d, hosts[c - 1].d, lens[c - 1]):
+            i = c - 1
+            # a row this map built from a chain's pages holds NoPage past them, and a host
+            # row NoHost everywhere: no position past len is used when the state holds
+            # those rows and len is the pages' count (else the row is walked)
+            if rows[i] is built.get(c, empty) and hosts[i] is empty and lens[i] == len(chains.get(c, UNUSED)[1]):
+                continue
+            if beyond_len_used(rows[i].d, hosts[i].d, lens[i]):
                 return no_double_allocation_linear(C, s)
         return None
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import heapq
 import weakref
 
+from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_replay import CPReplayMap
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows, count_pages
 from hicache.monitors.maps.cp_sharding import NONE
@@ -41,6 +42,11 @@ from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal, walk
 #: state TypeOK allows, and RestoreKeepsOwner and SpliceRotationsAgree read host and mixed,
 #: which this map fixes (NoHost, FALSE): checking them would cost every step and find nothing
 CHECKED = frozenset({"TypeOK", "NoDoubleAllocation"})
+
+#: what TypeOK reads (its incremental form here is skipped when none of it changed)
+_TYPEOK_READS = spec.READS["TypeOK"]
+_INT = frozenset({int})
+_NO_PAGE = frozenset({NONE})
 
 #: the node fields a row reads (its device pages, its page count, whether it is in the tree)
 DEVICE_FIELDS = ("parent", "n", "device")
@@ -112,6 +118,54 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         weakref.finalize(self, _stop_journal, dev, self.ops)
         self.mirror: set | None = None
         super().__init__(cache)
+        self._ids_or_none = self.pids | _NO_PAGE     # what a page row may hold (TypeOK)
+
+    @property
+    def incremental_overrides(self) -> dict:
+        return {**IncrementalRows.incremental_overrides.fget(self), "TypeOK": self.type_ok_inc}
+
+    def type_ok_inc(self, C, s, D, V=None):
+        """TypeOK over the dirty chains, each from the pages its rows were built from, and over
+        the pages that entered or left the free set; any doubt, or a check of everything (a
+        new constants binding, V None): the generated form, which decides and names a failure.
+
+        A row this map built for a chain is the chain's pages padded with NoPage to MaxLen
+        positions (`row`, `_padded`; `page_rows` keeps each, and only a state holding that very
+        row, or the shared all-NoPage one for a chain without pages, takes the shortcut; the
+        maintained state equals the reference map's after every event,
+        tests/monitors/test_map_device_pages.py), so `page[c] \\in [Pos -> PageIds \\cup
+        {NoPage}]` is decided by its few pages, not its MaxLen entries (the generated form's
+        membership test walks the row three times: 50k instructions a row at MaxLen 64); its
+        host row is the shared all-NoHost row (CP = 1: no host placement here). The free set
+        held `\\subseteq PageIds` at the last check; the pages that entered it since are among
+        the dirty pages (its symmetric difference with the last free set is)."""
+        if V is None:
+            return spec.inc_TypeOK(C, s, D, V)
+        if V.isdisjoint(_TYPEOK_READS):
+            return None
+        rows, rot, ln, page, host = self.rows, s["rot"], s["len"], s["page"], s["host"]
+        empty, L, ids, built = self._empty, C["MaxLen"], self._ids_or_none, self.page_rows
+        cp, no_rot = C["CP"], C["NoRot"]
+        for c in D["Chains"]:
+            i = c - 1
+            r, n = rot[i], ln[i]
+            # rot[c] \in Ranks \cup {NoRot} (Ranks = 0..CP-1), len[c] \in 0..MaxLen
+            if not (r.__class__ is int and (r == no_rot or 0 <= r < cp) and n.__class__ is int and 0 <= n <= L):
+                return spec.inc_TypeOK(C, s, D, V)
+            # (the row the state holds is the one this map built from these pages, the
+            # shared all-NoPage row when there are none: its values are theirs, padded)
+            pages = rows.get(c, UNUSED)[1]
+            if not (page[i] is built.get(c, empty) and len(pages) == n and host[i] is empty
+                    and ids.issuperset(pages) and set(map(type, pages)) <= _INT):
+                return spec.inc_TypeOK(C, s, D, V)
+        if "free" in V:
+            free, n = s["free"], C["CP"] * C["LocalPages"]       # PageIds = 0..n-1
+            for p in D["PageIds"]:
+                if p in free and not (p.__class__ is int and 0 <= p < n):
+                    return spec.inc_TypeOK(C, s, D, V)
+        if "mixed" in V and s["mixed"] is not False:
+            return spec.inc_TypeOK(C, s, D, V)
+        return None
 
     def stop(self) -> None:
         """Journal nothing more (the monitor tripped: nothing will sync again)."""
