@@ -25,9 +25,11 @@ map, maps/device_pages.py, shares the commit below and journals instead):
 NoDoubleAllocation is checked over the dirty pages with the count of positions holding each
 page (`holders`): a page is held at most once, never while free, and every page out of the
 free set is held, which decides the conjuncts that read pages; conjunct 3 (no page past a
-chain's length) over the dirty chains. Any doubt runs the linear form over everything, which
-names the first failing conjunct. Invariant between events: `self.s` equals the reference
-map's state and `holders` counts its positions' pages.
+chain's length) over the dirty chains, walking a row only when the state does not hold the
+row this map built from the chain's pages (`page_rows`: NoPage past them by construction).
+Any doubt runs the linear form over everything, which names the first failing conjunct.
+Invariant between events: `self.s` equals the reference map's state, `holders` counts its
+positions' pages, and `page_rows` holds the page row written for each chain with pages.
 """
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
 
     @property
     def incremental_overrides(self) -> dict:
-        return {**IncrementalRows.incremental_overrides.fget(self), "TypeOK": self.type_ok_inc}
+        return {**super().incremental_overrides, "TypeOK": self.type_ok_inc}
 
     def type_ok_inc(self, C, s, D, V=None):
         """TypeOK over the dirty chains, each from the pages its rows were built from, and over
