@@ -148,11 +148,8 @@ class FilesABadPageId(HiCache):
     def _emit(self, action, **args):
         if action == "DeviceInsert":
             self.inserts += 1
-            x = self.tree.root
-            for x in self.tree.nodes():
-                if x.id == args.get("node"):
-                    break
-            if self.inserts == 3 and x.device:
+            x = next((y for y in self.tree.nodes() if y.id == args.get("node")), None)
+            if self.inserts == 3 and x is not None and x.device:
                 self.dev_alloc.release([x.device[0]])
                 x.device = [self.page, *x.device[1:]]
         return super()._emit(action, **args)
