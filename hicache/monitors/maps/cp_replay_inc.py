@@ -152,7 +152,7 @@ class IncrementalRows:
                 r, pages = rows.get(c, UNUSED)
                 vals["rot"][c - 1], vals["len"][c - 1] = r, len(pages)
                 if pages:
-                    vals["page"][c - 1] = self.page_rows[c] = self.row(pages, L)
+                    vals["page"][c - 1] = self.page_rows[c] = self._padded(pages)
                 else:
                     vals["page"][c - 1] = empty
             for var in ROW_VARS:
