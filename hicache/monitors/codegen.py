@@ -257,6 +257,9 @@ class Generator:
         self.uniq = 0
         self.incremental: dict[str, tuple[str, ...]] = {}   # invariant -> domains it is local in
         self.inc_entries: dict[str, tuple] = {}   # invariant -> (reads table, reads, fast-path conjuncts)
+        # invariant -> ((variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct), or
+        # None where such an f is not a plain state variable (see fcn_domain)
+        self.fcn_domains: dict[str, tuple | None] = {}
 
     def _declared_constants(self, mod, seen=None) -> list[str]:
         seen = set() if seen is None else seen
@@ -874,6 +877,20 @@ class Generator:
                     return dom, v, self.member(f"ap({self.e(c.arguments[0], env)}, {v})", fs.codomain, env)
         return None
 
+    def fcn_domain(self, c):
+        """For a conjunct `f \\in [Dom -> S]` (the element-wise form local_conjunct reads with
+        DOMAIN f = Dom taken as given): (f's name when f is a plain state variable, else None;
+        Dom). None for any other conjunct, whose element predicate takes nothing as given."""
+        c = _strip(c)
+        if _k(c) != "OperatorApplication" or c.operator != "\\in" or len(c.arguments or []) != 2:
+            return None
+        fs = _strip(c.arguments[1])
+        if _k(fs) != "SetOfFunctions":
+            return None
+        f = _strip(c.arguments[0])
+        plain = _k(f) == "OperatorApplication" and not f.arguments and f.operator in self.model.variables
+        return (f.operator if plain else None, self._const_domain(fs.domain))
+
     def incremental_fn(self, name: str, body, mod) -> list[str]:
         """`inc_<Inv>(C, s, D, V=None)`: the invariant with each element-local conjunct
         evaluated only over `D[domain]` (the dirty elements), the other conjuncts in full;
@@ -893,6 +910,9 @@ class Generator:
         if not domains:
             return []
         self.incremental[name] = domains
+        given = [self.fcn_domain(c) for c, p in zip(conj, parts) if p is not None]
+        given = [g for g in given if g is not None]
+        self.fcn_domains[name] = None if any(v is None for v, _ in given) else tuple(given)
         fname = _pyname("inc_", name)
         table = _pyname("_T_inv_", name)
         reads_table = _pyname("_R_inv_", name)
@@ -1150,6 +1170,15 @@ class Generator:
         for name in invs:
             if name in self.incremental:
                 tail.append(f"    {name!r}: ({_pyname('inc_', name)}, {self.incremental[name]!r}),\n")
+        tail.append("}\n")
+        tail.append("\n#: invariant -> (variable, Dom) of each element-wise `f \\in [Dom -> S]` conjunct of its\n"
+                    "#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom\n"
+                    "#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:\n"
+                    "#: such an f is no plain variable (the exact forms only)\n")
+        tail.append("FCN_DOMAINS = {\n")
+        for name in invs:
+            if name in self.incremental:
+                tail.append(f"    {name!r}: {self.fcn_domains[name]!r},\n")
         tail.append("}\n")
         rest = "".join(cons + [defs_out[n] for n in order] + body + tail)
         head_s = "".join(head)

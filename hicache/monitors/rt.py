@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from hicache.tla.errors import EvalError, TlaError
 from hicache.tla.stdlib import BUILTINS, CONSTANTS as STD
 from hicache.tla.values import (
-    Fcn, FcnSet, Interval, RecFcn, RecordSet, fmt, has_bool, in_domain, in_set, iter_values, mk_fcn, normalize,
-    sorted_values,
+    KK_BOOL, KK_NESTED, Fcn, FcnSet, Interval, RecFcn, RecordSet, as_frozenset, fmt, has_bool, in_domain, in_set,
+    iter_values, key_kinds, mk_fcn, normalize, sorted_values,
 )
 
 __all__ = [
     "BI", "STD", "FastPathFailed", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "bool_free",
-    "case_fail", "choose", "conj_error", "exc", "fast_ap", "in_c", "in_set", "it", "mk_fcn", "normalize", "once",
+    "case_fail", "choose", "conj_error", "domain_is", "exc", "fast_ap", "in_c", "in_set", "it", "mk_fcn", "normalize",
+    "once",
 ]
 
 #: builtin implementations by TLA+ operator name
@@ -77,6 +78,26 @@ def bool_free(s) -> bool:
     """Whether s is a finite set of explicit elements (a frozenset) with no boolean in or
     inside any of them (in_c's flag)."""
     return type(s) is frozenset and not has_bool(s)
+
+
+def domain_is(f, dom) -> bool:
+    """DOMAIN f = dom, answered True only where that is certain: f a sequence (domain 1..n)
+    or a function with no boolean or tuple key, dom a..b or a set with no boolean in it (so
+    Python's 1 == TRUE cannot pair a key with an element). False: it is not, or it is not
+    known (then whoever asked lets the exact forms decide)."""
+    t = type(f)
+    if t is tuple:
+        n = len(f)
+        if type(dom) is Interval:
+            return (dom.lo == 1 and dom.hi == n) if n else dom.hi < dom.lo
+        return type(dom) is frozenset and len(dom) == n and not has_bool(dom) and dom == frozenset(range(1, n + 1))
+    if t is Fcn:
+        if key_kinds(f) & (KK_BOOL | KK_NESTED):
+            return False
+        if type(dom) is Interval:
+            return len(f.d) == dom.card() and f.d.keys() == as_frozenset(dom)
+        return type(dom) is frozenset and not has_bool(dom) and f.d.keys() == dom
+    return False
 
 
 def conj_error(prop: str, table: tuple, k: int, exc_: BaseException) -> Failure:

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hicache.monitors.rt import Failure
+from hicache.monitors.rt import Failure, domain_is
 from hicache.tla.values import Fcn
 
 
@@ -288,6 +288,46 @@ def state_diff(s: dict | None, t: dict) -> dict:
     return {k: (s.get(k), v) for k, v in t.items() if not k.startswith("_") and s.get(k) != v}
 
 
+def fused_over_all(spec, invariants: dict, overrides: dict) -> tuple | None:
+    """How a state mapped from scratch (a sampled step, a cache check) is checked by the
+    generated one-pass fast path (`inc_all` over every element of every domain): (the
+    invariants of `invariants` it decides, the incremental forms it skips, the domains, the
+    (variable, Dom) pairs whose DOMAIN its element-wise `f \\in [Dom -> S]` conjuncts take
+    as given); None when the spec has none. A form the map overrides is the map's own, and an
+    invariant whose element-wise conjunct reads an expression (no variable to test) is left
+    to the exact forms."""
+    inc_all = getattr(spec, "inc_all", None)
+    given_of = getattr(spec, "FCN_DOMAINS", None)
+    if inc_all is None or given_of is None:
+        return None
+    inc = spec.INCREMENTAL
+    fused = frozenset(n for n in inc if n in invariants and n not in overrides and given_of.get(n) is not None)
+    if not fused:
+        return None
+    given = tuple(dict.fromkeys(g for n in sorted(fused) for g in given_of[n]))
+    domains = tuple(sorted({d for _, doms in inc.values() for d in doms}))
+    return fused, frozenset(inc) - fused, domains, given
+
+
+def first_failure(spec, fast: tuple | None, C: dict, t: dict, invs: dict) -> Failure | None:
+    """The first of `invs` (name -> exact form) failing on state t, mapped from scratch,
+    under constants C; None when all hold. `fast` (fused_over_all's) first: when t's
+    functions have the domains its element-wise conjuncts take as given and the fast path
+    holds, the invariants it covers hold and only the others run; otherwise every exact form
+    runs, in order, so the failure named is the one they name."""
+    rest = invs.values()
+    if fast is not None:
+        fused, skip, domains, given = fast
+        if fused <= invs.keys() and all(domain_is(t.get(v), C[d]) for v, d in given) \
+                and spec.inc_all(C, t, {d: C[d] for d in domains}, None, skip):
+            rest = [inv for n, inv in invs.items() if n not in fused]
+    for inv in rest:
+        f = inv(C, t)
+        if f is not None:
+            return f
+    return None
+
+
 class Monitor:
     """Checks one protocol's events against its generated spec module."""
 
@@ -401,6 +441,7 @@ class Monitor:
                 if self._inc_all is not None else self._inc_checks
         # strict mode on an incremental map: __call__'s one-frame path (_strict_step)
         self._fast = self._strict and self.incremental
+        self._scratch_fast = fused_over_all(self.spec, self.invariants, getattr(rmap, "invariant_overrides", {}))
 
     # ------------------------------------------------------------ helpers
     def _recorded(self, fields: dict) -> dict:
@@ -729,10 +770,9 @@ class Monitor:
                 f = entry[0](C, s, t, *params)
                 if f is not None:
                     self.fail("action", name, fields, f, s, t)
-        for inv in self._invariants_for(C).values():
-            f = inv(C, t)
-            if f is not None:
-                self.fail("invariant", name, fields, f, s, t)
+        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
+        if f is not None:
+            self.fail("invariant", name, fields, f, s, t)
 
     def _invariants_for(self, C) -> dict:
         """The invariants to check on a state under binding C: a constant-level one only when
@@ -782,10 +822,9 @@ class Monitor:
             C = self.constants()
             self.history.append(Step(at, CACHE_CHECK, {}, t))
             history, prev = None, self.prev
-        for inv in self._invariants_for(C).values():
-            f = inv(C, t)
-            if f is not None:
-                self.fail("invariant", CACHE_CHECK, {}, f, prev, t, history, step=at)
+        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
+        if f is not None:
+            self.fail("invariant", CACHE_CHECK, {}, f, prev, t, history, step=at)
         for hook in self.cache_check_hooks:
             hook()
         if self._check_next:

@@ -565,3 +565,55 @@ def test_numpy_integer_pages_are_stored_as_ints(tmp_path):
             cache.close()
         finally:
             verified.disable()
+
+
+def _with(s: dict, var: str, i: int, value) -> dict:
+    """s with entry i of the sequence `var` replaced by value."""
+    out = dict(s)
+    out[var] = tuple(value if j == i else v for j, v in enumerate(s[var]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_typeok_of_a_state_built_from_scratch_agrees_with_the_generated_form(seed, tmp_path):
+    """After every event of seeded workloads, on the state the from-scratch map builds (what
+    sample mode's steps and every cache check check): `type_ok_built` and the generated
+    `inv_TypeOK` agree (both hold); on that state with one value changed they agree again,
+    failure and conjunct alike: a chain's row swapped for an equal copy (holds, by the
+    generated form: not the row the map built), for one holding a page past the pool, or
+    a boolean page (conjunct 3); a host row holding no rank (conjunct 4); rot TRUE or
+    past the ranks (1); len past MaxLen (2); TRUE in the free set (5); mixed TRUE (holds)."""
+    from hicache.monitors.generated import cp_sharding as spec
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    m = DevicePagesMap(cache)
+    mon = Monitor(m, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+    seen = []
+
+    def compare(action, fields) -> None:
+        if action == "LoadBackLayer":
+            return
+        s = m.state()
+        C = mon.constants()
+        assert m.type_ok_built(C, s) is None and spec.inv_TypeOK(C, s) is None
+        used = [c for c in C["Chains"] if s["len"][c - 1]]
+        if not used:
+            return
+        i, L = used[-1] - 1, C["MaxLen"]
+        row = s["page"][i]
+        changed = [(_with(s, "page", i, Fcn(dict(row.d), KK_INT)), None),
+                   (_with(s, "page", i, m.row([10_000], L)), 3),
+                   (_with(s, "page", i, m.row([True], L)), 3),
+                   (_with(s, "host", i, m.row([5], L)), 4),
+                   (_with(s, "rot", i, True), 1), (_with(s, "rot", i, 5), 1),
+                   (_with(s, "len", i, L + 1), 2),
+                   ({**s, "free": (s["free"] - {1}) | {True}}, 5), ({**s, "mixed": True}, None)]
+        for bad, conjunct in changed:
+            mine, theirs = m.type_ok_built(C, bad), spec.inv_TypeOK(C, bad)
+            assert mine == theirs, (conjunct, mine, theirs)
+            assert (None if mine is None else mine.index) == conjunct, (conjunct, mine)
+        seen.append(action)
+    cache.bus.subscribe(compare)
+    run_workload(cache, reqs)
+    assert len(seen) > 20

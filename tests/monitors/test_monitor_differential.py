@@ -338,3 +338,62 @@ def test_a_boolean_for_an_integer_is_refused_like_the_interpreter_does(world):
             assert inc(C, sd, {dom: C[dom] for dom in gen.INCREMENTAL["TypeOK"][1]}) is not None
             assert gen.inc_all(C, sd, D, None) is False, f"{name}: inc_all holds on {sd}"
     assert rejected == len(crossed), f"{name}: the interpreter accepted a crossed state"
+
+
+# ---------------------------------------------------------------- states mapped from scratch
+# A sampled step and a cache check map the state from scratch and check it through the fused
+# fast path over every element (runtime.first_failure), after testing the domains its
+# element-wise `f \in [Dom -> S]` conjuncts take as given (rt.domain_is).
+
+def _domain_mutants(states, gen, rng, count):
+    """(state, whether a key was added) pairs: one function variable of an element-wise
+    conjunct given one key more or one fewer; TypeOK's exact form fails on each."""
+    from hicache.tla.values import Fcn
+    pairs = sorted({g for given in gen.FCN_DOMAINS.values() if given for g in given})
+    out = []
+    for _ in range(count):
+        sd = _d(gen, rng.choice(states))
+        var, _dom = rng.choice(pairs)
+        f = sd[var]
+        d = dict(f.d) if type(f) is Fcn else {i: x for i, x in enumerate(f, 1)}
+        added = not d or rng.random() < 0.5
+        if added:
+            # a key of the domain's own kind (an integer past any domain, or a string no
+            # domain holds), so no comparison across kinds decides the test
+            ints = all(type(k) is int for k in d)
+            d[max(d, default=0) + 100 if ints else "~outside~"] = next(iter(d.values()), 0)
+        else:
+            del d[rng.choice(sorted(d))]
+        sd[var] = Fcn(d)
+        out.append((sd, added))
+    return out
+
+
+def test_a_state_mapped_from_scratch_fails_as_the_exact_forms_do(world):
+    """first_failure (the fused fast path over every element, then the forms it does not
+    cover) names the same failure as the exact forms run in order, on reachable, mutated,
+    boolean-crossed and domain-changed states. On a state whose function has a key outside
+    its domain, TypeOK's fast path alone holds where its exact form fails (the key is no
+    element it visits): what the domain test is for."""
+    from hicache.monitors.runtime import first_failure, fused_over_all
+    name, _, gen, C, states, _ = world
+    fast = fused_over_all(gen, gen.INVARIANTS, {})
+    if not gen.INCREMENTAL:
+        assert fast is None
+        return
+    assert fast is not None and "TypeOK" in fast[0], f"{name}: TypeOK is not decided by the fast path"
+    rng = random.Random(8)
+    samples = [_d(gen, s) for s in states[:500] + _mutants(states, gen.VARIABLES, rng, 200)
+               + _crossed_states(states, gen.VARIABLES, rng, 100)]
+    changed = _domain_mutants(states, gen, rng, 100)
+    for sd in samples + [sd for sd, _ in changed]:
+        exact = next((f for f in (inv(C, sd) for inv in gen.INVARIANTS.values()) if f is not None), None)
+        got = first_failure(gen, fast, C, sd, gen.INVARIANTS)
+        assert _same_failure(got, exact), f"{name} on {sd}: {got} against the exact forms' {exact}"
+    domains = {d: C[d] for _, doms in gen.INCREMENTAL.values() for d in doms}
+    only_type_ok = frozenset(gen.INCREMENTAL) - {"TypeOK"}
+    passed_unguarded = 0
+    for sd, added in changed:
+        assert gen.INVARIANTS["TypeOK"](C, sd) is not None, f"{name}: TypeOK holds on {sd}"
+        passed_unguarded += added and gen.inc_all(C, sd, domains, None, only_type_ok)
+    assert passed_unguarded, f"{name}: no state with a key outside its domain passed TypeOK's unguarded fast path"

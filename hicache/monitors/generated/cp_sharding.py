@@ -949,3 +949,16 @@ INCREMENTAL = {
     'ChainBalanced': (inc_ChainBalanced, ('Chains',)),
     'NoDoubleAllocation': (inc_NoDoubleAllocation, ('Chains', 'PageIds')),
 }
+
+#: invariant -> (variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct of its
+#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom
+#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:
+#: such an f is no plain variable (the exact forms only)
+FCN_DOMAINS = {
+    'TypeOK': (('rot', 'Chains'), ('len', 'Chains'), ('page', 'Chains'), ('host', 'Chains')),
+    'PositionOwner': (),
+    'ExtensionKeepsRotation': (),
+    'RestoreKeepsOwner': (),
+    'ChainBalanced': (),
+    'NoDoubleAllocation': (),
+}

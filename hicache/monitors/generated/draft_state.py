@@ -988,3 +988,15 @@ INCREMENTAL = {
     'PackedOnlyCompatible': (inc_PackedOnlyCompatible, ('DraftPools',)),
     'IndicesFromDeclaredSource': (inc_IndicesFromDeclaredSource, ('Transfers',)),
 }
+
+#: invariant -> (variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct of its
+#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom
+#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:
+#: such an f is no plain variable (the exact forms only)
+FCN_DOMAINS = {
+    'TypeOK': (('layout', 'DraftPools'), ('phase', 'Transfers'), ('tgtDone', 'Transfers'), ('draftDone', 'Transfers'), ('read', 'Transfers'), ('readStale', 'Transfers'), ('srcIdx', 'Transfers'), ('xferIdx', 'Transfers')),
+    'CompletionAfterAllCopies': (),
+    'NoReadBeforeCompletion': (),
+    'PackedOnlyCompatible': (),
+    'IndicesFromDeclaredSource': (),
+}

@@ -1530,3 +1530,15 @@ INCREMENTAL = {
     'TreeCopiesConsistent': (inc_TreeCopiesConsistent, ('Nodes',)),
     'LockedNodesKept': (inc_LockedNodesKept, ('Reqs',)),
 }
+
+#: invariant -> (variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct of its
+#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom
+#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:
+#: such an f is no plain variable (the exact forms only)
+FCN_DOMAINS = {
+    'TypeOK': (('dev', 'Nodes'), ('host', 'Nodes'), ('stor', 'Nodes'), ('hits', 'Nodes'), ('slot', 'HSlots'), ('backupOp', 'Nodes'), ('loadReq', 'Nodes'), ('loadDone', 'Nodes'), ('req', 'Reqs'), ('reqLen', 'Reqs'), ('pfSlot', 'Reqs'), ('pfNode', 'Reqs'), ('pfAbort', 'Reqs')),
+    'SlotInOneOwner': (),
+    'PendingLoadLocked': (),
+    'TreeCopiesConsistent': (),
+    'LockedNodesKept': (),
+}

@@ -745,3 +745,14 @@ INCREMENTAL = {
     'NoOverwriteWhileRead': (inc_NoOverwriteWhileRead, ('Slots',)),
     'TwoBuffersOnly': (inc_TwoBuffersOnly, ('Slots',)),
 }
+
+#: invariant -> (variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct of its
+#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom
+#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:
+#: such an f is no plain variable (the exact forms only)
+FCN_DOMAINS = {
+    'TypeOK': (('restored', 'Ranks'), ('slotLayer', 'Slots'), ('slotFull', 'Slots'), ('gatherBusy', 'Slots')),
+    'GatherAfterRestore': (),
+    'NoOverwriteWhileRead': (),
+    'TwoBuffersOnly': (),
+}

@@ -1158,3 +1158,13 @@ INCREMENTAL = {
     'DecodeReadsTransferred': (inc_DecodeReadsTransferred, ('Pages',)),
     'InFlightDestOwned': (inc_InFlightDestOwned, ('Pages',)),
 }
+
+#: invariant -> (variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct of its
+#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom
+#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:
+#: such an f is no plain variable (the exact forms only)
+FCN_DOMAINS = {
+    'TypeOK': (('ploc', 'Pages'), ('dalloc', 'Pages'), ('dland', 'Pages'), ('dread', 'Pages')),
+    'DecodeReadsTransferred': (),
+    'InFlightDestOwned': (),
+}

@@ -931,3 +931,13 @@ INCREMENTAL = {
     'AppliedIssued': (inc_AppliedIssued, ('Stages',)),
     'IndInv': (inc_IndInv, ('Checks', 'Stages')),
 }
+
+#: invariant -> (variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct of its
+#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom
+#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:
+#: such an f is no plain variable (the exact forms only)
+FCN_DOMAINS = {
+    'TypeOK': (('done', 'Stages'), ('applied', 'Stages'), ('checks', 'Stages'), ('upto', 'Stages'), ('agreed', 'Checks'), ('pending', 'Stages'), ('chan', 'Stages')),
+    'AppliedIssued': (),
+    'IndInv': (),
+}

@@ -1133,3 +1133,15 @@ INCREMENTAL = {
     'SameAcksConsumed': (inc_SameAcksConsumed, ('Stages',)),
     'IndInv': (inc_IndInv, ('Batches', 'Checks', 'Ranks', 'Stages')),
 }
+
+#: invariant -> (variable, Dom) of each element-wise `f \in [Dom -> S]` conjunct of its
+#: incremental form, which takes DOMAIN f = Dom as given (a map keeping f over Dom
+#: guarantees it; a state mapped from scratch is tested first, rt.domain_is); None:
+#: such an f is no plain variable (the exact forms only)
+FCN_DOMAINS = {
+    'TypeOK': (('tried', 'Ranks'), ('loaded', 'Ranks'), ('pubAck', 'Batches'), ('checks', 'Stages'), ('verdict', 'Checks'), ('cut', 'Checks'), ('consumed', 'Stages'), ('used', 'Stages')),
+    'UsedLeLoaded': (),
+    'AcksInStep': (),
+    'SameAcksConsumed': (),
+    'IndInv': (),
+}

@@ -32,17 +32,26 @@ from __future__ import annotations
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_sharding import NONE, arith_pages, no_double_allocation_linear
 from hicache.monitors.runtime import compound_step
+from hicache.monitors.rt import Failure
 from hicache.tla.values import KK_INT, Fcn, mk_fcn
 
 from .steps import capacity
+
+_INT = frozenset({int})
 
 
 
 class CPReplayMap:
     spec = spec
     needs_prestate = False       # every event is a compound step: invariants only
-    invariant_overrides = {"NoDoubleAllocation": no_double_allocation_linear}
     what = "sharded placement"
+    #: the rows of the last state built: (MaxLen, the shared all-NoPage row, chain -> (its page
+    #: row, the pages it was built from)); what TypeOK is decided by on that state
+    built: tuple = (0, None, {})
+
+    @property
+    def invariant_overrides(self) -> dict:
+        return {"NoDoubleAllocation": no_double_allocation_linear, "TypeOK": self.type_ok_built}
 
     def __init__(self, cache):
         self.cache = cache
@@ -57,6 +66,7 @@ class CPReplayMap:
         # it is gone, so consecutive mapped states (and a trace's diffs) name chains stably
         self.ids: dict = {}
         self.pids = frozenset(range(self.cp * self.local_pages))    # every logical page (fixed)
+        self._ids_or_none = self.pids | {NONE}     # what a page row may hold (TypeOK)
 
     def _placement(self, cache) -> None:
         """CP, LocalPages and PageSize of the cache's device pool (a sharded one's layout)."""
@@ -147,10 +157,52 @@ class CPReplayMap:
         L = self.max_len
         rot, ln, page, host = {}, {}, {}, {}
         empty = self.row((), L)
+        built = {}
         for c in range(1, self.n_chains + 1):
             r, pages = rows.get(c, (NONE, []))
             rot[c], ln[c] = r, len(pages)
-            page[c] = self.row(pages, L) if pages else empty
+            if pages:
+                page[c] = row = self.row(pages, L)
+                built[c] = (row, pages)
+            else:
+                page[c] = empty
             host[c] = empty
+        self.built = (L, empty, built)
         return {"rot": mk_fcn(rot), "len": mk_fcn(ln), "page": mk_fcn(page), "host": mk_fcn(host),
                 "free": free, "mixed": False}
+
+    def type_ok_built(self, C, s) -> Failure | None:
+        """TypeOK on a state, decided by the pages of the rows this map built for it when it
+        holds those very rows; any doubt (a row it did not build, a value of another kind,
+        other constants): the generated form, which decides and names a failure.
+
+        A row `state` built is the chain's pages padded with NoPage to MaxLen positions
+        (`row`), every host row the shared all-NoPage one (NoHost = NoPage = -1: no host
+        placement is mapped), so `page[c] \\in [Pos -> PageIds \\cup {NoPage}]` is decided by
+        the chain's few pages, not its MaxLen entries (the generated form's membership test
+        walks each row: ~4k instructions a position); rot, len, free and mixed are tested
+        on their values."""
+        L, empty, built = self.built
+        rot, ln, page, host, free = s["rot"], s["len"], s["page"], s["host"], s["free"]
+        n, cp, ids = self.n_chains, self.cp, self.pids
+        if not (L == C["MaxLen"] and C["Chains"] == frozenset(range(1, n + 1)) and C["CP"] == cp
+                and C["CP"] * C["LocalPages"] == len(ids) and C["NoRot"] == C["NoPage"] == C["NoHost"] == NONE
+                and type(rot) is type(ln) is type(page) is type(host) is tuple
+                and len(rot) == len(ln) == len(page) == len(host) == n
+                and type(free) is frozenset and free <= ids and set(map(type, free)) <= _INT
+                and s["mixed"] is False):
+            return spec.inv_TypeOK(C, s)
+        ids_or_none = self._ids_or_none
+        for i in range(n):
+            r, k, row = rot[i], ln[i], page[i]
+            # rot[c] \in Ranks \cup {NoRot} (Ranks = 0..CP-1), len[c] \in 0..MaxLen
+            if not (r.__class__ is int and (r == NONE or 0 <= r < cp) and k.__class__ is int and 0 <= k <= L
+                    and host[i] is empty):
+                return spec.inv_TypeOK(C, s)
+            if row is not empty:
+                got = built.get(i + 1)
+                if got is None or got[0] is not row or not ids_or_none.issuperset(got[1]) \
+                        or not set(map(type, got[1])) <= _INT:
+                    return spec.inv_TypeOK(C, s)
+        return None
+

@@ -46,7 +46,6 @@ CHECKED = frozenset({"TypeOK", "NoDoubleAllocation"})
 #: what TypeOK reads (its incremental form here is skipped when none of it changed)
 _TYPEOK_READS = spec.READS["TypeOK"]
 _INT = frozenset({int})
-_NO_PAGE = frozenset({NONE})
 
 #: the node fields a row reads (its device pages, its page count, whether it is in the tree)
 DEVICE_FIELDS = ("parent", "n", "device")
@@ -118,7 +117,6 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         weakref.finalize(self, _stop_journal, dev, self.ops)
         self.mirror: set | None = None
         super().__init__(cache)
-        self._ids_or_none = self.pids | _NO_PAGE     # what a page row may hold (TypeOK)
 
     @property
     def incremental_overrides(self) -> dict:
