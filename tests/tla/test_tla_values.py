@@ -59,3 +59,16 @@ def test_interval_range_refuses_bools_and_non_ints():
     assert not s.contains((1, 2.0))
     assert not s.contains((1, 6)) and not s.contains((-1, 1))
     assert FcnSet(frozenset(), Interval(0, 1)).contains(())
+
+
+def test_the_range_operator_refuses_what_is_not_an_integer():
+    """a..b builds a..b from two integers only (a boolean is not one, though TRUE == 1), and
+    says which operands it was given."""
+    import pytest
+
+    from hicache.tla.stdlib import BUILTINS
+    rng = BUILTINS[".."].impl
+    assert (rng(0, 2).lo, rng(0, 2).hi) == (0, 2)
+    for a, b in ((True, 2), (0, "x"), (0, 1.5), (None, 3)):
+        with pytest.raises(EvalError, match=r"\.\. applied to .* both must be integers"):
+            rng(a, b)
