@@ -7,7 +7,7 @@ monitors' listeners and cache checks repeat to ~0.1 %, so a change of a few perc
 They are not time (a cache miss costs more than an add): the ratio targets stay wall-clock
 figures, `hicache bench monitors`.
 
-    python scripts/monitor_instructions.py [--mode strict|sample] [--replays 2] [--limit 200]
+    python scripts/monitor_instructions.py [--mode strict|sample [--rate R] [--no-budget]] [--replays 2] [--limit 200]
         [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method]
     python scripts/monitor_instructions.py --whole --mode off|floor|sample|strict [--rate 0]
 
@@ -124,10 +124,16 @@ def whole_replays(cg, bm, args, cfg, reqs) -> None:
             if args.mode == "floor":
                 bm._attached_once(cfg, reqs)      # (the bench's attached floor: strict's monitors, deaf)
             else:
-                bm._replay_once(args.mode, cfg, reqs, rate=getattr(args, "rate", None))
+                bm._replay_once(args.mode, cfg, reqs, rate=getattr(args, "rate", None), **_budget(args))
         finally:
             cg.hicache_cg_toggle()
     Path(args.report).write_text(json.dumps({"listener_calls": 0, "collected_calls": args.replays}))
+
+
+def _budget(args) -> dict:
+    """_replay_once's budget argument: none (every drawn sample checked) with --no-budget,
+    VerifyConfig's default otherwise."""
+    return {"budget": None} if getattr(args, "no_budget", False) else {}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -149,9 +155,9 @@ def child(args: argparse.Namespace) -> None:
     cfg = bm.replay_config(args.limit, "small")      # the bench's kv_bytes replay
     rate = getattr(args, "rate", None)     # (sample mode's; None: VerifyConfig's default)
     mode = "strict" if args.mode == "floor" else args.mode
-    bm._replay_once(mode, cfg, reqs, rate=rate)     # imports and first allocations, not instrumented
+    bm._replay_once(mode, cfg, reqs, rate=rate, **_budget(args))     # imports and first allocations, not instrumented
     cg.hicache_cg_start()
-    bm._replay_once(mode, cfg, reqs, rate=rate)     # once more, instrumented, not collected
+    bm._replay_once(mode, cfg, reqs, rate=rate, **_budget(args))     # once more, instrumented, not collected
     calibrate(cg)
     if getattr(args, "whole", False):
         whole_replays(cg, bm, args, cfg, reqs)
@@ -220,7 +226,7 @@ def child(args: argparse.Namespace) -> None:
         setattr(owner, name, staticmethod(counted_within) if isinstance(stored, staticmethod) else counted_within)
     try:
         for _ in range(args.replays):
-            bm._replay_once(args.mode, cfg, reqs, rate=rate)
+            bm._replay_once(args.mode, cfg, reqs, rate=rate, **_budget(args))
     finally:
         R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = call, check, init
         if within is not None:
@@ -253,6 +259,9 @@ def main() -> None:
     ap.add_argument("--rate", type=float,
                     help="sample mode's rate (default VerifyConfig's); 0: nothing drawn, so the count does not "
                          "depend on what the wall-clock budget affords under valgrind")
+    ap.add_argument("--no-budget", action="store_true",
+                    help="sample mode with no checking budget: every drawn sample is checked, so the count does "
+                         "not depend on what the wall-clock budget affords under valgrind (the rate decides)")
     ap.add_argument("--whole", action="store_true",
                     help="count the scheduler thread's whole replays, not only inside the monitors (no filters)")
     ap.add_argument("--replays", type=int, default=2)
@@ -277,6 +286,8 @@ def main() -> None:
         sys.exit("monitor_instructions: --whole counts whole replays: no --events, --spec or --within")
     if args.rate is not None and (args.mode != "sample" or not 0.0 <= args.rate <= 1.0):
         sys.exit("monitor_instructions: --rate is sample mode's, between 0 and 1")
+    if args.no_budget and args.mode != "sample":
+        sys.exit("monitor_instructions: --no-budget is sample mode's")
     if args.mode in ("off", "floor") and not args.whole:
         sys.exit(f"monitor_instructions: --mode {args.mode} checks nothing: count it with --whole")
     # (a misspelt spec or target is refused before minutes under valgrind)
@@ -296,7 +307,8 @@ def main() -> None:
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
                "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit),
                *[f"--{k}={v}" for k, v in filters.items()], *(["--whole"] if args.whole else []),
-               *([f"--rate={args.rate}"] if args.rate is not None else [])]
+               *([f"--rate={args.rate}"] if args.rate is not None else []),
+               *(["--no-budget"] if args.no_budget else [])]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
                                   env={**os.environ, "TRITON_INTERPRET": "1"})

@@ -150,6 +150,7 @@ def test_the_calibration_toggles_around_each_shape_and_dumps_each_apart():
     (["--mode", "floor"], "--mode floor checks nothing: count it with --whole"),
     (["--rate", "0"], "--rate is sample mode's, between 0 and 1"),
     (["--mode", "sample", "--rate", "1.5"], "--rate is sample mode's, between 0 and 1"),
+    (["--no-budget"], "--no-budget is sample mode's"),
 ])
 def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(argv, message):
     proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120)
