@@ -40,7 +40,6 @@ from .steps import capacity
 _INT = frozenset({int})
 
 
-
 class CPReplayMap:
     spec = spec
     needs_prestate = False       # every event is a compound step: invariants only
@@ -180,8 +179,8 @@ class CPReplayMap:
         (`row`), every host row the shared all-NoPage one (NoHost = NoPage = -1: no host
         placement is mapped), so `page[c] \\in [Pos -> PageIds \\cup {NoPage}]` is decided by
         the chain's few pages, not its MaxLen entries (the generated form's membership test
-        walks each row: ~4k instructions a position); rot, len, free and mixed are tested
-        on their values."""
+        walks each row: ~50k instructions a row at MaxLen 64); rot, len, free and mixed are
+        tested on their values."""
         L, empty, built = self.built
         rot, ln, page, host, free = s["rot"], s["len"], s["page"], s["host"], s["free"]
         n, cp, ids = self.n_chains, self.cp, self.pids
