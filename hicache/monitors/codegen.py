@@ -228,6 +228,16 @@ _CALL = re.compile(r"[\w\])]\(")
 _INLINE_PARAM = "__inline_arg__"
 
 
+def _in_function_set(c) -> tuple:
+    """(f, [Dom -> S]) for a conjunct `f \\in [Dom -> S]`, else (None, None)."""
+    c = _strip(c)
+    if _k(c) == "OperatorApplication" and c.operator == "\\in" and len(c.arguments or []) == 2:
+        fs = _strip(c.arguments[1])
+        if _k(fs) == "SetOfFunctions":
+            return c.arguments[0], fs
+    return None, None
+
+
 def _pyname(prefix: str, name: str) -> str:
     out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return prefix + out
@@ -868,26 +878,22 @@ class Generator:
                 if dom is not None and _k(pat) == "OperatorApplication" and not pat.arguments:
                     v = var or self.fresh(_pyname("v_", pat.operator) + "_")
                     return dom, v, self.e(c.predicate, env.bind((pat.operator, "val", v)))
-        if k == "OperatorApplication" and c.operator == "\\in" and len(c.arguments or []) == 2:
-            fs = _strip(c.arguments[1])
-            if _k(fs) == "SetOfFunctions":
-                dom = self._const_domain(fs.domain)
-                if dom is not None:
-                    v = var or self.fresh("x_")
-                    return dom, v, self.member(f"ap({self.e(c.arguments[0], env)}, {v})", fs.codomain, env)
+        f, fs = _in_function_set(c)
+        if fs is not None:
+            dom = self._const_domain(fs.domain)
+            if dom is not None:
+                v = var or self.fresh("x_")
+                return dom, v, self.member(f"ap({self.e(f, env)}, {v})", fs.codomain, env)
         return None
 
     def fcn_domain(self, c):
         """For a conjunct `f \\in [Dom -> S]` (the element-wise form local_conjunct reads with
         DOMAIN f = Dom taken as given): (f's name when f is a plain state variable, else None;
         Dom). None for any other conjunct, whose element predicate takes nothing as given."""
-        c = _strip(c)
-        if _k(c) != "OperatorApplication" or c.operator != "\\in" or len(c.arguments or []) != 2:
+        f, fs = _in_function_set(c)
+        if fs is None:
             return None
-        fs = _strip(c.arguments[1])
-        if _k(fs) != "SetOfFunctions":
-            return None
-        f = _strip(c.arguments[0])
+        f = _strip(f)
         plain = _k(f) == "OperatorApplication" and not f.arguments and f.operator in self.model.variables
         return (f.operator if plain else None, self._const_domain(fs.domain))
 

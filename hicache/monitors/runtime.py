@@ -305,8 +305,12 @@ def fused_over_all(spec, invariants: dict, overrides: dict) -> tuple | None:
     if not fused:
         return None
     given = tuple(dict.fromkeys(g for n in sorted(fused) for g in given_of[n]))
-    domains = tuple(sorted({d for _, doms in inc.values() for d in doms}))
-    return fused, frozenset(inc) - fused, domains, given
+    return fused, frozenset(inc) - fused, incremental_domains(spec), given
+
+
+def incremental_domains(spec) -> tuple:
+    """Every domain an incremental form of `spec` is element-local in (what `inc_all` walks)."""
+    return tuple(sorted({d for _, doms in spec.INCREMENTAL.values() for d in doms}))
 
 
 def first_failure(spec, fast: tuple | None, C: dict, t: dict, invs: dict) -> Failure | None:
@@ -427,7 +431,7 @@ class Monitor:
                                  reads.get(name, every))
                                 for name, full in self.invariants.items()]
             self._checked_C = None       # the constants binding of the last checked step
-            self._domains = sorted({d for _, doms in inc.values() for d in doms})
+            self._domains = incremental_domains(self.spec)
             # the generated one-pass fast path of every incremental form the map does not
             # replace; the forms it covers run only when it does not hold
             self._inc_all = getattr(self.spec, "inc_all", None)

@@ -40,6 +40,16 @@ from .steps import capacity
 _INT = frozenset({int})
 
 
+def chain_typed(r, n, cp: int, L: int, no_rot) -> bool:
+    """rot[c] \\in Ranks \\cup {NoRot} (Ranks = 0..CP-1) and len[c] \\in 0..MaxLen, on their values."""
+    return r.__class__ is int and (r == no_rot or 0 <= r < cp) and n.__class__ is int and 0 <= n <= L
+
+
+def pages_typed(pages, ids_or_none: frozenset) -> bool:
+    """A row's pages are integer page ids or NoPage (what its padded row then holds)."""
+    return ids_or_none.issuperset(pages) and set(map(type, pages)) <= _INT
+
+
 class CPReplayMap:
     spec = spec
     needs_prestate = False       # every event is a compound step: invariants only
@@ -193,15 +203,12 @@ class CPReplayMap:
             return spec.inv_TypeOK(C, s)
         ids_or_none = self._ids_or_none
         for i in range(n):
-            r, k, row = rot[i], ln[i], page[i]
-            # rot[c] \in Ranks \cup {NoRot} (Ranks = 0..CP-1), len[c] \in 0..MaxLen
-            if not (r.__class__ is int and (r == NONE or 0 <= r < cp) and k.__class__ is int and 0 <= k <= L
-                    and host[i] is empty):
+            row = page[i]
+            if not (chain_typed(rot[i], ln[i], cp, L, NONE) and host[i] is empty):
                 return spec.inv_TypeOK(C, s)
             if row is not empty:
                 got = built.get(i + 1)
-                if got is None or got[0] is not row or not ids_or_none.issuperset(got[1]) \
-                        or not set(map(type, got[1])) <= _INT:
+                if got is None or got[0] is not row or not pages_typed(got[1], ids_or_none):
                     return spec.inv_TypeOK(C, s)
         return None
 

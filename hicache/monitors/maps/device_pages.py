@@ -32,7 +32,7 @@ import heapq
 import weakref
 
 from hicache.monitors.generated import cp_sharding as spec
-from hicache.monitors.maps.cp_replay import CPReplayMap
+from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, pages_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows, count_pages
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal, walk_journaled
@@ -45,7 +45,6 @@ CHECKED = frozenset({"TypeOK", "NoDoubleAllocation"})
 
 #: what TypeOK reads (its incremental form here is skipped when none of it changed)
 _TYPEOK_READS = spec.READS["TypeOK"]
-_INT = frozenset({int})
 
 #: the node fields a row reads (its device pages, its page count, whether it is in the tree)
 DEVICE_FIELDS = ("parent", "n", "device")
@@ -146,15 +145,14 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         cp, no_rot = C["CP"], C["NoRot"]
         for c in D["Chains"]:
             i = c - 1
-            r, n = rot[i], ln[i]
-            # rot[c] \in Ranks \cup {NoRot} (Ranks = 0..CP-1), len[c] \in 0..MaxLen
-            if not (r.__class__ is int and (r == no_rot or 0 <= r < cp) and n.__class__ is int and 0 <= n <= L):
+            n = ln[i]
+            if not chain_typed(rot[i], n, cp, L, no_rot):
                 return spec.inc_TypeOK(C, s, D, V)
             # (the row the state holds is the one this map built from these pages, the
             # shared all-NoPage row when there are none: its values are theirs, padded)
             pages = rows.get(c, UNUSED)[1]
             if not (page[i] is built.get(c, empty) and len(pages) == n and host[i] is empty
-                    and ids.issuperset(pages) and set(map(type, pages)) <= _INT):
+                    and pages_typed(pages, ids)):
                 return spec.inc_TypeOK(C, s, D, V)
         if "free" in V:
             free, n = s["free"], C["CP"] * C["LocalPages"]       # PageIds = 0..n-1
