@@ -194,6 +194,56 @@ class RefinementMap(Protocol):
 _COMPOUND: dict = {}
 
 
+#: constants bindings shared by every monitor of the process: (spec module, typed raw
+#: constants) -> the binding `spec.constants` built. Keyed by the module object, not its
+#: name: a module generated from an edited spec (the generator's tests make them) has the
+#: same name. A binding is a pure function of those values and nothing writes one after it
+#: is built, so a cache's monitors, a companion's, a cache check's reference binding and the
+#: next cache's monitors share one; bounded (each holds materialized sets), the oldest
+#: dropped first. Building HostTier's binding (its node, slot and request sets) cost ~50 us
+#: warm and ~200 us inside a replay, three times in each sample-mode replay of the monitors
+#: bench (two samples and the final check).
+_BINDINGS: dict = {}
+_BINDINGS_MAX = 256
+#: the value types a binding's key takes as they are (and frozensets of them)
+_KEY_ATOMS = (int, str, bool, type(None))
+
+
+def _binding_key(spec, raw: dict) -> tuple | None:
+    """`raw`'s key in _BINDINGS, or None (not shared) for a value of another type. Each
+    value is keyed with its class, so 1 and TRUE (equal and of equal hash in Python) never
+    share a binding: the ASSUMEs test the class."""
+    items = []
+    for k, v in raw.items():
+        cls = v.__class__
+        if cls in _KEY_ATOMS:
+            items.append((k, cls, v))
+        elif cls is frozenset:
+            if any(x.__class__ not in _KEY_ATOMS for x in v):
+                return None
+            # (the element classes too: {1} and {TRUE} are equal sets)
+            items.append((k, cls, frozenset([(x.__class__, x) for x in v])))
+        else:
+            return None
+    items.sort(key=_first)
+    return (spec, *items)
+
+
+def binding(spec, raw: dict) -> dict:
+    """`spec.constants(raw)`, shared with every other monitor of the process that asked for
+    the same constants (read it, never write it)."""
+    key = _binding_key(spec, raw)
+    if key is None:
+        return spec.constants(raw)
+    C = _BINDINGS.get(key)
+    if C is None:
+        C = spec.constants(raw)
+        if len(_BINDINGS) >= _BINDINGS_MAX:
+            _BINDINGS.pop(next(iter(_BINDINGS)), None)
+        _BINDINGS[key] = C
+    return C
+
+
 def compound_step(action) -> tuple:
     """What `bind` reports for an event a map checks as a compound of spec steps (the
     invariants only, after it): one shared value per action."""
@@ -527,7 +577,7 @@ class Monitor:
         if C is None:
             if len(self._cache) >= 64:       # bounded: each binding holds materialized sets
                 self._cache.pop(next(iter(self._cache)))
-            C = self._cache[key] = self.spec.constants(raw if raw is not None else self.rmap.constants())
+            C = self._cache[key] = binding(self.spec, raw if raw is not None else self.rmap.constants())
         return C
 
     # ------------------------------------------------------------ listener
@@ -816,7 +866,7 @@ class Monitor:
         if self.incremental:
             self._sync_pending()
             t = self.rmap.reference_state()
-            C = self.spec.constants(self.rmap.reference_constants())
+            C = binding(self.spec, self.rmap.reference_constants())
             # the reference numbers pages in DFS preorder, the history's states in the
             # map's positions: a failure's trace holds the checked state alone (a diff
             # across the two numberings would be a renaming, not what changed)

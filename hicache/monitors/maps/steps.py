@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 
-from hicache.monitors.runtime import Monitor, Step, VerifyConfig
+from hicache.monitors.runtime import Monitor, Step, VerifyConfig, binding
 
 
 class SequenceMonitor(Monitor):
@@ -85,7 +85,7 @@ class SequenceMonitor(Monitor):
         key = tuple(sorted((k, frozenset(v) if isinstance(v, (set, frozenset)) else v) for k, v in raw.items()))
         C = self._cache.get(key)
         if C is None:
-            C = self._cache[key] = self.spec.constants(raw)
+            C = self._cache[key] = binding(self.spec, raw)
         return C
 
 
