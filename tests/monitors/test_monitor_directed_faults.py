@@ -617,3 +617,73 @@ def test_a_requests_pages_filed_under_another_prefix(tmp_path):
     assert (e.value.property, e.value.failure.index) == ("DeviceInsert", 2)
     assert f"not below node {held.id} where its prefix ended" in e.value.conjunct
     assert r.node.parent is other
+
+
+def _load_with_layers(c, layers):
+    """Pages [1, 2] served, evicted to host, matched again and loaded back by a loader that
+    copies and reports the layers `layers(n)` of its n (the fault: not each of 0..n-1 once);
+    the load's ack is polled by `finish`'s drain: (the request, its load op)."""
+    from hicache.runtime.transfer import LoadOp
+    serve(c, [1, 2])
+    c.evict_device(4)
+    run = LoadOp.run
+
+    def faulty_run(op):
+        for layer in layers(op.layers):
+            op._copy_layer(layer)
+            with op._cond:
+                op.layers_done = max(op.layers_done, layer + 1)
+                op._cond.notify_all()
+            op._on_layer(layer)
+    LoadOp.run = faulty_run
+    try:
+        r = c.match([1, 2])
+        op = c.load_back(r)
+        op.wait()
+    finally:
+        LoadOp.run = run
+    return r, op
+
+
+@pytest.mark.parametrize("layers, missing", [(lambda n: range(n - 1), "missing [1]"),
+                                             (lambda n: [0] * n, "missing [1]"),
+                                             (lambda n: [*range(n - 1), n], "missing [1]")],
+                         ids=["last-layer-skipped", "a-layer-reported-twice", "a-layer-out-of-range"])
+def test_a_load_acknowledged_before_its_last_layer_landed(tmp_path, layers, missing):
+    """A load-back whose loader stops a layer short (an off-by-one in its layer loop), reports
+    one layer twice, or one that does not exist: the ack lets the forward pass read a layer
+    that is not on device, and leaves a legal-looking state (every invariant holds after it).
+    LoadBackFinish's `\\A n \\in Loading(q) : loadDone[n] = NLayers`, in tree form, names it
+    at the ack: loadDone is the layers the load's LoadBackLayer events reported, each once."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r, op = _load_with_layers(c, layers)
+    with pytest.raises(ProtocolViolation) as e:
+        c.finish(r)
+        c.drain()
+    assert (e.value.property, e.value.failure.index, e.value.action) == ("LoadBackFinish", 2, "LoadBackFinish")
+    assert f"of NLayers = {c.cfg.layers}" in e.value.conjunct and missing in e.value.conjunct
+
+
+def test_a_load_acknowledged_early_passes_every_invariant(tmp_path, monkeypatch):
+    """Without the ack's layer check the same fault goes through: nothing after the ack
+    sees it (the reason the check is a guard on the state before the event)."""
+    from hicache.monitors.maps import host_tier_guards as G
+    monkeypatch.setitem(G.REQUEST_GUARDS, "LoadBackFinish", G._load_end)
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r, op = _load_with_layers(c, lambda n: range(n - 1))
+    c.finish(r)
+    c.drain()
+    serve(c, [3])
+    c.close()
+    assert op.layers_done == c.cfg.layers - 1 and mon.checked > 0
+
+
+def test_every_layer_of_a_load_landing_is_legal_in_any_order(tmp_path):
+    """The check counts the layers that landed, not their order."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), layers=3)
+    r, op = _load_with_layers(c, lambda n: reversed(range(n)))
+    c.finish(r)
+    c.drain()
+    c.close()
+    assert mon.checked > 0 and not mon.tripped and mon.rmap._layers == {}
+

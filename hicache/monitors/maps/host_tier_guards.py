@@ -29,7 +29,9 @@ bind saw), the guards of:
                  child's copy acknowledged while its parent's has not landed (the parent's
                  ending in the same ack is fine: acks apply parents first);
   LoadBackFinish / LoadBackFail
-                 an ack releasing slots that no load-back held (not PROTECTED);
+                 an ack releasing slots that no load-back held (not PROTECTED); a
+                 LoadBackFinish before every layer of its load landed (its LoadBackLayer
+                 events: loadDone[n] = NLayers);
   PrefetchFinish a request's fetch ended when none was in flight (settled twice), or an
                  abandoned fetch's end (`orphan`) freeing slots it did not hold (not
                  RESERVED);
@@ -332,6 +334,26 @@ def _load_end(m, action: str, fields: dict) -> Failure | None:
                      "LoadEnd(q): req[q] = \"loading\", its load holding them")
 
 
+def _load_back_finish(m, action: str, fields: dict) -> Failure | None:
+    """LoadBackFinish: LoadEnd(q), then `\\A n \\in Loading(q) : loadDone[n] = NLayers` in
+    tree form: the load's LoadBackLayer events reported each layer 0..NLayers-1 (loadDone
+    counts the layers that landed: one reported twice counts once, one out of range not at
+    all). An ack before its last layer landed lets the forward pass read a layer's KV that
+    is not on device, and leaves a legal-looking state: no invariant sees it afterwards."""
+    broke = _load_end(m, action, fields)
+    if broke is not None:
+        return broke
+    n = m.cache.cfg.layers
+    landed = m.layers_landed
+    if len(landed) == n and all(layer.__class__ is int and 0 <= layer < n for layer in landed):
+        return None
+    seen = sorted(landed, key=repr)
+    missing = [layer for layer in range(n) if layer not in landed]
+    return _fail(action, 1, f"request {fields.get('rid')}'s load-back of nodes {list(fields.get('nodes') or ())} "
+                            f"acknowledged with layers {seen} reported, of NLayers = {n}"
+                            + (f" (missing {missing})" if missing else ""))
+
+
 def _load_back_start(m, action: str, fields: dict) -> Failure | None:
     broke = _request_live(m, action, fields)
     if broke is not None:
@@ -427,7 +449,7 @@ NODE_GUARDS = {
 REQUEST_GUARDS = {
     "RequestMatch": _request_match, "RequestFinish": _request_live, "RequestAbort": _request_live,
     "DeviceInsert": _device_insert, "LoadBackStart": _load_back_start, "PrefetchStart": _prefetch_start,
-    "LoadBackFinish": _load_end, "LoadBackFail": _load_end, "PrefetchFinish": _prefetch_end,
+    "LoadBackFinish": _load_back_finish, "LoadBackFail": _load_end, "PrefetchFinish": _prefetch_end,
 }
 
 #: the phase each request action's first conjunct asks of its request (req[q] = ...)

@@ -68,6 +68,9 @@ PAGE_VARS = tuple(v for v in NODE_VARS if v != "loadDone")
 _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "PrefetchStart", "PrefetchFinish",
                           "LoadBackStart", "LoadBackFinish", "LoadBackFail", "DeviceInsert"})
 
+#: the acks that end a load-back (whose layers the map stops following)
+_LOAD_ACKS = frozenset({"LoadBackFinish", "LoadBackFail"})
+
 #: events whose node's host-side values (its backupOp pages) are re-mapped at the next sync
 _BACKUP_ACTIONS = frozenset({"BackupStart", "BackupFinish"})
 
@@ -125,6 +128,12 @@ def stop_journal(lists: list, journal: set) -> None:
     forgets what it had; `lists` is what `journal_tree` returned for it."""
     _drop_journal(lists, journal)
     journal.clear()
+
+
+def _load_key(fields: dict) -> tuple:
+    """A load-back's identity in its events (LoadBackLayer, LoadBackFinish, LoadBackFail):
+    its request and its nodes (a node is in one load at a time)."""
+    return fields.get("rid"), tuple(fields.get("nodes") or ())
 
 
 def walk_journaled(todo, root, mapped, enter, leave) -> None:
@@ -205,6 +214,11 @@ class IncrementalHostTierMap(HostTierMap):
         self.phase_before = None                     # the last event's request's phase before it (None: not live)
         self.lock_before = None                      # ... the node id its lock was on before it (None: none)
         self.fetching: frozenset = _EMPTY            # rids with a fetch of their own in flight (not orphaned)
+        # the layers of each load-back in flight its LoadBackLayer events reported: (rid,
+        # node ids) -> layer indices (loadDone in tree form: the layers that landed, each
+        # counted once); the last load ack's, taken by bind
+        self._layers: dict[tuple, set] = {}
+        self.layers_landed: set | frozenset = _EMPTY
         host = cache.host
         self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
         self.slot_names = [_NAMES[int(x)] for x in self.slot_seen] if host is not None else ["idle"]
@@ -225,6 +239,15 @@ class IncrementalHostTierMap(HostTierMap):
 
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
+        if action == "LoadBackLayer":
+            # (emitted on the loader's thread, serialized with every other event by the bus:
+            # recorded only, no step; the ack's guard reads it, see _layers)
+            self._layers.setdefault(_load_key(fields), set()).add(fields.get("layer"))
+            return None
+        if action in _LOAD_ACKS:
+            # the layers that landed for the load this ack ends (its guard's loadDone),
+            # taken here, where every event passes, not in the guard, which sample mode skips
+            self.layers_landed = self._layers.pop(_load_key(fields), _EMPTY)
         rid = fields.get("rid")
         # the event's request's phase before it, None when it was not live (the request
         # guards' pre-state: bind moves the phases on before the guards run)
