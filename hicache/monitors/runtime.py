@@ -205,6 +205,9 @@ _COMPOUND: dict = {}
 #: bench (two samples and the final check).
 _BINDINGS: dict = {}
 _BINDINGS_MAX = 256
+#: held to add or drop one (monitors on transfer threads build bindings too: the oldest
+#: key's lookup must not see the dict change under it); a lookup needs no lock
+_BINDINGS_LOCK = threading.Lock()
 #: the value types a binding's key takes as they are (and frozensets of them)
 _KEY_ATOMS = (int, str, bool, type(None))
 
@@ -238,9 +241,10 @@ def binding(spec, raw: dict) -> dict:
     C = _BINDINGS.get(key)
     if C is None:
         C = spec.constants(raw)
-        if len(_BINDINGS) >= _BINDINGS_MAX:
-            _BINDINGS.pop(next(iter(_BINDINGS)), None)
-        _BINDINGS[key] = C
+        with _BINDINGS_LOCK:
+            if len(_BINDINGS) >= _BINDINGS_MAX:
+                _BINDINGS.pop(next(iter(_BINDINGS)), None)
+            C = _BINDINGS.setdefault(key, C)      # (another thread's, built meanwhile: one binding)
     return C
 
 

@@ -347,7 +347,7 @@ def _load_back_finish(m, action: str, fields: dict) -> Failure | None:
     landed = m.layers_landed
     if len(landed) == n and all(layer.__class__ is int and 0 <= layer < n for layer in landed):
         return None
-    seen = sorted(landed, key=repr)
+    seen = sorted(landed, key=lambda x: (x.__class__ is not int, x if x.__class__ is int else 0, repr(x)))
     missing = [layer for layer in range(n) if layer not in landed]
     return _fail(action, 1, f"request {fields.get('rid')}'s load-back of nodes {list(fields.get('nodes') or ())} "
                             f"acknowledged with layers {seen} reported, of NLayers = {n}"
