@@ -204,7 +204,7 @@ _COMPOUND: dict = {}
 #: warm and ~200 us inside a replay, three times in each sample-mode replay of the monitors
 #: bench (two samples and the final check).
 _BINDINGS: dict = {}
-_BINDINGS_MAX = 256
+_BINDINGS_MAX = 64       # (as a monitor's own cache: a binding can hold sets of every host slot)
 #: held to add or drop one (monitors on transfer threads build bindings too: the oldest
 #: key's lookup must not see the dict change under it); a lookup needs no lock
 _BINDINGS_LOCK = threading.Lock()
