@@ -724,10 +724,9 @@ class Monitor:
         self.history.append(Step(step, name, self._recorded(fields), t))
         prev, self.prev = self.prev, t
         C = self.constants()
-        for inv in self._invariants_for(C).values():
-            f = inv(C, t)
-            if f is not None:
-                self.fail("invariant", name, fields, f, prev, t, step=step)
+        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
+        if f is not None:
+            self.fail("invariant", name, fields, f, prev, t, step=step)
 
     def _map_and_check(self, name: str, fields: dict, steps) -> None:
         """A checked event on an invariant-only map: the state after it, mapped from scratch,
