@@ -52,7 +52,7 @@ def _strip(node):
 
 #: names generated code may take from hicache.monitors.rt (imported when used)
 _RT_NAMES = ("BI", "STD", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "bool_free", "case_fail", "choose",
-             "fast_ap", "FastPathFailed", "conj_error", "exc", "in_c", "in_set", "it", "mk_fcn", "normalize", "once")
+             "fast_ap", "FastPathFailed", "conj_error", "exc", "in_c", "in_set", "it", "mk_fcn", "no_ap", "normalize", "once")
 
 #: inlined Python operators for integer/boolean builtins (same results on valid inputs)
 _INLINE_BIN = {"+": "+", "-": "-", "*": "*", "<": "<", ">": ">", "<=": "<=", ">=": ">="}
@@ -148,13 +148,13 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             by_dom[en.domain].append(en)
     for block in blocks:
         dom = block[0].domain
-        if dom is None:
-            code = block[0].code
-        elif len(block) == 1:
-            code = block[0].code
+        if dom is None or len(block) == 1:
+            prelude, (code,) = _hoist_fast([block[0].code], bound)
+            live = {}
         else:
-            code = " and ".join(f"(not {en.guard} or {en.code})" for en in block)
-        prelude, (code,) = _hoist_fast([code], bound)
+            prelude, codes = _hoist_fast([en.code for en in block], bound)
+            code = " and ".join(f"(not {en.guard} or {c})" for en, c in zip(block, codes))
+            live = _live_reads(prelude, [en.guard for en in block], codes)
         bound += len(prelude)
         if dom is None:
             out.append(f"{indent}if ({block[0].cond}):\n")
@@ -172,7 +172,11 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             out += [f"{indent}    {en.guard} = {en.cond}\n" for en in block]
             out.append(f"{indent}    if {' or '.join(en.guard for en in block)}:\n")
             body = indent + "        "
-        out += [f"{body}{line}\n" for line in prelude]
+        for line in prelude:
+            name, expr = line.split(" = ", 1)
+            if name in live:
+                line = f"{name} = {expr} if {live[name]} else no_ap{expr[len('fast_ap'):]}"
+            out.append(f"{body}{line}\n")
         # one element at a time: what the predicate reads of the element more than once
         # is read once, first (eagerly: where the exact form's short-circuit would have
         # skipped a read that raises, the fast path fails and the exact form decides)
@@ -183,6 +187,27 @@ def _fast_path(entries: list, indent: str) -> list[str]:
         out += [f"{body}    {name} = {expr}\n" for name, expr in reads]
         out.append(f"{body}    if not ({code}):\n")
         out.append(f"{body}        raise FastPathFailed()\n")
+    return out
+
+
+def _live_reads(prelude: list[str], guards: list[str], codes: list[str]) -> dict[str, str]:
+    """The hoisted functions of a fused loop that only some of its conjuncts apply:
+    {name: "g1 or g2 ..."}, whether a conjunct applying it runs (its guard holds). Only then
+    is it bound by `fast_ap`; otherwise by `no_ap`, whose callable reads nothing (None):
+    `fast_ap` of a sequence builds a callable, and a step that changed one request's phase
+    built one for every row variable of the request loop. Where none of its conjuncts runs,
+    each is skipped by its guard before it reads what `no_ap`'s callable returned; a read
+    of the element shared by several conjuncts (`_share_element_reads`) is made first, and
+    is then only discarded."""
+    out = {}
+    for line in prelude:
+        name, expr = line.split(" = ", 1)
+        if not expr.startswith("fast_ap("):
+            continue      # (a constant's or a variable's read: one dict lookup, always bound)
+        use = re.compile(rf"(?<![\w.]){name}\(")
+        users = [g for g, c in zip(guards, codes) if use.search(c)]
+        if len(users) < len(guards):
+            out[name] = " or ".join(users) if users else "False"
     return out
 
 

@@ -19,7 +19,7 @@ from hicache.tla.values import (
 
 __all__ = [
     "BI", "STD", "FastPathFailed", "Failure", "Fcn", "FcnSet", "Interval", "RecordSet", "ap", "bool_free",
-    "case_fail", "choose", "conj_error", "domain_is", "exc", "fast_ap", "in_c", "in_set", "it", "mk_fcn", "normalize",
+    "case_fail", "choose", "conj_error", "domain_is", "exc", "fast_ap", "in_c", "in_set", "it", "mk_fcn", "no_ap", "normalize",
     "once",
 ]
 
@@ -141,6 +141,16 @@ def fast_ap(f):
             raise EvalError(f"index {fmt(x)} is out of the domain 1..{len(_f)}")
         return seq_at
     return functools.partial(ap, f)
+
+
+def no_ap(f):
+    """`fast_ap` of a function a fused fast path does not apply at this step (every conjunct
+    applying it is skipped by its guard: codegen._live_reads): a callable that reads
+    nothing and returns None, which no running conjunct sees."""
+    return _NO_READ
+
+
+_NO_READ = {}.get      # (an empty dict's get: a C call, the element's read skipped)
 
 
 def _update(val, keys, fn):

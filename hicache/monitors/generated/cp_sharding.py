@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, no_ap, normalize, once
 
 SPEC = 'spec/CPSharding.tla'
 MODULE = 'CPSharding'
@@ -823,15 +823,15 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u5_1 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[1]))
             _u5_2 = _k5 and (V is None or not V.isdisjoint(_R_inv_NoDoubleAllocation[2]))
             if _u0_0 or _u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_0 or _u4_0 or _u5_1 or _u5_2:
-                _a0 = fast_ap(s['rot'])
-                _a1 = fast_ap(s['len'])
-                _a2 = fast_ap(s['page'])
-                _a3 = fast_ap(s['host'])
-                _r4 = C['$h4']
-                _r5 = C['$h4!']
-                _r6 = C['$h5']
-                _r7 = C['$h6']
-                _r8 = C['$h6!']
+                _a0 = fast_ap(s['rot']) if _u0_0 or _u1_0 or _u4_0 else no_ap(s['rot'])
+                _r1 = C['$h4']
+                _r2 = C['$h4!']
+                _a3 = fast_ap(s['len']) if _u0_1 or _u1_0 or _u2_0 or _u3_0 or _u4_0 or _u5_2 else no_ap(s['len'])
+                _r4 = C['$h5']
+                _a5 = fast_ap(s['page']) if _u0_2 or _u1_0 or _u2_0 or _u3_0 or _u5_1 or _u5_2 else no_ap(s['page'])
+                _r6 = C['$h6']
+                _r7 = C['$h6!']
+                _a8 = fast_ap(s['host']) if _u0_3 or _u3_0 or _u5_2 else no_ap(s['host'])
                 _r9 = C['$h7']
                 _r10 = C['$h7!']
                 _r11 = C['NoPage']
@@ -843,10 +843,10 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
                 _r17 = C['Pos']
                 for e_Chains in it(D['Chains']):
                     _e0 = _a0(e_Chains)
-                    _e1 = _a1(e_Chains)
-                    _e2 = _a2(e_Chains)
-                    _e3 = _a3(e_Chains)
-                    if not ((not _u0_0 or ((_e0 in _r4 and (_e0.__class__ is int or _e0.__class__ is str)) if _r5 else in_set(_e0, _r4))) and (not _u0_1 or (_e1 in _r6)) and (not _u0_2 or ((_e2 in _r7 and (_e2.__class__ is int or _e2.__class__ is str)) if _r8 else in_set(_e2, _r7))) and (not _u0_3 or ((_e3 in _r9 and (_e3.__class__ is int or _e3.__class__ is str)) if _r10 else in_set(_e3, _r9))) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r11)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r12))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e2, (v_P_3 - 1)) != _r11))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r12))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e3, v_P_3) != _r13))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r14)) or all((lambda l_n_6: in_set(l_n_6(), frozenset((normalize(_b_div(_e1, _r12)), normalize(_b_div((_e1 + (_r12 - 1)), _r12)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r12) == v_r_5))))) for v_r_5 in it(_r15)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r11)) or (not in_set(ap(_e2, v_P_12), _r16))) for v_P_12 in it(_r17))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r11) and (ap(_e3, v_P_13) == _r13))) for v_P_13 in it(_r17)))):
+                    _e1 = _a3(e_Chains)
+                    _e2 = _a5(e_Chains)
+                    _e3 = _a8(e_Chains)
+                    if not ((not _u0_0 or ((_e0 in _r1 and (_e0.__class__ is int or _e0.__class__ is str)) if _r2 else in_set(_e0, _r1))) and (not _u0_1 or (_e1 in _r4)) and (not _u0_2 or ((_e2 in _r6 and (_e2.__class__ is int or _e2.__class__ is str)) if _r7 else in_set(_e2, _r6))) and (not _u0_3 or ((_e3 in _r9 and (_e3.__class__ is int or _e3.__class__ is str)) if _r10 else in_set(_e3, _r9))) and (not _u1_0 or all(((not (ap(_e2, v_P_3) != _r11)) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == d_ChainOwner(C, s, None, _e0, v_P_3, _r12))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u2_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e2, (v_P_3 - 1)) != _r11))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == _b_mod((d_Owner(C, s, None, ap(_e2, (v_P_3 - 1))) + 1), _r12))) for v_P_3 in it(_b_range_(1, (_e1 - 1))))) and (not _u3_0 or all(((not ((ap(_e2, v_P_3) != _r11) and (ap(_e3, v_P_3) != _r13))) or (d_Owner(C, s, None, ap(_e2, v_P_3)) == ap(_e3, v_P_3))) for v_P_3 in it(_b_range_(0, (_e1 - 1))))) and (not _u4_0 or ((not (_e0 != _r14)) or all((lambda l_n_6: in_set(l_n_6(), frozenset((normalize(_b_div(_e1, _r12)), normalize(_b_div((_e1 + (_r12 - 1)), _r12)),))))(once(lambda: _b_Cardinality(frozenset(v_P_7 for v_P_7 in it(_b_range_(0, (_e1 - 1))) if (d_ChainOwner(C, s, None, _e0, v_P_7, _r12) == v_r_5))))) for v_r_5 in it(_r15)))) and (not _u5_1 or all(((not (ap(_e2, v_P_12) != _r11)) or (not in_set(ap(_e2, v_P_12), _r16))) for v_P_12 in it(_r17))) and (not _u5_2 or all(((not (v_P_13 >= _e1)) or ((ap(_e2, v_P_13) == _r11) and (ap(_e3, v_P_13) == _r13))) for v_P_13 in it(_r17)))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'free' in V)):
             _r18 = s['free']

@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, no_ap, normalize, once
 
 SPEC = 'spec/DraftState.tla'
 MODULE = 'DraftState'
@@ -884,33 +884,33 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoReadBeforeCompletion[0]))
             _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndicesFromDeclaredSource[0]))
             if _u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_6 or _u0_7 or _u1_0 or _u2_0 or _u4_0:
-                _a2 = fast_ap(s['phase'])
-                _a3 = fast_ap(s['tgtDone'])
-                _a4 = fast_ap(s['draftDone'])
-                _a5 = fast_ap(s['read'])
-                _a6 = fast_ap(s['readStale'])
-                _a7 = fast_ap(s['srcIdx'])
-                _a8 = fast_ap(s['xferIdx'])
-                _a9 = fast_ap(s['layout'])
-                _r10 = C['$h8']
-                _r11 = C['$h9']
-                _r12 = C['$h9!']
-                _r13 = C['$h10']
-                _r14 = C['$h10!']
-                _r15 = C['$h11']
-                _r16 = C['$h11!']
-                _r17 = C['$h12']
-                _r18 = C['$h12!']
-                _r19 = C['DraftPools']
+                _a2 = fast_ap(s['phase']) if _u0_1 or _u1_0 or _u2_0 or _u4_0 else no_ap(s['phase'])
+                _r3 = C['$h8']
+                _a4 = fast_ap(s['tgtDone']) if _u0_2 or _u1_0 else no_ap(s['tgtDone'])
+                _a5 = fast_ap(s['draftDone']) if _u0_3 or _u1_0 else no_ap(s['draftDone'])
+                _r6 = C['$h9']
+                _r7 = C['$h9!']
+                _a8 = fast_ap(s['read']) if _u0_4 or _u2_0 else no_ap(s['read'])
+                _r9 = C['$h10']
+                _r10 = C['$h10!']
+                _a11 = fast_ap(s['readStale']) if _u0_5 or _u2_0 else no_ap(s['readStale'])
+                _a12 = fast_ap(s['srcIdx']) if _u0_6 or _u4_0 else no_ap(s['srcIdx'])
+                _r13 = C['$h11']
+                _r14 = C['$h11!']
+                _a15 = fast_ap(s['xferIdx']) if _u0_7 or _u4_0 else no_ap(s['xferIdx'])
+                _r16 = C['$h12']
+                _r17 = C['$h12!']
+                _r18 = C['DraftPools']
+                _a19 = fast_ap(s['layout']) if _u4_0 else no_ap(s['layout'])
                 for e_Transfers in it(D['Transfers']):
                     _e0 = _a2(e_Transfers)
-                    _e1 = _a3(e_Transfers)
-                    _e2 = _a4(e_Transfers)
-                    _e3 = _a5(e_Transfers)
-                    _e4 = _a6(e_Transfers)
-                    _e5 = _a7(e_Transfers)
-                    _e6 = _a8(e_Transfers)
-                    if not ((not _u0_1 or (_e0 in _r10)) and (not _u0_2 or (_e1.__class__ is bool)) and (not _u0_3 or ((_e2 in _r11 and (_e2.__class__ is int or _e2.__class__ is str)) if _r12 else in_set(_e2, _r11))) and (not _u0_4 or ((_e3 in _r13 and (_e3.__class__ is int or _e3.__class__ is str)) if _r14 else in_set(_e3, _r13))) and (not _u0_5 or ((_e4 in _r13 and (_e4.__class__ is int or _e4.__class__ is str)) if _r14 else in_set(_e4, _r13))) and (not _u0_6 or ((_e5 in _r15 and (_e5.__class__ is int or _e5.__class__ is str)) if _r16 else in_set(_e5, _r15))) and (not _u0_7 or ((_e6 in _r17 and (_e6.__class__ is int or _e6.__class__ is str)) if _r18 else in_set(_e6, _r17))) and (not _u1_0 or ((not (_e0 == 'fired')) or (_e1 and (_e2 == _r19)))) and (not _u2_0 or (((not (_e3 != frozenset())) or (_e0 == 'fired')) and (_e4 == frozenset()))) and (not _u4_0 or ((not (_e0 != 'idle')) or all((ap(_e6, v_p_3) == (ap(_e5, 'kv') if (_a9(v_p_3) == 'packed') else ap(_e5, d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r19))))):
+                    _e1 = _a4(e_Transfers)
+                    _e2 = _a5(e_Transfers)
+                    _e3 = _a8(e_Transfers)
+                    _e4 = _a11(e_Transfers)
+                    _e5 = _a12(e_Transfers)
+                    _e6 = _a15(e_Transfers)
+                    if not ((not _u0_1 or (_e0 in _r3)) and (not _u0_2 or (_e1.__class__ is bool)) and (not _u0_3 or ((_e2 in _r6 and (_e2.__class__ is int or _e2.__class__ is str)) if _r7 else in_set(_e2, _r6))) and (not _u0_4 or ((_e3 in _r9 and (_e3.__class__ is int or _e3.__class__ is str)) if _r10 else in_set(_e3, _r9))) and (not _u0_5 or ((_e4 in _r9 and (_e4.__class__ is int or _e4.__class__ is str)) if _r10 else in_set(_e4, _r9))) and (not _u0_6 or ((_e5 in _r13 and (_e5.__class__ is int or _e5.__class__ is str)) if _r14 else in_set(_e5, _r13))) and (not _u0_7 or ((_e6 in _r16 and (_e6.__class__ is int or _e6.__class__ is str)) if _r17 else in_set(_e6, _r16))) and (not _u1_0 or ((not (_e0 == 'fired')) or (_e1 and (_e2 == _r18)))) and (not _u2_0 or (((not (_e3 != frozenset())) or (_e0 == 'fired')) and (_e4 == frozenset()))) and (not _u4_0 or ((not (_e0 != 'idle')) or all((ap(_e6, v_p_3) == (ap(_e5, 'kv') if (_a19(v_p_3) == 'packed') else ap(_e5, d_SourceOf(C, s, None, v_p_3)))) for v_p_3 in it(_r18))))):
                         raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

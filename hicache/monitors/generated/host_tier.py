@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, no_ap, normalize, once
 
 SPEC = 'spec/HostTier.tla'
 MODULE = 'HostTier'
@@ -1382,29 +1382,29 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u3_0 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[0]))
             _u3_1 = _k3 and (V is None or not V.isdisjoint(_R_inv_TreeCopiesConsistent[1]))
             if _u0_2 or _u0_3 or _u0_4 or _u0_5 or _u0_7 or _u0_8 or _u0_9 or _u2_0 or _u3_0 or _u3_1:
-                _a5 = fast_ap(s['dev'])
-                _a6 = fast_ap(s['host'])
-                _a7 = fast_ap(s['stor'])
-                _a8 = fast_ap(s['hits'])
-                _a9 = fast_ap(s['backupOp'])
-                _a10 = fast_ap(s['loadReq'])
-                _a11 = fast_ap(s['loadDone'])
-                _a12 = fast_ap(s['slot'])
-                _r13 = C['$h12']
-                _r14 = C['$h12!']
-                _r15 = C['$h13']
-                _r16 = C['$h14']
-                _r17 = C['$h14!']
-                _r18 = C['$h15']
+                _a5 = fast_ap(s['dev']) if _u0_2 or _u3_0 or _u3_1 else no_ap(s['dev'])
+                _a6 = fast_ap(s['host']) if _u0_3 or _u2_0 or _u3_0 or _u3_1 else no_ap(s['host'])
+                _r7 = C['$h12']
+                _r8 = C['$h12!']
+                _a9 = fast_ap(s['stor']) if _u0_4 else no_ap(s['stor'])
+                _a10 = fast_ap(s['hits']) if _u0_5 else no_ap(s['hits'])
+                _r11 = C['$h13']
+                _a12 = fast_ap(s['backupOp']) if _u0_7 or _u3_1 else no_ap(s['backupOp'])
+                _a13 = fast_ap(s['loadReq']) if _u0_8 or _u2_0 or _u3_1 else no_ap(s['loadReq'])
+                _r14 = C['$h14']
+                _r15 = C['$h14!']
+                _a16 = fast_ap(s['loadDone']) if _u0_9 else no_ap(s['loadDone'])
+                _r17 = C['$h15']
+                _a18 = fast_ap(s['slot']) if _u2_0 else no_ap(s['slot'])
                 _r19 = C['NoReq']
                 _r20 = s['len']
                 _r21 = C['NoSlot']
                 for e_Nodes in it(D['Nodes']):
                     _e0 = _a5(e_Nodes)
                     _e1 = _a6(e_Nodes)
-                    _e2 = _a9(e_Nodes)
-                    _e3 = _a10(e_Nodes)
-                    if not ((not _u0_2 or (_e0.__class__ is bool)) and (not _u0_3 or ((_e1 in _r13 and (_e1.__class__ is int or _e1.__class__ is str)) if _r14 else in_set(_e1, _r13))) and (not _u0_4 or (_a7(e_Nodes).__class__ is bool)) and (not _u0_5 or (_a8(e_Nodes) in _r15)) and (not _u0_7 or ((_e2 in _r13 and (_e2.__class__ is int or _e2.__class__ is str)) if _r14 else in_set(_e2, _r13))) and (not _u0_8 or ((_e3 in _r16 and (_e3.__class__ is int or _e3.__class__ is str)) if _r17 else in_set(_e3, _r16))) and (not _u0_9 or (_a11(e_Nodes) in _r18)) and (not _u2_0 or ((not (_e3 != _r19)) or (((e_Nodes < _r20)) and (_e1 != _r21) and (_a12(_e1) == 'protected')))) and (not _u3_0 or ((not ((e_Nodes < _r20))) or (_e0 or (_e1 != _r21)))) and (not _u3_1 or ((not (not ((e_Nodes < _r20)))) or ((((not _e0) and (_e1 == _r21)) and (_e2 == _r21)) and (_e3 == _r19))))):
+                    _e2 = _a12(e_Nodes)
+                    _e3 = _a13(e_Nodes)
+                    if not ((not _u0_2 or (_e0.__class__ is bool)) and (not _u0_3 or ((_e1 in _r7 and (_e1.__class__ is int or _e1.__class__ is str)) if _r8 else in_set(_e1, _r7))) and (not _u0_4 or (_a9(e_Nodes).__class__ is bool)) and (not _u0_5 or (_a10(e_Nodes) in _r11)) and (not _u0_7 or ((_e2 in _r7 and (_e2.__class__ is int or _e2.__class__ is str)) if _r8 else in_set(_e2, _r7))) and (not _u0_8 or ((_e3 in _r14 and (_e3.__class__ is int or _e3.__class__ is str)) if _r15 else in_set(_e3, _r14))) and (not _u0_9 or (_a16(e_Nodes) in _r17)) and (not _u2_0 or ((not (_e3 != _r19)) or (((e_Nodes < _r20)) and (_e1 != _r21) and (_a18(_e1) == 'protected')))) and (not _u3_0 or ((not ((e_Nodes < _r20))) or (_e0 or (_e1 != _r21)))) and (not _u3_1 or ((not (not ((e_Nodes < _r20)))) or ((((not _e0) and (_e1 == _r21)) and (_e2 == _r21)) and (_e3 == _r19))))):
                         raise FastPathFailed()
         if D['HSlots']:
             _u0_6 = _k0 and (V is None or 'slot' in V)
@@ -1424,21 +1424,21 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u0_14 = _k0 and (V is None or 'pfAbort' in V)
             _u4_0 = _k4 and (V is None or not V.isdisjoint(_R_inv_LockedNodesKept[0]))
             if _u0_10 or _u0_11 or _u0_12 or _u0_13 or _u0_14 or _u4_0:
-                _a24 = fast_ap(s['req'])
-                _a25 = fast_ap(s['reqLen'])
-                _a26 = fast_ap(s['pfSlot'])
-                _a27 = fast_ap(s['pfNode'])
-                _a28 = fast_ap(s['pfAbort'])
-                _r29 = C['ReqStates']
-                _r30 = C['$h0']
-                _r31 = C['$h12']
-                _r32 = C['$h12!']
-                _r33 = C['Nodes']
+                _a24 = fast_ap(s['req']) if _u0_10 or _u4_0 else no_ap(s['req'])
+                _r25 = C['ReqStates']
+                _a26 = fast_ap(s['reqLen']) if _u0_11 or _u4_0 else no_ap(s['reqLen'])
+                _r27 = C['$h0']
+                _a28 = fast_ap(s['pfSlot']) if _u0_12 else no_ap(s['pfSlot'])
+                _r29 = C['$h12']
+                _r30 = C['$h12!']
+                _a31 = fast_ap(s['pfNode']) if _u0_13 else no_ap(s['pfNode'])
+                _r32 = C['Nodes']
+                _a33 = fast_ap(s['pfAbort']) if _u0_14 else no_ap(s['pfAbort'])
                 _r34 = s['len']
                 for e_Reqs in it(D['Reqs']):
                     _e0 = _a24(e_Reqs)
-                    _e1 = _a25(e_Reqs)
-                    if not ((not _u0_10 or (_e0 in _r29)) and (not _u0_11 or (_e1 in _r30)) and (not _u0_12 or in_c(_a26(e_Reqs), _r31, _r32)) and (not _u0_13 or (_a27(e_Reqs) in _r33)) and (not _u0_14 or (_a28(e_Reqs).__class__ is bool)) and (not _u4_0 or ((not (_e0 != 'idle')) or (_e1 <= _r34)))):
+                    _e1 = _a26(e_Reqs)
+                    if not ((not _u0_10 or (_e0 in _r25)) and (not _u0_11 or (_e1 in _r27)) and (not _u0_12 or in_c(_a28(e_Reqs), _r29, _r30)) and (not _u0_13 or (_a31(e_Reqs) in _r32)) and (not _u0_14 or (_a33(e_Reqs).__class__ is bool)) and (not _u4_0 or ((not (_e0 != 'idle')) or (_e1 <= _r34)))):
                         raise FastPathFailed()
         return True
     except Exception:  # FALSE or an error: the inc_<I> forms decide

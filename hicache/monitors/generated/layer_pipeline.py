@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, no_ap, normalize
 
 SPEC = 'spec/LayerPipeline.tla'
 MODULE = 'LayerPipeline'
@@ -643,20 +643,20 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_NoOverwriteWhileRead[0]))
             _u3_1 = _k3 and (V is None or 'slotLayer' in V)
             if _u0_1 or _u0_2 or _u0_3 or _u1_0 or _u2_0 or _u3_1:
-                _a2 = fast_ap(s['slotLayer'])
-                _a3 = fast_ap(s['slotFull'])
-                _a4 = fast_ap(s['gatherBusy'])
-                _a5 = fast_ap(s['restored'])
-                _r6 = C['$h4']
-                _r7 = C['$h4!']
+                _a2 = fast_ap(s['slotLayer']) if _u0_1 or _u1_0 or _u2_0 or _u3_1 else no_ap(s['slotLayer'])
+                _r3 = C['$h4']
+                _r4 = C['$h4!']
+                _a5 = fast_ap(s['slotFull']) if _u0_2 else no_ap(s['slotFull'])
+                _a6 = fast_ap(s['gatherBusy']) if _u0_3 or _u2_0 else no_ap(s['gatherBusy'])
+                _a7 = fast_ap(s['restored']) if _u1_0 else no_ap(s['restored'])
                 _r8 = C['None']
                 _r9 = C['Ranks']
                 _r10 = s['reading']
                 _r11 = s['attnNext']
                 for e_Slots in it(D['Slots']):
                     _e0 = _a2(e_Slots)
-                    _e1 = _a4(e_Slots)
-                    if not ((not _u0_1 or ((_e0 in _r6 and (_e0.__class__ is int or _e0.__class__ is str)) if _r7 else in_set(_e0, _r6))) and (not _u0_2 or (_a3(e_Slots).__class__ is bool)) and (not _u0_3 or (_e1.__class__ is bool)) and (not _u1_0 or ((not (_e0 != _r8)) or all((_a5(v_r_3) > _e0) for v_r_3 in it(_r9)))) and (not _u2_0 or ((not _e1) or (((_r10 == _r8) or (d_Slot(C, s, None, _r10) != e_Slots)) and (_r11 >= (_e0 - 1))))) and (not _u3_1 or ((not (_e0 != _r8)) or (d_Slot(C, s, None, _e0) == e_Slots)))):
+                    _e1 = _a6(e_Slots)
+                    if not ((not _u0_1 or ((_e0 in _r3 and (_e0.__class__ is int or _e0.__class__ is str)) if _r4 else in_set(_e0, _r3))) and (not _u0_2 or (_a5(e_Slots).__class__ is bool)) and (not _u0_3 or (_e1.__class__ is bool)) and (not _u1_0 or ((not (_e0 != _r8)) or all((_a7(v_r_3) > _e0) for v_r_3 in it(_r9)))) and (not _u2_0 or ((not _e1) or (((_r10 == _r8) or (d_Slot(C, s, None, _r10) != e_Slots)) and (_r11 >= (_e0 - 1))))) and (not _u3_1 or ((not (_e0 != _r8)) or (d_Slot(C, s, None, _e0) == e_Slots)))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'gatherNext' in V)):
             _r12 = s['gatherNext']

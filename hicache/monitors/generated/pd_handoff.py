@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, no_ap, normalize, once
 
 SPEC = 'spec/PDHandoff.tla'
 MODULE = 'PDHandoff'
@@ -1035,17 +1035,17 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u1_0 = _k1 and (V is None or not V.isdisjoint(_R_inv_DecodeReadsTransferred[0]))
             _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_InFlightDestOwned[0]))
             if _u0_0 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_0:
-                _a0 = fast_ap(s['ploc'])
-                _a1 = fast_ap(s['dalloc'])
-                _a2 = fast_ap(s['dland'])
-                _a3 = fast_ap(s['dread'])
-                _r4 = C['Tiers']
+                _a0 = fast_ap(s['ploc']) if _u0_0 else no_ap(s['ploc'])
+                _r1 = C['Tiers']
+                _a2 = fast_ap(s['dalloc']) if _u0_4 or _u2_0 else no_ap(s['dalloc'])
+                _a3 = fast_ap(s['dland']) if _u0_6 or _u1_0 else no_ap(s['dland'])
+                _a4 = fast_ap(s['dread']) if _u0_7 or _u1_0 else no_ap(s['dread'])
                 _r5 = s['pstate']
                 for e_Pages in it(D['Pages']):
-                    _e0 = _a1(e_Pages)
-                    _e1 = _a2(e_Pages)
-                    _e2 = _a3(e_Pages)
-                    if not ((not _u0_0 or (_a0(e_Pages) in _r4)) and (not _u0_4 or (_e0.__class__ is bool)) and (not _u0_6 or (_e1.__class__ is bool)) and (not _u0_7 or (_e2.__class__ is bool)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not (in_set(e_Pages, d_InFlight(C, s, None)) or ((_r5 == 'running') and in_set(e_Pages, d_Requested(C, s, None))))) or _e0))):
+                    _e0 = _a2(e_Pages)
+                    _e1 = _a3(e_Pages)
+                    _e2 = _a4(e_Pages)
+                    if not ((not _u0_0 or (_a0(e_Pages) in _r1)) and (not _u0_4 or (_e0.__class__ is bool)) and (not _u0_6 or (_e1.__class__ is bool)) and (not _u0_7 or (_e2.__class__ is bool)) and (not _u1_0 or ((not _e2) or _e1)) and (not _u2_0 or ((not (in_set(e_Pages, d_InFlight(C, s, None)) or ((_r5 == 'running') and in_set(e_Pages, d_Requested(C, s, None))))) or _e0))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'pstate' in V)):
             _r6 = s['pstate']

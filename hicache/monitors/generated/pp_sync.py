@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, no_ap, normalize, once
 
 SPEC = 'spec/PPSync.tla'
 MODULE = 'PPSync'
@@ -799,33 +799,33 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u2_12 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
             _u2_13 = _k2 and (V is None or not V.isdisjoint(_R_inv_IndInv[13]))
             if _u0_1 or _u0_2 or _u0_3 or _u0_4 or _u0_6 or _u0_7 or _u1_0 or _u2_4 or _u2_5 or _u2_10 or _u2_11 or _u2_12 or _u2_13:
-                _a2 = fast_ap(s['done'])
-                _a3 = fast_ap(s['applied'])
-                _a4 = fast_ap(s['checks'])
-                _a5 = fast_ap(s['upto'])
-                _a6 = fast_ap(s['pending'])
-                _a7 = fast_ap(s['chan'])
-                _a8 = fast_ap(s['agreed'])
-                _r9 = C['$h7']
-                _r10 = C['$h7!']
-                _r11 = C['$h0']
-                _r12 = C['$h8']
-                _r13 = C['$h9']
-                _r14 = C['$h9!']
-                _r15 = C['$h10']
-                _r16 = C['$h10!']
-                _r17 = s['issued']
+                _a2 = fast_ap(s['done']) if _u0_1 else no_ap(s['done'])
+                _r3 = C['$h7']
+                _r4 = C['$h7!']
+                _a5 = fast_ap(s['applied']) if _u0_2 or _u1_0 or _u2_5 else no_ap(s['applied'])
+                _r6 = C['$h0']
+                _a7 = fast_ap(s['checks']) if _u0_3 or _u1_0 or _u2_4 or _u2_5 or _u2_12 else no_ap(s['checks'])
+                _r8 = C['$h8']
+                _a9 = fast_ap(s['upto']) if _u0_4 or _u2_4 or _u2_5 else no_ap(s['upto'])
+                _r10 = C['$h9']
+                _r11 = C['$h9!']
+                _a12 = fast_ap(s['pending']) if _u0_6 or _u2_12 else no_ap(s['pending'])
+                _r13 = C['$h10']
+                _r14 = C['$h10!']
+                _a15 = fast_ap(s['chan']) if _u0_7 or _u2_11 or _u2_13 else no_ap(s['chan'])
+                _r16 = s['issued']
+                _a17 = fast_ap(s['agreed']) if _u2_4 or _u2_12 or _u2_13 else no_ap(s['agreed'])
                 _r18 = C['Checks']
                 _r19 = C['MaxChecks']
                 _r20 = C['None']
                 for e_Stages in it(D['Stages']):
-                    _e0 = _a3(e_Stages)
-                    _e1 = _a4(e_Stages)
-                    _e2 = _a5(e_Stages)
-                    _e3 = _a6(e_Stages)
-                    _e4 = _a7(e_Stages)
+                    _e0 = _a5(e_Stages)
+                    _e1 = _a7(e_Stages)
+                    _e2 = _a9(e_Stages)
+                    _e3 = _a12(e_Stages)
+                    _e4 = _a15(e_Stages)
                     _e5 = d_Received(C, s, None, e_Stages)
-                    if not ((not _u0_1 or in_c(_a2(e_Stages), _r9, _r10)) and (not _u0_2 or (_e0 in _r11)) and (not _u0_3 or (_e1 in _r12)) and (not _u0_4 or ((_e2 in _r13 and (_e2.__class__ is int or _e2.__class__ is str)) if _r14 else in_set(_e2, _r13))) and (not _u0_6 or ((_e3 in _r15 and (_e3.__class__ is int or _e3.__class__ is str)) if _r16 else in_set(_e3, _r15))) and (not _u0_7 or ((_e4 in _r15 and (_e4.__class__ is int or _e4.__class__ is str)) if _r16 else in_set(_e4, _r15))) and (not _u1_0 or ((_e0 <= _r17) and (_e1 <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _e1)) or (ap(_e2, v_k_11) == _a8(v_k_11))) for v_k_11 in it(_r18))) and (not _u2_5 or (_e0 == (0 if (_e1 == 0) else ap(_e2, _e1)))) and (not _u2_10 or (_e5 <= _r19)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (_e5 + (1 if (_e4 != _r20) else 0))))) and (not _u2_12 or ((not (_e3 != _r20)) or (_e3 == _a8(((_e1 + 1)))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_e4 != _r20))) or (_e4 == _a8((_e5 + 1)))))):
+                    if not ((not _u0_1 or in_c(_a2(e_Stages), _r3, _r4)) and (not _u0_2 or (_e0 in _r6)) and (not _u0_3 or (_e1 in _r8)) and (not _u0_4 or ((_e2 in _r10 and (_e2.__class__ is int or _e2.__class__ is str)) if _r11 else in_set(_e2, _r10))) and (not _u0_6 or ((_e3 in _r13 and (_e3.__class__ is int or _e3.__class__ is str)) if _r14 else in_set(_e3, _r13))) and (not _u0_7 or ((_e4 in _r13 and (_e4.__class__ is int or _e4.__class__ is str)) if _r14 else in_set(_e4, _r13))) and (not _u1_0 or ((_e0 <= _r16) and (_e1 <= d_AgreedRounds(C, s, None)))) and (not _u2_4 or all(((not (v_k_11 <= _e1)) or (ap(_e2, v_k_11) == _a17(v_k_11))) for v_k_11 in it(_r18))) and (not _u2_5 or (_e0 == (0 if (_e1 == 0) else ap(_e2, _e1)))) and (not _u2_10 or (_e5 <= _r19)) and (not _u2_11 or ((not (e_Stages >= 1)) or (d_Received(C, s, None, (e_Stages - 1)) == (_e5 + (1 if (_e4 != _r20) else 0))))) and (not _u2_12 or ((not (_e3 != _r20)) or (_e3 == _a17(((_e1 + 1)))))) and (not _u2_13 or ((not ((e_Stages >= 1) and (_e4 != _r20))) or (_e4 == _a17((_e5 + 1)))))):
                         raise FastPathFailed()
         if D['Checks']:
             _u0_5 = _k0 and (V is None or 'agreed' in V)

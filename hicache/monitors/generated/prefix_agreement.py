@@ -6,7 +6,7 @@ spec location); next_<Action>(C, s, t) tries every binding of the action's param
 C is `constants(raw)`; a state is a dict variable -> value (hicache.tla.values).
 """
 # flake8: noqa
-from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, normalize, once
+from hicache.monitors.rt import BI, Failure, FastPathFailed, FcnSet, STD, ap, bool_free, case_fail, choose, conj_error, exc, fast_ap, in_c, in_set, it, mk_fcn, no_ap, normalize, once
 
 SPEC = 'spec/PrefixAgreement.tla'
 MODULE = 'PrefixAgreement'
@@ -942,16 +942,16 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u2_0 = _k2 and (V is None or not V.isdisjoint(_R_inv_AcksInStep[0]))
             _u4_6 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[6]))
             if _u0_1 or _u0_2 or _u2_0 or _u4_6:
-                _a3 = fast_ap(s['tried'])
-                _a4 = fast_ap(s['loaded'])
-                _r5 = C['$h3']
+                _a3 = fast_ap(s['tried']) if _u0_1 or _u2_0 or _u4_6 else no_ap(s['tried'])
+                _r4 = C['$h3']
+                _a5 = fast_ap(s['loaded']) if _u0_2 or _u4_6 else no_ap(s['loaded'])
                 _r6 = C['$h10']
                 _r7 = s['pub']
                 _r8 = C['BatchPages']
                 for e_Ranks in it(D['Ranks']):
                     _e0 = _a3(e_Ranks)
-                    _e1 = _a4(e_Ranks)
-                    if not ((not _u0_1 or (_e0 in _r5)) and (not _u0_2 or (_e1 in _r6)) and (not _u2_0 or (_r7 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r8)))):
+                    _e1 = _a5(e_Ranks)
+                    if not ((not _u0_1 or (_e0 in _r4)) and (not _u0_2 or (_e1 in _r6)) and (not _u2_0 or (_r7 <= _e0)) and (not _u4_6 or (_e1 <= (_e0 * _r8)))):
                         raise FastPathFailed()
         if (_k0 and (V is None or 'terminated' in V)):
             _r9 = s['terminated']
@@ -987,25 +987,25 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u4_15 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[15]))
             _u4_16 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[16]))
             if _u0_6 or _u0_9 or _u0_10 or _u1_0 or _u2_1 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16:
-                _a17 = fast_ap(s['checks'])
-                _a18 = fast_ap(s['consumed'])
-                _a19 = fast_ap(s['used'])
-                _a20 = fast_ap(s['loaded'])
-                _a21 = fast_ap(s['cut'])
-                _a22 = fast_ap(s['verdict'])
-                _r23 = C['$h12']
-                _r24 = C['$h3']
-                _r25 = C['$h15']
-                _r26 = C['$h15!']
-                _r27 = C['None']
-                _r28 = C['Ranks']
-                _r29 = s['pub']
+                _a17 = fast_ap(s['checks']) if _u0_6 or _u3_0 or _u4_13 or _u4_14 or _u4_15 or _u4_16 else no_ap(s['checks'])
+                _r18 = C['$h12']
+                _a19 = fast_ap(s['consumed']) if _u0_9 or _u2_1 or _u3_0 or _u4_15 else no_ap(s['consumed'])
+                _r20 = C['$h3']
+                _a21 = fast_ap(s['used']) if _u0_10 or _u1_0 or _u4_13 or _u4_15 else no_ap(s['used'])
+                _r22 = C['$h15']
+                _r23 = C['$h15!']
+                _a24 = fast_ap(s['loaded']) if _u1_0 else no_ap(s['loaded'])
+                _r25 = C['None']
+                _r26 = C['Ranks']
+                _r27 = s['pub']
+                _a28 = fast_ap(s['cut']) if _u3_0 or _u4_13 or _u4_16 else no_ap(s['cut'])
+                _a29 = fast_ap(s['verdict']) if _u4_13 or _u4_15 or _u4_16 else no_ap(s['verdict'])
                 _r30 = C['NBatches']
                 for e_Stages in it(D['Stages']):
                     _e0 = _a17(e_Stages)
-                    _e1 = _a18(e_Stages)
-                    _e2 = _a19(e_Stages)
-                    if not ((not _u0_6 or (_e0 in _r23)) and (not _u0_9 or (_e1 in _r24)) and (not _u0_10 or ((_e2 in _r25 and (_e2.__class__ is int or _e2.__class__ is str)) if _r26 else in_set(_e2, _r25))) and (not _u1_0 or ((not (_e2 != _r27)) or all((_e2 <= _a20(v_k_3)) for v_k_3 in it(_r28)))) and (not _u2_1 or (_e1 <= _r29)) and (not _u3_0 or ((not (_e0 > 0)) or (_e1 == _a21(_e0)))) and (not _u4_13 or ((not (_e2 == _r27)) or all(((not _a22(v_c_15)) and (_a21(v_c_15) < _r30)) for v_c_15 in it(_b_range_(1, _e0))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_e0 <= _a17((e_Stages - 1))))) and (not _u4_15 or ((not (_e2 != _r27)) or ((_e0 > 0) and (_e2 == d_PrefixOf(C, s, None, _e1)) and (_a22(_e0) or (_e1 == _r30))))) and (not _u4_16 or all(((not (v_c_16 < _e0)) or ((not _a22(v_c_16)) and (_a21(v_c_16) < _r30))) for v_c_16 in it(_b_range_(1, _e0))))):
+                    _e1 = _a19(e_Stages)
+                    _e2 = _a21(e_Stages)
+                    if not ((not _u0_6 or (_e0 in _r18)) and (not _u0_9 or (_e1 in _r20)) and (not _u0_10 or ((_e2 in _r22 and (_e2.__class__ is int or _e2.__class__ is str)) if _r23 else in_set(_e2, _r22))) and (not _u1_0 or ((not (_e2 != _r25)) or all((_e2 <= _a24(v_k_3)) for v_k_3 in it(_r26)))) and (not _u2_1 or (_e1 <= _r27)) and (not _u3_0 or ((not (_e0 > 0)) or (_e1 == _a28(_e0)))) and (not _u4_13 or ((not (_e2 == _r25)) or all(((not _a29(v_c_15)) and (_a28(v_c_15) < _r30)) for v_c_15 in it(_b_range_(1, _e0))))) and (not _u4_14 or ((not (e_Stages > 0)) or (_e0 <= _a17((e_Stages - 1))))) and (not _u4_15 or ((not (_e2 != _r25)) or ((_e0 > 0) and (_e2 == d_PrefixOf(C, s, None, _e1)) and (_a29(_e0) or (_e1 == _r30))))) and (not _u4_16 or all(((not (v_c_16 < _e0)) or ((not _a29(v_c_16)) and (_a28(v_c_16) < _r30))) for v_c_16 in it(_b_range_(1, _e0))))):
                         raise FastPathFailed()
         if D['Checks']:
             _u0_7 = _k0 and (V is None or 'verdict' in V)
@@ -1015,20 +1015,20 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             _u4_11 = _k4 and (V is None or 'cut' in V)
             _u4_12 = _k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[12]))
             if _u0_7 or _u0_8 or _u4_9 or _u4_10 or _u4_11 or _u4_12:
-                _a31 = fast_ap(s['verdict'])
-                _a32 = fast_ap(s['cut'])
-                _a33 = fast_ap(s['checks'])
-                _r34 = C['$h13']
-                _r35 = C['$h13!']
-                _r36 = C['$h14']
-                _r37 = C['$h14!']
+                _a31 = fast_ap(s['verdict']) if _u0_7 or _u4_10 or _u4_12 else no_ap(s['verdict'])
+                _r32 = C['$h13']
+                _r33 = C['$h13!']
+                _a34 = fast_ap(s['cut']) if _u0_8 or _u4_9 or _u4_11 or _u4_12 else no_ap(s['cut'])
+                _r35 = C['$h14']
+                _r36 = C['$h14!']
+                _a37 = fast_ap(s['checks']) if _u4_9 or _u4_10 else no_ap(s['checks'])
                 _r38 = C['None']
                 _r39 = C['NoVerdict']
                 _r40 = s['pub']
                 for e_Checks in it(D['Checks']):
                     _e0 = _a31(e_Checks)
-                    _e1 = _a32(e_Checks)
-                    if not ((not _u0_7 or ((_e0 in _r34 and (_e0.__class__ is int or _e0.__class__ is str)) if _r35 else in_set(_e0, _r34))) and (not _u0_8 or ((_e1 in _r36 and (_e1.__class__ is int or _e1.__class__ is str)) if _r37 else in_set(_e1, _r36))) and (not _u4_9 or ((_e1 != _r38) == (e_Checks <= _a33(0)))) and (not _u4_10 or ((not (_e0 != _r39)) or (e_Checks <= (_a33(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r38) and (e_Checks > 1))) or (_a32((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r38)) or ((_e1 <= _r40) and (_e0 != _r39))))):
+                    _e1 = _a34(e_Checks)
+                    if not ((not _u0_7 or ((_e0 in _r32 and (_e0.__class__ is int or _e0.__class__ is str)) if _r33 else in_set(_e0, _r32))) and (not _u0_8 or ((_e1 in _r35 and (_e1.__class__ is int or _e1.__class__ is str)) if _r36 else in_set(_e1, _r35))) and (not _u4_9 or ((_e1 != _r38) == (e_Checks <= _a37(0)))) and (not _u4_10 or ((not (_e0 != _r39)) or (e_Checks <= (_a37(0) + 1)))) and (not _u4_11 or ((not ((_e1 != _r38) and (e_Checks > 1))) or (_a34((e_Checks - 1)) <= _e1))) and (not _u4_12 or ((not (_e1 != _r38)) or ((_e1 <= _r40) and (_e0 != _r39))))):
                         raise FastPathFailed()
         if (_k4 and (V is None or not V.isdisjoint(_R_inv_IndInv[0]))):
             if not d_TypeOK(C, s, None):
