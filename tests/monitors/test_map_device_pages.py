@@ -15,6 +15,7 @@ import collections
 
 import pytest
 
+from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.device_pages import CHECKED, DevicePagesMap, IncrementalDevicePagesMap, OpJournal
 from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
@@ -617,3 +618,60 @@ def test_typeok_of_a_state_built_from_scratch_agrees_with_the_generated_form(see
     cache.bus.subscribe(compare)
     run_workload(cache, reqs)
     assert len(seen) > 20
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_no_double_allocation_from_the_rows_agrees_with_the_generated_form(seed, tmp_path, monkeypatch):
+    """After every event of seeded workloads, on the state the from-scratch map builds: its
+    NoDoubleAllocation (`no_double_allocation_built`: positions past a chain's length not
+    read on the rows it built) and the generated form agree (both hold, no row walked);
+    with a chain's length one short of its pages (on the row the map built, and on an equal
+    copy of it) or a host copy past its length, they agree again (conjunct 3): those rows
+    are walked."""
+    from hicache.monitors.generated import cp_sharding as spec
+    from hicache.monitors.maps import cp_sharding
+    walked = []
+    walk = cp_sharding.beyond_len_used
+
+    def counted(row, hrow, ln):
+        walked.append(ln)
+        return walk(row, hrow, ln)
+    monkeypatch.setattr(cp_sharding, "beyond_len_used", counted)
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    m = DevicePagesMap(cache)
+    mon = Monitor(m, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+    seen = []
+
+    def compare(action, fields) -> None:
+        if action == "LoadBackLayer":
+            return
+        s = m.state()
+        C = mon.constants()
+        walked.clear()
+        assert m.no_double_allocation_built(C, s) is None
+        assert walked == []           # (every row is one the map built for this state)
+        if len(seen) % 8:
+            seen.append(action)
+            return                    # (the generated form, chains^2 x positions^2, at every 8th)
+        assert spec.inv_NoDoubleAllocation(C, s) is None
+        used = [c for c in C["Chains"] if 0 < s["len"][c - 1] < C["MaxLen"]
+                and s["page"][c - 1].d[s["len"][c - 1] - 1] != NONE]       # (its last page on device)
+        if not used:
+            return
+        i, L = used[-1] - 1, C["MaxLen"]
+        row, n = s["page"][i], s["len"][i]
+        short = _with(s, "len", i, n - 1)       # (its last page now past its length)
+        changed = [short, _with(short, "page", i, Fcn(dict(row.d), KK_INT)),
+                   _with(s, "host", i, m.row([NONE] * n + [0], L))]
+        for bad in changed:
+            mine, theirs = m.no_double_allocation_built(C, bad), spec.inv_NoDoubleAllocation(C, bad)
+            assert mine is not None and theirs is not None and mine.index == theirs.index == 3, (mine, theirs)
+        assert walked
+        seen.append(action)
+        broken.append(action)
+    broken: list = []
+    cache.bus.subscribe(compare)
+    run_workload(cache, reqs)
+    assert len(seen) > 20 and len(broken) >= 2

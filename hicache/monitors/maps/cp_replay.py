@@ -60,7 +60,7 @@ class CPReplayMap:
 
     @property
     def invariant_overrides(self) -> dict:
-        return {"NoDoubleAllocation": no_double_allocation_linear, "TypeOK": self.type_ok_built}
+        return {"NoDoubleAllocation": self.no_double_allocation_built, "TypeOK": self.type_ok_built}
 
     def __init__(self, cache):
         self.cache = cache
@@ -179,6 +179,20 @@ class CPReplayMap:
         self.built = (L, empty, built)
         return {"rot": mk_fcn(rot), "len": mk_fcn(ln), "page": mk_fcn(page), "host": mk_fcn(host),
                 "free": free, "mixed": False}
+
+    def no_double_allocation_built(self, C, s) -> Failure | None:
+        """NoDoubleAllocation's linear form, with the positions past a chain's length not
+        read where the state holds the rows `state` built for it (its pages padded with
+        NoPage, the shared all-NoPage host row) and len is its pages' count: nothing is
+        used there by construction. Any other row, from another state or not built here,
+        is read (rows are built anew for each state, so an older state's never passes)."""
+        _, empty, built = self.built
+
+        def padded(c, row, hrow, ln) -> bool:
+            got = built.get(c)
+            return hrow is empty and (row is empty and ln == 0 or got is not None and got[0] is row
+                                      and ln == len(got[1]))
+        return no_double_allocation_linear(C, s, padded)
 
     def type_ok_built(self, C, s) -> Failure | None:
         """TypeOK on a state, decided by the pages of the rows this map built for it when it
