@@ -499,6 +499,9 @@ class Monitor:
                 if self._inc_all is not None else self._inc_checks
         # strict mode on an incremental map: __call__'s one-frame path (_strict_step)
         self._fast = self._strict and self.incremental
+        # a map that judges events of other threads (a loader's LoadBackLayer, no step) keeps
+        # what it found in `breach`, reported on this monitor's next step or cache check
+        self._breaches = self.incremental and hasattr(rmap, "breach")
         self._scratch_fast = fused_over_all(self.spec, self.invariants, getattr(rmap, "invariant_overrides", {}))
 
     # ------------------------------------------------------------ helpers
@@ -744,6 +747,8 @@ class Monitor:
         since the last sync) and evaluates each invariant on the changed elements; an
         unchecked step only records the event, so a sampled check still covers every change
         since the last one."""
+        if self._breaches and self.rmap.breach is not None:
+            self._report_breach()
         check = self._affords(self._check_next)
         self._check_next = self._draw()
         self.sampled = check
@@ -777,6 +782,8 @@ class Monitor:
         and the map's state is always the state before the event (no unchecked step
         leaves it behind), so the guard always runs."""
         rmap = self.rmap
+        if self._breaches and rmap.breach is not None:
+            self._report_breach()
         guard = self._guard
         broke = guard(name, fields) if guard is not None else None
         delta, acc = rmap.sync()
@@ -794,6 +801,16 @@ class Monitor:
             hook(name, fields)
         for hook in self.watch_hooks:
             hook(name, fields)
+
+    def _report_breach(self) -> None:
+        """Raise the violation the map found on another thread (`breach`: action, fields,
+        failure), before the event at hand is judged: the step it names comes before. The
+        event is the trace's last step, with no change of the mapped state (no step: the
+        map read nothing of the runtime for it)."""
+        action, fields, failure = self.rmap.breach
+        self.rmap.breach = None
+        self.history.append(Step(self.steps, action, fields, None, []))
+        self.fail("action", action, fields, failure, None, None)
 
     def _check_delta(self, name: str, fields: dict, C: dict, delta: list, acc: dict) -> None:
         """Each invariant on a synced step (the fused fast path first), under constants C.
@@ -867,6 +884,8 @@ class Monitor:
 
     def _cache_check(self, at: int) -> None:
         if self.incremental:
+            if self._breaches and self.rmap.breach is not None:
+                self._report_breach()
             self._sync_pending()
             t = self.rmap.reference_state()
             C = binding(self.spec, self.rmap.reference_constants())

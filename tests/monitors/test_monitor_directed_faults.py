@@ -687,3 +687,79 @@ def test_every_layer_of_a_load_landing_is_legal_in_any_order(tmp_path):
     c.close()
     assert mon.checked > 0 and not mon.tripped and mon.rmap._layers == {}
 
+
+
+def _late_layer(c, op):
+    """A layer of `op` reported after its ack (a straggling loader, emitting on its thread
+    as the cache's layer callback does)."""
+    op._on_layer(0)
+
+
+def _layer_of_no_load(c, op):
+    """A layer of a load-back no LoadBackStart began (nodes the loader was never given)."""
+    c._emit(A.LoadBackLayer, rid=op.rid, nodes=[10_000], layer=0)
+
+
+@pytest.mark.parametrize("fault", [_late_layer, _layer_of_no_load], ids=["after-its-ack", "of-no-load"])
+def test_a_layer_of_a_load_not_in_flight(tmp_path, fault):
+    """A loader still copying after its load's ack (the cache gave it up: the device pages
+    it writes may hold another node's KV by now), or one reporting a layer of nodes it was
+    never given: LoadBackLayer's `loadReq[n] # NoReq`. Judged where the event comes, on the
+    loader's thread, from the loads the events started and acknowledged (no state read),
+    and reported at the monitor's next step, before that step is judged, with the layer's
+    event as the trace's last step."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r, op = _load_with_layers(c, range)
+    c.finish(r)
+    c.drain()
+    steps = mon.steps
+    fault(c, op)
+    assert mon.rmap.breach is not None and not mon.tripped       # (nothing raised on that thread)
+    with pytest.raises(ProtocolViolation) as e:
+        serve(c, [3])
+    v = e.value
+    assert (v.action, v.property, v.failure.index) == ("LoadBackLayer", "LoadBackLayer", 1)
+    assert "not in flight" in v.conjunct and v.conjunct.startswith("loadReq[n] # NoReq")
+    assert v.history[-1].action == "LoadBackLayer" and v.history[-1].args["layer"] == 0
+    assert mon.steps == steps + 1 and mon.tripped
+
+
+def test_a_layer_of_a_load_not_in_flight_at_a_cache_check(tmp_path):
+    """With no step after it, the cache check reports it."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r, op = _load_with_layers(c, range)
+    c.finish(r)
+    c.drain()
+    _late_layer(c, op)
+    with pytest.raises(ProtocolViolation) as e:
+        mon.cache_check()
+    assert e.value.action == "LoadBackLayer"
+
+
+def test_a_late_layer_passes_every_invariant(tmp_path, monkeypatch):
+    """Without the report the same late layer goes through to the end: no invariant, no
+    other guard sees a layer event (the reason it is judged where it comes)."""
+    from hicache.monitors.runtime import Monitor
+
+    def forget(self):
+        self.rmap.breach = None
+    monkeypatch.setattr(Monitor, "_report_breach", forget)
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r, op = _load_with_layers(c, range)
+    c.finish(r)
+    c.drain()
+    _late_layer(c, op)
+    serve(c, [3])
+    c.close()
+    assert mon.checked > 0 and not mon.tripped
+
+
+def test_the_layers_of_loads_in_flight_leave_nothing_behind(tmp_path):
+    """Each load's layers and its place among the loads in flight end with its ack."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    r, op = _load_with_layers(c, range)
+    assert mon.rmap._loads and mon.rmap._layers
+    c.finish(r)
+    c.drain()
+    c.close()
+    assert mon.rmap._loads == set() and mon.rmap._layers == {} and mon.rmap.breach is None

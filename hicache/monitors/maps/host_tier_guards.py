@@ -32,6 +32,9 @@ bind saw), the guards of:
                  an ack releasing slots that no load-back held (not PROTECTED); a
                  LoadBackFinish before every layer of its load landed (its LoadBackLayer
                  events: loadDone[n] = NLayers);
+  LoadBackLayer  a layer of a load-back not in flight (loadReq[n] # NoReq): found on the
+                 loader's thread, from the loads the events started and acknowledged
+                 (`layer_of_no_load`), and reported at the monitor's next step;
   PrefetchFinish a request's fetch ended when none was in flight (settled twice), or an
                  abandoned fetch's end (`orphan`) freeing slots it did not hold (not
                  RESERVED);
@@ -352,6 +355,17 @@ def _load_back_finish(m, action: str, fields: dict) -> Failure | None:
     return _fail(action, 1, f"request {fields.get('rid')}'s load-back of nodes {list(fields.get('nodes') or ())} "
                             f"acknowledged with layers {seen} reported, of NLayers = {n}"
                             + (f" (missing {missing})" if missing else ""))
+
+
+def layer_of_no_load(fields: dict) -> Failure:
+    """LoadBackLayer's `loadReq[n] # NoReq`, broken: a layer reported for a load-back that
+    is not in flight (none started for these nodes, or its ack already came: a loader
+    still copying into device pages its load gave up, which may hold another node's KV by
+    now). Judged in the map's bind, on the loader's thread, from the loads the events
+    started and ended (no state is read there)."""
+    return _fail("LoadBackLayer", 0, f"layer {fields.get('layer')} of request {fields.get('rid')}'s load-back "
+                                     f"of nodes {list(fields.get('nodes') or ())}, which is not in flight "
+                                     f"(no LoadBackStart, or its ack came)")
 
 
 def _load_back_start(m, action: str, fields: dict) -> Failure | None:

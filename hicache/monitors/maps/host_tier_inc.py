@@ -219,6 +219,12 @@ class IncrementalHostTierMap(HostTierMap):
         # counted once); the last load ack's, taken by bind
         self._layers: dict[tuple, set] = {}
         self.layers_landed: set | frozenset = _EMPTY
+        # the load-backs in flight, (rid, node ids), from LoadBackStart to its ack: a layer
+        # of any other is LoadBackLayer's guard broken (loadReq[n] # NoReq), found on the
+        # loader's thread and kept here as `breach` (action, fields, failure), which the
+        # monitor reports on the scheduler's, at its next step (Monitor._report_breach)
+        self._loads: set[tuple] = set()
+        self.breach: tuple | None = None
         host = cache.host
         self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
         self.slot_names = [_NAMES[int(x)] for x in self.slot_seen] if host is not None else ["idle"]
@@ -241,13 +247,22 @@ class IncrementalHostTierMap(HostTierMap):
     def bind(self, action: str, fields: dict):
         if action == "LoadBackLayer":
             # (emitted on the loader's thread, serialized with every other event by the bus:
-            # recorded only, no step; the ack's guard reads it, see _layers)
-            self._layers.setdefault(_load_key(fields), set()).add(fields.get("layer"))
+            # recorded only, no step: a sync here would read the tree while the scheduler
+            # writes it; the ack's guard reads the layers, see _layers)
+            key = _load_key(fields)
+            if key in self._loads:
+                self._layers.setdefault(key, set()).add(fields.get("layer"))
+            elif self.breach is None:
+                self.breach = ("LoadBackLayer", dict(fields), host_tier_guards.layer_of_no_load(fields))
             return None
         if action in _LOAD_ACKS:
             # the layers that landed for the load this ack ends (its guard's loadDone),
             # taken here, where every event passes, not in the guard, which sample mode skips
-            self.layers_landed = self._layers.pop(_load_key(fields), _EMPTY)
+            key = _load_key(fields)
+            self.layers_landed = self._layers.pop(key, _EMPTY)
+            self._loads.discard(key)
+        elif action == "LoadBackStart":
+            self._loads.add(_load_key(fields))
         rid = fields.get("rid")
         # the event's request's phase before it, None when it was not live (the request
         # guards' pre-state: bind moves the phases on before the guards run)
