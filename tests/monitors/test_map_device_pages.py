@@ -575,6 +575,16 @@ def _with(s: dict, var: str, i: int, value) -> dict:
     return out
 
 
+def _scratch_map(seed: int, tmp_path):
+    """A seeded workload's cache, its requests, a from-scratch map of it and that map's
+    monitor (sample mode: what maps the states these tests compare forms on)."""
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    m = DevicePagesMap(cache)
+    return cache, reqs, m, Monitor(m, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_typeok_of_a_state_built_from_scratch_agrees_with_the_generated_form(seed, tmp_path):
     """After every event of seeded workloads, on the state the from-scratch map builds (what
@@ -585,11 +595,7 @@ def test_typeok_of_a_state_built_from_scratch_agrees_with_the_generated_form(see
     a boolean page (conjunct 3); a host row holding no rank (conjunct 4); rot TRUE or
     past the ranks (1); len past MaxLen (2); TRUE in the free set (5); mixed TRUE (holds)."""
     from hicache.monitors.generated import cp_sharding as spec
-    wcfg = WorkloadConfig()
-    policy, reqs = plan(seed, wcfg)
-    cache = make_cache(wcfg, policy)
-    m = DevicePagesMap(cache)
-    mon = Monitor(m, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+    cache, reqs, m, mon = _scratch_map(seed, tmp_path)
     seen = []
 
     def compare(action, fields) -> None:
@@ -637,11 +643,7 @@ def test_no_double_allocation_from_the_rows_agrees_with_the_generated_form(seed,
         walked.append(ln)
         return walk(row, hrow, ln)
     monkeypatch.setattr(cp_sharding, "beyond_len_used", counted)
-    wcfg = WorkloadConfig()
-    policy, reqs = plan(seed, wcfg)
-    cache = make_cache(wcfg, policy)
-    m = DevicePagesMap(cache)
-    mon = Monitor(m, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+    cache, reqs, m, mon = _scratch_map(seed, tmp_path)
     seen = []
 
     def compare(action, fields) -> None:
