@@ -150,11 +150,10 @@ def _fast_path(entries: list, indent: str) -> list[str]:
         dom = block[0].domain
         if dom is None or len(block) == 1:
             prelude, (code,) = _hoist_fast([block[0].code], bound)
-            live = {}
         else:
             prelude, codes = _hoist_fast([en.code for en in block], bound)
             code = " and ".join(f"(not {en.guard} or {c})" for en, c in zip(block, codes))
-            live = _live_reads(prelude, [en.guard for en in block], codes)
+            prelude = _gate_reads(prelude, [en.guard for en in block], codes)
         bound += len(prelude)
         if dom is None:
             out.append(f"{indent}if ({block[0].cond}):\n")
@@ -172,11 +171,7 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             out += [f"{indent}    {en.guard} = {en.cond}\n" for en in block]
             out.append(f"{indent}    if {' or '.join(en.guard for en in block)}:\n")
             body = indent + "        "
-        for line in prelude:
-            name, expr = line.split(" = ", 1)
-            if name in live:
-                line = f"{name} = {expr} if {live[name]} else no_ap{expr[len('fast_ap'):]}"
-            out.append(f"{body}{line}\n")
+        out += [f"{body}{line}\n" for line in prelude]
         # one element at a time: what the predicate reads of the element more than once
         # is read once, first (eagerly: where the exact form's short-circuit would have
         # skipped a read that raises, the fast path fails and the exact form decides)
@@ -190,24 +185,23 @@ def _fast_path(entries: list, indent: str) -> list[str]:
     return out
 
 
-def _live_reads(prelude: list[str], guards: list[str], codes: list[str]) -> dict[str, str]:
-    """The hoisted functions of a fused loop that only some of its conjuncts apply:
-    {name: "g1 or g2 ..."}, whether a conjunct applying it runs (its guard holds). Only then
-    is it bound by `fast_ap`; otherwise by `no_ap`, whose callable reads nothing (None):
-    `fast_ap` of a sequence builds a callable, and a step that changed one request's phase
-    built one for every row variable of the request loop. Where none of its conjuncts runs,
-    each is skipped by its guard before it reads what `no_ap`'s callable returned; a read
-    of the element shared by several conjuncts (`_share_element_reads`) is made first, and
-    is then only discarded."""
-    out = {}
+def _gate_reads(prelude: list[str], guards: list[str], codes: list[str]) -> list[str]:
+    """`prelude` with each hoisted function of a fused loop that only some of its conjuncts
+    apply bound by `fast_ap` only when one of them runs (its guard holds), else by `no_ap`,
+    whose callable reads nothing (None): `fast_ap` of a sequence builds a callable, and a
+    step that changed one request's phase built one for every row variable of the request
+    loop. Where none of its conjuncts runs, each is skipped by its guard before it reads
+    what `no_ap`'s callable returned; a read of the element shared by several conjuncts
+    (`_share_element_reads`) is made first, and is then only discarded."""
+    out = []
     for line in prelude:
         name, expr = line.split(" = ", 1)
-        if not expr.startswith("fast_ap("):
-            continue      # (a constant's or a variable's read: one dict lookup, always bound)
-        use = re.compile(rf"(?<![\w.]){name}\(")
-        users = [g for g, c in zip(guards, codes) if use.search(c)]
-        if len(users) < len(guards):
-            out[name] = " or ".join(users) if users else "False"
+        if expr.startswith("fast_ap("):     # (a constant's or a variable's read: always bound)
+            use = re.compile(rf"(?<![\w.]){name}\(")
+            users = [g for g, c in zip(guards, codes) if use.search(c)]
+            if len(users) < len(guards):
+                line = f"{name} = {expr} if {' or '.join(users) or 'False'} else no_ap{expr[len('fast_ap'):]}"
+        out.append(line)
     return out
 
 

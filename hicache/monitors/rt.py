@@ -145,7 +145,7 @@ def fast_ap(f):
 
 def no_ap(f):
     """`fast_ap` of a function a fused fast path does not apply at this step (every conjunct
-    applying it is skipped by its guard: codegen._live_reads): a callable that reads
+    applying it is skipped by its guard: codegen._gate_reads): a callable that reads
     nothing and returns None, which no running conjunct sees."""
     return _NO_READ
 

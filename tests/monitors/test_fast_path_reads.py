@@ -1,5 +1,5 @@
 """What a generated fast path reads: a fused loop binds only the functions a running
-conjunct applies (`codegen._live_reads`, `rt.no_ap`). A cost only: the verdicts are the
+conjunct applies (`codegen._gate_reads`, `rt.no_ap`). A cost only: the verdicts are the
 exact forms' (test_monitor_differential.py checks them on every spec's reachable and
 mutated states)."""
 from __future__ import annotations

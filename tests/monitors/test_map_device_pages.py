@@ -575,14 +575,24 @@ def _with(s: dict, var: str, i: int, value) -> dict:
     return out
 
 
-def _scratch_map(seed: int, tmp_path):
-    """A seeded workload's cache, its requests, a from-scratch map of it and that map's
-    monitor (sample mode: what maps the states these tests compare forms on)."""
+def _on_each_scratch_state(seed: int, tmp_path, check) -> int:
+    """Run a seeded workload with `check(m, s, C)` after every event (but a loader's
+    LoadBackLayer) on the state the from-scratch map m builds and its constants C (sample
+    mode's monitor: what maps the states these tests compare forms on); how many of those
+    calls returned True (compared something)."""
     wcfg = WorkloadConfig()
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy)
     m = DevicePagesMap(cache)
-    return cache, reqs, m, Monitor(m, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+    mon = Monitor(m, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+    compared = []
+
+    def listener(action, fields) -> None:
+        if action != "LoadBackLayer" and check(m, m.state(), mon.constants()):
+            compared.append(action)
+    cache.bus.subscribe(listener)
+    run_workload(cache, reqs)
+    return len(compared)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -595,18 +605,12 @@ def test_typeok_of_a_state_built_from_scratch_agrees_with_the_generated_form(see
     a boolean page (conjunct 3); a host row holding no rank (conjunct 4); rot TRUE or
     past the ranks (1); len past MaxLen (2); TRUE in the free set (5); mixed TRUE (holds)."""
     from hicache.monitors.generated import cp_sharding as spec
-    cache, reqs, m, mon = _scratch_map(seed, tmp_path)
-    seen = []
 
-    def compare(action, fields) -> None:
-        if action == "LoadBackLayer":
-            return
-        s = m.state()
-        C = mon.constants()
+    def compare(m, s, C) -> bool:
         assert m.type_ok_built(C, s) is None and spec.inv_TypeOK(C, s) is None
         used = [c for c in C["Chains"] if s["len"][c - 1]]
         if not used:
-            return
+            return False
         i, L = used[-1] - 1, C["MaxLen"]
         row = s["page"][i]
         changed = [(_with(s, "page", i, Fcn(dict(row.d), KK_INT)), None),
@@ -620,10 +624,8 @@ def test_typeok_of_a_state_built_from_scratch_agrees_with_the_generated_form(see
             mine, theirs = m.type_ok_built(C, bad), spec.inv_TypeOK(C, bad)
             assert mine == theirs, (conjunct, mine, theirs)
             assert (None if mine is None else mine.index) == conjunct, (conjunct, mine)
-        seen.append(action)
-    cache.bus.subscribe(compare)
-    run_workload(cache, reqs)
-    assert len(seen) > 20
+        return True
+    assert _on_each_scratch_state(seed, tmp_path, compare) > 20
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -643,25 +645,20 @@ def test_no_double_allocation_from_the_rows_agrees_with_the_generated_form(seed,
         walked.append(ln)
         return walk(row, hrow, ln)
     monkeypatch.setattr(cp_sharding, "beyond_len_used", counted)
-    cache, reqs, m, mon = _scratch_map(seed, tmp_path)
-    seen = []
+    seen, broken = [], []
 
-    def compare(action, fields) -> None:
-        if action == "LoadBackLayer":
-            return
-        s = m.state()
-        C = mon.constants()
+    def compare(m, s, C) -> bool:
         walked.clear()
         assert m.no_double_allocation_built(C, s) is None
         assert walked == []           # (every row is one the map built for this state)
         if len(seen) % 8:
-            seen.append(action)
-            return                    # (the generated form, chains^2 x positions^2, at every 8th)
+            seen.append(s)
+            return True               # (the generated form, chains^2 x positions^2, at every 8th)
         assert spec.inv_NoDoubleAllocation(C, s) is None
         used = [c for c in C["Chains"] if 0 < s["len"][c - 1] < C["MaxLen"]
                 and s["page"][c - 1].d[s["len"][c - 1] - 1] != NONE]       # (its last page on device)
         if not used:
-            return
+            return False
         i, L = used[-1] - 1, C["MaxLen"]
         row, n = s["page"][i], s["len"][i]
         short = _with(s, "len", i, n - 1)       # (its last page now past its length)
@@ -671,9 +668,7 @@ def test_no_double_allocation_from_the_rows_agrees_with_the_generated_form(seed,
             mine, theirs = m.no_double_allocation_built(C, bad), spec.inv_NoDoubleAllocation(C, bad)
             assert mine is not None and theirs is not None and mine.index == theirs.index == 3, (mine, theirs)
         assert walked
-        seen.append(action)
-        broken.append(action)
-    broken: list = []
-    cache.bus.subscribe(compare)
-    run_workload(cache, reqs)
-    assert len(seen) > 20 and len(broken) >= 2
+        seen.append(s)
+        broken.append(s)
+        return True
+    assert _on_each_scratch_state(seed, tmp_path, compare) > 20 and len(broken) >= 2
