@@ -51,7 +51,11 @@ UNUSED = (NONE, ())
 def count_pages(counts: dict, pages, k: int, dirty: set | None = None) -> None:
     """counts[p] += k for each device page p of `pages` (NoPage skipped), each added to
     `dirty` when given."""
-    for p in pages or ():
+    if not pages or pages[0] == NONE and pages.count(NONE) == len(pages):
+        # (a node without a device copy, a row of NoPage alone: counted in one C call,
+        # not walked; a host-only node's row changes at its every write and eviction)
+        return
+    for p in pages:
         if p != NONE:
             counts[p] = counts.get(p, 0) + k
             if dirty is not None:
