@@ -52,8 +52,9 @@ def count_pages(counts: dict, pages, k: int, dirty: set | None = None) -> None:
     """counts[p] += k for each device page p of `pages` (NoPage skipped), each added to
     `dirty` when given."""
     if not pages or pages[0] == NONE and pages.count(NONE) == len(pages):
-        # (a node without a device copy, a row of NoPage alone: counted in one C call,
-        # not walked; a host-only node's row changes at its every write and eviction)
+        # (the row of a node without a device copy, NoPage alone: nothing to count, found
+        # by one C call instead of a walk; such rows come and go with every device
+        # eviction and every host-only node's eviction)
         return
     for p in pages:
         if p != NONE:
