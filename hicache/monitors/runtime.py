@@ -490,6 +490,11 @@ class Monitor:
             # replace; the forms it covers run only when it does not hold
             self._inc_all = getattr(self.spec, "inc_all", None)
             self._guard = getattr(rmap, "guard", None)
+            # a map's check of an event's effect on the state after it (`effect`, for the
+            # actions in `effect_actions`: the evictions' frame in HostTier's tree form)
+            self._effect = getattr(rmap, "effect", None)
+            self._effect_on = frozenset(getattr(rmap, "effect_actions", ())) if self._effect is not None \
+                else frozenset()
             self._presynced = True       # the map's state is the state before the next event
             # (the fast path skips what the map replaces and what it does not check)
             self._fused_skip = frozenset(over) | frozenset(n for n in inc if n not in self.invariants)
@@ -764,13 +769,17 @@ class Monitor:
         # last event was synced: after unchecked ones (sample mode) the map's state is older
         # than this event's pre-state
         guard = self._guard
-        broke = guard(name, fields) if guard is not None and self._presynced else None
+        presynced = self._presynced
+        broke = guard(name, fields) if guard is not None and presynced else None
         self._presynced = True
         delta, acc = self.rmap.sync()
         # (the bus hands each listener the one dict it built for this event, and no listener
         # writes it: kept as it is, as the unchecked steps of sample mode are)
         self.history.append(Step(self.steps, name, fields, None, delta))
         self.checked += 1
+        if broke is None and presynced and name in self._effect_on:
+            # (what this sync found dirty is this event's alone only after a synced one)
+            broke = self._effect(name, fields, acc)
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
         C = self.constants()
@@ -789,6 +798,8 @@ class Monitor:
         delta, acc = rmap.sync()
         self.history.append(Step(self.steps, name, fields, None, delta))
         self.checked += 1
+        if broke is None and name in self._effect_on:
+            broke = self._effect(name, fields, acc)
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
         key = self._constants_key

@@ -763,3 +763,75 @@ def test_the_layers_of_loads_in_flight_leave_nothing_behind(tmp_path):
     c.drain()
     c.close()
     assert mon.rmap._loads == set() and mon.rmap._layers == {} and mon.rmap.breach is None
+
+
+# an eviction's frame (host_tier_guards.effect): the step changes node n's values alone.
+# Each fault below carries the eviction out on another node than its event names, both
+# nodes fit for it: the guard (on the named node) and every invariant hold
+
+def _two_served_nodes(c):
+    """Two unlocked nodes with device and host copies, under the root: (x, y)."""
+    x, y = serve(c, [1, 2]).node, serve(c, [3, 4]).node
+    assert x is not y and x.device and y.device and x.host and y.host
+    return x, y
+
+
+def _renamed(c, action, real, named) -> None:
+    """The fault: `action`'s event for node `real` names node `named` instead."""
+    emit = c._emit
+
+    def renamed(act, **args):
+        if act == action and args.get("node") == real.id:
+            args["node"] = named.id
+        emit(act, **args)
+    c._emit = renamed
+
+
+def _wrong_eviction(c, fault: str):
+    """Two nodes fit for the eviction (`fault` "device": both with device and host copies;
+    "host": both host-only), the event of y's eviction naming x: (x, y, the eviction of y)."""
+    x, y = _two_served_nodes(c)
+    if fault == "device":
+        _renamed(c, A.DeviceEvict, y, x)
+        return x, y, lambda: c._evict_device(y)
+    c._evict_device(x)
+    c._evict_device(y)
+    assert x.device is None and y.device is None and x.host and y.host
+    _renamed(c, A.HostEvict, y, x)
+    return x, y, lambda: c._evict_host(y)
+
+
+def test_a_device_eviction_of_another_node_than_its_event_names(tmp_path):
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    x, y, evict = _wrong_eviction(c, "device")
+    with pytest.raises(ProtocolViolation) as e:
+        evict()
+    # the conjunct that writes dev' (`dev' = [dev EXCEPT ![n] = FALSE]`, the second)
+    assert (e.value.property, e.value.kind, e.value.failure.index) == ("DeviceEvict", "action", 2)
+    assert f"a step of node {x.id} changed node {y.id}'s values: dev of its page" in e.value.conjunct
+    assert e.value.location.startswith("spec/HostTier.tla:240:")
+
+
+def test_a_host_eviction_of_another_node_than_its_event_names(tmp_path):
+    """y, host-only, leaves the tree: no page of it is left to be dirty, so what left the
+    tree is asked apart (HostEvict's `len'`)."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    x, y, evict = _wrong_eviction(c, "host")
+    with pytest.raises(ProtocolViolation) as e:
+        evict()
+    assert (e.value.property, e.value.failure.index) == ("HostEvict", 4)
+    assert f"a step of node {x.id} took node {y.id} out of the tree" in e.value.conjunct
+
+
+@pytest.mark.parametrize("fault", ["device", "host"])
+def test_evictions_of_another_node_than_named_pass_every_invariant(tmp_path, monkeypatch, fault):
+    """Without the frame check the same faults run clean: it is what sees them."""
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+    monkeypatch.setattr(IncrementalHostTierMap, "effect_actions", frozenset())
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    x, y, evict = _wrong_eviction(c, fault)
+    evict()
+    assert (y.device if fault == "device" else y.host) is None
+    assert x.device is not None if fault == "device" else x.host is not None
+    assert not mon.tripped and mon.checked == mon.steps > 0
+    c.close()

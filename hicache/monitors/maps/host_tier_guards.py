@@ -450,6 +450,78 @@ def _fail(action: str, k: int, why: str) -> Failure:
     return Failure(action, k + 1, f"{text}  [tree form: {why}]", loc)
 
 
+#: the actions of one node n whose effect stays within n, as their events come: each
+#: writes its per-node variables as `v' = [v EXCEPT ![n] = ...]` or leaves them UNCHANGED,
+#: and a slot only through n's own (`slot' = [slot EXCEPT ![host[n]] = ...]`), so no other
+#: node's value changes (HostEvict's `len' = n` drops n alone: the runtime evicts a leaf).
+#: The runtime evicts node by node, an event each; its copies (BackupStart/Finish, the
+#: storage writes) may take a path of several nodes in one op whose events name the first
+#: (`nodes[0]`), so their frame is not the event's node's and is not checked here. A step an
+#: invariant cannot tell from a legal one (an eviction carried out on another node than the
+#: event names, both fit for it) breaks it. What `effect` checks, after the event.
+NODE_FRAMES = frozenset({"DeviceEvict", "HostEvict"})
+
+
+def effect(m, action: str, fields: dict, dirty: dict) -> Failure | None:
+    """The frame of an eviction (NODE_FRAMES) in tree form, on map m just synced for this
+    event alone (`dirty`: what its sync reported): every in-tree page it made dirty is a
+    page of the event's node, and no other node left the tree. A page moved between positions is a renaming, not dirty (see
+    `IncrementalHostTierMap._remove`), and a page of another node holding a slot whose state
+    changed is dirty (`_slots`): so a changed slot of another node shows too."""
+    if action not in NODE_FRAMES:
+        return None
+    nid = fields.get("node")
+    if nid is None:
+        return None      # (no node named: the guard judged nothing either)
+    keys, L = m.keys, m.L
+    for p in dirty["Nodes"]:
+        if p < L:
+            y = keys[p][0]
+            if y.id != nid:
+                return _frame_failure(m, action, nid, y, p, dirty)
+    # (a node that left the tree leaves no dirty page of its own: its positions went to
+    # the pages moved into them, a renaming, so what left is asked apart)
+    for y in m.left:
+        if y.id != nid:
+            return _fail(action, _conjunct_of(action, "len"), f"a step of node {nid} took node {y.id} out "
+                                                              f"of the tree; the action changes node n's values alone")
+    return None
+
+
+def _frame_failure(m, action: str, nid, y, p: int, dirty: dict) -> Failure:
+    """The conjunct of `action` that a change at node y's page p breaks: the one writing
+    the variable that changed there (`v' = ...`, or the UNCHANGED list holding v), read off
+    the delta, or `slot` when the page's host slot changed state; the action's last
+    conjunct (its UNCHANGED) when the page only moved here."""
+    changed = sorted({var for var, key, _ in m.delta if key == p})
+    h = m.funcs["host"].get(p)
+    if not changed and h and h in dirty["HSlots"]:
+        changed = ["slot"]
+    k = _conjunct_of(action, *changed)
+    what = f"the state of its page's host slot {h}" if changed == ["slot"] else \
+        f"{', '.join(changed)} of its page at position {p}" if changed else f"its page at position {p}"
+    return _fail(action, k, f"a step of node {nid} changed node {y.id}'s values: {what}; the action "
+                            f"changes node n's alone")
+
+
+def _conjunct_of(action: str, *variables: str) -> int:
+    """The first conjunct of `action` that constrains one of `variables` in the next state
+    (`v' = ...`, or an UNCHANGED list holding v), in their order; its last conjunct (the
+    UNCHANGED of the rest) when none does."""
+    table = getattr(spec, f"_T_act_{action}")
+    for var in variables:
+        for i, (text, _) in enumerate(table):
+            if f"{var}' =" in text or ("UNCHANGED" in text and var in _unchanged(text)):
+                return i
+    return len(table) - 1
+
+
+def _unchanged(text: str) -> set:
+    """The variables of an `UNCHANGED <<...>>` conjunct's text."""
+    inner = text.split("<<", 1)[-1].split(">>", 1)[0]
+    return {v.strip() for v in inner.split(",")}
+
+
 #: the events of one node (field `node`) whose guard is checked: spec action -> its tree
 #: form, given the node and its positions before the event (LoadBackStart, of several
 #: nodes, is a request guard)

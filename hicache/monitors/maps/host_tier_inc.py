@@ -180,6 +180,10 @@ class IncrementalHostTierMap(HostTierMap):
     #: state before an event (the monitor calls it before `sync`): what a compound step's
     #: invariants cannot see afterwards
     guard = host_tier_guards.check
+    #: ... and the evictions' frame in tree form, on the state after the event (the monitor
+    #: calls it after `sync`, for these actions only): no other node changed
+    effect = host_tier_guards.effect
+    effect_actions = host_tier_guards.NODE_FRAMES
 
     def __init__(self, cache):
         super().__init__(cache)
@@ -232,6 +236,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.free_seen = host.free if host is not None else 0   # the free count at the last sync
         self.slot_bytes = self.slot_seen.tobytes()              # the states at the last sync
         self.delta: list = []
+        self.left: list = []                         # the nodes unmapped by the last sync (left the tree)
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
         self.dirty_reqs: set = set()
@@ -412,6 +417,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.L = L
 
     def _unmap(self, x) -> None:
+        self.left.append(x)
         if x.id in self.by_id:
             self.req_dirty = True    # a request whose lock holds x now has it out of the tree
         self.by_id.pop(x.id, None)
@@ -614,6 +620,8 @@ class IncrementalHostTierMap(HostTierMap):
         The delta lists (variable, key, old value) of every write (key None: a whole
         variable), so the states before this event can be rebuilt (`undo`)."""
         self.delta = []
+        if self.left:
+            self.left = []
         self.dirty_nodes = set()
         self.dirty_slots = set()
         self.dirty_reqs = set()
