@@ -465,9 +465,10 @@ NODE_FRAMES = frozenset({"DeviceEvict", "HostEvict"})
 def effect(m, action: str, fields: dict, dirty: dict) -> Failure | None:
     """The frame of an eviction (NODE_FRAMES) in tree form, on map m just synced for this
     event alone (`dirty`: what its sync reported): every in-tree page it made dirty is a
-    page of the event's node, and no other node left the tree. A page moved between positions is a renaming, not dirty (see
-    `IncrementalHostTierMap._remove`), and a page of another node holding a slot whose state
-    changed is dirty (`_slots`): so a changed slot of another node shows too."""
+    page of the event's node, and no other node left the tree. A page moved between
+    positions is a renaming, not dirty (see `IncrementalHostTierMap._remove`), and a page
+    of another node holding a slot whose state changed is dirty (`_slots`): so a changed
+    slot of another node shows too."""
     if action not in NODE_FRAMES:
         return None
     nid = fields.get("node")
