@@ -34,6 +34,14 @@ def canonical(m, s: dict) -> tuple:
     return (s["policy"], n, frozenset(rows.items()), spare, s["slot"], tuple(live), tuple(p for p in pf if p[0]))
 
 
+#: the event emitted on the loader's thread, while the scheduler's may be mid-change: a
+#: listener binds it and reads no state (as the monitor: a sync then reads a tree being
+#: written). A listener's failed assert there failed the load (its raise is the copy's
+#: error), and its dropped device copies showed in the next eviction's frame check: a
+#: false alarm of the test's own making.
+LOADER_EVENT = "LoadBackLayer"
+
+
 class Compare:
     """A listener after the incremental monitor: compares with the reference map."""
 
@@ -44,6 +52,8 @@ class Compare:
 
     def __call__(self, action, fields):
         self.ref.bind(str(action), fields)
+        if action == LOADER_EVENT:
+            return
         self.events += 1
         a, b = canonical(self.inc, self.inc.state()), canonical(self.ref, self.ref.state())
         assert a == b, f"after event {self.events} {action} {fields}:\n inc {a}\n ref {b}"
@@ -75,6 +85,8 @@ def test_deltas_rebuild_the_previous_states(seed):
 
     def listener(action, fields):
         inc.bind(str(action), fields)
+        if action == LOADER_EVENT:
+            return
         delta, _ = inc.sync()
         deltas.append(delta)
         states.append(inc.state())
@@ -148,6 +160,8 @@ def test_dirty_elements_cover_every_change(seed):
 
     def listener(action, fields):
         inc.bind(str(action), fields)
+        if action == LOADER_EVENT:
+            return
         _, acc = inc.sync()
         after, consts, keys = inc.state(), inc.constants(), list(inc.keys)
         if consts == prev[1]:
@@ -280,7 +294,8 @@ def test_two_incremental_maps_of_one_cache_both_stay_exact():
     def both(action, fields):
         for m, c in pairs:
             m.bind(str(action), fields)
-            m.sync()
+            if action != LOADER_EVENT:
+                m.sync()
             c(action, fields)
     cache.bus.subscribe(both)
     run_workload(cache, reqs)

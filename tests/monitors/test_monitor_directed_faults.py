@@ -835,3 +835,38 @@ def test_evictions_of_another_node_than_named_pass_every_invariant(tmp_path, mon
     assert x.device is not None if fault == "device" else x.host is not None
     assert not mon.tripped and mon.checked == mon.steps > 0
     c.close()
+
+
+def test_a_failed_loads_dropped_device_copies_are_no_change_of_the_next_eviction(tmp_path):
+    """A failed load-back's device copies are dropped at the first look after the failure
+    (`prefix_pages`), before its LoadBackFail is applied, with no event of their own: the
+    spec's dev of a loading node is FALSE until LoadBackFinish (LoadBackStart leaves dev
+    UNCHANGED; LoadBackFail too: nothing of it reached the device), so the drop is a
+    stutter. The next eviction's sync sees it; its frame check must not lay it on the
+    eviction (it did, a false alarm found by the incremental map's seeded sweep, whose
+    listener failed a load by raising on the loader thread)."""
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"))
+    x, y = _two_served_nodes(c)
+    c._evict_device(x)
+    layer_fn = c._load_layer_fn
+
+    def failing(op):
+        copy = layer_fn(op)
+
+        def fn(layer):
+            if layer == 1:
+                raise RuntimeError("copy kernel failed")
+            copy(layer)
+        return fn
+    c._load_layer_fn = failing
+    r = c.match([1, 2])
+    op = c.load_back(r)
+    assert op is not None and op.wait(30) and op.error is not None and x.device is not None
+    assert c.prefix_pages(r) == [] and x.device is None      # dropped: no event said so
+    pages = c.alloc(c.cfg.device_pages)                      # evicts y: DeviceEvict(y)
+    assert pages is not None and y.device is None
+    c.dev_alloc.release(pages)
+    c.finish(r)
+    c.poll()
+    assert not mon.tripped and mon.checked == mon.steps > 0 and c.metrics.load_failures == 1
+    c.close()

@@ -478,7 +478,7 @@ def effect(m, action: str, fields: dict, dirty: dict) -> Failure | None:
     for p in dirty["Nodes"]:
         if p < L:
             y = keys[p][0]
-            if y.id != nid:
+            if y.id != nid and not _dropped_by_failed_load(m, y, p):
                 return _frame_failure(m, action, nid, y, p, dirty)
     # (a node that left the tree leaves no dirty page of its own: its positions went to
     # the pages moved into them, a renaming, so what left is asked apart)
@@ -487,6 +487,18 @@ def effect(m, action: str, fields: dict, dirty: dict) -> Failure | None:
             return _fail(action, _conjunct_of(action, "len"), f"a step of node {nid} took node {y.id} out "
                                                               f"of the tree; the action changes node n's values alone")
     return None
+
+
+def _dropped_by_failed_load(m, y, p: int) -> bool:
+    """Page p of node y changed in dev alone, y's device copy dropped under its failed
+    load-back (the runtime's `_drop_failed_load`, at the first look after the failure,
+    before the LoadBackFail event: no event of its own). The spec's dev of a loading node
+    is FALSE from LoadBackStart (dev UNCHANGED) to LoadBackFail (dev UNCHANGED): the drop
+    is a stutter, not the change of the event whose sync saw it."""
+    op = y.loading
+    if op is None or not getattr(op, "dropped", False) or y.device is not None:
+        return False
+    return {var for var, key, _ in m.delta if key == p} == {"dev"}
 
 
 def _frame_failure(m, action: str, nid, y, p: int, dirty: dict) -> Failure:
