@@ -376,3 +376,31 @@ def test_write_through_prefix_tree_form_finds_a_broken_prefix():
             _, acc = inc.sync()
             assert inc.write_through_prefix_inc(C, inc.live(), inc.domains(C, acc)) is None
     assert found >= 3, found
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_workloads_whose_loads_fail_raise_no_false_alarm(seed, tmp_path):
+    """Every third load-back's copy fails at its second layer (a fault: the load is counted
+    failed and its device copies dropped, `_drop_failed_load`, with no event of their own
+    before its LoadBackFail): strict mode raises nothing. Without the frame check's exception
+    for those drops (host_tier_guards._dropped_by_failed_load) 6 of these 8 seeds raise."""
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    layer_fn, started = cache._load_layer_fn, [0]
+
+    def failing_every_third(op):
+        copy = layer_fn(op)
+        started[0] += 1
+        bad = started[0] % 3 == 0
+
+        def fn(layer):
+            if bad and layer == 1:
+                raise RuntimeError("copy kernel failed")
+            copy(layer)
+        return fn
+    cache._load_layer_fn = failing_every_third
+    mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    run_workload(cache, reqs)
+    assert cache.metrics.load_failures > 0 and mon.checked == mon.steps > 20
