@@ -378,12 +378,29 @@ def test_write_through_prefix_tree_form_finds_a_broken_prefix():
     assert found >= 3, found
 
 
+class _EveryNth:
+    """Raises on every n-th call of `fn` (the calls counted on the scheduler's thread or a
+    worker's, in the order the workload makes them)."""
+
+    def __init__(self, fn, n: int, what: str) -> None:
+        self.fn, self.n, self.what, self.calls, self.raised = fn, n, what, 0, 0
+
+    def __call__(self, *a):
+        self.calls += 1
+        if self.calls % self.n == 0:
+            self.raised += 1
+            raise RuntimeError(f"{self.what} failed (injected)")
+        return self.fn(*a)
+
+
 @pytest.mark.parametrize("seed", range(8))
-def test_workloads_whose_loads_fail_raise_no_false_alarm(seed, tmp_path):
-    """Every third load-back's copy fails at its second layer (a fault: the load is counted
-    failed and its device copies dropped, `_drop_failed_load`, with no event of their own
-    before its LoadBackFail): strict mode raises nothing. Without the frame check's exception
-    for those drops (host_tier_guards._dropped_by_failed_load) 6 of these 8 seeds raise."""
+def test_workloads_whose_copies_fail_raise_no_false_alarm(seed, tmp_path):
+    """Copies that fail, each a miss the cache counts: every third load-back's copy at its
+    second layer (the load counted failed, its device copies dropped, `_drop_failed_load`,
+    with no event of their own before its LoadBackFail), every fourth device->host backup
+    copy, every fifth storage write (no fetch of these workloads gets as far as a storage
+    read). Strict mode raises nothing. Without the frame check's exception for a failed
+    load's drops (host_tier_guards._dropped_by_failed_load) 7 of these 8 seeds raised."""
     wcfg = WorkloadConfig()
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy)
@@ -396,11 +413,15 @@ def test_workloads_whose_loads_fail_raise_no_false_alarm(seed, tmp_path):
 
         def fn(layer):
             if bad and layer == 1:
-                raise RuntimeError("copy kernel failed")
+                raise RuntimeError("copy kernel failed (injected)")
             copy(layer)
         return fn
     cache._load_layer_fn = failing_every_third
+    cache._copy_to_host = backups = _EveryNth(cache._copy_to_host, 4, "backup copy")
+    cache.storage.batch_set = sets = _EveryNth(cache.storage.batch_set, 5, "storage write")
     mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
     cache.bus.subscribe(mon)
     run_workload(cache, reqs)
-    assert cache.metrics.load_failures > 0 and mon.checked == mon.steps > 20
+    m = cache.metrics
+    assert m.load_failures > 0 and mon.checked == mon.steps > 20
+    assert m.backup_failures == backups.raised and m.storage_backup_failures == sets.raised > 0
