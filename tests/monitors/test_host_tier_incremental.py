@@ -16,6 +16,8 @@ from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.host_tier_inc import REQ_VARS, IncrementalHostTierMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
+from hicache.protocol.vocabulary import HostTier as A
+from tiny_cache import failing_loads
 
 
 def canonical(m, s: dict) -> tuple:
@@ -39,7 +41,7 @@ def canonical(m, s: dict) -> tuple:
 #: written). A listener's failed assert there failed the load (its raise is the copy's
 #: error), and its dropped device copies showed in the next eviction's frame check: a
 #: false alarm of the test's own making.
-LOADER_EVENT = "LoadBackLayer"
+LOADER_EVENT = A.LoadBackLayer
 
 
 class Compare:
@@ -404,19 +406,7 @@ def test_workloads_whose_copies_fail_raise_no_false_alarm(seed, tmp_path):
     wcfg = WorkloadConfig()
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy)
-    layer_fn, started = cache._load_layer_fn, [0]
-
-    def failing_every_third(op):
-        copy = layer_fn(op)
-        started[0] += 1
-        bad = started[0] % 3 == 0
-
-        def fn(layer):
-            if bad and layer == 1:
-                raise RuntimeError("copy kernel failed (injected)")
-            copy(layer)
-        return fn
-    cache._load_layer_fn = failing_every_third
+    failing_loads(cache, every=3)
     cache._copy_to_host = backups = _EveryNth(cache._copy_to_host, 4, "backup copy")
     cache.storage.batch_set = sets = _EveryNth(cache.storage.batch_set, 5, "storage write")
     mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))

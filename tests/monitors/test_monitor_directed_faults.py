@@ -10,7 +10,7 @@ import pytest
 from hicache.monitors.runtime import ProtocolViolation
 from hicache.protocol.vocabulary import HostTier as A
 from hicache.runtime.allocator import HostSlotState as S
-from tiny_cache import SlowStore, serve, tiny_cache, to_storage_only
+from tiny_cache import SlowStore, failing_loads, serve, tiny_cache, to_storage_only
 
 
 def _blocked_loads(c):
@@ -848,17 +848,7 @@ def test_a_failed_loads_dropped_device_copies_are_no_change_of_the_next_eviction
     c, mon = tiny_cache(tmp_path, dict(mode="strict"))
     x, y = _two_served_nodes(c)
     c._evict_device(x)
-    layer_fn = c._load_layer_fn
-
-    def failing(op):
-        copy = layer_fn(op)
-
-        def fn(layer):
-            if layer == 1:
-                raise RuntimeError("copy kernel failed")
-            copy(layer)
-        return fn
-    c._load_layer_fn = failing
+    failing_loads(c)
     r = c.match([1, 2])
     op = c.load_back(r)
     assert op is not None and op.wait(30) and op.error is not None and x.device is not None

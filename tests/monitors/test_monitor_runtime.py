@@ -11,6 +11,7 @@ from hicache.monitors.generated import host_tier
 from hicache.monitors.maps.host_tier import HostTierMap, slot_in_one_owner_linear, write_through_prefix_tree
 from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, VerifyConfig
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
+from hicache.protocol.vocabulary import HostTier as A
 from hicache.monitors.zoo import _close_quietly
 from hicache.tla.itf import decode, read_itf
 from hicache.tla.values import Fcn
@@ -227,7 +228,7 @@ def test_linear_slot_in_one_owner_agrees_with_generated(tmp_path):
     m = HostTierMap(cache)
     samples = []
     # (not on the loader's LoadBackLayer: the tree may be mid-change on the scheduler's thread)
-    cache.bus.subscribe(lambda a, f: a == "LoadBackLayer" or samples.append((m.constants(), m.state())))
+    cache.bus.subscribe(lambda a, f: a == A.LoadBackLayer or samples.append((m.constants(), m.state())))
     run_workload(cache, reqs)
     names = ("idle", "reserved", "protected", "synced", "backup")
     for raw, s in samples:
