@@ -491,7 +491,7 @@ class Monitor:
             self._inc_all = getattr(self.spec, "inc_all", None)
             self._guard = getattr(rmap, "guard", None)
             # a map's check of an event's effect on the state after it (`effect`, for the
-            # actions in `effect_actions`: the evictions' frame in HostTier's tree form)
+            # actions in `effect_actions`: the steps' frames in HostTier's tree form)
             self._effect = getattr(rmap, "effect", None)
             self._effect_on = frozenset(getattr(rmap, "effect_actions", ())) if self._effect is not None \
                 else frozenset()
@@ -777,14 +777,14 @@ class Monitor:
         # writes it: kept as it is, as the unchecked steps of sample mode are)
         self.history.append(Step(self.steps, name, fields, None, delta))
         self.checked += 1
-        if broke is None and presynced and name in self._effect_on:
-            # (what this sync found dirty is this event's alone only after a synced one)
-            broke = self._effect(name, fields, acc)
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
         C = self.constants()
         if delta or C is not self._checked_C:    # (else the state every invariant last held on)
             self._check_delta(name, fields, C, delta, acc)
+        if presynced and name in self._effect_on:
+            # (what this sync changed is this event's alone only after a synced one)
+            self._check_effect(name, fields)
 
     def _strict_step(self, name: str, fields: dict) -> None:
         """`_step_incremental` and the step hooks of a strict monitor: every step checked,
@@ -798,8 +798,6 @@ class Monitor:
         delta, acc = rmap.sync()
         self.history.append(Step(self.steps, name, fields, None, delta))
         self.checked += 1
-        if broke is None and name in self._effect_on:
-            broke = self._effect(name, fields, acc)
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
         key = self._constants_key
@@ -808,10 +806,24 @@ class Monitor:
             C = self.constants()
         if delta or C is not self._checked_C:    # (else the state every invariant last held on)
             self._check_delta(name, fields, C, delta, acc)
+        if name in self._effect_on:
+            # (_check_effect, inline: this runs at every event of a strict run)
+            broke = self._effect(name, fields)
+            if broke is not None:
+                self.fail("action", name, fields, broke, None, None)
         for hook in self.step_hooks:
             hook(name, fields)
         for hook in self.watch_hooks:
             hook(name, fields)
+
+    def _check_effect(self, name: str, fields: dict) -> None:
+        """The map's check of the event's effect (`effect`: the step's frame), after the
+        invariants: a change they name (a state no step may reach) is reported by its
+        property; what is left is a legal state reached by a step the event's action does
+        not take (another node changed)."""
+        broke = self._effect(name, fields)
+        if broke is not None:
+            self.fail("action", name, fields, broke, None, None)
 
     def _report_breach(self) -> None:
         """Raise the violation the map found on another thread (`breach`: action, fields,

@@ -628,7 +628,8 @@ class HiCache:
                     self.tree.drop_host(x)
             self.host.move(op.slots, S.RESERVED, S.IDLE)
             # (the step that ends it, as a failed write_back copy reports its end)
-            self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots, ok=False)
+            self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots, ok=False,
+                       nodes=[x.id for x in nodes])
             return
         self.host.move(op.slots, S.RESERVED, S.SYNCED)
         nodes = list(op.nodes)
@@ -638,7 +639,9 @@ class HiCache:
         met.backup_seconds += time.perf_counter() - op.t0
         if self.host_pool is not None:
             met.backup_bytes += len(op.slots) * self.host_pool.page_nbytes
-        self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots)
+        # (`nodes`: every node the op copied, a split of its node while in flight included:
+        # what the ack may change, the frame a strict monitor checks)
+        self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots, nodes=[x.id for x in nodes])
         if self.storage is not None:
             for x in nodes:
                 if x.parent is not None:
@@ -840,7 +843,7 @@ class HiCache:
                 met.storage_backup_bytes += len(op.slots) * self.host_pool.page_nbytes
         else:
             met.storage_backup_failures += 1
-        self._emit(A.StorageBackupFinish, node=nodes[0].id if nodes else None, ok=ok)
+        self._emit(A.StorageBackupFinish, node=nodes[0].id if nodes else None, ok=ok, nodes=[x.id for x in nodes])
 
     # ------------------------------------------------------------------ storage prefetch
     def prefetch(self, req: Request) -> bool:

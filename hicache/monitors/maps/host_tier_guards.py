@@ -75,6 +75,12 @@ prefill side backs a request's prefix up to hand it over) is a backup the spec d
 model, and its BackupStart event says so (`requested`): for it every other conjunct is
 checked.
 
+After the event, `effect` checks the step's frame (`FRAMES`): no node but those its event
+may change (the node it names, its op's, its request's path) changed, entered or left the
+tree, read node by node off what the map's sync wrote; and what a node action writes to its
+own node (`WRITES`: an eviction's node has no copy left in that tier, a copy is in flight
+or landed, ...). docs/monitors.md, "The steps' frames".
+
 A failure names the spec action and its guard's conjunct (text and location, from the
 generated module) with the tree-form witness in brackets, as the tree form of
 WriteThroughPrefix does.
@@ -450,71 +456,284 @@ def _fail(action: str, k: int, why: str) -> Failure:
     return Failure(action, k + 1, f"{text}  [tree form: {why}]", loc)
 
 
-#: the actions of one node n whose effect stays within n, as their events come: each
-#: writes its per-node variables as `v' = [v EXCEPT ![n] = ...]` or leaves them UNCHANGED,
-#: and a slot only through n's own (`slot' = [slot EXCEPT ![host[n]] = ...]`), so no other
-#: node's value changes (HostEvict's `len' = n` drops n alone: the runtime evicts a leaf).
-#: The runtime evicts node by node, an event each; its copies (BackupStart/Finish, the
-#: storage writes) may take a path of several nodes in one op whose events name the first
-#: (`nodes[0]`), so their frame is not the event's node's and is not checked here. A step an
-#: invariant cannot tell from a legal one (an eviction carried out on another node than the
-#: event names, both fit for it) breaks it. What `effect` checks, after the event.
-NODE_FRAMES = frozenset({"DeviceEvict", "HostEvict"})
-
-
-def effect(m, action: str, fields: dict, dirty: dict) -> Failure | None:
-    """The frame of an eviction (NODE_FRAMES) in tree form, on map m just synced for this
-    event alone (`dirty`: what its sync reported): every in-tree page it made dirty is a
-    page of the event's node, and no other node left the tree. A page moved between
-    positions is a renaming, not dirty (see `IncrementalHostTierMap._remove`), and a page
-    of another node holding a slot whose state changed is dirty (`_slots`): so a changed
-    slot of another node shows too."""
-    if action not in NODE_FRAMES:
-        return None
+def _named_node(m, fields: dict) -> tuple | None:
+    """The node the event names (`node`): an eviction's, a copy's start (its op holds that
+    node alone when it starts); None when it names none (nothing to judge)."""
     nid = fields.get("node")
-    if nid is None:
+    return None if nid is None else (nid,)
+
+
+def _op_nodes(m, fields: dict) -> tuple:
+    """Every node of the event's op (`nodes`): a load-back's, or a copy's ack, whose op may
+    hold several nodes by the time it ends (a split of its node while it was in flight)."""
+    nodes = fields.get("nodes")
+    return tuple(nodes) if nodes is not None else _named_node(m, fields) or ()
+
+
+def _no_node(m, fields: dict) -> tuple:
+    """A request's step that changes no node's values: its row alone (req, reqLen, pfSlot,
+    pfNode, pfAbort); its lock is read off its row, no node variable."""
+    return ()
+
+
+def _path(m, fields: dict) -> tuple | None:
+    """The named node and its ancestors: a match's (the node its key ends in may split, the
+    upper half a new node on the path) and an insert's (it counts a hit at each node of
+    its key's path, gives a host-only one its device copy back, and may split one)."""
+    x = m.by_id.get(fields.get("node"))
+    if x is None:
+        return _named_node(m, fields)
+    ids = []
+    while x is not None:
+        ids.append(x.id)
+        x = x.parent
+    return tuple(ids)
+
+
+def _joined(m, fields: dict) -> tuple | None:
+    """A fetch's end: the path of the node its event names (`node`: the host-only leaf it
+    hung, or, having joined nothing, its request's node) and the new nodes below that node
+    (the split its walk makes where the key ends inside a node whose pages arrived
+    meanwhile); an abandoned fetch's (`orphan`, no node) frees its own slots and changes
+    no node."""
+    if fields.get("orphan"):
+        return ()
+    path = _path(m, fields)
+    if path is None:
+        return None
+    anchor = path[0]
+    new = []
+    for y, old in m.changed.items():
+        if old is None:
+            x = y.parent
+            while x is not None and x.id != anchor:
+                x = x.parent
+            if x is not None:
+                new.append(y.id)
+    return path + tuple(new)
+
+
+#: spec action -> the nodes its event's step may change (their ids, from the map just synced
+#: and the event; None: judge nothing). Each action writes its per-node variables as `v' =
+#: [v EXCEPT ![n] = ...]` (for the nodes of its op, its request's path) or leaves them
+#: UNCHANGED, and a slot only through those nodes' own (`slot' = [slot EXCEPT ![host[n]] =
+#: ...]`), so no other node's value changes (HostEvict's `len' = n` drops n alone: the
+#: runtime evicts a leaf). The runtime evicts node by node, an event each; a copy's op
+#: starts on one node and may end on several (its node split while in flight: the ack's
+#: `nodes`); a load-back names its nodes; a request's match, insert and fetch change the
+#: nodes of its key's path and the new ones they hang on it. A step an invariant cannot
+#: tell from a legal one (an eviction or a copy carried out on another node than its event
+#: names, both fit for it; an eviction with no event inside another step) breaks it. What
+#: `effect` checks, after the event.
+FRAMES = {
+    "DeviceEvict": _named_node, "HostEvict": _named_node,
+    "BackupStart": _named_node, "StorageBackupStart": _named_node,
+    "BackupFinish": _op_nodes, "StorageBackupFinish": _op_nodes,
+    "LoadBackStart": _op_nodes, "LoadBackFinish": _op_nodes, "LoadBackFail": _op_nodes,
+    "RequestFinish": _no_node, "RequestAbort": _no_node, "PrefetchStart": _no_node,
+    "RequestMatch": _path, "DeviceInsert": _path, "PrefetchFinish": _joined,
+}
+
+
+def effect(m, action: str, fields: dict) -> Failure | None:
+    """The frame of a step (FRAMES) in tree form, on map m just synced for this event alone:
+    no node but those the event may change had its values changed (`m.changed`: dev, stor,
+    hits, loadReq, its host or in-flight copy's slots), entered or left the tree, or holds
+    a slot whose state changed (`m.slots_changed`); then what a node action writes to its
+    own node (WRITES). Read node by node off what the sync wrote, not off the dirty
+    elements it reports for the checks, which over-approximate (a page moved between
+    positions is a renaming; a slot's last holder is re-checked whether or not it still
+    holds it)."""
+    post = WRITES.get(action)
+    if not m.changed and not m.slots_changed and not m.left:
+        # (no node changed: most request steps, and acks of nothing)
+        return post(m, fields) if post is not None else None
+    frame = FRAMES.get(action)
+    ids = frame(m, fields) if frame is not None else None
+    if ids is None:
         return None      # (no node named: the guard judged nothing either)
-    keys, L = m.keys, m.L
-    for p in dirty["Nodes"]:
-        if p < L:
-            y = keys[p][0]
-            if y.id != nid and not _dropped_by_failed_load(m, y, p):
-                return _frame_failure(m, action, nid, y, p, dirty)
-    # (a node that left the tree leaves no dirty page of its own: its positions went to
-    # the pages moved into them, a renaming, so what left is asked apart)
+    for y, old in m.changed.items():
+        if y.id in ids:
+            continue
+        changed = m.changed_vars(y, old)     # (none: only its page count, a split's renaming)
+        if changed and not (changed == ["dev"] and _dropped_by_failed_load(y)):
+            return _frame_failure(m, action, ids, y, changed)
+    for h in m.slots_changed:
+        y = m.slot_page.get(h)
+        if y is not None and y.id not in ids and y in m.nval and m.holds(y, h):
+            return _frame_failure(m, action, ids, y, ["slot"], h + 1)
+    # (a node that left the tree was not re-mapped: what left is asked apart)
     for y in m.left:
-        if y.id != nid:
-            return _fail(action, _conjunct_of(action, "len"), f"a step of node {nid} took node {y.id} out "
-                                                              f"of the tree; the action changes node n's values alone")
+        if y.id not in ids:
+            return _fail(action, _conjunct_of(action, "len"), f"a step of {_which(ids)} took node {y.id} out "
+                                                              f"of the tree; the action changes {_own(ids)} alone")
+    return post(m, fields) if post is not None else None
+
+
+# What a node action writes to its own node, checked after the event (`effect`, after the
+# frame: a step on the wrong node is reported as the other node's change, which names both).
+# Each reads the named node as the sync left it: `m.by_id` (None: it left the tree), its
+# values as written (`m.nval`: (dev, stor, hits, loadReq), (host slots, a blocking copy's
+# slots, a device->host copy of the host slots in flight)) and the slots' states
+# (`m.slot_names`, by runtime slot). An event whose step was not carried out (the state
+# unchanged, so every invariant and the frame hold) fails here.
+
+def _after(m, nid):
+    """(node, its node-level values, its slot values) as the sync left them; node None
+    when it is not in the tree."""
+    x = m.by_id.get(nid)
+    if x is None:
+        return None, None, None
+    return x, *m.nval[x]
+
+
+def _slot_states(m, slots) -> set:
+    return {m.slot_names[h] for h in slots}
+
+
+def _device_evict_writes(m, fields: dict) -> Failure | None:
+    """dev' = [dev EXCEPT ![n] = FALSE], and a node without a host copy leaves (len' = n)."""
+    nid = fields.get("node")
+    x, vals, slots = _after(m, nid)
+    if x is None:
+        return None
+    if vals[0]:
+        return _fail("DeviceEvict", _conjunct_of("DeviceEvict", "dev"),
+                     f"node {nid}'s device copy is still there after its eviction")
+    if slots[0] is None and slots[1] is None:
+        return _fail("DeviceEvict", _conjunct_of("DeviceEvict", "len"),
+                     f"node {nid}, without a host copy, is still in the tree after its device eviction")
     return None
 
 
-def _dropped_by_failed_load(m, y, p: int) -> bool:
-    """Page p of node y changed in dev alone, y's device copy dropped under its failed
+def _host_evict_writes(m, fields: dict) -> Failure | None:
+    """host' = [host EXCEPT ![n] = NoSlot], and a host-only node leaves (len' = n)."""
+    nid = fields.get("node")
+    x, vals, slots = _after(m, nid)
+    if x is None:
+        return None
+    if slots[0] is not None:
+        return _fail("HostEvict", _conjunct_of("HostEvict", "host"),
+                     f"node {nid}'s host copy (slots {list(slots[0])}) is still there after its eviction")
+    if not vals[0]:
+        return _fail("HostEvict", _conjunct_of("HostEvict", "len"),
+                     f"node {nid}, without a device copy, is still in the tree after its host eviction")
+    return None
+
+
+def _backup_start_writes(m, fields: dict) -> Failure | None:
+    """backupOp' = [backupOp EXCEPT ![n] = h] with slot' = [slot EXCEPT ![h] = "reserved"]:
+    the node's copy in flight, into RESERVED slots."""
+    nid = fields.get("node")
+    x, vals, slots = _after(m, nid)
+    if x is None:
+        return None
+    hs, pending, backing = slots
+    going = hs if backing else pending
+    k = _conjunct_of("BackupStart", "backupOp")
+    if going is None:
+        return _fail("BackupStart", k, f"node {nid} has no copy in flight after its backup started")
+    states = _slot_states(m, going)
+    if states != {"reserved"}:
+        return _fail("BackupStart", k, f"node {nid}'s copy goes to slots {list(going)} in state "
+                                       f"{', '.join(sorted(states))}, not \"reserved\"")
+    return None
+
+
+def _backup_finish_writes(m, fields: dict) -> Failure | None:
+    """host' = [host EXCEPT ![n] = backupOp[n]], backupOp' = NoSlot, slot' = "synced": each
+    node of the ack's op holds its host copy, no copy in flight, its slots SYNCED. (A failed
+    copy's ack, `ok` False, is no step of the spec: the runtime drops what it wrote.)"""
+    if not fields.get("ok", True):
+        return None
+    for nid in _op_nodes(m, fields):
+        x, vals, slots = _after(m, nid)
+        if x is None:
+            continue
+        hs, pending, backing = slots
+        if hs is None or backing or pending is not None:
+            what = "no host copy" if hs is None else "its copy still in flight"
+            return _fail("BackupFinish", _conjunct_of("BackupFinish", "host"),
+                         f"node {nid} has {what} after its backup's ack")
+        states = _slot_states(m, hs)
+        if states != {"synced"}:
+            return _fail("BackupFinish", _conjunct_of("BackupFinish", "slot"),
+                         f"node {nid}'s host slots {list(hs)} are {', '.join(sorted(states))} after its "
+                         f"backup's ack, not \"synced\"")
+    return None
+
+
+def _storage_backup_start_writes(m, fields: dict) -> Failure | None:
+    """slot' = [slot EXCEPT ![host[n]] = "backup"]: the node's slots are read by the write."""
+    nid = fields.get("node")
+    x, vals, slots = _after(m, nid)
+    if x is None or slots[0] is None:
+        return None        # (no host copy: the guard's InTree(n) /\ host[n] # NoSlot said so)
+    states = _slot_states(m, slots[0])
+    if states != {"backup"}:
+        return _fail("StorageBackupStart", _conjunct_of("StorageBackupStart", "slot"),
+                     f"node {nid}'s host slots {list(slots[0])} are {', '.join(sorted(states))} after its "
+                     f"storage write started, not \"backup\"")
+    return None
+
+
+def _storage_backup_finish_writes(m, fields: dict) -> Failure | None:
+    """slot' = "synced" and stor' = [stor EXCEPT ![n] = TRUE]: each node of the ack's op has
+    its slots SYNCED again and, the write having succeeded (`ok`), is in storage."""
+    ok = fields.get("ok", True)
+    for nid in _op_nodes(m, fields):
+        x, vals, slots = _after(m, nid)
+        if x is None or slots[0] is None:
+            continue
+        states = _slot_states(m, slots[0])
+        if states != {"synced"}:
+            return _fail("StorageBackupFinish", _conjunct_of("StorageBackupFinish", "slot"),
+                         f"node {nid}'s host slots {list(slots[0])} are {', '.join(sorted(states))} after its "
+                         f"storage write's ack, not \"synced\"")
+        if ok and not vals[1]:
+            return _fail("StorageBackupFinish", _conjunct_of("StorageBackupFinish", "stor"),
+                         f"node {nid} is not in storage after its storage write's ack (ok)")
+    return None
+
+
+#: spec action -> its writes to its own node(s), in tree form (`effect`, after the frame)
+WRITES = {
+    "DeviceEvict": _device_evict_writes, "HostEvict": _host_evict_writes,
+    "BackupStart": _backup_start_writes, "BackupFinish": _backup_finish_writes,
+    "StorageBackupStart": _storage_backup_start_writes, "StorageBackupFinish": _storage_backup_finish_writes,
+}
+
+
+def _which(ids: tuple) -> str:
+    """The nodes a step may change, in words (a failure's witness)."""
+    if not ids:
+        return "no node"
+    return f"node {ids[0]}" if len(ids) == 1 else f"nodes {', '.join(map(str, ids))}"
+
+
+def _own(ids: tuple) -> str:
+    return "no node's values" if not ids else "node n's values" if len(ids) == 1 else "its nodes' values"
+
+
+def _dropped_by_failed_load(y) -> bool:
+    """Node y (whose dev alone changed) had its device copy dropped under its failed
     load-back (the runtime's `_drop_failed_load`, at the first look after the failure,
     before the LoadBackFail event: no event of its own). The spec's dev of a loading node
-    is FALSE from LoadBackStart (dev UNCHANGED) to LoadBackFail (dev UNCHANGED): the drop
-    is a stutter, not the change of the event whose sync saw it."""
+    is FALSE from LoadBackStart (dev UNCHANGED) to LoadBackFail (dev UNCHANGED): the drop is
+    a stutter, not the change of the event whose sync saw it."""
     op = y.loading
-    if op is None or not getattr(op, "dropped", False) or y.device is not None:
-        return False
-    return {var for var, key, _ in m.delta if key == p} == {"dev"}
+    return op is not None and getattr(op, "dropped", False) and y.device is None
 
 
-def _frame_failure(m, action: str, nid, y, p: int, dirty: dict) -> Failure:
-    """The conjunct of `action` that a change at node y's page p breaks: the one writing
-    the variable that changed there (`v' = ...`, or the UNCHANGED list holding v), read off
-    the delta, or `slot` when the page's host slot changed state; the action's last
-    conjunct (its UNCHANGED) when the page only moved here."""
-    changed = sorted({var for var, key, _ in m.delta if key == p})
-    h = m.funcs["host"].get(p)
-    if not changed and h and h in dirty["HSlots"]:
-        changed = ["slot"]
+def _frame_failure(m, action: str, ids: tuple, y, changed: list[str], h: int | None = None) -> Failure:
+    """The conjunct of `action` that the change of node y's `changed` variables breaks: the
+    one writing the first of them (`v' = ...`, or the UNCHANGED list holding it); `slot`
+    when a slot y holds (spec slot h) changed state."""
     k = _conjunct_of(action, *changed)
-    what = f"the state of its page's host slot {h}" if changed == ["slot"] else \
-        f"{', '.join(changed)} of its page at position {p}" if changed else f"its page at position {p}"
-    return _fail(action, k, f"a step of node {nid} changed node {y.id}'s values: {what}; the action "
-                            f"changes node n's alone")
+    what = f"the state of its host slot {h}" if h is not None else \
+        "it entered the tree" if changed == ["len"] else ", ".join(changed)
+    return _fail(action, k, f"a step of {_which(ids)} changed node {y.id}'s values: {what}; the action "
+                            f"changes {_own(ids)} alone")
 
 
 def _conjunct_of(action: str, *variables: str) -> int:

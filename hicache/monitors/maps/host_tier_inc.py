@@ -180,10 +180,11 @@ class IncrementalHostTierMap(HostTierMap):
     #: state before an event (the monitor calls it before `sync`): what a compound step's
     #: invariants cannot see afterwards
     guard = host_tier_guards.check
-    #: ... and the evictions' frame in tree form, on the state after the event (the monitor
-    #: calls it after `sync`, for these actions only): no other node changed
+    #: ... and the steps' frames in tree form, on the state after the event (the monitor
+    #: calls it after `sync`, for these actions only): no other node changed, and the
+    #: node actions' own nodes changed as they write them
     effect = host_tier_guards.effect
-    effect_actions = host_tier_guards.NODE_FRAMES
+    effect_actions = frozenset(host_tier_guards.FRAMES)
 
     def __init__(self, cache):
         super().__init__(cache)
@@ -237,6 +238,13 @@ class IncrementalHostTierMap(HostTierMap):
         self.slot_bytes = self.slot_seen.tobytes()              # the states at the last sync
         self.delta: list = []
         self.left: list = []                         # the nodes unmapped by the last sync (left the tree)
+        # what the last sync changed, node by node (the steps' frames, host_tier_guards.effect):
+        # each re-mapped node whose values changed -> its values before (None: newly mapped),
+        # and the runtime slots whose state changed. A dirty page is not a changed one: the
+        # checks' dirty sets over-approximate (a slot's last holder is re-checked whether or
+        # not it still holds it), a frame must not
+        self.changed: dict = {}
+        self.slots_changed: list = []
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
         self.dirty_reqs: set = set()
@@ -465,9 +473,14 @@ class IncrementalHostTierMap(HostTierMap):
         slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None, backing)
         old = self.nval.get(x)
         forced = x in self.slot_changed
-        if old is not None and not resized and not forced and old == (node_vals, slot_vals):
-            return
-        self.nval[x] = (node_vals, slot_vals)
+        new = (node_vals, slot_vals)
+        same = old is not None and not resized and old == new
+        if same:
+            if not forced:
+                return
+        else:
+            self.changed.setdefault(x, old)     # (the values before the sync: the first write's)
+        self.nval[x] = new
         if resized or old is None:
             for var, v in zip(_NODE_LEVEL, node_vals):
                 self._fill(var, pos, v)
@@ -503,6 +516,28 @@ class IncrementalHostTierMap(HostTierMap):
                         refs[v] = refs.get(v, 0) + 1
                         slots.add(v)
 
+    def changed_vars(self, x, old) -> list[str]:
+        """The spec variables whose values at node x's pages the last sync changed (old: x's
+        values before it, as `changed` keeps them; None: x entered the tree, `len`)."""
+        if old is None:
+            return ["len"]
+        (node_old, slots_old), (node_new, slots_new) = old, self.nval[x]
+        out = [var for var, a, b in zip(_NODE_LEVEL, node_old, node_new) if a != b or type(a) is not type(b)]
+        n = len(self.npos.get(x, ()))
+        # a split leaves x its last pages (the new parent node takes the first): its pages'
+        # slots before are the last n of what it held, a renaming, not a change
+        hs, pending, backing = slots_old
+        n0 = len(hs) if hs is not None else len(pending) if pending is not None else n
+        h0, b0 = node_slots(hs, pending, n0, backing)     # (n > n0, a node that grew: unequal)
+        h1, b1 = node_slots(*slots_new[:2], n, slots_new[2])
+        return out + [var for var, a, b in (("host", h0[-n:] if n else [], h1), ("backupOp", b0[-n:] if n else [], b1))
+                      if a != b]
+
+    def holds(self, x, h: int) -> bool:
+        """Whether node x holds runtime slot h: its host copy's, or a blocking copy's in flight."""
+        pending = self.sync_backup.get(x.id)
+        return (x.host is not None and h in x.host) or (pending is not None and h in pending)
+
     # ------------------------------------------------------------ slots and requests
     def _slots(self) -> None:
         c = self.cache
@@ -519,7 +554,7 @@ class IncrementalHostTierMap(HostTierMap):
         changed = (state != self.slot_seen).nonzero()[0]     # (flatnonzero: the same, through 4 Python frames)
         self.slot_seen = np.frombuffer(raw, dtype=np.int8)    # (read-only: only compared)
         if changed.size:
-            hs = changed.tolist()
+            hs = self.slots_changed = changed.tolist()
             names, slot_page = self.slot_names, self.slot_page
             for h in hs:
                 names[h] = _NAMES[raw[h]]
@@ -622,6 +657,10 @@ class IncrementalHostTierMap(HostTierMap):
         self.delta = []
         if self.left:
             self.left = []
+        if self.changed:
+            self.changed = {}
+        if self.slots_changed:
+            self.slots_changed = []
         self.dirty_nodes = set()
         self.dirty_slots = set()
         self.dirty_reqs = set()
