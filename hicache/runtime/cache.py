@@ -629,7 +629,7 @@ class HiCache:
             self.host.move(op.slots, S.RESERVED, S.IDLE)
             # (the step that ends it, as a failed write_back copy reports its end)
             self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots, ok=False,
-                       nodes=[x.id for x in nodes])
+                       held=[x.id for x in nodes])
             return
         self.host.move(op.slots, S.RESERVED, S.SYNCED)
         nodes = list(op.nodes)
@@ -639,9 +639,9 @@ class HiCache:
         met.backup_seconds += time.perf_counter() - op.t0
         if self.host_pool is not None:
             met.backup_bytes += len(op.slots) * self.host_pool.page_nbytes
-        # (`nodes`: every node the op copied, a split of its node while in flight included:
-        # what the ack may change, the frame a strict monitor checks)
-        self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots, nodes=[x.id for x in nodes])
+        # (`held`: every node the op held as it ended, the upper half of a split of its node
+        # while in flight included: what the ack may change, the frame a strict monitor checks)
+        self._emit(A.BackupFinish, node=nodes[0].id if nodes else None, slots=op.slots, held=[x.id for x in nodes])
         if self.storage is not None:
             for x in nodes:
                 if x.parent is not None:
@@ -775,6 +775,7 @@ class HiCache:
             self._abort_draft(op)
             self.metrics.load_failures += 1
         self.host.move(op.slots, S.PROTECTED, S.SYNCED)
+        held = [x.id for x in op.nodes]    # (node_ids and the upper halves of splits while in flight)
         self._detach(op)
         op.applied = True       # no request joins it from here on (its nodes' `loading` is cleared)
         self._release_load(op)
@@ -785,7 +786,7 @@ class HiCache:
             if self.host_pool is not None:
                 met.load_bytes += len(op.pages) * self.host_pool.page_nbytes
         self._emit(A.LoadBackFinish if op.error is None else A.LoadBackFail, rid=op.rid, nodes=op.node_ids,
-                   slots=op.slots)
+                   slots=op.slots, held=held)
 
     # ------------------------------------------------------------------ storage backup
     def _storage_backup_start(self, v: Node) -> None:
@@ -843,7 +844,7 @@ class HiCache:
                 met.storage_backup_bytes += len(op.slots) * self.host_pool.page_nbytes
         else:
             met.storage_backup_failures += 1
-        self._emit(A.StorageBackupFinish, node=nodes[0].id if nodes else None, ok=ok, nodes=[x.id for x in nodes])
+        self._emit(A.StorageBackupFinish, node=nodes[0].id if nodes else None, ok=ok, held=[x.id for x in nodes])
 
     # ------------------------------------------------------------------ storage prefetch
     def prefetch(self, req: Request) -> bool:

@@ -967,7 +967,7 @@ def test_copies_and_request_steps_changing_another_node_pass_every_invariant(tmp
 
 def test_a_backup_whose_node_split_in_flight_acks_both_halves(tmp_path):
     """A node split while its device->host copy is in flight: the op holds both halves, its
-    ack names the first (`node`) and carries both (`nodes`), and the frame takes both as
+    ack names the first (`node`) and carries both (`held`), and the frame takes both as
     the ack's own (read off `node` alone, the other half's change raised: the strict
     sweep's stateful test found it, on a storage write's ack)."""
     from hicache.runtime.events import Recorder
@@ -982,7 +982,7 @@ def test_a_backup_whose_node_split_in_flight_acks_both_halves(tmp_path):
     gate.set()
     c.drain()
     acks = [e.args for e in rec.events if e.action == A.BackupFinish]
-    assert sorted(acks[0]["nodes"]) == sorted([v.id, v.parent.id]) and v.host and v.parent.host
+    assert sorted(acks[0]["held"]) == sorted([v.id, v.parent.id]) and v.host and v.parent.host
     assert not mon.tripped and mon.checked == mon.steps > 0
     c.close()
 
@@ -1032,11 +1032,15 @@ def _unkept_step(c, fault: str):
     if fault == "host eviction":            # of a host-only node, which would leave the tree
         c._evict_device(x)
         return x, lambda: c._emit(A.HostEvict, node=x.id, slots=list(x.host))
+    if fault == "load-back":                # its event for a host-only node, no load started
+        c._evict_device(x)
+        r = c.match([1, 2])
+        return x, lambda: c._emit(A.LoadBackStart, rid=r.rid, nodes=[x.id], slots=list(x.host), pages=[0, 1])
     # "storage flag": a storage write that succeeded, the node's flag lost before its ack
     emit = c._emit
 
     def lost(act, **args):
-        if act == A.StorageBackupFinish and args.get("ok"):
+        if act == A.StorageBackupFinish and args.get("ok"):   # (x alone: `held` is [x.id])
             x.stored = False
         emit(act, **args)
 
@@ -1050,6 +1054,7 @@ def _unkept_step(c, fault: str):
 _UNKEPT = {"device eviction": ("DeviceEvict", 2, "device copy is still there after its eviction"),
            "host eviction": ("HostEvict", 3, "host copy (slots"),
            "backup": ("BackupStart", 7, "has no copy in flight after its backup started"),
+           "load-back": ("LoadBackStart", 5, "is not loading after its load-back started"),
            "storage flag": ("StorageBackupFinish", 5, "is not in storage after its storage write's ack")}
 
 
@@ -1075,3 +1080,25 @@ def test_events_whose_step_was_not_carried_out_pass_every_invariant(tmp_path, mo
     x, step = _unkept_step(c, fault)
     step()
     assert not mon.tripped and mon.checked == mon.steps > 0
+
+
+def test_a_load_whose_node_split_in_flight_acks_both_halves(tmp_path):
+    """A loading node split by another request's match while its load is in flight: the
+    op holds both halves, and its ack carries both (`held`; `nodes`, the load's key, stays
+    as at its start). Read off `nodes`, the upper half's loadReq and slots, released by the
+    ack, raised in the frame."""
+    from hicache.runtime.events import Recorder
+    c, mon = tiny_cache(tmp_path, dict(mode="strict"), device_pages=2, host_pages=4)
+    rec = Recorder()
+    c.bus.subscribe(rec)
+    gate, op, v = _load_pending_after_its_request(c)
+    r = c.match([1, 9])                      # splits v: [1] | [2]
+    assert v.parent is r.node and r.node.loading is op
+    gate.set()
+    assert op.wait(10) and op.error is None
+    c.poll()
+    c.abort(r)
+    (ack,) = [e.args for e in rec.events if e.action == A.LoadBackFinish]
+    assert ack["nodes"] == [v.id] and sorted(ack["held"]) == sorted([v.id, v.parent.id])
+    assert not mon.tripped and mon.checked == mon.steps > 0
+    c.close()

@@ -464,9 +464,12 @@ def _named_node(m, fields: dict) -> tuple | None:
 
 
 def _op_nodes(m, fields: dict) -> tuple:
-    """Every node of the event's op (`nodes`): a load-back's, or a copy's ack, whose op may
-    hold several nodes by the time it ends (a split of its node while it was in flight)."""
-    nodes = fields.get("nodes")
+    """Every node of the event's op: an ack's `held` (an op may hold several nodes by the
+    time it ends: the upper half of a split of its node while it was in flight), else a
+    load-back's `nodes` (at its start), else the node it names."""
+    nodes = fields.get("held")
+    if nodes is None:
+        nodes = fields.get("nodes")
     return tuple(nodes) if nodes is not None else _named_node(m, fields) or ()
 
 
@@ -520,7 +523,7 @@ def _joined(m, fields: dict) -> tuple | None:
 #: ...]`), so no other node's value changes (HostEvict's `len' = n` drops n alone: the
 #: runtime evicts a leaf). The runtime evicts node by node, an event each; a copy's op
 #: starts on one node and may end on several (its node split while in flight: the ack's
-#: `nodes`); a load-back names its nodes; a request's match, insert and fetch change the
+#: `held`); a load-back names its nodes (and its ack those it held, splits included); a request's match, insert and fetch change the
 #: nodes of its key's path and the new ones they hang on it. A step an invariant cannot
 #: tell from a legal one (an eviction or a copy carried out on another node than its event
 #: names, both fit for it; an eviction with no event inside another step) breaks it. What
@@ -588,7 +591,7 @@ def _after(m, nid):
 
 
 def _slot_states(m, slots) -> set:
-    return {m.slot_names[h] for h in slots}
+    return set(map(m.slot_names.__getitem__, slots))
 
 
 def _device_evict_writes(m, fields: dict) -> Failure | None:
@@ -630,13 +633,14 @@ def _backup_start_writes(m, fields: dict) -> Failure | None:
         return None
     hs, pending, backing = slots
     going = hs if backing else pending
-    k = _conjunct_of("BackupStart", "backupOp")
     if going is None:
-        return _fail("BackupStart", k, f"node {nid} has no copy in flight after its backup started")
+        return _fail("BackupStart", _conjunct_of("BackupStart", "backupOp"),
+                     f"node {nid} has no copy in flight after its backup started")
     states = _slot_states(m, going)
     if states != {"reserved"}:
-        return _fail("BackupStart", k, f"node {nid}'s copy goes to slots {list(going)} in state "
-                                       f"{', '.join(sorted(states))}, not \"reserved\"")
+        return _fail("BackupStart", _conjunct_of("BackupStart", "backupOp"),
+                     f"node {nid}'s copy goes to slots {list(going)} in state {', '.join(sorted(states))}, "
+                     f"not \"reserved\"")
     return None
 
 
@@ -696,8 +700,50 @@ def _storage_backup_finish_writes(m, fields: dict) -> Failure | None:
     return None
 
 
+def _load_back_start_writes(m, fields: dict) -> Failure | None:
+    """loadReq' = q and slot' = "protected" for the nodes it loads: each loading, its host
+    slots PROTECTED (read by the load: no eviction, no storage write)."""
+    for nid in fields.get("nodes") or ():
+        x, vals, slots = _after(m, nid)
+        if x is None:
+            continue
+        if not vals[3]:
+            return _fail("LoadBackStart", _conjunct_of("LoadBackStart", "loadReq"),
+                         f"node {nid} is not loading after its load-back started")
+        states = _slot_states(m, slots[0] or ())
+        if states != {"protected"}:
+            return _fail("LoadBackStart", _conjunct_of("LoadBackStart", "slot"),
+                         f"node {nid}'s host slots {list(slots[0] or ())} are {', '.join(sorted(states))} "
+                         f"after its load-back started, not \"protected\"")
+    return None
+
+
+def _load_end_writes(m, fields: dict, action: str) -> Failure | None:
+    """LoadEnd(q): each node the load held is no longer loading (loadReq' = NoReq), its host
+    slots SYNCED again; and, for LoadBackFinish, on device (dev' = dev[n] \\/ n \\in Loading(q))."""
+    for nid in _op_nodes(m, fields):
+        x, vals, slots = _after(m, nid)
+        if x is None:
+            continue
+        if vals[3]:
+            return _fail(action, _conjunct_of(action, "loadReq"), f"node {nid} is still loading after its "
+                                                                  f"load-back's ack")
+        states = _slot_states(m, slots[0] or ())
+        if states and states != {"synced"}:
+            return _fail(action, _conjunct_of(action, "slot"),
+                         f"node {nid}'s host slots {list(slots[0])} are {', '.join(sorted(states))} after its "
+                         f"load-back's ack, not \"synced\"")
+        if action == "LoadBackFinish" and not vals[0]:
+            return _fail(action, _conjunct_of(action, "dev"), f"node {nid} has no device copy after its "
+                                                              f"load-back landed")
+    return None
+
+
 #: spec action -> its writes to its own node(s), in tree form (`effect`, after the frame)
 WRITES = {
+    "LoadBackStart": _load_back_start_writes,
+    "LoadBackFinish": lambda m, fields: _load_end_writes(m, fields, "LoadBackFinish"),
+    "LoadBackFail": lambda m, fields: _load_end_writes(m, fields, "LoadBackFail"),
     "DeviceEvict": _device_evict_writes, "HostEvict": _host_evict_writes,
     "BackupStart": _backup_start_writes, "BackupFinish": _backup_finish_writes,
     "StorageBackupStart": _storage_backup_start_writes, "StorageBackupFinish": _storage_backup_finish_writes,
@@ -743,9 +789,23 @@ def _conjunct_of(action: str, *variables: str) -> int:
     table = getattr(spec, f"_T_act_{action}")
     for var in variables:
         for i, (text, _) in enumerate(table):
-            if f"{var}' =" in text or ("UNCHANGED" in text and var in _unchanged(text)):
+            if f"{var}' =" in text or ("UNCHANGED" in text and var in _unchanged(text)) \
+                    or var in _primed_by_operator(text):
                 return i
     return len(table) - 1
+
+
+def _primed_by_operator(text: str) -> frozenset:
+    """The variables a conjunct that calls one of the spec's operators (`LoadEnd(q)`)
+    constrains in the next state: those its generated definition reads primed (`t['v']`).
+    Only asked on a failure."""
+    name = text.split("(", 1)[0].strip()
+    fn = getattr(spec, f"d_{name}", None) if name.isidentifier() else None
+    if fn is None:
+        return frozenset()
+    import inspect
+    import re
+    return frozenset(re.findall(r"t\['(\w+)'\]", inspect.getsource(fn)))
 
 
 def _unchanged(text: str) -> set:
