@@ -6,8 +6,11 @@ caught it and the monitored steps between the faulty step and the alarm (0: at t
 step itself; cross-rank entries count cache checks). The same workload without the fault
 must raise nothing, and `--clean` more seeded workloads run fault-free under strict
 monitors: any alarm there is a false alarm (`clean_alarms`). Exit 0 only when every bug is
-caught within one step and there is no false alarm. `--clean N` also runs N/4 two-rank
-groups and N layer-pipeline schedules fault-free.
+caught within one step and there is no false alarm. The clean workloads take four shapes
+in turn (`zoo.CLEAN_SHAPES`): the zoo's own; a small tree whose fetches wait for storage and
+join; copies that fail now and then (counted misses, no fault of the cache's); acks applied
+only every few requests, so ops stay on nodes the next requests split. `--clean N` also
+runs N/4 two-rank groups and N layer-pipeline schedules fault-free.
 """
 from __future__ import annotations
 
@@ -39,17 +42,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def clean_sweep(n: int, vdir: str) -> list[dict]:
-    """Fault-free seeded runs under strict monitors: n single caches, n/4 two-rank groups
-    with digest exchange, n layer-pipeline schedules; the alarms raised (should be none)."""
-    from hicache.monitors.workload import WorkloadConfig, make_cache, plan
-    from hicache.monitors.zoo import run_monitored
+    """Fault-free seeded runs under strict monitors: n single caches (taking the shapes of
+    `CLEAN_SHAPES` in turn), n/4 two-rank groups with digest exchange, n layer-pipeline
+    schedules; the alarms raised (should be none)."""
+    from hicache.monitors.workload import WorkloadConfig
+    from hicache.monitors.zoo import CLEAN_SHAPES, run_clean_shape
     w = WorkloadConfig()
     alarms = []
     for seed in range(1000, 1000 + n):
-        policy, reqs = plan(seed, w)
-        e = run_monitored(make_cache(w, policy), reqs, vdir)     # verified mode's strict monitor
+        shape = CLEAN_SHAPES[seed % len(CLEAN_SHAPES)]
+        e = run_clean_shape(shape, seed, vdir)     # verified mode's strict monitor
         if e is not None:
-            alarms.append({"seed": seed, "property": e.property, "action": e.action, "location": e.location})
+            alarms.append({"seed": seed, "shape": shape.name, "property": e.property, "action": e.action,
+                           "location": e.location})
     # two-rank groups exchanging digests: a divergence without a fault is a false alarm too
     from hicache.monitors.zoo import _clean_ranks
     for seed in range(2000, 2000 + n // 4):
@@ -66,7 +71,7 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from hicache.cli.main import EXIT_USAGE
-    from hicache.monitors.zoo import bug_classes, run_zoo
+    from hicache.monitors.zoo import CLEAN_SHAPES, bug_classes, run_zoo
     known = bug_classes()
     unknown = sorted(set(args.only or ()) - set(known))
     if unknown:
@@ -88,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
                   "detail": r.detail, "trace": r.trace} for r in results],
         "clean_alarms": len(alarms) + len(clean_twins),
         "clean_runs": args.clean,
+        "clean_shapes": [shape.name for shape in CLEAN_SHAPES],     # (taken in turn by seed)
         "clean_rank_groups": args.clean // 4,
         "clean_alarm_list": alarms,
         "caught": sum(r.caught for r in results),

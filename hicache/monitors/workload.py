@@ -87,8 +87,11 @@ def plan(seed: int, wcfg: WorkloadConfig) -> tuple[str, list[tuple[list[int], st
     return policy, out
 
 
-def serve_one(cache, tokens: list[int], what: str, on_step: Callable[[], None] | None = None) -> None:
-    """One request the way a scheduler serves it (metadata-only: no KV bytes)."""
+def serve_one(cache, tokens: list[int], what: str, on_step: Callable[[], None] | None = None,
+              poll: bool = True) -> None:
+    """One request the way a scheduler serves it (metadata-only: no KV bytes); `poll`: apply
+    the copies' acks that are ready at its end (else they wait for a later poll, their ops
+    still holding their nodes while the next requests split them)."""
     req = cache.match(tokens)
     cache.load_back(req)
     if "prefetch" in what and cache.prefetch(req):
@@ -111,15 +114,69 @@ def serve_one(cache, tokens: list[int], what: str, on_step: Callable[[], None] |
             return
         cache.insert(req, pages)
     cache.finish(req)
-    cache.poll()
+    if poll:
+        cache.poll()
     if on_step is not None:
         on_step()
 
 
-def run_workload(cache, requests, on_request: Callable[[int], None] | None = None) -> None:
+def run_workload(cache, requests, on_request: Callable[[int], None] | None = None, drain_every: int = 1) -> None:
+    """The requests in order, the cache drained after every `drain_every`-th (1: each runs on
+    a quiet cache; more: acks are applied only then, so copies and load-backs stay attached
+    to their nodes across the next requests' matches and inserts)."""
     for i, (toks, what) in enumerate(requests):
-        serve_one(cache, toks, what)
-        cache.drain()
+        serve_one(cache, toks, what, poll=drain_every == 1)
+        if (i + 1) % drain_every == 0:
+            cache.drain()
         if on_request is not None:
             on_request(i)
-    cache.close()
+    cache.close()       # (drains what is still in flight)
+
+
+class EveryNth:
+    """`fn` failing on every n-th call (a RuntimeError, counted in `raised`): a copy or a
+    backend call that fails now and then, each a miss the cache counts. Calls are counted
+    on whichever thread makes them, in the order the workload makes them."""
+
+    def __init__(self, fn, n: int, what: str) -> None:
+        self.fn, self.n, self.what, self.calls, self.raised = fn, n, what, 0, 0
+
+    def __call__(self, *a):
+        self.calls += 1
+        if self.calls % self.n == 0:
+            self.raised += 1
+            raise RuntimeError(f"{self.what} failed (injected)")
+        return self.fn(*a)
+
+
+def failing_loads(cache, every: int = 1) -> list[int]:
+    """Every `every`-th load-back started from here on fails at its second layer (its first
+    landed: a copy kernel's failure, a miss the cache counts); returns the count of
+    load-backs started, kept up to date."""
+    layer_fn, started = cache._load_layer_fn, [0]
+
+    def fn(op):
+        copy = layer_fn(op)
+        started[0] += 1
+        bad = started[0] % every == 0
+
+        def layer(i):
+            if bad and i == 1:
+                raise RuntimeError("copy kernel failed (injected)")
+            copy(i)
+        return layer
+    cache._load_layer_fn = fn
+    return started
+
+
+def failing_copies(cache, loads: int = 3, backups: int = 4, stores: int = 5) -> tuple[EveryNth, EveryNth | None]:
+    """Copies of `cache` that fail now and then (faults the cache must turn into counted
+    misses, never wrong data nor a hang): every `loads`-th load-back at its second layer,
+    every `backups`-th device->host copy, every `stores`-th storage write. Returns the
+    backup and storage wrappers (their `raised` counts; None without storage)."""
+    failing_loads(cache, every=loads)
+    cache._copy_to_host = backup = EveryNth(cache._copy_to_host, backups, "backup copy")
+    store = None
+    if cache.storage is not None:
+        cache.storage.batch_set = store = EveryNth(cache.storage.batch_set, stores, "storage write")
+    return backup, store

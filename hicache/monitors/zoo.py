@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+from hicache.monitors.workload import WorkloadConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,18 +57,59 @@ def _run_single(seed: int, cls, wcfg, vdir: str):
     return cache, run_monitored(cache, reqs, vdir)
 
 
-def run_monitored(cache, reqs, vdir: str) -> ProtocolViolation | None:
-    """A seeded workload on `cache` under the strict monitor verified mode attaches; the
-    violation it raised (the cache closed quietly then), or None."""
+def run_monitored(cache, reqs, vdir: str, drain_every: int = 1, listener=None) -> ProtocolViolation | None:
+    """A seeded workload on `cache` under the strict monitor verified mode attaches (and
+    `listener` after it); the violation it raised (the cache closed quietly then), or None."""
     from hicache.monitors.attach import monitor_cache
     from hicache.monitors.workload import run_workload
     monitor_cache(cache, VerifyConfig(mode="strict", violation_dir=vdir))
+    if listener is not None:
+        cache.bus.subscribe(listener)
     try:
-        run_workload(cache, reqs)
+        run_workload(cache, reqs, drain_every=drain_every)
     except ProtocolViolation as e:
         _close_quietly(cache)
         return e
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class CleanShape:
+    """One shape of the clean sweep's workloads (`hicache bugzoo --clean`): what the strict
+    monitors must pass without an alarm. `failing_copies`: loads, backups and storage
+    writes fail now and then (workload.failing_copies: misses the cache counts, its state
+    stays legal); `drain_every`: acks applied only every that many requests, so copies and
+    loads stay on their nodes while the next requests' matches and inserts split them."""
+    name: str
+    wcfg: WorkloadConfig
+    prefetch_policy: str = "best_effort"
+    failing_copies: bool = False
+    drain_every: int = 1
+
+
+#: a small tree of one-token pages, where the host evicts what storage keeps: its fetches
+#: (waiting for storage) join pages to the tree
+_SMALL = WorkloadConfig(requests=60, device_pages=6, host_pages=6, max_pages=6, page_size=1)
+
+CLEAN_SHAPES = (
+    CleanShape("zoo", WorkloadConfig()),
+    CleanShape("joining fetches", _SMALL, prefetch_policy="wait_complete"),
+    CleanShape("failing copies", WorkloadConfig(), failing_copies=True),
+    CleanShape("acks held", WorkloadConfig(requests=60, device_pages=8, host_pages=12, max_pages=8, page_size=1),
+               prefetch_policy="wait_complete", failing_copies=True, drain_every=4),
+)
+
+
+def run_clean_shape(shape: CleanShape, seed: int, vdir: str, listener=None) -> ProtocolViolation | None:
+    """Seed `seed`'s workload of `shape` under the strict monitor verified mode attaches (and
+    `listener`, after it, on the cache's bus): the violation it raised (a false alarm), or
+    None."""
+    from hicache.monitors.workload import failing_copies, make_cache, plan
+    policy, reqs = plan(seed, shape.wcfg)
+    cache = make_cache(shape.wcfg, policy, prefetch_policy=shape.prefetch_policy)
+    if shape.failing_copies:
+        failing_copies(cache)
+    return run_monitored(cache, reqs, vdir, drain_every=shape.drain_every, listener=listener)
 
 
 def _close_quietly(cache) -> None:

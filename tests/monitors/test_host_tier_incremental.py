@@ -15,9 +15,8 @@ from hicache.monitors.maps.host_tier import HostTierMap
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.host_tier_inc import REQ_VARS, IncrementalHostTierMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
-from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
+from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan, run_workload
 from hicache.protocol.vocabulary import HostTier as A
-from tiny_cache import failing_loads
 
 
 def canonical(m, s: dict) -> tuple:
@@ -380,21 +379,6 @@ def test_write_through_prefix_tree_form_finds_a_broken_prefix():
     assert found >= 3, found
 
 
-class _EveryNth:
-    """Raises on every n-th call of `fn` (the calls counted on the scheduler's thread or a
-    worker's, in the order the workload makes them)."""
-
-    def __init__(self, fn, n: int, what: str) -> None:
-        self.fn, self.n, self.what, self.calls, self.raised = fn, n, what, 0, 0
-
-    def __call__(self, *a):
-        self.calls += 1
-        if self.calls % self.n == 0:
-            self.raised += 1
-            raise RuntimeError(f"{self.what} failed (injected)")
-        return self.fn(*a)
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_workloads_whose_copies_fail_raise_no_false_alarm(seed, tmp_path):
     """Copies that fail, each a miss the cache counts: every third load-back's copy at its
@@ -406,9 +390,7 @@ def test_workloads_whose_copies_fail_raise_no_false_alarm(seed, tmp_path):
     wcfg = WorkloadConfig()
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy)
-    failing_loads(cache, every=3)
-    cache._copy_to_host = backups = _EveryNth(cache._copy_to_host, 4, "backup copy")
-    cache.storage.batch_set = sets = _EveryNth(cache.storage.batch_set, 5, "storage write")
+    backups, sets = failing_copies(cache)        # every third load, fourth backup, fifth storage write
     mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
     cache.bus.subscribe(mon)
     run_workload(cache, reqs)
@@ -434,9 +416,7 @@ def test_workloads_whose_fetches_join_raise_no_false_alarm(seed, tmp_path):
     wcfg = WorkloadConfig(requests=60, device_pages=6, host_pages=6, max_pages=6, page_size=1)
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy, prefetch_policy="wait_complete")
-    failing_loads(cache, every=3)
-    cache._copy_to_host = _EveryNth(cache._copy_to_host, 4, "backup copy")
-    cache.storage.batch_set = _EveryNth(cache.storage.batch_set, 5, "storage write")
+    failing_copies(cache)
     mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
     cache.bus.subscribe(mon)
     joined = []

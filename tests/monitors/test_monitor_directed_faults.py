@@ -8,9 +8,10 @@ import threading
 import pytest
 
 from hicache.monitors.runtime import ProtocolViolation
+from hicache.monitors.workload import failing_loads
 from hicache.protocol.vocabulary import HostTier as A
 from hicache.runtime.allocator import HostSlotState as S
-from tiny_cache import SlowStore, failing_loads, serve, tiny_cache, to_storage_only
+from tiny_cache import SlowStore, serve, tiny_cache, to_storage_only
 
 
 def _blocked_loads(c):

@@ -54,23 +54,3 @@ class SlowStore(MemStore):
         self.inside.set()
         assert self.gate.wait(10), "the test never released the backend"
         return super().batch_get(keys)
-
-
-def failing_loads(c: HiCache, every: int = 1) -> list[int]:
-    """Every `every`-th load-back started from here on fails at its second layer (its
-    first landed: a copy kernel's failure, a miss the cache counts); returns the count of
-    load-backs started, kept up to date."""
-    layer_fn, started = c._load_layer_fn, [0]
-
-    def fn(op):
-        copy = layer_fn(op)
-        started[0] += 1
-        bad = started[0] % every == 0
-
-        def layer(i):
-            if bad and i == 1:
-                raise RuntimeError("copy kernel failed (injected)")
-            copy(i)
-        return layer
-    c._load_layer_fn = fn
-    return started
