@@ -547,14 +547,20 @@ def effect(m, action: str, fields: dict) -> Failure | None:
     elements it reports for the checks, which over-approximate (a page moved between
     positions is a renaming; a slot's last holder is re-checked whether or not it still
     holds it)."""
-    post = WRITES.get(action)
-    if not m.changed and not m.slots_changed and not m.left:
-        # (no node changed: most request steps, and acks of nothing)
-        return post(m, fields) if post is not None else None
     frame = FRAMES.get(action)
-    ids = frame(m, fields) if frame is not None else None
-    if ids is None:
-        return None      # (no node named: the guard judged nothing either)
+    # (no node changed, most request steps and acks of nothing: no frame to judge; an event
+    # naming no node judges none)
+    ids = frame(m, fields) if frame is not None and (m.changed or m.slots_changed or m.left) else None
+    if ids is not None:
+        f = _frame(m, action, ids)
+        if f is not None:
+            return f
+    post = WRITES.get(action)
+    return post(m, fields) if post is not None else None
+
+
+def _frame(m, action: str, ids: tuple) -> Failure | None:
+    """The frame of `action` on map m just synced: only the nodes `ids` changed."""
     for y, old in m.changed.items():
         if y.id in ids:
             continue
@@ -570,7 +576,7 @@ def effect(m, action: str, fields: dict) -> Failure | None:
         if y.id not in ids:
             return _fail(action, _conjunct_of(action, "len"), f"a step of {_which(ids)} took node {y.id} out "
                                                               f"of the tree; the action changes {_own(ids)} alone")
-    return post(m, fields) if post is not None else None
+    return None
 
 
 # What a node action writes to its own node, checked after the event (`effect`, after the

@@ -184,7 +184,7 @@ class IncrementalHostTierMap(HostTierMap):
     #: calls it after `sync`, for these actions only): no other node changed, and the
     #: node actions' own nodes changed as they write them
     effect = host_tier_guards.effect
-    effect_actions = frozenset(host_tier_guards.FRAMES)
+    effect_actions = frozenset(host_tier_guards.FRAMES) | frozenset(host_tier_guards.WRITES)
 
     def __init__(self, cache):
         super().__init__(cache)
