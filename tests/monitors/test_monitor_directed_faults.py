@@ -1033,6 +1033,8 @@ def _unkept_step(c, fault: str):
     if fault == "host eviction":            # of a host-only node, which would leave the tree
         c._evict_device(x)
         return x, lambda: c._emit(A.HostEvict, node=x.id, slots=list(x.host))
+    if fault == "storage write":            # its event, no write started: the slots stay SYNCED
+        return x, lambda: c._emit(A.StorageBackupStart, node=x.id, keys=x.n)
     if fault == "load-back":                # its event for a host-only node, no load started
         c._evict_device(x)
         r = c.match([1, 2])
@@ -1056,6 +1058,7 @@ _UNKEPT = {"device eviction": ("DeviceEvict", 2, "device copy is still there aft
            "host eviction": ("HostEvict", 3, "host copy (slots"),
            "backup": ("BackupStart", 7, "has no copy in flight after its backup started"),
            "load-back": ("LoadBackStart", 5, "is not loading after its load-back started"),
+           "storage write": ("StorageBackupStart", 5, "are synced after its storage write started, not \"backup\""),
            "storage flag": ("StorageBackupFinish", 5, "is not in storage after its storage write's ack")}
 
 

@@ -523,11 +523,11 @@ def _joined(m, fields: dict) -> tuple | None:
 #: ...]`), so no other node's value changes (HostEvict's `len' = n` drops n alone: the
 #: runtime evicts a leaf). The runtime evicts node by node, an event each; a copy's op
 #: starts on one node and may end on several (its node split while in flight: the ack's
-#: `held`); a load-back names its nodes (and its ack those it held, splits included); a request's match, insert and fetch change the
-#: nodes of its key's path and the new ones they hang on it. A step an invariant cannot
-#: tell from a legal one (an eviction or a copy carried out on another node than its event
-#: names, both fit for it; an eviction with no event inside another step) breaks it. What
-#: `effect` checks, after the event.
+#: `held`); a load-back names its nodes (and its ack those it held, splits included); a
+#: request's match, insert and fetch change the nodes of its key's path and the new ones
+#: they hang on it. A step an invariant cannot tell from a legal one (an eviction or a copy
+#: carried out on another node than its event names, both fit for it; an eviction with no
+#: event inside another step) breaks it. What `effect` checks, after the event.
 FRAMES = {
     "DeviceEvict": _named_node, "HostEvict": _named_node,
     "BackupStart": _named_node, "StorageBackupStart": _named_node,
@@ -596,8 +596,14 @@ def _after(m, nid):
     return x, *m.nval[x]
 
 
-def _slot_states(m, slots) -> set:
-    return set(map(m.slot_names.__getitem__, slots))
+def _slots_after(m, action: str, var: str, nid, slots, state: str, when: str) -> Failure | None:
+    """The conjunct of `action` writing `var` fails unless every runtime slot of `slots` (node
+    nid's) is `state` as the sync left it (`when`: after what, in words)."""
+    states = set(map(m.slot_names.__getitem__, slots))
+    if not states or states == {state}:
+        return None
+    return _fail(action, _conjunct_of(action, var), f"node {nid}'s host slots {list(slots)} are "
+                                                    f"{', '.join(sorted(states))} {when}, not \"{state}\"")
 
 
 def _device_evict_writes(m, fields: dict) -> Failure | None:
@@ -642,12 +648,7 @@ def _backup_start_writes(m, fields: dict) -> Failure | None:
     if going is None:
         return _fail("BackupStart", _conjunct_of("BackupStart", "backupOp"),
                      f"node {nid} has no copy in flight after its backup started")
-    states = _slot_states(m, going)
-    if states != {"reserved"}:
-        return _fail("BackupStart", _conjunct_of("BackupStart", "backupOp"),
-                     f"node {nid}'s copy goes to slots {list(going)} in state {', '.join(sorted(states))}, "
-                     f"not \"reserved\"")
-    return None
+    return _slots_after(m, "BackupStart", "backupOp", nid, going, "reserved", "after its backup started")
 
 
 def _backup_finish_writes(m, fields: dict) -> Failure | None:
@@ -665,11 +666,9 @@ def _backup_finish_writes(m, fields: dict) -> Failure | None:
             what = "no host copy" if hs is None else "its copy still in flight"
             return _fail("BackupFinish", _conjunct_of("BackupFinish", "host"),
                          f"node {nid} has {what} after its backup's ack")
-        states = _slot_states(m, hs)
-        if states != {"synced"}:
-            return _fail("BackupFinish", _conjunct_of("BackupFinish", "slot"),
-                         f"node {nid}'s host slots {list(hs)} are {', '.join(sorted(states))} after its "
-                         f"backup's ack, not \"synced\"")
+        f = _slots_after(m, "BackupFinish", "slot", nid, hs, "synced", "after its backup's ack")
+        if f is not None:
+            return f
     return None
 
 
@@ -679,12 +678,7 @@ def _storage_backup_start_writes(m, fields: dict) -> Failure | None:
     x, vals, slots = _after(m, nid)
     if x is None or slots[0] is None:
         return None        # (no host copy: the guard's InTree(n) /\ host[n] # NoSlot said so)
-    states = _slot_states(m, slots[0])
-    if states != {"backup"}:
-        return _fail("StorageBackupStart", _conjunct_of("StorageBackupStart", "slot"),
-                     f"node {nid}'s host slots {list(slots[0])} are {', '.join(sorted(states))} after its "
-                     f"storage write started, not \"backup\"")
-    return None
+    return _slots_after(m, "StorageBackupStart", "slot", nid, slots[0], "backup", "after its storage write started")
 
 
 def _storage_backup_finish_writes(m, fields: dict) -> Failure | None:
@@ -695,11 +689,9 @@ def _storage_backup_finish_writes(m, fields: dict) -> Failure | None:
         x, vals, slots = _after(m, nid)
         if x is None or slots[0] is None:
             continue
-        states = _slot_states(m, slots[0])
-        if states != {"synced"}:
-            return _fail("StorageBackupFinish", _conjunct_of("StorageBackupFinish", "slot"),
-                         f"node {nid}'s host slots {list(slots[0])} are {', '.join(sorted(states))} after its "
-                         f"storage write's ack, not \"synced\"")
+        f = _slots_after(m, "StorageBackupFinish", "slot", nid, slots[0], "synced", "after its storage write's ack")
+        if f is not None:
+            return f
         if ok and not vals[1]:
             return _fail("StorageBackupFinish", _conjunct_of("StorageBackupFinish", "stor"),
                          f"node {nid} is not in storage after its storage write's ack (ok)")
@@ -716,11 +708,9 @@ def _load_back_start_writes(m, fields: dict) -> Failure | None:
         if not vals[3]:
             return _fail("LoadBackStart", _conjunct_of("LoadBackStart", "loadReq"),
                          f"node {nid} is not loading after its load-back started")
-        states = _slot_states(m, slots[0] or ())
-        if states != {"protected"}:
-            return _fail("LoadBackStart", _conjunct_of("LoadBackStart", "slot"),
-                         f"node {nid}'s host slots {list(slots[0] or ())} are {', '.join(sorted(states))} "
-                         f"after its load-back started, not \"protected\"")
+        f = _slots_after(m, "LoadBackStart", "slot", nid, slots[0] or (), "protected", "after its load-back started")
+        if f is not None:
+            return f
     return None
 
 
@@ -734,11 +724,9 @@ def _load_end_writes(m, fields: dict, action: str) -> Failure | None:
         if vals[3]:
             return _fail(action, _conjunct_of(action, "loadReq"), f"node {nid} is still loading after its "
                                                                   f"load-back's ack")
-        states = _slot_states(m, slots[0] or ())
-        if states and states != {"synced"}:
-            return _fail(action, _conjunct_of(action, "slot"),
-                         f"node {nid}'s host slots {list(slots[0])} are {', '.join(sorted(states))} after its "
-                         f"load-back's ack, not \"synced\"")
+        f = _slots_after(m, action, "slot", nid, slots[0] or (), "synced", "after its load-back's ack")
+        if f is not None:
+            return f
         if action == "LoadBackFinish" and not vals[0]:
             return _fail(action, _conjunct_of(action, "dev"), f"node {nid} has no device copy after its "
                                                               f"load-back landed")
