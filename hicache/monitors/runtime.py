@@ -491,7 +491,7 @@ class Monitor:
             self._inc_all = getattr(self.spec, "inc_all", None)
             self._guard = getattr(rmap, "guard", None)
             # a map's check of an event's effect on the state after it (`effect`, for the
-            # actions in `effect_actions`: the steps' frames in HostTier's tree form)
+            # actions in `effect_actions`: HostTier's frames and own-node writes in tree form)
             self._effect = getattr(rmap, "effect", None)
             self._effect_on = frozenset(getattr(rmap, "effect_actions", ())) if self._effect is not None \
                 else frozenset()
@@ -817,10 +817,11 @@ class Monitor:
             hook(name, fields)
 
     def _check_effect(self, name: str, fields: dict) -> None:
-        """The map's check of the event's effect (`effect`: the step's frame), after the
-        invariants: a change they name (a state no step may reach) is reported by its
-        property; what is left is a legal state reached by a step the event's action does
-        not take (another node changed)."""
+        """The map's check of the event's effect (`effect`: HostTier's frame of the step and
+        the node actions' writes to their own nodes), after the invariants: a change they
+        name (a state no step may reach) is reported by its property; what is left is a
+        legal state reached by a step the event's action does not take (another node
+        changed, or its own not as the action writes it)."""
         broke = self._effect(name, fields)
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)

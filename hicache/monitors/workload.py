@@ -124,6 +124,8 @@ def run_workload(cache, requests, on_request: Callable[[int], None] | None = Non
     """The requests in order, the cache drained after every `drain_every`-th (1: each runs on
     a quiet cache; more: acks are applied only then, so copies and load-backs stay attached
     to their nodes across the next requests' matches and inserts)."""
+    if drain_every < 1:
+        raise ValueError(f"drain_every: must be >= 1, got {drain_every}")
     for i, (toks, what) in enumerate(requests):
         serve_one(cache, toks, what, poll=drain_every == 1)
         if (i + 1) % drain_every == 0:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
-from hicache.monitors.workload import WorkloadConfig
+from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,6 +86,10 @@ class CleanShape:
     failing_copies: bool = False
     drain_every: int = 1
 
+    def __post_init__(self) -> None:
+        if self.drain_every < 1:
+            raise ValueError(f"{self.name}: drain_every must be >= 1, got {self.drain_every}")
+
 
 #: a small tree of one-token pages, where the host evicts what storage keeps: its fetches
 #: (waiting for storage) join pages to the tree
@@ -104,7 +108,6 @@ def run_clean_shape(shape: CleanShape, seed: int, vdir: str, listener=None) -> P
     """Seed `seed`'s workload of `shape` under the strict monitor verified mode attaches (and
     `listener`, after it, on the cache's bus): the violation it raised (a false alarm), or
     None."""
-    from hicache.monitors.workload import failing_copies, make_cache, plan
     policy, reqs = plan(seed, shape.wcfg)
     cache = make_cache(shape.wcfg, policy, prefetch_policy=shape.prefetch_policy)
     if shape.failing_copies:

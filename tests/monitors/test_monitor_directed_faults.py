@@ -883,7 +883,7 @@ def test_a_failed_loads_dropped_page_moved_by_the_next_eviction_is_no_change_of_
     assert op is not None and op.wait(30) and op.error is not None
     assert c.prefix_pages(r) == [] and x.device is None      # dropped: no event said so
     c._evict_device(y)                       # DeviceEvict(y): y leaves, x's last page moves to 0
-    assert y.parent is None or y not in mon.rmap.npos
+    assert y not in mon.rmap.npos                # (unmapped: it left the tree)
     assert mon.rmap.keys[0][0] is x
     c.finish(r)
     c.poll()
@@ -1014,8 +1014,9 @@ def test_a_fetch_joining_new_nodes_below_its_anchor_is_its_own_change(tmp_path):
 # state before it), the frame and every invariant hold
 
 def _unkept_step(c, fault: str):
-    """The fault `fault` on a served node x (device and host copies, not in storage: the
-    write policy's storage writes held back while it is served): (x, the step)."""
+    """The fault `fault` on a served node x: (x, the step). x has device and host copies and
+    is not in storage (the write policy's storage writes held back while it is served), but
+    for "backup", whose x is device-only (its write-through copy failed)."""
     if fault == "backup":                   # a requested backup's event, no copy started
         def failing(op):
             raise RuntimeError("copy failed (injected)")
