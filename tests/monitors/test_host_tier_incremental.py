@@ -399,7 +399,6 @@ def test_workloads_whose_copies_fail_raise_no_false_alarm(seed, tmp_path):
     assert m.backup_failures == backups.raised and m.storage_backup_failures == sets.raised > 0
 
 
-
 #: seeds of the small workload below whose fetches join pages to the tree (most do not:
 #: a fetch hits only where the host evicted what storage still holds)
 _JOINING_SEEDS = (0, 1, 5, 6, 9, 10, 11)

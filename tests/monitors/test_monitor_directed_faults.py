@@ -689,7 +689,6 @@ def test_every_layer_of_a_load_landing_is_legal_in_any_order(tmp_path):
     assert mon.checked > 0 and not mon.tripped and mon.rmap._layers == {}
 
 
-
 def _late_layer(c, op):
     """A layer of `op` reported after its ack (a straggling loader, emitting on its thread
     as the cache's layer callback does)."""
