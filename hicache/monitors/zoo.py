@@ -51,7 +51,6 @@ def _steps_after(exc: ProtocolViolation, fault_seq: int) -> int:
 
 # ====================================================================== runtime entries
 def _run_single(seed: int, cls, wcfg, vdir: str):
-    from hicache.monitors.workload import make_cache, plan
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy, cls=cls)
     return cache, run_monitored(cache, reqs, vdir)

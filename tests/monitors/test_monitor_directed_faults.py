@@ -894,13 +894,20 @@ def test_a_failed_loads_dropped_page_moved_by_the_next_eviction_is_no_change_of_
 # carried out on another node than its event names, and an eviction with no event of its
 # own inside a request's finish; both leave a legal state, and the named node's guard holds
 
-def _storage_write_of_another_node(c):
-    """Two host-backed nodes not in storage (the write policy's storage writes held back
-    while they are served); y's storage write, its event naming x: (x, y, the write)."""
+def _two_unstored_nodes(c):
+    """`_two_served_nodes`, neither in storage: the write policy's storage writes held back
+    while they are served."""
     c._storage_backup_start = lambda v: None
     x, y = _two_served_nodes(c)
     del c._storage_backup_start
     assert not x.stored and not y.stored
+    return x, y
+
+
+def _storage_write_of_another_node(c):
+    """Two host-backed nodes not in storage; y's storage write, its event naming x: (x, y,
+    the write)."""
+    x, y = _two_unstored_nodes(c)
     _renamed(c, A.StorageBackupStart, y, x)
     return x, y, lambda: c._storage_backup_start(y)
 
@@ -1025,9 +1032,7 @@ def _unkept_step(c, fault: str):
         assert x.host is None and x.device is not None and c.metrics.backup_failures == 1
         idle = sorted(c.host.free_set())[:x.n]
         return x, lambda: c._emit(A.BackupStart, node=x.id, slots=idle, blocking=False, requested=True)
-    c._storage_backup_start = lambda v: None
-    x, y = _two_served_nodes(c)
-    del c._storage_backup_start
+    x, y = _two_unstored_nodes(c)
     if fault == "device eviction":          # its event, the eviction not carried out
         return x, lambda: c._emit(A.DeviceEvict, node=x.id, pages=x.n, kept_host=True)
     if fault == "host eviction":            # of a host-only node, which would leave the tree
