@@ -69,13 +69,13 @@ def _replay_once(mode: str, cfg, reqs, rate: float | None = None, budget=DEFAULT
         verified.disable()
 
 
-def _attached_once(cfg, reqs) -> tuple[float, float, int]:
-    """(wall seconds, this thread's CPU seconds, events delivered) of one strict replay whose
-    monitor listener returns at once and whose final check is skipped (the monitor is built
-    and attached, nodes journal their writes: what attaching costs before any step is
-    checked). The final check is left out because nothing was synced before it: it would map
-    the whole replay's changes at once, work that a checking run does in its listener, event
-    by event."""
+def _attached_once(cfg, reqs, mode: str = "strict") -> tuple[float, float, int]:
+    """(wall seconds, this thread's CPU seconds, events delivered) of one replay in `mode`
+    (strict: the bench's floor) whose monitor listener returns at once and whose final check
+    is skipped (the monitor is built and attached, strict's nodes journal their writes: what
+    attaching costs before any step is checked). The final check is left out because
+    nothing was synced before it: it would map the whole replay's changes at once, work that
+    a checking run does in its listener, event by event."""
     from hicache.monitors import runtime
     call, final = runtime.Monitor.__call__, runtime.Monitor.cache_check
     delivered = [0]
@@ -85,7 +85,7 @@ def _attached_once(cfg, reqs) -> tuple[float, float, int]:
     runtime.Monitor.__call__ = ignore
     runtime.Monitor.cache_check = lambda self: None
     try:
-        wall, _, thread = _replay_once("strict", cfg, reqs)
+        wall, _, thread = _replay_once(mode, cfg, reqs)
         return wall, thread, delivered[0]
     finally:
         runtime.Monitor.__call__, runtime.Monitor.cache_check = call, final
