@@ -6,11 +6,13 @@ caught it and the monitored steps between the faulty step and the alarm (0: at t
 step itself; cross-rank entries count cache checks). The same workload without the fault
 must raise nothing, and `--clean` more seeded workloads run fault-free under strict
 monitors: any alarm there is a false alarm (`clean_alarms`). Exit 0 only when every bug is
-caught within one step and there is no false alarm. The clean workloads take four shapes
+caught within one step and there is no false alarm. The clean workloads take five shapes
 in turn (`zoo.CLEAN_SHAPES`): the zoo's own; a small tree whose fetches wait for storage and
 join; copies that fail now and then (counted misses, no fault of the cache's); acks applied
-only every few requests, so ops stay on nodes the next requests split. `--clean N` also
-runs N/4 two-rank groups and N layer-pipeline schedules fault-free.
+only every few requests, so ops stay on nodes the next requests split; windows of the
+shared production-shaped traces replayed as `hicache replay` serves them, each seed its own
+cache configuration (KV bytes or metadata, storage or none, transfers synced or polled).
+`--clean N` also runs N/4 two-rank groups and N layer-pipeline schedules fault-free.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
     alarms = []
     for seed in range(1000, 1000 + n):
         shape = CLEAN_SHAPES[seed % len(CLEAN_SHAPES)]
-        e = run_clean_shape(shape, seed, vdir)     # verified mode's strict monitor
+        e = run_clean_shape(shape, seed, vdir)     # under strict monitors
         if e is not None:
             alarms.append({"seed": seed, "shape": shape.name, "property": e.property, "action": e.action,
                            "location": e.location})

@@ -17,6 +17,7 @@ same workload without the fault must raise nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
 from dataclasses import asdict, dataclass
@@ -89,6 +90,81 @@ class CleanShape:
         if self.drain_every < 1:
             raise ValueError(f"{self.name}: drain_every must be >= 1, got {self.drain_every}")
 
+    def run(self, seed: int, vdir: str, listener=None) -> ProtocolViolation | None:
+        """Seed `seed`'s workload of this shape under the strict monitor verified mode attaches
+        (and `listener`, after it, on the cache's bus): the violation it raised (a false
+        alarm), or None."""
+        policy, reqs = plan(seed, self.wcfg)
+        cache = make_cache(self.wcfg, policy, prefetch_policy=self.prefetch_policy)
+        if self.failing_copies:
+            failing_copies(cache)
+        return run_monitored(cache, reqs, vdir, drain_every=self.drain_every, listener=listener)
+
+
+#: the shared production-shaped traces a TraceShape replays
+TRACES = Path("/work/shared/traces")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceShape:
+    """Replays of a shared production-shaped trace (Mooncake's, ../shared/traces) through
+    the replay driver, the way `hicache replay` serves them, under the strict monitors: a
+    seed draws the trace, a window of `requests` consecutive requests in it and the cache's
+    configuration (page size, tier sizes, write and prefetch policies, a storage tier or
+    none, real KV bytes or metadata, transfers applied before the next request or polled),
+    so prefixes are shared as real traffic shares them and the copies run on the transfer
+    threads as a serving process runs them, not as the synthetic workloads' scheduler does."""
+    name: str
+    requests: int = 100
+
+    def __post_init__(self) -> None:
+        if self.requests < 1:
+            raise ValueError(f"{self.name}: requests must be >= 1, got {self.requests}")
+
+    def config(self, seed: int):
+        """(trace file, first request's index, ReplayConfig) of seed `seed`."""
+        from hicache.replay.driver import ReplayConfig
+        rng = random.Random(seed)
+        trace = TRACES / rng.choice(("conversation_trace.jsonl", "synthetic_trace.jsonl"))
+        page = rng.choice((128, 256, 512))
+        # a device tier of 2-8 median requests (4k-8k tokens); a host tier of a few device
+        # tiers (evicting under pressure) or of 64 (holding the whole window: a later turn
+        # of a conversation finds its prefix there and loads it back; the traces' reuse
+        # distances are long). Host >= device pages: write_back keeps every evicted
+        # page's only copy on host
+        dev = rng.choice((16384, 32768, 65536)) // page
+        host = dev * rng.choice((2, 8, 64))
+        cfg = ReplayConfig(page_size=page, device_tokens=dev * page, host_tokens=host * page,
+                           storage=rng.choice(("none", "memory")), kv=rng.choice(("metadata", "small")),
+                           write_policy=rng.choice(("write_through", "write_through_selective", "write_back")),
+                           prefetch_policy=rng.choice(("best_effort", "wait_complete", "timeout")),
+                           sync=rng.random() < 0.5)
+        return trace, rng.randrange(1000), cfg
+
+    def run(self, seed: int, vdir: str, listener=None) -> ProtocolViolation | None:
+        """Seed `seed`'s replay under the strict monitors (as CleanShape.run): the violation
+        it raised, or None. A restored page whose bytes are not its own (the driver stamps
+        and checks every page of a KV-bytes replay) is wrong data whatever the monitors say:
+        raised as an AssertionError naming the seed."""
+        from hicache.monitors.attach import monitor_cache
+        from hicache.replay.driver import load_requests, open_storage, replay_requests
+        trace, first, cfg = self.config(seed)
+        reqs = load_requests(str(trace), cfg.page_size, first + self.requests)[first:]
+
+        def watch(cache) -> None:
+            monitor_cache(cache, VerifyConfig(mode="strict", violation_dir=vdir))
+            if listener is not None:
+                cache.bus.subscribe(listener)
+        try:
+            with contextlib.ExitStack() as stack:
+                out = replay_requests(cfg, reqs, open_storage(cfg.storage, stack), on_cache=watch)
+        except ProtocolViolation as e:
+            return e
+        if out["corrupt_pages"]:
+            raise RuntimeError(f"{self.name} seed {seed}: {out['corrupt_pages']} restored pages hold other "
+                                 f"bytes than their own ({trace.name} from request {first}, {cfg})")
+        return None
+
 
 #: a small tree of one-token pages, where the host evicts what storage keeps: its fetches
 #: (waiting for storage) join pages to the tree
@@ -100,18 +176,15 @@ CLEAN_SHAPES = (
     CleanShape("failing copies", WorkloadConfig(), failing_copies=True),
     CleanShape("acks held", WorkloadConfig(requests=60, device_pages=8, host_pages=12, max_pages=8, page_size=1),
                prefetch_policy="wait_complete", failing_copies=True, drain_every=4),
+    TraceShape("trace replays"),
 )
 
 
-def run_clean_shape(shape: CleanShape, seed: int, vdir: str, listener=None) -> ProtocolViolation | None:
-    """Seed `seed`'s workload of `shape` under the strict monitor verified mode attaches (and
-    `listener`, after it, on the cache's bus): the violation it raised (a false alarm), or
-    None."""
-    policy, reqs = plan(seed, shape.wcfg)
-    cache = make_cache(shape.wcfg, policy, prefetch_policy=shape.prefetch_policy)
-    if shape.failing_copies:
-        failing_copies(cache)
-    return run_monitored(cache, reqs, vdir, drain_every=shape.drain_every, listener=listener)
+def run_clean_shape(shape: "CleanShape | TraceShape", seed: int, vdir: str,
+                    listener=None) -> ProtocolViolation | None:
+    """`shape.run`: seed `seed`'s workload of `shape` under the strict monitors; the
+    violation it raised (a false alarm), or None."""
+    return shape.run(seed, vdir, listener)
 
 
 def _close_quietly(cache) -> None:

@@ -15,7 +15,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -289,11 +290,18 @@ def _make_cache(cfg: ReplayConfig, storage):
 
 
 def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], storage=None,
-                    served: Served | None = None) -> dict:
+                    served: Served | None = None, on_cache: Callable[[Any], None] | None = None) -> dict:
     """Drive HiCache over (key, input_length) pairs; returns the report. `seconds` excludes
     the time an `TraceStream` spends producing the pairs. `served` (optional) receives each
-    request's tokens per tier."""
+    request's tokens per tier; `on_cache` (optional) the cache, once built and before it
+    serves (a caller's own monitors: the bug zoo's clean sweep of trace replays)."""
     cache = _make_cache(cfg, storage)
+    if on_cache is not None:
+        try:
+            on_cache(cache)
+        except BaseException:
+            cache.close()
+            raise
     stamp = _Stamp(cache) if cfg.kv is KVMode.SMALL else None
     has_host = cache.host is not None
     has_storage = storage is not None

@@ -236,7 +236,7 @@ def test_bugzoo_cli_json(tmp_path, capsys):
     import json
     obj = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert obj["clean_alarms"] == 0 and obj["clean_runs"] == 2
-    assert obj["clean_shapes"] == ["zoo", "joining fetches", "failing copies", "acks held"]
+    assert obj["clean_shapes"] == ["zoo", "joining fetches", "failing copies", "acks held", "trace replays"]
     (b,) = obj["bugs"]
     assert {"name", "caught", "property", "steps_after_fault"} <= set(b)
     assert (b["caught"], b["property"], b["steps_after_fault"]) == (True, "SlotInOneOwner", 0)
@@ -250,6 +250,8 @@ _SHAPE_EXERCISES = {
     "failing copies": lambda a, f: a == "LoadBackFail" or (a == "BackupFinish" and f.get("ok") is False),
     # an ack whose op held a node split while it was in flight (or a load of several nodes)
     "acks held": lambda a, f: a in ("BackupFinish", "LoadBackFinish", "LoadBackFail") and len(f.get("held") or ()) > 1,
+    # the host tier full under real traffic: evicting, and writing what it keeps to storage
+    "trace replays": lambda a, f: a in ("HostEvict", "StorageBackupFinish"),
 }
 
 

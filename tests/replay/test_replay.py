@@ -218,3 +218,29 @@ def test_a_limit_below_one_request_is_refused(tmp_path):
         with pytest.raises(ValueError, match="limit: must be a positive int"):
             next(read_trace(SYN, bad))
     assert len(list(read_trace(SYN, 1))) == 1
+
+
+def test_on_cache_sees_the_cache_before_it_serves_and_a_failure_there_closes_it():
+    """`replay_requests(on_cache=...)`: called once with the cache, built and not yet
+    serving (a listener it subscribes sees every request's match); when it raises, the
+    replay raises that error and the cache is closed (its workers stopped), not left
+    running."""
+    from hicache.runtime.events import Recorder
+    reqs = load_requests(CONV, 64, 12)
+    cfg = ReplayConfig(page_size=64, device_tokens=64 * 32, host_tokens=64 * 64, sync=True)
+    rec, seen = Recorder(), []
+
+    def subscribe(cache):
+        seen.append(cache)
+        assert cache.metrics.requests == 0
+        cache.bus.subscribe(rec)
+    out = replay_requests(cfg, reqs, on_cache=subscribe)
+    assert len(seen) == 1 and out["requests"] == 12
+    assert sum(1 for e in rec.events if str(e.action) == "RequestMatch") == 12
+
+    def refuse(cache):
+        seen.append(cache)
+        raise RuntimeError("no monitor for this cache")
+    with pytest.raises(RuntimeError, match="no monitor for this cache"):
+        replay_requests(cfg, reqs, on_cache=refuse)
+    assert seen[-1]._closed and seen[-1].metrics.requests == 0
