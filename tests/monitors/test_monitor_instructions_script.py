@@ -148,6 +148,7 @@ def test_the_calibration_toggles_around_each_shape_and_dumps_each_apart():
     (["--whole", "--spec", "HostTier"], "--whole counts whole replays: no --events, --spec or --within"),
     (["--mode", "off"], "--mode off checks nothing: count it with --whole"),
     (["--mode", "floor"], "--mode floor checks nothing: count it with --whole"),
+    (["--mode", "sample_floor"], "--mode sample_floor checks nothing: count it with --whole"),
     (["--rate", "0"], "--rate is sample mode's, between 0 and 1"),
     (["--mode", "sample", "--rate", "1.5"], "--rate is sample mode's, between 0 and 1"),
     (["--no-budget"], "--no-budget is sample mode's"),
@@ -159,10 +160,12 @@ def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(a
 
 
 @needs_toggle
-@pytest.mark.parametrize("mode", ["off", "floor", "strict"])
+@pytest.mark.parametrize("mode", ["off", "floor", "sample_floor", "strict"])
 def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(tmp_path, mode):
     from hicache.bench import monitors as bench
     from hicache.monitors import runtime
+    from hicache.replay import driver
+    replay = driver.replay_requests
     if not bench.TRACE.exists():
         pytest.skip("trace not present")
     mod = _script()
@@ -173,3 +176,6 @@ def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(t
     mod.child(args)
     assert json.loads(report.read_text()) == {"listener_calls": 0, "collected_calls": 3}
     assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
+    # (collection is on around the driver's replay alone, not the bench's collection
+    # before it: the driver's function wrapped for the replays and put back)
+    assert driver.replay_requests is replay

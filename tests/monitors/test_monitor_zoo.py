@@ -567,3 +567,21 @@ def test_paired_ratios_are_per_round_and_their_quartiles():
     # each ratio is of one round: a fast mode replay is not set against another round's off
     assert _paired([2.0, 4.0], [1.0, 4.0])["median"] == 1.5
     assert _paired([], []) == {"rounds": 0} and _paired([1.0], [0.0]) == {"rounds": 0}
+
+
+def test_the_fitting_replay_holds_the_requests_the_kv_bytes_replay_serves_uncached():
+    """`kv_bytes_fitting`: the same requests on a device tier that holds them. Its uncached
+    requests are exactly those longer than its device tier (counted from the keys alone);
+    the kv_bytes replay serves more of them uncached."""
+    from hicache import verified
+    from hicache.bench import monitors as bench
+    from hicache.replay.driver import load_requests, replay_requests
+    if not bench.TRACE.exists():
+        pytest.skip("shared trace not present")
+    reqs = load_requests(str(bench.TRACE), bench.PAGE, 30)
+    too_long = sum(1 for key, _ in reqs if len(key) // (bench.PAGE * 8) > bench.FIT_DEVICE_PAGES)
+    with verified.unmonitored():        # (whatever mode the session runs in: no monitor needed)
+        fit = replay_requests(bench.fitting_config(30), reqs)
+        small = replay_requests(bench.replay_config(30, "small"), reqs)
+    assert fit["uncached_requests"] == too_long < small["uncached_requests"]
+    assert fit["corrupt_pages"] == 0
