@@ -528,15 +528,19 @@ def test_a_violation_whose_trace_cannot_be_written_still_raises_and_says_so(tmp_
     its message (and `trace_error`) names the directory and the reason the trace was not
     written; the bugzoo CLI refuses such a directory before running anything."""
     from hicache.cli.main import EXIT_USAGE, main
+    from hicache.monitors.attach import unmonitored
     from hicache.monitors.faults import RUNTIME_FAULTS
     from hicache.monitors.zoo import _run_single
     blocked = tmp_path / "a-file"
     blocked.write_text("")
     exc = None
-    for seed in range(30):
-        _, exc = _run_single(seed, RUNTIME_FAULTS[6], W, str(blocked))
-        if exc is not None:
-            break
+    # (the zoo's own monitor alone: under `--hicache-verify` the session's would attach too,
+    # write its trace to its own directory and raise first)
+    with unmonitored():
+        for seed in range(30):
+            _, exc = _run_single(seed, RUNTIME_FAULTS[6], W, str(blocked))
+            if exc is not None:
+                break
     assert exc is not None and exc.property == "SlotInOneOwner" and exc.trace_path is None
     assert exc.trace_error.startswith(f"{blocked}: ") and f"trace: not written ({blocked}: " in str(exc)
     assert main(["bugzoo", "--only", "6", "--clean", "0", "--violation-dir", str(blocked)]) == EXIT_USAGE
@@ -573,14 +577,14 @@ def test_the_fitting_replay_holds_the_requests_the_kv_bytes_replay_serves_uncach
     """`kv_bytes_fitting`: the same requests on a device tier that holds them. Its uncached
     requests are exactly those longer than its device tier (counted from the keys alone);
     the kv_bytes replay serves more of them uncached."""
-    from hicache import verified
     from hicache.bench import monitors as bench
+    from hicache.monitors.attach import unmonitored
     from hicache.replay.driver import load_requests, replay_requests
     if not bench.TRACE.exists():
         pytest.skip("shared trace not present")
     reqs = load_requests(str(bench.TRACE), bench.PAGE, 30)
     too_long = sum(1 for key, _ in reqs if len(key) // (bench.PAGE * 8) > bench.FIT_DEVICE_PAGES)
-    with verified.unmonitored():        # (whatever mode the session runs in: no monitor needed)
+    with unmonitored():        # (whatever mode the session runs in: no monitor needed)
         fit = replay_requests(bench.fitting_config(30), reqs)
         small = replay_requests(bench.replay_config(30, "small"), reqs)
     assert fit["uncached_requests"] == too_long < small["uncached_requests"]
