@@ -25,6 +25,7 @@ from pathlib import Path
 
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
 from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan
+from hicache.replay.driver import ReplayConfig, load_requests, open_storage, replay_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,9 +122,8 @@ class TraceShape:
         if self.requests < 1:
             raise ValueError(f"{self.name}: requests must be >= 1, got {self.requests}")
 
-    def config(self, seed: int):
-        """(trace file, first request's index, ReplayConfig) of seed `seed`."""
-        from hicache.replay.driver import ReplayConfig
+    def config(self, seed: int) -> tuple[Path, int, ReplayConfig]:
+        """(trace file, first request's index, the replay's configuration) of seed `seed`."""
         rng = random.Random(seed)
         trace = TRACES / rng.choice(("conversation_trace.jsonl", "synthetic_trace.jsonl"))
         page = rng.choice((128, 256, 512))
@@ -145,9 +145,8 @@ class TraceShape:
         """Seed `seed`'s replay under the strict monitors (as CleanShape.run): the violation
         it raised, or None. A restored page whose bytes are not its own (the driver stamps
         and checks every page of a KV-bytes replay) is wrong data whatever the monitors say:
-        raised as an AssertionError naming the seed."""
+        raised as a RuntimeError naming the seed and the configuration."""
         from hicache.monitors.attach import monitor_cache
-        from hicache.replay.driver import load_requests, open_storage, replay_requests
         trace, first, cfg = self.config(seed)
         reqs = load_requests(str(trace), cfg.page_size, first + self.requests)[first:]
 
@@ -162,7 +161,7 @@ class TraceShape:
             return e
         if out["corrupt_pages"]:
             raise RuntimeError(f"{self.name} seed {seed}: {out['corrupt_pages']} restored pages hold other "
-                                 f"bytes than their own ({trace.name} from request {first}, {cfg})")
+                               f"bytes than their own ({trace.name} from request {first}, {cfg})")
         return None
 
 
