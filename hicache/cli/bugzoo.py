@@ -52,11 +52,14 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
     w = WorkloadConfig()
     alarms = []
     for seed in range(1000, 1000 + n):
-        shape = CLEAN_SHAPES[seed % len(CLEAN_SHAPES)]
+        k = seed % len(CLEAN_SHAPES)
+        shape = CLEAN_SHAPES[k]
         e = run_clean_shape(shape, seed, vdir)     # under strict monitors
         if e is not None:
+            # (with what a developer needs to see it again: the workload, its trace, the call)
             alarms.append({"seed": seed, "shape": shape.name, "property": e.property, "action": e.action,
-                           "location": e.location})
+                           "location": e.location, "workload": shape.describe(seed), "trace": e.trace_path,
+                           "rerun": f"hicache.monitors.zoo.run_clean_shape(CLEAN_SHAPES[{k}], {seed}, violation_dir)"})
     # two-rank groups exchanging digests: a divergence without a fault is a false alarm too
     from hicache.monitors.zoo import _clean_ranks
     for seed in range(2000, 2000 + n // 4):
@@ -109,6 +112,15 @@ def run(args: argparse.Namespace) -> int:
                      + ("" if r.caught else f"   ({r.detail})"))
     lines.append(f"caught {obj['caught']}/{obj['total']}; clean workloads: {args.clean}, "
                  f"false alarms: {obj['clean_alarms']}")
+    for a in alarms:
+        shape = f" ({a['shape']})" if "shape" in a else ""
+        lines.append(f"  false alarm: seed {a['seed']}{shape}: {a['property']} at {a['action']}"
+                     + (f", {a['location']}" if a["location"] else "")
+                     + (f"; workload: {a['workload']}" if a.get("workload") else "")
+                     + (f"; trace: {a['trace']}" if a.get("trace") else "")
+                     + (f"; again: {a['rerun']}" if a.get("rerun") else ""))
+    for name in clean_twins:
+        lines.append(f"  false alarm: the clean twin of {name} (its workload without the fault) raised")
     lines.append(f"violation traces (hicache explain TRACE [--html out.html]): {vdir}")
     emit(args, obj, "\n".join(lines))
     ok = all(r.caught and r.steps_after_fault is not None and r.steps_after_fault <= 1 for r in results) \

@@ -101,6 +101,15 @@ class CleanShape:
             failing_copies(cache)
         return run_monitored(cache, reqs, vdir, drain_every=self.drain_every, listener=listener)
 
+    def describe(self, seed: int) -> str:
+        """Seed `seed`'s workload in words (an alarm's report: what to run again)."""
+        policy, _ = plan(seed, self.wcfg)
+        w = self.wcfg
+        return (f"{w.requests} requests on {w.device_pages} device pages and {w.host_pages} host slots of "
+                f"{w.page_size}-token pages, {policy}, prefetch {self.prefetch_policy}"
+                + (", copies failing" if self.failing_copies else "")
+                + (f", acks every {self.drain_every} requests" if self.drain_every > 1 else ""))
+
 
 #: the shared production-shaped traces a TraceShape replays
 TRACES = Path("/work/shared/traces")
@@ -140,6 +149,14 @@ class TraceShape:
                            prefetch_policy=rng.choice(("best_effort", "wait_complete", "timeout")),
                            sync=rng.random() < 0.5)
         return trace, rng.randrange(1000), cfg
+
+    def describe(self, seed: int) -> str:
+        """Seed `seed`'s replay in words (an alarm's report: what to run again)."""
+        trace, first, c = self.config(seed)
+        return (f"{trace.name} requests {first}-{first + self.requests - 1}, page {c.page_size}, "
+                f"{c.device_tokens // c.page_size} device / {c.host_tokens // c.page_size} host pages, storage "
+                f"{c.storage.value}, kv {c.kv.value}, {c.write_policy.value}, prefetch {c.prefetch_policy.value}, "
+                f"{'synced' if c.sync else 'polled'}")
 
     def run(self, seed: int, vdir: str, listener=None) -> ProtocolViolation | None:
         """Seed `seed`'s replay under the strict monitors (as CleanShape.run): the violation

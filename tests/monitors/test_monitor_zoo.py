@@ -589,3 +589,52 @@ def test_the_fitting_replay_holds_the_requests_the_kv_bytes_replay_serves_uncach
         small = replay_requests(bench.replay_config(30, "small"), reqs)
     assert fit["uncached_requests"] == too_long < small["uncached_requests"]
     assert fit["corrupt_pages"] == 0
+
+
+def test_a_clean_sweeps_alarm_is_reported_with_its_workload_trace_and_call(tmp_path, capsys, monkeypatch):
+    """An alarm in the clean sweep (here planted: a shape whose run carries bug 6's fault)
+    fails the command, and its report says which seed and shape, the property and step, the
+    workload in words, the trace written and the call that runs it again."""
+    from hicache.cli import bugzoo
+    from hicache.monitors import zoo
+    from hicache.monitors.attach import unmonitored
+    from hicache.monitors.faults import RUNTIME_FAULTS
+
+    class Planted:
+        name = "planted"
+
+        def run(self, seed, vdir, listener=None):
+            for s in range(30):
+                _, exc = zoo._run_single(s, RUNTIME_FAULTS[6], W, vdir)
+                if exc is not None:
+                    return exc
+            raise AssertionError("bug 6's fault fired on none of 30 seeds")
+
+        def describe(self, seed):
+            return f"the zoo's workload with bug 6's fault, seed {seed}"
+    monkeypatch.setattr(zoo, "CLEAN_SHAPES", (Planted(),))
+    args = argparse.Namespace(seeds=20, clean=1, only=[8], violation_dir=str(tmp_path), json=False)
+    with unmonitored():
+        assert bugzoo.run(args) == 1
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.startswith("  false alarm:")]
+    assert line.startswith("  false alarm: seed 1000 (planted): SlotInOneOwner at ")
+    assert "workload: the zoo's workload with bug 6's fault, seed 1000" in line
+    trace = line.split("; trace: ")[1].split(";")[0]
+    assert trace.startswith(str(tmp_path)) and os.path.exists(trace)
+    assert line.endswith("; again: hicache.monitors.zoo.run_clean_shape(CLEAN_SHAPES[0], 1000, violation_dir)")
+    assert "false alarms: 1" in out
+
+
+def test_a_trace_shape_describes_the_window_and_configuration_its_seed_replays():
+    from hicache.monitors.zoo import TraceShape
+    shape = TraceShape("trace replays", requests=100)
+    for seed in (1004, 1009):
+        trace, first, cfg = shape.config(seed)
+        words = shape.describe(seed)
+        assert words.startswith(f"{trace.name} requests {first}-{first + 99}, page {cfg.page_size}, ")
+        assert f"{cfg.device_tokens // cfg.page_size} device / {cfg.host_tokens // cfg.page_size} host pages" in words
+        assert cfg.write_policy.value in words and ("synced" if cfg.sync else "polled") in words
+    assert shape.config(1004) == shape.config(1004)      # (a seed is one replay, run again)
+    with pytest.raises(ValueError, match="requests must be >= 1"):
+        TraceShape("empty", requests=0)
