@@ -7,7 +7,8 @@ monitors' listeners and cache checks repeat to ~0.1 %, so a change of a few perc
 They are not time (a cache miss costs more than an add): the ratio targets stay wall-clock
 figures, `hicache bench monitors`.
 
-    python scripts/monitor_instructions.py [--mode strict|sample [--rate R] [--no-budget]] [--replays 2] [--limit 200]
+    python scripts/monitor_instructions.py [--mode strict|sample [--rate R] [--no-budget]] [--replay kv_bytes_fitting]
+        [--replays 2] [--limit 200]
         [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method]
     python scripts/monitor_instructions.py --whole --mode off|floor|sample_floor|sample|strict [--rate 0]
 
@@ -46,6 +47,11 @@ void hicache_cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
 void hicache_cg_toggle(void) { CALLGRIND_TOGGLE_COLLECT; }
 void hicache_cg_dump(void) { CALLGRIND_DUMP_STATS; }
 """
+
+#: --replay: the bench's replays this script can count, by their bench names (kv_bytes:
+#: nodes of ~18 pages; kv_bytes_fitting: ~100, where the monitors' per-page work shows)
+REPLAYS = {"kv_bytes": lambda bm, limit: bm.replay_config(limit, "small"),
+           "kv_bytes_fitting": lambda bm, limit: bm.fitting_config(limit)}
 
 #: --whole's floors: a mode's monitors attached with listeners that return at once and no
 #: final check (the bench's attached floor is strict's)
@@ -169,7 +175,7 @@ def child(args: argparse.Namespace) -> None:
     within = resolve(args.within) if getattr(args, "within", None) else None
     whole = not (events or spec or within)      # every listener call and the cache checks
     reqs = load_requests(str(bm.TRACE), bm.PAGE, args.limit)
-    cfg = bm.replay_config(args.limit, "small")      # the bench's kv_bytes replay
+    cfg = REPLAYS[getattr(args, "replay", "kv_bytes")](bm, args.limit)
     rate = getattr(args, "rate", None)     # (sample mode's; None: VerifyConfig's default)
     mode = FLOORS.get(args.mode, args.mode)
     bm._replay_once(mode, cfg, reqs, rate=rate, **_budget(args))     # imports and first allocations, not instrumented
@@ -282,6 +288,9 @@ def main() -> None:
                          "not depend on what the wall-clock budget affords under valgrind (the rate decides)")
     ap.add_argument("--whole", action="store_true",
                     help="count the scheduler thread's whole replays, not only inside the monitors (no filters)")
+    ap.add_argument("--replay", choices=tuple(REPLAYS), default="kv_bytes",
+                    help="which of the bench's replays (default kv_bytes; kv_bytes_fitting: a device tier that "
+                         "holds the requests, nodes of ~100 pages)")
     ap.add_argument("--replays", type=int, default=2)
     ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
     ap.add_argument("--timeout", type=float, default=1800.0,
@@ -323,7 +332,8 @@ def main() -> None:
         report = folder / "report.json"
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
-               "--report", str(report), "--mode", args.mode, "--replays", str(args.replays), "--limit", str(args.limit),
+               "--report", str(report), "--mode", args.mode, "--replay", args.replay, "--replays", str(args.replays),
+               "--limit", str(args.limit),
                *[f"--{k}={v}" for k, v in filters.items()], *(["--whole"] if args.whole else []),
                *([f"--rate={args.rate}"] if args.rate is not None else []),
                *(["--no-budget"] if args.no_budget else [])]
@@ -347,7 +357,8 @@ def main() -> None:
         counts = json.loads(report.read_text())
     calls = counts["listener_calls"]
     if args.whole:
-        print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, "whole": True,
+        print(json.dumps({"mode": args.mode, "replay": args.replay, "replays": args.replays, "requests": args.limit,
+                          "whole": True,
                           **({"rate": args.rate} if args.rate is not None else {}),
                           "instructions": n, "per_replay": n // max(args.replays, 1)}))
         return
@@ -359,7 +370,8 @@ def main() -> None:
     # figure is its own cost; `instructions` is the raw count, comparable to earlier runs)
     per_toggle = per_within if args.within else per_call
     net = max(0, round(n - per_toggle * counts["collected_calls"]))
-    print(json.dumps({"mode": args.mode, "replays": args.replays, "requests": args.limit, **filters,
+    print(json.dumps({"mode": args.mode, "replay": args.replay, "replays": args.replays, "requests": args.limit,
+                      **filters,
                       **({"rate": args.rate} if args.rate is not None else {}), "instructions": n,
                       "per_replay": n // max(args.replays, 1), **counts,
                       "per_listener_call": round(n / max(calls, 1), 1), "toggle_cost": round(per_toggle, 1),

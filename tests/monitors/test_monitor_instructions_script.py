@@ -161,21 +161,34 @@ def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(a
 
 @needs_toggle
 @pytest.mark.parametrize("mode", ["off", "floor", "sample_floor", "strict"])
-def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(tmp_path, mode):
+@pytest.mark.parametrize("replay", ["kv_bytes", "kv_bytes_fitting"])
+def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(tmp_path, mode, replay):
     from hicache.bench import monitors as bench
     from hicache.monitors import runtime
     from hicache.replay import driver
-    replay = driver.replay_requests
+    before = driver.replay_requests
     if not bench.TRACE.exists():
         pytest.skip("trace not present")
     mod = _script()
     kept = (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__)
     report = tmp_path / "report.json"
     args = type("A", (), {"lib": str(mod.build_toggle(tmp_path)), "mode": mode, "limit": 8, "replays": 3,
-                          "report": str(report), "whole": True})()
-    mod.child(args)
+                          "report": str(report), "whole": True, "replay": replay})()
+    seen = []
+
+    def watched(cfg, *a, **kw):
+        seen.append(cfg)
+        return before(cfg, *a, **kw)
+    driver.replay_requests = watched
+    try:
+        mod.child(args)
+        # (collection is on around the driver's replay alone, not the bench's collection
+        # before it: the driver's function wrapped for the replays and put back)
+        assert driver.replay_requests is watched
+    finally:
+        driver.replay_requests = before
+    # two uncollected replays (imports, then instrumentation on) and the three collected,
+    # all of the replay asked for
+    assert len(seen) == 5 and all(cfg == mod.REPLAYS[replay](bench, 8) for cfg in seen)
     assert json.loads(report.read_text()) == {"listener_calls": 0, "collected_calls": 3}
     assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
-    # (collection is on around the driver's replay alone, not the bench's collection
-    # before it: the driver's function wrapped for the replays and put back)
-    assert driver.replay_requests is replay
