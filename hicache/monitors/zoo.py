@@ -165,7 +165,7 @@ class TraceShape:
         raised as a RuntimeError naming the seed and the configuration."""
         from hicache.monitors.attach import monitor_cache
         trace, first, cfg = self.config(seed)
-        reqs = load_requests(str(trace), cfg.page_size, first + self.requests)[first:]
+        reqs = load_requests(str(trace), cfg.page_size, first + self.requests, start=first)
 
         def watch(cache) -> None:
             monitor_cache(cache, VerifyConfig(mode="strict", violation_dir=vdir))

@@ -11,6 +11,7 @@ import array
 import contextlib
 import dataclasses
 import enum
+import itertools
 import os
 import sys
 import tempfile
@@ -376,8 +377,10 @@ def replay_requests(cfg: ReplayConfig, requests: Iterable[tuple[bytes, int]], st
     }
 
 
-def load_requests(path: str, page_size: int, limit: int | None = None) -> list[tuple[bytes, int]]:
-    return [(expand(r, page_size), r.input_length) for r in read_trace(path, limit)]
+def load_requests(path: str, page_size: int, limit: int | None = None, start: int = 0) -> list[tuple[bytes, int]]:
+    """(key, input_length) of the trace's requests `start`..`limit`-1 (every line up to
+    `limit` is read and checked; only the window's keys are expanded)."""
+    return [(expand(r, page_size), r.input_length) for r in itertools.islice(read_trace(path, limit), start, None)]
 
 
 def replay(path: str, cfg: ReplayConfig, served: Served | None = None,

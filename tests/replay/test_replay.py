@@ -244,3 +244,9 @@ def test_on_cache_sees_the_cache_before_it_serves_and_a_failure_there_closes_it(
     with pytest.raises(RuntimeError, match="no monitor for this cache"):
         replay_requests(cfg, reqs, on_cache=refuse)
     assert seen[-1]._closed and seen[-1].metrics.requests == 0
+
+
+def test_load_requests_from_a_start_is_the_same_window_of_the_whole():
+    whole = load_requests(SYN, 128, 40)
+    assert load_requests(SYN, 128, 40, start=25) == whole[25:] and len(whole[25:]) == 15
+    assert load_requests(SYN, 128, 40, start=40) == []

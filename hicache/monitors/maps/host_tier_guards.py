@@ -87,6 +87,9 @@ WriteThroughPrefix does.
 """
 from __future__ import annotations
 
+import inspect
+import re
+
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.rt import Failure
 
@@ -797,8 +800,6 @@ def _primed_by_operator(text: str) -> frozenset:
     fn = getattr(spec, f"d_{name}", None) if name.isidentifier() else None
     if fn is None:
         return frozenset()
-    import inspect
-    import re
     return frozenset(re.findall(r"t\['(\w+)'\]", inspect.getsource(fn)))
 
 
