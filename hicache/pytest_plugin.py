@@ -2,13 +2,23 @@
 
 Registered as the `hicache` pytest11 entry point. Importing it costs nothing: the monitors
 are imported only when the option (or HICACHE_VERIFY) asks for a mode other than off.
+
+A test that injects a fault on purpose, or builds and judges monitors of its own, opts out
+with `@pytest.mark.hicache_unmonitored`: the caches and draft runtimes it creates (in its
+fixtures too, on the test's thread) get no monitor of the run's verified mode, which would
+otherwise stop the fault it measures at its first step, or judge it before the monitor under
+test does. Under off the marker changes nothing.
 """
 from __future__ import annotations
 
 import os
 import sys
 
+import pytest
+
 MODES = ("off", "sample", "strict")
+#: the marker of a test whose caches the run's verified mode leaves alone
+UNMONITORED = "hicache_unmonitored"
 
 
 def pytest_addoption(parser) -> None:
@@ -19,7 +29,9 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
-    import pytest
+    config.addinivalue_line("markers", f"{UNMONITORED}: the caches this test creates get no monitor of the run's "
+                                       f"verified mode (a test injecting a fault on purpose, or judging monitors of "
+                                       f"its own)")
     option = config.getoption("--hicache-verify", default=None)
     mode = option or os.environ.get("HICACHE_VERIFY", "off").strip().lower() or "off"
     if mode not in MODES:
@@ -55,6 +67,39 @@ def pytest_configure(config) -> None:
     except ValueError as e:
         _remove_tmp_dir(config)
         raise pytest.UsageError(str(e)) from None
+
+
+def _unmonitored_test(item):
+    """The `unmonitored()` block a marked test's phase runs in under a verified mode, else None."""
+    if not getattr(item.config, "_hicache_verify", None) or item.get_closest_marker(UNMONITORED) is None:
+        return None
+    from hicache.monitors.attach import unmonitored
+    return unmonitored()
+
+
+def _phase(item):
+    # (setup, call and teardown each: a fixture's cache is created in setup, on the test's
+    # thread, where the block's context variable is read)
+    block = _unmonitored_test(item)
+    if block is None:
+        return (yield)
+    with block:
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _phase(item))
 
 
 def _remove_tmp_dir(config) -> None:

@@ -59,11 +59,17 @@ class KeyAudit(StorageBackend):
     # reaches for its own backend's attributes (a fault switch, a counter, a gate): every
     # attribute other than the audit's own reads and writes the wrapped backend, so turning
     # verification on changes no behaviour (a write landing on the wrapper would be lost).
+    # The backend methods the audit defines (_METHODS) are read from the audit, and so are
+    # written to it: a caller wrapping one in place (`s.batch_set = Faulty(s.batch_set)`)
+    # wraps what it read, the audit's method, which calls the backend's. Written to the
+    # backend, the wrapper would call the audit's method, which calls the backend's method,
+    # now the wrapper: a loop until the wrapper raised or Python's recursion limit did (a
+    # storage write that fails under verification and succeeds without it).
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
     def __setattr__(self, name: str, value) -> None:
-        if name in KeyAudit._OWN:
+        if name in KeyAudit._OWN or name in _METHODS:
             object.__setattr__(self, name, value)
         else:
             setattr(self.inner, name, value)
@@ -121,6 +127,10 @@ class KeyAudit(StorageBackend):
 
     def close(self) -> None:
         self.inner.close()
+
+
+#: the backend methods the audit defines: read from it, and written to it (see __setattr__)
+_METHODS = frozenset(n for n, v in vars(KeyAudit).items() if callable(v) and not n.startswith("_"))
 
 
 def stranded(cache) -> list[tuple[str, int]]:

@@ -114,6 +114,7 @@ class Leaks(ShardedCache):
         return LeakyAllocator(self.layout, cfg.device_pages // self.layout.cp_size)
 
 
+@pytest.mark.hicache_unmonitored
 @MAPS
 def test_an_extension_placed_without_its_offset_breaks_position_owner(tmp_path, cls):
     for seed in range(20):
@@ -133,6 +134,7 @@ def test_an_extension_placed_without_its_offset_breaks_position_owner(tmp_path, 
     pytest.fail("the misplaced extension was never caught")
 
 
+@pytest.mark.hicache_unmonitored
 @MAPS
 def test_a_lost_page_breaks_no_double_allocation_at_the_eviction(tmp_path, cls):
     cache = make(Leaks, cp=2)
@@ -310,6 +312,7 @@ def _free_a_held_page(cache, i) -> None:
         cache.dev_alloc.release([held[0]])
 
 
+@pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("case", ["offset", "leak", "use_after_free"])
 def test_the_incremental_map_reports_what_the_from_scratch_map_reports_at_the_same_step(case, tmp_path):
     """The same violation (property and conjunct) at the same step on both maps: a misplaced

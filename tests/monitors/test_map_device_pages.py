@@ -190,6 +190,7 @@ def _first_violation(fault: str, seed: int, tmp_path, cls):
     return None
 
 
+@pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_each_fault_is_caught_at_its_step_by_both_maps(fault, tmp_path):
     """The conjunct of NoDoubleAllocation the fault breaks, at the event that does it, the
@@ -200,6 +201,7 @@ def test_each_fault_is_caught_at_its_step_by_both_maps(fault, tmp_path):
     assert _first_violation(fault, 1, tmp_path, IncrementalDevicePagesMap) == ref
 
 
+@pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("fault", sorted(TYPE_FAULTS))
 def test_a_page_id_no_device_page_is_refused_by_typeok_on_both_maps(fault, tmp_path):
     """The incremental map decides TypeOK from the pages a row was built from, not the
@@ -260,6 +262,7 @@ def test_typeok_from_the_rows_agrees_with_the_generated_form(seed, tmp_path):
     assert len(seen) > 20
 
 
+@pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_the_host_tier_monitor_alone_misses_each_fault(fault, tmp_path):
     """What this monitor adds: the HostTier monitor (strict) passes the faulty step."""
@@ -288,10 +291,11 @@ def test_verified_mode_attaches_it_beside_the_host_tier_monitor(tmp_path):
     HostTier's sampled steps (at rate 1, no budget: the same step as strict) and at each
     cache check (at rate 0: only there)."""
     from hicache import verified
-    from hicache.monitors.attach import monitor_of
+    from hicache.monitors.attach import monitor_of, unmonitored
     wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
     policy, reqs = plan(1, wcfg)
-    step = _first_violation("frees_a_held_page", 1, tmp_path, DevicePagesMap)[0]
+    with unmonitored():      # (the fault's step by this test's own monitor, whatever the run's mode)
+        step = _first_violation("frees_a_held_page", 1, tmp_path, DevicePagesMap)[0]
     for mode, rate in (("strict", None), ("sample", 1.0), ("sample", 0.0)):
         verified.enable(mode, violation_dir=str(tmp_path),
                         **({} if rate is None else dict(sample_rate=rate, sample_budget=None)))
@@ -381,6 +385,7 @@ def test_only_the_invariants_a_single_pool_can_break_are_checked(tmp_path):
     cache.close()
 
 
+@pytest.mark.hicache_unmonitored
 def test_a_page_released_twice_is_caught_when_a_node_holds_it(tmp_path):
     """A double release of a free page changes no set (the allocator's list holds it twice:
     its free count and the mirror's size differ, so the free set is read from the
@@ -409,6 +414,7 @@ def test_a_page_released_twice_is_caught_when_a_node_holds_it(tmp_path):
     assert found[DevicePagesMap] == (2, "DeviceInsert", "NoDoubleAllocation", 2)     # (1: the match)
 
 
+@pytest.mark.hicache_unmonitored
 def test_the_allocator_journal_is_bounded_and_an_overflow_reads_the_allocator(tmp_path, monkeypatch):
     """A monitor that stops syncing (after a violation) leaves a journal that keeps at most
     LIMIT calls; a sync after an overflow takes the free set from the allocator, exactly."""
@@ -484,6 +490,7 @@ def test_a_page_freed_and_allocated_again_belongs_to_the_newer_allocation(tmp_pa
     cache.close()
 
 
+@pytest.mark.hicache_unmonitored
 @MAPS
 def test_a_subtree_cut_loose_leaks_its_pages_at_the_next_step(tmp_path, cls):
     """A node detached with its children (the children keep their parent link and their

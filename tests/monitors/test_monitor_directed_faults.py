@@ -161,6 +161,7 @@ def test_a_backup_finish_that_leaves_its_slots_reserved(tmp_path):
     assert e.value.property == "SlotInOneOwner" and e.value.action == "BackupFinish"
 
 
+@pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("mode", ["strict", "sample"])
 def test_a_live_requests_locked_node_deleted_from_the_tree(tmp_path, mode):
     """A host eviction that ignores a live request's lock deletes the node it matched: its
@@ -311,6 +312,7 @@ def test_a_backup_before_the_write_policy_asks_for_it(tmp_path):
     c2.close()
 
 
+@pytest.mark.hicache_unmonitored
 def test_a_write_through_backup_of_a_child_before_its_parent(tmp_path):
     """Write-through host copies form a prefix from the root: a child's backup may start
     only once its parent's has (ParentBackedOrGoing). Started out of order, the state after
@@ -367,6 +369,7 @@ def test_a_load_back_of_a_node_that_has_its_device_copy(tmp_path):
     assert "has a device copy: not host-only, not in ToLoad(q)" in e.value.conjunct
 
 
+@pytest.mark.hicache_unmonitored
 def test_a_storage_write_of_a_node_already_stored(tmp_path):
     """A storage write of a node storage already holds (its `stored` flag lost): ~stor[n]."""
     from hicache.monitors.workload import MemStore
@@ -700,6 +703,7 @@ def _layer_of_no_load(c, op):
     c._emit(A.LoadBackLayer, rid=op.rid, nodes=[10_000], layer=0)
 
 
+@pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("fault", [_late_layer, _layer_of_no_load], ids=["after-its-ack", "of-no-load"])
 def test_a_layer_of_a_load_not_in_flight(tmp_path, fault):
     """A loader still copying after its load's ack (the cache gave it up: the device pages
@@ -930,6 +934,7 @@ def _silent_eviction(c, action=A.RequestFinish):
     return x, y, (lambda: c.finish(r)) if r is not None else (lambda: c.match([3, 4]))
 
 
+@pytest.mark.hicache_unmonitored
 def test_a_storage_write_of_another_node_than_its_event_names(tmp_path):
     from hicache.monitors.workload import MemStore
     c, mon = tiny_cache(tmp_path, dict(mode="strict"), storage=MemStore())

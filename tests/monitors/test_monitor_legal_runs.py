@@ -127,3 +127,54 @@ def test_verified_mode_leaves_the_backends_attributes_to_the_caller(tmp_path):
     assert c.storage.data is st.data
     assert c.storage.breaches == [] and not hasattr(st, "breaches")
     c.close()
+
+
+def test_a_backend_method_wrapped_through_the_audit_wraps_it_once(tmp_path):
+    """A caller wrapping a backend method in place through `cache.storage` (a fault switch:
+    every n-th write fails) under verified mode: the wrapper wraps the audit's method, which
+    calls the backend's once. Written through to the backend, the wrapper called the audit,
+    which called the backend's method, the wrapper again: every call looped until the
+    wrapper's n-th count raised, so every storage write failed under verification."""
+    from hicache.monitors.workload import EveryNth
+    st = MemStore()
+    c, _ = tiny_cache(tmp_path, dict(mode="strict"), storage=st)
+    audit = c.storage
+    audit.batch_set = faulty = EveryNth(audit.batch_set, 3, "storage write")
+    assert "batch_set" not in vars(st)               # the backend's own method is untouched
+    failed = 0
+    for i in range(6):
+        try:
+            c.storage.batch_set([f"k{i}"], [b"v"])
+        except RuntimeError:
+            failed += 1
+    assert (faulty.calls, faulty.raised, failed) == (6, 2, 2)
+    assert sorted(st.data) == ["k0", "k1", "k3", "k4"]
+    c.close()
+
+
+def test_failing_copies_fail_alike_with_verification_on_and_off(tmp_path):
+    """`failing_copies` (every fifth storage write fails) on a workload whose storage writes
+    the monitors watch: the same writes fail, the same fetches join, with the strict
+    monitors attached and without (before the audit kept its methods' writes, the two
+    writes of seed 0 both failed under strict mode and none without, and its one fetch
+    join was lost). The mode is chosen here, whatever the run's (tests/conftest.py restores
+    it after)."""
+    from hicache import verified
+    from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan, run_workload
+    wcfg = WorkloadConfig(requests=60, device_pages=6, host_pages=6, max_pages=6, page_size=1)
+    policy, reqs = plan(0, wcfg)
+    outcomes = []
+    for mode in ("off", "strict"):
+        verified.enable(mode, violation_dir=str(tmp_path))
+        try:
+            cache = make_cache(wcfg, policy, prefetch_policy="wait_complete")
+        finally:
+            verified.disable()
+        assert (verified.monitor_of(cache) is not None) == (mode == "strict")
+        _, store = failing_copies(cache)
+        joined = []
+        cache.bus.subscribe(lambda a, f: joined.append(f["joined"]) if a == "PrefetchFinish" and f.get("joined")
+                            else None)
+        run_workload(cache, reqs)
+        outcomes.append((store.calls, store.raised, cache.metrics.storage_backup_failures, joined))
+    assert outcomes[0] == outcomes[1] and outcomes[0][0] == 2 and outcomes[0][3], outcomes

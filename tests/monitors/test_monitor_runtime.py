@@ -90,6 +90,7 @@ def test_violation_message_lists_changed_entries_not_whole_functions():
     assert f"  ... and {200 - ProtocolViolation.MESSAGE_CHANGES} more changed entries (in the trace)" in lines
 
 
+@pytest.mark.hicache_unmonitored
 def test_evict_during_load_breaks_pending_load_locked(tmp_path):
     e = _first_violation(EvictDuringLoad, tmp_path)
     assert (e.action, e.property) == ("HostEvict", "PendingLoadLocked")
@@ -649,6 +650,7 @@ def test_sample_budget_is_validated_and_read_from_the_environment():
             VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET_WINDOW": bad})
 
 
+@pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("mode", ["strict", "sample"])
 def test_a_map_writing_booleans_for_slot_ids_fails_typeok(tmp_path, monkeypatch, mode):
     """A refinement-map bug that Python's `True == 1` hid: host[n] written as "has a host

@@ -17,6 +17,22 @@ from hicache.tla.itf import decode, read_itf
 W = WorkloadConfig()
 
 
+class FakeConfig:
+    """What the plugin's hooks read of pytest's Config: the option's value, and the markers
+    it registers (kept)."""
+
+    def __init__(self, v=None):
+        self.v = v
+        self.markers: list[str] = []
+
+    def getoption(self, name, default=None):
+        return self.v
+
+    def addinivalue_line(self, name, line):
+        assert name == "markers"
+        self.markers.append(line)
+
+
 @pytest.mark.parametrize("bug,prop", [(8, "SlotInOneOwner"), (10, "HostEvict"), (7, "DeviceEvict")])
 def test_runtime_fault_caught_at_its_step(bug, prop, tmp_path):
     r = runtime_entry(bug, 30, W, str(tmp_path))
@@ -109,14 +125,7 @@ def test_verified_mode_attaches_and_detaches():
 def test_pytest_plugin_option(monkeypatch):
     from hicache import pytest_plugin, verified
     monkeypatch.delenv("HICACHE_VIOLATION_DIR", raising=False)
-
-    class Cfg:
-        def __init__(self, v):
-            self.v = v
-
-        def getoption(self, name, default=None):
-            return self.v
-    cfg = Cfg("sample")
+    cfg = FakeConfig("sample")
     try:
         pytest_plugin.pytest_configure(cfg)
         assert verified.current().mode == "sample"
@@ -136,11 +145,7 @@ def test_pytest_plugin_leaves_no_empty_violation_directory(monkeypatch):
 
     from hicache import pytest_plugin
     monkeypatch.delenv("HICACHE_VIOLATION_DIR", raising=False)
-
-    class Cfg:
-        def getoption(self, name, default=None):
-            return "sample"
-    clean, dirty = Cfg(), Cfg()
+    clean, dirty = FakeConfig("sample"), FakeConfig("sample")
     for cfg in (clean, dirty):
         try:
             pytest_plugin.pytest_configure(cfg)
@@ -165,16 +170,12 @@ def test_pytest_option_is_not_blocked_by_a_bad_hicache_verify(monkeypatch, tmp_p
     import hicache
     from hicache import pytest_plugin
     from hicache.monitors.runtime import Mode
-
-    class Cfg:
-        def getoption(self, name, default=None):
-            return "strict"
     monkeypatch.setenv("HICACHE_VERIFY", "bogus")
     monkeypatch.setenv("HICACHE_VIOLATION_DIR", str(tmp_path))
     # as in a fresh process, where the plugin's import of hicache.verified reads the variables
     monkeypatch.delitem(sys.modules, "hicache.verified", raising=False)
     monkeypatch.delattr(hicache, "verified", raising=False)
-    cfg = Cfg()
+    cfg = FakeConfig("strict")
     try:
         pytest_plugin.pytest_configure(cfg)
         assert sys.modules["hicache.verified"].current().mode is Mode.STRICT
@@ -187,20 +188,13 @@ def test_pytest_plugin_reports_bad_settings_as_usage_errors(monkeypatch):
     """A bad HICACHE_VERIFY or HICACHE_VERIFY_RATE under the plugin is a usage error (pytest
     prints the line and exits 4), not an INTERNALERROR traceback."""
     from hicache import pytest_plugin
-
-    class Cfg:
-        def __init__(self, v):
-            self.v = v
-
-        def getoption(self, name, default=None):
-            return self.v
     monkeypatch.setenv("HICACHE_VERIFY", "loud")
     with pytest.raises(pytest.UsageError, match="^HICACHE_VERIFY: 'loud' is not one of"):
-        pytest_plugin.pytest_configure(Cfg(None))
+        pytest_plugin.pytest_configure(FakeConfig(None))
     monkeypatch.setenv("HICACHE_VERIFY", "sample")
     monkeypatch.setenv("HICACHE_VERIFY_RATE", "abc")
     with pytest.raises(pytest.UsageError, match="HICACHE_VERIFY_RATE"):
-        pytest_plugin.pytest_configure(Cfg(None))
+        pytest_plugin.pytest_configure(FakeConfig(None))
     # as in a fresh process, where importing hicache.verified is what reads the variables
     import sys
 
@@ -209,7 +203,7 @@ def test_pytest_plugin_reports_bad_settings_as_usage_errors(monkeypatch):
     monkeypatch.delattr(hicache, "verified")
     monkeypatch.setenv("HICACHE_VERIFY_RATE", "2")
     with pytest.raises(pytest.UsageError, match="^HICACHE_VERIFY_RATE: 2.0 is not a fraction"):
-        pytest_plugin.pytest_configure(Cfg("sample"))
+        pytest_plugin.pytest_configure(FakeConfig("sample"))
 
 
 def test_pytest_option_off_holds_over_hicache_verify(monkeypatch):
@@ -218,15 +212,72 @@ def test_pytest_option_off_holds_over_hicache_verify(monkeypatch):
     from hicache import pytest_plugin, verified
     from hicache.runtime.cache import HiCache
     from hicache.runtime.config import CacheConfig
-
-    class Cfg:
-        def getoption(self, name, default=None):
-            return "off"
     monkeypatch.setenv("HICACHE_VERIFY", "strict")
-    pytest_plugin.pytest_configure(Cfg())
+    pytest_plugin.pytest_configure(FakeConfig("off"))
     d = HiCache(CacheConfig(page_size=2, device_pages=4, host_pages=4, metadata_only=True))
     assert verified.monitor_of(d) is None and d.bus.listeners == []
     d.close()
+
+
+_MARKED_SUITE = """
+import pytest
+from hicache import verified
+from hicache.runtime.cache import HiCache
+from hicache.runtime.config import CacheConfig
+
+
+def _cache():
+    return HiCache(CacheConfig(page_size=2, device_pages=4, host_pages=4, metadata_only=True))
+
+
+@pytest.fixture
+def made_in_setup():
+    c = _cache()
+    yield c
+    c.close()
+
+
+def test_unmarked(made_in_setup):
+    c = _cache()
+    assert verified.monitor_of(c) is not None and verified.monitor_of(made_in_setup) is not None
+    c.close()
+
+
+@pytest.mark.hicache_unmonitored
+def test_marked(made_in_setup):
+    c = _cache()
+    assert verified.monitor_of(c) is None and verified.monitor_of(made_in_setup) is None
+    c.close()
+
+
+def test_unmarked_after_a_marked_one():
+    c = _cache()
+    assert verified.monitor_of(c) is not None
+    c.close()
+"""
+
+
+def test_pytest_marker_leaves_a_tests_caches_unmonitored(tmp_path, monkeypatch):
+    """`@pytest.mark.hicache_unmonitored` under --hicache-verify=strict: the caches a marked
+    test creates, in its body and in its fixtures' setup, get no monitor; the tests around
+    it keep theirs (a pytest run of its own, in a subprocess: the plugin's configure and
+    unconfigure turn the process's verified mode on and off). The marker is registered: a
+    run with --strict-markers accepts it."""
+    import subprocess
+    import sys
+    (tmp_path / "test_marked_suite.py").write_text(_MARKED_SUITE)
+    monkeypatch.delenv("HICACHE_VERIFY", raising=False)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--strict-markers",
+                          "--hicache-verify=strict", "--rootdir", str(tmp_path), str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout + run.stderr
+    # without the marker's effect the marked test fails: the same suite with the marker
+    # taken off the test
+    (tmp_path / "test_marked_suite.py").write_text(_MARKED_SUITE.replace("@pytest.mark.hicache_unmonitored\n", ""))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "--hicache-verify=strict", "--rootdir", str(tmp_path), str(tmp_path)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 1 and "1 failed, 2 passed" in run.stdout, run.stdout + run.stderr
 
 
 def test_bugzoo_cli_json(tmp_path, capsys):
