@@ -15,7 +15,19 @@ import weakref
 
 from hicache.monitors.runtime import Mode, Monitor, VerifyConfig, link
 
+# cache (or draft set) -> a weak reference to its monitor. Weak both ways: the monitor holds
+# its cache (its map reads it), so a strong value would keep every monitored cache of the
+# process alive for good, its tree, KV pools and the monitor's history of mapped states with
+# it (a test suite or canary creating caches grew by ~100 MB a replay in sample mode). The
+# cache holds its monitor instead: every monitor registered here is a listener on its
+# object's bus (monitor_cache, monitor_draft, _cp_monitor on a sharded cache), so it lives
+# exactly as long as the object, and the two are collected together.
 _monitors: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _registered(obj) -> Monitor | None:
+    ref = _monitors.get(obj)
+    return None if ref is None else ref()
 
 # the verified-mode configuration set in code (hicache.verified.enable/disable, the pytest
 # option), or None while nothing set one: then HICACHE_VERIFY decides (HiCache.__init__).
@@ -83,7 +95,7 @@ def attach(cache, cfg: VerifyConfig) -> Monitor | None:
     before the cache (the set) serves."""
     if cfg.mode is Mode.OFF or _unmonitored.get():
         return None
-    mon = _monitors.get(cache)
+    mon = _registered(cache)
     if mon is None:
         if _draft(cache):
             mon = monitor_draft(cache, cfg)
@@ -94,10 +106,13 @@ def attach(cache, cfg: VerifyConfig) -> Monitor | None:
             mon = _cp_monitor(cache, cfg)
         else:
             return None
-        _monitors[cache] = mon
+        # (held by the cache's bus, which the registry's weak reference relies on)
+        assert mon in cache.bus.listeners, "a registered monitor listens on its object's bus"
+        _monitors[cache] = weakref.ref(mon)
         deps = getattr(cache, "deps", None)
-        if deps is not None and _monitors.get(deps) is not None:
-            link(mon, _monitors[deps])      # a draft set's copies are steps of its cache's transfers
+        mine = _registered(deps) if deps is not None else None
+        if mine is not None:
+            link(mon, mine)      # a draft set's copies are steps of its cache's transfers
     return mon
 
 
@@ -181,14 +196,14 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
 
 
 def monitor_of(cache) -> Monitor | None:
-    return _monitors.get(cache)
+    return _registered(cache)
 
 
 def monitor_report(cache) -> list[dict] | None:
     """What the monitors attached to `cache` checked: per monitor its spec, what of the
     runtime it maps (`what`), events seen, steps checked and cache checks run (None: none
     attached)."""
-    mon = _monitors.get(cache)
+    mon = _registered(cache)
     if mon is None:
         return None
     return [{"spec": m.spec.SPEC, "what": getattr(m.rmap, "what", None), "events": m.steps, "checked": m.checked,
@@ -210,6 +225,6 @@ def describe(m: dict) -> str:
 
 def cache_check(cache) -> None:
     """Every invariant of the cache's monitor on its current state (a cache check)."""
-    mon = _monitors.get(cache)
+    mon = _registered(cache)
     if mon is not None:
         mon.cache_check()
