@@ -29,6 +29,7 @@ def _registered(obj) -> Monitor | None:
     ref = _monitors.get(obj)
     return None if ref is None else ref()
 
+
 # the verified-mode configuration set in code (hicache.verified.enable/disable, the pytest
 # option), or None while nothing set one: then HICACHE_VERIFY decides (HiCache.__init__).
 # Once code has chosen, the environment no longer attaches anything: `enable("sample")` or
