@@ -129,6 +129,7 @@ def test_pytest_plugin_option(monkeypatch):
     try:
         pytest_plugin.pytest_configure(cfg)
         assert verified.current().mode == "sample"
+        assert [m.split(":")[0] for m in cfg.markers] == ["hicache_unmonitored"]     # the marker, registered
         # traces go to a fresh temporary directory, not ./hicache-violations in the tree
         vdir = verified.current().violation_dir
         assert vdir != "hicache-violations" and os.path.basename(vdir).startswith("hicache-violations-")
