@@ -266,18 +266,18 @@ def test_pytest_marker_leaves_a_tests_caches_unmonitored(tmp_path, monkeypatch):
     run with --strict-markers accepts it."""
     import subprocess
     import sys
-    (tmp_path / "test_marked_suite.py").write_text(_MARKED_SUITE)
     monkeypatch.delenv("HICACHE_VERIFY", raising=False)
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--strict-markers",
-                          "--hicache-verify=strict", "--rootdir", str(tmp_path), str(tmp_path)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+    def run_suite(text: str, *flags: str):
+        (tmp_path / "test_marked_suite.py").write_text(text)
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *flags,
+                               "--hicache-verify=strict", "--rootdir", str(tmp_path), str(tmp_path)],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    run = run_suite(_MARKED_SUITE, "--strict-markers")
     assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout + run.stderr
     # without the marker's effect the marked test fails: the same suite with the marker
     # taken off the test
-    (tmp_path / "test_marked_suite.py").write_text(_MARKED_SUITE.replace("@pytest.mark.hicache_unmonitored\n", ""))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "--hicache-verify=strict", "--rootdir", str(tmp_path), str(tmp_path)],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    run = run_suite(_MARKED_SUITE.replace("@pytest.mark.hicache_unmonitored\n", ""))
     assert run.returncode == 1 and "1 failed, 2 passed" in run.stdout, run.stdout + run.stderr
 
 
