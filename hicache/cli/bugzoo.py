@@ -13,6 +13,13 @@ only every few requests, so ops stay on nodes the next requests split; windows o
 shared production-shaped traces replayed as `hicache replay` serves them, each seed its own
 cache configuration (KV bytes or metadata, storage or none, transfers synced or polled).
 `--clean N` also runs N/4 two-rank groups and N layer-pipeline schedules fault-free.
+
+`--sample-rate R` (repeatable) adds what a canary in sample mode at rate R would see of each
+runtime bug (the single-engine faults, whose cache's monitors have a sample mode): every
+workload of the `--seeds` its fault fires in, run under sample mode with no budget (which
+steps are checked is then the seed's alone), a cache check after it: caught at a sampled
+step, at a cache check, stopped first by the runtime's own check (an error naming no
+property), or missed. A measurement, not a verdict: it leaves the exit status alone.
 """
 from __future__ import annotations
 
@@ -35,12 +42,27 @@ def _at_least(low: int):
     return parse
 
 
+def _rate(raw: str) -> float:
+    try:
+        v = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
+    if not 0.0 < v <= 1.0:       # (NaN fails this too)
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {raw}")
+    return v
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seeds", type=_at_least(1), default=30, help="workloads tried per bug until its fault fires")
+    p.add_argument("--seeds", type=_at_least(1), default=30,
+                   help="workloads tried per bug: until its fault fires (each of them with --sample-rate)")
     p.add_argument("--clean", type=_at_least(0), default=200,
                    help="fault-free seeded workloads checked for false alarms")
     p.add_argument("--only", type=int, action="append", help="only this bug class (repeatable)")
     p.add_argument("--violation-dir", default=None, help="where violation traces go (default: a temp dir)")
+    p.add_argument("--sample-rate", type=_rate, action="append", default=None, metavar="R",
+                   help="also run each runtime bug's workloads under sample mode at rate R, no budget, and "
+                        "report caught at a sampled step / at a cache check / runtime error first / missed "
+                        "(repeatable; no effect on the exit status)")
 
 
 def clean_sweep(n: int, vdir: str) -> list[dict]:
@@ -76,7 +98,7 @@ def clean_sweep(n: int, vdir: str) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from hicache.cli.main import EXIT_USAGE
-    from hicache.monitors.zoo import CLEAN_SHAPES, bug_classes, run_zoo
+    from hicache.monitors.zoo import CLEAN_SHAPES, bug_classes, run_sample_zoo, run_zoo
     known = bug_classes()
     unknown = sorted(set(args.only or ()) - set(known))
     if unknown:
@@ -121,8 +143,33 @@ def run(args: argparse.Namespace) -> int:
                      + (f"; again: {a['rerun']}" if a.get("rerun") else ""))
     for name in clean_twins:
         lines.append(f"  false alarm: the clean twin of {name} (its workload without the fault) raised")
+    rates = tuple(dict.fromkeys(getattr(args, "sample_rate", None) or ()))    # (each rate once)
+    if rates:
+        sampled = run_sample_zoo(rates, seeds=args.seeds, vdir=vdir, only=set(args.only) if args.only else None)
+        obj["sample"] = [r.as_dict() for r in sampled]
+        lines.extend(_sample_lines(sampled, args.seeds))
     lines.append(f"violation traces (hicache explain TRACE [--html out.html]): {vdir}")
     emit(args, obj, "\n".join(lines))
     ok = all(r.caught and r.steps_after_fault is not None and r.steps_after_fault <= 1 for r in results) \
         and obj["clean_alarms"] == 0
     return 0 if ok else 1
+
+
+def _sample_lines(results, seeds: int) -> list[str]:
+    """The sample-mode study as a table per rate: of the workloads each fault fired in, how
+    many were caught at a sampled step, at a cache check, stopped by the runtime's own check
+    first, or missed; and the events from the fault to the alarm (median / max)."""
+    lines = ["sample mode: the runtime bugs (a cache's monitors; the rank, process and spec entries are strict)"]
+    for rate in dict.fromkeys(r.rate for r in results):
+        lines.append(f"sample mode at rate {rate:g}, no budget (workloads of seeds 0-{seeds - 1} the fault fired in):")
+        lines.append(f"{'bug':>3}  {'name':<28} {'fired':>5} {'step':>5} {'check':>5} {'error':>5} {'missed':>6}  "
+                     f"events to alarm")
+        for r in results:
+            if r.rate != rate:
+                continue
+            d = sorted(r.events_after_fault)
+            delay = f"{d[len(d) // 2]} / {d[-1]}" if d else "-"
+            errors = f"   (runtime: {', '.join(f'{k} x{v}' for k, v in sorted(r.errors.items()))})" if r.errors else ""
+            lines.append(f"{r.bug:>3}  {r.name:<28} {r.fired:>5} {r.at_step:>5} {r.at_check:>5} "
+                         f"{r.runtime_first:>5} {r.missed:>6}  {delay}{errors}")
+    return lines

@@ -23,7 +23,7 @@ import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig
+from hicache.monitors.runtime import CACHE_CHECK, Monitor, ProtocolViolation, VerifyConfig
 from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan
 from hicache.replay.driver import ReplayConfig, load_requests, open_storage, replay_requests
 
@@ -233,6 +233,103 @@ def runtime_entry(bug: int, seeds: int, wcfg, vdir: str) -> BugResult:
                          f"{exc.kind} {exc.property} at {exc.location}", exc.trace_path)
     return BugResult(cls.__name__, bug, "runtime", False, None, None, None, False,
                      f"the fault never fired in {seeds} workloads")
+
+
+# ====================================================================== sample mode
+@dataclass(slots=True)
+class SampleResult:
+    """One runtime bug under sample mode at one rate: what became of its fault in each of
+    the seeded workloads it fired in (what a canary running that rate would see)."""
+    name: str
+    bug: int
+    rate: float
+    fired: int                  # workloads (of the seeds tried) whose fault fired
+    at_step: int                # caught at a sampled step
+    at_check: int               # caught at a cache check: the workload's end, or a dead worker's wait
+    runtime_first: int          # the runtime's own check raised first: an error naming no property
+    missed: int                 # ended with no alarm and no error: the fault went unseen
+    properties: dict[str, int]  # property -> workloads it caught
+    errors: dict[str, int]      # error type -> workloads where the runtime raised first
+    # per caught workload: bus events from the faulty one to the one the alarm was raised
+    # at (at a cache check: the last event before it); 0 is at the faulty event
+    events_after_fault: list[int]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float):
+    """Seed `seed`'s workload on fault class `cls` under sample mode at `rate` with no budget
+    (so which steps are checked is the seed's alone, not the machine's load), a cache check
+    after it as a scheduler's check point: (cache, the violation or None, the error the
+    runtime raised first or None, the bus seq of the last event before the alarm)."""
+    from hicache.monitors.attach import monitor_cache, unmonitored
+    from hicache.monitors.workload import run_workload
+    from hicache.runtime.transfer import WorkerDied
+    policy, reqs = plan(seed, wcfg)
+    with unmonitored():         # (the study's monitor alone, whatever mode the process runs in)
+        cache = make_cache(wcfg, policy, cls=cls)
+    last = [0]
+    # subscribed before the monitor: it sees the event the monitor raises at
+    cache.bus.subscribe(lambda action, fields: last.__setitem__(0, fields["seq"]))
+    mon = monitor_cache(cache, VerifyConfig(mode="sample", sample_rate=rate, sample_budget=None, seed=seed,
+                                            violation_dir=vdir))
+    try:
+        try:
+            run_workload(cache, reqs)
+        except WorkerDied:
+            # (verified mode's wait runs the cache check first, HiCache._wait_for: the
+            # monitor names the property of a worker that died with work left)
+            mon.cache_check()
+            raise
+        mon.cache_check()
+    except ProtocolViolation as e:
+        _close_quietly(cache)
+        return cache, e, None, last[0]
+    except Exception as e:  # noqa: BLE001 - the runtime's own checks stopped the faulty run first
+        _close_quietly(cache)
+        return cache, None, e, last[0]
+    return cache, None, None, last[0]
+
+
+def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleResult:
+    """Runtime bug `bug` on each of the workloads of seeds 0..seeds-1 its fault fires in,
+    under sample mode at `rate`: caught at a sampled step, at a cache check, stopped first
+    by the runtime's own check, or missed. Strict mode catches each at its step (or the
+    next, `runtime_entry`); sample mode checks the invariants alone, at a seeded fraction
+    of the steps: a fault whose broken state lasts a few events may fall between samples
+    and be repaired before the next (then nothing ever sees it)."""
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    cls = RUNTIME_FAULTS[bug]
+    r = SampleResult(cls.__name__, bug, rate, 0, 0, 0, 0, 0, {}, {}, [])
+    for seed in range(seeds):
+        cache, exc, err, last = _sample_run(seed, cls, wcfg, vdir, rate)
+        if not cache.fired:
+            continue
+        r.fired += 1
+        if exc is not None:
+            if exc.action == CACHE_CHECK:
+                r.at_check += 1
+            else:
+                r.at_step += 1
+            r.properties[exc.property] = r.properties.get(exc.property, 0) + 1
+            r.events_after_fault.append(last - cache.fault_seq)
+        elif err is not None:
+            r.runtime_first += 1
+            name = type(err).__name__
+            r.errors[name] = r.errors.get(name, 0) + 1
+        else:
+            r.missed += 1
+    return r
+
+
+def run_sample_zoo(rates, seeds: int = 30, vdir: str = "hicache-violations/bugzoo", only=None) -> list[SampleResult]:
+    """`sample_entry` of every runtime bug (the zoo's single-engine faults, which a cache's
+    sample-mode monitors watch) at each rate."""
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    wcfg = WorkloadConfig()
+    return [sample_entry(bug, seeds, wcfg, vdir, rate) for rate in rates for bug in sorted(RUNTIME_FAULTS)
+            if not only or bug in only]
 
 
 # ====================================================================== rank entries

@@ -283,7 +283,7 @@ def test_pytest_marker_leaves_a_tests_caches_unmonitored(tmp_path, monkeypatch):
 
 def test_bugzoo_cli_json(tmp_path, capsys):
     from hicache.cli import bugzoo
-    args = argparse.Namespace(seeds=20, clean=2, only=[8], violation_dir=str(tmp_path), json=True)
+    args = argparse.Namespace(seeds=20, clean=2, only=[8], violation_dir=str(tmp_path), json=True, sample_rate=None)
     assert bugzoo.run(args) == 0
     import json
     obj = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -292,6 +292,52 @@ def test_bugzoo_cli_json(tmp_path, capsys):
     (b,) = obj["bugs"]
     assert {"name", "caught", "property", "steps_after_fault"} <= set(b)
     assert (b["caught"], b["property"], b["steps_after_fault"]) == (True, "SlotInOneOwner", 0)
+
+
+def test_bugzoo_cli_reports_the_sample_mode_study_and_keeps_its_exit_status(tmp_path, capsys):
+    """--sample-rate adds the study per rate (JSON and table) of the runtime bugs `--only`
+    names; a miss in it is a measurement, so the exit status stays the strict zoo's."""
+    import json
+
+    from hicache.cli.main import main
+    argv = ["bugzoo", "--only", "7", "--only", "4", "--seeds", "30", "--clean", "0", "--violation-dir", str(tmp_path),
+            "--sample-rate", "0.01", "--sample-rate", "1"]
+    assert main([*argv, "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    low, every = obj["sample"]        # (bug 4 is a rank fault: no sample-mode entry)
+    assert (low["bug"], low["rate"], every["bug"], every["rate"]) == (7, 0.01, 7, 1.0)
+    assert low["fired"] == every["fired"] > 0 and low["missed"] > 0
+    assert every["at_step"] == every["fired"] and every["properties"] == {"LockedNodesKept": every["fired"]}
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "sample mode at rate 0.01, no budget (workloads of seeds 0-29 the fault fired in):" in text
+    assert f"  7  EvictAnchorNode {every['fired']:>18} {every['fired']:>5}     0     0      0  0 / 0" in text
+
+
+def test_sample_mode_at_rate_one_catches_every_runtime_bug_at_a_sampled_step(tmp_path):
+    """Sample mode at rate 1 checks every invariant after every event: each runtime bug of
+    the zoo is caught at a sampled step in every workload it fires in, at most two events
+    after its fault (strict mode's guards and frames catch each at its step; an invariant,
+    only once the state it breaks is reached)."""
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    from hicache.monitors.zoo import run_sample_zoo
+    results = run_sample_zoo([1.0], seeds=12, vdir=str(tmp_path))
+    assert [r.bug for r in results] == sorted(RUNTIME_FAULTS)
+    for r in results:
+        assert r.fired > 0 and (r.at_step, r.at_check, r.runtime_first, r.missed) == (r.fired, 0, 0, 0), r
+        assert len(r.events_after_fault) == r.fired and max(r.events_after_fault) <= 2, r
+
+
+def test_sample_mode_at_a_low_rate_can_miss_a_transient_fault(tmp_path):
+    """An anchor node evicted under a live prefetch (bug 7) breaks LockedNodesKept only until
+    the prefetch ends: at rate 0.01 most of its workloads end with no alarm, which strict
+    mode catches at the eviction itself. Each outcome is counted once, and the study is
+    the seeds' alone (no budget): run again, it is the same."""
+    from hicache.monitors.zoo import sample_entry
+    r = sample_entry(7, 30, W, str(tmp_path), 0.01)
+    assert r.missed > 0 and r.at_step + r.at_check + r.runtime_first + r.missed == r.fired > 0, r
+    assert sample_entry(7, 30, W, str(tmp_path), 0.01) == r
+    assert runtime_entry(7, 30, W, str(tmp_path)).steps_after_fault == 0
 
 
 #: what each clean shape must exercise for its runs to mean what its name says: an event
@@ -569,7 +615,10 @@ def test_bugzoo_cli_refuses_what_it_cannot_run(capsys):
     assert "--only: 99 is not a bug class of the zoo (1-14)" in capsys.readouterr().err
     for argv, msg in ((["--seeds", "0"], "--seeds: must be >= 1, got 0"),
                       (["--clean", "-1"], "--clean: must be >= 0, got -1"),
-                      (["--seeds", "x"], "--seeds: 'x' is not an integer")):
+                      (["--seeds", "x"], "--seeds: 'x' is not an integer"),
+                      (["--sample-rate", "0"], "--sample-rate: must be a fraction in (0, 1], got 0"),
+                      (["--sample-rate", "nan"], "--sample-rate: must be a fraction in (0, 1], got nan"),
+                      (["--sample-rate", "x"], "--sample-rate: 'x' is not a number")):
         with pytest.raises(SystemExit) as e:
             main(["bugzoo", *argv])
         assert e.value.code == EXIT_USAGE and msg in capsys.readouterr().err
