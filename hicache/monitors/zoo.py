@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hicache.monitors.runtime import CACHE_CHECK, Monitor, ProtocolViolation, VerifyConfig
@@ -253,16 +253,26 @@ class SampleResult:
     # per caught workload: bus events from the faulty one to the one the alarm was raised
     # at (at a cache check: the last event before it); 0 is at the faulty event
     events_after_fault: list[int]
+    # seeds of the workloads stopped by a violation before their fault fired (false alarms)
+    false_alarms: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float):
+@dataclass(frozen=True, slots=True)
+class _SampleRun:
+    """How one workload of the sample-mode study ended."""
+    cache: object                           # the faulty cache (its `fired`, `fault_seq`)
+    violation: ProtocolViolation | None     # the monitor's alarm
+    error: Exception | None                 # what the runtime raised first instead
+    last_seq: int                           # the bus seq of the last event before the end
+
+
+def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float) -> _SampleRun:
     """Seed `seed`'s workload on fault class `cls` under sample mode at `rate` with no budget
     (so which steps are checked is the seed's alone, not the machine's load), a cache check
-    after it as a scheduler's check point: (cache, the violation or None, the error the
-    runtime raised first or None, the bus seq of the last event before the alarm)."""
+    after it as a scheduler's check point."""
     from hicache.monitors.attach import monitor_cache, unmonitored
     from hicache.monitors.workload import run_workload
     from hicache.runtime.transfer import WorkerDied
@@ -285,11 +295,11 @@ def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float):
         mon.cache_check()
     except ProtocolViolation as e:
         _close_quietly(cache)
-        return cache, e, None, last[0]
+        return _SampleRun(cache, e, None, last[0])
     except Exception as e:  # noqa: BLE001 - the runtime's own checks stopped the faulty run first
         _close_quietly(cache)
-        return cache, None, e, last[0]
-    return cache, None, None, last[0]
+        return _SampleRun(cache, None, e, last[0])
+    return _SampleRun(cache, None, None, last[0])
 
 
 def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleResult:
@@ -298,13 +308,20 @@ def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleRe
     by the runtime's own check, or missed. Strict mode catches each at its step (or the
     next, `runtime_entry`); sample mode checks the invariants alone, at a seeded fraction
     of the steps: a fault whose broken state lasts a few events may fall between samples
-    and be repaired before the next (then nothing ever sees it)."""
+    and be repaired before the next (then nothing ever sees it). A violation before the
+    fault fired is a false alarm (counted); an error of the runtime's before it, a bug of
+    the runtime's (raised)."""
     from hicache.monitors.faults import RUNTIME_FAULTS
     cls = RUNTIME_FAULTS[bug]
     r = SampleResult(cls.__name__, bug, rate, 0, 0, 0, 0, 0, {}, {}, [])
     for seed in range(seeds):
-        cache, exc, err, last = _sample_run(seed, cls, wcfg, vdir, rate)
-        if not cache.fired:
+        run = _sample_run(seed, cls, wcfg, vdir, rate)
+        exc, err = run.violation, run.error
+        if not run.cache.fired:
+            if exc is not None:
+                r.false_alarms.append(seed)
+            elif err is not None:
+                raise err
             continue
         r.fired += 1
         if exc is not None:
@@ -313,7 +330,7 @@ def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleRe
             else:
                 r.at_step += 1
             r.properties[exc.property] = r.properties.get(exc.property, 0) + 1
-            r.events_after_fault.append(last - cache.fault_seq)
+            r.events_after_fault.append(run.last_seq - run.cache.fault_seq)
         elif err is not None:
             r.runtime_first += 1
             name = type(err).__name__

@@ -314,6 +314,26 @@ def test_bugzoo_cli_reports_the_sample_mode_study_and_keeps_its_exit_status(tmp_
     assert f"  7  EvictAnchorNode {every['fired']:>18} {every['fired']:>5}     0     0      0  0 / 0" in text
 
 
+def test_a_sample_mode_alarm_before_the_fault_fired_is_a_false_alarm(tmp_path, capsys, monkeypatch):
+    """The study counts a violation on a workload whose fault had not fired as a false alarm
+    (by seed), not as a catch; the CLI names it and exits 1, as for the clean sweep's."""
+    from types import SimpleNamespace
+
+    from hicache.cli.main import main
+    from hicache.monitors import zoo
+
+    def alarmed(seed, cls, wcfg, vdir, rate):
+        quiet = SimpleNamespace(fired=False, fault_seq=None)
+        return zoo._SampleRun(quiet, SimpleNamespace(action="RequestMatch", property="TypeOK"), None, 3)
+    monkeypatch.setattr(zoo, "_sample_run", alarmed)
+    r = zoo.sample_entry(6, 3, W, str(tmp_path), 0.5)
+    assert (r.fired, r.false_alarms, r.properties) == (0, [0, 1, 2], {})
+    assert main(["bugzoo", "--only", "6", "--seeds", "2", "--clean", "0", "--violation-dir", str(tmp_path),
+                 "--sample-rate", "0.5"]) == 1
+    assert "false alarm: sample mode at rate 0.5, bug 6's workload of seed 1 raised before its fault fired" \
+        in capsys.readouterr().out
+
+
 def test_sample_mode_at_rate_one_catches_every_runtime_bug_at_a_sampled_step(tmp_path):
     """Sample mode at rate 1 checks every invariant after every event: each runtime bug of
     the zoo is caught at a sampled step in every workload it fires in, at most two events
@@ -325,6 +345,7 @@ def test_sample_mode_at_rate_one_catches_every_runtime_bug_at_a_sampled_step(tmp
     assert [r.bug for r in results] == sorted(RUNTIME_FAULTS)
     for r in results:
         assert r.fired > 0 and (r.at_step, r.at_check, r.runtime_first, r.missed) == (r.fired, 0, 0, 0), r
+        assert r.false_alarms == [], r
         assert len(r.events_after_fault) == r.fired and max(r.events_after_fault) <= 2, r
 
 
