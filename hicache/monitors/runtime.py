@@ -179,7 +179,8 @@ class RefinementMap(Protocol):
     action steps this event performs: [(action, params)] (params None: the event is a
     compound of several spec steps, so only the invariants are checked after it); None to
     skip the event entirely (not part of this protocol). Optional: `always_check` (events
-    sample mode checks whatever the draw), `spec_args()` (the spec's binding of the event
+    sample mode checks whatever the draw), `sample_weights` (event -> w: sample mode draws
+    it at w times the rate), `spec_args()` (the spec's binding of the event
     just bound, where the map renames: recorded beside the event's fields).
     """
     spec: Any
@@ -431,6 +432,14 @@ class Monitor:
         # checks them on the state before the map lets their evidence go, which only an
         # invariant-only map defers; one with action checks would see it gone)
         self._always = frozenset(getattr(rmap, "always_check", ()))
+        # ... and the events it draws at a weight times the rate, each on its own (the map's
+        # `sample_weights`: where a breach of the protocol begins, an eviction taking what
+        # another party holds, which a gap-counted sample would check no more often than a
+        # request's match): event -> its probability; the gap counts the other events
+        self._weighted: dict = {}
+        if self._gap >= 0:
+            self._weighted = {a: min(1.0, cfg.sample_rate * w)
+                              for a, w in getattr(rmap, "sample_weights", {}).items()}
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
                              f"({', '.join(sorted(self._always))}) on an invariant-only map: build it "
@@ -616,6 +625,10 @@ class Monitor:
             if steps is not None:
                 self.steps += 1
                 if action not in self._always:
+                    p = self._weighted.get(action)     # (an empty dict for most maps)
+                    if p is not None:
+                        self._weighted_step(str(action), fields, steps, p)
+                        return
                     self._gap -= 1
                     self.history.append(Step(self.steps, action, fields, None))
                     return
@@ -630,6 +643,11 @@ class Monitor:
             return
         self.steps += 1
         if self._gap == 0:
+            p = self._weighted.get(name)
+            if p is not None:
+                # (a weighted event is drawn on its own: the gap's sample is the next other event)
+                self._weighted_step(name, fields, steps, p)
+                return
             self._sample_step(name, fields, steps)
             return
         if self._budget is None:
@@ -701,6 +719,23 @@ class Monitor:
             return
         self.sampled = True
         self._checked_sample(name, fields, steps)
+
+    def _weighted_step(self, name: str, fields: dict, steps, p: float) -> None:
+        """An event of the map's `sample_weights` in gap-counted sample mode: drawn on its
+        own with probability p (the rate times its weight; the gap, which counts the other
+        events, untouched), and checked as a drawn sample is, when the budget affords it."""
+        if self.rng.random() < p:
+            if name in self._always or self._afford():
+                self.sampled = True
+                self._checked_sample(name, fields, steps)
+                return
+            self.sampled = False
+            self.history.append(Step(self.steps, name, fields, None))
+            for hook in self.watch_hooks:      # (as for any drawn sample the budget lets go)
+                hook(name, fields)
+            return
+        self.sampled = False
+        self.history.append(Step(self.steps, name, fields, None))
 
     def _checked_sample(self, name: str, fields: dict, steps, drawn: bool = True) -> None:
         """A checked event of gap-counted sample mode, and the step hooks after it (the

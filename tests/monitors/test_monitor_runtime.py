@@ -105,21 +105,45 @@ def test_sample_mode_checks_a_seeded_fraction(tmp_path):
 
 def test_sample_mode_draws_gaps_at_the_rate_and_hooks_only_sampled_events(tmp_path):
     """Sample mode on the from-scratch map counts down geometric gaps: the fraction of
-    events checked follows the rate, and the step hooks (the worker watch's place) run on
-    exactly the checked events."""
+    events checked follows the rate, the evictions (the map's `sample_weights`) drawn on
+    their own at the rate times their weight (here 0.25 x 5: every one), and the step hooks
+    (the worker watch's place) run on exactly the checked events."""
     policy, reqs = plan(1, WorkloadConfig(requests=120))
     cache = make_cache(W, policy)
     mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.25, seed=5, sample_budget=None,
                                                    violation_dir=str(tmp_path)))
+    assert HostTierMap.sample_weights == {"DeviceEvict": 5, "HostEvict": 5}
+    evictions = []
+    cache.bus.subscribe(lambda action, fields: evictions.append(fields["seq"])
+                        if action in HostTierMap.sample_weights else None)
     hooked = []
     mon.step_hooks.append(lambda name, fields: hooked.append(fields["seq"]))
     cache.bus.subscribe(mon)
     run_workload(cache, reqs)
-    assert mon.steps > 200
-    assert 0.15 * mon.steps < mon.checked < 0.35 * mon.steps
+    others = mon.steps - len(evictions)
+    assert others > 200 and len(evictions) > 10
+    assert set(evictions) <= set(hooked)                  # every eviction checked
+    assert 0.15 * others < mon.checked - len(evictions) < 0.35 * others
     assert len(hooked) == mon.checked
     checked = [h.args["seq"] for h in mon.history if h.state is not None]
     assert checked == hooked[-len(checked):]      # the mapped steps are the hooked ones
+
+
+def test_a_drawn_eviction_is_a_drawn_sample_the_budget_may_let_go(tmp_path):
+    """An eviction drawn at its weight (0.2 x 5: every one) is a sample like any other: a
+    budget spent at once (a nanosecond a second, no window) checks the first drawn sample
+    and lets every later one go, each eviction among them counted."""
+    policy, reqs = plan(1, WorkloadConfig(requests=120))
+    cache = make_cache(W, policy)
+    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.2, seed=5, sample_budget=1e-9,
+                                                   budget_window=1e-9, violation_dir=str(tmp_path)))
+    evictions = []
+    cache.bus.subscribe(lambda action, fields: evictions.append(fields["seq"])
+                        if action in HostTierMap.sample_weights else None)
+    cache.bus.subscribe(mon)
+    run_workload(cache, reqs)
+    assert len(evictions) > 10
+    assert mon.checked == 1 and mon.budget_skipped >= len(evictions) - 1
 
 
 def test_sample_mode_catches_at_cache_check(tmp_path):

@@ -349,6 +349,20 @@ def test_sample_mode_at_rate_one_catches_every_runtime_bug_at_a_sampled_step(tmp
         assert len(r.events_after_fault) == r.fired and max(r.events_after_fault) <= 2, r
 
 
+def test_weighted_evictions_catch_more_transient_faults_than_as_many_uniform_checks(tmp_path, monkeypatch):
+    """Bug 7's breach begins at an eviction and ends with its request: at the default rate,
+    drawing evictions at their weight catches it in most workloads, where a uniform rate
+    with at least as many checks (0.08, the weights emptied) catches it in few."""
+    from hicache.monitors.maps.host_tier import HostTierMap
+    from hicache.monitors.zoo import sample_entry
+    weighted = sample_entry(7, 30, W, str(tmp_path), 0.05)
+    monkeypatch.setattr(HostTierMap, "sample_weights", {})
+    uniform = sample_entry(7, 30, W, str(tmp_path), 0.08)
+    assert weighted.fired == uniform.fired > 0
+    assert weighted.at_step > weighted.missed and uniform.at_step < uniform.missed
+    assert weighted.at_step >= 2 * uniform.at_step, (weighted, uniform)
+
+
 def test_sample_mode_at_a_low_rate_can_miss_a_transient_fault(tmp_path):
     """An anchor node evicted under a live prefetch (bug 7) breaks LockedNodesKept only until
     the prefetch ends: at rate 0.01 most of its workloads end with no alarm, which strict

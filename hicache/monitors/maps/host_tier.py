@@ -94,9 +94,19 @@ def prefetch_row(orphan: bool, anchored: bool, n: int, pfslot: list, pfabort: li
     return "matched"
 
 
+#: sample mode draws an eviction at this many times its rate (the gap counts the other events):
+#: an eviction is where most of the reference's breaches begin (a page or slot taken while a
+#: lock, a load, a copy or a fetch still holds it: bugs 7, 9, 10, 12), and a breach the
+#: runtime repairs a few events later is seen only by a sample inside it. A uniform rate
+#: making as many checks catches such breaches far less often (measured with `hicache bugzoo
+#: --sample-rate`: docs/monitors.md, "What sample mode sees of the zoo")
+EVICTION_WEIGHT = 5
+
+
 class HostTierMap:
     spec = spec
     needs_prestate = False     # every event is a compound step: invariants only
+    sample_weights = {"DeviceEvict": EVICTION_WEIGHT, "HostEvict": EVICTION_WEIGHT}
 
     def __init__(self, cache):
         self.cache = cache
