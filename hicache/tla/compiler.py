@@ -24,7 +24,7 @@ from hicache.tla.loader import Loader, Module, node_loc
 from hicache.tla.stdlib import BOOLEAN, BUILTINS, CONSTANTS, MODULE_NAMES, MODULE_PROVIDED, STRING, SYNONYMS
 from hicache.tla.values import (
     _CONTAINERS, KK_BOOL, KK_NESTED, Closure, Fcn, LazySet, ModelValue, RecFcn, RecordSet, FcnSet, crossing, crossing_error, fmt, in_domain, in_set,
-    fcn_key_ok, is_infinite, is_plain, iter_values, key_kinds, kinds_differ, mk_fcn, normalize, set_has, set_of, sorted_values, stored, tla_eq,
+    fcn_key_ok, is_infinite, iter_values, key_kinds, kinds_differ, mk_fcn, normalize, set_has, set_of, sorted_values, stored, tla_eq,
 )
 
 
