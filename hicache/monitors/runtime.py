@@ -179,8 +179,8 @@ class RefinementMap(Protocol):
     action steps this event performs: [(action, params)] (params None: the event is a
     compound of several spec steps, so only the invariants are checked after it); None to
     skip the event entirely (not part of this protocol). Optional: `always_check` (events
-    sample mode checks whatever the draw), `sample_weights` (event -> w: sample mode draws
-    it at w times the rate), `spec_args()` (the spec's binding of the event
+    sample mode checks whatever the draw), `sample_weights` (event -> w: sample mode on an
+    invariant-only map draws it at w times the rate), `spec_args()` (the spec's binding of the event
     just bound, where the map renames: recorded beside the event's fields).
     """
     spec: Any

@@ -354,10 +354,20 @@ def test_weighted_evictions_catch_more_transient_faults_than_as_many_uniform_che
     drawing evictions at their weight catches it in most workloads, where a uniform rate
     with at least as many checks (0.08, the weights emptied) catches it in few."""
     from hicache.monitors.maps.host_tier import HostTierMap
+    from hicache.monitors.runtime import Monitor
     from hicache.monitors.zoo import sample_entry
+    checks = [0]
+    checked = Monitor._checked_sample
+
+    def counted(self, *a, **kw):
+        checks[0] += 1
+        return checked(self, *a, **kw)
+    monkeypatch.setattr(Monitor, "_checked_sample", counted)
     weighted = sample_entry(7, 30, W, str(tmp_path), 0.05)
+    weighted_checks, checks[0] = checks[0], 0
     monkeypatch.setattr(HostTierMap, "sample_weights", {})
     uniform = sample_entry(7, 30, W, str(tmp_path), 0.08)
+    assert checks[0] >= weighted_checks > 0
     assert weighted.fired == uniform.fired > 0
     assert weighted.at_step > weighted.missed and uniform.at_step < uniform.missed
     assert weighted.at_step >= 2 * uniform.at_step, (weighted, uniform)

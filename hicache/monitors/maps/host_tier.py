@@ -26,6 +26,8 @@ reports every event as a compound step and the monitor checks the invariants aft
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step
@@ -106,7 +108,7 @@ EVICTION_WEIGHT = 5
 class HostTierMap:
     spec = spec
     needs_prestate = False     # every event is a compound step: invariants only
-    sample_weights = {"DeviceEvict": EVICTION_WEIGHT, "HostEvict": EVICTION_WEIGHT}
+    sample_weights = MappingProxyType({"DeviceEvict": EVICTION_WEIGHT, "HostEvict": EVICTION_WEIGHT})
 
     def __init__(self, cache):
         self.cache = cache
