@@ -294,10 +294,13 @@ def run(args: argparse.Namespace) -> dict:
         return {"error": f"trace {TRACE} not found"}
     limit = 60 if quick else 200
     reqs = load_requests(str(TRACE), PAGE, limit)
+    from hicache.monitors.maps.host_tier import HostTierMap
     from hicache.monitors.runtime import VerifyConfig
     out = {"trace": str(TRACE), "requests": len(reqs), "runs": runs,
            "config": {"page_size": PAGE, "device_pages": 64, "host_pages": 128, "write_policy": "write_through",
-                      "sample_rate": VerifyConfig().sample_rate}}
+                      "sample_rate": VerifyConfig().sample_rate,
+                      # (the events sample mode draws at a multiple of the rate)
+                      "sample_weights": dict(HostTierMap.sample_weights)}}
     out["kv_bytes"] = _compare(replay_config(limit, "small"), reqs, runs, SWEEP)
     out["metadata_only"] = _compare(replay_config(limit), reqs, runs)
     out["kv_bytes_fitting"] = _compare(fitting_config(limit), reqs, min(runs, FIT_RUNS))

@@ -60,6 +60,11 @@ def to_text(e: Explanation) -> str:
         v = e.trace.verify
         # (the rate and seed say which steps a sample-mode monitor checked; strict checks all)
         sampled = f", seed {v.get('seed')}, sample rate {v.get('sample_rate')}" if v.get("mode") == "sample" else ""
+        drawn = v.get("sample_probabilities")
+        if sampled and isinstance(drawn, dict) and drawn:
+            # (events drawn each on its own, at a multiple of the rate: the map's sample_weights)
+            sampled += " (" + ", ".join(f"{a} at {p:g}" if isinstance(p, (int, float)) else f"{a} at {p}"
+                                        for a, p in sorted(drawn.items())) + ")"
         if sampled and v.get("budget_skipped"):
             # (drawn samples the budget let go: the seed's steps that were not checked)
             sampled += f", {v['budget_skipped']} drawn samples let go by the budget {v.get('sample_budget')}"

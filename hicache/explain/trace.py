@@ -12,7 +12,8 @@ Two writers are understood, and any ITF trace degrades gracefully:
                   names the rank whose event it follows; the last state is the exchange.
 Optional fields read when present: `#meta.constants` (ITF-encoded, the constants the run
 used), `#meta.config` (a config file path, as `hicache check` writes it, or the monitor's
-verify settings {mode, seed, sample_rate, sample_budget, budget_window, budget_skipped, history, action_checks}), and a `rank`/`stage` in
+verify settings {mode, seed, sample_rate, sample_budget, budget_window, budget_skipped, history,
+sample_probabilities, action_checks}), and a `rank`/`stage` in
 a state's `#meta` or its args (timeline lanes).
 """
 from __future__ import annotations

@@ -1047,6 +1047,8 @@ class Monitor:
                                     "sample_budget": self.cfg.sample_budget,
                                     "budget_window": self.cfg.budget_window,
                                     "budget_skipped": self.let_go(), "history": self.cfg.history,
+                                    # the events drawn apart and their probability (sample_weights)
+                                    "sample_probabilities": dict(self._weighted),
                                     # False: every event is a compound step (invariants only)
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}

@@ -157,6 +157,9 @@ def test_sample_mode_catches_at_cache_check(tmp_path):
     with pytest.raises(ProtocolViolation) as ei:
         mon.cache_check()
     assert ei.value.property == "SlotInOneOwner" and ei.value.action == "cache_check"
+    # the trace records the draws in effect: at rate 0 an eviction is never drawn either
+    config = read_itf(ei.value.trace_path)["#meta"]["config"]
+    assert config["sample_probabilities"] == {"DeviceEvict": 0.0, "HostEvict": 0.0}
 
 
 def test_verify_config_from_env():

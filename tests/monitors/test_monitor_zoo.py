@@ -642,7 +642,7 @@ def test_monitor_traces_record_constants_and_config(tmp_path):
     assert set(consts) == {"NNodes", "NSlots", "NLayers", "NReqs", "Policies", "BugEvictDuringLoad", "BugAbortLeak"}
     assert consts["NSlots"] == W.host_pages and consts["BugAbortLeak"] is False
     assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "sample_budget": 0.02, "budget_window": 1.0,
-                              "budget_skipped": 0, "history": 64, "action_checks": False}
+                              "budget_skipped": 0, "history": 64, "sample_probabilities": {}, "action_checks": False}
     s = spec_entry(13, 10, str(tmp_path))
     meta = read_itf(s.trace)["#meta"]
     assert {k: decode(v) for k, v in meta["constants"].items()} == dict(load_cfg("spec/DraftState.cfg").constants)
