@@ -165,16 +165,16 @@ def run(args: argparse.Namespace) -> int:
 def _sample_lines(results, seeds: int) -> list[str]:
     """The sample-mode study as a table per rate: of the workloads each fault fired in, how
     many were caught at a sampled step, at a cache check, stopped by the runtime's own check
-    first, or missed; and the events from the fault to the alarm (median / max)."""
+    first, or missed; and the monitored steps from the fault to the alarm (median / max)."""
     lines = ["sample mode: the runtime bugs (a cache's monitors; the rank, process and spec entries are strict)"]
     for rate in dict.fromkeys(r.rate for r in results):
         lines.append(f"sample mode at rate {rate:g}, no budget (workloads of seeds 0-{seeds - 1} the fault fired in):")
         lines.append(f"{'bug':>3}  {'name':<28} {'fired':>5} {'step':>5} {'check':>5} {'error':>5} {'missed':>6}  "
-                     f"events to alarm")
+                     f"steps to alarm")
         for r in results:
             if r.rate != rate:
                 continue
-            d = sorted(r.events_after_fault)
+            d = sorted(r.steps_after_fault)
             delay = f"{d[len(d) // 2]} / {d[-1]}" if d else "-"
             errors = f"   (runtime: {', '.join(f'{k} x{v}' for k, v in sorted(r.errors.items()))})" if r.errors else ""
             lines.append(f"{r.bug:>3}  {r.name:<28} {r.fired:>5} {r.at_step:>5} {r.at_check:>5} "

@@ -250,9 +250,11 @@ class SampleResult:
     missed: int                 # ended with no alarm and no error: the fault went unseen
     properties: dict[str, int]  # property -> workloads it caught
     errors: dict[str, int]      # error type -> workloads where the runtime raised first
-    # per caught workload: bus events from the faulty one to the one the alarm was raised
-    # at (at a cache check: the last event before it); 0 is at the faulty event
-    events_after_fault: list[int]
+    # per caught workload: the monitored steps after the faulty one up to the alarm's (at a
+    # cache check: every step after the fault); 0 is at the faulty step, as `runtime_entry`
+    # counts them (events the map binds: not the loader thread's LoadBackLayer, whose
+    # interleaving with the scheduler's events varies from run to run)
+    steps_after_fault: list[int]
     # seeds of the workloads stopped by a violation before their fault fired (false alarms)
     false_alarms: list[int] = field(default_factory=list)
 
@@ -263,10 +265,10 @@ class SampleResult:
 @dataclass(frozen=True, slots=True)
 class _SampleRun:
     """How one workload of the sample-mode study ended."""
-    cache: object                           # the faulty cache (its `fired`, `fault_seq`)
+    cache: object                           # the faulty cache (its `fired`)
     violation: ProtocolViolation | None     # the monitor's alarm
     error: Exception | None                 # what the runtime raised first instead
-    last_seq: int                           # the bus seq of the last event before the end
+    steps_after_fault: int | None           # monitored steps after the faulty one (None: not fired)
 
 
 def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float) -> _SampleRun:
@@ -279,11 +281,21 @@ def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float) -> _SampleRun:
     policy, reqs = plan(seed, wcfg)
     with unmonitored():         # (the study's monitor alone, whatever mode the process runs in)
         cache = make_cache(wcfg, policy, cls=cls)
-    last = [0]
-    # subscribed before the monitor: it sees the event the monitor raises at
-    cache.bus.subscribe(lambda action, fields: last.__setitem__(0, fields["seq"]))
+    # the faulty step's number among the monitor's steps: noted when its event arrives, by a
+    # listener ahead of the monitor (which has not counted it yet)
+    fault_step: list = [None]
+    mon = None
+
+    def note_fault(action, fields) -> None:
+        if fields["seq"] == cache.fault_seq:
+            fault_step[0] = mon.steps + 1
+    cache.bus.subscribe(note_fault)
     mon = monitor_cache(cache, VerifyConfig(mode="sample", sample_rate=rate, sample_budget=None, seed=seed,
                                             violation_dir=vdir))
+
+    def ended(violation=None, error=None) -> _SampleRun:
+        after = None if fault_step[0] is None else mon.steps - fault_step[0]
+        return _SampleRun(cache, violation, error, after)
     try:
         try:
             run_workload(cache, reqs)
@@ -295,11 +307,11 @@ def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float) -> _SampleRun:
         mon.cache_check()
     except ProtocolViolation as e:
         _close_quietly(cache)
-        return _SampleRun(cache, e, None, last[0])
+        return ended(violation=e)
     except Exception as e:  # noqa: BLE001 - the runtime's own checks stopped the faulty run first
         _close_quietly(cache)
-        return _SampleRun(cache, None, e, last[0])
-    return _SampleRun(cache, None, None, last[0])
+        return ended(error=e)
+    return ended()
 
 
 def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleResult:
@@ -330,7 +342,7 @@ def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleRe
             else:
                 r.at_step += 1
             r.properties[exc.property] = r.properties.get(exc.property, 0) + 1
-            r.events_after_fault.append(run.last_seq - run.cache.fault_seq)
+            r.steps_after_fault.append(run.steps_after_fault)
         elif err is not None:
             r.runtime_first += 1
             name = type(err).__name__
