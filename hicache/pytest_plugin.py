@@ -11,6 +11,7 @@ test does. Under off the marker changes nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -69,20 +70,14 @@ def pytest_configure(config) -> None:
         raise pytest.UsageError(str(e)) from None
 
 
-def _unmonitored_test(item):
-    """The `unmonitored()` block a marked test's phase runs in under a verified mode, else None."""
-    if not getattr(item.config, "_hicache_verify", None) or item.get_closest_marker(UNMONITORED) is None:
-        return None
-    from hicache.monitors.attach import unmonitored
-    return unmonitored()
-
-
 def _phase(item):
-    # (setup, call and teardown each: a fixture's cache is created in setup, on the test's
-    # thread, where the block's context variable is read)
-    block = _unmonitored_test(item)
-    if block is None:
-        return (yield)
+    """A test phase (setup, call and teardown each: a fixture's cache is created in setup, on
+    the test's thread, where the block's context variable is read), inside `unmonitored()`
+    for a marked test under a verified mode."""
+    block = contextlib.nullcontext()
+    if getattr(item.config, "_hicache_verify", None) and item.get_closest_marker(UNMONITORED) is not None:
+        from hicache.monitors.attach import unmonitored
+        block = unmonitored()
     with block:
         return (yield)
 

@@ -710,7 +710,12 @@ class Monitor:
         """A sampled event of sample mode: every invariant on the state after it, mapped
         from scratch (the map keeps nothing between samples)."""
         self._gap = self._next_gap()
-        # (an always-checked event is checked whatever the budget, as between samples)
+        self._drawn_sample(name, fields, steps)
+
+    def _drawn_sample(self, name: str, fields: dict, steps) -> None:
+        """A drawn sample: checked when the budget affords it (an always-checked event is
+        checked whatever the budget, as between samples), else recorded and let go, the
+        cheap runtime checks (`watch_hooks`) run all the same."""
         if name not in self._always and not self._afford():
             self.sampled = False
             self.history.append(Step(self.steps, name, fields, None))
@@ -723,16 +728,9 @@ class Monitor:
     def _weighted_step(self, name: str, fields: dict, steps, p: float) -> None:
         """An event of the map's `sample_weights` in gap-counted sample mode: drawn on its
         own with probability p (the rate times its weight; the gap, which counts the other
-        events, untouched), and checked as a drawn sample is, when the budget affords it."""
+        events, untouched), and then a drawn sample like any other."""
         if self.rng.random() < p:
-            if name in self._always or self._afford():
-                self.sampled = True
-                self._checked_sample(name, fields, steps)
-                return
-            self.sampled = False
-            self.history.append(Step(self.steps, name, fields, None))
-            for hook in self.watch_hooks:      # (as for any drawn sample the budget lets go)
-                hook(name, fields)
+            self._drawn_sample(name, fields, steps)
             return
         self.sampled = False
         self.history.append(Step(self.steps, name, fields, None))
