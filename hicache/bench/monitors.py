@@ -151,7 +151,8 @@ def _strict_profile(cfg, reqs, runs: int) -> tuple[int, dict, dict]:
 
 def _sample_counts(cfg, reqs) -> dict:
     """What default sample mode checked in one replay, per monitor of the cache: events,
-    sampled steps checked, drawn samples its budget let go, cache checks."""
+    sampled steps checked (`triggered`: of them, those its map's trigger asked for: none
+    in a clean replay), drawn samples its budget let go, cache checks."""
     from hicache.monitors import runtime
     seen: list = []
     init = runtime.Monitor.__init__
@@ -164,7 +165,8 @@ def _sample_counts(cfg, reqs) -> dict:
         _replay_once("sample", cfg, reqs)
     finally:
         runtime.Monitor.__init__ = init
-    return {_monitor_name(m): {"events": m.steps, "checked": m.checked, "budget_skipped": m.budget_skipped,
+    return {_monitor_name(m): {"events": m.steps, "checked": m.checked, "triggered": m.triggered,
+                               "budget_skipped": m.budget_skipped,
                                "cache_checks": m.cache_checks} for m in seen}
 
 

@@ -65,6 +65,10 @@ def to_text(e: Explanation) -> str:
             # (events drawn each on its own, at a multiple of the rate: the map's sample_weights)
             sampled += " (" + ", ".join(f"{a} at {p:g}" if isinstance(p, (int, float)) else f"{a} at {p}"
                                         for a, p in sorted(drawn.items())) + ")"
+        held = v.get("sample_triggers")
+        if sampled and isinstance(held, list) and held:
+            # (events the map's trigger checks whatever the draw: evictions of a held node)
+            sampled += f"; {', '.join(map(str, held))} of a node still held checked always"
         if sampled and v.get("budget_skipped"):
             # (drawn samples the budget let go: the seed's steps that were not checked)
             sampled += f", {v['budget_skipped']} drawn samples let go by the budget {v.get('sample_budget')}"

@@ -202,13 +202,15 @@ def monitor_of(cache) -> Monitor | None:
 
 def monitor_report(cache) -> list[dict] | None:
     """What the monitors attached to `cache` checked: per monitor its spec, what of the
-    runtime it maps (`what`), events seen, steps checked and cache checks run (None: none
+    runtime it maps (`what`), events seen, steps checked (`triggered`: of them, those its
+    map's trigger asked for), drawn samples let go and cache checks run (None: none
     attached)."""
     mon = _registered(cache)
     if mon is None:
         return None
     return [{"spec": m.spec.SPEC, "what": getattr(m.rmap, "what", None), "events": m.steps, "checked": m.checked,
-             "cache_checks": m.cache_checks, "budget_skipped": m.let_go()} for m in (mon, *mon.companions)]
+             "cache_checks": m.cache_checks, "budget_skipped": m.let_go(), "triggered": m.triggered}
+            for m in (mon, *mon.companions)]
 
 
 def describe(m: dict) -> str:
@@ -221,7 +223,10 @@ def describe(m: dict) -> str:
         return f"{m['spec']}{what}: at {at}{n} cache check{'s' if n != 1 else ''}"
     let_go = m.get("budget_skipped")
     budget = f" ({let_go} drawn sample{'s' if let_go != 1 else ''} let go by the budget)" if let_go else ""
-    return f"{m['spec']}{what}: {m['checked']} of {m['events']} events checked{budget}"
+    held = m.get("triggered")
+    # (events its map's trigger asked to check, outside the draw: evictions of a held node)
+    held = f", {held} of them at the map's trigger" if held else ""
+    return f"{m['spec']}{what}: {m['checked']} of {m['events']} events checked{held}{budget}"
 
 
 def cache_check(cache) -> None:

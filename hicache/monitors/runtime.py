@@ -9,7 +9,10 @@ runtime's state to the spec's variables (the refinement map), checks the named a
           `cache_check()`: on an invariant-only from-scratch map the events to the next
           sampled one are drawn at once (geometric) and the ones between are only bound and
           recorded, except the map's `always_check` events (a DraftState retire: what it
-          ends no later sample could see), checked whatever the draw; otherwise the
+          ends no later sample could see), checked whatever the draw, and those of its
+          `trigger_events` its `trigger` names (HostTier: an eviction of a node something
+          in flight still holds, where a transient breach begins), checked whatever the
+          draw and the budget; otherwise the
           decision for step k+1 is drawn at step k, so the pre-state of a sampled step is
           mapped only then. A drawn sample is checked while the monitor's checking time
           is within `sample_budget` of the time that passed (default 2%; None: always),
@@ -180,7 +183,9 @@ class RefinementMap(Protocol):
     compound of several spec steps, so only the invariants are checked after it); None to
     skip the event entirely (not part of this protocol). Optional: `always_check` (events
     sample mode checks whatever the draw), `sample_weights` (event -> w: sample mode on an
-    invariant-only map draws it at w times the rate), `spec_args()` (the spec's binding of the event
+    invariant-only map draws it at w times the rate), `trigger_events` with
+    `trigger(action, fields) -> bool` (one of those events it names is checked whatever the
+    draw and the budget, on an invariant-only map), `spec_args()` (the spec's binding of the event
     just bound, where the map renames: recorded beside the event's fields).
     """
     spec: Any
@@ -437,9 +442,21 @@ class Monitor:
         # another party holds, which a gap-counted sample would check no more often than a
         # request's match): event -> its probability; the gap counts the other events
         self._weighted: dict = {}
+        # ... and the events a map's `trigger(action, fields)` may ask to check whatever the
+        # draw and the budget (HostTier: an eviction of a node something in flight holds,
+        # where a transient breach begins), drawn as weighted events when it does not (at the
+        # rate, unless weighted)
+        self._trigger = None
+        self._trigger_on: frozenset = frozenset()
+        self.triggered = 0           # events checked because the map's trigger asked
         if self._gap >= 0:
-            self._weighted = {a: min(1.0, cfg.sample_rate * w)
-                              for a, w in getattr(rmap, "sample_weights", {}).items()}
+            weights = dict(getattr(rmap, "sample_weights", {}))
+            self._trigger_on = frozenset(getattr(rmap, "trigger_events", ()))
+            if self._trigger_on:
+                self._trigger = rmap.trigger
+                for a in self._trigger_on:
+                    weights.setdefault(a, 1)
+            self._weighted = {a: min(1.0, cfg.sample_rate * w) for a, w in weights.items()}
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
                              f"({', '.join(sorted(self._always))}) on an invariant-only map: build it "
@@ -726,10 +743,19 @@ class Monitor:
         self._checked_sample(name, fields, steps)
 
     def _weighted_step(self, name: str, fields: dict, steps, p: float) -> None:
-        """An event of the map's `sample_weights` in gap-counted sample mode: drawn on its
+        """An event of the map's `sample_weights` (or `trigger_events`) in gap-counted sample mode: drawn on its
         own with probability p (the rate times its weight; the gap, which counts the other
-        events, untouched), and then a drawn sample like any other."""
-        if self.rng.random() < p:
+        events, untouched), and then a drawn sample like any other. First the map's
+        `trigger`, when it watches the event: one it names is checked whatever the draw and
+        the budget (charged, as an always-checked event is), and the draw is still made, so
+        the seed's draws stay the same whether or not anything triggers."""
+        drawn = self.rng.random() < p
+        if name in self._trigger_on and self._trigger(name, fields):
+            self.triggered += 1
+            self.sampled = True
+            self._checked_sample(name, fields, steps, drawn=False)
+            return
+        if drawn:
             self._drawn_sample(name, fields, steps)
             return
         self.sampled = False
@@ -1047,6 +1073,9 @@ class Monitor:
                                     "budget_skipped": self.let_go(), "history": self.cfg.history,
                                     # the events drawn apart and their probability (sample_weights)
                                     "sample_probabilities": dict(self._weighted),
+                                    # ... the events the map's trigger may ask to check whatever
+                                    # the draw, and the checks it asked for
+                                    "sample_triggers": sorted(self._trigger_on), "triggered": self.triggered,
                                     # False: every event is a compound step (invariants only)
                                     "action_checks": bool(getattr(self.rmap, "needs_prestate", True))}},
                "vars": list(self.spec.VARIABLES), "states": states}

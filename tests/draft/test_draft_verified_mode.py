@@ -121,7 +121,7 @@ def test_enable_attaches_a_draft_state_monitor_to_each_new_draft_runtime(tmp_pat
     assert checks == [1]
     assert mon.checked == mon.steps == 18               # 2 transfers of 7 steps, 4 first reads
     assert registry.monitor_report(deps) == [{"spec": "spec/DraftState.tla", "what": None, "events": 18, "checked": 18,
-                                              "cache_checks": 1, "budget_skipped": 0}]
+                                              "cache_checks": 1, "budget_skipped": 0, "triggered": 0}]
 
 
 @pytest.mark.parametrize("mode", ["strict", "sample"])

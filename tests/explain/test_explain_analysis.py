@@ -354,6 +354,11 @@ def test_monitor_config_is_read_and_sample_mode_noted(tmp_path, pipeline_trace):
     doc["#meta"]["config"].update(sample_probabilities={"HostEvict": 0.07 * 5, "DeviceEvict": 1.0})
     p.write_text(json.dumps(doc))
     assert "sample rate 0.25 (DeviceEvict at 1, HostEvict at 0.35), 3 drawn samples let go" in to_text(explain(p))
+    # ... and the events the map's trigger checks whatever the draw (a strict trace has none)
+    doc["#meta"]["config"].update(sample_triggers=["DeviceEvict", "HostEvict"], triggered=1)
+    p.write_text(json.dumps(doc))
+    assert ("(DeviceEvict at 1, HostEvict at 0.35); DeviceEvict, HostEvict of a node still held checked always, "
+            "3 drawn samples let go") in to_text(explain(p))
     # the recorded constants are the ones used (not the CI model's note)
     assert e.constants_source == "trace" and not any("CI model" in n for n in e.notes)
 

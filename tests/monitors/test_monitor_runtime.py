@@ -146,6 +146,71 @@ def test_a_drawn_eviction_is_a_drawn_sample_the_budget_may_let_go(tmp_path):
     assert mon.checked == 1 and mon.budget_skipped >= len(evictions) - 1
 
 
+def test_a_clean_replay_triggers_no_check_where_the_runtime_may_evict_under_a_copy(tmp_path):
+    """The map's trigger follows the runtime's own rule for its victims: a clean replay
+    (storage behind the host tier, write-back, transfers left in flight between requests)
+    drops device copies while a storage backup reads their host copies, evictions whose
+    node an op in flight holds (counted by a listener beside the monitor), and the trigger
+    asks for none of them: such an op pins no device page. Its sampled checks are the draws'."""
+    import contextlib
+
+    from hicache.bench.monitors import TRACE     # (the conversation trace)
+    from hicache.replay.driver import ReplayConfig, StorageKind, load_requests, open_storage, replay_requests
+    cfg = ReplayConfig(kv="small", page_size=64, device_tokens=64 * 64, host_tokens=64 * 128, storage="memory",
+                       write_policy="write_back", sync=False, limit=300)
+    reqs = load_requests(str(TRACE), 64, 300)
+    held: list = []
+    mons: list = []
+
+    def attach(cache) -> None:
+        def note(action, fields) -> None:
+            if action in HostTierMap.trigger_events:
+                busy = [op for w in (cache.loader, cache.writer, cache.prefetcher, cache.backuper)
+                        if w is not None for op in list(w.acks)]
+                if any(x.id == fields["node"] for op in busy for x in op.nodes):
+                    held.append(fields["seq"])
+        cache.bus.subscribe(note)
+        mons.append(Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.05, sample_budget=None,
+                                                             violation_dir=str(tmp_path))))
+        cache.bus.subscribe(mons[0])
+    with contextlib.ExitStack() as stack:
+        replay_requests(cfg, reqs, storage=open_storage(StorageKind.MEMORY, stack), on_cache=attach)
+    (mon,) = mons
+    assert len(held) > 10 and mon.checked > 50
+    assert mon.triggered == 0
+
+
+def test_a_fetch_whose_anchor_is_released_triggers_no_check(tmp_path, monkeypatch):
+    """A prefetch op outlives its hold on its anchor: done and untracked while its ack waits
+    in the worker's queue, or orphaned with its anchor's references dropped (the clean
+    sweep's `acks held` shape, acks applied every fourth request). Evicting that anchor then
+    is the runtime's legal choice (no lock, no host reference on it): the trigger, reading
+    the anchor's references, asks for no check, where naming every anchor would have."""
+    from hicache.monitors import zoo
+    shape = next(s for s in zoo.CLEAN_SHAPES if s.name == "acks held")
+    made: list = []
+
+    def making(*a, **kw):
+        made.append(zoo.make_cache.__wrapped__(*a, **kw))
+        return made[-1]
+    making.__wrapped__ = zoo.make_cache
+    monkeypatch.setattr(zoo, "make_cache", making)
+    anchored, triggered = [], []
+
+    def note(action, fields) -> None:
+        if action not in HostTierMap.trigger_events:
+            return
+        cache = made[-1]
+        ops = [*cache._prefetching, *cache._orphans, *(cache.prefetcher.acks if cache.prefetcher else ())]
+        if any(getattr(op, "anchor", None) is not None and op.anchor.id == fields["node"] for op in ops):
+            anchored.append(fields["seq"])
+        if HostTierMap(cache).trigger(str(action), fields):
+            triggered.append(fields["seq"])
+    for seed in (10, 19, 24):       # (seeds whose workloads evict such an anchor)
+        assert zoo.run_clean_shape(shape, seed, str(tmp_path), note) is None
+    assert len(anchored) >= 3 and triggered == []
+
+
 def test_sample_mode_catches_at_cache_check(tmp_path):
     policy, reqs = plan(0, W)
     cache = make_cache(W, policy)

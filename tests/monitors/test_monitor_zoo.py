@@ -300,18 +300,19 @@ def test_bugzoo_cli_reports_the_sample_mode_study_and_keeps_its_exit_status(tmp_
     import json
 
     from hicache.cli.main import main
-    argv = ["bugzoo", "--only", "7", "--only", "4", "--seeds", "30", "--clean", "0", "--violation-dir", str(tmp_path),
+    argv = ["bugzoo", "--only", "8", "--only", "4", "--seeds", "30", "--clean", "0", "--violation-dir", str(tmp_path),
             "--sample-rate", "0.01", "--sample-rate", "1"]
     assert main([*argv, "--json"]) == 0
     obj = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     low, every = obj["sample"]        # (bug 4 is a rank fault: no sample-mode entry)
-    assert (low["bug"], low["rate"], every["bug"], every["rate"]) == (7, 0.01, 7, 1.0)
-    assert low["fired"] == every["fired"] > 0 and low["missed"] > 0
-    assert every["at_step"] == every["fired"] and every["properties"] == {"LockedNodesKept": every["fired"]}
+    assert (low["bug"], low["rate"], every["bug"], every["rate"]) == (8, 0.01, 8, 1.0)
+    # (bug 8's leaked slots last: at rate 0.01 some are seen only by the final cache check)
+    assert low["fired"] == every["fired"] > 0 and low["at_check"] > 0 and low["missed"] == 0
+    assert every["at_step"] == every["fired"] and every["properties"] == {"SlotInOneOwner": every["fired"]}
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "sample mode at rate 0.01, no budget (workloads of seeds 0-29 the fault fired in):" in text
-    assert f"  7  EvictAnchorNode {every['fired']:>18} {every['fired']:>5}     0     0      0  0 / 0" in text
+    assert f"  8  AbortKeepsSlots {every['fired']:>18} {every['fired']:>5}     0     0      0  0 / 0" in text
 
 
 def test_a_sample_mode_alarm_before_the_fault_fired_is_a_false_alarm(tmp_path, capsys, monkeypatch):
@@ -352,10 +353,12 @@ def test_sample_mode_at_rate_one_catches_every_runtime_bug_at_a_sampled_step(tmp
 def test_weighted_evictions_catch_more_transient_faults_than_as_many_uniform_checks(tmp_path, monkeypatch):
     """Bug 7's breach begins at an eviction and ends with its request: at the default rate,
     drawing evictions at their weight catches it in most workloads, where a uniform rate
-    with at least as many checks (0.08, the weights emptied) catches it in few."""
+    with at least as many checks (0.08, the weights emptied) catches it in few. (The map's
+    trigger, which checks that eviction whatever the draw, is turned off: the draws alone.)"""
     from hicache.monitors.maps.host_tier import HostTierMap
     from hicache.monitors.runtime import Monitor
     from hicache.monitors.zoo import sample_entry
+    monkeypatch.setattr(HostTierMap, "trigger_events", frozenset())
     checks = [0]
     checked = Monitor._checked_sample
 
@@ -373,16 +376,53 @@ def test_weighted_evictions_catch_more_transient_faults_than_as_many_uniform_che
     assert weighted.at_step >= 2 * uniform.at_step, (weighted, uniform)
 
 
-def test_sample_mode_at_a_low_rate_can_miss_a_transient_fault(tmp_path):
+def test_sample_mode_at_a_low_rate_misses_a_transient_fault_but_for_the_maps_trigger(tmp_path, monkeypatch):
     """An anchor node evicted under a live prefetch (bug 7) breaks LockedNodesKept only until
-    its request ends: at rate 0.01 most of its workloads end with no alarm, which strict
-    mode catches at the eviction itself. Each outcome is counted once, and the study is
-    the seeds' alone (no budget): run again, it is the same."""
+    its request ends: with the draws alone (the map's trigger off), at rate 0.01 most of its
+    workloads end with no alarm, which strict mode catches at the eviction itself. Each
+    outcome is counted once, and the study is the seeds' alone (no budget): run again, it is
+    the same. With the trigger, which checks an eviction of a node a prefetch is anchored
+    at whatever the draw, every workload is caught at the eviction, as in strict mode."""
+    from hicache.monitors.maps.host_tier import HostTierMap
     from hicache.monitors.zoo import sample_entry
-    r = sample_entry(7, 30, W, str(tmp_path), 0.01)
-    assert r.missed > 0 and r.at_step + r.at_check + r.runtime_first + r.missed == r.fired > 0, r
-    assert sample_entry(7, 30, W, str(tmp_path), 0.01) == r
+    with monkeypatch.context() as m:
+        m.setattr(HostTierMap, "trigger_events", frozenset())
+        r = sample_entry(7, 30, W, str(tmp_path), 0.01)
+        assert r.missed > r.fired // 2 and r.at_step + r.at_check + r.runtime_first + r.missed == r.fired > 0, r
+        assert sample_entry(7, 30, W, str(tmp_path), 0.01) == r
+    held = sample_entry(7, 30, W, str(tmp_path), 0.01)
+    assert (held.fired, held.at_step, held.steps_after_fault) == (r.fired, r.fired, [0] * r.fired), held
     assert runtime_entry(7, 30, W, str(tmp_path)).steps_after_fault == 0
+
+
+@pytest.mark.parametrize("bug", [7, 10, 12])
+def test_an_eviction_of_a_held_node_is_checked_whatever_the_draw_and_the_budget(bug, tmp_path):
+    """Bugs 7, 10 and 12 each take what something in flight still holds (a prefetch's
+    anchor, a load's host pages, a copy's destination slots) and emit an eviction: sample
+    mode with nothing drawn (rate 0) and a budget spent at once checks that eviction all
+    the same, as the map's trigger asks, and stops the run there, at the fault's event; the
+    trigger asked for that check alone."""
+    from hicache.monitors.attach import monitor_cache, unmonitored
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    from hicache.monitors.runtime import ProtocolViolation, VerifyConfig
+    from hicache.monitors.workload import make_cache, plan, run_workload
+    from hicache.monitors.zoo import _close_quietly
+    for seed in range(30):
+        policy, reqs = plan(seed, W)
+        with unmonitored():
+            cache = make_cache(W, policy, cls=RUNTIME_FAULTS[bug])
+        mon = monitor_cache(cache, VerifyConfig(mode="sample", sample_rate=0.0, sample_budget=1e-9, budget_window=1e-9,
+                                                seed=seed, violation_dir=str(tmp_path)))
+        try:
+            run_workload(cache, reqs)
+        except ProtocolViolation as e:
+            assert cache.fired and e.arguments["seq"] == cache.fault_seq, (seed, e)
+            assert e.action in ("DeviceEvict", "HostEvict") and (mon.triggered, mon.checked) == (1, 1)
+            _close_quietly(cache)       # (the faulted cache's own checks would raise at its close)
+            return
+        assert not cache.fired, f"seed {seed}: the fault fired and sample mode let it pass"
+        cache.close()
+    pytest.fail(f"bug {bug}'s fault fired in none of 30 workloads")
 
 
 #: what each clean shape must exercise for its runs to mean what its name says: an event
@@ -642,7 +682,8 @@ def test_monitor_traces_record_constants_and_config(tmp_path):
     assert set(consts) == {"NNodes", "NSlots", "NLayers", "NReqs", "Policies", "BugEvictDuringLoad", "BugAbortLeak"}
     assert consts["NSlots"] == W.host_pages and consts["BugAbortLeak"] is False
     assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "sample_budget": 0.02, "budget_window": 1.0,
-                              "budget_skipped": 0, "history": 64, "sample_probabilities": {}, "action_checks": False}
+                              "budget_skipped": 0, "history": 64, "sample_probabilities": {}, "sample_triggers": [],
+                              "triggered": 0, "action_checks": False}
     s = spec_entry(13, 10, str(tmp_path))
     meta = read_itf(s.trace)["#meta"]
     assert {k: decode(v) for k, v in meta["constants"].items()} == dict(load_cfg("spec/DraftState.cfg").constants)

@@ -109,6 +109,9 @@ class HostTierMap:
     spec = spec
     needs_prestate = False     # every event is a compound step: invariants only
     sample_weights = MappingProxyType({"DeviceEvict": EVICTION_WEIGHT, "HostEvict": EVICTION_WEIGHT})
+    #: ... and checks one whatever the draw and the budget when `trigger` says it took a node
+    #: something in flight still holds (see there)
+    trigger_events = frozenset({"DeviceEvict", "HostEvict"})
 
     def __init__(self, cache):
         self.cache = cache
@@ -143,6 +146,43 @@ class HostTierMap:
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
         return compound_step(action)      # invariants only (see module docstring)
+
+    def trigger(self, action: str, fields: dict) -> bool:
+        """Whether an eviction (`trigger_events`) took a node that something still holds, by
+        the runtime's own rule for its victims (radix.py's `device_evictable` and
+        `host_evictable`), read off the holders the cache can name: a node a transfer's op
+        still holds (an op's `nodes`, until its ack is applied: a load, a copy to host or
+        to storage, each blocking a host eviction; a device copy only under an op reading
+        or writing device pages, `pins_device`), and a prefetch's anchor (of a live,
+        orphaned or untracked fetch) while a request locks it (`lock_ref`, blocking both
+        evictions) or a fetch still references its host path (`host_ref`, blocking a host
+        eviction). That is where a transient breach begins (bugs 7, 10, 12: the damage is
+        repaired or overwritten a few events later, so only a check at the eviction sees
+        it), and never what a clean run evicts: it pays this look at the few ops in flight
+        per eviction. It decides only when to check: the verdict is the spec's invariants',
+        as at any sample."""
+        nid = fields.get("node")
+        if nid is None:
+            return False
+        c = self.cache
+        in_flight = []
+        for w in (c.loader, c.writer, c.prefetcher, c.backuper):
+            if w is not None and w.acks:
+                in_flight.extend(list(w.acks))      # (a worker may pop its head meanwhile)
+        if not in_flight and not c._prefetching and not c._orphans:
+            return False        # (nothing in flight: most evictions)
+        device = action == "DeviceEvict"
+        for op in (*c._prefetching, *c._orphans, *in_flight):
+            anchor = getattr(op, "anchor", None)
+            if anchor is not None and anchor.id == nid and (anchor.lock_ref or (not device and anchor.host_ref)):
+                return True
+        for op in in_flight:
+            if device and not op.pins_device:
+                continue
+            for x in op.nodes:
+                if x.id == nid:
+                    return True
+        return False
 
     def _request_event(self, action: str, rid: int) -> None:
         """A request's phase through its events. Only a match starts a request: a later
