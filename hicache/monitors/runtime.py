@@ -11,8 +11,8 @@ runtime's state to the spec's variables (the refinement map), checks the named a
           recorded, except the map's `always_check` events (a DraftState retire: what it
           ends no later sample could see), checked whatever the draw, and those of its
           `trigger_events` its `trigger` names (HostTier: an eviction of a node something
-          in flight still holds, where a transient breach begins), checked whatever the
-          draw and the budget; otherwise the
+          still holds, where a transient breach begins), checked whatever the draw and
+          the budget; otherwise the
           decision for step k+1 is drawn at step k, so the pre-state of a sampled step is
           mapped only then. A drawn sample is checked while the monitor's checking time
           is within `sample_budget` of the time that passed (default 2%; None: always),
@@ -443,9 +443,9 @@ class Monitor:
         # request's match): event -> its probability; the gap counts the other events
         self._weighted: dict = {}
         # ... and the events a map's `trigger(action, fields)` may ask to check whatever the
-        # draw and the budget (HostTier: an eviction of a node something in flight holds,
-        # where a transient breach begins), drawn as weighted events when it does not (at the
-        # rate, unless weighted)
+        # draw and the budget (HostTier: an eviction of a node something still holds, where a
+        # transient breach begins), drawn as weighted events when it does not (at the rate,
+        # unless weighted)
         self._trigger = None
         self._trigger_on: frozenset = frozenset()
         self.triggered = 0           # events checked because the map's trigger asked
@@ -743,9 +743,9 @@ class Monitor:
         self._checked_sample(name, fields, steps)
 
     def _weighted_step(self, name: str, fields: dict, steps, p: float) -> None:
-        """An event of the map's `sample_weights` (or `trigger_events`) in gap-counted sample mode: drawn on its
-        own with probability p (the rate times its weight; the gap, which counts the other
-        events, untouched), and then a drawn sample like any other. First the map's
+        """An event of the map's `sample_weights` or `trigger_events` in gap-counted sample
+        mode: drawn on its own with probability p (the rate times its weight; the gap, which
+        counts the other events, untouched), and then a drawn sample like any other. First the map's
         `trigger`, when it watches the event: one it names is checked whatever the draw and
         the budget (charged, as an always-checked event is), and the draw is still made, so
         the seed's draws stay the same whether or not anything triggers."""
