@@ -39,6 +39,8 @@ def to_json(e: Explanation) -> dict:
         "ranks": e.ranks,
         "search_constants": e.search_constants,
         "verify": e.trace.verify,
+        # (why the monitor checked the violating step: every step, a draw, a trigger, ...)
+        "checked_because": e.trace.violation.checked_because,
         "verdict": str(e.verdict),
         "verdict_text": e.verdict_text,
         "notes": e.notes,
@@ -72,6 +74,10 @@ def to_text(e: Explanation) -> str:
         if sampled and v.get("budget_skipped"):
             # (drawn samples the budget let go: the seed's steps that were not checked)
             sampled += f", {v['budget_skipped']} drawn samples let go by the budget {v.get('sample_budget')}"
+        because = e.trace.violation.checked_because
+        if sampled and because:
+            # (what a sample-mode catch owes its check to: a draw, the map's trigger, a cache check)
+            sampled += f"; the violating step checked by {because}"
         out.append(f"  monitor: verify mode {v.get('mode')}{sampled}")
     k = e.first_violating_step
     if k is not None:

@@ -4,7 +4,7 @@ Two writers are understood, and any ITF trace degrades gracefully:
   hicache check   `#meta`: source (spec path), config, result, violated; each state's
                   `#meta`: index, action (None for the initial state).
   monitors        `#meta`: source, module, violation {kind, property, index, conjunct,
-                  location, error, action, args}; each state's `#meta`: index, step (the
+                  location, error, action, checked_because, args}; each state's `#meta`: index, step (the
                   runtime's event number), action, args. The first state is the state after
                   the oldest recorded event, not an initial state.
   cross-rank      (hicache.monitors.digest) as monitors, with violation kind "digest" and no
@@ -57,6 +57,7 @@ class Violation:
     args: dict = field(default_factory=dict)
     error: str | None = None
     divergence: dict | None = None   # cross-rank: what the writer found diverging
+    checked_because: str | None = None   # monitors: why the violating step was checked
 
 
 @dataclass(slots=True)
@@ -189,10 +190,11 @@ def load_trace(path: str | Path) -> Trace:
         writer = "monitor"
         w = "#meta.violation."
         strs = {k: _field(path, w, raw_v, k, (str,), "a string")
-                for k in ("kind", "property", "conjunct", "location", "action", "error")}
+                for k in ("kind", "property", "conjunct", "location", "action", "error", "checked_because")}
         v = Violation(strs["kind"], strs["property"], strs["conjunct"], strs["location"], strs["action"],
                       _field(path, w, raw_v, "args", (dict,), "an object (argument -> value)") or {},
-                      strs["error"], _field(path, w, raw_v, "divergence", (dict,), "an object"))
+                      strs["error"], _field(path, w, raw_v, "divergence", (dict,), "an object"),
+                      strs["checked_because"])
     elif "result" in meta:
         writer = "check"
         result = _field(path, "#meta.", meta, "result", (str,), "a string")

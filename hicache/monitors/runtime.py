@@ -49,6 +49,18 @@ class Mode(enum.StrEnum):
     STRICT = "strict"
 
 
+class CheckCause(enum.StrEnum):
+    """Why a monitor checked the step it was at (`Monitor.cause`; a violation trace's
+    `checked_because`, which `hicache explain` states): what a sample-mode catch owes to its
+    draws, its map's always-checked events and trigger, or a cache check."""
+    EVERY_STEP = "every step"                       # strict mode
+    DRAW = "the seeded draw"                        # sample mode: a drawn step
+    WEIGHTED_DRAW = "the seeded draw at its weight"  # ... an event of the map's sample_weights
+    ALWAYS = "an always-checked event"              # ... of the map's always_check
+    TRIGGER = "the map's trigger"                   # ... one of its trigger_events it named
+    CACHE_CHECK = "a cache check"                   # every invariant, at a check point
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyConfig:
     """How a monitor checks; validated once."""
@@ -463,6 +475,10 @@ class Monitor:
                              f"without action checks (actions=False), as verified mode does")
         self._spec_args = getattr(rmap, "spec_args", None)
         self.sampled = cfg.mode is Mode.STRICT   # whether the event being handled is checked
+        # ... and why the last checked one was (a trace records the violating check's): a
+        # step checked by the draw is every step in strict mode (whose draw always checks)
+        self._drawn_cause = CheckCause.EVERY_STEP if self._strict else CheckCause.DRAW
+        self.cause: CheckCause | None = CheckCause.EVERY_STEP if self._strict else None
         # set by the first violation: the runtime's state is past what the spec allows, so
         # every later check would fail on it again (a teardown's close() raising a second
         # violation); the monitor reports one violation and then checks nothing more
@@ -652,7 +668,7 @@ class Monitor:
                 # an event after which no sample could see what it ends (a retire drops its
                 # transfer's record): checked now, outside the draw (the gap is not spent)
                 self.sampled = True
-                self._checked_sample(str(action), fields, steps, drawn=False)
+                self._checked_sample(str(action), fields, steps, CheckCause.ALWAYS)
             return
         name = str(action)
         steps = self.rmap.bind(name, fields)
@@ -704,6 +720,8 @@ class Monitor:
         check = self._affords(self._check_next)
         self._check_next = self._draw()
         self.sampled = check
+        if check:
+            self.cause = self._drawn_cause
         if not self.needs_prestate:
             # invariant-only map: a sampled step needs no pre-state, so unsampled steps map nothing
             if not check:
@@ -727,20 +745,21 @@ class Monitor:
         """A sampled event of sample mode: every invariant on the state after it, mapped
         from scratch (the map keeps nothing between samples)."""
         self._gap = self._next_gap()
-        self._drawn_sample(name, fields, steps)
+        self._drawn_sample(name, fields, steps, CheckCause.DRAW)
 
-    def _drawn_sample(self, name: str, fields: dict, steps) -> None:
+    def _drawn_sample(self, name: str, fields: dict, steps, cause: CheckCause) -> None:
         """A drawn sample: checked when the budget affords it (an always-checked event is
         checked whatever the budget, as between samples), else recorded and let go, the
         cheap runtime checks (`watch_hooks`) run all the same."""
         if name not in self._always and not self._afford():
             self.sampled = False
+            self.cause = cause       # (the cheap runtime checks below still run at it)
             self.history.append(Step(self.steps, name, fields, None))
             for hook in self.watch_hooks:
                 hook(name, fields)
             return
         self.sampled = True
-        self._checked_sample(name, fields, steps)
+        self._checked_sample(name, fields, steps, cause)
 
     def _weighted_step(self, name: str, fields: dict, steps, p: float) -> None:
         """An event of the map's `sample_weights` or `trigger_events` in gap-counted sample
@@ -753,20 +772,21 @@ class Monitor:
         if name in self._trigger_on and self._trigger(name, fields):
             self.triggered += 1
             self.sampled = True
-            self._checked_sample(name, fields, steps, drawn=False)
+            self._checked_sample(name, fields, steps, CheckCause.TRIGGER)
             return
         if drawn:
-            self._drawn_sample(name, fields, steps)
+            self._drawn_sample(name, fields, steps, CheckCause.WEIGHTED_DRAW)
             return
         self.sampled = False
         self.history.append(Step(self.steps, name, fields, None))
 
-    def _checked_sample(self, name: str, fields: dict, steps, drawn: bool = True) -> None:
-        """A checked event of gap-counted sample mode, and the step hooks after it (the
-        worker watch, a companion's check: `check_sampled`), all charged to the budget.
-        Only a drawn sample's cost is the next one's estimate: an always-checked event
-        (`drawn` False) may be much cheaper (a retire on a small state), and estimated by
-        it the next sample would overdraw the bucket."""
+    def _checked_sample(self, name: str, fields: dict, steps, cause: CheckCause) -> None:
+        """A checked event of gap-counted sample mode (checked for `cause`), and the step
+        hooks after it (the worker watch, a companion's check: `check_sampled`), all charged
+        to the budget. Only a drawn sample's cost is the next one's estimate: an
+        always-checked or triggered event may be much cheaper (a retire on a small state),
+        and estimated by it the next sample would overdraw the bucket."""
+        self.cause = cause
         t0 = _clock()
         try:
             self._map_and_check(name, fields, steps)
@@ -777,7 +797,7 @@ class Monitor:
         finally:
             cost = _clock() - t0
             self._charge(cost)
-            if drawn:
+            if cause is CheckCause.DRAW or cause is CheckCause.WEIGHTED_DRAW:
                 self._last_cost = cost
 
     def check_sampled(self, name: str, fields: dict, step: int) -> None:
@@ -787,6 +807,7 @@ class Monitor:
         if self.tripped:
             return
         self.checked += 1
+        self.cause = self.sampled_by.cause if self.sampled_by is not None else CheckCause.DRAW
         t = self.rmap.state()
         self.history.append(Step(step, name, self._recorded(fields), t))
         prev, self.prev = self.prev, t
@@ -823,6 +844,7 @@ class Monitor:
             self.history.append(Step(self.steps, name, dict(fields), None, None))
             self._presynced = False
             return
+        self.cause = self._drawn_cause
         # a guard the event had to satisfy, on the map's state before it (an incremental map
         # syncs after): a compound step's invariants see only where it led. Only when the
         # last event was synced: after unchecked ones (sample mode) the map's state is older
@@ -959,11 +981,14 @@ class Monitor:
         if self.tripped:
             return
         self.cache_checks += 1
+        # (the cause of a violation found here; the steps after it are checked for their own)
+        before, self.cause = self.cause, CheckCause.CACHE_CHECK
         t0 = _clock()
         try:
             self._cache_check(self.steps if step is None else step)
         finally:
             self._charge(_clock() - t0)
+            self.cause = before
 
     def _cache_check(self, at: int) -> None:
         if self.incremental:
@@ -1063,6 +1088,8 @@ class Monitor:
                          "violation": {"kind": kind, "property": failure.property, "index": failure.index,
                                        "conjunct": failure.text, "location": failure.location,
                                        "error": failure.error, "action": name,
+                                       # why the monitor checked this step (CheckCause)
+                                       "checked_because": None if self.cause is None else str(self.cause),
                                        "args": {k: _jsonable(v) for k, v in fields.items()}},
                          # the model the checks used (explain evaluates and searches with it)
                          "constants": constants,

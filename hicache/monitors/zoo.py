@@ -53,8 +53,10 @@ def _steps_after(exc: ProtocolViolation, fault_seq: int) -> int:
 
 # ====================================================================== runtime entries
 def _run_single(seed: int, cls, wcfg, vdir: str):
+    from hicache.monitors.attach import unmonitored
     policy, reqs = plan(seed, wcfg)
-    cache = make_cache(wcfg, policy, cls=cls)
+    with unmonitored():     # (the zoo's monitors alone, whatever verify mode the process runs in)
+        cache = make_cache(wcfg, policy, cls=cls)
     return cache, run_monitored(cache, reqs, vdir)
 
 
@@ -95,8 +97,10 @@ class CleanShape:
         """Seed `seed`'s workload of this shape under the strict monitor verified mode attaches
         (and `listener`, after it, on the cache's bus): the violation it raised (a false
         alarm), or None."""
+        from hicache.monitors.attach import unmonitored
         policy, reqs = plan(seed, self.wcfg)
-        cache = make_cache(self.wcfg, policy, prefetch_policy=self.prefetch_policy)
+        with unmonitored():     # (the sweep's strict monitors alone, as in _run_single)
+            cache = make_cache(self.wcfg, policy, prefetch_policy=self.prefetch_policy)
         if self.failing_copies:
             failing_copies(cache)
         return run_monitored(cache, reqs, vdir, drain_every=self.drain_every, listener=listener)
@@ -163,7 +167,7 @@ class TraceShape:
         it raised, or None. A restored page whose bytes are not its own (the driver stamps
         and checks every page of a KV-bytes replay) is wrong data whatever the monitors say:
         raised as a RuntimeError naming the seed and the configuration."""
-        from hicache.monitors.attach import monitor_cache
+        from hicache.monitors.attach import monitor_cache, unmonitored
         trace, first, cfg = self.config(seed)
         reqs = load_requests(str(trace), cfg.page_size, first + self.requests, start=first)
 
@@ -172,7 +176,8 @@ class TraceShape:
             if listener is not None:
                 cache.bus.subscribe(listener)
         try:
-            with contextlib.ExitStack() as stack:
+            # (the replay's cache gets the sweep's strict monitors alone, as in _run_single)
+            with contextlib.ExitStack() as stack, unmonitored():
                 out = replay_requests(cfg, reqs, open_storage(cfg.storage, stack), on_cache=watch)
         except ProtocolViolation as e:
             return e
@@ -455,6 +460,7 @@ class RankGroup:
     def __init__(self, n: int, wcfg, policy: str, fault: RankFault, vdir: str, history: int = 64):
         import collections
 
+        from hicache.monitors.attach import unmonitored
         from hicache.monitors.digest import LocalCollective
         from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap as HostTierMap
         from hicache.monitors.workload import make_cache
@@ -469,7 +475,8 @@ class RankGroup:
         for r in range(n):
             # wait_complete: a best-effort prefetch's yield depends on thread timing, which
             # would make ranks differ without any fault (the dist engine agrees on it)
-            c = make_cache(wcfg, policy, cls=cls, prefetch_policy="wait_complete")
+            with unmonitored():     # (the group's strict monitors alone, as in _run_single)
+                c = make_cache(wcfg, policy, cls=cls, prefetch_policy="wait_complete")
             c.rank = r
             m = HostTierMap(c)
             c.bus.subscribe(Monitor(m, VerifyConfig(mode="strict", violation_dir=vdir)))

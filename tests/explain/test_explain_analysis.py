@@ -339,6 +339,7 @@ def test_search_constants_stay_on_the_trace_parameters_within_the_model():
 def test_monitor_config_is_read_and_sample_mode_noted(tmp_path, pipeline_trace):
     doc = json.loads(pipeline_trace.read_text())
     assert doc["#meta"]["config"]["mode"] == "strict" and doc["#meta"]["config"]["action_checks"] is True
+    assert doc["#meta"]["violation"].pop("checked_because") == "every step"    # (strict's; a sample one's below)
     doc["#meta"]["config"].update(mode="sample", sample_rate=0.25, seed=7)
     p = tmp_path / "sampled.itf.json"
     p.write_text(json.dumps(doc))
@@ -359,6 +360,12 @@ def test_monitor_config_is_read_and_sample_mode_noted(tmp_path, pipeline_trace):
     p.write_text(json.dumps(doc))
     assert ("(DeviceEvict at 1, HostEvict at 0.35); DeviceEvict, HostEvict of a node still held checked always, "
             "3 drawn samples let go") in to_text(explain(p))
+    # ... and why the violating step was checked (the monitor's CheckCause)
+    doc["#meta"]["violation"]["checked_because"] = "the map's trigger"
+    p.write_text(json.dumps(doc))
+    e = explain(p)
+    assert "budget 0.02; the violating step checked by the map's trigger\n" in to_text(e)
+    assert to_json(e)["checked_because"] == "the map's trigger"
     # the recorded constants are the ones used (not the CI model's note)
     assert e.constants_source == "trace" and not any("CI model" in n for n in e.notes)
 

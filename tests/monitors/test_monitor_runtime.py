@@ -69,6 +69,39 @@ def test_abort_leak_is_a_located_violation_with_trace(tmp_path):
     json.dumps(doc)  # plain JSON
 
 
+def _caught(cls, mode, rate, tmp_path):
+    """The first of seeds 0..29 whose workload `mode` at `rate` stops on `cls`'s fault
+    (sample mode checking at the end too, as a scheduler's check point would): the
+    violation and its trace's record."""
+    for seed in range(30):
+        try:
+            _, mon = _run(seed, cls=cls, mode=mode, rate=rate, tmp=tmp_path)
+            mon.cache_check()
+        except ProtocolViolation as e:
+            return e, read_itf(e.trace_path)["#meta"]["violation"]
+    pytest.fail(f"{cls.__name__} never caught")
+
+
+def test_a_violation_trace_says_why_its_step_was_checked(tmp_path, monkeypatch):
+    """`checked_because` (Monitor.cause) names what put a check at the violating step:
+    every step in strict mode; in sample mode the seeded draw (a RequestAbort at rate 1),
+    the draw at an event's weight (HostTier's evictions: bug 10 at rate 1 with the map's
+    trigger off), the trigger (bug 10 with it on, at rate 0) or the cache check (bug 8
+    at rate 0, where nothing is drawn: its leaked slots last until the end)."""
+    from hicache.monitors.runtime import CheckCause
+    e, v = _caught(AbortKeepsSlots, "strict", 0.05, tmp_path)
+    assert v["checked_because"] == "every step" == CheckCause.EVERY_STEP
+    e, v = _caught(AbortKeepsSlots, "sample", 1.0, tmp_path)
+    assert (e.action, v["checked_because"]) == ("RequestAbort", "the seeded draw")
+    e, v = _caught(AbortKeepsSlots, "sample", 0.0, tmp_path)
+    assert (e.action, v["checked_because"]) == ("cache_check", "a cache check")
+    e, v = _caught(EvictDuringLoad, "sample", 0.0, tmp_path)
+    assert (e.action, v["checked_because"]) == ("HostEvict", "the map's trigger")
+    monkeypatch.setattr(HostTierMap, "trigger_events", frozenset())
+    e, v = _caught(EvictDuringLoad, "sample", 1.0, tmp_path)
+    assert (e.action, v["checked_because"]) == ("HostEvict", "the seeded draw at its weight")
+
+
 def test_violation_message_lists_changed_entries_not_whole_functions():
     from hicache.monitors.rt import Failure
     before = Fcn({n: 0 for n in range(200)})

@@ -418,6 +418,7 @@ def test_an_eviction_of_a_held_node_is_checked_whatever_the_draw_and_the_budget(
         except ProtocolViolation as e:
             assert cache.fired and e.arguments["seq"] == cache.fault_seq, (seed, e)
             assert e.action in ("DeviceEvict", "HostEvict") and (mon.triggered, mon.checked) == (1, 1)
+            assert read_itf(e.trace_path)["#meta"]["violation"]["checked_because"] == "the map's trigger"
             _close_quietly(cache)       # (the faulted cache's own checks would raise at its close)
             return
         assert not cache.fired, f"seed {seed}: the fault fired and sample mode let it pass"

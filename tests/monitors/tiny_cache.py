@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from hicache.monitors.attach import monitor_cache
+from hicache.monitors.attach import monitor_cache, unmonitored
 from hicache.monitors.runtime import VerifyConfig
 from hicache.monitors.workload import MemStore
 from hicache.runtime.cache import HiCache
@@ -13,11 +13,15 @@ from hicache.runtime.config import CacheConfig
 
 def tiny_cache(tmp_path, verify: dict, storage=None, **kw) -> tuple[HiCache, object]:
     """A one-token-page, metadata-only write-through cache and its monitor (VerifyConfig
-    fields `verify`, traces under tmp_path); `kw` overrides CacheConfig fields."""
+    fields `verify`, traces under tmp_path); `kw` overrides CacheConfig fields. The cache is
+    made unmonitored: the monitor of `verify` alone watches it, whatever mode the test run's
+    verified mode attaches (a sample-mode run's monitor would otherwise see a test's fault
+    first, and name it by its own checks)."""
     base = dict(page_size=1, device_pages=4, host_pages=8, layers=2, heads=1, head_dim=2, metadata_only=True,
                 write_policy="write_through", storage_backup_host_fraction=1.0)
     base.update(kw)
-    cache = HiCache(CacheConfig(**base), storage=storage)
+    with unmonitored():
+        cache = HiCache(CacheConfig(**base), storage=storage)
     mon = monitor_cache(cache, VerifyConfig(violation_dir=str(tmp_path), **verify))
     return cache, mon
 
