@@ -4,9 +4,9 @@ Two writers are understood, and any ITF trace degrades gracefully:
   hicache check   `#meta`: source (spec path), config, result, violated; each state's
                   `#meta`: index, action (None for the initial state).
   monitors        `#meta`: source, module, violation {kind, property, index, conjunct,
-                  location, error, action, checked_because, args}; each state's `#meta`: index, step (the
-                  runtime's event number), action, args. The first state is the state after
-                  the oldest recorded event, not an initial state.
+                  location, error, action, checked_because, args}; each state's `#meta`:
+                  index, step (the runtime's event number), action, args. The first state
+                  is the state after the oldest recorded event, not an initial state.
   cross-rank      (hicache.monitors.digest) as monitors, with violation kind "digest" and no
                   spec: every variable is a function rank -> value, each state's `#meta`
                   names the rank whose event it follows; the last state is the exchange.
