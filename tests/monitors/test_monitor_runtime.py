@@ -226,11 +226,11 @@ def test_a_fetch_whose_anchor_is_released_triggers_no_check(tmp_path, monkeypatc
     from hicache.monitors import zoo
     shape = next(s for s in zoo.CLEAN_SHAPES if s.name == "acks held")
     made: list = []
+    make = zoo.make_cache
 
-    def making(*a, **kw):
-        made.append(zoo.make_cache.__wrapped__(*a, **kw))
+    def making(*a, **kw):       # (the shape's cache, for the listener to read its ops)
+        made.append(make(*a, **kw))
         return made[-1]
-    making.__wrapped__ = zoo.make_cache
     monkeypatch.setattr(zoo, "make_cache", making)
     anchored, triggered = [], []
 
