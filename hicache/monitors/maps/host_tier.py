@@ -110,7 +110,7 @@ class HostTierMap:
     needs_prestate = False     # every event is a compound step: invariants only
     sample_weights = MappingProxyType({"DeviceEvict": EVICTION_WEIGHT, "HostEvict": EVICTION_WEIGHT})
     #: ... and checks one whatever the draw and the budget when `trigger` says it took a node
-    #: something in flight still holds (see there)
+    #: something still holds (see there)
     trigger_events = frozenset({"DeviceEvict", "HostEvict"})
 
     def __init__(self, cache):
