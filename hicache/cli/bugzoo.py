@@ -165,7 +165,9 @@ def run(args: argparse.Namespace) -> int:
 def _sample_lines(results, seeds: int) -> list[str]:
     """The sample-mode study as a table per rate: of the workloads each fault fired in, how
     many were caught at a sampled step, at a cache check, stopped by the runtime's own check
-    first, or missed; and the monitored steps from the fault to the alarm (median / max)."""
+    first, or missed; the monitored steps from the fault to the alarm (median / max); and why
+    the alarming steps were checked (a draw, at an event's weight, the map's trigger, a cache
+    check)."""
     lines = ["sample mode: the runtime bugs (a cache's monitors; the rank, process and spec entries are strict)"]
     for rate in dict.fromkeys(r.rate for r in results):
         lines.append(f"sample mode at rate {rate:g}, no budget (workloads of seeds 0-{seeds - 1} the fault fired in):")
@@ -177,6 +179,9 @@ def _sample_lines(results, seeds: int) -> list[str]:
             d = sorted(r.steps_after_fault)
             delay = f"{d[len(d) // 2]} / {d[-1]}" if d else "-"
             errors = f"   (runtime: {', '.join(f'{k} x{v}' for k, v in sorted(r.errors.items()))})" if r.errors else ""
+            # (why the caught workloads' alarming steps were checked: a draw, the trigger, ...)
+            causes = f"   (checked by: {', '.join(f'{k} x{v}' for k, v in sorted(r.causes.items()))})" \
+                if r.causes else ""
             lines.append(f"{r.bug:>3}  {r.name:<28} {r.fired:>5} {r.at_step:>5} {r.at_check:>5} "
-                         f"{r.runtime_first:>5} {r.missed:>6}  {delay}{errors}")
+                         f"{r.runtime_first:>5} {r.missed:>6}  {delay}{causes}{errors}")
     return lines

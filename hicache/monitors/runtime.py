@@ -290,7 +290,7 @@ class ProtocolViolation(AssertionError):
 
     def __init__(self, *, spec: str, action: str, args: dict, failure: Failure, kind: str,
                  diff: dict, history: list[Step], step: int, trace_path: str | None,
-                 trace_error: str | None = None):
+                 trace_error: str | None = None, checked_because: str | None = None):
         self.spec = spec
         self.action = action
         self.arguments = args      # (`args` is BaseException's)
@@ -304,6 +304,7 @@ class ProtocolViolation(AssertionError):
         self.step = step
         self.trace_path = trace_path
         self.trace_error = trace_error    # why no trace was written (directory and OS error)
+        self.checked_because = checked_because    # why the monitor checked this step (a CheckCause's text)
         super().__init__(self._message())
 
     def __reduce__(self):
@@ -312,7 +313,7 @@ class ProtocolViolation(AssertionError):
         return _rebuild_violation, (dict(spec=self.spec, action=self.action, args=self.arguments,
                                          failure=self.failure, kind=self.kind, diff=self.diff,
                                          history=self.history, step=self.step, trace_path=self.trace_path,
-                                         trace_error=self.trace_error),)
+                                         trace_error=self.trace_error, checked_because=self.checked_because),)
 
     #: changed entries the message lists (the trace and `hicache explain` have them all)
     MESSAGE_CHANGES = 16
@@ -1037,7 +1038,7 @@ class Monitor:
         raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=fields, failure=failure,
                                 kind=kind, diff=state_diff(s, t), history=steps,
                                 step=self.steps if step is None else step, trace_path=path,
-                                trace_error=error)
+                                trace_error=error, checked_because=None if self.cause is None else str(self.cause))
 
     def _sync_pending(self) -> None:
         """Bring an incremental map up to date outside a checked step (sample mode): the

@@ -255,6 +255,9 @@ class SampleResult:
     missed: int                 # ended with no alarm and no error: the fault went unseen
     properties: dict[str, int]  # property -> workloads it caught
     errors: dict[str, int]      # error type -> workloads where the runtime raised first
+    # why the monitor checked the step each caught workload was caught at (CheckCause's
+    # text: the seeded draw, at an event's weight, the map's trigger, a cache check) -> workloads
+    causes: dict[str, int]
     # per caught workload: the monitored steps after the faulty one up to the alarm's (at a
     # cache check: every step after the fault); 0 is at the faulty step, as `runtime_entry`
     # counts them (events the map binds: not the loader thread's LoadBackLayer, whose
@@ -330,7 +333,7 @@ def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleRe
     the runtime's (raised)."""
     from hicache.monitors.faults import RUNTIME_FAULTS
     cls = RUNTIME_FAULTS[bug]
-    r = SampleResult(cls.__name__, bug, rate, 0, 0, 0, 0, 0, {}, {}, [])
+    r = SampleResult(cls.__name__, bug, rate, 0, 0, 0, 0, 0, {}, {}, {}, [])
     for seed in range(seeds):
         run = _sample_run(seed, cls, wcfg, vdir, rate)
         exc, err = run.violation, run.error
@@ -347,6 +350,8 @@ def sample_entry(bug: int, seeds: int, wcfg, vdir: str, rate: float) -> SampleRe
             else:
                 r.at_step += 1
             r.properties[exc.property] = r.properties.get(exc.property, 0) + 1
+            cause = exc.checked_because or "?"
+            r.causes[cause] = r.causes.get(cause, 0) + 1
             r.steps_after_fault.append(run.steps_after_fault)
         elif err is not None:
             r.runtime_first += 1

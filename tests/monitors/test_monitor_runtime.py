@@ -459,6 +459,7 @@ def test_a_violation_survives_pickling(tmp_path):
     for back in (pickle.loads(pickle.dumps(e)), copy.copy(e)):
         assert isinstance(back, ProtocolViolation)
         assert (back.property, back.action, back.trace_path, str(back)) == (e.property, e.action, e.trace_path, str(e))
+        assert back.checked_because == e.checked_because == "a cache check"
 
 
 def test_trace_writers_racing_for_one_name_each_get_a_file(tmp_path):

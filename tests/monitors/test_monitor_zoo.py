@@ -309,10 +309,15 @@ def test_bugzoo_cli_reports_the_sample_mode_study_and_keeps_its_exit_status(tmp_
     # (bug 8's leaked slots last: at rate 0.01 some are seen only by the final cache check)
     assert low["fired"] == every["fired"] > 0 and low["at_check"] > 0 and low["missed"] == 0
     assert every["at_step"] == every["fired"] and every["properties"] == {"SlotInOneOwner": every["fired"]}
+    # (why each alarming step was checked: at rate 1 every step is drawn; at 0.01 the rest
+    # are the end's cache check)
+    assert every["causes"] == {"the seeded draw": every["fired"]}
+    assert low["causes"]["a cache check"] == low["at_check"] and sum(low["causes"].values()) == low["fired"]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "sample mode at rate 0.01, no budget (workloads of seeds 0-29 the fault fired in):" in text
-    assert f"  8  AbortKeepsSlots {every['fired']:>18} {every['fired']:>5}     0     0      0  0 / 0" in text
+    assert (f"  8  AbortKeepsSlots {every['fired']:>18} {every['fired']:>5}     0     0      0  0 / 0   "
+            f"(checked by: the seeded draw x{every['fired']})") in text
 
 
 def test_a_sample_mode_alarm_before_the_fault_fired_is_a_false_alarm(tmp_path, capsys, monkeypatch):
@@ -392,6 +397,7 @@ def test_sample_mode_at_a_low_rate_misses_a_transient_fault_but_for_the_maps_tri
         assert sample_entry(7, 30, W, str(tmp_path), 0.01) == r
     held = sample_entry(7, 30, W, str(tmp_path), 0.01)
     assert (held.fired, held.at_step, held.steps_after_fault) == (r.fired, r.fired, [0] * r.fired), held
+    assert held.causes == {"the map's trigger": r.fired}
     assert runtime_entry(7, 30, W, str(tmp_path)).steps_after_fault == 0
 
 
@@ -418,7 +424,8 @@ def test_an_eviction_of_a_held_node_is_checked_whatever_the_draw_and_the_budget(
         except ProtocolViolation as e:
             assert cache.fired and e.arguments["seq"] == cache.fault_seq, (seed, e)
             assert e.action in ("DeviceEvict", "HostEvict") and (mon.triggered, mon.checked) == (1, 1)
-            assert read_itf(e.trace_path)["#meta"]["violation"]["checked_because"] == "the map's trigger"
+            assert read_itf(e.trace_path)["#meta"]["violation"]["checked_because"] == "the map's trigger" \
+                == e.checked_because
             _close_quietly(cache)       # (the faulted cache's own checks would raise at its close)
             return
         assert not cache.fired, f"seed {seed}: the fault fired and sample mode let it pass"
