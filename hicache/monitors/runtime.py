@@ -61,6 +61,10 @@ class CheckCause(enum.StrEnum):
     CACHE_CHECK = "a cache check"                   # every invariant, at a check point
 
 
+#: the causes that are draws: such a check's cost estimates the next drawn sample's
+_DRAWN = frozenset({CheckCause.DRAW, CheckCause.WEIGHTED_DRAW})
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyConfig:
     """How a monitor checks; validated once."""
@@ -798,7 +802,7 @@ class Monitor:
         finally:
             cost = _clock() - t0
             self._charge(cost)
-            if cause is CheckCause.DRAW or cause is CheckCause.WEIGHTED_DRAW:
+            if cause in _DRAWN:
                 self._last_cost = cost
 
     def check_sampled(self, name: str, fields: dict, step: int) -> None:
@@ -1038,7 +1042,11 @@ class Monitor:
         raise ProtocolViolation(spec=self.spec.SPEC, action=name, args=fields, failure=failure,
                                 kind=kind, diff=state_diff(s, t), history=steps,
                                 step=self.steps if step is None else step, trace_path=path,
-                                trace_error=error, checked_because=None if self.cause is None else str(self.cause))
+                                trace_error=error, checked_because=self._checked_because())
+
+    def _checked_because(self) -> str | None:
+        """Why the violating step was checked, as the violation and its trace record it."""
+        return None if self.cause is None else str(self.cause)
 
     def _sync_pending(self) -> None:
         """Bring an incremental map up to date outside a checked step (sample mode): the
@@ -1090,7 +1098,7 @@ class Monitor:
                                        "conjunct": failure.text, "location": failure.location,
                                        "error": failure.error, "action": name,
                                        # why the monitor checked this step (CheckCause)
-                                       "checked_because": None if self.cause is None else str(self.cause),
+                                       "checked_because": self._checked_because(),
                                        "args": {k: _jsonable(v) for k, v in fields.items()}},
                          # the model the checks used (explain evaluates and searches with it)
                          "constants": constants,

@@ -23,6 +23,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hicache.monitors.attach import monitor_cache, unmonitored
 from hicache.monitors.runtime import CACHE_CHECK, Monitor, ProtocolViolation, VerifyConfig
 from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan
 from hicache.replay.driver import ReplayConfig, load_requests, open_storage, replay_requests
@@ -52,18 +53,23 @@ def _steps_after(exc: ProtocolViolation, fault_seq: int) -> int:
 
 
 # ====================================================================== runtime entries
+def own_cache(wcfg, policy: str, **kw):
+    """`make_cache` for a zoo run: unmonitored, so that the run's own monitors alone watch it,
+    whatever verify mode the process runs in (a sample-mode process's monitor would see a
+    fault first and report it by its own checks and trace)."""
+    with unmonitored():
+        return make_cache(wcfg, policy, **kw)
+
+
 def _run_single(seed: int, cls, wcfg, vdir: str):
-    from hicache.monitors.attach import unmonitored
     policy, reqs = plan(seed, wcfg)
-    with unmonitored():     # (the zoo's monitors alone, whatever verify mode the process runs in)
-        cache = make_cache(wcfg, policy, cls=cls)
+    cache = own_cache(wcfg, policy, cls=cls)
     return cache, run_monitored(cache, reqs, vdir)
 
 
 def run_monitored(cache, reqs, vdir: str, drain_every: int = 1, listener=None) -> ProtocolViolation | None:
     """A seeded workload on `cache` under the strict monitor verified mode attaches (and
     `listener` after it); the violation it raised (the cache closed quietly then), or None."""
-    from hicache.monitors.attach import monitor_cache
     from hicache.monitors.workload import run_workload
     monitor_cache(cache, VerifyConfig(mode="strict", violation_dir=vdir))
     if listener is not None:
@@ -97,10 +103,8 @@ class CleanShape:
         """Seed `seed`'s workload of this shape under the strict monitor verified mode attaches
         (and `listener`, after it, on the cache's bus): the violation it raised (a false
         alarm), or None."""
-        from hicache.monitors.attach import unmonitored
         policy, reqs = plan(seed, self.wcfg)
-        with unmonitored():     # (the sweep's strict monitors alone, as in _run_single)
-            cache = make_cache(self.wcfg, policy, prefetch_policy=self.prefetch_policy)
+        cache = own_cache(self.wcfg, policy, prefetch_policy=self.prefetch_policy)
         if self.failing_copies:
             failing_copies(cache)
         return run_monitored(cache, reqs, vdir, drain_every=self.drain_every, listener=listener)
@@ -167,7 +171,6 @@ class TraceShape:
         it raised, or None. A restored page whose bytes are not its own (the driver stamps
         and checks every page of a KV-bytes replay) is wrong data whatever the monitors say:
         raised as a RuntimeError naming the seed and the configuration."""
-        from hicache.monitors.attach import monitor_cache, unmonitored
         trace, first, cfg = self.config(seed)
         reqs = load_requests(str(trace), cfg.page_size, first + self.requests, start=first)
 
@@ -176,7 +179,7 @@ class TraceShape:
             if listener is not None:
                 cache.bus.subscribe(listener)
         try:
-            # (the replay's cache gets the sweep's strict monitors alone, as in _run_single)
+            # (the replay's cache gets the sweep's strict monitors alone, as own_cache's)
             with contextlib.ExitStack() as stack, unmonitored():
                 out = replay_requests(cfg, reqs, open_storage(cfg.storage, stack), on_cache=watch)
         except ProtocolViolation as e:
@@ -283,12 +286,10 @@ def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float) -> _SampleRun:
     """Seed `seed`'s workload on fault class `cls` under sample mode at `rate` with no budget
     (so which steps are checked is the seed's alone, not the machine's load), a cache check
     after it as a scheduler's check point."""
-    from hicache.monitors.attach import monitor_cache, unmonitored
     from hicache.monitors.workload import run_workload
     from hicache.runtime.transfer import WorkerDied
     policy, reqs = plan(seed, wcfg)
-    with unmonitored():         # (the study's monitor alone, whatever mode the process runs in)
-        cache = make_cache(wcfg, policy, cls=cls)
+    cache = own_cache(wcfg, policy, cls=cls)
     # the faulty step's number among the monitor's steps: noted when its event arrives, by a
     # listener ahead of the monitor (which has not counted it yet)
     fault_step: list = [None]
@@ -465,10 +466,8 @@ class RankGroup:
     def __init__(self, n: int, wcfg, policy: str, fault: RankFault, vdir: str, history: int = 64):
         import collections
 
-        from hicache.monitors.attach import unmonitored
         from hicache.monitors.digest import LocalCollective
         from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap as HostTierMap
-        from hicache.monitors.workload import make_cache
         self.fault = fault
         fault.group = self
         self.last_prefetch = False
@@ -480,8 +479,7 @@ class RankGroup:
         for r in range(n):
             # wait_complete: a best-effort prefetch's yield depends on thread timing, which
             # would make ranks differ without any fault (the dist engine agrees on it)
-            with unmonitored():     # (the group's strict monitors alone, as in _run_single)
-                c = make_cache(wcfg, policy, cls=cls, prefetch_policy="wait_complete")
+            c = own_cache(wcfg, policy, cls=cls, prefetch_policy="wait_complete")
             c.rank = r
             m = HostTierMap(c)
             c.bus.subscribe(Monitor(m, VerifyConfig(mode="strict", violation_dir=vdir)))

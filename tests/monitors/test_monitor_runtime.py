@@ -22,10 +22,9 @@ W = WorkloadConfig(requests=25)
 def _run(seed, cls=None, mode="strict", tmp=None, rate=0.05):
     """Seed `seed`'s workload (on fault class `cls`) under a HostTier monitor of `mode` alone,
     whatever monitor the test run's verified mode would attach."""
-    from hicache.monitors.attach import unmonitored
+    from hicache.monitors.zoo import own_cache
     policy, reqs = plan(seed, W)
-    with unmonitored():
-        cache = make_cache(W, policy, cls=cls)
+    cache = own_cache(W, policy, cls=cls)
     m = HostTierMap(cache)
     mon = Monitor(m, VerifyConfig(mode=mode, sample_rate=rate, seed=seed, sample_budget=None,
                                   violation_dir=str(tmp or "viol")))

@@ -408,15 +408,14 @@ def test_an_eviction_of_a_held_node_is_checked_whatever_the_draw_and_the_budget(
     mode with nothing drawn (rate 0) and a budget spent at once checks that eviction all
     the same, as the map's trigger asks, and stops the run there, at the fault's event; the
     trigger asked for that check alone."""
-    from hicache.monitors.attach import monitor_cache, unmonitored
+    from hicache.monitors.attach import monitor_cache
     from hicache.monitors.faults import RUNTIME_FAULTS
     from hicache.monitors.runtime import ProtocolViolation, VerifyConfig
-    from hicache.monitors.workload import make_cache, plan, run_workload
-    from hicache.monitors.zoo import _close_quietly
+    from hicache.monitors.workload import plan, run_workload
+    from hicache.monitors.zoo import _close_quietly, own_cache
     for seed in range(30):
         policy, reqs = plan(seed, W)
-        with unmonitored():
-            cache = make_cache(W, policy, cls=RUNTIME_FAULTS[bug])
+        cache = own_cache(W, policy, cls=RUNTIME_FAULTS[bug])
         mon = monitor_cache(cache, VerifyConfig(mode="sample", sample_rate=0.0, sample_budget=1e-9, budget_window=1e-9,
                                                 seed=seed, violation_dir=str(tmp_path)))
         try:

@@ -103,15 +103,17 @@ def prefetch_row(orphan: bool, anchored: bool, n: int, pfslot: list, pfabort: li
 #: making as many checks catches such breaches far less often (measured with `hicache bugzoo
 #: --sample-rate`: docs/monitors.md, "What sample mode sees of the zoo")
 EVICTION_WEIGHT = 5
+#: the evictions: drawn at their weight, and checked when the map's trigger names one
+_EVICTIONS = ("DeviceEvict", "HostEvict")
 
 
 class HostTierMap:
     spec = spec
     needs_prestate = False     # every event is a compound step: invariants only
-    sample_weights = MappingProxyType({"DeviceEvict": EVICTION_WEIGHT, "HostEvict": EVICTION_WEIGHT})
+    sample_weights = MappingProxyType(dict.fromkeys(_EVICTIONS, EVICTION_WEIGHT))
     #: ... and checks one whatever the draw and the budget when `trigger` says it took a node
     #: something still holds (see there)
-    trigger_events = frozenset({"DeviceEvict", "HostEvict"})
+    trigger_events = frozenset(_EVICTIONS)
 
     def __init__(self, cache):
         self.cache = cache
