@@ -1,0 +1,123 @@
+"""Python bytecodes the scheduler thread executes in one replay of `hicache bench monitors`'
+replay, off against a verify mode, per function: where a mode's Python work goes, in seconds.
+
+Counted by `sys.settrace` with per-opcode events on the thread that replays (the transfer
+threads are not traced), around the replay alone (the cache's construction, monitors
+included, to its close and final check), after one untraced warm-up replay per mode. The
+counts repeat exactly from run to run for strict mode and for sample mode at --rate 0 or
+with --no-budget (at the default rate, what the wall-clock budget affords decides which
+samples run); they count bytecodes, not time: work done in C (allocating, hashing,
+copying KV bytes, the GIL) is not in them, which `scripts/monitor_instructions.py` counts,
+at ~1.5 % of noise between equal runs and minutes under valgrind a run.
+
+    python scripts/monitor_opcodes.py [--mode sample|strict] [--rate R] [--no-budget]
+        [--replay kv_bytes|kv_bytes_fitting|metadata_only] [--limit 200] [--top 30]
+
+prints one JSON object: the opcodes of the off replay and of the mode's, their ratio, and
+the `--top` functions by opcodes the mode adds (file:function@first line, off, mode, extra).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: --replay: the bench's replays, by their bench names
+REPLAYS = {"kv_bytes": lambda bm, limit: bm.replay_config(limit, "small"),
+           "kv_bytes_fitting": lambda bm, limit: bm.fitting_config(limit),
+           "metadata_only": lambda bm, limit: bm.replay_config(limit)}
+
+
+def _name(code) -> str:
+    path = Path(code.co_filename)
+    try:
+        path = path.resolve().relative_to(ROOT)
+    except ValueError:
+        pass
+    return f"{path}:{code.co_name}@{code.co_firstlineno}"
+
+
+def traced_replay(bm, mode: str, cfg, reqs, **kw) -> collections.Counter:
+    """Opcodes per code object of one replay in `mode` (bm._replay_once's: verified mode on
+    for it, the garbage of the one before collected first), after an untraced one."""
+    from hicache.replay import driver
+    bm._replay_once(mode, cfg, reqs, **kw)
+    counts: collections.Counter = collections.Counter()
+
+    def tracer(frame, event, arg):
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        if event == "opcode":
+            counts[frame.f_code] += 1
+        return tracer
+    replay = driver.replay_requests
+
+    def traced(*a, **k):
+        before = sys.gettrace()     # (a coverage tool's or a debugger's: put back after)
+        sys.settrace(tracer)
+        try:
+            return replay(*a, **k)
+        finally:
+            sys.settrace(before)
+    driver.replay_requests = traced
+    try:
+        bm._replay_once(mode, cfg, reqs, **kw)
+    finally:
+        driver.replay_requests = replay
+    return counts
+
+
+def compare(mode: str, replay: str, limit: int, top: int, rate: float | None = None, no_budget: bool = False) -> dict:
+    from hicache.bench import monitors as bm
+    from hicache.replay.driver import load_requests
+    if not bm.TRACE.exists():
+        raise FileNotFoundError(f"trace {bm.TRACE} not found")
+    reqs = load_requests(str(bm.TRACE), bm.PAGE, limit)
+    cfg = REPLAYS[replay](bm, limit)
+    kw = {}
+    if rate is not None:
+        kw["rate"] = rate
+    if no_budget:
+        kw["budget"] = None
+    off = {_name(c): n for c, n in traced_replay(bm, "off", cfg, reqs).items()}
+    on: dict = {}
+    for c, n in traced_replay(bm, mode, cfg, reqs, **kw).items():
+        key = _name(c)
+        on[key] = on.get(key, 0) + n
+    total_off, total_on = sum(off.values()), sum(on.values())
+    extra = sorted(((k, off.get(k, 0), on.get(k, 0)) for k in off.keys() | on.keys()),
+                   key=lambda r: (r[1] - r[2], r[0]))
+    return {"replay": replay, "mode": mode, "rate": rate, "no_budget": no_budget, "requests": limit,
+            "off": total_off, "mode_opcodes": total_on, "extra": total_on - total_off,
+            "ratio": total_on / total_off if total_off else None,
+            "by_function": [{"function": k, "off": a, "mode": b, "extra": b - a} for k, a, b in extra[:top]]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mode", choices=("sample", "strict"), default="sample")
+    ap.add_argument("--rate", type=float, help="sample mode's rate (default VerifyConfig's); 0: nothing drawn")
+    ap.add_argument("--no-budget", action="store_true", help="sample mode with no checking budget")
+    ap.add_argument("--replay", choices=tuple(REPLAYS), default="kv_bytes")
+    ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
+    ap.add_argument("--top", type=int, default=30, help="functions listed, by opcodes the mode adds")
+    args = ap.parse_args(argv)
+    if args.rate is not None and (args.mode != "sample" or not 0.0 <= args.rate <= 1.0):
+        ap.error("--rate is sample mode's, between 0 and 1")
+    if args.no_budget and args.mode != "sample":
+        ap.error("--no-budget is sample mode's")
+    if args.limit < 1 or args.top < 0:
+        ap.error("--limit must be at least 1 and --top at least 0")
+    try:
+        out = compare(args.mode, args.replay, args.limit, args.top, args.rate, args.no_budget)
+    except FileNotFoundError as e:
+        sys.exit(f"monitor_opcodes: {e}")
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""scripts/monitor_opcodes.py: per-function Python opcode counts of the bench's replay, off
+against a verify mode, repeating exactly from run to run where nothing depends on time."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "monitor_opcodes.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("monitor_opcodes", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def trace_present():
+    from hicache.bench import monitors as bench
+    if not bench.TRACE.exists():
+        pytest.skip("trace not present")
+
+
+def test_counts_repeat_and_name_where_each_mode_adds_opcodes(trace_present):
+    mod = _script()
+    a = mod.compare("sample", "metadata_only", 12, 50, rate=0.0)
+    b = mod.compare("sample", "metadata_only", 12, 50, rate=0.0)
+    assert a == b                                   # (rate 0: nothing depends on the clock)
+    assert a["off"] > 0 and a["extra"] == a["mode_opcodes"] - a["off"] > 0
+    names = {r["function"] for r in a["by_function"]}
+    # the listener that binds each event, and the final cache check's fused pass
+    assert any(n.startswith("hicache/monitors/runtime.py:__call__@") for n in names)
+    assert any(n.startswith("hicache/monitors/generated/host_tier.py:inc_all@") for n in names)
+    extras = [r["extra"] for r in a["by_function"]]
+    assert extras == sorted(extras, reverse=True)
+    assert all(r["extra"] == r["mode"] - r["off"] for r in a["by_function"])
+    strict = mod.compare("strict", "metadata_only", 12, 5)
+    assert strict["off"] == a["off"] and strict["extra"] > 3 * a["extra"]
+    assert len(strict["by_function"]) == 5
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "strict", "--rate", "0"], "--rate is sample mode's"),
+    (["--rate", "1.5"], "--rate is sample mode's"),
+    (["--mode", "strict", "--no-budget"], "--no-budget is sample mode's"),
+    (["--limit", "0"], "--limit must be at least 1"),
+])
+def test_bad_options_are_refused_with_a_message(argv, message, capsys):
+    mod = _script()
+    with pytest.raises(SystemExit) as e:
+        mod.main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
