@@ -1,5 +1,5 @@
 """Python bytecodes the scheduler thread executes in one replay of `hicache bench monitors`'
-replay, off against a verify mode, per function: where a mode's Python work goes, in seconds.
+replay, off against a verify mode, per function: where a mode's Python work goes, exactly.
 
 Counted by `sys.settrace` with per-opcode events on the thread that replays (the transfer
 threads are not traced), around the replay alone (the cache's construction, monitors
@@ -39,6 +39,16 @@ def _name(code) -> str:
     except ValueError:
         pass
     return f"{path}:{code.co_name}@{code.co_firstlineno}"
+
+
+def by_name(counts: collections.Counter) -> dict[str, int]:
+    """The counts per function name (code objects of one name summed: every dataclass's
+    generated `__init__` is `<string>:__init__@2`)."""
+    out: dict[str, int] = {}
+    for code, n in counts.items():
+        key = _name(code)
+        out[key] = out.get(key, 0) + n
+    return out
 
 
 def traced_replay(bm, mode: str, cfg, reqs, **kw) -> collections.Counter:
@@ -83,11 +93,8 @@ def compare(mode: str, replay: str, limit: int, top: int, rate: float | None = N
         kw["rate"] = rate
     if no_budget:
         kw["budget"] = None
-    off = {_name(c): n for c, n in traced_replay(bm, "off", cfg, reqs).items()}
-    on: dict = {}
-    for c, n in traced_replay(bm, mode, cfg, reqs, **kw).items():
-        key = _name(c)
-        on[key] = on.get(key, 0) + n
+    off = by_name(traced_replay(bm, "off", cfg, reqs))
+    on = by_name(traced_replay(bm, mode, cfg, reqs, **kw))
     total_off, total_on = sum(off.values()), sum(on.values())
     extra = sorted(((k, off.get(k, 0), on.get(k, 0)) for k in off.keys() | on.keys()),
                    key=lambda r: (r[1] - r[2], r[0]))
