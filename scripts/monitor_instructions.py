@@ -50,8 +50,7 @@ void hicache_cg_dump(void) { CALLGRIND_DUMP_STATS; }
 
 #: --replay: the bench's replays this script can count, by their bench names (kv_bytes:
 #: nodes of ~18 pages; kv_bytes_fitting: ~100, where the monitors' per-page work shows)
-REPLAYS = {"kv_bytes": lambda bm, limit: bm.replay_config(limit, "small"),
-           "kv_bytes_fitting": lambda bm, limit: bm.fitting_config(limit)}
+REPLAYS = {name: (lambda bm, limit, name=name: bm.REPLAYS[name](limit)) for name in ("kv_bytes", "kv_bytes_fitting")}
 
 #: --whole's floors: a mode's monitors attached with listeners that return at once and no
 #: final check (the bench's attached floor is strict's)

@@ -26,11 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: --replay: the bench's replays, by their bench names
-REPLAYS = {"kv_bytes": lambda bm, limit: bm.replay_config(limit, "small"),
-           "kv_bytes_fitting": lambda bm, limit: bm.fitting_config(limit),
-           "metadata_only": lambda bm, limit: bm.replay_config(limit)}
-
 
 def _name(code) -> str:
     path = Path(code.co_filename)
@@ -87,7 +82,7 @@ def compare(mode: str, replay: str, limit: int, top: int, rate: float | None = N
     if not bm.TRACE.exists():
         raise FileNotFoundError(f"trace {bm.TRACE} not found")
     reqs = load_requests(str(bm.TRACE), bm.PAGE, limit)
-    cfg = REPLAYS[replay](bm, limit)
+    cfg = bm.REPLAYS[replay](limit)
     kw = {}
     if rate is not None:
         kw["rate"] = rate
@@ -109,7 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mode", choices=("sample", "strict"), default="sample")
     ap.add_argument("--rate", type=float, help="sample mode's rate (default VerifyConfig's); 0: nothing drawn")
     ap.add_argument("--no-budget", action="store_true", help="sample mode with no checking budget")
-    ap.add_argument("--replay", choices=tuple(REPLAYS), default="kv_bytes")
+    from hicache.bench.monitors import REPLAYS
+    ap.add_argument("--replay", choices=tuple(REPLAYS), default="kv_bytes", help="which of the bench's replays")
     ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
     ap.add_argument("--top", type=int, default=30, help="functions listed, by opcodes the mode adds")
     args = ap.parse_args(argv)

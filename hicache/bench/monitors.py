@@ -288,6 +288,13 @@ def fitting_config(limit: int):
                         host_tokens=PAGE * FIT_HOST_PAGES, write_policy="write_through", sync=True, limit=limit)
 
 
+#: the three replays, by the names their results carry: request limit -> ReplayConfig (the
+#: scripts that count a replay's instructions or opcodes take them by these names too)
+REPLAYS = {"kv_bytes": lambda limit: replay_config(limit, "small"),
+           "metadata_only": replay_config,
+           "kv_bytes_fitting": fitting_config}
+
+
 def run(args: argparse.Namespace) -> dict:
     from hicache.replay.driver import load_requests
     quick = bool(getattr(args, "quick", False))
@@ -303,9 +310,9 @@ def run(args: argparse.Namespace) -> dict:
                       "sample_rate": VerifyConfig().sample_rate,
                       # (the events sample mode draws at a multiple of the rate)
                       "sample_weights": dict(HostTierMap.sample_weights)}}
-    out["kv_bytes"] = _compare(replay_config(limit, "small"), reqs, runs, SWEEP)
-    out["metadata_only"] = _compare(replay_config(limit), reqs, runs)
-    out["kv_bytes_fitting"] = _compare(fitting_config(limit), reqs, min(runs, FIT_RUNS))
+    out["kv_bytes"] = _compare(REPLAYS["kv_bytes"](limit), reqs, runs, SWEEP)
+    out["metadata_only"] = _compare(REPLAYS["metadata_only"](limit), reqs, runs)
+    out["kv_bytes_fitting"] = _compare(REPLAYS["kv_bytes_fitting"](limit), reqs, min(runs, FIT_RUNS))
     out["kv_bytes_fitting"]["config"] = {"device_pages": FIT_DEVICE_PAGES, "host_pages": FIT_HOST_PAGES,
                                          "runs": min(runs, FIT_RUNS)}
     # the DraftState monitor over a long run of transfers: flat per-block times (growth ~1)
