@@ -12,7 +12,6 @@ from triton.testing import do_bench
 
 from hicache import kernels as k
 from hicache.kernels import page_gather
-from hicache.kernels.launch import LaunchConfig
 
 out = []
 for ps in (16, 64):

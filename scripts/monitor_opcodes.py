@@ -8,7 +8,11 @@ counts repeat exactly from run to run for strict mode and for sample mode at --r
 with --no-budget (at the default rate, what the wall-clock budget affords decides which
 samples run); they count bytecodes, not time: work done in C (allocating, hashing,
 copying KV bytes, the GIL) is not in them, which `scripts/monitor_instructions.py` counts,
-at ~1.5 % of noise between equal runs and minutes under valgrind a run.
+at ~1.5 % of noise between equal runs and minutes under valgrind a run. Opcodes say where
+Python work is, not what a change saves: bytecodes differ in cost by tens of times, and a
+loop moved into C builtins (`map`, `zip`, `dict.update`) runs fewer of them in as much time
+or more (docs/benchmarks.md, 2026-12-03 16:52: -450k opcodes, +15 % instructions); judge a
+change by instructions.
 
     python scripts/monitor_opcodes.py [--mode sample|strict] [--rate R] [--no-budget]
         [--replay kv_bytes|kv_bytes_fitting|metadata_only] [--limit 200] [--top 30]

@@ -147,6 +147,7 @@ def test_a_prefetch_whose_start_event_raised_still_fetches(caches, mem_storage):
     req = cache.match(TOKENS)
     with pytest.raises(Boom):
         cache.prefetch(req)
+    assert raising.fired == 1
     # wait_complete waits for the fetch (before: one never submitted, for good)
     assert bounded(cache.finish_prefetch, req) == 4
     cache.load_back(req, _tier="storage")
@@ -172,6 +173,7 @@ def test_poll_keeps_the_acks_after_one_whose_apply_raised(caches):
     raising = RaiseAt.on(cache, A.BackupFinish)
     with pytest.raises(Boom):
         cache.poll()
+    assert raising.fired == 1
     assert list(cache.writer.acks) == ops[1:]
     assert cache.poll() == 1
     assert not cache.writer.acks and not in_flight(cache)
