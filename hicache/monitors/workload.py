@@ -67,6 +67,15 @@ def make_cache(wcfg: WorkloadConfig, policy: str, cls=None, bus=None, prefetch_p
     return cls(cfg, storage=MemStore() if wcfg.storage else None, bus=bus)
 
 
+def own_cache(wcfg: WorkloadConfig, policy: str, **kw):
+    """`make_cache` unmonitored, so that the caller's own monitors alone watch it, whatever
+    verify mode the process runs in (a sample-mode process's monitor would see a fault first
+    and report it by its own checks and trace)."""
+    from hicache.monitors.attach import unmonitored
+    with unmonitored():
+        return make_cache(wcfg, policy, **kw)
+
+
 def plan(seed: int, wcfg: WorkloadConfig) -> tuple[str, list[tuple[list[int], str]]]:
     """The write policy and [(tokens, what)] of a seeded workload; what: finish | abort."""
     rng = random.Random(seed)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hicache.monitors.attach import monitor_cache, unmonitored
 from hicache.monitors.runtime import CACHE_CHECK, Monitor, ProtocolViolation, VerifyConfig
-from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan
+from hicache.monitors.workload import WorkloadConfig, failing_copies, own_cache, plan
 from hicache.replay.driver import ReplayConfig, load_requests, open_storage, replay_requests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,14 +53,6 @@ def _steps_after(exc: ProtocolViolation, fault_seq: int) -> int:
 
 
 # ====================================================================== runtime entries
-def own_cache(wcfg, policy: str, **kw):
-    """`make_cache` for a zoo run: unmonitored, so that the run's own monitors alone watch it,
-    whatever verify mode the process runs in (a sample-mode process's monitor would see a
-    fault first and report it by its own checks and trace)."""
-    with unmonitored():
-        return make_cache(wcfg, policy, **kw)
-
-
 def _run_single(seed: int, cls, wcfg, vdir: str):
     policy, reqs = plan(seed, wcfg)
     cache = own_cache(wcfg, policy, cls=cls)

@@ -22,7 +22,7 @@ W = WorkloadConfig(requests=25)
 def _run(seed, cls=None, mode="strict", tmp=None, rate=0.05):
     """Seed `seed`'s workload (on fault class `cls`) under a HostTier monitor of `mode` alone,
     whatever monitor the test run's verified mode would attach."""
-    from hicache.monitors.zoo import own_cache
+    from hicache.monitors.workload import own_cache
     policy, reqs = plan(seed, W)
     cache = own_cache(W, policy, cls=cls)
     m = HostTierMap(cache)
@@ -222,15 +222,15 @@ def test_a_fetch_whose_anchor_is_released_triggers_no_check(tmp_path, monkeypatc
     sweep's `acks held` shape, acks applied every fourth request). Evicting that anchor then
     is the runtime's legal choice (no lock, no host reference on it): the trigger, reading
     the anchor's references, asks for no check, where naming every anchor would have."""
-    from hicache.monitors import zoo
+    from hicache.monitors import workload, zoo
     shape = next(s for s in zoo.CLEAN_SHAPES if s.name == "acks held")
     made: list = []
-    make = zoo.make_cache
+    make = workload.make_cache      # (own_cache, which the shape builds its cache by, calls it)
 
     def making(*a, **kw):       # (the shape's cache, for the listener to read its ops)
         made.append(make(*a, **kw))
         return made[-1]
-    monkeypatch.setattr(zoo, "make_cache", making)
+    monkeypatch.setattr(workload, "make_cache", making)
     anchored, triggered = [], []
 
     def note(action, fields) -> None:

@@ -411,8 +411,8 @@ def test_an_eviction_of_a_held_node_is_checked_whatever_the_draw_and_the_budget(
     from hicache.monitors.attach import monitor_cache
     from hicache.monitors.faults import RUNTIME_FAULTS
     from hicache.monitors.runtime import ProtocolViolation, VerifyConfig
-    from hicache.monitors.workload import plan, run_workload
-    from hicache.monitors.zoo import _close_quietly, own_cache
+    from hicache.monitors.workload import own_cache, plan, run_workload
+    from hicache.monitors.zoo import _close_quietly
     for seed in range(30):
         policy, reqs = plan(seed, W)
         cache = own_cache(W, policy, cls=RUNTIME_FAULTS[bug])
