@@ -10,14 +10,22 @@ import pytest
 import tla
 
 from hicache.tla import precedence
-from hicache.tla.errors import ParseError
+from hicache.tla.compiler import Model
+from hicache.tla.errors import EvalError, ParseError
 from hicache.tla.loader import Loader
 
 
 def _load(tmp_path: Path, expr: str):
-    """Load a module P whose line 3 is `X == <expr>`."""
-    (tmp_path / "P.tla").write_text(f"---- MODULE P ----\nEXTENDS Naturals\nX == {expr}\n====\n")
-    return Loader([tmp_path]).load_file(tmp_path / "P.tla")
+    """Load a module P whose line 3 is `X == <expr>`; returns (loader, module)."""
+    (tmp_path / "P.tla").write_text(f"---- MODULE P ----\nEXTENDS Integers, TLC\nX == {expr}\n====\n")
+    loader = Loader([tmp_path])
+    return loader, loader.load_file(tmp_path / "P.tla")
+
+
+def _value(tmp_path: Path, expr: str):
+    """X's value in the module `_load` writes: what the parser's grouping evaluates to."""
+    loader, root = _load(tmp_path, expr)
+    return Model(loader, root, {}, {}).def_value("X")((), None, ())
 
 
 @pytest.mark.parametrize("expr, first, second, col", [
@@ -42,19 +50,21 @@ def test_a_chain_sany_groups_neither_way_is_a_located_syntax_error(tmp_path, exp
                              f"`{first}` and `{second}`: TLA+ groups them neither way, add parentheses")
 
 
-@pytest.mark.parametrize("expr", [
-    "(TRUE => FALSE) => TRUE", "TRUE => (FALSE => TRUE)",
-    "TRUE /\\ FALSE /\\ TRUE", "TRUE \\/ FALSE \\/ TRUE",      # left-associative
-    "{1} \\cup {2} \\union {3}",                               # one operator, two spellings
-    "1 + 2 - 3", "1 - 2 + 3", "1 - 2 - 3",                     # `-` binds tighter than `+`
-    "1 = 2 /\\ 3 # 4 => 5 \\in {5} <=> TRUE",                  # nested ranges: no conflict
-    "TRUE => FALSE <=> TRUE",                                  # `<=>` (2) binds tighter than `=>` (1)
-    "(1 :> 2 @@ 3 :> 4)[1] = 2",
-    "\\A x \\in {1} : x = 1 => \\E y \\in {2} : y = 2 => TRUE",   # quantifier bodies are not chains
-    "/\\ TRUE => FALSE\n     /\\ 1 = 1",                         # bulleted items are separate
+@pytest.mark.parametrize("expr, value", [
+    ("(TRUE => FALSE) => TRUE", True), ("TRUE => (FALSE => TRUE)", True),
+    ("TRUE /\\ FALSE /\\ TRUE", False), ("TRUE \\/ FALSE \\/ TRUE", True),      # left-associative
+    ("{1} \\cup {2} \\union {3}", frozenset({1, 2, 3})),            # one operator, two spellings
+    ("1 + 2 - 3", 0), ("1 - 2 + 3", 2), ("1 - 2 - 3", -4),           # `-` binds tighter than `+`
+    ("1 = 2 /\\ 3 # 4 => 5 \\in {5} <=> TRUE", True),                # nested ranges: no conflict
+    ("TRUE => FALSE <=> TRUE", False),                                # `<=>` (2) binds tighter than `=>` (1)
+    ("(1 :> 2 @@ 3 :> 4)[1] = 2", True),
+    ("\\A x \\in {1} : x = 1 => \\E y \\in {2} : y = 2 => TRUE", True),   # quantifier bodies are not chains
+    ("/\\ TRUE => FALSE\n     /\\ 1 = 1", False),                     # bulleted items are separate
 ])
-def test_what_sany_groups_still_loads(tmp_path, expr):
-    _load(tmp_path, expr)
+def test_what_sany_groups_still_loads(tmp_path, expr, value):
+    # (the value is the grouping's: `1 - 2 + 3` read as 1 - (2 + 3) would be -4)
+    got = _value(tmp_path, expr)
+    assert got == value and type(got) is type(value)
 
 
 def test_operators_of_overlapping_ranges_are_a_conflict_too(tmp_path):
@@ -63,7 +73,7 @@ def test_operators_of_overlapping_ranges_are_a_conflict_too(tmp_path):
     assert precedence.grouping("+", "%") is None
     with pytest.raises(ParseError, match="precedence conflict between `\\+` and `%`"):
         _load(tmp_path, "1 + 5 % 3")
-    _load(tmp_path, "1 + (5 % 3)")
+    assert _value(tmp_path, "1 + (5 % 3)") == 3
 
 
 def _representatives() -> list[str]:
@@ -105,12 +115,20 @@ def test_a_prefix_operator_sany_groups_neither_way_is_a_located_syntax_error(tmp
                              f"`{first}` and `{second}`: TLA+ groups them neither way, add parentheses")
 
 
-@pytest.mark.parametrize("expr", [
-    "~ 1 = 2", "\\lnot TRUE /\\ FALSE", "-2 ^ 2 = -4", "-2 + 3 = 1", "DOMAIN <<1>> \\cup {5}",
-    "DOMAIN <<1>> + 1", "(SUBSET {1}) \\cup {{7}}", "SUBSET ({1} \\cup {7})",
+@pytest.mark.parametrize("expr, value", [
+    ("~ 1 = 2", True), ("\\lnot TRUE /\\ FALSE", False), ("-2 ^ 2 = -4", True), ("-2 + 3 = 1", True),
+    ("DOMAIN <<1>> \\cup {5}", frozenset({1, 5})), ("(SUBSET {1}) \\cup {{7}}", frozenset({frozenset(), frozenset({1}), frozenset({7})})),
+    ("SUBSET ({1} \\cup {7})", frozenset({frozenset(), frozenset({1}), frozenset({7}), frozenset({1, 7})})),
 ])
-def test_prefix_operators_sany_groups_still_load(tmp_path, expr):
-    _load(tmp_path, expr)
+def test_prefix_operators_sany_groups_still_load(tmp_path, expr, value):
+    assert _value(tmp_path, expr) == value
+
+
+def test_a_prefix_operator_below_an_infix_one_takes_the_whole_chain(tmp_path):
+    # DOMAIN (9-9) lies below `+` (10-10): DOMAIN (<<1>> + 1), which SANY accepts and which
+    # fails only when evaluated, at the `+`
+    with pytest.raises(EvalError, match=r"P\.tla:3:13: evaluation error: \+ applied to <<1>> and 1"):
+        _value(tmp_path, "DOMAIN <<1>> + 1")
 
 
 def test_the_parser_groups_prefix_operators_as_sany_wherever_sany_groups():
