@@ -9,7 +9,7 @@ figures, `hicache bench monitors`.
 
     python scripts/monitor_instructions.py [--mode strict|sample [--rate R] [--no-budget]] [--replay kv_bytes_fitting]
         [--replays 2] [--limit 200]
-        [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method]
+        [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method] [--keep DIR]
     python scripts/monitor_instructions.py --whole --mode off|floor|sample_floor|sample|strict [--rate 0]
 
 prints one JSON object: instructions inside the monitors (their listeners, and cache checks
@@ -300,6 +300,9 @@ def main() -> None:
                                    "CPSharding); cache checks then not collected")
     ap.add_argument("--within", help="only inside this function's calls made by the listener calls selected "
                                      "(module:function or module:Class.method, patched where it is looked up)")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="also copy the counted thread's callgrind output to DIR (its path is printed as `kept`): "
+                         "`callgrind_annotate --inclusive=no FILE` then names the C functions the count went to")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--lib", help=argparse.SUPPRESS)
     ap.add_argument("--report", help=argparse.SUPPRESS)
@@ -354,12 +357,16 @@ def main() -> None:
         n = summary(main_thread[0])
         per_call, per_within = (summary(p[0]) / CALIBRATION_CALLS for p in parts)
         counts = json.loads(report.read_text())
+        kept = {}
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            kept = {"kept": str(shutil.copy(main_thread[0], Path(args.keep) / main_thread[0].name))}
     calls = counts["listener_calls"]
     if args.whole:
         print(json.dumps({"mode": args.mode, "replay": args.replay, "replays": args.replays, "requests": args.limit,
                           "whole": True,
                           **({"rate": args.rate} if args.rate is not None else {}),
-                          "instructions": n, "per_replay": n // max(args.replays, 1)}))
+                          "instructions": n, "per_replay": n // max(args.replays, 1), **kept}))
         return
     if filters and not calls:
         sys.exit(f"monitor_instructions: no listener call matched {filters} (--events takes action names such "
@@ -374,7 +381,7 @@ def main() -> None:
                       **({"rate": args.rate} if args.rate is not None else {}), "instructions": n,
                       "per_replay": n // max(args.replays, 1), **counts,
                       "per_listener_call": round(n / max(calls, 1), 1), "toggle_cost": round(per_toggle, 1),
-                      "net": net, "net_per_listener_call": round(net / max(calls, 1), 1)}))
+                      "net": net, "net_per_listener_call": round(net / max(calls, 1), 1), **kept}))
 
 
 if __name__ == "__main__":
