@@ -56,13 +56,14 @@ def test_a_chain_sany_groups_neither_way_is_a_located_syntax_error(tmp_path, exp
     ("{1} \\cup {2} \\union {3}", frozenset({1, 2, 3})),            # one operator, two spellings
     ("1 + 2 - 3", 0), ("1 - 2 + 3", 2), ("1 - 2 - 3", -4),           # `-` binds tighter than `+`
     ("1 = 2 /\\ 3 # 4 => 5 \\in {5} <=> TRUE", True),                # nested ranges: no conflict
-    ("TRUE => FALSE <=> TRUE", False),                                # `<=>` (2) binds tighter than `=>` (1)
+    ("FALSE => FALSE <=> FALSE", True),                               # `<=>` (2) binds tighter than `=>` (1)
     ("(1 :> 2 @@ 3 :> 4)[1] = 2", True),
     ("\\A x \\in {1} : x = 1 => \\E y \\in {2} : y = 2 => TRUE", True),   # quantifier bodies are not chains
     ("/\\ TRUE => FALSE\n     /\\ 1 = 1", False),                     # bulleted items are separate
 ])
-def test_what_sany_groups_still_loads(tmp_path, expr, value):
-    # (the value is the grouping's: `1 - 2 + 3` read as 1 - (2 + 3) would be -4)
+def test_what_sany_groups_loads_and_evaluates_as_grouped(tmp_path, expr, value):
+    # (the value is the grouping's: `1 - 2 + 3` read as 1 - (2 + 3) would be -4, and
+    # `FALSE => FALSE <=> FALSE` read as (FALSE => FALSE) <=> FALSE would be FALSE)
     got = _value(tmp_path, expr)
     assert got == value and type(got) is type(value)
 
@@ -117,10 +118,11 @@ def test_a_prefix_operator_sany_groups_neither_way_is_a_located_syntax_error(tmp
 
 @pytest.mark.parametrize("expr, value", [
     ("~ 1 = 2", True), ("\\lnot TRUE /\\ FALSE", False), ("-2 ^ 2 = -4", True), ("-2 + 3 = 1", True),
-    ("DOMAIN <<1>> \\cup {5}", frozenset({1, 5})), ("(SUBSET {1}) \\cup {{7}}", frozenset({frozenset(), frozenset({1}), frozenset({7})})),
+    ("DOMAIN <<1>> \\cup {5}", frozenset({1, 5})),
+    ("(SUBSET {1}) \\cup {{7}}", frozenset({frozenset(), frozenset({1}), frozenset({7})})),
     ("SUBSET ({1} \\cup {7})", frozenset({frozenset(), frozenset({1}), frozenset({7}), frozenset({1, 7})})),
 ])
-def test_prefix_operators_sany_groups_still_load(tmp_path, expr, value):
+def test_prefix_operators_sany_groups_load_and_evaluate_as_grouped(tmp_path, expr, value):
     assert _value(tmp_path, expr) == value
 
 
