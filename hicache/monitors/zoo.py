@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hicache.monitors.attach import monitor_cache, unmonitored
 from hicache.monitors.runtime import CACHE_CHECK, Monitor, ProtocolViolation, VerifyConfig
-from hicache.monitors.workload import WorkloadConfig, failing_copies, own_cache, plan
+from hicache.monitors.workload import WorkloadConfig, failing_copies, own_cache, plan, run_workload
 from hicache.replay.driver import ReplayConfig, load_requests, open_storage, replay_requests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,6 @@ def _run_single(seed: int, cls, wcfg, vdir: str):
 def run_monitored(cache, reqs, vdir: str, drain_every: int = 1, listener=None) -> ProtocolViolation | None:
     """A seeded workload on `cache` under the strict monitor verified mode attaches (and
     `listener` after it); the violation it raised (the cache closed quietly then), or None."""
-    from hicache.monitors.workload import run_workload
     monitor_cache(cache, VerifyConfig(mode="strict", violation_dir=vdir))
     if listener is not None:
         cache.bus.subscribe(listener)
@@ -278,7 +277,6 @@ def _sample_run(seed: int, cls, wcfg, vdir: str, rate: float) -> _SampleRun:
     """Seed `seed`'s workload on fault class `cls` under sample mode at `rate` with no budget
     (so which steps are checked is the seed's alone, not the machine's load), a cache check
     after it as a scheduler's check point."""
-    from hicache.monitors.workload import run_workload
     from hicache.runtime.transfer import WorkerDied
     policy, reqs = plan(seed, wcfg)
     cache = own_cache(wcfg, policy, cls=cls)
@@ -566,7 +564,6 @@ class RankGroup:
 
 
 def ranks_entry(bug: int, seeds: int, wcfg, vdir: str) -> BugResult:
-    from hicache.monitors.workload import plan
     cls = RANK_FAULTS[bug]
     name = cls.__name__
     for seed in range(seeds):
@@ -593,7 +590,6 @@ def ranks_entry(bug: int, seeds: int, wcfg, vdir: str) -> BugResult:
 
 
 def _clean_ranks(seed: int, wcfg, vdir: str) -> bool:
-    from hicache.monitors.workload import plan
     policy, reqs = plan(seed, wcfg)
     g = RankGroup(2, wcfg, policy, RankFault(), vdir)
     try:
@@ -971,7 +967,6 @@ def bug_classes() -> list[int]:
 
 
 def run_zoo(seeds: int = 30, vdir: str = "hicache-violations/bugzoo", only=None) -> list[BugResult]:
-    from hicache.monitors.workload import WorkloadConfig
     wcfg = WorkloadConfig()
     from hicache.monitors.faults import RUNTIME_FAULTS
     out = []
