@@ -24,16 +24,13 @@ RuntimeWarning says why. ctypes releases the GIL for the duration of a call.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import platform
-import subprocess
-import sys
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from hicache import buildcache
+from hicache.buildcache import COMPILE_TIMEOUT_S, ENV_CACHE, ENV_CC, ENV_DISABLE  # noqa: F401 (this module's settings)
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "pagecopy.c"
 #: -O2 is enough for a memcpy loop; no -march=native, so a cache shared by machines stays valid.
@@ -44,11 +41,6 @@ ABI_VERSION = 4
 MAX_DIMS = 3
 #: bytes each extra thread must have to move before a call splits its page list.
 PARALLEL_MIN_BYTES = 2 << 20
-
-ENV_DISABLE = "HICACHE_NATIVE"
-ENV_CACHE = "HICACHE_CACHE_DIR"
-ENV_CC = "CC"
-COMPILE_TIMEOUT_S = 120
 
 
 class NativeUnavailable(RuntimeError):
@@ -107,40 +99,24 @@ def loop_nest(dims: list[Dim], run: int, *, lead_src: bool, src_page_stride: int
 
 
 def compiler() -> str:
-    return os.environ.get(ENV_CC) or "cc"
+    return buildcache.compiler()
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(ENV_CACHE) or Path.home() / ".cache" / "hicache")
+    return buildcache.cache_dir()
 
 
 def library_path() -> Path:
     """Where the library for this source, compiler, flags and platform lives in the cache."""
-    key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), compiler().encode(), " ".join(CFLAGS).encode(),
-                 platform.machine().encode(), sys.platform.encode()):
-        key.update(part)
-        key.update(b"\0")
-    return cache_dir() / f"pagecopy-{key.hexdigest()[:16]}.so"
+    return buildcache.cached_path("pagecopy", [SOURCE.read_bytes(), " ".join(CFLAGS).encode()])
 
 
 def build(path: Path) -> None:
     """Compile the source into ``path`` through a temporary file renamed into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".pagecopy-", suffix=".so", dir=path.parent)
-    os.close(fd)
     try:
-        cmd = [compiler(), *CFLAGS, "-o", tmp, str(SOURCE)]
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise NativeUnavailable(f"cannot run {cmd[0]!r}: {exc}") from None
-        if proc.returncode != 0:
-            raise NativeUnavailable(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        buildcache.build(path, lambda tmp: [compiler(), *CFLAGS, "-o", tmp, str(SOURCE)])
+    except buildcache.BuildFailed as exc:
+        raise NativeUnavailable(str(exc)) from None
 
 
 def open_library(path: Path) -> ctypes.CDLL:
@@ -180,7 +156,7 @@ def load() -> ctypes.CDLL:
 
 
 def disabled() -> bool:
-    return os.environ.get(ENV_DISABLE, "1").strip().lower() in ("0", "false", "no", "off")
+    return buildcache.disabled()
 
 
 _lock = threading.Lock()
