@@ -153,6 +153,23 @@ def no_ap(f):
 _NO_READ = {}.get      # (an empty dict's get: a C call, the element's read skipped)
 
 
+def _readers():
+    """(fast_ap, no_ap) for the generated code: the two above as C functions when the native
+    loops build (hicache/monitors/csrc/incmap.c: a fast path calls them once per variable it
+    reads, at every strict step; the C fast_ap does what the one above does for a function
+    value and asks it for anything else), else the two above."""
+    from hicache.monitors import native
+    mod = native.module()
+    if mod is None:
+        return fast_ap, no_ap
+    mod.configure_readers(Fcn, fast_ap, _NO_READ)
+    return mod.fast_ap, mod.no_ap
+
+
+py_fast_ap, py_no_ap = fast_ap, no_ap
+fast_ap, no_ap = _readers()
+
+
 def _update(val, keys, fn):
     k = keys[0]
     if not in_domain(val, k):

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from hicache.monitors.fused_native import native_inc_all
 from hicache.monitors.rt import Failure, domain_is
 from hicache.tla.values import Fcn
 
@@ -400,7 +401,7 @@ def first_failure(spec, fast: tuple | None, C: dict, t: dict, invs: dict) -> Fai
     if fast is not None:
         fused, skip, domains, given = fast
         if fused <= invs.keys() and all(domain_is(t.get(v), C[d]) for v, d in given) \
-                and spec.inc_all(C, t, {d: C[d] for d in domains}, None, skip):
+                and native_inc_all(spec)(C, t, {d: C[d] for d in domains}, None, skip):
             rest = [inv for n, inv in invs.items() if n not in fused]
     for inv in rest:
         f = inv(C, t)
@@ -535,7 +536,7 @@ class Monitor:
             self._domains = incremental_domains(self.spec)
             # the generated one-pass fast path of every incremental form the map does not
             # replace; the forms it covers run only when it does not hold
-            self._inc_all = getattr(self.spec, "inc_all", None)
+            self._inc_all = native_inc_all(self.spec)
             self._guard = getattr(rmap, "guard", None)
             # a map's check of an event's effect on the state after it (`effect`, for the
             # actions in `effect_actions`: HostTier's frames and own-node writes in tree form)

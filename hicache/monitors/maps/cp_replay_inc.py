@@ -38,6 +38,7 @@ from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_a
 from hicache.monitors.runtime import MISSING, snapshot
 from hicache.tla.values import KK_INT, Fcn
 
+from .loops import count_pages
 from .steps import capacity
 
 #: the per-chain sequence variables, in the order a row gives their values
@@ -48,19 +49,6 @@ _NDA_READS = frozenset({"page", "host", "len", "free"})
 UNUSED = (NONE, ())
 
 
-def count_pages(counts: dict, pages, k: int, dirty: set | None = None) -> None:
-    """counts[p] += k for each device page p of `pages` (NoPage skipped), each added to
-    `dirty` when given."""
-    if not pages or pages[0] == NONE and pages.count(NONE) == len(pages):
-        # (the row of a node without a device copy, NoPage alone: nothing to count, found
-        # by one C call instead of a walk; such rows come and go with every device
-        # eviction and every host-only node's eviction)
-        return
-    for p in pages:
-        if p != NONE:
-            counts[p] = counts.get(p, 0) + k
-            if dirty is not None:
-                dirty.add(p)
 
 
 class IncrementalRows:
@@ -120,8 +108,10 @@ class IncrementalRows:
                 dirty_chains.add(c)
                 if new[1] != old[1]:
                     paged.add(c)
-                    count_pages(holders, old[1], -1, dirty_pages)
-                    count_pages(holders, new[1], 1, dirty_pages)
+                    # (holders[p] -= 1 for the old row's pages, += 1 for the new one's: NoPage
+                    # skipped, each page dirty)
+                    count_pages(holders, old[1], -1, dirty_pages, NONE)
+                    count_pages(holders, new[1], 1, dirty_pages, NONE)
                 if new == UNUSED:
                     del rows[c]
                 else:

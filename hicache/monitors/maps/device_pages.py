@@ -33,7 +33,8 @@ import weakref
 
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, pages_typed
-from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows, count_pages
+from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
+from hicache.monitors.maps.loops import count_pages
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal, walk_journaled
 
@@ -198,8 +199,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         old = self.node_pages.get(x)
         if old == pages:
             return
-        count_pages(self.node_held, old, -1)
-        count_pages(self.node_held, pages, 1)
+        count_pages(self.node_held, old, -1, None, NONE)
+        count_pages(self.node_held, pages, 1, None, NONE)
         self.node_pages[x] = pages
         changed[self._id(x)] = (0, pages)
 
@@ -208,7 +209,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         while stack:
             y = stack.pop()
             if y in self.node_pages:
-                count_pages(self.node_held, self.node_pages.pop(y), -1)
+                count_pages(self.node_held, self.node_pages.pop(y), -1, None, NONE)
                 changed[self._release_id(y)] = UNUSED
             stack.extend(y.children.values())
 

@@ -35,10 +35,8 @@ import operator
 import weakref
 from itertools import repeat
 
-import numpy as np
-
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps import host_tier_guards
+from hicache.monitors.maps import host_tier_guards, loops
 from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tree, load_req,
                                              node_slots, prefetch_row)
 from hicache.monitors.rt import Failure
@@ -75,6 +73,9 @@ _LOAD_ACKS = frozenset({"LoadBackFinish", "LoadBackFail"})
 _BACKUP_ACTIONS = frozenset({"BackupStart", "BackupFinish"})
 
 _IDLE = int(HostSlotState.IDLE)
+# the loops over positions and slots (native when built: maps/loops.py)
+_write_fill, _write_move, _write_spare = loops.fill, loops.move, loops.spare
+_write_release, _write_slots, _diff_bytes = loops.release, loops.write_slots, loops.diff_bytes
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
@@ -231,11 +232,12 @@ class IncrementalHostTierMap(HostTierMap):
         self._loads: set[tuple] = set()
         self.breach: tuple | None = None
         host = cache.host
-        self.slot_seen = host.state.copy() if host is not None else np.zeros(0, dtype=np.int8)
-        self.slot_names = [_NAMES[int(x)] for x in self.slot_seen] if host is not None else ["idle"]
+        # the slots' states at the last sync (a copy of the state array's bytes, compared
+        # whole at each sync: a write that bypasses the allocator's API is seen as well)
+        self.slot_seen = bytearray(host.state.tobytes()) if host is not None else bytearray()
+        self.slot_names = [_NAMES[x] for x in self.slot_seen] if host is not None else ["idle"]
         self.adjusted = False                        # idle slots shown "reserved" (hidden retention)
         self.free_seen = host.free if host is not None else 0   # the free count at the last sync
-        self.slot_bytes = self.slot_seen.tobytes()              # the states at the last sync
         self.delta: list = []
         self.left: list = []                         # the nodes unmapped by the last sync (left the tree)
         # what the last sync changed, node by node (the steps' frames, host_tier_guards.effect):
@@ -324,15 +326,7 @@ class IncrementalHostTierMap(HostTierMap):
     # ------------------------------------------------------------ writes (delta-recorded)
     def _fill(self, var: str, pos: list, v) -> None:
         """var[p] = v for each position p (a node-level variable: no slot references)."""
-        d, delta, dirty = self.funcs[var], self.delta, self.dirty_nodes
-        tv = type(v)
-        for p in pos:
-            old = d[p]
-            if old is v or old == v and type(old) is tv:
-                continue
-            delta.append((var, p, old))
-            d[p] = v
-            dirty.add(p)
+        _write_fill(self.funcs[var], pos, v, var, self.delta, self.dirty_nodes)
 
     def _set_scalar(self, var: str, v) -> None:
         old = self.s.get(var, _MISSING)
@@ -397,22 +391,9 @@ class IncrementalHostTierMap(HostTierMap):
             if refs is not None:
                 # the slot references of the pages that leave are released (read before the
                 # moves overwrite the holes); each slot released is dirty
-                for p in holes:
-                    h = d[p]
-                    if h:
-                        refs[h] = refs.get(h, 0) - 1
-                        slots.add(h)
-            spare = SPARE[var]
-            for q, src in origin.items():
-                old, v = d[q], d[src]
-                if old is not v and not (old == v and type(old) is type(v)):
-                    delta.append((var, q, old))
-                    d[q] = v
-            for q in range(L, L0):
-                old = d[q]
-                if old is not spare and not (old == spare and type(old) is type(spare)):
-                    delta.append((var, q, old))
-                    d[q] = spare
+                _write_release(d, holes, refs, slots)
+            _write_move(d, origin, var, delta)
+            _write_spare(d, L, L0, SPARE[var], var, delta)
         keys, npos = self.keys, self.npos
         for q, src in origin.items():
             y, j = keys[src]
@@ -501,20 +482,9 @@ class IncrementalHostTierMap(HostTierMap):
         delta, dirty, slots = self.delta, self.dirty_nodes, self.dirty_slots
         hv, bv = node_slots(hs, pending, len(pos), backing)
         for var, values, refs in (("host", hv, self.tree_refs), ("backupOp", bv, self.backup_refs)):
-            d = self.funcs[var]
-            for p, v in zip(pos, values):
-                old = d[p]
-                if old != v:
-                    delta.append((var, p, old))
-                    d[p] = v
-                    dirty.add(p)
-                    # the page's slot reference moves from old to v (0: none); both slots are dirty
-                    if old:
-                        refs[old] = refs.get(old, 0) - 1
-                        slots.add(old)
-                    if v:
-                        refs[v] = refs.get(v, 0) + 1
-                        slots.add(v)
+            # (each page whose slot changed: its slot reference moves from old to v, 0 being
+            # none, and both slots are dirty)
+            _write_slots(self.funcs[var], pos, values, var, refs, delta, dirty, slots)
 
     def changed_vars(self, x, old) -> list[str]:
         """The spec variables whose values at node x's pages the last sync changed (old: x's
@@ -544,17 +514,15 @@ class IncrementalHostTierMap(HostTierMap):
         host = c.host
         if host is None:
             return
-        state = host.state
         free = host.free
-        # nothing to do when neither the states nor the free count moved (the common event)
-        raw = state.tobytes()      # (a 128-byte copy and compare: far cheaper than numpy's ops)
-        if raw == self.slot_bytes and free == self.free_seen and not self.adjusted:
+        # the slots whose state changed since the last sync (slot_seen then holds the new
+        # states); nothing to do when none did and the free count did not move (the common event)
+        hs = _diff_bytes(host.state, self.slot_seen)
+        if not hs and free == self.free_seen and not self.adjusted:
             return
-        self.free_seen, self.slot_bytes = free, raw
-        changed = (state != self.slot_seen).nonzero()[0]     # (flatnonzero: the same, through 4 Python frames)
-        self.slot_seen = np.frombuffer(raw, dtype=np.int8)    # (read-only: only compared)
-        if changed.size:
-            hs = self.slots_changed = changed.tolist()
+        self.free_seen, raw = free, self.slot_seen
+        if hs:
+            self.slots_changed = hs
             names, slot_page = self.slot_names, self.slot_page
             for h in hs:
                 names[h] = _NAMES[raw[h]]
@@ -577,7 +545,7 @@ class IncrementalHostTierMap(HostTierMap):
                 if self.slot_names[h] != name:
                     self.slot_names[h] = name
                     self.dirty_slots.add(h + 1)
-        if changed.size or self.adjusted or self.dirty_slots:
+        if hs or self.adjusted or self.dirty_slots:
             self._set_scalar("slot", tuple(self.slot_names))
 
     def _requests(self, inflight: bool) -> None:
@@ -779,20 +747,14 @@ class IncrementalHostTierMap(HostTierMap):
 
     def slot_in_one_owner_inc(self, C, s, D, V=None):
         """SlotInOneOwner over the dirty slots, from the maintained reference counts."""
-        names = s["slot"]
-        for h in D["HSlots"]:
-            if h > len(names):
-                continue
-            t = self.tree_refs.get(h, 0)
-            f = self.backup_refs.get(h, 0) + self.pf_refs.get(h, 0)
-            st = names[h - 1]
-            ok = (t == 0 and f == 0) if st == "idle" else (t == 0 and f == 1) if st == "reserved" else (t == 1 and f == 0)
-            if not ok:
-                text, loc = spec._T_inv_SlotInOneOwner[0]
-                # the witness, as the tree form of WriteThroughPrefix names its pages
-                return Failure("SlotInOneOwner", 1, text + f"  [h = {h} (runtime slot {h - 1}): slot[h] = \"{st}\" "
-                                                           f"with t = {t} tree, f = {f} backup/fetch references]", loc)
-        return None
+        broke = loops.slot_owner_breach(s["slot"], D["HSlots"], self.tree_refs, self.backup_refs, self.pf_refs)
+        if broke is None:
+            return None
+        h, st, t, f = broke
+        text, loc = spec._T_inv_SlotInOneOwner[0]
+        # the witness, as the tree form of WriteThroughPrefix names its pages
+        return Failure("SlotInOneOwner", 1, text + f"  [h = {h} (runtime slot {h - 1}): slot[h] = \"{st}\" "
+                                                   f"with t = {t} tree, f = {f} backup/fetch references]", loc)
 
 
 def _prefix_failure(p: int, q: int) -> Failure:

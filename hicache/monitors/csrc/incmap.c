@@ -1,0 +1,475 @@
+/* The incremental HostTier and device-page maps' per-position writes, as C loops over the
+ * same Python dicts, lists and sets (hicache/monitors/native.py builds and loads this module;
+ * hicache/monitors/maps/poswrites.py holds the Python loops it replaces, which define what
+ * each function does and serve when this module cannot be built).
+ *
+ * Why: strict mode's map writes each position of a node's pages once per spec variable, and
+ * records the value it replaced (the delta). In bytecode each such write costs ~25 opcodes of
+ * dispatch, reference counting and frame work around four dict and set operations; here it
+ * costs those four operations. Nothing is decided here that the Python loops do not decide:
+ * the same comparisons (`is`, then `==` with the same type), the same order of writes and
+ * delta entries, the same exceptions (KeyError for a position outside a variable's domain).
+ *
+ * Invariant of every function: on an exception, the writes made before it stay made and
+ * recorded in the delta (as the Python loop leaves them); the monitor stops on any exception.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+#define ABI_VERSION 1
+
+/* old and v denote the same value for the map: the same object, or equal with the same type
+ * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
+static int same_value(PyObject *old, PyObject *v) {
+    if (old == v)
+        return 1;
+    if (Py_TYPE(old) != Py_TYPE(v))
+        return 0;
+    return PyObject_RichCompareBool(old, v, Py_EQ);
+}
+
+/* d[key], a new reference; KeyError when absent (as `d[key]`). */
+static PyObject *dict_at(PyObject *d, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL) {
+        if (!PyErr_Occurred()) {
+            PyObject *args = PyTuple_Pack(1, key);     /* (a tuple key would be taken as the args) */
+            if (args != NULL) {
+                PyErr_SetObject(PyExc_KeyError, args);
+                Py_DECREF(args);
+            }
+        }
+        return NULL;
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+/* delta.append((var, key, old)) */
+static int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
+    PyObject *t = PyTuple_Pack(3, var, key, old);
+    if (t == NULL)
+        return -1;
+    int rc = PyList_Append(delta, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+/* refs[h] = refs.get(h, 0) + k; slots.add(h) */
+static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
+    PyObject *cur = PyDict_GetItemWithError(refs, h);
+    if (cur == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *step = PyLong_FromLong(k);
+    if (step == NULL)
+        return -1;
+    PyObject *nv = cur == NULL ? (Py_INCREF(step), step) : PyNumber_Add(cur, step);
+    Py_DECREF(step);
+    if (nv == NULL)
+        return -1;
+    int rc = PyDict_SetItem(refs, h, nv);
+    Py_DECREF(nv);
+    if (rc < 0)
+        return -1;
+    return PySet_Add(slots, h);
+}
+
+/* the public form of CPython's positional-count check (its own is private API) */
+static int arity(const char *fn, Py_ssize_t n, Py_ssize_t want) {
+    if (n == want)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s expected %zd arguments, got %zd", fn, want, n);
+    return 0;
+}
+
+static int check_type(PyObject *o, PyTypeObject *t, const char *fn, const char *what) {
+    if (Py_IS_TYPE(o, t))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s: %s must be a %s, not %.100s", fn, what, t->tp_name, Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+/* fill(d, pos, v, var, delta, dirty): d[p] = v for each p of the list pos whose value is not
+ * v already, each write recorded as (var, p, old) and p added to dirty. */
+static PyObject *fill(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("fill", n, 6))
+        return NULL;
+    PyObject *d = a[0], *pos = a[1], *v = a[2], *var = a[3], *delta = a[4], *dirty = a[5];
+    if (check_type(d, &PyDict_Type, "fill", "d") || check_type(pos, &PyList_Type, "fill", "pos") ||
+        check_type(delta, &PyList_Type, "fill", "delta") || check_type(dirty, &PySet_Type, "fill", "dirty"))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++) {
+        PyObject *p = PyList_GET_ITEM(pos, i);
+        Py_INCREF(p);
+        PyObject *old = dict_at(d, p);
+        int same = old == NULL ? -1 : same_value(old, v);
+        int rc = same < 0 ? -1 : same ? 0 :
+                 (record(delta, var, p, old) < 0 || PyDict_SetItem(d, p, v) < 0 || PySet_Add(dirty, p) < 0) ? -1 : 0;
+        Py_XDECREF(old);
+        Py_DECREF(p);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* move(d, origin, var, delta): d[q] = d[src] for each q -> src of the dict origin (in its
+ * order) where the value differs, each write recorded as (var, q, old). */
+static PyObject *move(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("move", n, 4))
+        return NULL;
+    PyObject *d = a[0], *origin = a[1], *var = a[2], *delta = a[3];
+    if (check_type(d, &PyDict_Type, "move", "d") || check_type(origin, &PyDict_Type, "move", "origin") ||
+        check_type(delta, &PyList_Type, "move", "delta"))
+        return NULL;
+    Py_ssize_t it = 0;
+    PyObject *q, *src;
+    while (PyDict_Next(origin, &it, &q, &src)) {
+        Py_INCREF(q);
+        Py_INCREF(src);
+        PyObject *old = dict_at(d, q);
+        PyObject *v = old == NULL ? NULL : dict_at(d, src);
+        int same = v == NULL ? -1 : same_value(old, v);
+        int rc = same < 0 ? -1 : same ? 0 :
+                 (record(delta, var, q, old) < 0 || PyDict_SetItem(d, q, v) < 0) ? -1 : 0;
+        Py_XDECREF(old);
+        Py_XDECREF(v);
+        Py_DECREF(q);
+        Py_DECREF(src);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* spare(d, lo, hi, v, var, delta): d[q] = v for q in range(lo, hi) where the value
+ * differs, each write recorded as (var, q, old). */
+static PyObject *spare(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("spare", n, 6))
+        return NULL;
+    PyObject *d = a[0], *v = a[3], *var = a[4], *delta = a[5];
+    if (check_type(d, &PyDict_Type, "spare", "d") || check_type(delta, &PyList_Type, "spare", "delta"))
+        return NULL;
+    Py_ssize_t lo = PyLong_AsSsize_t(a[1]), hi = PyLong_AsSsize_t(a[2]);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred())
+        return NULL;
+    for (Py_ssize_t i = lo; i < hi; i++) {
+        PyObject *q = PyLong_FromSsize_t(i);
+        if (q == NULL)
+            return NULL;
+        PyObject *old = dict_at(d, q);
+        int same = old == NULL ? -1 : same_value(old, v);
+        int rc = same < 0 ? -1 : same ? 0 :
+                 (record(delta, var, q, old) < 0 || PyDict_SetItem(d, q, v) < 0) ? -1 : 0;
+        Py_XDECREF(old);
+        Py_DECREF(q);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* release(d, holes, refs, slots): for each p of the list holes whose value h = d[p] is
+ * true (a slot), refs[h] -= 1 (from 0 when absent) and h added to slots. */
+static PyObject *release(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("release", n, 4))
+        return NULL;
+    PyObject *d = a[0], *holes = a[1], *refs = a[2], *slots = a[3];
+    if (check_type(d, &PyDict_Type, "release", "d") || check_type(holes, &PyList_Type, "release", "holes") ||
+        check_type(refs, &PyDict_Type, "release", "refs") || check_type(slots, &PySet_Type, "release", "slots"))
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(holes); i++) {
+        PyObject *p = PyList_GET_ITEM(holes, i);
+        Py_INCREF(p);
+        PyObject *h = dict_at(d, p);
+        int truth = h == NULL ? -1 : PyObject_IsTrue(h);
+        int rc = truth < 0 ? -1 : truth ? add_ref(refs, slots, h, -1) : 0;
+        Py_XDECREF(h);
+        Py_DECREF(p);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* write_slots(d, pos, values, var, refs, delta, dirty, slots): d[p] = v for each pair of
+ * zip(pos, values) where old != v, recorded as (var, p, old), p added to dirty, and the
+ * page's slot reference moved from old to v (refs[old] -= 1 and refs[v] += 1 for a true
+ * one, each such slot added to slots). */
+static PyObject *write_slots(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("write_slots", n, 8))
+        return NULL;
+    PyObject *d = a[0], *pos = a[1], *values = a[2], *var = a[3], *refs = a[4], *delta = a[5], *dirty = a[6],
+             *slots = a[7];
+    if (check_type(d, &PyDict_Type, "write_slots", "d") || check_type(pos, &PyList_Type, "write_slots", "pos") ||
+        check_type(refs, &PyDict_Type, "write_slots", "refs") ||
+        check_type(delta, &PyList_Type, "write_slots", "delta") ||
+        check_type(dirty, &PySet_Type, "write_slots", "dirty") ||
+        check_type(slots, &PySet_Type, "write_slots", "slots"))
+        return NULL;
+    PyObject *vals = PySequence_Fast(values, "write_slots: values must be a sequence");
+    if (vals == NULL)
+        return NULL;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(vals);
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(pos) && i < m; i++) {
+        PyObject *p = PyList_GET_ITEM(pos, i), *v = PySequence_Fast_GET_ITEM(vals, i);
+        Py_INCREF(p);
+        Py_INCREF(v);
+        PyObject *old = dict_at(d, p);
+        int differ = old == NULL ? -1 : PyObject_RichCompareBool(old, v, Py_NE);
+        if (differ < 0)
+            rc = -1;
+        else if (differ) {
+            int t_old = 0, t_v = 0;
+            if (record(delta, var, p, old) < 0 || PyDict_SetItem(d, p, v) < 0 || PySet_Add(dirty, p) < 0 ||
+                (t_old = PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
+                (t_v = PyObject_IsTrue(v)) < 0 || (t_v && add_ref(refs, slots, v, 1) < 0))
+                rc = -1;
+        }
+        Py_XDECREF(old);
+        Py_DECREF(v);
+        Py_DECREF(p);
+    }
+    Py_DECREF(vals);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* diff_bytes(state, seen): the indices where the bytes of the buffer `state` (a C-contiguous
+ * array: the host slots' states) differ from the bytearray `seen`, which then holds them. */
+static PyObject *diff_bytes(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("diff_bytes", n, 2))
+        return NULL;
+    PyObject *seen = a[1];
+    if (check_type(seen, &PyByteArray_Type, "diff_bytes", "seen"))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(a[0], &view, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *out = NULL;
+    if (view.len != PyByteArray_GET_SIZE(seen)) {
+        PyErr_Format(PyExc_ValueError, "diff_bytes: %zd bytes of state against %zd seen", view.len,
+                     PyByteArray_GET_SIZE(seen));
+        goto done;
+    }
+    const char *now = (const char *)view.buf;
+    char *was = PyByteArray_AS_STRING(seen);
+    out = PyList_New(0);
+    if (out == NULL || memcmp(now, was, (size_t)view.len) == 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < view.len; i++) {
+        if (now[i] == was[i])
+            continue;
+        was[i] = now[i];
+        PyObject *k = PyLong_FromSsize_t(i);
+        if (k == NULL || PyList_Append(out, k) < 0) {
+            Py_XDECREF(k);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(k);
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* refs.get(h, 0), a new reference */
+static PyObject *count_of(PyObject *refs, PyObject *h, PyObject *zero) {
+    PyObject *v = PyDict_GetItemWithError(refs, h);
+    if (v == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        v = zero;
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+/* x == k for a small int k: 1, 0, or -1 on error */
+static int equals(PyObject *x, PyObject *k) {
+    return PyObject_RichCompareBool(x, k, Py_EQ);
+}
+
+/* count_pages(counts, pages, k, dirty, none): counts[p] += k (from 0) for each p of the
+ * sequence pages (None: none) that is not `none`, each added to dirty unless it is None. */
+static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("count_pages", n, 5))
+        return NULL;
+    PyObject *counts = a[0], *pages = a[1], *k = a[2], *dirty = a[3], *none = a[4];
+    if (check_type(counts, &PyDict_Type, "count_pages", "counts"))
+        return NULL;
+    if (dirty != Py_None && check_type(dirty, &PySet_Type, "count_pages", "dirty"))
+        return NULL;
+    if (pages == Py_None)
+        Py_RETURN_NONE;
+    PyObject *seq = PySequence_Fast(pages, "count_pages: pages must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(p);
+        int is_none = PyObject_RichCompareBool(p, none, Py_EQ);
+        if (is_none < 0)
+            rc = -1;
+        else if (!is_none) {
+            PyObject *cur = PyDict_GetItemWithError(counts, p);
+            PyObject *nv = cur != NULL ? PyNumber_Add(cur, k) : PyErr_Occurred() ? NULL : (Py_INCREF(k), k);
+            if (nv == NULL || PyDict_SetItem(counts, p, nv) < 0 || (dirty != Py_None && PySet_Add(dirty, p) < 0))
+                rc = -1;
+            Py_XDECREF(nv);
+        }
+        Py_DECREF(p);
+    }
+    Py_DECREF(seq);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* slot_owner_breach(names, slots, tree_refs, backup_refs, pf_refs): SlotInOneOwner's
+ * element-local test over the spec slots h of the iterable `slots` (h > len(names) skipped),
+ * in its order: with t = tree_refs.get(h, 0), f = backup_refs.get(h, 0) + pf_refs.get(h, 0)
+ * and st = names[h - 1], slot h is owned as its state says when st == "idle": t = f = 0;
+ * st == "reserved": t = 0, f = 1; any other state: t = 1, f = 0. None when every one is,
+ * else the first that is not, as (h, st, t, f). */
+static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("slot_owner_breach", n, 5))
+        return NULL;
+    PyObject *names = a[0], *tree = a[2], *backup = a[3], *pf = a[4];
+    if (check_type(tree, &PyDict_Type, "slot_owner_breach", "tree_refs") ||
+        check_type(backup, &PyDict_Type, "slot_owner_breach", "backup_refs") ||
+        check_type(pf, &PyDict_Type, "slot_owner_breach", "pf_refs"))
+        return NULL;
+    Py_ssize_t len = PyObject_Length(names);
+    if (len < 0)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[1]);
+    if (it == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1), *nlen = PyLong_FromSsize_t(len);
+    PyObject *h, *out = NULL;
+    int err = zero == NULL || one == NULL || nlen == NULL;
+    while (!err && out == NULL && (h = PyIter_Next(it)) != NULL) {
+        PyObject *t = NULL, *b = NULL, *p = NULL, *f = NULL, *idx = NULL, *st = NULL;
+        int beyond = PyObject_RichCompareBool(h, nlen, Py_GT);
+        if (beyond < 0)
+            err = 1;
+        else if (!beyond) {
+            if ((t = count_of(tree, h, zero)) == NULL || (b = count_of(backup, h, zero)) == NULL ||
+                (p = count_of(pf, h, zero)) == NULL || (f = PyNumber_Add(b, p)) == NULL ||
+                (idx = PyNumber_Subtract(h, one)) == NULL || (st = PyObject_GetItem(names, idx)) == NULL)
+                err = 1;
+            else {
+                int idle = PyUnicode_Check(st) && PyUnicode_CompareWithASCIIString(st, "idle") == 0;
+                int reserved = !idle && PyUnicode_Check(st) && PyUnicode_CompareWithASCIIString(st, "reserved") == 0;
+                /* (t, f) must be (0, 0), (0, 1) or (1, 0) */
+                int t_want0 = idle || reserved, f_want1 = reserved;
+                int t_ok = equals(t, t_want0 ? zero : one);
+                int f_ok = t_ok == 1 ? equals(f, f_want1 ? one : zero) : t_ok;
+                if (t_ok < 0 || f_ok < 0)
+                    err = 1;
+                else if (!(t_ok && f_ok) && (out = PyTuple_Pack(4, h, st, t, f)) == NULL)
+                    err = 1;
+            }
+        }
+        Py_XDECREF(t);
+        Py_XDECREF(b);
+        Py_XDECREF(p);
+        Py_XDECREF(f);
+        Py_XDECREF(idx);
+        Py_XDECREF(st);
+        Py_DECREF(h);
+    }
+    Py_DECREF(it);
+    Py_XDECREF(zero);
+    Py_XDECREF(one);
+    Py_XDECREF(nlen);
+    if (err || PyErr_Occurred()) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    if (out == NULL)
+        Py_RETURN_NONE;
+    return out;
+}
+
+/* ---- the fast paths' readers (hicache/monitors/rt.py's fast_ap and no_ap, called once per
+ * variable a generated fast path reads, at every strict step): set by configure_readers */
+static PyObject *fcn_type, *py_fast_ap, *no_read, *str_d, *str_getitem;
+
+/* configure_readers(Fcn, fast_ap, no_read): the function value class, the Python fast_ap
+ * (what serves for any other value) and what no_ap returns */
+static PyObject *configure_readers(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("configure_readers", n, 3))
+        return NULL;
+    if (!PyType_Check(a[0])) {
+        PyErr_SetString(PyExc_TypeError, "configure_readers: Fcn must be a class");
+        return NULL;
+    }
+    if (str_d == NULL && ((str_d = PyUnicode_InternFromString("d")) == NULL ||
+                          (str_getitem = PyUnicode_InternFromString("__getitem__")) == NULL))
+        return NULL;
+    Py_XSETREF(fcn_type, Py_NewRef(a[0]));
+    Py_XSETREF(py_fast_ap, Py_NewRef(a[1]));
+    Py_XSETREF(no_read, Py_NewRef(a[2]));
+    Py_RETURN_NONE;
+}
+
+/* fast_ap(f): f.d.__getitem__ for a function value (exactly its type: as the Python one
+ * tests it), else the Python fast_ap's answer */
+static PyObject *fast_ap(PyObject *self, PyObject *f) {
+    if (fcn_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "fast_ap: configure_readers was not called");
+        return NULL;
+    }
+    if ((PyObject *)Py_TYPE(f) != fcn_type)
+        return PyObject_CallOneArg(py_fast_ap, f);
+    PyObject *d = PyObject_GetAttr(f, str_d);
+    if (d == NULL)
+        return NULL;
+    PyObject *get = PyObject_GetAttr(d, str_getitem);
+    Py_DECREF(d);
+    return get;
+}
+
+/* no_ap(f): the reader of nothing (a fast path's read no running conjunct uses) */
+static PyObject *no_ap(PyObject *self, PyObject *f) {
+    if (no_read == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "no_ap: configure_readers was not called");
+        return NULL;
+    }
+    return Py_NewRef(no_read);
+}
+
+static PyObject *abi(PyObject *self, PyObject *unused) {
+    return PyLong_FromLong(ABI_VERSION);
+}
+
+static PyMethodDef methods[] = {
+    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, "d[p] = v for p in pos, delta-recorded"},
+    {"move", (PyCFunction)(void (*)(void))move, METH_FASTCALL, "d[q] = d[src] for q, src in origin, delta-recorded"},
+    {"spare", (PyCFunction)(void (*)(void))spare, METH_FASTCALL, "d[q] = v for q in range(lo, hi), delta-recorded"},
+    {"release", (PyCFunction)(void (*)(void))release, METH_FASTCALL, "release the slot references of pages"},
+    {"write_slots", (PyCFunction)(void (*)(void))write_slots, METH_FASTCALL, "a node's per-page slot values"},
+    {"diff_bytes", (PyCFunction)(void (*)(void))diff_bytes, METH_FASTCALL, "changed bytes, copied into seen"},
+    {"count_pages", (PyCFunction)(void (*)(void))count_pages, METH_FASTCALL, "counts[p] += k for pages"},
+    {"slot_owner_breach", (PyCFunction)(void (*)(void))slot_owner_breach, METH_FASTCALL,
+     "SlotInOneOwner over slots: None or the first (h, st, t, f) that breaks it"},
+    {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
+     "(Fcn, the Python fast_ap, what no_ap returns)"},
+    {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, else the Python fast_ap(f)"},
+    {"no_ap", no_ap, METH_O, "the reader of nothing"},
+    {"abi", abi, METH_NOARGS, "the module's ABI version"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__hicache_incmap(void) {
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,137 @@
+"""The incremental maps' loops over positions, pages and slots: the writes of a node's
+pages (each recording what it replaced, the delta, and what it made dirty), the host slots'
+state comparison, the device pages' holder counts and SlotInOneOwner's test of the dirty
+slots. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the same
+loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and loads
+it, once per process), used whenever it loads: in strict mode they run for every page an
+event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
+set operations. tests/monitors/test_native_incmap.py checks the two agree on random inputs,
+exceptions included.
+
+A value is replaced only when the new one is a different value: not the same object, and
+not equal with the same type (1 == True in Python, but an int variable holding TRUE is a
+different TLA+ value); `write_slots` compares with `!=` (its values are slot numbers).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from hicache.monitors import native
+
+
+def py_fill(d: dict, pos: list, v, var: str, delta: list, dirty: set) -> None:
+    """d[p] = v for each position p of pos, each write recorded as (var, p, old), p dirty."""
+    tv = type(v)
+    for p in pos:
+        old = d[p]
+        if old is v or old == v and type(old) is tv:
+            continue
+        delta.append((var, p, old))
+        d[p] = v
+        dirty.add(p)
+
+
+def py_move(d: dict, origin: dict, var: str, delta: list) -> None:
+    """d[q] = d[src] for each q -> src of origin, in its order, each write recorded."""
+    for q, src in origin.items():
+        old, v = d[q], d[src]
+        if old is not v and not (old == v and type(old) is type(v)):
+            delta.append((var, q, old))
+            d[q] = v
+
+
+def py_spare(d: dict, lo: int, hi: int, v, var: str, delta: list) -> None:
+    """d[q] = v for q in range(lo, hi), each write recorded."""
+    for q in range(lo, hi):
+        old = d[q]
+        if old is not v and not (old == v and type(old) is type(v)):
+            delta.append((var, q, old))
+            d[q] = v
+
+
+def py_release(d: dict, holes: list, refs: dict, slots: set) -> None:
+    """The slot references of the pages at holes released: each true slot h = d[p] loses one
+    reference (refs[h] -= 1, from 0 when absent) and is added to slots."""
+    for p in holes:
+        h = d[p]
+        if h:
+            refs[h] = refs.get(h, 0) - 1
+            slots.add(h)
+
+
+def py_write_slots(d: dict, pos: list, values, var: str, refs: dict, delta: list, dirty: set,
+                   slots: set) -> None:
+    """d[p] = v for each pair of zip(pos, values) where d[p] != v, recorded, p dirty, and
+    the page's slot reference moved from the old slot to v (each true one added to slots)."""
+    for p, v in zip(pos, values):
+        old = d[p]
+        if old != v:
+            delta.append((var, p, old))
+            d[p] = v
+            dirty.add(p)
+            if old:
+                refs[old] = refs.get(old, 0) - 1
+                slots.add(old)
+            if v:
+                refs[v] = refs.get(v, 0) + 1
+                slots.add(v)
+
+
+def py_diff_bytes(state, seen: bytearray) -> list[int]:
+    """The indices where the bytes of the C-contiguous array `state` differ from `seen`,
+    which then holds them (one array's states against their copy at the last sync)."""
+    raw = memoryview(state).cast("B")
+    if len(raw) != len(seen):
+        raise ValueError(f"diff_bytes: {len(raw)} bytes of state against {len(seen)} seen")
+    if raw == seen:
+        return []
+    out = np.flatnonzero(np.frombuffer(raw, dtype=np.uint8) != np.frombuffer(seen, dtype=np.uint8)).tolist()
+    seen[:] = raw
+    return out
+
+
+def py_count_pages(counts: dict, pages, k: int, dirty: set | None, none) -> None:
+    """counts[p] += k (from 0) for each page p of `pages` (None: no pages) other than
+    `none`, each added to `dirty` when that is a set."""
+    if not pages or pages[0] == none and pages.count(none) == len(pages):
+        # (a row of NoPage alone, a node without a device copy: nothing to count, found by
+        # one C call instead of a walk; such rows come and go with every device eviction)
+        return
+    for p in pages:
+        if p != none:
+            counts[p] = counts.get(p, 0) + k
+            if dirty is not None:
+                dirty.add(p)
+
+
+def py_slot_owner_breach(names, slots, tree_refs: dict, backup_refs: dict, pf_refs: dict):
+    """SlotInOneOwner's element-local test over the spec slots of `slots` (those past
+    len(names) skipped), in their order: slot h with t tree references, f backup and fetch
+    references and state st = names[h - 1] is owned as its state says: "idle" t = f = 0,
+    "reserved" t = 0 and f = 1, any other t = 1 and f = 0. None when every one is, else the
+    first that is not, as (h, st, t, f)."""
+    for h in slots:
+        if h > len(names):
+            continue
+        t = tree_refs.get(h, 0)
+        f = backup_refs.get(h, 0) + pf_refs.get(h, 0)
+        st = names[h - 1]
+        ok = (t == 0 and f == 0) if st == "idle" else (t == 0 and f == 1) if st == "reserved" else (t == 1 and f == 0)
+        if not ok:
+            return h, st, t, f
+    return None
+
+
+PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
+          "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
+          "slot_owner_breach": py_slot_owner_breach}
+
+_mod = native.module()
+fill = _mod.fill if _mod is not None else py_fill
+move = _mod.move if _mod is not None else py_move
+spare = _mod.spare if _mod is not None else py_spare
+release = _mod.release if _mod is not None else py_release
+write_slots = _mod.write_slots if _mod is not None else py_write_slots
+diff_bytes = _mod.diff_bytes if _mod is not None else py_diff_bytes
+count_pages = _mod.count_pages if _mod is not None else py_count_pages
+slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach

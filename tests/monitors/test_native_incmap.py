@@ -1,0 +1,213 @@
+"""The monitors' native loops (hicache/monitors/csrc/incmap.c) against their Python definitions
+(hicache/monitors/maps/loops.py): on random inputs each C function must leave every argument it
+writes (the variable's dict, the delta, the dirty sets, the reference counts) exactly as the
+Python loop leaves it, return the same value, and raise the same exception at the same point.
+The build, the cache and the fallback are tested in subprocesses on a private cache directory.
+"""
+import copy
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hicache import buildcache
+from hicache.monitors import native
+from hicache.monitors.maps import loops
+
+#: values a position can hold: ints and the bools equal to them, a float equal to 1, strings,
+#: None, a tuple (the comparisons must tell them apart as the Python loops do)
+VALUES = [0, 1, 2, 3, True, False, 1.0, "a", "idle", None, (1,)]
+
+
+@pytest.fixture(scope="module")
+def mod():
+    m = native.module()
+    if m is None:
+        pytest.skip(f"native loops unavailable: {native.unavailable_reason()}")
+    return m
+
+
+def test_the_native_loops_load_where_they_can_be_built():
+    """Where a compiler and the Python headers are present (CI's machines), the extension
+    must load: a build broken there would only show as a slower strict mode."""
+    have_cc = shutil.which(buildcache.compiler()) is not None
+    have_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
+    if not (have_cc and have_headers) or buildcache.disabled():
+        pytest.skip("no compiler or no Python headers here, or HICACHE_NATIVE=0")
+    assert native.module() is not None, native.unavailable_reason()
+    assert loops.fill is native.module().fill
+
+
+def _outcome(fn, args):
+    """(exception type and args or None, return value, the arguments after the call)."""
+    args = copy.deepcopy(args)
+    try:
+        ret = fn(*args)
+        exc = None
+    except Exception as e:      # (the same type and message must come from both)
+        ret, exc = None, (type(e), e.args)
+    return exc, ret, args
+
+
+def _agree(name, mod, args):
+    got = _outcome(getattr(mod, name), args)
+    want = _outcome(loops.PYTHON[name], args)
+    # (compared with the values' types: True == 1 would hide a write the loops must not make)
+    assert _typed(got) == _typed(want), (name, args)
+    return want
+
+
+def _typed(x):
+    if isinstance(x, dict):
+        return {_typed(k): _typed(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x), [_typed(v) for v in x]
+    if isinstance(x, (set, frozenset)):
+        return type(x), frozenset(_typed(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return x.tobytes()
+    return type(x), x
+
+
+def _positions(rng, n):
+    d = {p: rng.choice(VALUES) for p in range(n)}
+    pos = rng.sample(range(n + 2), rng.randint(0, n))        # (n, n + 1: absent, KeyError)
+    return d, pos
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_writes_agree_with_the_python_loops(mod, seed):
+    rng = random.Random(seed)
+    n = rng.randint(0, 12)
+    d, pos = _positions(rng, n)
+    v = rng.choice(VALUES)
+    _agree("fill", mod, [d, pos, v, "dev", [("x", 0, 0)], {99}])
+    origin = {q: rng.randrange(n + 1) for q in rng.sample(range(n + 1), rng.randint(0, n))} if n else {}
+    _agree("move", mod, [d, origin, "host", [("x", 0, 0)]])
+    lo = rng.randint(0, n + 1)
+    _agree("spare", mod, [d, lo, rng.randint(lo, n + 2), v, "stor", []])
+    slots_d = {p: rng.choice([0, 0, 1, 2, 3, True, False, None]) for p in range(n)}
+    refs = {h: rng.randint(-1, 2) for h in rng.sample(range(1, 5), rng.randint(0, 4))}
+    _agree("release", mod, [slots_d, pos, refs, {7}])
+    values = [rng.choice([0, 1, 2, 3, 4, True, 1.0]) for _ in range(rng.randint(0, n + 1))]
+    _agree("write_slots", mod, [slots_d, pos, rng.choice([values, tuple(values)]), "backupOp", refs, [], set(), set()])
+
+
+def test_a_write_that_fails_leaves_what_it_wrote_recorded(mod):
+    """Position 5 is outside the domain: the writes before it are made and in the delta,
+    KeyError(5) is raised, as the Python loop does."""
+    d = {0: False, 1: False, 2: True}
+    exc, _, (d_after, _, _, _, delta, dirty) = _agree("fill", mod, [d, [0, 5, 1], True, "dev", [], set()])
+    assert exc == (KeyError, (5,))
+    assert d_after == {0: True, 1: False, 2: True} and delta == [("dev", 0, False)] and dirty == {0}
+
+
+def test_an_int_variable_written_a_bool_is_a_write(mod):
+    """TRUE and 1 are different TLA+ values: the loops replace one with the other (the
+    delta records it), though Python holds them equal."""
+    _, _, (d, _, _, _, delta, _) = _agree("fill", mod, [{0: 1, 1: True}, [0, 1], True, "hits", [], set()])
+    assert [type(d[0]), type(d[1])] == [bool, bool] and delta == [("hits", 0, 1)]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_slot_states_diff_agrees(mod, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 40))
+    before = rng.integers(0, 4, n, dtype=np.int8)
+    now = before.copy()
+    flip = rng.random(n) < 0.2
+    now[flip] = rng.integers(0, 4, int(flip.sum()), dtype=np.int8)
+    exc, ret, (_, seen) = _agree("diff_bytes", mod, [now, bytearray(before.tobytes())])
+    assert exc is None and ret == np.flatnonzero(now != before).tolist() and bytes(seen) == now.tobytes()
+
+
+def test_slot_states_of_another_length_are_refused(mod):
+    exc, _, _ = _agree("diff_bytes", mod, [np.zeros(3, dtype=np.int8), bytearray(4)])
+    assert exc is not None and exc[0] is ValueError
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_page_counts_agree(mod, seed):
+    rng = random.Random(seed)
+    counts = {p: rng.randint(-1, 2) for p in rng.sample(range(10), rng.randint(0, 6))}
+    pages = [rng.choice([-1, -1, *range(10)]) for _ in range(rng.randint(0, 8))]
+    pages = rng.choice([pages, tuple(pages), None])
+    _agree("count_pages", mod, [counts, pages, rng.choice([1, -1]), rng.choice([None, {42}]), -1])
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_slot_owner_test_agrees(mod, seed):
+    rng = random.Random(seed)
+    states = ["idle", "reserved", "protected", "synced", 1, None]
+    names = tuple(rng.choice(states) for _ in range(rng.randint(0, 6)))
+    slots = frozenset(rng.sample(range(1, 9), rng.randint(0, 8)))
+    refs = [{h: rng.choice([0, 0, 1, 1, 2, True, -1]) for h in rng.sample(range(1, 9), rng.randint(0, 8))}
+            for _ in range(3)]
+    _agree("slot_owner_breach", mod, [names, slots, *refs])
+
+
+def test_slot_owner_test_names_the_breaking_slot(mod):
+    names = ("idle", "reserved", "synced")
+    assert mod.slot_owner_breach(names, [1, 2, 3], {3: 1}, {2: 1}, {}) is None
+    assert mod.slot_owner_breach(names, [1, 2, 3], {3: 1}, {2: 1}, {2: 1}) == (2, "reserved", 0, 2)
+
+
+def _python(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+
+
+def test_build_cache_and_fallback(tmp_path):
+    """A private cache: the first use builds the extension there and the second loads it;
+    HICACHE_NATIVE=0, or a compiler that fails, leaves the Python loops serving (the second
+    with one warning saying why)."""
+    if shutil.which(buildcache.compiler()) is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        pytest.skip("no compiler or no Python headers here")
+    probe = """
+        import warnings
+        warnings.simplefilter("always")
+        from hicache.monitors import fused_native, native
+        from hicache.monitors.generated import host_tier
+        from hicache.monitors.maps import loops
+        print(native.module() is not None, loops.fill is loops.py_fill, native.library_path().parent,
+              fused_native.native_inc_all(host_tier) is host_tier.inc_all, repr(native.unavailable_reason()))
+    """
+    cache = tmp_path / "cache"
+    built = _python(probe, {"HICACHE_CACHE_DIR": str(cache), "HICACHE_NATIVE": "1"})
+    assert built.returncode == 0, built.stderr
+    assert built.stdout.split()[:4] == ["True", "False", str(cache), "False"]
+    assert len(list(cache.glob("incmap-*"))) == 1 and len(list(cache.glob("hicache_fused_host_tier-*"))) == 1
+    assert not list(cache.glob(".*")), "a build left its temporary files"
+    again = _python(probe, {"HICACHE_CACHE_DIR": str(cache), "HICACHE_NATIVE": "1", "CC": "false"})
+    # (the same sources, but another compiler: other names, whose builds fail)
+    assert again.stdout.split()[:2] == ["False", "True"] and again.stdout.split()[3] == "True"
+    assert "native map writes are unavailable" in again.stderr and "inc_all's native loops are unavailable" in again.stderr
+    off = _python(probe, {"HICACHE_CACHE_DIR": str(cache), "HICACHE_NATIVE": "0"})
+    assert off.stdout.split()[:2] == ["False", "True"] and off.stdout.split()[3] == "True"
+    assert "HICACHE_NATIVE=0" in off.stdout and "unavailable" not in off.stderr
+
+
+def test_the_fast_path_readers_read_as_the_python_ones(mod):
+    """rt.fast_ap / rt.no_ap (what generated fast paths call) are the C ones here; each reader
+    they return reads what the Python one's reads, and raises where it raises."""
+    from hicache.monitors import rt
+    from hicache.tla.values import Fcn
+
+    class SubFcn(Fcn):          # (not exactly a Fcn: the Python fast_ap's general case)
+        __slots__ = ()
+
+    assert rt.fast_ap is mod.fast_ap and rt.no_ap is mod.no_ap
+    values = [Fcn({1: "a", 2: True}), SubFcn({1: "a"}), ("x", "y"), (), frozenset({1})]
+    keys = [0, 1, 2, 3, True, "a", -1]
+    for f in values:
+        for x in keys:
+            assert _outcome(rt.fast_ap(f), [x])[:2] == _outcome(rt.py_fast_ap(f), [x])[:2], (f, x)
+        assert rt.no_ap(f) is rt.py_no_ap(f)
+    assert rt.fast_ap(values[0]).__self__ is values[0].d       # (the dict's own lookup)
