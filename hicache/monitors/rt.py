@@ -138,9 +138,14 @@ def fast_ap(f):
             # would silently read from the end); IndexError above n
             if type(x) is int and x >= 1:
                 return _f[x - 1]
-            raise EvalError(f"index {fmt(x)} is out of the domain 1..{len(_f)}")
+            raise seq_error(x, _f)
         return seq_at
     return functools.partial(ap, f)
+
+
+def seq_error(x, seq: tuple) -> EvalError:
+    """What a sequence's reader raises for an index that is not an int in 1.. (seq_at)."""
+    return EvalError(f"index {fmt(x)} is out of the domain 1..{len(seq)}")
 
 
 def no_ap(f):
@@ -157,12 +162,12 @@ def _readers():
     """(fast_ap, no_ap) for the generated code: the two above as C functions when the native
     loops build (hicache/monitors/csrc/incmap.c: a fast path calls them once per variable it
     reads, at every strict step; the C fast_ap does what the one above does for a function
-    value and asks it for anything else), else the two above."""
+    value and a sequence, and asks it for anything else), else the two above."""
     from hicache.monitors import native
     mod = native.module()
     if mod is None:
         return fast_ap, no_ap
-    mod.configure_readers(Fcn, fast_ap, _NO_READ)
+    mod.configure_readers(Fcn, fast_ap, _NO_READ, seq_error)
     return mod.fast_ap, mod.no_ap
 
 

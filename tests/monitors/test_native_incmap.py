@@ -205,9 +205,10 @@ def test_the_fast_path_readers_read_as_the_python_ones(mod):
 
     assert rt.fast_ap is mod.fast_ap and rt.no_ap is mod.no_ap
     values = [Fcn({1: "a", 2: True}), SubFcn({1: "a"}), ("x", "y"), (), frozenset({1})]
-    keys = [0, 1, 2, 3, True, "a", -1]
+    keys = [0, 1, 2, 3, True, "a", -1, 2**70, -2**70]
     for f in values:
         for x in keys:
             assert _outcome(rt.fast_ap(f), [x])[:2] == _outcome(rt.py_fast_ap(f), [x])[:2], (f, x)
         assert rt.no_ap(f) is rt.py_no_ap(f)
     assert rt.fast_ap(values[0]).__self__ is values[0].d       # (the dict's own lookup)
+    assert type(rt.fast_ap(values[2])).__name__ == "SeqReader"  # (a sequence's: the C reader)

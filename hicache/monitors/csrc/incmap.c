@@ -15,6 +15,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <string.h>
 
 #define ABI_VERSION 1
@@ -400,12 +401,70 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
 
 /* ---- the fast paths' readers (hicache/monitors/rt.py's fast_ap and no_ap, called once per
  * variable a generated fast path reads, at every strict step): set by configure_readers */
-static PyObject *fcn_type, *py_fast_ap, *no_read, *str_d, *str_getitem;
+static PyObject *fcn_type, *py_fast_ap, *no_read, *seq_error, *str_d, *str_getitem;
 
-/* configure_readers(Fcn, fast_ap, no_read): the function value class, the Python fast_ap
- * (what serves for any other value) and what no_ap returns */
+/* A sequence's reader: rt.fast_ap's seq_at over one tuple (a TLA+ sequence is a function on
+ * 1..n): x an int (exactly: TRUE is not 1 here) with 1 <= x <= n reads element x - 1; an int
+ * above n raises IndexError; anything else the EvalError rt's seq_error builds. Called
+ * through vectorcall, one argument. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *seq;
+    vectorcallfunc vectorcall;
+} SeqReader;
+
+static PyObject *seq_read(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a sequence reader takes one argument");
+        return NULL;
+    }
+    PyObject *seq = ((SeqReader *)self)->seq, *x = args[0];
+    if (PyLong_CheckExact(x)) {
+        int overflow = 0;
+        long long i = PyLong_AsLongLongAndOverflow(x, &overflow);
+        if (i == -1 && PyErr_Occurred())
+            return NULL;
+        if (overflow > 0) {         /* (Python's own message for such an index) */
+            PyErr_SetString(PyExc_IndexError, "cannot fit 'int' into an index-sized integer");
+            return NULL;
+        }
+        if (overflow == 0 && i >= 1) {
+            if (i - 1 < PyTuple_GET_SIZE(seq))
+                return Py_NewRef(PyTuple_GET_ITEM(seq, i - 1));
+            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+            return NULL;
+        }
+    }
+    PyObject *exc = PyObject_CallFunctionObjArgs(seq_error, x, seq, NULL);
+    if (exc == NULL)
+        return NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+static void seq_reader_dealloc(PyObject *self) {
+    Py_XDECREF(((SeqReader *)self)->seq);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject SeqReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.SeqReader",
+    .tp_basicsize = sizeof(SeqReader),
+    .tp_dealloc = seq_reader_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(SeqReader, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "rt.fast_ap's reader of one sequence",
+};
+
+/* configure_readers(Fcn, fast_ap, no_read, seq_error): the function value class, the
+ * Python fast_ap (what serves for any value but a function or a tuple), what no_ap returns,
+ * and what builds a sequence reader's EvalError (seq_error(x, seq)) */
 static PyObject *configure_readers(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("configure_readers", n, 3))
+    if (!arity("configure_readers", n, 4))
         return NULL;
     if (!PyType_Check(a[0])) {
         PyErr_SetString(PyExc_TypeError, "configure_readers: Fcn must be a class");
@@ -417,6 +476,7 @@ static PyObject *configure_readers(PyObject *self, PyObject *const *a, Py_ssize_
     Py_XSETREF(fcn_type, Py_NewRef(a[0]));
     Py_XSETREF(py_fast_ap, Py_NewRef(a[1]));
     Py_XSETREF(no_read, Py_NewRef(a[2]));
+    Py_XSETREF(seq_error, Py_NewRef(a[3]));
     Py_RETURN_NONE;
 }
 
@@ -426,6 +486,14 @@ static PyObject *fast_ap(PyObject *self, PyObject *f) {
     if (fcn_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "fast_ap: configure_readers was not called");
         return NULL;
+    }
+    if (PyTuple_CheckExact(f)) {
+        SeqReader *r = PyObject_New(SeqReader, &SeqReaderType);
+        if (r == NULL)
+            return NULL;
+        r->seq = Py_NewRef(f);
+        r->vectorcall = seq_read;
+        return (PyObject *)r;
     }
     if ((PyObject *)Py_TYPE(f) != fcn_type)
         return PyObject_CallOneArg(py_fast_ap, f);
@@ -462,7 +530,7 @@ static PyMethodDef methods[] = {
      "SlotInOneOwner over slots: None or the first (h, st, t, f) that breaks it"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
-    {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, else the Python fast_ap(f)"},
+    {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},
     {"no_ap", no_ap, METH_O, "the reader of nothing"},
     {"abi", abi, METH_NOARGS, "the module's ABI version"},
     {NULL, NULL, 0, NULL},
@@ -471,5 +539,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
+    if (PyType_Ready(&SeqReaderType) < 0)
+        return NULL;
     return PyModule_Create(&module);
 }
