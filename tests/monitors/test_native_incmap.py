@@ -212,3 +212,15 @@ def test_the_fast_path_readers_read_as_the_python_ones(mod):
         assert rt.no_ap(f) is rt.py_no_ap(f)
     assert rt.fast_ap(values[0]).__self__ is values[0].d       # (the dict's own lookup)
     assert type(rt.fast_ap(values[2])).__name__ == "SeqReader"  # (a sequence's: the C reader)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_held_once_or_free_agrees(mod, seed):
+    rng = random.Random(seed)
+    holders = {p: rng.choice([0, 1, 1, 1, 2, -1, True]) for p in rng.sample(range(8), rng.randint(0, 8))}
+    free = frozenset(rng.sample(range(8), rng.randint(0, 8)))
+    pages = rng.sample(range(8), rng.randint(0, 8))
+    _agree("held_once_or_free", mod, [pages, holders, free])
+    assert mod.held_once_or_free([1, 2], {1: 1}, frozenset({2})) is True
+    assert mod.held_once_or_free([1], {1: 1}, frozenset({1})) is False    # held and free
+    assert mod.held_once_or_free([3], {}, frozenset()) is False            # lost: neither

@@ -399,6 +399,42 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
     return out;
 }
 
+/* held_once_or_free(pages, holders, free): NoDoubleAllocation's test of the dirty device
+ * pages: True when every page p of the iterable, with k = holders.get(p, 0) positions
+ * holding it, has 0 <= k <= 1 and is free exactly when no position holds it
+ * ((k == 1) != (p in free)); False at the first that does not. */
+static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("held_once_or_free", n, 3))
+        return NULL;
+    PyObject *holders = a[1], *free_ = a[2];
+    if (check_type(holders, &PyDict_Type, "held_once_or_free", "holders"))
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1), *p;
+    int ok = zero != NULL && one != NULL, err = !ok;
+    while (ok && (p = PyIter_Next(it)) != NULL) {
+        /* (Python's order: k > 1, k < 0, then k == 1 against p in free, each only if needed) */
+        PyObject *k = count_of(holders, p, zero);
+        int above = k == NULL ? -1 : PyObject_RichCompareBool(k, one, Py_GT);
+        int below = above != 0 ? above : PyObject_RichCompareBool(k, zero, Py_LT);
+        int once = below != 0 ? -1 : PyObject_RichCompareBool(k, one, Py_EQ);
+        int in_free = below != 0 || once < 0 ? -1 : PySequence_Contains(free_, p);
+        if (above < 0 || (above == 0 && below < 0) || (below == 0 && (once < 0 || in_free < 0)))
+            err = 1;
+        ok = !err && below == 0 && once != in_free;
+        Py_XDECREF(k);
+        Py_DECREF(p);
+    }
+    Py_DECREF(it);
+    Py_XDECREF(zero);
+    Py_XDECREF(one);
+    if (err || PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
 /* ---- the fast paths' readers (hicache/monitors/rt.py's fast_ap and no_ap, called once per
  * variable a generated fast path reads, at every strict step): set by configure_readers */
 static PyObject *fcn_type, *py_fast_ap, *no_read, *seq_error, *str_d, *str_getitem;
@@ -528,6 +564,8 @@ static PyMethodDef methods[] = {
     {"count_pages", (PyCFunction)(void (*)(void))count_pages, METH_FASTCALL, "counts[p] += k for pages"},
     {"slot_owner_breach", (PyCFunction)(void (*)(void))slot_owner_breach, METH_FASTCALL,
      "SlotInOneOwner over slots: None or the first (h, st, t, f) that breaks it"},
+    {"held_once_or_free", (PyCFunction)(void (*)(void))held_once_or_free, METH_FASTCALL,
+     "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},

@@ -38,7 +38,7 @@ from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_a
 from hicache.monitors.runtime import MISSING, snapshot
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import count_pages
+from .loops import count_pages, held_once_or_free
 from .steps import capacity
 
 #: the per-chain sequence variables, in the order a row gives their values
@@ -228,11 +228,8 @@ class IncrementalRows:
         the linear form over everything decides and names a failure."""
         if V is not None and V.isdisjoint(_NDA_READS):
             return None
-        holders, free = self.holders, s["free"]
-        for p in D["PageIds"]:
-            k = holders.get(p, 0)
-            if k > 1 or k < 0 or (k == 1) == (p in free):
-                return no_double_allocation_linear(C, s)
+        if not held_once_or_free(D["PageIds"], self.holders, s["free"]):
+            return no_double_allocation_linear(C, s)
         rows, hosts, lens = s["page"], s["host"], s["len"]
         built, empty, chains = self.page_rows, self._empty, self.rows
         for c in D["Chains"]:

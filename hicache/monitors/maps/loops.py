@@ -122,9 +122,19 @@ def py_slot_owner_breach(names, slots, tree_refs: dict, backup_refs: dict, pf_re
     return None
 
 
+def py_held_once_or_free(pages, holders: dict, free) -> bool:
+    """NoDoubleAllocation's test of the dirty device pages: every page p, held by
+    k = holders.get(p, 0) positions, has 0 <= k <= 1 and is free exactly when k is 0."""
+    for p in pages:
+        k = holders.get(p, 0)
+        if k > 1 or k < 0 or (k == 1) == (p in free):
+            return False
+    return True
+
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
-          "slot_owner_breach": py_slot_owner_breach}
+          "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -135,3 +145,4 @@ write_slots = _mod.write_slots if _mod is not None else py_write_slots
 diff_bytes = _mod.diff_bytes if _mod is not None else py_diff_bytes
 count_pages = _mod.count_pages if _mod is not None else py_count_pages
 slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach
+held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
