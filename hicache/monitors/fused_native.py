@@ -99,7 +99,8 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         out.append(f"{dst} = {src}; Py_INCREF({dst});")
         return dst
     if isinstance(node, ast.Constant):
-        if node.value is None or type(node.value) in (bool, int, str):
+        v = node.value
+        if v is None or type(v) in (bool, str) or (type(v) is int and -2**62 < v < 2**62):
             out.append(f"{dst} = K[{loop.const_at(node.value)}]; Py_INCREF({dst});")
             return dst
         raise Untranslatable(f"constant {node.value!r}")
@@ -278,13 +279,17 @@ static PyObject *run_loop(PyObject *const *a, Py_ssize_t n, Py_ssize_t nouter,
 
 
 def _c_const(v) -> str:
+    """C that makes the constant v (None, a bool, an int of 63 bits, a str) as a new reference."""
     if v is None:
         return "Py_NewRef(Py_None)"
     if v is True or v is False:
         return f"Py_NewRef(Py_{v})"
     if type(v) is int:
         return f"PyLong_FromLongLong({v}LL)"
-    return "PyUnicode_InternFromString(" + '"' + v.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '")'
+    raw = v.encode("utf-8")
+    # (each byte in octal: any character, NUL and quotes included, survives the C literal)
+    lit = "".join(f"\\{b:03o}" for b in raw)
+    return f'PyUnicode_DecodeUTF8("{lit}", {len(raw)}, "strict")'
 
 
 def translate(fn: types.FunctionType) -> tuple[str, ast.Module, list[_Loop]] | None:
@@ -398,7 +403,7 @@ def native_inc_all(gen: types.ModuleType):
                 for lp in loops:
                     ns[f"_native_loop_{lp.index}"] = getattr(mod, f"loop_{lp.index}")
                 exec(compile(tree, inspect.getsourcefile(fn) or "<inc_all>", "exec"), ns)
-                out = ns["inc_all"]
+                out = ns[fn.__name__]
                 out.__doc__ = (fn.__doc__ or "") + " (element loops native: hicache.monitors.fused_native)"
         except (buildcache.BuildFailed, ImportError, OSError) as exc:
             _reasons[key] = str(exc)

@@ -4,6 +4,7 @@ writes (the variable's dict, the delta, the dirty sets, the reference counts) ex
 Python loop leaves it, return the same value, and raise the same exception at the same point.
 The build, the cache and the fallback are tested in subprocesses on a private cache directory.
 """
+import collections
 import copy
 import os
 import random
@@ -20,6 +21,7 @@ import pytest
 from hicache import buildcache
 from hicache.monitors import native
 from hicache.monitors.maps import loops
+from hicache.monitors.rt import FastPathFailed, it
 
 #: values a position can hold: ints and the bools equal to them, a float equal to 1, strings,
 #: None, a tuple (the comparisons must tell them apart as the Python loops do)
@@ -224,3 +226,55 @@ def test_held_once_or_free_agrees(mod, seed):
     assert mod.held_once_or_free([1, 2], {1: 1}, frozenset({2})) is True
     assert mod.held_once_or_free([1], {1: 1}, frozenset({1})) is False    # held and free
     assert mod.held_once_or_free([3], {}, frozenset()) is False            # lost: neither
+
+
+# ---------------------------------------------------------------- the fused pass's loops in C
+# A function of the generated fused pass's shape, with what the translator must get right:
+# short-circuits that skip a read that would raise, a conditional expression, `is` against a
+# class, `in`, a string constant no C literal could hold as it is, an int past 63 bits (its
+# loop stays Python) and a lambda (its loop stays Python).
+
+def _sample_fused(C, s, D, V=None, skip=frozenset()):
+    try:
+        _a0 = s["f"].__getitem__
+        _r1 = C["S"]
+        for e_X in it(D["X"]):
+            _e0 = _a0(e_X)
+            if not ((_e0.__class__ is int and _e0 in _r1 and e_X != 'qu"o\\te\u00e9\0') or
+                    (_e0 == "ok" if e_X < 3 else not _e0)):
+                raise FastPathFailed()
+        for e_Y in it(D["Y"]):
+            if not (e_Y != 2**70):
+                raise FastPathFailed()
+        for e_Z in it(D["Z"]):
+            if not ((lambda z: z)(e_Z) is not None):
+                raise FastPathFailed()
+        return True
+    except Exception:
+        return False
+
+
+def test_a_fused_pass_translates_as_its_python_decides(mod):
+    import types
+
+    from hicache.monitors import fused_native
+    gen = types.ModuleType("sample_fused")
+    gen.inc_all, gen.it, gen.FastPathFailed = _sample_fused, it, FastPathFailed
+    csrc, _, loops_ = fused_native.translate(_sample_fused)
+    assert [lp.element for lp in loops_] == ["e_X"]          # (Y: a big int; Z: a lambda)
+    fast = fused_native.native_inc_all(gen)
+    assert fast is not _sample_fused and fast.__globals__["_native_loop_0"] is not None
+    rng = random.Random(3)
+    values = [0, 1, 2, True, False, "ok", "no", None, 'qu"o\\te\u00e9\0', (1,)]
+    seen = collections.Counter()
+    for _ in range(3000):
+        keys = list(range(6)) + ['qu"o\\te\u00e9\0']
+        f = {k: rng.choice(values) for k in keys if rng.random() < 0.9}        # (a key missing: KeyError)
+        C = {"S": frozenset(rng.sample([0, 1, 2, 3], rng.randint(0, 4)))}
+        D = {d: frozenset(rng.sample(keys[:6], rng.randint(0, 3))) for d in "XYZ"}
+        if rng.random() < 0.1:
+            D["X"] = D["X"] | {keys[6]}                                          # ('<' on a str: TypeError)
+        want = _sample_fused(C, {"f": f}, D)
+        assert fast(C, {"f": f}, D) is want, (f, C, D)
+        seen[want] += 1
+    assert seen[True] > 100 and seen[False] > 100, seen
