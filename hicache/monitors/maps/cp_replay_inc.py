@@ -49,8 +49,6 @@ _NDA_READS = frozenset({"page", "host", "len", "free"})
 UNUSED = (NONE, ())
 
 
-
-
 class IncrementalRows:
     """The incremental form of a from-scratch chain map (CPReplayMap or a subclass: the
     class after this one in the MRO builds the reference state)."""

@@ -1,7 +1,7 @@
 """The incremental maps' loops over positions, pages and slots: the writes of a node's
 pages (each recording what it replaced, the delta, and what it made dirty), the host slots'
-state comparison, the device pages' holder counts and SlotInOneOwner's test of the dirty
-slots. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the same
+state comparison, the device pages' holder counts, and the tests of SlotInOneOwner over the
+dirty slots and of NoDoubleAllocation over the dirty device pages. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the same
 loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and loads
 it, once per process), used whenever it loads: in strict mode they run for every page an
 event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
