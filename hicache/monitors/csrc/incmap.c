@@ -1,14 +1,18 @@
-/* The incremental HostTier and device-page maps' per-position writes, as C loops over the
- * same Python dicts, lists and sets (hicache/monitors/native.py builds and loads this module;
- * hicache/monitors/maps/poswrites.py holds the Python loops it replaces, which define what
- * each function does and serve when this module cannot be built).
+/* Strict mode's per-page loops, as C over the same Python dicts, lists and sets: the incremental
+ * HostTier map's writes of a node's pages, the host slot-state comparison, the device-page
+ * holder counts, the dirty-slot and dirty-page tests of SlotInOneOwner and NoDoubleAllocation,
+ * and the generated fast paths' readers (fast_ap, no_ap). hicache/monitors/native.py builds and
+ * loads this module; hicache/monitors/maps/loops.py (and rt.py, for the readers) holds the
+ * Python each function replaces, which defines what it does and serves when this module cannot
+ * be built.
  *
  * Why: strict mode's map writes each position of a node's pages once per spec variable, and
  * records the value it replaced (the delta). In bytecode each such write costs ~25 opcodes of
  * dispatch, reference counting and frame work around four dict and set operations; here it
  * costs those four operations. Nothing is decided here that the Python loops do not decide:
- * the same comparisons (`is`, then `==` with the same type), the same order of writes and
- * delta entries, the same exceptions (KeyError for a position outside a variable's domain).
+ * the same comparisons (`is`, then `==` with the same type: the type is tested first, a value
+ * of another type being another value), the same order of reads, writes and delta entries, the
+ * same exceptions (KeyError for a position outside a variable's domain).
  *
  * Invariant of every function: on an exception, the writes made before it stay made and
  * recorded in the delta (as the Python loop leaves them); the monitor stops on any exception.
