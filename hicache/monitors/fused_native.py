@@ -109,7 +109,7 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
             raise Untranslatable("call with keywords, starred or over 4 arguments")
         fn = _value(loop, node.func, out)
         args = [_value(loop, a, out) for a in node.args]
-        argv = loop.temp() + "_argv"
+        argv = f"{dst}_argv"                # (the call's argument array, named after its result)
         out.append(f"{{ PyObject *{argv}[] = {{{', '.join(args) or 'NULL'}}};")
         out.append(f"  {dst} = PyObject_Vectorcall({fn}, {argv}, {len(args)}, NULL); }}")
         for t in (fn, *args):

@@ -324,10 +324,6 @@ class IncrementalHostTierMap(HostTierMap):
         self.requeue.update(self.loading_nodes.pop(rid, ()))
 
     # ------------------------------------------------------------ writes (delta-recorded)
-    def _fill(self, var: str, pos: list, v) -> None:
-        """var[p] = v for each position p (a node-level variable: no slot references)."""
-        _write_fill(self.funcs[var], pos, v, var, self.delta, self.dirty_nodes)
-
     def _set_scalar(self, var: str, v) -> None:
         old = self.s.get(var, _MISSING)
         if old is _MISSING or old != v:
@@ -462,29 +458,30 @@ class IncrementalHostTierMap(HostTierMap):
         else:
             self.changed.setdefault(x, old)     # (the values before the sync: the first write's)
         self.nval[x] = new
+        # (the node-level values, var[p] = v over the node's positions: no slot references)
+        funcs, delta, dirty = self.funcs, self.delta, self.dirty_nodes
         if resized or old is None:
             for var, v in zip(_NODE_LEVEL, node_vals):
-                self._fill(var, pos, v)
+                _write_fill(funcs[var], pos, v, var, delta, dirty)
         elif old[0] != node_vals:
             # only the node-level values that changed (one event changes one or two)
             for var, a, b in zip(_NODE_LEVEL, old[0], node_vals):
                 if a != b or type(a) is not type(b):
-                    self._fill(var, pos, b)
+                    _write_fill(funcs[var], pos, b, var, delta, dirty)
         if forced:
             # a slot this node's pages hold changed state: what reads slot[host[n]] of these
             # pages (PendingLoadLocked) must be rechecked on them
-            self.dirty_nodes.update(pos)
+            dirty.update(pos)
         if not (resized or forced or old is None or old[1] != slot_vals):
             return
         if hs is not None:
             for h in hs:
                 self.slot_page[h] = x
-        delta, dirty, slots = self.delta, self.dirty_nodes, self.dirty_slots
         hv, bv = node_slots(hs, pending, len(pos), backing)
         for var, values, refs in (("host", hv, self.tree_refs), ("backupOp", bv, self.backup_refs)):
             # (each page whose slot changed: its slot reference moves from old to v, 0 being
             # none, and both slots are dirty)
-            _write_slots(self.funcs[var], pos, values, var, refs, delta, dirty, slots)
+            _write_slots(funcs[var], pos, values, var, refs, delta, dirty, self.dirty_slots)
 
     def changed_vars(self, x, old) -> list[str]:
         """The spec variables whose values at node x's pages the last sync changed (old: x's
