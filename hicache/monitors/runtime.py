@@ -547,6 +547,10 @@ class Monitor:
             # (the fast path skips what the map replaces and what it does not check)
             self._fused_skip = frozenset(over) | frozenset(n for n in inc if n not in self.invariants)
             fused = frozenset(n for n in inc if n not in self._fused_skip)
+            if not fused:
+                # (every form it has is the map's own or unchecked: a call that decides
+                # nothing; the device-page map's at CP = 1, on each event that moves a page)
+                self._inc_all = None
             # what runs when the fused fast path holds: the checks it does not cover
             self._unfused_checks = [c for c in self._inc_checks if c[0] not in fused] \
                 if self._inc_all is not None else self._inc_checks

@@ -236,7 +236,14 @@ def test_typeok_from_the_rows_agrees_with_the_generated_form(seed, tmp_path):
             return
         C, s = mon.constants(), m.live()
         D = {"Chains": C["Chains"], "PageIds": C["PageIds"]}
-        assert m.type_ok_inc(C, s, D, reads) is None and spec.inc_TypeOK(C, s, D, reads) is None
+        for V in (reads, None):
+            assert m.type_ok_inc(C, s, D, V) is None and spec.inc_TypeOK(C, s, D, V) is None
+        # (V None: a check of everything, after a new constants binding, which decides the
+        # state's shape whole: a sequence one chain short, TRUE in the free set)
+        for var, value in (("rot", s["rot"][:-1]), ("free", (s["free"] - {1}) | {True})):
+            bad = {**s, var: value}
+            mine, theirs = m.type_ok_inc(C, bad, D, None), spec.inc_TypeOK(C, bad, D, None)
+            assert mine == theirs and mine is not None, (var, mine, theirs)
         used = [c for c in C["Chains"] if s["len"][c - 1]]
         if used:
             c = used[-1]
@@ -245,8 +252,9 @@ def test_typeok_from_the_rows_agrees_with_the_generated_form(seed, tmp_path):
                                       ("len", C["MaxLen"] + 1, True), ("len", n + 1, n + 1 > C["MaxLen"])):
                 bad = dict(s)
                 bad[var] = tuple(value if i == c - 1 else v for i, v in enumerate(s[var]))
-                mine, theirs = m.type_ok_inc(C, bad, D, reads), spec.inc_TypeOK(C, bad, D, reads)
-                assert mine == theirs and (mine is not None) == fails, (var, value, mine, theirs)
+                for V in (reads, None):
+                    mine, theirs = m.type_ok_inc(C, bad, D, V), spec.inc_TypeOK(C, bad, D, V)
+                    assert mine == theirs and (mine is not None) == fails, (V, var, value, mine, theirs)
             # a page past the chain's length, its len as it was: NoDoubleAllocation's third
             # conjunct, found though the rows the map built skip its walk
             assert m.no_double_allocation_inc(C, s, D, frozenset({"page"})) is None

@@ -45,6 +45,21 @@ def chain_typed(r, n, cp: int, L: int, no_rot) -> bool:
     return r.__class__ is int and (r == no_rot or 0 <= r < cp) and n.__class__ is int and 0 <= n <= L
 
 
+def shape_typed(C: dict, s: dict, n: int, L: int, cp: int, ids: frozenset) -> bool:
+    """TypeOK's conjuncts on a chain map's state but for each chain's own values: the
+    constants are this map's (n chains, MaxLen L, CP cp, page ids `ids`, one -1 for NoRot,
+    NoPage and NoHost), rot, len, page and host are sequences over the n chains, free is a
+    set of integer page ids and mixed is FALSE. (What then remains is each chain's rot, len,
+    page row and host row: `chain_typed`, and the rows' pages.)"""
+    rot, ln, page, host, free = s["rot"], s["len"], s["page"], s["host"], s["free"]
+    return (L == C["MaxLen"] and C["Chains"] == frozenset(range(1, n + 1)) and C["CP"] == cp
+            and C["CP"] * C["LocalPages"] == len(ids) and C["NoRot"] == C["NoPage"] == C["NoHost"] == NONE
+            and type(rot) is type(ln) is type(page) is type(host) is tuple
+            and len(rot) == len(ln) == len(page) == len(host) == n
+            and type(free) is frozenset and free <= ids and set(map(type, free)) <= _INT
+            and s["mixed"] is False)
+
+
 def pages_typed(pages, ids_or_none: frozenset) -> bool:
     """A row's pages are integer page ids or NoPage (what its padded row then holds)."""
     return ids_or_none.issuperset(pages) and set(map(type, pages)) <= _INT
@@ -206,14 +221,9 @@ class CPReplayMap:
         walks each row: ~50k instructions a row at MaxLen 64); rot, len, free and mixed are
         tested on their values."""
         L, empty, built = self.built
-        rot, ln, page, host, free = s["rot"], s["len"], s["page"], s["host"], s["free"]
-        n, cp, ids = self.n_chains, self.cp, self.pids
-        if not (L == C["MaxLen"] and C["Chains"] == frozenset(range(1, n + 1)) and C["CP"] == cp
-                and C["CP"] * C["LocalPages"] == len(ids) and C["NoRot"] == C["NoPage"] == C["NoHost"] == NONE
-                and type(rot) is type(ln) is type(page) is type(host) is tuple
-                and len(rot) == len(ln) == len(page) == len(host) == n
-                and type(free) is frozenset and free <= ids and set(map(type, free)) <= _INT
-                and s["mixed"] is False):
+        rot, ln, page, host = s["rot"], s["len"], s["page"], s["host"]
+        n, cp = self.n_chains, self.cp
+        if not shape_typed(C, s, n, L, cp, self.pids):
             return spec.inv_TypeOK(C, s)
         ids_or_none = self._ids_or_none
         for i in range(n):

@@ -153,31 +153,37 @@ class IncrementalRows:
                 s[var] = tuple(vals[var])
             return
         # (host rows are NoHost everywhere, whatever a chain holds: only rot, len and page
-        # change, and each is rebuilt only when one of its entries does)
-        cur = {v: s[v] for v in ("rot", "len", "page")}
-        edits: dict = {}
+        # change, and each is rebuilt only when one of its entries does: copied to a list
+        # at its first edit, None while it has none)
+        rot0, len0, page0 = s["rot"], s["len"], s["page"]
+        rot1 = len1 = page1 = None
+        page_rows = self.page_rows
         for c in dirty:
             r, pages = rows.get(c, UNUSED)
-            i = c - 1
-            for var, v in (("rot", r), ("len", len(pages))):
-                if cur[var][i] != v:
-                    edits.setdefault(var, {})[i] = v
+            i, n = c - 1, len(pages)
+            if rot0[i] != r:
+                if rot1 is None:
+                    rot1 = list(rot0)
+                rot1[i] = r
+            if len0[i] != n:
+                if len1 is None:
+                    len1 = list(len0)
+                len1[i] = n
             if c in paged:
                 # (no comparison with the row it replaces, MaxLen entries: other pages make
                 # another row, but for trailing NoPages, (NoPage, NoPage) against (), whose
                 # rows are equal: written again, an entry undo restores as it was)
+                if page1 is None:
+                    page1 = list(page0)
                 if pages:
-                    edits.setdefault("page", {})[i] = self.page_rows[c] = self._padded(pages)
+                    page1[i] = page_rows[c] = self._padded(pages)
                 else:
-                    edits.setdefault("page", {})[i] = empty
-                    self.page_rows.pop(c, None)
-        for var, at in edits.items():
-            old = cur[var]
-            new = list(old)
-            for i, v in at.items():
-                new[i] = v
-            delta.append((var, None, old))
-            s[var] = tuple(new)
+                    page1[i] = empty
+                    page_rows.pop(c, None)
+        for var, old, new in (("rot", rot0, rot1), ("len", len0, len1), ("page", page0, page1)):
+            if new is not None:
+                delta.append((var, None, old))
+                s[var] = tuple(new)
 
     def _empty_row(self, L: int, reshaped: bool):
         if reshaped or getattr(self, "_empty", None) is None:

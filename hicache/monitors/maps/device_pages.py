@@ -32,7 +32,7 @@ import heapq
 import weakref
 
 from hicache.monitors.generated import cp_sharding as spec
-from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, pages_typed
+from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, pages_typed, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
 from hicache.monitors.maps.loops import count_pages
 from hicache.monitors.maps.cp_sharding import NONE
@@ -124,8 +124,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
 
     def type_ok_inc(self, C, s, D, V=None):
         """TypeOK over the dirty chains, each from the pages its rows were built from, and over
-        the pages that entered or left the free set; any doubt, or a check of everything (a
-        new constants binding, V None): the generated form, which decides and names a failure.
+        the pages that entered or left the free set; any doubt: the generated form, which
+        decides and names a failure.
 
         A row this map built for a chain is the chain's pages padded with NoPage to MaxLen
         positions (`row`, `_padded`; `page_rows` keeps each, and only a state holding that very
@@ -136,10 +136,17 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         membership test walks the row three times: 50k instructions a row at MaxLen 64); its
         host row is the shared all-NoHost row (CP = 1: no host placement here). The free set
         held `\\subseteq PageIds` at the last check; the pages that entered it since are among
-        the dirty pages (its symmetric difference with the last free set is)."""
+        the dirty pages (its symmetric difference with the last free set is).
+
+        A check of everything (V None: a new constants binding, after Chains or MaxLen grew)
+        takes the same shortcut over every chain, once the state's shape is this map's
+        (`shape_typed`: the sequences over Chains, the free set and mixed, which it decides
+        whole), so a growth costs its few pages per chain too, not the generated form's walk
+        of every row (~370 us at 16 chains of MaxLen 64, three times a kv_bytes replay)."""
         if V is None:
-            return spec.inc_TypeOK(C, s, D, V)
-        if V.isdisjoint(_TYPEOK_READS):
+            if not shape_typed(C, s, self.n_chains, self.max_len, self.cp, self.pids):
+                return spec.inc_TypeOK(C, s, D, V)
+        elif V.isdisjoint(_TYPEOK_READS):
             return None
         rows, rot, ln, page, host = self.rows, s["rot"], s["len"], s["page"], s["host"]
         empty, L, ids, built = self._empty, C["MaxLen"], self._ids_or_none, self.page_rows
@@ -155,6 +162,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             if not (page[i] is built.get(c, empty) and len(pages) == n and host[i] is empty
                     and pages_typed(pages, ids)):
                 return spec.inc_TypeOK(C, s, D, V)
+        if V is None:
+            return None     # (free and mixed: decided whole by shape_typed)
         if "free" in V:
             free, n = s["free"], C["CP"] * C["LocalPages"]       # PageIds = 0..n-1
             for p in D["PageIds"]:
