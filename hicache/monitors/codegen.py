@@ -148,12 +148,22 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             by_dom[en.domain].append(en)
     for block in blocks:
         dom = block[0].domain
+        rest = None
         if dom is None or len(block) == 1:
             prelude, (code,) = _hoist_fast([block[0].code], bound)
         else:
             prelude, codes = _hoist_fast([en.code for en in block], bound)
             code = " and ".join(f"(not {en.guard} or {c})" for en, c in zip(block, codes))
             prelude = _gate_reads(prelude, [en.guard for en in block], codes)
+            # a conjunct that builds a closure per element (a LET's `lambda`) keeps the loop
+            # from being compiled (fused_native) and costs a Python frame an element: where
+            # none of those conjuncts applies (a map that checks that invariant in its own
+            # form skips it), a second loop over the others alone runs instead, when they
+            # hold no closure nor comprehension (one that does stays Python either way)
+            held = [en.guard for en, c in zip(block, codes) if "lambda" in c]
+            others = [(en, c) for en, c in zip(block, codes) if en.guard not in held]
+            if held and others and not any(" for " in c for _, c in others):
+                rest = (held, " and ".join(f"(not {en.guard} or {c})" for en, c in others))
         bound += len(prelude)
         if dom is None:
             out.append(f"{indent}if ({block[0].cond}):\n")
@@ -172,17 +182,30 @@ def _fast_path(entries: list, indent: str) -> list[str]:
             out.append(f"{indent}    if {' or '.join(en.guard for en in block)}:\n")
             body = indent + "        "
         out += [f"{body}{line}\n" for line in prelude]
-        # one element at a time: what the predicate reads of the element more than once
-        # is read once, first (eagerly: where the exact form's short-circuit would have
-        # skipped a read that raises, the fast path fails and the exact form decides)
-        var = _pyname("e_", dom)
-        reads, code = _share_element_reads(code, var)
-        code = _inline_members(code, var)
-        out.append(f"{body}for {var} in it(D[{dom!r}]):\n")
-        out += [f"{body}    {name} = {expr}\n" for name, expr in reads]
-        out.append(f"{body}    if not ({code}):\n")
-        out.append(f"{body}        raise FastPathFailed()\n")
+        if rest is None:
+            out += _element_loop(dom, code, body)
+            continue
+        held, rest_code = rest
+        out.append(f"{body}if not ({' or '.join(held)}):\n")
+        out += _element_loop(dom, rest_code, body + "    ")
+        out.append(f"{body}else:\n")
+        out += _element_loop(dom, code, body + "    ")
     return out
+
+
+def _element_loop(dom: str, code: str, indent: str) -> list[str]:
+    """A fast path's loop over the elements D[dom] of predicate `code` (raising
+    FastPathFailed where it is not TRUE), one element at a time: what the predicate reads
+    of the element more than once is read once, first (eagerly: where the exact form's
+    short-circuit would have skipped a read that raises, the fast path fails and the exact
+    form decides)."""
+    var = _pyname("e_", dom)
+    reads, code = _share_element_reads(code, var)
+    code = _inline_members(code, var)
+    return [f"{indent}for {var} in it(D[{dom!r}]):\n",
+            *(f"{indent}    {name} = {expr}\n" for name, expr in reads),
+            f"{indent}    if not ({code}):\n",
+            f"{indent}        raise FastPathFailed()\n"]
 
 
 def _gate_reads(prelude: list[str], guards: list[str], codes: list[str]) -> list[str]:

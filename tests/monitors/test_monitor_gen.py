@@ -205,3 +205,37 @@ def test_fused_fast_path_inlines_only_call_free_one_parameter_definitions(tmp_pa
     assert mod.inc_all(C, bad, D) is False
     failure = mod.inc_Inv(C, bad, D)
     assert failure is not None and failure.property == "Inv" and failure.location.startswith("Inl.tla:")
+
+
+def test_fused_loop_runs_without_a_closure_conjunct_its_invariant_skipped(tmp_path):
+    # Let(n)'s LET builds a closure per element (a loop with it stays Python); where its
+    # invariant is skipped (a map checks it in its own form), inc_all walks a second loop
+    # over Plain's conjunct alone, which fused_native compiles; both loops decide as the
+    # exact forms do
+    (tmp_path / "Spl.tla").write_text(
+        "---- MODULE Spl ----\nEXTENDS Naturals\nCONSTANTS N\nVARIABLES f\n"
+        "Dom == 1..N\n"
+        "Init == f = [n \\in Dom |-> 0]\n"
+        "Next == \\E n \\in Dom : f' = [f EXCEPT ![n] = f[n] + 1]\n"
+        "Spec == Init /\\ [][Next]_<<f>>\n"
+        "Plain == \\A n \\in Dom : f[n] < 5\n"
+        "Let == \\A n \\in Dom : LET k == f[n] + 1 IN k # 3 /\\ k > 0\n====\n")
+    (tmp_path / "Spl.cfg").write_text("CONSTANT N = 3\nSPECIFICATION Spec\nINVARIANT Plain\nINVARIANT Let\n")
+    src, _ = generate(tmp_path / "Spl.tla", "Spl.tla")
+    fused = src[src.index("def inc_all("):src.index("def init_ok(")]
+    assert fused.count("for e_Dom in it(D['Dom'])") == 2 and fused.count("lambda") >= 1
+    mod = types.ModuleType("spl_gen")
+    mod.__file__ = str(tmp_path / "spl_gen.py")
+    (tmp_path / "spl_gen.py").write_text(src)
+    exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+    C = mod.constants({"N": 3})
+    D = {"Dom": frozenset({1, 2, 3})}
+    ok, plain_bad, let_bad = {"f": (0, 1, 0)}, {"f": (0, 7, 0)}, {"f": (0, 2, 0)}
+    both, no_let = frozenset(), frozenset({"Let"})
+    assert mod.inc_all(C, ok, D, None, both) is True and mod.inc_all(C, ok, D, None, no_let) is True
+    assert mod.inc_all(C, plain_bad, D, None, both) is False and mod.inc_all(C, plain_bad, D, None, no_let) is False
+    assert mod.inc_all(C, let_bad, D, None, both) is False and mod.inc_all(C, let_bad, D, None, no_let) is True
+    assert mod.inc_Let(C, let_bad, D) is not None and mod.inc_Plain(C, let_bad, D) is None
+    from hicache.monitors import fused_native
+    translated = fused_native.translate(mod.inc_all)
+    assert translated is not None and [lp.element for lp in translated[2]] == ["e_Dom"]

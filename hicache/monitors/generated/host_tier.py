@@ -1412,10 +1412,15 @@ def inc_all(C, s, D, V=None, skip=frozenset()):
             if _u0_6 or _u1_0:
                 _a22 = fast_ap(s['slot'])
                 _r23 = C['SlotStates']
-                for e_HSlots in it(D['HSlots']):
-                    _e0 = _a22(e_HSlots)
-                    if not ((not _u0_6 or (_e0 in _r23)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_e0 == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_e0 == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))):
-                        raise FastPathFailed()
+                if not (_u1_0):
+                    for e_HSlots in it(D['HSlots']):
+                        if not ((not _u0_6 or (_a22(e_HSlots) in _r23))):
+                            raise FastPathFailed()
+                else:
+                    for e_HSlots in it(D['HSlots']):
+                        _e0 = _a22(e_HSlots)
+                        if not ((not _u0_6 or (_e0 in _r23)) and (not _u1_0 or (lambda l_t_4: (lambda l_f_5: (((l_t_4() == 0) and (l_f_5() == 0)) if (_e0 == 'idle') else (((l_t_4() == 0) and (l_f_5() == 1)) if (_e0 == 'reserved') else ((l_t_4() == 1) and (l_f_5() == 0)))))(once(lambda: (_b_Cardinality(d_BackupRefs(C, s, None, e_HSlots)) + _b_Cardinality(d_FetchRefs(C, s, None, e_HSlots))))))(once(lambda: _b_Cardinality(d_TreeRefs(C, s, None, e_HSlots)))))):
+                            raise FastPathFailed()
         if D['Reqs']:
             _u0_10 = _k0 and (V is None or 'req' in V)
             _u0_11 = _k0 and (V is None or 'reqLen' in V)
