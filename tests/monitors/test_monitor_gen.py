@@ -176,21 +176,29 @@ def test_a_module_named_unlike_its_file_is_refused(tmp_path):
     assert str(ei.value).startswith(f"{tmp_path / 'QaErr3.tla'}:1:13: parse error: module Other is in file QaErr3.tla")
 
 
+def _generated(tmp_path, name: str, tla: str, cfg: str) -> tuple[str, str]:
+    """(the module generated from spec `name` with body `tla` and config `cfg`, its inc_all's
+    source)."""
+    (tmp_path / f"{name}.tla").write_text(f"---- MODULE {name} ----\n{tla}====\n")
+    (tmp_path / f"{name}.cfg").write_text(cfg)
+    src, _ = generate(tmp_path / f"{name}.tla", f"{name}.tla")
+    return src, src[src.index("def inc_all("):src.index("def init_ok(")]
+
+
 def test_fused_fast_path_inlines_only_call_free_one_parameter_definitions(tmp_path):
     # Small(n) is one comparison: inc_all evaluates it in place; Big(n) calls a builtin
     # (Cardinality) and stays a call; both decide as the exact forms do
-    (tmp_path / "Inl.tla").write_text(
-        "---- MODULE Inl ----\nEXTENDS Naturals, FiniteSets\nCONSTANTS N\nVARIABLES f, lim\n"
+    src, fused = _generated(
+        tmp_path, "Inl",
+        "EXTENDS Naturals, FiniteSets\nCONSTANTS N\nVARIABLES f, lim\n"
         "Dom == 1..N\n"
         "Small(n) == f[n] < lim\n"
         "Big(n) == Cardinality({f[n]}) = 1\n"
         "Init == f = [n \\in Dom |-> 0] /\\ lim = 1\n"
         "Next == \\E n \\in Dom : f' = [f EXCEPT ![n] = f[n] + 1] /\\ lim' = lim\n"
         "Spec == Init /\\ [][Next]_<<f, lim>>\n"
-        "Inv == \\A n \\in Dom : Small(n) /\\ Big(n)\n====\n")
-    (tmp_path / "Inl.cfg").write_text("CONSTANT N = 3\nSPECIFICATION Spec\nINVARIANT Inv\n")
-    src, _ = generate(tmp_path / "Inl.tla", "Inl.tla")
-    fused = src[src.index("def inc_all("):src.index("def init_ok(")]
+        "Inv == \\A n \\in Dom : Small(n) /\\ Big(n)\n",
+        "CONSTANT N = 3\nSPECIFICATION Spec\nINVARIANT Inv\n")
     assert "d_Small(" not in fused and "< _r" in fused          # inlined, its `lim` read hoisted
     assert "d_Big(C, s, None, e_Dom)" in fused                  # a call in its body: kept
     exact = src[src.index("def inc_Inv("):src.index("def inc_all(")]
@@ -212,17 +220,16 @@ def test_fused_loop_runs_without_a_closure_conjunct_its_invariant_skipped(tmp_pa
     # invariant is skipped (a map checks it in its own form), inc_all walks a second loop
     # over Plain's conjunct alone, which fused_native compiles; both loops decide as the
     # exact forms do
-    (tmp_path / "Spl.tla").write_text(
-        "---- MODULE Spl ----\nEXTENDS Naturals\nCONSTANTS N\nVARIABLES f\n"
+    src, fused = _generated(
+        tmp_path, "Spl",
+        "EXTENDS Naturals\nCONSTANTS N\nVARIABLES f\n"
         "Dom == 1..N\n"
         "Init == f = [n \\in Dom |-> 0]\n"
         "Next == \\E n \\in Dom : f' = [f EXCEPT ![n] = f[n] + 1]\n"
         "Spec == Init /\\ [][Next]_<<f>>\n"
         "Plain == \\A n \\in Dom : f[n] < 5\n"
-        "Let == \\A n \\in Dom : LET k == f[n] + 1 IN k # 3 /\\ k > 0\n====\n")
-    (tmp_path / "Spl.cfg").write_text("CONSTANT N = 3\nSPECIFICATION Spec\nINVARIANT Plain\nINVARIANT Let\n")
-    src, _ = generate(tmp_path / "Spl.tla", "Spl.tla")
-    fused = src[src.index("def inc_all("):src.index("def init_ok(")]
+        "Let == \\A n \\in Dom : LET k == f[n] + 1 IN k # 3 /\\ k > 0\n",
+        "CONSTANT N = 3\nSPECIFICATION Spec\nINVARIANT Plain\nINVARIANT Let\n")
     assert fused.count("for e_Dom in it(D['Dom'])") == 2 and fused.count("lambda") >= 1
     mod = types.ModuleType("spl_gen")
     mod.__file__ = str(tmp_path / "spl_gen.py")
