@@ -131,9 +131,10 @@ class _FastConjunct:
 
 def _fast_path(entries: list, indent: str) -> list[str]:
     """The body of a fast path over `entries`: one block per non-local conjunct, one loop per
-    domain over the local conjuncts of every entry in it; a block runs only when one of its
-    guards holds and binds only what it reads (`_hoist_fast`); anything not TRUE raises
-    FastPathFailed."""
+    domain over the local conjuncts of every entry in it (and a second over those without a
+    closure, run when every conjunct with one is skipped: see below); a block runs only when
+    one of its guards holds and binds only what it reads (`_hoist_fast`); anything not TRUE
+    raises FastPathFailed."""
     out: list[str] = []
     bound = 0
     by_dom: dict = {}
