@@ -389,6 +389,9 @@ def native_inc_all(gen: types.ModuleType):
     fn = getattr(gen, "inc_all", None)
     if fn is None or buildcache.disabled():
         return fn
+    got = _done.get(fn)      # (decided: no lock, first_failure asks at every from-scratch check)
+    if got is not None:
+        return got
     key = gen.__name__
     with _lock:
         if fn in _done:

@@ -534,9 +534,6 @@ class Monitor:
                                 for name, full in self.invariants.items()]
             self._checked_C = None       # the constants binding of the last checked step
             self._domains = incremental_domains(self.spec)
-            # the generated one-pass fast path of every incremental form the map does not
-            # replace; the forms it covers run only when it does not hold
-            self._inc_all = native_inc_all(self.spec)
             self._guard = getattr(rmap, "guard", None)
             # a map's check of an event's effect on the state after it (`effect`, for the
             # actions in `effect_actions`: HostTier's frames and own-node writes in tree form)
@@ -547,10 +544,11 @@ class Monitor:
             # (the fast path skips what the map replaces and what it does not check)
             self._fused_skip = frozenset(over) | frozenset(n for n in inc if n not in self.invariants)
             fused = frozenset(n for n in inc if n not in self._fused_skip)
-            if not fused:
-                # (every form it has is the map's own or unchecked: a call that decides
-                # nothing; the device-page map's at CP = 1, on each event that moves a page)
-                self._inc_all = None
+            # the generated one-pass fast path of every incremental form the map does not
+            # replace; the forms it covers run only when it does not hold. None where every
+            # form it has is the map's own or unchecked (a call that would decide nothing: the
+            # device-page map's at CP = 1, on each event that moves a page)
+            self._inc_all = native_inc_all(self.spec) if fused else None
             # what runs when the fused fast path holds: the checks it does not cover
             self._unfused_checks = [c for c in self._inc_checks if c[0] not in fused] \
                 if self._inc_all is not None else self._inc_checks

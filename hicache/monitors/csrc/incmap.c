@@ -80,6 +80,19 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
     return PySet_Add(slots, h);
 }
 
+/* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
+ * (var, key, old) and key added to dirty (when dirty is not NULL); 0, or -1 on an error. */
+static int write_if_changed(PyObject *d, PyObject *key, PyObject *old, PyObject *v, PyObject *var,
+                            PyObject *delta, PyObject *dirty) {
+    int same = same_value(old, v);
+    if (same)
+        return same < 0 ? -1 : 0;
+    if (record(delta, var, key, old) < 0 || PyDict_SetItem(d, key, v) < 0 ||
+        (dirty != NULL && PySet_Add(dirty, key) < 0))
+        return -1;
+    return 0;
+}
+
 /* the public form of CPython's positional-count check (its own is private API) */
 static int arity(const char *fn, Py_ssize_t n, Py_ssize_t want) {
     if (n == want)
@@ -108,9 +121,7 @@ static PyObject *fill(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         PyObject *p = PyList_GET_ITEM(pos, i);
         Py_INCREF(p);
         PyObject *old = dict_at(d, p);
-        int same = old == NULL ? -1 : same_value(old, v);
-        int rc = same < 0 ? -1 : same ? 0 :
-                 (record(delta, var, p, old) < 0 || PyDict_SetItem(d, p, v) < 0 || PySet_Add(dirty, p) < 0) ? -1 : 0;
+        int rc = old == NULL ? -1 : write_if_changed(d, p, old, v, var, delta, dirty);
         Py_XDECREF(old);
         Py_DECREF(p);
         if (rc < 0)
@@ -135,9 +146,7 @@ static PyObject *move(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         Py_INCREF(src);
         PyObject *old = dict_at(d, q);
         PyObject *v = old == NULL ? NULL : dict_at(d, src);
-        int same = v == NULL ? -1 : same_value(old, v);
-        int rc = same < 0 ? -1 : same ? 0 :
-                 (record(delta, var, q, old) < 0 || PyDict_SetItem(d, q, v) < 0) ? -1 : 0;
+        int rc = v == NULL ? -1 : write_if_changed(d, q, old, v, var, delta, NULL);
         Py_XDECREF(old);
         Py_XDECREF(v);
         Py_DECREF(q);
@@ -164,9 +173,7 @@ static PyObject *spare(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         if (q == NULL)
             return NULL;
         PyObject *old = dict_at(d, q);
-        int same = old == NULL ? -1 : same_value(old, v);
-        int rc = same < 0 ? -1 : same ? 0 :
-                 (record(delta, var, q, old) < 0 || PyDict_SetItem(d, q, v) < 0) ? -1 : 0;
+        int rc = old == NULL ? -1 : write_if_changed(d, q, old, v, var, delta, NULL);
         Py_XDECREF(old);
         Py_DECREF(q);
         if (rc < 0)
