@@ -687,3 +687,82 @@ def test_no_double_allocation_from_the_rows_agrees_with_the_generated_form(seed,
         broken.append(s)
         return True
     assert _on_each_scratch_state(seed, tmp_path, compare) > 20 and len(broken) >= 2
+
+
+def _quiet_run(seed: int, tmp_path, quiet: bool) -> tuple[Monitor, int]:
+    """A seeded workload under a strict device-page monitor, its quiet path on or off;
+    (the monitor, the steps the quiet path recorded)."""
+    wcfg = WorkloadConfig(requests=40)
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    rmap = IncrementalDevicePagesMap(cache)
+    mon = Monitor(rmap, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    assert mon._quiet is not None        # (no guard, effect, breach: the map's quiet() serves)
+    taken = [0]
+    if quiet:
+        def counted() -> bool:
+            q = rmap.quiet()
+            # (taken only after the first check of the whole state, as the monitor decides)
+            taken[0] += q and mon._checked_C is not None
+            return q
+        mon._quiet = counted
+    else:
+        mon._quiet = None
+    mon.detach = cache.bus.subscribe(mon)
+    run_workload(cache, reqs)
+    return mon, taken[0]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_quiet_step_is_recorded_as_its_sync_would_have_left_it(seed, tmp_path):
+    """The strict monitor records a step at which the map is quiet (nothing it maps was
+    written: a request's match or finish, a host copy) without syncing or checking: the
+    same history (steps, actions, deltas: empty) and counts as with every step synced, and
+    most request events take that path."""
+    fast, taken = _quiet_run(seed, tmp_path, quiet=True)
+    slow, _ = _quiet_run(seed, tmp_path, quiet=False)
+    assert [(h.seq, str(h.action), h.delta) for h in fast.history] == \
+        [(h.seq, str(h.action), h.delta) for h in slow.history]
+    assert (fast.steps, fast.checked) == (slow.steps, slow.checked) and fast.checked == fast.steps
+    requests = sum(str(h.action) in ("RequestMatch", "RequestFinish") for h in fast.history)
+    assert requests > 10 and taken >= requests // 2
+
+
+def test_a_device_page_written_at_a_step_that_moves_none_is_caught_at_it(tmp_path):
+    """A node's device pages written (an attribute write, journaled) while a request event
+    is handled, an event at which the map is otherwise quiet: the monitor syncs and finds
+    the page held twice at that very step, the RequestMatch."""
+    wcfg = WorkloadConfig(requests=30, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    policy, reqs = plan(2, wcfg)
+    cache = make_cache(wcfg, policy)
+    matches = [0]
+    hit: list = []
+
+    def fault(action, fields) -> None:
+        if str(action) != "RequestMatch":
+            return
+        matches[0] += 1
+        held = [x for x in cache.tree.nodes() if x.device]
+        if matches[0] >= 10 and len(held) >= 2 and not hit:
+            x, y = held[0], held[1]
+            pages = list(y.device)
+            pages[0] = x.device[0]          # the bug: a page another node holds
+            y.device = pages
+            hit.append(fields["seq"])
+    cache.bus.subscribe(fault)      # (before the monitor: the write lands inside the step)
+    rmap = IncrementalDevicePagesMap(cache)
+    mon = Monitor(rmap, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    quiet_steps = [0]
+
+    def counted() -> bool:
+        q = rmap.quiet()
+        quiet_steps[0] += q and mon._checked_C is not None
+        return q
+    mon._quiet = counted
+    mon.detach = cache.bus.subscribe(mon)
+    with pytest.raises(ProtocolViolation) as exc:
+        run_workload(cache, reqs)
+    e = exc.value
+    assert hit and quiet_steps[0] > 0
+    assert (e.action, e.property, e.failure.index) == ("RequestMatch", "NoDoubleAllocation", 1)
+    assert mon.history[-1].args["seq"] == hit[0]

@@ -180,11 +180,15 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         self.ops.clear()
 
     # ------------------------------------------------------------ the step
+    def quiet(self) -> bool:
+        """Whether nothing this state is a function of was written since the last sync (most
+        events: a request's match or finish, a host-side copy): no journaled node field, no
+        allocator call, no logged allocation pending; so a sync would change nothing."""
+        return not self.journal and not self.ops and not self.ops.overflowed and not self.cache.alloc_log \
+            and not self.pending and bool(self.s)
+
     def sync(self) -> tuple[list, dict]:
-        if not self.journal and not self.ops and not self.ops.overflowed and not self.cache.alloc_log \
-                and not self.pending and self.s:
-            # nothing this state is a function of was written since the last sync (most
-            # events: a request's match or finish, a host-side copy)
+        if self.quiet():
             self.delta = []
             return self.delta, _NOTHING
         changed: dict = {}
