@@ -15,7 +15,7 @@ from hicache.monitors.maps.host_tier import HostTierMap
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.host_tier_inc import REQ_VARS, IncrementalHostTierMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
-from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan, run_workload
+from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan, run_workload, serve_one
 from hicache.protocol.vocabulary import HostTier as A
 
 
@@ -430,3 +430,51 @@ def test_workloads_whose_fetches_join_raise_no_false_alarm(seed, tmp_path):
                         else None)
     run_workload(cache, reqs)
     assert joined and mon.checked == mon.steps > 20 and not mon.tripped
+
+
+def test_the_node_guards_name_the_page_that_breaks_them():
+    """The node guards' per-page conjuncts, each broken at one page of a node's positions
+    (the map's state written directly, as a runtime bug would leave it): DeviceEvict's
+    DevEvictable (a copy to host still reading a page), BackupStart's host[n] = NoSlot (a
+    page already holding a slot) and backupOp[n] = NoSlot (a copy in flight), and its
+    IdleSlots (the event's slot not idle), each naming the page; on the untouched state
+    the same guards hold."""
+    from hicache.monitors.maps.host_tier_guards import check
+    wcfg = WorkloadConfig(requests=12, storage=False, prefetch_rate=0.0, abort_rate=0.0)
+    _, reqs = plan(1, wcfg)
+    cache = make_cache(wcfg, "write_back")
+    for toks, what in reqs:
+        serve_one(cache, toks, what)
+        cache.drain()
+    m = IncrementalHostTierMap(cache)
+    f = m.funcs
+    # a node with a device copy, no host copy (write_back: none before its eviction),
+    # nothing in flight, more than one page
+    x = next(y for y, pos in m.npos.items() if len(pos) >= 2 and f["dev"][pos[-1]]
+             and not any(f["host"][q] or f["backupOp"][q] for q in pos) and not y.children)
+    pos = m.npos[x]
+    idle = [h for h, name in enumerate(m.slot_names) if name == "idle"][:len(pos)]
+    start = {"node": x.id, "slots": idle, "requested": True}
+    assert check(m, "BackupStart", start) is None
+    # (DevEvictable, conjunct 1, holds: a leaf no request locks; conjunct 2 fails, write_back
+    # never drops a node's only copy)
+    assert check(m, "DeviceEvict", {"node": x.id}).index == 2
+
+    def broken(action: str, fields: dict, var: str, value) -> object:
+        old = f[var][pos[1]]
+        f[var][pos[1]] = value
+        try:
+            return check(m, action, fields)
+        finally:
+            f[var][pos[1]] = old
+    got = broken("BackupStart", start, "host", 3)
+    assert (got.property, got.index) == ("BackupStart", 3) and f"position {pos[1]} already has host slot 3" in got.text
+    got = broken("BackupStart", start, "backupOp", 4)
+    assert (got.property, got.index) == ("BackupStart", 4) and f"page at position {pos[1]} is already" in got.text
+    got = broken("DeviceEvict", {"node": x.id}, "backupOp", 4)
+    assert (got.property, got.index) == ("DeviceEvict", 1) and f"position {pos[1]} (backupOp" in got.text
+    busy = [h for h, name in enumerate(m.slot_names) if name != "idle"]     # (other nodes' host copies)
+    got = check(m, "BackupStart", {**start, "slots": [*idle[:-1], busy[0]]})
+    assert (got.property, got.index) == ("BackupStart", 7) and f"slot {busy[0] + 1} (runtime slot {busy[0]})" in got.text
+    got = check(m, "BackupStart", {**start, "slots": [*idle[:-1], len(m.slot_names)]})
+    assert (got.property, got.index) == ("BackupStart", 7) and "not a host slot" in got.text
