@@ -695,22 +695,28 @@ def _quiet_run(seed: int, tmp_path, quiet: bool) -> tuple[Monitor, int]:
     wcfg = WorkloadConfig(requests=40)
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy)
-    rmap = IncrementalDevicePagesMap(cache)
-    mon = Monitor(rmap, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
-    assert mon._quiet is not None        # (no guard, effect, breach: the map's quiet() serves)
-    taken = [0]
-    if quiet:
-        def counted() -> bool:
-            q = rmap.quiet()
-            # (taken only after the first check of the whole state, as the monitor decides)
-            taken[0] += q and mon._checked_C is not None
-            return q
-        mon._quiet = counted
-    else:
+    mon, taken = _quiet_monitor(cache, tmp_path)
+    if not quiet:
         mon._quiet = None
     mon.detach = cache.bus.subscribe(mon)
     run_workload(cache, reqs)
     return mon, taken[0]
+
+
+def _quiet_monitor(cache, tmp_path) -> tuple[Monitor, list]:
+    """A strict device-page monitor whose quiet path counts the steps it took: (the
+    monitor, [that count]). The monitor asks the map only once a first check has run."""
+    rmap = IncrementalDevicePagesMap(cache)
+    mon = Monitor(rmap, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    assert mon._quiet is not None        # (no guard, effect, breach: the map's quiet() serves)
+    taken = [0]
+
+    def counted() -> bool:
+        q = rmap.quiet()
+        taken[0] += q
+        return q
+    mon._quiet = counted
+    return mon, taken
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -750,15 +756,7 @@ def test_a_device_page_written_at_a_step_that_moves_none_is_caught_at_it(tmp_pat
             y.device = pages
             hit.append(fields["seq"])
     cache.bus.subscribe(fault)      # (before the monitor: the write lands inside the step)
-    rmap = IncrementalDevicePagesMap(cache)
-    mon = Monitor(rmap, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
-    quiet_steps = [0]
-
-    def counted() -> bool:
-        q = rmap.quiet()
-        quiet_steps[0] += q and mon._checked_C is not None
-        return q
-    mon._quiet = counted
+    mon, quiet_steps = _quiet_monitor(cache, tmp_path)
     mon.detach = cache.bus.subscribe(mon)
     with pytest.raises(ProtocolViolation) as exc:
         run_workload(cache, reqs)
