@@ -18,7 +18,6 @@ Request lifecycle (what the scheduler calls):
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import numbers
 import os
 import sys
@@ -139,7 +138,6 @@ class HiCache:
         self.cfg = cfg
         self.bus = bus or EventBus()
         self.metrics = Metrics()
-        self._alloc_of: dict[int, int] = {}     # page -> its logged allocation (alloc_log)
         # the namespace names the bytes a page holds (with a packed draft pool, the host
         # page carries the draft's layers too): engines that differ there share no key
         page_cfg = deps.cfg.host_config() if deps is not None and not cfg.metadata_only else cfg
@@ -343,28 +341,34 @@ class HiCache:
         A page handed out again was freed since: it belongs to this allocation, not to the
         older one (which forgets it), so every page is in at most one entry and the log
         stays within the device's pages, whatever callers free themselves."""
-        if not self._alloc_of.keys().isdisjoint(pages):    # (C-level: the common case costs no loop)
+        log = self.alloc_log
+        if log:
             self._unlog(pages)
         self._alloc_ids += 1
-        self.alloc_log[self._alloc_ids] = (base, start, list(pages))
-        self._alloc_of.update(dict.fromkeys(pages, self._alloc_ids))
+        log[self._alloc_ids] = (base, start, list(pages))
 
     def _unlog(self, pages) -> None:
         """The pages of a logged allocation are the tree's now (an insert, a load-back) or
         free again: the log forgets them (so it holds what callers still hold, and a page an
         insert then loses is in no chain: a leak, not a pending page)."""
-        log, of = self.alloc_log, self._alloc_of
-        if log is None or not pages:
+        log = self.alloc_log
+        if not log or not pages:
             return
-        # (C-level pops; an allocation's pages not forgotten here still map to it)
-        aids = set(map(of.pop, pages, itertools.repeat(None)))
-        aids.discard(None)
-        for aid in aids:                  # (each entry rebuilt once: linear in its pages)
-            entry = log.get(aid)
-            if entry is not None:
-                left = [q for q in entry[2] if of.get(q) == aid]
+        # the common case, an insert of what its request allocated last, whole: one list
+        # comparison (no page is in two entries, so no other entry holds one of them)
+        aid = next(reversed(log))
+        entry = log[aid]
+        if entry[2] == pages:
+            del log[aid]
+            return
+        # (the log holds what callers hold between an alloc and its insert: an entry or two;
+        # each entry rebuilt once, linear in its pages)
+        gone = set(pages)
+        for aid, (base, start, held) in list(log.items()):
+            if not gone.isdisjoint(held):
+                left = [q for q in held if q not in gone]
                 if left:
-                    log[aid] = (entry[0], entry[1], left)
+                    log[aid] = (base, start, left)
                 else:
                     del log[aid]
 

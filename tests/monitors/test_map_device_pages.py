@@ -561,6 +561,30 @@ def test_the_allocation_log_holds_what_callers_hold(tmp_path):
     assert max(sizes) <= 1 and cache.metrics.requests == 200
 
 
+def test_the_allocation_log_forgets_pages_entry_by_entry():
+    """Two allocations held at once: the log forgets the pages it is told of in whichever
+    entries hold them (part of the older one; the rest of it and part of the newer one in
+    one call), drops an entry left with none, and a page freed and handed out again moves
+    to the new allocation. (`_unlog` is what insert, load-back and evict_device call.)"""
+    cache = make_cache(WorkloadConfig(requests=5), "write_through")
+    DevicePagesMap(cache)
+    a, b = cache.alloc(3), cache.alloc(2)
+    first, second = list(cache.alloc_log)
+    assert cache.alloc_log == {first: (0, 0, a), second: (0, 0, b)}
+    cache._unlog(a[:1])
+    assert cache.alloc_log == {first: (0, 0, a[1:]), second: (0, 0, b)}
+    cache._unlog(b[1:] + a[1:])
+    assert cache.alloc_log == {second: (0, 0, b[:1])}
+    cache.dev_alloc.release(b[:1])
+    c = cache.alloc(1)
+    assert c == b[:1]                     # (the free list hands the last freed page out first)
+    (third,) = cache.alloc_log
+    assert third > second and cache.alloc_log[third] == (0, 0, c)
+    cache._unlog(c)
+    assert cache.alloc_log == {}
+    cache.close()
+
+
 def test_numpy_integer_pages_are_stored_as_ints(tmp_path):
     """insert takes numpy integers as pages; the tree (and so the allocator's free list
     after an eviction) holds ints: a free set of np.int64 failed TypeOK's free \\subseteq
