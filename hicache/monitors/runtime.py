@@ -418,7 +418,7 @@ class Monitor:
         self.spec = rmap.spec
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        self.history: collections.deque[Step] = collections.deque(maxlen=cfg.history)
+        self._history: collections.deque[Step] = collections.deque(maxlen=cfg.history)
         self.steps = 0               # events seen
         self.checked = 0             # steps whose action was checked
         self.cache_checks = 0        # cache checks run
@@ -567,6 +567,22 @@ class Monitor:
         self._scratch_fast = fused_over_all(self.spec, self.invariants, getattr(rmap, "invariant_overrides", {}))
 
     # ------------------------------------------------------------ helpers
+    @property
+    def history(self) -> collections.deque:
+        """The recent steps. Gap-counted sample mode records an unsampled event as the tuple
+        (seq, action, args), the cheapest record of the event every canary pays for, and it
+        becomes its Step here, when something reads the history (a violation, a trace)."""
+        h = self._history
+        if self._gap >= 0:
+            for i in range(len(h)):
+                if h[i].__class__ is tuple:
+                    h[i] = Step(*h[i], None)
+        return h
+
+    @history.setter
+    def history(self, steps: collections.deque) -> None:
+        self._history = steps
+
     def _recorded(self, fields: dict) -> dict:
         """An event's arguments as the history keeps them (a copy: the bus hands one dict to
         every listener), with the spec's binding where the map renames (`spec_args`: the
@@ -667,7 +683,7 @@ class Monitor:
                     # (what _strict_step does on a quiet map, whose sync would return an
                     # empty delta: a step recorded with it, the constants binding the same, so
                     # _check_delta not run; only after a first check of the whole state)
-                    self.history.append(Step(self.steps, name, fields, None, []))
+                    self._history.append(Step(self.steps, name, fields, None, []))
                     self.checked += 1
                     return
                 self._strict_step(name, fields)
@@ -687,7 +703,8 @@ class Monitor:
                         self._weighted_step(str(action), fields, steps, p)
                         return
                     self._gap -= 1
-                    self.history.append(Step(self.steps, action, fields, None))
+                    # (recorded as (seq, action, args): a Step when the history is read)
+                    self._history.append((self.steps, action, fields))
                     return
                 # an event after which no sample could see what it ends (a retire drops its
                 # transfer's record): checked now, outside the draw (the gap is not spent)
@@ -749,17 +766,17 @@ class Monitor:
         if not self.needs_prestate:
             # invariant-only map: a sampled step needs no pre-state, so unsampled steps map nothing
             if not check:
-                self.history.append(Step(self.steps, name, dict(fields), None))
+                self._history.append(Step(self.steps, name, dict(fields), None))
                 return
             self._map_and_check(name, fields, steps)
             return
         if not check and not self._check_next:
-            self.history.append(Step(self.steps, name, dict(fields), None))
+            self._history.append(Step(self.steps, name, dict(fields), None))
             self.prev = None
             return
         t = self.rmap.state()
         self._mapped = True
-        self.history.append(Step(self.steps, name, self._recorded(fields), t))
+        self._history.append(Step(self.steps, name, self._recorded(fields), t))
         if check:
             self.checked += 1
             self._check_step(name, fields, steps, self.prev, t)
@@ -778,7 +795,7 @@ class Monitor:
         if name not in self._always and not self._afford():
             self.sampled = False
             self.cause = cause       # (the cheap runtime checks below still run at it)
-            self.history.append(Step(self.steps, name, fields, None))
+            self._history.append(Step(self.steps, name, fields, None))
             for hook in self.watch_hooks:
                 hook(name, fields)
             return
@@ -802,7 +819,7 @@ class Monitor:
             self._drawn_sample(name, fields, steps, CheckCause.WEIGHTED_DRAW)
             return
         self.sampled = False
-        self.history.append(Step(self.steps, name, fields, None))
+        self._history.append(Step(self.steps, name, fields, None))
 
     def _checked_sample(self, name: str, fields: dict, steps, cause: CheckCause) -> None:
         """A checked event of gap-counted sample mode (checked for `cause`), and the step
@@ -833,7 +850,7 @@ class Monitor:
         self.checked += 1
         self.cause = self.sampled_by.cause if self.sampled_by is not None else CheckCause.DRAW
         t = self.rmap.state()
-        self.history.append(Step(step, name, self._recorded(fields), t))
+        self._history.append(Step(step, name, self._recorded(fields), t))
         prev, self.prev = self.prev, t
         C = self.constants()
         f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
@@ -845,7 +862,7 @@ class Monitor:
         recorded and checked; prev (the last mapped state: the pre-state in strict mode) is
         for the diff only."""
         t = self.rmap.state()
-        self.history.append(Step(self.steps, name, self._recorded(fields), t))
+        self._history.append(Step(self.steps, name, self._recorded(fields), t))
         self.checked += 1
         prev, self.prev = self.prev, t
         self._check_step(name, fields, steps, prev, t)
@@ -865,7 +882,7 @@ class Monitor:
             # an unchecked step only records the event: the map journals what changed and
             # brings its state up to date at the next checked step, whose delta and dirty
             # elements then cover every change since the last one
-            self.history.append(Step(self.steps, name, dict(fields), None, None))
+            self._history.append(Step(self.steps, name, dict(fields), None, None))
             self._presynced = False
             return
         self.cause = self._drawn_cause
@@ -880,7 +897,7 @@ class Monitor:
         delta, acc = self.rmap.sync()
         # (the bus hands each listener the one dict it built for this event, and no listener
         # writes it: kept as it is, as the unchecked steps of sample mode are)
-        self.history.append(Step(self.steps, name, fields, None, delta))
+        self._history.append(Step(self.steps, name, fields, None, delta))
         self.checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
@@ -901,7 +918,7 @@ class Monitor:
         guard = self._guard
         broke = guard(name, fields) if guard is not None else None
         delta, acc = rmap.sync()
-        self.history.append(Step(self.steps, name, fields, None, delta))
+        self._history.append(Step(self.steps, name, fields, None, delta))
         self.checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
@@ -938,7 +955,7 @@ class Monitor:
         map read nothing of the runtime for it)."""
         action, fields, failure = self.rmap.breach
         self.rmap.breach = None
-        self.history.append(Step(self.steps, action, fields, None, []))
+        self._history.append(Step(self.steps, action, fields, None, []))
         self.fail("action", action, fields, failure, None, None)
 
     def _check_delta(self, name: str, fields: dict, C: dict, delta: list, acc: dict) -> None:
@@ -1028,7 +1045,7 @@ class Monitor:
         else:
             t = self.rmap.state()
             C = self.constants()
-            self.history.append(Step(at, CACHE_CHECK, {}, t))
+            self._history.append(Step(at, CACHE_CHECK, {}, t))
             history, prev = None, self.prev
         f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
         if f is not None:
@@ -1052,7 +1069,7 @@ class Monitor:
                 stop()
         if self.incremental and t is None:
             self._rebuild_states()
-            mapped = [h.state for h in self.history if h.state is not None]
+            mapped = [h.state for h in self._history if h.state is not None]
             t = mapped[-1] if mapped else None
             s = mapped[-2] if len(mapped) > 1 else None
         steps = list(self.history) if history is None else history
@@ -1070,14 +1087,14 @@ class Monitor:
     def _sync_pending(self) -> None:
         """Bring an incremental map up to date outside a checked step (sample mode): the
         changes go to the last event's delta, so the rebuilt history stays exact."""
-        if self.history and self.history[-1].delta is None:
-            self.history[-1].delta, _ = self.rmap.sync()
+        if self._history and self._history[-1].delta is None:
+            self._history[-1].delta, _ = self.rmap.sync()
         self._presynced = True
 
     def _rebuild_states(self) -> None:
         """Fill each history step's mapped state from the current state and the deltas."""
         t = self.rmap.state()
-        for h in reversed(self.history):
+        for h in reversed(self._history):
             if h.delta is None:          # not synced (sample mode): its changes are in the next delta
                 continue
             h.state = t

@@ -165,6 +165,32 @@ def test_sample_mode_draws_gaps_at_the_rate_and_hooks_only_sampled_events(tmp_pa
     assert checked == hooked[-len(checked):]      # the mapped steps are the hooked ones
 
 
+def test_sample_mode_history_reads_every_unsampled_event_as_its_step(tmp_path):
+    """Gap-counted sample mode records an unsampled event in its cheapest form and makes it a
+    Step when the history is read: what is read is each recorded event, in order, as a Step
+    numbered by the monitor's count, with the event's own arguments and no mapped state; the
+    checked steps keep theirs. Read twice, the history is the same."""
+    from hicache.runtime.events import Recorder
+    policy, reqs = plan(2, W)
+    cache = make_cache(W, policy)
+    mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=0.1, seed=2, sample_budget=None,
+                                                   violation_dir=str(tmp_path)))
+    seen = Recorder()
+    cache.bus.subscribe(mon)
+    cache.bus.subscribe(seen)
+    run_workload(cache, reqs)
+    events = [e for e in seen.events if e.action != A.LoadBackLayer]    # (the map binds it to no step)
+    assert mon.steps == len(events) > mon.history.maxlen > 0
+    steps = [h for h in mon.history if h.action != "cache_check"]
+    assert steps and all(type(h).__name__ == "Step" for h in mon.history)
+    tail = events[-len(steps):]
+    assert [h.seq for h in steps] == list(range(mon.steps - len(steps) + 1, mon.steps + 1))
+    assert [(str(h.action), h.args["seq"]) for h in steps] == [(str(e.action), e.seq) for e in tail]
+    mapped = [h for h in steps if h.state is not None]
+    assert 0 < len(mapped) < len(steps)        # (sampled steps mapped, the others recorded only)
+    assert [(h.seq, h.state is None) for h in mon.history] == [(h.seq, h.state is None) for h in mon.history]
+
+
 def test_a_drawn_eviction_is_a_drawn_sample_the_budget_may_let_go(tmp_path):
     """An eviction drawn at its weight (0.2 x 5: every one) is a sample like any other: a
     budget spent at once (a nanosecond a second, no window) checks the first drawn sample

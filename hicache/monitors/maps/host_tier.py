@@ -31,9 +31,10 @@ from types import MappingProxyType
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step
+from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.runtime.allocator import HostSlotState
 from hicache.runtime.cache import host_write_in_flight
-from hicache.tla.values import Fcn, mk_fcn
+from hicache.tla.values import KK_INT, Fcn, mk_fcn
 
 _SLOT_NAME = {
     HostSlotState.IDLE: "idle", HostSlotState.RESERVED: "reserved", HostSlotState.PROTECTED: "protected",
@@ -59,6 +60,8 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
 #: LoadBackFinish came and went): no request, and not NoReq either (the node says a load is
 #: pending), so TypeOK refuses it: `node.loading` was never cleared
 ENDED_REQ = -1
+#: each runtime action's compound step (compound_step's shared value), for `bind`
+_STEPS = {str(a): compound_step(a) for a in HostTierAction}
 
 
 def lock_len(node, in_tree, n: int) -> int:
@@ -147,7 +150,9 @@ class HostTierMap:
                 self.sync_backup[node] = list(fields.get("slots") or ())
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
-        return compound_step(action)      # invariants only (see module docstring)
+        # invariants only (see module docstring); the actions' steps looked up here, not
+        # through compound_step's call (this runs at every event of sample mode)
+        return _STEPS.get(action) or compound_step(action)
 
     def trigger(self, action: str, fields: dict) -> bool:
         """Whether an eviction (`trigger_events`) took a node that something still holds, by
@@ -431,5 +436,6 @@ def _in_tree(tree, node) -> bool:
 
 
 def _fn0(values: list):
-    """A function over 0..len-1 (not a sequence: its domain starts at 0)."""
-    return Fcn(dict(enumerate(values))) if values else mk_fcn({})
+    """A function over 0..len-1 (not a sequence: its domain starts at 0), its key kinds
+    given (integers only: what a domain test would otherwise find by looking at each key)."""
+    return Fcn(dict(enumerate(values)), KK_INT) if values else mk_fcn({})
