@@ -1,6 +1,7 @@
 """Monitor runtime: HostTier refinement map on the real cache, violations, ITF, modes."""
 from __future__ import annotations
 
+import collections
 import json
 import random
 
@@ -163,6 +164,74 @@ def test_sample_mode_draws_gaps_at_the_rate_and_hooks_only_sampled_events(tmp_pa
     assert len(hooked) == mon.checked
     checked = [h.args["seq"] for h in mon.history if h.state is not None]
     assert checked == hooked[-len(checked):]      # the mapped steps are the hooked ones
+
+
+def _bookkeeping(m: HostTierMap) -> tuple:
+    return m.phase, m.loads, m.ending, m.req_node, m.sync_backup
+
+
+def _bind_both(events) -> collections.Counter:
+    """Bind `events` ((action, fields) pairs) on a HostTierMap with its request binders and
+    on one binding every event by the general rule; their bookkeeping equal after each.
+    Returns how often the binders' rarer cases came up: a request event of a request that
+    ended with a load to finish ("ending"), an insert for no live request ("not live"), an
+    end with a load to finish ("end loading")."""
+    fast, general = HostTierMap(None), HostTierMap(None)
+    general._binders = {}
+    seen = collections.Counter()
+    for action, fields in events:
+        rid = fields.get("rid")
+        if action in HostTierMap._binders and rid is not None:
+            seen["ending"] += rid in general.ending
+            seen["not live"] += action == "DeviceInsert" and rid not in general.phase
+            seen["end loading"] += action in ("RequestFinish", "RequestAbort") and bool(general.loads.get(rid))
+        assert fast.bind(action, fields) == general.bind(action, fields)
+        assert _bookkeeping(fast) == _bookkeeping(general), (action, fields)
+    return seen
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_request_binders_bind_recorded_runs_as_the_general_rule(seed):
+    """HostTierMap binds a request's own events (match, insert, finish, abort) by short
+    binders; on recorded runs (with the abort-leak and evict-during-load faults too, where
+    requests end with loads still to finish) each leaves the map's request bookkeeping as
+    the general rule (`_bind_any`) does, after every event."""
+    from hicache.monitors.workload import own_cache
+    from hicache.runtime.events import Recorder
+    wcfg = WorkloadConfig(requests=60)
+    seen = collections.Counter()
+    for cls in (None, AbortKeepsSlots, EvictDuringLoad):
+        policy, reqs = plan(seed, wcfg)
+        cache = own_cache(wcfg, policy, cls=cls)
+        recorded = Recorder()
+        cache.bus.subscribe(recorded)
+        try:
+            run_workload(cache, reqs)
+        except Exception:          # (a fault's own error: the events up to it are the run)
+            _close_quietly(cache)
+        seen += _bind_both([(e.action, e.args) for e in recorded.events])
+    assert seen["end loading"] > 0
+
+
+def test_the_request_binders_bind_random_streams_as_the_general_rule():
+    """... and on random streams of every HostTier action over three request ids and three
+    nodes (a request matched again while it ends with a load to finish, an insert for a
+    request never matched, an event with no request id: what runs rarely reach)."""
+    rng = random.Random(11)
+    actions = [str(a) for a in A]
+    seen = collections.Counter()
+    for _ in range(600):
+        events = []
+        for _ in range(rng.randrange(1, 40)):
+            fields = {"node": rng.choice([None, 1, 2, 3])}
+            if rng.random() < 0.85:
+                fields["rid"] = rng.randrange(3)
+            if rng.random() < 0.5:
+                fields["blocking"] = rng.random() < 0.5
+                fields["slots"] = [rng.randrange(8)]
+            events.append((rng.choice(actions), fields))
+        seen += _bind_both(events)
+    assert min(seen["ending"], seen["not live"], seen["end loading"]) >= 10, seen
 
 
 def test_sample_mode_history_reads_every_unsampled_event_as_its_step(tmp_path):

@@ -132,6 +132,19 @@ class HostTierMap:
     def bind(self, action: str, fields: dict):
         if action == "LoadBackLayer":
             return None      # emitted on the transfer thread; maps to no variable here
+        # (a request's own events, most of a run's, by their own short binders; the others
+        # by the general rule they are each a case of: this runs at every event)
+        binder = self._binders.get(action)
+        if binder is None:
+            self._bind_any(action, fields)
+        else:
+            binder(self, fields)
+        # invariants only (see module docstring); the actions' steps looked up here, not
+        # through compound_step's call
+        return _STEPS.get(action) or compound_step(action)
+
+    def _bind_any(self, action: str, fields: dict) -> None:
+        """What any event moves: its request's phase and lock (`rid`), a blocking copy's slots."""
         rid = fields.get("rid")
         if rid is not None:
             if action in _PHASE:
@@ -150,9 +163,54 @@ class HostTierMap:
                 self.sync_backup[node] = list(fields.get("slots") or ())
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
-        # invariants only (see module docstring); the actions' steps looked up here, not
-        # through compound_step's call (this runs at every event of sample mode)
-        return _STEPS.get(action) or compound_step(action)
+
+    def _bind_match(self, fields: dict) -> None:
+        """RequestMatch, as `_bind_any` binds it: the request starts, "matched", its lock on
+        the node it matched; one that ended with a load to finish stays as it is, unlocked."""
+        rid = fields.get("rid")
+        if rid is None:
+            return
+        if rid in self.ending:
+            self.req_node.pop(rid, None)
+            return
+        self.phase[rid] = "matched"
+        node = fields.get("node")
+        if node is not None:
+            self.req_node[rid] = node
+
+    def _bind_insert(self, fields: dict) -> None:
+        """DeviceInsert, as `_bind_any` binds it: a live request runs, its lock moved to the
+        inserted node; any other is unlocked."""
+        rid = fields.get("rid")
+        if rid is None:
+            return
+        if rid in self.ending or rid not in self.phase:
+            self.req_node.pop(rid, None)
+            return
+        self.phase[rid] = "running"
+        node = fields.get("node")
+        if node is not None:
+            self.req_node[rid] = node
+
+    def _bind_end(self, fields: dict) -> None:
+        """RequestFinish and RequestAbort, as `_bind_any` binds them: the request leaves, or
+        stays "loading" while a load of its is still to finish; unlocked either way."""
+        rid = fields.get("rid")
+        if rid is None:
+            return
+        phase = self.phase
+        if self.loads.get(rid) and rid in phase:
+            self.ending.add(rid)
+            phase[rid] = "loading"
+        else:
+            phase.pop(rid, None)
+        self.req_node.pop(rid, None)
+
+    #: the request events' own binders (each a case of `_bind_any`; tests bind recorded runs
+    #: and random streams both ways); every other event is bound by `_bind_any`. A plain dict,
+    #: read only (a mappingproxy's lookup cost more than the binders save)
+    _binders = {"RequestMatch": _bind_match, "DeviceInsert": _bind_insert,
+                "RequestFinish": _bind_end, "RequestAbort": _bind_end}
 
     def trigger(self, action: str, fields: dict) -> bool:
         """Whether an eviction (`trigger_events`) took a node that something still holds, by
