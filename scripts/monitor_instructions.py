@@ -22,7 +22,8 @@ instructions, measured in the same run on calls of a function that does nothing:
 --within). `--whole` counts the scheduler thread over whole replays instead (any mode, off
 included): two modes' counts make a ratio that repeats to ~2 %, like the benchmark's
 scheduler-thread CPU ratio (the transfer threads' copies are not in it, so it reads higher
-than the wall-clock one). Needs valgrind with its `valgrind/callgrind.h` header and a C
+than the wall-clock one; OpenMP's idle threads are made passive, `OMP_WAIT_POLICY=PASSIVE`,
+unless the environment sets it). Needs valgrind with its `valgrind/callgrind.h` header and a C
 compiler (a four-line library turns collection on and off around the monitors' code and
 dumps the calibrations apart: callgrind client requests, no-ops outside valgrind). Each run
 takes ~2.5 min here: valgrind runs the whole process, imports included, and instruments
@@ -340,8 +341,11 @@ def main() -> None:
                *([f"--rate={args.rate}"] if args.rate is not None else []),
                *(["--no-budget"] if args.no_budget else [])]
         try:
+            # (OpenMP's idle threads passive unless the caller says otherwise: spinning, they
+            # moved a --whole count by up to 25 % with the machine's load; passive, two off
+            # runs agreed to 0.01 %)
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                                  env={**os.environ, "TRITON_INTERPRET": "1"})
+                                  env={"OMP_WAIT_POLICY": "PASSIVE", **os.environ, "TRITON_INTERPRET": "1"})
         except subprocess.TimeoutExpired:
             sys.exit(f"monitor_instructions: the run under valgrind took more than {args.timeout:.0f} s (--timeout)")
         if proc.returncode != 0 or not report.exists():
