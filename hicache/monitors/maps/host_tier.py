@@ -138,7 +138,7 @@ class HostTierMap:
         if binder is None:
             self._bind_any(action, fields)
         else:
-            binder(self, fields)
+            binder(self, action, fields)
         # invariants only (see module docstring); the actions' steps looked up here, not
         # through compound_step's call
         return _STEPS.get(action) or compound_step(action)
@@ -164,35 +164,23 @@ class HostTierMap:
         elif action == "BackupFinish":
             self.sync_backup.pop(fields.get("node"), None)
 
-    def _bind_match(self, fields: dict) -> None:
-        """RequestMatch, as `_bind_any` binds it: the request starts, "matched", its lock on
-        the node it matched; one that ended with a load to finish stays as it is, unlocked."""
+    def _bind_lock(self, action: str, fields: dict) -> None:
+        """RequestMatch and DeviceInsert, as `_bind_any` binds them: a match starts its
+        request, an insert moves a live one on ("matched", "running": `_PHASE`), its lock on
+        the node the event names; a request that ended with a load to finish, or an insert's
+        that is not live, is left as it is, unlocked."""
         rid = fields.get("rid")
         if rid is None:
             return
-        if rid in self.ending:
+        if rid in self.ending or (action != "RequestMatch" and rid not in self.phase):
             self.req_node.pop(rid, None)
             return
-        self.phase[rid] = "matched"
+        self.phase[rid] = _PHASE[action]
         node = fields.get("node")
         if node is not None:
             self.req_node[rid] = node
 
-    def _bind_insert(self, fields: dict) -> None:
-        """DeviceInsert, as `_bind_any` binds it: a live request runs, its lock moved to the
-        inserted node; any other is unlocked."""
-        rid = fields.get("rid")
-        if rid is None:
-            return
-        if rid in self.ending or rid not in self.phase:
-            self.req_node.pop(rid, None)
-            return
-        self.phase[rid] = "running"
-        node = fields.get("node")
-        if node is not None:
-            self.req_node[rid] = node
-
-    def _bind_end(self, fields: dict) -> None:
+    def _bind_end(self, action: str, fields: dict) -> None:
         """RequestFinish and RequestAbort, as `_bind_any` binds them: the request leaves, or
         stays "loading" while a load of its is still to finish; unlocked either way."""
         rid = fields.get("rid")
@@ -209,7 +197,7 @@ class HostTierMap:
     #: the request events' own binders (each a case of `_bind_any`; tests bind recorded runs
     #: and random streams both ways); every other event is bound by `_bind_any`. A plain dict,
     #: read only (a mappingproxy's lookup cost more than the binders save)
-    _binders = {"RequestMatch": _bind_match, "DeviceInsert": _bind_insert,
+    _binders = {"RequestMatch": _bind_lock, "DeviceInsert": _bind_lock,
                 "RequestFinish": _bind_end, "RequestAbort": _bind_end}
 
     def trigger(self, action: str, fields: dict) -> bool:
