@@ -418,7 +418,8 @@ class Monitor:
         self.spec = rmap.spec
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        self._history: collections.deque[Step] = collections.deque(maxlen=cfg.history)
+        # (Steps; gap-counted sample mode's unsampled events as tuples until read: `history`)
+        self._history: collections.deque = collections.deque(maxlen=cfg.history)
         self.steps = 0               # events seen
         self.checked = 0             # steps whose action was checked
         self.cache_checks = 0        # cache checks run
