@@ -10,7 +10,7 @@ import pytest
 from hicache.monitors.faults import AbortKeepsSlots, EvictDuringLoad
 from hicache.monitors.generated import host_tier
 from hicache.monitors.maps.host_tier import HostTierMap, slot_in_one_owner_linear, write_through_prefix_tree
-from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, VerifyConfig
+from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, Step, VerifyConfig
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
 from hicache.protocol.vocabulary import HostTier as A
 from hicache.monitors.zoo import _close_quietly
@@ -197,6 +197,7 @@ def test_the_request_binders_bind_recorded_runs_as_the_general_rule(seed):
     requests end with loads still to finish) each leaves the map's request bookkeeping as
     the general rule (`_bind_any`) does, after every event."""
     from hicache.monitors.workload import own_cache
+    from hicache.runtime.allocator import SlotStateError
     from hicache.runtime.events import Recorder
     wcfg = WorkloadConfig(requests=60)
     seen = collections.Counter()
@@ -207,7 +208,7 @@ def test_the_request_binders_bind_recorded_runs_as_the_general_rule(seed):
         cache.bus.subscribe(recorded)
         try:
             run_workload(cache, reqs)
-        except Exception:          # (a fault's own error: the events up to it are the run)
+        except SlotStateError:     # (a fault's own error: the events up to it are the run)
             _close_quietly(cache)
         seen += _bind_both([(e.action, e.args) for e in recorded.events])
     assert seen["end loading"] > 0
@@ -251,7 +252,7 @@ def test_sample_mode_history_reads_every_unsampled_event_as_its_step(tmp_path):
     events = [e for e in seen.events if e.action != A.LoadBackLayer]    # (the map binds it to no step)
     assert mon.steps == len(events) > mon.history.maxlen > 0
     steps = [h for h in mon.history if h.action != "cache_check"]
-    assert steps and all(type(h).__name__ == "Step" for h in mon.history)
+    assert steps and all(isinstance(h, Step) for h in mon.history)
     tail = events[-len(steps):]
     assert [h.seq for h in steps] == list(range(mon.steps - len(steps) + 1, mon.steps + 1))
     assert [(str(h.action), h.args["seq"]) for h in steps] == [(str(e.action), e.seq) for e in tail]
