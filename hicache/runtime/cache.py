@@ -356,9 +356,8 @@ class HiCache:
             return
         # the common case, an insert of what its request allocated last, whole: one list
         # comparison (no page is in two entries, so no other entry holds one of them)
-        aid = next(reversed(log))
-        entry = log[aid]
-        if entry[2] == pages:
+        aid, (_, _, newest) = next(reversed(log.items()))
+        if newest == pages:
             del log[aid]
             return
         # (the log holds what callers hold between an alloc and its insert: an entry or two;
