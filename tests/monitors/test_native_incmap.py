@@ -228,6 +228,56 @@ def test_held_once_or_free_agrees(mod, seed):
     assert mod.held_once_or_free([3], {}, frozenset()) is False            # lost: neither
 
 
+
+# ---------------------------------------------------------------- the HostTier map's slot and page tests
+@pytest.mark.parametrize("seed", range(100))
+def test_slot_changes_agree(mod, seed):
+    """Out-of-range slots (IndexError), states no name has (IndexError from the table) and
+    slots whose holder is None or absent all come up."""
+    rng = random.Random(seed)
+    n = rng.randint(0, 8)
+    raw = bytearray(rng.randrange(4) for _ in range(n))
+    names = [rng.choice(["idle", "synced"]) for _ in range(n + rng.choice([0, 0, -1]))]
+    table = ["idle", "reserved", "protected", "synced"][:rng.choice([4, 4, 3])]
+    hs = rng.sample(range(n + 1), rng.randint(0, n))
+    slot_page = {h: rng.choice(["x", "y", None]) for h in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+    _agree("slot_changes", mod, [rng.choice([hs, tuple(hs)]), raw, names, table, slot_page, {99}])
+
+
+def test_slot_changes_write_names_and_return_the_holders(mod):
+    names, dirty = ["idle", "idle", "idle"], set()
+    held = mod.slot_changes([0, 2], bytearray([3, 0, 1]), names, ["idle", "reserved", "protected", "synced"],
+                            {0: "x", 1: "y", 2: None}, dirty)
+    assert held == {"x"} and names == ["synced", "idle", "reserved"] and dirty == {1, 3}
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_first_not_in_state_agrees(mod, seed):
+    rng = random.Random(seed)
+    names = [rng.choice(["idle", "synced", "synced", 1]) for _ in range(rng.randint(0, 5))]
+    slots = [rng.choice([-1, 0, 1, 2, 3, 4, 5, 6, True]) for _ in range(rng.randint(0, 6))]
+    _agree("first_not_in_state", mod, [rng.choice([names, tuple(names)]), slots, "synced"])
+    assert mod.first_not_in_state(["synced", "idle"], [1, 2], "synced") == 2
+    assert mod.first_not_in_state(["synced"], [1, 0], "synced") == 0        # no slot
+    assert mod.first_not_in_state(["synced"], [1, 1], "synced") is None
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_nodes_at_and_prefix_breach_agree(mod, seed):
+    """Positions past the keys (IndexError), past L (skipped), and host values absent from
+    the dict (KeyError) come up."""
+    rng = random.Random(seed)
+    n = rng.randint(0, 8)
+    keys = [(rng.choice("abc"), i) for i in range(n)]
+    positions = frozenset(rng.sample(range(n + 2), rng.randint(0, n + 1)))
+    _agree("nodes_at", mod, [keys, positions, rng.randint(0, n + 1)])
+    host = {p: rng.choice([0, 0, 1, 2, False, True]) for p in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+    pos = rng.sample(range(n + 1), rng.randint(0, n + 1))
+    _agree("prefix_breach", mod, [host, pos, rng.choice([None, *range(n + 2)])])
+    assert mod.prefix_breach({1: 0, 2: 0, 3: 5}, [2, 3], 1) == (3, 2)
+    assert mod.prefix_breach({1: 0, 2: 4, 3: 5}, [2, 3], None) is None     # no parent page: root
+    assert mod.prefix_breach({1: 0, 2: 4}, [2], 1) == (2, 1)
+
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:
 # short-circuits that skip a read that would raise, a conditional expression, `is` against a

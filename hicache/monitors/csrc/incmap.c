@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 
 /* old and v denote the same value for the map: the same object, or equal with the same type
  * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
@@ -561,6 +561,168 @@ static PyObject *no_ap(PyObject *self, PyObject *f) {
     return Py_NewRef(no_read);
 }
 
+/* ---- the HostTier map's per-slot and per-page tests around a sync (maps/loops.py's
+ * py_slot_changes, py_first_not_in_state, py_nodes_at, py_prefix_breach): the same reads
+ * and writes in the same order, through the generic object API (so the same exceptions) */
+
+/* slot_changes(hs, raw, names, table, slot_page, dirty): for each runtime slot h of hs,
+ * names[h] = table[raw[h]], h + 1 added to dirty; returns the set of slot_page.get(h) that
+ * are not None (the nodes holding a changed slot). */
+static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("slot_changes", n, 6))
+        return NULL;
+    PyObject *raw = a[1], *names = a[2], *table = a[3], *slot_page = a[4], *dirty = a[5];
+    if (check_type(slot_page, &PyDict_Type, "slot_changes", "slot_page") ||
+        check_type(dirty, &PySet_Type, "slot_changes", "dirty"))
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    PyObject *one = PyLong_FromLong(1), *held = PySet_New(NULL), *h;
+    int err = one == NULL || held == NULL;
+    while (!err && (h = PyIter_Next(it)) != NULL) {
+        PyObject *b = PyObject_GetItem(raw, h);
+        PyObject *name = b == NULL ? NULL : PyObject_GetItem(table, b);
+        PyObject *spec = NULL;
+        err = name == NULL || PyObject_SetItem(names, h, name) < 0 ||
+              (spec = PyNumber_Add(h, one)) == NULL || PySet_Add(dirty, spec) < 0;
+        if (!err) {
+            PyObject *x = PyDict_GetItemWithError(slot_page, h);     /* borrowed */
+            err = (x == NULL && PyErr_Occurred()) || (x != NULL && x != Py_None && PySet_Add(held, x) < 0);
+        }
+        Py_XDECREF(spec);
+        Py_XDECREF(name);
+        Py_XDECREF(b);
+        Py_DECREF(h);
+    }
+    Py_DECREF(it);
+    Py_XDECREF(one);
+    if (err || PyErr_Occurred()) {
+        Py_XDECREF(held);
+        return NULL;
+    }
+    return held;
+}
+
+/* first_not_in_state(names, slots, state): the first spec slot h of slots with not
+ * 0 < h <= len(names), or names[h - 1] != state; None when there is none. */
+static PyObject *first_not_in_state(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("first_not_in_state", n, 3))
+        return NULL;
+    PyObject *names = a[0], *state = a[2];
+    Py_ssize_t len = PyObject_Length(names);
+    if (len < 0)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[1]);
+    if (it == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1), *nlen = PyLong_FromSsize_t(len);
+    PyObject *h, *out = NULL;
+    int err = zero == NULL || one == NULL || nlen == NULL;
+    while (!err && out == NULL && (h = PyIter_Next(it)) != NULL) {
+        /* (Python's chain 0 < h <= n: each test only when the one before it held) */
+        int above = PyObject_RichCompareBool(zero, h, Py_LT);
+        int within = above <= 0 ? above : PyObject_RichCompareBool(h, nlen, Py_LE);
+        int bad = within;
+        if (within > 0) {
+            PyObject *i = PyNumber_Subtract(h, one);
+            PyObject *st = i == NULL ? NULL : PyObject_GetItem(names, i);
+            bad = st == NULL ? -1 : PyObject_RichCompareBool(st, state, Py_NE);
+            Py_XDECREF(st);
+            Py_XDECREF(i);
+        } else if (within == 0) {
+            bad = 1;
+        }
+        if (bad < 0)
+            err = 1;
+        else if (bad)
+            out = Py_NewRef(h);
+        Py_DECREF(h);
+    }
+    Py_DECREF(it);
+    Py_XDECREF(zero);
+    Py_XDECREF(one);
+    Py_XDECREF(nlen);
+    if (err || PyErr_Occurred()) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out != NULL ? out : Py_NewRef(Py_None);
+}
+
+/* nodes_at(keys, positions, L): the set of keys[p][0] for each p of positions with p < L. */
+static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("nodes_at", n, 3))
+        return NULL;
+    PyObject *keys = a[0], *L = a[2];
+    PyObject *it = PyObject_GetIter(a[1]);
+    if (it == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *p;
+    int err = zero == NULL || out == NULL;
+    while (!err && (p = PyIter_Next(it)) != NULL) {
+        int in = PyObject_RichCompareBool(p, L, Py_LT);
+        if (in < 0) {
+            err = 1;
+        } else if (in) {
+            PyObject *k = PyObject_GetItem(keys, p);
+            PyObject *x = k == NULL ? NULL : PyObject_GetItem(k, zero);
+            err = x == NULL || PySet_Add(out, x) < 0;
+            Py_XDECREF(x);
+            Py_XDECREF(k);
+        }
+        Py_DECREF(p);
+    }
+    Py_DECREF(it);
+    Py_XDECREF(zero);
+    if (err || PyErr_Occurred()) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* prefix_breach(host, pos, q): along pos in order, each page's parent the page before it (the
+ * first's q; None: none), the first (p, parent) with host[p] != 0 and host[parent] == 0;
+ * None when there is none. */
+static PyObject *prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("prefix_breach", n, 3))
+        return NULL;
+    PyObject *host = a[0];
+    PyObject *it = PyObject_GetIter(a[1]);
+    if (it == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *q = Py_NewRef(a[2]), *p, *out = NULL;
+    int err = zero == NULL;
+    while (!err && out == NULL && (p = PyIter_Next(it)) != NULL) {
+        if (q != Py_None) {
+            /* (Python's `host[p] != 0 and host[q] == 0`: the second read only if the first held) */
+            PyObject *hp = PyObject_GetItem(host, p);
+            int set = hp == NULL ? -1 : PyObject_RichCompareBool(hp, zero, Py_NE);
+            Py_XDECREF(hp);
+            int gap = set;
+            if (set > 0) {
+                PyObject *hq = PyObject_GetItem(host, q);
+                gap = hq == NULL ? -1 : PyObject_RichCompareBool(hq, zero, Py_EQ);
+                Py_XDECREF(hq);
+            }
+            if (gap < 0)
+                err = 1;
+            else if (gap > 0 && (out = PyTuple_Pack(2, p, q)) == NULL)
+                err = 1;
+        }
+        Py_SETREF(q, p);    /* (takes p's reference) */
+    }
+    Py_DECREF(it);
+    Py_XDECREF(zero);
+    Py_XDECREF(q);
+    if (err || PyErr_Occurred()) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out != NULL ? out : Py_NewRef(Py_None);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -577,6 +739,13 @@ static PyMethodDef methods[] = {
      "SlotInOneOwner over slots: None or the first (h, st, t, f) that breaks it"},
     {"held_once_or_free", (PyCFunction)(void (*)(void))held_once_or_free, METH_FASTCALL,
      "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
+    {"slot_changes", (PyCFunction)(void (*)(void))slot_changes, METH_FASTCALL,
+     "changed slots' names and dirty spec slots; the set of nodes holding them"},
+    {"first_not_in_state", (PyCFunction)(void (*)(void))first_not_in_state, METH_FASTCALL,
+     "the first spec slot not in the given state (or no slot), or None"},
+    {"nodes_at", (PyCFunction)(void (*)(void))nodes_at, METH_FASTCALL, "the nodes at the positions below L"},
+    {"prefix_breach", (PyCFunction)(void (*)(void))prefix_breach, METH_FASTCALL,
+     "WriteThroughPrefix along one node's pages: None or the first (p, parent) that breaks it"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},

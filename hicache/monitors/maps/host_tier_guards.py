@@ -91,6 +91,7 @@ import inspect
 import re
 
 from hicache.monitors.generated import host_tier as spec
+from hicache.monitors.maps import loops
 from hicache.monitors.rt import Failure
 
 #: hits a write-through policy asks of a node before its backup (BackupDue; min(hits, 2) is
@@ -431,10 +432,9 @@ def _slots_in(m, action: str, k: int, whose: str, of, slots: list, state: str,
     `slots` (runtime slot + 1) was `state` before the event; whose slots they are, in words:
     `whose.format(of)` (formatted for a failure only: this runs at every guarded event)."""
     names = m.slot_names
-    bad = [h for h in slots if not 0 < h <= len(names) or names[h - 1] != state]
-    if not bad:
+    h = loops.first_not_in_state(names, slots, state)
+    if h is None:
         return None
-    h = bad[0]
     was = f"\"{names[h - 1]}\"" if 0 < h <= len(names) else "not a host slot"
     text = text or f"slot[host[n]] = \"{state}\""
     return _fail(action, k, f"{whose.format(of)} slot {h} (runtime slot {h - 1}) is {was}, not \"{state}\" ({text})")

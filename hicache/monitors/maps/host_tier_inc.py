@@ -520,15 +520,12 @@ class IncrementalHostTierMap(HostTierMap):
         self.free_seen, raw = free, self.slot_seen
         if hs:
             self.slots_changed = hs
-            names, slot_page = self.slot_names, self.slot_page
-            for h in hs:
-                names[h] = _NAMES[raw[h]]
-            self.dirty_slots.update([h + 1 for h in hs])
-            # the nodes holding a changed slot: re-mapped, their pages re-checked
-            held = {slot_page.get(h) for h in hs}
-            held.discard(None)
-            self.requeue |= held
-            self.slot_changed |= held
+            # each changed slot's name and spec slot (dirty), and the nodes holding one:
+            # re-mapped, their pages re-checked
+            held = loops.slot_changes(hs, raw, self.slot_names, _NAMES, self.slot_page, self.dirty_slots)
+            if held:
+                self.requeue |= held
+                self.slot_changed |= held
         # hidden retention: an IDLE slot missing from the free list maps to "reserved"
         # (the reference map's rule); checked by count, the set only when counts differ
         idle = raw.count(_IDLE_BYTE)
@@ -722,19 +719,18 @@ class IncrementalHostTierMap(HostTierMap):
         page i has page i-1 as its parent, its first page the last page of its parent node."""
         if s["policy"] not in C["WriteThrough"]:
             return None
-        host, keys, npos, L = self.funcs["host"], self.keys, self.npos, self.L
+        host, npos = self.funcs["host"], self.npos
         root = self.cache.tree.root
-        for x in {keys[p][0] for p in D["Nodes"] if p < L}:
+        for x in loops.nodes_at(self.keys, D["Nodes"], self.L):
             pos = npos.get(x)
             if not pos:
                 continue
             par = x.parent
             above = npos.get(par) if par is not None and par is not root else None
-            q = above[-1] if above else None
-            for p in pos:
-                if q is not None and host[p] != 0 and host[q] == 0:
-                    return _prefix_failure(p, q)
-                q = p
+            broke = loops.prefix_breach(host, pos, above[-1] if above else None)
+            if broke is not None:
+                return _prefix_failure(*broke)
+            q = pos[-1]
             if host[q] == 0:
                 for c in x.children.values():
                     below = npos.get(c)

@@ -1,8 +1,10 @@
 """The incremental maps' loops over positions, pages and slots: the writes of a node's
 pages (each recording what it replaced, the delta, and what it made dirty), the host slots'
-state comparison, the device pages' holder counts, and the tests of SlotInOneOwner over the
-dirty slots and of NoDoubleAllocation over the dirty device pages. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the same
-loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and loads
+state comparison and the changed slots' bookkeeping, the device pages' holder counts, the
+tests of SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device
+pages, and the tree-form loops of the HostTier guards (a node's slots in one state) and of
+WriteThroughPrefix (a node's pages). These Python loops define the functions;
+`hicache/monitors/csrc/incmap.c` is the same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and loads
 it, once per process), used whenever it loads: in strict mode they run for every page an
 event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
 set operations. tests/monitors/test_native_incmap.py checks the two agree on random inputs,
@@ -132,9 +134,51 @@ def py_held_once_or_free(pages, holders: dict, free) -> bool:
     return True
 
 
+
+def py_slot_changes(hs, raw, names, table, slot_page: dict, dirty: set) -> set:
+    """The host slots whose state changed (runtime slots hs, their new states the bytes of
+    raw): each one's name rewritten (names[h] = table[raw[h]]), its spec slot h + 1 added to
+    dirty; returns the nodes holding one of them (slot_page.get(h), None left out)."""
+    held = set()
+    for h in hs:
+        names[h] = table[raw[h]]
+        dirty.add(h + 1)
+        x = slot_page.get(h)
+        if x is not None:
+            held.add(x)
+    return held
+
+
+def py_first_not_in_state(names, slots, state):
+    """The first spec slot h of slots that is no slot (not 0 < h <= len(names)) or whose
+    state names[h - 1] is not `state`; None when every one is `state`."""
+    n = len(names)
+    for h in slots:
+        if not 0 < h <= n or names[h - 1] != state:
+            return h
+    return None
+
+
+def py_nodes_at(keys, positions, L) -> set:
+    """The nodes of the positions below L (keys[p] = (node, page index))."""
+    return {keys[p][0] for p in positions if p < L}
+
+
+def py_prefix_breach(host, pos, q):
+    """WriteThroughPrefix along one node's pages in tree form: each page of pos (in order)
+    has the page before it as its parent, the first page q (None: no parent page). The first
+    (p, parent) with host[p] != 0 and host[parent] == 0, or None."""
+    for p in pos:
+        if q is not None and host[p] != 0 and host[q] == 0:
+            return p, q
+        q = p
+    return None
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
-          "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free}
+          "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
+          "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
+          "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -146,3 +190,7 @@ diff_bytes = _mod.diff_bytes if _mod is not None else py_diff_bytes
 count_pages = _mod.count_pages if _mod is not None else py_count_pages
 slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach
 held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
+slot_changes = _mod.slot_changes if _mod is not None else py_slot_changes
+first_not_in_state = _mod.first_not_in_state if _mod is not None else py_first_not_in_state
+nodes_at = _mod.nodes_at if _mod is not None else py_nodes_at
+prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
