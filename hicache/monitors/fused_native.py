@@ -13,8 +13,8 @@ page. `native_inc_all(module)` translates each such loop whose predicate uses on
 module can translate (and/or/not, conditional expressions, comparisons, `in`, calls,
 `.__class__`, names and constants) into a C function with the same evaluation order and
 short-circuits, over the same Python objects through the C API (so each operation means what
-it means in Python: `==` is `PyObject_RichCompare`, `in` is `PySequence_Contains`, a call is
-a call), and returns a copy of `inc_all` in which the loop is one call:
+it means in Python: `==` is `PyObject_RichCompare`, `in` is `PySequence_Contains` (a TLA+
+interval's own test inlined), a call is a call), and returns a copy of `inc_all` in which the loop is one call:
 
     if not _native_loop_0(it(D['Nodes']), (<every other name the loop reads>)):
         raise FastPathFailed()
@@ -159,7 +159,7 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
         if isinstance(op, (ast.Is, ast.IsNot)):
             out.append(f"{dst} = ({left} {'==' if isinstance(op, ast.Is) else '!='} {right});")
         elif isinstance(op, (ast.In, ast.NotIn)):
-            out.append(f"{dst} = PySequence_Contains({right}, {left});")
+            out.append(f"{dst} = contains({right}, {left});")
         elif type(op) in _CMP:
             c = loop.temp()
             out.append(f"{c} = PyObject_RichCompare({left}, {right}, {_CMP[type(op)]});")
@@ -247,6 +247,39 @@ static PyObject *class_of(PyObject *x) {
         return (PyObject *)t;
     }
     return PyObject_GetAttrString(x, "__class__");
+}
+
+/* `x in r` as Python decides it (PySequence_Contains), with no Python call when r is a TLA+
+ * interval a..b, exactly hicache.tla.values.Interval (a subclass may decide otherwise): its
+ * `contains` is `type(v) is int and self.lo <= v <= self.hi`, read in that order here (the
+ * fast paths test `hits[n] \in 0..2` at every dirty page: a Python call each, before) */
+static PyObject *interval_type, *str_lo, *str_hi;
+
+static int contains(PyObject *r, PyObject *x) {
+    if (interval_type == NULL || (PyObject *)Py_TYPE(r) != interval_type)
+        return PySequence_Contains(r, x);
+    if (!PyLong_CheckExact(x))
+        return 0;
+    PyObject *lo = PyObject_GetAttr(r, str_lo);
+    int ok = lo == NULL ? -1 : PyObject_RichCompareBool(lo, x, Py_LE);
+    Py_XDECREF(lo);
+    if (ok <= 0)
+        return ok;
+    PyObject *hi = PyObject_GetAttr(r, str_hi);
+    ok = hi == NULL ? -1 : PyObject_RichCompareBool(x, hi, Py_LE);
+    Py_XDECREF(hi);
+    return ok;
+}
+
+static int configure(void) {
+    PyObject *values = PyImport_ImportModule("hicache.tla.values");
+    if (values == NULL)
+        return -1;
+    interval_type = PyObject_GetAttrString(values, "Interval");
+    Py_DECREF(values);
+    str_lo = PyUnicode_InternFromString("lo");
+    str_hi = PyUnicode_InternFromString("hi");
+    return interval_type == NULL || str_lo == NULL || str_hi == NULL ? -1 : 0;
 }
 
 /* every element of the iterable a[0] satisfies pred, the loop's other names in the tuple
@@ -350,6 +383,7 @@ static struct PyModuleDef module = {{PyModuleDef_HEAD_INIT, "{name}", NULL, -1, 
 
 PyMODINIT_FUNC PyInit_{name}(void) {{
 {inits}
+    if (configure() < 0) return NULL;
     return PyModule_Create(&module);
 }}
 """)
