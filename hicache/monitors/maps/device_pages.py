@@ -252,7 +252,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         if mirror is not None and not ops.overflowed:
             for released, pages in ops:
                 if released:
-                    mirror.update(p for p in pages if p in pids)
+                    mirror.update(pids.intersection(pages))     # (the released pages that are pages)
                 else:
                     mirror.difference_update(pages)
         else:
