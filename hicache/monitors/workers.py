@@ -159,14 +159,22 @@ class WorkerWatch:
     def check(self, name: str, fields: dict) -> None:
         """Both properties now: after each event the monitor checks (strict: every one;
         sample: the sampled ones), and at each cache check."""
-        audit = self.cache.storage
+        c = self.cache
+        audit = c.storage
         # (an exact type test: isinstance on the storage ABC costs more than the rest here)
         if type(audit) is KeyAudit and len(audit.breaches) > self._seen:
             thread, key = audit.breaches[self._seen]
             self._seen = len(audit.breaches)
             self._fail(ONE_KEY_DERIVATION, f"{thread} asked batch_get for {key[:16]}..., which no batch_exists "
                                            f"on that thread confirmed", name, fields)
-        bad = stranded(self.cache)
+        # (the common case inline, at every checked event: no worker with ops left in its ack
+        # queue has a dead thread; `stranded` counts them only when one has)
+        for w in (c.loader, c.writer, c.prefetcher, c.backuper):
+            if w is not None and w.acks and not w._thread.is_alive():
+                break
+        else:
+            return
+        bad = stranded(c)
         if bad:
             self._fail(WORKERS_ALIVE, "; ".join(f"the {w} worker's thread has ended with {n} operation(s) "
                                                 f"unfinished" for w, n in bad), name, fields)
