@@ -565,6 +565,20 @@ static PyObject *no_ap(PyObject *self, PyObject *f) {
  * py_slot_changes, py_first_not_in_state, py_nodes_at, py_prefix_breach): the same reads
  * and writes in the same order, through the generic object API (so the same exceptions) */
 
+/* The end of each of them: the iterator and up to three constants released; then NULL on an
+ * error (err, or one the iteration left), the result released, else the result (NULL: None). */
+static PyObject *finish(PyObject *it, int err, PyObject *out, PyObject *k1, PyObject *k2, PyObject *k3) {
+    Py_XDECREF(it);
+    Py_XDECREF(k1);
+    Py_XDECREF(k2);
+    Py_XDECREF(k3);
+    if (err || PyErr_Occurred()) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out != NULL ? out : Py_NewRef(Py_None);
+}
+
 /* slot_changes(hs, raw, names, table, slot_page, dirty): for each runtime slot h of hs,
  * names[h] = table[raw[h]], h + 1 added to dirty; returns the set of slot_page.get(h) that
  * are not None (the nodes holding a changed slot). */
@@ -595,13 +609,7 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         Py_XDECREF(b);
         Py_DECREF(h);
     }
-    Py_DECREF(it);
-    Py_XDECREF(one);
-    if (err || PyErr_Occurred()) {
-        Py_XDECREF(held);
-        return NULL;
-    }
-    return held;
+    return finish(it, err, held, one, NULL, NULL);
 }
 
 /* first_not_in_state(names, slots, state): the first spec slot h of slots with not
@@ -639,15 +647,7 @@ static PyObject *first_not_in_state(PyObject *self, PyObject *const *a, Py_ssize
             out = Py_NewRef(h);
         Py_DECREF(h);
     }
-    Py_DECREF(it);
-    Py_XDECREF(zero);
-    Py_XDECREF(one);
-    Py_XDECREF(nlen);
-    if (err || PyErr_Occurred()) {
-        Py_XDECREF(out);
-        return NULL;
-    }
-    return out != NULL ? out : Py_NewRef(Py_None);
+    return finish(it, err, out, zero, one, nlen);
 }
 
 /* nodes_at(keys, positions, L): the set of keys[p][0] for each p of positions with p < L. */
@@ -673,13 +673,7 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         }
         Py_DECREF(p);
     }
-    Py_DECREF(it);
-    Py_XDECREF(zero);
-    if (err || PyErr_Occurred()) {
-        Py_XDECREF(out);
-        return NULL;
-    }
-    return out;
+    return finish(it, err, out, zero, NULL, NULL);
 }
 
 /* prefix_breach(host, pos, q): along pos in order, each page's parent the page before it (the
@@ -713,14 +707,7 @@ static PyObject *prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n)
         }
         Py_SETREF(q, p);    /* (takes p's reference) */
     }
-    Py_DECREF(it);
-    Py_XDECREF(zero);
-    Py_XDECREF(q);
-    if (err || PyErr_Occurred()) {
-        Py_XDECREF(out);
-        return NULL;
-    }
-    return out != NULL ? out : Py_NewRef(Py_None);
+    return finish(it, err, out, zero, q, NULL);
 }
 
 static PyObject *abi(PyObject *self, PyObject *unused) {
