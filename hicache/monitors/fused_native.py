@@ -14,7 +14,8 @@ module can translate (and/or/not, conditional expressions, comparisons, `in`, ca
 `.__class__`, names and constants) into a C function with the same evaluation order and
 short-circuits, over the same Python objects through the C API (so each operation means what
 it means in Python: `==` is `PyObject_RichCompare`, `in` is `PySequence_Contains` (a TLA+
-interval's own test inlined), a call is a call), and returns a copy of `inc_all` in which the loop is one call:
+interval's own test inlined), a call is a call), and returns a copy of `inc_all` in which the
+loop is one call:
 
     if not _native_loop_0(it(D['Nodes']), (<every other name the loop reads>)):
         raise FastPathFailed()

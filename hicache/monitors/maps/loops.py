@@ -4,8 +4,9 @@ state comparison and the changed slots' bookkeeping, the device pages' holder co
 tests of SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device
 pages, and the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages). These Python loops define the functions;
-`hicache/monitors/csrc/incmap.c` is the same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and loads
-it, once per process), used whenever it loads: in strict mode they run for every page an
+`hicache/monitors/csrc/incmap.c` is the same loops in C over the same dicts, lists and sets
+(`hicache.monitors.native` builds and loads it, once per process), used whenever it loads:
+in strict mode they run for every page an
 event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
 set operations. tests/monitors/test_native_incmap.py checks the two agree on random inputs,
 exceptions included.
@@ -134,7 +135,6 @@ def py_held_once_or_free(pages, holders: dict, free) -> bool:
     return True
 
 
-
 def py_slot_changes(hs, raw, names, table, slot_page: dict, dirty: set) -> set:
     """The host slots whose state changed (runtime slots hs, their new states the bytes of
     raw): each one's name rewritten (names[h] = table[raw[h]]), its spec slot h + 1 added to
@@ -173,6 +173,7 @@ def py_prefix_breach(host, pos, q):
             return p, q
         q = p
     return None
+
 
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
