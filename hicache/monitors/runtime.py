@@ -570,14 +570,15 @@ class Monitor:
     # ------------------------------------------------------------ helpers
     @property
     def history(self) -> collections.deque:
-        """The recent steps. Gap-counted sample mode records an unsampled event as the tuple
-        (seq, action, args), the cheapest record of the event every canary pays for, and it
-        becomes its Step here, when something reads the history (a violation, a trace)."""
+        """The recent steps. The events recorded on the hot paths are tuples, the cheapest
+        record of an event, and each becomes its Step here, when something reads the history
+        (a violation, a trace): gap-counted sample mode's unsampled event as (seq, action,
+        args), strict mode's step on an incremental map as (seq, action, args, None, delta)."""
         h = self._history
-        if self._gap >= 0:
-            for i in range(len(h)):
-                if h[i].__class__ is tuple:
-                    h[i] = Step(*h[i], None)
+        for i in range(len(h)):
+            r = h[i]
+            if r.__class__ is tuple:
+                h[i] = Step(*r) if len(r) == 5 else Step(*r, None)
         return h
 
     @history.setter
@@ -684,7 +685,8 @@ class Monitor:
                     # (what _strict_step does on a quiet map, whose sync would return an
                     # empty delta: a step recorded with it, the constants binding the same, so
                     # _check_delta not run; only after a first check of the whole state)
-                    self._history.append(Step(self.steps, name, fields, None, []))
+                    # (a Step when the history is read, `history`)
+                    self._history.append((self.steps, name, fields, None, []))
                     self.checked += 1
                     return
                 self._strict_step(name, fields)
@@ -919,7 +921,7 @@ class Monitor:
         guard = self._guard
         broke = guard(name, fields) if guard is not None else None
         delta, acc = rmap.sync()
-        self._history.append(Step(self.steps, name, fields, None, delta))
+        self._history.append((self.steps, name, fields, None, delta))   # (a Step when read)
         self.checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
@@ -1068,6 +1070,7 @@ class Monitor:
             stop = getattr(m.rmap, "stop", None)
             if stop is not None:
                 stop()
+        self.history    # (every record a Step: _rebuild_states writes their states)
         if self.incremental and t is None:
             self._rebuild_states()
             mapped = [h.state for h in self._history if h.state is not None]
@@ -1087,9 +1090,11 @@ class Monitor:
 
     def _sync_pending(self) -> None:
         """Bring an incremental map up to date outside a checked step (sample mode): the
-        changes go to the last event's delta, so the rebuilt history stays exact."""
-        if self._history and self._history[-1].delta is None:
-            self._history[-1].delta, _ = self.rmap.sync()
+        changes go to the last event's delta, so the rebuilt history stays exact. (A tuple
+        record is strict mode's, of a synced step: `history`.)"""
+        last = self._history[-1] if self._history else None
+        if last is not None and last.__class__ is not tuple and last.delta is None:
+            last.delta, _ = self.rmap.sync()
         self._presynced = True
 
     def _rebuild_states(self) -> None:

@@ -972,8 +972,11 @@ def permute(v, perm: dict):
 def iter_values(v) -> Iterable:
     """Elements of a set value. The order follows Python's set iteration, which for strings
     and model values depends on PYTHONHASHSEED; `hicache check` pins the seed (cli/main.py),
-    so its exploration order and counterexamples are reproducible run to run."""
-    if type(v) is frozenset:
+    so its exploration order and counterexamples are reproducible run to run. (A mutable
+    `set` is enumerated as its frozenset would be: the incremental monitors hand their dirty
+    elements to the generated checks as the sets their sync built, not copied.)"""
+    t = type(v)
+    if t is frozenset or t is set:
         return v
     if isinstance(v, Interval):
         return range(v.lo, v.hi + 1)

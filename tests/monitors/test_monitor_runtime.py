@@ -261,6 +261,37 @@ def test_sample_mode_history_reads_every_unsampled_event_as_its_step(tmp_path):
     assert [(h.seq, h.state is None) for h in mon.history] == [(h.seq, h.state is None) for h in mon.history]
 
 
+def test_strict_mode_history_reads_every_step_as_its_step(tmp_path):
+    """Strict mode on an incremental map records each event in its cheapest form, synced or
+    quiet, and makes it a Step when the history is read: each recorded event, in order, as a
+    Step numbered by the monitor's count, with the event's own arguments, no mapped state and
+    the delta its sync returned (empty at a quiet step). The cache check at close, which
+    brings the map up to date through the last record, still reads it. Read twice, the
+    history is the same."""
+    from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+    from hicache.runtime.events import Recorder
+    policy, reqs = plan(2, W)
+    cache = make_cache(W, policy)
+    mon = Monitor(IncrementalHostTierMap(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    seen = Recorder()
+    cache.bus.subscribe(mon)
+    cache.bus.subscribe(seen)
+    run_workload(cache, reqs)
+    mon.cache_check()
+    events = [e for e in seen.events if e.action != A.LoadBackLayer]    # (the map binds it to no step)
+    assert mon.steps == mon.checked == len(events) > mon.history.maxlen > 0
+    assert mon.cache_checks == 1
+    steps = [h for h in mon.history if h.action != "cache_check"]
+    assert steps and all(isinstance(h, Step) for h in mon.history)
+    tail = events[-len(steps):]
+    assert [h.seq for h in steps] == list(range(mon.steps - len(steps) + 1, mon.steps + 1))
+    assert [(str(h.action), h.args["seq"]) for h in steps] == [(str(e.action), e.seq) for e in tail]
+    assert all(h.state is None and isinstance(h.delta, list) for h in steps)
+    assert any(h.delta for h in steps) and any(not h.delta for h in steps)
+    assert [(h.seq, len(h.delta)) for h in steps] == [(h.seq, len(h.delta)) for h in mon.history
+                                                      if h.action != "cache_check"]
+
+
 def test_a_drawn_eviction_is_a_drawn_sample_the_budget_may_let_go(tmp_path):
     """An eviction drawn at its weight (0.2 x 5: every one) is a sample like any other: a
     budget spent at once (a nanosecond a second, no window) checks the first drawn sample

@@ -218,10 +218,11 @@ class IncrementalRows:
         return (self.n_chains, self.max_len)
 
     def domains(self, C: dict, dirty: dict) -> dict:
-        """The dirty chains and pages still in their domains."""
-        n = self.n_chains
-        return {"Chains": frozenset(c for c in dirty["Chains"] if c <= n),
-                "PageIds": frozenset(dirty["PageIds"])}
+        """The dirty chains and pages still in their domains (the sets the sync built, not
+        copied, when every element is: the next sync builds new ones, the checks only read)."""
+        n, chains = self.n_chains, dirty["Chains"]
+        return {"Chains": chains if not chains or max(chains) <= n else frozenset(c for c in chains if c <= n),
+                "PageIds": dirty["PageIds"]}
 
     @property
     def incremental_overrides(self) -> dict:

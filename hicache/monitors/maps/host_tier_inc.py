@@ -687,13 +687,14 @@ class IncrementalHostTierMap(HostTierMap):
     def domains(self, C: dict, dirty: dict) -> dict:
         """The domain elements each generated inc_ check iterates: the dirty ones still in
         the domain (a position dirtied by an earlier unchecked step may have left it since),
-        and the dirty requests (all of them when len changed: None)."""
+        and the dirty requests (all of them when len changed: None). The sets the sync built
+        are handed on as they are, not copied, when every element is in its domain: the
+        next sync builds new ones, and the checks only read them."""
         n, nq = C["NNodes"], C["NReqs"]
         nodes, reqs = dirty["Nodes"], dirty["Reqs"]
-        return {"Nodes": _EMPTY if not nodes else frozenset(nodes) if max(nodes) < n else
-                frozenset(p for p in nodes if p < n),
-                "HSlots": frozenset(dirty["HSlots"]) if dirty["HSlots"] else _EMPTY,
-                "Reqs": C["Reqs"] if reqs is None else _EMPTY if not reqs else frozenset(reqs) if max(reqs) <= nq else
+        return {"Nodes": _EMPTY if not nodes else nodes if max(nodes) < n else frozenset(p for p in nodes if p < n),
+                "HSlots": dirty["HSlots"] or _EMPTY,
+                "Reqs": C["Reqs"] if reqs is None else _EMPTY if not reqs else reqs if max(reqs) <= nq else
                 frozenset(q for q in reqs if q <= nq)}
 
     def digest_view(self) -> dict:
