@@ -110,9 +110,13 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
             raise Untranslatable("call with keywords, starred or over 4 arguments")
         fn = _value(loop, node.func, out)
         args = [_value(loop, a, out) for a in node.args]
-        argv = f"{dst}_argv"                # (the call's argument array, named after its result)
-        out.append(f"{{ PyObject *{argv}[] = {{{', '.join(args) or 'NULL'}}};")
-        out.append(f"  {dst} = PyObject_Vectorcall({fn}, {argv}, {len(args)}, NULL); }}")
+        if len(args) == 1:
+            # (a one-argument call: most are a function value's reader, call1's dict lookup)
+            out.append(f"{dst} = call1({fn}, {args[0]});")
+        else:
+            argv = f"{dst}_argv"            # (the call's argument array, named after its result)
+            out.append(f"{{ PyObject *{argv}[] = {{{', '.join(args) or 'NULL'}}};")
+            out.append(f"  {dst} = PyObject_Vectorcall({fn}, {argv}, {len(args)}, NULL); }}")
         for t in (fn, *args):
             out.append(f"Py_CLEAR({t});")
         out.append(f"if ({dst} == NULL) goto done;")
@@ -272,7 +276,46 @@ static int contains(PyObject *r, PyObject *x) {
     return ok;
 }
 
+/* f(x), a call of one argument, as Python makes it, with no call when f is exactly a dict's
+ * own `__getitem__` bound to an exact dict (what rt.fast_ap reads a function value by:
+ * `f.d.__getitem__`, one call per variable an element's conjuncts read): that dict's lookup,
+ * KeyError when x is missing (on an exact dict, `d[x]` asks no `__missing__`), TypeError when
+ * x is unhashable, as the call raises them. Any other callable (a sequence's reader, a
+ * subclass's method, a Python function) is called. */
+static PyCFunction dict_getitem;    /* the C function of `{}.__getitem__`, read at configure */
+
+static PyObject *call1(PyObject *f, PyObject *x) {
+    if (PyCFunction_Check(f) && PyCFunction_GET_FUNCTION(f) == dict_getitem &&
+            PyCFunction_GET_SELF(f) != NULL && PyDict_CheckExact(PyCFunction_GET_SELF(f))) {
+        PyObject *v = PyDict_GetItemWithError(PyCFunction_GET_SELF(f), x);
+        if (v != NULL)
+            return Py_NewRef(v);
+        if (!PyErr_Occurred()) {
+            PyObject *key = PyTuple_Pack(1, x);     /* (KeyError(x), a tuple key kept whole) */
+            if (key != NULL) {
+                PyErr_SetObject(PyExc_KeyError, key);
+                Py_DECREF(key);
+            }
+        }
+        return NULL;
+    }
+    PyObject *argv[] = {x};
+    return PyObject_Vectorcall(f, argv, 1, NULL);
+}
+
 static int configure(void) {
+    PyObject *probe = PyDict_New(), *getitem = NULL;
+    if (probe != NULL)
+        getitem = PyObject_GetAttrString(probe, "__getitem__");
+    if (getitem != NULL && PyCFunction_Check(getitem))
+        dict_getitem = PyCFunction_GET_FUNCTION(getitem);
+    Py_XDECREF(getitem);
+    Py_XDECREF(probe);
+    if (dict_getitem == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "a dict's __getitem__ is not a C function here");
+        return -1;
+    }
     PyObject *values = PyImport_ImportModule("hicache.tla.values");
     if (values == NULL)
         return -1;
