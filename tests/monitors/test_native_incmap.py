@@ -277,6 +277,42 @@ def test_first_not_in_state_agrees(mod, seed):
     assert mod.first_not_in_state(["synced"], [1, 1], "synced") is None
 
 
+class _Falsy:
+    """A value whose truth cannot be told (bool() raises): the test reads each value's truth
+    only up to the first it asks for. (Equal to any other: the arguments after each call are
+    compared, each call's on its own copy.)"""
+    def __bool__(self):
+        raise ValueError("no truth here")
+
+    def __eq__(self, other):
+        return type(other) is _Falsy
+
+    __hash__ = object.__hash__
+
+
+def test_first_where_agrees(mod):
+    """Random rows and positions, asking for a true and for a false value (want given as any
+    truthy or falsy object); among them positions the row lacks (KeyError) and a value whose
+    truth raises (ValueError), each at the same point, so only when reached."""
+    rng = random.Random(0)
+    cases = []
+    for _ in range(400):
+        n = rng.randint(0, 8)
+        row = {p: rng.choice([0, 0, 1, 2, False, True, None, "", "x", ()])
+               for p in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+        if row and rng.random() < 0.3:
+            row[rng.choice(sorted(row))] = _Falsy()
+        pos = rng.sample(range(n + 1), rng.randint(0, n + 1))
+        cases.append([row, rng.choice([pos, tuple(pos)]), rng.choice([True, False, 1, 0, "yes", ""])])
+    seen = _outcomes("first_where", mod, cases)
+    assert seen["ok"] >= 150, seen
+    assert sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 10, seen
+    assert seen["ValueError: no truth here"] >= 3, seen
+    assert mod.first_where({1: 0, 2: 3, 3: 4}, [1, 2, 3], True) == 2
+    assert mod.first_where({1: 5, 2: 0, 3: None}, [1, 3, 2], False) == 3
+    assert mod.first_where({1: 5}, [1], False) is None and mod.first_where({}, [], True) is None
+
+
 def test_nodes_at_and_prefix_breach_agree(mod):
     """Random positions and host rows; among them positions past the keys (IndexError),
     positions past L (skipped) and pages the host row lacks (KeyError)."""

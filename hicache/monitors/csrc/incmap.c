@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 /* old and v denote the same value for the map: the same object, or equal with the same type
  * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
@@ -650,6 +650,33 @@ static PyObject *first_not_in_state(PyObject *self, PyObject *const *a, Py_ssize
     return finish(it, err, out, zero, one, nlen);
 }
 
+/* first_where(d, pos, want): the first q of pos whose value d[q] is true when want is true,
+ * false when it is not (Python's truth of each); None when there is none. */
+static PyObject *first_where(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("first_where", n, 3))
+        return NULL;
+    PyObject *d = a[0];
+    int want = PyObject_IsTrue(a[2]);
+    if (want < 0)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[1]);
+    if (it == NULL)
+        return NULL;
+    PyObject *q, *out = NULL;
+    int err = 0;
+    while (!err && out == NULL && (q = PyIter_Next(it)) != NULL) {
+        PyObject *v = PyObject_GetItem(d, q);
+        int truth = v == NULL ? -1 : PyObject_IsTrue(v);
+        Py_XDECREF(v);
+        if (truth < 0)
+            err = 1;
+        else if (truth == want)
+            out = Py_NewRef(q);
+        Py_DECREF(q);
+    }
+    return finish(it, err, out, NULL, NULL, NULL);
+}
+
 /* nodes_at(keys, positions, L): the set of keys[p][0] for each p of positions with p < L. */
 static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("nodes_at", n, 3))
@@ -728,6 +755,8 @@ static PyMethodDef methods[] = {
      "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
     {"slot_changes", (PyCFunction)(void (*)(void))slot_changes, METH_FASTCALL,
      "changed slots' names and dirty spec slots; the set of nodes holding them"},
+    {"first_where", (PyCFunction)(void (*)(void))first_where, METH_FASTCALL,
+     "the first position whose value's truth is the one asked, or None"},
     {"first_not_in_state", (PyCFunction)(void (*)(void))first_not_in_state, METH_FASTCALL,
      "the first spec slot not in the given state (or no slot), or None"},
     {"nodes_at", (PyCFunction)(void (*)(void))nodes_at, METH_FASTCALL, "the nodes at the positions below L"},

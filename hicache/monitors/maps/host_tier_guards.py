@@ -147,9 +147,9 @@ def _dev_evictable(m, action: str, x, pos: list) -> Failure | None:
         return _fail(action, k, f"node {x.id} is on live request {locker}'s locked prefix (~Locked(n))")
     if f["loadReq"][p]:
         return _fail(action, k, f"a load-back into node {x.id}'s device pages is in flight (loadReq[n] = NoReq)")
-    busy = [q for q in pos if f["backupOp"][q]]
-    if busy:
-        return _fail(action, k, f"a device->host copy still reads node {x.id}'s page at position {busy[0]} "
+    busy = loops.first_where(f["backupOp"], pos, True)
+    if busy is not None:
+        return _fail(action, k, f"a device->host copy still reads node {x.id}'s page at position {busy} "
                                 f"(backupOp[n] = NoSlot)")
     below = [c for c in _children(m, x) if f["dev"][m.npos[c][0]]]
     if below:
@@ -162,7 +162,7 @@ def _device_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     if broke is not None:
         return broke
     f = m.funcs
-    if not all(f["host"][q] for q in pos):
+    if loops.first_where(f["host"], pos, False) is not None:
         # the disjunct that drops the only copy: never under write_back, a leaf only
         if m.s["policy"] == "write_back":
             return _fail(action, 1, f"write_back dropped node {x.id}'s only copy (host[n] = NoSlot /\\ "
@@ -176,7 +176,7 @@ def _device_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
 
 def _host_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     f = m.funcs
-    hs = [f["host"][q] for q in pos]
+    hs = list(map(f["host"].__getitem__, pos))
     if not all(hs):
         return _fail(action, 0, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
     children = _children(m, x)
@@ -203,13 +203,13 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     p = pos[-1]
     if not f["dev"][p]:
         return _fail(action, 1, f"node {x.id}'s pages have no device copy to back up (dev[n])")
-    held = [q for q in pos if f["host"][q]]
-    if held:
-        return _fail(action, 2, f"node {x.id}'s page at position {held[0]} already has host slot "
-                                f"{f['host'][held[0]]} (host[n] = NoSlot)")
-    going = [q for q in pos if f["backupOp"][q]]
-    if going:
-        return _fail(action, 3, f"a device->host copy of node {x.id}'s page at position {going[0]} is already "
+    held = loops.first_where(f["host"], pos, True)
+    if held is not None:
+        return _fail(action, 2, f"node {x.id}'s page at position {held} already has host slot "
+                                f"{f['host'][held]} (host[n] = NoSlot)")
+    going = loops.first_where(f["backupOp"], pos, True)
+    if going is not None:
+        return _fail(action, 3, f"a device->host copy of node {x.id}'s page at position {going} is already "
                                 f"in flight (backupOp[n] = NoSlot)")
     policy = m.s["policy"]
     if not fields.get("requested", False):
@@ -234,9 +234,9 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
 
 def _backup_finish(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     f = m.funcs
-    idle = [q for q in pos if not f["backupOp"][q]]
-    if idle:
-        return _fail(action, 0, f"no device->host copy of node {x.id}'s page at position {idle[0]} is in "
+    idle = loops.first_where(f["backupOp"], pos, False)
+    if idle is not None:
+        return _fail(action, 0, f"no device->host copy of node {x.id}'s page at position {idle} is in "
                                 f"flight (backupOp[n] # NoSlot)")
     if fields.get("ok", True) and m.s["policy"] in _DUE_HITS:
         # (a failed copy, ok False, is no BackupFinish of the spec: its slots go back IDLE;
@@ -415,7 +415,7 @@ def _storage_backup_finish(m, action: str, x, pos: list, fields: dict) -> Failur
 def _host_slots(m, action: str, k_host: int, k_state: int, x, pos: list, state: str) -> Failure | None:
     """Conjunct k_host fails unless every page of x has a host copy (host[n] # NoSlot),
     conjunct k_state unless each one's slot was `state` (slot[host[n]] = state)."""
-    hs = [m.funcs["host"][q] for q in pos]
+    hs = list(map(m.funcs["host"].__getitem__, pos))
     if not all(hs):
         return _fail(action, k_host, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
     return _slots_in(m, action, k_state, "node {}'s", x.id, hs, state)

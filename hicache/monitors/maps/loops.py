@@ -159,6 +159,17 @@ def py_first_not_in_state(names, slots, state):
     return None
 
 
+def py_first_where(d, pos, want: bool):
+    """The first q of pos whose value d[q] is true when `want` is, false when it is not (the
+    guards' test of a node's pages: one with a copy in flight, one without a host copy);
+    None when there is none."""
+    want = bool(want)
+    for q in pos:
+        if bool(d[q]) is want:
+            return q
+    return None
+
+
 def py_nodes_at(keys, positions, L) -> set:
     """The nodes of the positions below L (keys[p] = (node, page index))."""
     return {keys[p][0] for p in positions if p < L}
@@ -178,7 +189,7 @@ def py_prefix_breach(host, pos, q):
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
-          "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
+          "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state, "first_where": py_first_where,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach}
 
 _mod = native.module()
@@ -193,5 +204,6 @@ slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owne
 held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
 slot_changes = _mod.slot_changes if _mod is not None else py_slot_changes
 first_not_in_state = _mod.first_not_in_state if _mod is not None else py_first_not_in_state
+first_where = _mod.first_where if _mod is not None else py_first_where
 nodes_at = _mod.nodes_at if _mod is not None else py_nodes_at
 prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
