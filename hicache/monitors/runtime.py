@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hicache.monitors.fused_native import native_inc_all
+from hicache.monitors.maps.loops import variables_of as _variables_of    # (a delta's variables)
 from hicache.monitors.rt import Failure, domain_is
 from hicache.tla.values import Fcn
 
@@ -973,7 +974,7 @@ class Monitor:
             self._checked_C = C
             D, changed = {d: C[d] for d in self._domains}, None
         else:
-            D, changed = self.rmap.domains(C, acc), set(map(_first, delta))
+            D, changed = self.rmap.domains(C, acc), _variables_of(delta)
         s = self.rmap.live()
         checks = self._unfused_checks if self._inc_all is not None and \
             self._inc_all(C, s, D, changed, self._fused_skip) else self._inc_checks

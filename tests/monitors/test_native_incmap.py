@@ -313,6 +313,28 @@ def test_first_where_agrees(mod):
     assert mod.first_where({1: 5}, [1], False) is None and mod.first_where({}, [], True) is None
 
 
+def test_variables_of_agrees(mod):
+    """Random deltas: runs of one variable's writes, equal names that are other objects,
+    whole-variable entries (key None), and entries with no first item (IndexError) or no
+    items at all (TypeError), each raised at the same point."""
+    rng = random.Random(0)
+    names = ["dev", "host", "".join(["d", "ev"]), "slot", 1, True]
+    cases = []
+    for _ in range(300):
+        delta = []
+        for _ in range(rng.randint(0, 12)):
+            var = rng.choice(names)
+            delta.extend((var, rng.choice([None, *range(4)]), rng.randint(0, 3)) for _ in range(rng.randint(1, 3)))
+        if delta and rng.random() < 0.1:
+            delta.insert(rng.randrange(len(delta)), rng.choice([(), 7]))
+        cases.append([rng.choice([delta, tuple(delta)])])
+    seen = _outcomes("variables_of", mod, cases)
+    assert seen["ok"] >= 200 and seen["IndexError: tuple index out of range"] >= 3, seen
+    assert sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 3, seen
+    assert mod.variables_of([("dev", 1, 0), ("dev", 2, 0), ("host", 1, 0), ("dev", 3, 0)]) == {"dev", "host"}
+    assert mod.variables_of([]) == set()
+
+
 def test_nodes_at_and_prefix_breach_agree(mod):
     """Random positions and host rows; among them positions past the keys (IndexError),
     positions past L (skipped) and pages the host row lacks (KeyError)."""

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 
 /* old and v denote the same value for the map: the same object, or equal with the same type
  * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
@@ -677,6 +677,27 @@ static PyObject *first_where(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return finish(it, err, out, NULL, NULL, NULL);
 }
 
+/* variables_of(delta): the set of e[0] for each entry e of delta (a sync's writes, each
+ * (variable, key, old value): the variables it wrote). An entry whose first item is the very
+ * object the entry before it had is not added again (a run of one variable's writes). */
+static PyObject *variables_of(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("variables_of", n, 1))
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *last = NULL, *e;
+    int err = zero == NULL || out == NULL;
+    while (!err && (e = PyIter_Next(it)) != NULL) {
+        PyObject *v = PyObject_GetItem(e, zero);     /* (e[0], its errors as Python's) */
+        err = v == NULL || (v != last && PySet_Add(out, v) < 0);
+        Py_XSETREF(last, v);
+        Py_DECREF(e);
+    }
+    Py_XDECREF(last);
+    return finish(it, err, out, zero, NULL, NULL);
+}
+
 /* nodes_at(keys, positions, L): the set of keys[p][0] for each p of positions with p < L. */
 static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("nodes_at", n, 3))
@@ -755,6 +776,8 @@ static PyMethodDef methods[] = {
      "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
     {"slot_changes", (PyCFunction)(void (*)(void))slot_changes, METH_FASTCALL,
      "changed slots' names and dirty spec slots; the set of nodes holding them"},
+    {"variables_of", (PyCFunction)(void (*)(void))variables_of, METH_FASTCALL,
+     "the set of each delta entry's first item"},
     {"first_where", (PyCFunction)(void (*)(void))first_where, METH_FASTCALL,
      "the first position whose value's truth is the one asked, or None"},
     {"first_not_in_state", (PyCFunction)(void (*)(void))first_not_in_state, METH_FASTCALL,

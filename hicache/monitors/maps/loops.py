@@ -159,6 +159,11 @@ def py_first_not_in_state(names, slots, state):
     return None
 
 
+def py_variables_of(delta) -> set:
+    """The variables a sync's delta wrote: the set of each entry's first item."""
+    return {e[0] for e in delta}
+
+
 def py_first_where(d, pos, want: bool):
     """The first q of pos whose value d[q] is true when `want` is, false when it is not (the
     guards' test of a node's pages: one with a copy in flight, one without a host copy);
@@ -189,7 +194,8 @@ def py_prefix_breach(host, pos, q):
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
-          "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state, "first_where": py_first_where,
+          "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
+          "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach}
 
 _mod = native.module()
@@ -205,5 +211,6 @@ held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once
 slot_changes = _mod.slot_changes if _mod is not None else py_slot_changes
 first_not_in_state = _mod.first_not_in_state if _mod is not None else py_first_not_in_state
 first_where = _mod.first_where if _mod is not None else py_first_where
+variables_of = _mod.variables_of if _mod is not None else py_variables_of
 nodes_at = _mod.nodes_at if _mod is not None else py_nodes_at
 prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
