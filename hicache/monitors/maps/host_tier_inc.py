@@ -392,9 +392,8 @@ class IncrementalHostTierMap(HostTierMap):
             _write_spare(d, L, L0, SPARE[var], var, delta)
         keys, npos = self.keys, self.npos
         for q, src in origin.items():
-            y, j = keys[src]
-            keys[q] = (y, j)
-            npos[y][j] = q
+            k = keys[q] = keys[src]         # (the same (node, page index): the page moved)
+            npos[k[0]][k[1]] = q
             if src in dirty:
                 dirty.add(q)
         del keys[L:]
