@@ -419,7 +419,8 @@ class Monitor:
         self.spec = rmap.spec
         self.cfg = cfg
         self.rng = random.Random(cfg.seed)
-        # (Steps; gap-counted sample mode's unsampled events as tuples until read: `history`)
+        # (Steps; gap-counted sample mode's unsampled events and strict mode's steps on an
+        # incremental map as tuples until read: `history`)
         self._history: collections.deque = collections.deque(maxlen=cfg.history)
         self.steps = 0               # events seen
         self.checked = 0             # steps whose action was checked
@@ -576,10 +577,11 @@ class Monitor:
         (a violation, a trace): gap-counted sample mode's unsampled event as (seq, action,
         args), strict mode's step on an incremental map as (seq, action, args, None, delta)."""
         h = self._history
-        for i in range(len(h)):
-            r = h[i]
-            if r.__class__ is tuple:
-                h[i] = Step(*r) if len(r) == 5 else Step(*r, None)
+        if self._gap >= 0 or self._fast:     # (no other monitor records a tuple: read as kept)
+            for i in range(len(h)):
+                r = h[i]
+                if r.__class__ is tuple:
+                    h[i] = Step(*r) if len(r) == 5 else Step(*r, None)
         return h
 
     @history.setter
