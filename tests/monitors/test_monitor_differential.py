@@ -263,6 +263,21 @@ def test_fused_fast_path_agrees_with_the_forms(world):
             assert fused == each, f"{name}: inc_all fails on a reachable state where every form holds"
 
 
+def _native_agrees(name, gen, C, fast, sd, rng, odds) -> bool:
+    """The verdict of gen.inc_all on state sd over random dirty elements, changed variables
+    and skipped invariants, after asserting the native `fast` gives the same one. `odds`:
+    (an element dirty, every variable changed (V None), a variable changed, an invariant
+    skipped)."""
+    dirty, every, changed, skipped = odds
+    domains = {d for _, doms in gen.INCREMENTAL.values() for d in doms}
+    D = {dom: frozenset(x for x in sorted(C[dom], key=repr) if rng.random() < dirty) for dom in domains}
+    V = None if rng.random() < every else {v for v in gen.VARIABLES if rng.random() < changed}
+    skip = frozenset(n for n in sorted(gen.INCREMENTAL) if rng.random() < skipped)
+    want = gen.inc_all(C, sd, D, V, skip)
+    assert fast(C, sd, D, V, skip) is want, f"{name}: native inc_all differs on {sd} (V={V}, skip={skip})"
+    return want
+
+
 def test_native_element_loops_decide_as_the_generated_python(world):
     """inc_all with its element loops compiled to C (monitors/fused_native.py: what the
     monitors run where it builds) returns what the generated Python returns, on reachable,
@@ -276,18 +291,10 @@ def test_native_element_loops_decide_as_the_generated_python(world):
     if native.module() is not None and fused_native.translate(gen.inc_all) is not None:
         assert fast is not gen.inc_all, f"{name}: the native loops did not build"
     rng = random.Random(8)
-    names = sorted(gen.INCREMENTAL)
-    domains = {d for _, doms in gen.INCREMENTAL.values() for d in doms}
     inputs = states[:400] + _mutants(states, gen.VARIABLES, rng, 200) + _crossed_states(states, gen.VARIABLES, rng, 200)
     decided = collections.Counter()
     for s in inputs:
-        sd = _d(gen, s)
-        D = {dom: frozenset(x for x in sorted(C[dom], key=repr) if rng.random() < 0.7) for dom in domains}
-        V = None if rng.random() < 0.3 else {v for v in gen.VARIABLES if rng.random() < 0.5}
-        skip = frozenset(n for n in names if rng.random() < 0.2)
-        want = gen.inc_all(C, sd, D, V, skip)
-        assert fast(C, sd, D, V, skip) is want, f"{name}: native inc_all differs on {sd} (V={V}, skip={skip})"
-        decided[want] += 1
+        decided[_native_agrees(name, gen, C, fast, _d(gen, s), rng, (0.7, 0.3, 0.5, 0.2))] += 1
     # (both verdicts occur: the comparison is not between two functions that always hold)
     assert decided[True] and decided[False], f"{name}: {decided}"
 
@@ -328,18 +335,10 @@ def test_native_element_loops_read_a_function_as_python_does(world):
         return
     fast = fused_native.native_inc_all(gen)
     rng = random.Random(9)
-    names = sorted(gen.INCREMENTAL)
-    domains = {d for _, doms in gen.INCREMENTAL.values() for d in doms}
     decided = collections.Counter()
     holed = _holed(states, gen.VARIABLES, rng, 300)
     for s, defaulting in holed:
-        sd = _d(gen, s)
-        D = {dom: frozenset(x for x in sorted(C[dom], key=repr) if rng.random() < 0.9) for dom in domains}
-        V = None if rng.random() < 0.5 else {v for v in gen.VARIABLES if rng.random() < 0.7}
-        skip = frozenset(n for n in names if rng.random() < 0.1)
-        want = gen.inc_all(C, sd, D, V, skip)
-        assert fast(C, sd, D, V, skip) is want, f"{name}: native inc_all differs on {sd} (V={V}, skip={skip})"
-        decided[defaulting, want] += 1
+        decided[defaulting, _native_agrees(name, gen, C, fast, _d(gen, s), rng, (0.9, 0.5, 0.7, 0.1))] += 1
     if holed:
         # (a missing key fails the fast path, a subclass's answer can let it hold)
         assert decided[False, False] and decided[True, True], f"{name}: {decided}"
