@@ -279,8 +279,8 @@ def test_first_not_in_state_agrees(mod, seed):
 
 class _Falsy:
     """A value whose truth cannot be told (bool() raises): the test reads each value's truth
-    only up to the first it asks for. (Equal to any other: the arguments after each call are
-    compared, each call's on its own copy.)"""
+    only up to the first it asks for. (Equal to every other _Falsy: the arguments after each
+    call are compared, each call's on its own copy.)"""
     def __bool__(self):
         raise ValueError("no truth here")
 
