@@ -244,6 +244,12 @@ def test_typeok_from_the_rows_agrees_with_the_generated_form(seed, tmp_path):
             bad = {**s, var: value}
             mine, theirs = m.type_ok_inc(C, bad, D, None), spec.inc_TypeOK(C, bad, D, None)
             assert mine == theirs and mine is not None, (var, mine, theirs)
+        # (V naming free: the dirty pages that are free, each an exact int of PageIds; a free
+        # page past the pool, made dirty, fails)
+        past = len(C["PageIds"])
+        bad, dx = {**s, "free": s["free"] | {past}}, {**D, "PageIds": frozenset(D["PageIds"]) | {past}}
+        mine, theirs = m.type_ok_inc(C, bad, dx, reads), spec.inc_TypeOK(C, bad, dx, reads)
+        assert mine == theirs and mine is not None, (mine, theirs)
         used = [c for c in C["Chains"] if s["len"][c - 1]]
         if used:
             c = used[-1]
