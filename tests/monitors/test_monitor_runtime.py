@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from hicache.monitors import native
 from hicache.monitors.faults import AbortKeepsSlots, EvictDuringLoad
 from hicache.monitors.generated import host_tier
 from hicache.monitors.maps.host_tier import HostTierMap, slot_in_one_owner_linear, write_through_prefix_tree
@@ -171,13 +172,18 @@ def _bookkeeping(m: HostTierMap) -> tuple:
 
 
 def _bind_both(events) -> collections.Counter:
-    """Bind `events` ((action, fields) pairs) on a HostTierMap with its request binders and
-    on one binding every event by the general rule; their bookkeeping equal after each.
-    Returns how often the binders' rarer cases came up: a request event of a request that
-    ended with a load to finish ("ending"), an insert for no live request ("not live"), an
-    end with a load to finish ("end loading")."""
-    fast, general = HostTierMap(None), HostTierMap(None)
+    """Bind `events` ((action, fields) pairs) on a HostTierMap with its request binders, on
+    one binding every event by the general rule and, where the native module builds, on one
+    with the native binder (what a map binds by then); their steps and bookkeeping equal
+    after each. Returns how often the binders' rarer cases came up: a request event of a
+    request that ended with a load to finish ("ending"), an insert for no live request ("not
+    live"), an end with a load to finish ("end loading")."""
+    fast, general, nat = HostTierMap(None), HostTierMap(None), HostTierMap(None)
+    for m in (fast, general):
+        m.python_bind()
     general._binders = {}
+    maps = (fast, general) if nat._nbind is None else (fast, general, nat)
+    assert (nat.bind is nat._nbind) == (native.module() is not None)
     seen = collections.Counter()
     for action, fields in events:
         rid = fields.get("rid")
@@ -185,8 +191,9 @@ def _bind_both(events) -> collections.Counter:
             seen["ending"] += rid in general.ending
             seen["not live"] += action == "DeviceInsert" and rid not in general.phase
             seen["end loading"] += action in ("RequestFinish", "RequestAbort") and bool(general.loads.get(rid))
-        assert fast.bind(action, fields) == general.bind(action, fields)
-        assert _bookkeeping(fast) == _bookkeeping(general), (action, fields)
+        steps = [m.bind(action, dict(fields)) for m in maps]
+        assert all(st == steps[1] for st in steps), (action, fields, steps)
+        assert all(_bookkeeping(m) == _bookkeeping(general) for m in maps), (action, fields)
     return seen
 
 
@@ -217,19 +224,21 @@ def test_the_request_binders_bind_recorded_runs_as_the_general_rule(seed):
 def test_the_request_binders_bind_random_streams_as_the_general_rule():
     """... and on random streams of every HostTier action over three request ids and three
     nodes (a request matched again while it ends with a load to finish, an insert for a
-    request never matched, an event with no request id: what runs rarely reach)."""
+    request never matched, an event with no request id: what runs rarely reach), the
+    actions as names and as members of the vocabulary (what a monitor is handed), with a
+    name no rule knows among them, and fields absent, None or empty."""
     rng = random.Random(11)
-    actions = [str(a) for a in A]
+    actions = [str(a) for a in A] + list(A) + ["NoSuchAction"]
     seen = collections.Counter()
-    for _ in range(600):
+    for _ in range(1000):
         events = []
         for _ in range(rng.randrange(1, 40)):
-            fields = {"node": rng.choice([None, 1, 2, 3])}
+            fields = {} if rng.random() < 0.1 else {"node": rng.choice([None, 1, 2, 3])}
             if rng.random() < 0.85:
-                fields["rid"] = rng.randrange(3)
+                fields["rid"] = rng.choice([None, 0, 1, 2, 2])
             if rng.random() < 0.5:
                 fields["blocking"] = rng.random() < 0.5
-                fields["slots"] = [rng.randrange(8)]
+                fields["slots"] = rng.choice([[rng.randrange(8)], [], (1, 2), None])
             events.append((rng.choice(actions), fields))
         seen += _bind_both(events)
     assert min(seen["ending"], seen["not live"], seen["end loading"]) >= 10, seen

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 4
+#define ABI_VERSION 5
 
 /* old and v denote the same value for the map: the same object, or equal with the same type
  * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
@@ -758,6 +758,329 @@ static PyObject *prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n)
     return finish(it, err, out, zero, q, NULL);
 }
 
+/* ---- HostTier's event binder: hicache/monitors/maps/host_tier.py's HostTierMap.bind and the
+ * binders it dispatches to (`_bind_lock`, `_bind_end`, `_bind_any`, `_request_event`), which
+ * define it, over the map's own bookkeeping dicts and set. Sample mode binds every event
+ * (the map follows requests through their events: the runtime keeps no request table), so
+ * this is most of what an unsampled event costs; in Python it is two frames and ~4k
+ * instructions an event.
+ *
+ * What each action is to the binder is decided once, in Python (`host_tier._bind_table`):
+ * action -> (bits, the request phase after it, its compound step); an action not in the
+ * table is bound by the general rule with no bit set (as `_bind_any` binds an action it does
+ * not name) and its step asked of `compound_step`. The same reads, writes and comparisons as
+ * the Python, in the same order; an exception leaves the writes made before it. */
+enum {
+    BIND_LAYER = 1,          /* LoadBackLayer: no step, nothing bound */
+    BIND_LOCK = 2,           /* _bind_lock's (RequestMatch, DeviceInsert) */
+    BIND_END = 4,            /* _bind_end's (RequestFinish, RequestAbort) */
+    BIND_PHASE = 8,          /* in _PHASE */
+    BIND_MOVES = 16,         /* in _MOVES_LOCK */
+    BIND_MATCH = 32,         /* RequestMatch */
+    BIND_LOAD_START = 64,    /* LoadBackStart */
+    BIND_LOAD_END = 128,     /* in _LOAD_ENDS */
+    BIND_BACKUP_START = 256, /* BackupStart */
+    BIND_BACKUP_FINISH = 512 /* BackupFinish */
+};
+
+static PyObject *s_rid, *s_node, *s_blocking, *s_slots, *s_loading;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *phase, *loads, *ending, *req_node, *sync_backup;   /* the map's bookkeeping */
+    PyObject *table;          /* action -> (bits, phase after or None, steps) */
+    PyObject *compound_step;  /* an action's steps when the table has none */
+    vectorcallfunc vectorcall;
+} Binder;
+
+/* d.pop(key, None), the value dropped; -1: error */
+static int dict_discard(PyObject *d, PyObject *key) {
+    int r = PyDict_Contains(d, key);
+    if (r <= 0)
+        return r;
+    return PyDict_DelItem(d, key);
+}
+
+/* d.get(key), borrowed, NULL for absent (no error set) or on an error (set) */
+static PyObject *dict_get(PyObject *d, PyObject *key) {
+    return PyDict_GetItemWithError(d, key);
+}
+
+/* bool(loads.get(rid)) and rid in phase; -1: error */
+static int loading_and_live(Binder *b, PyObject *rid) {
+    PyObject *n = dict_get(b->loads, rid);
+    if (n == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int t = PyObject_IsTrue(n);
+    if (t <= 0)
+        return t;
+    return PyDict_Contains(b->phase, rid);
+}
+
+/* a request leaves: ending, "loading", while a load of its is still to finish; else gone */
+static int leave(Binder *b, PyObject *rid) {
+    int r = loading_and_live(b, rid);
+    if (r < 0)
+        return -1;
+    if (r) {
+        if (PySet_Add(b->ending, rid) < 0)
+            return -1;
+        return PyDict_SetItem(b->phase, rid, s_loading);
+    }
+    return dict_discard(b->phase, rid);
+}
+
+/* _request_event(action, rid) */
+static int request_event(Binder *b, long bits, PyObject *ph, PyObject *rid) {
+    if (bits & BIND_LOAD_START) {
+        PyObject *n = dict_get(b->loads, rid);
+        if (n == NULL && PyErr_Occurred())
+            return -1;
+        PyObject *one = PyLong_FromLong(1);
+        if (one == NULL)
+            return -1;
+        PyObject *v = n == NULL ? Py_NewRef(one) : PyNumber_Add(n, one);
+        Py_DECREF(one);
+        if (v == NULL)
+            return -1;
+        int rc = PyDict_SetItem(b->loads, rid, v);
+        Py_DECREF(v);
+        if (rc < 0)
+            return -1;
+    } else if (bits & BIND_LOAD_END) {
+        PyObject *n = dict_get(b->loads, rid);
+        if (n == NULL && PyErr_Occurred())
+            return -1;
+        if (n != NULL) {
+            PyObject *one = PyLong_FromLong(1);
+            if (one == NULL)
+                return -1;
+            PyObject *v = PyNumber_Subtract(n, one);
+            Py_DECREF(one);
+            if (v == NULL)
+                return -1;
+            int rc = PyDict_SetItem(b->loads, rid, v);
+            int t = rc < 0 ? -1 : PyObject_IsTrue(v);
+            Py_DECREF(v);
+            if (t < 0)
+                return -1;
+            if (!t) {
+                if (PyDict_DelItem(b->loads, rid) < 0)
+                    return -1;
+                int e = PySet_Contains(b->ending, rid);
+                if (e < 0)
+                    return -1;
+                if (e) {
+                    if (PySet_Discard(b->ending, rid) < 0)
+                        return -1;
+                    return dict_discard(b->phase, rid);
+                }
+            }
+        }
+    }
+    if (ph == Py_None)
+        return leave(b, rid);
+    int e = PySet_Contains(b->ending, rid);
+    if (e)
+        return e < 0 ? -1 : 0;
+    int live = (bits & BIND_MATCH) ? 1 : PyDict_Contains(b->phase, rid);
+    if (live <= 0)
+        return live;
+    return PyDict_SetItem(b->phase, rid, ph);
+}
+
+/* req_node[rid] = fields["node"] unless that is None (or absent) */
+static int lock_on(Binder *b, PyObject *fields, PyObject *rid) {
+    PyObject *node = dict_get(fields, s_node);
+    if (node == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (node == Py_None)
+        return 0;
+    return PyDict_SetItem(b->req_node, rid, node);
+}
+
+/* _bind_lock (rid not None) */
+static int bind_lock(Binder *b, long bits, PyObject *ph, PyObject *fields, PyObject *rid) {
+    int out = PySet_Contains(b->ending, rid);
+    if (out < 0)
+        return -1;
+    if (!out && !(bits & BIND_MATCH)) {
+        int live = PyDict_Contains(b->phase, rid);
+        if (live < 0)
+            return -1;
+        out = !live;
+    }
+    if (out)
+        return dict_discard(b->req_node, rid);
+    if (PyDict_SetItem(b->phase, rid, ph) < 0)
+        return -1;
+    return lock_on(b, fields, rid);
+}
+
+/* _bind_any */
+static int bind_any(Binder *b, long bits, PyObject *ph, PyObject *fields, PyObject *rid) {
+    if (rid != NULL) {
+        if ((bits & BIND_PHASE) && request_event(b, bits, ph, rid) < 0)
+            return -1;
+        int live = PyDict_Contains(b->phase, rid);
+        if (live < 0)
+            return -1;
+        int e = live ? PySet_Contains(b->ending, rid) : 0;
+        if (e < 0)
+            return -1;
+        if (!live || e) {
+            if (dict_discard(b->req_node, rid) < 0)
+                return -1;
+        } else if ((bits & BIND_MOVES) && lock_on(b, fields, rid) < 0)
+            return -1;
+    }
+    if (bits & BIND_BACKUP_START) {
+        PyObject *node = dict_get(fields, s_node);
+        if (node == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        if (node == Py_None)
+            return 0;
+        PyObject *blocking = dict_get(fields, s_blocking);
+        if (blocking == NULL && PyErr_Occurred())
+            return -1;
+        int t = blocking == NULL ? 0 : PyObject_IsTrue(blocking);
+        if (t <= 0)
+            return t;
+        PyObject *slots = dict_get(fields, s_slots);
+        if (slots == NULL && PyErr_Occurred())
+            return -1;
+        int full = slots == NULL ? 0 : PyObject_IsTrue(slots);
+        if (full < 0)
+            return -1;
+        PyObject *lst = full ? PySequence_List(slots) : PyList_New(0);
+        if (lst == NULL)
+            return -1;
+        int rc = PyDict_SetItem(b->sync_backup, node, lst);
+        Py_DECREF(lst);
+        return rc;
+    }
+    if (bits & BIND_BACKUP_FINISH) {
+        PyObject *node = dict_get(fields, s_node);
+        if (node == NULL && PyErr_Occurred())
+            return -1;
+        return dict_discard(b->sync_backup, node == NULL ? Py_None : node);
+    }
+    return 0;
+}
+
+static PyObject *binder_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Binder *b = (Binder *)self;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a binder takes (action, fields)");
+        return NULL;
+    }
+    PyObject *action = args[0], *fields = args[1];
+    if (!PyDict_Check(fields)) {
+        PyErr_SetString(PyExc_TypeError, "a binder's fields must be a dict");
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(b->table, action);
+    if (entry == NULL && PyErr_Occurred())
+        return NULL;
+    long bits = 0;
+    PyObject *ph = Py_None, *steps = NULL;
+    if (entry != NULL) {
+        bits = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+        if (bits == -1 && PyErr_Occurred())
+            return NULL;
+        ph = PyTuple_GET_ITEM(entry, 1);
+        steps = PyTuple_GET_ITEM(entry, 2);
+    }
+    if (bits & BIND_LAYER)
+        Py_RETURN_NONE;
+    PyObject *rid = dict_get(fields, s_rid);
+    if (rid == NULL && PyErr_Occurred())
+        return NULL;
+    if (rid == Py_None)
+        rid = NULL;
+    Py_XINCREF(rid);      /* (held across the writes: a dict write may drop the fields' own) */
+    int rc = 0;
+    if (bits & BIND_LOCK)
+        rc = rid == NULL ? 0 : bind_lock(b, bits, ph, fields, rid);
+    else if (bits & BIND_END)
+        rc = rid == NULL ? 0 : (leave(b, rid) < 0 ? -1 : dict_discard(b->req_node, rid));
+    else
+        rc = bind_any(b, bits, ph, fields, rid);
+    Py_XDECREF(rid);
+    if (rc < 0)
+        return NULL;
+    if (steps != NULL) {
+        int t = PyObject_IsTrue(steps);
+        if (t < 0)
+            return NULL;
+        if (t)
+            return Py_NewRef(steps);
+    }
+    return PyObject_CallOneArg(b->compound_step, action);
+}
+
+static void binder_dealloc(PyObject *self) {
+    Binder *b = (Binder *)self;
+    Py_XDECREF(b->phase);
+    Py_XDECREF(b->loads);
+    Py_XDECREF(b->ending);
+    Py_XDECREF(b->req_node);
+    Py_XDECREF(b->sync_backup);
+    Py_XDECREF(b->table);
+    Py_XDECREF(b->compound_step);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject BinderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.Binder",
+    .tp_basicsize = sizeof(Binder),
+    .tp_dealloc = binder_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(Binder, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "HostTierMap.bind over one map's bookkeeping",
+};
+
+/* binder(phase, loads, ending, req_node, sync_backup, table, compound_step): a Binder. Each
+ * table entry is checked here, once, to be (int, phase, steps). */
+static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("binder", n, 7))
+        return NULL;
+    if (check_type(a[0], &PyDict_Type, "binder", "phase") < 0 || check_type(a[1], &PyDict_Type, "binder", "loads") < 0
+        || check_type(a[2], &PySet_Type, "binder", "ending") < 0
+        || check_type(a[3], &PyDict_Type, "binder", "req_node") < 0
+        || check_type(a[4], &PyDict_Type, "binder", "sync_backup") < 0
+        || check_type(a[5], &PyDict_Type, "binder", "table") < 0)
+        return NULL;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(a[5], &pos, &k, &v)) {
+        if (!PyTuple_CheckExact(v) || PyTuple_GET_SIZE(v) != 3 || !PyLong_CheckExact(PyTuple_GET_ITEM(v, 0))) {
+            PyErr_SetString(PyExc_TypeError, "binder: each table entry must be (bits, phase, steps)");
+            return NULL;
+        }
+    }
+    if (s_rid == NULL && ((s_rid = PyUnicode_InternFromString("rid")) == NULL ||
+                          (s_node = PyUnicode_InternFromString("node")) == NULL ||
+                          (s_blocking = PyUnicode_InternFromString("blocking")) == NULL ||
+                          (s_slots = PyUnicode_InternFromString("slots")) == NULL ||
+                          (s_loading = PyUnicode_InternFromString("loading")) == NULL))
+        return NULL;
+    Binder *b = PyObject_New(Binder, &BinderType);
+    if (b == NULL)
+        return NULL;
+    b->phase = Py_NewRef(a[0]);
+    b->loads = Py_NewRef(a[1]);
+    b->ending = Py_NewRef(a[2]);
+    b->req_node = Py_NewRef(a[3]);
+    b->sync_backup = Py_NewRef(a[4]);
+    b->table = Py_NewRef(a[5]);
+    b->compound_step = Py_NewRef(a[6]);
+    b->vectorcall = binder_call;
+    return (PyObject *)b;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -789,6 +1112,8 @@ static PyMethodDef methods[] = {
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},
     {"no_ap", no_ap, METH_O, "the reader of nothing"},
+    {"binder", (PyCFunction)(void (*)(void))binder, METH_FASTCALL,
+     "HostTierMap.bind over (phase, loads, ending, req_node, sync_backup, table, compound_step)"},
     {"abi", abi, METH_NOARGS, "the module's ABI version"},
     {NULL, NULL, 0, NULL},
 };
@@ -796,7 +1121,21 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
-    if (PyType_Ready(&SeqReaderType) < 0)
+    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    /* the binder's bits, for host_tier._bind_table (one definition: these) */
+    static const struct { const char *name; long v; } bits[] = {
+        {"BIND_LAYER", BIND_LAYER}, {"BIND_LOCK", BIND_LOCK}, {"BIND_END", BIND_END}, {"BIND_PHASE", BIND_PHASE},
+        {"BIND_MOVES", BIND_MOVES}, {"BIND_MATCH", BIND_MATCH}, {"BIND_LOAD_START", BIND_LOAD_START},
+        {"BIND_LOAD_END", BIND_LOAD_END}, {"BIND_BACKUP_START", BIND_BACKUP_START},
+        {"BIND_BACKUP_FINISH", BIND_BACKUP_FINISH}};
+    for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++)
+        if (PyModule_AddIntConstant(m, bits[i].name, bits[i].v) < 0) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    return m;
 }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from hicache.monitors import native
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step
@@ -127,6 +128,13 @@ class HostTierMap:
         # from the events that move a request's node (match, insert, prefetch join)
         self.req_node: dict[int, int] = {}
         self.sync_backup: dict[int, list[int]] = {}   # write_back: node id -> slots being copied
+        # `bind` in C over this bookkeeping (csrc/incmap.c's binder: the rules `bind` below
+        # states, which serve where it cannot be built), None without it. It serves as this
+        # map's `bind` (an instance attribute: what a monitor calls at every event); a
+        # subclass that binds more calls it from its own `bind`
+        self._nbind = _native_binder(self)
+        if self._nbind is not None and type(self).bind is HostTierMap.bind:
+            self.bind = self._nbind
 
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
@@ -199,6 +207,12 @@ class HostTierMap:
     #: read only (a mappingproxy's lookup cost more than the binders save)
     _binders = {"RequestMatch": _bind_lock, "DeviceInsert": _bind_lock,
                 "RequestFinish": _bind_end, "RequestAbort": _bind_end}
+
+    def python_bind(self) -> None:
+        """Bind by the Python rules from now on (the native binder set aside: tests compare
+        the two)."""
+        self.__dict__.pop("bind", None)
+        self._nbind = None
 
     def trigger(self, action: str, fields: dict) -> bool:
         """Whether an eviction (`trigger_events`) took a node that something still holds, by
@@ -485,3 +499,42 @@ def _fn0(values: list):
     """A function over 0..len-1 (not a sequence: its domain starts at 0), its key kinds
     given (integers only: what a domain test would otherwise find by looking at each key)."""
     return Fcn(dict(enumerate(values)), KK_INT) if values else mk_fcn({})
+
+
+def _bind_table(mod) -> dict:
+    """What each action is to the native binder (`mod.binder`): action -> (bits, the request
+    phase after it, its compound step), read off the tables and the binders `bind` uses;
+    every action any of them names is in it (any other is bound as `_bind_any` binds an
+    action it does not name, its step asked of `compound_step`)."""
+    binders = HostTierMap._binders
+    names = {str(a) for a in HostTierAction} | set(_PHASE) | _MOVES_LOCK | _LOAD_ENDS | set(binders)
+    table = {}
+    for name in sorted(names):
+        bits = 0
+        for flag, holds in ((mod.BIND_LAYER, name == "LoadBackLayer"),
+                            (mod.BIND_LOCK, binders.get(name) is HostTierMap._bind_lock),
+                            (mod.BIND_END, binders.get(name) is HostTierMap._bind_end),
+                            (mod.BIND_PHASE, name in _PHASE), (mod.BIND_MOVES, name in _MOVES_LOCK),
+                            (mod.BIND_MATCH, name == "RequestMatch"), (mod.BIND_LOAD_START, name == "LoadBackStart"),
+                            (mod.BIND_LOAD_END, name in _LOAD_ENDS),
+                            (mod.BIND_BACKUP_START, name == "BackupStart"),
+                            (mod.BIND_BACKUP_FINISH, name == "BackupFinish")):
+            if holds:
+                bits |= flag
+        table[name] = (bits, _PHASE.get(name), _STEPS.get(name))
+    return table
+
+
+_BINDING: list = []        # [(the native module, its table)] once asked; [None] without it
+
+
+def _native_binder(m: HostTierMap):
+    """The native binder over m's bookkeeping, or None (no native module)."""
+    if not _BINDING:
+        mod = native.module()
+        _BINDING.append(None if mod is None else (mod, _bind_table(mod)))
+    got = _BINDING[0]
+    if got is None:
+        return None
+    mod, table = got
+    return mod.binder(m.phase, m.loads, m.ending, m.req_node, m.sync_backup, table, compound_step)

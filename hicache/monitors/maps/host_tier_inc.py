@@ -284,7 +284,8 @@ class IncrementalHostTierMap(HostTierMap):
         self.phase_before = None if rid is None or rid in self.ending else self.phase.get(rid)
         # ... and the node its lock was on (its prefix's end) before it: a DeviceInsert moves it
         self.lock_before = None if rid is None else self.req_node.get(rid)
-        steps = super().bind(action, fields)
+        nb = self._nbind
+        steps = nb(action, fields) if nb is not None else super().bind(action, fields)
         if rid is not None:
             self.req_dirty = True
             if action in _PHASE:
