@@ -214,3 +214,19 @@ def test_finish_after_close_on_a_backend_that_never_answers_returns(caches, mem_
     assert bounded(cache.finish_prefetch, req) == 0
     bounded(cache.finish, req)
     assert req.done
+
+
+def test_the_bus_lets_go_of_its_lock_when_a_listener_raises():
+    """EventBus.publish holds its lock across the listeners' calls: one that raises passes
+    its error to the emitter and leaves the lock free, so the next event (from this thread or
+    a transfer thread) is delivered, numbered next."""
+    from hicache.runtime.events import EventBus, Recorder
+    bus, seen = EventBus(), Recorder()
+    bus.subscribe(seen)
+    bus.subscribe(RaiseAt(A.BackupStart))
+    with pytest.raises(Boom):
+        bus.publish(A.BackupStart, {"node": 1})
+    assert not bus._lock.locked()
+    done = bounded(bus.publish, A.BackupFinish, {"node": 1})
+    assert done is None
+    assert [(e.action, e.seq) for e in seen.events] == [(A.BackupStart, 1), (A.BackupFinish, 2)]
