@@ -801,14 +801,9 @@ static int dict_discard(PyObject *d, PyObject *key) {
     return PyDict_DelItem(d, key);
 }
 
-/* d.get(key), borrowed, NULL for absent (no error set) or on an error (set) */
-static PyObject *dict_get(PyObject *d, PyObject *key) {
-    return PyDict_GetItemWithError(d, key);
-}
-
 /* bool(loads.get(rid)) and rid in phase; -1: error */
 static int loading_and_live(Binder *b, PyObject *rid) {
-    PyObject *n = dict_get(b->loads, rid);
+    PyObject *n = PyDict_GetItemWithError(b->loads, rid);
     if (n == NULL)
         return PyErr_Occurred() ? -1 : 0;
     int t = PyObject_IsTrue(n);
@@ -833,7 +828,7 @@ static int leave(Binder *b, PyObject *rid) {
 /* _request_event(action, rid) */
 static int request_event(Binder *b, long bits, PyObject *ph, PyObject *rid) {
     if (bits & BIND_LOAD_START) {
-        PyObject *n = dict_get(b->loads, rid);
+        PyObject *n = PyDict_GetItemWithError(b->loads, rid);
         if (n == NULL && PyErr_Occurred())
             return -1;
         PyObject *one = PyLong_FromLong(1);
@@ -848,7 +843,7 @@ static int request_event(Binder *b, long bits, PyObject *ph, PyObject *rid) {
         if (rc < 0)
             return -1;
     } else if (bits & BIND_LOAD_END) {
-        PyObject *n = dict_get(b->loads, rid);
+        PyObject *n = PyDict_GetItemWithError(b->loads, rid);
         if (n == NULL && PyErr_Occurred())
             return -1;
         if (n != NULL) {
@@ -891,7 +886,7 @@ static int request_event(Binder *b, long bits, PyObject *ph, PyObject *rid) {
 
 /* req_node[rid] = fields["node"] unless that is None (or absent) */
 static int lock_on(Binder *b, PyObject *fields, PyObject *rid) {
-    PyObject *node = dict_get(fields, s_node);
+    PyObject *node = PyDict_GetItemWithError(fields, s_node);
     if (node == NULL)
         return PyErr_Occurred() ? -1 : 0;
     if (node == Py_None)
@@ -935,18 +930,18 @@ static int bind_any(Binder *b, long bits, PyObject *ph, PyObject *fields, PyObje
             return -1;
     }
     if (bits & BIND_BACKUP_START) {
-        PyObject *node = dict_get(fields, s_node);
+        PyObject *node = PyDict_GetItemWithError(fields, s_node);
         if (node == NULL)
             return PyErr_Occurred() ? -1 : 0;
         if (node == Py_None)
             return 0;
-        PyObject *blocking = dict_get(fields, s_blocking);
+        PyObject *blocking = PyDict_GetItemWithError(fields, s_blocking);
         if (blocking == NULL && PyErr_Occurred())
             return -1;
         int t = blocking == NULL ? 0 : PyObject_IsTrue(blocking);
         if (t <= 0)
             return t;
-        PyObject *slots = dict_get(fields, s_slots);
+        PyObject *slots = PyDict_GetItemWithError(fields, s_slots);
         if (slots == NULL && PyErr_Occurred())
             return -1;
         int full = slots == NULL ? 0 : PyObject_IsTrue(slots);
@@ -960,7 +955,7 @@ static int bind_any(Binder *b, long bits, PyObject *ph, PyObject *fields, PyObje
         return rc;
     }
     if (bits & BIND_BACKUP_FINISH) {
-        PyObject *node = dict_get(fields, s_node);
+        PyObject *node = PyDict_GetItemWithError(fields, s_node);
         if (node == NULL && PyErr_Occurred())
             return -1;
         return dict_discard(b->sync_backup, node == NULL ? Py_None : node);
@@ -993,7 +988,7 @@ static PyObject *binder_call(PyObject *self, PyObject *const *args, size_t nargs
     }
     if (bits & BIND_LAYER)
         Py_RETURN_NONE;
-    PyObject *rid = dict_get(fields, s_rid);
+    PyObject *rid = PyDict_GetItemWithError(fields, s_rid);
     if (rid == NULL && PyErr_Occurred())
         return NULL;
     if (rid == Py_None)
