@@ -44,6 +44,7 @@ from hicache import buildcache
 #: a type whose instances' `__class__` is their type (no instance can override it)
 _PLAIN_TYPES = ("PyLong_Type", "PyBool_Type", "PyUnicode_Type", "PyTuple_Type", "PyFrozenSet_Type",
                 "PySet_Type", "PyDict_Type", "PyFloat_Type", "PyList_Type")
+_ARITH = {ast.Add: "PyNumber_Add", ast.Sub: "PyNumber_Subtract", ast.Mult: "PyNumber_Multiply"}
 _CMP = {ast.Eq: "Py_EQ", ast.NotEq: "Py_NE", ast.Lt: "Py_LT", ast.LtE: "Py_LE", ast.Gt: "Py_GT", ast.GtE: "Py_GE"}
 
 
@@ -79,6 +80,17 @@ class _Loop:
         self.temps += 1
         return f"v{self.temps - 1}"
 
+    def load_name(self, name: str, dst: str, out: list[str]) -> None:
+        """C that leaves a new reference to `name`'s value in `dst`: the element, a shared
+        read, or one of the names the loop is handed (`L`)."""
+        if name == self.element:
+            src = "e"
+        elif name in self.shared:
+            src = f"s{self.shared[name]}"
+        else:
+            src = f"L[{self.outer_at(name)}]"
+        out.append(f"{dst} = {src}; Py_INCREF({dst});")
+
     def int_var(self) -> str:
         self.ints += 1
         return f"t{self.ints - 1}"
@@ -91,13 +103,7 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
     returned temporary (every error: `goto done`, where every temporary is released)."""
     dst = loop.temp()
     if isinstance(node, ast.Name):
-        if node.id == loop.element:
-            src = "e"
-        elif node.id in loop.shared:
-            src = f"s{loop.shared[node.id]}"
-        else:
-            src = f"L[{loop.outer_at(node.id)}]"
-        out.append(f"{dst} = {src}; Py_INCREF({dst});")
+        loop.load_name(node.id, dst, out)
         return dst
     if isinstance(node, ast.Constant):
         v = node.value
@@ -124,6 +130,65 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
     if isinstance(node, ast.Attribute) and node.attr == "__class__":
         obj = _value(loop, node.value, out)
         out.append(f"{dst} = class_of({obj}); Py_CLEAR({obj});")
+        out.append(f"if ({dst} == NULL) goto done;")
+        return dst
+    if isinstance(node, ast.Attribute):
+        obj = _value(loop, node.value, out)
+        out.append(f"{dst} = PyObject_GetAttr({obj}, K[{loop.const_at(node.attr)}]); Py_CLEAR({obj});")
+        out.append(f"if ({dst} == NULL) goto done;")
+        return dst
+    if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
+        obj = _value(loop, node.value, out)
+        key = _value(loop, node.slice, out)
+        out.append(f"{dst} = PyObject_GetItem({obj}, {key}); Py_CLEAR({obj}); Py_CLEAR({key});")
+        out.append(f"if ({dst} == NULL) goto done;")
+        return dst
+    if isinstance(node, ast.BoolOp):
+        # (its value, as Python's: the first operand that decides it, else the last)
+        t = loop.int_var()
+        first = _value(loop, node.values[0], out)
+        out.append(f"{dst} = {first}; {first} = NULL;")
+        for v in node.values[1:]:
+            out.append(f"{t} = PyObject_IsTrue({dst}); if ({t} < 0) goto done;")
+            out.append(f"if ({t if isinstance(node.op, ast.And) else '!' + t}) {{ Py_CLEAR({dst});")
+            nxt = _value(loop, v, out)
+            out.append(f"{dst} = {nxt}; {nxt} = NULL;")
+        out.append("}" * (len(node.values) - 1))
+        return dst
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP:
+        # (a rich comparison's value is whatever the operands' method returns)
+        left = _value(loop, node.left, out)
+        right = _value(loop, node.comparators[0], out)
+        out.append(f"{dst} = PyObject_RichCompare({left}, {right}, {_CMP[type(node.ops[0])]});")
+        out.append(f"Py_CLEAR({left}); Py_CLEAR({right});")
+        out.append(f"if ({dst} == NULL) goto done;")
+        return dst
+    if isinstance(node, (ast.Compare, ast.UnaryOp)) and not (isinstance(node, ast.UnaryOp)
+                                                              and not isinstance(node.op, ast.Not)):
+        # (`is`, `in` and `not` make a bool)
+        t = loop.int_var()
+        _truth(loop, node, out, t)
+        out.append(f"{dst} = PyBool_FromLong({t});")
+        return dst
+    if isinstance(node, ast.IfExp):
+        t = loop.int_var()
+        _truth(loop, node.test, out, t)
+        out.append(f"if ({t}) {{")
+        a = _value(loop, node.body, out)
+        out.append(f"{dst} = {a}; {a} = NULL; }} else {{")
+        b = _value(loop, node.orelse, out)
+        out.append(f"{dst} = {b}; {b} = NULL; }}")
+        return dst
+    if isinstance(node, ast.Tuple) and not any(isinstance(x, ast.Starred) for x in node.elts):
+        items = [_value(loop, x, out) for x in node.elts]
+        out.append(f"{dst} = PyTuple_New({len(items)}); if ({dst} == NULL) goto done;")
+        for i, x in enumerate(items):
+            out.append(f"PyTuple_SET_ITEM({dst}, {i}, {x}); {x} = NULL;")
+        return dst
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
+        left = _value(loop, node.left, out)
+        right = _value(loop, node.right, out)
+        out.append(f"{dst} = {_ARITH[type(node.op)]}({left}, {right}); Py_CLEAR({left}); Py_CLEAR({right});")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     raise Untranslatable(type(node).__name__)
@@ -166,13 +231,7 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
         elif isinstance(op, (ast.In, ast.NotIn)):
             out.append(f"{dst} = contains({right}, {left});")
         elif type(op) in _CMP:
-            c = loop.temp()
-            out.append(f"{c} = PyObject_RichCompare({left}, {right}, {_CMP[type(op)]});")
-            out.append(f"Py_CLEAR({left}); Py_CLEAR({right});")
-            out.append(f"if ({c} == NULL) goto done;")
-            out.append(f"{dst} = PyObject_IsTrue({c}); Py_CLEAR({c});")
-            out.append(f"if ({dst} < 0) goto done;")
-            return
+            out.append(f"{dst} = compare_truth({left}, {right}, {_CMP[type(op)]});")
         else:
             raise Untranslatable(type(op).__name__)
         out.append(f"Py_CLEAR({left}); Py_CLEAR({right});")
@@ -207,8 +266,9 @@ def _element_loop(node: ast.stmt) -> tuple[str, str, list[ast.Assign], ast.expr]
     return node.target.id, it.args[0].slice.value, reads, last.test.operand
 
 
-def _translate(loop: _Loop, reads: list[ast.Assign], pred: ast.expr) -> str:
-    """The C function `loop_<index>` of one element loop."""
+def _translate(loop: _Loop, reads: list[ast.Assign], pred: ast.expr, entry: bool = True) -> str:
+    """The C functions `pred_<index>` of one element loop's predicate and, with `entry`,
+    `loop_<index>` that runs it over the elements (a Python-callable function)."""
     body: list[str] = []
     for i, r in enumerate(reads):
         v = _value(loop, r.value, body)
@@ -231,16 +291,17 @@ def _translate(loop: _Loop, reads: list[ast.Assign], pred: ast.expr) -> str:
         "    return PyErr_Occurred() ? -1 : ok;",
         "}",
         "",
-        f"static PyObject *loop_{loop.index}(PyObject *self, PyObject *const *a, Py_ssize_t n) {{",
-        f"    return run_loop(a, n, {len(loop.outer)}, pred_{loop.index});",
-        "}",
-        "",
+        *([f"static PyObject *loop_{loop.index}(PyObject *self, PyObject *const *a, Py_ssize_t n) {{",
+           f"    return run_loop(a, n, {len(loop.outer)}, pred_{loop.index});",
+           "}",
+           ""] if entry else []),
     ])
 
 
 _PRELUDE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 static PyObject *K[%(nconst)d];
 
@@ -259,12 +320,26 @@ static PyObject *class_of(PyObject *x) {
  * `contains` is `type(v) is int and self.lo <= v <= self.hi`, read in that order here (the
  * fast paths test `hits[n] \in 0..2` at every dirty page: a Python call each, before) */
 static PyObject *interval_type, *str_lo, *str_hi;
+/* where an Interval keeps lo and hi (its __slots__: member descriptors' offsets), -1 if not */
+static Py_ssize_t off_lo = -1, off_hi = -1;
 
 static int contains(PyObject *r, PyObject *x) {
     if (interval_type == NULL || (PyObject *)Py_TYPE(r) != interval_type)
         return PySequence_Contains(r, x);
     if (!PyLong_CheckExact(x))
         return 0;
+    if (off_lo >= 0 && off_hi >= 0) {
+        /* (bounds and value that are ints of 64 bits, read off the slots: compared here; a
+         * slot unset or anything else is read by attribute below, as Python reads it) */
+        PyObject *a = *(PyObject **)((char *)r + off_lo), *b = *(PyObject **)((char *)r + off_hi);
+        if (a != NULL && b != NULL && PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
+            int oa, ov, ob;
+            long long la = PyLong_AsLongLongAndOverflow(a, &oa), lv = PyLong_AsLongLongAndOverflow(x, &ov),
+                      lb = PyLong_AsLongLongAndOverflow(b, &ob);
+            if (!oa && !ov && !ob)
+                return la <= lv && lv <= lb;
+        }
+    }
     PyObject *lo = PyObject_GetAttr(r, str_lo);
     int ok = lo == NULL ? -1 : PyObject_RichCompareBool(lo, x, Py_LE);
     Py_XDECREF(lo);
@@ -303,6 +378,46 @@ static PyObject *call1(PyObject *f, PyObject *x) {
     return PyObject_Vectorcall(f, argv, 1, NULL);
 }
 
+/* the truth of `a <op> b` as Python decides it (PyObject_RichCompare, then its truth), with
+ * neither call when both are exactly int of 64 bits (their order) or both exactly str and
+ * the test is == or != (their equality); -1 on an error (raised) */
+static int compare_truth(PyObject *a, PyObject *b, int op) {
+    if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
+        int oa, ob;
+        long long x = PyLong_AsLongLongAndOverflow(a, &oa), y = PyLong_AsLongLongAndOverflow(b, &ob);
+        if (!oa && !ob) {
+            switch (op) {
+            case Py_EQ: return x == y;
+            case Py_NE: return x != y;
+            case Py_LT: return x < y;
+            case Py_LE: return x <= y;
+            case Py_GT: return x > y;
+            case Py_GE: return x >= y;
+            }
+        }
+    } else if ((op == Py_EQ || op == Py_NE) && PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b)) {
+        int eq = a == b || PyUnicode_Compare(a, b) == 0;
+        if (!PyErr_Occurred())
+            return op == Py_EQ ? eq : !eq;
+        return -1;
+    }
+    PyObject *r = PyObject_RichCompare(a, b, op);
+    if (r == NULL)
+        return -1;
+    int t = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return t;
+}
+
+/* the offset of type t's own slot `name` (an object member of its __slots__), -1 if it has none */
+static Py_ssize_t slot_offset(PyObject *t, PyObject *name) {
+    PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)t)->tp_dict, name);
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type))
+        return -1;
+    PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+    return m->type == T_OBJECT_EX && !(m->flags & READONLY) ? m->offset : -1;
+}
+
 static int configure(void) {
     PyObject *probe = PyDict_New(), *getitem = NULL;
     if (probe != NULL)
@@ -323,7 +438,18 @@ static int configure(void) {
     Py_DECREF(values);
     str_lo = PyUnicode_InternFromString("lo");
     str_hi = PyUnicode_InternFromString("hi");
-    return interval_type == NULL || str_lo == NULL || str_hi == NULL ? -1 : 0;
+    if (interval_type == NULL || str_lo == NULL || str_hi == NULL)
+        return -1;
+    off_lo = slot_offset(interval_type, str_lo);
+    off_hi = slot_offset(interval_type, str_hi);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* the name's (interned) constant, NULL passed on */
+static PyObject *interned(PyObject *s) {
+    if (s != NULL)
+        PyUnicode_InternInPlace(&s);
+    return s;
 }
 
 /* every element of the iterable a[0] satisfies pred, the loop's other names in the tuple
@@ -366,7 +492,8 @@ def _c_const(v) -> str:
     raw = v.encode("utf-8")
     # (each byte in octal: any character, NUL and quotes included, survives the C literal)
     lit = "".join(f"\\{b:03o}" for b in raw)
-    return f'PyUnicode_DecodeUTF8("{lit}", {len(raw)}, "strict")'
+    # (interned: a name or key the module also holds is then the same object, found by identity)
+    return f'interned(PyUnicode_DecodeUTF8("{lit}", {len(raw)}, "strict"))'
 
 
 def translate(fn: types.FunctionType) -> tuple[str, ast.Module, list[_Loop]] | None:
@@ -459,11 +586,32 @@ def _build(name: str, csrc: str) -> types.ModuleType:
     return buildcache.load_extension(name, path)
 
 
+def _with_native_loops(gen: types.ModuleType, fn, got):
+    """`fn` rewritten to call the C loops of its translation `got` (`translate(fn)`)."""
+    csrc, tree, loops = got
+    mod = _build(_module_name(fn), csrc)
+    ns = dict(vars(gen))
+    for lp in loops:
+        ns[f"_native_loop_{lp.index}"] = getattr(mod, f"loop_{lp.index}")
+    exec(compile(tree, inspect.getsourcefile(fn) or "<inc_all>", "exec"), ns)
+    out = ns[fn.__name__]
+    out.__doc__ = (fn.__doc__ or "") + " (element loops native: hicache.monitors.fused_native)"
+    return out
+
+
+def loops_native(gen: types.ModuleType):
+    """`gen.inc_all` with only its element loops in C (what serves when the function does not
+    compile whole), or None when none translates; built on each call (tests)."""
+    got = translate(gen.inc_all)
+    return None if got is None else _with_native_loops(gen, gen.inc_all, got)
+
+
 def native_inc_all(gen: types.ModuleType):
-    """`gen.inc_all` with its translatable element loops in C (see the module docstring), or
-    `gen.inc_all` itself when it has none, the build fails (one warning) or native code is
-    off. Decided once per function and process (a function put in its place, a wrapper that
-    counts its calls say, is translated on its own: it has no loops, so it serves itself)."""
+    """`gen.inc_all` compiled whole to C (fused_whole.py), else with its translatable element
+    loops in C (see the module docstring), or `gen.inc_all` itself when neither translates,
+    the build fails (one warning) or native code is off. Decided once per function and
+    process (a function put in its place, a wrapper that counts its calls say, is translated
+    on its own: not of the generated shape and with no loops, it serves itself)."""
     fn = getattr(gen, "inc_all", None)
     if fn is None or buildcache.disabled():
         return fn
@@ -476,19 +624,17 @@ def native_inc_all(gen: types.ModuleType):
             return _done[fn]
         out = fn
         try:
-            got = translate(fn)
-            if got is not None:
-                csrc, tree, loops = got
-                mod = _build(_module_name(fn), csrc)
-                ns = dict(vars(gen))
-                for lp in loops:
-                    ns[f"_native_loop_{lp.index}"] = getattr(mod, f"loop_{lp.index}")
-                exec(compile(tree, inspect.getsourcefile(fn) or "<inc_all>", "exec"), ns)
-                out = ns[fn.__name__]
-                out.__doc__ = (fn.__doc__ or "") + " (element loops native: hicache.monitors.fused_native)"
+            # the whole function in C (fused_whole.py) where it translates, else its loops
+            from hicache.monitors import fused_whole
+            whole = fused_whole.build(gen, fn, _build)
+            got = translate(fn) if whole is None else None
+            if whole is not None:
+                out = whole
+            elif got is not None:
+                out = _with_native_loops(gen, fn, got)
         except (buildcache.BuildFailed, ImportError, OSError) as exc:
             _reasons[key] = str(exc)
-            warnings.warn(f"hicache.monitors: {key}.inc_all's native loops are unavailable ({exc}); "
+            warnings.warn(f"hicache.monitors: {key}.inc_all's native form is unavailable ({exc}); "
                           "the generated Python serves (same checks, slower strict mode)", RuntimeWarning,
                           stacklevel=2)
         _done[fn] = out

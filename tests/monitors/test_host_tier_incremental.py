@@ -164,6 +164,10 @@ def test_dirty_elements_cover_every_change(seed):
         if action == LOADER_EVENT:
             return
         _, acc = inc.sync()
+        # (what `domains` hands on unsearched under the map's own binding: every dirty
+        # position one of its positions, every dirty request a row of its req)
+        assert all(0 <= p < inc.cap for p in acc["Nodes"]), (action, sorted(acc["Nodes"]), inc.cap)
+        assert acc["Reqs"] is None or all(1 <= q <= len(inc.s["req"]) for q in acc["Reqs"]), (action, acc["Reqs"])
         after, consts, keys = inc.state(), inc.constants(), list(inc.keys)
         if consts == prev[1]:
             C = spec.constants(consts)

@@ -290,13 +290,20 @@ def test_native_element_loops_decide_as_the_generated_python(world):
     fast = fused_native.native_inc_all(gen)
     if native.module() is not None and fused_native.translate(gen.inc_all) is not None:
         assert fast is not gen.inc_all, f"{name}: the native loops did not build"
-    rng = random.Random(8)
-    inputs = states[:400] + _mutants(states, gen.VARIABLES, rng, 200) + _crossed_states(states, gen.VARIABLES, rng, 200)
-    decided = collections.Counter()
-    for s in inputs:
-        decided[_native_agrees(name, gen, C, fast, _d(gen, s), rng, (0.7, 0.3, 0.5, 0.2))] += 1
-    # (both verdicts occur: the comparison is not between two functions that always hold)
-    assert decided[True] and decided[False], f"{name}: {decided}"
+    # (what serves, the function compiled whole where it translates, and the fallback with
+    # only its loops in C)
+    looped = fused_native.loops_native(gen) if native.module() is not None else None
+    for form in (fast, looped):
+        if form is None:
+            continue
+        rng = random.Random(8)
+        inputs = states[:400] + _mutants(states, gen.VARIABLES, rng, 200) + \
+            _crossed_states(states, gen.VARIABLES, rng, 200)
+        decided = collections.Counter()
+        for s in inputs:
+            decided[_native_agrees(name, gen, C, form, _d(gen, s), rng, (0.7, 0.3, 0.5, 0.2))] += 1
+        # (both verdicts occur: the comparison is not between two functions that always hold)
+        assert decided[True] and decided[False], f"{name}: {decided}"
 
 
 class _Defaulting(dict):

@@ -21,7 +21,7 @@ import pytest
 from hicache import buildcache
 from hicache.monitors import native
 from hicache.monitors.maps import loops
-from hicache.monitors.rt import FastPathFailed, it
+from hicache.monitors.rt import FastPathFailed, fast_ap, it, no_ap
 
 #: values a position can hold: ints and the bools equal to them, a float equal to 1, strings,
 #: None, a tuple (the comparisons must tell them apart as the Python loops do)
@@ -185,12 +185,12 @@ def test_build_cache_and_fallback(tmp_path):
     built = _python(probe, {"HICACHE_CACHE_DIR": str(cache), "HICACHE_NATIVE": "1"})
     assert built.returncode == 0, built.stderr
     assert built.stdout.split()[:4] == ["True", "False", str(cache), "False"]
-    assert len(list(cache.glob("incmap-*"))) == 1 and len(list(cache.glob("hicache_fused_host_tier-*"))) == 1
+    assert len(list(cache.glob("incmap-*"))) == 1 and len(list(cache.glob("hicache_fusedfn_host_tier-*"))) == 1
     assert not list(cache.glob(".*")), "a build left its temporary files"
     again = _python(probe, {"HICACHE_CACHE_DIR": str(cache), "HICACHE_NATIVE": "1", "CC": "false"})
     # (the same sources, but another compiler: other names, whose builds fail)
     assert again.stdout.split()[:2] == ["False", "True"] and again.stdout.split()[3] == "True"
-    assert "native map writes are unavailable" in again.stderr and "inc_all's native loops are unavailable" in again.stderr
+    assert "native map writes are unavailable" in again.stderr and "inc_all's native form is unavailable" in again.stderr
     off = _python(probe, {"HICACHE_CACHE_DIR": str(cache), "HICACHE_NATIVE": "0"})
     assert off.stdout.split()[:2] == ["False", "True"] and off.stdout.split()[3] == "True"
     assert "HICACHE_NATIVE=0" in off.stdout and "unavailable" not in off.stderr
@@ -389,8 +389,11 @@ def test_a_fused_pass_translates_as_its_python_decides(mod):
     gen.inc_all, gen.it, gen.FastPathFailed = _sample_fused, it, FastPathFailed
     csrc, _, loops_ = fused_native.translate(_sample_fused)
     assert [lp.element for lp in loops_] == ["e_X"]          # (Y: a big int; Z: a lambda)
-    fast = fused_native.native_inc_all(gen)
-    assert fast is not _sample_fused and fast.__globals__["_native_loop_0"] is not None
+    looped = fused_native.loops_native(gen)
+    assert looped is not _sample_fused and looped.__globals__["_native_loop_0"] is not None
+    # (what serves: the function whole, Y's and Z's loops run as Python from it)
+    whole = fused_native.native_inc_all(gen)
+    assert type(whole).__name__ == "FusedPass"
     rng = random.Random(3)
     values = [0, 1, 2, True, False, "ok", "no", None, 'qu"o\\te\u00e9\0', (1,)]
     seen = collections.Counter()
@@ -402,6 +405,145 @@ def test_a_fused_pass_translates_as_its_python_decides(mod):
         if rng.random() < 0.1:
             D["X"] = D["X"] | {keys[6]}                                          # ('<' on a str: TypeError)
         want = _sample_fused(C, {"f": f}, D)
-        assert fast(C, {"f": f}, D) is want, (f, C, D)
+        assert looped(C, {"f": f}, D) is want, (f, C, D)
+        assert whole(C, {"f": f}, D) is want, (f, C, D)
         seen[want] += 1
     assert seen[True] > 100 and seen[False] > 100, seen
+
+
+# ---------------------------------------------------------------- the fused pass compiled whole
+# The set-up's constructs (fused_whole.py): flags as `and`/`or` values and `in`/`is`/`not`,
+# method calls, subscripts, conditional values, a builtin, arithmetic and a tuple; a loop
+# whose predicate reads a tuple built before it; and statements that stay Python (a
+# generator expression, a lambda's loop), run from C with the names they read.
+
+def _sample_whole(C, s, D, V=None, skip=frozenset()):
+    """A sample fused pass of the generated shape."""
+    try:
+        _k0 = "A" not in skip
+        _k1 = "B" not in skip
+        if (_k0 and (V is None or "f" in V)):
+            _u0 = _k0 and (V is None or not V.isdisjoint(C["R"]))
+            _a0 = fast_ap(s["f"]) if _u0 or _k1 else no_ap(s["f"])
+            _r1 = C["S"]
+            _t2 = (_r1, len(_r1) * 2 - 1)
+            for e_X in it(D["X"]):
+                _e0 = _a0(e_X)
+                if not ((not _u0 or _e0 in _r1) and (not _k1 or _e0 != _t2[1]) and (_e0 if e_X < 2 else True)):
+                    raise FastPathFailed()
+        if _k1 and D["Y"] and not all(y != 3 for y in D["Y"]):
+            raise FastPathFailed()
+        for e_Z in it(D["Z"]):
+            if not ((lambda z: z % 2)(e_Z) == C["parity"]):
+                raise FastPathFailed()
+        if C.get("w"):
+            _r9 = C["w"]
+        if D["W"]:
+            for e_W in it(D["W"]):
+                if not (e_W < _r9):          # (_r9 unbound unless C["w"]: UnboundLocalError)
+                    raise FastPathFailed()
+        return True
+    except Exception:
+        return False
+
+
+def _whole_module(fn):
+    import types
+    gen = types.ModuleType("sample_whole")
+    gen.inc_all, gen.it, gen.FastPathFailed, gen.fast_ap, gen.no_ap = fn, it, FastPathFailed, fast_ap, no_ap
+    return gen
+
+
+def test_a_fused_pass_compiles_whole_as_its_python_decides(mod):
+    from hicache.monitors import fused_native, fused_whole
+    from hicache.tla.values import Fcn
+    csrc, escapes = fused_whole.translate(_sample_whole)
+    assert len(escapes) == 2 and "pred_0" in csrc          # (Y's `all`, Z's lambda; X's loop in C)
+    whole = fused_native.native_inc_all(_whole_module(_sample_whole))
+    assert type(whole).__name__ == "FusedPass"
+    rng = random.Random(4)
+    values = [0, 1, 2, 3, True, False, None, "ok", (1,)]
+    seen = collections.Counter()
+    for _ in range(4000):
+        f = Fcn({k: rng.choice(values) for k in range(5) if rng.random() < 0.9})   # (a key missing: KeyError)
+        C = {"S": frozenset(rng.sample([0, 1, 2, 3, "ok"], rng.randint(0, 5))), "R": frozenset({"f", "g"}),
+             "parity": rng.choice([0, 1, None])}
+        if rng.random() < 0.05:
+            del C["S"]                                                          # (a missing constant)
+        C["w"] = rng.choice([None, 0, 3, 9])
+        D = {d: frozenset(rng.sample(range(5), rng.randint(0, 3))) for d in "XYZW"}
+        V = rng.choice([None, frozenset(), frozenset({"f"}), frozenset({"g"}), {"f", "h"}])
+        skip = rng.choice([frozenset(), frozenset({"A"}), frozenset({"B"}), frozenset({"A", "B"})])
+        args = rng.choice([(C, {"f": f}, D), (C, {"f": f}, D, V), (C, {"f": f}, D, V, skip)])
+        want = _sample_whole(*args)
+        assert whole(*args) is want, args
+        seen[want] += 1
+    assert seen[True] > 300 and seen[False] > 300, seen
+    with pytest.raises(TypeError):
+        whole(C, {"f": f}, D, V=None)          # (by position only, as the monitors call it)
+    with pytest.raises(TypeError):
+        whole(C, {"f": f})
+
+
+def test_a_whole_pass_lets_what_is_no_exception_through(mod):
+    """The pass does not hold on any Exception, as the Python's `except Exception` makes it;
+    a KeyboardInterrupt (a BaseException) raised by a read goes through, in C and in an
+    escaped statement alike."""
+    from hicache.monitors import fused_native
+    from hicache.tla.values import Fcn
+
+    class Interrupting(dict):
+        def __missing__(self, key):
+            raise KeyboardInterrupt
+
+    whole = fused_native.native_inc_all(_whole_module(_sample_whole))
+    C = Interrupting({"S": frozenset({1, 5}), "R": frozenset({"f"}), "w": None})
+    f = Fcn(Interrupting({0: 1}))
+    nothing = frozenset()
+    assert whole(C, {"f": f}, {"X": frozenset({0}), "Y": nothing, "Z": nothing, "W": nothing}) is True
+    with pytest.raises(KeyboardInterrupt):                      # (f[1], read in C)
+        whole(C, {"f": f}, {"X": frozenset({1}), "Y": nothing, "Z": nothing, "W": nothing})
+    with pytest.raises(KeyboardInterrupt):                      # (C["parity"], read by Z's lambda loop)
+        whole(C, {"f": f}, {"X": nothing, "Y": nothing, "Z": frozenset({1}), "W": nothing})
+    C["parity"] = 0
+    assert whole(C, {"f": f}, {"X": nothing, "Y": nothing, "Z": frozenset({1}), "W": nothing}) is False
+    assert whole(C, {"f": f}, {"X": nothing, "Y": nothing, "Z": frozenset({2}), "W": nothing}) is True
+
+
+def _keeps_a_name(C, s, D, V=None, skip=frozenset()):
+    """An untranslatable statement (a lambda) binding a name a later statement reads."""
+    try:
+        _r0 = (lambda: C["S"])()
+        if not (0 in _r0):
+            raise FastPathFailed()
+        return True
+    except Exception:
+        return False
+
+
+def _reads_before_binding(C, s, D, V=None, skip=frozenset()):
+    """An untranslatable loop reading a name it binds only later in its body (the value
+    before the loop, from another statement, on its first element)."""
+    try:
+        _e0 = 1
+        for e_X in it(D["X"]):
+            if not ((lambda: _e0)() == 1):
+                raise FastPathFailed()
+            _e0 = e_X
+        return True
+    except Exception:
+        return False
+
+
+def test_a_pass_whose_escapes_would_lose_a_name_is_not_compiled_whole(mod):
+    """A statement run as Python keeps what it binds: one whose binding another statement
+    reads, or that reads a name before binding it, leaves the function to fused_native's
+    loops (or the Python), which decide as the Python does."""
+    from hicache.monitors import fused_native, fused_whole
+    for fn in (_keeps_a_name, _reads_before_binding):
+        assert fused_whole.translate(fn) is None, fn.__name__
+        got = fused_native.native_inc_all(_whole_module(fn))
+        assert type(got).__name__ != "FusedPass"
+    assert _keeps_a_name({"S": {0}}, {}, {}) is True and _keeps_a_name({"S": {1}}, {}, {}) is False
+    assert fused_native.native_inc_all(_whole_module(_reads_before_binding))({}, {}, {"X": frozenset({1, 2})}) \
+        is _reads_before_binding({}, {}, {"X": frozenset({1, 2})})

@@ -685,16 +685,21 @@ class IncrementalHostTierMap(HostTierMap):
                 "BugEvictDuringLoad": False, "BugAbortLeak": False}
 
     def domains(self, C: dict, dirty: dict) -> dict:
-        """The domain elements each generated inc_ check iterates: the dirty ones still in
-        the domain (a position dirtied by an earlier unchecked step may have left it since),
-        and the dirty requests (all of them when len changed: None). The sets the sync built
-        are handed on as they are, not copied, when every element is in its domain: the
-        next sync builds new ones, and the checks only read them."""
+        """The domain elements each generated inc_ check iterates under binding C: the dirty
+        ones in C's domains, and the dirty requests (all of them when len changed: None).
+
+        The last sync's dirty positions are positions of this map, each < cap, and its
+        dirty requests rows of the `req` it wrote, each <= len(req) (what
+        tests/monitors/test_host_tier_incremental.py asserts after every event): so under a
+        binding of domains at least that large, this map's own (`constants`), every one is
+        in its domain and the sets the sync built are handed on as they are, not copied nor
+        searched (the next sync builds new ones, and the checks only read them); under a
+        smaller one they are filtered."""
         n, nq = C["NNodes"], C["NReqs"]
         nodes, reqs = dirty["Nodes"], dirty["Reqs"]
-        return {"Nodes": _EMPTY if not nodes else nodes if max(nodes) < n else frozenset(p for p in nodes if p < n),
+        return {"Nodes": _EMPTY if not nodes else nodes if self.cap <= n else frozenset(p for p in nodes if p < n),
                 "HSlots": dirty["HSlots"] or _EMPTY,
-                "Reqs": C["Reqs"] if reqs is None else _EMPTY if not reqs else reqs if max(reqs) <= nq else
+                "Reqs": C["Reqs"] if reqs is None else _EMPTY if not reqs else reqs if len(self.s["req"]) <= nq else
                 frozenset(q for q in reqs if q <= nq)}
 
     def digest_view(self) -> dict:

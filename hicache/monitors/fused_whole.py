@@ -1,0 +1,482 @@
+"""The generated fused fast path (`inc_all`) compiled to C whole: its set-up as well as its
+element loops.
+
+fused_native.py compiles a fused pass's element loops and leaves the rest of the function
+Python. That rest is the set-up, run at every strict step before any loop: an `_k`/`_u` flag
+per invariant and conjunct (`'dev' in V`, `V.isdisjoint(...)`), a reader per variable
+(`fast_ap(s['dev'])` or `no_ap(...)`), the constants the loops read (`C['$h12']`), and the
+argument tuple of each loop. That is ~220 bytecodes on a HostTier request event and ~460 on
+an event that moves a node: the largest Python function of a strict step, as much time as
+its loops (2.4 against 1.5 ms a kv_bytes replay). Here the whole function becomes one C
+callable, a `FusedPass` object that holds the module's globals:
+
+  * each statement of the `try` body is translated: `x = <expr>`, `if`, `raise
+    FastPathFailed()` (the pass does not hold: False), `return True`, and an element loop,
+    whose predicate is compiled as fused_native compiles it and called per element with the
+    names it reads in an array (no tuple);
+  * the function's names are C slots; a name it never assigns is looked up at each use in
+    its module's globals, then builtins, as Python looks it up (a name bound nowhere: the
+    NameError makes the pass not hold, as in Python);
+  * a statement that cannot be translated (a lambda, a generator expression, an int past 63
+    bits) runs as Python: a function of the names it reads, defined beside `inc_all` in a
+    copy of its module's namespace and called from C. It may assign only names nothing else
+    reads (the loops' own), else the function is not compiled whole;
+  * any `Exception` the Python would have raised makes the result False, as the function's
+    `except Exception: return False` does; any other (a KeyboardInterrupt) propagates.
+
+A local read before it is assigned makes the result False (Python's UnboundLocalError, also
+an Exception). The arguments are the Python function's: (C, s, D, V=None, skip=frozenset()),
+positional. `native_inc_all` (fused_native.py) tries this first, then the loops alone, then
+the Python; tests/monitors/test_monitor_differential.py checks what serves against the
+generated Python on every spec's reachable, mutated and crossed states.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from dataclasses import dataclass, field
+
+from hicache.monitors.fused_native import (_PLAIN_TYPES, _PRELUDE, Untranslatable, _c_const, _element_loop, _Loop,
+                                           _translate, _truth, _value)
+
+#: the generated function's parameters, in order, and the defaults of the last two
+PARAMS = ("C", "s", "D", "V", "skip")
+
+
+@dataclass
+class _Scope(_Loop):
+    """The function's own statements: its names are the slots `F` (parameters first), or
+    globals looked up through the pass object `P` at each use."""
+    slots: dict[str, int] = field(default_factory=dict)
+
+    def load_name(self, name: str, dst: str, out: list[str]) -> None:
+        i = self.slots.get(name)
+        if i is None:
+            out.append(f"{dst} = global_ref(P, K[{self.const_at(name)}]); if ({dst} == NULL) goto done;")
+        else:
+            out.append(f"if (F[{i}] == NULL) goto unbound; {dst} = F[{i}]; Py_INCREF({dst});")
+
+
+def _stored(node: ast.AST) -> set[str]:
+    """The names a statement binds in its function (not in a lambda's or a comprehension's
+    own scope)."""
+    out: set[str] = set()
+
+    def visit(n: ast.AST) -> None:
+        if isinstance(n, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+            return
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+        for c in ast.iter_child_nodes(n):
+            visit(c)
+    visit(node)
+    return out
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    """Every name a statement reads (a lambda's free names included)."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _own_names(st: ast.stmt) -> set[str]:
+    """The names a loop statement assigns before it reads them: its target, then the names
+    its body's leading plain assignments bind (each read after its binding, in every
+    iteration). What such a name held before the loop is never read by it."""
+    if not isinstance(st, ast.For):
+        return set()
+    own = _stored(st.target)
+    binds = _stored(st) - own
+    for b in st.body:
+        if not (isinstance(b, ast.Assign) and len(b.targets) == 1 and isinstance(b.targets[0], ast.Name)):
+            break
+        if not _loaded(b.value).isdisjoint(binds - own):
+            break
+        own.add(b.targets[0].id)
+    return own
+
+
+def _read_outside(stmts: list[ast.stmt], name: str, skip: ast.stmt) -> bool:
+    """Whether a statement other than `skip` reads `name` where its value could come from
+    another statement: anywhere but inside a loop that binds it before reading it."""
+    for st in stmts:
+        if st is skip:
+            continue
+        if isinstance(st, ast.For) and name in _own_names(st):
+            if name in _loaded(st.iter):
+                return True
+            continue
+        if isinstance(st, (ast.If, ast.For, ast.While, ast.Try, ast.With)):
+            heads = [st.test] if isinstance(st, (ast.If, ast.While)) else [st.iter] if isinstance(st, ast.For) else []
+            if any(name in _loaded(h) for h in heads):
+                return True
+            inner = [*getattr(st, "body", []), *getattr(st, "orelse", []), *getattr(st, "finalbody", []),
+                     *[b for h in getattr(st, "handlers", []) for b in h.body]]
+            if _read_outside(inner, name, skip):
+                return True
+            continue
+        if name in _loaded(st):
+            return True
+    return False
+
+
+def _body_of(fn: types.FunctionType) -> list[ast.stmt]:
+    """The statements of the generated function's `try`, checked to have its shape:
+    `def inc_all(C, s, D, V=None, skip=frozenset()): ["doc"] try: ... except Exception:
+    return False`."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef) or [a.arg for a in fdef.args.args] != list(PARAMS) \
+            or fdef.args.vararg or fdef.args.kwarg or fdef.args.kwonlyargs or fdef.decorator_list:
+        raise Untranslatable("not a fused pass's signature")
+    d = fdef.args.defaults
+    if not (len(d) == 2 and isinstance(d[0], ast.Constant) and d[0].value is None
+            and ast.unparse(d[1]) == "frozenset()"):
+        raise Untranslatable("not a fused pass's defaults")
+    body = fdef.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if not (len(body) == 1 and isinstance(body[0], ast.Try)):
+        raise Untranslatable("not one try statement")
+    t = body[0]
+    if t.orelse or t.finalbody or len(t.handlers) != 1:
+        raise Untranslatable("not a plain try")
+    h = t.handlers[0]
+    if not (isinstance(h.type, ast.Name) and h.type.id == "Exception" and h.name is None and len(h.body) == 1
+            and isinstance(h.body[0], ast.Return) and isinstance(h.body[0].value, ast.Constant)
+            and h.body[0].value.value is False):
+        raise Untranslatable("not `except Exception: return False`")
+    last = t.body[-1] if t.body else None
+    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Constant) and last.value.value is True):
+        raise Untranslatable("a body that does not end in `return True`")
+    return t.body
+
+
+def _is_fail(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.Raise) and node.cause is None and isinstance(node.exc, ast.Call)
+            and isinstance(node.exc.func, ast.Name) and node.exc.func.id == "FastPathFailed"
+            and not node.exc.args and not node.exc.keywords)
+
+
+class _Whole:
+    """One translation: the function's C body, its loops' predicates, its Python escapes."""
+
+    def __init__(self, body: list[ast.stmt]):
+        self.body = body
+        self.consts: list = []
+        self.scope = _Scope(-1, "", consts=self.consts)
+        names = list(PARAMS)
+        for st in body:
+            for n in sorted(_stored(st)):
+                if n not in names:
+                    names.append(n)
+        self.scope.slots = {n: i for i, n in enumerate(names)}
+        self.loops: list[_Loop] = []
+        self.preds: list[str] = []
+        self.escapes: list[ast.FunctionDef] = []
+
+    def statements(self, stmts: list[ast.stmt], out: list[str]) -> None:
+        for st in stmts:
+            self.statement(st, out)
+
+    def statement(self, st: ast.stmt, out: list[str]) -> None:
+        mark = len(out)
+        try:
+            self._translated(st, out)
+        except Untranslatable:
+            # (the temporaries and constants it took stay declared, unused)
+            del out[mark:]
+            self._escape(st, out)
+
+    def _translated(self, st: ast.stmt, out: list[str]) -> None:
+        sc = self.scope
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            v = _value(sc, st.value, out)
+            out.append(f"Py_XSETREF(F[{sc.slots[st.targets[0].id]}], {v}); {v} = NULL;")
+        elif isinstance(st, ast.If):
+            t = sc.int_var()
+            _truth(sc, st.test, out, t)
+            out.append(f"if ({t}) {{")
+            self.statements(st.body, out)
+            out.append("} else {")
+            self.statements(st.orelse, out)
+            out.append("}")
+        elif _is_fail(st):
+            out.append("goto fail;")
+        elif isinstance(st, ast.Return) and isinstance(st.value, ast.Constant) and st.value.value is True:
+            out.append("ok = 1; goto done;")
+        elif isinstance(st, ast.For) and _element_loop(st) is not None:
+            self._loop(st, out)
+        else:
+            raise Untranslatable(type(st).__name__)
+
+    def _loop(self, st: ast.For, out: list[str]) -> None:
+        element, dom, reads, pred = _element_loop(st)
+        loop = _Loop(len(self.loops), element, consts=self.consts)
+        c = _translate(loop, reads, pred, entry=False)      # (Untranslatable: escaped whole)
+        self.loops.append(loop)
+        self.preds.append(c)
+        sc = self.scope
+        # the names its predicate reads, in its order: the function's slots (their references
+        # are held by F for the call) or globals (new references, released after)
+        it_fn, dom_v = sc.temp(), sc.temp()
+        sc.load_name("it", it_fn, out)
+        sc.load_name("D", dom_v, out)
+        key = sc.temp()
+        out.append(f"{key} = PyObject_GetItem({dom_v}, K[{sc.const_at(dom)}]); Py_CLEAR({dom_v});")
+        out.append(f"if ({key} == NULL) goto done;")
+        held, refs = [], []
+        for name in loop.outer:
+            i = sc.slots.get(name)
+            if i is not None:
+                out.append(f"if (F[{i}] == NULL) goto unbound;")
+                refs.append(f"F[{i}]")
+            else:
+                g = sc.temp()
+                sc.load_name(name, g, out)
+                held.append(g)
+                refs.append(g)
+        r = sc.int_var()
+        out.append(f"{{ PyObject *L_{loop.index}[] = {{{', '.join(refs) or 'NULL'}}};")
+        out.append(f"  {r} = each({it_fn}, {key}, L_{loop.index}, pred_{loop.index}); }}")
+        for t in (it_fn, key, *held):
+            out.append(f"Py_CLEAR({t});")
+        out.append(f"if ({r} < 0) goto done;")
+        out.append(f"if ({r} == 0) goto fail;")
+
+    def _escape(self, st: ast.stmt, out: list[str]) -> None:
+        """`st` as a Python function of the function's names it reads, called from C. What
+        it assigns stays in that function: so it may assign only names no other statement
+        reads (but a loop that binds them before reading them), and read one of them only
+        after binding it (a loop's element and leading assignments)."""
+        if any(isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await, ast.Global, ast.Nonlocal))
+               for n in ast.walk(st)):
+            raise Untranslatable("an escaped statement that returns or rebinds a scope")
+        stored, loaded = _stored(st), _loaded(st)
+        if not (loaded & stored) <= _own_names(st):
+            raise Untranslatable(f"an escaped statement reads {sorted(loaded & stored)} it may not have bound")
+        for n in sorted(stored):
+            if _read_outside(self.body, n, st):
+                raise Untranslatable(f"an escaped statement assigns {n}, read elsewhere")
+        sc = self.scope
+        args = sorted(n for n in loaded - stored if n in sc.slots)
+        k = len(self.escapes)
+        fdef = ast.FunctionDef(name=f"_hicache_escape_{k}",
+                               args=ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in args], vararg=None,
+                                                  kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+                               body=[st], decorator_list=[], returns=None, type_comment=None)
+        self.escapes.append(ast.fix_missing_locations(fdef))
+        refs = []
+        for a in args:
+            i = sc.slots[a]
+            out.append(f"if (F[{i}] == NULL) goto unbound;")
+            refs.append(f"F[{i}]")
+        r = sc.temp()
+        out.append(f"{{ PyObject *A_{k}[] = {{{', '.join(refs) or 'NULL'}}};")
+        out.append(f"  {r} = PyObject_Vectorcall(PyTuple_GET_ITEM(P->escapes, {k}), A_{k}, {len(args)}, NULL); }}")
+        out.append(f"if ({r} == NULL) goto done;")
+        out.append(f"Py_CLEAR({r});")
+
+    def source(self, name: str) -> str:
+        out: list[str] = []
+        self.statements(self.body, out)
+        sc = self.scope
+        temps = [f"v{i}" for i in range(sc.temps)]
+        decl = [f"PyObject {', '.join('*' + t + ' = NULL' for t in temps)};"] if temps else []
+        ints = [f"int {', '.join(f't{i} = 0' for i in range(sc.ints))};"] if sc.ints else []
+        nslots = len(sc.slots)
+        plain = " || ".join(f"t == &{t}" for t in _PLAIN_TYPES)
+        fn = "\n".join([
+            "static PyObject *pass_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {",
+            "    FusedPass *P = (FusedPass *)self;",
+            "    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);",
+            "    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {",
+            '        PyErr_SetString(PyExc_TypeError, "a native fused pass takes its arguments by position");',
+            "        return NULL;",
+            "    }",
+            "    if (nargs < 3 || nargs > 5) {",
+            '        PyErr_Format(PyExc_TypeError, "inc_all takes from 3 to 5 positional arguments (%zd given)", nargs);',
+            "        return NULL;",
+            "    }",
+            f"    PyObject *F[{nslots}] = {{NULL}};",
+            "    int ok = 0;",
+            *("    " + x for x in decl + ints),
+            "    for (Py_ssize_t i = 0; i < nargs; i++) F[i] = Py_NewRef(args[i]);",
+            "    if (nargs < 4) F[3] = Py_NewRef(Py_None);",
+            "    if (nargs < 5) F[4] = Py_NewRef(empty_frozenset);",
+            *("    " + x for x in out),
+            "unbound:         /* a local read before it was assigned: UnboundLocalError */",
+            "fail:",
+            "    ok = 0;",
+            "done:",
+            *(f"    Py_XDECREF({t});" for t in temps),
+            f"    for (int i = 0; i < {nslots}; i++) Py_XDECREF(F[i]);",
+            "    if (PyErr_Occurred()) {",
+            "        if (!PyErr_ExceptionMatches(PyExc_Exception))",
+            "            return NULL;",
+            "        PyErr_Clear();",
+            "        ok = 0;",
+            "    }",
+            "    return PyBool_FromLong(ok);",
+            "}",
+        ])
+        inits = "\n".join(f"    if ((K[{i}] = {_c_const(c)}) == NULL) return NULL;" for i, c in enumerate(self.consts))
+        return "\n".join([
+            _PRELUDE % {"nconst": max(1, len(self.consts)), "plain": plain},
+            _PASS_TYPE,
+            *self.preds,
+            fn,
+            _MODULE % {"name": name, "inits": inits},
+        ])
+
+
+#: the pass object: the module's globals, builtins and escapes, called by vectorcall; and
+#: the element loop it runs for each translated `for`
+_PASS_TYPE = r"""
+#include <stddef.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *globals, *builtins, *escapes;
+} FusedPass;
+
+static PyObject *empty_frozenset, *iter_values;
+
+/* a global name's value at this use: the module's globals, then builtins (a NameError, an
+ * Exception, when neither binds it) */
+static PyObject *global_ref(FusedPass *P, PyObject *name) {
+    PyObject *v = PyDict_GetItemWithError(P->globals, name);
+    if (v == NULL && !PyErr_Occurred())
+        v = PyDict_GetItemWithError(P->builtins, name);
+    if (v == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_NameError, "name '%U' is not defined", name);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+/* every element of it(dom) satisfies pred: 1; one does not: 0; an error: -1 (raised). The
+ * call of `it` is skipped where it is the values' own iter_values on an exact set, which it
+ * returns as it is */
+static int each(PyObject *it, PyObject *dom, PyObject *const *L, int (*pred)(PyObject *, PyObject *const *)) {
+    PyObject *seq;
+    if (it == iter_values && (PyFrozenSet_CheckExact(dom) || Py_IS_TYPE(dom, &PySet_Type))) {
+        seq = Py_NewRef(dom);
+    } else {
+        PyObject *argv[] = {dom};
+        seq = PyObject_Vectorcall(it, argv, 1, NULL);
+        if (seq == NULL)
+            return -1;
+    }
+    PyObject *iter = PyObject_GetIter(seq), *e;
+    Py_DECREF(seq);
+    if (iter == NULL)
+        return -1;
+    int ok = 1;
+    while (ok == 1 && (e = PyIter_Next(iter)) != NULL) {
+        ok = pred(e, L);
+        Py_DECREF(e);
+    }
+    Py_DECREF(iter);
+    if (PyErr_Occurred())
+        return -1;
+    return ok == 1;
+}
+
+static void pass_dealloc(PyObject *self) {
+    FusedPass *P = (FusedPass *)self;
+    Py_XDECREF(P->globals);
+    Py_XDECREF(P->builtins);
+    Py_XDECREF(P->escapes);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *pass_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyTypeObject FusedPassType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hicache.FusedPass",
+    .tp_basicsize = sizeof(FusedPass),
+    .tp_dealloc = pass_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FusedPass, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "a generated fused pass (inc_all) compiled whole (hicache.monitors.fused_whole)",
+};
+
+/* make(globals, builtins, escapes): the pass over that module's names */
+static PyObject *make(PyObject *mod, PyObject *args) {
+    PyObject *g, *b, *esc;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyDict_Type, &g, &PyDict_Type, &b, &PyTuple_Type, &esc))
+        return NULL;
+    FusedPass *P = PyObject_New(FusedPass, &FusedPassType);
+    if (P == NULL)
+        return NULL;
+    P->vectorcall = pass_call;
+    P->globals = Py_NewRef(g);
+    P->builtins = Py_NewRef(b);
+    P->escapes = Py_NewRef(esc);
+    return (PyObject *)P;
+}
+"""
+
+_MODULE = r"""
+static PyMethodDef methods[] = {
+    {"make", (PyCFunction)make, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "%(name)s", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit_%(name)s(void) {
+%(inits)s
+    if (configure() < 0) return NULL;
+    if (PyType_Ready(&FusedPassType) < 0) return NULL;
+    if ((empty_frozenset = PyFrozenSet_New(NULL)) == NULL) return NULL;
+    PyObject *values = PyImport_ImportModule("hicache.tla.values");
+    if (values == NULL) return NULL;
+    iter_values = PyObject_GetAttrString(values, "iter_values");
+    Py_DECREF(values);
+    if (iter_values == NULL) return NULL;
+    return PyModule_Create(&module);
+}
+"""
+
+
+def module_name(fn: types.FunctionType) -> str:
+    return "_hicache_fusedfn_" + fn.__module__.rsplit(".", 1)[-1]
+
+
+def translate(fn: types.FunctionType) -> tuple[str, list[ast.FunctionDef]] | None:
+    """(C source, the escaped statements' Python functions) of a generated fused pass
+    compiled whole, or None when it is not of the generated shape or a statement can be
+    neither translated nor escaped."""
+    try:
+        body = _body_of(fn)
+        w = _Whole(body)
+        return w.source(module_name(fn)), w.escapes
+    except (OSError, TypeError, SyntaxError, Untranslatable):
+        return None
+
+
+def build(gen: types.ModuleType, fn: types.FunctionType, build_module) -> object | None:
+    """The compiled pass for `gen`'s `fn` (`build_module(name, csrc)` builds and loads the
+    extension), or None when it does not translate. The escapes are defined in a copy of
+    `gen`'s namespace, as fused_native's rewritten function is."""
+    got = translate(fn)
+    if got is None:
+        return None
+    csrc, escapes = got
+    mod = build_module(module_name(fn), csrc)
+    ns = dict(vars(gen))
+    tree = ast.Module(body=list(escapes), type_ignores=[])
+    exec(compile(ast.fix_missing_locations(tree), inspect.getsourcefile(fn) or "<inc_all>", "exec"), ns)
+    funcs = tuple(ns[e.name] for e in escapes)
+    builtins = ns.get("__builtins__", __builtins__)
+    if isinstance(builtins, types.ModuleType):
+        builtins = vars(builtins)
+    return mod.make(ns, builtins, funcs)
