@@ -381,12 +381,17 @@ def _sample_fused(C, s, D, V=None, skip=frozenset()):
         return False
 
 
-def test_a_fused_pass_translates_as_its_python_decides(mod):
+def _sample_module(fn):
+    """A module holding the sample fused pass `fn` and the names it reads."""
     import types
-
-    from hicache.monitors import fused_native
     gen = types.ModuleType("sample_fused")
-    gen.inc_all, gen.it, gen.FastPathFailed = _sample_fused, it, FastPathFailed
+    gen.inc_all, gen.it, gen.FastPathFailed, gen.fast_ap, gen.no_ap = fn, it, FastPathFailed, fast_ap, no_ap
+    return gen
+
+
+def test_a_fused_pass_translates_as_its_python_decides(mod):
+    from hicache.monitors import fused_native
+    gen = _sample_module(_sample_fused)
     csrc, _, loops_ = fused_native.translate(_sample_fused)
     assert [lp.element for lp in loops_] == ["e_X"]          # (Y: a big int; Z: a lambda)
     looped = fused_native.loops_native(gen)
@@ -447,19 +452,12 @@ def _sample_whole(C, s, D, V=None, skip=frozenset()):
         return False
 
 
-def _whole_module(fn):
-    import types
-    gen = types.ModuleType("sample_whole")
-    gen.inc_all, gen.it, gen.FastPathFailed, gen.fast_ap, gen.no_ap = fn, it, FastPathFailed, fast_ap, no_ap
-    return gen
-
-
 def test_a_fused_pass_compiles_whole_as_its_python_decides(mod):
     from hicache.monitors import fused_native, fused_whole
     from hicache.tla.values import Fcn
     csrc, escapes = fused_whole.translate(_sample_whole)
     assert len(escapes) == 2 and "pred_0" in csrc          # (Y's `all`, Z's lambda; X's loop in C)
-    whole = fused_native.native_inc_all(_whole_module(_sample_whole))
+    whole = fused_native.native_inc_all(_sample_module(_sample_whole))
     assert type(whole).__name__ == "FusedPass"
     rng = random.Random(4)
     values = [0, 1, 2, 3, True, False, None, "ok", (1,)]
@@ -496,7 +494,7 @@ def test_a_whole_pass_lets_what_is_no_exception_through(mod):
         def __missing__(self, key):
             raise KeyboardInterrupt
 
-    whole = fused_native.native_inc_all(_whole_module(_sample_whole))
+    whole = fused_native.native_inc_all(_sample_module(_sample_whole))
     C = Interrupting({"S": frozenset({1, 5}), "R": frozenset({"f"}), "w": None})
     f = Fcn(Interrupting({0: 1}))
     nothing = frozenset()
@@ -542,8 +540,8 @@ def test_a_pass_whose_escapes_would_lose_a_name_is_not_compiled_whole(mod):
     from hicache.monitors import fused_native, fused_whole
     for fn in (_keeps_a_name, _reads_before_binding):
         assert fused_whole.translate(fn) is None, fn.__name__
-        got = fused_native.native_inc_all(_whole_module(fn))
+        got = fused_native.native_inc_all(_sample_module(fn))
         assert type(got).__name__ != "FusedPass"
     assert _keeps_a_name({"S": {0}}, {}, {}) is True and _keeps_a_name({"S": {1}}, {}, {}) is False
-    assert fused_native.native_inc_all(_whole_module(_reads_before_binding))({}, {}, {"X": frozenset({1, 2})}) \
+    assert fused_native.native_inc_all(_sample_module(_reads_before_binding))({}, {}, {"X": frozenset({1, 2})}) \
         is _reads_before_binding({}, {}, {"X": frozenset({1, 2})})
