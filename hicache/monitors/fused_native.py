@@ -23,6 +23,9 @@ loop is one call:
 The C function returns True when the predicate is true of every element, False when it is
 false of one or raises an `Exception` (the fast path only decides "holds"; whatever it
 cannot decide the exact forms decide, as in Python). A loop with anything else stays Python.
+`native_inc_all` first tries the whole function in C (fused_whole.py, which uses this
+module's translation of expressions and loops); these loops alone serve where that does not
+translate.
 The C source is generated at first use from the committed generated module, compiled and
 cached like the other native code (hicache/buildcache.py); when it cannot be built, or with
 `HICACHE_NATIVE=0`, `inc_all` itself serves. tests/monitors/test_monitor_differential.py
@@ -163,8 +166,12 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         out.append(f"Py_CLEAR({left}); Py_CLEAR({right});")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
-    if isinstance(node, (ast.Compare, ast.UnaryOp)) and not (isinstance(node, ast.UnaryOp)
-                                                              and not isinstance(node.op, ast.Not)):
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        v = _value(loop, node.operand, out)
+        out.append(f"{dst} = PyNumber_Negative({v}); Py_CLEAR({v});")
+        out.append(f"if ({dst} == NULL) goto done;")
+        return dst
+    if isinstance(node, ast.Compare) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
         # (`is`, `in` and `not` make a bool)
         t = loop.int_var()
         _truth(loop, node, out, t)

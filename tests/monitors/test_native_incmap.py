@@ -418,9 +418,9 @@ def test_a_fused_pass_translates_as_its_python_decides(mod):
 
 # ---------------------------------------------------------------- the fused pass compiled whole
 # The set-up's constructs (fused_whole.py): flags as `and`/`or` values and `in`/`is`/`not`,
-# method calls, subscripts, conditional values, a builtin, arithmetic and a tuple; a loop
-# whose predicate reads a tuple built before it; and statements that stay Python (a
-# generator expression, a lambda's loop), run from C with the names they read.
+# method calls, subscripts, conditional values, a builtin, arithmetic, a negation and a
+# tuple; a loop whose predicate reads a tuple built before it; and statements that stay
+# Python (a generator expression, a lambda's loop), run from C with the names they read.
 
 def _sample_whole(C, s, D, V=None, skip=frozenset()):
     """A sample fused pass of the generated shape."""
@@ -434,7 +434,8 @@ def _sample_whole(C, s, D, V=None, skip=frozenset()):
             _t2 = (_r1, len(_r1) * 2 - 1)
             for e_X in it(D["X"]):
                 _e0 = _a0(e_X)
-                if not ((not _u0 or _e0 in _r1) and (not _k1 or _e0 != _t2[1]) and (_e0 if e_X < 2 else True)):
+                if not ((not _u0 or _e0 in _r1) and (not _k1 or (_e0 != _t2[1] and _t2[1] != -_e0))
+                        and (_e0 if e_X < 2 else True)):
                     raise FastPathFailed()
         if _k1 and D["Y"] and not all(y != 3 for y in D["Y"]):
             raise FastPathFailed()
