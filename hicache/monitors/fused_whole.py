@@ -5,10 +5,12 @@ fused_native.py compiles a fused pass's element loops and leaves the rest of the
 Python. That rest is the set-up, run at every strict step before any loop: an `_k`/`_u` flag
 per invariant and conjunct (`'dev' in V`, `V.isdisjoint(...)`), a reader per variable
 (`fast_ap(s['dev'])` or `no_ap(...)`), the constants the loops read (`C['$h12']`), and the
-argument tuple of each loop. That is ~220 bytecodes on a HostTier request event and ~460 on
-an event that moves a node: the largest Python function of a strict step, as much time as
-its loops (2.4 against 1.5 ms a kv_bytes replay). Here the whole function becomes one C
-callable, a `FusedPass` object that holds the module's globals:
+argument tuple of each loop: ~220 bytecodes on a HostTier request event and ~460 on an
+event that moves a node, the most of any Python function of a strict step. (Counted, that
+interpreter work was ~1M of the fused pass's ~27.5M instructions a kv_bytes replay: the
+loops' operations are the rest, which fused_native's `compare_truth` and `contains` make
+cheaper.) Here the whole function becomes one C callable, a `FusedPass` object that holds
+the module's globals:
 
   * each statement of the `try` body is translated: `x = <expr>`, `if`, `raise
     FastPathFailed()` (the pass does not hold: False), `return True`, and an element loop,
@@ -104,7 +106,8 @@ def _read_outside(stmts: list[ast.stmt], name: str, skip: ast.stmt) -> bool:
         if st is skip:
             continue
         if isinstance(st, ast.For) and name in _own_names(st):
-            if name in _loaded(st.iter):
+            # (its `else`, run after the loop, and its iterable, before it, are outside it)
+            if name in _loaded(st.iter) or _read_outside(st.orelse, name, skip):
                 return True
             continue
         if isinstance(st, (ast.If, ast.For, ast.While, ast.Try, ast.With)):
@@ -474,6 +477,8 @@ def build(gen: types.ModuleType, fn: types.FunctionType, build_module) -> object
     mod = build_module(module_name(fn), csrc)
     ns = dict(vars(gen))
     tree = ast.Module(body=list(escapes), type_ignores=[])
+    # (line numbers of the file the function is in: a traceback through an escape points there)
+    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
     exec(compile(ast.fix_missing_locations(tree), inspect.getsourcefile(fn) or "<inc_all>", "exec"), ns)
     funcs = tuple(ns[e.name] for e in escapes)
     builtins = ns.get("__builtins__", __builtins__)
