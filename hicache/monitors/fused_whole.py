@@ -16,9 +16,10 @@ the module's globals:
     FastPathFailed()` (the pass does not hold: False), `return True`, and an element loop,
     whose predicate is compiled as fused_native compiles it and called per element with the
     names it reads in an array (no tuple);
-  * the function's names are C slots; a name it never assigns is looked up at each use in
-    its module's globals, then builtins, as Python looks it up (a name bound nowhere: the
-    NameError makes the pass not hold, as in Python);
+  * the function's names are C slots; a name it never assigns is looked up once, when the
+    pass is made, in its module's namespace (a copy, which nothing writes afterwards), then
+    builtins, as Python looks it up (a name bound nowhere: the NameError raised at its use
+    makes the pass not hold, as in Python);
   * a statement that cannot be translated (a lambda, a generator expression, an int past 63
     bits) runs as Python: a function of the names it reads, defined beside `inc_all` in a
     copy of its module's namespace and called from C. It may assign only names nothing else
@@ -50,13 +51,16 @@ PARAMS = ("C", "s", "D", "V", "skip")
 @dataclass
 class _Scope(_Loop):
     """The function's own statements: its names are the slots `F` (parameters first), or
-    globals looked up through the pass object `P` at each use."""
+    globals, resolved when the pass is made (`globals`: their order in the pass object `P`)."""
     slots: dict[str, int] = field(default_factory=dict)
+    globals: list[str] = field(default_factory=list)
 
     def load_name(self, name: str, dst: str, out: list[str]) -> None:
         i = self.slots.get(name)
         if i is None:
-            out.append(f"{dst} = global_ref(P, K[{self.const_at(name)}]); if ({dst} == NULL) goto done;")
+            if name not in self.globals:
+                self.globals.append(name)
+            out.append(f"{dst} = global_at(P, {self.globals.index(name)}); if ({dst} == NULL) goto done;")
         else:
             out.append(f"if (F[{i}] == NULL) goto unbound; {dst} = F[{i}]; Py_INCREF({dst});")
 
@@ -328,6 +332,7 @@ class _Whole:
         inits = "\n".join(f"    if ((K[{i}] = {_c_const(c)}) == NULL) return NULL;" for i, c in enumerate(self.consts))
         return "\n".join([
             _PRELUDE % {"nconst": max(1, len(self.consts)), "plain": plain},
+            f"#define N_GLOBALS {len(sc.globals)}",
             _PASS_TYPE,
             *self.preds,
             fn,
@@ -335,7 +340,7 @@ class _Whole:
         ])
 
 
-#: the pass object: the module's globals, builtins and escapes, called by vectorcall; and
+#: the pass object: the values of the globals it reads and its escapes, called by vectorcall; and
 #: the element loop it runs for each translated `for`
 _PASS_TYPE = r"""
 #include <stddef.h>
@@ -343,20 +348,17 @@ _PASS_TYPE = r"""
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *globals, *builtins, *escapes;
+    PyObject *values, *names, *missing, *escapes;
 } FusedPass;
 
 static PyObject *empty_frozenset, *iter_values;
 
-/* a global name's value at this use: the module's globals, then builtins (a NameError, an
- * Exception, when neither binds it) */
-static PyObject *global_ref(FusedPass *P, PyObject *name) {
-    PyObject *v = PyDict_GetItemWithError(P->globals, name);
-    if (v == NULL && !PyErr_Occurred())
-        v = PyDict_GetItemWithError(P->builtins, name);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_NameError, "name '%U' is not defined", name);
+/* global j's value (a new reference), resolved when the pass was made; a NameError, an
+ * Exception, when nothing bound it */
+static PyObject *global_at(FusedPass *P, Py_ssize_t j) {
+    PyObject *v = PyTuple_GET_ITEM(P->values, j);
+    if (v == P->missing) {
+        PyErr_Format(PyExc_NameError, "name '%U' is not defined", PyTuple_GET_ITEM(P->names, j));
         return NULL;
     }
     return Py_NewRef(v);
@@ -392,8 +394,9 @@ static int each(PyObject *it, PyObject *dom, PyObject *const *L, int (*pred)(PyO
 
 static void pass_dealloc(PyObject *self) {
     FusedPass *P = (FusedPass *)self;
-    Py_XDECREF(P->globals);
-    Py_XDECREF(P->builtins);
+    Py_XDECREF(P->values);
+    Py_XDECREF(P->names);
+    Py_XDECREF(P->missing);
     Py_XDECREF(P->escapes);
     Py_TYPE(self)->tp_free(self);
 }
@@ -411,17 +414,24 @@ static PyTypeObject FusedPassType = {
     .tp_doc = "a generated fused pass (inc_all) compiled whole (hicache.monitors.fused_whole)",
 };
 
-/* make(globals, builtins, escapes): the pass over that module's names */
+/* make(values, names, missing, escapes): the pass over the values of the globals it reads
+ * (`missing` where nothing bound one), in the order the translation numbered them */
 static PyObject *make(PyObject *mod, PyObject *args) {
-    PyObject *g, *b, *esc;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyDict_Type, &g, &PyDict_Type, &b, &PyTuple_Type, &esc))
+    PyObject *values, *names, *missing, *esc;
+    if (!PyArg_ParseTuple(args, "O!O!OO!", &PyTuple_Type, &values, &PyTuple_Type, &names, &missing,
+                          &PyTuple_Type, &esc))
         return NULL;
+    if (PyTuple_GET_SIZE(values) != PyTuple_GET_SIZE(names) || PyTuple_GET_SIZE(values) != N_GLOBALS) {
+        PyErr_SetString(PyExc_ValueError, "make: one value and one name for each global the pass reads");
+        return NULL;
+    }
     FusedPass *P = PyObject_New(FusedPass, &FusedPassType);
     if (P == NULL)
         return NULL;
     P->vectorcall = pass_call;
-    P->globals = Py_NewRef(g);
-    P->builtins = Py_NewRef(b);
+    P->values = Py_NewRef(values);
+    P->names = Py_NewRef(names);
+    P->missing = Py_NewRef(missing);
     P->escapes = Py_NewRef(esc);
     return (PyObject *)P;
 }
@@ -458,10 +468,16 @@ def translate(fn: types.FunctionType) -> tuple[str, list[ast.FunctionDef]] | Non
     """(C source, the escaped statements' Python functions) of a generated fused pass
     compiled whole, or None when it is not of the generated shape or a statement can be
     neither translated nor escaped."""
+    got = _compile(fn)
+    return None if got is None else got[:2]
+
+
+def _compile(fn: types.FunctionType) -> tuple[str, list[ast.FunctionDef], list[str]] | None:
+    """`translate`'s, and the names of the globals the C reads, in its numbering."""
     try:
-        body = _body_of(fn)
-        w = _Whole(body)
-        return w.source(module_name(fn)), w.escapes
+        w = _Whole(_body_of(fn))
+        csrc = w.source(module_name(fn))
+        return csrc, w.escapes, w.scope.globals
     except (OSError, TypeError, SyntaxError, Untranslatable):
         return None
 
@@ -470,10 +486,10 @@ def build(gen: types.ModuleType, fn: types.FunctionType, build_module) -> object
     """The compiled pass for `gen`'s `fn` (`build_module(name, csrc)` builds and loads the
     extension), or None when it does not translate. The escapes are defined in a copy of
     `gen`'s namespace, as fused_native's rewritten function is."""
-    got = translate(fn)
+    got = _compile(fn)
     if got is None:
         return None
-    csrc, escapes = got
+    csrc, escapes, names = got
     mod = build_module(module_name(fn), csrc)
     ns = dict(vars(gen))
     tree = ast.Module(body=list(escapes), type_ignores=[])
@@ -484,4 +500,7 @@ def build(gen: types.ModuleType, fn: types.FunctionType, build_module) -> object
     builtins = ns.get("__builtins__", __builtins__)
     if isinstance(builtins, types.ModuleType):
         builtins = vars(builtins)
-    return mod.make(ns, builtins, funcs)
+    # (each global the pass reads, resolved once: the namespace is this pass's own copy)
+    missing = object()
+    values = tuple(ns[n] if n in ns else builtins.get(n, missing) for n in names)
+    return mod.make(values, tuple(names), missing, funcs)
