@@ -137,11 +137,23 @@ def test_slot_states_of_another_length_are_refused(mod):
 
 @pytest.mark.parametrize("seed", range(80))
 def test_page_counts_agree(mod, seed):
+    """Exact ints (what the maps hold) take the C comparison and sum; a bool, a float, an int
+    past 64 bits or a count near the edge of 64 bits takes Python's, with the same result."""
     rng = random.Random(seed)
-    counts = {p: rng.randint(-1, 2) for p in rng.sample(range(10), rng.randint(0, 6))}
-    pages = [rng.choice([-1, -1, *range(10)]) for _ in range(rng.randint(0, 8))]
+    odd = seed % 2 == 1
+    counts = {p: rng.choice([-1, 0, 1, 2, *([True, 1.0, 2 ** 63 - 1, 2 ** 70] if odd else [])])
+              for p in rng.sample(range(10), rng.randint(0, 6))}
+    pages = [rng.choice([-1, -1, *range(10), *([True, 1.0, -1.0, 2 ** 70] if odd else [])])
+             for _ in range(rng.randint(0, 8))]
     pages = rng.choice([pages, tuple(pages), None])
-    _agree("count_pages", mod, [counts, pages, rng.choice([1, -1]), rng.choice([None, {42}]), -1])
+    k = rng.choice([1, -1, *([True, 1.0] if odd else [])])
+    none = rng.choice([-1, *([-1.0, False] if odd else [])])
+    _agree("count_pages", mod, [counts, pages, k, rng.choice([None, {42}]), none])
+    if not odd:
+        return
+    got = {1: 1, 2: True}
+    mod.count_pages(got, (1, 2, True, -1), 1, None, -1)
+    assert _typed(got) == _typed({1: 3, 2: 2})     # (True is page 1; True + 1 is the int 2)
 
 
 @pytest.mark.parametrize("seed", range(120))
@@ -226,6 +238,39 @@ def test_held_once_or_free_agrees(mod, seed):
     assert mod.held_once_or_free([1, 2], {1: 1}, frozenset({2})) is True
     assert mod.held_once_or_free([1], {1: 1}, frozenset({1})) is False    # held and free
     assert mod.held_once_or_free([3], {}, frozenset()) is False            # lost: neither
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_overwrite_agrees(mod, seed):
+    """A padded row's pages written over its first positions, shorter or longer than the
+    row (a key it lacked is added, as the Python loop adds it), from a tuple or a list; a
+    value that is no sequence raises TypeError in both."""
+    rng = random.Random(seed)
+    row = dict.fromkeys(range(rng.randint(0, 6)), -1)
+    pages = [rng.choice(VALUES) for _ in range(rng.randint(0, 8))]
+    _agree("overwrite", mod, [row, rng.choice([pages, tuple(pages)])])
+    with pytest.raises(TypeError):
+        mod.overwrite({}, 5)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_ints_within_agrees(mod, seed):
+    """A row's pages are PageIds or NoPage, exact ints: the C pass and the Python loop agree
+    on rows of ints in and out of range, NoPage, bools, floats equal to a page, a string and
+    an int past 64 bits, in tuples, lists and sets."""
+    rng = random.Random(seed)
+    n = rng.randint(0, 6)
+    items = [rng.choice([0, 1, n - 1, n, -1, -2, True, False, 1.0, "a", 2 ** 70]) for _ in range(rng.randint(0, 5))]
+    for pages in (tuple(items), items, set(filter(lambda x: not isinstance(x, float), items))):
+        _agree("ints_within", mod, [pages, n, rng.choice([-1, 0, n])])
+    assert mod.ints_within((0, 3, -1), 4, -1) is True
+    assert mod.ints_within((4,), 4, -1) is False          # past the pool
+    assert mod.ints_within((True,), 4, -1) is False       # TRUE is not page 1
+    assert mod.ints_within((1.0,), 4, -1) is False
+    assert mod.ints_within((2 ** 70,), 4, -1) is False    # (no overflow into range)
+    assert mod.ints_within((), 0, -1) is True
+    with pytest.raises(TypeError):
+        mod.ints_within(5, 4, -1)                         # not iterable: as the loop raises
 
 
 

@@ -325,12 +325,33 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
         Py_INCREF(p);
-        int is_none = PyObject_RichCompareBool(p, none, Py_EQ);
+        /* (exact ints of 64 bits, what pages, NoPage and the counts are: compared and added
+         * in C, the sum a cached small int; anything else as Python compares and adds it) */
+        int op = 1, on = 1, oc = 1, ok_ = 1;
+        long long pv = PyLong_CheckExact(p) ? PyLong_AsLongLongAndOverflow(p, &op) : 0;
+        long long nv_ = PyLong_CheckExact(none) ? PyLong_AsLongLongAndOverflow(none, &on) : 0;
+        long long kv = PyLong_CheckExact(k) ? PyLong_AsLongLongAndOverflow(k, &ok_) : 0;
+        int is_none = PyLong_CheckExact(p) && PyLong_CheckExact(none) && !op && !on ? pv == nv_
+                                                                                  : PyObject_RichCompareBool(p, none, Py_EQ);
         if (is_none < 0)
             rc = -1;
         else if (!is_none) {
-            PyObject *cur = PyDict_GetItemWithError(counts, p);
-            PyObject *nv = cur != NULL ? PyNumber_Add(cur, k) : PyErr_Occurred() ? NULL : (Py_INCREF(k), k);
+            PyObject *cur = PyDict_GetItemWithError(counts, p), *nv;
+            long long cv = cur != NULL && PyLong_CheckExact(cur) ? PyLong_AsLongLongAndOverflow(cur, &oc) : 0;
+            if (cur != NULL && PyLong_CheckExact(cur) && PyLong_CheckExact(k) && !oc && !ok_ &&
+                    cv > -(1LL << 61) && cv < (1LL << 61) && kv > -(1LL << 61) && kv < (1LL << 61))
+                nv = PyLong_FromLongLong(cv + kv);
+            else if (cur != NULL)
+                nv = PyNumber_Add(cur, k);
+            else if (PyErr_Occurred())
+                nv = NULL;
+            else if (PyLong_CheckExact(k))
+                nv = Py_NewRef(k);              /* (0 + k is k itself for an exact int) */
+            else {
+                PyObject *zero = PyLong_FromLong(0);    /* (0 + k as Python adds it: TRUE makes 1) */
+                nv = zero == NULL ? NULL : PyNumber_Add(zero, k);
+                Py_XDECREF(zero);
+            }
             if (nv == NULL || PyDict_SetItem(counts, p, nv) < 0 || (dirty != Py_None && PySet_Add(dirty, p) < 0))
                 rc = -1;
             Py_XDECREF(nv);
@@ -428,9 +449,18 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
     while (ok && (p = PyIter_Next(it)) != NULL) {
         /* (Python's order: k > 1, k < 0, then k == 1 against p in free, each only if needed) */
         PyObject *k = count_of(holders, p, zero);
-        int above = k == NULL ? -1 : PyObject_RichCompareBool(k, one, Py_GT);
-        int below = above != 0 ? above : PyObject_RichCompareBool(k, zero, Py_LT);
-        int once = below != 0 ? -1 : PyObject_RichCompareBool(k, one, Py_EQ);
+        int above, below, once, over = 1;
+        long long kv = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLongLongAndOverflow(k, &over) : 0;
+        if (k != NULL && PyLong_CheckExact(k) && !over) {
+            /* (an exact int count, what the maps keep: its order without the comparisons' calls) */
+            above = kv > 1;
+            below = above ? 1 : kv < 0;
+            once = below ? -1 : kv == 1;
+        } else {
+            above = k == NULL ? -1 : PyObject_RichCompareBool(k, one, Py_GT);
+            below = above != 0 ? above : PyObject_RichCompareBool(k, zero, Py_LT);
+            once = below != 0 ? -1 : PyObject_RichCompareBool(k, one, Py_EQ);
+        }
         int in_free = below != 0 || once < 0 ? -1 : PySequence_Contains(free_, p);
         if (above < 0 || (above == 0 && below < 0) || (below == 0 && (once < 0 || in_free < 0)))
             err = 1;
@@ -442,6 +472,60 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
     Py_XDECREF(zero);
     Py_XDECREF(one);
     if (err || PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
+/* overwrite(d, values): d[i] = values[i] for each index i of the sequence values (a padded
+ * row's first positions, its chain's pages), no delta: the dict is a new row's own copy. */
+static PyObject *overwrite(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("overwrite", n, 2))
+        return NULL;
+    PyObject *d = a[0];
+    if (check_type(d, &PyDict_Type, "overwrite", "d"))
+        return NULL;
+    PyObject *seq = PySequence_Fast(a[1], "overwrite: values must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *k = PyLong_FromSsize_t(i);
+        rc = k == NULL ? -1 : PyDict_SetItem(d, k, PySequence_Fast_GET_ITEM(seq, i));
+        Py_XDECREF(k);
+    }
+    Py_DECREF(seq);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ints_within(pages, n, none): whether every item of the iterable pages is an exact int
+ * that is in 0..n-1 or equal to `none` (a device page row's pages: PageIds or NoPage, no
+ * bool, no float equal to one of them); stops at the first that is not. n and none are
+ * ints of 64 bits. */
+static PyObject *ints_within(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("ints_within", n, 3))
+        return NULL;
+    long long hi = PyLong_AsLongLong(a[1]), none = hi == -1 && PyErr_Occurred() ? 0 : PyLong_AsLongLong(a[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    int ok = 1;
+    PyObject *p;
+    while (ok && (p = PyIter_Next(it)) != NULL) {
+        if (!PyLong_CheckExact(p)) {
+            ok = 0;
+        } else {
+            int over;
+            long long v = PyLong_AsLongLongAndOverflow(p, &over);
+            ok = !over && ((0 <= v && v < hi) || v == none);
+        }
+        Py_DECREF(p);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
         return NULL;
     return PyBool_FromLong(ok);
 }
@@ -1090,6 +1174,9 @@ static PyMethodDef methods[] = {
     {"count_pages", (PyCFunction)(void (*)(void))count_pages, METH_FASTCALL, "counts[p] += k for pages"},
     {"slot_owner_breach", (PyCFunction)(void (*)(void))slot_owner_breach, METH_FASTCALL,
      "SlotInOneOwner over slots: None or the first (h, st, t, f) that breaks it"},
+    {"overwrite", (PyCFunction)(void (*)(void))overwrite, METH_FASTCALL, "d[i] = values[i] for each index i"},
+    {"ints_within", (PyCFunction)(void (*)(void))ints_within, METH_FASTCALL,
+     "every item an exact int in 0..n-1 or equal to none"},
     {"held_once_or_free", (PyCFunction)(void (*)(void))held_once_or_free, METH_FASTCALL,
      "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
     {"slot_changes", (PyCFunction)(void (*)(void))slot_changes, METH_FASTCALL,

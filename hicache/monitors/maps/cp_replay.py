@@ -35,6 +35,7 @@ from hicache.monitors.runtime import compound_step
 from hicache.monitors.rt import Failure
 from hicache.tla.values import KK_INT, Fcn, mk_fcn
 
+from .loops import ints_within
 from .steps import capacity
 
 _INT = frozenset({int})
@@ -60,9 +61,10 @@ def shape_typed(C: dict, s: dict, n: int, L: int, cp: int, ids: frozenset) -> bo
             and s["mixed"] is False)
 
 
-def pages_typed(pages, ids_or_none: frozenset) -> bool:
-    """A row's pages are integer page ids or NoPage (what its padded row then holds)."""
-    return ids_or_none.issuperset(pages) and set(map(type, pages)) <= _INT
+def pages_typed(pages, n: int) -> bool:
+    """A row's pages are integer page ids (PageIds = 0..n-1) or NoPage, each an exact int
+    (what its padded row then holds): one C pass, no set built (`loops.ints_within`)."""
+    return ints_within(pages, n, NONE)
 
 
 class CPReplayMap:
@@ -90,7 +92,7 @@ class CPReplayMap:
         # it is gone, so consecutive mapped states (and a trace's diffs) name chains stably
         self.ids: dict = {}
         self.pids = frozenset(range(self.cp * self.local_pages))    # every logical page (fixed)
-        self._ids_or_none = self.pids | {NONE}     # what a page row may hold (TypeOK)
+        self.n_pids = len(self.pids)       # PageIds = 0..n_pids-1, what a page row may hold with NoPage (TypeOK)
 
     def _placement(self, cache) -> None:
         """CP, LocalPages and PageSize of the cache's device pool (a sharded one's layout)."""
@@ -225,14 +227,14 @@ class CPReplayMap:
         n, cp = self.n_chains, self.cp
         if not shape_typed(C, s, n, L, cp, self.pids):
             return spec.inv_TypeOK(C, s)
-        ids_or_none = self._ids_or_none
+        n_pids = self.n_pids
         for i in range(n):
             row = page[i]
             if not (chain_typed(rot[i], ln[i], cp, L, NONE) and host[i] is empty):
                 return spec.inv_TypeOK(C, s)
             if row is not empty:
                 got = built.get(i + 1)
-                if got is None or got[0] is not row or not pages_typed(got[1], ids_or_none):
+                if got is None or got[0] is not row or not pages_typed(got[1], n_pids):
                     return spec.inv_TypeOK(C, s)
         return None
 

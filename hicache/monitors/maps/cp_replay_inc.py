@@ -38,7 +38,7 @@ from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_a
 from hicache.monitors.runtime import MISSING, snapshot
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import count_pages, held_once_or_free
+from .loops import count_pages, held_once_or_free, overwrite
 from .steps import capacity
 
 #: the per-chain sequence variables, in the order a row gives their values
@@ -196,7 +196,7 @@ class IncrementalRows:
         pages written over its first positions (two C-level passes, the second over the
         chain's pages only; the same keys in the same order as `row` builds)."""
         d = self._pad.copy()
-        d.update(enumerate(pages))
+        overwrite(d, pages)
         return Fcn(d, KK_INT)
 
     # ------------------------------------------------------------ monitor interface

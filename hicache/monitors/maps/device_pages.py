@@ -34,7 +34,7 @@ import weakref
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, pages_typed, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
-from hicache.monitors.maps.loops import count_pages
+from hicache.monitors.maps.loops import count_pages, ints_within
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal, walk_journaled
 
@@ -149,7 +149,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         elif V.isdisjoint(_TYPEOK_READS):
             return None
         rows, rot, ln, page, host = self.rows, s["rot"], s["len"], s["page"], s["host"]
-        empty, L, ids, built = self._empty, C["MaxLen"], self._ids_or_none, self.page_rows
+        empty, L, ids, built = self._empty, C["MaxLen"], self.n_pids, self.page_rows
         cp, no_rot = C["CP"], C["NoRot"]
         for c in D["Chains"]:
             i = c - 1
@@ -165,10 +165,16 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         if V is None:
             return None     # (free and mixed: decided whole by shape_typed)
         if "free" in V:
-            free, n = s["free"], C["CP"] * C["LocalPages"]       # PageIds = 0..n-1
-            for p in D["PageIds"]:
-                if p in free and not (p.__class__ is int and 0 <= p < n):
-                    return spec.inc_TypeOK(C, s, D, V)
+            # each dirty page in the free set is an exact int of PageIds = 0..n-1: one C pass
+            # over their intersection, which may hold free's element where D's equals it
+            # (TRUE for 1): then the test fails and the generated form decides, never the
+            # reverse. (0 stands for `none`: in 0..n-1 already when n > 0, so no other passes)
+            free, n = s["free"], C["CP"] * C["LocalPages"]
+            if free.__class__ is not frozenset:
+                return spec.inc_TypeOK(C, s, D, V)
+            held = free.intersection(D["PageIds"])
+            if held and not (n > 0 and ints_within(held, n, 0)):
+                return spec.inc_TypeOK(C, s, D, V)
         if "mixed" in V and s["mixed"] is not False:
             return spec.inc_TypeOK(C, s, D, V)
         return None

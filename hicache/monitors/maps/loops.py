@@ -135,6 +135,21 @@ def py_held_once_or_free(pages, holders: dict, free) -> bool:
     return True
 
 
+def py_overwrite(d: dict, values) -> None:
+    """d[i] = values[i] for each index i of the sequence values (no delta: a new row's copy)."""
+    for i, v in enumerate(values):
+        d[i] = v
+
+
+def py_ints_within(pages, n: int, none: int) -> bool:
+    """Whether every item of pages is an exact int in 0..n-1 or equal to `none` (a device
+    page row's pages: PageIds or NoPage; a bool or a float equal to one is not)."""
+    for p in pages:
+        if p.__class__ is not int or not (0 <= p < n or p == none):
+            return False
+    return True
+
+
 def py_slot_changes(hs, raw, names, table, slot_page: dict, dirty: set) -> set:
     """The host slots whose state changed (runtime slots hs, their new states the bytes of
     raw): each one's name rewritten (names[h] = table[raw[h]]), its spec slot h + 1 added to
@@ -194,6 +209,7 @@ def py_prefix_breach(host, pos, q):
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
+          "ints_within": py_ints_within, "overwrite": py_overwrite,
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach}
@@ -208,6 +224,8 @@ diff_bytes = _mod.diff_bytes if _mod is not None else py_diff_bytes
 count_pages = _mod.count_pages if _mod is not None else py_count_pages
 slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach
 held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
+ints_within = _mod.ints_within if _mod is not None else py_ints_within
+overwrite = _mod.overwrite if _mod is not None else py_overwrite
 slot_changes = _mod.slot_changes if _mod is not None else py_slot_changes
 first_not_in_state = _mod.first_not_in_state if _mod is not None else py_first_not_in_state
 first_where = _mod.first_where if _mod is not None else py_first_where
