@@ -96,7 +96,8 @@ def test_writes_agree_with_the_python_loops(mod, seed):
     lo = rng.randint(0, n + 1)
     _agree("spare", mod, [d, lo, rng.randint(lo, n + 2), v, "stor", []])
     slots_d = {p: rng.choice([0, 0, 1, 2, 3, True, False, None]) for p in range(n)}
-    refs = {h: rng.randint(-1, 2) for h in rng.sample(range(1, 5), rng.randint(0, 4))}
+    # (a count that is no exact int, TRUE or 1.0, takes Python's sum; an exact one C's)
+    refs = {h: rng.choice([-1, 0, 1, 2, 2, True, 1.0]) for h in rng.sample(range(1, 5), rng.randint(0, 4))}
     _agree("release", mod, [slots_d, pos, refs, {7}])
     values = [rng.choice([0, 1, 2, 3, 4, True, 1.0]) for _ in range(rng.randint(0, n + 1))]
     _agree("write_slots", mod, [slots_d, pos, rng.choice([values, tuple(values)]), "backupOp", refs, [], set(), set()])
@@ -158,12 +159,19 @@ def test_page_counts_agree(mod, seed):
 
 @pytest.mark.parametrize("seed", range(120))
 def test_slot_owner_test_agrees(mod, seed):
+    """Exact int slots and counts over a tuple or list of names take the C path; a slot of 0,
+    -1 or TRUE (Python indexes names[h - 1] from the end), a count that is TRUE, 1.0 or past
+    61 bits, or names of another type, the object API's; both decide alike."""
     rng = random.Random(seed)
     states = ["idle", "reserved", "protected", "synced", 1, None]
     names = tuple(rng.choice(states) for _ in range(rng.randint(0, 6)))
-    slots = frozenset(rng.sample(range(1, 9), rng.randint(0, 8)))
-    refs = [{h: rng.choice([0, 0, 1, 1, 2, True, -1]) for h in rng.sample(range(1, 9), rng.randint(0, 8))}
-            for _ in range(3)]
+    odd = seed % 2 == 1
+    if odd:
+        names = rng.choice([names, list(names), "ab"])
+    slots = frozenset(rng.sample(range(1, 9), rng.randint(0, 8))) | (
+        frozenset(rng.sample([0, -1, True], rng.randint(0, 2))) if odd else frozenset())
+    refs = [{h: rng.choice([0, 0, 1, 1, 2, True, -1, *([1.0, 2 ** 62] if odd else [])])
+             for h in rng.sample(range(1, 9), rng.randint(0, 8))} for _ in range(3)]
     _agree("slot_owner_breach", mod, [names, slots, *refs])
 
 
@@ -287,21 +295,29 @@ def _outcomes(name, mod, cases) -> collections.Counter:
 
 def test_slot_changes_agree(mod):
     """Random changed slots, states and holders; among them slots past the names (the
-    write's IndexError) and states past the table (the read's), each at the same point."""
+    write's IndexError) and states past the table (the read's), each at the same point; and
+    what the C loop reads directly only for the map's own types (a bytearray, lists, exact
+    int slots in range) taken through the object API otherwise: a negative or TRUE slot, a
+    names tuple (the write's TypeError), a table tuple."""
     rng = random.Random(0)
     cases = []
-    for _ in range(300):
+    for i in range(400):
         n = rng.randint(0, 8)
         raw = bytearray(rng.randrange(4) for _ in range(n))
         names = [rng.choice(["idle", "synced"]) for _ in range(max(0, n + rng.choice([0, 0, -1])))]
         table = ["idle", "reserved", "protected", "synced"][:rng.choice([4, 4, 3])]
         hs = rng.sample(range(n), rng.randint(0, n))
+        if i % 4 == 3 and n:
+            hs.append(rng.choice([-1, True, -n]))
+            names = rng.choice([names, tuple(names)])
+            table = rng.choice([table, tuple(table)])
         slot_page = {h: rng.choice(["x", "y", None]) for h in rng.sample(range(n + 1), rng.randint(0, n + 1))}
         cases.append([rng.choice([hs, tuple(hs)]), raw, names, table, slot_page, {99}])
     seen = _outcomes("slot_changes", mod, cases)
     assert seen["ok"] >= 100, seen
     assert seen["IndexError: list assignment index out of range"] >= 5, seen
     assert seen["IndexError: list index out of range"] >= 5, seen
+    assert seen["TypeError: 'tuple' object does not support item assignment"] >= 5, seen
 
 
 def test_slot_changes_write_names_and_return_the_holders(mod):
@@ -382,14 +398,21 @@ def test_variables_of_agrees(mod):
 
 def test_nodes_at_and_prefix_breach_agree(mod):
     """Random positions and host rows; among them positions past the keys (IndexError),
-    positions past L (skipped) and pages the host row lacks (KeyError)."""
+    positions past L (skipped) and pages the host row lacks (KeyError); and what the C
+    loops read directly only for the map's own types (a list of tuples, exact int
+    positions and slots) taken through the object API otherwise: a negative or TRUE
+    position, keys as a tuple, a key that is a list, a slot of 1.0."""
     rng = random.Random(0)
     at, along = [], []
-    for _ in range(300):
+    for i in range(400):
         n = rng.randint(0, 8)
         keys = [(rng.choice("abc"), i) for i in range(n)]
-        at.append([keys, frozenset(rng.sample(range(n + 2), rng.randint(0, n + 1))), rng.randint(0, n + 1)])
-        host = {p: rng.choice([0, 0, 1, 2, False, True]) for p in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+        positions = frozenset(rng.sample(range(n + 2), rng.randint(0, n + 1)))
+        if i % 4 == 3:
+            keys = rng.choice([keys, tuple(keys), [list(k) for k in keys]])
+            positions |= frozenset(rng.sample([-1, True], rng.randint(0, 2)))
+        at.append([keys, positions, rng.choice([rng.randint(0, n + 1), True])])
+        host = {p: rng.choice([0, 0, 1, 2, False, True, 1.0, 0.0]) for p in rng.sample(range(n + 1), rng.randint(0, n + 1))}
         along.append([host, rng.sample(range(n + 1), rng.randint(0, n + 1)), rng.choice([None, *range(n + 2)])])
     seen = _outcomes("nodes_at", mod, at)
     assert seen["ok"] >= 100 and seen["IndexError: list index out of range"] >= 5, seen

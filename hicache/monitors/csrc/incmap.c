@@ -31,7 +31,24 @@ static int same_value(PyObject *old, PyObject *v) {
         return 1;
     if (Py_TYPE(old) != Py_TYPE(v))
         return 0;
+    if (PyLong_CheckExact(old)) {
+        /* (two exact ints, a slot number or a count: their values, no comparison's call) */
+        int oa, ob;
+        long long x = PyLong_AsLongLongAndOverflow(old, &oa), y = PyLong_AsLongLongAndOverflow(v, &ob);
+        if (!oa && !ob)
+            return x == y;
+    }
     return PyObject_RichCompareBool(old, v, Py_EQ);
+}
+
+/* *out = x's value when x is exactly an int of 64 bits (1), else 0: the maps' slot numbers,
+ * counts and pages, whose comparisons and sums the loops then make in C */
+static int int_value(PyObject *x, long long *out) {
+    if (!PyLong_CheckExact(x))
+        return 0;
+    int over;
+    *out = PyLong_AsLongLongAndOverflow(x, &over);
+    return !over;
 }
 
 /* d[key], a new reference; KeyError when absent (as `d[key]`). */
@@ -66,11 +83,17 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
     PyObject *cur = PyDict_GetItemWithError(refs, h);
     if (cur == NULL && PyErr_Occurred())
         return -1;
-    PyObject *step = PyLong_FromLong(k);
-    if (step == NULL)
-        return -1;
-    PyObject *nv = cur == NULL ? (Py_INCREF(step), step) : PyNumber_Add(cur, step);
-    Py_DECREF(step);
+    long long c;
+    PyObject *nv;
+    if (cur != NULL && int_value(cur, &c) && c > -(1LL << 61) && c < (1LL << 61)) {
+        nv = PyLong_FromLongLong(c + k);        /* (a count: its sum in C) */
+    } else {
+        PyObject *step = PyLong_FromLong(k);
+        if (step == NULL)
+            return -1;
+        nv = cur == NULL ? (Py_INCREF(step), step) : PyNumber_Add(cur, step);
+        Py_DECREF(step);
+    }
     if (nv == NULL)
         return -1;
     int rc = PyDict_SetItem(refs, h, nv);
@@ -230,14 +253,17 @@ static PyObject *write_slots(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         Py_INCREF(p);
         Py_INCREF(v);
         PyObject *old = dict_at(d, p);
-        int differ = old == NULL ? -1 : PyObject_RichCompareBool(old, v, Py_NE);
+        long long ov, vv;
+        /* (exact ints, the slot numbers the map writes: compared and tested in C) */
+        int ints = old != NULL && int_value(old, &ov) && int_value(v, &vv);
+        int differ = old == NULL ? -1 : ints ? ov != vv : PyObject_RichCompareBool(old, v, Py_NE);
         if (differ < 0)
             rc = -1;
         else if (differ) {
             int t_old = 0, t_v = 0;
             if (record(delta, var, p, old) < 0 || PyDict_SetItem(d, p, v) < 0 || PySet_Add(dirty, p) < 0 ||
-                (t_old = PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
-                (t_v = PyObject_IsTrue(v)) < 0 || (t_v && add_ref(refs, slots, v, 1) < 0))
+                (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
+                (t_v = ints ? vv != 0 : PyObject_IsTrue(v)) < 0 || (t_v && add_ref(refs, slots, v, 1) < 0))
                 rc = -1;
         }
         Py_XDECREF(old);
@@ -387,23 +413,37 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1), *nlen = PyLong_FromSsize_t(len);
     PyObject *h, *out = NULL;
     int err = zero == NULL || one == NULL || nlen == NULL;
+    /* (the map's own types, a tuple of names and exact int slots and counts: indexed, added
+     * and compared in C; anything else through the object API, as Python does it) */
+    int seq = PyTuple_CheckExact(names) || PyList_CheckExact(names);
     while (!err && out == NULL && (h = PyIter_Next(it)) != NULL) {
         PyObject *t = NULL, *b = NULL, *p = NULL, *f = NULL, *idx = NULL, *st = NULL;
-        int beyond = PyObject_RichCompareBool(h, nlen, Py_GT);
+        long long hv, tv, bv, pv;
+        int hint = seq && int_value(h, &hv);
+        int beyond = hint ? hv > len : PyObject_RichCompareBool(h, nlen, Py_GT);
         if (beyond < 0)
             err = 1;
         else if (!beyond) {
+            int ints = 0;
             if ((t = count_of(tree, h, zero)) == NULL || (b = count_of(backup, h, zero)) == NULL ||
-                (p = count_of(pf, h, zero)) == NULL || (f = PyNumber_Add(b, p)) == NULL ||
-                (idx = PyNumber_Subtract(h, one)) == NULL || (st = PyObject_GetItem(names, idx)) == NULL)
+                (p = count_of(pf, h, zero)) == NULL)
                 err = 1;
-            else {
+            else if ((ints = hint && hv >= 1 && hv <= PySequence_Fast_GET_SIZE(names) && int_value(t, &tv) && int_value(b, &bv) && int_value(p, &pv) &&
+                              bv > -(1LL << 61) && bv < (1LL << 61) && pv > -(1LL << 61) && pv < (1LL << 61))) {
+                if ((f = PyLong_FromLongLong(bv + pv)) == NULL)
+                    err = 1;
+                else
+                    st = Py_NewRef(PySequence_Fast_GET_ITEM(names, hv - 1));    /* (1 <= h <= len) */
+            } else if ((f = PyNumber_Add(b, p)) == NULL || (idx = PyNumber_Subtract(h, one)) == NULL ||
+                       (st = PyObject_GetItem(names, idx)) == NULL)
+                err = 1;
+            if (!err) {
                 int idle = PyUnicode_Check(st) && PyUnicode_CompareWithASCIIString(st, "idle") == 0;
                 int reserved = !idle && PyUnicode_Check(st) && PyUnicode_CompareWithASCIIString(st, "reserved") == 0;
                 /* (t, f) must be (0, 0), (0, 1) or (1, 0) */
                 int t_want0 = idle || reserved, f_want1 = reserved;
-                int t_ok = equals(t, t_want0 ? zero : one);
-                int f_ok = t_ok == 1 ? equals(f, f_want1 ? one : zero) : t_ok;
+                int t_ok = ints ? tv == (t_want0 ? 0 : 1) : equals(t, t_want0 ? zero : one);
+                int f_ok = t_ok == 1 ? (ints ? bv + pv == (f_want1 ? 1 : 0) : equals(f, f_want1 ? one : zero)) : t_ok;
                 if (t_ok < 0 || f_ok < 0)
                     err = 1;
                 else if (!(t_ok && f_ok) && (out = PyTuple_Pack(4, h, st, t, f)) == NULL)
@@ -678,12 +718,28 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         return NULL;
     PyObject *one = PyLong_FromLong(1), *held = PySet_New(NULL), *h;
     int err = one == NULL || held == NULL;
+    /* (the map's own types: the bytes seen a bytearray, names and table lists, each slot an
+     * exact int within all three; read and written directly, else through the object API,
+     * which raises what Python raises) */
+    int exact = PyByteArray_CheckExact(raw) && PyList_CheckExact(names) && PyList_CheckExact(table);
     while (!err && (h = PyIter_Next(it)) != NULL) {
-        PyObject *b = PyObject_GetItem(raw, h);
-        PyObject *name = b == NULL ? NULL : PyObject_GetItem(table, b);
-        PyObject *spec = NULL;
-        err = name == NULL || PyObject_SetItem(names, h, name) < 0 ||
-              (spec = PyNumber_Add(h, one)) == NULL || PySet_Add(dirty, spec) < 0;
+        Py_ssize_t i = exact && PyLong_CheckExact(h) ? PyLong_AsSsize_t(h) : -1;
+        if (i == -1 && PyErr_Occurred())
+            PyErr_Clear();              /* (past Py_ssize_t: the object API raises it below) */
+        PyObject *b = NULL, *name = NULL, *spec = NULL;
+        if (i >= 0 && i < PyByteArray_GET_SIZE(raw) && i < PyList_GET_SIZE(names) &&
+                (unsigned char)PyByteArray_AS_STRING(raw)[i] < PyList_GET_SIZE(table)) {
+            name = Py_NewRef(PyList_GET_ITEM(table, (unsigned char)PyByteArray_AS_STRING(raw)[i]));
+            PyObject *prev = PyList_GET_ITEM(names, i);
+            PyList_SET_ITEM(names, i, Py_NewRef(name));
+            Py_DECREF(prev);
+            err = (spec = PyLong_FromSsize_t(i + 1)) == NULL || PySet_Add(dirty, spec) < 0;
+        } else {
+            b = PyObject_GetItem(raw, h);
+            name = b == NULL ? NULL : PyObject_GetItem(table, b);
+            err = name == NULL || PyObject_SetItem(names, h, name) < 0 ||
+                  (spec = PyNumber_Add(h, one)) == NULL || PySet_Add(dirty, spec) < 0;
+        }
         if (!err) {
             PyObject *x = PyDict_GetItemWithError(slot_page, h);     /* borrowed */
             err = (x == NULL && PyErr_Occurred()) || (x != NULL && x != Py_None && PySet_Add(held, x) < 0);
@@ -773,7 +829,9 @@ static PyObject *variables_of(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *last = NULL, *e;
     int err = zero == NULL || out == NULL;
     while (!err && (e = PyIter_Next(it)) != NULL) {
-        PyObject *v = PyObject_GetItem(e, zero);     /* (e[0], its errors as Python's) */
+        /* (e[0]: a tuple's first item read directly, anything else as Python indexes it) */
+        PyObject *v = PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) > 0 ? Py_NewRef(PyTuple_GET_ITEM(e, 0))
+                                                                         : PyObject_GetItem(e, zero);
         err = v == NULL || (v != last && PySet_Add(out, v) < 0);
         Py_XSETREF(last, v);
         Py_DECREF(e);
@@ -792,13 +850,20 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         return NULL;
     PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *p;
     int err = zero == NULL || out == NULL;
+    /* (the map's own types, a list of (node, index) tuples and exact int positions: compared
+     * and indexed in C; anything else through the object API, as Python does it) */
+    long long lv, pv;
+    int lint = PyList_CheckExact(keys) && int_value(L, &lv);
     while (!err && (p = PyIter_Next(it)) != NULL) {
-        int in = PyObject_RichCompareBool(p, L, Py_LT);
+        int pint = lint && int_value(p, &pv);
+        int in = pint ? pv < lv : PyObject_RichCompareBool(p, L, Py_LT);
         if (in < 0) {
             err = 1;
         } else if (in) {
-            PyObject *k = PyObject_GetItem(keys, p);
-            PyObject *x = k == NULL ? NULL : PyObject_GetItem(k, zero);
+            PyObject *k = pint && pv >= 0 && pv < PyList_GET_SIZE(keys) ? Py_NewRef(PyList_GET_ITEM(keys, pv))
+                                                                        : PyObject_GetItem(keys, p);
+            PyObject *x = k == NULL ? NULL : PyTuple_CheckExact(k) && PyTuple_GET_SIZE(k) > 0
+                                                 ? Py_NewRef(PyTuple_GET_ITEM(k, 0)) : PyObject_GetItem(k, zero);
             err = x == NULL || PySet_Add(out, x) < 0;
             Py_XDECREF(x);
             Py_XDECREF(k);
@@ -823,13 +888,14 @@ static PyObject *prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n)
     while (!err && out == NULL && (p = PyIter_Next(it)) != NULL) {
         if (q != Py_None) {
             /* (Python's `host[p] != 0 and host[q] == 0`: the second read only if the first held) */
+            long long v;
             PyObject *hp = PyObject_GetItem(host, p);
-            int set = hp == NULL ? -1 : PyObject_RichCompareBool(hp, zero, Py_NE);
+            int set = hp == NULL ? -1 : int_value(hp, &v) ? v != 0 : PyObject_RichCompareBool(hp, zero, Py_NE);
             Py_XDECREF(hp);
             int gap = set;
             if (set > 0) {
                 PyObject *hq = PyObject_GetItem(host, q);
-                gap = hq == NULL ? -1 : PyObject_RichCompareBool(hq, zero, Py_EQ);
+                gap = hq == NULL ? -1 : int_value(hq, &v) ? v == 0 : PyObject_RichCompareBool(hq, zero, Py_EQ);
                 Py_XDECREF(hq);
             }
             if (gap < 0)
