@@ -94,12 +94,45 @@ class _Loop:
             src = f"L[{self.outer_at(name)}]"
         out.append(f"{dst} = {src}; Py_INCREF({dst});")
 
+    def borrowed(self, name: str) -> str | None:
+        """The C expression of `name`'s value where a use may borrow it (no reference taken
+        or released): the element, a shared read and the names the loop is handed are held
+        by the predicate's caller, or by the predicate itself from its first statements on,
+        for as long as it runs."""
+        if name == self.element:
+            return "e"
+        if name in self.shared:
+            return f"s{self.shared[name]}"
+        return f"L[{self.outer_at(name)}]"
+
     def int_var(self) -> str:
         self.ints += 1
         return f"t{self.ints - 1}"
 
 
 # ------------------------------------------------------------------------------ the translation
+
+def _operand(loop: _Loop, node: ast.expr, out: list[str]) -> tuple[str, bool]:
+    """(a C expression of node's value, whether it is a new reference its user releases): a
+    name the scope lets a use borrow (`borrowed`) or a constant (the module's `K`, held for
+    its life) is used where it is, no reference counted; anything else is a new temporary
+    (`_value`). What an operation only reads takes operands; what keeps a value (a BoolOp's
+    or IfExp's result, a tuple's item) takes `_value`'s new references."""
+    if isinstance(node, ast.Name):
+        src = loop.borrowed(node.id)
+        if src is not None:
+            return src, False
+    if isinstance(node, ast.Constant):
+        v = node.value
+        if v is None or type(v) in (bool, str) or (type(v) is int and -2**62 < v < 2**62):
+            return f"K[{loop.const_at(v)}]", False
+    return _value(loop, node, out), True
+
+
+def _release(*operands: tuple[str, bool]) -> str:
+    """The C that releases the new references among `operands` (a borrowed one is left)."""
+    return " ".join(f"Py_CLEAR({x});" for x, owned in operands if owned)
+
 
 def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
     """C statements appended to `out` that leave a new reference to node's value in the
@@ -117,33 +150,32 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
     if isinstance(node, ast.Call):
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) > 4:
             raise Untranslatable("call with keywords, starred or over 4 arguments")
-        fn = _value(loop, node.func, out)
-        args = [_value(loop, a, out) for a in node.args]
+        fn = _operand(loop, node.func, out)
+        args = [_operand(loop, a, out) for a in node.args]
         if len(args) == 1:
             # (a one-argument call: most are a function value's reader, call1's dict lookup)
-            out.append(f"{dst} = call1({fn}, {args[0]});")
+            out.append(f"{dst} = call1({fn[0]}, {args[0][0]});")
         else:
             argv = f"{dst}_argv"            # (the call's argument array, named after its result)
-            out.append(f"{{ PyObject *{argv}[] = {{{', '.join(args) or 'NULL'}}};")
-            out.append(f"  {dst} = PyObject_Vectorcall({fn}, {argv}, {len(args)}, NULL); }}")
-        for t in (fn, *args):
-            out.append(f"Py_CLEAR({t});")
+            out.append(f"{{ PyObject *{argv}[] = {{{', '.join(a for a, _ in args) or 'NULL'}}};")
+            out.append(f"  {dst} = PyObject_Vectorcall({fn[0]}, {argv}, {len(args)}, NULL); }}")
+        out.append(_release(fn, *args))
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     if isinstance(node, ast.Attribute) and node.attr == "__class__":
-        obj = _value(loop, node.value, out)
-        out.append(f"{dst} = class_of({obj}); Py_CLEAR({obj});")
+        obj = _operand(loop, node.value, out)
+        out.append(f"{dst} = class_of({obj[0]}); {_release(obj)}")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     if isinstance(node, ast.Attribute):
-        obj = _value(loop, node.value, out)
-        out.append(f"{dst} = PyObject_GetAttr({obj}, K[{loop.const_at(node.attr)}]); Py_CLEAR({obj});")
+        obj = _operand(loop, node.value, out)
+        out.append(f"{dst} = PyObject_GetAttr({obj[0]}, K[{loop.const_at(node.attr)}]); {_release(obj)}")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
-        obj = _value(loop, node.value, out)
-        key = _value(loop, node.slice, out)
-        out.append(f"{dst} = PyObject_GetItem({obj}, {key}); Py_CLEAR({obj}); Py_CLEAR({key});")
+        obj = _operand(loop, node.value, out)
+        key = _operand(loop, node.slice, out)
+        out.append(f"{dst} = PyObject_GetItem({obj[0]}, {key[0]}); {_release(obj, key)}")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     if isinstance(node, ast.BoolOp):
@@ -160,15 +192,15 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         return dst
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP:
         # (a rich comparison's value is whatever the operands' method returns)
-        left = _value(loop, node.left, out)
-        right = _value(loop, node.comparators[0], out)
-        out.append(f"{dst} = PyObject_RichCompare({left}, {right}, {_CMP[type(node.ops[0])]});")
-        out.append(f"Py_CLEAR({left}); Py_CLEAR({right});")
+        left = _operand(loop, node.left, out)
+        right = _operand(loop, node.comparators[0], out)
+        out.append(f"{dst} = PyObject_RichCompare({left[0]}, {right[0]}, {_CMP[type(node.ops[0])]});")
+        out.append(_release(left, right))
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        v = _value(loop, node.operand, out)
-        out.append(f"{dst} = PyNumber_Negative({v}); Py_CLEAR({v});")
+        v = _operand(loop, node.operand, out)
+        out.append(f"{dst} = PyNumber_Negative({v[0]}); {_release(v)}")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     if isinstance(node, ast.Compare) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
@@ -193,9 +225,9 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
             out.append(f"PyTuple_SET_ITEM({dst}, {i}, {x}); {x} = NULL;")
         return dst
     if isinstance(node, ast.BinOp) and type(node.op) in _ARITH:
-        left = _value(loop, node.left, out)
-        right = _value(loop, node.right, out)
-        out.append(f"{dst} = {_ARITH[type(node.op)]}({left}, {right}); Py_CLEAR({left}); Py_CLEAR({right});")
+        left = _operand(loop, node.left, out)
+        right = _operand(loop, node.right, out)
+        out.append(f"{dst} = {_ARITH[type(node.op)]}({left[0]}, {right[0]}); {_release(left, right)}")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     raise Untranslatable(type(node).__name__)
@@ -231,23 +263,24 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
         if len(node.ops) != 1:
             raise Untranslatable("chained comparison")
         op = node.ops[0]
-        left = _value(loop, node.left, out)
-        right = _value(loop, node.comparators[0], out)
+        if not isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and type(op) not in _CMP:
+            raise Untranslatable(type(op).__name__)
+        lo = _operand(loop, node.left, out)
+        ro = _operand(loop, node.comparators[0], out)
+        left, right = lo[0], ro[0]
         if isinstance(op, (ast.Is, ast.IsNot)):
             out.append(f"{dst} = ({left} {'==' if isinstance(op, ast.Is) else '!='} {right});")
         elif isinstance(op, (ast.In, ast.NotIn)):
             out.append(f"{dst} = contains({right}, {left});")
-        elif type(op) in _CMP:
-            out.append(f"{dst} = compare_truth({left}, {right}, {_CMP[type(op)]});")
         else:
-            raise Untranslatable(type(op).__name__)
-        out.append(f"Py_CLEAR({left}); Py_CLEAR({right});")
+            out.append(f"{dst} = compare_truth({left}, {right}, {_CMP[type(op)]});")
+        out.append(_release(lo, ro))
         out.append(f"if ({dst} < 0) goto done;")
         if isinstance(op, ast.NotIn):
             out.append(f"{dst} = !{dst};")
         return
-    v = _value(loop, node, out)
-    out.append(f"{dst} = PyObject_IsTrue({v}); Py_CLEAR({v});")
+    v = _operand(loop, node, out)
+    out.append(f"{dst} = PyObject_IsTrue({v[0]}); {_release(v)}")
     out.append(f"if ({dst} < 0) goto done;")
 
 

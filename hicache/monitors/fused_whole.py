@@ -55,6 +55,11 @@ class _Scope(_Loop):
     slots: dict[str, int] = field(default_factory=dict)
     globals: list[str] = field(default_factory=list)
 
+    def borrowed(self, name: str) -> str | None:
+        """None: a name of the function is read into a new reference (`load_name`), which
+        checks that it is bound; a slot's value may change while an expression runs."""
+        return None
+
     def load_name(self, name: str, dst: str, out: list[str]) -> None:
         i = self.slots.get(name)
         if i is None:

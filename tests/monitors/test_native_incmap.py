@@ -425,9 +425,19 @@ def test_nodes_at_and_prefix_breach_agree(mod):
 
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:
-# short-circuits that skip a read that would raise, a conditional expression, `is` against a
-# class, `in`, a string constant no C literal could hold as it is, an int past 63 bits (its
-# loop stays Python) and a lambda (its loop stays Python).
+# short-circuits that skip a read that would raise, a conditional expression, `is` and `is
+# not` against a class (of a value whose type no instance overrides __class__ on, and of one
+# that says it is an int), `in`, a string constant no C literal could hold as it is, an int
+# past 63 bits (its loop stays Python) and a lambda (its loop stays Python).
+
+class _SaysInt:
+    """A value whose `__class__` says int: `x.__class__ is int` reads the attribute (false,
+    so that `not x` lets the class tests decide the predicate)."""
+    __class__ = property(lambda self: int)
+
+    def __bool__(self) -> bool:
+        return False
+
 
 def _sample_fused(C, s, D, V=None, skip=frozenset()):
     try:
@@ -435,8 +445,9 @@ def _sample_fused(C, s, D, V=None, skip=frozenset()):
         _r1 = C["S"]
         for e_X in it(D["X"]):
             _e0 = _a0(e_X)
-            if not ((_e0.__class__ is int and _e0 in _r1 and e_X != 'qu"o\\te\u00e9\0') or
-                    (_e0 == "ok" if e_X < 3 else not _e0)):
+            if not ((((_e0.__class__ is int and _e0 in _r1 and e_X != 'qu"o\\te\u00e9\0') or
+                      (_e0 == "ok" if e_X < 3 else not _e0)) and _e0.__class__ is not float)
+                    or (_e0.__class__ is int and not _e0 and e_X == 1)):
                 raise FastPathFailed()
         for e_Y in it(D["Y"]):
             if not (e_Y != 2**70):
@@ -468,7 +479,7 @@ def test_a_fused_pass_translates_as_its_python_decides(mod):
     whole = fused_native.native_inc_all(gen)
     assert type(whole).__name__ == "FusedPass"
     rng = random.Random(3)
-    values = [0, 1, 2, True, False, "ok", "no", None, 'qu"o\\te\u00e9\0', (1,)]
+    values = [0, 1, 2, True, False, "ok", "no", None, 'qu"o\\te\u00e9\0', (1,), 1.5, _SaysInt()]
     seen = collections.Counter()
     for _ in range(3000):
         keys = list(range(6)) + ['qu"o\\te\u00e9\0']
