@@ -693,10 +693,14 @@ class IncrementalHostTierMap(HostTierMap):
         tests/monitors/test_host_tier_incremental.py asserts after every event): so under a
         binding of domains at least that large, this map's own (`constants`), every one is
         in its domain and the sets the sync built are handed on as they are, not copied nor
-        searched (the next sync builds new ones, and the checks only read them); under a
-        smaller one they are filtered."""
+        searched (the next sync builds new ones, and the checks only read them): the sync's
+        own dict itself, unless every request is to be checked; under a smaller binding they
+        are filtered."""
         n, nq = C["NNodes"], C["NReqs"]
         nodes, reqs = dirty["Nodes"], dirty["Reqs"]
+        if reqs is not None and self.cap <= n and len(self.s["req"]) <= nq:
+            # (the common step; an empty set is as empty as _EMPTY to the checks)
+            return dirty
         return {"Nodes": _EMPTY if not nodes else nodes if self.cap <= n else frozenset(p for p in nodes if p < n),
                 "HSlots": dirty["HSlots"] or _EMPTY,
                 "Reqs": C["Reqs"] if reqs is None else _EMPTY if not reqs else reqs if len(self.s["req"]) <= nq else
