@@ -279,6 +279,8 @@ def test_ints_within_agrees(mod, seed):
     assert mod.ints_within((), 0, -1) is True
     with pytest.raises(TypeError):
         mod.ints_within(5, 4, -1)                         # not iterable: as the loop raises
+    for bad in ([(1,), 4.0, -1], [(1,), 2 ** 70, -1], [(1,), 4, 2 ** 70], [(1,), True, -1]):
+        _agree("ints_within", mod, bad)                   # (bounds: integers of 64 bits)
 
 
 

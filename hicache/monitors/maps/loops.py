@@ -17,6 +17,8 @@ different TLA+ value); `write_slots` compares with `!=` (its values are slot num
 """
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from hicache.monitors import native
@@ -143,7 +145,12 @@ def py_overwrite(d: dict, values) -> None:
 
 def py_ints_within(pages, n: int, none: int) -> bool:
     """Whether every item of pages is an exact int in 0..n-1 or equal to `none` (a device
-    page row's pages: PageIds or NoPage; a bool or a float equal to one is not)."""
+    page row's pages: PageIds or NoPage; a bool or a float equal to one is not). n and none
+    are integers of 64 bits (what has `__index__`; TypeError or OverflowError otherwise, as
+    the C loop converts them)."""
+    n, none = operator.index(n), operator.index(none)
+    if not (-2 ** 63 <= n < 2 ** 63 and -2 ** 63 <= none < 2 ** 63):
+        raise OverflowError("int too big to convert")
     for p in pages:
         if p.__class__ is not int or not (0 <= p < n or p == none):
             return False
