@@ -149,7 +149,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         elif V.isdisjoint(_TYPEOK_READS):
             return None
         rows, rot, ln, page, host = self.rows, s["rot"], s["len"], s["page"], s["host"]
-        empty, L, ids, built = self._empty, C["MaxLen"], self.n_pids, self.page_rows
+        empty, L, n_ids, built = self._empty, C["MaxLen"], self.n_pids, self.page_rows
         cp, no_rot = C["CP"], C["NoRot"]
         for c in D["Chains"]:
             i = c - 1
@@ -160,7 +160,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             # shared all-NoPage row when there are none: its values are theirs, padded)
             pages = rows.get(c, UNUSED)[1]
             if not (page[i] is built.get(c, empty) and len(pages) == n and host[i] is empty
-                    and pages_typed(pages, ids)):
+                    and pages_typed(pages, n_ids)):
                 return spec.inc_TypeOK(C, s, D, V)
         if V is None:
             return None     # (free and mixed: decided whole by shape_typed)

@@ -1,8 +1,8 @@
 """The incremental maps' loops over positions, pages and slots: the writes of a node's
 pages (each recording what it replaced, the delta, and what it made dirty), the host slots'
-state comparison and the changed slots' bookkeeping, the device pages' holder counts, the
-tests of SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device
-pages, and the tree-form loops of the HostTier guards (a node's slots in one state) and of
+state comparison and the changed slots' bookkeeping, the device pages' holder counts and
+rows (their pages' type for TypeOK, a padded row's pages written), the tests of
+SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device pages, and the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages). These Python loops define the functions;
 `hicache/monitors/csrc/incmap.c` is the same loops in C over the same dicts, lists and sets
 (`hicache.monitors.native` builds and loads it, once per process), used whenever it loads:
