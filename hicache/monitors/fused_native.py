@@ -112,6 +112,12 @@ class _Loop:
 
 # ------------------------------------------------------------------------------ the translation
 
+def _held_constant(v) -> bool:
+    """Whether constant v is one the module's `K` holds: None, a bool, a str, an int within
+    62 bits (a larger one keeps its loop Python)."""
+    return v is None or type(v) in (bool, str) or (type(v) is int and -2**62 < v < 2**62)
+
+
 def _operand(loop: _Loop, node: ast.expr, out: list[str]) -> tuple[str, bool]:
     """(a C expression of node's value, whether it is a new reference its user releases): a
     name the scope lets a use borrow (`borrowed`) or a constant (the module's `K`, held for
@@ -122,10 +128,8 @@ def _operand(loop: _Loop, node: ast.expr, out: list[str]) -> tuple[str, bool]:
         src = loop.borrowed(node.id)
         if src is not None:
             return src, False
-    if isinstance(node, ast.Constant):
-        v = node.value
-        if v is None or type(v) in (bool, str) or (type(v) is int and -2**62 < v < 2**62):
-            return f"K[{loop.const_at(v)}]", False
+    if isinstance(node, ast.Constant) and _held_constant(node.value):
+        return f"K[{loop.const_at(node.value)}]", False
     return _value(loop, node, out), True
 
 
@@ -142,8 +146,7 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         loop.load_name(node.id, dst, out)
         return dst
     if isinstance(node, ast.Constant):
-        v = node.value
-        if v is None or type(v) in (bool, str) or (type(v) is int and -2**62 < v < 2**62):
+        if _held_constant(node.value):
             out.append(f"{dst} = K[{loop.const_at(node.value)}]; Py_INCREF({dst});")
             return dst
         raise Untranslatable(f"constant {node.value!r}")

@@ -24,6 +24,17 @@
 
 #define ABI_VERSION 5
 
+/* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
+ * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
+ * two such values fits 64 bits); any other value goes through the object API */
+static int int_value(PyObject *x, long long *out) {
+    if (!PyLong_CheckExact(x))
+        return 0;
+    int over;
+    *out = PyLong_AsLongLongAndOverflow(x, &over);
+    return !over && *out > -(1LL << 61) && *out < (1LL << 61);
+}
+
 /* old and v denote the same value for the map: the same object, or equal with the same type
  * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
 static int same_value(PyObject *old, PyObject *v) {
@@ -31,24 +42,10 @@ static int same_value(PyObject *old, PyObject *v) {
         return 1;
     if (Py_TYPE(old) != Py_TYPE(v))
         return 0;
-    if (PyLong_CheckExact(old)) {
-        /* (two exact ints, a slot number or a count: their values, no comparison's call) */
-        int oa, ob;
-        long long x = PyLong_AsLongLongAndOverflow(old, &oa), y = PyLong_AsLongLongAndOverflow(v, &ob);
-        if (!oa && !ob)
-            return x == y;
-    }
+    long long x, y;
+    if (int_value(old, &x) && int_value(v, &y))
+        return x == y;      /* (two exact ints, a slot number or a count: no comparison's call) */
     return PyObject_RichCompareBool(old, v, Py_EQ);
-}
-
-/* *out = x's value when x is exactly an int of 64 bits (1), else 0: the maps' slot numbers,
- * counts and pages, whose comparisons and sums the loops then make in C */
-static int int_value(PyObject *x, long long *out) {
-    if (!PyLong_CheckExact(x))
-        return 0;
-    int over;
-    *out = PyLong_AsLongLongAndOverflow(x, &over);
-    return !over;
 }
 
 /* d[key], a new reference; KeyError when absent (as `d[key]`). */
@@ -85,7 +82,7 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
         return -1;
     long long c;
     PyObject *nv;
-    if (cur != NULL && int_value(cur, &c) && c > -(1LL << 61) && c < (1LL << 61)) {
+    if (cur != NULL && int_value(cur, &c)) {
         nv = PyLong_FromLongLong(c + k);        /* (a count: its sum in C) */
     } else {
         PyObject *step = PyLong_FromLong(k);
@@ -348,24 +345,20 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (seq == NULL)
         return NULL;
     int rc = 0;
+    long long nv_, kv;
+    int nint = int_value(none, &nv_), kint = int_value(k, &kv);
     for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *p = PySequence_Fast_GET_ITEM(seq, i);
         Py_INCREF(p);
-        /* (exact ints of 64 bits, what pages, NoPage and the counts are: compared and added
-         * in C, the sum a cached small int; anything else as Python compares and adds it) */
-        int op = 1, on = 1, oc = 1, ok_ = 1;
-        long long pv = PyLong_CheckExact(p) ? PyLong_AsLongLongAndOverflow(p, &op) : 0;
-        long long nv_ = PyLong_CheckExact(none) ? PyLong_AsLongLongAndOverflow(none, &on) : 0;
-        long long kv = PyLong_CheckExact(k) ? PyLong_AsLongLongAndOverflow(k, &ok_) : 0;
-        int is_none = PyLong_CheckExact(p) && PyLong_CheckExact(none) && !op && !on ? pv == nv_
-                                                                                  : PyObject_RichCompareBool(p, none, Py_EQ);
+        /* (exact ints, what pages, NoPage and the counts are: compared and added in C, the
+         * sum a cached small int; anything else as Python compares and adds it) */
+        long long pv, cv;
+        int is_none = nint && int_value(p, &pv) ? pv == nv_ : PyObject_RichCompareBool(p, none, Py_EQ);
         if (is_none < 0)
             rc = -1;
         else if (!is_none) {
             PyObject *cur = PyDict_GetItemWithError(counts, p), *nv;
-            long long cv = cur != NULL && PyLong_CheckExact(cur) ? PyLong_AsLongLongAndOverflow(cur, &oc) : 0;
-            if (cur != NULL && PyLong_CheckExact(cur) && PyLong_CheckExact(k) && !oc && !ok_ &&
-                    cv > -(1LL << 61) && cv < (1LL << 61) && kv > -(1LL << 61) && kv < (1LL << 61))
+            if (cur != NULL && kint && int_value(cur, &cv))
                 nv = PyLong_FromLongLong(cv + kv);
             else if (cur != NULL)
                 nv = PyNumber_Add(cur, k);
@@ -428,8 +421,8 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
             if ((t = count_of(tree, h, zero)) == NULL || (b = count_of(backup, h, zero)) == NULL ||
                 (p = count_of(pf, h, zero)) == NULL)
                 err = 1;
-            else if ((ints = hint && hv >= 1 && hv <= PySequence_Fast_GET_SIZE(names) && int_value(t, &tv) && int_value(b, &bv) && int_value(p, &pv) &&
-                              bv > -(1LL << 61) && bv < (1LL << 61) && pv > -(1LL << 61) && pv < (1LL << 61))) {
+            else if ((ints = hint && hv >= 1 && hv <= PySequence_Fast_GET_SIZE(names) && int_value(t, &tv) &&
+                             int_value(b, &bv) && int_value(p, &pv))) {
                 if ((f = PyLong_FromLongLong(bv + pv)) == NULL)
                     err = 1;
                 else
@@ -489,9 +482,9 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
     while (ok && (p = PyIter_Next(it)) != NULL) {
         /* (Python's order: k > 1, k < 0, then k == 1 against p in free, each only if needed) */
         PyObject *k = count_of(holders, p, zero);
-        int above, below, once, over = 1;
-        long long kv = k != NULL && PyLong_CheckExact(k) ? PyLong_AsLongLongAndOverflow(k, &over) : 0;
-        if (k != NULL && PyLong_CheckExact(k) && !over) {
+        int above, below, once;
+        long long kv;
+        if (k != NULL && int_value(k, &kv)) {
             /* (an exact int count, what the maps keep: its order without the comparisons' calls) */
             above = kv > 1;
             below = above ? 1 : kv < 0;
