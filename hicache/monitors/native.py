@@ -19,7 +19,7 @@ from hicache import buildcache
 SOURCE = Path(__file__).resolve().parent / "csrc" / "incmap.c"
 NAME = "_hicache_incmap"
 #: must equal ABI_VERSION in incmap.c (checked on load)
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 _lock = threading.Lock()
 _loaded: dict[str, ModuleType | None] = {}

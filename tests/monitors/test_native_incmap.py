@@ -425,6 +425,92 @@ def test_nodes_at_and_prefix_breach_agree(mod):
     assert mod.prefix_breach({1: 0, 2: 4}, [2], 1) == (2, 1)
 
 
+def _remove_case(rng, i):
+    """A map's removal of a node's pages from a prefix of L positions: the holes (distinct
+    positions below L, any order), and the keys and node positions the moves renumber. One
+    case in four takes the other paths: holes as a tuple or a set, TRUE or 1.0 among them
+    (equal to a position, another type), L as a float, keys as a tuple (whose write raises
+    TypeError), keys as lists, a node missing from npos (KeyError)."""
+    L = rng.randint(0, 12)
+    holes = rng.sample(range(L), rng.randint(0, L))
+    nodes = "abcd"
+    keys = [(rng.choice(nodes), p) for p in range(L)]
+    npos = {x: list(range(L)) for x in nodes}
+    odd = i % 4 == 3
+    if odd:
+        holes = rng.choice([holes, tuple(holes), set(holes), holes + [rng.choice([True, 1.0])]])
+        L = float(L) if rng.random() < 0.2 else L
+        keys = rng.choice([keys, tuple(keys), [list(k) for k in keys]])
+        if rng.random() < 0.6:
+            npos.pop(rng.choice(nodes))
+    return holes, L, keys, npos
+
+
+def test_vacate_and_renumber_agree(mod):
+    """Random removals both ways: where each hole's page comes from (and the new L), then
+    the moved pages' keys, node positions and dirt; the map's own types (a list of exact int
+    holes, an int L, a list of (node, index) tuples) in C, anything else through the object
+    API as Python takes it, each exception at the same point."""
+    rng = random.Random(0)
+    vac, ren = [], []
+    for i in range(400):
+        holes, L, keys, npos = _remove_case(rng, i)
+        vac.append([holes, L])
+        exc, got, _ = _outcome(loops.py_vacate, [holes, L])
+        origin = got[0] if exc is None else {}
+        dirty = set(rng.sample(range(13), rng.randint(0, 6)))
+        ren.append([origin, keys, npos, dirty])
+    seen = _outcomes("vacate", mod, vac)
+    assert seen["ok"] == 400, seen
+    seen = _outcomes("renumber", mod, ren)
+    assert seen["ok"] >= 250 and seen["TypeError: 'tuple' object does not support item assignment"] >= 5, seen
+    assert sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 5, seen
+    # (a page moved before moves again when the hole it filled becomes the last)
+    assert mod.vacate([1, 3], 5) == ({1: 4}, 3)
+    assert mod.vacate([4, 2], 5) == ({2: 3}, 3)
+    assert mod.vacate([], 5) == ({}, 5)
+    keys, npos, dirty = [("a", 0), ("b", 0), ("a", 1), ("b", 1)], {"a": [0, 2], "b": [1, 3]}, {3}
+    mod.renumber({0: 3, 1: 2}, keys, npos, dirty)
+    assert keys == [("b", 1), ("a", 1), ("a", 1), ("b", 1)] and npos == {"a": [0, 1], "b": [1, 0]} and dirty == {0, 3}
+
+
+class _Node:
+    """A tree node as the frame reads it: its id (None: a node without one, AttributeError)."""
+
+    def __init__(self, nid):
+        if nid is not None:
+            self.id = nid
+
+    def __repr__(self):
+        return f"_Node({getattr(self, 'id', None)!r})"
+
+    def __eq__(self, other):
+        return type(other) is _Node and getattr(self, "id", None) == getattr(other, "id", None)
+
+    __hash__ = object.__hash__
+
+
+def test_foreign_holders_agree(mod):
+    """Random changed slots, holders and named ids both ways: a slot with no holder, a holder
+    of None (as none), a holder without an id (AttributeError), an unhashable slot
+    (TypeError), ids as a tuple, a set, or one whose members compare with its own `==`."""
+    rng = random.Random(0)
+    cases = []
+    for i in range(400):
+        nodes = [_Node(k) for k in range(4)] + ([_Node(None)] if i % 5 == 4 else [])
+        slot_page = {h: rng.choice([*nodes, None]) for h in rng.sample(range(8), rng.randint(0, 8))}
+        slots = rng.sample(range(9), rng.randint(0, 9))
+        if i % 7 == 6:
+            slots.insert(rng.randint(0, len(slots)), [1])
+        ids = tuple(rng.sample(range(5), rng.randint(0, 3)))
+        cases.append([rng.choice([slots, tuple(slots)]), slot_page, rng.choice([ids, set(ids), [float(x) for x in ids]])])
+    seen = _outcomes("foreign_holders", mod, cases)
+    assert seen["ok"] >= 250 and sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 5, seen
+    assert sum(v for k, v in seen.items() if k.startswith("AttributeError")) >= 5, seen
+    a, b = _Node(1), _Node(2)
+    assert mod.foreign_holders([3, 4, 5, 6], {3: a, 4: b, 6: None}, (1,)) == [(4, b)]
+
+
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:
 # short-circuits that skip a read that would raise, a conditional expression, `is` and `is

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
@@ -1219,6 +1219,167 @@ static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)b;
 }
 
+/* x[i] for a sequence index i, a new reference: a list's or tuple's own item when x is exactly
+ * one and i an exact int within it, else x[i] through the object API (as Python indexes) */
+static PyObject *item_at(PyObject *x, PyObject *i) {
+    long long v;
+    if (int_value(i, &v) && v >= 0) {
+        if (PyList_CheckExact(x) && v < PyList_GET_SIZE(x))
+            return Py_NewRef(PyList_GET_ITEM(x, v));
+        if (PyTuple_CheckExact(x) && v < PyTuple_GET_SIZE(x))
+            return Py_NewRef(PyTuple_GET_ITEM(x, v));
+    }
+    return PyObject_GetItem(x, i);
+}
+
+/* x[i] = v, as item_at reads (a list's own slot written in place); 0, or -1 on an error */
+static int item_put(PyObject *x, PyObject *i, PyObject *v) {
+    long long k;
+    if (PyList_CheckExact(x) && int_value(i, &k) && k >= 0 && k < PyList_GET_SIZE(x)) {
+        PyObject *old = PyList_GET_ITEM(x, k);
+        PyList_SET_ITEM(x, k, Py_NewRef(v));
+        Py_DECREF(old);
+        return 0;
+    }
+    return PyObject_SetItem(x, i, v);
+}
+
+/* vacate(holes, L): loops.py's py_vacate, (origin, the new L). The holes are taken as
+ * sorted(holes, reverse=True) takes them (reversed, sorted stably, reversed back: equal
+ * items keep their order); `p != last` is Python's comparison (no identity shortcut) unless
+ * both are exact ints. */
+static PyObject *vacate(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("vacate", n, 2))
+        return NULL;
+    PyObject *order = PySequence_List(a[0]);
+    if (order == NULL)
+        return NULL;
+    if (PyList_Reverse(order) < 0 || PyList_Sort(order) < 0 || PyList_Reverse(order) < 0) {
+        Py_DECREF(order);
+        return NULL;
+    }
+    PyObject *origin = PyDict_New(), *one = PyLong_FromLong(1), *L = Py_NewRef(a[1]);
+    int err = origin == NULL || one == NULL;
+    for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(order); i++) {
+        PyObject *p = Py_NewRef(PyList_GET_ITEM(order, i));
+        PyObject *last = PyNumber_Subtract(L, one);
+        int ne = -1;
+        if (last != NULL) {
+            long long pv, lv;
+            if (int_value(p, &pv) && int_value(last, &lv)) {
+                ne = pv != lv;
+            } else {
+                PyObject *r = PyObject_RichCompare(p, last, Py_NE);
+                ne = r == NULL ? -1 : PyObject_IsTrue(r);
+                Py_XDECREF(r);
+            }
+        }
+        if (ne > 0) {
+            /* origin[p] = origin.pop(last, last) */
+            PyObject *src = PyDict_GetItemWithError(origin, last);
+            if (src != NULL) {
+                Py_INCREF(src);
+                if (PyDict_DelItem(origin, last) < 0)
+                    Py_CLEAR(src);
+            } else if (!PyErr_Occurred()) {
+                src = Py_NewRef(last);
+            }
+            ne = src == NULL || PyDict_SetItem(origin, p, src) < 0 ? -1 : 1;
+            Py_XDECREF(src);
+        }
+        err = ne < 0;
+        Py_DECREF(p);
+        if (last != NULL)
+            Py_SETREF(L, last);
+    }
+    PyObject *out = err ? NULL : PyTuple_Pack(2, origin, L);
+    Py_DECREF(order);
+    Py_XDECREF(origin);
+    Py_XDECREF(one);
+    Py_DECREF(L);
+    return out;
+}
+
+/* renumber(origin, keys, npos, dirty): loops.py's py_renumber. For each q -> src of the dict
+ * origin, in its order: k = keys[q] = keys[src]; npos[k[0]][k[1]] = q; q added to the set
+ * dirty when src is in it. */
+static PyObject *renumber(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("renumber", n, 4))
+        return NULL;
+    PyObject *origin = a[0], *keys = a[1], *npos = a[2], *dirty = a[3];
+    if (check_type(origin, &PyDict_Type, "renumber", "origin") || check_type(dirty, &PySet_Type, "renumber", "dirty"))
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
+    int err = zero == NULL || one == NULL;
+    Py_ssize_t it = 0;
+    PyObject *q, *src;
+    while (!err && PyDict_Next(origin, &it, &q, &src)) {
+        Py_INCREF(q);
+        Py_INCREF(src);
+        PyObject *k = item_at(keys, src), *node = NULL, *idx = NULL, *row = NULL;
+        err = k == NULL || item_put(keys, q, k) < 0 || (node = item_at(k, zero)) == NULL ||
+              (row = PyDict_CheckExact(npos) ? dict_at(npos, node) : PyObject_GetItem(npos, node)) == NULL ||
+              (idx = item_at(k, one)) == NULL || item_put(row, idx, q) < 0;
+        if (!err) {
+            int in = PySet_Contains(dirty, src);
+            err = in < 0 || (in && PySet_Add(dirty, q) < 0);
+        }
+        Py_XDECREF(k);
+        Py_XDECREF(node);
+        Py_XDECREF(row);
+        Py_XDECREF(idx);
+        Py_DECREF(q);
+        Py_DECREF(src);
+    }
+    Py_XDECREF(zero);
+    Py_XDECREF(one);
+    if (err)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *s_id;
+
+/* foreign_holders(slots, slot_page, ids): loops.py's py_foreign_holders, the list of (h, y)
+ * for each h of slots whose y = slot_page.get(h) (a dict) is not None with y.id not in ids. */
+static PyObject *foreign_holders(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("foreign_holders", n, 3))
+        return NULL;
+    PyObject *slot_page = a[1], *ids = a[2];
+    if (check_type(slot_page, &PyDict_Type, "foreign_holders", "slot_page"))
+        return NULL;
+    if (s_id == NULL && (s_id = PyUnicode_InternFromString("id")) == NULL)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    PyObject *out = PyList_New(0), *h;
+    int err = out == NULL;
+    while (!err && (h = PyIter_Next(it)) != NULL) {
+        PyObject *y = PyDict_GetItemWithError(slot_page, h);
+        if (y == Py_None) {
+            /* (a holder of None is no holder, as `get`'s default) */
+        } else if (y != NULL) {
+            Py_INCREF(y);
+            PyObject *id = PyObject_GetAttr(y, s_id);
+            int in = id == NULL ? -1 : PySequence_Contains(ids, id);
+            Py_XDECREF(id);
+            if (in == 0) {
+                PyObject *pair = PyTuple_Pack(2, h, y);
+                err = pair == NULL || PyList_Append(out, pair) < 0;
+                Py_XDECREF(pair);
+            } else {
+                err = in < 0;
+            }
+            Py_DECREF(y);
+        } else {
+            err = PyErr_Occurred() != NULL;
+        }
+        Py_DECREF(h);
+    }
+    return finish(it, err, out, NULL, NULL, NULL);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -1249,6 +1410,12 @@ static PyMethodDef methods[] = {
     {"nodes_at", (PyCFunction)(void (*)(void))nodes_at, METH_FASTCALL, "the nodes at the positions below L"},
     {"prefix_breach", (PyCFunction)(void (*)(void))prefix_breach, METH_FASTCALL,
      "WriteThroughPrefix along one node's pages: None or the first (p, parent) that breaks it"},
+    {"vacate", (PyCFunction)(void (*)(void))vacate, METH_FASTCALL,
+     "the holes' positions filled from the end: (origin, the new L)"},
+    {"renumber", (PyCFunction)(void (*)(void))renumber, METH_FASTCALL,
+     "the moved pages' keys and node positions at their new positions"},
+    {"foreign_holders", (PyCFunction)(void (*)(void))foreign_holders, METH_FASTCALL,
+     "(h, y) for the slots whose holder is a node not named"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},

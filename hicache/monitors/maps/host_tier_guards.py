@@ -570,9 +570,8 @@ def _frame(m, action: str, ids: tuple) -> Failure | None:
         changed = m.changed_vars(y, old)     # (none: only its page count, a split's renaming)
         if changed and not (changed == ["dev"] and _dropped_by_failed_load(y)):
             return _frame_failure(m, action, ids, y, changed)
-    for h in m.slots_changed:
-        y = m.slot_page.get(h)
-        if y is not None and y.id not in ids and y in m.nval and m.holds(y, h):
+    for h, y in loops.foreign_holders(m.slots_changed, m.slot_page, ids):
+        if y in m.nval and m.holds(y, h):
             return _frame_failure(m, action, ids, y, ["slot"], h + 1)
     # (a node that left the tree was not re-mapped: what left is asked apart)
     for y in m.left:

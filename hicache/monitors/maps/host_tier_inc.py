@@ -76,6 +76,7 @@ _IDLE = int(HostSlotState.IDLE)
 # the loops over positions and slots (native when built: maps/loops.py)
 _write_fill, _write_move, _write_spare = loops.fill, loops.move, loops.spare
 _write_release, _write_slots, _diff_bytes = loops.release, loops.write_slots, loops.diff_bytes
+_vacate, _renumber = loops.vacate, loops.renumber
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
@@ -371,15 +372,10 @@ class IncrementalHostTierMap(HostTierMap):
         its own."""
         if not holes:
             return
-        L0 = L = self.L
-        origin: dict[int, int] = {}     # final position -> the position its page came from
-        for p in sorted(holes, reverse=True):
-            last = L - 1
-            if p != last:
-                # (a page moved before may move again: a filled hole can become the last)
-                origin[p] = origin.pop(last, last)
-            L -= 1
-        # every filled hole is < L (a later last is popped before); its source is >= L
+        L0 = self.L
+        # final position -> the position its page came from (every filled hole is < L, a
+        # later last being popped before; its source is >= L)
+        origin, L = _vacate(holes, L0)
         delta, dirty, funcs = self.delta, self.dirty_nodes, self.funcs
         slots = self.dirty_slots
         for var in PAGE_VARS:
@@ -391,12 +387,9 @@ class IncrementalHostTierMap(HostTierMap):
                 _write_release(d, holes, refs, slots)
             _write_move(d, origin, var, delta)
             _write_spare(d, L, L0, SPARE[var], var, delta)
-        keys, npos = self.keys, self.npos
-        for q, src in origin.items():
-            k = keys[q] = keys[src]         # (the same (node, page index): the page moved)
-            npos[k[0]][k[1]] = q
-            if src in dirty:
-                dirty.add(q)
+        keys = self.keys
+        # (each moved page keeps its (node, page index) at its new position)
+        _renumber(origin, keys, self.npos, dirty)
         del keys[L:]
         dirty.update(range(L, L0))
         self.L = L

@@ -213,13 +213,52 @@ def py_prefix_breach(host, pos, q):
     return None
 
 
+
+def py_vacate(holes, L: int) -> tuple[dict, int]:
+    """The pages at positions `holes` (distinct, each < L) leave the prefix 0..L-1 of
+    in-tree positions: taken in decreasing order, each hole is filled by the page at the last
+    position, which becomes a spare one (a page moved before may move again: a filled hole
+    can become the last). Returns (origin, the new L): origin maps each filled position to
+    the position its page came from, in the order the holes were filled."""
+    origin: dict = {}
+    for p in sorted(holes, reverse=True):
+        last = L - 1
+        if p != last:
+            origin[p] = origin.pop(last, last)
+        L = last
+    return origin, L
+
+
+def py_renumber(origin: dict, keys: list, npos: dict, dirty: set) -> None:
+    """Each page `vacate` moved (origin: q -> src) takes its new position: keys[q] =
+    keys[src] (its (node, page index)), npos[node][index] = q; q is dirty when src was (a
+    page's own change moves with it)."""
+    for q, src in origin.items():
+        k = keys[q] = keys[src]
+        npos[k[0]][k[1]] = q
+        if src in dirty:
+            dirty.add(q)
+
+
+def py_foreign_holders(slots, slot_page: dict, ids) -> list:
+    """(h, y) for each slot h of `slots`, in order, whose last holder y = slot_page.get(h) is
+    a node whose id is not in `ids`: the slots whose change a step of the nodes `ids` may
+    not make (the frame's candidates, host_tier_guards._frame)."""
+    out = []
+    for h in slots:
+        y = slot_page.get(h)
+        if y is not None and y.id not in ids:
+            out.append((h, y))
+    return out
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
           "ints_within": py_ints_within, "overwrite": py_overwrite,
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
           "first_where": py_first_where, "variables_of": py_variables_of,
-          "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach}
+          "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
+          "renumber": py_renumber, "foreign_holders": py_foreign_holders}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -239,3 +278,6 @@ first_where = _mod.first_where if _mod is not None else py_first_where
 variables_of = _mod.variables_of if _mod is not None else py_variables_of
 nodes_at = _mod.nodes_at if _mod is not None else py_nodes_at
 prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
+vacate = _mod.vacate if _mod is not None else py_vacate
+renumber = _mod.renumber if _mod is not None else py_renumber
+foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
