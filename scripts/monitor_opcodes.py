@@ -15,10 +15,13 @@ or more (docs/benchmarks.md, 2026-12-03 16:52: -450k opcodes, +15 % instructions
 change by instructions.
 
     python scripts/monitor_opcodes.py [--mode sample|strict] [--rate R] [--no-budget]
-        [--replay kv_bytes|kv_bytes_fitting|metadata_only] [--limit 200] [--top 30]
+        [--replay kv_bytes|kv_bytes_fitting|metadata_only] [--limit 200] [--top 30] [--by-event]
 
 prints one JSON object: the opcodes of the off replay and of the mode's, their ratio, and
 the `--top` functions by opcodes the mode adds (file:function@first line, off, mode, extra).
+With `--by-event`, instead: each monitor's listener calls by event (spec module, action),
+with the opcodes and the Python calls (frames) one listener call runs on average, inside
+the listener only (what a monitor's event costs in bytecode, and in how many calls).
 """
 from __future__ import annotations
 
@@ -80,18 +83,76 @@ def traced_replay(bm, mode: str, cfg, reqs, **kw) -> collections.Counter:
     return counts
 
 
-def compare(mode: str, replay: str, limit: int, top: int, rate: float | None = None, no_budget: bool = False) -> dict:
+def traced_events(bm, mode: str, cfg, reqs, **kw) -> dict[tuple[str, str], list[int]]:
+    """(spec module, action) -> [listener calls, opcodes, Python calls] of one replay in
+    `mode`, counted inside each monitor's listener (`Monitor.__call__`, the bound method
+    verified mode subscribes), after an untraced replay."""
+    from hicache.monitors import runtime
+    bm._replay_once(mode, cfg, reqs, **kw)
+    out: dict[tuple[str, str], list[int]] = {}
+    at: list = [None]           # the counts of the listener call running, None outside one
+
+    def tracer(frame, event, arg):
+        row = at[0]
+        if row is None:
+            return None
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        if event == "call":
+            row[2] += 1
+        elif event == "opcode":
+            row[1] += 1
+        return tracer
+    listener = runtime.Monitor.__call__
+
+    def counted(self, action, fields):
+        row = out.setdefault((self.spec.MODULE, str(action)), [0, 0, 0])
+        row[0] += 1
+        before = sys.gettrace()
+        at[0] = row
+        sys.settrace(tracer)
+        try:
+            return listener(self, action, fields)
+        finally:
+            sys.settrace(before)
+            at[0] = None
+    runtime.Monitor.__call__ = counted
+    try:
+        bm._replay_once(mode, cfg, reqs, **kw)
+    finally:
+        runtime.Monitor.__call__ = listener
+    return out
+
+
+def events(mode: str, replay: str, limit: int, rate: float | None = None, no_budget: bool = False) -> dict:
+    """`--by-event`: each (spec, action)'s listener calls, opcodes and Python calls a call,
+    most opcodes in all first."""
+    bm, cfg, reqs, kw = _setup(replay, limit, rate, no_budget)
+    rows = traced_events(bm, mode, cfg, reqs, **kw)
+    order = sorted(rows.items(), key=lambda kv: (-kv[1][1], kv[0]))
+    return {"replay": replay, "mode": mode, "rate": rate, "no_budget": no_budget, "requests": limit,
+            "listener_calls": sum(r[0] for r in rows.values()), "opcodes": sum(r[1] for r in rows.values()),
+            "by_event": [{"spec": spec, "action": action, "calls": n, "opcodes": ops,
+                          "opcodes_per_call": round(ops / n, 1), "python_calls_per_call": round(calls / n, 2)}
+                         for (spec, action), (n, ops, calls) in order]}
+
+
+def _setup(replay: str, limit: int, rate: float | None, no_budget: bool):
     from hicache.bench import monitors as bm
     from hicache.replay.driver import load_requests
     if not bm.TRACE.exists():
         raise FileNotFoundError(f"trace {bm.TRACE} not found")
     reqs = load_requests(str(bm.TRACE), bm.PAGE, limit)
-    cfg = bm.REPLAYS[replay](limit)
     kw = {}
     if rate is not None:
         kw["rate"] = rate
     if no_budget:
         kw["budget"] = None
+    return bm, bm.REPLAYS[replay](limit), reqs, kw
+
+
+def compare(mode: str, replay: str, limit: int, top: int, rate: float | None = None, no_budget: bool = False) -> dict:
+    bm, cfg, reqs, kw = _setup(replay, limit, rate, no_budget)
     off = by_name(traced_replay(bm, "off", cfg, reqs))
     on = by_name(traced_replay(bm, mode, cfg, reqs, **kw))
     total_off, total_on = sum(off.values()), sum(on.values())
@@ -112,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--replay", choices=tuple(REPLAYS), default="kv_bytes", help="which of the bench's replays")
     ap.add_argument("--limit", type=int, default=200, help="requests of the trace replayed (the bench's 200)")
     ap.add_argument("--top", type=int, default=30, help="functions listed, by opcodes the mode adds")
+    ap.add_argument("--by-event", action="store_true",
+                    help="each monitor's listener calls by event instead: opcodes and Python calls a call")
     args = ap.parse_args(argv)
     if args.rate is not None and (args.mode != "sample" or not 0.0 <= args.rate <= 1.0):
         ap.error("--rate is sample mode's, between 0 and 1")
@@ -120,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.limit < 1 or args.top < 0:
         ap.error("--limit must be at least 1 and --top at least 0")
     try:
-        out = compare(args.mode, args.replay, args.limit, args.top, args.rate, args.no_budget)
+        out = events(args.mode, args.replay, args.limit, args.rate, args.no_budget) if args.by_event else \
+            compare(args.mode, args.replay, args.limit, args.top, args.rate, args.no_budget)
     except FileNotFoundError as e:
         sys.exit(f"monitor_opcodes: {e}")
     print(json.dumps(out, indent=1))

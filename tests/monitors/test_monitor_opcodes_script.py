@@ -43,6 +43,26 @@ def test_counts_repeat_and_name_where_each_mode_adds_opcodes(trace_present):
     assert len(strict["by_function"]) == 5
 
 
+def test_by_event_counts_each_listener_call_inside_it(trace_present):
+    """--by-event: the listener calls of each (spec, event), the bytecode and the Python
+    calls one of them runs; repeating exactly in strict mode, and within the whole mode's
+    extra opcodes (the listeners are part of them; cache checks and the bus are not)."""
+    mod = _script()
+    a = mod.events("strict", "metadata_only", 12)
+    assert a == mod.events("strict", "metadata_only", 12)
+    rows = {(r["spec"], r["action"]): r for r in a["by_event"]}
+    # every event reaches both monitors of the cache (HostTier, the device pages)
+    assert {spec for spec, _ in rows} == {"HostTier", "CPSharding"}
+    assert rows["HostTier", "RequestMatch"]["calls"] == rows["CPSharding", "RequestMatch"]["calls"] == 12
+    assert a["listener_calls"] == sum(r["calls"] for r in a["by_event"])
+    assert all(r["opcodes"] > 0 and r["python_calls_per_call"] >= 1 for r in a["by_event"])
+    assert all(r["opcodes_per_call"] == round(r["opcodes"] / r["calls"], 1) for r in a["by_event"])
+    ops = [r["opcodes"] for r in a["by_event"]]
+    assert ops == sorted(ops, reverse=True)
+    whole = mod.compare("strict", "metadata_only", 12, 0)
+    assert 0 < a["opcodes"] < whole["extra"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--mode", "strict", "--rate", "0"], "--rate is sample mode's"),
     (["--rate", "1.5"], "--rate is sample mode's"),
