@@ -511,6 +511,79 @@ def test_foreign_holders_agree(mod):
     assert mod.foreign_holders([3, 4, 5, 6], {3: a, 4: b, 6: None}, (1,)) == [(4, b)]
 
 
+class _TreeNode:
+    """A node as the walk reads it: its `parent` (a property that raises when `broken`)."""
+
+    def __init__(self, name, parent=None, broken=False):
+        self.name, self._parent, self.broken = name, parent, broken
+
+    @property
+    def parent(self):
+        if self.broken:
+            raise AttributeError(f"{self.name} has no parent to read")
+        return self._parent
+
+    def __repr__(self):
+        return f"_TreeNode({self.name!r})"
+
+
+def _walk(fn, todo, root, mapped: dict, fail_on):
+    """Run one walk with callbacks that map as the maps do (enter maps x; leave unmaps x
+    and what is mapped below it) and record their calls; raise in the call on `fail_on`."""
+    calls = []
+
+    def enter(x):
+        calls.append(("enter", x.name))
+        if x.name == fail_on:
+            raise RuntimeError(f"enter {x.name}")
+        mapped[x] = True
+
+    def leave(x):
+        calls.append(("leave", x.name))
+        mapped.pop(x, None)
+    try:
+        fn(todo, root, mapped, enter, leave)
+        exc = None
+    except Exception as e:      # (the same type and message must come from both)
+        exc = (type(e), e.args)
+    return exc, calls, sorted(x.name for x in mapped)
+
+
+def test_walk_journaled_agrees(mod):
+    """Random trees and journals both ways, the same enter and leave calls in the same order
+    and the same mapped nodes after: journaled parents after their children, the root
+    journaled, a detached node (parent None) and what hangs below it, a subtree whose top is
+    neither mapped nor journaled (left after a pass that makes no progress), a node whose
+    parent cannot be read (AttributeError), an enter that raises; journals as a list, a
+    tuple, a set."""
+    rng = random.Random(0)
+    seen = collections.Counter()
+    for i in range(500):
+        root = _TreeNode("root")
+        nodes = []
+        for k in range(rng.randint(0, 10)):
+            parent = rng.choice([root, root, None, *nodes])
+            nodes.append(_TreeNode(k, parent, broken=(i % 9 == 8 and rng.random() < 0.2)))
+        mapped = {x: True for x in nodes if rng.random() < 0.4}
+        todo = rng.sample(nodes, rng.randint(0, len(nodes))) + ([root] if rng.random() < 0.2 else [])
+        todo = rng.choice([todo, tuple(todo), set(todo)])
+        fail_on = rng.choice([None] * 8 + [x.name for x in nodes[:2]])
+        want = _walk(loops.py_walk_journaled, todo, root, dict(mapped), fail_on)
+        got = _walk(mod.walk_journaled, todo, root, dict(mapped), fail_on)
+        assert got == want, (i, todo, mapped)
+        seen["ok" if want[0] is None else want[0][0].__name__] += 1
+        seen["left"] += any(c[0] == "leave" for c in want[1])
+    assert seen["ok"] >= 300 and seen["AttributeError"] >= 5 and seen["RuntimeError"] >= 5, seen
+    assert seen["left"] >= 100, seen
+    # parents first whatever the journal's order: b hangs below a, which hangs below the root
+    root = _TreeNode("root")
+    a = _TreeNode("a", root)
+    b = _TreeNode("b", a)
+    c = _TreeNode("c", _TreeNode("x"))          # below a node neither mapped nor journaled
+    assert _walk(mod.walk_journaled, [b, c, a], root, {}, None) == \
+        (None, [("enter", "a"), ("enter", "b"), ("leave", "c")], ["a", "b"])
+
+
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:
 # short-circuits that skip a read that would raise, a conditional expression, `is` and `is

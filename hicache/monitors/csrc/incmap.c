@@ -1380,6 +1380,76 @@ static PyObject *foreign_holders(PyObject *self, PyObject *const *a, Py_ssize_t 
     return finish(it, err, out, NULL, NULL, NULL);
 }
 
+static PyObject *s_parent;
+
+/* f(x), its result dropped; 0, or -1 on an error */
+static int call_on(PyObject *f, PyObject *x) {
+    PyObject *argv[] = {x};
+    PyObject *r = PyObject_Vectorcall(f, argv, 1, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* walk_journaled(todo, root, mapped, enter, leave): loops.py's py_walk_journaled, the same
+ * reads (each node's `parent` read again at each pass, `par in mapped` asked at each look:
+ * enter maps nodes as it goes) and the same calls in the same order. */
+static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("walk_journaled", n, 5))
+        return NULL;
+    PyObject *root = a[1], *mapped = a[2], *enter = a[3], *leave = a[4];
+    if (s_parent == NULL && (s_parent = PyUnicode_InternFromString("parent")) == NULL)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    PyObject *pending = PyList_New(0), *later = NULL, *x;
+    int err = pending == NULL;
+    while (!err && (x = PyIter_Next(it)) != NULL) {
+        if (x != root) {
+            PyObject *par = PyObject_GetAttr(x, s_parent);
+            err = par == NULL || (par == Py_None ? call_on(leave, x) : PyList_Append(pending, x)) < 0;
+            Py_XDECREF(par);
+        }
+        Py_DECREF(x);
+    }
+    err = err || PyErr_Occurred() != NULL;
+    /* (pending and later are this call's own lists: nothing enter or leave runs can reach them) */
+    while (!err && PyList_GET_SIZE(pending) > 0) {
+        later = PyList_New(0);
+        err = later == NULL;
+        for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(pending); i++) {
+            x = Py_NewRef(PyList_GET_ITEM(pending, i));
+            PyObject *par = PyObject_GetAttr(x, s_parent);
+            if (par == NULL) {
+                err = 1;
+            } else if (par == Py_None) {
+                err = call_on(leave, x) < 0;
+            } else {
+                int in = par == root ? 1 : PySequence_Contains(mapped, par);
+                err = in < 0 || (in ? call_on(enter, x) : PyList_Append(later, x)) < 0;
+            }
+            Py_XDECREF(par);
+            Py_DECREF(x);
+        }
+        if (!err && PyList_GET_SIZE(later) == PyList_GET_SIZE(pending)) {
+            for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(later); i++) {
+                x = Py_NewRef(PyList_GET_ITEM(later, i));
+                err = call_on(leave, x) < 0;
+                Py_DECREF(x);
+            }
+            break;
+        }
+        if (!err)
+            Py_SETREF(pending, later);
+        else
+            Py_CLEAR(later);
+        later = NULL;
+    }
+    Py_XDECREF(later);
+    Py_XDECREF(pending);
+    return finish(it, err, NULL, NULL, NULL, NULL);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -1416,6 +1486,8 @@ static PyMethodDef methods[] = {
      "the moved pages' keys and node positions at their new positions"},
     {"foreign_holders", (PyCFunction)(void (*)(void))foreign_holders, METH_FASTCALL,
      "(h, y) for the slots whose holder is a node not named"},
+    {"walk_journaled", (PyCFunction)(void (*)(void))walk_journaled, METH_FASTCALL,
+     "the journaled nodes, parents first: enter(x) the ones in the tree, leave(x) the detached"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},

@@ -77,6 +77,8 @@ _IDLE = int(HostSlotState.IDLE)
 _write_fill, _write_move, _write_spare = loops.fill, loops.move, loops.spare
 _write_release, _write_slots, _diff_bytes = loops.release, loops.write_slots, loops.diff_bytes
 _vacate, _renumber = loops.vacate, loops.renumber
+#: the journaled nodes' walk, parents first (loops.py defines it; device_pages.py uses it too)
+walk_journaled = loops.walk_journaled
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
@@ -136,36 +138,6 @@ def _load_key(fields: dict) -> tuple:
     """A load-back's identity in its events (LoadBackLayer, LoadBackFinish, LoadBackFail):
     its request and its nodes (a node is in one load at a time)."""
     return fields.get("rid"), tuple(fields.get("nodes") or ())
-
-
-def walk_journaled(todo, root, mapped, enter, leave) -> None:
-    """Visit journaled nodes parents first: a node is in the tree iff its parent is the root
-    or a mapped node (`par in mapped`), so `enter(x)` maps it; `leave(x)` takes a detached
-    node (its parent link cut) with whatever hangs below it, and so what makes no progress
-    (it hangs below a detached node, outside the tree)."""
-    pending = []
-    for x in todo:
-        if x is root:
-            continue
-        if x.parent is None:
-            leave(x)
-        else:
-            pending.append(x)
-    while pending:
-        later = []
-        for x in pending:
-            par = x.parent
-            if par is None:
-                leave(x)
-            elif par is root or par in mapped:
-                enter(x)
-            else:
-                later.append(x)
-        if len(later) == len(pending):
-            for x in later:
-                leave(x)
-            break
-        pending = later
 
 
 def _drop_journal(lists: list, journal: set) -> None:

@@ -3,7 +3,8 @@ pages (each recording what it replaced, the delta, and what it made dirty), the 
 state comparison and the changed slots' bookkeeping, the device pages' holder counts and
 rows (their pages' type for TypeOK, a padded row's pages written), the tests of
 SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device pages, and the tree-form loops of the HostTier guards (a node's slots in one state) and of
-WriteThroughPrefix (a node's pages). These Python loops define the functions;
+WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
+candidates, and the walk of the journaled nodes, parents first. These Python loops define the functions;
 `hicache/monitors/csrc/incmap.c` is the same loops in C over the same dicts, lists and sets
 (`hicache.monitors.native` builds and loads it, once per process), used whenever it loads:
 in strict mode they run for every page an
@@ -251,6 +252,37 @@ def py_foreign_holders(slots, slot_page: dict, ids) -> list:
             out.append((h, y))
     return out
 
+
+def py_walk_journaled(todo, root, mapped, enter, leave) -> None:
+    """Visit journaled nodes parents first: a node is in the tree iff its parent is the root
+    or a mapped node (`par in mapped`), so `enter(x)` maps it; `leave(x)` takes a detached
+    node (its parent link cut) with whatever hangs below it, and so what makes no progress
+    (it hangs below a detached node, outside the tree)."""
+    pending = []
+    for x in todo:
+        if x is root:
+            continue
+        if x.parent is None:
+            leave(x)
+        else:
+            pending.append(x)
+    while pending:
+        later = []
+        for x in pending:
+            par = x.parent
+            if par is None:
+                leave(x)
+            elif par is root or par in mapped:
+                enter(x)
+            else:
+                later.append(x)
+        if len(later) == len(pending):
+            for x in later:
+                leave(x)
+            break
+        pending = later
+
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
@@ -258,7 +290,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
-          "renumber": py_renumber, "foreign_holders": py_foreign_holders}
+          "renumber": py_renumber, "foreign_holders": py_foreign_holders,
+          "walk_journaled": py_walk_journaled}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -281,3 +314,4 @@ prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
 vacate = _mod.vacate if _mod is not None else py_vacate
 renumber = _mod.renumber if _mod is not None else py_renumber
 foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
+walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
