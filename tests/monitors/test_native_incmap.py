@@ -584,6 +584,24 @@ def test_walk_journaled_agrees(mod):
         (None, [("enter", "a"), ("enter", "b"), ("leave", "c")], ["a", "b"])
 
 
+def test_shifted_agrees(mod):
+    """Runtime slots as spec slots both ways: exact ints (their sum in C, 2**61 and past it
+    by Python's +), TRUE, 1.0, an int past 64 bits, and items + 1 refuses (None, a str:
+    TypeError at the same item); as a list, a tuple, a set, a range."""
+    rng = random.Random(0)
+    items = [0, 1, 7, -1, 2 ** 61 - 2, 2 ** 61, 2 ** 70, True, 1.0, None, "a"]
+    cases = []
+    for i in range(400):
+        xs = [rng.choice(items[:9]) for _ in range(rng.randint(0, 8))]
+        if i % 5 == 4:
+            xs.insert(rng.randint(0, len(xs)), rng.choice(items[9:]))
+        cases.append([rng.choice([xs, tuple(xs), list(dict.fromkeys(xs))])])
+    cases.append([range(3, 9)])
+    seen = _outcomes("shifted", mod, cases)
+    assert seen["ok"] >= 300 and sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 30, seen
+    assert mod.shifted([0, 4, 2 ** 61, True]) == [1, 5, 2 ** 61 + 1, 2]
+
+
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:
 # short-circuits that skip a read that would raise, a conditional expression, `is` and `is

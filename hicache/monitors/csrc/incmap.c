@@ -1450,6 +1450,24 @@ static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n
     return finish(it, err, NULL, NULL, NULL, NULL);
 }
 
+/* shifted(slots): loops.py's py_shifted, [h + 1 for h in slots] (an exact int's sum made in
+ * C, any other item's by Python's +) */
+static PyObject *shifted(PyObject *self, PyObject *slots) {
+    PyObject *it = PyObject_GetIter(slots);
+    if (it == NULL)
+        return NULL;
+    PyObject *one = PyLong_FromLong(1), *out = PyList_New(0), *h;
+    int err = one == NULL || out == NULL;
+    while (!err && (h = PyIter_Next(it)) != NULL) {
+        long long v;
+        PyObject *x = int_value(h, &v) ? PyLong_FromLongLong(v + 1) : PyNumber_Add(h, one);
+        err = x == NULL || PyList_Append(out, x) < 0;
+        Py_XDECREF(x);
+        Py_DECREF(h);
+    }
+    return finish(it, err, out, one, NULL, NULL);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -1488,6 +1506,7 @@ static PyMethodDef methods[] = {
      "(h, y) for the slots whose holder is a node not named"},
     {"walk_journaled", (PyCFunction)(void (*)(void))walk_journaled, METH_FASTCALL,
      "the journaled nodes, parents first: enter(x) the ones in the tree, leave(x) the detached"},
+    {"shifted", shifted, METH_O, "[h + 1 for h in slots]"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},

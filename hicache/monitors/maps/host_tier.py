@@ -30,6 +30,7 @@ from types import MappingProxyType
 
 from hicache.monitors import native
 from hicache.monitors.generated import host_tier as spec
+from hicache.monitors.maps.loops import shifted
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step
 from hicache.protocol.vocabulary import HostTier as HostTierAction
@@ -441,11 +442,11 @@ def node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[int]
         if len(hs) > n:
             hs = hs[:n]
         if not backing:                     # (the common case: every copy done)
-            return [h + 1 for h in hs], [0] * n
-        return [0] * n, [h + 1 for h in hs]
+            return shifted(hs), [0] * n
+        return [0] * n, shifted(hs)
     if pending is not None:
         pending = pending[:n]
-        return [0] * n, [h + 1 for h in pending] + [0] * (n - len(pending))
+        return [0] * n, shifted(pending) + [0] * (n - len(pending))
     return [0] * n, [0] * n
 
 

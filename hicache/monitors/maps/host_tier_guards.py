@@ -423,7 +423,7 @@ def _host_slots(m, action: str, k_host: int, k_state: int, x, pos: list, state: 
 
 def _event_slots(fields: dict) -> list[int]:
     """The spec slots (runtime slot + 1) of the event's `slots` field."""
-    return [h + 1 for h in fields.get("slots") or ()]
+    return loops.shifted(fields.get("slots") or ())
 
 
 def _slots_in(m, action: str, k: int, whose: str, of, slots: list, state: str,

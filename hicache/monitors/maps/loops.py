@@ -283,6 +283,11 @@ def py_walk_journaled(todo, root, mapped, enter, leave) -> None:
         pending = later
 
 
+def py_shifted(slots) -> list:
+    """[h + 1 for h in slots]: runtime slots as spec slots (NoSlot is 0)."""
+    return [h + 1 for h in slots]
+
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
@@ -291,7 +296,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
           "renumber": py_renumber, "foreign_holders": py_foreign_holders,
-          "walk_journaled": py_walk_journaled}
+          "walk_journaled": py_walk_journaled, "shifted": py_shifted}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -315,3 +320,4 @@ vacate = _mod.vacate if _mod is not None else py_vacate
 renumber = _mod.renumber if _mod is not None else py_renumber
 foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
+shifted = _mod.shifted if _mod is not None else py_shifted
