@@ -438,7 +438,8 @@ def _remove_case(rng, i):
     npos = {x: list(range(L)) for x in nodes}
     odd = i % 4 == 3
     if odd:
-        holes = rng.choice([holes, tuple(holes), set(holes), holes + [rng.choice([True, 1.0])]])
+        holes = rng.choice([holes, tuple(holes), set(holes), holes + [rng.choice([True, 1.0])],
+                            holes + [rng.choice([None, "a"])]])
         L = float(L) if rng.random() < 0.2 else L
         keys = rng.choice([keys, tuple(keys), [list(k) for k in keys]])
         if rng.random() < 0.6:
@@ -461,7 +462,8 @@ def test_vacate_and_renumber_agree(mod):
         dirty = set(rng.sample(range(13), rng.randint(0, 6)))
         ren.append([origin, keys, npos, dirty])
     seen = _outcomes("vacate", mod, vac)
-    assert seen["ok"] == 400, seen
+    # (a hole that does not order with the others: sorted's TypeError, from both)
+    assert seen["ok"] >= 350 and sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 5, seen
     seen = _outcomes("renumber", mod, ren)
     assert seen["ok"] >= 250 and seen["TypeError: 'tuple' object does not support item assignment"] >= 5, seen
     assert sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 5, seen
