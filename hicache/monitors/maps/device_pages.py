@@ -34,9 +34,9 @@ import weakref
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, pages_typed, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
-from hicache.monitors.maps.loops import count_pages, ints_within
+from hicache.monitors.maps.loops import count_pages, ints_within, walk_journaled
 from hicache.monitors.maps.cp_sharding import NONE
-from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal, walk_journaled
+from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal
 
 #: what this map's monitor checks: at CP = 1 every page is owner class 0 (p % 1 = 0), so
 #: PositionOwner, ExtensionKeepsRotation, ChainBalanced and PlacementBijection hold in every

@@ -76,9 +76,7 @@ _IDLE = int(HostSlotState.IDLE)
 # the loops over positions and slots (native when built: maps/loops.py)
 _write_fill, _write_move, _write_spare = loops.fill, loops.move, loops.spare
 _write_release, _write_slots, _diff_bytes = loops.release, loops.write_slots, loops.diff_bytes
-_vacate, _renumber = loops.vacate, loops.renumber
-#: the journaled nodes' walk, parents first (loops.py defines it; device_pages.py uses it too)
-walk_journaled = loops.walk_journaled
+_vacate, _renumber, _walk_journaled = loops.vacate, loops.renumber, loops.walk_journaled
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
@@ -615,7 +613,7 @@ class IncrementalHostTierMap(HostTierMap):
         todo = self.journal | self.requeue
         self.journal.clear()
         self.requeue = set()
-        walk_journaled(todo, self.cache.tree.root, self.npos, self._remap, self._unmap_subtree)
+        _walk_journaled(todo, self.cache.tree.root, self.npos, self._remap, self._unmap_subtree)
         self.slot_changed.clear()
 
     def _unmap_subtree(self, x) -> None:

@@ -2,13 +2,14 @@
 pages (each recording what it replaced, the delta, and what it made dirty), the host slots'
 state comparison and the changed slots' bookkeeping, the device pages' holder counts and
 rows (their pages' type for TypeOK, a padded row's pages written), the tests of
-SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device pages, and the tree-form loops of the HostTier guards (a node's slots in one state) and of
+SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device pages,
+the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
-candidates, and the walk of the journaled nodes, parents first. These Python loops define the functions;
-`hicache/monitors/csrc/incmap.c` is the same loops in C over the same dicts, lists and sets
-(`hicache.monitors.native` builds and loads it, once per process), used whenever it loads:
-in strict mode they run for every page an
-event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
+candidates, the walk of the journaled nodes (parents first) and runtime slots made spec
+slots. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
+same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and
+loads it, once per process), used whenever it loads: in strict mode they run for every page
+an event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
 set operations. tests/monitors/test_native_incmap.py checks the two agree on random inputs,
 exceptions included.
 
@@ -212,7 +213,6 @@ def py_prefix_breach(host, pos, q):
             return p, q
         q = p
     return None
-
 
 
 def py_vacate(holes, L: int) -> tuple[dict, int]:
