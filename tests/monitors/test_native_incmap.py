@@ -604,6 +604,41 @@ def test_shifted_agrees(mod):
     assert mod.shifted([0, 4, 2 ** 61, True]) == [1, 5, 2 ** 61 + 1, 2]
 
 
+def test_request_rows_agree(mod):
+    """The HostTier map's request rows both ways on random live requests: free slots, a
+    request with no phase, locked nodes that are none, the root, mapped or out of the tree
+    (None: the full rebuild), rows past old's end, phases that are no str (1, TRUE, which
+    equal but are other values); and old as a list, a dict (KeyError) or None (TypeError),
+    a locked node of 1.0 beside a root of 1, an unhashable request (TypeError)."""
+    rng = random.Random(0)
+    phases = ["idle", "matched", "running", "".join(["run", "ning"]), 1, True]
+    cases = []
+    for i in range(500):
+        rids = rng.sample(range(10, 20), rng.randint(0, 5))
+        qtab = [rng.choice([None, r, r]) for r in rids]
+        phase = {r: rng.choice(phases) for r in rids if rng.random() < 0.8}
+        by_id = {k: f"node {k}" for k in rng.sample(range(1, 8), rng.randint(0, 7))}
+        root = rng.choice([0, 0, 1])
+        req_node = {r: rng.choice([None, root, *range(1, 8)]) for r in rids if rng.random() < 0.8}
+        old = tuple(rng.choice(phases) for _ in range(rng.randint(0, 6)))
+        if i % 6 == 5:
+            old = rng.choice([list(old), dict(enumerate(old, 5)), None, old])
+            if rids and rng.random() < 0.5:
+                req_node[rids[0]] = 1.0
+            if rng.random() < 0.3:
+                qtab.insert(0, [1])
+        cases.append([qtab, phase, req_node, by_id, root, old])
+    seen = _outcomes("request_rows", mod, cases)
+    assert seen["ok"] >= 350 and sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 5, seen
+    assert sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 3, seen
+    outcomes = [_outcome(loops.py_request_rows, c) for c in cases]
+    assert sum(1 for exc, ret, _ in outcomes if exc is None and ret is None) >= 50     # (out of the tree)
+    assert mod.request_rows([None, 5, 6], {5: "matched"}, {5: 1, 6: None}, {1: 0}, 0, ("idle",)) == \
+        (("idle", "matched", "idle"), [2, 3])
+    assert mod.request_rows([], {}, {}, {}, 0, ("idle",)) == (("idle",), [])
+    assert mod.request_rows([5], {5: "running"}, {5: 9}, {1: 0}, 0, ("idle",)) is None
+
+
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:
 # short-circuits that skip a read that would raise, a conditional expression, `is` and `is

@@ -1468,6 +1468,106 @@ static PyObject *shifted(PyObject *self, PyObject *slots) {
     return finish(it, err, out, one, NULL, NULL);
 }
 
+/* the truth of `a <op> b` as Python decides it, compared in C when both are exact ints with
+ * |x| < 2**61 (no rich comparison's call); -1 on an error */
+static int ints_or_compare(PyObject *a, PyObject *b, int op) {
+    long long x, y;
+    if (int_value(a, &x) && int_value(b, &y))
+        return op == Py_EQ ? x == y : x != y;
+    PyObject *r = PyObject_RichCompare(a, b, op);
+    int t = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    return t;
+}
+
+static PyObject *s_idle;
+
+/* request_rows(qtab, phase, req_node, by_id, root, old): loops.py's py_request_rows, the
+ * same reads in the same order; (tuple of rows, list of changed row numbers), or None. */
+static PyObject *request_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("request_rows", n, 6))
+        return NULL;
+    PyObject *phase = a[1], *req_node = a[2], *by_id = a[3], *root = a[4], *old = a[5];
+    if (check_type(phase, &PyDict_Type, "request_rows", "phase") ||
+        check_type(req_node, &PyDict_Type, "request_rows", "req_node") ||
+        check_type(by_id, &PyDict_Type, "request_rows", "by_id"))
+        return NULL;
+    if (s_idle == NULL && (s_idle = PyUnicode_InternFromString("idle")) == NULL)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    PyObject *req = PyList_New(0), *rid, *out = NULL;
+    int err = req == NULL, out_of_tree = 0;
+    while (!err && !out_of_tree && (rid = PyIter_Next(it)) != NULL) {
+        if (rid == Py_None) {
+            err = PyList_Append(req, s_idle) < 0;
+        } else {
+            /* nid = req_node.get(rid); out of the tree unless None, root or in by_id */
+            PyObject *nid = PyDict_GetItemWithError(req_node, rid);
+            int in = 1;
+            if (nid == NULL) {
+                in = PyErr_Occurred() ? -1 : 1;
+            } else if (nid != Py_None) {
+                Py_INCREF(nid);
+                in = ints_or_compare(nid, root, Py_EQ);
+                if (in == 0)
+                    in = PyDict_Contains(by_id, nid);
+                Py_DECREF(nid);
+            }
+            if (in < 0) {
+                err = 1;
+            } else if (!in) {
+                out_of_tree = 1;
+            } else {
+                PyObject *ph = PyDict_GetItemWithError(phase, rid);
+                err = (ph == NULL && PyErr_Occurred()) || PyList_Append(req, ph != NULL ? ph : s_idle) < 0;
+            }
+        }
+        Py_DECREF(rid);
+    }
+    err = err || PyErr_Occurred() != NULL;
+    if (!err && !out_of_tree) {
+        if (PyList_GET_SIZE(req) == 0)
+            err = PyList_Append(req, s_idle) < 0;
+        Py_ssize_t n0 = err ? -1 : PyObject_Size(old);
+        PyObject *changed = n0 < 0 ? NULL : PyList_New(0);
+        err = changed == NULL;
+        for (Py_ssize_t q = 0; !err && q < PyList_GET_SIZE(req); q++) {
+            PyObject *ph = PyList_GET_ITEM(req, q);
+            int differs = 1;
+            if (q < n0) {
+                PyObject *was = NULL;
+                if (PyTuple_CheckExact(old)) {
+                    was = Py_NewRef(PyTuple_GET_ITEM(old, q));
+                } else {
+                    PyObject *k = PyLong_FromSsize_t(q);
+                    was = k == NULL ? NULL : PyObject_GetItem(old, k);
+                    Py_XDECREF(k);
+                }
+                differs = was == NULL ? -1 : ints_or_compare(was, ph, Py_NE);
+                Py_XDECREF(was);
+            }
+            if (differs > 0) {
+                PyObject *k = PyLong_FromSsize_t(q + 1);
+                err = k == NULL || PyList_Append(changed, k) < 0;
+                Py_XDECREF(k);
+            } else {
+                err = differs < 0;
+            }
+        }
+        PyObject *rows = err ? NULL : PyList_AsTuple(req);
+        out = rows == NULL ? NULL : PyTuple_Pack(2, rows, changed);
+        err = out == NULL;
+        Py_XDECREF(rows);
+        Py_XDECREF(changed);
+    }
+    Py_XDECREF(req);
+    if (!err && out == NULL)
+        out = Py_NewRef(Py_None);     /* (a locked node out of the tree: the full rebuild) */
+    return finish(it, err, out, NULL, NULL, NULL);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -1507,6 +1607,8 @@ static PyMethodDef methods[] = {
     {"walk_journaled", (PyCFunction)(void (*)(void))walk_journaled, METH_FASTCALL,
      "the journaled nodes, parents first: enter(x) the ones in the tree, leave(x) the detached"},
     {"shifted", shifted, METH_O, "[h + 1 for h in slots]"},
+    {"request_rows", (PyCFunction)(void (*)(void))request_rows, METH_FASTCALL,
+     "the live requests' rows and the changed ones, or None (a locked node out of the tree)"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},

@@ -77,6 +77,7 @@ _IDLE = int(HostSlotState.IDLE)
 _write_fill, _write_move, _write_spare = loops.fill, loops.move, loops.spare
 _write_release, _write_slots, _diff_bytes = loops.release, loops.write_slots, loops.diff_bytes
 _vacate, _renumber, _walk_journaled = loops.vacate, loops.renumber, loops.walk_journaled
+_request_rows = loops.request_rows
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
@@ -509,8 +510,26 @@ class IncrementalHostTierMap(HostTierMap):
         """The request-side variables from the live requests' phases and locks and, with a
         prefetch in flight (`inflight`, _prefetch_in_flight) or one at the last rebuild, the
         prefetch rows."""
-        # (plain loops, no comprehension nor helper call: this runs at every request event,
-        # over the few live requests, where each call costs more than the loop's work)
+        s = self.s
+        old = s.get("req")
+        if old is not None and not inflight and not self.pf_refs and not any(s["reqLen"]):
+            # no prefetch row now nor at the last rebuild (a prefetch row always references
+            # a slot), no locked node out of the tree at the last rebuild: unless one is now
+            # (request_rows: None), every row is a live request's, whose other values are
+            # all 0/FALSE (the common step: one C call)
+            rows = _request_rows(self.qtab, self.phase, self.req_node, self.by_id, self.cache.tree.root.id, old)
+            if rows is not None:
+                req, changed = rows
+                nq = len(req)
+                if nq != len(old):
+                    for var, v in zip(REQ_VARS[1:], ((0,) * nq, (0,) * nq, (0,) * nq, (False,) * nq)):
+                        self._set_scalar(var, v)
+                if changed or nq != len(old):
+                    self.dirty_reqs.update(changed)
+                    self._set_scalar("req", req)
+                self.fetching = _EMPTY
+                return
+        # the full rebuild: prefetch rows, or a locked node out of the tree
         phase, get, by_id, root, out = self.phase, self.req_node.get, self.by_id, self.cache.tree.root.id, self.L + 1
         req, locks = [], []
         for rid in self.qtab:
@@ -523,27 +542,6 @@ class IncrementalHostTierMap(HostTierMap):
             # once it left
             nid = get(rid)
             locks.append(0 if nid is None or nid == root or nid in by_id else out)
-        s = self.s
-        old = s.get("req")
-        if old is not None and not inflight and not self.pf_refs and not any(locks) and not any(s["reqLen"]):
-            # no prefetch row now nor at the last rebuild (a prefetch row always references
-            # a slot), no locked node out of the tree now nor then: every row is a live
-            # request's, whose other values are all 0/FALSE
-            if not req:
-                req = ["idle"]
-            nq, n0 = len(req), len(old)
-            changed = []
-            for q, ph in enumerate(req):
-                if q >= n0 or old[q] != ph:
-                    changed.append(q + 1)
-            if nq != n0:
-                for var, v in zip(REQ_VARS[1:], ((0,) * nq, (0,) * nq, (0,) * nq, (False,) * nq)):
-                    self._set_scalar(var, v)
-            if changed or nq != n0:
-                self.dirty_reqs.update(changed)
-                self._set_scalar("req", tuple(req))
-            self.fetching = _EMPTY
-            return
         nlive = len(req)
         pfslot, pfabort, reqlen = [0] * nlive, [False] * nlive, locks
         c = self.cache

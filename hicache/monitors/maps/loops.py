@@ -5,8 +5,8 @@ rows (their pages' type for TypeOK, a padded row's pages written), the tests of
 SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device pages,
 the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
-candidates, the walk of the journaled nodes (parents first) and runtime slots made spec
-slots. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
+candidates, the walk of the journaled nodes (parents first), runtime slots made spec slots,
+and the request rows of the common step. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
 same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and
 loads it, once per process), used whenever it loads: in strict mode they run for every page
 an event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
@@ -288,6 +288,32 @@ def py_shifted(slots) -> list:
     return [h + 1 for h in slots]
 
 
+def py_request_rows(qtab, phase: dict, req_node: dict, by_id: dict, root, old):
+    """The HostTier map's request rows when every row is a live request's (its common step):
+    each slot of qtab its request's phase ("idle" for a free slot, or a request with none;
+    one "idle" row when there is no slot), and the rows that differ from `old` (numbered
+    from 1; a row past old's end differs), as (tuple of rows, list of numbers). None when a
+    live request's locked node has left the tree (req_node.get(rid) is neither None, nor
+    `root`, nor a mapped node's id in by_id): its row takes the full rebuild."""
+    req = []
+    for rid in qtab:
+        if rid is None:
+            req.append("idle")
+            continue
+        nid = req_node.get(rid)
+        if not (nid is None or nid == root or nid in by_id):
+            return None
+        req.append(phase.get(rid, "idle"))
+    if not req:
+        req = ["idle"]
+    n0 = len(old)
+    changed = []
+    for q, ph in enumerate(req):
+        if q >= n0 or old[q] != ph:
+            changed.append(q + 1)
+    return tuple(req), changed
+
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
@@ -296,7 +322,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
           "renumber": py_renumber, "foreign_holders": py_foreign_holders,
-          "walk_journaled": py_walk_journaled, "shifted": py_shifted}
+          "walk_journaled": py_walk_journaled, "shifted": py_shifted,
+          "request_rows": py_request_rows}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -321,3 +348,4 @@ renumber = _mod.renumber if _mod is not None else py_renumber
 foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
 shifted = _mod.shifted if _mod is not None else py_shifted
+request_rows = _mod.request_rows if _mod is not None else py_request_rows
