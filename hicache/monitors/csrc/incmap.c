@@ -128,6 +128,44 @@ static int check_type(PyObject *o, PyTypeObject *t, const char *fn, const char *
     return -1;
 }
 
+/* x[i] for a sequence index i, a new reference: a list's or tuple's own item when x is exactly
+ * one and i an exact int within it, else x[i] through the object API (as Python indexes) */
+static PyObject *item_at(PyObject *x, PyObject *i) {
+    long long v;
+    if (int_value(i, &v) && v >= 0) {
+        if (PyList_CheckExact(x) && v < PyList_GET_SIZE(x))
+            return Py_NewRef(PyList_GET_ITEM(x, v));
+        if (PyTuple_CheckExact(x) && v < PyTuple_GET_SIZE(x))
+            return Py_NewRef(PyTuple_GET_ITEM(x, v));
+    }
+    return PyObject_GetItem(x, i);
+}
+
+/* x[i] = v, as item_at reads (a list's own slot written in place); 0, or -1 on an error */
+static int item_put(PyObject *x, PyObject *i, PyObject *v) {
+    long long k;
+    if (PyList_CheckExact(x) && int_value(i, &k) && k >= 0 && k < PyList_GET_SIZE(x)) {
+        PyObject *old = PyList_GET_ITEM(x, k);
+        PyList_SET_ITEM(x, k, Py_NewRef(v));
+        Py_DECREF(old);
+        return 0;
+    }
+    return PyObject_SetItem(x, i, v);
+}
+
+/* the truth of `a <op> b` (op: Py_EQ or Py_NE) as Python decides it, with no identity
+ * shortcut, compared in C when both are exact ints with |x| < 2**61 (no rich comparison's
+ * call); -1 on an error */
+static int ints_or_compare(PyObject *a, PyObject *b, int op) {
+    long long x, y;
+    if (int_value(a, &x) && int_value(b, &y))
+        return op == Py_EQ ? x == y : x != y;
+    PyObject *r = PyObject_RichCompare(a, b, op);
+    int t = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    return t;
+}
+
 /* fill(d, pos, v, var, delta, dirty): d[p] = v for each p of the list pos whose value is not
  * v already, each write recorded as (var, p, old) and p added to dirty. */
 static PyObject *fill(PyObject *self, PyObject *const *a, Py_ssize_t n) {
@@ -853,10 +891,8 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         if (in < 0) {
             err = 1;
         } else if (in) {
-            PyObject *k = pint && pv >= 0 && pv < PyList_GET_SIZE(keys) ? Py_NewRef(PyList_GET_ITEM(keys, pv))
-                                                                        : PyObject_GetItem(keys, p);
-            PyObject *x = k == NULL ? NULL : PyTuple_CheckExact(k) && PyTuple_GET_SIZE(k) > 0
-                                                 ? Py_NewRef(PyTuple_GET_ITEM(k, 0)) : PyObject_GetItem(k, zero);
+            PyObject *k = item_at(keys, p);
+            PyObject *x = k == NULL ? NULL : item_at(k, zero);
             err = x == NULL || PySet_Add(out, x) < 0;
             Py_XDECREF(x);
             Py_XDECREF(k);
@@ -1219,31 +1255,6 @@ static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)b;
 }
 
-/* x[i] for a sequence index i, a new reference: a list's or tuple's own item when x is exactly
- * one and i an exact int within it, else x[i] through the object API (as Python indexes) */
-static PyObject *item_at(PyObject *x, PyObject *i) {
-    long long v;
-    if (int_value(i, &v) && v >= 0) {
-        if (PyList_CheckExact(x) && v < PyList_GET_SIZE(x))
-            return Py_NewRef(PyList_GET_ITEM(x, v));
-        if (PyTuple_CheckExact(x) && v < PyTuple_GET_SIZE(x))
-            return Py_NewRef(PyTuple_GET_ITEM(x, v));
-    }
-    return PyObject_GetItem(x, i);
-}
-
-/* x[i] = v, as item_at reads (a list's own slot written in place); 0, or -1 on an error */
-static int item_put(PyObject *x, PyObject *i, PyObject *v) {
-    long long k;
-    if (PyList_CheckExact(x) && int_value(i, &k) && k >= 0 && k < PyList_GET_SIZE(x)) {
-        PyObject *old = PyList_GET_ITEM(x, k);
-        PyList_SET_ITEM(x, k, Py_NewRef(v));
-        Py_DECREF(old);
-        return 0;
-    }
-    return PyObject_SetItem(x, i, v);
-}
-
 /* vacate(holes, L): loops.py's py_vacate, (origin, the new L). The holes are taken as
  * sorted(holes, reverse=True) takes them (reversed, sorted stably, reversed back: equal
  * items keep their order); `p != last` is Python's comparison (no identity shortcut) unless
@@ -1263,17 +1274,7 @@ static PyObject *vacate(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(order); i++) {
         PyObject *p = Py_NewRef(PyList_GET_ITEM(order, i));
         PyObject *last = PyNumber_Subtract(L, one);
-        int ne = -1;
-        if (last != NULL) {
-            long long pv, lv;
-            if (int_value(p, &pv) && int_value(last, &lv)) {
-                ne = pv != lv;
-            } else {
-                PyObject *r = PyObject_RichCompare(p, last, Py_NE);
-                ne = r == NULL ? -1 : PyObject_IsTrue(r);
-                Py_XDECREF(r);
-            }
-        }
+        int ne = last == NULL ? -1 : ints_or_compare(p, last, Py_NE);
         if (ne > 0) {
             /* origin[p] = origin.pop(last, last) */
             PyObject *src = PyDict_GetItemWithError(origin, last);
@@ -1466,18 +1467,6 @@ static PyObject *shifted(PyObject *self, PyObject *slots) {
         Py_DECREF(h);
     }
     return finish(it, err, out, one, NULL, NULL);
-}
-
-/* the truth of `a <op> b` as Python decides it, compared in C when both are exact ints with
- * |x| < 2**61 (no rich comparison's call); -1 on an error */
-static int ints_or_compare(PyObject *a, PyObject *b, int op) {
-    long long x, y;
-    if (int_value(a, &x) && int_value(b, &y))
-        return op == Py_EQ ? x == y : x != y;
-    PyObject *r = PyObject_RichCompare(a, b, op);
-    int t = r == NULL ? -1 : PyObject_IsTrue(r);
-    Py_XDECREF(r);
-    return t;
 }
 
 static PyObject *s_idle;
