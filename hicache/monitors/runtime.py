@@ -217,6 +217,19 @@ class RefinementMap(Protocol):
 
 _COMPOUND: dict = {}
 
+#: a vocabulary member -> its name as a plain str, made once: `str()` of a StrEnum member
+#: copies it at every call, and each dict the copy is then looked up in hashes it again
+_NAMES: dict = {}
+
+
+def _name_of(action) -> str:
+    """`str(action)`, kept in _NAMES for a vocabulary's members (a bounded set: a plain
+    str is its own name and is not kept)."""
+    name = str(action)
+    if action.__class__ is not str:
+        _NAMES[action] = name
+    return name
+
 
 #: constants bindings shared by every monitor of the process: (spec module, typed raw
 #: constants) -> the binding `spec.constants` built. Keyed by the module object, not its
@@ -555,6 +568,9 @@ class Monitor:
             # what runs when the fused fast path holds: the checks it does not cover
             self._unfused_checks = [c for c in self._inc_checks if c[0] not in fused] \
                 if self._inc_all is not None else self._inc_checks
+            # ... and the variables any of them reads (a step that changed none of these,
+            # most request events for HostTier, runs none of them: one test, not one each)
+            self._unfused_reads = frozenset().union(*(c[3] for c in self._unfused_checks))
         # strict mode on an incremental map: __call__'s one-frame path (_strict_step)
         self._fast = self._strict and self.incremental
         # a map that judges events of other threads (a loader's LoadBackLayer, no step) keeps
@@ -678,7 +694,7 @@ class Monitor:
             # one frame (this listener runs at every event of a strict run)
             if self.tripped:
                 return
-            name = str(action)
+            name = _NAMES.get(action) or _name_of(action)
             steps = self.rmap.bind(name, fields)
             if steps is not None:
                 self.steps += 1
@@ -717,7 +733,7 @@ class Monitor:
                 self.sampled = True
                 self._checked_sample(str(action), fields, steps, CheckCause.ALWAYS)
             return
-        name = str(action)
+        name = _NAMES.get(action) or _name_of(action)
         steps = self.rmap.bind(name, fields)
         if steps is None:
             return
@@ -978,8 +994,13 @@ class Monitor:
         else:
             D, changed = self.rmap.domains(C, acc), _variables_of(delta)
         s = self.rmap.live()
-        checks = self._unfused_checks if self._inc_all is not None and \
-            self._inc_all(C, s, D, changed, self._fused_skip) else self._inc_checks
+        if self._inc_all is None or self._inc_all(C, s, D, changed, self._fused_skip):
+            # (the checks the fused pass does not cover: every one where there is none)
+            checks = self._unfused_checks
+            if changed is not None and changed.isdisjoint(self._unfused_reads):
+                return
+        else:
+            checks = self._inc_checks
         for inv, inc, full, reads in checks:
             if changed is not None and changed.isdisjoint(reads):
                 continue

@@ -31,12 +31,17 @@ from __future__ import annotations
 
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_sharding import NONE, arith_pages, no_double_allocation_linear
-from hicache.monitors.runtime import compound_step
 from hicache.monitors.rt import Failure
+from hicache.monitors.runtime import compound_step
+from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.tla.values import KK_INT, Fcn, mk_fcn
 
 from .loops import ints_within
 from .steps import capacity
+
+#: each runtime action's compound step (compound_step's shared value) but LoadBackLayer's
+#: (no step), for `bind`
+_STEPS = {str(a): compound_step(a) for a in HostTierAction if a is not HostTierAction.LoadBackLayer}
 
 _INT = frozenset({int})
 
@@ -109,6 +114,11 @@ class CPReplayMap:
 
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
+        # (the runtime's actions' steps looked up here, not through compound_step's call:
+        # this runs at every event)
+        steps = _STEPS.get(action)
+        if steps is not None:
+            return steps
         if action == "LoadBackLayer":
             return None      # emitted on the transfer thread; no page moves
         return compound_step(action)
