@@ -185,7 +185,7 @@ def child(args: argparse.Namespace) -> None:
     if getattr(args, "whole", False):
         whole_replays(cg, bm, args, cfg, reqs)
         return
-    call, check, init = R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__
+    check, init = R.Monitor.cache_check, R.Monitor.__init__
     toggle = cg.hicache_cg_toggle
     state = {"calls": 0, "depth": 0, "inside": False, "within_calls": 0, "toggled": 0}
     monitors: list = []
@@ -194,23 +194,26 @@ def child(args: argparse.Namespace) -> None:
         init(self, *a, **kw)
         monitors.append(self)
 
-    def counted_call(self, action, fields):
-        if (events and str(action) not in events) or (spec and self.spec.MODULE != spec):
-            return call(self, action, fields)
-        state["calls"] += 1
-        if within is not None:
-            # (collected only inside `within`'s calls made by this listener call)
-            state["inside"] = True
+    def counting(call):
+        # (each listener a bus calls a monitor through, `runtime.listeners_wrapped`)
+        def counted_call(self, action, fields):
+            if (events and str(action) not in events) or (spec and self.spec.MODULE != spec):
+                return call(self, action, fields)
+            state["calls"] += 1
+            if within is not None:
+                # (collected only inside `within`'s calls made by this listener call)
+                state["inside"] = True
+                try:
+                    return call(self, action, fields)
+                finally:
+                    state["inside"] = False
+            state["toggled"] += 1
+            toggle()
             try:
                 return call(self, action, fields)
             finally:
-                state["inside"] = False
-        state["toggled"] += 1
-        toggle()
-        try:
-            return call(self, action, fields)
-        finally:
-            toggle()
+                toggle()
+        return counted_call
 
     def counted_check(self, *a, **kw):
         # (a cache check runs its companions' checks inside it: collected once)
@@ -225,7 +228,7 @@ def child(args: argparse.Namespace) -> None:
             state["depth"] -= 1
             if outer:
                 toggle()
-    R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = counted_call, counted_check, kept_init
+    R.Monitor.cache_check, R.Monitor.__init__ = counted_check, kept_init
     if within is not None:
         # (patched where the monitors look it up: a class attribute, a module's function
         # read at each call or when a monitor is built, as the spec module's inc_all is)
@@ -248,10 +251,11 @@ def child(args: argparse.Namespace) -> None:
                 state["inside"] = True
         setattr(owner, name, staticmethod(counted_within) if isinstance(stored, staticmethod) else counted_within)
     try:
-        for _ in range(args.replays):
-            bm._replay_once(args.mode, cfg, reqs, rate=rate, **_budget(args))
+        with R.listeners_wrapped(counting):
+            for _ in range(args.replays):
+                bm._replay_once(args.mode, cfg, reqs, rate=rate, **_budget(args))
     finally:
-        R.Monitor.__call__, R.Monitor.cache_check, R.Monitor.__init__ = call, check, init
+        R.Monitor.cache_check, R.Monitor.__init__ = check, init
         if within is not None:
             if own:
                 setattr(owner, name, stored)

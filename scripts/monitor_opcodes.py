@@ -85,7 +85,7 @@ def traced_replay(bm, mode: str, cfg, reqs, **kw) -> collections.Counter:
 
 def traced_events(bm, mode: str, cfg, reqs, **kw) -> dict[tuple[str, str], list[int]]:
     """(spec module, action) -> [listener calls, opcodes, Python calls] of one replay in
-    `mode`, counted inside each monitor's listener (`Monitor.__call__`, the bound method
+    `mode`, counted inside each monitor's listener (`Monitor.listener`, the bound method
     verified mode subscribes), after an untraced replay."""
     from hicache.monitors import runtime
     bm._replay_once(mode, cfg, reqs, **kw)
@@ -103,24 +103,21 @@ def traced_events(bm, mode: str, cfg, reqs, **kw) -> dict[tuple[str, str], list[
         elif event == "opcode":
             row[1] += 1
         return tracer
-    listener = runtime.Monitor.__call__
-
-    def counted(self, action, fields):
-        row = out.setdefault((self.spec.MODULE, str(action)), [0, 0, 0])
-        row[0] += 1
-        before = sys.gettrace()
-        at[0] = row
-        sys.settrace(tracer)
-        try:
-            return listener(self, action, fields)
-        finally:
-            sys.settrace(before)
-            at[0] = None
-    runtime.Monitor.__call__ = counted
-    try:
+    def counting(listener):
+        def counted(self, action, fields):
+            row = out.setdefault((self.spec.MODULE, str(action)), [0, 0, 0])
+            row[0] += 1
+            before = sys.gettrace()
+            at[0] = row
+            sys.settrace(tracer)
+            try:
+                return listener(self, action, fields)
+            finally:
+                sys.settrace(before)
+                at[0] = None
+        return counted
+    with runtime.listeners_wrapped(counting):
         bm._replay_once(mode, cfg, reqs, **kw)
-    finally:
-        runtime.Monitor.__call__ = listener
     return out
 
 

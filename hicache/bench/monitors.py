@@ -81,18 +81,18 @@ def _attached_once(cfg, reqs, mode: str = "strict") -> tuple[float, float, int]:
     nothing was synced before it: it would map the whole replay's changes at once, work that
     a checking run does in its listener, event by event."""
     from hicache.monitors import runtime
-    call, final = runtime.Monitor.__call__, runtime.Monitor.cache_check
+    final = runtime.Monitor.cache_check
     delivered = [0]
 
     def ignore(self, action, fields) -> None:
         delivered[0] += 1
-    runtime.Monitor.__call__ = ignore
     runtime.Monitor.cache_check = lambda self: None
     try:
-        wall, _, thread = _replay_once(mode, cfg, reqs)
+        with runtime.listeners_wrapped(lambda listener: ignore):
+            wall, _, thread = _replay_once(mode, cfg, reqs)
         return wall, thread, delivered[0]
     finally:
-        runtime.Monitor.__call__, runtime.Monitor.cache_check = call, final
+        runtime.Monitor.cache_check = final
 
 
 def _strict_profile(cfg, reqs, runs: int) -> tuple[int, dict, dict]:
@@ -103,7 +103,7 @@ def _strict_profile(cfg, reqs, runs: int) -> tuple[int, dict, dict]:
     import collections
     from hicache.monitors import runtime
     seen: list = []
-    init, call = runtime.Monitor.__init__, runtime.Monitor.__call__
+    init = runtime.Monitor.__init__
     spent: collections.Counter = collections.Counter()
     count: collections.Counter = collections.Counter()
     clock = time.perf_counter
@@ -112,35 +112,38 @@ def _strict_profile(cfg, reqs, runs: int) -> tuple[int, dict, dict]:
         init(self, *a, **kw)
         seen.append(self)
 
-    def timed(self, action, fields):
-        t0 = clock()
-        try:
-            call(self, action, fields)
-        finally:
-            dt = clock() - t0
-            spent[str(action)] += dt
-            per_monitor[_monitor_name(self)] += dt
-            if self is seen[0]:
-                # (each event once: the cache's first monitor sees them all, and the time of
-                # every monitor of the cache adds up per event)
-                count[str(action)] += 1
+    def timing(listener):
+        def timed(self, action, fields):
+            t0 = clock()
+            try:
+                listener(self, action, fields)
+            finally:
+                dt = clock() - t0
+                spent[str(action)] += dt
+                per_monitor[_monitor_name(self)] += dt
+                if self is seen[0]:
+                    # (each event once: the cache's first monitor sees them all, and the time
+                    # of every monitor of the cache adds up per event)
+                    count[str(action)] += 1
+        return timed
     per_monitor: collections.Counter = collections.Counter()
     best: dict = {}
     best_monitor: dict = {}
-    runtime.Monitor.__init__, runtime.Monitor.__call__ = counting, timed
+    runtime.Monitor.__init__ = counting
     try:
-        for _ in range(runs):
-            seen.clear()
-            spent.clear()
-            count.clear()
-            per_monitor.clear()
-            _replay_once("strict", cfg, reqs)
-            for a, t in spent.items():
-                best[a] = min(best.get(a, t), t)
-            for m, t in per_monitor.items():
-                best_monitor[m] = min(best_monitor.get(m, t), t)
+        with runtime.listeners_wrapped(timing):
+            for _ in range(runs):
+                seen.clear()
+                spent.clear()
+                count.clear()
+                per_monitor.clear()
+                _replay_once("strict", cfg, reqs)
+                for a, t in spent.items():
+                    best[a] = min(best.get(a, t), t)
+                for m, t in per_monitor.items():
+                    best_monitor[m] = min(best_monitor.get(m, t), t)
     finally:
-        runtime.Monitor.__init__, runtime.Monitor.__call__ = init, call
+        runtime.Monitor.__init__ = init
     by_event = {a: {"events": count[a], "us_per_event": round(best[a] / count[a] * 1e6, 2),
                     "ms": round(best[a] * 1e3, 3)}
                 for a in sorted(best, key=lambda a: -best[a])}

@@ -157,7 +157,7 @@ def _cp_monitor(cache, cfg: VerifyConfig) -> Monitor:
     strict = cfg.mode is Mode.STRICT
     cp = Monitor((kept if strict else scratch)(cache), cfg)
     if strict or sharded:
-        cp.detach = cache.bus.subscribe(cp.__call__)     # (as monitor_cache's, see there)
+        cp.detach = cache.bus.subscribe(cp.listener)     # (as monitor_cache's, see there)
     # (sample mode on one engine's pool: no events of its own; its invariants on the state
     # of each HostTier sampled step (monitor_cache) and at each cache check)
     return cp
@@ -177,10 +177,11 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
     # samples (the incremental one would journal every change to serve the next sample)
     rmap = IncrementalHostTierMap(cache) if cfg.mode is Mode.STRICT else HostTierMap(cache)
     mon = Monitor(rmap, cfg)
-    # (its bound `__call__`, not the monitor: a bound method is called through vectorcall,
-    # an instance through its type's `__call__` slot, with an argument tuple built and the
-    # method looked up on the type at every event: ~1k instructions an event more)
-    cache.bus.subscribe(mon.__call__)
+    # (a bound method, not the monitor: called through vectorcall, where an instance is
+    # called through its type's `__call__` slot, with an argument tuple built and the method
+    # looked up on the type at every event, ~1k instructions an event more; in strict mode
+    # the step itself, `Monitor.listener`, one frame an event)
+    cache.bus.subscribe(mon.listener)
     watch(cache, mon)
     # the device pages against CPSharding too (the CP replay's sharded placement, or one
     # engine's pool as CP = 1), checked after the HostTier monitor at each event and at

@@ -29,6 +29,7 @@ the next step is to be checked (strict: always).
 from __future__ import annotations
 
 import collections
+import contextlib
 import enum
 import math
 import operator
@@ -571,7 +572,7 @@ class Monitor:
             # ... and the variables any of them reads (a step that changed none of these,
             # most request events for HostTier, runs none of them: one test, not one each)
             self._unfused_reads = frozenset().union(*(c[3] for c in self._unfused_checks))
-        # strict mode on an incremental map: __call__'s one-frame path (_strict_step)
+        # strict mode on an incremental map: the one-frame listener (_strict_step)
         self._fast = self._strict and self.incremental
         # a map that judges events of other threads (a loader's LoadBackLayer, no step) keeps
         # what it found in `breach`, reported on this monitor's next step or cache check
@@ -687,28 +688,20 @@ class Monitor:
         return C
 
     # ------------------------------------------------------------ listener
+    @property
+    def listener(self):
+        """What a bus calls at each event: strict mode on an incremental map (what verified
+        mode attaches), `_strict_step` itself, whose one frame is the whole step (the bus
+        calls it at every event of a strict run); any other monitor, its `__call__`. A
+        bound method either way (called through vectorcall: an instance is called through
+        its type's `__call__` slot, with an argument tuple built at every event)."""
+        return self._strict_step if self._fast else self.__call__
+
     def __call__(self, action, fields: dict) -> None:
         if self._fast:
-            # strict mode on an incremental map (what verified mode attaches): every event
-            # checked, no draw, no budget; the same steps as _step -> _step_incremental, in
-            # one frame (this listener runs at every event of a strict run)
-            if self.tripped:
-                return
-            name = _NAMES.get(action) or _name_of(action)
-            steps = self.rmap.bind(name, fields)
-            if steps is not None:
-                self.steps += 1
-                quiet = self._quiet
-                if quiet is not None and self._checked_C is not None and quiet() and not self.step_hooks \
-                        and not self.watch_hooks:
-                    # (what _strict_step does on a quiet map, whose sync would return an
-                    # empty delta: a step recorded with it, the constants binding the same, so
-                    # _check_delta not run; only after a first check of the whole state)
-                    # (a Step when the history is read, `history`)
-                    self._history.append((self.steps, name, fields, None, []))
-                    self.checked += 1
-                    return
-                self._strict_step(name, fields)
+            # (the function, not the attribute: a bus given `listener` calls _strict_step
+            # itself, and instrumentation that wraps both, `listeners_wrapped`, sees an event once)
+            _strict_step(self, action, fields)
             return
         if self.tripped:
             return
@@ -930,11 +923,29 @@ class Monitor:
             # (what this sync changed is this event's alone only after a synced one)
             self._check_effect(name, fields)
 
-    def _strict_step(self, name: str, fields: dict) -> None:
-        """`_step_incremental` and the step hooks of a strict monitor: every step checked,
-        and the map's state is always the state before the event (no unchecked step
-        leaves it behind), so the guard always runs."""
+    def _strict_step(self, action, fields: dict) -> None:
+        """Strict mode on an incremental map: every event checked, no draw, no budget; the
+        same steps as `_step` -> `_step_incremental` and the step hooks, in one frame (the
+        listener of every event of a strict run, `listener`). The map's state is always the
+        state before the event (no unchecked step leaves it behind), so the guard always
+        runs."""
+        if self.tripped:
+            return
+        name = _NAMES.get(action) or _name_of(action)
         rmap = self.rmap
+        steps = rmap.bind(name, fields)
+        if steps is None:
+            return
+        self.steps += 1
+        quiet = self._quiet
+        if quiet is not None and self._checked_C is not None and quiet() and not self.step_hooks \
+                and not self.watch_hooks:
+            # (a quiet map's sync would return an empty delta: the step is recorded with it,
+            # the constants binding the same, so _check_delta is not run; only after a first
+            # check of the whole state) (a Step when the history is read, `history`)
+            self._history.append((self.steps, name, fields, None, []))
+            self.checked += 1
+            return
         if self._breaches and rmap.breach is not None:
             self._report_breach()
         guard = self._guard
@@ -1184,6 +1195,29 @@ class Monitor:
         # (named by the failing step: the last of the history, a companion's by its leader)
         at = history[-1].seq if history else self.steps
         return write_trace_file(self.cfg.violation_dir, f"{self.spec.MODULE}-step{at}", doc)
+
+
+#: strict mode's one-frame listener, as Monitor defines it (`__call__` delegates to it)
+_strict_step = Monitor._strict_step
+
+#: the methods a bus calls a monitor through (`Monitor.listener`)
+LISTENERS = ("__call__", "_strict_step")
+
+
+@contextlib.contextmanager
+def listeners_wrapped(wrap):
+    """Inside, each method a bus calls a monitor through replaced by `wrap(method)` (the
+    bench's floor and strict profile, the instruction and opcode scripts: each event is
+    seen once, by the one a bus was given). Monitors attached inside get the wrapped ones;
+    the methods are restored on leaving."""
+    kept = {name: vars(Monitor)[name] for name in LISTENERS}
+    for name, fn in kept.items():
+        setattr(Monitor, name, wrap(fn))
+    try:
+        yield
+    finally:
+        for name, fn in kept.items():
+            setattr(Monitor, name, fn)
 
 
 def link(*monitors: Monitor) -> None:

@@ -46,10 +46,12 @@ def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_
     mod = _script()
     lib = mod.build_toggle(tmp_path)
     report = tmp_path / "report.json"
-    kept = (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__)
-    # (the child wraps all three for its replays and puts them back; should it not, the
-    # rest of the session's tests get the originals back all the same)
-    for name, fn in zip(("__call__", "cache_check", "__init__"), kept):
+    names = ("__call__", "_strict_step", "cache_check", "__init__")
+    kept = tuple(vars(runtime.Monitor)[name] for name in names)
+    # (the child wraps all four for its replays, the listeners through
+    # runtime.listeners_wrapped, and puts them back; should it not, the rest of the
+    # session's tests get the originals back all the same)
+    for name, fn in zip(names, kept):
         monkeypatch.setattr(runtime.Monitor, name, fn)
     args = type("A", (), {"lib": str(lib), "mode": mode, "limit": 8, "replays": 2, "report": str(report)})()
     mod.child(args)
@@ -63,7 +65,7 @@ def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_
         assert got["steps_checked"] >= got["listener_calls"] // 2
     # every listener call, and each cache check not nested in another, is collected once
     assert got["listener_calls"] + 2 <= got["collected_calls"] <= got["listener_calls"] + got["cache_checks"]
-    assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
+    assert tuple(vars(runtime.Monitor)[name] for name in names) == kept
 
 
 @needs_toggle
@@ -170,7 +172,8 @@ def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(t
     if not bench.TRACE.exists():
         pytest.skip("trace not present")
     mod = _script()
-    kept = (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__)
+    names = ("__call__", "_strict_step", "cache_check", "__init__")
+    kept = tuple(vars(runtime.Monitor)[name] for name in names)
     report = tmp_path / "report.json"
     args = type("A", (), {"lib": str(mod.build_toggle(tmp_path)), "mode": mode, "limit": 8, "replays": 3,
                           "report": str(report), "whole": True, "replay": replay})()
@@ -191,4 +194,4 @@ def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(t
     # all of the replay asked for
     assert len(seen) == 5 and all(cfg == mod.REPLAYS[replay](bench, 8) for cfg in seen)
     assert json.loads(report.read_text()) == {"listener_calls": 0, "collected_calls": 3}
-    assert (runtime.Monitor.__call__, runtime.Monitor.cache_check, runtime.Monitor.__init__) == kept
+    assert tuple(vars(runtime.Monitor)[name] for name in names) == kept

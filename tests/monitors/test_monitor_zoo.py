@@ -470,10 +470,11 @@ def test_bench_compares_the_three_modes_on_one_replay():
     reqs = load_requests(str(bench.TRACE), 64, 8)
     cfg = ReplayConfig(page_size=64, device_tokens=64 * 32, host_tokens=64 * 64, sync=True, limit=8)
     from hicache.monitors import runtime
-    call, final = runtime.Monitor.__call__, runtime.Monitor.cache_check
+    call, strict, final = runtime.Monitor.__call__, runtime.Monitor._strict_step, runtime.Monitor.cache_check
     out = bench._compare(cfg, reqs, runs=1)
     # the floor's stand-ins are gone afterwards
-    assert (runtime.Monitor.__call__, runtime.Monitor.cache_check) == (call, final)
+    assert (runtime.Monitor.__call__, runtime.Monitor._strict_step, runtime.Monitor.cache_check) == \
+        (call, strict, final)
     assert set(out["seconds"]) == set(out["thread_cpu_seconds"]) == {"off", "sample", "strict"}
     s = out["strict_vs_off"]
     assert s["ratio"] == s["strict_s"] / s["off_s"]
