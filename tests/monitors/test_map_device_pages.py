@@ -78,18 +78,30 @@ def test_deltas_rebuild_the_previous_states(seed):
     cache = make_cache(wcfg, policy)
     inc = IncrementalDevicePagesMap(cache)
     states, deltas = [inc.state()], []
+    from_calls = []
 
     def listener(action, fields):
         if action == "LoadBackLayer":
             return
+        before = inc.s["free"]
+        inc.free_moved = None
         delta, dirty = inc.sync()
         # (what `domains` hands on unsearched: the dirty chains are the map's own)
         assert set(dirty["Chains"]) <= set(range(1, inc.n_chains + 1))
+        # every page that entered or left the free set is dirty, and only pages are: from
+        # the allocator's calls (free_moved) or the two sets' difference
+        if inc.s["free"] is not before:
+            assert before ^ inc.s["free"] <= dirty["PageIds"] <= inc.pids
+            if inc.free_moved is not None:
+                # (the calls' pages alone cover the change, whatever else dirtied a page)
+                assert before ^ inc.s["free"] <= inc.free_moved <= inc.pids
+            from_calls.append(inc.free_moved is not None)
         deltas.append(delta)
         states.append(inc.state())
     cache.bus.subscribe(listener)
     run_workload(cache, reqs)
     assert len(deltas) > 10 and any(deltas)
+    assert any(from_calls)
     for k, delta in enumerate(deltas, 1):
         assert undo(states[k], delta) == states[k - 1]
 

@@ -53,6 +53,10 @@ class IncrementalRows:
     """The incremental form of a from-scratch chain map (CPReplayMap or a subclass: the
     class after this one in the MRO builds the reference state)."""
     incremental = True
+    #: the pages whose membership in the free set may have changed since the last commit, a
+    #: superset of those that did, when the sync knows them (the device-page map's `_free`,
+    #: from the allocator's calls); None: the commit diffs the two free sets
+    free_moved: set | None = None
 
     def __init__(self, cache):
         super().__init__(cache)
@@ -124,7 +128,8 @@ class IncrementalRows:
             delta.append(("free", None, old_free))
             s["free"] = free
             if old_free is not MISSING:
-                dirty_pages |= old_free ^ free
+                moved = self.free_moved
+                dirty_pages |= old_free ^ free if moved is None else moved
         if "mixed" not in s:
             delta.append(("mixed", None, MISSING))
             s["mixed"] = False

@@ -255,18 +255,26 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         mirror = self.mirror
         if mirror is not None and not ops and not ops.overflowed:
             return self.s["free"]
+        # (the pages the calls named: every page whose membership changed is one of them,
+        # so the commit's dirty pages need not diff the two free sets; None when the mirror
+        # is rebuilt, and the commit diffs them)
+        moved: set | None = set()
         if mirror is not None and not ops.overflowed:
             for released, pages in ops:
+                got = pids.intersection(pages)      # (the pages of the call that are pages)
                 if released:
-                    mirror.update(pids.intersection(pages))     # (the released pages that are pages)
+                    mirror.update(got)
                 else:
-                    mirror.difference_update(pages)
+                    mirror.difference_update(got)
+                moved.update(got)
         else:
             mirror = None
         ops.clear()
         ops.overflowed = False
         if mirror is None or len(mirror) != dev.free:
             mirror = self.mirror = set(pids & dev.free_set())
+            moved = None
+        self.free_moved = moved
         return frozenset(mirror)
 
     def _pending(self, changed: dict, free: frozenset) -> None:
