@@ -185,10 +185,16 @@ class IncrementalRows:
                 else:
                     page1[i] = empty
                     page_rows.pop(c, None)
-        for var, old, new in (("rot", rot0, rot1), ("len", len0, len1), ("page", page0, page1)):
-            if new is not None:
-                delta.append((var, None, old))
-                s[var] = tuple(new)
+        # (each variable an entry edited: replaced, its old value in the delta)
+        if rot1 is not None:
+            delta.append(("rot", None, rot0))
+            s["rot"] = tuple(rot1)
+        if len1 is not None:
+            delta.append(("len", None, len0))
+            s["len"] = tuple(len1)
+        if page1 is not None:
+            delta.append(("page", None, page0))
+            s["page"] = tuple(page1)
 
     def _empty_row(self, L: int, reshaped: bool):
         if reshaped or getattr(self, "_empty", None) is None:

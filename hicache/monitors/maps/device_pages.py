@@ -29,6 +29,7 @@ scratch in sample mode, incrementally in strict mode (`IncrementalDevicePagesMap
 from __future__ import annotations
 
 import heapq
+import operator
 import weakref
 
 from hicache.monitors.generated import cp_sharding as spec
@@ -51,6 +52,8 @@ _TYPEOK_READS = spec.READS["TypeOK"]
 DEVICE_FIELDS = ("parent", "n", "device")
 
 _NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that found no change
+
+_pages_of = operator.itemgetter(1)      # a changed chain's (rot, pages): its pages
 
 
 class OpJournal(list):
@@ -111,6 +114,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         self.node_pages: dict = {}     # mapped node -> its row's pages
         self.node_held: dict[int, int] = {}    # device page -> tree positions holding it
         self.pending: set[int] = set()         # ids of the logged allocations mapped as chains
+        self._changed: dict = {}               # the chains the running sync changed (see sync)
         dev = cache.dev_alloc
         self.ops = OpJournal()
         dev.journals = (*dev.journals, self.ops)     # (copy on write: another map's stays)
@@ -197,23 +201,25 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         if self.quiet():
             self.delta = []
             return self.delta, _NOTHING
+        # (the chains this sync changed -> their (rot, pages), UNUSED for a chain that ends:
+        # an attribute, which the walk's calls of _enter and _leave_subtree write)
         changed: dict = {}
-        self._nodes(changed)
+        self._changed = changed
+        self._nodes()
         free = self._free()
         self._pending(changed, free)
-        longest = max((len(p) for _, p in changed.values()), default=1)
+        longest = max(map(len, map(_pages_of, changed.values())), default=1)
         self._grow(self.next_id - 1, longest)
         return self._commit(changed, free)
 
-    def _nodes(self, changed: dict) -> None:
+    def _nodes(self) -> None:
         """Map every journaled node: parents first (a node is in the tree iff its parent is
         the root or a mapped node); one left detached takes its mapped subtree with it."""
         todo = list(self.journal)
         self.journal.clear()
-        walk_journaled(todo, self.cache.tree.root, self.node_pages, lambda x: self._enter(x, changed),
-                       lambda x: self._leave_subtree(x, changed))
+        walk_journaled(todo, self.cache.tree.root, self.node_pages, self._enter, self._leave_subtree)
 
-    def _enter(self, x, changed: dict) -> None:
+    def _enter(self, x) -> None:
         pages = tuple(x.device) if x.device is not None else (NONE,) * x.n
         old = self.node_pages.get(x)
         if old == pages:
@@ -221,9 +227,10 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         count_pages(self.node_held, old, -1, None, NONE)
         count_pages(self.node_held, pages, 1, None, NONE)
         self.node_pages[x] = pages
-        changed[self._id(x)] = (0, pages)
+        self._changed[self._id(x)] = (0, pages)
 
-    def _leave_subtree(self, x, changed: dict) -> None:
+    def _leave_subtree(self, x) -> None:
+        changed = self._changed
         stack = [x]
         while stack:
             y = stack.pop()
@@ -282,6 +289,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         to the newer one): their pages not free and held by no node (nor a newer pending
         allocation); an allocation with none left is pruned."""
         log = self.cache.alloc_log
+        if not log and not self.pending:
+            return      # (no allocation pending, none mapped: most syncs)
         held = self.node_held
         claimed: set[int] = set()
         # allocations the cache forgot since (inserted, loaded into nodes, freed): their
