@@ -30,7 +30,7 @@ from types import MappingProxyType
 
 from hicache.monitors import native
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.loops import shifted
+from hicache.monitors.maps.loops import count_pages, shifted, slot_owner_breach
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step
 from hicache.protocol.vocabulary import HostTier as HostTierAction
@@ -465,28 +465,23 @@ def write_through_prefix_tree(C, s):
 def slot_in_one_owner_linear(C, s):
     """SlotInOneOwner in one pass (the generated form is slots x nodes): counts each slot's
     tree, backup and fetch references, then applies the spec's CASE per slot in order.
-    tests/monitors/test_host_tier_map.py checks it against the generated check."""
+    tests/monitors/test_monitor_runtime.py checks it against the generated check.
+
+    The counting and the CASE are the C loops of the incremental form (`count_pages`,
+    `slot_owner_breach`, maps/loops.py); the references to NoSlot (0) are not counted, as
+    no slot 0 is checked."""
     n_nodes = C["NNodes"]
-    length = s["len"]
-    host, backup = s["host"], s["backupOp"]
+    host, backup, slot = s["host"], s["backupOp"], s["slot"]
     hd = host.d if type(host) is Fcn else dict(enumerate(host, 1))
     bd = backup.d if type(backup) is Fcn else dict(enumerate(backup, 1))
     tree: dict = {}
     other: dict = {}
-    for n in range(n_nodes):
-        if n < length:
-            h = hd[n]
-            tree[h] = tree.get(h, 0) + 1
-        h = bd[n]
-        other[h] = other.get(h, 0) + 1
-    for h in s["pfSlot"]:
-        other[h] = other.get(h, 0) + 1
-    for h, st in enumerate(s["slot"], 1):
-        t, f = tree.get(h, 0), other.get(h, 0)
-        ok = (t == 0 and f == 0) if st == "idle" else (t == 0 and f == 1) if st == "reserved" else (t == 1 and f == 0)
-        if not ok:
-            text, loc = spec._T_inv_SlotInOneOwner[0]
-            return Failure("SlotInOneOwner", 1, text, loc)
+    count_pages(tree, list(map(hd.__getitem__, range(min(s["len"], n_nodes)))), 1, None, 0)
+    count_pages(other, list(map(bd.__getitem__, range(n_nodes))), 1, None, 0)
+    count_pages(other, s["pfSlot"], 1, None, 0)
+    if slot_owner_breach(slot, range(1, len(slot) + 1), tree, other, {}) is not None:
+        text, loc = spec._T_inv_SlotInOneOwner[0]
+        return Failure("SlotInOneOwner", 1, text, loc)
     return None
 
 
