@@ -224,10 +224,10 @@ _NAMES: dict = {}
 
 
 def _name_of(action) -> str:
-    """`str(action)`, kept in _NAMES for a vocabulary's members (a bounded set: a plain
-    str is its own name and is not kept)."""
+    """`str(action)`, kept in _NAMES for a vocabulary's members (a bounded set; a str, its
+    own name, is not kept)."""
     name = str(action)
-    if action.__class__ is not str:
+    if isinstance(action, enum.Enum):
         _NAMES[action] = name
     return name
 
@@ -692,10 +692,13 @@ class Monitor:
     def listener(self):
         """What a bus calls at each event: strict mode on an incremental map (what verified
         mode attaches), `_strict_step` itself, whose one frame is the whole step (the bus
-        calls it at every event of a strict run); any other monitor, its `__call__`. A
-        bound method either way (called through vectorcall: an instance is called through
-        its type's `__call__` slot, with an argument tuple built at every event)."""
-        return self._strict_step if self._fast else self.__call__
+        calls it at every event of a strict run); any other monitor, and one whose class
+        wraps `__call__` (a lock around it, SequenceMonitor), its `__call__`. A bound method
+        either way (called through vectorcall: an instance is called through its type's
+        `__call__` slot, with an argument tuple built at every event)."""
+        if self._fast and type(self).__call__ is Monitor.__call__:
+            return self._strict_step
+        return self.__call__
 
     def __call__(self, action, fields: dict) -> None:
         if self._fast:
