@@ -33,7 +33,7 @@ import operator
 import weakref
 
 from hicache.monitors.generated import cp_sharding as spec
-from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, pages_typed, shape_typed
+from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
 from hicache.monitors.maps.loops import count_pages, ints_within, walk_journaled
 from hicache.monitors.maps.cp_sharding import NONE
@@ -164,7 +164,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             # shared all-NoPage row when there are none: its values are theirs, padded)
             pages = rows.get(c, UNUSED)[1]
             if not (page[i] is built.get(c, empty) and len(pages) == n and host[i] is empty
-                    and pages_typed(pages, n_ids)):
+                    and ints_within(pages, n_ids, NONE)):      # (pages_typed, without its call)
                 return spec.inc_TypeOK(C, s, D, V)
         if V is None:
             return None     # (free and mixed: decided whole by shape_typed)

@@ -526,7 +526,9 @@ class IncrementalHostTierMap(HostTierMap):
                         self._set_scalar(var, v)
                 if changed or nq != len(old):
                     self.dirty_reqs.update(changed)
-                    self._set_scalar("req", req)
+                    # (_set_scalar's write, inline: the rows differ, so it always writes)
+                    self.delta.append(("req", None, old))
+                    s["req"] = req
                 self.fetching = _EMPTY
                 return
         # the full rebuild: prefetch rows, or a locked node out of the tree
@@ -596,7 +598,9 @@ class IncrementalHostTierMap(HostTierMap):
         # request-side variables: rebuilt after a request event, or while a prefetch is in
         # flight or was at the last rebuild (its pseudo-requests read the tree and leave
         # when the prefetch table drops them, which a poll may do under any event)
-        inflight = self._prefetch_in_flight()
+        # (_prefetch_in_flight, inline: this runs at every event)
+        c = self.cache
+        inflight = bool(c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks))
         if self.req_dirty or inflight or self.pf_refs or self.L != L0:
             self.req_dirty = False
             self._requests(inflight)
