@@ -470,17 +470,12 @@ class IncrementalHostTierMap(HostTierMap):
         return (x.host is not None and h in x.host) or (pending is not None and h in pending)
 
     # ------------------------------------------------------------ slots and requests
-    def _slots(self) -> None:
+    def _slots(self, hs: list, free: int) -> None:
+        """The slot states after a sync found `hs`, the runtime slots whose state changed
+        (`slot_seen` then holds the new states), or the free count `free` moved, or idle
+        slots were shown "reserved" at the last one (`sync` calls it only then: most events
+        change no slot)."""
         c = self.cache
-        host = c.host
-        if host is None:
-            return
-        free = host.free
-        # the slots whose state changed since the last sync (slot_seen then holds the new
-        # states); nothing to do when none did and the free count did not move (the common event)
-        hs = _diff_bytes(host.state, self.slot_seen)
-        if not hs and free == self.free_seen and not self.adjusted:
-            return
         self.free_seen, raw = free, self.slot_seen
         if hs:
             self.slots_changed = hs
@@ -589,7 +584,14 @@ class IncrementalHostTierMap(HostTierMap):
         self.dirty_nodes = set()
         self.dirty_slots = set()
         self.dirty_reqs = set()
-        self._slots()
+        host = self.cache.host
+        if host is not None:
+            # (the slots whose state changed since the last sync, one C pass that also
+            # brings slot_seen up to date; _slots only when one did or the free count moved)
+            free = host.free
+            hs = _diff_bytes(host.state, self.slot_seen)
+            if hs or free != self.free_seen or self.adjusted:
+                self._slots(hs, free)
         L0 = self.L
         if self.journal or self.requeue:
             self._map_nodes()
