@@ -295,6 +295,12 @@ def compound_step(action) -> tuple:
     return steps
 
 
+def compound_steps(actions) -> dict:
+    """Each action's name -> its `compound_step`: a table a map's `bind` reads at every
+    event instead of calling compound_step."""
+    return {str(a): compound_step(a) for a in actions}
+
+
 @dataclass(slots=True)
 class Step:
     seq: int

@@ -32,7 +32,7 @@ from __future__ import annotations
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_sharding import NONE, arith_pages, no_double_allocation_linear
 from hicache.monitors.rt import Failure
-from hicache.monitors.runtime import compound_step
+from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.tla.values import KK_INT, Fcn, mk_fcn
 
@@ -41,7 +41,7 @@ from .steps import capacity
 
 #: each runtime action's compound step (compound_step's shared value) but LoadBackLayer's
 #: (no step), for `bind`
-_STEPS = {str(a): compound_step(a) for a in HostTierAction if a is not HostTierAction.LoadBackLayer}
+_STEPS = compound_steps(a for a in HostTierAction if a is not HostTierAction.LoadBackLayer)
 
 _INT = frozenset({int})
 

@@ -209,9 +209,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         free = self._free()
         self._pending(changed, free)
         longest = max(map(len, map(_pages_of, changed.values())), default=1)
-        chains = self.next_id - 1
-        if chains > self.n_chains or longest > self.max_len:     # (_grow's tests, before its call)
-            self._grow(chains, longest)
+        self._grow(self.next_id - 1, longest)
         return self._commit(changed, free)
 
     def _nodes(self) -> None:

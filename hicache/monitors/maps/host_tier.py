@@ -32,7 +32,7 @@ from hicache.monitors import native
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.loops import count_pages, shifted, slot_owner_breach
 from hicache.monitors.rt import Failure
-from hicache.monitors.runtime import compound_step
+from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.runtime.allocator import HostSlotState
 from hicache.runtime.cache import host_write_in_flight
@@ -63,7 +63,7 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
 #: pending), so TypeOK refuses it: `node.loading` was never cleared
 ENDED_REQ = -1
 #: each runtime action's compound step (compound_step's shared value), for `bind`
-_STEPS = {str(a): compound_step(a) for a in HostTierAction}
+_STEPS = compound_steps(HostTierAction)
 
 
 def lock_len(node, in_tree, n: int) -> int:

@@ -600,9 +600,7 @@ class IncrementalHostTierMap(HostTierMap):
         # request-side variables: rebuilt after a request event, or while a prefetch is in
         # flight or was at the last rebuild (its pseudo-requests read the tree and leave
         # when the prefetch table drops them, which a poll may do under any event)
-        # (_prefetch_in_flight, inline: this runs at every event)
-        c = self.cache
-        inflight = bool(c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks))
+        inflight = self._prefetch_in_flight()
         if self.req_dirty or inflight or self.pf_refs or self.L != L0:
             self.req_dirty = False
             self._requests(inflight)
