@@ -1,6 +1,7 @@
 """Shared libraries compiled on first use, kept in the per-user cache (the native page copy,
 hicache/kernels/native.py; the monitors' native loops, hicache/monitors/native.py and
-fused_native.py, which are CPython extension modules: the last section).
+fused_native.py, and the event bus's dispatch, hicache/runtime/events.py, which are CPython
+extension modules: the last two sections).
 
 A library is named by a hash of everything its bytes depend on (source, compiler, flags,
 platform, and for a Python extension the interpreter's ABI), so a changed input never loads
@@ -21,6 +22,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
@@ -109,3 +112,63 @@ def load_extension(name: str, path: Path) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
+
+
+class Extension:
+    """One C extension module built on first use from `source` (a .c file whose module is
+    `name` and whose `abi()` returns `abi`), decided once per process: `module()` is the loaded
+    module, or None when it cannot serve (`HICACHE_NATIVE=0`, no compiler, no Python headers, a
+    library that will not load), `unavailable_reason()` says why. With `warning` set, the first
+    `module()` that finds it unavailable warns once (RuntimeWarning: the warning's text, then
+    the reason); without, the Python twin serves silently (where another extension of the same
+    build already warns)."""
+
+    def __init__(self, stem: str, name: str, source: Path, abi: int, warning: str | None = None):
+        self.stem, self.name, self.source, self.abi, self.warning = stem, name, source, abi, warning
+        self._lock = threading.Lock()
+        self._loaded: dict[str, ModuleType | None] = {}
+        self._reason: list[str] = []
+
+    def library_path(self) -> Path:
+        return extension_path(self.stem, self.source.read_bytes())
+
+    def _open(self, path: Path) -> ModuleType:
+        # (an extension module's init function is named after the module: the file's own
+        # name, which carries the hash, is only where the loader reads it from)
+        mod = load_extension(self.name, path)
+        if mod.abi() != self.abi:
+            raise ImportError(f"{path}: ABI {mod.abi()} but this module speaks {self.abi}")
+        return mod
+
+    def load(self) -> ModuleType:
+        """The extension from the cache, built first when absent (or when the cached file
+        will not load); BuildFailed or ImportError when it cannot be had."""
+        path = self.library_path()
+        if path.exists():
+            try:
+                return self._open(path)
+            except (ImportError, OSError, AttributeError):
+                pass        # damaged or foreign: rebuilt below (the rename replaces it atomically)
+        build_extension(path, self.source)
+        return self._open(path)
+
+    def module(self) -> ModuleType | None:
+        """The extension, or None (disabled, or unavailable). Decided once."""
+        with self._lock:
+            if "mod" not in self._loaded:
+                mod = None
+                if disabled():
+                    self._reason[:] = [f"{ENV_DISABLE}=0"]
+                else:
+                    try:
+                        mod = self.load()
+                    except (BuildFailed, ImportError, OSError) as exc:
+                        self._reason[:] = [str(exc)]
+                        if self.warning is not None:
+                            warnings.warn(f"{self.warning} ({exc})", RuntimeWarning, stacklevel=2)
+                self._loaded["mod"] = mod
+            return self._loaded["mod"]
+
+    def unavailable_reason(self) -> str:
+        """Why `module()` returned None ("" when it did not, or has not been asked)."""
+        return self._reason[0] if self._reason else ""

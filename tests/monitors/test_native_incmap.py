@@ -841,3 +841,56 @@ def test_a_pass_whose_escapes_would_lose_a_name_is_not_compiled_whole(mod):
     assert _keeps_a_name({"S": {0}}, {}, {}) is True and _keeps_a_name({"S": {1}}, {}, {}) is False
     assert fused_native.native_inc_all(_sample_module(_reads_before_binding))({}, {}, {"X": frozenset({1, 2})}) \
         is _reads_before_binding({}, {}, {"X": frozenset({1, 2})})
+
+
+class _Slotted:
+    __slots__ = ("a", "b")
+
+
+class _Journal:
+    """A journal that is not a set: anything with `add` serves."""
+
+    def __init__(self):
+        self.seen = []
+
+    def add(self, x):
+        self.seen.append(x)
+
+
+@pytest.mark.parametrize("make", ["native", "python"])
+def test_a_journaled_field_reads_and_writes_the_slot_and_journals_each_write(mod, make):
+    """Both forms of `journaled` (C and the property that defines it): reads are the slot's
+    (AttributeError while unset), each write stores and adds the object to every journal in
+    the list as it is at that write (a journal appended later sees the writes after), a
+    delete is refused and leaves the value, and the class reads the descriptor itself."""
+    fn = mod.journaled if make == "native" else loops.py_journaled
+    journals: list = [set()]
+    cls = type("T", (_Slotted,), {"__slots__": (), "a": fn(_Slotted.__dict__["a"], journals, "a")})
+    x, y = cls(), cls()
+    with pytest.raises(AttributeError):
+        x.a
+    x.a = 1
+    assert x.a == 1 and journals[0] == {x}
+    later = _Journal()
+    journals.append(later)
+    y.a = "v"
+    y.a = None
+    x.b = 2                     # (a plain slot: journals nothing)
+    assert (x.a, y.a, x.b) == (1, None, 2)
+    assert journals[0] == {x, y} and later.seen == [y, y]
+    with pytest.raises(AttributeError):
+        del y.a
+    assert y.a is None and later.seen == [y, y]
+    del journals[0]
+    x.a = 3
+    assert later.seen == [y, y, x]
+    assert type(cls.__dict__["a"]) is type(cls.a)
+    with pytest.raises(TypeError):
+        cls.a.__set__(object(), 1)      # (the slot's own refusal of another class's object)
+
+
+def test_journaled_refuses_what_is_not_a_slot(mod):
+    with pytest.raises(TypeError, match="journals"):
+        mod.journaled(_Slotted.__dict__["a"], (), "a")
+    with pytest.raises(TypeError, match="data descriptor"):
+        mod.journaled(len, [], "a")

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
@@ -1557,6 +1557,90 @@ static PyObject *request_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     return finish(it, err, out, NULL, NULL, NULL);
 }
 
+/* ---- the tree nodes' journaled fields (maps/host_tier_inc.py's _tracked_class; its
+ * py_journaled, a property, is the same descriptor in Python): a data descriptor over the base
+ * class's slot (its member descriptor) whose reads are the slot's and whose writes store
+ * through the slot, then add the node to each journal of `journals` (the list of sets
+ * journal_tree keeps: appended to and pruned as maps come and go, so read at each write).
+ * Why: the runtime reads these fields ~8,000 times a bench replay and writes them ~900 times;
+ * a property's getter is one more call and its setter a Python frame, here neither. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *slot;
+    PyObject *journals;
+    PyObject *name;
+} Journaled;
+
+static PyObject *journaled_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL)
+        return Py_NewRef(self);     /* (read on the class: the descriptor, as a property is) */
+    PyObject *slot = ((Journaled *)self)->slot;
+    return Py_TYPE(slot)->tp_descr_get(slot, obj, type);
+}
+
+static int journaled_set(PyObject *self, PyObject *obj, PyObject *value) {
+    Journaled *j = (Journaled *)self;
+    if (value == NULL) {            /* (a property with no deleter refuses the same way) */
+        PyErr_Format(PyExc_AttributeError, "can't delete journaled field '%U'", j->name);
+        return -1;
+    }
+    if (Py_TYPE(j->slot)->tp_descr_set(j->slot, obj, value) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(j->journals); i++) {
+        PyObject *journal = PyList_GET_ITEM(j->journals, i);
+        if (PySet_Check(journal)) {
+            if (PySet_Add(journal, obj) < 0)
+                return -1;
+            continue;
+        }
+        PyObject *r = PyObject_CallMethod(journal, "add", "O", obj);    /* (any journal with `add`) */
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+static void journaled_dealloc(PyObject *self) {
+    Journaled *j = (Journaled *)self;
+    Py_XDECREF(j->slot);
+    Py_XDECREF(j->journals);
+    Py_XDECREF(j->name);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject JournaledType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.Journaled",
+    .tp_basicsize = sizeof(Journaled),
+    .tp_dealloc = journaled_dealloc,
+    .tp_descr_get = journaled_get,
+    .tp_descr_set = journaled_set,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "a slot whose writes journal the object (host_tier_inc._tracked_class)",
+};
+
+/* journaled(slot, journals, name): a Journaled over a member descriptor (a __slots__ field),
+ * a list of journals, and the field's name (for the refusal to delete) */
+static PyObject *journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("journaled", n, 3))
+        return NULL;
+    if (check_type(a[1], &PyList_Type, "journaled", "journals") < 0
+        || check_type(a[2], &PyUnicode_Type, "journaled", "name") < 0)
+        return NULL;
+    if (Py_TYPE(a[0])->tp_descr_get == NULL || Py_TYPE(a[0])->tp_descr_set == NULL) {
+        PyErr_SetString(PyExc_TypeError, "journaled: slot must be a data descriptor (a __slots__ member)");
+        return NULL;
+    }
+    Journaled *j = PyObject_New(Journaled, &JournaledType);
+    if (j == NULL)
+        return NULL;
+    j->slot = Py_NewRef(a[0]);
+    j->journals = Py_NewRef(a[1]);
+    j->name = Py_NewRef(a[2]);
+    return (PyObject *)j;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -1604,6 +1688,8 @@ static PyMethodDef methods[] = {
     {"no_ap", no_ap, METH_O, "the reader of nothing"},
     {"binder", (PyCFunction)(void (*)(void))binder, METH_FASTCALL,
      "HostTierMap.bind over (phase, loads, ending, req_node, sync_backup, table, compound_step)"},
+    {"journaled", (PyCFunction)(void (*)(void))journaled, METH_FASTCALL,
+     "a data descriptor over a slot whose writes add the object to each journal"},
     {"abi", abi, METH_NOARGS, "the module's ABI version"},
     {NULL, NULL, 0, NULL},
 };
@@ -1611,7 +1697,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
-    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0)
+    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&JournaledType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

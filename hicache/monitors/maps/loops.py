@@ -325,6 +325,17 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "walk_journaled": py_walk_journaled, "shifted": py_shifted,
           "request_rows": py_request_rows}
 
+def py_journaled(slot, journals: list, name: str) -> property:
+    """A field over `slot` (a __slots__ member descriptor) read as the slot, written through
+    it, then the object added to each journal in `journals` (read at each write: maps add and
+    drop theirs), never deleted."""
+    def setter(obj, value, _store=slot.__set__):
+        _store(obj, value)
+        for j in journals:
+            j.add(obj)
+    return property(slot.__get__, setter, doc=f"journaled field {name!r}")
+
+
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
 move = _mod.move if _mod is not None else py_move
@@ -349,3 +360,4 @@ foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holde
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
 shifted = _mod.shifted if _mod is not None else py_shifted
 request_rows = _mod.request_rows if _mod is not None else py_request_rows
+journaled = _mod.journaled if _mod is not None else py_journaled
