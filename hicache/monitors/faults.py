@@ -27,7 +27,7 @@ class FaultyCache(HiCache):
 
     def _fire(self, action, **args) -> None:
         """Emit the faulty step's event and remember its sequence number."""
-        self.fault_seq = self.bus._seq + 1
+        self.fault_seq = self.bus.seq + 1
         self._emit(action, **args)
 
     def _force_idle(self, slots: list[int], release: bool = True) -> None:
@@ -226,7 +226,7 @@ class UncheckedPrefetch(FaultyCache):
         self.prefetcher.settle(op)
         died = not op.done.is_set()
         if (died or getattr(op, "skewed", False)) and not self.fired:
-            self.fault_seq = self.bus._seq + 1      # the event the caller emits next
+            self.fault_seq = self.bus.seq + 1      # the event the caller emits next
 
     def finish_prefetch(self, req) -> int:
         self._settle(req)

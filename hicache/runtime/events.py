@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from hicache import buildcache
 from hicache.protocol.events import Listener
 from hicache.protocol.vocabulary import HostTier
 
@@ -25,8 +27,12 @@ class Event:
     seq: int
 
 
-class EventBus:
-    """Fan-out of protocol events. Invariant: `seq` strictly increases per bus."""
+class PyBusCore:
+    """The bus's dispatch: its listeners (a list, replaced on change, never mutated), the
+    sequence number and the lock that serializes events from the scheduler and transfer
+    threads. This class defines it; csrc/eventbus.c's BusCore is the same in C, the base of
+    EventBus whenever it builds (`_EXTENSION`): a verified run publishes every protocol event,
+    and here each costs a Python frame around the lock, counter and calls."""
 
     __slots__ = ("listeners", "_seq", "_lock")
 
@@ -35,17 +41,10 @@ class EventBus:
         self._seq = 0
         self._lock = threading.Lock()  # events come from the scheduler and transfer threads
 
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Attach a listener; returns a function that detaches it."""
-        self.listeners = [*self.listeners, listener]  # copy-on-write: emit never locks the list
-
-        def detach() -> None:
-            self.listeners = [x for x in self.listeners if x is not listener]
-        return detach
-
-    def emit(self, action: HostTier, **args: Any) -> None:
-        """Record one step. Callers guard with `if bus.listeners:` on hot paths."""
-        self.publish(action, args)
+    @property
+    def seq(self) -> int:
+        """The last event's number (0: none yet)."""
+        return self._seq
 
     def publish(self, action: HostTier, args: dict[str, Any]) -> None:
         """`emit` with the fields as a dict the bus takes over (adds `seq` to it): the
@@ -65,6 +64,32 @@ class EventBus:
                 fn(action, args)
         finally:
             lock.release()
+
+
+#: the C dispatch (no warning when it cannot be built: the Python one serves the same events,
+#: and the monitors, the only listeners whose cost matters, warn for the same build)
+_EXTENSION = buildcache.Extension("eventbus", "_hicache_eventbus", Path(__file__).resolve().parent / "csrc" / "eventbus.c",
+                                  1)
+_NATIVE = _EXTENSION.module()
+BusCore: type = _NATIVE.BusCore if _NATIVE is not None else PyBusCore
+
+
+class EventBus(BusCore):
+    """Fan-out of protocol events. Invariant: `seq` strictly increases per bus."""
+
+    __slots__ = ()
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Attach a listener; returns a function that detaches it."""
+        self.listeners = [*self.listeners, listener]  # copy-on-write: emit never locks the list
+
+        def detach() -> None:
+            self.listeners = [x for x in self.listeners if x is not listener]
+        return detach
+
+    def emit(self, action: HostTier, **args: Any) -> None:
+        """Record one step. Callers guard with `if bus.listeners:` on hot paths."""
+        self.publish(action, args)
 
 
 class Recorder:

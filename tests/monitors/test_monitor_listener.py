@@ -107,7 +107,7 @@ def test_a_wrapper_sees_each_event_once_and_the_methods_come_back(tmp_path, dire
     # every event the bus published reached each monitor's wrapper once: through the strict
     # step the bus holds, or through __call__, which delegates to the step's function, not
     # to the wrapped attribute
-    events = c.bus._seq
+    events = c.bus.seq
     assert events > len(REQUESTS)
     assert seen == {id(mon): events, id(mon.companions[0]): events}
 

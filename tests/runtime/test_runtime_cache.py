@@ -250,7 +250,7 @@ def test_no_listener_means_no_event_work():
     with cache:
         assert cache.bus.listeners == []
         serve(cache, [1, 2])
-        assert cache.bus._seq == 0          # nothing was built or numbered
+        assert cache.bus.seq == 0          # nothing was built or numbered
 
 
 def test_metrics_count_tiers_and_export():
