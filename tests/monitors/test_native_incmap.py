@@ -6,6 +6,7 @@ The build, the cache and the fallback are tested in subprocesses on a private ca
 """
 import collections
 import copy
+import gc
 import os
 import random
 import shutil
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -887,6 +889,23 @@ def test_a_journaled_field_reads_and_writes_the_slot_and_journals_each_write(mod
     assert type(cls.__dict__["a"]) is type(cls.a)
     with pytest.raises(TypeError):
         cls.a.__set__(object(), 1)      # (the slot's own refusal of another class's object)
+
+
+@pytest.mark.parametrize("make", ["native", "python"])
+def test_a_journaled_class_whose_journal_holds_its_object_is_collected(mod, make):
+    """The cycle class -> field -> journals -> journal -> object -> class, referenced from
+    nowhere else, is garbage: the collector must see the field's references (a C field it
+    could not traverse would keep the cycle alive as if referenced from outside)."""
+    fn = mod.journaled if make == "native" else loops.py_journaled
+    journals: list = [set()]
+    cls = type("T", (_Slotted,), {"__slots__": (), "a": fn(_Slotted.__dict__["a"], journals, "a")})
+    x = cls()
+    x.a = 1
+    assert journals[0] == {x}
+    ref = weakref.ref(cls)
+    del cls, x, journals
+    gc.collect()
+    assert ref() is None
 
 
 def test_journaled_refuses_what_is_not_a_slot(mod):

@@ -1575,11 +1575,19 @@ static PyObject *journaled_get(PyObject *self, PyObject *obj, PyObject *type) {
     if (obj == NULL)
         return Py_NewRef(self);     /* (read on the class: the descriptor, as a property is) */
     PyObject *slot = ((Journaled *)self)->slot;
+    if (slot == NULL) {             /* (cleared by the collector: its class is being torn down) */
+        PyErr_SetString(PyExc_AttributeError, "journaled field cleared");
+        return NULL;
+    }
     return Py_TYPE(slot)->tp_descr_get(slot, obj, type);
 }
 
 static int journaled_set(PyObject *self, PyObject *obj, PyObject *value) {
     Journaled *j = (Journaled *)self;
+    if (j->slot == NULL || j->journals == NULL || j->name == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "journaled field cleared");
+        return -1;
+    }
     if (value == NULL) {            /* (a property with no deleter refuses the same way) */
         PyErr_Format(PyExc_AttributeError, "can't delete journaled field '%U'", j->name);
         return -1;
@@ -1587,26 +1595,45 @@ static int journaled_set(PyObject *self, PyObject *obj, PyObject *value) {
     if (Py_TYPE(j->slot)->tp_descr_set(j->slot, obj, value) < 0)
         return -1;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(j->journals); i++) {
-        PyObject *journal = PyList_GET_ITEM(j->journals, i);
+        /* (held: adding may run Python, a hash or an `add`, that changes the list) */
+        PyObject *journal = Py_NewRef(PyList_GET_ITEM(j->journals, i));
+        int err;
         if (PySet_Check(journal)) {
-            if (PySet_Add(journal, obj) < 0)
-                return -1;
-            continue;
+            err = PySet_Add(journal, obj);
+        } else {
+            PyObject *r = PyObject_CallMethod(journal, "add", "O", obj);    /* (any journal with `add`) */
+            err = r == NULL ? -1 : 0;
+            Py_XDECREF(r);
         }
-        PyObject *r = PyObject_CallMethod(journal, "add", "O", obj);    /* (any journal with `add`) */
-        if (r == NULL)
+        Py_DECREF(journal);
+        if (err < 0)
             return -1;
-        Py_DECREF(r);
     }
     return 0;
 }
 
-static void journaled_dealloc(PyObject *self) {
+/* (collectable: the journals hold nodes, whose class holds this descriptor; a reference the
+ * collector could not see would keep such a cycle alive as if referenced from outside) */
+static int journaled_traverse(PyObject *self, visitproc visit, void *arg) {
     Journaled *j = (Journaled *)self;
-    Py_XDECREF(j->slot);
-    Py_XDECREF(j->journals);
-    Py_XDECREF(j->name);
-    Py_TYPE(self)->tp_free(self);
+    Py_VISIT(j->slot);
+    Py_VISIT(j->journals);
+    Py_VISIT(j->name);
+    return 0;
+}
+
+static int journaled_clear(PyObject *self) {
+    Journaled *j = (Journaled *)self;
+    Py_CLEAR(j->slot);
+    Py_CLEAR(j->journals);
+    Py_CLEAR(j->name);
+    return 0;
+}
+
+static void journaled_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    journaled_clear(self);
+    PyObject_GC_Del(self);
 }
 
 static PyTypeObject JournaledType = {
@@ -1616,7 +1643,9 @@ static PyTypeObject JournaledType = {
     .tp_dealloc = journaled_dealloc,
     .tp_descr_get = journaled_get,
     .tp_descr_set = journaled_set,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_traverse = journaled_traverse,
+    .tp_clear = journaled_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "a slot whose writes journal the object (host_tier_inc._tracked_class)",
 };
 
@@ -1632,12 +1661,13 @@ static PyObject *journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         PyErr_SetString(PyExc_TypeError, "journaled: slot must be a data descriptor (a __slots__ member)");
         return NULL;
     }
-    Journaled *j = PyObject_New(Journaled, &JournaledType);
+    Journaled *j = PyObject_GC_New(Journaled, &JournaledType);
     if (j == NULL)
         return NULL;
     j->slot = Py_NewRef(a[0]);
     j->journals = Py_NewRef(a[1]);
     j->name = Py_NewRef(a[2]);
+    PyObject_GC_Track(j);
     return (PyObject *)j;
 }
 
