@@ -6,7 +6,8 @@ SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty dev
 the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
 candidates, the walk of the journaled nodes (parents first), runtime slots made spec slots,
-and the request rows of the common step. These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
+the request rows of the common step, and the tracked nodes' journaled fields (`journaled`: a
+data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
 same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and
 loads it, once per process), used whenever it loads: in strict mode they run for every page
 an event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
@@ -314,17 +315,6 @@ def py_request_rows(qtab, phase: dict, req_node: dict, by_id: dict, root, old):
     return tuple(req), changed
 
 
-PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
-          "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
-          "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
-          "ints_within": py_ints_within, "overwrite": py_overwrite,
-          "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
-          "first_where": py_first_where, "variables_of": py_variables_of,
-          "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
-          "renumber": py_renumber, "foreign_holders": py_foreign_holders,
-          "walk_journaled": py_walk_journaled, "shifted": py_shifted,
-          "request_rows": py_request_rows}
-
 def py_journaled(slot, journals: list, name: str) -> property:
     """A field over `slot` (a __slots__ member descriptor) read as the slot, written through
     it, then the object added to each journal in `journals` (read at each write: maps add and
@@ -335,6 +325,17 @@ def py_journaled(slot, journals: list, name: str) -> property:
             j.add(obj)
     return property(slot.__get__, setter, doc=f"journaled field {name!r}")
 
+
+PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
+          "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
+          "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
+          "ints_within": py_ints_within, "overwrite": py_overwrite,
+          "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
+          "first_where": py_first_where, "variables_of": py_variables_of,
+          "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
+          "renumber": py_renumber, "foreign_holders": py_foreign_holders,
+          "walk_journaled": py_walk_journaled, "shifted": py_shifted,
+          "request_rows": py_request_rows, "journaled": py_journaled}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
