@@ -298,6 +298,20 @@ REPLAYS = {"kv_bytes": lambda limit: replay_config(limit, "small"),
            "kv_bytes_fitting": fitting_config}
 
 
+def native_paths() -> dict:
+    """Which of the C paths the replays ran (each `{"loaded": bool, "reason": str}`): the
+    monitors' map loops (hicache/monitors/native.py) and the event bus's dispatch
+    (hicache/runtime/events.py). Without them every mode checks the same, slower: figures
+    measured on the Python twins are not comparable with the others."""
+    from hicache.monitors import native
+    from hicache.runtime import events
+    out = {}
+    for name, ext in (("monitor_loops", native), ("event_bus", events._EXTENSION)):
+        loaded = ext.module() is not None
+        out[name] = {"loaded": loaded, "reason": "" if loaded else ext.unavailable_reason()}
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     from hicache.replay.driver import load_requests
     quick = bool(getattr(args, "quick", False))
@@ -312,7 +326,8 @@ def run(args: argparse.Namespace) -> dict:
            "config": {"page_size": PAGE, "device_pages": 64, "host_pages": 128, "write_policy": "write_through",
                       "sample_rate": VerifyConfig().sample_rate,
                       # (the events sample mode draws at a multiple of the rate)
-                      "sample_weights": dict(HostTierMap.sample_weights)}}
+                      "sample_weights": dict(HostTierMap.sample_weights),
+                      "native": native_paths()}}
     out["kv_bytes"] = _compare(REPLAYS["kv_bytes"](limit), reqs, runs, SWEEP)
     out["metadata_only"] = _compare(REPLAYS["metadata_only"](limit), reqs, runs)
     out["kv_bytes_fitting"] = _compare(REPLAYS["kv_bytes_fitting"](limit), reqs, min(runs, FIT_RUNS))
