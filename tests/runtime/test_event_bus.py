@@ -5,6 +5,7 @@ to the emitter with the lock let go, a subscription made inside a listener seen 
 event on, and events from several threads serialized (no two listeners' calls overlap, the
 numbers strictly increase)."""
 import shutil
+import signal
 import sysconfig
 import threading
 from pathlib import Path
@@ -132,3 +133,60 @@ def test_events_from_threads_are_serialized(bus):
     numbers = sorted(n for ns in seen.values() for n in ns)
     assert numbers == list(range(1, 2001)) and bus.seq == 2000
     assert all(ns == sorted(ns) for ns in seen.values())
+
+
+class Interrupted(Exception):
+    pass
+
+
+def test_a_wait_for_the_bus_is_interruptible(bus):
+    """An event waiting for the bus while another thread's listener holds it can be
+    interrupted by a signal (Ctrl-C on a stuck listener), as threading.Lock's wait can: the
+    handler's exception reaches the emitter while the other event still holds the bus, and
+    the bus serves the next event once that one is done."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are handled on the main thread")
+    held, release, raised = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(a, f):
+        if a == "slow":
+            held.set()
+            release.wait(BOUND_S)
+    bus.subscribe(slow)
+    other = threading.Thread(target=bus.publish, args=("slow", {}), daemon=True)
+    other.start()
+    assert held.wait(BOUND_S)
+    fired = []
+
+    def handler(signum, frame):
+        if not fired:           # (once: the resends below arrive after it too)
+            fired.append(signum)
+            raise Interrupted()
+    main = threading.main_thread()
+
+    def interrupt():
+        # (resent until the emitter has the exception: a signal that lands before the wait
+        # starts is handled before it, and the next one ends the wait; bounded)
+        for _ in range(int(BOUND_S / 0.05)):
+            if raised.wait(0.05):
+                return
+            signal.pthread_kill(main.ident, signal.SIGUSR1)
+    previous = signal.signal(signal.SIGUSR1, handler)
+    sender = threading.Thread(target=interrupt, daemon=True)
+    try:
+        sender.start()
+        with pytest.raises(Interrupted):
+            bus.publish("blocked", {})
+        raised.set()
+        assert other.is_alive(), "the emitter waited for the other event to finish"
+    finally:
+        raised.set()
+        release.set()
+        sender.join(BOUND_S)
+        signal.signal(signal.SIGUSR1, previous)
+    other.join(BOUND_S)
+    assert not other.is_alive()
+    seen = []
+    bus.subscribe(lambda a, f: seen.append((a, f["seq"])))
+    bus.publish("after", {})
+    assert seen == [("after", bus.seq)]

@@ -62,14 +62,23 @@ static void core_dealloc(PyObject *self) {
     Py_TYPE(self)->tp_free(self);
 }
 
-/* the lock, waited for with the GIL released (another thread may hold the bus and need the
- * GIL to finish its listeners), as threading.Lock's acquire waits */
-static void take(PyThread_type_lock lock) {
-    if (PyThread_acquire_lock(lock, NOWAIT_LOCK))
-        return;
-    Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
+/* the lock (0), waited for as threading.Lock's acquire waits: with the GIL released (another
+ * thread may hold the bus and need the GIL to finish its listeners) and interruptible, the
+ * signal handlers run when a signal ends the wait (-1, the lock not taken: a handler raised,
+ * KeyboardInterrupt, and the event is not published) */
+static int take(PyThread_type_lock lock) {
+    if (PyThread_acquire_lock_timed(lock, 0, 0) == PY_LOCK_ACQUIRED)
+        return 0;
+    for (;;) {
+        PyLockStatus r;
+        Py_BEGIN_ALLOW_THREADS
+        r = PyThread_acquire_lock_timed(lock, -1, 1);
+        Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_ACQUIRED)
+            return 0;
+        if (r == PY_LOCK_INTR && Py_MakePendingCalls() < 0)
+            return -1;
+    }
 }
 
 static PyObject *publish(PyObject *self, PyObject *const *a, Py_ssize_t n) {
@@ -86,10 +95,14 @@ static PyObject *publish(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     int any = PyObject_IsTrue(listeners);
     if (any <= 0)
         return any < 0 ? NULL : Py_NewRef(Py_None);
-    /* (held across the calls: a listener that subscribes replaces b->listeners, and this
-     * event still goes to the listeners it was published to, as the Python loop's list) */
+    /* (held from here, across the wait and the calls: another thread, or a listener that
+     * subscribes, replaces b->listeners, and this event still goes to the listeners it was
+     * published to, as the Python loop's list) */
     Py_INCREF(listeners);
-    take(b->lock);
+    if (take(b->lock) < 0) {
+        Py_DECREF(listeners);
+        return NULL;
+    }
     PyObject *result = NULL, *it = NULL, *fn;
     PyObject *seq = PyLong_FromLongLong(++b->seq);
     if (seq == NULL)
