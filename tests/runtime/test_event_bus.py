@@ -48,6 +48,13 @@ def test_the_bus_serving_is_the_native_one_where_it_can_be_built():
     assert events.BusCore is native.BusCore and issubclass(events.EventBus, native.BusCore)
 
 
+def test_a_bus_takes_no_arguments(bus):
+    with pytest.raises(TypeError):
+        type(bus)(1)
+    with pytest.raises(TypeError):
+        type(bus)(listeners=[])
+
+
 def test_events_are_numbered_only_when_someone_listens(bus):
     fields = {"node": 1}
     assert bus.publish("A", fields) is None

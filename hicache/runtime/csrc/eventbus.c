@@ -29,6 +29,10 @@ typedef struct {
 static PyObject *s_seq;
 
 static PyObject *core_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwds != NULL && PyDict_GET_SIZE(kwds) != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s() takes no arguments", type->tp_name);
+        return NULL;
+    }
     BusCore *self = (BusCore *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
