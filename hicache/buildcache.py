@@ -18,6 +18,7 @@ import importlib.machinery
 import importlib.util
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -96,6 +97,12 @@ def extension_path(stem: str, source: bytes) -> Path:
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     return cached_path(stem, [source, " ".join(EXT_CFLAGS).encode(), python_include().encode(), suffix.encode()],
                        suffix)
+
+
+def can_build_extensions() -> bool:
+    """Whether this machine has what `build_extension` needs: the compiler on PATH and the
+    Python headers (the native paths are then expected to load unless HICACHE_NATIVE=0)."""
+    return shutil.which(compiler()) is not None and (Path(python_include()) / "Python.h").exists()
 
 
 def build_extension(path: Path, source: Path) -> None:

@@ -306,7 +306,7 @@ def native_paths() -> dict:
     from hicache.monitors import native
     from hicache.runtime import events
     out = {}
-    for name, ext in (("monitor_loops", native), ("event_bus", events._EXTENSION)):
+    for name, ext in (("monitor_loops", native), ("event_bus", events.EXTENSION)):
         loaded = ext.module() is not None
         out[name] = {"loaded": loaded, "reason": "" if loaded else ext.unavailable_reason()}
     return out

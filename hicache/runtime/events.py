@@ -31,7 +31,7 @@ class PyBusCore:
     """The bus's dispatch: its listeners (a list, replaced on change, never mutated), the
     sequence number and the lock that serializes events from the scheduler and transfer
     threads. This class defines it; csrc/eventbus.c's BusCore is the same in C, the base of
-    EventBus whenever it builds (`_EXTENSION`): a verified run publishes every protocol event,
+    EventBus whenever it builds (`EXTENSION`): a verified run publishes every protocol event,
     and here each costs a Python frame around the lock, counter and calls."""
 
     __slots__ = ("listeners", "_seq", "_lock")
@@ -70,9 +70,9 @@ class PyBusCore:
 ABI_VERSION = 1
 #: the C dispatch (no warning when it cannot be built: the Python one serves the same events,
 #: and the monitors, the only listeners whose cost matters, warn for the same build)
-_EXTENSION = buildcache.Extension("eventbus", "_hicache_eventbus",
+EXTENSION = buildcache.Extension("eventbus", "_hicache_eventbus",
                                   Path(__file__).resolve().parent / "csrc" / "eventbus.c", ABI_VERSION)
-_NATIVE = _EXTENSION.module()
+_NATIVE = EXTENSION.module()
 BusCore: type = _NATIVE.BusCore if _NATIVE is not None else PyBusCore
 
 

@@ -26,7 +26,7 @@ def test_the_report_says_which_native_paths_ran(report):
     assert set(paths) == {"monitor_loops", "event_bus"}
     # (a subprocess of the same environment: the same decision as this process's)
     assert paths["monitor_loops"]["loaded"] is (native.module() is not None)
-    assert paths["event_bus"]["loaded"] is (events._EXTENSION.module() is not None)
+    assert paths["event_bus"]["loaded"] is (events.EXTENSION.module() is not None)
     for p in paths.values():
         assert p["loaded"] or p["reason"], "an unavailable path must say why"
 

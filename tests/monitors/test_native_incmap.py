@@ -9,13 +9,10 @@ import copy
 import gc
 import os
 import random
-import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import weakref
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,9 +38,7 @@ def mod():
 def test_the_native_loops_load_where_they_can_be_built():
     """Where a compiler and the Python headers are present (CI's machines), the extension
     must load: a build broken there would only show as a slower strict mode."""
-    have_cc = shutil.which(buildcache.compiler()) is not None
-    have_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
-    if not (have_cc and have_headers) or buildcache.disabled():
+    if not buildcache.can_build_extensions() or buildcache.disabled():
         pytest.skip("no compiler or no Python headers here, or HICACHE_NATIVE=0")
     assert native.module() is not None, native.unavailable_reason()
     assert loops.fill is native.module().fill
@@ -192,7 +187,7 @@ def test_build_cache_and_fallback(tmp_path):
     """A private cache: the first use builds the extension there and the second loads it;
     HICACHE_NATIVE=0, or a compiler that fails, leaves the Python loops serving (the second
     with one warning saying why)."""
-    if shutil.which(buildcache.compiler()) is None or not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+    if not buildcache.can_build_extensions():
         pytest.skip("no compiler or no Python headers here")
     probe = """
         import warnings

@@ -4,11 +4,8 @@ when someone listens, each listener called in order with the bus's dict, an exce
 to the emitter with the lock let go, a subscription made inside a listener seen from the next
 event on, and events from several threads serialized (no two listeners' calls overlap, the
 numbers strictly increase)."""
-import shutil
 import signal
-import sysconfig
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +17,7 @@ BOUND_S = 10.0
 
 def _cores():
     cores = [pytest.param(events.PyBusCore, id="python")]
-    native = events._EXTENSION.module()
+    native = events.EXTENSION.module()
     cores.append(pytest.param(native.BusCore if native is not None else None, id="native"))
     return cores
 
@@ -29,7 +26,7 @@ def _cores():
 def bus(request):
     core = request.param
     if core is None:
-        pytest.skip(f"the native bus is unavailable: {events._EXTENSION.unavailable_reason()}")
+        pytest.skip(f"the native bus is unavailable: {events.EXTENSION.unavailable_reason()}")
     cls = type("Bus", (core,), {"__slots__": (), "subscribe": events.EventBus.subscribe,
                                 "emit": events.EventBus.emit})
     return cls()
@@ -39,12 +36,10 @@ def test_the_bus_serving_is_the_native_one_where_it_can_be_built():
     """Where a compiler and the Python headers are present (CI's machines), the C dispatch
     must load and be EventBus's base: a build broken there would only show as a slower
     verified mode."""
-    have_cc = shutil.which(buildcache.compiler()) is not None
-    have_headers = (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
-    if not (have_cc and have_headers) or buildcache.disabled():
+    if not buildcache.can_build_extensions() or buildcache.disabled():
         pytest.skip("no compiler or no Python headers here, or HICACHE_NATIVE=0")
-    native = events._EXTENSION.module()
-    assert native is not None, events._EXTENSION.unavailable_reason()
+    native = events.EXTENSION.module()
+    assert native is not None, events.EXTENSION.unavailable_reason()
     assert events.BusCore is native.BusCore and issubclass(events.EventBus, native.BusCore)
 
 
