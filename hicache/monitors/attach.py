@@ -107,8 +107,9 @@ def attach(cache, cfg: VerifyConfig) -> Monitor | None:
             mon = _cp_monitor(cache, cfg)
         else:
             return None
-        # (held by the cache's bus, which the registry's weak reference relies on)
-        assert any(getattr(x, "__self__", x) is mon for x in cache.bus.listeners), \
+        # (held by the cache's bus, which the registry's weak reference relies on: itself, a
+        # bound method of it, or its gate, which holds it)
+        assert any(getattr(x, "__self__", x) is mon or x is mon.listener for x in cache.bus.listeners), \
             "a registered monitor listens on its object's bus"
         _monitors[cache] = weakref.ref(mon)
         deps = getattr(cache, "deps", None)

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hicache.monitors.fused_native import native_inc_all
+from hicache.monitors.gate import Gate
 from hicache.monitors.maps.loops import variables_of as _variables_of    # (a delta's variables)
 from hicache.monitors.rt import Failure, domain_is
 from hicache.tla.values import Fcn
@@ -442,7 +443,7 @@ class Monitor:
         # (Steps; gap-counted sample mode's unsampled events and strict mode's steps on an
         # incremental map as tuples until read: `history`)
         self._history: collections.deque = collections.deque(maxlen=cfg.history)
-        self.steps = 0               # events seen
+        self._steps = 0              # events seen (`steps`; gap-counted sample mode: the gate's)
         self.checked = 0             # steps whose action was checked
         self.cache_checks = 0        # cache checks run
         self._cache: dict = {}
@@ -471,9 +472,12 @@ class Monitor:
         # sample mode on a from-scratch, invariant-only map: the unsampled events between
         # two sampled ones are counted down (a geometric gap drawn once per sample, the same
         # distribution as a per-event draw) and only bound and recorded, never mapped
-        self._gap = -1
-        if cfg.mode is Mode.SAMPLE and not self.needs_prestate and not self.incremental:
-            self._gap = self._next_gap()
+        gap_counted = cfg.mode is Mode.SAMPLE and not self.needs_prestate and not self.incremental
+        # (that sample mode's listener between samples, and the keeper of its counters: the
+        # gate, monitors/gate.py, made below once the events it hands over are known; the
+        # gap drawn here, where the seed's draws have always been made)
+        gap = self._next_gap() if gap_counted else -1
+        self._gate = None
         # events such a sample mode checks whatever the draw (the map's `always_check`: it
         # checks them on the state before the map lets their evidence go, which only an
         # invariant-only map defers; one with action checks would see it gone)
@@ -490,7 +494,7 @@ class Monitor:
         self._trigger = None
         self._trigger_on: frozenset = frozenset()
         self.triggered = 0           # events checked because the map's trigger asked
-        if self._gap >= 0:
+        if gap_counted:
             weights = dict(getattr(rmap, "sample_weights", {}))
             self._trigger_on = frozenset(getattr(rmap, "trigger_events", ()))
             if self._trigger_on:
@@ -498,6 +502,11 @@ class Monitor:
                 for a in self._trigger_on:
                     weights.setdefault(a, 1)
             self._weighted = {a: min(1.0, cfg.sample_rate * w) for a, w in weights.items()}
+            # the gate records the events between samples; it hands the monitor the drawn
+            # sample and the events it decides one by one (always-checked, weighted)
+            self._gate = Gate(rmap.bind, frozenset(self._always) | frozenset(self._weighted), self._gated,
+                              self._history)
+            self._gate.gap = gap
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
                              f"({', '.join(sorted(self._always))}) on an invariant-only map: build it "
@@ -600,7 +609,7 @@ class Monitor:
         (a violation, a trace): gap-counted sample mode's unsampled event as (seq, action,
         args), strict mode's step on an incremental map as (seq, action, args, None, delta)."""
         h = self._history
-        if self._gap >= 0 or self._fast:     # (no other monitor records a tuple: read as kept)
+        if self._gate is not None or self._fast:     # (no other monitor records a tuple: read as kept)
             for i in range(len(h)):
                 r = h[i]
                 if r.__class__ is tuple:
@@ -610,6 +619,15 @@ class Monitor:
     @history.setter
     def history(self, steps: collections.deque) -> None:
         self._history = steps
+        if self._gate is not None:
+            self._gate.history = steps
+
+    @property
+    def steps(self) -> int:
+        """Events seen (those the map bound to this spec); gap-counted sample mode's gate
+        counts them."""
+        g = self._gate
+        return self._steps if g is None else g.steps
 
     def _recorded(self, fields: dict) -> dict:
         """An event's arguments as the history keeps them (a copy: the bus hands one dict to
@@ -704,6 +722,9 @@ class Monitor:
         `__call__` slot, with an argument tuple built at every event)."""
         if self._fast and type(self).__call__ is Monitor.__call__:
             return self._strict_step
+        if self._gate is not None and type(self).__call__ is _monitor_call:
+            # (gap-counted sample mode: the gate, which hands the monitor what it decides)
+            return self._gate
         return self.__call__
 
     def __call__(self, action, fields: dict) -> None:
@@ -712,42 +733,16 @@ class Monitor:
             # itself, and instrumentation that wraps both, `listeners_wrapped`, sees an event once)
             _strict_step(self, action, fields)
             return
-        if self.tripped:
+        if self._gate is not None:
+            self._gate(action, fields)
             return
-        if self._gap > 0:
-            # sample mode, an unsampled event: bound (the map follows requests through
-            # events) and recorded for the report, nothing else (what a canary pays per event)
-            self.sampled = False
-            steps = self.rmap.bind(action, fields)
-            if steps is not None:
-                self.steps += 1
-                if action not in self._always:
-                    p = self._weighted.get(action)     # (an empty dict for most maps)
-                    if p is not None:
-                        self._weighted_step(str(action), fields, steps, p)
-                        return
-                    self._gap -= 1
-                    # (recorded as (seq, action, args): a Step when the history is read)
-                    self._history.append((self.steps, action, fields))
-                    return
-                # an event after which no sample could see what it ends (a retire drops its
-                # transfer's record): checked now, outside the draw (the gap is not spent)
-                self.sampled = True
-                self._checked_sample(str(action), fields, steps, CheckCause.ALWAYS)
+        if self.tripped:
             return
         name = _NAMES.get(action) or _name_of(action)
         steps = self.rmap.bind(name, fields)
         if steps is None:
             return
-        self.steps += 1
-        if self._gap == 0:
-            p = self._weighted.get(name)
-            if p is not None:
-                # (a weighted event is drawn on its own: the gap's sample is the next other event)
-                self._weighted_step(name, fields, steps, p)
-                return
-            self._sample_step(name, fields, steps)
-            return
+        self._steps += 1
         if self._budget is None:
             self._step(name, fields, steps)
             return
@@ -765,6 +760,37 @@ class Monitor:
                 self._charge(cost)
                 if self.sampled:
                     self._last_cost = cost
+
+    def _gated(self, action, fields: dict, steps) -> None:
+        """Gap-counted sample mode: an event the gate hands over (the gate records the
+        others, bound and counted: an unsampled event, what a canary pays at nearly every
+        event). `steps` None: the drawn sample (the gap ran out), not bound yet; else an
+        event the monitor decides on its own, bound by the gate: a weighted one (drawn at
+        its weight; the gap, which counts the other events, untouched) or an always-checked
+        one (checked now, outside the draw: an event after which no sample could see what it
+        ends, a retire dropping its transfer's record)."""
+        if self.tripped:
+            return
+        gate = self._gate
+        name = _NAMES.get(action) or _name_of(action)
+        if steps is None:
+            steps = self.rmap.bind(name, fields)
+            if steps is None:
+                return
+            gate.steps += 1
+            p = self._weighted.get(name)
+            if p is not None:
+                self._weighted_step(name, fields, steps, p)
+                return
+            self._sample_step(name, fields, steps)
+            return
+        gate.steps += 1
+        p = self._weighted.get(name)
+        if p is not None and name not in self._always:
+            self._weighted_step(name, fields, steps, p)
+            return
+        self.sampled = True
+        self._checked_sample(name, fields, steps, CheckCause.ALWAYS)
 
     def _step(self, name: str, fields: dict, steps) -> None:
         """One event on an incremental or a from-scratch map, then the step hooks if it
@@ -790,17 +816,17 @@ class Monitor:
         if not self.needs_prestate:
             # invariant-only map: a sampled step needs no pre-state, so unsampled steps map nothing
             if not check:
-                self._history.append(Step(self.steps, name, dict(fields), None))
+                self._history.append(Step(self._steps, name, dict(fields), None))
                 return
             self._map_and_check(name, fields, steps)
             return
         if not check and not self._check_next:
-            self._history.append(Step(self.steps, name, dict(fields), None))
+            self._history.append(Step(self._steps, name, dict(fields), None))
             self.prev = None
             return
         t = self.rmap.state()
         self._mapped = True
-        self._history.append(Step(self.steps, name, self._recorded(fields), t))
+        self._history.append(Step(self._steps, name, self._recorded(fields), t))
         if check:
             self.checked += 1
             self._check_step(name, fields, steps, self.prev, t)
@@ -809,7 +835,7 @@ class Monitor:
     def _sample_step(self, name: str, fields: dict, steps) -> None:
         """A sampled event of sample mode: every invariant on the state after it, mapped
         from scratch (the map keeps nothing between samples)."""
-        self._gap = self._next_gap()
+        self._gate.gap = self._next_gap()
         self._drawn_sample(name, fields, steps, CheckCause.DRAW)
 
     def _drawn_sample(self, name: str, fields: dict, steps, cause: CheckCause) -> None:
@@ -906,7 +932,7 @@ class Monitor:
             # an unchecked step only records the event: the map journals what changed and
             # brings its state up to date at the next checked step, whose delta and dirty
             # elements then cover every change since the last one
-            self._history.append(Step(self.steps, name, dict(fields), None, None))
+            self._history.append(Step(self._steps, name, dict(fields), None, None))
             self._presynced = False
             return
         self.cause = self._drawn_cause
@@ -921,7 +947,7 @@ class Monitor:
         delta, acc = self.rmap.sync()
         # (the bus hands each listener the one dict it built for this event, and no listener
         # writes it: kept as it is, as the unchecked steps of sample mode are)
-        self._history.append(Step(self.steps, name, fields, None, delta))
+        self._history.append(Step(self._steps, name, fields, None, delta))
         self.checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
@@ -945,14 +971,14 @@ class Monitor:
         steps = rmap.bind(name, fields)
         if steps is None:
             return
-        self.steps += 1
+        self._steps += 1
         quiet = self._quiet
         if quiet is not None and self._checked_C is not None and quiet() and not self.step_hooks \
                 and not self.watch_hooks:
             # (a quiet map's sync would return an empty delta: the step is recorded with it,
             # the constants binding the same, so _check_delta is not run; only after a first
             # check of the whole state) (a Step when the history is read, `history`)
-            self._history.append((self.steps, name, fields, None, []))
+            self._history.append((self._steps, name, fields, None, []))
             self.checked += 1
             return
         if self._breaches and rmap.breach is not None:
@@ -960,7 +986,7 @@ class Monitor:
         guard = self._guard
         broke = guard(name, fields) if guard is not None else None
         delta, acc = rmap.sync()
-        self._history.append((self.steps, name, fields, None, delta))   # (a Step when read)
+        self._history.append((self._steps, name, fields, None, delta))   # (a Step when read)
         self.checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
@@ -1110,6 +1136,8 @@ class Monitor:
         self._const_held.clear()
         for m in self.linked:
             m.tripped = True
+            if m._gate is not None:
+                m._gate.tripped = True      # (its events ignored at the gate from now on)
             # (an incremental map journals the runtime's writes for its next sync: none comes)
             stop = getattr(m.rmap, "stop", None)
             if stop is not None:
@@ -1208,6 +1236,7 @@ class Monitor:
 
 #: strict mode's one-frame listener, as Monitor defines it (`__call__` delegates to it)
 _strict_step = Monitor._strict_step
+_monitor_call = Monitor.__call__      # (unwrapped: `listener` gives a bus the gate only then)
 
 #: the methods a bus calls a monitor through (`Monitor.listener`)
 LISTENERS = ("__call__", "_strict_step")

@@ -1,6 +1,7 @@
 """The listener a bus is given (`Monitor.listener`) and the instrumentation point over it
-(`runtime.listeners_wrapped`): strict mode's bus calls `_strict_step` itself, any other
-monitor's its `__call__`; both see the same steps, and a wrapper sees each event once."""
+(`runtime.listeners_wrapped`): strict mode's bus calls `_strict_step` itself, gap-counted
+sample mode's its gate (monitors/gate.py), any other monitor's its `__call__`; each sees the
+same steps as the monitor called as an instance, and a wrapper sees each event once."""
 from __future__ import annotations
 
 import collections
@@ -8,6 +9,7 @@ import collections
 import pytest
 
 from hicache.monitors import runtime
+from hicache.monitors.gate import Gate
 from hicache.monitors.runtime import LISTENERS, Monitor, listeners_wrapped
 
 from tests.monitors.tiny_cache import serve, tiny_cache
@@ -27,7 +29,7 @@ def _on_bus(c, mon) -> list:
     return [x for x in c.bus.listeners if getattr(x, "__self__", None) in (mon, *mon.companions)]
 
 
-def test_strict_monitors_are_given_their_one_frame_step_and_sample_monitors_their_call(tmp_path):
+def test_strict_monitors_are_given_their_one_frame_step_and_sample_monitors_their_gate(tmp_path):
     c, mon = tiny_cache(tmp_path, {"mode": "strict"})
     try:
         got = _on_bus(c, mon)
@@ -38,11 +40,12 @@ def test_strict_monitors_are_given_their_one_frame_step_and_sample_monitors_thei
         c.close()
     c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": 0.5, "seed": 3})
     try:
-        got = _on_bus(c, mon)
         # (sample mode's device-page companion listens to nothing: it is checked at the
         # HostTier monitor's samples)
-        assert [x.__func__ for x in got] == [Monitor.__call__]
-        assert mon.listener.__func__ is Monitor.__call__
+        cp = mon.companions[0]
+        assert _on_bus(c, mon) == [] and cp._gate not in c.bus.listeners
+        assert isinstance(mon.listener, Gate) and mon.listener is mon._gate
+        assert [x for x in c.bus.listeners if x is mon._gate] == [mon._gate]
     finally:
         c.close()
 
@@ -119,3 +122,58 @@ def test_the_methods_come_back_when_the_body_raises():
             raise RuntimeError("inside")
     assert {name: vars(Monitor)[name] for name in LISTENERS} == kept
     assert runtime._strict_step is Monitor._strict_step
+
+
+def _sample_run(tmp_path, gate_kind: str | None) -> list:
+    """The workload in gap-counted sample mode (a seeded rate of a half, every drawn sample
+    checked: no budget, so the run is the seed's alone), its events reaching the monitor
+    through the gate the bus holds (`gate_kind` None), through `Monitor.__call__` (the
+    monitor on the bus as an instance: "call"), or through the Python gate ("python") in
+    place of the one built; what each monitor did."""
+    from hicache.monitors.gate import PyGate
+    c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": 0.5, "seed": 3, "sample_budget": None})
+    try:
+        g = mon._gate
+        if gate_kind == "call":
+            c.bus.listeners = [mon if x is g else x for x in c.bus.listeners]
+        elif gate_kind == "python":
+            py = PyGate(g.bind, g.special, g.slow, g.history)
+            py.gap, py.steps = g.gap, g.steps
+            mon._gate = py
+            c.bus.listeners = [py if x is g else x for x in c.bus.listeners]
+        _drive(c)
+        return [(m.steps, m.checked, m.cache_checks, [(h.seq, str(h.action), h.state is not None) for h in m.history])
+                for m in (mon, *mon.companions)]
+    finally:
+        c.close()
+
+
+def test_sample_mode_takes_the_same_steps_through_its_gate_its_call_and_the_python_gate(tmp_path):
+    runs = {kind: _sample_run(tmp_path / str(kind), kind) for kind in (None, "call", "python")}
+    assert runs[None] == runs["call"] == runs["python"]
+    (steps, checked, _, history), _ = runs[None]
+    # a seeded half of the events checked (their states mapped), every other one recorded by
+    # the gate as a tuple and read back as its Step, in order
+    assert steps < 64 and [h[0] for h in history] == list(range(1, steps + 1))
+    assert 0 < checked == sum(h[2] for h in history) < steps
+
+
+def test_a_wrapper_sees_each_sample_mode_event_once(tmp_path):
+    """Instrumentation that wraps the listeners (the bench's floor, the instruction scripts)
+    sees a gated monitor's events through its wrapped `__call__`: the bus is given that, not
+    the gate, and the gate still takes the steps."""
+    seen: collections.Counter = collections.Counter()
+
+    def counting(listener):
+        def counted(self, action, fields):
+            seen[id(self)] += 1
+            return listener(self, action, fields)
+        return counted
+    with listeners_wrapped(counting):
+        c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": 0.5, "seed": 3})
+        try:
+            assert mon._gate is not None and mon.listener is not mon._gate
+            _drive(c)
+        finally:
+            c.close()
+    assert seen == {id(mon): c.bus.seq} and mon.steps > len(REQUESTS)

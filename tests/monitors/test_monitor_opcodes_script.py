@@ -31,9 +31,13 @@ def test_counts_repeat_and_name_where_each_mode_adds_opcodes(trace_present):
     assert a == b                                   # (rate 0: nothing depends on the clock)
     assert a["off"] > 0 and a["extra"] == a["mode_opcodes"] - a["off"] > 0
     names = {r["function"] for r in a["by_function"]}
-    # the listener that binds each event, and the final cache check (its fused pass is C
-    # where a compiler is: fused_whole.py, no bytecode)
-    assert any(n.startswith("hicache/monitors/runtime.py:__call__@") for n in names)
+    # the listener that binds each event (sample mode's gate: C where it builds, no
+    # bytecode; else the Python gate's), and the final cache check (its fused pass is C where
+    # a compiler is: fused_whole.py, no bytecode)
+    from hicache.monitors import gate
+    py_gate = any(n.startswith("hicache/monitors/gate.py:__call__@") for n in names)
+    assert py_gate == (gate.Gate is gate.PyGate)
+    assert not any(n.startswith("hicache/monitors/runtime.py:__call__@") for n in names)
     assert any(n.startswith("hicache/monitors/runtime.py:_cache_check@") for n in names)
     extras = [r["extra"] for r in a["by_function"]]
     assert extras == sorted(extras, reverse=True)

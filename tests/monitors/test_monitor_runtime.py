@@ -690,8 +690,10 @@ def _timed_cache(monkeypatch, map_cls, costly: str, per_event=0.1, seed=0):
     return cache, rmap, clock, reqs
 
 
-def _budgeted(monkeypatch, tmp_path, budget, rate=1.0, seed=0):
+def _budgeted(monkeypatch, tmp_path, budget, rate=1.0, seed=0, always=None):
     cache, rmap, clock, reqs = _timed_cache(monkeypatch, HostTierMap, "state", seed=seed)
+    if always is not None:
+        rmap.always_check = always        # (the map's always-checked events, read by the monitor)
     mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=rate, seed=seed, sample_budget=budget,
                                      violation_dir=str(tmp_path)))
     cache.bus.subscribe(mon)
@@ -778,8 +780,7 @@ def test_sample_budget_estimates_a_sample_by_drawn_samples_only(monkeypatch, tmp
     """An always-checked event (checked whatever the draw: here RequestFinish, on a small
     state, 0.01 s) does not become the estimate of the next drawn sample (1 s): estimated
     by it, a sample was afforded with a hundredth of its cost in the bucket."""
-    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5, rate=0.2)
-    mon._always = frozenset({"RequestFinish"})
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5, rate=0.2, always=("RequestFinish",))
     ends = []
 
     def cheap_ends(action, fields):      # (called before the monitor, at each event)

@@ -1,0 +1,123 @@
+"""Sample mode's gate (hicache/monitors/gate.py): the C gate and its Python twin decide the
+same on the same events: what is recorded and counted, what goes to the monitor, bound or
+not, and what a tripped gate ignores; errors leave the counters as they were."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from hicache.monitors import gate as G
+
+KINDS = [pytest.param(G.PyGate, id="python")]
+if G._NATIVE is not None:
+    KINDS.append(pytest.param(G._NATIVE.Gate, id="native"))
+
+
+class _Spy:
+    """A binder (None for action "other", else a tuple naming the action) and a slow path
+    that keep what they were called with."""
+
+    def __init__(self):
+        self.bound, self.slow = [], []
+
+    def bind(self, action, fields):
+        self.bound.append(action)
+        return None if action == "other" else (("step", action),)
+
+    def take(self, action, fields, bound):
+        self.slow.append((action, fields.get("i"), bound))
+
+
+def _gate(kind, special=("always",), maxlen=4):
+    spy = _Spy()
+    g = kind(spy.bind, frozenset(special), spy.take, collections.deque(maxlen=maxlen))
+    return g, spy
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_between_samples_events_are_bound_counted_and_recorded(kind):
+    g, spy = _gate(kind)
+    g.gap = 3
+    events = [("a", {"i": 0}), ("other", {"i": 1}), ("b", {"i": 2}), ("c", {"i": 3})]
+    for action, fields in events:
+        assert g(action, fields) is None
+    assert spy.bound == ["a", "other", "b", "c"] and spy.slow == []
+    # ("other" bound to nothing: not this spec's event, neither counted nor recorded)
+    assert g.steps == 3 and g.gap == 0
+    assert list(g.history) == [(1, "a", events[0][1]), (2, "b", events[2][1]), (3, "c", events[3][1])]
+    assert g.history[0][2] is events[0][1]          # (the bus's dict itself: copied only if checked)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_drawn_sample_and_the_special_events_go_to_the_monitor(kind):
+    g, spy = _gate(kind)
+    g.gap = 0
+    g("a", {"i": 0})                                # the gap ran out: unbound, to the monitor
+    assert spy.bound == [] and spy.slow == [("a", 0, None)] and g.steps == 0 and g.gap == 0
+    g.gap = 5
+    g("always", {"i": 1})                           # special: bound, then to the monitor, uncounted
+    assert spy.bound == ["always"] and spy.slow[-1] == ("always", 1, (("step", "always"),))
+    assert g.steps == 0 and g.gap == 5 and len(g.history) == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tripped_gate_ignores_events(kind):
+    g, spy = _gate(kind)
+    g.gap = 5
+    g.tripped = True
+    g("a", {})
+    g.gap = 0
+    g("b", {})
+    assert spy.bound == spy.slow == [] and g.steps == 0 and len(g.history) == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_history_is_bounded_and_can_be_replaced(kind):
+    g, _ = _gate(kind, maxlen=2)
+    g.gap = 10
+    for i in range(3):
+        g("a", {"i": i})
+    assert [r[0] for r in g.history] == [2, 3]
+    fresh = collections.deque(maxlen=8)
+    g.history = fresh
+    g("a", {"i": 3})
+    assert g.history is fresh and list(fresh) == [(4, "a", {"i": 3})] and g.steps == 4 and g.gap == 6
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_errors_pass_through_and_leave_the_counters(kind):
+    def bad_bind(action, fields):
+        raise KeyError("bind")
+
+    class Full:
+        def append(self, rec):
+            raise OverflowError("full")
+    g = kind(bad_bind, frozenset(), lambda *a: None, collections.deque())
+    g.gap = 2
+    with pytest.raises(KeyError, match="bind"):
+        g("a", {})
+    assert g.steps == 0 and g.gap == 2
+    g = kind(lambda a, f: (), frozenset(), lambda *a: None, Full())
+    g.gap = 2
+    with pytest.raises(OverflowError, match="full"):
+        g("a", {})
+    assert g.steps == 0 and g.gap == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_construction_is_validated(kind):
+    ok = lambda *a: None        # noqa: E731
+    with pytest.raises(TypeError, match="callable"):
+        kind(None, frozenset(), ok, collections.deque())
+    with pytest.raises(TypeError):
+        kind(ok, {"a"}, ok, collections.deque())       # (a set, not a frozenset)
+    with pytest.raises(AttributeError):
+        kind(ok, frozenset(), ok, object())             # (no append)
+
+
+def test_the_native_gate_loads_where_an_extension_builds():
+    from hicache import buildcache
+    if not buildcache.can_build_extensions() or buildcache.disabled():
+        pytest.skip("no C compiler or Python headers here, or HICACHE_NATIVE=0: the Python gate serves")
+    assert G.Gate is G._NATIVE.Gate and G.EXTENSION.unavailable_reason() == ""
