@@ -300,13 +300,14 @@ REPLAYS = {"kv_bytes": lambda limit: replay_config(limit, "small"),
 
 def native_paths() -> dict:
     """Which of the C paths the replays ran (each `{"loaded": bool, "reason": str}`): the
-    monitors' map loops (hicache/monitors/native.py) and the event bus's dispatch
-    (hicache/runtime/events.py). Without them every mode checks the same, slower: figures
-    measured on the Python twins are not comparable with the others."""
-    from hicache.monitors import native
+    monitors' map loops (hicache/monitors/native.py), the event bus's dispatch
+    (hicache/runtime/events.py) and sample mode's gate (hicache/monitors/gate.py). Without
+    them every mode checks the same, slower: figures measured on the Python twins are not
+    comparable with the others."""
+    from hicache.monitors import gate, native
     from hicache.runtime import events
     out = {}
-    for name, ext in (("monitor_loops", native), ("event_bus", events.EXTENSION)):
+    for name, ext in (("monitor_loops", native), ("event_bus", events.EXTENSION), ("sample_gate", gate.EXTENSION)):
         loaded = ext.module() is not None
         out[name] = {"loaded": loaded, "reason": "" if loaded else ext.unavailable_reason()}
     return out

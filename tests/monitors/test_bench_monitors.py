@@ -20,13 +20,14 @@ def report():
 
 
 def test_the_report_says_which_native_paths_ran(report):
-    from hicache.monitors import native
+    from hicache.monitors import gate, native
     from hicache.runtime import events
     paths = report["config"]["native"]
-    assert set(paths) == {"monitor_loops", "event_bus"}
+    assert set(paths) == {"monitor_loops", "event_bus", "sample_gate"}
     # (a subprocess of the same environment: the same decision as this process's)
     assert paths["monitor_loops"]["loaded"] is (native.module() is not None)
     assert paths["event_bus"]["loaded"] is (events.EXTENSION.module() is not None)
+    assert paths["sample_gate"]["loaded"] is (gate.EXTENSION.module() is not None)
     for p in paths.values():
         assert p["loaded"] or p["reason"], "an unavailable path must say why"
 
