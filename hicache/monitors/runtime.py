@@ -502,10 +502,12 @@ class Monitor:
                 for a in self._trigger_on:
                     weights.setdefault(a, 1)
             self._weighted = {a: min(1.0, cfg.sample_rate * w) for a, w in weights.items()}
-            # the gate records the events between samples; it hands the monitor the drawn
-            # sample and the events it decides one by one (always-checked, weighted)
-            self._gate = Gate(rmap.bind, frozenset(self._always) | frozenset(self._weighted), self._gated,
-                              self._history)
+            # the gate records the events between samples and draws the weighted ones; it
+            # hands the monitor the drawn sample, the always-checked events and a weighted
+            # one drawn or triggered
+            self._gate = Gate(rmap.bind, self._always, self._gated, self._history, weighted=self._weighted,
+                              draw=self.rng.random, trigger=self._trigger, trigger_on=self._trigger_on,
+                              weighed=self._weighed)
             self._gate.gap = gap
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
@@ -765,10 +767,9 @@ class Monitor:
         """Gap-counted sample mode: an event the gate hands over (the gate records the
         others, bound and counted: an unsampled event, what a canary pays at nearly every
         event). `steps` None: the drawn sample (the gap ran out), not bound yet; else an
-        event the monitor decides on its own, bound by the gate: a weighted one (drawn at
-        its weight; the gap, which counts the other events, untouched) or an always-checked
-        one (checked now, outside the draw: an event after which no sample could see what it
-        ends, a retire dropping its transfer's record)."""
+        always-checked event, bound by the gate: checked now, outside the draw (an event
+        after which no sample could see what it ends, a retire dropping its transfer's
+        record; the gap is not spent)."""
         if self.tripped:
             return
         gate = self._gate
@@ -780,17 +781,30 @@ class Monitor:
             gate.steps += 1
             p = self._weighted.get(name)
             if p is not None:
+                # (a weighted event is drawn on its own: the gap's sample is the next other event)
                 self._weighted_step(name, fields, steps, p)
                 return
             self._sample_step(name, fields, steps)
             return
         gate.steps += 1
-        p = self._weighted.get(name)
-        if p is not None and name not in self._always:
-            self._weighted_step(name, fields, steps, p)
-            return
         self.sampled = True
         self._checked_sample(name, fields, steps, CheckCause.ALWAYS)
+
+    def _weighed(self, action, fields: dict, steps, triggered: bool) -> None:
+        """A weighted event between samples that the gate drew (at its weight, with this
+        monitor's seeded draw) or that the map's trigger named (`_weighted_step`'s two ways
+        to a check, decided by the gate), bound by it: a triggered one checked whatever the
+        budget, a drawn one as a drawn sample."""
+        if self.tripped:
+            return
+        self._gate.steps += 1
+        name = _NAMES.get(action) or _name_of(action)
+        if triggered:
+            self.triggered += 1
+            self.sampled = True
+            self._checked_sample(name, fields, steps, CheckCause.TRIGGER)
+            return
+        self._drawn_sample(name, fields, steps, CheckCause.WEIGHTED_DRAW)
 
     def _step(self, name: str, fields: dict, steps) -> None:
         """One event on an incremental or a from-scratch map, then the step hooks if it

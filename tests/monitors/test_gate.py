@@ -1,6 +1,7 @@
 """Sample mode's gate (hicache/monitors/gate.py): the C gate and its Python twin decide the
 same on the same events: what is recorded and counted, what goes to the monitor, bound or
-not, and what a tripped gate ignores; errors leave the counters as they were."""
+not, how a weighted event is drawn (once, before its trigger), and what a tripped gate
+ignores; errors leave the counters as they were."""
 from __future__ import annotations
 
 import collections
@@ -35,6 +36,33 @@ def _gate(kind, special=("always",), maxlen=4):
     return g, spy
 
 
+class _Weighing(_Spy):
+    """A spy with a scripted draw and trigger, logging the order of their calls."""
+
+    def __init__(self, draws, triggers):
+        super().__init__()
+        self.draws, self.triggers, self.log, self.weighed = list(draws), list(triggers), [], []
+
+    def draw(self):
+        self.log.append("draw")
+        return self.draws.pop(0)
+
+    def trigger(self, action, fields):
+        self.log.append(("trigger", action))
+        return self.triggers.pop(0)
+
+    def weigh(self, action, fields, bound, triggered):
+        self.weighed.append((action, fields.get("i"), bound, triggered))
+
+
+def _weighted_gate(kind, draws, triggers):
+    spy = _Weighing(draws, triggers)
+    g = kind(spy.bind, frozenset({"always"}), spy.take, collections.deque(), weighted={"w": 0.5, "t": 0.5},
+             draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh)
+    g.gap = 10
+    return g, spy
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_between_samples_events_are_bound_counted_and_recorded(kind):
     g, spy = _gate(kind)
@@ -59,6 +87,38 @@ def test_the_drawn_sample_and_the_special_events_go_to_the_monitor(kind):
     g("always", {"i": 1})                           # special: bound, then to the monitor, uncounted
     assert spy.bound == ["always"] and spy.slow[-1] == ("always", 1, (("step", "always"),))
     assert g.steps == 0 and g.gap == 5 and len(g.history) == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_weighted_event_is_drawn_once_then_triggered_drawn_or_recorded(kind):
+    g, spy = _weighted_gate(kind, draws=[0.9, 0.1, 0.9, 0.1, 0.9], triggers=[True, False, False])
+    for i, action in enumerate(["w", "w", "t", "t", "t"]):
+        g(action, {"i": i})
+    # one draw per weighted event, before its trigger, which is asked about "t" only
+    assert spy.log == ["draw", "draw", "draw", ("trigger", "t"), "draw", ("trigger", "t"), "draw", ("trigger", "t")]
+    assert spy.weighed == [("w", 1, (("step", "w"),), False),     # drawn (0.1 < 0.5)
+                           ("t", 2, (("step", "t"),), True),      # triggered, whatever the draw
+                           ("t", 3, (("step", "t"),), False)]     # drawn, not triggered
+    # the undrawn, untriggered ones recorded and counted, the gap untouched (it counts the others)
+    assert [r[:2] for r in g.history] == [(1, "w"), (2, "t")] and g.steps == 2 and g.gap == 10
+    assert spy.slow == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_weighted_event_at_the_end_of_the_gap_goes_to_the_monitor_unbound(kind):
+    g, spy = _weighted_gate(kind, draws=[], triggers=[])
+    g.gap = 0
+    g("w", {"i": 0})
+    assert spy.slow == [("w", 0, None)] and spy.log == [] and spy.bound == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failing_draw_or_trigger_passes_through_and_leaves_the_counters(kind):
+    for draws, triggers, action, match in (([], [], "w", "pop"), ([0.9], [], "t", "pop")):
+        g, spy = _weighted_gate(kind, draws=draws, triggers=triggers)
+        with pytest.raises(IndexError, match=match):
+            g(action, {})
+        assert g.steps == 0 and g.gap == 10 and len(g.history) == 0 and spy.weighed == []
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -114,6 +174,12 @@ def test_construction_is_validated(kind):
         kind(ok, {"a"}, ok, collections.deque())       # (a set, not a frozenset)
     with pytest.raises(AttributeError):
         kind(ok, frozenset(), ok, object())             # (no append)
+    with pytest.raises(TypeError, match="draw and weighed"):
+        kind(ok, frozenset(), ok, collections.deque(), weighted={"w": 0.5})
+    with pytest.raises(TypeError, match="trigger"):
+        kind(ok, frozenset(), ok, collections.deque(), trigger=1)
+    with pytest.raises(TypeError):
+        kind(ok, frozenset(), ok, collections.deque(), trigger_on={"t"})    # (a set, not a frozenset)
 
 
 def test_the_native_gate_loads_where_an_extension_builds():

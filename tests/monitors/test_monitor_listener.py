@@ -124,38 +124,45 @@ def test_the_methods_come_back_when_the_body_raises():
     assert runtime._strict_step is Monitor._strict_step
 
 
-def _sample_run(tmp_path, gate_kind: str | None) -> list:
+def _sample_run(tmp_path, gate_kind: str | None, rate: float = 0.5) -> list:
     """The workload in gap-counted sample mode (a seeded rate of a half, every drawn sample
     checked: no budget, so the run is the seed's alone), its events reaching the monitor
     through the gate the bus holds (`gate_kind` None), through `Monitor.__call__` (the
     monitor on the bus as an instance: "call"), or through the Python gate ("python") in
     place of the one built; what each monitor did."""
     from hicache.monitors.gate import PyGate
-    c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": 0.5, "seed": 3, "sample_budget": None})
+    c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": rate, "seed": 3, "sample_budget": None})
     try:
         g = mon._gate
         if gate_kind == "call":
             c.bus.listeners = [mon if x is g else x for x in c.bus.listeners]
         elif gate_kind == "python":
-            py = PyGate(g.bind, g.special, g.slow, g.history)
+            py = PyGate(g.bind, g.special, g.slow, g.history, weighted=dict(g.weighted), draw=g.draw,
+                        trigger=g.trigger, trigger_on=g.trigger_on, weighed=g.weighed)
             py.gap, py.steps = g.gap, g.steps
             mon._gate = py
             c.bus.listeners = [py if x is g else x for x in c.bus.listeners]
         _drive(c)
-        return [(m.steps, m.checked, m.cache_checks, [(h.seq, str(h.action), h.state is not None) for h in m.history])
-                for m in (mon, *mon.companions)]
+        return [(m.steps, m.checked, m.cache_checks, m.triggered,
+                 [(h.seq, str(h.action), h.state is not None) for h in m.history]) for m in (mon, *mon.companions)]
     finally:
         c.close()
 
 
-def test_sample_mode_takes_the_same_steps_through_its_gate_its_call_and_the_python_gate(tmp_path):
-    runs = {kind: _sample_run(tmp_path / str(kind), kind) for kind in (None, "call", "python")}
+@pytest.mark.parametrize("rate", [0.5, 0.1])
+def test_sample_mode_takes_the_same_steps_through_its_gate_its_call_and_the_python_gate(tmp_path, rate):
+    runs = {kind: _sample_run(tmp_path / str(kind), kind, rate) for kind in (None, "call", "python")}
     assert runs[None] == runs["call"] == runs["python"]
-    (steps, checked, _, history), _ = runs[None]
-    # a seeded half of the events checked (their states mapped), every other one recorded by
-    # the gate as a tuple and read back as its Step, in order
+    (steps, checked, _, _, history), _ = runs[None]
+    # a seeded fraction of the events checked (their states mapped), every other one recorded
+    # by the gate as a tuple and read back as its Step, in order
     assert steps < 64 and [h[0] for h in history] == list(range(1, steps + 1))
     assert 0 < checked == sum(h[2] for h in history) < steps
+    evictions = [mapped for _, action, mapped in history if action in ("DeviceEvict", "HostEvict")]
+    if rate == 0.5:
+        assert evictions and all(evictions)          # (drawn at the rate times their weight: 1)
+    else:
+        assert True in evictions and False in evictions    # (some drawn by the gate, some recorded)
 
 
 def test_a_wrapper_sees_each_sample_mode_event_once(tmp_path):

@@ -9,19 +9,25 @@
  *   - tripped: nothing (the monitor reported a violation and checks nothing more);
  *   - gap <= 0 (this event is the drawn sample): slow(action, fields, None), unbound;
  *   - else bound = bind(action, fields); None: not this spec's event, nothing more;
- *   - an action in `special` (the map's always-checked and weighted events, each decided on
- *     its own): slow(action, fields, bound), uncounted (the monitor counts it);
+ *   - an action in `special` (the map's always-checked events): slow(action, fields, bound),
+ *     uncounted (the monitor counts it);
+ *   - an action of `weighted` (action -> p: drawn each on its own, the gap untouched): the
+ *     draw, draw() < p, made first and once; then, for an action of `trigger_on`, the map's
+ *     trigger(action, fields); triggered: weighed(action, fields, bound, True), else drawn:
+ *     weighed(action, fields, bound, False), both uncounted; else it is recorded as below,
+ *     the gap untouched;
  *   - else steps += 1, gap -= 1, and (steps, action, fields) appended to `history`.
  *
  * Invariants: `steps` counts the bound events the gate recorded plus those the monitor counted
- * (it writes the gate's counters back after each slow call); `gap` is never decremented below
- * 0 here (an event at gap 0 goes to `slow`, which draws the next gap).
+ * (its Python updates the gate's counters itself); `gap` is never decremented below 0 here (an
+ * event at gap 0 goes to `slow`, which draws the next gap); each weighted event takes exactly
+ * one draw, before its trigger, as the monitor's own path takes it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 
 typedef struct {
     PyObject_HEAD
@@ -33,6 +39,11 @@ typedef struct {
     PyObject *slow;       /* slow(action, fields, bound or None) */
     PyObject *history;    /* a deque (maxlen: the monitor's history) */
     PyObject *append;     /* history.append */
+    PyObject *weighted;   /* a dict: action -> its probability (a float) */
+    PyObject *draw;       /* draw() -> a float in [0, 1) (the monitor's seeded RNG) */
+    PyObject *trigger;    /* trigger(action, fields) -> truth, or None */
+    PyObject *trigger_on; /* a frozenset of the actions the trigger is asked about */
+    PyObject *weighed;    /* weighed(action, fields, bound, triggered) */
     vectorcallfunc vectorcall;
 } Gate;
 
@@ -65,6 +76,47 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
         Py_DECREF(bound);
         return r;
     }
+    PyObject *p = PyDict_GetItemWithError(g->weighted, args[0]);     /* (borrowed) */
+    if (p == NULL && PyErr_Occurred()) {
+        Py_DECREF(bound);
+        return NULL;
+    }
+    int weighted = p != NULL;
+    if (weighted) {
+        /* (the draw first, whatever the trigger says: the seed's draws are the same whether
+         * or not anything triggers) */
+        Py_INCREF(p);
+        PyObject *u = PyObject_CallNoArgs(g->draw);
+        int drawn = -1;
+        if (u != NULL) {
+            PyObject *lt = PyObject_RichCompare(u, p, Py_LT);
+            Py_DECREF(u);
+            if (lt != NULL) {
+                drawn = PyObject_IsTrue(lt);
+                Py_DECREF(lt);
+            }
+        }
+        Py_DECREF(p);
+        int triggered = 0;
+        if (drawn >= 0 && g->trigger != Py_None) {
+            triggered = PySet_Contains(g->trigger_on, args[0]);
+            if (triggered > 0) {
+                PyObject *t = PyObject_Vectorcall(g->trigger, argv, 2, NULL);
+                triggered = t == NULL ? -1 : PyObject_IsTrue(t);
+                Py_XDECREF(t);
+            }
+        }
+        if (drawn < 0 || triggered < 0) {
+            Py_DECREF(bound);
+            return NULL;
+        }
+        if (triggered || drawn) {
+            PyObject *wargv[4] = {args[0], args[1], bound, triggered ? Py_True : Py_False};
+            PyObject *r = PyObject_Vectorcall(g->weighed, wargv, 4, NULL);
+            Py_DECREF(bound);
+            return r;
+        }
+    }
     Py_DECREF(bound);
     PyObject *seq = PyLong_FromSsize_t(g->steps + 1);
     if (seq == NULL)
@@ -84,18 +136,31 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
         return NULL;
     Py_DECREF(r);
     g->steps++;
-    g->gap--;
+    if (!weighted)
+        g->gap--;       /* (the gap counts the events that are not drawn on their own) */
     Py_RETURN_NONE;
 }
 
 static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kw[] = {"bind", "special", "slow", "history", NULL};
-    PyObject *bind, *special, *slow, *history;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OO:Gate", kw, &bind, &PyFrozenSet_Type, &special, &slow,
-                                     &history))
+    static char *kw[] = {"bind", "special", "slow", "history", "weighted", "draw", "trigger", "trigger_on",
+                         "weighed", NULL};
+    PyObject *bind, *special, *slow, *history, *weighted = NULL, *draw = Py_None, *trigger = Py_None,
+             *trigger_on = NULL, *weighed = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OO|O!OOO!O:Gate", kw, &bind, &PyFrozenSet_Type, &special, &slow,
+                                     &history, &PyDict_Type, &weighted, &draw, &trigger, &PyFrozenSet_Type,
+                                     &trigger_on, &weighed))
         return NULL;
     if (!PyCallable_Check(bind) || !PyCallable_Check(slow)) {
         PyErr_SetString(PyExc_TypeError, "Gate: bind and slow must be callable");
+        return NULL;
+    }
+    int any_weighted = weighted != NULL && PyDict_GET_SIZE(weighted) > 0;
+    if (any_weighted && (!PyCallable_Check(draw) || !PyCallable_Check(weighed))) {
+        PyErr_SetString(PyExc_TypeError, "Gate: weighted events need draw and weighed callables");
+        return NULL;
+    }
+    if (trigger != Py_None && !PyCallable_Check(trigger)) {
+        PyErr_SetString(PyExc_TypeError, "Gate: trigger must be callable or None");
         return NULL;
     }
     PyObject *append = PyObject_GetAttrString(history, "append");
@@ -106,6 +171,16 @@ static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         Py_DECREF(append);
         return NULL;
     }
+    g->weighted = weighted != NULL ? PyDict_Copy(weighted) : PyDict_New();
+    g->trigger_on = trigger_on != NULL ? Py_NewRef(trigger_on) : PyFrozenSet_New(NULL);
+    if (g->weighted == NULL || g->trigger_on == NULL) {
+        Py_DECREF(append);
+        Py_DECREF(g);
+        return NULL;
+    }
+    g->draw = Py_NewRef(draw);
+    g->trigger = Py_NewRef(trigger);
+    g->weighed = Py_NewRef(weighed);
     g->bind = Py_NewRef(bind);
     g->special = Py_NewRef(special);
     g->slow = Py_NewRef(slow);
@@ -122,6 +197,11 @@ static int gate_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(g->slow);
     Py_VISIT(g->history);
     Py_VISIT(g->append);
+    Py_VISIT(g->weighted);
+    Py_VISIT(g->draw);
+    Py_VISIT(g->trigger);
+    Py_VISIT(g->trigger_on);
+    Py_VISIT(g->weighed);
     return 0;
 }
 
@@ -132,6 +212,11 @@ static int gate_clear(PyObject *self) {
     Py_CLEAR(g->slow);
     Py_CLEAR(g->history);
     Py_CLEAR(g->append);
+    Py_CLEAR(g->weighted);
+    Py_CLEAR(g->draw);
+    Py_CLEAR(g->trigger);
+    Py_CLEAR(g->trigger_on);
+    Py_CLEAR(g->weighed);
     return 0;
 }
 
@@ -171,6 +256,11 @@ static PyMemberDef gate_members[] = {
     {"bind", T_OBJECT, offsetof(Gate, bind), READONLY, "the map's binder"},
     {"special", T_OBJECT, offsetof(Gate, special), READONLY, "the actions the monitor decides"},
     {"slow", T_OBJECT, offsetof(Gate, slow), READONLY, "the monitor's path: slow(action, fields, bound)"},
+    {"weighted", T_OBJECT, offsetof(Gate, weighted), READONLY, "action -> probability (a copy)"},
+    {"draw", T_OBJECT, offsetof(Gate, draw), READONLY, "the seeded draw"},
+    {"trigger", T_OBJECT, offsetof(Gate, trigger), READONLY, "the map's trigger, or None"},
+    {"trigger_on", T_OBJECT, offsetof(Gate, trigger_on), READONLY, "the actions the trigger is asked about"},
+    {"weighed", T_OBJECT, offsetof(Gate, weighed), READONLY, "weighed(action, fields, bound, triggered)"},
     {NULL, 0, 0, 0, NULL},
 };
 
