@@ -25,6 +25,16 @@ def _drive(c) -> None:
     serve(c, [1, 2, 3, 4])
 
 
+def _counting(seen: collections.Counter):
+    """A `listeners_wrapped` wrapper that counts each monitor's calls in `seen`."""
+    def counting(listener):
+        def counted(self, action, fields):
+            seen[id(self)] += 1
+            return listener(self, action, fields)
+        return counted
+    return counting
+
+
 def _on_bus(c, mon) -> list:
     return [x for x in c.bus.listeners if getattr(x, "__self__", None) in (mon, *mon.companions)]
 
@@ -91,12 +101,7 @@ def test_the_bus_listener_and_call_take_the_same_steps(tmp_path):
 def test_a_wrapper_sees_each_event_once_and_the_methods_come_back(tmp_path, direct):
     kept = {name: vars(Monitor)[name] for name in LISTENERS}
     seen: collections.Counter = collections.Counter()
-
-    def counting(listener):
-        def counted(self, action, fields):
-            seen[id(self)] += 1
-            return listener(self, action, fields)
-        return counted
+    counting = _counting(seen)
     with listeners_wrapped(counting):
         assert all(vars(Monitor)[name] is not fn for name, fn in kept.items())
         c, mon = tiny_cache(tmp_path, {"mode": "strict"})
@@ -170,12 +175,7 @@ def test_a_wrapper_sees_each_sample_mode_event_once(tmp_path):
     sees a gated monitor's events through its wrapped `__call__`: the bus is given that, not
     the gate, and the gate still takes the steps."""
     seen: collections.Counter = collections.Counter()
-
-    def counting(listener):
-        def counted(self, action, fields):
-            seen[id(self)] += 1
-            return listener(self, action, fields)
-        return counted
+    counting = _counting(seen)
     with listeners_wrapped(counting):
         c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": 0.5, "seed": 3})
         try:
