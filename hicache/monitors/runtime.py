@@ -868,11 +868,13 @@ class Monitor:
 
     def _weighted_step(self, name: str, fields: dict, steps, p: float) -> None:
         """An event of the map's `sample_weights` or `trigger_events` in gap-counted sample
-        mode: drawn on its own with probability p (the rate times its weight; the gap, which
-        counts the other events, untouched), and then a drawn sample like any other. First the map's
-        `trigger`, when it watches the event: one it names is checked whatever the draw and
-        the budget (charged, as an always-checked event is), and the draw is still made, so
-        the seed's draws stay the same whether or not anything triggers."""
+        mode that the gate hands over unbound (the gap ran out at it; between samples the
+        gate decides the same itself and calls `_weighed`): drawn on its own with probability
+        p (the rate times its weight; the gap, which counts the other events, untouched), and
+        then a drawn sample like any other. First the map's `trigger`, when it watches the
+        event: one it names is checked whatever the draw and the budget (charged, as an
+        always-checked event is), and the draw is still made, so the seed's draws stay the
+        same whether or not anything triggers."""
         drawn = self.rng.random() < p
         if name in self._trigger_on and self._trigger(name, fields):
             self.triggered += 1
