@@ -6,7 +6,10 @@ threads are not traced), around the replay alone (the cache's construction, moni
 included, to its close and final check), after one untraced warm-up replay per mode. The
 counts repeat exactly from run to run for strict mode and for sample mode at --rate 0 or
 with --no-budget (at the default rate, what the wall-clock budget affords decides which
-samples run); they count bytecodes, not time: work done in C (allocating, hashing,
+samples run), where the maps' native loops serve (the default); on their Python twins
+(`HICACHE_NATIVE=0`, no compiler) strict mode's count moves by a few dozen opcodes between
+runs, since `loops.py_walk_journaled` visits the journal (a set of nodes, ordered by their
+addresses) in as many passes as that order takes. They count bytecodes, not time: work done in C (allocating, hashing,
 copying KV bytes, the GIL) is not in them, which `scripts/monitor_instructions.py` counts,
 at ~1.5 % of noise between equal runs and minutes under valgrind a run. Opcodes say where
 Python work is, not what a change saves: bytecodes differ in cost by tens of times, and a
