@@ -11,8 +11,8 @@ import pytest
 from hicache.monitors import gate as G
 
 KINDS = [pytest.param(G.PyGate, id="python")]
-if G._NATIVE is not None:
-    KINDS.append(pytest.param(G._NATIVE.Gate, id="native"))
+if G.EXTENSION.module() is not None:
+    KINDS.append(pytest.param(G.EXTENSION.module().Gate, id="native"))
 
 
 class _Spy:
@@ -186,4 +186,4 @@ def test_the_native_gate_loads_where_an_extension_builds():
     from hicache import buildcache
     if not buildcache.can_build_extensions() or buildcache.disabled():
         pytest.skip("no C compiler or Python headers here, or HICACHE_NATIVE=0: the Python gate serves")
-    assert G.Gate is G._NATIVE.Gate and G.EXTENSION.unavailable_reason() == ""
+    assert G.Gate is G.EXTENSION.module().Gate and G.EXTENSION.unavailable_reason() == ""
