@@ -1,7 +1,7 @@
 """Shared libraries compiled on first use, kept in the per-user cache (the native page copy,
 hicache/kernels/native.py; the monitors' native loops, hicache/monitors/native.py and
-fused_native.py, and the event bus's dispatch, hicache/runtime/events.py, which are CPython
-extension modules: the last two sections).
+fused_native.py, sample mode's gate, hicache/monitors/gate.py, and the event bus's dispatch,
+hicache/runtime/events.py, which are CPython extension modules: the last two sections).
 
 A library is named by a hash of everything its bytes depend on (source, compiler, flags,
 platform, and for a Python extension the interpreter's ABI), so a changed input never loads
@@ -133,8 +133,9 @@ class Extension:
     def __init__(self, stem: str, name: str, source: Path, abi: int, warning: str | None = None):
         self.stem, self.name, self.source, self.abi, self.warning = stem, name, source, abi, warning
         self._lock = threading.Lock()
-        self._loaded: dict[str, ModuleType | None] = {}
-        self._reason: list[str] = []
+        self._decided = False                 # (module() has looked once: _mod is the answer)
+        self._mod: ModuleType | None = None
+        self._reason = ""
 
     def library_path(self) -> Path:
         return extension_path(self.stem, self.source.read_bytes())
@@ -162,20 +163,19 @@ class Extension:
     def module(self) -> ModuleType | None:
         """The extension, or None (disabled, or unavailable). Decided once."""
         with self._lock:
-            if "mod" not in self._loaded:
-                mod = None
+            if not self._decided:
                 if disabled():
-                    self._reason[:] = [f"{ENV_DISABLE}=0"]
+                    self._reason = f"{ENV_DISABLE}=0"
                 else:
                     try:
-                        mod = self.load()
+                        self._mod = self.load()
                     except (BuildFailed, ImportError, OSError) as exc:
-                        self._reason[:] = [str(exc)]
+                        self._reason = str(exc)
                         if self.warning is not None:
                             warnings.warn(f"{self.warning} ({exc})", RuntimeWarning, stacklevel=2)
-                self._loaded["mod"] = mod
-            return self._loaded["mod"]
+                self._decided = True
+            return self._mod
 
     def unavailable_reason(self) -> str:
         """Why `module()` returned None ("" when it did not, or has not been asked)."""
-        return self._reason[0] if self._reason else ""
+        return self._reason
