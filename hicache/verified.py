@@ -4,7 +4,7 @@
     hicache.verified.enable("sample")  # or explicitly
     pytest --hicache-verify=strict     # the pytest plugin (hicache.pytest_plugin)
 
-off      nothing is attached or wrapped: the runtime runs exactly its own code
+off      nothing is attached: the runtime runs exactly its own code
 sample   a seeded fraction of events is checked (HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED)
          while the monitor's checking time stays within HICACHE_VERIFY_BUDGET of the time
          that passed (default 0.02; `none`: every drawn sample; a quiet spell's credit kept
@@ -23,25 +23,25 @@ watch, and its device pages against CPSharding at CP = 1: strict at every event,
 its sampled steps and cache checks), the CP replay's sharded cache (CPSharding), and a speculative-decoding draft runtime,
 `hicache.runtime.draft.DependentSet` (DraftState, whichever draft roles it configures).
 
-Enabling wraps `__init__` (attach a monitor) and `close` (a final cache check) of `HiCache`
-and of `DependentSet` (which its cache's `close` closes); disabling restores all four.
-Without this import, a cache or set created while HICACHE_VERIFY is sample or strict
-attaches its own monitor (its `__init__` reads the variable once); once `enable`/`disable`
-(or the pytest option) has chosen, that choice wins over the variable.
+A cache or set attaches its monitor when it is built (its `__init__` asks
+`hicache.runtime.verify_hook`, last) and runs the final cache check at its first `close`;
+enabling and disabling only choose the configuration that hook reads, never patching the
+runtime's classes. Without this import, a cache or set created while HICACHE_VERIFY is
+sample or strict attaches its own monitor (the hook reads the variable once per object);
+once `enable`/`disable` (or the pytest option) has chosen, that choice wins over the variable.
 """
 from __future__ import annotations
 
-import functools
 import os
 
 from hicache.monitors import attach as _registry
 from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, VerifyConfig
 
-__all__ = ["Mode", "ProtocolViolation", "VerifyConfig", "attach", "cache_check", "disable", "enable",
+__all__ = ["Mode", "ProtocolViolation", "VerifyConfig", "attach", "cache_check", "disable", "enable", "enabled",
            "current", "monitor_of", "unmonitored"]
 
-# orig: None while off, else ((class, its own __init__, its own close), ...) to restore
-_state: dict = {"cfg": VerifyConfig(), "orig": None}
+# on: whether code enabled a mode (not off) with `enable`
+_state: dict = {"cfg": VerifyConfig(), "on": False}
 
 
 def current() -> VerifyConfig:
@@ -69,53 +69,24 @@ def enable(mode: str | Mode | None = None, **overrides) -> VerifyConfig:
     if mode is not None:
         given["mode"] = mode               # (VerifyConfig checks it, naming the field)
     cfg = VerifyConfig.from_env(**given)
-    disable()
     _state["cfg"] = cfg
+    _state["on"] = cfg.mode is not Mode.OFF
     _registry.choose(cfg)
-    if cfg.mode is Mode.OFF:
-        return cfg
-    from hicache.runtime.cache import HiCache
-    # (the draft runtime's module loads torch and the kernels: paid only when a mode is on;
-    # a set created later must find DependentSet wrapped, whenever its module is imported)
-    from hicache.runtime.draft import DependentSet
-    orig = []
-    for cls in (HiCache, DependentSet):
-        init, close = cls.__init__, cls.close
-        orig.append((cls, init, close))
-        cls.__init__, cls.close = _attaching(init), _checking(close)
-    _state["orig"] = tuple(orig)
     return cfg
 
 
-def _attaching(init):
-    @functools.wraps(init)
-    def __init__(self, *a, **kw):
-        init(self, *a, **kw)
-        attach(self)
-    return __init__
-
-
-def _checking(close):
-    @functools.wraps(close)
-    def close_and_check(self):
-        # close() is idempotent; the final check runs once, at the close that closed
-        first = not getattr(self, "_closed", False)
-        close(self)
-        if first:
-            cache_check(self)
-    return close_and_check
+def enabled() -> bool:
+    """Whether code enabled a mode (sample or strict) with `enable` and has not disabled it
+    since (HICACHE_VERIFY alone, which `enable` was not called for, is not counted)."""
+    return _state["on"]
 
 
 def disable() -> None:
-    """Back to off: new caches and draft runtimes get no monitor; the runtime's own methods
-    are restored."""
-    orig = _state["orig"]
-    if orig is not None:
-        for cls, init, close in orig:
-            cls.__init__, cls.close = init, close
-        _state["orig"] = None
+    """Back to off: new caches and draft runtimes get no monitor (whatever HICACHE_VERIFY
+    says); monitors already attached keep checking their own objects."""
     _state["cfg"] = VerifyConfig()
-    _registry.choose(_state["cfg"])     # off, whatever HICACHE_VERIFY says
+    _state["on"] = False
+    _registry.choose(_state["cfg"])
 
 
 # `import hicache.verified` turns verification on (HICACHE_VERIFY=off keeps it off), unless

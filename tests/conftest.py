@@ -35,7 +35,7 @@ def _verified_mode_as_configured(request):
     want = getattr(request.config, "_hicache_verify_config", None)
     if want is None:
         verified.disable()
-    elif verified.current() != want or verified._state["orig"] is None:
+    elif verified.current() != want or not verified.enabled():
         # the whole configuration, not just the mode: a test's enable("strict",
         # violation_dir=its tmp_path) left every later test's traces in that directory
         verified.enable(**dataclasses.asdict(want))

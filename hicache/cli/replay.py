@@ -204,11 +204,11 @@ def _verified_mode(cfg):
     from hicache.monitors import attach
     chosen = attach.chosen()
     loaded = sys.modules.get("hicache.verified")
-    prev = loaded.current() if loaded is not None and loaded._state["orig"] is not None else None
+    prev = loaded.current() if loaded is not None and loaded.enabled() else None
     try:
         if cfg.mode.value == "off":
             if loaded is not None:
-                loaded.disable()           # (unwraps a mode enabled in code)
+                loaded.disable()           # (a mode enabled in code: off now)
             attach.choose(cfg)             # (a choice: the variable attaches nothing either)
         else:
             # (imported without its own enable() from HICACHE_VERIFY: --verify is the choice)

@@ -1,10 +1,10 @@
 """Which cache (or draft runtime) carries which monitor: the one registry `hicache.verified`
 and the runtime share.
 
-Kept apart from `hicache.verified` because importing that module turns verified mode on
-(it wraps `HiCache` and `DependentSet`); the runtime only needs to attach a monitor to itself
-when HICACHE_VERIFY asks for one (HiCache.__init__, DependentSet.__init__), without that side
-effect.
+Kept apart from `hicache.verified` because importing that module turns verified mode on;
+the runtime (`hicache.runtime.verify_hook`, which HiCache.__init__ and DependentSet.__init__
+call) reads the choice made in code here, or HICACHE_VERIFY while none was, and attaches
+through `attach` without that side effect.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _registered(obj) -> Monitor | None:
 
 
 # the verified-mode configuration set in code (hicache.verified.enable/disable, the pytest
-# option), or None while nothing set one: then HICACHE_VERIFY decides (HiCache.__init__).
+# option), or None while nothing set one: then HICACHE_VERIFY decides (verify_hook).
 # Once code has chosen, the environment no longer attaches anything: `enable("sample")` or
 # `--hicache-verify=off` under HICACHE_VERIFY=strict means sample, or off.
 _chosen: list = [None]

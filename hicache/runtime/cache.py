@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-import os
 import sys
 import time
 from typing import Any
@@ -32,6 +31,7 @@ from hicache.runtime.hashing import chain_hashes, namespace_seed, storage_key
 from hicache.runtime.metrics import Metrics
 from hicache.runtime.radix import Node, RadixTree, TOKEN_BYTES, encode
 from hicache.runtime.transfer import FuncOp, LoadOp, Op, Worker, WorkerDied
+from hicache.runtime.verify_hook import attach_verified
 
 #: the policies under which host copies form a prefix from the root (HostTier's WriteThrough)
 WRITE_THROUGH = frozenset({WritePolicy.WRITE_THROUGH, WritePolicy.WRITE_THROUGH_SELECTIVE})
@@ -171,17 +171,10 @@ class HiCache:
         self._prefetch_slots = 0   # Invariant: == RESERVED slots of live prefetches + orphans
         self._backup_slots = 0     # Invariant: == slots in BACKUP (storage backups in flight)
         self._closed = False
-        # verified mode from the environment: HICACHE_VERIFY=sample|strict attaches the
-        # HostTier monitor here, so a test suite or canary turns it on with one variable;
-        # off (the default) costs this one lookup per cache
-        # (unless verified mode was chosen in code: hicache.verified attaches then, and
-        # its choice wins over the variable)
-        self._verified = False
-        if os.environ.get("HICACHE_VERIFY", "off").strip().lower() not in ("", "off"):
-            from hicache.monitors import attach as registry
-            if registry.chosen() is None:
-                from hicache.monitors.runtime import VerifyConfig
-                self._verified = registry.attach(self, VerifyConfig.from_env()) is not None
+        # verified mode (hicache.verified's choice in code, else HICACHE_VERIFY=sample|strict)
+        # attaches the HostTier monitor here, last, so a test suite or canary turns it on
+        # with one flag or variable; off costs a lookup or two per cache (verify_hook)
+        self._verified = attach_verified(self)
 
     # ------------------------------------------------------------------ helpers
     def _device_allocator(self, cfg: CacheConfig):

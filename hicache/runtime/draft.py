@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import threading
 from typing import Any
 
@@ -56,6 +55,7 @@ from hicache.kernels import HitPolicy, IndexSource
 from hicache.protocol.vocabulary import DraftState as D
 from hicache.runtime.config import DTYPES, CacheConfig, KVKind
 from hicache.runtime.events import EventBus
+from hicache.runtime.verify_hook import attach_verified
 
 
 class Role(enum.StrEnum):
@@ -262,16 +262,10 @@ class DependentSet:
         # threads: a monitor mapping `transfers` inside the event sees exactly this step
         self._lock = threading.RLock()
         self.cache = None
-        # verified mode from the environment, as HiCache.__init__: HICACHE_VERIFY=sample|strict
-        # attaches the DraftState monitor here (before any transfer), unless verified mode was
-        # chosen in code (hicache.verified attaches then); off costs this one lookup per set
-        self._verified = False
         self._closed = False
-        if os.environ.get("HICACHE_VERIFY", "off").strip().lower() not in ("", "off"):
-            from hicache.monitors import attach as registry
-            if registry.chosen() is None:
-                from hicache.monitors.runtime import VerifyConfig
-                self._verified = registry.attach(self, VerifyConfig.from_env()) is not None
+        # verified mode, as HiCache.__init__ (verify_hook): the DraftState monitor attached
+        # here, before any transfer
+        self._verified = attach_verified(self)
 
     def close(self) -> None:
         """The set's end of use: called by its HiCache's `close` once every transfer is

@@ -52,15 +52,15 @@ def test_compare_under_verified_mode_measures_the_fault_instead_of_stopping_at_i
     monitored = []
     verified.enable("strict", violation_dir=str(tmp_path))
     try:
-        wrapped = HiCache.__init__
+        own = HiCache.__init__
 
         def spy(self, *a, **kw):
-            wrapped(self, *a, **kw)
+            own(self, *a, **kw)
             monitored.append(verified.monitor_of(self) is not None)
         monkeypatch.setattr(HiCache, "__init__", spy)
         out = compare(AcceptConfig(requests=10, layout="packed", seed=3))
     finally:
-        monkeypatch.undo()      # (the spy off first: disable() then restores HiCache's own)
+        monkeypatch.undo()      # (the spy off: HiCache's own __init__ again)
         verified.disable()
     assert out["acceptance_on_hits"]["cached_without_draft_restore"] < out["acceptance_on_hits"]["cached"]
     assert monitored == [True, False]          # the cached run checked, the faulty one not

@@ -472,6 +472,45 @@ def test_import_under_an_empty_hicache_verify_is_strict(monkeypatch, tmp_path):
         fresh.disable()
 
 
+def test_enable_and_disable_choose_without_patching_the_runtime_classes(monkeypatch, tmp_path):
+    """enable/disable only choose the configuration the runtime's constructors read
+    (verify_hook): HiCache's and DependentSet's own __init__ and close stay in their class
+    dicts (rewriting them deoptimized every site touching a cache), yet a cache built after
+    enable carries a monitor whose final check runs at close, one built after disable none,
+    whatever HICACHE_VERIFY says; with no choice made, the variable attaches."""
+    from hicache import verified
+    from hicache.monitors import attach as registry
+    from hicache.runtime.cache import HiCache
+    from hicache.runtime.draft import DependentSet
+    own = {cls: (vars(cls)["__init__"], vars(cls)["close"]) for cls in (HiCache, DependentSet)}
+    policy, _ = plan(1, W)
+    monkeypatch.setenv("HICACHE_VIOLATION_DIR", str(tmp_path))
+    before = registry.chosen()
+    try:
+        verified.enable("sample", violation_dir=str(tmp_path))
+        assert verified.enabled()
+        cache = make_cache(W, policy)
+        mon = verified.monitor_of(cache)
+        assert mon is not None and mon.cfg.mode is Mode.SAMPLE and mon.cache_checks == 0
+        cache.close()
+        cache.close()                       # (idempotent: the final check ran once)
+        assert mon.cache_checks == 1
+        monkeypatch.setenv("HICACHE_VERIFY", "strict")
+        verified.disable()
+        assert not verified.enabled()
+        cache = make_cache(W, policy)
+        assert verified.monitor_of(cache) is None and cache.bus.listeners == []
+        cache.close()
+        registry.choose(None)               # (no choice made: the variable decides)
+        cache = make_cache(W, policy)
+        assert verified.monitor_of(cache).cfg.mode is Mode.STRICT
+        cache.close()
+    finally:
+        verified.disable()
+        registry.choose(before)
+    assert {cls: (vars(cls)["__init__"], vars(cls)["close"]) for cls in own} == own
+
+
 def test_violation_dir_takes_a_path():
     """A pathlib.Path (any os.PathLike) is a directory path: it was refused as not a str. It is
     kept as its str, so configs given either form are equal."""

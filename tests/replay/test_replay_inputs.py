@@ -193,11 +193,11 @@ def test_replay_keeps_a_verified_mode_enabled_in_code(tmp_path, capsys):
         assert main(argv) == 0
         v = last_json(capsys.readouterr().out)["verify"]
         assert v["mode"] == "sample" and v["monitors"][0]["spec"] == "spec/HostTier.tla"
-        assert verified.current() == before and verified._state["orig"] is not None
+        assert verified.current() == before and verified.enabled()
         assert main(argv + ["--verify", "off"]) == 0
         out = last_json(capsys.readouterr().out)
         assert "verify" not in out and out["monitors"] is None          # not monitored
-        assert verified.current() == before and verified._state["orig"] is not None
+        assert verified.current() == before and verified.enabled()
     finally:
         verified.disable()
 
