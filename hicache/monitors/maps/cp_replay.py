@@ -34,7 +34,7 @@ from hicache.monitors.maps.cp_sharding import NONE, arith_pages, no_double_alloc
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
-from hicache.tla.values import KK_INT, Fcn, mk_fcn
+from hicache.tla.values import KK_INT, Fcn
 
 from .loops import ints_within
 from .steps import capacity
@@ -191,35 +191,41 @@ class CPReplayMap:
         if longest > self.max_len:
             self.max_len = capacity(longest, self.max_len)
         L = self.max_len
-        rot, ln, page, host = {}, {}, {}, {}
+        rot, ln, page = [], [], []
         empty = self.row((), L)
         built = {}
+        # chains 1..n_chains in order: each variable is a sequence, the value mk_fcn makes of
+        # a function on 1..n (a tuple; () for n = 0), built as one
         for c in range(1, self.n_chains + 1):
             r, pages = rows.get(c, (NONE, []))
-            rot[c], ln[c] = r, len(pages)
+            rot.append(r)
+            ln.append(len(pages))
             if pages:
-                page[c] = row = self.row(pages, L)
+                # (a chain of no device page, a node whose copies left the device, has the
+                # all-NoPage row: the state's shared one, as its host row)
+                row = empty if pages.count(NONE) == len(pages) else self.row(pages, L)
+                page.append(row)
                 built[c] = (row, pages)
             else:
-                page[c] = empty
-            host[c] = empty
+                page.append(empty)
         self.built = (L, empty, built)
-        return {"rot": mk_fcn(rot), "len": mk_fcn(ln), "page": mk_fcn(page), "host": mk_fcn(host),
+        return {"rot": tuple(rot), "len": tuple(ln), "page": tuple(page), "host": (empty,) * self.n_chains,
                 "free": free, "mixed": False}
 
     def no_double_allocation_built(self, C, s) -> Failure | None:
         """NoDoubleAllocation's linear form, with the positions past a chain's length not
         read where the state holds the rows `state` built for it (its pages padded with
         NoPage, the shared all-NoPage host row) and len is its pages' count: nothing is
-        used there by construction. Any other row, from another state or not built here,
-        is read (rows are built anew for each state, so an older state's never passes)."""
+        used there by construction; a chain whose page and host rows are both that state's
+        all-NoPage row is not read at all. Any other row, from another state or not built
+        here, is read (rows are built anew for each state, so an older state's never passes)."""
         _, empty, built = self.built
 
         def padded(c, row, hrow, ln) -> bool:
             got = built.get(c)
             return hrow is empty and (row is empty and ln == 0 or got is not None and got[0] is row
                                       and ln == len(got[1]))
-        return no_double_allocation_linear(C, s, padded)
+        return no_double_allocation_linear(C, s, padded, empty)
 
     def type_ok_built(self, C, s) -> Failure | None:
         """TypeOK on a state, decided by the pages of the rows this map built for it when it
@@ -227,7 +233,8 @@ class CPReplayMap:
         other constants): the generated form, which decides and names a failure.
 
         A row `state` built is the chain's pages padded with NoPage to MaxLen positions
-        (`row`), every host row the shared all-NoPage one (NoHost = NoPage = -1: no host
+        (`row`; the state's shared all-NoPage row for a chain whose pages are all NoPage),
+        every host row that shared one (NoHost = NoPage = -1: no host
         placement is mapped), so `page[c] \\in [Pos -> PageIds \\cup {NoPage}]` is decided by
         the chain's few pages, not its MaxLen entries (the generated form's membership test
         walks each row: ~50k instructions a row at MaxLen 64); rot, len, free and mixed are

@@ -278,7 +278,7 @@ _EVENTS = {
 }
 
 
-def no_double_allocation_linear(C, s, padded=None):
+def no_double_allocation_linear(C, s, padded=None, blank=None):
     """NoDoubleAllocation in one pass over the pages (the generated form is chains^2 x
     positions^2), reporting the same (first failing) conjunct;
     tests/monitors/test_map_cp_sharding.py checks it against the generated check.
@@ -287,7 +287,9 @@ def no_double_allocation_linear(C, s, padded=None):
     positions past its length read as one slice): a CP replay's rows are padded to MaxLen,
     so most positions are NoPage, and a per-position Python loop was most of a step's cost.
     `padded(c, row, host row, len)`: True for a chain whose rows a map built holding NoPage
-    past len by construction (their positions past len are then not read)."""
+    past len by construction (their positions past len are then not read). `blank`: a row
+    the map built holding NoPage at every position; a chain whose page and host rows are
+    both it uses no page anywhere, so it is not read at all."""
     bad: set[int] = set()
     free = s["free"]
     rows, hosts, lens = s["page"], s["host"], s["len"]
@@ -295,6 +297,8 @@ def no_double_allocation_linear(C, s, padded=None):
     not_none = _IS_PAGE     # (operator.ne: a numpy integer page compares as an int)
     for c in C["Chains"]:
         rowf, hrowf, ln = _ap(rows, c), _ap(hosts, c), _ap(lens, c)
+        if rowf is blank and hrowf is blank and blank is not None:
+            continue
         row, hrow = rowf.d, hrowf.d
         used += filter(not_none, row.values())
         if 3 not in bad and len(row) > ln and not (padded is not None and padded(c, rowf, hrowf, ln)) \

@@ -380,11 +380,14 @@ class HostTierMap:
         if not req:
             req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
         nq = len(req)
+        # (loadDone is 0 everywhere, and so are backupOp and loadReq but while a copy or a
+        # load runs: those share one function, built once; the lists hold ints only)
+        zeros = _fn0([0] * len(dev))
         return {
             "policy": str(c.cfg.write_policy), "len": n,
             "dev": _fn0(dev), "host": _fn0(host), "stor": _fn0(stor), "hits": _fn0(hits),
-            "slot": slot if nslots else (), "backupOp": _fn0(backup), "loadReq": _fn0(loadreq),
-            "loadDone": _fn0([0] * len(dev)),
+            "slot": slot if nslots else (), "backupOp": _zeros_or_fn0(backup, zeros),
+            "loadReq": _zeros_or_fn0(loadreq, zeros), "loadDone": zeros,
             "req": tuple(req), "reqLen": tuple(reqlen), "pfSlot": tuple(pfslot), "pfNode": (0,) * nq,
             "pfAbort": tuple(pfabort),
             "_parent": tuple(parent),
@@ -489,6 +492,13 @@ def _in_tree(tree, node) -> bool:
     while node is not None and node is not tree.root:
         node = node.parent
     return node is tree.root
+
+
+def _zeros_or_fn0(values: list, zeros):
+    """_fn0(values), or `zeros` (that function for a list of as many 0s) when every value is
+    0. The lists `state` passes hold ints only (spec slots, request slots, ENDED_REQ: never a
+    boolean, which `count(0)` would take for 0 where TLA+ tells FALSE from it)."""
+    return zeros if values.count(0) == len(values) else _fn0(values)
 
 
 def _fn0(values: list):
