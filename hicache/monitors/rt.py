@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from hicache.tla.errors import EvalError, TlaError
 from hicache.tla.stdlib import BUILTINS, CONSTANTS as STD
 from hicache.tla.values import (
-    KK_BOOL, KK_NESTED, Fcn, FcnSet, Interval, RecFcn, RecordSet, as_frozenset, fmt, has_bool, in_domain, in_set,
-    iter_values, key_kinds, mk_fcn, normalize, sorted_values,
+    KK_BOOL, KK_DENSE0, KK_NESTED, Fcn, FcnSet, Interval, RecFcn, RecordSet, as_frozenset, fmt, has_bool, in_domain,
+    in_set, iter_values, key_kinds, mk_fcn, normalize, sorted_values,
 )
 
 __all__ = [
@@ -92,9 +92,12 @@ def domain_is(f, dom) -> bool:
             return (dom.lo == 1 and dom.hi == n) if n else dom.hi < dom.lo
         return type(dom) is frozenset and len(dom) == n and not has_bool(dom) and dom == frozenset(range(1, n + 1))
     if t is Fcn:
-        if key_kinds(f) & (KK_BOOL | KK_NESTED):
+        kk = key_kinds(f)
+        if kk & (KK_BOOL | KK_NESTED):
             return False
         if type(dom) is Interval:
+            if kk & KK_DENSE0:      # (keys 0..len-1 as built: equal iff the bounds are)
+                return dom.lo == 0 and dom.hi == len(f.d) - 1
             return len(f.d) == dom.card() and f.d.keys() == as_frozenset(dom)
         return type(dom) is frozenset and not has_bool(dom) and f.d.keys() == dom
     return False

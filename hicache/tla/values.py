@@ -502,6 +502,10 @@ def stored(container, x):
 
 
 KK_BOOL, KK_INT, KK_NESTED = 1, 2, 4
+#: f's keys are exactly the integers 0..len(f.d)-1: given by whoever builds such a dict
+#: (`dict(enumerate(values))`), never found by key_kinds (a function built otherwise lacks
+#: it), and kept by EXCEPT, which keeps the keys; a domain test then needs only the length
+KK_DENSE0 = 8
 
 
 def key_kinds(f: Fcn) -> int:

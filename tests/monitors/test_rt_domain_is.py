@@ -38,3 +38,19 @@ def test_anything_else_is_not_known():
     assert not domain_is(frozenset({0, 1}), Interval(0, 1))
     assert not domain_is(3, Interval(0, 1))
     assert not domain_is(Fcn({0: 1}), "Nodes")
+
+
+def test_a_function_built_on_0_to_n_is_decided_by_its_length_and_answers_as_any_other():
+    """HostTier's map builds its per-page functions as dict(enumerate(values)) and says so
+    (KK_DENSE0): the domain test then compares the interval's bounds with the length alone,
+    and answers what the key-by-key test answers; key_kinds never infers the flag."""
+    from hicache.monitors.maps.host_tier import _fn0
+    from hicache.tla.values import KK_DENSE0, KK_INT, key_kinds
+    for values in ([False], [0, 3, 1], list(range(40))):
+        dense, plain = _fn0(values), Fcn(dict(enumerate(values)))
+        assert dense.kk == KK_INT | KK_DENSE0 and not key_kinds(plain) & KK_DENSE0 and dense == plain
+        n = len(values)
+        for dom in (Interval(0, n - 1), Interval(0, n), Interval(0, n - 2), Interval(1, n), Interval(1, n - 1),
+                    Interval(-1, n - 2), Interval(5, 2), frozenset(range(n))):
+            assert domain_is(dense, dom) == domain_is(plain, dom), (values, dom)
+        assert domain_is(dense, Interval(0, n - 1)) and not domain_is(dense, Interval(1, n))

@@ -36,7 +36,7 @@ from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.runtime.allocator import HostSlotState
 from hicache.runtime.cache import host_write_in_flight
-from hicache.tla.values import KK_INT, Fcn, mk_fcn
+from hicache.tla.values import KK_DENSE0, KK_INT, Fcn, mk_fcn
 
 _SLOT_NAME = {
     HostSlotState.IDLE: "idle", HostSlotState.RESERVED: "reserved", HostSlotState.PROTECTED: "protected",
@@ -503,8 +503,9 @@ def _zeros_or_fn0(values: list, zeros):
 
 def _fn0(values: list):
     """A function over 0..len-1 (not a sequence: its domain starts at 0), its key kinds
-    given (integers only: what a domain test would otherwise find by looking at each key)."""
-    return Fcn(dict(enumerate(values)), KK_INT) if values else mk_fcn({})
+    given (the integers 0..len-1: what a domain test would otherwise find by looking at each
+    key, `rt.domain_is`)."""
+    return Fcn(dict(enumerate(values)), KK_INT | KK_DENSE0) if values else mk_fcn({})
 
 
 def _bind_table(mod) -> dict:
