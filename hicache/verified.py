@@ -83,7 +83,8 @@ def enabled() -> bool:
 
 def disable() -> None:
     """Back to off: new caches and draft runtimes get no monitor (whatever HICACHE_VERIFY
-    says); monitors already attached keep checking their own objects."""
+    says); monitors already attached keep checking their own objects (a cache built before
+    still runs its final check at its close)."""
     _state["cfg"] = VerifyConfig()
     _state["on"] = False
     _registry.choose(_state["cfg"])

@@ -477,7 +477,8 @@ def test_enable_and_disable_choose_without_patching_the_runtime_classes(monkeypa
     (verify_hook): HiCache's and DependentSet's own __init__ and close stay in their class
     dicts (rewriting them deoptimized every site touching a cache), yet a cache built after
     enable carries a monitor whose final check runs at close, one built after disable none,
-    whatever HICACHE_VERIFY says; with no choice made, the variable attaches."""
+    whatever HICACHE_VERIFY says (one built before disable still checks at its close); with
+    no choice made, the variable attaches."""
     from hicache import verified
     from hicache.monitors import attach as registry
     from hicache.runtime.cache import HiCache
@@ -495,8 +496,14 @@ def test_enable_and_disable_choose_without_patching_the_runtime_classes(monkeypa
         cache.close()
         cache.close()                       # (idempotent: the final check ran once)
         assert mon.cache_checks == 1
+        # a cache built while the mode was on keeps its monitor: closed after disable, its
+        # final check still runs (disable chooses for caches built later)
+        kept = make_cache(W, policy)
+        kept_mon = verified.monitor_of(kept)
         monkeypatch.setenv("HICACHE_VERIFY", "strict")
         verified.disable()
+        kept.close()
+        assert kept_mon.cache_checks == 1
         assert not verified.enabled()
         cache = make_cache(W, policy)
         assert verified.monitor_of(cache) is None and cache.bus.listeners == []
