@@ -71,7 +71,7 @@ ABI_VERSION = 1
 #: the C dispatch (no warning when it cannot be built: the Python one serves the same events,
 #: and the monitors, the only listeners whose cost matters, warn for the same build)
 EXTENSION = buildcache.Extension("eventbus", "_hicache_eventbus",
-                                  Path(__file__).resolve().parent / "csrc" / "eventbus.c", ABI_VERSION)
+                                 Path(__file__).resolve().parent / "csrc" / "eventbus.c", ABI_VERSION)
 _NATIVE = EXTENSION.module()
 BusCore: type = _NATIVE.BusCore if _NATIVE is not None else PyBusCore
 

@@ -297,8 +297,8 @@ def no_double_allocation_linear(C, s, padded=None, blank=None):
     not_none = _IS_PAGE     # (operator.ne: a numpy integer page compares as an int)
     for c in C["Chains"]:
         rowf, hrowf, ln = _ap(rows, c), _ap(hosts, c), _ap(lens, c)
-        if rowf is blank and hrowf is blank and blank is not None:
-            continue
+        if blank is not None and rowf is blank and hrowf is blank:
+            continue        # (NoPage at every position of both rows: no page used)
         row, hrow = rowf.d, hrowf.d
         used += filter(not_none, row.values())
         if 3 not in bad and len(row) > ln and not (padded is not None and padded(c, rowf, hrowf, ln)) \
