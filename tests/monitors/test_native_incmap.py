@@ -601,12 +601,14 @@ def test_shifted_agrees(mod):
     assert mod.shifted([0, 4, 2 ** 61, True]) == [1, 5, 2 ** 61 + 1, 2]
 
 
-def test_request_rows_agree(mod):
-    """The HostTier map's request rows both ways on random live requests: free slots, a
+def test_request_step_agree(mod):
+    """The HostTier map's request step both ways on random live requests: free slots, a
     request with no phase, locked nodes that are none, the root, mapped or out of the tree
     (None: the full rebuild), rows past old's end, phases that are no str (1, TRUE, which
-    equal but are other values); and old as a list, a dict (KeyError) or None (TypeError),
-    a locked node of 1.0 beside a root of 1, an unhashable request (TypeError)."""
+    equal but are other values), a true row of reqLen (None, nothing written); and old as a
+    list, a dict (KeyError), None or absent (None), reqLen absent (KeyError), a locked node of
+    1.0 beside a root of 1, an unhashable request (TypeError). What each wrote (s, the delta,
+    the dirty rows) is compared as well."""
     rng = random.Random(0)
     phases = ["idle", "matched", "running", "".join(["run", "ning"]), 1, True]
     cases = []
@@ -618,22 +620,36 @@ def test_request_rows_agree(mod):
         root = rng.choice([0, 0, 1])
         req_node = {r: rng.choice([None, root, *range(1, 8)]) for r in rids if rng.random() < 0.8}
         old = tuple(rng.choice(phases) for _ in range(rng.randint(0, 6)))
+        s = {"req": old, "reqLen": (0,) * len(old), "len": 3}
         if i % 6 == 5:
-            old = rng.choice([list(old), dict(enumerate(old, 5)), None, old])
+            s["req"] = rng.choice([list(old), dict(enumerate(old, 5)), None, old])
+            if rng.random() < 0.2:
+                del s[rng.choice(["req", "reqLen"])]
             if rids and rng.random() < 0.5:
                 req_node[rids[0]] = 1.0
             if rng.random() < 0.3:
                 qtab.insert(0, [1])
-        cases.append([qtab, phase, req_node, by_id, root, old])
-    seen = _outcomes("request_rows", mod, cases)
+        elif i % 6 == 4 and old:
+            s["reqLen"] = (0,) * (len(old) - 1) + (rng.choice([4, 0.0, False]),)
+        cases.append([qtab, phase, req_node, by_id, root, s, [("len", None, 2)], {rng.randint(1, 3)}])
+    seen = _outcomes("request_step", mod, cases)
     assert seen["ok"] >= 350 and sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 5, seen
     assert sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 3, seen
-    outcomes = [_outcome(loops.py_request_rows, c) for c in cases]
-    assert sum(1 for exc, ret, _ in outcomes if exc is None and ret is None) >= 50     # (out of the tree)
-    assert mod.request_rows([None, 5, 6], {5: "matched"}, {5: 1, 6: None}, {1: 0}, 0, ("idle",)) == \
-        (("idle", "matched", "idle"), [2, 3])
-    assert mod.request_rows([], {}, {}, {}, 0, ("idle",)) == (("idle",), [])
-    assert mod.request_rows([5], {5: "running"}, {5: 9}, {1: 0}, 0, ("idle",)) is None
+    outcomes = [_outcome(loops.py_request_step, c) for c in cases]
+    assert sum(1 for exc, ret, _ in outcomes if exc is None and ret is None) >= 50     # (the full rebuild)
+    assert sum(1 for _, ret, _ in outcomes if ret is True) >= 50 and sum(1 for _, ret, _ in outcomes if ret is False) >= 25
+    s = {"req": ("idle", "idle"), "reqLen": (0, 0)}
+    delta, dirty = [], set()
+    assert mod.request_step([None, 5, 6], {5: "matched"}, {5: 1, 6: None}, {1: 0}, 0, s, delta, dirty) is True
+    assert s["req"] == ("idle", "matched", "idle") and delta == [("req", None, ("idle", "idle"))] and dirty == {2, 3}
+    assert mod.request_step([None, 5, 6], {5: "matched"}, {5: 1, 6: None}, {1: 0}, 0, s, delta, dirty) is False
+    assert len(delta) == 1      # (the same rows: nothing written)
+    s = {"req": ("idle",), "reqLen": (0,)}
+    assert mod.request_step([], {}, {}, {}, 0, s, delta, dirty) is False and s["req"] == ("idle",)
+    assert mod.request_step([5], {5: "running"}, {5: 9}, {1: 0}, 0, s, delta, dirty) is None
+    s["reqLen"] = (4,)
+    assert mod.request_step([5], {5: "running"}, {5: 1}, {1: 0}, 0, s, delta, dirty) is None
+    assert s["req"] == ("idle",) and len(delta) == 1
 
 
 # ---------------------------------------------------------------- the fused pass's loops in C

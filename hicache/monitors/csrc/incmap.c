@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 7
+#define ABI_VERSION 8
 
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
@@ -1469,20 +1469,13 @@ static PyObject *shifted(PyObject *self, PyObject *slots) {
     return finish(it, err, out, one, NULL, NULL);
 }
 
-static PyObject *s_idle;
+static PyObject *s_idle, *s_req, *s_reqlen;
 
-/* request_rows(qtab, phase, req_node, by_id, root, old): loops.py's py_request_rows, the
- * same reads in the same order; (tuple of rows, list of changed row numbers), or None. */
-static PyObject *request_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("request_rows", n, 6))
-        return NULL;
-    PyObject *phase = a[1], *req_node = a[2], *by_id = a[3], *root = a[4], *old = a[5];
-    if (check_type(phase, &PyDict_Type, "request_rows", "phase") ||
-        check_type(req_node, &PyDict_Type, "request_rows", "req_node") ||
-        check_type(by_id, &PyDict_Type, "request_rows", "by_id"))
-        return NULL;
-    if (s_idle == NULL && (s_idle = PyUnicode_InternFromString("idle")) == NULL)
-        return NULL;
+/* loops.py's _request_rows over (qtab, phase, req_node, by_id, root) and old, the same reads
+ * in the same order (phase, req_node and by_id checked dicts by request_step); (tuple of rows,
+ * list of changed row numbers), or None. */
+static PyObject *request_rows(PyObject *const *a, PyObject *old) {
+    PyObject *phase = a[1], *req_node = a[2], *by_id = a[3], *root = a[4];
     PyObject *it = PyObject_GetIter(a[0]);
     if (it == NULL)
         return NULL;
@@ -1555,6 +1548,72 @@ static PyObject *request_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     if (!err && out == NULL)
         out = Py_NewRef(Py_None);     /* (a locked node out of the tree: the full rebuild) */
     return finish(it, err, out, NULL, NULL, NULL);
+}
+
+/* 1 when an item of the iterable x is true, 0 when none is (Python's any), -1 on an error */
+static int any_true(PyObject *x) {
+    PyObject *it = PyObject_GetIter(x), *v;
+    if (it == NULL)
+        return -1;
+    int found = 0;
+    while (!found && (v = PyIter_Next(it)) != NULL) {
+        found = PyObject_IsTrue(v);
+        Py_DECREF(v);
+    }
+    Py_DECREF(it);
+    return found < 0 || PyErr_Occurred() ? -1 : found;
+}
+
+/* request_step(qtab, phase, req_node, by_id, root, s, delta, dirty): loops.py's
+ * py_request_step, the same reads and writes in the same order: None (nothing written) when
+ * the common step does not apply, else whether the number of rows changed. Why in C: it runs
+ * at every request event of a strict run, where its bytecode was most of the sync's. */
+static PyObject *request_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("request_step", n, 8))
+        return NULL;
+    PyObject *s = a[5], *delta = a[6], *dirty = a[7];
+    if (check_type(a[1], &PyDict_Type, "request_step", "phase") ||
+        check_type(a[2], &PyDict_Type, "request_step", "req_node") ||
+        check_type(a[3], &PyDict_Type, "request_step", "by_id") ||
+        check_type(s, &PyDict_Type, "request_step", "s") ||
+        check_type(delta, &PyList_Type, "request_step", "delta") ||
+        check_type(dirty, &PySet_Type, "request_step", "dirty"))
+        return NULL;
+    if ((s_idle == NULL && (s_idle = PyUnicode_InternFromString("idle")) == NULL) ||
+        (s_req == NULL && (s_req = PyUnicode_InternFromString("req")) == NULL) ||
+        (s_reqlen == NULL && (s_reqlen = PyUnicode_InternFromString("reqLen")) == NULL))
+        return NULL;
+    /* old = s.get("req"): None (none yet) takes the full rebuild, as a true row of reqLen does */
+    PyObject *old = PyDict_GetItemWithError(s, s_req);
+    if (old == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    if (old == Py_None)
+        return Py_NewRef(Py_None);
+    Py_INCREF(old);      /* (held: the write below replaces it in s) */
+    PyObject *lens = PyObject_GetItem(s, s_reqlen);
+    int some = lens == NULL ? -1 : any_true(lens);
+    Py_XDECREF(lens);
+    PyObject *rows = some != 0 ? NULL : request_rows(a, old), *out = NULL;
+    if (rows == Py_None) {
+        out = rows;
+    } else if (rows != NULL) {
+        PyObject *req = PyTuple_GET_ITEM(rows, 0), *changed = PyTuple_GET_ITEM(rows, 1);
+        Py_ssize_t n0 = PyObject_Size(old), nq = PyTuple_GET_SIZE(req);
+        int err = n0 < 0;
+        if (!err && (PyList_GET_SIZE(changed) > 0 || nq != n0)) {
+            for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(changed); i++)
+                err = PySet_Add(dirty, PyList_GET_ITEM(changed, i)) < 0;
+            PyObject *entry = err ? NULL : PyTuple_Pack(3, s_req, Py_None, old);
+            err = entry == NULL || PyList_Append(delta, entry) < 0 || PyDict_SetItem(s, s_req, req) < 0;
+            Py_XDECREF(entry);
+        }
+        out = err ? NULL : PyBool_FromLong(nq != n0);
+        Py_DECREF(rows);
+    } else if (some > 0) {
+        out = Py_NewRef(Py_None);
+    }
+    Py_DECREF(old);
+    return out;
 }
 
 /* ---- the tree nodes' journaled fields (maps/host_tier_inc.py's _tracked_class; its
@@ -1710,8 +1769,8 @@ static PyMethodDef methods[] = {
     {"walk_journaled", (PyCFunction)(void (*)(void))walk_journaled, METH_FASTCALL,
      "the journaled nodes, parents first: enter(x) the ones in the tree, leave(x) the detached"},
     {"shifted", shifted, METH_O, "[h + 1 for h in slots]"},
-    {"request_rows", (PyCFunction)(void (*)(void))request_rows, METH_FASTCALL,
-     "the live requests' rows and the changed ones, or None (a locked node out of the tree)"},
+    {"request_step", (PyCFunction)(void (*)(void))request_step, METH_FASTCALL,
+     "the request rows of the common step written, or None (the full rebuild)"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},

@@ -308,11 +308,6 @@ class HostTierMap:
             out.extend((op, True) for op in list(w.acks) if id(op) not in tracked and not op.done.is_set())
         return out
 
-    def _prefetch_in_flight(self) -> bool:
-        """Whether any prefetch op may hold slots (the request rows must be rebuilt)."""
-        c = self.cache
-        return bool(c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks))
-
     def _nreqs(self) -> int:
         return len(self.phase) + sum(len(op.slots) for op, _ in self._prefetch_ops())
 

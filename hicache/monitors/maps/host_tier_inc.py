@@ -76,7 +76,7 @@ _IDLE = int(HostSlotState.IDLE)
 _write_fill, _write_move, _write_spare = loops.fill, loops.move, loops.spare
 _write_release, _write_slots, _diff_bytes = loops.release, loops.write_slots, loops.diff_bytes
 _vacate, _renumber, _walk_journaled = loops.vacate, loops.renumber, loops.walk_journaled
-_request_rows = loops.request_rows
+_request_step = loops.request_step
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
@@ -215,7 +215,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.s = {"policy": str(cache.cfg.write_policy), "len": 0,
                   **{v: Fcn(self.funcs[v]) for v in NODE_VARS}}
         self.s["slot"] = tuple(self.slot_names)
-        self._requests(self._prefetch_in_flight())
+        self._requests()
         self.journal.update(tree.nodes())
         self.sync()
         self.delta = []
@@ -241,11 +241,14 @@ class IncrementalHostTierMap(HostTierMap):
         elif action == "LoadBackStart":
             self._loads.add(_load_key(fields))
         rid = fields.get("rid")
-        # the event's request's phase before it, None when it was not live (the request
-        # guards' pre-state: bind moves the phases on before the guards run)
-        self.phase_before = None if rid is None or rid in self.ending else self.phase.get(rid)
-        # ... and the node its lock was on (its prefix's end) before it: a DeviceInsert moves it
-        self.lock_before = None if rid is None else self.req_node.get(rid)
+        if rid is None:
+            self.phase_before = self.lock_before = None
+        else:
+            # the event's request's phase before it, None when it was not live (the request
+            # guards' pre-state: bind moves the phases on before the guards run)
+            self.phase_before = None if rid in self.ending else self.phase.get(rid)
+            # ... and the node its lock was on (its prefix's end) before it: a DeviceInsert moves it
+            self.lock_before = self.req_node.get(rid)
         nb = self._nbind
         steps = nb(action, fields) if nb is not None else super().bind(action, fields)
         if rid is not None:
@@ -491,32 +494,12 @@ class IncrementalHostTierMap(HostTierMap):
         if hs or self.adjusted or self.dirty_slots:
             self._set_scalar("slot", tuple(self.slot_names))
 
-    def _requests(self, inflight: bool) -> None:
-        """The request-side variables from the live requests' phases and locks and, with a
-        prefetch in flight (`inflight`, _prefetch_in_flight) or one at the last rebuild, the
-        prefetch rows."""
+    def _requests(self) -> None:
+        """The request-side variables rebuilt from the live requests' phases and locks and the
+        prefetch rows (`sync` takes the common step itself, `_request_step`, and this where
+        that does not apply: a prefetch in flight or one at the last rebuild, a locked node
+        out of the tree, no rows yet)."""
         s = self.s
-        old = s.get("req")
-        if old is not None and not inflight and not self.pf_refs and not any(s["reqLen"]):
-            # no prefetch row now nor at the last rebuild (a prefetch row always references
-            # a slot), no locked node out of the tree at the last rebuild: unless one is now
-            # (request_rows: None), every row is a live request's, whose other values are
-            # all 0/FALSE (the common step: one C call)
-            rows = _request_rows(self.qtab, self.phase, self.req_node, self.by_id, self.cache.tree.root.id, old)
-            if rows is not None:
-                req, changed = rows
-                nq = len(req)
-                if nq != len(old):
-                    for var, v in zip(REQ_VARS[1:], ((0,) * nq, (0,) * nq, (0,) * nq, (False,) * nq)):
-                        self._set_scalar(var, v)
-                if changed or nq != len(old):
-                    self.dirty_reqs.update(changed)
-                    # (_set_scalar's write, inline: the rows differ, so it always writes)
-                    self.delta.append(("req", None, old))
-                    s["req"] = req
-                self.fetching = _EMPTY
-                return
-        # the full rebuild: prefetch rows, or a locked node out of the tree
         phase, get, by_id, root, out = self.phase, self.req_node.get, self.by_id, self.cache.tree.root.id, self.L + 1
         req, locks = [], []
         for rid in self.qtab:
@@ -558,6 +541,12 @@ class IncrementalHostTierMap(HostTierMap):
                 self.dirty_reqs.update(q + 1 for q in range(len(v)) if q >= len(old) or old[q] != v[q])
                 self._set_scalar(var, v)
 
+    def _zero_rows(self, nq: int) -> None:
+        """The request variables other than `req` when its nq rows are all live requests'
+        (the common step, whose rows' number changed): all 0/FALSE."""
+        for var, v in zip(REQ_VARS[1:], ((0,) * nq, (0,) * nq, (0,) * nq, (False,) * nq)):
+            self._set_scalar(var, v)
+
     # ------------------------------------------------------------ the step
     def sync(self) -> tuple[list, dict]:
         """Bring the mapped state up to date; returns (delta, dirty elements per domain).
@@ -574,7 +563,8 @@ class IncrementalHostTierMap(HostTierMap):
         self.dirty_nodes = set()
         self.dirty_slots = set()
         self.dirty_reqs = set()
-        host = self.cache.host
+        c = self.cache
+        host = c.host
         if host is not None:
             # (the slots whose state changed since the last sync, one C pass that also
             # brings slot_seen up to date; _slots only when one did or the free count moved)
@@ -590,10 +580,25 @@ class IncrementalHostTierMap(HostTierMap):
         # request-side variables: rebuilt after a request event, or while a prefetch is in
         # flight or was at the last rebuild (its pseudo-requests read the tree and leave
         # when the prefetch table drops them, which a poll may do under any event)
-        inflight = self._prefetch_in_flight()
+        # whether any prefetch op may hold slots: the cache's live ones, its orphans, or ops
+        # its prefetcher still has to acknowledge (their rows are then rebuilt)
+        inflight = c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks)
         if self.req_dirty or inflight or self.pf_refs or self.L != L0:
             self.req_dirty = False
-            self._requests(inflight)
+            # no prefetch row now nor at the last rebuild (a prefetch row always references a
+            # slot): unless there are no rows yet, or a locked node is out of the tree, now or
+            # at the last rebuild (request_step: None), every row is a live request's, whose
+            # other values are all 0/FALSE (the common step: one C call, which writes `req`;
+            # the others' rows change only with their number); else the full rebuild
+            grew = None if inflight or self.pf_refs else \
+                _request_step(self.qtab, self.phase, self.req_node, self.by_id, c.tree.root.id, self.s, self.delta,
+                              self.dirty_reqs)
+            if grew is None:
+                self._requests()
+            else:
+                if grew:
+                    self._zero_rows(len(self.s["req"]))
+                self.fetching = _EMPTY
         # a request's row is checked when it changed; all of them when len did (what
         # LockedNodesKept reads of the state besides the row)
         reqs = None if self.L != L0 else self.dirty_reqs
@@ -651,11 +656,11 @@ class IncrementalHostTierMap(HostTierMap):
         searched (the next sync builds new ones, and the checks only read them): the sync's
         own dict itself, unless every request is to be checked; under a smaller binding they
         are filtered."""
-        n, nq = C["NNodes"], C["NReqs"]
-        nodes, reqs = dirty["Nodes"], dirty["Reqs"]
-        if reqs is not None and self.cap <= n and len(self.s["req"]) <= nq:
+        reqs = dirty["Reqs"]
+        if reqs is not None and self.cap <= C["NNodes"] and len(self.s["req"]) <= C["NReqs"]:
             # (the common step; an empty set is as empty as _EMPTY to the checks)
             return dirty
+        n, nq, nodes = C["NNodes"], C["NReqs"], dirty["Nodes"]
         return {"Nodes": _EMPTY if not nodes else nodes if self.cap <= n else frozenset(p for p in nodes if p < n),
                 "HSlots": dirty["HSlots"] or _EMPTY,
                 "Reqs": C["Reqs"] if reqs is None else _EMPTY if not reqs else reqs if len(self.s["req"]) <= nq else

@@ -6,8 +6,8 @@ SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty dev
 the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
 candidates, the walk of the journaled nodes (parents first), runtime slots made spec slots,
-the request rows of the common step, and the tracked nodes' journaled fields (`journaled`: a
-data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
+the request rows of the common step and their writes, and the tracked nodes' journaled
+fields (`journaled`: a data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
 same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and
 loads it, once per process), used whenever it loads: in strict mode they run for every page
 an event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
@@ -289,7 +289,7 @@ def py_shifted(slots) -> list:
     return [h + 1 for h in slots]
 
 
-def py_request_rows(qtab, phase: dict, req_node: dict, by_id: dict, root, old):
+def _request_rows(qtab, phase: dict, req_node: dict, by_id: dict, root, old):
     """The HostTier map's request rows when every row is a live request's (its common step):
     each slot of qtab its request's phase ("idle" for a free slot, or a request with none;
     one "idle" row when there is no slot), and the rows that differ from `old` (numbered
@@ -315,6 +315,28 @@ def py_request_rows(qtab, phase: dict, req_node: dict, by_id: dict, root, old):
     return tuple(req), changed
 
 
+def py_request_step(qtab, phase: dict, req_node: dict, by_id: dict, root, s: dict, delta: list, dirty: set):
+    """The HostTier map's request-side step when every row is a live request's: None when it
+    does not apply (no `req` in s yet, or None; a true row of s["reqLen"]: a locked node out
+    of the tree at the last rebuild; or one now, `_request_rows`), nothing written; else the
+    rows written as `_set_scalar` writes a variable (when a row differs or their number
+    changed: s["req"] replaced, ("req", None, old) recorded in delta, each changed row's
+    number added to dirty), and whether their number changed (the other request variables'
+    rows are then the caller's to write)."""
+    old = s.get("req")
+    if old is None or any(s["reqLen"]):
+        return None
+    rows = _request_rows(qtab, phase, req_node, by_id, root, old)
+    if rows is None:
+        return None
+    req, changed = rows
+    if changed or len(req) != len(old):
+        dirty.update(changed)
+        delta.append(("req", None, old))
+        s["req"] = req
+    return len(req) != len(old)
+
+
 def py_journaled(slot, journals: list, name: str) -> property:
     """A field over `slot` (a __slots__ member descriptor) read as the slot, written through
     it, then the object added to each journal in `journals` (read at each write: maps add and
@@ -335,7 +357,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
           "renumber": py_renumber, "foreign_holders": py_foreign_holders,
           "walk_journaled": py_walk_journaled, "shifted": py_shifted,
-          "request_rows": py_request_rows, "journaled": py_journaled}
+          "request_step": py_request_step, "journaled": py_journaled}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -360,5 +382,5 @@ renumber = _mod.renumber if _mod is not None else py_renumber
 foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
 shifted = _mod.shifted if _mod is not None else py_shifted
-request_rows = _mod.request_rows if _mod is not None else py_request_rows
+request_step = _mod.request_step if _mod is not None else py_request_step
 journaled = _mod.journaled if _mod is not None else py_journaled
