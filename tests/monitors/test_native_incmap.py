@@ -473,6 +473,50 @@ def test_vacate_and_renumber_agree(mod):
     assert keys == [("b", 1), ("a", 1), ("a", 1), ("b", 1)] and npos == {"a": [0, 1], "b": [1, 0]} and dirty == {0, 3}
 
 
+def test_remove_pages_agrees(mod):
+    """Random removals over several columns both ways (the map's _remove in one call): each
+    column's dict, the reference counts, the delta, the keys, the node positions and the dirt
+    as the Python composition of vacate, release, move, spare and renumber leaves them, the
+    new L returned; a hole or a spare position outside a column's domain, or a node missing
+    from npos, raises the same KeyError at the same point (the writes before it made)."""
+    rng = random.Random(1)
+    cases = []
+    for i in range(400):
+        L = rng.randint(0, 12)
+        holes = rng.sample(range(L), rng.randint(0, L))
+        if i % 6 == 5 and L > 1:
+            # (a hole equal to position 1 but no int: the moves' writes at keys the C loop
+            # does not index, so no position's value is taken from its reads)
+            holes = [h for h in holes if h != 1] + [rng.choice([True, 1.0])]
+        nodes = "abcd"
+        keys = [(rng.choice(nodes), p) for p in range(L)]
+        npos = {x: list(range(L)) for x in nodes}
+        if i % 5 == 4:
+            npos.pop(rng.choice(nodes))
+        # (a domain of L + 1 positions, or one short of L: a KeyError in some column)
+        n = L + 1 if i % 7 else max(L - 1, 0)
+        refs = {h: rng.choice([-1, 0, 1, 2]) for h in rng.sample(range(1, 5), rng.randint(0, 4))}
+        cols = []
+        for var, spare_value, slotted in (("dev", False, False), ("host", 0, True), ("hits", 0, False),
+                                          ("backupOp", 0, True)):
+            pool = [0, 1, 2, 3, True, False] if slotted else VALUES
+            cols.append((var, {p: rng.choice(pool) for p in range(n)}, spare_value, refs if slotted else None))
+        dirty = set(rng.sample(range(13), rng.randint(0, 6)))
+        cases.append([tuple(cols), holes, L, keys, npos, [("x", 0, 0)], dirty, {9}])
+    seen = _outcomes("remove_pages", mod, cases)
+    assert seen["ok"] >= 250 and sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 30, seen
+    dev, host = {0: True, 1: False, 2: True, 3: False}, {0: 4, 1: 0, 2: 5, 3: 0}
+    refs, keys, npos = {4: 1, 5: 1}, [("a", 0), ("b", 0), ("b", 1), ("c", 0)], {"a": [0], "b": [1, 2], "c": [3]}
+    delta, dirty, slots = [], {3}, set()
+    cols = (("dev", dev, False, None), ("host", host, 0, refs))
+    assert mod.remove_pages(cols, [0, 1], 4, keys, npos, delta, dirty, slots) == 2
+    # (hole 1 takes position 3's page, hole 0 position 2's; positions 2 and 3 become spare)
+    assert dev == {0: True, 1: False, 2: False, 3: False} and host == {0: 5, 1: 0, 2: 0, 3: 0}
+    assert refs == {4: 0, 5: 1} and slots == {4} and keys == [("b", 1), ("c", 0)]
+    assert npos == {"a": [0], "b": [1, 0], "c": [1]} and dirty == {1, 2, 3}
+    assert delta == [("dev", 2, True), ("host", 0, 4), ("host", 2, 5)]
+
+
 class _Node:
     """A tree node as the frame reads it: its id (None: a node without one, AttributeError)."""
 

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 8
+#define ABI_VERSION 9
 
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
@@ -101,7 +101,8 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
 }
 
 /* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
- * (var, key, old) and key added to dirty (when dirty is not NULL); 0, or -1 on an error. */
+ * (var, key, old) and key added to dirty (when dirty is not NULL); 1 when it wrote, 0 when
+ * not, -1 on an error. */
 static int write_if_changed(PyObject *d, PyObject *key, PyObject *old, PyObject *v, PyObject *var,
                             PyObject *delta, PyObject *dirty) {
     int same = same_value(old, v);
@@ -110,7 +111,7 @@ static int write_if_changed(PyObject *d, PyObject *key, PyObject *old, PyObject 
     if (record(delta, var, key, old) < 0 || PyDict_SetItem(d, key, v) < 0 ||
         (dirty != NULL && PySet_Add(dirty, key) < 0))
         return -1;
-    return 0;
+    return 1;
 }
 
 /* the public form of CPython's positional-count check (its own is private API) */
@@ -188,67 +189,114 @@ static PyObject *fill(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-/* move(d, origin, var, delta): d[q] = d[src] for each q -> src of the dict origin (in its
- * order) where the value differs, each write recorded as (var, q, old). */
-static PyObject *move(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("move", n, 4))
-        return NULL;
-    PyObject *d = a[0], *origin = a[1], *var = a[2], *delta = a[3];
-    if (check_type(d, &PyDict_Type, "move", "d") || check_type(origin, &PyDict_Type, "move", "origin") ||
-        check_type(delta, &PyList_Type, "move", "delta"))
-        return NULL;
-    Py_ssize_t it = 0;
+/* the values a removal's moves read or wrote at the positions lo..lo+n-1 that its spare writes
+ * then read, so that they are not looked up again (every moved page's source is one): vals[i]
+ * d[lo + i]'s value (a strong reference), NULL where none is known */
+typedef struct {
+    Py_ssize_t n;
+    PyObject **vals;
+} Seen;
+
+/* one item q -> src of a removal's origin, with the index into Seen's range of each of its
+ * positions (-1: outside it, or no exact int); strong references */
+typedef struct {
     PyObject *q, *src;
-    while (PyDict_Next(origin, &it, &q, &src)) {
-        Py_INCREF(q);
-        Py_INCREF(src);
-        PyObject *old = dict_at(d, q);
-        PyObject *v = old == NULL ? NULL : dict_at(d, src);
-        int rc = v == NULL ? -1 : write_if_changed(d, q, old, v, var, delta, NULL);
-        Py_XDECREF(old);
-        Py_XDECREF(v);
-        Py_DECREF(q);
-        Py_DECREF(src);
-        if (rc < 0)
-            return NULL;
-    }
-    Py_RETURN_NONE;
+    Py_ssize_t qi, si;
+} Step;
+
+static Py_ssize_t seen_index(PyObject *x, long long lo, Py_ssize_t n) {
+    long long k;
+    return int_value(x, &k) && k >= lo && k - lo < n ? (Py_ssize_t)(k - lo) : -1;
 }
 
-/* spare(d, lo, hi, v, var, delta): d[q] = v for q in range(lo, hi) where the value
- * differs, each write recorded as (var, q, old). */
-static PyObject *spare(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("spare", n, 6))
+/* the items of the dict origin in its order, with their indices into range(lo, lo + n) (made
+ * once for every column); *count set, and *ints cleared when a key is no exact int (a key
+ * equal to an int, True or 1.0, writes that int's position unseen by the indices); NULL on
+ * an error */
+static Step *steps_of(PyObject *origin, long long lo, Py_ssize_t n, Py_ssize_t *count, int *ints) {
+    Step *steps = PyMem_New(Step, PyDict_GET_SIZE(origin) + 1);
+    if (steps == NULL) {
+        PyErr_NoMemory();
         return NULL;
-    PyObject *d = a[0], *v = a[3], *var = a[4], *delta = a[5];
-    if (check_type(d, &PyDict_Type, "spare", "d") || check_type(delta, &PyList_Type, "spare", "delta"))
-        return NULL;
-    Py_ssize_t lo = PyLong_AsSsize_t(a[1]), hi = PyLong_AsSsize_t(a[2]);
-    if ((lo == -1 || hi == -1) && PyErr_Occurred())
-        return NULL;
-    for (Py_ssize_t i = lo; i < hi; i++) {
-        PyObject *q = PyLong_FromSsize_t(i);
-        if (q == NULL)
-            return NULL;
-        PyObject *old = dict_at(d, q);
+    }
+    Py_ssize_t it = 0, i = 0;
+    PyObject *q, *src;
+    while (i < PyDict_GET_SIZE(origin) && PyDict_Next(origin, &it, &q, &src)) {
+        long long k;
+        *ints = *ints && int_value(q, &k);
+        steps[i++] = (Step){Py_NewRef(q), Py_NewRef(src), seen_index(q, lo, n), seen_index(src, lo, n)};
+    }
+    *count = i;
+    return steps;
+}
+
+static void steps_free(Step *steps, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_DECREF(steps[i].q);
+        Py_DECREF(steps[i].src);
+    }
+    PyMem_Free(steps);
+}
+
+/* d[q] = d[src] for each q -> src of steps (in order) where the value differs, each write
+ * recorded as (var, q, old), the values read and left at Seen's positions kept in seen (when
+ * not NULL); 0, or -1 on an error */
+static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, PyObject *delta, Seen *seen) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Step *st = &steps[i];
+        PyObject *old = dict_at(d, st->q);
+        PyObject *v = old == NULL ? NULL : dict_at(d, st->src);
+        int rc = v == NULL ? -1 : write_if_changed(d, st->q, old, v, var, delta, NULL);
+        if (rc >= 0 && seen != NULL) {
+            if (st->si >= 0)
+                Py_XSETREF(seen->vals[st->si], Py_NewRef(v));
+            /* (d[q] is v when written, else still old: a value equal to v, perhaps not v) */
+            if (st->qi >= 0)
+                Py_XSETREF(seen->vals[st->qi], Py_NewRef(rc ? v : old));
+        }
+        Py_XDECREF(old);
+        Py_XDECREF(v);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* d[q] = v for each key q of the list qs where the value differs, each write recorded as
+ * (var, q, old), d[q] read from seen where it knows it (seen: NULL, or indexed as qs);
+ * 0, or -1 on an error */
+static int spare_each(PyObject *d, PyObject *qs, PyObject *v, PyObject *var, PyObject *delta, Seen *seen) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(qs); i++) {
+        PyObject *q = Py_NewRef(PyList_GET_ITEM(qs, i));
+        PyObject *old = seen != NULL && seen->vals[i] != NULL ? Py_NewRef(seen->vals[i]) : dict_at(d, q);
         int rc = old == NULL ? -1 : write_if_changed(d, q, old, v, var, delta, NULL);
         Py_XDECREF(old);
         Py_DECREF(q);
         if (rc < 0)
-            return NULL;
+            return -1;
     }
-    Py_RETURN_NONE;
+    return 0;
 }
 
-/* release(d, holes, refs, slots): for each p of the list holes whose value h = d[p] is
- * true (a slot), refs[h] -= 1 (from 0 when absent) and h added to slots. */
-static PyObject *release(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("release", n, 4))
+/* the list of range(a, b)'s ints (a and b taken as range takes them, by __index__) */
+static PyObject *range_list(PyObject *a, PyObject *b) {
+    Py_ssize_t lo = PyNumber_AsSsize_t(a, PyExc_OverflowError), hi = PyNumber_AsSsize_t(b, PyExc_OverflowError);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred())
         return NULL;
-    PyObject *d = a[0], *holes = a[1], *refs = a[2], *slots = a[3];
-    if (check_type(d, &PyDict_Type, "release", "d") || check_type(holes, &PyList_Type, "release", "holes") ||
-        check_type(refs, &PyDict_Type, "release", "refs") || check_type(slots, &PySet_Type, "release", "slots"))
-        return NULL;
+    PyObject *qs = PyList_New(hi > lo ? hi - lo : 0);
+    for (Py_ssize_t i = lo; qs != NULL && i < hi; i++) {
+        PyObject *q = PyLong_FromSsize_t(i);
+        if (q == NULL)
+            Py_CLEAR(qs);
+        else
+            PyList_SET_ITEM(qs, i - lo, q);
+    }
+    return qs;
+}
+
+/* for each p of the list holes whose value h = d[p] is true (a slot), refs[h] -= 1 (from 0
+ * when absent) and h added to slots; 0, or -1 on an error */
+static int release_each(PyObject *d, PyObject *holes, PyObject *refs, PyObject *slots) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(holes); i++) {
         PyObject *p = PyList_GET_ITEM(holes, i);
         Py_INCREF(p);
@@ -258,8 +306,55 @@ static PyObject *release(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         Py_XDECREF(h);
         Py_DECREF(p);
         if (rc < 0)
-            return NULL;
+            return -1;
     }
+    return 0;
+}
+
+/* move(d, origin, var, delta): move_each over the dict origin. */
+static PyObject *move(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("move", n, 4))
+        return NULL;
+    PyObject *d = a[0], *origin = a[1], *var = a[2], *delta = a[3];
+    if (check_type(d, &PyDict_Type, "move", "d") || check_type(origin, &PyDict_Type, "move", "origin") ||
+        check_type(delta, &PyList_Type, "move", "delta"))
+        return NULL;
+    Py_ssize_t count;
+    int ints = 1;
+    Step *steps = steps_of(origin, 0, 0, &count, &ints);
+    if (steps == NULL)
+        return NULL;
+    int rc = move_each(d, steps, count, var, delta, NULL);
+    steps_free(steps, count);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* spare(d, lo, hi, v, var, delta): spare_each over range(lo, hi). */
+static PyObject *spare(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("spare", n, 6))
+        return NULL;
+    PyObject *d = a[0], *v = a[3], *var = a[4], *delta = a[5];
+    if (check_type(d, &PyDict_Type, "spare", "d") || check_type(delta, &PyList_Type, "spare", "delta"))
+        return NULL;
+    PyObject *qs = range_list(a[1], a[2]);
+    int rc = qs == NULL ? -1 : spare_each(d, qs, v, var, delta, NULL);
+    Py_XDECREF(qs);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* release(d, holes, refs, slots): release_each over the list holes. */
+static PyObject *release(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("release", n, 4))
+        return NULL;
+    PyObject *d = a[0], *holes = a[1], *refs = a[2], *slots = a[3];
+    if (check_type(d, &PyDict_Type, "release", "d") || check_type(holes, &PyList_Type, "release", "holes") ||
+        check_type(refs, &PyDict_Type, "release", "refs") || check_type(slots, &PySet_Type, "release", "slots") ||
+        release_each(d, holes, refs, slots) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1255,21 +1350,19 @@ static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)b;
 }
 
-/* vacate(holes, L): loops.py's py_vacate, (origin, the new L). The holes are taken as
- * sorted(holes, reverse=True) takes them (reversed, sorted stably, reversed back: equal
- * items keep their order); `p != last` is Python's comparison (no identity shortcut) unless
- * both are exact ints. */
-static PyObject *vacate(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("vacate", n, 2))
-        return NULL;
-    PyObject *order = PySequence_List(a[0]);
+/* loops.py's py_vacate: the holes are taken as sorted(holes, reverse=True) takes them
+ * (reversed, sorted stably, reversed back: equal items keep their order); `p != last` is
+ * Python's comparison (no identity shortcut) unless both are exact ints. The tuple (origin,
+ * the new L), or NULL on an error. */
+static PyObject *vacate_holes(PyObject *holes, PyObject *L0) {
+    PyObject *order = PySequence_List(holes);
     if (order == NULL)
         return NULL;
     if (PyList_Reverse(order) < 0 || PyList_Sort(order) < 0 || PyList_Reverse(order) < 0) {
         Py_DECREF(order);
         return NULL;
     }
-    PyObject *origin = PyDict_New(), *one = PyLong_FromLong(1), *L = Py_NewRef(a[1]);
+    PyObject *origin = PyDict_New(), *one = PyLong_FromLong(1), *L = Py_NewRef(L0);
     int err = origin == NULL || one == NULL;
     for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(order); i++) {
         PyObject *p = Py_NewRef(PyList_GET_ITEM(order, i));
@@ -1301,15 +1394,17 @@ static PyObject *vacate(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return out;
 }
 
-/* renumber(origin, keys, npos, dirty): loops.py's py_renumber. For each q -> src of the dict
- * origin, in its order: k = keys[q] = keys[src]; npos[k[0]][k[1]] = q; q added to the set
- * dirty when src is in it. */
-static PyObject *renumber(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("renumber", n, 4))
+/* vacate(holes, L): vacate_holes. */
+static PyObject *vacate(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("vacate", n, 2))
         return NULL;
-    PyObject *origin = a[0], *keys = a[1], *npos = a[2], *dirty = a[3];
-    if (check_type(origin, &PyDict_Type, "renumber", "origin") || check_type(dirty, &PySet_Type, "renumber", "dirty"))
-        return NULL;
+    return vacate_holes(a[0], a[1]);
+}
+
+/* loops.py's py_renumber over the dict origin: for each q -> src, in its order,
+ * k = keys[q] = keys[src]; npos[k[0]][k[1]] = q; q added to the set dirty when src is in it;
+ * 0, or -1 on an error */
+static int renumber_each(PyObject *origin, PyObject *keys, PyObject *npos, PyObject *dirty) {
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
     int err = zero == NULL || one == NULL;
     Py_ssize_t it = 0;
@@ -1334,9 +1429,100 @@ static PyObject *renumber(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     }
     Py_XDECREF(zero);
     Py_XDECREF(one);
-    if (err)
+    return err ? -1 : 0;
+}
+
+/* renumber(origin, keys, npos, dirty): renumber_each. */
+static PyObject *renumber(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("renumber", n, 4))
+        return NULL;
+    PyObject *origin = a[0], *keys = a[1], *npos = a[2], *dirty = a[3];
+    if (check_type(origin, &PyDict_Type, "renumber", "origin") || check_type(dirty, &PySet_Type, "renumber", "dirty") ||
+        renumber_each(origin, keys, npos, dirty) < 0)
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* one column of remove_pages: (var, d, its spare value, its slot reference counts or None),
+ * checked as the per-variable functions check theirs; 0, or -1 (TypeError) */
+static int column_of(PyObject *col, PyObject **var, PyObject **d, PyObject **v, PyObject **refs) {
+    if (check_type(col, &PyTuple_Type, "remove_pages", "a column"))
+        return -1;
+    if (PyTuple_GET_SIZE(col) != 4) {
+        PyErr_Format(PyExc_TypeError, "remove_pages: a column must have 4 items, not %zd", PyTuple_GET_SIZE(col));
+        return -1;
+    }
+    *var = PyTuple_GET_ITEM(col, 0), *d = PyTuple_GET_ITEM(col, 1), *v = PyTuple_GET_ITEM(col, 2);
+    *refs = PyTuple_GET_ITEM(col, 3);
+    return check_type(*d, &PyDict_Type, "remove_pages", "d") ||
+           (*refs != Py_None && check_type(*refs, &PyDict_Type, "remove_pages", "refs")) ? -1 : 0;
+}
+
+/* remove_pages(cols, holes, L, keys, npos, delta, dirty, slots): loops.py's
+ * py_remove_pages, the pages at the list holes leaving the prefix 0..L-1 over every column
+ * (var, d, spare value, refs or None) of the tuple cols in one call: vacate, then for each
+ * column release (refs not None), move and spare, then renumber, keys cut to the new L and
+ * range(new L, L) added to dirty; returns the new L. The positions that become spare are
+ * made ints once for every column, and a column's values its moves read there (each moved
+ * page's source) are not looked up again by its spare writes (Seen). */
+static PyObject *remove_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("remove_pages", n, 8))
+        return NULL;
+    PyObject *cols = a[0], *holes = a[1], *L0 = a[2], *keys = a[3], *npos = a[4], *delta = a[5], *dirty = a[6],
+             *slots = a[7];
+    if (check_type(cols, &PyTuple_Type, "remove_pages", "cols") ||
+        check_type(holes, &PyList_Type, "remove_pages", "holes") ||
+        check_type(keys, &PyList_Type, "remove_pages", "keys") ||
+        check_type(delta, &PyList_Type, "remove_pages", "delta") ||
+        check_type(dirty, &PySet_Type, "remove_pages", "dirty") ||
+        check_type(slots, &PySet_Type, "remove_pages", "slots"))
+        return NULL;
+    PyObject *vac = vacate_holes(holes, L0);
+    if (vac == NULL)
+        return NULL;
+    PyObject *origin = PyTuple_GET_ITEM(vac, 0), *L = PyTuple_GET_ITEM(vac, 1);
+    PyObject *qs = range_list(L, L0);
+    Seen seen = {qs == NULL ? 0 : PyList_GET_SIZE(qs), NULL};
+    Py_ssize_t count = 0;
+    int ints = 1, err = qs == NULL;
+    /* (qs's ints: range_list made them, its first is L's value) */
+    Step *steps = err ? NULL : steps_of(origin, seen.n ? PyLong_AsLongLong(PyList_GET_ITEM(qs, 0)) : 0, seen.n,
+                                        &count, &ints);
+    err = err || steps == NULL;
+    if (!err && ints && seen.n > 0) {
+        seen.vals = PyMem_Calloc(seen.n, sizeof(PyObject *));
+        if (seen.vals == NULL) {
+            PyErr_NoMemory();
+            err = 1;
+        }
+    }
+    Seen *known = seen.vals != NULL ? &seen : NULL;
+    for (Py_ssize_t i = 0; !err && i < PyTuple_GET_SIZE(cols); i++) {
+        PyObject *var, *d, *v, *refs;
+        err = column_of(PyTuple_GET_ITEM(cols, i), &var, &d, &v, &refs) < 0 ||
+              (refs != Py_None && release_each(d, holes, refs, slots) < 0) ||
+              move_each(d, steps, count, var, delta, known) < 0 || spare_each(d, qs, v, var, delta, known) < 0;
+        for (Py_ssize_t j = 0; j < seen.n && seen.vals != NULL; j++)
+            Py_CLEAR(seen.vals[j]);
+    }
+    PyMem_Free(seen.vals);
+    if (steps != NULL)
+        steps_free(steps, count);
+    if (!err)
+        err = renumber_each(origin, keys, npos, dirty) < 0;
+    if (!err) {
+        /* del keys[L:] (a negative L counted from the end, as a slice counts it) */
+        Py_ssize_t cut = PyLong_AsSsize_t(L), size = PyList_GET_SIZE(keys);
+        if (cut < 0 && !PyErr_Occurred())
+            cut = cut + size < 0 ? 0 : cut + size;
+        err = PyErr_Occurred() != NULL || (cut < size && PyList_SetSlice(keys, cut, size, NULL) < 0);
+    }
+    for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(qs); i++)
+        err = PySet_Add(dirty, PyList_GET_ITEM(qs, i)) < 0;
+    PyObject *out = err ? NULL : Py_NewRef(L);
+    Py_XDECREF(qs);
+    Py_DECREF(vac);
+    return out;
 }
 
 static PyObject *s_id;
@@ -1764,6 +1950,8 @@ static PyMethodDef methods[] = {
      "the holes' positions filled from the end: (origin, the new L)"},
     {"renumber", (PyCFunction)(void (*)(void))renumber, METH_FASTCALL,
      "the moved pages' keys and node positions at their new positions"},
+    {"remove_pages", (PyCFunction)(void (*)(void))remove_pages, METH_FASTCALL,
+     "pages leaving the prefix, over every column: vacate, release, move, spare, renumber; the new L"},
     {"foreign_holders", (PyCFunction)(void (*)(void))foreign_holders, METH_FASTCALL,
      "(h, y) for the slots whose holder is a node not named"},
     {"walk_journaled", (PyCFunction)(void (*)(void))walk_journaled, METH_FASTCALL,

@@ -73,9 +73,8 @@ _BACKUP_ACTIONS = frozenset({"BackupStart", "BackupFinish"})
 
 _IDLE = int(HostSlotState.IDLE)
 # the loops over positions and slots (native when built: maps/loops.py)
-_write_fill, _write_move, _write_spare = loops.fill, loops.move, loops.spare
-_write_release, _write_slots, _diff_bytes = loops.release, loops.write_slots, loops.diff_bytes
-_vacate, _renumber, _walk_journaled = loops.vacate, loops.renumber, loops.walk_journaled
+_write_fill, _write_slots, _diff_bytes = loops.fill, loops.write_slots, loops.diff_bytes
+_remove_pages, _walk_journaled = loops.remove_pages, loops.walk_journaled
 _request_step = loops.request_step
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
@@ -166,6 +165,11 @@ class IncrementalHostTierMap(HostTierMap):
         self.tree_refs: dict[int, int] = {}          # spec slot -> pages with host = slot
         self.backup_refs: dict[int, int] = {}        # spec slot -> pages with backupOp = slot
         self.pf_refs: dict[int, int] = {}            # spec slot -> prefetch pseudo-requests
+        # _remove's columns, one per variable of PAGE_VARS: (var, its dict, its spare value,
+        # the slot reference counts its values hold, None for a variable holding no slot)
+        self.page_cols = tuple((var, self.funcs[var], SPARE[var],
+                                self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None)
+                               for var in PAGE_VARS)
         self.slot_page: dict[int, Node] = {}         # runtime slot -> node holding it in x.host
         self.loading_nodes: dict[int, set] = {}      # rid -> nodes whose load-back it is
         self.qtab: list = []                         # request slot q-1 -> rid or None
@@ -333,30 +337,14 @@ class IncrementalHostTierMap(HostTierMap):
         there; unless it was dirty in this sync (new or changed since the last check), which
         moves with it. Every position that became a spare one is dirty (InTree changed with
         len). The slot references of the pages that left are released; a moved page keeps
-        its own."""
+        its own. (loops.remove_pages: the vacate, the writes of each of PAGE_VARS, in
+        page_cols' order, and the renumbering, in one call.)"""
         if not holes:
             return
-        L0 = self.L
-        # final position -> the position its page came from (every filled hole is < L, a
-        # later last being popped before; its source is >= L)
-        origin, L = _vacate(holes, L0)
-        delta, dirty, funcs = self.delta, self.dirty_nodes, self.funcs
-        slots = self.dirty_slots
-        for var in PAGE_VARS:
-            d = funcs[var]
-            refs = self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None
-            if refs is not None:
-                # the slot references of the pages that leave are released (read before the
-                # moves overwrite the holes); each slot released is dirty
-                _write_release(d, holes, refs, slots)
-            _write_move(d, origin, var, delta)
-            _write_spare(d, L, L0, SPARE[var], var, delta)
-        keys = self.keys
-        # (each moved page keeps its (node, page index) at its new position)
-        _renumber(origin, keys, self.npos, dirty)
-        del keys[L:]
-        dirty.update(range(L, L0))
-        self.L = L
+        # (one native call over every variable, loops.remove_pages: per removal the
+        # per-variable calls' dispatch cost several times the few pages' writes)
+        self.L = _remove_pages(self.page_cols, holes, self.L, self.keys, self.npos, self.delta, self.dirty_nodes,
+                               self.dirty_slots)
 
     def _unmap(self, x) -> None:
         self.left.append(x)

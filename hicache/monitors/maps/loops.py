@@ -242,6 +242,28 @@ def py_renumber(origin: dict, keys: list, npos: dict, dirty: set) -> None:
             dirty.add(q)
 
 
+def py_remove_pages(cols, holes: list, L0: int, keys: list, npos: dict, delta: list, dirty: set,
+                    slots: set) -> int:
+    """The pages at positions `holes` leave the prefix 0..L0-1 (the incremental HostTier
+    map's removal), over every column (var, d, spare value, slot reference counts or None)
+    of cols in one call: `vacate` (where each filled hole's page comes from, the new L), then
+    for each column, in order, the slot references of the pages at holes released (refs not
+    None: `release`), the moved pages' values written (`move`) and the positions L..L0-1 made
+    spare (`spare`: range(L, L0) made first, once for every column); then the moved pages
+    renumbered (`renumber`), keys cut to L and range(L, L0) added to dirty. Returns L."""
+    origin, L = py_vacate(holes, L0)
+    spares = range(L, L0)
+    for var, d, v, refs in cols:
+        if refs is not None:
+            py_release(d, holes, refs, slots)
+        py_move(d, origin, var, delta)
+        py_spare(d, L, L0, v, var, delta)
+    py_renumber(origin, keys, npos, dirty)
+    del keys[L:]
+    dirty.update(spares)
+    return L
+
+
 def py_foreign_holders(slots, slot_page: dict, ids) -> list:
     """(h, y) for each slot h of `slots`, in order, whose last holder y = slot_page.get(h) is
     a node whose id is not in `ids`: the slots whose change a step of the nodes `ids` may
@@ -355,7 +377,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
-          "renumber": py_renumber, "foreign_holders": py_foreign_holders,
+          "renumber": py_renumber, "remove_pages": py_remove_pages, "foreign_holders": py_foreign_holders,
           "walk_journaled": py_walk_journaled, "shifted": py_shifted,
           "request_step": py_request_step, "journaled": py_journaled}
 
@@ -379,6 +401,7 @@ nodes_at = _mod.nodes_at if _mod is not None else py_nodes_at
 prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
 vacate = _mod.vacate if _mod is not None else py_vacate
 renumber = _mod.renumber if _mod is not None else py_renumber
+remove_pages = _mod.remove_pages if _mod is not None else py_remove_pages
 foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
 shifted = _mod.shifted if _mod is not None else py_shifted
