@@ -29,7 +29,8 @@ chain's length) over the dirty chains, walking a row only when the state does no
 row this map built from the chain's pages (`page_rows`: NoPage past them by construction).
 Any doubt runs the linear form over everything, which names the first failing conjunct.
 Invariant between events: `self.s` equals the reference map's state, `holders` counts its
-positions' pages, and `page_rows` holds the page row written for each chain with pages.
+positions' pages, and `page_rows` holds the page row written for each chain with a page
+other than NoPage (every other chain's row is the shared all-NoPage one).
 """
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class IncrementalRows:
     def __init__(self, cache):
         super().__init__(cache)
         self.rows: dict[int, tuple] = {}        # chain id -> (rot, pages tuple) as mapped (used chains)
-        self.page_rows: dict = {}               # chain id -> the page row built from its pages (if any)
+        self.page_rows: dict = {}               # chain id -> the page row built from its pages (if any is not NoPage)
         self.holders: dict[int, int] = {}       # device page -> positions holding it
         self._shape = None                      # (Chains, MaxLen) of the last commit
         self.s: dict = {}
@@ -139,9 +140,12 @@ class IncrementalRows:
         """Replace the sequence variables whose chains changed (as the reference map builds
         them: each row a function on positions 0..L-1, NoPage past the chain's end); `paged`:
         the chains whose pages changed (a page row is rebuilt only for these: a row has
-        MaxLen entries, a chain's pages are a few of them)."""
+        MaxLen entries, a chain's pages are a few of them). A chain with no page but NoPage
+        (none, or a node whose copies left the device: every eviction's) takes the shared
+        all-NoPage row, as the reference map's state does, not a padded copy of it."""
         s, delta, rows = self.s, self.delta, self.rows
-        empty = self._empty_row(L, reshaped)
+        # (the first commit is reshaped: every later one finds the row of its shape built)
+        empty = self._empty_row(L) if reshaped else self._empty
         if reshaped:
             n = self.n_chains
             vals = {"rot": [None] * n, "len": [None] * n, "page": [None] * n, "host": [empty] * n}
@@ -149,7 +153,7 @@ class IncrementalRows:
             for c in range(1, n + 1):
                 r, pages = rows.get(c, UNUSED)
                 vals["rot"][c - 1], vals["len"][c - 1] = r, len(pages)
-                if pages:
+                if pages.count(NONE) != len(pages):
                     vals["page"][c - 1] = self.page_rows[c] = self._padded(pages)
                 else:
                     vals["page"][c - 1] = empty
@@ -180,7 +184,7 @@ class IncrementalRows:
                 # rows are equal: written again, an entry undo restores as it was)
                 if page1 is None:
                     page1 = list(page0)
-                if pages:
+                if pages.count(NONE) != len(pages):
                     page1[i] = page_rows[c] = self._padded(pages)
                 else:
                     page1[i] = empty
@@ -196,10 +200,11 @@ class IncrementalRows:
             delta.append(("page", None, page0))
             s["page"] = tuple(page1)
 
-    def _empty_row(self, L: int, reshaped: bool):
-        if reshaped or getattr(self, "_empty", None) is None:
-            self._empty = self.row((), L)
-            self._pad = dict.fromkeys(range(L), NONE)
+    def _empty_row(self, L: int):
+        """The shared all-NoPage row of MaxLen L, and the dict `_padded` copies: built at each
+        reshaped commit."""
+        self._empty = self.row((), L)
+        self._pad = dict.fromkeys(range(L), NONE)
         return self._empty
 
     def _padded(self, pages) -> Fcn:

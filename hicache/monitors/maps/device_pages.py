@@ -33,7 +33,7 @@ import operator
 import weakref
 
 from hicache.monitors.generated import cp_sharding as spec
-from hicache.monitors.maps.cp_replay import CPReplayMap, chain_typed, shape_typed
+from hicache.monitors.maps.cp_replay import CPReplayMap, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
 from hicache.monitors.maps.loops import count_pages, ints_within, walk_journaled
 from hicache.monitors.maps.cp_sharding import NONE
@@ -59,7 +59,9 @@ _pages_of = operator.itemgetter(1)      # a changed chain's (rot, pages): its pa
 class OpJournal(list):
     """The allocator's calls since the last sync, bounded: past `LIMIT` entries (a monitor
     that stopped syncing, after a violation) it keeps nothing more and says so, and the
-    next sync takes the free set from the allocator instead."""
+    next sync takes the free set from the allocator instead. Invariant: `overflowed` only
+    while it holds LIMIT entries (`clear` resets it), so an empty journal is the whole
+    answer to "no call since the last sync" (`quiet`, `_free`)."""
     LIMIT = 4096
     overflowed = False
 
@@ -68,6 +70,10 @@ class OpJournal(list):
             super().append(op)
         else:
             self.overflowed = True
+
+    def clear(self) -> None:
+        super().clear()
+        self.overflowed = False
 
 
 def _stop_journal(dev, ops) -> None:
@@ -107,12 +113,15 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
     def __init__(self, cache):
         self.journal: set = set()
         self._journal_lists = journal_tree(cache.tree, self.journal, self, fields=DEVICE_FIELDS)
-        self.journal.update(cache.tree.nodes())    # the first sync maps every node
+        # the first sync maps every node; the root too (walk_journaled passes it over): the
+        # first sync is never quiet, even on an empty tree, so quiet() need not ask whether
+        # the state was ever built
+        self.journal.add(cache.tree.root)
+        self.journal.update(cache.tree.nodes())
         self.cid: dict = {}            # node or ("alloc", id) -> chain id
         self.spare: list[int] = []     # chain ids given back (a heap: the lowest is reused first)
         self.next_id = 1
         self.node_pages: dict = {}     # mapped node -> its row's pages
-        self.node_held: dict[int, int] = {}    # device page -> tree positions holding it
         self.pending: set[int] = set()         # ids of the logged allocations mapped as chains
         self._changed: dict = {}               # the chains the running sync changed (see sync)
         dev = cache.dev_alloc
@@ -133,8 +142,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
 
         A row this map built for a chain is the chain's pages padded with NoPage to MaxLen
         positions (`row`, `_padded`; `page_rows` keeps each, and only a state holding that very
-        row, or the shared all-NoPage one for a chain without pages, takes the shortcut; the
-        maintained state equals the reference map's after every event,
+        row, or the shared all-NoPage one for a chain with no page but NoPage, takes the
+        shortcut; the maintained state equals the reference map's after every event,
         tests/monitors/test_map_device_pages.py), so `page[c] \\in [Pos -> PageIds \\cup
         {NoPage}]` is decided by its few pages, not its MaxLen entries (the generated form's
         membership test walks the row three times: 50k instructions a row at MaxLen 64); its
@@ -157,8 +166,9 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         cp, no_rot = C["CP"], C["NoRot"]
         for c in D["Chains"]:
             i = c - 1
-            n = ln[i]
-            if not chain_typed(rot[i], n, cp, L, no_rot):
+            n, r = ln[i], rot[i]
+            if not (r.__class__ is int and (r == no_rot or 0 <= r < cp) and n.__class__ is int
+                    and 0 <= n <= L):       # (chain_typed, without its call)
                 return spec.inc_TypeOK(C, s, D, V)
             # (the row the state holds is the one this map built from these pages, the
             # shared all-NoPage row when there are none: its values are theirs, padded)
@@ -193,9 +203,9 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
     def quiet(self) -> bool:
         """Whether nothing this state is a function of was written since the last sync (most
         events: a request's match or finish, a host-side copy): no journaled node field, no
-        allocator call, no logged allocation pending; so a sync would change nothing."""
-        return not self.journal and not self.ops and not self.ops.overflowed and not self.cache.alloc_log \
-            and not self.pending and bool(self.s)
+        allocator call, no logged allocation pending; so a sync would change nothing. (The
+        first sync, which builds the state, is not: its journal holds the root.)"""
+        return not self.journal and not self.ops and not self.cache.alloc_log and not self.pending
 
     def sync(self) -> tuple[list, dict]:
         if self.quiet():
@@ -207,9 +217,11 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         self._changed = changed
         self._nodes()
         free = self._free()
-        self._pending(changed, free)
+        if self.cache.alloc_log or self.pending:    # (else none pending, none mapped: most syncs)
+            self._pending(changed, free)
         longest = max(map(len, map(_pages_of, changed.values())), default=1)
-        self._grow(self.next_id - 1, longest)
+        if self.next_id - 1 > self.n_chains or longest > self.max_len:
+            self._grow(self.next_id - 1, longest)     # (its tests first: most syncs grow nothing)
         return self._commit(changed, free)
 
     def _nodes(self) -> None:
@@ -221,21 +233,18 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
 
     def _enter(self, x) -> None:
         pages = tuple(x.device) if x.device is not None else (NONE,) * x.n
-        old = self.node_pages.get(x)
-        if old == pages:
+        if self.node_pages.get(x) == pages:
             return
-        count_pages(self.node_held, old, -1, None, NONE)
-        count_pages(self.node_held, pages, 1, None, NONE)
         self.node_pages[x] = pages
-        self._changed[self._id(x)] = (0, pages)
+        c = self.cid.get(x)     # (_id's lookup first: a mapped node keeps its chain)
+        self._changed[self._id(x) if c is None else c] = (0, pages)
 
     def _leave_subtree(self, x) -> None:
-        changed = self._changed
+        changed, node_pages = self._changed, self.node_pages
         stack = [x]
         while stack:
             y = stack.pop()
-            if y in self.node_pages:
-                count_pages(self.node_held, self.node_pages.pop(y), -1, None, NONE)
+            if node_pages.pop(y, None) is not None:
                 changed[self._release_id(y)] = UNUSED
             stack.extend(y.children.values())
 
@@ -260,7 +269,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         when the mirror's size disagrees with its free count)."""
         dev, pids, ops = self.cache.dev_alloc, self.pids, self.ops
         mirror = self.mirror
-        if mirror is not None and not ops and not ops.overflowed:
+        if mirror is not None and not ops:
             return self.s["free"]
         # (the pages the calls named: every page whose membership changed is one of them,
         # so the commit's dirty pages need not diff the two free sets; None when the mirror
@@ -277,7 +286,6 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         else:
             mirror = None
         ops.clear()
-        ops.overflowed = False
         if mirror is None or len(mirror) != dev.free:
             mirror = self.mirror = set(pids & dev.free_set())
             moved = None
@@ -287,11 +295,10 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
     def _pending(self, changed: dict, free: frozenset) -> None:
         """The pending allocations, newest first (a page freed and handed out again belongs
         to the newer one): their pages not free and held by no node (nor a newer pending
-        allocation); an allocation with none left is pruned."""
+        allocation); an allocation with none left is pruned. (Called when an allocation is
+        logged or mapped.)"""
         log = self.cache.alloc_log
-        if not log and not self.pending:
-            return      # (no allocation pending, none mapped: most syncs)
-        held = self.node_held
+        held = self._node_held(log, changed)
         claimed: set[int] = set()
         # allocations the cache forgot since (inserted, loaded into nodes, freed): their
         # chains end
@@ -311,3 +318,21 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             claimed.update(p for p in row if p != NONE)
             self.pending.add(aid)
             changed[self._id(key)] = ((base + start) % self.cp, row)
+
+    def _node_held(self, log: dict, changed: dict) -> dict:
+        """Page -> the tree positions holding it now, for (at least) the pages of the logged
+        allocations; `changed` holds the node chains this sync changed, nothing else yet.
+
+        Not kept apart between syncs (the commit's `holders` already counts every chain's
+        pages, which would be a second count at every node change): derived from it, the
+        counts of the last commit (node chains and pending allocations) less the pending
+        allocations' committed rows and the changed node chains' committed rows, plus the
+        latter's new rows. Only syncs with an allocation pending or mapped ask (few)."""
+        holders, rows, cid = self.holders, self.rows, self.cid
+        held = {p: holders[p] for _, _, pages in log.values() for p in pages if p in holders}
+        for aid in self.pending:
+            count_pages(held, rows.get(cid[("alloc", aid)], UNUSED)[1], -1, None, NONE)
+        for c, new in changed.items():
+            count_pages(held, rows.get(c, UNUSED)[1], -1, None, NONE)
+            count_pages(held, new[1], 1, None, NONE)
+        return held
