@@ -168,11 +168,13 @@ class WorkerWatch:
             self._fail(ONE_KEY_DERIVATION, f"{thread} asked batch_get for {key[:16]}..., which no batch_exists "
                                            f"on that thread confirmed", name, fields)
         # (the common case inline, at every checked event: no worker with ops left in its ack
-        # queue has a dead thread; `stranded` counts them only when one has)
-        for w in (c.loader, c.writer, c.prefetcher, c.backuper):
-            if w is not None and w.acks and not w._thread.is_alive():
-                break
-        else:
+        # queue has a dead thread; `stranded` counts them only when one has. One expression
+        # over the four workers, `stranded`'s, read at each event (a fault may replace one):
+        # no tuple of them built nor iterated, most events find every queue empty)
+        if ((w := c.loader) is None or not w.acks or w._thread.is_alive()) \
+                and ((w := c.writer) is None or not w.acks or w._thread.is_alive()) \
+                and ((w := c.prefetcher) is None or not w.acks or w._thread.is_alive()) \
+                and ((w := c.backuper) is None or not w.acks or w._thread.is_alive()):
             return
         bad = stranded(c)
         if bad:

@@ -105,10 +105,13 @@ def check(m, action: str, fields: dict) -> Failure | None:
     """The guard of `action` on map m's state before the event: None, or the failed
     conjunct (None too for an action without a guard here). m is an IncrementalHostTierMap
     not yet synced for this event (its funcs, positions and slot names are the pre-state)."""
+    # (the request guards first: a run's events are mostly its requests' own)
+    fn = REQUEST_GUARDS.get(action)
+    if fn is not None:
+        return fn(m, action, fields)
     fn = NODE_GUARDS.get(action)
     if fn is None:
-        fn = REQUEST_GUARDS.get(action)
-        return fn(m, action, fields) if fn is not None else None
+        return None
     nid = fields.get("node")
     if nid is None and action in _ACKS:
         return None      # (an op whose node the runtime no longer holds: nothing of the tree to judge)

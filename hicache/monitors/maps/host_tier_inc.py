@@ -67,6 +67,8 @@ _REQ_ACTIONS = frozenset({"RequestMatch", "RequestFinish", "RequestAbort", "Pref
 
 #: the acks that end a load-back (whose layers the map stops following)
 _LOAD_ACKS = frozenset({"LoadBackFinish", "LoadBackFail"})
+#: the events of a load-back's course (bind follows its layers): one test at every event
+_LOAD_EVENTS = _LOAD_ACKS | {"LoadBackLayer", "LoadBackStart"}
 
 #: events whose node's host-side values (its backupOp pages) are re-mapped at the next sync
 _BACKUP_ACTIONS = frozenset({"BackupStart", "BackupFinish"})
@@ -226,24 +228,25 @@ class IncrementalHostTierMap(HostTierMap):
 
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
-        if action == "LoadBackLayer":
-            # (emitted on the loader's thread, serialized with every other event by the bus:
-            # recorded only, no step: a sync here would read the tree while the scheduler
-            # writes it; the ack's guard reads the layers, see _layers)
-            key = _load_key(fields)
-            if key in self._loads:
-                self._layers.setdefault(key, set()).add(fields.get("layer"))
-            elif self.breach is None:
-                self.breach = ("LoadBackLayer", dict(fields), host_tier_guards.layer_of_no_load(fields))
-            return None
-        if action in _LOAD_ACKS:
-            # the layers that landed for the load this ack ends (its guard's loadDone),
-            # taken here, where every event passes, not in the guard, which sample mode skips
-            key = _load_key(fields)
-            self.layers_landed = self._layers.pop(key, _EMPTY)
-            self._loads.discard(key)
-        elif action == "LoadBackStart":
-            self._loads.add(_load_key(fields))
+        if action in _LOAD_EVENTS:
+            if action == "LoadBackLayer":
+                # (emitted on the loader's thread, serialized with every other event by the bus:
+                # recorded only, no step: a sync here would read the tree while the scheduler
+                # writes it; the ack's guard reads the layers, see _layers)
+                key = _load_key(fields)
+                if key in self._loads:
+                    self._layers.setdefault(key, set()).add(fields.get("layer"))
+                elif self.breach is None:
+                    self.breach = ("LoadBackLayer", dict(fields), host_tier_guards.layer_of_no_load(fields))
+                return None
+            if action in _LOAD_ACKS:
+                # the layers that landed for the load this ack ends (its guard's loadDone),
+                # taken here, where every event passes, not in the guard, which sample mode skips
+                key = _load_key(fields)
+                self.layers_landed = self._layers.pop(key, _EMPTY)
+                self._loads.discard(key)
+            else:
+                self._loads.add(_load_key(fields))
         rid = fields.get("rid")
         if rid is None:
             self.phase_before = self.lock_before = None
@@ -266,13 +269,10 @@ class IncrementalHostTierMap(HostTierMap):
         elif action in _REQ_ACTIONS:
             self.req_dirty = True
         if action in _BACKUP_ACTIONS:
-            x = self._node_by_id(fields.get("node"))
+            x = self.by_id.get(fields.get("node"))
             if x is not None:
                 self.requeue.add(x)
         return steps
-
-    def _node_by_id(self, nid):
-        return self.by_id.get(nid)
 
     def _take_q(self, rid: int) -> None:
         for q, r in enumerate(self.qtab):
@@ -391,7 +391,8 @@ class IncrementalHostTierMap(HostTierMap):
         node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
         hs = x.host
         pending = self.sync_backup.get(x.id)
-        backing = host_write_in_flight(x)
+        # (host_write_in_flight is False with no op attached: most nodes, not called)
+        backing = bool(x.inflight) and host_write_in_flight(x)
         slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None, backing)
         old = self.nval.get(x)
         forced = x in self.slot_changed
@@ -469,7 +470,7 @@ class IncrementalHostTierMap(HostTierMap):
         # hidden retention: an IDLE slot missing from the free list maps to "reserved"
         # (the reference map's rule); checked by count, the set only when counts differ
         idle = raw.count(_IDLE_BYTE)
-        if idle != c.host.free or self.adjusted:
+        if idle != free or self.adjusted:
             free = c.host.free_set()
             self.adjusted = idle != len(free)
             for h in range(len(self.slot_names)):
@@ -548,15 +549,25 @@ class IncrementalHostTierMap(HostTierMap):
             self.changed = {}
         if self.slots_changed:
             self.slots_changed = []
-        self.dirty_nodes = set()
-        self.dirty_slots = set()
-        self.dirty_reqs = set()
+        # (the dirty sets are handed to the checks, which only read them and keep none past
+        # the step: a set the last sync left empty, most events' dirty slots or requests,
+        # serves as this sync's; a filled one is replaced by a new one)
+        if self.dirty_nodes:
+            self.dirty_nodes = set()
+        if self.dirty_slots:
+            self.dirty_slots = set()
+        if self.dirty_reqs:
+            self.dirty_reqs = set()
         c = self.cache
         host = c.host
         if host is not None:
             # (the slots whose state changed since the last sync, one C pass that also
-            # brings slot_seen up to date; _slots only when one did or the free count moved)
-            free = host.free
+            # brings slot_seen up to date; _slots only when one did or the free count moved.
+            # The free count is `host.free`, read off its free list's fields: two property
+            # calls at every event, not made; tests/monitors/test_host_tier_incremental.py
+            # asserts the two agree after every event)
+            pages = host._pages
+            free = len(pages._free) + pages.capacity - pages._next
             hs = _diff_bytes(host.state, self.slot_seen)
             if hs or free != self.free_seen or self.adjusted:
                 self._slots(hs, free)
@@ -641,7 +652,8 @@ class IncrementalHostTierMap(HostTierMap):
         tests/monitors/test_host_tier_incremental.py asserts after every event): so under a
         binding of domains at least that large, this map's own (`constants`), every one is
         in its domain and the sets the sync built are handed on as they are, not copied nor
-        searched (the next sync builds new ones, and the checks only read them): the sync's
+        searched (the checks only read them, and keep none past the step, after which the
+        next sync fills new ones, or ones still empty): the sync's
         own dict itself, unless every request is to be checked; under a smaller binding they
         are filtered."""
         reqs = dirty["Reqs"]
