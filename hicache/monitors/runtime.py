@@ -1010,17 +1010,8 @@ class Monitor:
         C = self._cache.get(key()) if key is not None else None
         if C is None:
             C = self.constants()
-        if C is not self._checked_C:
+        if delta or C is not self._checked_C:    # (else the state every invariant last held on)
             self._check_delta(name, fields, C, delta, acc)
-        elif delta:        # (else the state every invariant last held on)
-            # (_check_delta under the binding last checked, inline up to its checks' loop:
-            # this runs at every event of a strict run)
-            D, changed, s = rmap.domains(C, acc), _variables_of(delta), rmap.live()
-            if self._inc_all is None or self._inc_all(C, s, D, changed, self._fused_skip):
-                if not changed.isdisjoint(self._unfused_reads):
-                    self._run_checks(name, fields, C, s, D, changed, self._unfused_checks)
-            else:
-                self._run_checks(name, fields, C, s, D, changed, self._inc_checks)
         if name in self._effect_on:
             # (_check_effect, inline: this runs at every event of a strict run)
             broke = self._effect(name, fields)
@@ -1072,12 +1063,6 @@ class Monitor:
                 return
         else:
             checks = self._inc_checks
-        self._run_checks(name, fields, C, s, D, changed, checks)
-
-    def _run_checks(self, name: str, fields: dict, C: dict, s: dict, D: dict, changed: frozenset | None,
-                    checks: list) -> None:
-        """`checks` (entries of `_inc_checks`) on the live state s: each whose variables
-        `changed` names (None: every one), on the domain elements D."""
         for inv, inc, full, reads in checks:
             if changed is not None and changed.isdisjoint(reads):
                 continue

@@ -58,7 +58,7 @@ class Compare:
         self.events += 1
         a, b = canonical(self.inc, self.inc.state()), canonical(self.ref, self.ref.state())
         assert a == b, f"after event {self.events} {action} {fields}:\n inc {a}\n ref {b}"
-        # (the free count sync reads off the free list's fields is the allocator's own)
+        # (the free count the last sync kept, which `_slots` compares, is the allocator's own)
         host = self.inc.cache.host
         assert host is None or self.inc.free_seen == host.free, (self.events, action, self.inc.free_seen, host.free)
 

@@ -562,12 +562,8 @@ class IncrementalHostTierMap(HostTierMap):
         host = c.host
         if host is not None:
             # (the slots whose state changed since the last sync, one C pass that also
-            # brings slot_seen up to date; _slots only when one did or the free count moved.
-            # The free count is `host.free`, read off its free list's fields: two property
-            # calls at every event, not made; tests/monitors/test_host_tier_incremental.py
-            # asserts the two agree after every event)
-            pages = host._pages
-            free = len(pages._free) + pages.capacity - pages._next
+            # brings slot_seen up to date; _slots only when one did or the free count moved)
+            free = host.free
             hs = _diff_bytes(host.state, self.slot_seen)
             if hs or free != self.free_seen or self.adjusted:
                 self._slots(hs, free)
