@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 9
+#define ABI_VERSION 10
 
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
@@ -167,15 +167,9 @@ static int ints_or_compare(PyObject *a, PyObject *b, int op) {
     return t;
 }
 
-/* fill(d, pos, v, var, delta, dirty): d[p] = v for each p of the list pos whose value is not
- * v already, each write recorded as (var, p, old) and p added to dirty. */
-static PyObject *fill(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("fill", n, 6))
-        return NULL;
-    PyObject *d = a[0], *pos = a[1], *v = a[2], *var = a[3], *delta = a[4], *dirty = a[5];
-    if (check_type(d, &PyDict_Type, "fill", "d") || check_type(pos, &PyList_Type, "fill", "pos") ||
-        check_type(delta, &PyList_Type, "fill", "delta") || check_type(dirty, &PySet_Type, "fill", "dirty"))
-        return NULL;
+/* d[p] = v for each p of the list pos whose value is not v already, each write recorded as
+ * (var, p, old) and p added to dirty; 0, or -1 on an error */
+static int fill_each(PyObject *d, PyObject *pos, PyObject *v, PyObject *var, PyObject *delta, PyObject *dirty) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++) {
         PyObject *p = PyList_GET_ITEM(pos, i);
         Py_INCREF(p);
@@ -184,8 +178,20 @@ static PyObject *fill(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         Py_XDECREF(old);
         Py_DECREF(p);
         if (rc < 0)
-            return NULL;
+            return -1;
     }
+    return 0;
+}
+
+/* fill(d, pos, v, var, delta, dirty): fill_each. */
+static PyObject *fill(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("fill", n, 6))
+        return NULL;
+    PyObject *d = a[0], *pos = a[1], *v = a[2], *var = a[3], *delta = a[4], *dirty = a[5];
+    if (check_type(d, &PyDict_Type, "fill", "d") || check_type(pos, &PyList_Type, "fill", "pos") ||
+        check_type(delta, &PyList_Type, "fill", "delta") || check_type(dirty, &PySet_Type, "fill", "dirty") ||
+        fill_each(d, pos, v, var, delta, dirty) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -358,24 +364,15 @@ static PyObject *release(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-/* write_slots(d, pos, values, var, refs, delta, dirty, slots): d[p] = v for each pair of
- * zip(pos, values) where old != v, recorded as (var, p, old), p added to dirty, and the
- * page's slot reference moved from old to v (refs[old] -= 1 and refs[v] += 1 for a true
- * one, each such slot added to slots). */
-static PyObject *write_slots(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("write_slots", n, 8))
-        return NULL;
-    PyObject *d = a[0], *pos = a[1], *values = a[2], *var = a[3], *refs = a[4], *delta = a[5], *dirty = a[6],
-             *slots = a[7];
-    if (check_type(d, &PyDict_Type, "write_slots", "d") || check_type(pos, &PyList_Type, "write_slots", "pos") ||
-        check_type(refs, &PyDict_Type, "write_slots", "refs") ||
-        check_type(delta, &PyList_Type, "write_slots", "delta") ||
-        check_type(dirty, &PySet_Type, "write_slots", "dirty") ||
-        check_type(slots, &PySet_Type, "write_slots", "slots"))
-        return NULL;
+/* d[p] = v for each pair of zip(pos, values) (pos a list) where old != v, recorded as
+ * (var, p, old), p added to dirty, and the page's slot reference moved from old to v
+ * (refs[old] -= 1 and refs[v] += 1 for a true one, each such slot added to slots); 0, or -1 on
+ * an error (values not a sequence: TypeError) */
+static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObject *var, PyObject *refs,
+                            PyObject *delta, PyObject *dirty, PyObject *slots) {
     PyObject *vals = PySequence_Fast(values, "write_slots: values must be a sequence");
     if (vals == NULL)
-        return NULL;
+        return -1;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(vals);
     int rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(pos) && i < m; i++) {
@@ -401,7 +398,21 @@ static PyObject *write_slots(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         Py_DECREF(p);
     }
     Py_DECREF(vals);
-    if (rc < 0)
+    return rc;
+}
+
+/* write_slots(d, pos, values, var, refs, delta, dirty, slots): write_slots_each. */
+static PyObject *write_slots(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("write_slots", n, 8))
+        return NULL;
+    PyObject *d = a[0], *pos = a[1], *values = a[2], *var = a[3], *refs = a[4], *delta = a[5], *dirty = a[6],
+             *slots = a[7];
+    if (check_type(d, &PyDict_Type, "write_slots", "d") || check_type(pos, &PyList_Type, "write_slots", "pos") ||
+        check_type(refs, &PyDict_Type, "write_slots", "refs") ||
+        check_type(delta, &PyList_Type, "write_slots", "delta") ||
+        check_type(dirty, &PySet_Type, "write_slots", "dirty") ||
+        check_type(slots, &PySet_Type, "write_slots", "slots") ||
+        write_slots_each(d, pos, values, var, refs, delta, dirty, slots) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1577,16 +1588,22 @@ static int call_on(PyObject *f, PyObject *x) {
     return r == NULL ? -1 : 0;
 }
 
-/* walk_journaled(todo, root, mapped, enter, leave): loops.py's py_walk_journaled, the same
- * reads (each node's `parent` read again at each pass, `par in mapped` asked at each look:
- * enter maps nodes as it goes) and the same calls in the same order. */
-static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("walk_journaled", n, 5))
-        return NULL;
-    PyObject *root = a[1], *mapped = a[2], *enter = a[3], *leave = a[4];
+/* what the walk does with a node in the tree: enter(arg, x); 0, or -1 on an error */
+typedef int (*enter_fn)(void *arg, PyObject *x);
+
+static int enter_by_call(void *enter, PyObject *x) {
+    return call_on((PyObject *)enter, x);
+}
+
+/* loops.py's py_walk_journaled over todo, root, mapped and leave, each node in the tree given
+ * to enter(arg, x): the same reads (each node's `parent` read again at each pass, `par in
+ * mapped` asked at each look: enter maps nodes as it goes) and the same calls in the same
+ * order; None, or NULL on an error */
+static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, enter_fn enter, void *arg,
+                            PyObject *leave) {
     if (s_parent == NULL && (s_parent = PyUnicode_InternFromString("parent")) == NULL)
         return NULL;
-    PyObject *it = PyObject_GetIter(a[0]);
+    PyObject *it = PyObject_GetIter(todo);
     if (it == NULL)
         return NULL;
     PyObject *pending = PyList_New(0), *later = NULL, *x;
@@ -1613,7 +1630,7 @@ static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n
                 err = call_on(leave, x) < 0;
             } else {
                 int in = par == root ? 1 : PySequence_Contains(mapped, par);
-                err = in < 0 || (in ? call_on(enter, x) : PyList_Append(later, x)) < 0;
+                err = in < 0 || (in ? enter(arg, x) : PyList_Append(later, x)) < 0;
             }
             Py_XDECREF(par);
             Py_DECREF(x);
@@ -1635,6 +1652,389 @@ static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n
     Py_XDECREF(later);
     Py_XDECREF(pending);
     return finish(it, err, NULL, NULL, NULL, NULL);
+}
+
+/* walk_journaled(todo, root, mapped, enter, leave): loops.py's py_walk_journaled, walk_nodes
+ * with enter called. */
+static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("walk_journaled", n, 5))
+        return NULL;
+    return walk_nodes(a[0], a[1], a[2], enter_by_call, a[3], a[4]);
+}
+
+static PyObject *s_n, *s_device, *s_loading, *s_stored, *s_hit_count, *s_host, *s_inflight;
+
+/* the node fields remap_node reads, interned once; 0, or -1 on an error */
+static int remap_names(void) {
+    static const char *names[] = {"id", "parent", "n", "device", "loading", "stored", "hit_count", "host", "inflight"};
+    PyObject **slots[] = {&s_id, &s_parent, &s_n, &s_device, &s_loading, &s_stored, &s_hit_count, &s_host,
+                          &s_inflight};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (*slots[i] == NULL && (*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+/* s.add(x) for a set s (PySet_Add), else s.add(x) called; 0, or -1 on an error */
+static int set_like_add(PyObject *s, PyObject *x) {
+    if (PySet_Check(s))
+        return PySet_Add(s, x);
+    PyObject *r = PyObject_CallMethod(s, "add", "O", x);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* up[x] = par and x moved from kids[was] (when kids has was) to kids.setdefault(par, set()):
+ * loops.py's py_remap_node's parent link, when x's parent is no longer `was`; 0, or -1 */
+static int relink(PyObject *up, PyObject *kids, PyObject *x, PyObject *par, PyObject *was) {
+    PyObject *old_kids = PyDict_GetItemWithError(kids, was);
+    if (old_kids == NULL && PyErr_Occurred())
+        return -1;
+    if (old_kids != NULL) {
+        Py_INCREF(old_kids);
+        int rc;
+        if (PySet_Check(old_kids)) {
+            rc = PySet_Discard(old_kids, x) < 0 ? -1 : 0;
+        } else {
+            PyObject *r = PyObject_CallMethod(old_kids, "discard", "O", x);
+            rc = r == NULL ? -1 : 0;
+            Py_XDECREF(r);
+        }
+        Py_DECREF(old_kids);
+        if (rc < 0)
+            return -1;
+    }
+    if (PyDict_SetItem(up, x, par) < 0)
+        return -1;
+    PyObject *fresh = PySet_New(NULL);
+    if (fresh == NULL)
+        return -1;
+    PyObject *mine = PyDict_SetDefault(kids, par, fresh);     /* (borrowed) */
+    Py_XINCREF(mine);
+    Py_DECREF(fresh);
+    int rc = mine == NULL ? -1 : set_like_add(mine, x);
+    Py_XDECREF(mine);
+    return rc;
+}
+
+/* `(var, d) = col` of node_cols / `(var, d, refs) = col` of slot_cols, d a dict (refs one too
+ * when asked): borrowed; 0, or -1 (TypeError) */
+static int remap_column(PyObject *col, Py_ssize_t size, PyObject **var, PyObject **d, PyObject **refs) {
+    if (check_type(col, &PyTuple_Type, "remap_node", "a column"))
+        return -1;
+    if (PyTuple_GET_SIZE(col) != size) {
+        PyErr_Format(PyExc_TypeError, "remap_node: a column must have %zd items, not %zd", size,
+                     PyTuple_GET_SIZE(col));
+        return -1;
+    }
+    *var = PyTuple_GET_ITEM(col, 0), *d = PyTuple_GET_ITEM(col, 1);
+    if (refs != NULL) {
+        *refs = PyTuple_GET_ITEM(col, 2);
+        if (check_type(*refs, &PyDict_Type, "remap_node", "refs"))
+            return -1;
+    }
+    return check_type(*d, &PyDict_Type, "remap_node", "d");
+}
+
+/* the node-level values' writes: every column's positions filled when `all`, else the columns
+ * whose value differs from (or is of another type than) the one at the same index of old_vals
+ * (zip(node_cols, old_vals, vals): the shortest decides); 0, or -1 on an error */
+static int remap_node_level(PyObject *node_cols, PyObject *vals, PyObject *old_vals, int all, PyObject *pos,
+                            PyObject *delta, PyObject *dirty) {
+    PyObject *olds = all ? NULL : PySequence_Fast(old_vals, "remap_node: the old values must be a sequence");
+    if (!all && olds == NULL)
+        return -1;
+    Py_ssize_t m = PyTuple_GET_SIZE(node_cols) < PyTuple_GET_SIZE(vals) ? PyTuple_GET_SIZE(node_cols)
+                                                                          : PyTuple_GET_SIZE(vals);
+    if (olds != NULL && PySequence_Fast_GET_SIZE(olds) < m)
+        m = PySequence_Fast_GET_SIZE(olds);
+    int err = 0;
+    for (Py_ssize_t i = 0; !err && i < m; i++) {
+        PyObject *var, *d, *v = PyTuple_GET_ITEM(vals, i);
+        err = remap_column(PyTuple_GET_ITEM(node_cols, i), 2, &var, &d, NULL) < 0;
+        int write = 1;
+        if (!err && olds != NULL) {
+            PyObject *a = Py_NewRef(PySequence_Fast_GET_ITEM(olds, i));
+            write = ints_or_compare(a, v, Py_NE);
+            if (write == 0)
+                write = Py_TYPE(a) != Py_TYPE(v);
+            Py_DECREF(a);
+            err = write < 0;
+        }
+        if (!err && write)
+            err = fill_each(d, pos, v, var, delta, dirty) < 0;
+    }
+    Py_XDECREF(olds);
+    return err ? -1 : 0;
+}
+
+/* the per-page slot values' writes: slot_page[h] = x for each h of hs (not None), then
+ * node_slots(hs, pending, len(pos), backing)'s two lists written, host's and backupOp's
+ * (zip(slot_cols, them): write_slots_each); 0, or -1 on an error */
+static int remap_slots(PyObject *x, PyObject *hs, PyObject *pending, PyObject *backing, PyObject *pos,
+                       PyObject *slot_page, PyObject *slot_cols, PyObject *node_slots, PyObject *delta,
+                       PyObject *dirty, PyObject *slots) {
+    if (hs != Py_None) {
+        PyObject *it = PyObject_GetIter(hs), *h;
+        if (it == NULL)
+            return -1;
+        int err = 0;
+        while (!err && (h = PyIter_Next(it)) != NULL) {
+            err = PyDict_SetItem(slot_page, h, x) < 0;
+            Py_DECREF(h);
+        }
+        Py_DECREF(it);
+        if (err || PyErr_Occurred())
+            return -1;
+    }
+    PyObject *n = PyLong_FromSsize_t(PyList_GET_SIZE(pos));
+    if (n == NULL)
+        return -1;
+    PyObject *argv[] = {hs, pending, n, backing};
+    PyObject *res = PyObject_Vectorcall(node_slots, argv, 4, NULL);
+    Py_DECREF(n);
+    PyObject *lists = res == NULL ? NULL : PySequence_Fast(res, "remap_node: node_slots must return a sequence");
+    Py_XDECREF(res);
+    if (lists == NULL)
+        return -1;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(lists) < PyTuple_GET_SIZE(slot_cols) ? PySequence_Fast_GET_SIZE(lists)
+                                                                                  : PyTuple_GET_SIZE(slot_cols);
+    int err = 0;
+    for (Py_ssize_t i = 0; !err && i < m; i++) {
+        PyObject *var, *d, *refs, *values = Py_NewRef(PySequence_Fast_GET_ITEM(lists, i));
+        err = remap_column(PyTuple_GET_ITEM(slot_cols, i), 3, &var, &d, &refs) < 0 ||
+              write_slots_each(d, pos, values, var, refs, delta, dirty, slots) < 0;
+        Py_DECREF(values);
+    }
+    Py_DECREF(lists);
+    return err ? -1 : 0;
+}
+
+/* the tuple's items into out (borrowed) when it is a tuple of `size` items (ValueError as an
+ * unpacking's otherwise, TypeError when no tuple) */
+static int unpack(PyObject *t, Py_ssize_t size, const char *what, PyObject **out) {
+    if (check_type(t, &PyTuple_Type, "remap_node", what))
+        return -1;
+    if (PyTuple_GET_SIZE(t) != size) {
+        if (PyTuple_GET_SIZE(t) > size)
+            PyErr_Format(PyExc_ValueError, "too many values to unpack (expected %zd)", size);
+        else
+            PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected %zd, got %zd)", size,
+                         PyTuple_GET_SIZE(t));
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < size; i++)
+        out[i] = PyTuple_GET_ITEM(t, i);
+    return 0;
+}
+
+/* loops.py's py_remap_node(ctx, step, x), the same reads of x's fields, lookups, calls (resize,
+ * loading_req, in_flight, node_slots) and writes, in the same order; 0, or -1 on an error.
+ * Why: per node, the bytecode around its few C loops cost more than the loops (~25k
+ * instructions a node, ~1 node a sync). */
+static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
+    PyObject *c[14], *st[5];
+    if (unpack(ctx, 14, "ctx", c) < 0 || unpack(step, 5, "step", st) < 0 || remap_names() < 0)
+        return -1;
+    PyObject *npos = c[0], *by_id = c[1], *up = c[2], *kids = c[3], *nval = c[4], *slot_changed = c[5],
+             *sync_backup = c[6], *slot_page = c[7], *node_cols = c[8], *slot_cols = c[9], *in_flight = c[10],
+             *node_slots = c[11], *resize = c[12], *loading_req = c[13];
+    PyObject *delta = st[0], *changed = st[1], *dirty = st[2], *slots = st[3], *m = st[4];
+    if (check_type(npos, &PyDict_Type, "remap_node", "npos") ||
+        check_type(by_id, &PyDict_Type, "remap_node", "by_id") ||
+        check_type(up, &PyDict_Type, "remap_node", "up") || check_type(kids, &PyDict_Type, "remap_node", "kids") ||
+        check_type(nval, &PyDict_Type, "remap_node", "nval") ||
+        check_type(slot_changed, &PySet_Type, "remap_node", "slot_changed") ||
+        check_type(sync_backup, &PyDict_Type, "remap_node", "sync_backup") ||
+        check_type(slot_page, &PyDict_Type, "remap_node", "slot_page") ||
+        check_type(node_cols, &PyTuple_Type, "remap_node", "node_cols") ||
+        check_type(slot_cols, &PyTuple_Type, "remap_node", "slot_cols") ||
+        check_type(delta, &PyList_Type, "remap_node", "delta") ||
+        check_type(changed, &PyDict_Type, "remap_node", "changed") ||
+        check_type(dirty, &PySet_Type, "remap_node", "dirty") || check_type(slots, &PySet_Type, "remap_node", "slots"))
+        return -1;
+    PyObject *pos = NULL, *xid = NULL, *par = NULL, *was = NULL, *n = NULL, *lq = NULL, *hits = NULL, *hs = NULL,
+             *pending = NULL, *backing = NULL, *node_vals = NULL, *slot_vals = NULL, *new = NULL, *old = NULL,
+             *item = NULL, *ht = NULL, *pt = NULL;
+    int err = 1;
+    /* pos = npos.setdefault(x, []) */
+    pos = PyDict_GetItemWithError(npos, x);
+    if (pos != NULL) {
+        Py_INCREF(pos);
+    } else {
+        if (PyErr_Occurred() || (pos = PyList_New(0)) == NULL || PyDict_SetItem(npos, x, pos) < 0)
+            goto done;
+    }
+    if (check_type(pos, &PyList_Type, "remap_node", "npos[x]"))
+        goto done;
+    if ((xid = PyObject_GetAttr(x, s_id)) == NULL || PyDict_SetItem(by_id, xid, x) < 0 ||
+        (par = PyObject_GetAttr(x, s_parent)) == NULL)
+        goto done;
+    was = PyDict_GetItemWithError(up, x);
+    if (was == NULL && PyErr_Occurred())
+        goto done;
+    was = Py_NewRef(was != NULL ? was : Py_None);
+    if (par != was && relink(up, kids, x, par, was) < 0)
+        goto done;
+    /* resized = len(pos) != n */
+    if ((n = PyObject_GetAttr(x, s_n)) == NULL || (item = PyLong_FromSsize_t(PyList_GET_SIZE(pos))) == NULL)
+        goto done;
+    int resized = ints_or_compare(item, n, Py_NE);
+    Py_CLEAR(item);
+    if (resized < 0)
+        goto done;
+    if (resized) {
+        PyObject *argv[] = {m, x, pos, n};
+        if ((item = PyObject_Vectorcall(resize, argv, 4, NULL)) == NULL)
+            goto done;
+        Py_CLEAR(item);
+    }
+    /* the node-level values: (x.device is not None, bool(x.stored), min(x.hit_count, 2), loadReq) */
+    if ((item = PyObject_GetAttr(x, s_device)) == NULL)
+        goto done;
+    PyObject *dev = item != Py_None ? Py_True : Py_False;
+    Py_CLEAR(item);
+    if ((item = PyObject_GetAttr(x, s_loading)) == NULL)
+        goto done;
+    if (item == Py_None) {
+        lq = PyLong_FromLong(0);
+    } else {
+        PyObject *argv[] = {m, x};
+        lq = PyObject_Vectorcall(loading_req, argv, 2, NULL);
+    }
+    Py_CLEAR(item);
+    if (lq == NULL || (hits = PyObject_GetAttr(x, s_hit_count)) == NULL ||
+        (item = PyObject_GetAttr(x, s_stored)) == NULL)
+        goto done;
+    int stored = PyObject_IsTrue(item);
+    Py_CLEAR(item);
+    if (stored < 0 || (item = PyLong_FromLong(2)) == NULL)
+        goto done;
+    long long hv;
+    int below = int_value(hits, &hv) ? hv < 2 : PyObject_RichCompareBool(hits, item, Py_LT);
+    if (below < 0 || (node_vals = PyTuple_Pack(4, dev, stored ? Py_True : Py_False, below ? hits : item, lq)) == NULL)
+        goto done;
+    Py_CLEAR(item);
+    /* the slot values: (tuple(x.host) or None, tuple(sync_backup.get(x.id)) or None, backing) */
+    if ((hs = PyObject_GetAttr(x, s_host)) == NULL)
+        goto done;
+    pending = PyDict_GetItemWithError(sync_backup, xid);
+    if (pending == NULL && PyErr_Occurred())
+        goto done;
+    pending = Py_NewRef(pending != NULL ? pending : Py_None);
+    if ((item = PyObject_GetAttr(x, s_inflight)) == NULL)
+        goto done;
+    int busy = PyObject_IsTrue(item);
+    Py_CLEAR(item);
+    if (busy < 0)
+        goto done;
+    if (busy) {
+        PyObject *argv[] = {x};
+        if ((item = PyObject_Vectorcall(in_flight, argv, 1, NULL)) == NULL)
+            goto done;
+        busy = PyObject_IsTrue(item);
+        Py_CLEAR(item);
+        if (busy < 0)
+            goto done;
+    }
+    backing = Py_NewRef(busy ? Py_True : Py_False);
+    if ((ht = hs == Py_None ? Py_NewRef(Py_None) : PySequence_Tuple(hs)) == NULL ||
+        (pt = pending == Py_None ? Py_NewRef(Py_None) : PySequence_Tuple(pending)) == NULL ||
+        (slot_vals = PyTuple_Pack(3, ht, pt, backing)) == NULL || (new = PyTuple_Pack(2, node_vals, slot_vals)) == NULL)
+        goto done;
+    old = PyDict_GetItemWithError(nval, x);
+    if (old == NULL && PyErr_Occurred())
+        goto done;
+    Py_XINCREF(old);
+    int forced = PySet_Contains(slot_changed, x);
+    if (forced < 0)
+        goto done;
+    int same = old != NULL && !resized ? ints_or_compare(old, new, Py_EQ) : 0;
+    if (same < 0)
+        goto done;
+    if (same && !forced) {
+        err = 0;
+        goto done;
+    }
+    if (!same && PyDict_SetDefault(changed, x, old != NULL ? old : Py_None) == NULL)
+        goto done;
+    if (PyDict_SetItem(nval, x, new) < 0)
+        goto done;
+    if (resized || old == NULL) {
+        if (remap_node_level(node_cols, node_vals, NULL, 1, pos, delta, dirty) < 0)
+            goto done;
+    } else {
+        PyObject *zero = PyLong_FromLong(0);
+        item = zero == NULL ? NULL : item_at(old, zero);
+        Py_XDECREF(zero);
+        int differ = item == NULL ? -1 : ints_or_compare(item, node_vals, Py_NE);
+        if (differ < 0 || (differ && remap_node_level(node_cols, node_vals, item, 0, pos, delta, dirty) < 0))
+            goto done;
+        Py_CLEAR(item);
+    }
+    if (forced)
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++)
+            if (PySet_Add(dirty, PyList_GET_ITEM(pos, i)) < 0)
+                goto done;
+    int slots_differ = resized || forced || old == NULL;
+    if (!slots_differ) {
+        PyObject *one = PyLong_FromLong(1);
+        item = one == NULL ? NULL : item_at(old, one);
+        Py_XDECREF(one);
+        slots_differ = item == NULL ? -1 : ints_or_compare(item, slot_vals, Py_NE);
+        Py_CLEAR(item);
+        if (slots_differ < 0)
+            goto done;
+    }
+    if (slots_differ &&
+        remap_slots(x, hs, pending, backing, pos, slot_page, slot_cols, node_slots, delta, dirty, slots) < 0)
+        goto done;
+    err = 0;
+done:
+    Py_XDECREF(pos);
+    Py_XDECREF(xid);
+    Py_XDECREF(par);
+    Py_XDECREF(was);
+    Py_XDECREF(n);
+    Py_XDECREF(lq);
+    Py_XDECREF(hits);
+    Py_XDECREF(hs);
+    Py_XDECREF(pending);
+    Py_XDECREF(backing);
+    Py_XDECREF(node_vals);
+    Py_XDECREF(slot_vals);
+    Py_XDECREF(new);
+    Py_XDECREF(old);
+    Py_XDECREF(item);
+    Py_XDECREF(ht);
+    Py_XDECREF(pt);
+    return err ? -1 : 0;
+}
+
+/* remap_node(ctx, step, x): remap_entry. */
+static PyObject *remap_node(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("remap_node", n, 3) || remap_entry(a[0], a[1], a[2]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int remap_enter(void *ctx_step, PyObject *x) {
+    PyObject **cs = ctx_step;
+    return remap_entry(cs[0], cs[1], x);
+}
+
+/* remap_journaled(todo, root, ctx, step, leave): loops.py's py_remap_journaled, walk_nodes over
+ * ctx[0] (npos: the mapped nodes) with each node in the tree re-mapped (remap_entry), no call
+ * between. */
+static PyObject *remap_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("remap_journaled", n, 5) || check_type(a[2], &PyTuple_Type, "remap_journaled", "ctx"))
+        return NULL;
+    if (PyTuple_GET_SIZE(a[2]) == 0) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return NULL;
+    }
+    PyObject *cs[] = {a[2], a[3]};
+    return walk_nodes(a[0], a[1], PyTuple_GET_ITEM(a[2], 0), remap_enter, cs, a[4]);
 }
 
 /* shifted(slots): loops.py's py_shifted, [h + 1 for h in slots] (an exact int's sum made in
@@ -1956,6 +2356,10 @@ static PyMethodDef methods[] = {
      "(h, y) for the slots whose holder is a node not named"},
     {"walk_journaled", (PyCFunction)(void (*)(void))walk_journaled, METH_FASTCALL,
      "the journaled nodes, parents first: enter(x) the ones in the tree, leave(x) the detached"},
+    {"remap_node", (PyCFunction)(void (*)(void))remap_node, METH_FASTCALL,
+     "the incremental HostTier map's re-mapping of one node"},
+    {"remap_journaled", (PyCFunction)(void (*)(void))remap_journaled, METH_FASTCALL,
+     "walk_journaled with each node in the tree re-mapped by remap_node"},
     {"shifted", shifted, METH_O, "[h + 1 for h in slots]"},
     {"request_step", (PyCFunction)(void (*)(void))request_step, METH_FASTCALL,
      "the request rows of the common step written, or None (the full rebuild)"},

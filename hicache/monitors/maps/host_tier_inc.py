@@ -52,7 +52,7 @@ WATCHED = frozenset({"parent", "n", "device", "host", "stored", "loading", "hit_
 NODE_VARS = ("dev", "host", "stor", "hits", "backupOp", "loadReq", "loadDone")
 #: per-request variables (sequences over Reqs), in _requests' order
 REQ_VARS = ("req", "reqLen", "pfSlot", "pfNode", "pfAbort")
-#: the variables of a node's node-level values (dev, stor, hits, loadReq), in _remap's order
+#: the variables of a node's node-level values (dev, stor, hits, loadReq), in remap_node's order
 _NODE_LEVEL = ("dev", "stor", "hits", "loadReq")
 SPARE = {"dev": False, "host": 0, "stor": False, "hits": 0, "backupOp": 0, "loadReq": 0, "loadDone": 0}
 #: the per-position variables whose values can differ between positions: loadDone is 0 at
@@ -75,8 +75,8 @@ _BACKUP_ACTIONS = frozenset({"BackupStart", "BackupFinish"})
 
 _IDLE = int(HostSlotState.IDLE)
 # the loops over positions and slots (native when built: maps/loops.py)
-_write_fill, _write_slots, _diff_bytes = loops.fill, loops.write_slots, loops.diff_bytes
-_remove_pages, _walk_journaled = loops.remove_pages, loops.walk_journaled
+_diff_bytes = loops.diff_bytes
+_remove_pages, _remap_journaled = loops.remove_pages, loops.remap_journaled
 _request_step = loops.request_step
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
@@ -184,6 +184,14 @@ class IncrementalHostTierMap(HostTierMap):
         self.up: dict = {}                           # mapped node -> its parent
         self.kids: dict = {}                         # node -> its mapped children
         self.slot_changed: set = set()               # nodes holding a slot whose state changed
+        # what loops.remap_node re-maps a node with (containers never replaced: built once; the
+        # map's own callbacks unbound, the map given with each sync's containers: none holds it)
+        self._remap_ctx = (self.npos, self.by_id, self.up, self.kids, self.nval, self.slot_changed,
+                           self.sync_backup, self.slot_page,
+                           tuple((var, self.funcs[var]) for var in _NODE_LEVEL),
+                           (("host", self.funcs["host"], self.tree_refs),
+                            ("backupOp", self.funcs["backupOp"], self.backup_refs)),
+                           host_write_in_flight, node_slots, type(self)._resize, type(self)._loading_req)
         self.req_dirty = True                        # request-side variables need rebuilding
         self.phase_before = None                     # the last event's request's phase before it (None: not live)
         self.lock_before = None                      # ... the node id its lock was on before it (None: none)
@@ -361,73 +369,26 @@ class IncrementalHostTierMap(HostTierMap):
             self.loading_nodes.get(getattr(x.loading, "rid", None), set()).discard(x)
 
     # ------------------------------------------------------------ node mapping
-    def _remap(self, x) -> None:
-        """Write node x's pages (positions added or removed as its page count changed). Each
-        group of values is written only when it differs from what was last written for x:
-        the node-level values (dev, stor, hits, loadReq) and the per-page slot values."""
-        pos = self.npos.setdefault(x, [])
-        self.by_id[x.id] = x
-        par, was = x.parent, self.up.get(x)
-        if par is not was:
-            if was in self.kids:
-                self.kids[was].discard(x)
-            self.up[x] = par
-            self.kids.setdefault(par, set()).add(x)
-        n = x.n
-        resized = len(pos) != n
+    # (a node's re-mapping is loops.remap_node, native, over this map's containers,
+    # `_remap_ctx`, and a sync's, `_map_nodes`; these two are its rare steps' callbacks)
+    def _resize(self, x, pos: list, n: int) -> None:
+        """Node x's positions `pos` made n: its last pages leave (a split's parent node took
+        its first ones: x keeps its own last ones, renamed) or new ones are added."""
         if len(pos) > n:
             self._remove(pos[n:])
             del pos[n:]
         if len(pos) < n:
             self._extend(x, pos, n)
-        d = x.device is not None
-        lq = 0
-        if x.loading is not None:
-            rid = getattr(x.loading, "rid", None)
-            q = self.qslot.get(rid, 0)
-            if q:       # only a live request's slot can change (it frees it when it leaves)
-                self.loading_nodes.setdefault(rid, set()).add(x)
-            lq = load_req(q, rid)    # whatever the device state (as the reference map)
-        node_vals = (d, bool(x.stored), x.hit_count if x.hit_count < 2 else 2, lq)
-        hs = x.host
-        pending = self.sync_backup.get(x.id)
-        # (host_write_in_flight is False with no op attached: most nodes, not called)
-        backing = bool(x.inflight) and host_write_in_flight(x)
-        slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None, backing)
-        old = self.nval.get(x)
-        forced = x in self.slot_changed
-        new = (node_vals, slot_vals)
-        same = old is not None and not resized and old == new
-        if same:
-            if not forced:
-                return
-        else:
-            self.changed.setdefault(x, old)     # (the values before the sync: the first write's)
-        self.nval[x] = new
-        # (the node-level values, var[p] = v over the node's positions: no slot references)
-        funcs, delta, dirty = self.funcs, self.delta, self.dirty_nodes
-        if resized or old is None:
-            for var, v in zip(_NODE_LEVEL, node_vals):
-                _write_fill(funcs[var], pos, v, var, delta, dirty)
-        elif old[0] != node_vals:
-            # only the node-level values that changed (one event changes one or two)
-            for var, a, b in zip(_NODE_LEVEL, old[0], node_vals):
-                if a != b or type(a) is not type(b):
-                    _write_fill(funcs[var], pos, b, var, delta, dirty)
-        if forced:
-            # a slot this node's pages hold changed state: what reads slot[host[n]] of these
-            # pages (PendingLoadLocked) must be rechecked on them
-            dirty.update(pos)
-        if not (resized or forced or old is None or old[1] != slot_vals):
-            return
-        if hs is not None:
-            for h in hs:
-                self.slot_page[h] = x
-        hv, bv = node_slots(hs, pending, len(pos), backing)
-        for var, values, refs in (("host", hv, self.tree_refs), ("backupOp", bv, self.backup_refs)):
-            # (each page whose slot changed: its slot reference moves from old to v, 0 being
-            # none, and both slots are dirty)
-            _write_slots(funcs[var], pos, values, var, refs, delta, dirty, self.dirty_slots)
+
+    def _loading_req(self, x) -> int:
+        """loadReq of the pages of node x, which is loading (x.loading is not None), whatever
+        its device state (as the reference map); a live request's node is kept in
+        loading_nodes (only a live request's slot can change: it frees it when it leaves)."""
+        rid = getattr(x.loading, "rid", None)
+        q = self.qslot.get(rid, 0)
+        if q:
+            self.loading_nodes.setdefault(rid, set()).add(x)
+        return load_req(q, rid)
 
     def changed_vars(self, x, old) -> list[str]:
         """The spec variables whose values at node x's pages the last sync changed (old: x's
@@ -605,7 +566,8 @@ class IncrementalHostTierMap(HostTierMap):
         todo = self.journal | self.requeue
         self.journal.clear()
         self.requeue = set()
-        _walk_journaled(todo, self.cache.tree.root, self.npos, self._remap, self._unmap_subtree)
+        _remap_journaled(todo, self.cache.tree.root, self._remap_ctx,
+                         (self.delta, self.changed, self.dirty_nodes, self.dirty_slots, self), self._unmap_subtree)
         self.slot_changed.clear()
 
     def _unmap_subtree(self, x) -> None:

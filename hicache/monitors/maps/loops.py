@@ -5,7 +5,8 @@ rows (their pages' type for TypeOK, a padded row's pages written), the tests of
 SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device pages,
 the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
-candidates, the walk of the journaled nodes (parents first), runtime slots made spec slots,
+candidates, the walk of the journaled nodes (parents first), the HostTier map's re-mapping of
+a node (and the walk with it, no call between), runtime slots made spec slots,
 the request rows of the common step and their writes, and the tracked nodes' journaled
 fields (`journaled`: a data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
 same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and
@@ -21,6 +22,7 @@ different TLA+ value); `write_slots` compares with `!=` (its values are slot num
 from __future__ import annotations
 
 import operator
+from functools import partial
 
 import numpy as np
 
@@ -306,6 +308,97 @@ def py_walk_journaled(todo, root, mapped, enter, leave) -> None:
         pending = later
 
 
+def py_remap_node(ctx: tuple, step: tuple, x) -> None:
+    """The incremental HostTier map's re-mapping of one node x (host_tier_inc's map): its
+    pages' values written where they differ from what was last written for it.
+
+    ctx, the map's containers and functions, which live as long as it does: (npos: node ->
+    its pages' positions, by_id: node id -> node, up: node -> its parent, kids: node -> its
+    children, nval: node -> its values last written, slot_changed: the nodes holding a slot
+    whose state changed, sync_backup: node id -> the slots a blocking copy writes,
+    slot_page: runtime slot -> node holding it, node_cols: ((var, its dict), ...) of the
+    node-level variables dev, stor, hits, loadReq, slot_cols: ((var, its dict, its slot
+    reference counts), ...) of host and backupOp, in_flight: `host_write_in_flight`,
+    node_slots: the per-page slot values (host_tier.node_slots), resize(m, x, pos, n): x's
+    positions made n, loading_req(m, x): loadReq of x's pages while x.loading is not None).
+    step, this sync's: (delta, changed: node -> its values before the sync, dirty:
+    positions, slots: spec slots, m: the map, resize's and loading_req's first argument).
+
+    In order: x's positions (npos.setdefault), by_id, its parent link (up, kids) when its
+    parent changed, its positions resized when its page count changed; its values, node-level
+    (x.device is not None, bool(x.stored), min(x.hit_count, 2), loadReq) and per-page slots
+    (tuple(x.host) or None, tuple(sync_backup.get(x.id)) or None, a device->host copy in
+    flight: bool(x.inflight) and bool(in_flight(x))); nothing more when they equal nval[x]
+    (not resized) and no slot of x changed state (x not in slot_changed). Else x's values
+    before go to changed (the first sync's write kept), nval[x] = the values, each node-level
+    variable's positions written (`fill`: all four when x is new or resized, else those that
+    differ or changed type), x's positions all dirty when x is in slot_changed, and, when the
+    slot values differ (or x is new, resized or in slot_changed), slot_page[h] = x for each h
+    of x.host, then host's and backupOp's per-page values (node_slots(x.host, the blocking
+    copy's slots, len(pos), backing)) written (`write_slots`)."""
+    npos, by_id, up, kids, nval, slot_changed, sync_backup, slot_page, node_cols, slot_cols, in_flight, \
+        node_slots, resize, loading_req = ctx
+    delta, changed, dirty, slots, m = step
+    pos = npos.setdefault(x, [])
+    xid = x.id
+    by_id[xid] = x
+    par, was = x.parent, up.get(x)
+    if par is not was:
+        if was in kids:
+            kids[was].discard(x)
+        up[x] = par
+        kids.setdefault(par, set()).add(x)
+    n = x.n
+    resized = len(pos) != n
+    if resized:
+        resize(m, x, pos, n)
+    dev = x.device is not None
+    lq = 0 if x.loading is None else loading_req(m, x)
+    hits = x.hit_count
+    node_vals = (dev, bool(x.stored), hits if hits < 2 else 2, lq)
+    hs = x.host
+    pending = sync_backup.get(xid)
+    # (in_flight is not asked of a node with nothing in flight: most nodes)
+    backing = bool(x.inflight) and bool(in_flight(x))
+    slot_vals = (tuple(hs) if hs is not None else None, tuple(pending) if pending is not None else None, backing)
+    old = nval.get(x)
+    forced = x in slot_changed
+    new = (node_vals, slot_vals)
+    if old is not None and not resized and old == new:
+        if not forced:
+            return
+    else:
+        changed.setdefault(x, old)      # (the values before the sync: the first write's)
+    nval[x] = new
+    if resized or old is None:
+        for (var, d), v in zip(node_cols, node_vals):
+            py_fill(d, pos, v, var, delta, dirty)
+    elif old[0] != node_vals:
+        # only the node-level values that changed (one event changes one or two)
+        for (var, d), a, b in zip(node_cols, old[0], node_vals):
+            if a != b or type(a) is not type(b):
+                py_fill(d, pos, b, var, delta, dirty)
+    if forced:
+        # a slot this node's pages hold changed state: what reads slot[host[n]] of these
+        # pages (PendingLoadLocked) must be rechecked on them
+        dirty.update(pos)
+    if not (resized or forced or old is None or old[1] != slot_vals):
+        return
+    if hs is not None:
+        for h in hs:
+            slot_page[h] = x
+    # (each page whose slot changed: its slot reference moves from old to v, 0 being none,
+    # and both slots are dirty)
+    for (var, d, refs), values in zip(slot_cols, node_slots(hs, pending, len(pos), backing)):
+        py_write_slots(d, pos, values, var, refs, delta, dirty, slots)
+
+
+def py_remap_journaled(todo, root, ctx: tuple, step: tuple, leave) -> None:
+    """`walk_journaled` over ctx[0] (npos: the mapped nodes) with each node in the tree
+    re-mapped by `remap_node(ctx, step, x)`: a sync's re-mapping in one call."""
+    py_walk_journaled(todo, root, ctx[0], partial(py_remap_node, ctx, step), leave)
+
+
 def py_shifted(slots) -> list:
     """[h + 1 for h in slots]: runtime slots as spec slots (NoSlot is 0)."""
     return [h + 1 for h in slots]
@@ -378,7 +471,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
           "renumber": py_renumber, "remove_pages": py_remove_pages, "foreign_holders": py_foreign_holders,
-          "walk_journaled": py_walk_journaled, "shifted": py_shifted,
+          "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
+          "shifted": py_shifted,
           "request_step": py_request_step, "journaled": py_journaled}
 
 _mod = native.module()
@@ -404,6 +498,8 @@ renumber = _mod.renumber if _mod is not None else py_renumber
 remove_pages = _mod.remove_pages if _mod is not None else py_remove_pages
 foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
+remap_node = _mod.remap_node if _mod is not None else py_remap_node
+remap_journaled = _mod.remap_journaled if _mod is not None else py_remap_journaled
 shifted = _mod.shifted if _mod is not None else py_shifted
 request_step = _mod.request_step if _mod is not None else py_request_step
 journaled = _mod.journaled if _mod is not None else py_journaled
