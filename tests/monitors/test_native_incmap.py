@@ -245,6 +245,62 @@ def test_held_once_or_free_agrees(mod, seed):
     assert mod.held_once_or_free([3], {}, frozenset()) is False            # lost: neither
 
 
+
+def _padded_row(pages):
+    """A stand-in for the maps' padded row: a new value per call, telling the pages apart."""
+    return ("row", tuple(pages))
+
+
+def _commit_case(rng, odd: bool) -> list:
+    """Random arguments of commit_rows: n chains with rows of NoPage (-1) and pages, holder
+    counts, page rows, the state's rot, len and page tuples, and changes: unused, the same
+    entry, other pages, NoPage alone, another rotation; odd cases add what the map never
+    holds (TRUE and 1.0 for a page or a rotation, a chain past the state, a state without
+    len, an entry that is no sequence)."""
+    n = rng.randint(0, 6)
+    odd_pages = [True, 1.0] if odd else []
+
+    def entry():
+        pages = tuple(rng.choice([-1, *range(8), *odd_pages]) for _ in range(rng.randint(0, 4)))
+        return (rng.choice([0, 1, *([True] if odd else [])]), rng.choice([pages, (-1,) * len(pages)]))
+    rows = {c: entry() for c in rng.sample(range(1, n + 1), rng.randint(0, n))}
+    holders = {p: rng.choice([0, 1, 2]) for p in rng.sample(range(8), rng.randint(0, 8))}
+    page_rows = {c: _padded_row(e[1]) for c, e in rows.items() if rng.random() < 0.7}
+    empty = ("row", ())
+    s = {"rot": tuple(rows.get(c, (-1, ()))[0] for c in range(1, n + 1)),
+         "len": tuple(len(rows.get(c, (-1, ()))[1]) for c in range(1, n + 1)),
+         "page": tuple(page_rows.get(c, empty) for c in range(1, n + 1)), "host": ()}
+    changed = {}
+    for c in rng.sample(range(1, n + 1), rng.randint(0, n)):
+        was = rows.get(c, (-1, ()))
+        changed[c] = rng.choice([(-1, ()), was, entry(), (was[0], (-1,) * len(was[1])), (1 - was[0], was[1])])
+    if odd:
+        if rng.random() < 0.3:
+            changed[n + rng.randint(1, 2)] = entry()        # (IndexError at its entries)
+        if rng.random() < 0.1:
+            del s[rng.choice(["rot", "len", "page"])]        # (KeyError)
+        if rng.random() < 0.1 and changed:
+            changed[rng.choice(list(changed))] = None        # (TypeError: not subscriptable)
+    return [changed, rows, holders, page_rows, s, [("x", None, 0)], empty, _padded_row, -1]
+
+
+def test_commit_rows_agrees(mod):
+    """The chain maps' commit both ways on random rows and changes: the same dirty sets,
+    rows, holder counts, page rows, state and delta, or the same exception at the same point."""
+    rng = random.Random(0)
+    seen = _outcomes("commit_rows", mod, [_commit_case(rng, i % 3 == 2) for i in range(600)])
+    assert seen["ok"] >= 400 and len(seen) >= 3, seen
+    rows, holders, page_rows = {1: (0, (4, 5))}, {4: 1, 5: 1}, {1: ("row", (4, 5))}
+    s = {"rot": (0, -1), "len": (2, 0), "page": (("row", (4, 5)), ("row", ())), "host": ()}
+    delta = []
+    got = mod.commit_rows({1: (0, (-1, -1)), 2: (0, (6,))}, rows, holders, page_rows, s, delta, ("row", ()),
+                          _padded_row, -1)
+    assert got == ({1, 2}, {4, 5, 6}) and holders == {4: 0, 5: 0, 6: 1}
+    assert rows == {1: (0, (-1, -1)), 2: (0, (6,))} and page_rows == {2: ("row", (6,))}
+    assert s == {"rot": (0, 0), "len": (2, 1), "page": (("row", ()), ("row", (6,))), "host": ()}
+    assert delta == [("rot", None, (0, -1)), ("len", None, (2, 0)), ("page", None, (("row", (4, 5)), ("row", ())))]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_overwrite_agrees(mod, seed):
     """A padded row's pages written over its first positions, shorter or longer than the

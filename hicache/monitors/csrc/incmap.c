@@ -707,6 +707,176 @@ static PyObject *ints_within(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return PyBool_FromLong(ok);
 }
 
+static PyObject *s_rot, *s_len, *s_page;
+
+/* x[k] for a small int k (0 or 1: a row's items), a new reference, as item_at reads */
+static PyObject *item_k(PyObject *x, long k) {
+    PyObject *i = PyLong_FromLong(k), *v = i == NULL ? NULL : item_at(x, i);
+    Py_XDECREF(i);
+    return v;
+}
+
+/* pages.count(none) != len(pages) for a list or tuple of pages (as tuple.count compares:
+ * PyObject_RichCompareBool, identity first): 1 when some page is not `none`, 0, -1 on an error */
+static int some_page(PyObject *pages, PyObject *none) {
+    PyObject *seq = PySequence_Fast(pages, "commit_rows: pages must be a sequence");
+    if (seq == NULL)
+        return -1;
+    int some = 0;
+    for (Py_ssize_t i = 0; some == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        int eq = PyObject_RichCompareBool(PySequence_Fast_GET_ITEM(seq, i), none, Py_EQ);
+        some = eq < 0 ? -1 : !eq;
+    }
+    Py_DECREF(seq);
+    return some;
+}
+
+/* *copy = list(seq) at the first edit (NULL before), then copy[i] = v; 0, or -1 on an error */
+static int edit(PyObject **copy, PyObject *seq, PyObject *i, PyObject *v) {
+    if (*copy == NULL && (*copy = PySequence_List(seq)) == NULL)
+        return -1;
+    return item_put(*copy, i, v);
+}
+
+/* the writes commit_rows makes for one chain c of changed, new its (rot, pages); 0, or -1 on
+ * an error (the order of loops.py's py_commit_rows: its reads, writes and calls) */
+static int commit_chain(PyObject *const *a, PyObject *c, PyObject *new, PyObject *unused, PyObject *const *seq0,
+                        PyObject **seq1, PyObject *dchains, PyObject *dpages) {
+    PyObject *rows = a[1], *holders = a[2], *page_rows = a[3], *empty = a[6], *padded = a[7], *none = a[8];
+    PyObject *old = PyDict_GetItemWithError(rows, c);
+    if (old == NULL && PyErr_Occurred())
+        return -1;
+    old = Py_NewRef(old == NULL ? unused : old);
+    PyObject *r = NULL, *pages = NULL, *old_pages = NULL, *one = NULL, *i = NULL, *v = NULL, *ln = NULL;
+    int rc = -1, ne = ints_or_compare(new, old, Py_NE);
+    if (ne <= 0) {
+        rc = ne;
+        goto done;
+    }
+    if (PySet_Add(dchains, c) < 0 || (r = item_k(new, 0)) == NULL || (pages = item_k(new, 1)) == NULL ||
+        (one = PyLong_FromLong(1)) == NULL || (i = PyNumber_Subtract(c, one)) == NULL ||
+        (old_pages = item_k(old, 1)) == NULL)
+        goto done;
+    int paged = ints_or_compare(pages, old_pages, Py_NE);
+    if (paged < 0)
+        goto done;
+    if (paged) {
+        PyObject *minus = PyLong_FromLong(-1);
+        PyObject *dec[] = {holders, old_pages, minus, dpages, none}, *inc[] = {holders, pages, one, dpages, none};
+        PyObject *x = minus == NULL ? NULL : count_pages(NULL, dec, 5);
+        Py_XDECREF(minus);
+        if (x == NULL)
+            goto done;
+        Py_DECREF(x);
+        if ((x = count_pages(NULL, inc, 5)) == NULL)
+            goto done;
+        Py_DECREF(x);
+        if (seq1[2] == NULL && (seq1[2] = PySequence_List(seq0[2])) == NULL)
+            goto done;
+        int some = some_page(pages, none);
+        if (some < 0)
+            goto done;
+        if (some) {
+            PyObject *argv[] = {pages};
+            if ((v = PyObject_Vectorcall(padded, argv, 1, NULL)) == NULL || item_put(seq1[2], i, v) < 0 ||
+                PyDict_SetItem(page_rows, c, v) < 0)
+                goto done;
+        } else {
+            if (item_put(seq1[2], i, empty) < 0)
+                goto done;
+            PyObject *held = PyDict_GetItemWithError(page_rows, c);
+            if ((held == NULL && PyErr_Occurred()) || (held != NULL && PyDict_DelItem(page_rows, c) < 0))
+                goto done;
+        }
+    }
+    int unused_now = ints_or_compare(new, unused, Py_EQ);
+    if (unused_now < 0 || (unused_now ? PyDict_DelItem(rows, c) : PyDict_SetItem(rows, c, new)) < 0)
+        goto done;
+    PyObject *vals[] = {r, NULL};
+    Py_ssize_t n = PyObject_Size(pages);
+    if (n < 0 || (ln = PyLong_FromSsize_t(n)) == NULL)
+        goto done;
+    vals[1] = ln;
+    for (int k = 0; k < 2; k++) {       /* rot[c - 1], then len[c - 1], where they differ */
+        PyObject *was = item_at(seq0[k], i);
+        int differs = was == NULL ? -1 : ints_or_compare(was, vals[k], Py_NE);
+        Py_XDECREF(was);
+        if (differs < 0 || (differs && edit(&seq1[k], seq0[k], i, vals[k]) < 0))
+            goto done;
+    }
+    rc = 0;
+done:
+    Py_DECREF(old);
+    Py_XDECREF(r);
+    Py_XDECREF(pages);
+    Py_XDECREF(old_pages);
+    Py_XDECREF(one);
+    Py_XDECREF(i);
+    Py_XDECREF(v);
+    Py_XDECREF(ln);
+    return rc;
+}
+
+/* commit_rows(changed, rows, holders, page_rows, s, delta, empty, padded, none): loops.py's
+ * py_commit_rows, the incremental chain maps' commit of the chains in `changed` on a state of
+ * the current shape, in one pass over it: (dirty chains, dirty pages). */
+static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("commit_rows", n, 9))
+        return NULL;
+    PyObject *changed = a[0], *s = a[4], *delta = a[5];
+    if (check_type(changed, &PyDict_Type, "commit_rows", "changed") ||
+        check_type(a[1], &PyDict_Type, "commit_rows", "rows") ||
+        check_type(a[2], &PyDict_Type, "commit_rows", "holders") ||
+        check_type(a[3], &PyDict_Type, "commit_rows", "page_rows") ||
+        check_type(s, &PyDict_Type, "commit_rows", "s") || check_type(delta, &PyList_Type, "commit_rows", "delta"))
+        return NULL;
+    if (s_rot == NULL && ((s_rot = PyUnicode_InternFromString("rot")) == NULL ||
+                          (s_len = PyUnicode_InternFromString("len")) == NULL ||
+                          (s_page = PyUnicode_InternFromString("page")) == NULL)) {
+        Py_CLEAR(s_rot);
+        Py_CLEAR(s_len);
+        return NULL;
+    }
+    PyObject *vars[] = {s_rot, s_len, s_page}, *seq0[] = {NULL, NULL, NULL}, *seq1[] = {NULL, NULL, NULL};
+    PyObject *nothing = PyTuple_New(0), *unused = nothing == NULL ? NULL : PyTuple_Pack(2, a[8], nothing);
+    PyObject *dchains = PySet_New(NULL), *dpages = PySet_New(NULL), *out = NULL;
+    int err = unused == NULL || dchains == NULL || dpages == NULL;
+    for (int k = 0; !err && k < 3; k++)
+        err = (seq0[k] = dict_at(s, vars[k])) == NULL;
+    PyObject *c, *new;
+    Py_ssize_t pos = 0, size = err ? 0 : PyDict_GET_SIZE(changed);
+    while (!err && PyDict_Next(changed, &pos, &c, &new)) {
+        Py_INCREF(c);
+        Py_INCREF(new);
+        err = commit_chain(a, c, new, unused, seq0, seq1, dchains, dpages) < 0;
+        Py_DECREF(c);
+        Py_DECREF(new);
+        if (!err && PyDict_GET_SIZE(changed) != size) {     /* (as a dict's iterator refuses it) */
+            PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+            err = 1;
+        }
+    }
+    /* (each variable an entry was edited in: replaced by a tuple, its old value in the delta) */
+    for (int k = 0; !err && k < 3; k++) {
+        if (seq1[k] == NULL)
+            continue;
+        PyObject *t = PyList_AsTuple(seq1[k]);
+        err = t == NULL || record(delta, vars[k], Py_None, seq0[k]) < 0 || PyDict_SetItem(s, vars[k], t) < 0;
+        Py_XDECREF(t);
+    }
+    if (!err)
+        out = PyTuple_Pack(2, dchains, dpages);
+    for (int k = 0; k < 3; k++) {
+        Py_XDECREF(seq0[k]);
+        Py_XDECREF(seq1[k]);
+    }
+    Py_XDECREF(nothing);
+    Py_XDECREF(unused);
+    Py_XDECREF(dchains);
+    Py_XDECREF(dpages);
+    return out;
+}
+
 /* ---- the fast paths' readers (hicache/monitors/rt.py's fast_ap and no_ap, called once per
  * variable a generated fast path reads, at every strict step): set by configure_readers */
 static PyObject *fcn_type, *py_fast_ap, *no_read, *seq_error, *str_d, *str_getitem;
@@ -2333,6 +2503,8 @@ static PyMethodDef methods[] = {
     {"overwrite", (PyCFunction)(void (*)(void))overwrite, METH_FASTCALL, "d[i] = values[i] for each index i"},
     {"ints_within", (PyCFunction)(void (*)(void))ints_within, METH_FASTCALL,
      "every item an exact int in 0..n-1 or equal to none"},
+    {"commit_rows", (PyCFunction)(void (*)(void))commit_rows, METH_FASTCALL,
+     "the changed chains' rows, holder counts and sequence variables written"},
     {"held_once_or_free", (PyCFunction)(void (*)(void))held_once_or_free, METH_FASTCALL,
      "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
     {"slot_changes", (PyCFunction)(void (*)(void))slot_changes, METH_FASTCALL,

@@ -39,7 +39,7 @@ from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_a
 from hicache.monitors.runtime import MISSING, snapshot
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import count_pages, held_once_or_free, overwrite
+from .loops import commit_rows, count_pages, held_once_or_free, overwrite
 from .steps import capacity
 
 #: the per-chain sequence variables, in the order a row gives their values
@@ -96,34 +96,19 @@ class IncrementalRows:
         replaced, each write in the delta; when Chains or MaxLen grew since the last commit,
         every row is written again in the new shape and everything is dirty."""
         delta = self.delta = []
-        pids = self.pids
         n, L = self.n_chains, self.max_len
         s = self.s
-        reshaped = self._shape != (n, L)
-        self._shape = (n, L)
-        dirty_chains: set[int] = set()
-        dirty_pages: set[int] = set()
-        paged: set[int] = set()                 # the dirty chains whose pages changed
-        rows, holders = self.rows, self.holders
-        for c, new in changed.items():
-            old = rows.get(c, UNUSED)
-            if new != old:
-                dirty_chains.add(c)
-                if new[1] != old[1]:
-                    paged.add(c)
-                    # (holders[p] -= 1 for the old row's pages, += 1 for the new one's: NoPage
-                    # skipped, each page dirty)
-                    count_pages(holders, old[1], -1, dirty_pages, NONE)
-                    count_pages(holders, new[1], 1, dirty_pages, NONE)
-                if new == UNUSED:
-                    del rows[c]
-                else:
-                    rows[c] = new
-        if reshaped:
-            dirty_chains = set(range(1, n + 1))
-            dirty_pages = set(pids)
-        if dirty_chains:
-            self._write_rows(dirty_chains, L, reshaped, paged)
+        if self._shape == (n, L):
+            # (most commits: the rows of this shape are built, and only the changed chains'
+            # entries are written, in one C pass, `loops.commit_rows`: which chains differ,
+            # their holder counts, rows and entries of rot, len and page, the delta)
+            dirty_chains, dirty_pages = commit_rows(changed, self.rows, self.holders, self.page_rows, s, delta,
+                                                    self._empty, self._padded, NONE)
+        else:
+            self._shape = (n, L)
+            self._recount(changed)
+            self._write_all_rows(L)
+            dirty_chains, dirty_pages = set(range(1, n + 1)), set(self.pids)
         old_free = s.get("free", MISSING)
         if old_free is not free and (old_free is MISSING or old_free != free):
             delta.append(("free", None, old_free))
@@ -136,69 +121,41 @@ class IncrementalRows:
             s["mixed"] = False
         return delta, {"Chains": dirty_chains, "PageIds": dirty_pages}
 
-    def _write_rows(self, dirty: set, L: int, reshaped: bool, paged: set) -> None:
-        """Replace the sequence variables whose chains changed (as the reference map builds
-        them: each row a function on positions 0..L-1, NoPage past the chain's end); `paged`:
-        the chains whose pages changed (a page row is rebuilt only for these: a row has
-        MaxLen entries, a chain's pages are a few of them). A chain with no page but NoPage
-        (none, or a node whose copies left the device: every eviction's) takes the shared
-        all-NoPage row, as the reference map's state does, not a padded copy of it."""
-        s, delta, rows = self.s, self.delta, self.rows
-        # (the first commit is reshaped: every later one finds the row of its shape built)
-        empty = self._empty_row(L) if reshaped else self._empty
-        if reshaped:
-            n = self.n_chains
-            vals = {"rot": [None] * n, "len": [None] * n, "page": [None] * n, "host": [empty] * n}
-            self.page_rows = {}
-            for c in range(1, n + 1):
-                r, pages = rows.get(c, UNUSED)
-                vals["rot"][c - 1], vals["len"][c - 1] = r, len(pages)
-                if pages.count(NONE) != len(pages):
-                    vals["page"][c - 1] = self.page_rows[c] = self._padded(pages)
+    def _recount(self, changed: dict) -> None:
+        """The entries and holder counts of the chains in `changed` (as `commit_rows` keeps
+        them), before a commit that writes every row."""
+        rows, holders = self.rows, self.holders
+        for c, new in changed.items():
+            old = rows.get(c, UNUSED)
+            if new != old:
+                if new[1] != old[1]:
+                    count_pages(holders, old[1], -1, None, NONE)
+                    count_pages(holders, new[1], 1, None, NONE)
+                if new == UNUSED:
+                    del rows[c]
                 else:
-                    vals["page"][c - 1] = empty
-            for var in ROW_VARS:
-                delta.append((var, None, s.get(var, MISSING)))
-                s[var] = tuple(vals[var])
-            return
-        # (host rows are NoHost everywhere, whatever a chain holds: only rot, len and page
-        # change, and each is rebuilt only when one of its entries does: copied to a list
-        # at its first edit, None while it has none)
-        rot0, len0, page0 = s["rot"], s["len"], s["page"]
-        rot1 = len1 = page1 = None
-        page_rows = self.page_rows
-        for c in dirty:
+                    rows[c] = new
+
+    def _write_all_rows(self, L: int) -> None:
+        """Every sequence variable written again in the current shape (as the reference map
+        builds them: each row a function on positions 0..L-1, NoPage past the chain's end), each
+        replaced in the delta. A chain with no page but NoPage (none, or a node whose copies
+        left the device: every eviction's) takes the shared all-NoPage row, as the reference
+        map's state does, not a padded copy of it; host rows are that row everywhere."""
+        s, delta, rows, n = self.s, self.delta, self.rows, self.n_chains
+        empty = self._empty_row(L)
+        vals = {"rot": [None] * n, "len": [None] * n, "page": [None] * n, "host": [empty] * n}
+        self.page_rows = {}
+        for c in range(1, n + 1):
             r, pages = rows.get(c, UNUSED)
-            i, n = c - 1, len(pages)
-            if rot0[i] != r:
-                if rot1 is None:
-                    rot1 = list(rot0)
-                rot1[i] = r
-            if len0[i] != n:
-                if len1 is None:
-                    len1 = list(len0)
-                len1[i] = n
-            if c in paged:
-                # (no comparison with the row it replaces, MaxLen entries: other pages make
-                # another row, but for trailing NoPages, (NoPage, NoPage) against (), whose
-                # rows are equal: written again, an entry undo restores as it was)
-                if page1 is None:
-                    page1 = list(page0)
-                if pages.count(NONE) != len(pages):
-                    page1[i] = page_rows[c] = self._padded(pages)
-                else:
-                    page1[i] = empty
-                    page_rows.pop(c, None)
-        # (each variable an entry edited: replaced, its old value in the delta)
-        if rot1 is not None:
-            delta.append(("rot", None, rot0))
-            s["rot"] = tuple(rot1)
-        if len1 is not None:
-            delta.append(("len", None, len0))
-            s["len"] = tuple(len1)
-        if page1 is not None:
-            delta.append(("page", None, page0))
-            s["page"] = tuple(page1)
+            vals["rot"][c - 1], vals["len"][c - 1] = r, len(pages)
+            if pages.count(NONE) != len(pages):
+                vals["page"][c - 1] = self.page_rows[c] = self._padded(pages)
+            else:
+                vals["page"][c - 1] = empty
+        for var in ROW_VARS:
+            delta.append((var, None, s.get(var, MISSING)))
+            s[var] = tuple(vals[var])
 
     def _empty_row(self, L: int):
         """The shared all-NoPage row of MaxLen L, and the dict `_padded` copies: built at each

@@ -29,7 +29,6 @@ scratch in sample mode, incrementally in strict mode (`IncrementalDevicePagesMap
 from __future__ import annotations
 
 import heapq
-import operator
 import weakref
 
 from hicache.monitors.generated import cp_sharding as spec
@@ -52,8 +51,6 @@ _TYPEOK_READS = spec.READS["TypeOK"]
 DEVICE_FIELDS = ("parent", "n", "device")
 
 _NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that found no change
-
-_pages_of = operator.itemgetter(1)      # a changed chain's (rot, pages): its pages
 
 
 class OpJournal(list):
@@ -219,7 +216,12 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         free = self._free()
         if self.cache.alloc_log or self.pending:    # (else none pending, none mapped: most syncs)
             self._pending(changed, free)
-        longest = max(map(len, map(_pages_of, changed.values())), default=1)
+        # (a loop, not max(..., default=1): max parses its keyword at every call, ~2k
+        # instructions, and a sync changes a chain or two)
+        longest = 1
+        for _, pages in changed.values():
+            if len(pages) > longest:
+                longest = len(pages)
         if self.next_id - 1 > self.n_chains or longest > self.max_len:
             self._grow(self.next_id - 1, longest)     # (its tests first: most syncs grow nothing)
         return self._commit(changed, free)

@@ -1,7 +1,8 @@
 """The incremental maps' loops over positions, pages and slots: the writes of a node's
 pages (each recording what it replaced, the delta, and what it made dirty), the host slots'
 state comparison and the changed slots' bookkeeping, the device pages' holder counts and
-rows (their pages' type for TypeOK, a padded row's pages written), the tests of
+rows (their pages' type for TypeOK, a padded row's pages written, a commit of the changed
+chains' rows, counts and sequence entries), the tests of
 SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty device pages,
 the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
@@ -112,6 +113,60 @@ def py_count_pages(counts: dict, pages, k: int, dirty: set | None, none) -> None
             counts[p] = counts.get(p, 0) + k
             if dirty is not None:
                 dirty.add(p)
+
+
+def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s: dict, delta: list, empty, padded,
+                   none) -> tuple[set, set]:
+    """The incremental chain maps' commit of the chains in `changed` (chain c -> its new
+    (rot, pages); (none, ()) for a chain no longer used) on a state whose rows have the
+    current shape, in one pass: a chain whose entry differs from rows.get(c, (none, ())) is
+    dirty and its entry replaced (deleted when it is the unused one); when its pages differ,
+    holders[p] -= 1 for the old pages and += 1 for the new (`none` skipped, each page dirty:
+    `count_pages`) and its page row is written: `padded(pages)`, kept in page_rows[c], when
+    some page is not `none`, else `empty` (page_rows[c] dropped); rot[c - 1] and len[c - 1]
+    are written where they differ. Each of s["rot"], s["len"], s["page"] an entry was
+    written in (copied to a list at its first edit) is replaced by a tuple, (var, None, old
+    value) appended to delta, in that order. Returns (dirty chains, dirty pages). (A page row
+    is not compared with the one it replaces, MaxLen entries: other pages make another row,
+    but for trailing NoPages, (NoPage, NoPage) against (), whose rows are equal: written
+    again, an entry undo restores as it was.)"""
+    unused = (none, ())
+    dirty_chains: set = set()
+    dirty_pages: set = set()
+    seq0 = [s["rot"], s["len"], s["page"]]
+    seq1: list = [None, None, None]
+    for c, new in changed.items():
+        old = rows.get(c, unused)
+        if not new != old:
+            continue
+        dirty_chains.add(c)
+        r, pages, i, old_pages = new[0], new[1], c - 1, old[1]
+        if pages != old_pages:
+            py_count_pages(holders, old_pages, -1, dirty_pages, none)
+            py_count_pages(holders, pages, 1, dirty_pages, none)
+            if seq1[2] is None:
+                seq1[2] = list(seq0[2])
+            if pages.count(none) != len(pages):
+                row = padded(pages)
+                seq1[2][i] = row
+                page_rows[c] = row
+            else:
+                seq1[2][i] = empty
+                page_rows.pop(c, None)
+        if new == unused:
+            del rows[c]
+        else:
+            rows[c] = new
+        for k, v in ((0, r), (1, len(pages))):
+            if seq0[k][i] != v:
+                if seq1[k] is None:
+                    seq1[k] = list(seq0[k])
+                seq1[k][i] = v
+    for var, was, edited in zip(("rot", "len", "page"), seq0, seq1):
+        if edited is not None:
+            delta.append((var, None, was))
+            s[var] = tuple(edited)
+    return dirty_chains, dirty_pages
 
 
 def py_slot_owner_breach(names, slots, tree_refs: dict, backup_refs: dict, pf_refs: dict):
@@ -465,6 +520,7 @@ def py_journaled(slot, journals: list, name: str) -> property:
 
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
+          "commit_rows": py_commit_rows,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
           "ints_within": py_ints_within, "overwrite": py_overwrite,
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
@@ -483,6 +539,7 @@ release = _mod.release if _mod is not None else py_release
 write_slots = _mod.write_slots if _mod is not None else py_write_slots
 diff_bytes = _mod.diff_bytes if _mod is not None else py_diff_bytes
 count_pages = _mod.count_pages if _mod is not None else py_count_pages
+commit_rows = _mod.commit_rows if _mod is not None else py_commit_rows
 slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach
 held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
 ints_within = _mod.ints_within if _mod is not None else py_ints_within
