@@ -215,6 +215,14 @@ class IncrementalHostTierMap(HostTierMap):
         # not it still holds it), a frame must not
         self.changed: dict = {}
         self.slots_changed: list = []
+        # the actions whose effect check (`effect`) can find something in what the last sync
+        # changed (the monitor calls it for these alone): every one of effect_actions when a
+        # node's values or a slot's state changed or a node left (what a frame judges), else
+        # only those with writes of their own to check (host_tier_guards.WRITES); the others'
+        # check would return None
+        self._effect_changed = frozenset(self.effect_actions)
+        self._effect_unchanged = self._effect_changed & frozenset(host_tier_guards.WRITES)
+        self.effect_due = self._effect_changed
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
         self.dirty_reqs: set = set()
@@ -283,7 +291,9 @@ class IncrementalHostTierMap(HostTierMap):
             self.qtab.append(rid)
             q = len(self.qtab) - 1
         self.qslot[rid] = q + 1
-        self.requeue.update(self.loading_nodes.get(rid, ()))
+        loading = self.loading_nodes.get(rid)
+        if loading:     # (a request's first match loads nothing yet: no set update at each)
+            self.requeue |= loading
 
     def _free_q(self, rid: int) -> None:
         q = self.qslot.pop(rid)
@@ -291,7 +301,9 @@ class IncrementalHostTierMap(HostTierMap):
         while self.qtab and self.qtab[-1] is None:
             self.qtab.pop()
         # its pages now map to "no request"; rids are never reused, so nothing maps to it again
-        self.requeue.update(self.loading_nodes.pop(rid, ()))
+        loading = self.loading_nodes.pop(rid, None)
+        if loading:
+            self.requeue |= loading
 
     # ------------------------------------------------------------ writes (delta-recorded)
     def _set_scalar(self, var: str, v) -> None:
@@ -594,6 +606,8 @@ class IncrementalHostTierMap(HostTierMap):
                 if grew:
                     self._zero_rows(len(self.s["req"]))
                 self.fetching = _EMPTY
+        self.effect_due = self._effect_changed if self.changed or self.slots_changed or self.left \
+            else self._effect_unchanged
         # a request's row is checked when it changed; all of them when len did (what
         # LockedNodesKept reads of the state besides the row)
         reqs = None if self.L != L0 else self.dirty_reqs
