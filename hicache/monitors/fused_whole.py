@@ -197,13 +197,13 @@ class _Whole:
             self.statement(st, out)
 
     def statement(self, st: ast.stmt, out: list[str]) -> None:
-        """`st`'s C. Its temporaries are numbered from where its enclosing statement's stood
-        when it began, so the statements of one list reuse the same ones: each expression
-        releases every temporary it took (Py_CLEAR) before its statement ends, unless it
-        jumps to `done`, which releases whatever is held; so every temporary is NULL again
-        where the next statement begins. (Numbered apart per statement, the set-up of a
-        HostTier pass declared ~400, each set NULL at entry and released at exit at every
-        call: ~1.2k instructions of a pass that checks one request's row.)"""
+        """`st`'s C. Its temporaries are numbered from the first one its enclosing statement
+        had not taken when `st` began, so the statements of one list reuse the same ones:
+        each expression releases every temporary it took (Py_CLEAR) before its statement
+        ends, unless it jumps to `done`, which releases whatever is held; so every temporary
+        is NULL again where the next statement begins. (Numbered apart, a HostTier pass
+        declared ~400, each set NULL at entry and tested at exit at every call: ~250
+        instructions a call.)"""
         sc = self.scope
         temps, ints = sc.temps, sc.ints
         mark = len(out)
