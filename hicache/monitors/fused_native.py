@@ -138,6 +138,24 @@ def _release(*operands: tuple[str, bool]) -> str:
     return " ".join(f"Py_CLEAR({x});" for x, owned in operands if owned)
 
 
+def _method_call(loop: _Loop, node: ast.Call, dst: str, out: list[str]) -> str:
+    """`obj.name(args)` into dst, as Python calls a method (its LOAD_METHOD: the type's function
+    called with obj first, no bound method made, unless obj's own attribute shadows it):
+    PyObject_VectorcallMethod. (The fast paths test `V.isdisjoint(...)` per conjunct: a bound
+    method allocated and freed at each, before.) The attribute is looked up after the
+    arguments are evaluated, not before: the fast path's arguments read and call nothing
+    that acts, and either one's Exception makes the pass not hold."""
+    obj = _operand(loop, node.func.value, out)
+    args = [_operand(loop, a, out) for a in node.args]
+    argv = f"{dst}_argv"
+    out.append(f"{{ PyObject *{argv}[] = {{{', '.join(a for a, _ in (obj, *args))}}};")
+    out.append(f"  {dst} = PyObject_VectorcallMethod(K[{loop.const_at(node.func.attr)}], {argv}, {len(args) + 1}, "
+               f"NULL); }}")
+    out.append(_release(obj, *args))
+    out.append(f"if ({dst} == NULL) goto done;")
+    return dst
+
+
 def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
     """C statements appended to `out` that leave a new reference to node's value in the
     returned temporary (every error: `goto done`, where every temporary is released)."""
@@ -153,6 +171,8 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
     if isinstance(node, ast.Call):
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args) or len(node.args) > 4:
             raise Untranslatable("call with keywords, starred or over 4 arguments")
+        if isinstance(node.func, ast.Attribute) and node.func.attr != "__class__":
+            return _method_call(loop, node, dst, out)
         fn = _operand(loop, node.func, out)
         args = [_operand(loop, a, out) for a in node.args]
         if len(args) == 1:

@@ -188,12 +188,24 @@ class _Whole:
         self.loops: list[_Loop] = []
         self.preds: list[str] = []
         self.escapes: list[ast.FunctionDef] = []
+        # the temporaries declared: the most any statement holds at once (`statement`)
+        self.temps = 0
+        self.ints = 0
 
     def statements(self, stmts: list[ast.stmt], out: list[str]) -> None:
         for st in stmts:
             self.statement(st, out)
 
     def statement(self, st: ast.stmt, out: list[str]) -> None:
+        """`st`'s C. Its temporaries are numbered from the first one its enclosing statement
+        had not taken when `st` began, so the statements of one list reuse the same ones:
+        each expression releases every temporary it took (Py_CLEAR) before its statement
+        ends, unless it jumps to `done`, which releases whatever is held; so every temporary
+        is NULL again where the next statement begins. (Numbered apart, a HostTier pass
+        declared ~400, each set NULL at entry and tested at exit at every call: ~250
+        instructions a call.)"""
+        sc = self.scope
+        temps, ints = sc.temps, sc.ints
         mark = len(out)
         try:
             self._translated(st, out)
@@ -201,6 +213,8 @@ class _Whole:
             # (the temporaries and constants it took stay declared, unused)
             del out[mark:]
             self._escape(st, out)
+        self.temps, self.ints = max(self.temps, sc.temps), max(self.ints, sc.ints)
+        sc.temps, sc.ints = temps, ints
 
     def _translated(self, st: ast.stmt, out: list[str]) -> None:
         sc = self.scope
@@ -295,9 +309,9 @@ class _Whole:
         out: list[str] = []
         self.statements(self.body, out)
         sc = self.scope
-        temps = [f"v{i}" for i in range(sc.temps)]
+        temps = [f"v{i}" for i in range(self.temps)]
         decl = [f"PyObject {', '.join('*' + t + ' = NULL' for t in temps)};"] if temps else []
-        ints = [f"int {', '.join(f't{i} = 0' for i in range(sc.ints))};"] if sc.ints else []
+        ints = [f"int {', '.join(f't{i} = 0' for i in range(self.ints))};"] if self.ints else []
         nslots = len(sc.slots)
         plain = " || ".join(f"t == &{t}" for t in _PLAIN_TYPES)
         fn = "\n".join([

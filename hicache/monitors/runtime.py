@@ -574,6 +574,11 @@ class Monitor:
             self._effect = getattr(rmap, "effect", None)
             self._effect_on = frozenset(getattr(rmap, "effect_actions", ())) if self._effect is not None \
                 else frozenset()
+            # ... narrowed by each sync where the map can tell (`effect_due`, read after the
+            # sync: the actions whose effect check can find something in what it changed, a
+            # subset of effect_actions; HostTier: a request's step that changed no node, most
+            # of a run's events, calls no frame check, which would return None)
+            self._effect_due = self._effect is not None and hasattr(rmap, "effect_due")
             self._presynced = True       # the map's state is the state before the next event
             # (the fast path skips what the map replaces and what it does not check)
             self._fused_skip = frozenset(over) | frozenset(n for n in inc if n not in self.invariants)
@@ -970,7 +975,7 @@ class Monitor:
         C = self.constants()
         if delta or C is not self._checked_C:    # (else the state every invariant last held on)
             self._check_delta(name, fields, C, delta, acc)
-        if presynced and name in self._effect_on:
+        if presynced and name in (self.rmap.effect_due if self._effect_due else self._effect_on):
             # (what this sync changed is this event's alone only after a synced one)
             self._check_effect(name, fields)
 
@@ -1012,7 +1017,7 @@ class Monitor:
             C = self.constants()
         if delta or C is not self._checked_C:    # (else the state every invariant last held on)
             self._check_delta(name, fields, C, delta, acc)
-        if name in self._effect_on:
+        if name in (rmap.effect_due if self._effect_due else self._effect_on):
             # (_check_effect, inline: this runs at every event of a strict run)
             broke = self._effect(name, fields)
             if broke is not None:

@@ -752,6 +752,106 @@ def test_request_step_agree(mod):
     assert s["req"] == ("idle",) and len(delta) == 1
 
 
+class _BindMap:
+    """What a request binder reads and writes of its map: the guards' pre-state, the flag, and
+    the node-holding tables it reads at each use (requeue: a set, or a list, whose `|=` and
+    `add` are not a set's)."""
+
+    def __init__(self, rng: random.Random):
+        self.phase_before = self.lock_before = "unset"
+        self.req_dirty = False
+        self.requeue = rng.choice([set(), {"n0"}, ["n0"]])
+        self.loading_nodes = {r: rng.choice([set(), {f"n{r}"}, {f"n{r}", "n1"}]) for r in rng.sample(range(6), 3)}
+        if rng.random() < 0.05:
+            self.loading_nodes[rng.randrange(6)] = 0          # (falsy: no update)
+        self.by_id = {k: f"node {k}" for k in rng.sample(range(6), 3)}
+
+    def seen(self) -> tuple:
+        return (self.phase_before, self.lock_before, self.req_dirty, sorted(self.requeue),
+                sorted((k, sorted(v) if isinstance(v, set) else v) for k, v in self.loading_nodes.items()))
+
+
+def _request_binds(make, seed: int) -> tuple:
+    """A random run of request-binder calls made by `make` (the C one or its Python twin):
+    (each call's return or exception, the map's and bookkeeping's state after each)."""
+    rng = random.Random(seed)
+    rids = [None, 0, 1, 2, 3, 4, 5, [7]]             # ([7]: unhashable, TypeError)
+    phase = {r: rng.choice(["matched", "running", 1]) for r in rng.sample(range(6), 3)}
+    ending = set(rng.sample(range(6), 1))
+    req_node = {r: rng.choice([None, 0, 3]) for r in rng.sample(range(6), 3)}
+    qtab = [rng.choice([None, 9, 8]) for _ in range(rng.randint(0, 4))]
+    qslot = {r: rng.choice([1, 2, 5, 0, -1, "x"]) for r in rng.sample(range(6), rng.randint(0, 3))}
+    m = _BindMap(rng)
+    calls = []
+
+    def binder(action, fields):
+        calls.append((action, dict(fields)))
+        if fields.get("fail"):
+            raise RuntimeError("the binder's own")
+        rid = fields.get("rid")
+        if isinstance(rid, int):              # (moves the phases on, as a binder does)
+            if action == "RequestMatch":
+                phase[rid] = "matched"
+            elif action == "RequestFinish":
+                phase.pop(rid, None)
+        return [(action, None)]
+    bind = make(binder, phase, ending, req_node, qslot, qtab, {"RequestMatch": 1, "RequestFinish": None},
+                frozenset({"PrefetchStart", "DeviceInsert"}), frozenset({"BackupStart"}))
+    out = []
+    for _ in range(12):
+        action = rng.choice(["RequestMatch", "RequestFinish", "PrefetchStart", "BackupStart", "DeviceEvict"])
+        fields = {} if rng.random() < 0.1 else {"rid": rng.choice(rids)}
+        if rng.random() < 0.5:
+            fields["node"] = rng.choice([None, 0, 1, 2, 3, 4, 5, [1]])
+        if rng.random() < 0.05:
+            fields["fail"] = True
+        try:
+            ret, exc = bind(m, action, fields), None
+        except Exception as e:
+            ret, exc = None, (type(e), e.args)
+        out.append((ret, exc, m.seen(), dict(phase), list(qtab), dict(qslot), list(calls)))
+    return tuple(out)
+
+
+def test_request_binders_agree(mod):
+    """IncrementalHostTierMap's request step both ways on random runs: requests taking their
+    slot (a free one, or one past the table's end) and freeing it (the table's trailing free
+    slots dropped), their load-backs' nodes re-mapped, a copy's node re-mapped; a request
+    that is not live, one ending, none; an unhashable request or node (TypeError), a slot
+    number that is no int or out of the table (TypeError, IndexError: the same writes made
+    before), a binder that raises; a requeue that is a list."""
+    seen = collections.Counter()
+    for seed in range(600):
+        want = _request_binds(loops.py_request_binder, seed)
+        got = _request_binds(mod.request_binder, seed)
+        assert got == want, seed
+        for ret, exc, *_ in want:
+            seen["ok" if exc is None else exc[0].__name__] += 1
+        seen["took"] += sum(len(b[4]) > len(a[4]) for a, b in zip(want, want[1:]))
+        seen["freed"] += sum(len(b[4]) < len(a[4]) for a, b in zip(want, want[1:]))
+    assert seen["ok"] >= 3000 and seen["TypeError"] >= 100 and seen["RuntimeError"] >= 50, seen
+    assert seen["IndexError"] >= 10 and seen["took"] >= 200 and seen["freed"] >= 50, seen
+    # a request's first match takes the first free slot; its finish frees it, and the free
+    # slots at the table's end are dropped
+    phase, qslot, qtab = {}, {}, [None, 4]
+    m = _BindMap(random.Random(0))
+    m.loading_nodes, m.requeue = {5: {"a"}}, set()
+
+    def binder(action, fields):
+        if action == "RequestMatch":
+            phase[fields["rid"]] = "matched"
+        else:
+            phase.pop(fields["rid"])
+        return "steps"
+    bind = mod.request_binder(binder, phase, set(), {}, qslot, qtab, {"RequestMatch": 1, "RequestFinish": None},
+                              frozenset(), frozenset())
+    assert bind(m, "RequestMatch", {"rid": 5}) == "steps"
+    assert qtab == [5, 4] and qslot == {5: 1} and m.requeue == {"a"} and m.req_dirty is True
+    assert (m.phase_before, m.lock_before) == (None, None)
+    qtab[1] = None
+    bind(m, "RequestFinish", {"rid": 5})
+    assert qtab == [] and qslot == {} and m.phase_before == "matched"
+
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:
 # short-circuits that skip a read that would raise, a conditional expression, `is` and `is

@@ -1,7 +1,7 @@
 /* Strict mode's per-page loops, as C over the same Python dicts, lists and sets: the incremental
  * HostTier map's writes of a node's pages, the host slot-state comparison, the device-page
  * holder counts, the dirty-slot and dirty-page tests of SlotInOneOwner and NoDoubleAllocation,
- * and the generated fast paths' readers (fast_ap, no_ap). hicache/monitors/native.py builds and
+ * the HostTier map's event binders, and the generated fast paths' readers (fast_ap, no_ap). hicache/monitors/native.py builds and
  * loads this module; hicache/monitors/maps/loops.py (and rt.py, for the readers) holds the
  * Python each function replaces, which defines what it does and serves when this module cannot
  * be built.
@@ -1531,6 +1531,300 @@ static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)b;
 }
 
+/* ---- IncrementalHostTierMap's bind after its load-backs' bookkeeping (host_tier_inc.py's
+ * `bind`; loops.py's py_request_binder, the same reads, writes and calls in the same order):
+ * the event's request's phase and lock before it (the request guards' pre-state, written to
+ * the map: `phase_before`, `lock_before`), the map's own binder (HostTierMap.bind), then the
+ * request's slot q taken at its first phase or freed when it leaves (`qtab`, `qslot`; the
+ * pages of its load-backs re-mapped: `loading_nodes` into `requeue`), whether the request
+ * rows are to be rebuilt (`req_dirty`) and a copy's node re-mapped (`by_id` into
+ * `requeue`). In Python a frame of ~100 bytecodes and two more at a request's first and
+ * last event: ~8k instructions of every request event's ~50k in strict mode.
+ *
+ * It holds the map's request bookkeeping (dicts of request ids and phases, the slot table,
+ * each never rebound) and reads what holds nodes (`loading_nodes`, `by_id`, `requeue`, which
+ * a sync rebinds) off the map at each use: nothing it holds refers back to the map, so it
+ * needs no part in the cyclic collector. An exception leaves the writes made before it. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *binder;                           /* the map's HostTierMap.bind (its native Binder) */
+    PyObject *phase, *ending, *req_node;        /* HostTierMap's bookkeeping */
+    PyObject *qslot, *qtab;                     /* rid -> q; q - 1 -> rid or None */
+    PyObject *phase_actions, *req_actions, *backup_actions;
+    vectorcallfunc vectorcall;
+} RequestBinder;
+
+static PyObject *s_get, *s_pop, *s_add, *s_phase_before, *s_lock_before, *s_req_dirty, *s_requeue,
+    *s_loading_nodes, *s_by_id;
+
+/* m.get(key) (a new reference): an exact dict's own lookup, else the method called */
+static PyObject *get_of(PyObject *m, PyObject *key) {
+    if (PyDict_CheckExact(m)) {
+        PyObject *v = PyDict_GetItemWithError(m, key);
+        if (v == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        return Py_NewRef(v);
+    }
+    return PyObject_CallMethodOneArg(m, s_get, key);
+}
+
+/* m.<attr>.get(key) (pop: .pop(key, None)), a new reference */
+static PyObject *attr_get(PyObject *m, PyObject *attr, PyObject *key, int pop) {
+    PyObject *d = PyObject_GetAttr(m, attr);
+    if (d == NULL)
+        return NULL;
+    PyObject *v;
+    if (!pop) {
+        v = get_of(d, key);
+    } else if (PyDict_CheckExact(d)) {
+        v = PyDict_GetItemWithError(d, key);
+        if (v == NULL) {
+            v = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        } else {
+            Py_INCREF(v);
+            if (PyDict_DelItem(d, key) < 0)
+                Py_CLEAR(v);
+        }
+    } else {
+        v = PyObject_CallMethodObjArgs(d, s_pop, key, Py_None, NULL);
+    }
+    Py_DECREF(d);
+    return v;
+}
+
+/* `if loading: m.requeue |= loading` (loading: a request's load-back nodes); -1: error */
+static int requeue_loading(PyObject *m, PyObject *loading) {
+    int t = PyObject_IsTrue(loading);
+    if (t <= 0)
+        return t;
+    PyObject *r = PyObject_GetAttr(m, s_requeue);
+    if (r == NULL)
+        return -1;
+    PyObject *u = PyNumber_InPlaceOr(r, loading);
+    Py_DECREF(r);
+    if (u == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(m, s_requeue, u);
+    Py_DECREF(u);
+    return rc;
+}
+
+/* the first free q (a None in qtab, else one past its end) given to rid; its load-backs'
+ * nodes re-mapped */
+static int take_q(RequestBinder *b, PyObject *m, PyObject *rid) {
+    PyObject *qtab = b->qtab;
+    Py_ssize_t q = 0, n = PyList_GET_SIZE(qtab);
+    while (q < n && PyList_GET_ITEM(qtab, q) != Py_None)
+        q++;
+    if (q < n) {
+        if (PyList_SetItem(qtab, q, Py_NewRef(rid)) < 0)
+            return -1;
+    } else {
+        if (PyList_Append(qtab, rid) < 0)
+            return -1;
+        q = PyList_GET_SIZE(qtab) - 1;
+    }
+    PyObject *slot = PyLong_FromSsize_t(q + 1);
+    if (slot == NULL)
+        return -1;
+    int rc = PyDict_SetItem(b->qslot, rid, slot);
+    Py_DECREF(slot);
+    if (rc < 0)
+        return -1;
+    PyObject *loading = attr_get(m, s_loading_nodes, rid, 0);
+    if (loading == NULL)
+        return -1;
+    rc = requeue_loading(m, loading);
+    Py_DECREF(loading);
+    return rc;
+}
+
+/* rid's q freed (qtab's trailing free slots dropped); its load-backs' nodes re-mapped */
+static int free_q(RequestBinder *b, PyObject *m, PyObject *rid) {
+    PyObject *q = PyDict_GetItemWithError(b->qslot, rid), *one = NULL, *at = NULL;
+    if (q == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, rid);
+        return -1;
+    }
+    Py_INCREF(q);
+    int rc = PyDict_DelItem(b->qslot, rid);
+    if (rc == 0 && ((one = PyLong_FromLong(1)) == NULL || (at = PyNumber_Subtract(q, one)) == NULL))
+        rc = -1;
+    if (rc == 0)
+        rc = PyObject_SetItem(b->qtab, at, Py_None);
+    Py_XDECREF(at);
+    Py_XDECREF(one);
+    Py_DECREF(q);
+    if (rc < 0)
+        return -1;
+    PyObject *qtab = b->qtab;
+    Py_ssize_t n = PyList_GET_SIZE(qtab);
+    while (n > 0 && PyList_GET_ITEM(qtab, n - 1) == Py_None) {
+        if (PyList_SetSlice(qtab, n - 1, n, NULL) < 0)
+            return -1;
+        n = PyList_GET_SIZE(qtab);
+    }
+    PyObject *loading = attr_get(m, s_loading_nodes, rid, 1);
+    if (loading == NULL)
+        return -1;
+    rc = requeue_loading(m, loading);
+    Py_DECREF(loading);
+    return rc;
+}
+
+/* `x = m.by_id.get(fields.get("node")); if x is not None: m.requeue.add(x)` */
+static int requeue_node(PyObject *m, PyObject *fields) {
+    PyObject *node = get_of(fields, s_node);
+    if (node == NULL)
+        return -1;
+    PyObject *x = attr_get(m, s_by_id, node, 0);
+    Py_DECREF(node);
+    if (x == NULL)
+        return -1;
+    int rc = 0;
+    if (x != Py_None) {
+        PyObject *r = PyObject_GetAttr(m, s_requeue), *done = NULL;
+        if (r == NULL)
+            rc = -1;
+        else if (PySet_CheckExact(r))
+            rc = PySet_Add(r, x);
+        else if ((done = PyObject_CallMethodOneArg(r, s_add, x)) == NULL)
+            rc = -1;
+        Py_XDECREF(done);
+        Py_XDECREF(r);
+    }
+    Py_DECREF(x);
+    return rc;
+}
+
+static PyObject *request_binder_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    RequestBinder *b = (RequestBinder *)self;
+    if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a request binder takes (map, action, fields)");
+        return NULL;
+    }
+    PyObject *m = args[0], *action = args[1], *fields = args[2];
+    PyObject *steps = NULL, *before = NULL, *lock = NULL;
+    PyObject *rid = get_of(fields, s_rid);
+    if (rid == NULL)
+        return NULL;
+    int t;
+    if (rid == Py_None) {
+        if (PyObject_SetAttr(m, s_phase_before, Py_None) < 0 || PyObject_SetAttr(m, s_lock_before, Py_None) < 0)
+            goto fail;
+    } else {
+        if ((t = PySequence_Contains(b->ending, rid)) < 0)
+            goto fail;
+        before = t ? Py_NewRef(Py_None) : get_of(b->phase, rid);
+        if (before == NULL || PyObject_SetAttr(m, s_phase_before, before) < 0)
+            goto fail;
+        lock = get_of(b->req_node, rid);
+        if (lock == NULL || PyObject_SetAttr(m, s_lock_before, lock) < 0)
+            goto fail;
+    }
+    {
+        PyObject *argv[] = {action, fields};
+        steps = PyObject_Vectorcall(b->binder, argv, 2, NULL);
+    }
+    if (steps == NULL)
+        goto fail;
+    if (rid != Py_None) {
+        if (PyObject_SetAttr(m, s_req_dirty, Py_True) < 0 || (t = PySequence_Contains(b->phase_actions, action)) < 0)
+            goto fail;
+        if (t) {
+            int live = PyDict_Contains(b->phase, rid), held;
+            if (live < 0 || (held = PyDict_Contains(b->qslot, rid)) < 0)
+                goto fail;
+            if (live ? !held && take_q(b, m, rid) < 0 : held && free_q(b, m, rid) < 0)
+                goto fail;
+        }
+    } else {
+        if ((t = PySequence_Contains(b->req_actions, action)) < 0 || (t && PyObject_SetAttr(m, s_req_dirty, Py_True) < 0))
+            goto fail;
+    }
+    if ((t = PySequence_Contains(b->backup_actions, action)) < 0 || (t && requeue_node(m, fields) < 0))
+        goto fail;
+    Py_DECREF(rid);
+    Py_XDECREF(before);
+    Py_XDECREF(lock);
+    return steps;
+fail:
+    Py_DECREF(rid);
+    Py_XDECREF(before);
+    Py_XDECREF(lock);
+    Py_XDECREF(steps);
+    return NULL;
+}
+
+static void request_binder_dealloc(PyObject *self) {
+    RequestBinder *b = (RequestBinder *)self;
+    Py_XDECREF(b->binder);
+    Py_XDECREF(b->phase);
+    Py_XDECREF(b->ending);
+    Py_XDECREF(b->req_node);
+    Py_XDECREF(b->qslot);
+    Py_XDECREF(b->qtab);
+    Py_XDECREF(b->phase_actions);
+    Py_XDECREF(b->req_actions);
+    Py_XDECREF(b->backup_actions);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject RequestBinderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.RequestBinder",
+    .tp_basicsize = sizeof(RequestBinder),
+    .tp_dealloc = request_binder_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(RequestBinder, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "IncrementalHostTierMap.bind's request step over one map's bookkeeping",
+};
+
+/* request_binder(binder, phase, ending, req_node, qslot, qtab, phase_actions, req_actions,
+ * backup_actions): a RequestBinder, called (map, action, fields) */
+static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("request_binder", n, 9))
+        return NULL;
+    if (check_type(a[1], &PyDict_Type, "request_binder", "phase") < 0
+        || check_type(a[2], &PySet_Type, "request_binder", "ending") < 0
+        || check_type(a[3], &PyDict_Type, "request_binder", "req_node") < 0
+        || check_type(a[4], &PyDict_Type, "request_binder", "qslot") < 0
+        || check_type(a[5], &PyList_Type, "request_binder", "qtab") < 0)
+        return NULL;
+    if (s_get == NULL && ((s_get = PyUnicode_InternFromString("get")) == NULL ||
+                          (s_pop = PyUnicode_InternFromString("pop")) == NULL ||
+                          (s_add = PyUnicode_InternFromString("add")) == NULL ||
+                          (s_phase_before = PyUnicode_InternFromString("phase_before")) == NULL ||
+                          (s_lock_before = PyUnicode_InternFromString("lock_before")) == NULL ||
+                          (s_req_dirty = PyUnicode_InternFromString("req_dirty")) == NULL ||
+                          (s_requeue = PyUnicode_InternFromString("requeue")) == NULL ||
+                          (s_loading_nodes = PyUnicode_InternFromString("loading_nodes")) == NULL ||
+                          (s_by_id = PyUnicode_InternFromString("by_id")) == NULL))
+        return NULL;
+    if (s_rid == NULL && ((s_rid = PyUnicode_InternFromString("rid")) == NULL ||
+                          (s_node = PyUnicode_InternFromString("node")) == NULL ||
+                          (s_blocking = PyUnicode_InternFromString("blocking")) == NULL ||
+                          (s_slots = PyUnicode_InternFromString("slots")) == NULL ||
+                          (s_loading = PyUnicode_InternFromString("loading")) == NULL))
+        return NULL;
+    RequestBinder *b = PyObject_New(RequestBinder, &RequestBinderType);
+    if (b == NULL)
+        return NULL;
+    b->binder = Py_NewRef(a[0]);
+    b->phase = Py_NewRef(a[1]);
+    b->ending = Py_NewRef(a[2]);
+    b->req_node = Py_NewRef(a[3]);
+    b->qslot = Py_NewRef(a[4]);
+    b->qtab = Py_NewRef(a[5]);
+    b->phase_actions = Py_NewRef(a[6]);
+    b->req_actions = Py_NewRef(a[7]);
+    b->backup_actions = Py_NewRef(a[8]);
+    b->vectorcall = request_binder_call;
+    return (PyObject *)b;
+}
+
 /* loops.py's py_vacate: the holes are taken as sorted(holes, reverse=True) takes them
  * (reversed, sorted stably, reversed back: equal items keep their order); `p != last` is
  * Python's comparison (no identity shortcut) unless both are exact ints. The tuple (origin,
@@ -2541,6 +2835,9 @@ static PyMethodDef methods[] = {
     {"no_ap", no_ap, METH_O, "the reader of nothing"},
     {"binder", (PyCFunction)(void (*)(void))binder, METH_FASTCALL,
      "HostTierMap.bind over (phase, loads, ending, req_node, sync_backup, table, compound_step)"},
+    {"request_binder", (PyCFunction)(void (*)(void))request_binder, METH_FASTCALL,
+     "IncrementalHostTierMap.bind's request step over (binder, phase, ending, req_node, qslot, qtab, "
+     "phase_actions, req_actions, backup_actions)"},
     {"journaled", (PyCFunction)(void (*)(void))journaled, METH_FASTCALL,
      "a data descriptor over a slot whose writes add the object to each journal"},
     {"abi", abi, METH_NOARGS, "the module's ABI version"},
@@ -2550,7 +2847,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
-    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&JournaledType) < 0)
+    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&JournaledType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

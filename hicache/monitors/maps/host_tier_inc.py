@@ -177,6 +177,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.qtab: list = []                         # request slot q-1 -> rid or None
         self.qslot: dict[int, int] = {}              # rid -> q
         self.requeue: set = set()                    # nodes to re-map for non-field reasons
+        self._bind_step = self._request_binder(loops.request_binder)     # (bind's request step)
         self.by_id: dict = {}                        # node id -> mapped node
         self.nval: dict = {}                         # node -> values last written for it
         # the tree's shape as of the last sync (mapped nodes): what the guards read
@@ -223,6 +224,14 @@ class IncrementalHostTierMap(HostTierMap):
         # not it still holds it), a frame must not
         self.changed: dict = {}
         self.slots_changed: list = []
+        # the actions whose effect check (`effect`) can find something in what the last sync
+        # changed (the monitor calls it for these alone): every one of effect_actions when a
+        # node's values or a slot's state changed or a node left (what a frame judges), else
+        # only those with writes of their own to check (host_tier_guards.WRITES); the others'
+        # check would return None
+        self._effect_changed = frozenset(self.effect_actions)
+        self._effect_unchanged = self._effect_changed & frozenset(host_tier_guards.WRITES)
+        self.effect_due = self._effect_changed
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
         self.dirty_reqs: set = set()
@@ -255,51 +264,21 @@ class IncrementalHostTierMap(HostTierMap):
                 self._loads.discard(key)
             else:
                 self._loads.add(_load_key(fields))
-        rid = fields.get("rid")
-        if rid is None:
-            self.phase_before = self.lock_before = None
-        else:
-            # the event's request's phase before it, None when it was not live (the request
-            # guards' pre-state: bind moves the phases on before the guards run)
-            self.phase_before = None if rid in self.ending else self.phase.get(rid)
-            # ... and the node its lock was on (its prefix's end) before it: a DeviceInsert moves it
-            self.lock_before = self.req_node.get(rid)
-        nb = self._nbind
-        steps = nb(action, fields) if nb is not None else super().bind(action, fields)
-        if rid is not None:
-            self.req_dirty = True
-            if action in _PHASE:
-                if rid in self.phase:
-                    if rid not in self.qslot:
-                        self._take_q(rid)
-                elif rid in self.qslot:
-                    self._free_q(rid)
-        elif action in _REQ_ACTIONS:
-            self.req_dirty = True
-        if action in _BACKUP_ACTIONS:
-            x = self.by_id.get(fields.get("node"))
-            if x is not None:
-                self.requeue.add(x)
-        return steps
+        # the request's phase and lock before the event, the map's binder, the request's slot q
+        # and what the next sync re-maps (loops.request_binder: one C call where it builds)
+        return self._bind_step(self, action, fields)
 
-    def _take_q(self, rid: int) -> None:
-        for q, r in enumerate(self.qtab):
-            if r is None:
-                self.qtab[q] = rid
-                break
-        else:
-            self.qtab.append(rid)
-            q = len(self.qtab) - 1
-        self.qslot[rid] = q + 1
-        self.requeue.update(self.loading_nodes.get(rid, ()))
+    def python_bind(self) -> None:
+        """Bind by the Python rules from now on (HostTierMap's), the request step's too."""
+        super().python_bind()
+        self._bind_step = self._request_binder(loops.py_request_binder)
 
-    def _free_q(self, rid: int) -> None:
-        q = self.qslot.pop(rid)
-        self.qtab[q - 1] = None
-        while self.qtab and self.qtab[-1] is None:
-            self.qtab.pop()
-        # its pages now map to "no request"; rids are never reused, so nothing maps to it again
-        self.requeue.update(self.loading_nodes.pop(rid, ()))
+    def _request_binder(self, make):
+        """The request step of `bind` over this map's bookkeeping (`make`: loops.request_binder
+        or its Python twin), binding by the native binder where there is one, else by the
+        Python rules."""
+        return make(self._nbind if self._nbind is not None else super().bind, self.phase, self.ending, self.req_node,
+                    self.qslot, self.qtab, _PHASE, _REQ_ACTIONS, _BACKUP_ACTIONS)
 
     # ------------------------------------------------------------ writes (delta-recorded)
     def _set_scalar(self, var: str, v) -> None:
@@ -555,6 +534,8 @@ class IncrementalHostTierMap(HostTierMap):
                 if grew:
                     self._zero_rows(len(self.s["req"]))
                 self.fetching = _EMPTY
+        self.effect_due = self._effect_changed if self.changed or self.slots_changed or self.left \
+            else self._effect_unchanged
         # a request's row is checked when it changed; all of them when len did (what
         # LockedNodesKept reads of the state besides the row)
         reqs = None if self.L != L0 else self.dirty_reqs

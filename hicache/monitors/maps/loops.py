@@ -8,8 +8,9 @@ the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
 candidates, the walk of the journaled nodes (parents first), the HostTier map's re-mapping of
 a node (and the walk with it, no call between), runtime slots made spec slots,
-the request rows of the common step and their writes, and the tracked nodes' journaled
-fields (`journaled`: a data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
+the request rows of the common step and their writes, the request step of the HostTier
+map's bind (`request_binder`: a request's slot taken or freed), and the tracked nodes'
+journaled fields (`journaled`: a data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
 same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and
 loads it, once per process), used whenever it loads: in strict mode they run for every page
 an event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
@@ -507,6 +508,70 @@ def py_request_step(qtab, phase: dict, req_node: dict, by_id: dict, root, s: dic
     return len(req) != len(old)
 
 
+def py_request_binder(binder, phase: dict, ending: set, req_node: dict, qslot: dict, qtab: list, phase_actions,
+                      req_actions, backup_actions):
+    """IncrementalHostTierMap.bind's request step, called (map m, action, fields) after the
+    load-backs' bookkeeping: the event's request's phase and lock before it (the request
+    guards' pre-state: m.phase_before, m.lock_before), the map's own binder (`binder`:
+    HostTierMap.bind), then the request's slot q taken at its first phase (the first free
+    one: a None of qtab, else one past its end) or freed when it leaves (qtab's trailing free
+    ones dropped), the pages of its load-backs re-mapped then (m.loading_nodes into
+    m.requeue), whether the request rows are to be rebuilt (m.req_dirty) and a copy's node
+    re-mapped (m.by_id into m.requeue). Returns the binder's steps. `phase`, `ending`,
+    `req_node`, `qslot` and `qtab` are the map's own (never rebound); what holds nodes is read
+    off m at each use."""
+    def take_q(m, rid) -> None:
+        for q, r in enumerate(qtab):
+            if r is None:
+                qtab[q] = rid
+                break
+        else:
+            qtab.append(rid)
+            q = len(qtab) - 1
+        qslot[rid] = q + 1
+        loading = m.loading_nodes.get(rid)
+        if loading:     # (a request's first match loads nothing yet: no set update at each)
+            m.requeue |= loading
+
+    def free_q(m, rid) -> None:
+        q = qslot.pop(rid)
+        qtab[q - 1] = None
+        while qtab and qtab[-1] is None:
+            qtab.pop()
+        # its pages now map to "no request"; rids are never reused, so nothing maps to it again
+        loading = m.loading_nodes.pop(rid, None)
+        if loading:
+            m.requeue |= loading
+
+    def bind(m, action, fields):
+        rid = fields.get("rid")
+        if rid is None:
+            m.phase_before = m.lock_before = None
+        else:
+            # the request's phase before the event, None when it was not live (the binder
+            # moves the phases on before the guards run) ...
+            m.phase_before = None if rid in ending else phase.get(rid)
+            # ... and the node its lock was on (its prefix's end): a DeviceInsert moves it
+            m.lock_before = req_node.get(rid)
+        steps = binder(action, fields)
+        if rid is not None:
+            m.req_dirty = True
+            if action in phase_actions:
+                if rid in phase:
+                    if rid not in qslot:
+                        take_q(m, rid)
+                elif rid in qslot:
+                    free_q(m, rid)
+        elif action in req_actions:
+            m.req_dirty = True
+        if action in backup_actions:
+            x = m.by_id.get(fields.get("node"))
+            if x is not None:
+                m.requeue.add(x)
+        return steps
+    return bind
+
+
 def py_journaled(slot, journals: list, name: str) -> property:
     """A field over `slot` (a __slots__ member descriptor) read as the slot, written through
     it, then the object added to each journal in `journals` (read at each write: maps add and
@@ -529,7 +594,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "renumber": py_renumber, "remove_pages": py_remove_pages, "foreign_holders": py_foreign_holders,
           "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
           "shifted": py_shifted,
-          "request_step": py_request_step, "journaled": py_journaled}
+          "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -559,4 +624,5 @@ remap_node = _mod.remap_node if _mod is not None else py_remap_node
 remap_journaled = _mod.remap_journaled if _mod is not None else py_remap_journaled
 shifted = _mod.shifted if _mod is not None else py_shifted
 request_step = _mod.request_step if _mod is not None else py_request_step
+request_binder = _mod.request_binder if _mod is not None else py_request_binder
 journaled = _mod.journaled if _mod is not None else py_journaled
