@@ -281,7 +281,9 @@ def _commit_case(rng, odd: bool) -> list:
             del s[rng.choice(["rot", "len", "page"])]        # (KeyError)
         if rng.random() < 0.1 and changed:
             changed[rng.choice(list(changed))] = None        # (TypeError: not subscriptable)
-    return [changed, rows, holders, page_rows, s, [("x", None, 0)], empty, _padded_row, -1]
+    # (the dirty pages' start: none, a set of pages already dirty, or (odd) no set)
+    dirty = rng.choice([None, set(rng.sample(range(8), rng.randint(0, 3))), *([[1]] if odd else [])])
+    return [changed, rows, holders, page_rows, s, [("x", None, 0)], empty, _padded_row, -1, dirty]
 
 
 def test_commit_rows_agrees(mod):
@@ -293,9 +295,10 @@ def test_commit_rows_agrees(mod):
     rows, holders, page_rows = {1: (0, (4, 5))}, {4: 1, 5: 1}, {1: ("row", (4, 5))}
     s = {"rot": (0, -1), "len": (2, 0), "page": (("row", (4, 5)), ("row", ())), "host": ()}
     delta = []
+    start = {9}
     got = mod.commit_rows({1: (0, (-1, -1)), 2: (0, (6,))}, rows, holders, page_rows, s, delta, ("row", ()),
-                          _padded_row, -1)
-    assert got == ({1, 2}, {4, 5, 6}) and holders == {4: 0, 5: 0, 6: 1}
+                          _padded_row, -1, start)
+    assert got == ({1, 2}, {4, 5, 6, 9}) and got[1] is start and holders == {4: 0, 5: 0, 6: 1}
     assert rows == {1: (0, (-1, -1)), 2: (0, (6,))} and page_rows == {2: ("row", (6,))}
     assert s == {"rot": (0, 0), "len": (2, 1), "page": (("row", ()), ("row", (6,))), "host": ()}
     assert delta == [("rot", None, (0, -1)), ("len", None, (2, 0)), ("page", None, (("row", (4, 5)), ("row", ())))]

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 10
+#define ABI_VERSION 11
 
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
@@ -817,18 +817,20 @@ done:
     return rc;
 }
 
-/* commit_rows(changed, rows, holders, page_rows, s, delta, empty, padded, none): loops.py's
+/* commit_rows(changed, rows, holders, page_rows, s, delta, empty, padded, none, dirty): loops.py's
  * py_commit_rows, the incremental chain maps' commit of the chains in `changed` on a state of
- * the current shape, in one pass over it: (dirty chains, dirty pages). */
+ * the current shape, in one pass over it: (dirty chains, dirty pages), the dirty pages added
+ * to the set `dirty` (a new one when it is None), which is returned. */
 static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("commit_rows", n, 9))
+    if (!arity("commit_rows", n, 10))
         return NULL;
     PyObject *changed = a[0], *s = a[4], *delta = a[5];
     if (check_type(changed, &PyDict_Type, "commit_rows", "changed") ||
         check_type(a[1], &PyDict_Type, "commit_rows", "rows") ||
         check_type(a[2], &PyDict_Type, "commit_rows", "holders") ||
         check_type(a[3], &PyDict_Type, "commit_rows", "page_rows") ||
-        check_type(s, &PyDict_Type, "commit_rows", "s") || check_type(delta, &PyList_Type, "commit_rows", "delta"))
+        check_type(s, &PyDict_Type, "commit_rows", "s") || check_type(delta, &PyList_Type, "commit_rows", "delta") ||
+        (a[9] != Py_None && check_type(a[9], &PySet_Type, "commit_rows", "dirty")))
         return NULL;
     if (s_rot == NULL && ((s_rot = PyUnicode_InternFromString("rot")) == NULL ||
                           (s_len = PyUnicode_InternFromString("len")) == NULL ||
@@ -839,7 +841,7 @@ static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     }
     PyObject *vars[] = {s_rot, s_len, s_page}, *seq0[] = {NULL, NULL, NULL}, *seq1[] = {NULL, NULL, NULL};
     PyObject *nothing = PyTuple_New(0), *unused = nothing == NULL ? NULL : PyTuple_Pack(2, a[8], nothing);
-    PyObject *dchains = PySet_New(NULL), *dpages = PySet_New(NULL), *out = NULL;
+    PyObject *dchains = PySet_New(NULL), *dpages = a[9] == Py_None ? PySet_New(NULL) : Py_NewRef(a[9]), *out = NULL;
     int err = unused == NULL || dchains == NULL || dpages == NULL;
     for (int k = 0; !err && k < 3; k++)
         err = (seq0[k] = dict_at(s, vars[k])) == NULL;

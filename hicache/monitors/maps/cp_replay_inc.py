@@ -56,7 +56,8 @@ class IncrementalRows:
     incremental = True
     #: the pages whose membership in the free set may have changed since the last commit, a
     #: superset of those that did, when the sync knows them (the device-page map's `_free`,
-    #: from the allocator's calls); None: the commit diffs the two free sets
+    #: from the allocator's calls; the commit adds the other dirty pages to it and hands it
+    #: on as the dirty pages); None: the commit diffs the two free sets
     free_moved: set | None = None
 
     def __init__(self, cache):
@@ -98,24 +99,31 @@ class IncrementalRows:
         delta = self.delta = []
         n, L = self.n_chains, self.max_len
         s = self.s
+        old_free = s.get("free", MISSING)
+        free_changed = old_free is not free and (old_free is MISSING or old_free != free)
+        # (the pages the sync's allocator calls named, when it knows them and the free set
+        # changed: every page whose membership changed is one of them; the sync's own set,
+        # taken over as the start of the dirty pages, so no merge; else the two free sets are
+        # diffed below. A sync that left the free set as it was may leave an older one here,
+        # never read then)
+        moved = self.free_moved if free_changed and old_free is not MISSING else None
         if self._shape == (n, L):
             # (most commits: the rows of this shape are built, and only the changed chains'
             # entries are written, in one C pass, `loops.commit_rows`: which chains differ,
             # their holder counts, rows and entries of rot, len and page, the delta)
             dirty_chains, dirty_pages = commit_rows(changed, self.rows, self.holders, self.page_rows, s, delta,
-                                                    self._empty, self._padded, NONE)
+                                                    self._empty, self._padded, NONE, moved)
         else:
             self._shape = (n, L)
             self._recount(changed)
             self._write_all_rows(L)
+            # (every page: the moved ones among them, each a page id)
             dirty_chains, dirty_pages = set(range(1, n + 1)), set(self.pids)
-        old_free = s.get("free", MISSING)
-        if old_free is not free and (old_free is MISSING or old_free != free):
+        if free_changed:
             delta.append(("free", None, old_free))
             s["free"] = free
-            if old_free is not MISSING:
-                moved = self.free_moved
-                dirty_pages |= old_free ^ free if moved is None else moved
+            if old_free is not MISSING and moved is None:
+                dirty_pages |= old_free ^ free
         if "mixed" not in s:
             delta.append(("mixed", None, MISSING))
             s["mixed"] = False

@@ -126,6 +126,11 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         dev.journals = (*dev.journals, self.ops)     # (copy on write: another map's stays)
         weakref.finalize(self, _stop_journal, dev, self.ops)
         self.mirror: set | None = None
+        # (the free set the last sync built from the mirror, and whether each of its pages
+        # is an exact int of PageIds: TypeOK's free conjunct on a state holding that very
+        # set, `type_ok_inc`; None and False until the first sync builds one)
+        self.free_built: frozenset | None = None
+        self.mirror_typed = False
         super().__init__(cache)
 
     @property
@@ -146,7 +151,10 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         membership test walks the row three times: 50k instructions a row at MaxLen 64); its
         host row is the shared all-NoHost row (CP = 1: no host placement here). The free set
         held `\\subseteq PageIds` at the last check; the pages that entered it since are among
-        the dirty pages (its symmetric difference with the last free set is).
+        the dirty pages (its symmetric difference with the last free set is); and a state
+        holding the very set the last sync built from the mirror (`free_built`), each of whose
+        pages a test found an exact int of PageIds (`mirror_typed`: at each rebuild and
+        release), holds it with no pass at all.
 
         A check of everything (V None: a new constants binding, after Chains or MaxLen grew)
         takes the same shortcut over every chain, once the state's shape is this map's
@@ -181,11 +189,14 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             # (TRUE for 1): then the test fails and the generated form decides, never the
             # reverse. (0 stands for `none`: in 0..n-1 already when n > 0, so no other passes)
             free, n = s["free"], C["CP"] * C["LocalPages"]
-            if free.__class__ is not frozenset:
+            if free is self.free_built and self.mirror_typed and n == self.n_pids:
+                pass    # (built from the mirror, each of its pages an exact int of PageIds)
+            elif free.__class__ is not frozenset:
                 return spec.inc_TypeOK(C, s, D, V)
-            held = free.intersection(D["PageIds"])
-            if held and not (n > 0 and ints_within(held, n, 0)):
-                return spec.inc_TypeOK(C, s, D, V)
+            else:
+                held = free.intersection(D["PageIds"])
+                if held and not (n > 0 and ints_within(held, n, 0)):
+                    return spec.inc_TypeOK(C, s, D, V)
         if "mixed" in V and s["mixed"] is not False:
             return spec.inc_TypeOK(C, s, D, V)
         return None
@@ -277,22 +288,30 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # so the commit's dirty pages need not diff the two free sets; None when the mirror
         # is rebuilt, and the commit diffs them)
         moved: set | None = set()
+        typed, n = self.mirror_typed, self.n_pids
         if mirror is not None and not ops.overflowed:
             for released, pages in ops:
                 got = pids.intersection(pages)      # (the pages of the call that are pages)
                 if released:
                     mirror.update(got)
+                    # (the call's own objects, which may equal a page id without being an
+                    # exact int, TRUE for 1: a release's are tested, one C pass over its
+                    # list, while the mirror is typed; any other item makes it untyped)
+                    typed = typed and ints_within(pages, n, 0)
                 else:
                     mirror.difference_update(got)
-                moved.update(got)
+                moved |= got
         else:
             mirror = None
         ops.clear()
         if mirror is None or len(mirror) != dev.free:
             mirror = self.mirror = set(pids & dev.free_set())
+            typed = n > 0 and ints_within(mirror, n, 0)
             moved = None
         self.free_moved = moved
-        return frozenset(mirror)
+        self.mirror_typed = typed
+        self.free_built = frozenset(mirror)
+        return self.free_built
 
     def _pending(self, changed: dict, free: frozenset) -> None:
         """The pending allocations, newest first (a page freed and handed out again belongs

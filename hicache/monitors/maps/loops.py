@@ -117,7 +117,7 @@ def py_count_pages(counts: dict, pages, k: int, dirty: set | None, none) -> None
 
 
 def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s: dict, delta: list, empty, padded,
-                   none) -> tuple[set, set]:
+                   none, dirty: set | None) -> tuple[set, set]:
     """The incremental chain maps' commit of the chains in `changed` (chain c -> its new
     (rot, pages); (none, ()) for a chain no longer used) on a state whose rows have the
     current shape, in one pass: a chain whose entry differs from rows.get(c, (none, ())) is
@@ -127,13 +127,16 @@ def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s:
     some page is not `none`, else `empty` (page_rows[c] dropped); rot[c - 1] and len[c - 1]
     are written where they differ. Each of s["rot"], s["len"], s["page"] an entry was
     written in (copied to a list at its first edit) is replaced by a tuple, (var, None, old
-    value) appended to delta, in that order. Returns (dirty chains, dirty pages). (A page row
+    value) appended to delta, in that order. Returns (dirty chains, dirty pages): the dirty
+    pages added to the set `dirty` (a new one when it is None), which is returned. (A page row
     is not compared with the one it replaces, MaxLen entries: other pages make another row,
     but for trailing NoPages, (NoPage, NoPage) against (), whose rows are equal: written
     again, an entry undo restores as it was.)"""
+    if dirty is not None and type(dirty) is not set:
+        raise TypeError(f"commit_rows: dirty must be a set, not {type(dirty).__name__}")
     unused = (none, ())
     dirty_chains: set = set()
-    dirty_pages: set = set()
+    dirty_pages: set = set() if dirty is None else dirty
     seq0 = [s["rot"], s["len"], s["page"]]
     seq1: list = [None, None, None]
     for c, new in changed.items():
