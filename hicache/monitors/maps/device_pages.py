@@ -175,12 +175,17 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             if not (r.__class__ is int and (r == no_rot or 0 <= r < cp) and n.__class__ is int
                     and 0 <= n <= L):       # (chain_typed, without its call)
                 return spec.inc_TypeOK(C, s, D, V)
-            # (the row the state holds is the one this map built from these pages, the
-            # shared all-NoPage row when there are none: its values are theirs, padded)
-            pages = rows.get(c, UNUSED)[1]
-            if not (page[i] is built.get(c, empty) and len(pages) == n and host[i] is empty
-                    and ints_within(pages, n_ids, NONE)):      # (pages_typed, without its call)
+            row = page[i]
+            if host[i] is not empty:
                 return spec.inc_TypeOK(C, s, D, V)
+            if row is empty:
+                continue    # (the shared all-NoPage row: NoPage at each position, whatever
+                #             the chain's pages; an evicted node's, a chain no longer used)
+            # (the row the state holds is the one this map built from these pages: its values
+            # are theirs, padded)
+            pages = rows.get(c, UNUSED)[1]
+            if not (row is built.get(c) and len(pages) == n and ints_within(pages, n_ids, NONE)):
+                return spec.inc_TypeOK(C, s, D, V)      # (pages_typed, without its call)
         if V is None:
             return None     # (free and mixed: decided whole by shape_typed)
         if "free" in V:
