@@ -305,7 +305,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
                     typed = typed and ints_within(pages, n, 0)
                 else:
                     mirror.difference_update(got)
-                moved |= got
+                moved.update(got)
         else:
             mirror = None
         ops.clear()
