@@ -109,6 +109,21 @@ class _Loop:
         self.ints += 1
         return f"t{self.ints - 1}"
 
+    def read_site(self) -> int | None:
+        """The index of a new cache of a `fast_ap(x)` call (fused_whole's `reader`), or None:
+        an element loop makes no readers (they are hoisted out of it)."""
+        return None
+
+    def member_site(self) -> int | None:
+        """The index of a new cache of a `'name' in skip` test (fused_whole's `member_at`), or
+        None: an element loop tests no invariant's skip."""
+        return None
+
+    def item_site(self) -> int | None:
+        """The index of a new cache of a `C['name']` read (fused_whole's `item_at`), or None:
+        an element loop reads no constant by name (they are hoisted out of it)."""
+        return None
+
 
 # ------------------------------------------------------------------------------ the translation
 
@@ -144,13 +159,23 @@ def _method_call(loop: _Loop, node: ast.Call, dst: str, out: list[str]) -> str:
     PyObject_VectorcallMethod. (The fast paths test `V.isdisjoint(...)` per conjunct: a bound
     method allocated and freed at each, before.) The attribute is looked up after the
     arguments are evaluated, not before: the fast path's arguments read and call nothing
-    that acts, and either one's Exception makes the pass not hold."""
+    that acts, and either one's Exception makes the pass not hold. `a.isdisjoint(b)` on two
+    exact sets is set.isdisjoint's test in C (set_disjoint), no method looked up."""
     obj = _operand(loop, node.func.value, out)
     args = [_operand(loop, a, out) for a in node.args]
     argv = f"{dst}_argv"
-    out.append(f"{{ PyObject *{argv}[] = {{{', '.join(a for a, _ in (obj, *args))}}};")
-    out.append(f"  {dst} = PyObject_VectorcallMethod(K[{loop.const_at(node.func.attr)}], {argv}, {len(args) + 1}, "
-               f"NULL); }}")
+    call = [f"{{ PyObject *{argv}[] = {{{', '.join(a for a, _ in (obj, *args))}}};",
+            f"  {dst} = PyObject_VectorcallMethod(K[{loop.const_at(node.func.attr)}], {argv}, {len(args) + 1}, "
+            f"NULL); }}"]
+    if node.func.attr == "isdisjoint" and len(args) == 1:
+        # (two exact sets: set.isdisjoint's own test, no method looked up nor called)
+        t = loop.int_var()
+        out.append(f"{t} = set_disjoint({obj[0]}, {args[0][0]});")
+        out.append(f"if ({t} == -2) {{")
+        out.extend(call)
+        out.append(f"}} else {{ {dst} = {t} < 0 ? NULL : Py_NewRef({t} ? Py_True : Py_False); }}")
+    else:
+        out.extend(call)
     out.append(_release(obj, *args))
     out.append(f"if ({dst} == NULL) goto done;")
     return dst
@@ -175,7 +200,11 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
             return _method_call(loop, node, dst, out)
         fn = _operand(loop, node.func, out)
         args = [_operand(loop, a, out) for a in node.args]
-        if len(args) == 1:
+        site = loop.read_site() if isinstance(node.func, ast.Name) and node.func.id == "fast_ap" else None
+        if len(args) == 1 and site is not None:
+            # (a variable's reader made at every step: the last one this site made, while valid)
+            out.append(f"{dst} = reader({fn[0]}, {args[0][0]}, &read_sites[{site}]);")
+        elif len(args) == 1:
             # (a one-argument call: most are a function value's reader, call1's dict lookup)
             out.append(f"{dst} = call1({fn[0]}, {args[0][0]});")
         else:
@@ -198,7 +227,13 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
     if isinstance(node, ast.Subscript) and not isinstance(node.slice, ast.Slice):
         obj = _operand(loop, node.value, out)
         key = _operand(loop, node.slice, out)
-        out.append(f"{dst} = PyObject_GetItem({obj[0]}, {key[0]}); {_release(obj, key)}")
+        site = loop.item_site() if isinstance(node.value, ast.Name) and node.value.id == "C" \
+            and isinstance(node.slice, ast.Constant) and type(node.slice.value) is str else None
+        if site is not None:
+            # (a constant read at every step: the last value this site read, while valid)
+            out.append(f"{dst} = item_at({obj[0]}, {key[0]}, &item_sites[{site}]); {_release(obj, key)}")
+        else:
+            out.append(f"{dst} = getitem({obj[0]}, {key[0]}); {_release(obj, key)}")
         out.append(f"if ({dst} == NULL) goto done;")
         return dst
     if isinstance(node, ast.BoolOp):
@@ -207,7 +242,7 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         first = _value(loop, node.values[0], out)
         out.append(f"{dst} = {first}; {first} = NULL;")
         for v in node.values[1:]:
-            out.append(f"{t} = PyObject_IsTrue({dst}); if ({t} < 0) goto done;")
+            out.append(f"{t} = truth({dst}); if ({t} < 0) goto done;")
             out.append(f"if ({t if isinstance(node.op, ast.And) else '!' + t}) {{ Py_CLEAR({dst});")
             nxt = _value(loop, v, out)
             out.append(f"{dst} = {nxt}; {nxt} = NULL;")
@@ -293,6 +328,9 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
         left, right = lo[0], ro[0]
         if isinstance(op, (ast.Is, ast.IsNot)):
             out.append(f"{dst} = ({left} {'==' if isinstance(op, ast.Is) else '!='} {right});")
+        elif isinstance(op, (ast.In, ast.NotIn)) and (site := _member_site(loop, node)) is not None:
+            # (an invariant's name in skip, tested at every step)
+            out.append(f"{dst} = member_at({right}, {left}, &member_sites[{site}]);")
         elif isinstance(op, (ast.In, ast.NotIn)):
             out.append(f"{dst} = contains({right}, {left});")
         else:
@@ -303,8 +341,19 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
             out.append(f"{dst} = !{dst};")
         return
     v = _operand(loop, node, out)
-    out.append(f"{dst} = PyObject_IsTrue({v[0]}); {_release(v)}")
+    out.append(f"{dst} = truth({v[0]}); {_release(v)}")
     out.append(f"if ({dst} < 0) goto done;")
+
+
+def _member_site(loop: _Loop, node: ast.Compare) -> int | None:
+    """The cache of `'name' in skip` (a str constant's membership in the pass's `skip`, which
+    is the same set at every step, unlike the changed variables V: fused_whole's `member_at`)
+    where the scope keeps one, else None."""
+    right = node.comparators[0]
+    if isinstance(node.left, ast.Constant) and type(node.left.value) is str and isinstance(right, ast.Name) \
+            and right.id == "skip":
+        return loop.member_site()
+    return None
 
 
 def _element_loop(node: ast.stmt) -> tuple[str, str, list[ast.Assign], ast.expr] | None:
@@ -378,6 +427,88 @@ static PyObject *class_of(PyObject *x) {
     return PyObject_GetAttrString(x, "__class__");
 }
 
+/* the truth of x as Python decides it (PyObject_IsTrue, which tests these three first),
+ * with no call for a bool or None: the fast paths test a bool flag per conjunct and element
+ * (inlined even in a pass's large function, where the compiler would call it) */
+static Py_ALWAYS_INLINE inline int truth(PyObject *x) {
+    if (x == Py_True)
+        return 1;
+    if (x == Py_False || x == Py_None)
+        return 0;
+    return PyObject_IsTrue(x);
+}
+
+/* *v = the value of x, an exact int, and 1 when it fits 64 bits, else 0 (no error: x is an
+ * int). An int of at most one digit (|x| < 2**30, every position, length and bound the fast
+ * paths compare) is read off its digit before 3.12 (its layout then); any other through the
+ * API, which reads it so too (inlined: the fast paths compare ints at every dirty element) */
+static Py_ALWAYS_INLINE inline int int64_of(PyObject *x, long long *v) {
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t n = Py_SIZE(x);
+    if (-1 <= n && n <= 1) {
+        *v = (long long)n * (long long)((PyLongObject *)x)->ob_digit[0];
+        return 1;
+    }
+#endif
+    int overflow;
+    *v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    return !overflow;
+}
+
+/* d[x] for an exact dict d (a new reference), as its subscript decides it: an exact dict asks
+ * no `__missing__`; KeyError(x) when x is missing, TypeError when x is unhashable */
+static PyObject *dict_item(PyObject *d, PyObject *x) {
+    PyObject *v = PyDict_GetItemWithError(d, x);
+    if (v != NULL)
+        return Py_NewRef(v);
+    if (!PyErr_Occurred()) {
+        PyObject *key = PyTuple_Pack(1, x);     /* (KeyError(x), a tuple key kept whole) */
+        if (key != NULL) {
+            PyErr_SetObject(PyExc_KeyError, key);
+            Py_DECREF(key);
+        }
+    }
+    return NULL;
+}
+
+/* o[x] as Python decides it (PyObject_GetItem), with no dispatch through the type's mapping
+ * slots when o is an exact dict (the pass reads C[...], s[...] and D[...] at every step) */
+static PyObject *getitem(PyObject *o, PyObject *x) {
+    return PyDict_CheckExact(o) ? dict_item(o, x) : PyObject_GetItem(o, x);
+}
+
+/* `a.isdisjoint(b)`'s truth where a and b are both exactly set or frozenset, as set.isdisjoint
+ * decides it (the smaller one's elements, the receiver's on a tie, looked up in the other);
+ * -2 for anything else, which then calls the method (the fast paths test
+ * `V.isdisjoint(<an invariant's reads>)` per invariant and domain at every step) */
+static int set_disjoint(PyObject *a, PyObject *b) {
+#if PY_VERSION_HEX >= 0x030D0000
+    (void)a; (void)b;
+    return -2;      /* (no _PySet_NextEntry outside the interpreter's own build from 3.13) */
+#else
+    if (!PyAnySet_CheckExact(a) || !PyAnySet_CheckExact(b))
+        return -2;
+    if (a == b)
+        return PySet_GET_SIZE(a) == 0;
+    if (PySet_GET_SIZE(a) > PySet_GET_SIZE(b)) {
+        PyObject *t = a;
+        a = b;
+        b = t;
+    }
+    Py_ssize_t pos = 0;
+    PyObject *key;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(a, &pos, &key, &hash)) {
+        Py_INCREF(key);
+        int in = PySet_Contains(b, key);
+        Py_DECREF(key);
+        if (in != 0)
+            return in < 0 ? -1 : 0;
+    }
+    return 1;
+#endif
+}
+
 /* `x in r` as Python decides it (PySequence_Contains), with no Python call when r is a TLA+
  * interval a..b, exactly hicache.tla.values.Interval (a subclass may decide otherwise): its
  * `contains` is `type(v) is int and self.lo <= v <= self.hi`, read in that order here (the
@@ -396,10 +527,8 @@ static int contains(PyObject *r, PyObject *x) {
          * slot unset or anything else is read by attribute below, as Python reads it) */
         PyObject *a = *(PyObject **)((char *)r + off_lo), *b = *(PyObject **)((char *)r + off_hi);
         if (a != NULL && b != NULL && PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
-            int oa, ov, ob;
-            long long la = PyLong_AsLongLongAndOverflow(a, &oa), lv = PyLong_AsLongLongAndOverflow(x, &ov),
-                      lb = PyLong_AsLongLongAndOverflow(b, &ob);
-            if (!oa && !ov && !ob)
+            long long la, lv, lb;
+            if (int64_of(a, &la) && int64_of(x, &lv) && int64_of(b, &lb))
                 return la <= lv && lv <= lb;
         }
     }
@@ -424,19 +553,8 @@ static PyCFunction dict_getitem;    /* the C function of `{}.__getitem__`, read 
 
 static PyObject *call1(PyObject *f, PyObject *x) {
     if (PyCFunction_Check(f) && PyCFunction_GET_FUNCTION(f) == dict_getitem &&
-            PyCFunction_GET_SELF(f) != NULL && PyDict_CheckExact(PyCFunction_GET_SELF(f))) {
-        PyObject *v = PyDict_GetItemWithError(PyCFunction_GET_SELF(f), x);
-        if (v != NULL)
-            return Py_NewRef(v);
-        if (!PyErr_Occurred()) {
-            PyObject *key = PyTuple_Pack(1, x);     /* (KeyError(x), a tuple key kept whole) */
-            if (key != NULL) {
-                PyErr_SetObject(PyExc_KeyError, key);
-                Py_DECREF(key);
-            }
-        }
-        return NULL;
-    }
+            PyCFunction_GET_SELF(f) != NULL && PyDict_CheckExact(PyCFunction_GET_SELF(f)))
+        return dict_item(PyCFunction_GET_SELF(f), x);
     PyObject *argv[] = {x};
     return PyObject_Vectorcall(f, argv, 1, NULL);
 }
@@ -446,9 +564,8 @@ static PyObject *call1(PyObject *f, PyObject *x) {
  * the test is == or != (their equality); -1 on an error (raised) */
 static int compare_truth(PyObject *a, PyObject *b, int op) {
     if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
-        int oa, ob;
-        long long x = PyLong_AsLongLongAndOverflow(a, &oa), y = PyLong_AsLongLongAndOverflow(b, &ob);
-        if (!oa && !ob) {
+        long long x, y;
+        if (int64_of(a, &x) && int64_of(b, &y)) {
             switch (op) {
             case Py_EQ: return x == y;
             case Py_NE: return x != y;
@@ -467,7 +584,7 @@ static int compare_truth(PyObject *a, PyObject *b, int op) {
     PyObject *r = PyObject_RichCompare(a, b, op);
     if (r == NULL)
         return -1;
-    int t = PyObject_IsTrue(r);
+    int t = truth(r);
     Py_DECREF(r);
     return t;
 }

@@ -25,7 +25,14 @@ the module's globals:
     copy of its module's namespace and called from C. It may assign only names nothing else
     reads (the loops' own), else the function is not compiled whole;
   * any `Exception` the Python would have raised makes the result False, as the function's
-    `except Exception: return False` does; any other (a KeyboardInterrupt) propagates.
+    `except Exception: return False` does; any other (a KeyboardInterrupt) propagates;
+  * what the set-up recomputes at every step from what does not change between steps keeps
+    its last answer at its site, reused while the site can tell it is still the answer: a
+    constant `C['name']` (while C is the same dict at the same version, `item_at`), an
+    invariant's `'name' in skip` (the same frozenset of str, `member_at`), a variable's
+    reader `fast_ap(s['name'])` (the same tuple, or an Fcn with the same dict, `reader`).
+    (Made and looked up anew, they were ~3.6M of the ~31M instructions a kv_bytes replay
+    spends in HostTier's _check_delta.)
 
 A local read before it is assigned makes the result False (Python's UnboundLocalError, also
 an Exception). The arguments are the Python function's: (C, s, D, V=None, skip=frozenset()),
@@ -54,6 +61,22 @@ class _Scope(_Loop):
     globals, resolved when the pass is made (`globals`: their order in the pass object `P`)."""
     slots: dict[str, int] = field(default_factory=dict)
     globals: list[str] = field(default_factory=list)
+    # (how many caches of each kind the translation numbered: `reader`'s, `item_at`'s, `member_at`'s)
+    sites: int = 0
+    items: int = 0
+    members: int = 0
+
+    def read_site(self) -> int:
+        self.sites += 1
+        return self.sites - 1
+
+    def item_site(self) -> int:
+        self.items += 1
+        return self.items - 1
+
+    def member_site(self) -> int:
+        self.members += 1
+        return self.members - 1
 
     def borrowed(self, name: str) -> str | None:
         """None: a name of the function is read into a new reference (`load_name`), which
@@ -251,7 +274,7 @@ class _Whole:
         sc.load_name("it", it_fn, out)
         sc.load_name("D", dom_v, out)
         key = sc.temp()
-        out.append(f"{key} = PyObject_GetItem({dom_v}, K[{sc.const_at(dom)}]); Py_CLEAR({dom_v});")
+        out.append(f"{key} = getitem({dom_v}, K[{sc.const_at(dom)}]); Py_CLEAR({dom_v});")
         out.append(f"if ({key} == NULL) goto done;")
         held, refs = [], []
         for name in loop.outer:
@@ -352,6 +375,9 @@ class _Whole:
         return "\n".join([
             _PRELUDE % {"nconst": max(1, len(self.consts)), "plain": plain},
             f"#define N_GLOBALS {len(sc.globals)}",
+            f"#define N_SITES {max(1, sc.sites)}",
+            f"#define N_ITEMS {max(1, sc.items)}",
+            f"#define N_MEMBERS {max(1, sc.members)}",
             _PASS_TYPE,
             *self.preds,
             fn,
@@ -409,6 +435,128 @@ static int each(PyObject *it, PyObject *dom, PyObject *const *L, int (*pred)(PyO
     if (PyErr_Occurred())
         return -1;
     return ok == 1;
+}
+
+/* A `fast_ap(x)` call's cache (one per call in the pass, `reader`): the value x it last read
+ * (an exact tuple, or exactly an Fcn with its dict d), and the reader rt's fast_ap made of it */
+typedef struct {
+    PyObject *x, *d, *r;
+} ReadSite;
+
+static ReadSite read_sites[N_SITES];
+static PyObject *rt_fast_ap, *fcn_type;
+static Py_ssize_t off_fcn_d = -1;       /* where an Fcn keeps its dict (its slot `d`), -1 if not */
+
+/* x's dict when x is exactly an Fcn (borrowed), else NULL */
+static PyObject *fcn_dict(PyObject *x) {
+    if (off_fcn_d < 0 || (PyObject *)Py_TYPE(x) != fcn_type)
+        return NULL;
+    return *(PyObject **)((char *)x + off_fcn_d);
+}
+
+/* f(x) where the pass calls `fast_ap(x)` at every step, once per variable it reads: when f is
+ * rt's fast_ap and x is the value the site read last, the reader made then. rt's fast_ap makes
+ * of an exact tuple a reader of that tuple (immutable), and of exactly an Fcn its dict's
+ * `__getitem__`: so the reader made of the same tuple, or of an Fcn holding the same dict,
+ * reads alike (the pass only calls it, through call1), and none is made nor freed again. The
+ * site holds what it keeps (no other object can take their addresses). */
+static PyObject *reader(PyObject *f, PyObject *x, ReadSite *site) {
+    PyObject *d = fcn_dict(x);
+    int plain = f == rt_fast_ap && (PyTuple_CheckExact(x) || d != NULL);
+    if (plain && site->r != NULL && site->x == x && site->d == d)
+        return Py_NewRef(site->r);
+    PyObject *r = call1(f, x);
+    if (r != NULL && plain) {
+        PyObject *ox = site->x, *od = site->d, *orr = site->r;
+        site->x = Py_NewRef(x);
+        site->d = Py_XNewRef(d);
+        site->r = Py_NewRef(r);
+        Py_XDECREF(ox);
+        Py_XDECREF(od);
+        Py_XDECREF(orr);
+    }
+    return r;
+}
+
+/* A `C['name']` read's cache (one per such read in the pass, `item_at`): the exact dict it
+ * last read, the dict's version then, and the value read */
+typedef struct {
+    PyObject *d, *v;
+    uint64_t version;
+} ItemSite;
+
+static ItemSite item_sites[N_ITEMS];
+
+/* o[key] (key a str constant), as getitem reads it. Where o is an exact dict whose version
+ * tag (which every change of a dict renews: PEP 509) is the one the site read it at, the
+ * value read then: the pass reads the constants binding C by name at every step, and C does
+ * not change while its binding holds (the state s and the domains D do: not cached). Before
+ * 3.12 only (the tag is deprecated from 3.12: a read each time there). */
+static PyObject *item_at(PyObject *o, PyObject *key, ItemSite *site) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyDict_CheckExact(o)) {
+        uint64_t version = ((PyDictObject *)o)->ma_version_tag;
+        if (site->d == o && site->version == version && site->v != NULL)
+            return Py_NewRef(site->v);
+        PyObject *v = dict_item(o, key);
+        /* (kept only if the read changed nothing: a str key's lookup runs no Python code) */
+        if (v != NULL && ((PyDictObject *)o)->ma_version_tag == version) {
+            PyObject *od = site->d, *ov = site->v;
+            site->d = Py_NewRef(o);
+            site->v = Py_NewRef(v);
+            site->version = version;
+            Py_XDECREF(od);
+            Py_XDECREF(ov);
+        }
+        return v;
+    }
+#endif
+    return getitem(o, key);
+}
+
+/* A `'name' in skip` test's cache (one per such test in the pass, `member_at`): the
+ * frozenset of str it last tested, and the answer */
+typedef struct {
+    PyObject *set;
+    int in;
+} MemberSite;
+
+static MemberSite member_sites[N_MEMBERS];
+
+/* whether every element of the exact frozenset s is an exact str (so that a str's membership
+ * in it is decided by hash and string equality alone); 0 from 3.13 (no _PySet_NextEntry) */
+static int only_str(PyObject *s) {
+#if PY_VERSION_HEX >= 0x030D0000
+    (void)s;
+    return 0;
+#else
+    Py_ssize_t pos = 0;
+    PyObject *key;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(s, &pos, &key, &hash))
+        if (!PyUnicode_CheckExact(key))
+            return 0;
+    return 1;
+#endif
+}
+
+/* `key in r` (key a str constant), as contains decides it. Where r is the exact frozenset of
+ * str the site tested last, the answer then: a frozenset does not change, and such a test
+ * runs no code of its elements (the pass tests `'<invariant>' not in skip` per invariant at
+ * every step, and skip is the monitor's one frozenset). The site holds the set it keeps. */
+static int member_at(PyObject *r, PyObject *key, MemberSite *site) {
+    if (!PyFrozenSet_CheckExact(r) || !PyUnicode_CheckExact(key))
+        return contains(r, key);
+    if (site->set == r)
+        return site->in;
+    int in = contains(r, key);
+    if (in >= 0 && only_str(r)) {
+        PyObject *old = site->set;
+        site->set = Py_NewRef(r);
+        site->in = in;
+        Py_XDECREF(old);
+    }
+    return in;
 }
 
 static void pass_dealloc(PyObject *self) {
@@ -474,6 +622,19 @@ PyMODINIT_FUNC PyInit_%(name)s(void) {
     iter_values = PyObject_GetAttrString(values, "iter_values");
     Py_DECREF(values);
     if (iter_values == NULL) return NULL;
+    PyObject *rt = PyImport_ImportModule("hicache.monitors.rt");
+    if (rt == NULL) return NULL;
+    rt_fast_ap = PyObject_GetAttrString(rt, "fast_ap");
+    fcn_type = PyObject_GetAttrString(rt, "Fcn");
+    Py_DECREF(rt);
+    if (rt_fast_ap == NULL || fcn_type == NULL) return NULL;
+    if (PyType_Check(fcn_type)) {
+        PyObject *name_d = PyUnicode_InternFromString("d");
+        if (name_d == NULL) return NULL;
+        off_fcn_d = slot_offset(fcn_type, name_d);
+        Py_DECREF(name_d);
+        if (PyErr_Occurred()) return NULL;
+    }
     return PyModule_Create(&module);
 }
 """

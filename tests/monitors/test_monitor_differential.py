@@ -306,6 +306,45 @@ def test_native_element_loops_decide_as_the_generated_python(world):
         assert decided[True] and decided[False], f"{name}: {decided}"
 
 
+def test_the_native_pass_reuses_nothing_changed_in_place(world):
+    """The pass compiled whole keeps, between calls, what it read of the constants binding,
+    of skip and the readers it made of the state's values (fused_whole's item_at, member_at,
+    reader): handed the same dict of constants changed in place, the same skip and the same
+    state dict whose function values' dicts were replaced, it decides as the generated
+    Python does on every call, as it does on fresh objects."""
+    from hicache.monitors import fused_native, native
+    from hicache.tla.values import Fcn
+    name, _, gen, C, states, _ = world
+    if not gen.INCREMENTAL or native.module() is None or fused_native.translate(gen.inc_all) is None:
+        return
+    fast = fused_native.native_inc_all(gen)
+    rng = random.Random(11)
+    domains = {d for _, doms in gen.INCREMENTAL.values() for d in doms}
+    names = sorted(C, key=repr)
+    same_C, same_s = dict(C), {}
+    inputs = states[:150] + _mutants(states, gen.VARIABLES, rng, 150)
+    decided = collections.Counter()
+    for s in inputs:
+        same_C.clear()
+        same_C.update(C)
+        if rng.random() < 0.5:          # (a constant's value swapped with another's, in place)
+            a, b = rng.choice(names), rng.choice(names)
+            same_C[a], same_C[b] = C[b], C[a]
+        for v, x in _d(gen, s).items():
+            old = same_s.get(v)
+            if type(x) is Fcn and type(old) is Fcn and rng.random() < 0.5:
+                old.d = x.d             # (the same function object, another dict: Fcn's slot)
+            else:
+                same_s[v] = Fcn(x.d) if type(x) is Fcn else x      # (a copy: `states` stays as it is)
+        D = {dom: frozenset(x for x in sorted(C[dom], key=repr) if rng.random() < 0.7) for dom in domains}
+        V = None if rng.random() < 0.3 else {v for v in gen.VARIABLES if rng.random() < 0.5}
+        skip = frozenset(n for n in sorted(gen.INCREMENTAL) if rng.random() < 0.2)
+        want = gen.inc_all(same_C, same_s, D, V, skip)
+        assert fast(same_C, same_s, D, V, skip) is want, f"{name}: native inc_all differs on {same_s}"
+        decided[want] += 1
+    assert decided[True] and decided[False], f"{name}: {decided}"
+
+
 class _Defaulting(dict):
     """A function's dict that answers a missing key (`__missing__`): `d[k]` of it is not a
     plain dict's lookup, and a native loop must ask it as Python does."""
