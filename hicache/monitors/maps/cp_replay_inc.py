@@ -58,6 +58,12 @@ class IncrementalRows:
     #: superset of those that did, when the sync knows them (the device-page map's `_free`,
     #: from the allocator's calls); None: the commit diffs the two free sets
     free_moved: set | None = None
+    #: `domains` returns the sync's dirty dict itself under any binding: the monitor takes it
+    #: without the call
+    own_domains = True
+    #: `live()` is `s`, one dict for the map's life (assigned once, in __init__, and written
+    #: in place): the monitor takes it once
+    live_in_place = True
 
     def __init__(self, cache):
         super().__init__(cache)
