@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import enum
+import functools
 import math
 import operator
 import os
@@ -462,8 +463,11 @@ class Monitor:
         self._last_cost = 0.0        # what the last sampled check cost (the next one's estimate)
         self._mapped = False         # whether the event being handled mapped a state (charged)
         self.budget_skipped = 0      # drawn samples let go because the budget was spent
-        # a map may name what its constants depend on (cheaper than freezing them all)
-        self._constants_key = getattr(rmap, "constants_key", None)
+        # a map may name what its constants depend on (cheaper than freezing them all), and
+        # keep that key as an attribute its writes update (`synced_key`: read by C calls, no
+        # frame of the map's, at every event)
+        self._constants_key = functools.partial(getattr, rmap, "synced_key") if hasattr(rmap, "synced_key") \
+            else getattr(rmap, "constants_key", None)
         self._check_next = self._strict or self._draw()
         # a map whose events are all compound steps (no action checks) never needs the
         # state before an event
@@ -579,6 +583,13 @@ class Monitor:
             # subset of effect_actions; HostTier: a request's step that changed no node, most
             # of a run's events, calls no frame check, which would return None)
             self._effect_due = self._effect is not None and hasattr(rmap, "effect_due")
+            # a map whose sync can tell that its dirty dict is already the checks' domains
+            # under its own constants binding (`own_domains`, read after each sync: `domains`
+            # would return the dict unchanged), the binding every check here is under
+            self._own_domains = hasattr(rmap, "own_domains")
+            # the state the checks read: a map whose `live()` is one dict for its life,
+            # written in place (`live_in_place`), is asked once, not at every check
+            self._live = rmap.live() if getattr(rmap, "live_in_place", False) else None
             self._presynced = True       # the map's state is the state before the next event
             # (the fast path skips what the map replaces and what it does not check)
             self._fused_skip = frozenset(over) | frozenset(n for n in inc if n not in self.invariants)
@@ -1059,8 +1070,12 @@ class Monitor:
             self._checked_C = C
             D, changed = {d: C[d] for d in self._domains}, None
         else:
-            D, changed = self.rmap.domains(C, acc), _variables_of(delta)
-        s = self.rmap.live()
+            rmap = self.rmap
+            D = acc if self._own_domains and rmap.own_domains else rmap.domains(C, acc)
+            changed = _variables_of(delta)
+        s = self._live
+        if s is None:
+            s = self.rmap.live()
         if self._inc_all is None or self._inc_all(C, s, D, changed, self._fused_skip):
             # (the checks the fused pass does not cover: every one where there is none)
             checks = self._unfused_checks

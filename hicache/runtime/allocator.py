@@ -7,6 +7,7 @@ raises `SlotStateError` at once, naming the slots and their states.
 from __future__ import annotations
 
 import enum
+import operator
 import threading
 
 import numpy as np
@@ -92,9 +93,9 @@ class HostSlots:
         self._pages = PageAllocator(capacity)   # the free list (returned slots, then the tail)
         self._lock = threading.Lock()
 
-    @property
-    def free(self) -> int:
-        return self._pages.free
+    #: the free list's count, read in one C call of the property (no frame of this class's
+    #: own): the HostTier monitor's map reads it at every event of a strict run
+    free = property(operator.attrgetter("_pages.free"), doc="Slots free (the free list's count).")
 
     @property
     def used(self) -> int:

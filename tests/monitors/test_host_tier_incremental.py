@@ -171,6 +171,13 @@ def test_dirty_elements_cover_every_change(seed):
         # position one of its positions, every dirty request a row of its req)
         assert all(0 <= p < inc.cap for p in acc["Nodes"]), (action, sorted(acc["Nodes"]), inc.cap)
         assert acc["Reqs"] is None or all(1 <= q <= len(inc.s["req"]) for q in acc["Reqs"]), (action, acc["Reqs"])
+        # (the monitor reads the key and the domains from what the sync kept: synced_key the
+        # key constants_key() makes, own_domains whether domains under the map's own
+        # binding is the dict itself, and that dict's sets the map's own dirty sets)
+        assert inc.synced_key == inc.constants_key(), (action, inc.synced_key, inc.constants_key())
+        own = spec.constants(inc.constants())
+        assert inc.own_domains == (inc.domains(own, acc) is acc), action
+        assert acc["Nodes"] is inc.dirty_nodes and acc["HSlots"] is inc.dirty_slots, action
         # (the monitor skips the effect check of an action the sync leaves out of effect_due:
         # on this sync's state that check, of any action, finds nothing)
         assert inc.effect_due <= inc.effect_actions

@@ -59,6 +59,12 @@ class IncrementalRows:
     #: from the allocator's calls; the commit adds the other dirty pages to it and hands it
     #: on as the dirty pages); None: the commit diffs the two free sets
     free_moved: set | None = None
+    #: `domains` returns the sync's dirty dict itself under any binding: the monitor takes it
+    #: without the call
+    own_domains = True
+    #: `live()` is `s`, one dict for the map's life (assigned once, in __init__, and written
+    #: in place): the monitor takes it once
+    live_in_place = True
 
     def __init__(self, cache):
         super().__init__(cache)

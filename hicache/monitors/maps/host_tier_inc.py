@@ -149,6 +149,9 @@ class IncrementalHostTierMap(HostTierMap):
     #: node actions' own nodes changed as they write them
     effect = host_tier_guards.effect
     effect_actions = frozenset(host_tier_guards.FRAMES) | frozenset(host_tier_guards.WRITES)
+    #: `live()` is `s`, one dict for the map's life (assigned once, in __init__, and written
+    #: in place): the monitor takes it once
+    live_in_place = True
 
     def __init__(self, cache):
         super().__init__(cache)
@@ -235,10 +238,19 @@ class IncrementalHostTierMap(HostTierMap):
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
         self.dirty_reqs: set = set()
+        # the dict each sync returns, the one dict, holding the dirty sets above (each replaced
+        # in both at once) and the dirty requests or None (every request: len changed)
+        self.dirty = {"Nodes": self.dirty_nodes, "HSlots": self.dirty_slots, "Reqs": self.dirty_reqs}
+        # whether `domains` under this map's own constants binding returns `dirty` itself
+        # (the monitor then skips the call; see `domains`): when the last sync left len as it was
+        self.own_domains = True
         self.s = {"policy": str(cache.cfg.write_policy), "len": 0,
                   **{v: Fcn(self.funcs[v]) for v in NODE_VARS}}
         self.s["slot"] = tuple(self.slot_names)
         self._requests()
+        # constants_key()'s value, kept by the writes of cap and of the rows of `req` (_grow,
+        # sync): the monitor reads it, not the method, at every event
+        self.synced_key = self.constants_key()
         self.journal.update(tree.nodes())
         self.sync()
         self.delta = []
@@ -309,6 +321,7 @@ class IncrementalHostTierMap(HostTierMap):
                 delta.append((var, q, _MISSING))
         self.dirty_nodes.update(range(self.cap, cap))     # new elements: checked once
         self.cap = cap
+        self.synced_key = self.constants_key()
 
     def _remove(self, holes) -> None:
         """The pages at positions `holes` leave: taken in decreasing order, each hole is
@@ -401,6 +414,7 @@ class IncrementalHostTierMap(HostTierMap):
         self.free_seen, raw = free, self.slot_seen
         if hs:
             self.slots_changed = hs
+            self.effect_due = self._effect_changed
             # each changed slot's name and spec slot (dirty), and the nodes holding one:
             # re-mapped, their pages re-checked
             held = loops.slot_changes(hs, raw, self.slot_names, _NAMES, self.slot_page, self.dirty_slots)
@@ -483,19 +497,19 @@ class IncrementalHostTierMap(HostTierMap):
         The delta lists (variable, key, old value) of every write (key None: a whole
         variable), so the states before this event can be rebuilt (`undo`)."""
         self.delta = []
-        if self.left:
-            self.left = []
-        if self.changed:
-            self.changed = {}
-        if self.slots_changed:
-            self.slots_changed = []
+        if self.effect_due is not self._effect_unchanged:
+            # (the last sync changed a node's values or a slot's state, or a node left: each
+            # write of changed, slots_changed or left sets effect_due, `_slots`, `_map_nodes`)
+            self.left, self.changed, self.slots_changed = [], {}, []
+            self.effect_due = self._effect_unchanged
         # (the dirty sets are handed to the checks, which only read them and keep none past
         # the step: a set the last sync left empty, most events' dirty slots or requests,
         # serves as this sync's; a filled one is replaced by a new one)
+        dirty = self.dirty
         if self.dirty_nodes:
-            self.dirty_nodes = set()
+            self.dirty_nodes = dirty["Nodes"] = set()
         if self.dirty_slots:
-            self.dirty_slots = set()
+            self.dirty_slots = dirty["HSlots"] = set()
         if self.dirty_reqs:
             self.dirty_reqs = set()
         c = self.cache
@@ -530,17 +544,18 @@ class IncrementalHostTierMap(HostTierMap):
                               self.dirty_reqs)
             if grew is None:
                 self._requests()
+                self.synced_key = self.constants_key()
             else:
                 if grew:
                     self._zero_rows(len(self.s["req"]))
+                    self.synced_key = self.constants_key()
                 self.fetching = _EMPTY
-        self.effect_due = self._effect_changed if self.changed or self.slots_changed or self.left \
-            else self._effect_unchanged
         # a request's row is checked when it changed; all of them when len did (what
         # LockedNodesKept reads of the state besides the row)
-        reqs = None if self.L != L0 else self.dirty_reqs
+        own = self.own_domains = self.L == L0
+        dirty["Reqs"] = self.dirty_reqs if own else None
         # (dirty slots are spec slots, >= 1: NoSlot references are never counted)
-        return self.delta, {"Nodes": self.dirty_nodes, "HSlots": self.dirty_slots, "Reqs": reqs}
+        return self.delta, dirty
 
     def _map_nodes(self) -> None:
         """Re-map every journaled or requeued node."""
@@ -550,6 +565,8 @@ class IncrementalHostTierMap(HostTierMap):
         _remap_journaled(todo, self.cache.tree.root, self._remap_ctx,
                          (self.delta, self.changed, self.dirty_nodes, self.dirty_slots, self), self._unmap_subtree)
         self.slot_changed.clear()
+        if self.changed or self.left:
+            self.effect_due = self._effect_changed
 
     def _unmap_subtree(self, x) -> None:
         stack = [x]
@@ -573,7 +590,8 @@ class IncrementalHostTierMap(HostTierMap):
         return snapshot(self.s)
 
     def constants_key(self) -> tuple:
-        """What `constants()` depends on that can change (the monitor caches by it)."""
+        """What `constants()` depends on that can change (the monitor caches by it; kept as
+        `synced_key`, which it reads)."""
         return (self.cap, len(self.s["req"]))
 
     def constants(self) -> dict:
@@ -593,8 +611,9 @@ class IncrementalHostTierMap(HostTierMap):
         in its domain and the sets the sync built are handed on as they are, not copied nor
         searched (the checks only read them, and keep none past the step, after which the
         next sync fills new ones, or ones still empty): the sync's
-        own dict itself, unless every request is to be checked; under a smaller binding they
-        are filtered."""
+        own dict itself, unless every request is to be checked (each sync says which, as
+        `own_domains`: the monitor then takes the dict without this call); under a smaller
+        binding they are filtered."""
         reqs = dirty["Reqs"]
         if reqs is not None and self.cap <= C["NNodes"] and len(self.s["req"]) <= C["NReqs"]:
             # (the common step; an empty set is as empty as _EMPTY to the checks)
