@@ -42,6 +42,8 @@ static int same_value(PyObject *old, PyObject *v) {
         return 1;
     if (Py_TYPE(old) != Py_TYPE(v))
         return 0;
+    if (PyBool_Check(old))
+        return 0;           /* (two bools, not the same object: True and False are singletons) */
     long long x, y;
     if (int_value(old, &x) && int_value(v, &y))
         return x == y;      /* (two exact ints, a slot number or a count: no comparison's call) */
@@ -65,11 +67,15 @@ static PyObject *dict_at(PyObject *d, PyObject *key) {
     return v;
 }
 
-/* delta.append((var, key, old)) */
+/* delta.append((var, key, old)) (the tuple filled in place: PyTuple_Pack's variadic loop cost
+ * as much again as the allocation, at every delta-recorded write) */
 static int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
-    PyObject *t = PyTuple_Pack(3, var, key, old);
+    PyObject *t = PyTuple_New(3);
     if (t == NULL)
         return -1;
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(var));
+    PyTuple_SET_ITEM(t, 1, Py_NewRef(key));
+    PyTuple_SET_ITEM(t, 2, Py_NewRef(old));
     int rc = PyList_Append(delta, t);
     Py_DECREF(t);
     return rc;
@@ -168,7 +174,8 @@ static int ints_or_compare(PyObject *a, PyObject *b, int op) {
 }
 
 /* d[p] = v for each p of the list pos whose value is not v already, each write recorded as
- * (var, p, old) and p added to dirty; 0, or -1 on an error */
+ * (var, p, old) and p added to dirty (unless dirty is NULL: pos known dirty already); 0, or -1
+ * on an error */
 static int fill_each(PyObject *d, PyObject *pos, PyObject *v, PyObject *var, PyObject *delta, PyObject *dirty) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++) {
         PyObject *p = PyList_GET_ITEM(pos, i);
@@ -365,7 +372,7 @@ static PyObject *release(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 }
 
 /* d[p] = v for each pair of zip(pos, values) (pos a list) where old != v, recorded as
- * (var, p, old), p added to dirty, and the page's slot reference moved from old to v
+ * (var, p, old), p added to dirty (unless dirty is NULL: pos known dirty already), and the page's slot reference moved from old to v
  * (refs[old] -= 1 and refs[v] += 1 for a true one, each such slot added to slots); 0, or -1 on
  * an error (values not a sequence: TypeError) */
 static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObject *var, PyObject *refs,
@@ -388,8 +395,8 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
             rc = -1;
         else if (differ) {
             int t_old = 0, t_v = 0;
-            if (record(delta, var, p, old) < 0 || PyDict_SetItem(d, p, v) < 0 || PySet_Add(dirty, p) < 0 ||
-                (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
+            if (record(delta, var, p, old) < 0 || PyDict_SetItem(d, p, v) < 0 ||
+                (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
                 (t_v = ints ? vv != 0 : PyObject_IsTrue(v)) < 0 || (t_v && add_ref(refs, slots, v, 1) < 0))
                 rc = -1;
         }
@@ -2426,22 +2433,27 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
         goto done;
     if (PyDict_SetItem(nval, x, new) < 0)
         goto done;
+    /* every position of pos made dirty first when x is new or in slot_changed: the writes
+     * below then skip their own adds (NULL), up to six a page for a new node */
+    PyObject *page_dirty = dirty;
+    if (forced || old == NULL) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++)
+            if (PySet_Add(dirty, PyList_GET_ITEM(pos, i)) < 0)
+                goto done;
+        page_dirty = NULL;
+    }
     if (resized || old == NULL) {
-        if (remap_node_level(node_cols, node_vals, NULL, 1, pos, delta, dirty) < 0)
+        if (remap_node_level(node_cols, node_vals, NULL, 1, pos, delta, page_dirty) < 0)
             goto done;
     } else {
         PyObject *zero = PyLong_FromLong(0);
         item = zero == NULL ? NULL : item_at(old, zero);
         Py_XDECREF(zero);
         int differ = item == NULL ? -1 : ints_or_compare(item, node_vals, Py_NE);
-        if (differ < 0 || (differ && remap_node_level(node_cols, node_vals, item, 0, pos, delta, dirty) < 0))
+        if (differ < 0 || (differ && remap_node_level(node_cols, node_vals, item, 0, pos, delta, page_dirty) < 0))
             goto done;
         Py_CLEAR(item);
     }
-    if (forced)
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++)
-            if (PySet_Add(dirty, PyList_GET_ITEM(pos, i)) < 0)
-                goto done;
     int slots_differ = resized || forced || old == NULL;
     if (!slots_differ) {
         PyObject *one = PyLong_FromLong(1);
@@ -2453,7 +2465,7 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
             goto done;
     }
     if (slots_differ &&
-        remap_slots(x, hs, pending, backing, pos, slot_page, slot_cols, node_slots, delta, dirty, slots) < 0)
+        remap_slots(x, hs, pending, backing, pos, slot_page, slot_cols, node_slots, delta, page_dirty, slots) < 0)
         goto done;
     err = 0;
 done:

@@ -389,9 +389,9 @@ def py_remap_node(ctx: tuple, step: tuple, x) -> None:
     (tuple(x.host) or None, tuple(sync_backup.get(x.id)) or None, a device->host copy in
     flight: bool(x.inflight) and bool(in_flight(x))); nothing more when they equal nval[x]
     (not resized) and no slot of x changed state (x not in slot_changed). Else x's values
-    before go to changed (the first sync's write kept), nval[x] = the values, each node-level
-    variable's positions written (`fill`: all four when x is new or resized, else those that
-    differ or changed type), x's positions all dirty when x is in slot_changed, and, when the
+    before go to changed (the first sync's write kept), nval[x] = the values, x's positions
+    all dirty when x is in slot_changed or new, each node-level variable's positions written
+    (`fill`: all four when x is new or resized, else those that differ or changed type), and, when the
     slot values differ (or x is new, resized or in slot_changed), slot_page[h] = x for each h
     of x.host, then host's and backupOp's per-page values (node_slots(x.host, the blocking
     copy's slots, len(pos), backing)) written (`write_slots`)."""
@@ -429,6 +429,11 @@ def py_remap_node(ctx: tuple, step: tuple, x) -> None:
     else:
         changed.setdefault(x, old)      # (the values before the sync: the first write's)
     nval[x] = new
+    if forced or old is None:
+        # a slot this node's pages hold changed state: what reads slot[host[n]] of these
+        # pages (PendingLoadLocked) must be rechecked on them; a new node's are all new. (Made
+        # dirty before the writes, which the native twin then makes without adding them.)
+        dirty.update(pos)
     if resized or old is None:
         for (var, d), v in zip(node_cols, node_vals):
             py_fill(d, pos, v, var, delta, dirty)
@@ -437,10 +442,6 @@ def py_remap_node(ctx: tuple, step: tuple, x) -> None:
         for (var, d), a, b in zip(node_cols, old[0], node_vals):
             if a != b or type(a) is not type(b):
                 py_fill(d, pos, b, var, delta, dirty)
-    if forced:
-        # a slot this node's pages hold changed state: what reads slot[host[n]] of these
-        # pages (PendingLoadLocked) must be rechecked on them
-        dirty.update(pos)
     if not (resized or forced or old is None or old[1] != slot_vals):
         return
     if hs is not None:
