@@ -50,9 +50,30 @@ static int same_value(PyObject *old, PyObject *v) {
     return PyObject_RichCompareBool(old, v, Py_EQ);
 }
 
-/* d[key], a new reference; KeyError when absent (as `d[key]`). */
-static PyObject *dict_at(PyObject *d, PyObject *key) {
-    PyObject *v = PyDict_GetItemWithError(d, key);
+/* A dict's get and set by a key whose hash the caller computed once for them both (a page's
+ * or slot's int: its lookup and write, each hashing it again, were a fifth of a write's cost);
+ * hash -1: unknown, hashed here. The known-hash entry points are private C API, exported
+ * through 3.12's headers; later versions hash again. */
+static PyObject *dict_get_h(PyObject *d, PyObject *key, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+    if (hash != -1)
+        return _PyDict_GetItem_KnownHash(d, key, hash);
+#endif
+    return PyDict_GetItemWithError(d, key);
+}
+
+static int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash) {
+#if PY_VERSION_HEX < 0x030D0000
+    if (hash != -1)
+        return _PyDict_SetItem_KnownHash(d, key, v, hash);
+#endif
+    return PyDict_SetItem(d, key, v);
+}
+
+/* d[key] (key's hash: hash, -1 when unknown), a new reference; KeyError when absent (as
+ * `d[key]`). */
+static PyObject *dict_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
+    PyObject *v = dict_get_h(d, key, hash);
     if (v == NULL) {
         if (!PyErr_Occurred()) {
             PyObject *args = PyTuple_Pack(1, key);     /* (a tuple key would be taken as the args) */
@@ -65,6 +86,11 @@ static PyObject *dict_at(PyObject *d, PyObject *key) {
     }
     Py_INCREF(v);
     return v;
+}
+
+/* d[key], a new reference; KeyError when absent (as `d[key]`). */
+static PyObject *dict_at(PyObject *d, PyObject *key) {
+    return dict_at_h(d, key, -1);
 }
 
 /* delta.append((var, key, old)) (the tuple filled in place: PyTuple_Pack's variadic loop cost
@@ -83,7 +109,10 @@ static int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) 
 
 /* refs[h] = refs.get(h, 0) + k; slots.add(h) */
 static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
-    PyObject *cur = PyDict_GetItemWithError(refs, h);
+    Py_hash_t hash = PyObject_Hash(h);
+    if (hash == -1)
+        return -1;
+    PyObject *cur = dict_get_h(refs, h, hash);
     if (cur == NULL && PyErr_Occurred())
         return -1;
     long long c;
@@ -99,7 +128,7 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
     }
     if (nv == NULL)
         return -1;
-    int rc = PyDict_SetItem(refs, h, nv);
+    int rc = dict_set_h(refs, h, nv, hash);
     Py_DECREF(nv);
     if (rc < 0)
         return -1;
@@ -108,16 +137,22 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
 
 /* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
  * (var, key, old) and key added to dirty (when dirty is not NULL); 1 when it wrote, 0 when
- * not, -1 on an error. */
-static int write_if_changed(PyObject *d, PyObject *key, PyObject *old, PyObject *v, PyObject *var,
-                            PyObject *delta, PyObject *dirty) {
+ * not, -1 on an error; key's hash: hash, -1 when unknown. */
+static int write_if_changed_h(PyObject *d, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v, PyObject *var,
+                              PyObject *delta, PyObject *dirty) {
     int same = same_value(old, v);
     if (same)
         return same < 0 ? -1 : 0;
-    if (record(delta, var, key, old) < 0 || PyDict_SetItem(d, key, v) < 0 ||
+    if (record(delta, var, key, old) < 0 || dict_set_h(d, key, v, hash) < 0 ||
         (dirty != NULL && PySet_Add(dirty, key) < 0))
         return -1;
     return 1;
+}
+
+/* write_if_changed_h, key hashed when it writes */
+static int write_if_changed(PyObject *d, PyObject *key, PyObject *old, PyObject *v, PyObject *var,
+                            PyObject *delta, PyObject *dirty) {
+    return write_if_changed_h(d, key, -1, old, v, var, delta, dirty);
 }
 
 /* the public form of CPython's positional-count check (its own is private API) */
@@ -180,8 +215,9 @@ static int fill_each(PyObject *d, PyObject *pos, PyObject *v, PyObject *var, PyO
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++) {
         PyObject *p = PyList_GET_ITEM(pos, i);
         Py_INCREF(p);
-        PyObject *old = dict_at(d, p);
-        int rc = old == NULL ? -1 : write_if_changed(d, p, old, v, var, delta, dirty);
+        Py_hash_t hash = PyObject_Hash(p);
+        PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
+        int rc = old == NULL ? -1 : write_if_changed_h(d, p, hash, old, v, var, delta, dirty);
         Py_XDECREF(old);
         Py_DECREF(p);
         if (rc < 0)
@@ -211,10 +247,12 @@ typedef struct {
 } Seen;
 
 /* one item q -> src of a removal's origin, with the index into Seen's range of each of its
- * positions (-1: outside it, or no exact int); strong references */
+ * positions (-1: outside it, or no exact int) and q's hash (-1: unknown, hashed where used);
+ * strong references */
 typedef struct {
     PyObject *q, *src;
     Py_ssize_t qi, si;
+    Py_hash_t qh;
 } Step;
 
 static Py_ssize_t seen_index(PyObject *x, long long lo, Py_ssize_t n) {
@@ -237,7 +275,11 @@ static Step *steps_of(PyObject *origin, long long lo, Py_ssize_t n, Py_ssize_t *
     while (i < PyDict_GET_SIZE(origin) && PyDict_Next(origin, &it, &q, &src)) {
         long long k;
         *ints = *ints && int_value(q, &k);
-        steps[i++] = (Step){Py_NewRef(q), Py_NewRef(src), seen_index(q, lo, n), seen_index(src, lo, n)};
+        /* (a key that fails to hash again is hashed, and fails, where the writes read it) */
+        Py_hash_t qh = PyObject_Hash(q);
+        if (qh == -1)
+            PyErr_Clear();
+        steps[i++] = (Step){Py_NewRef(q), Py_NewRef(src), seen_index(q, lo, n), seen_index(src, lo, n), qh};
     }
     *count = i;
     return steps;
@@ -257,9 +299,9 @@ static void steps_free(Step *steps, Py_ssize_t count) {
 static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, PyObject *delta, Seen *seen) {
     for (Py_ssize_t i = 0; i < count; i++) {
         Step *st = &steps[i];
-        PyObject *old = dict_at(d, st->q);
+        PyObject *old = dict_at_h(d, st->q, st->qh);
         PyObject *v = old == NULL ? NULL : dict_at(d, st->src);
-        int rc = v == NULL ? -1 : write_if_changed(d, st->q, old, v, var, delta, NULL);
+        int rc = v == NULL ? -1 : write_if_changed_h(d, st->q, st->qh, old, v, var, delta, NULL);
         if (rc >= 0 && seen != NULL) {
             if (st->si >= 0)
                 Py_XSETREF(seen->vals[st->si], Py_NewRef(v));
@@ -281,8 +323,10 @@ static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, 
 static int spare_each(PyObject *d, PyObject *qs, PyObject *v, PyObject *var, PyObject *delta, Seen *seen) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(qs); i++) {
         PyObject *q = Py_NewRef(PyList_GET_ITEM(qs, i));
-        PyObject *old = seen != NULL && seen->vals[i] != NULL ? Py_NewRef(seen->vals[i]) : dict_at(d, q);
-        int rc = old == NULL ? -1 : write_if_changed(d, q, old, v, var, delta, NULL);
+        Py_hash_t qh = PyObject_Hash(q);
+        PyObject *old = qh == -1 ? NULL
+                        : seen != NULL && seen->vals[i] != NULL ? Py_NewRef(seen->vals[i]) : dict_at_h(d, q, qh);
+        int rc = old == NULL ? -1 : write_if_changed_h(d, q, qh, old, v, var, delta, NULL);
         Py_XDECREF(old);
         Py_DECREF(q);
         if (rc < 0)
@@ -386,7 +430,8 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
         PyObject *p = PyList_GET_ITEM(pos, i), *v = PySequence_Fast_GET_ITEM(vals, i);
         Py_INCREF(p);
         Py_INCREF(v);
-        PyObject *old = dict_at(d, p);
+        Py_hash_t hash = PyObject_Hash(p);
+        PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
         long long ov, vv;
         /* (exact ints, the slot numbers the map writes: compared and tested in C) */
         int ints = old != NULL && int_value(old, &ov) && int_value(v, &vv);
@@ -395,7 +440,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
             rc = -1;
         else if (differ) {
             int t_old = 0, t_v = 0;
-            if (record(delta, var, p, old) < 0 || PyDict_SetItem(d, p, v) < 0 ||
+            if (record(delta, var, p, old) < 0 || dict_set_h(d, p, v, hash) < 0 ||
                 (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
                 (t_v = ints ? vv != 0 : PyObject_IsTrue(v)) < 0 || (t_v && add_ref(refs, slots, v, 1) < 0))
                 rc = -1;
