@@ -132,6 +132,10 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         self.free_built: frozenset | None = None
         self.mirror_typed = False
         super().__init__(cache)
+        # (PageIds as a set: its intersection with a call's pages is a set, which the sync
+        # takes over as its moved pages, no copy; the first sync, above, rebuilt the mirror
+        # from the allocator and read none)
+        self.pid_set = set(self.pids)
 
     @property
     def incremental_overrides(self) -> dict:
@@ -228,7 +232,11 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # an attribute, which the walk's calls of _enter and _leave_subtree write)
         changed: dict = {}
         self._changed = changed
-        self._nodes()
+        # every journaled node mapped: parents first (a node is in the tree iff its parent is
+        # the root or a mapped node); one left detached takes its mapped subtree with it
+        todo = list(self.journal)
+        self.journal.clear()
+        walk_journaled(todo, self.cache.tree.root, self.node_pages, self._enter, self._leave_subtree)
         free = self._free()
         if self.cache.alloc_log or self.pending:    # (else none pending, none mapped: most syncs)
             self._pending(changed, free)
@@ -241,13 +249,6 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         if self.next_id - 1 > self.n_chains or longest > self.max_len:
             self._grow(self.next_id - 1, longest)     # (its tests first: most syncs grow nothing)
         return self._commit(changed, free)
-
-    def _nodes(self) -> None:
-        """Map every journaled node: parents first (a node is in the tree iff its parent is
-        the root or a mapped node); one left detached takes its mapped subtree with it."""
-        todo = list(self.journal)
-        self.journal.clear()
-        walk_journaled(todo, self.cache.tree.root, self.node_pages, self._enter, self._leave_subtree)
 
     def _enter(self, x) -> None:
         pages = tuple(x.device) if x.device is not None else (NONE,) * x.n
@@ -292,11 +293,12 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # (the pages the calls named: every page whose membership changed is one of them,
         # so the commit's dirty pages need not diff the two free sets; None when the mirror
         # is rebuilt, and the commit diffs them)
-        moved: set | None = set()
+        moved: set | None = None
         typed, n = self.mirror_typed, self.n_pids
         if mirror is not None and not ops.overflowed:
+            pid_set = self.pid_set
             for released, pages in ops:
-                got = pids.intersection(pages)      # (the pages of the call that are pages)
+                got = pid_set.intersection(pages)       # (the pages of the call that are pages)
                 if released:
                     mirror.update(got)
                     # (the call's own objects, which may equal a page id without being an
@@ -305,10 +307,17 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
                     typed = typed and ints_within(pages, n, 0)
                 else:
                     mirror.difference_update(got)
-                moved.update(got)
+                # (the first call's own new set, no copy: most syncs follow one call)
+                if moved is None:
+                    moved = got
+                else:
+                    moved |= got
+            # (the list's own clear, no frame: not overflowed, OpJournal.clear's reset has
+            # nothing to undo)
+            del ops[:]
         else:
             mirror = None
-        ops.clear()
+            ops.clear()
         if mirror is None or len(mirror) != dev.free:
             mirror = self.mirror = set(pids & dev.free_set())
             typed = n > 0 and ints_within(mirror, n, 0)
