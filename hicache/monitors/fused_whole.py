@@ -423,6 +423,34 @@ static int each_of_range(long long lo, long long hi, PyObject *const *L,
     return ok < 0 ? -1 : ok;
 }
 
+#if PY_VERSION_HEX < 0x030D0000
+/* every element of the exact set or frozenset dom satisfies pred: 1; one does not: 0; an
+ * error: -1 (raised). Walked as its iterator walks it (its table, in order: _PySet_NextEntry),
+ * with no iterator made, and as the iterator refuses to go on, RuntimeError where its size
+ * changed since the walk began (at each next element, and after the last) */
+static int each_of_set(PyObject *dom, PyObject *const *L, int (*pred)(PyObject *, PyObject *const *)) {
+    Py_ssize_t pos = 0, used = PySet_GET_SIZE(dom);
+    PyObject *key;
+    Py_hash_t hash;
+    int ok = 1;
+    Py_INCREF(dom);
+    while (ok == 1) {
+        if (PySet_GET_SIZE(dom) != used) {
+            PyErr_SetString(PyExc_RuntimeError, "Set changed size during iteration");
+            ok = -1;
+            break;
+        }
+        if (!_PySet_NextEntry(dom, &pos, &key, &hash))
+            break;
+        Py_INCREF(key);
+        ok = pred(key, L);
+        Py_DECREF(key);
+    }
+    Py_DECREF(dom);
+    return ok < 0 ? -1 : ok;
+}
+#endif
+
 /* every element of it(dom) satisfies pred: 1; one does not: 0; an error: -1 (raised). The
  * call of `it` is skipped where it is the values' own iter_values on an exact set, which it
  * returns as it is, or on an Interval lo..hi, of which it returns range(lo, hi + 1): its ints,
@@ -433,7 +461,11 @@ static int each(PyObject *it, PyObject *dom, PyObject *const *L, int (*pred)(PyO
     if (it == iter_values && interval_bounds(dom, &lo, &hi))
         return each_of_range(lo, hi, L, pred);
     if (it == iter_values && (PyFrozenSet_CheckExact(dom) || Py_IS_TYPE(dom, &PySet_Type))) {
-        seq = Py_NewRef(dom);
+#if PY_VERSION_HEX < 0x030D0000
+        return each_of_set(dom, L, pred);
+#else
+        seq = Py_NewRef(dom);       /* (no _PySet_NextEntry outside the interpreter's build) */
+#endif
     } else {
         PyObject *argv[] = {dom};
         seq = PyObject_Vectorcall(it, argv, 1, NULL);
