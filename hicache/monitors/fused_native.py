@@ -515,8 +515,8 @@ static PyObject *missing_key(PyObject *x) {
 static Py_ALWAYS_INLINE inline PyObject *dict_item(PyObject *d, PyObject *x) {
     PyObject *v;
 #if PY_VERSION_HEX < 0x030C0000
-    Py_ssize_t n = Py_SIZE(x);
-    if (PyLong_CheckExact(x) && -1 <= n && n <= 1) {
+    Py_ssize_t n;
+    if (PyLong_CheckExact(x) && -1 <= (n = Py_SIZE(x)) && n <= 1) {
         Py_hash_t h = (Py_hash_t)n * (Py_hash_t)((PyLongObject *)x)->ob_digit[0];
         v = _PyDict_GetItem_KnownHash(d, x, h == -1 ? -2 : h);
     } else
