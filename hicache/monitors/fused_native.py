@@ -417,25 +417,27 @@ _PRELUDE = r"""
 
 static PyObject *K[%(nconst)d];
 
-/* x.__class__: its type for the types no instance overrides it on, else the attribute */
-static PyObject *class_of(PyObject *x) {
+#if PY_VERSION_HEX < 0x030C0000 && !defined(Py_REF_DEBUG)
+/* Py_DECREF as the headers define it in a release build before 3.12 (no immortal objects),
+ * always inlined: a pass's function is large enough that the compiler calls it otherwise, and
+ * the pass releases ~70 temporaries a step and several per dirty element */
+static Py_ALWAYS_INLINE inline void decref_inlined(PyObject *o) {
+    if (--o->ob_refcnt == 0)
+        _Py_Dealloc(o);
+}
+#undef Py_DECREF
+#define Py_DECREF(op) decref_inlined(_PyObject_CAST(op))
+#endif
+
+/* x.__class__: its type for the types no instance overrides it on, else the attribute
+ * (inlined: the fast paths test `x.__class__ is bool` at every dirty element) */
+static Py_ALWAYS_INLINE inline PyObject *class_of(PyObject *x) {
     PyTypeObject *t = Py_TYPE(x);
     if (%(plain)s || x == Py_None) {
         Py_INCREF(t);
         return (PyObject *)t;
     }
     return PyObject_GetAttrString(x, "__class__");
-}
-
-/* the truth of x as Python decides it (PyObject_IsTrue, which tests these three first),
- * with no call for a bool or None: the fast paths test a bool flag per conjunct and element
- * (inlined even in a pass's large function, where the compiler would call it) */
-static Py_ALWAYS_INLINE inline int truth(PyObject *x) {
-    if (x == Py_True)
-        return 1;
-    if (x == Py_False || x == Py_None)
-        return 0;
-    return PyObject_IsTrue(x);
 }
 
 /* *v = the value of x, an exact int, and 1 when it fits 64 bits, else 0 (no error: x is an
@@ -455,12 +457,46 @@ static Py_ALWAYS_INLINE inline int int64_of(PyObject *x, long long *v) {
     return !overflow;
 }
 
-/* d[x] for an exact dict d (a new reference), as its subscript decides it: an exact dict asks
- * no `__missing__`; KeyError(x) when x is missing, TypeError when x is unhashable */
-static PyObject *dict_item(PyObject *d, PyObject *x) {
-    PyObject *v = PyDict_GetItemWithError(d, x);
-    if (v != NULL)
-        return Py_NewRef(v);
+/* hicache.tla.values.Interval (a TLA+ interval a..b), and where it keeps lo and hi (its
+ * __slots__: member descriptors' offsets, -1 if not) */
+static PyObject *interval_type, *str_lo, *str_hi;
+static Py_ssize_t off_lo = -1, off_hi = -1;
+
+/* 1 with *lo and *hi its bounds when r is exactly an Interval whose slots hold ints within
+ * 2**62 (so that hi - lo + 1 and hi + 1 fit 64 bits), else 0: the caller then asks Python */
+static int interval_bounds(PyObject *r, long long *lo, long long *hi) {
+    if (interval_type == NULL || (PyObject *)Py_TYPE(r) != interval_type || off_lo < 0 || off_hi < 0)
+        return 0;
+    PyObject *a = *(PyObject **)((char *)r + off_lo), *b = *(PyObject **)((char *)r + off_hi);
+    const long long lim = 1LL << 62;
+    return a != NULL && b != NULL && PyLong_CheckExact(a) && PyLong_CheckExact(b) && int64_of(a, lo)
+        && int64_of(b, hi) && -lim < *lo && *lo < lim && -lim < *hi && *hi < lim;
+}
+
+/* the truth of x, not a bool nor None, as PyObject_IsTrue decides it; an Interval's (its
+ * __len__, LazySet's: card(), which is max(0, hi - lo + 1)) read off its bounds, no Python
+ * call: the pass tests `if D['Reqs']:` at every step, an interval when every request is to be
+ * checked */
+static int truth_of_other(PyObject *x) {
+    long long lo, hi;
+    if (interval_bounds(x, &lo, &hi))
+        return lo <= hi;
+    return PyObject_IsTrue(x);
+}
+
+/* the truth of x as Python decides it (PyObject_IsTrue, which tests these three first),
+ * with no call for a bool or None: the fast paths test a bool flag per conjunct and element
+ * (inlined even in a pass's large function, where the compiler would call it) */
+static Py_ALWAYS_INLINE inline int truth(PyObject *x) {
+    if (x == Py_True)
+        return 1;
+    if (x == Py_False || x == Py_None)
+        return 0;
+    return truth_of_other(x);
+}
+
+/* the KeyError(x) of a missing key, unless the lookup raised (NULL either way) */
+static PyObject *missing_key(PyObject *x) {
     if (!PyErr_Occurred()) {
         PyObject *key = PyTuple_Pack(1, x);     /* (KeyError(x), a tuple key kept whole) */
         if (key != NULL) {
@@ -471,9 +507,30 @@ static PyObject *dict_item(PyObject *d, PyObject *x) {
     return NULL;
 }
 
+/* d[x] for an exact dict d (a new reference), as its subscript decides it: an exact dict asks
+ * no `__missing__`; KeyError(x) when x is missing, TypeError when x is unhashable. An int of
+ * at most one digit is looked up by the hash Python gives it (its value, but -1's is -2), not
+ * computed by a call (inlined: the pass reads each dirty element's values by their position,
+ * a lookup each) */
+static Py_ALWAYS_INLINE inline PyObject *dict_item(PyObject *d, PyObject *x) {
+    PyObject *v;
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t n;
+    if (PyLong_CheckExact(x) && -1 <= (n = Py_SIZE(x)) && n <= 1) {
+        Py_hash_t h = (Py_hash_t)n * (Py_hash_t)((PyLongObject *)x)->ob_digit[0];
+        v = _PyDict_GetItem_KnownHash(d, x, h == -1 ? -2 : h);
+    } else
+#endif
+        v = PyDict_GetItemWithError(d, x);
+    if (v != NULL)
+        return Py_NewRef(v);
+    return missing_key(x);
+}
+
 /* o[x] as Python decides it (PyObject_GetItem), with no dispatch through the type's mapping
- * slots when o is an exact dict (the pass reads C[...], s[...] and D[...] at every step) */
-static PyObject *getitem(PyObject *o, PyObject *x) {
+ * slots when o is an exact dict (the pass reads C[...], s[...] and D[...] at every step:
+ * inlined) */
+static Py_ALWAYS_INLINE inline PyObject *getitem(PyObject *o, PyObject *x) {
     return PyDict_CheckExact(o) ? dict_item(o, x) : PyObject_GetItem(o, x);
 }
 
@@ -513,11 +570,7 @@ static int set_disjoint(PyObject *a, PyObject *b) {
  * interval a..b, exactly hicache.tla.values.Interval (a subclass may decide otherwise): its
  * `contains` is `type(v) is int and self.lo <= v <= self.hi`, read in that order here (the
  * fast paths test `hits[n] \in 0..2` at every dirty page: a Python call each, before) */
-static PyObject *interval_type, *str_lo, *str_hi;
-/* where an Interval keeps lo and hi (its __slots__: member descriptors' offsets), -1 if not */
-static Py_ssize_t off_lo = -1, off_hi = -1;
-
-static int contains(PyObject *r, PyObject *x) {
+static int contains_other(PyObject *r, PyObject *x) {
     if (interval_type == NULL || (PyObject *)Py_TYPE(r) != interval_type)
         return PySequence_Contains(r, x);
     if (!PyLong_CheckExact(x))
@@ -543,26 +596,67 @@ static int contains(PyObject *r, PyObject *x) {
     return ok;
 }
 
+/* `x in r` as contains_other decides it, with the set's own test called directly where r is
+ * exactly a set or frozenset and x exactly an int or str (whose hash cannot fail: a set's
+ * `in` retries an unhashable set key as a frozenset, which PySet_Contains does not) (inlined:
+ * the fast paths test `'dev' in V` per variable at every step, and membership of an element's
+ * values at every dirty element) */
+static Py_ALWAYS_INLINE inline int contains(PyObject *r, PyObject *x) {
+    if (PyAnySet_CheckExact(r) && (PyLong_CheckExact(x) || PyUnicode_CheckExact(x)))
+        return PySet_Contains(r, x);
+    return contains_other(r, x);
+}
+
 /* f(x), a call of one argument, as Python makes it, with no call when f is exactly a dict's
  * own `__getitem__` bound to an exact dict (what rt.fast_ap reads a function value by:
  * `f.d.__getitem__`, one call per variable an element's conjuncts read): that dict's lookup,
  * KeyError when x is missing (on an exact dict, `d[x]` asks no `__missing__`), TypeError when
- * x is unhashable, as the call raises them. Any other callable (a sequence's reader, a
- * subclass's method, a Python function) is called. */
-static PyCFunction dict_getitem;    /* the C function of `{}.__getitem__`, read at configure */
+ * x is unhashable, as the call raises them; with no call either when f is an empty exact
+ * dict's own `get` (rt.no_ap's reader) and x an exact int or str (None), or a pass's reader of
+ * a sequence (SeqAt) and x an int in its 1..n (the element). Any other callable (a subclass's
+ * method, a Python function) is called, and SeqAt's reader on any other x. */
+static PyCFunction dict_getitem, dict_get;    /* the C functions of `{}.__getitem__`, `{}.get` */
+/* the type of a sequence's reader made by a pass's `reader` site (fused_whole's SeqAt: its seq
+ * and the reader rt's fast_ap made of it, which decides any call but an index in 1..n), or
+ * NULL where there is none (a module of element loops alone) */
+static PyTypeObject *seq_at_type;
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *seq, *real;
+} SeqAt;
 
-static PyObject *call1(PyObject *f, PyObject *x) {
-    if (PyCFunction_Check(f) && PyCFunction_GET_FUNCTION(f) == dict_getitem &&
-            PyCFunction_GET_SELF(f) != NULL && PyDict_CheckExact(PyCFunction_GET_SELF(f)))
-        return dict_item(PyCFunction_GET_SELF(f), x);
+static Py_ALWAYS_INLINE inline PyObject *call1(PyObject *f, PyObject *x) {
     PyObject *argv[] = {x};
+    PyTypeObject *t = Py_TYPE(f);
+    if (t == &PyCFunction_Type && !(((PyCFunctionObject *)f)->m_ml->ml_flags & METH_STATIC)) {
+        /* (exactly a builtin method, bound: a subclass's is called below, alike) */
+        PyObject *d = ((PyCFunctionObject *)f)->m_self;
+        PyCFunction fn = ((PyCFunctionObject *)f)->m_ml->ml_meth;
+        if (d != NULL && PyDict_CheckExact(d)) {
+            if (fn == dict_getitem)
+                return dict_item(d, x);
+            /* (rt.no_ap's reader, an empty dict's get: None for a key whose hash cannot fail) */
+            if (fn == dict_get && PyDict_GET_SIZE(d) == 0 && (PyLong_CheckExact(x) || PyUnicode_CheckExact(x)))
+                return Py_NewRef(Py_None);
+        }
+    } else if (t == seq_at_type) {
+        /* (a sequence read at an int in 1..n: its element, as seq_at reads it; else its reader
+         * decides, and raises) */
+        PyObject *seq = ((SeqAt *)f)->seq;
+        long long i;
+        if (PyLong_CheckExact(x) && int64_of(x, &i) && 1 <= i && i <= PyTuple_GET_SIZE(seq))
+            return Py_NewRef(PyTuple_GET_ITEM(seq, i - 1));
+        return PyObject_Vectorcall(((SeqAt *)f)->real, argv, 1, NULL);
+    }
     return PyObject_Vectorcall(f, argv, 1, NULL);
 }
 
 /* the truth of `a <op> b` as Python decides it (PyObject_RichCompare, then its truth), with
  * neither call when both are exactly int of 64 bits (their order) or both exactly str and
- * the test is == or != (their equality); -1 on an error (raised) */
-static int compare_truth(PyObject *a, PyObject *b, int op) {
+ * the test is == or != (their equality); -1 on an error (raised) (inlined: its test is a
+ * constant at each use, and the fast paths compare at every dirty element) */
+static Py_ALWAYS_INLINE inline int compare_truth(PyObject *a, PyObject *b, int op) {
     if (PyLong_CheckExact(a) && PyLong_CheckExact(b)) {
         long long x, y;
         if (int64_of(a, &x) && int64_of(b, &y)) {
@@ -599,16 +693,21 @@ static Py_ssize_t slot_offset(PyObject *t, PyObject *name) {
 }
 
 static int configure(void) {
-    PyObject *probe = PyDict_New(), *getitem = NULL;
-    if (probe != NULL)
+    PyObject *probe = PyDict_New(), *getitem = NULL, *get = NULL;
+    if (probe != NULL) {
         getitem = PyObject_GetAttrString(probe, "__getitem__");
+        get = PyObject_GetAttrString(probe, "get");
+    }
     if (getitem != NULL && PyCFunction_Check(getitem))
         dict_getitem = PyCFunction_GET_FUNCTION(getitem);
+    if (get != NULL && PyCFunction_Check(get))
+        dict_get = PyCFunction_GET_FUNCTION(get);
     Py_XDECREF(getitem);
+    Py_XDECREF(get);
     Py_XDECREF(probe);
-    if (dict_getitem == NULL) {
+    if (dict_getitem == NULL || dict_get == NULL) {
         if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "a dict's __getitem__ is not a C function here");
+            PyErr_SetString(PyExc_RuntimeError, "a dict's __getitem__ or get is not a C function here");
         return -1;
     }
     PyObject *values = PyImport_ImportModule("hicache.tla.values");

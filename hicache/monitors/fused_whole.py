@@ -409,13 +409,63 @@ static PyObject *global_at(FusedPass *P, Py_ssize_t j) {
     return Py_NewRef(v);
 }
 
+/* every int of lo..hi satisfies pred: 1; one does not: 0; an error: -1 (raised) */
+static int each_of_range(long long lo, long long hi, PyObject *const *L,
+                         int (*pred)(PyObject *, PyObject *const *)) {
+    int ok = 1;
+    for (long long i = lo; ok == 1 && i <= hi; i++) {
+        PyObject *e = PyLong_FromLongLong(i);
+        if (e == NULL)
+            return -1;
+        ok = pred(e, L);
+        Py_DECREF(e);
+    }
+    return ok < 0 ? -1 : ok;
+}
+
+#if PY_VERSION_HEX < 0x030D0000
+/* every element of the exact set or frozenset dom satisfies pred: 1; one does not: 0; an
+ * error: -1 (raised). Walked as its iterator walks it (its table, in order: _PySet_NextEntry),
+ * with no iterator made, and as the iterator refuses to go on, RuntimeError where its size
+ * changed since the walk began (at each next element, and after the last) */
+static int each_of_set(PyObject *dom, PyObject *const *L, int (*pred)(PyObject *, PyObject *const *)) {
+    Py_ssize_t pos = 0, used = PySet_GET_SIZE(dom);
+    PyObject *key;
+    Py_hash_t hash;
+    int ok = 1;
+    Py_INCREF(dom);
+    while (ok == 1) {
+        if (PySet_GET_SIZE(dom) != used) {
+            PyErr_SetString(PyExc_RuntimeError, "Set changed size during iteration");
+            ok = -1;
+            break;
+        }
+        if (!_PySet_NextEntry(dom, &pos, &key, &hash))
+            break;
+        Py_INCREF(key);
+        ok = pred(key, L);
+        Py_DECREF(key);
+    }
+    Py_DECREF(dom);
+    return ok < 0 ? -1 : ok;
+}
+#endif
+
 /* every element of it(dom) satisfies pred: 1; one does not: 0; an error: -1 (raised). The
  * call of `it` is skipped where it is the values' own iter_values on an exact set, which it
- * returns as it is */
+ * returns as it is, or on an Interval lo..hi, of which it returns range(lo, hi + 1): its ints,
+ * in order, made here (the pass walks the interval of every request when `len` changed) */
 static int each(PyObject *it, PyObject *dom, PyObject *const *L, int (*pred)(PyObject *, PyObject *const *)) {
     PyObject *seq;
+    long long lo, hi;
+    if (it == iter_values && interval_bounds(dom, &lo, &hi))
+        return each_of_range(lo, hi, L, pred);
     if (it == iter_values && (PyFrozenSet_CheckExact(dom) || Py_IS_TYPE(dom, &PySet_Type))) {
-        seq = Py_NewRef(dom);
+#if PY_VERSION_HEX < 0x030D0000
+        return each_of_set(dom, L, pred);
+#else
+        seq = Py_NewRef(dom);       /* (no _PySet_NextEntry outside the interpreter's build) */
+#endif
     } else {
         PyObject *argv[] = {dom};
         seq = PyObject_Vectorcall(it, argv, 1, NULL);
@@ -435,6 +485,45 @@ static int each(PyObject *it, PyObject *dom, PyObject *const *L, int (*pred)(PyO
     if (PyErr_Occurred())
         return -1;
     return ok == 1;
+}
+
+/* A sequence's reader as a pass's `reader` site hands it on: rt's fast_ap's reader `real` of the
+ * tuple seq, which call1 reads an index in 1..n of directly (as the reader reads it) and calls
+ * for anything else; called itself, the reader decides. (A pass reads a sequence, `slot` or a
+ * request's row, at every dirty element: a call through vectorcall each, before.) */
+static PyObject *seq_at_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    return PyObject_Vectorcall(((SeqAt *)self)->real, args, nargsf, kwnames);
+}
+
+static void seq_at_dealloc(PyObject *self) {
+    Py_XDECREF(((SeqAt *)self)->seq);
+    Py_XDECREF(((SeqAt *)self)->real);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject SeqAtType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "hicache.SeqAt",
+    .tp_basicsize = sizeof(SeqAt),
+    .tp_dealloc = seq_at_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(SeqAt, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "a fused pass's reader of one sequence (hicache.monitors.fused_whole)",
+};
+
+/* a SeqAt of seq (an exact tuple) over its reader `real` (stolen), NULL with real released on
+ * an error */
+static PyObject *seq_at_new(PyObject *seq, PyObject *real) {
+    SeqAt *r = PyObject_New(SeqAt, &SeqAtType);
+    if (r == NULL) {
+        Py_DECREF(real);
+        return NULL;
+    }
+    r->vectorcall = seq_at_call;
+    r->seq = Py_NewRef(seq);
+    r->real = real;
+    return (PyObject *)r;
 }
 
 /* A `fast_ap(x)` call's cache (one per call in the pass, `reader`): the value x it last read
@@ -458,7 +547,8 @@ static PyObject *fcn_dict(PyObject *x) {
  * rt's fast_ap and x is the value the site read last, the reader made then. rt's fast_ap makes
  * of an exact tuple a reader of that tuple (immutable), and of exactly an Fcn its dict's
  * `__getitem__`: so the reader made of the same tuple, or of an Fcn holding the same dict,
- * reads alike (the pass only calls it, through call1), and none is made nor freed again. The
+ * reads alike (the pass only calls it, through call1), and none is made nor freed again. A
+ * tuple's reader is handed on as a SeqAt over it (call1 then reads the tuple itself). The
  * site holds what it keeps (no other object can take their addresses). */
 static PyObject *reader(PyObject *f, PyObject *x, ReadSite *site) {
     PyObject *d = fcn_dict(x);
@@ -466,6 +556,8 @@ static PyObject *reader(PyObject *f, PyObject *x, ReadSite *site) {
     if (plain && site->r != NULL && site->x == x && site->d == d)
         return Py_NewRef(site->r);
     PyObject *r = call1(f, x);
+    if (r != NULL && plain && d == NULL)
+        r = seq_at_new(x, r);
     if (r != NULL && plain) {
         PyObject *ox = site->x, *od = site->d, *orr = site->r;
         site->x = Py_NewRef(x);
@@ -615,7 +707,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "%(name)s", NULL, -1,
 PyMODINIT_FUNC PyInit_%(name)s(void) {
 %(inits)s
     if (configure() < 0) return NULL;
-    if (PyType_Ready(&FusedPassType) < 0) return NULL;
+    if (PyType_Ready(&FusedPassType) < 0 || PyType_Ready(&SeqAtType) < 0) return NULL;
+    seq_at_type = &SeqAtType;
     if ((empty_frozenset = PyFrozenSet_New(NULL)) == NULL) return NULL;
     PyObject *values = PyImport_ImportModule("hicache.tla.values");
     if (values == NULL) return NULL;

@@ -345,6 +345,34 @@ def test_the_native_pass_reuses_nothing_changed_in_place(world):
     assert decided[True] and decided[False], f"{name}: {decided}"
 
 
+def test_the_native_pass_walks_whole_domains_as_python_does(world):
+    """Handed the domains themselves (what the monitor hands over under a new binding, or for
+    every request when `len` changed: intervals 1..n among them), or an empty interval, the
+    pass compiled whole decides as the generated Python on every call: an interval's truth and
+    its elements (fused_whole's each) are read off its bounds, and a sequence is read by the
+    pass's own reader (SeqAt), on reachable, mutated and crossed states."""
+    from hicache.monitors import fused_native, native
+    from hicache.tla.values import Interval
+    name, _, gen, C, states, _ = world
+    if not gen.INCREMENTAL or native.module() is None or fused_native.translate(gen.inc_all) is None:
+        return
+    fast = fused_native.native_inc_all(gen)
+    rng = random.Random(12)
+    domains = sorted({d for _, doms in gen.INCREMENTAL.values() for d in doms})
+    inputs = states[:200] + _mutants(states, gen.VARIABLES, rng, 100) + \
+        _crossed_states(states, gen.VARIABLES, rng, 100)
+    decided = collections.Counter()
+    for s in inputs:
+        sd = _d(gen, s)
+        D = {dom: C[dom] if rng.random() < 0.8 else Interval(1, 0) for dom in domains}
+        V = None if rng.random() < 0.5 else {v for v in gen.VARIABLES if rng.random() < 0.5}
+        skip = frozenset(n for n in sorted(gen.INCREMENTAL) if rng.random() < 0.2)
+        want = gen.inc_all(C, sd, D, V, skip)
+        assert fast(C, sd, D, V, skip) is want, f"{name}: native inc_all differs on {sd} (D={D}, V={V})"
+        decided[want] += 1
+    assert decided[True] and decided[False], f"{name}: {decided}"
+
+
 class _Defaulting(dict):
     """A function's dict that answers a missing key (`__missing__`): `d[k]` of it is not a
     plain dict's lookup, and a native loop must ask it as Python does."""
