@@ -156,6 +156,16 @@ static int write_if_changed(PyObject *d, PyObject *key, PyObject *old, PyObject 
 }
 
 /* the public form of CPython's positional-count check (its own is private API) */
+/* each of names[i] interned into *slots[i] where that is still NULL; 0, or -1 on an error
+ * (those interned before it are kept: each name is tested alone, so a later call interns
+ * only what is missing and no name is ever read NULL after a partial failure) */
+static int intern_names(const char *const *names, PyObject **const *slots, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (*slots[i] == NULL && (*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
+    return 0;
+}
+
 static int arity(const char *fn, Py_ssize_t n, Py_ssize_t want) {
     if (n == want)
         return 1;
@@ -265,20 +275,21 @@ static Py_ssize_t seen_index(PyObject *x, long long lo, Py_ssize_t n) {
  * equal to an int, True or 1.0, writes that int's position unseen by the indices); NULL on
  * an error */
 static Step *steps_of(PyObject *origin, long long lo, Py_ssize_t n, Py_ssize_t *count, int *ints) {
-    Step *steps = PyMem_New(Step, PyDict_GET_SIZE(origin) + 1);
+    Py_ssize_t cap = PyDict_GET_SIZE(origin);
+    Step *steps = PyMem_New(Step, cap + 1);
     if (steps == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
     Py_ssize_t it = 0, i = 0;
     PyObject *q, *src;
-    while (i < PyDict_GET_SIZE(origin) && PyDict_Next(origin, &it, &q, &src)) {
+    while (i < cap && PyDict_Next(origin, &it, &q, &src)) {
         long long k;
         *ints = *ints && int_value(q, &k);
-        /* (a key that fails to hash again is hashed, and fails, where the writes read it) */
-        Py_hash_t qh = PyObject_Hash(q);
-        if (qh == -1)
-            PyErr_Clear();
+        /* an exact int's hash, which runs no Python code and cannot fail (the borrowed q and
+         * src stay valid); any other key's is left to the writes (-1), which hash it where
+         * they read it, as they did before, its errors included */
+        Py_hash_t qh = PyLong_CheckExact(q) ? PyObject_Hash(q) : -1;
         steps[i++] = (Step){Py_NewRef(q), Py_NewRef(src), seen_index(q, lo, n), seen_index(src, lo, n), qh};
     }
     *count = i;
@@ -776,7 +787,10 @@ static int some_page(PyObject *pages, PyObject *none) {
         return -1;
     int some = 0;
     for (Py_ssize_t i = 0; some == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
-        int eq = PyObject_RichCompareBool(PySequence_Fast_GET_ITEM(seq, i), none, Py_EQ);
+        /* (the item held while compared: an __eq__ may shrink a list, as list.count holds it) */
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int eq = PyObject_RichCompareBool(item, none, Py_EQ);
+        Py_DECREF(item);
         some = eq < 0 ? -1 : !eq;
     }
     Py_DECREF(seq);
@@ -884,13 +898,10 @@ static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         check_type(s, &PyDict_Type, "commit_rows", "s") || check_type(delta, &PyList_Type, "commit_rows", "delta") ||
         (a[9] != Py_None && check_type(a[9], &PySet_Type, "commit_rows", "dirty")))
         return NULL;
-    if (s_rot == NULL && ((s_rot = PyUnicode_InternFromString("rot")) == NULL ||
-                          (s_len = PyUnicode_InternFromString("len")) == NULL ||
-                          (s_page = PyUnicode_InternFromString("page")) == NULL)) {
-        Py_CLEAR(s_rot);
-        Py_CLEAR(s_len);
+    static const char *const row_names[] = {"rot", "len", "page"};
+    PyObject **const row_slots[] = {&s_rot, &s_len, &s_page};
+    if (intern_names(row_names, row_slots, 3) < 0)
         return NULL;
-    }
     PyObject *vars[] = {s_rot, s_len, s_page}, *seq0[] = {NULL, NULL, NULL}, *seq1[] = {NULL, NULL, NULL};
     PyObject *nothing = PyTuple_New(0), *unused = nothing == NULL ? NULL : PyTuple_Pack(2, a[8], nothing);
     PyObject *dchains = PySet_New(NULL), *dpages = a[9] == Py_None ? PySet_New(NULL) : Py_NewRef(a[9]), *out = NULL;
@@ -1294,6 +1305,13 @@ enum {
 
 static PyObject *s_rid, *s_node, *s_blocking, *s_slots, *s_loading;
 
+/* the event fields' and a node's loading field's names (the binders read them) */
+static int event_names(void) {
+    static const char *const names[] = {"rid", "node", "blocking", "slots", "loading"};
+    PyObject **const slots[] = {&s_rid, &s_node, &s_blocking, &s_slots, &s_loading};
+    return intern_names(names, slots, 5);
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *phase, *loads, *ending, *req_node, *sync_backup;   /* the map's bookkeeping */
@@ -1565,11 +1583,7 @@ static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
             return NULL;
         }
     }
-    if (s_rid == NULL && ((s_rid = PyUnicode_InternFromString("rid")) == NULL ||
-                          (s_node = PyUnicode_InternFromString("node")) == NULL ||
-                          (s_blocking = PyUnicode_InternFromString("blocking")) == NULL ||
-                          (s_slots = PyUnicode_InternFromString("slots")) == NULL ||
-                          (s_loading = PyUnicode_InternFromString("loading")) == NULL))
+    if (event_names() < 0)
         return NULL;
     Binder *b = PyObject_New(Binder, &BinderType);
     if (b == NULL)
@@ -1847,21 +1861,13 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
         || check_type(a[4], &PyDict_Type, "request_binder", "qslot") < 0
         || check_type(a[5], &PyList_Type, "request_binder", "qtab") < 0)
         return NULL;
-    if (s_get == NULL && ((s_get = PyUnicode_InternFromString("get")) == NULL ||
-                          (s_pop = PyUnicode_InternFromString("pop")) == NULL ||
-                          (s_add = PyUnicode_InternFromString("add")) == NULL ||
-                          (s_phase_before = PyUnicode_InternFromString("phase_before")) == NULL ||
-                          (s_lock_before = PyUnicode_InternFromString("lock_before")) == NULL ||
-                          (s_req_dirty = PyUnicode_InternFromString("req_dirty")) == NULL ||
-                          (s_requeue = PyUnicode_InternFromString("requeue")) == NULL ||
-                          (s_loading_nodes = PyUnicode_InternFromString("loading_nodes")) == NULL ||
-                          (s_by_id = PyUnicode_InternFromString("by_id")) == NULL))
+    static const char *const map_names[] = {"get", "pop", "add", "phase_before", "lock_before", "req_dirty",
+                                            "requeue", "loading_nodes", "by_id"};
+    PyObject **const map_slots[] = {&s_get, &s_pop, &s_add, &s_phase_before, &s_lock_before, &s_req_dirty,
+                                    &s_requeue, &s_loading_nodes, &s_by_id};
+    if (intern_names(map_names, map_slots, 9) < 0)
         return NULL;
-    if (s_rid == NULL && ((s_rid = PyUnicode_InternFromString("rid")) == NULL ||
-                          (s_node = PyUnicode_InternFromString("node")) == NULL ||
-                          (s_blocking = PyUnicode_InternFromString("blocking")) == NULL ||
-                          (s_slots = PyUnicode_InternFromString("slots")) == NULL ||
-                          (s_loading = PyUnicode_InternFromString("loading")) == NULL))
+    if (event_names() < 0)
         return NULL;
     RequestBinder *b = PyObject_New(RequestBinder, &RequestBinderType);
     if (b == NULL)
@@ -2184,13 +2190,11 @@ static PyObject *s_n, *s_device, *s_loading, *s_stored, *s_hit_count, *s_host, *
 
 /* the node fields remap_node reads, interned once; 0, or -1 on an error */
 static int remap_names(void) {
-    static const char *names[] = {"id", "parent", "n", "device", "loading", "stored", "hit_count", "host", "inflight"};
-    PyObject **slots[] = {&s_id, &s_parent, &s_n, &s_device, &s_loading, &s_stored, &s_hit_count, &s_host,
-                          &s_inflight};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (*slots[i] == NULL && (*slots[i] = PyUnicode_InternFromString(names[i])) == NULL)
-            return -1;
-    return 0;
+    static const char *const names[] = {"id", "parent", "n", "device", "loading", "stored", "hit_count", "host",
+                                        "inflight"};
+    PyObject **const slots[] = {&s_id, &s_parent, &s_n, &s_device, &s_loading, &s_stored, &s_hit_count, &s_host,
+                                &s_inflight};
+    return intern_names(names, slots, sizeof names / sizeof names[0]);
 }
 
 /* s.add(x) for a set s (PySet_Add), else s.add(x) called; 0, or -1 on an error */

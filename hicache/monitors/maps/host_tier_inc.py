@@ -562,11 +562,15 @@ class IncrementalHostTierMap(HostTierMap):
         todo = self.journal | self.requeue
         self.journal.clear()
         self.requeue = set()
-        _remap_journaled(todo, self.cache.tree.root, self._remap_ctx,
-                         (self.delta, self.changed, self.dirty_nodes, self.dirty_slots, self), self._unmap_subtree)
-        self.slot_changed.clear()
-        if self.changed or self.left:
-            self.effect_due = self._effect_changed
+        try:
+            _remap_journaled(todo, self.cache.tree.root, self._remap_ctx,
+                             (self.delta, self.changed, self.dirty_nodes, self.dirty_slots, self), self._unmap_subtree)
+        finally:
+            # (also when a re-map raised part way: what it wrote to changed or left is cleared
+            # by the next sync only when effect_due says the last one changed something)
+            self.slot_changed.clear()
+            if self.changed or self.left:
+                self.effect_due = self._effect_changed
 
     def _unmap_subtree(self, x) -> None:
         stack = [x]
