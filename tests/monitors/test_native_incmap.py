@@ -432,6 +432,20 @@ def test_first_where_agrees(mod):
     assert mod.first_where({1: 5}, [1], False) is None and mod.first_where({}, [], True) is None
 
 
+@pytest.mark.parametrize("seed", range(100))
+def test_first_slot_not_in_agrees(mod, seed):
+    """As first_not_in_state over spec slots, or over runtime slots shifted first: slots of
+    every kind (past the names, negative, a bool, a big int, one that cannot be added to)."""
+    rng = random.Random(seed)
+    names = [rng.choice(["idle", "synced", "synced", "".join(["syn", "ced"]), 1]) for _ in range(rng.randint(0, 5))]
+    slots = [rng.choice([-2, -1, 0, 1, 2, 3, 4, 5, 6, True, 2 ** 70, None if seed % 9 == 0 else 1])
+             for _ in range(rng.randint(0, 6))]
+    _agree("first_slot_not_in", mod, [rng.choice([names, tuple(names)]), rng.choice([slots, tuple(slots)]),
+                                      "synced", rng.choice([True, False, 1, 0])])
+    assert mod.first_slot_not_in(["synced", "idle"], [0, 1], "synced", True) == 2
+    assert mod.first_slot_not_in(["synced"], [0, -1], "synced", True) == 0        # no slot
+    assert mod.first_slot_not_in(["synced"], (1, 1), "synced", False) is None
+
 def test_variables_of_agrees(mod):
     """Random deltas: runs of one variable's writes, equal names that are other objects,
     whole-variable entries (key None), and entries with no first item (IndexError) or no
@@ -592,25 +606,30 @@ class _Node:
     __hash__ = object.__hash__
 
 
-def test_foreign_holders_agree(mod):
+def test_holders_outside_agree(mod):
     """Random changed slots, holders and named ids both ways: a slot with no holder, a holder
     of None (as none), a holder without an id (AttributeError), an unhashable slot
-    (TypeError), ids as a tuple, a set, or one whose members compare with its own `==`."""
+    (TypeError), ids as a tuple, a set, or one whose members compare with its own `==`; runs
+    of one holder's slots (its verdict kept), broken by a slot with none or another's."""
     rng = random.Random(0)
     cases = []
     for i in range(400):
         nodes = [_Node(k) for k in range(4)] + ([_Node(None)] if i % 5 == 4 else [])
         slot_page = {h: rng.choice([*nodes, None]) for h in rng.sample(range(8), rng.randint(0, 8))}
+        if i % 3 == 0:      # (runs: a node's slots together)
+            run = rng.choice(nodes)
+            slot_page.update((h, run) for h in range(rng.randint(0, 4), rng.randint(4, 8)))
         slots = rng.sample(range(9), rng.randint(0, 9))
         if i % 7 == 6:
             slots.insert(rng.randint(0, len(slots)), [1])
         ids = tuple(rng.sample(range(5), rng.randint(0, 3)))
         cases.append([rng.choice([slots, tuple(slots)]), slot_page, rng.choice([ids, set(ids), [float(x) for x in ids]])])
-    seen = _outcomes("foreign_holders", mod, cases)
+    seen = _outcomes("holders_outside", mod, cases)
     assert seen["ok"] >= 250 and sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 5, seen
     assert sum(v for k, v in seen.items() if k.startswith("AttributeError")) >= 5, seen
     a, b = _Node(1), _Node(2)
-    assert mod.foreign_holders([3, 4, 5, 6], {3: a, 4: b, 6: None}, (1,)) == [(4, b)]
+    assert mod.holders_outside([3, 4, 5, 6], {3: a, 4: b, 6: None}, (1,)) == [(4, b)]
+    assert mod.holders_outside([1, 2, 3, 4], {1: b, 2: b, 3: a, 4: b}, (1,)) == [(1, b), (2, b), (4, b)]
 
 
 class _TreeNode:

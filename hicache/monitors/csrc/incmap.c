@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 11
+#define ABI_VERSION 12
 
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
@@ -2062,46 +2062,6 @@ static PyObject *remove_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) 
 
 static PyObject *s_id;
 
-/* foreign_holders(slots, slot_page, ids): loops.py's py_foreign_holders, the list of (h, y)
- * for each h of slots whose y = slot_page.get(h) (a dict) is not None with y.id not in ids. */
-static PyObject *foreign_holders(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("foreign_holders", n, 3))
-        return NULL;
-    PyObject *slot_page = a[1], *ids = a[2];
-    if (check_type(slot_page, &PyDict_Type, "foreign_holders", "slot_page"))
-        return NULL;
-    if (s_id == NULL && (s_id = PyUnicode_InternFromString("id")) == NULL)
-        return NULL;
-    PyObject *it = PyObject_GetIter(a[0]);
-    if (it == NULL)
-        return NULL;
-    PyObject *out = PyList_New(0), *h;
-    int err = out == NULL;
-    while (!err && (h = PyIter_Next(it)) != NULL) {
-        PyObject *y = PyDict_GetItemWithError(slot_page, h);
-        if (y == Py_None) {
-            /* (a holder of None is no holder, as `get`'s default) */
-        } else if (y != NULL) {
-            Py_INCREF(y);
-            PyObject *id = PyObject_GetAttr(y, s_id);
-            int in = id == NULL ? -1 : PySequence_Contains(ids, id);
-            Py_XDECREF(id);
-            if (in == 0) {
-                PyObject *pair = PyTuple_Pack(2, h, y);
-                err = pair == NULL || PyList_Append(out, pair) < 0;
-                Py_XDECREF(pair);
-            } else {
-                err = in < 0;
-            }
-            Py_DECREF(y);
-        } else {
-            err = PyErr_Occurred() != NULL;
-        }
-        Py_DECREF(h);
-    }
-    return finish(it, err, out, NULL, NULL, NULL);
-}
-
 static PyObject *s_parent;
 
 /* f(x), its result dropped; 0, or -1 on an error */
@@ -2843,6 +2803,108 @@ static PyObject *journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)j;
 }
 
+/* ---- the HostTier guards' and frame's tests of a node's or an event's slots in one call
+ * (maps/loops.py's py_first_slot_not_in, py_holders_outside): the same reads in the same
+ * order */
+
+/* first_slot_not_in(names, slots, state, runtime): first_not_in_state(names, slots, state)
+ * over spec slots, or with runtime true over runtime slots, each made a spec slot first (as
+ * shifted(slots) makes them: every one before any is tested). In C when names is an exact
+ * list, slots an exact list or tuple of exact ints (|h| < 2**61) and state an exact str
+ * (names[h - 1] is state: equal, no comparison's call); else first_not_in_state itself. */
+static PyObject *first_slot_not_in(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("first_slot_not_in", n, 4))
+        return NULL;
+    PyObject *names = a[0], *slots = a[1], *state = a[2];
+    int runtime = PyObject_IsTrue(a[3]);
+    if (runtime < 0)
+        return NULL;
+    int fast = PyList_CheckExact(names) && PyUnicode_CheckExact(state) &&
+               (PyList_CheckExact(slots) || PyTuple_CheckExact(slots));
+    Py_ssize_t count = fast ? PySequence_Fast_GET_SIZE(slots) : 0;
+    long long h;
+    for (Py_ssize_t i = 0; fast && i < count; i++)
+        fast = int_value(PySequence_Fast_GET_ITEM(slots, i), &h);
+    if (!fast) {
+        PyObject *spec = runtime ? shifted(self, slots) : Py_NewRef(slots);
+        if (spec == NULL)
+            return NULL;
+        PyObject *args[3] = {names, spec, state};
+        PyObject *out = first_not_in_state(self, args, 3);
+        Py_DECREF(spec);
+        return out;
+    }
+    /* (no Python code runs below but a name's comparison with state, which may change names:
+     * its length is Python's len(names) of the loop's start, each item read as it is then) */
+    Py_ssize_t len = PyList_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int_value(PySequence_Fast_GET_ITEM(slots, i), &h);
+        h += runtime;
+        if (h <= 0 || h > len)
+            return PyLong_FromLongLong(h);
+        if (h > PyList_GET_SIZE(names)) {
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            return NULL;
+        }
+        PyObject *st = PyList_GET_ITEM(names, h - 1);
+        if (st == state)
+            continue;
+        Py_INCREF(st);
+        int bad = PyObject_RichCompareBool(st, state, Py_NE);
+        Py_DECREF(st);
+        if (bad < 0)
+            return NULL;
+        if (bad)
+            return PyLong_FromLongLong(h);
+    }
+    Py_RETURN_NONE;
+}
+
+/* holders_outside(slots, slot_page, ids): the list of (h, y) for each h of slots whose
+ * y = slot_page.get(h) (a dict) is not None with y.id not in ids; a holder that is the very
+ * object the slot before it had (a node's slots run together) keeps its verdict, y.id read
+ * and searched once per run. */
+static PyObject *holders_outside(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("holders_outside", n, 3))
+        return NULL;
+    PyObject *slot_page = a[1], *ids = a[2];
+    if (check_type(slot_page, &PyDict_Type, "holders_outside", "slot_page"))
+        return NULL;
+    if (s_id == NULL && (s_id = PyUnicode_InternFromString("id")) == NULL)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    PyObject *out = PyList_New(0), *h, *last = NULL;
+    int err = out == NULL, outside = 0;
+    while (!err && (h = PyIter_Next(it)) != NULL) {
+        PyObject *y = PyDict_GetItemWithError(slot_page, h);     /* borrowed */
+        if (y == NULL) {
+            err = PyErr_Occurred() != NULL;
+        } else if (y != Py_None) {
+            Py_INCREF(y);
+            if (y != last) {
+                /* (last holds its holder: the verdict is the object's, not an address's) */
+                Py_XSETREF(last, Py_NewRef(y));
+                PyObject *id = PyObject_GetAttr(y, s_id);
+                int in = id == NULL ? -1 : PySequence_Contains(ids, id);
+                Py_XDECREF(id);
+                err = in < 0;
+                outside = in == 0;
+            }
+            if (!err && outside) {
+                PyObject *pair = PyTuple_Pack(2, h, y);
+                err = pair == NULL || PyList_Append(out, pair) < 0;
+                Py_XDECREF(pair);
+            }
+            Py_DECREF(y);
+        }
+        Py_DECREF(h);
+    }
+    Py_XDECREF(last);
+    return finish(it, err, out, NULL, NULL, NULL);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -2881,8 +2943,6 @@ static PyMethodDef methods[] = {
      "the moved pages' keys and node positions at their new positions"},
     {"remove_pages", (PyCFunction)(void (*)(void))remove_pages, METH_FASTCALL,
      "pages leaving the prefix, over every column: vacate, release, move, spare, renumber; the new L"},
-    {"foreign_holders", (PyCFunction)(void (*)(void))foreign_holders, METH_FASTCALL,
-     "(h, y) for the slots whose holder is a node not named"},
     {"walk_journaled", (PyCFunction)(void (*)(void))walk_journaled, METH_FASTCALL,
      "the journaled nodes, parents first: enter(x) the ones in the tree, leave(x) the detached"},
     {"remap_node", (PyCFunction)(void (*)(void))remap_node, METH_FASTCALL,
@@ -2904,6 +2964,10 @@ static PyMethodDef methods[] = {
     {"journaled", (PyCFunction)(void (*)(void))journaled, METH_FASTCALL,
      "a data descriptor over a slot whose writes add the object to each journal"},
     {"abi", abi, METH_NOARGS, "the module's ABI version"},
+    {"first_slot_not_in", (PyCFunction)(void (*)(void))first_slot_not_in, METH_FASTCALL,
+     "first_not_in_state over spec slots, or runtime slots made spec slots"},
+    {"holders_outside", (PyCFunction)(void (*)(void))holders_outside, METH_FASTCALL,
+     "(h, y) for the slots whose holder is a node not named, each run of one holder's slots judged once"},
     {NULL, NULL, 0, NULL},
 };
 

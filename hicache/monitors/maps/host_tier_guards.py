@@ -179,7 +179,8 @@ def _device_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
 
 def _host_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     f = m.funcs
-    hs = list(map(f["host"].__getitem__, pos))
+    host = f["host"]
+    hs = [host[p] for p in pos]
     if not all(hs):
         return _fail(action, 0, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
     children = _children(m, x)
@@ -232,7 +233,8 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
                 return _fail(action, 5, f"parent node {par.id} has no host copy and none being written "
                                         f"(ParentBackedOrGoing(n): host[n - 1] # NoSlot \\/ "
                                         f"backupOp[n - 1] # NoSlot)")
-    return _slots_in(m, action, 6, "node {}'s", x.id, _event_slots(fields), "idle", "h \\in IdleSlots")
+    return _slots_in(m, action, 6, "node {}'s", x.id, _event_slots(fields), "idle", "h \\in IdleSlots",
+                     runtime=True)
 
 
 def _backup_finish(m, action: str, x, pos: list, fields: dict) -> Failure | None:
@@ -326,7 +328,8 @@ def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
         if x is not None and not m.funcs["host"][pos[-1]]:
             return _fail(action, 5, f"request {rid}'s prefix ends at node {x.id}, whose last page has no "
                                     f"host copy (HostTail: host[len - 1] # NoSlot)")
-    return _slots_in(m, action, 6, "request {}'s prefetch", rid, _event_slots(fields), "idle", "h \\in IdleSlots")
+    return _slots_in(m, action, 6, "request {}'s prefetch", rid, _event_slots(fields), "idle", "h \\in IdleSlots",
+                     runtime=True)
 
 
 def _prefetch_end(m, action: str, fields: dict) -> Failure | None:
@@ -340,14 +343,14 @@ def _prefetch_end(m, action: str, fields: dict) -> Failure | None:
             return None
         return _fail(action, 0, f"request {rid} has no fetch in flight (pfSlot[q] # NoSlot)")
     return _slots_in(m, action, 0, "request {}'s abandoned fetch", fields.get("rid"), _event_slots(fields),
-                     "reserved", "pfSlot[q] # NoSlot: the fetch holds them")
+                     "reserved", "pfSlot[q] # NoSlot: the fetch holds them", runtime=True)
 
 
 def _load_end(m, action: str, fields: dict) -> Failure | None:
     """LoadEnd(q)'s req[q] = "loading" in tree form: the slots the ack releases were held
     by a load-back in flight (PROTECTED), which the load of q holds while q is loading."""
     return _slots_in(m, action, 0, "request {}'s load-back", fields.get("rid"), _event_slots(fields), "protected",
-                     "LoadEnd(q): req[q] = \"loading\", its load holding them")
+                     "LoadEnd(q): req[q] = \"loading\", its load holding them", runtime=True)
 
 
 def _load_back_finish(m, action: str, fields: dict) -> Failure | None:
@@ -418,24 +421,26 @@ def _storage_backup_finish(m, action: str, x, pos: list, fields: dict) -> Failur
 def _host_slots(m, action: str, k_host: int, k_state: int, x, pos: list, state: str) -> Failure | None:
     """Conjunct k_host fails unless every page of x has a host copy (host[n] # NoSlot),
     conjunct k_state unless each one's slot was `state` (slot[host[n]] = state)."""
-    hs = list(map(m.funcs["host"].__getitem__, pos))
+    host = m.funcs["host"]
+    hs = [host[p] for p in pos]
     if not all(hs):
         return _fail(action, k_host, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
     return _slots_in(m, action, k_state, "node {}'s", x.id, hs, state)
 
 
-def _event_slots(fields: dict) -> list[int]:
-    """The spec slots (runtime slot + 1) of the event's `slots` field."""
-    return loops.shifted(fields.get("slots") or ())
+def _event_slots(fields: dict):
+    """The runtime slots of the event's `slots` field (`_slots_in`'s with runtime=True)."""
+    return fields.get("slots") or ()
 
 
-def _slots_in(m, action: str, k: int, whose: str, of, slots: list, state: str,
-              text: str | None = None) -> Failure | None:
+def _slots_in(m, action: str, k: int, whose: str, of, slots, state: str,
+              text: str | None = None, runtime: bool = False) -> Failure | None:
     """Conjunct k (its text `text`, or slot[host[n]] = state) fails unless every spec slot of
     `slots` (runtime slot + 1) was `state` before the event; whose slots they are, in words:
-    `whose.format(of)` (formatted for a failure only: this runs at every guarded event)."""
+    `whose.format(of)` (formatted for a failure only: this runs at every guarded event).
+    With `runtime`, `slots` are runtime slots, each made its spec slot (+ 1) first."""
     names = m.slot_names
-    h = loops.first_not_in_state(names, slots, state)
+    h = loops.first_slot_not_in(names, slots, state, runtime)
     if h is None:
         return None
     was = f"\"{names[h - 1]}\"" if 0 < h <= len(names) else "not a host slot"
@@ -573,7 +578,7 @@ def _frame(m, action: str, ids: tuple) -> Failure | None:
         changed = m.changed_vars(y, old)     # (none: only its page count, a split's renaming)
         if changed and not (changed == ["dev"] and _dropped_by_failed_load(y)):
             return _frame_failure(m, action, ids, y, changed)
-    for h, y in loops.foreign_holders(m.slots_changed, m.slot_page, ids):
+    for h, y in loops.holders_outside(m.slots_changed, m.slot_page, ids):
         if y in m.nval and m.holds(y, h):
             return _frame_failure(m, action, ids, y, ["slot"], h + 1)
     # (a node that left the tree was not re-mapped: what left is asked apart)
@@ -604,7 +609,12 @@ def _after(m, nid):
 def _slots_after(m, action: str, var: str, nid, slots, state: str, when: str) -> Failure | None:
     """The conjunct of `action` writing `var` fails unless every runtime slot of `slots` (node
     nid's) is `state` as the sync left it (`when`: after what, in words)."""
-    states = set(map(m.slot_names.__getitem__, slots))
+    names = m.slot_names
+    # (every one a slot in `state`, the common step: one native pass; else their states read
+    # one by one, a slot past the names raising as it did)
+    if loops.first_slot_not_in(names, slots, state, True) is None:
+        return None
+    states = set(map(names.__getitem__, slots))
     if not states or states == {state}:
         return None
     return _fail(action, _conjunct_of(action, var), f"node {nid}'s host slots {list(slots)} are "

@@ -325,18 +325,6 @@ def py_remove_pages(cols, holes: list, L0: int, keys: list, npos: dict, delta: l
     return L
 
 
-def py_foreign_holders(slots, slot_page: dict, ids) -> list:
-    """(h, y) for each slot h of `slots`, in order, whose last holder y = slot_page.get(h) is
-    a node whose id is not in `ids`: the slots whose change a step of the nodes `ids` may
-    not make (the frame's candidates, host_tier_guards._frame)."""
-    out = []
-    for h in slots:
-        y = slot_page.get(h)
-        if y is not None and y.id not in ids:
-            out.append((h, y))
-    return out
-
-
 def py_walk_journaled(todo, root, mapped, enter, leave) -> None:
     """Visit journaled nodes parents first: a node is in the tree iff its parent is the root
     or a mapped node (`par in mapped`), so `enter(x)` maps it; `leave(x)` takes a detached
@@ -587,6 +575,30 @@ def py_journaled(slot, journals: list, name: str) -> property:
     return property(slot.__get__, setter, doc=f"journaled field {name!r}")
 
 
+def py_first_slot_not_in(names, slots, state, runtime):
+    """first_not_in_state over spec slots `slots`, or, with `runtime` true, over runtime
+    slots made spec slots first (shifted): the guards' and frame's test of an event's or a
+    node's slots in one call."""
+    return py_first_not_in_state(names, py_shifted(slots) if runtime else slots, state)
+
+def py_holders_outside(slots, slot_page: dict, ids) -> list:
+    """(h, y) for each slot h of `slots`, in order, whose last holder y = slot_page.get(h) is
+    a node whose id is not in `ids`: the slots whose change a step of the nodes `ids` may
+    not make (the frame's candidates, host_tier_guards._frame). A holder that is the very
+    object the slot before it had (a node's slots run together) keeps its verdict: its id
+    read and searched once per run."""
+    out = []
+    last = outside = None
+    for h in slots:
+        y = slot_page.get(h)
+        if y is None:
+            continue
+        if y is not last:
+            last, outside = y, y.id not in ids
+        if outside:
+            out.append((h, y))
+    return out
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "commit_rows": py_commit_rows,
@@ -595,10 +607,12 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
-          "renumber": py_renumber, "remove_pages": py_remove_pages, "foreign_holders": py_foreign_holders,
+          "renumber": py_renumber, "remove_pages": py_remove_pages,
           "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
           "shifted": py_shifted,
-          "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled}
+          "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled,
+          "first_slot_not_in": py_first_slot_not_in,
+          "holders_outside": py_holders_outside}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -622,7 +636,6 @@ prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
 vacate = _mod.vacate if _mod is not None else py_vacate
 renumber = _mod.renumber if _mod is not None else py_renumber
 remove_pages = _mod.remove_pages if _mod is not None else py_remove_pages
-foreign_holders = _mod.foreign_holders if _mod is not None else py_foreign_holders
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
 remap_node = _mod.remap_node if _mod is not None else py_remap_node
 remap_journaled = _mod.remap_journaled if _mod is not None else py_remap_journaled
@@ -630,3 +643,5 @@ shifted = _mod.shifted if _mod is not None else py_shifted
 request_step = _mod.request_step if _mod is not None else py_request_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
 journaled = _mod.journaled if _mod is not None else py_journaled
+first_slot_not_in = _mod.first_slot_not_in if _mod is not None else py_first_slot_not_in
+holders_outside = _mod.holders_outside if _mod is not None else py_holders_outside
