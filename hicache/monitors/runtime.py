@@ -468,6 +468,8 @@ class Monitor:
         # frame of the map's, at every event)
         self._constants_key = functools.partial(getattr, rmap, "synced_key") if hasattr(rmap, "synced_key") \
             else getattr(rmap, "constants_key", None)
+        # (the strict step reads `synced_key` off the map itself: no call at every event)
+        self._synced_key = hasattr(rmap, "synced_key")
         self._check_next = self._strict or self._draw()
         # a map whose events are all compound steps (no action checks) never needs the
         # state before an event
@@ -1022,8 +1024,7 @@ class Monitor:
         self.checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
-        key = self._constants_key
-        C = self._cache.get(key()) if key is not None else None
+        C = self._cache.get(rmap.synced_key) if self._synced_key else None
         if C is None:
             C = self.constants()
         if delta or C is not self._checked_C:    # (else the state every invariant last held on)

@@ -26,15 +26,15 @@ class PageAllocator:
         self.capacity = capacity
         self._free: list[int] = []
         self._next = 0
-
-    @property
-    def free(self) -> int:
-        return len(self._free) + self.capacity - self._next
+        # pages free: len(_free) + capacity - _next, kept by alloc and release (a plain
+        # attribute: the monitors' maps read it at every event of a strict run, where the
+        # property it was cost a frame)
+        self.free = capacity
 
     def alloc(self, n: int) -> list[int] | None:
         """n pages, or None (expected shortage) when fewer are free."""
         free = self._free
-        if n > len(free) + self.capacity - self._next:
+        if n > self.free:
             return None
         take = min(n, len(free))
         out = free[len(free) - take:]
@@ -44,6 +44,7 @@ class PageAllocator:
             nxt = self._next
             out.extend(range(nxt, nxt + n - take))
             self._next = nxt + n - take
+        self.free -= len(out)
         for j in self.journals:
             j.append((False, out))
         return out
@@ -51,7 +52,10 @@ class PageAllocator:
     def release(self, pages: list[int]) -> None:
         for j in self.journals:
             j.append((True, list(pages)))
-        self._free.extend(pages)
+        free = self._free
+        n = len(free)
+        free.extend(pages)
+        self.free += len(free) - n
 
     def free_set(self) -> set[int]:
         return set(self._free) | set(range(self._next, self.capacity))

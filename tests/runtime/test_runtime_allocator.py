@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from hicache.runtime.allocator import (TRANSITIONS, HostSlots, HostSlotState as S, PageAllocator,
@@ -13,6 +15,22 @@ def test_page_allocator_is_a_stack():
     assert a.alloc(2) == [1, 2]
     assert a.alloc(0) == []
     assert a.free_set() == {3}
+
+
+def test_page_allocator_free_count_follows_the_free_list():
+    # (`free` is a count alloc and release keep, read by the monitors at every event: it
+    # must stay the free list's size through any sequence, an iterator released included)
+    rng = random.Random(0)
+    a, held = PageAllocator(16), []
+    for _ in range(500):
+        if held and rng.random() < 0.5:
+            k = rng.randint(1, len(held))
+            back, held = held[:k], held[k:]
+            a.release(iter(back) if rng.random() < 0.3 else back)
+        else:
+            got = a.alloc(rng.randint(-1, 6))
+            held += got or []
+        assert a.free == len(a.free_set()) == 16 - len(held)
 
 
 def test_host_slot_lifecycle():

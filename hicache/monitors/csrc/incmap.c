@@ -1195,12 +1195,19 @@ static PyObject *first_where(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 static PyObject *variables_of(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("variables_of", n, 1))
         return NULL;
-    PyObject *it = PyObject_GetIter(a[0]);
-    if (it == NULL)
+    /* (an exact list, a delta, indexed as its iterator walks it: no iterator made) */
+    PyObject *delta = a[0], *it = PyList_CheckExact(delta) ? NULL : PyObject_GetIter(delta);
+    if (it == NULL && !PyList_CheckExact(delta))
         return NULL;
     PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *last = NULL, *e;
     int err = zero == NULL || out == NULL;
-    while (!err && (e = PyIter_Next(it)) != NULL) {
+    for (Py_ssize_t i = 0; !err; i++) {
+        if (it != NULL)
+            e = PyIter_Next(it);
+        else
+            e = i < PyList_GET_SIZE(delta) ? Py_NewRef(PyList_GET_ITEM(delta, i)) : NULL;
+        if (e == NULL)
+            break;
         /* (e[0]: a tuple's first item read directly, anything else as Python indexes it) */
         PyObject *v = PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) > 0 ? Py_NewRef(PyTuple_GET_ITEM(e, 0))
                                                                          : PyObject_GetItem(e, zero);
@@ -2544,87 +2551,118 @@ static PyObject *shifted(PyObject *self, PyObject *slots) {
 
 static PyObject *s_idle, *s_req, *s_reqlen;
 
-/* loops.py's _request_rows over (qtab, phase, req_node, by_id, root) and old, the same reads
- * in the same order (phase, req_node and by_id checked dicts by request_step); (tuple of rows,
- * list of changed row numbers), or None. */
-static PyObject *request_rows(PyObject *const *a, PyObject *old) {
-    PyObject *phase = a[1], *req_node = a[2], *by_id = a[3], *root = a[4];
-    PyObject *it = PyObject_GetIter(a[0]);
-    if (it == NULL)
-        return NULL;
-    PyObject *req = PyList_New(0), *rid, *out = NULL;
-    int err = req == NULL, out_of_tree = 0;
-    while (!err && !out_of_tree && (rid = PyIter_Next(it)) != NULL) {
-        if (rid == Py_None) {
-            err = PyList_Append(req, s_idle) < 0;
-        } else {
-            /* nid = req_node.get(rid); out of the tree unless None, root or in by_id */
-            PyObject *nid = PyDict_GetItemWithError(req_node, rid);
-            int in = 1;
-            if (nid == NULL) {
-                in = PyErr_Occurred() ? -1 : 1;
-            } else if (nid != Py_None) {
-                Py_INCREF(nid);
-                in = ints_or_compare(nid, root, Py_EQ);
-                if (in == 0)
-                    in = PyDict_Contains(by_id, nid);
-                Py_DECREF(nid);
-            }
-            if (in < 0) {
-                err = 1;
-            } else if (!in) {
-                out_of_tree = 1;
-            } else {
-                PyObject *ph = PyDict_GetItemWithError(phase, rid);
-                err = (ph == NULL && PyErr_Occurred()) || PyList_Append(req, ph != NULL ? ph : s_idle) < 0;
-            }
-        }
-        Py_DECREF(rid);
-    }
-    err = err || PyErr_Occurred() != NULL;
-    if (!err && !out_of_tree) {
-        if (PyList_GET_SIZE(req) == 0)
-            err = PyList_Append(req, s_idle) < 0;
-        Py_ssize_t n0 = err ? -1 : PyObject_Size(old);
-        PyObject *changed = n0 < 0 ? NULL : PyList_New(0);
-        err = changed == NULL;
-        for (Py_ssize_t q = 0; !err && q < PyList_GET_SIZE(req); q++) {
-            PyObject *ph = PyList_GET_ITEM(req, q);
-            int differs = 1;
-            if (q < n0) {
-                PyObject *was = NULL;
-                if (PyTuple_CheckExact(old)) {
-                    was = Py_NewRef(PyTuple_GET_ITEM(old, q));
-                } else {
-                    PyObject *k = PyLong_FromSsize_t(q);
-                    was = k == NULL ? NULL : PyObject_GetItem(old, k);
-                    Py_XDECREF(k);
-                }
-                differs = was == NULL ? -1 : ints_or_compare(was, ph, Py_NE);
-                Py_XDECREF(was);
-            }
-            if (differs > 0) {
-                PyObject *k = PyLong_FromSsize_t(q + 1);
-                err = k == NULL || PyList_Append(changed, k) < 0;
-                Py_XDECREF(k);
-            } else {
-                err = differs < 0;
-            }
-        }
-        PyObject *rows = err ? NULL : PyList_AsTuple(req);
-        out = rows == NULL ? NULL : PyTuple_Pack(2, rows, changed);
-        err = out == NULL;
-        Py_XDECREF(rows);
-        Py_XDECREF(changed);
-    }
-    Py_XDECREF(req);
-    if (!err && out == NULL)
-        out = Py_NewRef(Py_None);     /* (a locked node out of the tree: the full rebuild) */
-    return finish(it, err, out, NULL, NULL, NULL);
+/* whether rows a (old's) and b (new) differ: `a != b`, decided without a call for the same
+ * exact str (the rows are the phase table's strs) or two exact ints; -1: error */
+static int row_differs(PyObject *a, PyObject *b) {
+    if (a == b && PyUnicode_CheckExact(a))
+        return 0;
+    return ints_or_compare(a, b, Py_NE);
 }
 
-/* 1 when an item of the iterable x is true, 0 when none is (Python's any), -1 on an error */
+/* row rid of loops.py's _request_rows appended to req ("idle" for None, else its phase, or
+ * "idle"); 1 when its locked node is out of the tree (nothing appended), 0, or -1: error */
+static int request_row(PyObject *const *a, PyObject *rid, PyObject *req) {
+    PyObject *phase = a[1], *req_node = a[2], *by_id = a[3], *root = a[4];
+    if (rid == Py_None)
+        return PyList_Append(req, s_idle);
+    /* nid = req_node.get(rid); out of the tree unless None, root or in by_id */
+    PyObject *nid = PyDict_GetItemWithError(req_node, rid);
+    int in = 1;
+    if (nid == NULL) {
+        in = PyErr_Occurred() ? -1 : 1;
+    } else if (nid != Py_None) {
+        Py_INCREF(nid);
+        in = ints_or_compare(nid, root, Py_EQ);
+        if (in == 0)
+            in = PyDict_Contains(by_id, nid);
+        Py_DECREF(nid);
+    }
+    if (in <= 0)
+        return in < 0 ? -1 : 1;
+    PyObject *ph = PyDict_GetItemWithError(phase, rid);
+    if (ph == NULL && PyErr_Occurred())
+        return -1;
+    return PyList_Append(req, ph != NULL ? ph : s_idle);
+}
+
+/* loops.py's _request_rows over (qtab, phase, req_node, by_id, root) and old, the same reads
+ * in the same order (phase, req_node and by_id checked dicts by request_step; an exact list
+ * qtab indexed as its iterator walks it): 1 with *rows (a new tuple) and *changed (a new list
+ * of changed row numbers), 0 when a locked node is out of the tree (None), -1: error. n0 is
+ * len(old), taken after the rows as Python takes it. */
+static int request_rows(PyObject *const *a, PyObject *old, PyObject **rows, PyObject **changed, Py_ssize_t *n0) {
+    PyObject *qtab = a[0], *it = NULL, *rid;
+    if (!PyList_CheckExact(qtab) && (it = PyObject_GetIter(qtab)) == NULL)
+        return -1;
+    PyObject *req = PyList_New(0);
+    int rc = req == NULL ? -1 : 0;
+    for (Py_ssize_t i = 0; rc == 0; i++) {
+        if (it == NULL) {
+            if (i >= PyList_GET_SIZE(qtab))
+                break;
+            rid = Py_NewRef(PyList_GET_ITEM(qtab, i));
+        } else if ((rid = PyIter_Next(it)) == NULL) {
+            rc = PyErr_Occurred() ? -1 : 0;
+            break;
+        }
+        rc = request_row(a, rid, req);
+        Py_DECREF(rid);
+    }
+    Py_XDECREF(it);
+    if (rc != 0) {
+        Py_XDECREF(req);
+        return rc < 0 ? -1 : 0;
+    }
+    if (PyList_GET_SIZE(req) == 0 && PyList_Append(req, s_idle) < 0) {
+        Py_DECREF(req);
+        return -1;
+    }
+    *n0 = PyObject_Size(old);
+    PyObject *out = *n0 < 0 ? NULL : PyList_New(0);
+    int err = out == NULL;
+    for (Py_ssize_t q = 0; !err && q < PyList_GET_SIZE(req); q++) {
+        int differs = 1;
+        if (q < *n0) {
+            PyObject *was = NULL;
+            if (PyTuple_CheckExact(old)) {
+                was = Py_NewRef(PyTuple_GET_ITEM(old, q));
+            } else {
+                PyObject *k = PyLong_FromSsize_t(q);
+                was = k == NULL ? NULL : PyObject_GetItem(old, k);
+                Py_XDECREF(k);
+            }
+            differs = was == NULL ? -1 : row_differs(was, PyList_GET_ITEM(req, q));
+            Py_XDECREF(was);
+        }
+        if (differs > 0) {
+            PyObject *k = PyLong_FromSsize_t(q + 1);
+            err = k == NULL || PyList_Append(out, k) < 0;
+            Py_XDECREF(k);
+        } else {
+            err = differs < 0;
+        }
+    }
+    *rows = err ? NULL : PyList_AsTuple(req);
+    Py_DECREF(req);
+    if (*rows == NULL) {
+        Py_XDECREF(out);
+        return -1;
+    }
+    *changed = out;
+    return 1;
+}
+
+/* 1 when an item of the iterable x is true, 0 when none is (Python's any), -1 on an error (an
+ * exact tuple's items read in place) */
 static int any_true(PyObject *x) {
+    if (PyTuple_CheckExact(x)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x); i++) {
+            int t = PyObject_IsTrue(PyTuple_GET_ITEM(x, i));
+            if (t != 0)
+                return t;
+        }
+        return 0;
+    }
     PyObject *it = PyObject_GetIter(x), *v;
     if (it == NULL)
         return -1;
@@ -2663,17 +2701,22 @@ static PyObject *request_step(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     if (old == Py_None)
         return Py_NewRef(Py_None);
     Py_INCREF(old);      /* (held: the write below replaces it in s) */
-    PyObject *lens = PyObject_GetItem(s, s_reqlen);
+    /* s["reqLen"] (s an exact dict: its KeyError as subscription raises it) */
+    PyObject *lens = PyDict_GetItemWithError(s, s_reqlen);
+    if (lens == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, s_reqlen);
+    Py_XINCREF(lens);
     int some = lens == NULL ? -1 : any_true(lens);
     Py_XDECREF(lens);
-    PyObject *rows = some != 0 ? NULL : request_rows(a, old), *out = NULL;
-    if (rows == Py_None) {
-        out = rows;
-    } else if (rows != NULL) {
-        PyObject *req = PyTuple_GET_ITEM(rows, 0), *changed = PyTuple_GET_ITEM(rows, 1);
-        Py_ssize_t n0 = PyObject_Size(old), nq = PyTuple_GET_SIZE(req);
-        int err = n0 < 0;
-        if (!err && (PyList_GET_SIZE(changed) > 0 || nq != n0)) {
+    PyObject *req = NULL, *changed = NULL, *out = NULL;
+    Py_ssize_t n0 = 0;
+    int got = some != 0 ? -1 : request_rows(a, old, &req, &changed, &n0);
+    if (got == 0 || some > 0) {
+        out = Py_NewRef(Py_None);     /* (a locked node out of the tree, a true row: the full rebuild) */
+    } else if (got > 0) {
+        Py_ssize_t nq = PyTuple_GET_SIZE(req);
+        int err = 0;
+        if (PyList_GET_SIZE(changed) > 0 || nq != n0) {
             for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(changed); i++)
                 err = PySet_Add(dirty, PyList_GET_ITEM(changed, i)) < 0;
             PyObject *entry = err ? NULL : PyTuple_Pack(3, s_req, Py_None, old);
@@ -2681,9 +2724,8 @@ static PyObject *request_step(PyObject *self, PyObject *const *a, Py_ssize_t n) 
             Py_XDECREF(entry);
         }
         out = err ? NULL : PyBool_FromLong(nq != n0);
-        Py_DECREF(rows);
-    } else if (some > 0) {
-        out = Py_NewRef(Py_None);
+        Py_DECREF(req);
+        Py_DECREF(changed);
     }
     Py_DECREF(old);
     return out;
