@@ -1257,6 +1257,17 @@ def _remap_run(fn, seed: int):
     return exc, calls, _named((ctx[:10], step[:4], [(x.name, x.id) for x in nodes]))
 
 
+def _seeded_runs_agree(run, py_fn, c_fn, seeds: int = 600) -> list:
+    """Each seed's `run` both ways (Python's `py_fn`, the native `c_fn`), which must agree;
+    the Python way's outcomes, in the seeds' order."""
+    outcomes = []
+    for seed in range(seeds):
+        want = run(py_fn, seed)
+        assert run(c_fn, seed) == want, seed
+        outcomes.append(want)
+    return outcomes
+
+
 def test_remap_node_agrees(mod):
     """The incremental HostTier map's re-mapping of a node both ways, over random sequences of
     nodes (re-mapped as they are, unchanged, or with new fields): the same callbacks' calls
@@ -1266,12 +1277,107 @@ def test_remap_node_agrees(mod):
     a position outside a variable's domain (KeyError), a node holding fewer host slots than
     pages (node_slots' ValueError), a callback's own error."""
     seen = collections.Counter()
-    for seed in range(600):
-        want = _remap_run(loops.py_remap_node, seed)
-        got = _remap_run(mod.remap_node, seed)
-        assert got == want, seed
+    for want in _seeded_runs_agree(_remap_run, loops.py_remap_node, mod.remap_node):
         seen["ok" if want[0] is None else want[0][0].__name__] += 1
         seen["resized"] += any(c[0] == "resize" for c in want[1])
         seen["slots"] += want[1][-1][1] > 0
     assert seen["ok"] >= 250 and seen["resized"] >= 200 and seen["slots"] >= 200, seen
     assert min(seen[k] for k in ("KeyError", "ValueError", "RuntimeError", "LookupError")) >= 5, seen
+
+
+class _SubtreeNode(_MapNode):
+    """A tree node as the unmapping reads it: remap_node's fields and its `children` (a dict
+    of name -> node, or a mapping of another type whose values() the walk calls)."""
+
+    __slots__ = ("children",)
+
+
+class _Load:
+    """A node's load-back as the unmapping reads it: its request's `rid` (none: read as None)."""
+
+    def __init__(self, rid):
+        if rid is not None:
+            self.rid = rid
+
+
+class _UnmapMap:
+    """The map as the unmapping writes it: L (unset: an AttributeError) and req_dirty."""
+
+    __slots__ = ("L", "req_dirty")
+
+
+class _Children(dict):
+    """A children mapping that is no exact dict (its values() called, not read off)."""
+
+
+def _unmap_run(fn, seed: int):
+    """Build one random mapped tree from `seed`, unmap a random node's subtree with `fn` and
+    return (the exception raised, if any, as type and args; every container after, nodes
+    named; the nodes unmapped and the delta entries written, counted)."""
+    rng = random.Random(seed)
+    nodes = []
+    for k in range(rng.randint(1, 8)):
+        x = _SubtreeNode(f"n{k}")
+        x.children = _Children() if rng.random() < 0.1 else {}
+        if rng.random() < 0.95:
+            x.id = rng.choice([x.name, x.name, "shared"])
+        x.loading = rng.choice([None] * 4 + [_Load(1), _Load(2), _Load(None), 7, _Load([1])])
+        parent = rng.choice([None, *nodes])
+        if parent is not None:
+            parent.children[x.name] = x
+        nodes.append(x)
+    mapped = [x for x in nodes if rng.random() < 0.7]
+    L = 0
+    npos, keys = {}, []
+    for x in mapped:
+        n = rng.randint(0, 3)
+        npos[x] = list(range(L, L + n))
+        keys.extend((x, i) for i in range(n))
+        L += n
+    # (the positions shuffled: a node's pages anywhere in the prefix)
+    order = rng.sample(range(L), L)
+    keys = [keys[order.index(p)] for p in range(L)]
+    for x in npos:
+        npos[x] = [order[p] for p in npos[x]]
+    size = L + 1 if rng.random() < 0.9 else max(L - 1, 0)        # (short: a KeyError)
+    tree_refs = {h: rng.choice([0, 1, 2]) for h in range(1, 5) if rng.random() < 0.5}
+    backup_refs = {h: rng.choice([0, 1]) for h in range(1, 5) if rng.random() < 0.5}
+    cols = (("dev", {p: rng.choice([False, True]) for p in range(size)}, False, None),
+            ("host", {p: rng.choice([0, 1, 2, 3]) for p in range(size)}, 0, tree_refs),
+            ("backupOp", {p: rng.choice([0, 0, 4]) for p in range(size)}, 0, backup_refs))
+    by_id = {x.id: x for x in mapped if hasattr(x, "id") and rng.random() < 0.8}
+    up = {x: rng.choice([None, *nodes]) for x in nodes if rng.random() < 0.6}
+    kids = {p: {x for x in nodes if rng.random() < 0.4} for p in [None, *nodes] if rng.random() < 0.5}
+    nval = {x: ("values", x.name) for x in mapped if rng.random() < 0.7}
+    loading_nodes = {rid: {x for x in nodes if rng.random() < 0.5} for rid in (1, 2, None) if rng.random() < 0.6}
+    m = _UnmapMap()
+    m.req_dirty = False
+    if rng.random() < 0.95:
+        m.L = L
+    ctx = (npos, by_id, up, kids, nval, "the rest of remap_node's context")
+    step = ([("x", 0, 0)], {}, {11}, {9}, m)
+    unmapping = (keys, cols, loading_nodes, [])
+    exc = None
+    try:
+        fn(ctx, step, unmapping, rng.choice(nodes))
+    except Exception as e:      # (the same type and message from both)
+        exc = type(e), e.args
+    state = (ctx[:5], step[:4], unmapping, getattr(m, "L", None), m.req_dirty)
+    return exc, _named(state), (len(unmapping[3]), len(step[0]) - 1)
+
+
+def test_unmap_subtree_agrees(mod):
+    """The incremental HostTier map's unmapping of a detached node and what hangs below it,
+    both ways, over random trees: the nodes visited in the same order, every container
+    written the same (left, by_id, nval, the parent links, npos, keys, each column, the
+    reference counts, the delta, the dirty positions and slots, loading_nodes, m.L and
+    m.req_dirty), the same exception at the same point: a node without an id
+    (AttributeError), a column short of a position (remove_pages' KeyError), an unhashable
+    request (TypeError), a map without L (AttributeError)."""
+    seen = collections.Counter()
+    for want in _seeded_runs_agree(_unmap_run, loops.py_unmap_subtree, mod.unmap_subtree):
+        seen["ok" if want[0] is None else want[0][0].__name__] += 1
+        seen["left"] += want[2][0]
+        seen["written"] += want[2][1] > 0
+    assert seen["ok"] >= 300 and seen["left"] >= 400 and seen["written"] >= 200, seen
+    assert min(seen[k] for k in ("KeyError", "AttributeError", "TypeError")) >= 5, seen

@@ -24,12 +24,42 @@
 
 #define ABI_VERSION 12
 
+/* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
+ * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
+ * call, made for each value the loops compare or key, cost as much as their own work */
+static inline int small_int(PyObject *x, long long *out) {
+    if (!PyLong_CheckExact(x))
+        return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (!PyUnstable_Long_IsCompact((PyLongObject *)x))
+        return 0;
+    *out = PyUnstable_Long_CompactValue((PyLongObject *)x);
+#else
+    Py_ssize_t size = Py_SIZE(x);
+    if (size < -1 || size > 1)
+        return 0;
+    *out = size * (long long)((PyLongObject *)x)->ob_digit[0];
+#endif
+    return 1;
+}
+
+/* hash(key): a small int's hash is its value (-1, the error code, hashes as -2), computed
+ * here without the call; any other key's by PyObject_Hash (-1 on an error) */
+static inline Py_hash_t key_hash(PyObject *key) {
+    long long v;
+    if (small_int(key, &v))
+        return v == -1 ? -2 : (Py_hash_t)v;
+    return PyObject_Hash(key);
+}
+
 /* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
  * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
  * two such values fits 64 bits); any other value goes through the object API */
 static int int_value(PyObject *x, long long *out) {
     if (!PyLong_CheckExact(x))
         return 0;
+    if (small_int(x, out))
+        return 1;
     int over;
     *out = PyLong_AsLongLongAndOverflow(x, &over);
     return !over && *out > -(1LL << 61) && *out < (1LL << 61);
@@ -109,7 +139,7 @@ static int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) 
 
 /* refs[h] = refs.get(h, 0) + k; slots.add(h) */
 static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
-    Py_hash_t hash = PyObject_Hash(h);
+    Py_hash_t hash = key_hash(h);
     if (hash == -1)
         return -1;
     PyObject *cur = dict_get_h(refs, h, hash);
@@ -225,7 +255,7 @@ static int fill_each(PyObject *d, PyObject *pos, PyObject *v, PyObject *var, PyO
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++) {
         PyObject *p = PyList_GET_ITEM(pos, i);
         Py_INCREF(p);
-        Py_hash_t hash = PyObject_Hash(p);
+        Py_hash_t hash = key_hash(p);
         PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
         int rc = old == NULL ? -1 : write_if_changed_h(d, p, hash, old, v, var, delta, dirty);
         Py_XDECREF(old);
@@ -257,12 +287,12 @@ typedef struct {
 } Seen;
 
 /* one item q -> src of a removal's origin, with the index into Seen's range of each of its
- * positions (-1: outside it, or no exact int) and q's hash (-1: unknown, hashed where used);
- * strong references */
+ * positions (-1: outside it, or no exact int) and q's and src's hashes (-1: unknown, hashed
+ * where used); strong references */
 typedef struct {
     PyObject *q, *src;
     Py_ssize_t qi, si;
-    Py_hash_t qh;
+    Py_hash_t qh, sh;
 } Step;
 
 static Py_ssize_t seen_index(PyObject *x, long long lo, Py_ssize_t n) {
@@ -286,11 +316,11 @@ static Step *steps_of(PyObject *origin, long long lo, Py_ssize_t n, Py_ssize_t *
     while (i < cap && PyDict_Next(origin, &it, &q, &src)) {
         long long k;
         *ints = *ints && int_value(q, &k);
-        /* an exact int's hash, which runs no Python code and cannot fail (the borrowed q and
-         * src stay valid); any other key's is left to the writes (-1), which hash it where
-         * they read it, as they did before, its errors included */
-        Py_hash_t qh = PyLong_CheckExact(q) ? PyObject_Hash(q) : -1;
-        steps[i++] = (Step){Py_NewRef(q), Py_NewRef(src), seen_index(q, lo, n), seen_index(src, lo, n), qh};
+        /* each exact int's hash (q's, src's), which runs no Python code and cannot fail (the
+         * borrowed q and src stay valid); any other key's is left to the writes (-1), which
+         * hash it where they read it, as they did before, its errors included */
+        Py_hash_t qh = PyLong_CheckExact(q) ? key_hash(q) : -1, sh = PyLong_CheckExact(src) ? key_hash(src) : -1;
+        steps[i++] = (Step){Py_NewRef(q), Py_NewRef(src), seen_index(q, lo, n), seen_index(src, lo, n), qh, sh};
     }
     *count = i;
     return steps;
@@ -311,7 +341,7 @@ static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, 
     for (Py_ssize_t i = 0; i < count; i++) {
         Step *st = &steps[i];
         PyObject *old = dict_at_h(d, st->q, st->qh);
-        PyObject *v = old == NULL ? NULL : dict_at(d, st->src);
+        PyObject *v = old == NULL ? NULL : dict_at_h(d, st->src, st->sh);
         int rc = v == NULL ? -1 : write_if_changed_h(d, st->q, st->qh, old, v, var, delta, NULL);
         if (rc >= 0 && seen != NULL) {
             if (st->si >= 0)
@@ -334,7 +364,7 @@ static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, 
 static int spare_each(PyObject *d, PyObject *qs, PyObject *v, PyObject *var, PyObject *delta, Seen *seen) {
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(qs); i++) {
         PyObject *q = Py_NewRef(PyList_GET_ITEM(qs, i));
-        Py_hash_t qh = PyObject_Hash(q);
+        Py_hash_t qh = key_hash(q);
         PyObject *old = qh == -1 ? NULL
                         : seen != NULL && seen->vals[i] != NULL ? Py_NewRef(seen->vals[i]) : dict_at_h(d, q, qh);
         int rc = old == NULL ? -1 : write_if_changed_h(d, q, qh, old, v, var, delta, NULL);
@@ -368,7 +398,8 @@ static int release_each(PyObject *d, PyObject *holes, PyObject *refs, PyObject *
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(holes); i++) {
         PyObject *p = PyList_GET_ITEM(holes, i);
         Py_INCREF(p);
-        PyObject *h = dict_at(d, p);
+        Py_hash_t ph = key_hash(p);
+        PyObject *h = ph == -1 ? NULL : dict_at_h(d, p, ph);
         int truth = h == NULL ? -1 : PyObject_IsTrue(h);
         int rc = truth < 0 ? -1 : truth ? add_ref(refs, slots, h, -1) : 0;
         Py_XDECREF(h);
@@ -441,7 +472,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
         PyObject *p = PyList_GET_ITEM(pos, i), *v = PySequence_Fast_GET_ITEM(vals, i);
         Py_INCREF(p);
         Py_INCREF(v);
-        Py_hash_t hash = PyObject_Hash(p);
+        Py_hash_t hash = key_hash(p);
         PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
         long long ov, vv;
         /* (exact ints, the slot numbers the map writes: compared and tested in C) */
@@ -2079,19 +2110,20 @@ static int call_on(PyObject *f, PyObject *x) {
     return r == NULL ? -1 : 0;
 }
 
-/* what the walk does with a node in the tree: enter(arg, x); 0, or -1 on an error */
-typedef int (*enter_fn)(void *arg, PyObject *x);
+/* what the walk does with a node in the tree, or with a detached one: visit(arg, x); 0, or -1
+ * on an error */
+typedef int (*visit_fn)(void *arg, PyObject *x);
 
-static int enter_by_call(void *enter, PyObject *x) {
-    return call_on((PyObject *)enter, x);
+static int visit_by_call(void *f, PyObject *x) {
+    return call_on((PyObject *)f, x);
 }
 
-/* loops.py's py_walk_journaled over todo, root, mapped and leave, each node in the tree given
- * to enter(arg, x): the same reads (each node's `parent` read again at each pass, `par in
- * mapped` asked at each look: enter maps nodes as it goes) and the same calls in the same
- * order; None, or NULL on an error */
-static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, enter_fn enter, void *arg,
-                            PyObject *leave) {
+/* loops.py's py_walk_journaled over todo, root and mapped, each node in the tree given to
+ * enter(arg, x) and each detached one to leave(leave_arg, x): the same reads (each node's
+ * `parent` read again at each pass, `par in mapped` asked at each look: enter maps nodes as it
+ * goes) and the same calls in the same order; None, or NULL on an error */
+static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, visit_fn enter, void *arg,
+                            visit_fn leave, void *leave_arg) {
     if (s_parent == NULL && (s_parent = PyUnicode_InternFromString("parent")) == NULL)
         return NULL;
     PyObject *it = PyObject_GetIter(todo);
@@ -2102,7 +2134,7 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, en
     while (!err && (x = PyIter_Next(it)) != NULL) {
         if (x != root) {
             PyObject *par = PyObject_GetAttr(x, s_parent);
-            err = par == NULL || (par == Py_None ? call_on(leave, x) : PyList_Append(pending, x)) < 0;
+            err = par == NULL || (par == Py_None ? leave(leave_arg, x) : PyList_Append(pending, x)) < 0;
             Py_XDECREF(par);
         }
         Py_DECREF(x);
@@ -2118,7 +2150,7 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, en
             if (par == NULL) {
                 err = 1;
             } else if (par == Py_None) {
-                err = call_on(leave, x) < 0;
+                err = leave(leave_arg, x) < 0;
             } else {
                 int in = par == root ? 1 : PySequence_Contains(mapped, par);
                 err = in < 0 || (in ? enter(arg, x) : PyList_Append(later, x)) < 0;
@@ -2129,7 +2161,7 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, en
         if (!err && PyList_GET_SIZE(later) == PyList_GET_SIZE(pending)) {
             for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(later); i++) {
                 x = Py_NewRef(PyList_GET_ITEM(later, i));
-                err = call_on(leave, x) < 0;
+                err = leave(leave_arg, x) < 0;
                 Py_DECREF(x);
             }
             break;
@@ -2150,7 +2182,7 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, en
 static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("walk_journaled", n, 5))
         return NULL;
-    return walk_nodes(a[0], a[1], a[2], enter_by_call, a[3], a[4]);
+    return walk_nodes(a[0], a[1], a[2], visit_by_call, a[3], visit_by_call, a[4]);
 }
 
 static PyObject *s_n, *s_device, *s_loading, *s_stored, *s_hit_count, *s_host, *s_inflight;
@@ -2505,6 +2537,183 @@ done:
     return err ? -1 : 0;
 }
 
+static PyObject *s_L, *s_children, *s_discard;
+
+/* the names the unmapping reads, interned once (besides remap_names'); 0, or -1 */
+static int unmap_names(void) {
+    static const char *const names[] = {"L", "children", "discard", "req_dirty", "rid"};
+    PyObject **const slots[] = {&s_L, &s_children, &s_discard, &s_req_dirty, &s_rid};
+    return remap_names() < 0 ? -1 : intern_names(names, slots, sizeof names / sizeof names[0]);
+}
+
+/* s.discard(x) for a set s (PySet_Discard), else the method called; 0, or -1 on an error */
+static int set_like_discard(PyObject *s, PyObject *x) {
+    if (PySet_Check(s))
+        return PySet_Discard(s, x) < 0 ? -1 : 0;
+    PyObject *r = PyObject_CallMethodOneArg(s, s_discard, x);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* d.pop(key, None) for a dict d: its value (a new reference), None when absent; NULL on an
+ * error */
+static PyObject *dict_pop(PyObject *d, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(d, key);
+    if (v == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(v);
+    if (PyDict_DelItem(d, key) < 0)
+        Py_CLEAR(v);
+    return v;
+}
+
+/* `d[key].discard(x)` when the dict d has key (`if key in d`, `d.get(key, set())`: nothing
+ * when absent); 0, or -1 on an error */
+static int discard_from(PyObject *d, PyObject *key, PyObject *x) {
+    PyObject *s = PyDict_GetItemWithError(d, key);
+    if (s == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(s);
+    int rc = set_like_discard(s, x);
+    Py_DECREF(s);
+    return rc;
+}
+
+/* x's positions `holes` (not empty) out of the prefix: m.L = remove_pages(cols, holes, m.L,
+ * keys, npos, delta, dirty, slots); 0, or -1 on an error */
+static int unmap_positions(PyObject *m, PyObject *cols, PyObject *holes, PyObject *keys, PyObject *npos,
+                           PyObject *delta, PyObject *dirty, PyObject *slots) {
+    PyObject *L = PyObject_GetAttr(m, s_L);
+    if (L == NULL)
+        return -1;
+    PyObject *argv[] = {cols, holes, L, keys, npos, delta, dirty, slots};
+    PyObject *L1 = remove_pages(NULL, argv, 8);
+    Py_DECREF(L);
+    int rc = L1 == NULL ? -1 : PyObject_SetAttr(m, s_L, L1);
+    Py_XDECREF(L1);
+    return rc;
+}
+
+/* x out of its request's loading_nodes set while it is loading (x.loading not None; the rid,
+ * getattr(x.loading, "rid", None)); 0, or -1 on an error */
+static int unmap_loading(PyObject *loading_nodes, PyObject *x) {
+    PyObject *load = PyObject_GetAttr(x, s_loading);
+    if (load == NULL || load == Py_None) {
+        Py_XDECREF(load);
+        return load == NULL ? -1 : 0;
+    }
+    PyObject *rid = PyObject_GetAttr(load, s_rid);
+    Py_DECREF(load);
+    if (rid == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        rid = Py_NewRef(Py_None);
+    }
+    int rc = discard_from(loading_nodes, rid, x);
+    Py_DECREF(rid);
+    return rc;
+}
+
+/* loops.py's py_unmap_node(ctx, step, unmapping, x): the same reads, writes and calls in the
+ * same order; 0, or -1 on an error. Why: ~1 node an eviction leaves the tree, and its
+ * unmapping's bytecode, called back from the walk, cost as much as its pages' writes. */
+static int unmap_node(PyObject *ctx, PyObject *step, PyObject *unmapping, PyObject *x) {
+    PyObject *c[5], *st[5], *u[4];
+    if (check_type(ctx, &PyTuple_Type, "unmap_node", "ctx"))
+        return -1;
+    /* npos, by_id, up, kids, nval = ctx[:5] (borrowed: ctx holds them) */
+    PyObject *head = PyTuple_GetSlice(ctx, 0, 5);
+    if (head == NULL)
+        return -1;
+    int bad = unpack(head, 5, "ctx", c) < 0;
+    Py_DECREF(head);
+    PyObject *npos = c[0], *by_id = c[1], *up = c[2], *kids = c[3], *nval = c[4];
+    if (bad || unpack(step, 5, "step", st) < 0 || unpack(unmapping, 4, "unmapping", u) < 0 || unmap_names() < 0 ||
+        check_type(npos, &PyDict_Type, "unmap_node", "npos") || check_type(by_id, &PyDict_Type, "unmap_node", "by_id") ||
+        check_type(up, &PyDict_Type, "unmap_node", "up") || check_type(kids, &PyDict_Type, "unmap_node", "kids") ||
+        check_type(nval, &PyDict_Type, "unmap_node", "nval") ||
+        check_type(u[2], &PyDict_Type, "unmap_node", "loading_nodes") ||
+        check_type(u[3], &PyList_Type, "unmap_node", "left"))
+        return -1;
+    PyObject *delta = st[0], *dirty = st[2], *slots = st[3], *m = st[4];
+    PyObject *xid = NULL, *par = NULL, *holes = NULL, *gone = NULL;
+    int err = 1;
+    if (PyList_Append(u[3], x) < 0 || (xid = PyObject_GetAttr(x, s_id)) == NULL)
+        goto done;
+    /* (by_id's own entry: `xid in by_id`, then its pop) */
+    PyObject *had = PyDict_GetItemWithError(by_id, xid);
+    if (had == NULL ? PyErr_Occurred() != NULL
+                    : (PyObject_SetAttr(m, s_req_dirty, Py_True) < 0 || PyDict_DelItem(by_id, xid) < 0))
+        goto done;
+    if ((gone = dict_pop(nval, x)) == NULL || (par = dict_pop(up, x)) == NULL || discard_from(kids, par, x) < 0)
+        goto done;
+    Py_CLEAR(gone);
+    if ((gone = dict_pop(kids, x)) == NULL || (holes = dict_pop(npos, x)) == NULL)
+        goto done;
+    int some = PyObject_IsTrue(holes);
+    if (some < 0 || (some && unmap_positions(m, u[1], holes, u[0], npos, delta, dirty, slots) < 0) ||
+        unmap_loading(u[2], x) < 0)
+        goto done;
+    err = 0;
+done:
+    Py_XDECREF(xid);
+    Py_XDECREF(par);
+    Py_XDECREF(holes);
+    Py_XDECREF(gone);
+    return err ? -1 : 0;
+}
+
+/* loops.py's py_unmap_subtree(ctx, step, unmapping, x): x and every node below it, popped off
+ * a stack (each one's children pushed in their dict's order), each mapped one (in ctx[0])
+ * unmapped (unmap_node); 0, or -1 on an error */
+static int unmap_subtree(PyObject *ctx, PyObject *step, PyObject *unmapping, PyObject *x) {
+    if (check_type(ctx, &PyTuple_Type, "unmap_subtree", "ctx") || unmap_names() < 0)
+        return -1;
+    if (PyTuple_GET_SIZE(ctx) == 0) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return -1;
+    }
+    PyObject *npos = PyTuple_GET_ITEM(ctx, 0), *stack = PyList_New(0);
+    int err = stack == NULL || PyList_Append(stack, x) < 0;
+    while (!err && PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *y = Py_NewRef(PyList_GET_ITEM(stack, top)), *kids = NULL;
+        int in = PyList_SetSlice(stack, top, top + 1, NULL) < 0 ? -1 : PySequence_Contains(npos, y);
+        err = in < 0 || (in && unmap_node(ctx, step, unmapping, y) < 0) ||
+              (kids = PyObject_GetAttr(y, s_children)) == NULL;
+        if (!err && PyDict_CheckExact(kids)) {
+            /* (a dict's values in its order, as values() gives them, without the view) */
+            Py_ssize_t it = 0;
+            PyObject *k, *v;
+            while (!err && PyDict_Next(kids, &it, &k, &v))
+                err = PyList_Append(stack, v) < 0;
+        } else if (!err) {
+            PyObject *vals = PyObject_CallMethod(kids, "values", NULL);
+            PyObject *iter = vals == NULL ? NULL : PyObject_GetIter(vals), *v;
+            err = iter == NULL;
+            while (!err && (v = PyIter_Next(iter)) != NULL) {
+                err = PyList_Append(stack, v) < 0;
+                Py_DECREF(v);
+            }
+            err = err || PyErr_Occurred() != NULL;
+            Py_XDECREF(iter);
+            Py_XDECREF(vals);
+        }
+        Py_XDECREF(kids);
+        Py_DECREF(y);
+    }
+    Py_XDECREF(stack);
+    return err ? -1 : 0;
+}
+
+/* unmap_subtree(ctx, step, unmapping, x): unmap_subtree. */
+static PyObject *unmap_subtree_call(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("unmap_subtree", n, 4) || unmap_subtree(a[0], a[1], a[2], a[3]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* remap_node(ctx, step, x): remap_entry. */
 static PyObject *remap_node(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("remap_node", n, 3) || remap_entry(a[0], a[1], a[2]) < 0)
@@ -2512,14 +2721,19 @@ static PyObject *remap_node(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
-static int remap_enter(void *ctx_step, PyObject *x) {
-    PyObject **cs = ctx_step;
-    return remap_entry(cs[0], cs[1], x);
+static int remap_enter(void *cs, PyObject *x) {
+    PyObject **a = cs;
+    return remap_entry(a[0], a[1], x);
 }
 
-/* remap_journaled(todo, root, ctx, step, leave): loops.py's py_remap_journaled, walk_nodes over
- * ctx[0] (npos: the mapped nodes) with each node in the tree re-mapped (remap_entry), no call
- * between. */
+static int unmap_leave(void *cs, PyObject *x) {
+    PyObject **a = cs;
+    return unmap_subtree(a[0], a[1], a[2], x);
+}
+
+/* remap_journaled(todo, root, ctx, step, unmapping): loops.py's py_remap_journaled, walk_nodes
+ * over ctx[0] (npos: the mapped nodes) with each node in the tree re-mapped (remap_entry) and
+ * each detached one unmapped with what hangs below it (unmap_subtree), no call between. */
 static PyObject *remap_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("remap_journaled", n, 5) || check_type(a[2], &PyTuple_Type, "remap_journaled", "ctx"))
         return NULL;
@@ -2527,8 +2741,8 @@ static PyObject *remap_journaled(PyObject *self, PyObject *const *a, Py_ssize_t 
         PyErr_SetString(PyExc_IndexError, "tuple index out of range");
         return NULL;
     }
-    PyObject *cs[] = {a[2], a[3]};
-    return walk_nodes(a[0], a[1], PyTuple_GET_ITEM(a[2], 0), remap_enter, cs, a[4]);
+    PyObject *cs[] = {a[2], a[3], a[4]};
+    return walk_nodes(a[0], a[1], PyTuple_GET_ITEM(a[2], 0), remap_enter, cs, unmap_leave, cs);
 }
 
 /* shifted(slots): loops.py's py_shifted, [h + 1 for h in slots] (an exact int's sum made in
@@ -3010,6 +3224,8 @@ static PyMethodDef methods[] = {
      "first_not_in_state over spec slots, or runtime slots made spec slots"},
     {"holders_outside", (PyCFunction)(void (*)(void))holders_outside, METH_FASTCALL,
      "(h, y) for the slots whose holder is a node not named, each run of one holder's slots judged once"},
+    {"unmap_subtree", (PyCFunction)(void (*)(void))unmap_subtree_call, METH_FASTCALL,
+     "a detached node and the nodes below it unmapped by the incremental HostTier map"},
     {NULL, NULL, 0, NULL},
 };
 

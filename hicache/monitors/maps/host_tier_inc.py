@@ -346,20 +346,6 @@ class IncrementalHostTierMap(HostTierMap):
         self.L = _remove_pages(self.page_cols, holes, self.L, self.keys, self.npos, self.delta, self.dirty_nodes,
                                self.dirty_slots)
 
-    def _unmap(self, x) -> None:
-        self.left.append(x)
-        if x.id in self.by_id:
-            self.req_dirty = True    # a request whose lock holds x now has it out of the tree
-        self.by_id.pop(x.id, None)
-        self.nval.pop(x, None)
-        par = self.up.pop(x, None)
-        if par in self.kids:         # (not when its parent left first: a subtree's unmapping)
-            self.kids[par].discard(x)
-        self.kids.pop(x, None)
-        self._remove(self.npos.pop(x, ()))
-        if x.loading is not None:
-            self.loading_nodes.get(getattr(x.loading, "rid", None), set()).discard(x)
-
     # ------------------------------------------------------------ node mapping
     # (a node's re-mapping is loops.remap_node, native, over this map's containers,
     # `_remap_ctx`, and a sync's, `_map_nodes`; these two are its rare steps' callbacks)
@@ -563,22 +549,17 @@ class IncrementalHostTierMap(HostTierMap):
         self.journal.clear()
         self.requeue = set()
         try:
+            # (a node that left the tree is unmapped with what hangs below it in the same call,
+            # loops.unmap_subtree: its positions leave the prefix, its bookkeeping goes)
             _remap_journaled(todo, self.cache.tree.root, self._remap_ctx,
-                             (self.delta, self.changed, self.dirty_nodes, self.dirty_slots, self), self._unmap_subtree)
+                             (self.delta, self.changed, self.dirty_nodes, self.dirty_slots, self),
+                             (self.keys, self.page_cols, self.loading_nodes, self.left))
         finally:
             # (also when a re-map raised part way: what it wrote to changed or left is cleared
             # by the next sync only when effect_due says the last one changed something)
             self.slot_changed.clear()
             if self.changed or self.left:
                 self.effect_due = self._effect_changed
-
-    def _unmap_subtree(self, x) -> None:
-        stack = [x]
-        while stack:
-            y = stack.pop()
-            if y in self.npos:
-                self._unmap(y)
-            stack.extend(y.children.values())
 
     # ------------------------------------------------------------ states
     def stop(self) -> None:

@@ -7,7 +7,8 @@ SlotInOneOwner over the dirty slots and of NoDoubleAllocation over the dirty dev
 the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
 candidates, the walk of the journaled nodes (parents first), the HostTier map's re-mapping of
-a node (and the walk with it, no call between), runtime slots made spec slots,
+a node (and the walk with it, no call between) and its unmapping of a detached node's subtree,
+runtime slots made spec slots,
 the request rows of the common step and their writes, the request step of the HostTier
 map's bind (`request_binder`: a request's slot taken or freed), and the tracked nodes'
 journaled fields (`journaled`: a data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
@@ -441,10 +442,55 @@ def py_remap_node(ctx: tuple, step: tuple, x) -> None:
         py_write_slots(d, pos, values, var, refs, delta, dirty, slots)
 
 
-def py_remap_journaled(todo, root, ctx: tuple, step: tuple, leave) -> None:
+def py_unmap_node(ctx: tuple, step: tuple, unmapping: tuple, x) -> None:
+    """The incremental HostTier map's unmapping of node x, which left the tree (ctx and step:
+    remap_node's; unmapping, this sync's: (keys: position -> (node, page index), cols:
+    remove_pages' columns, loading_nodes: rid -> the nodes whose load-back it is, left: the
+    nodes unmapped)). In order: x appended to left; m.req_dirty set when x.id is in by_id (a
+    request whose lock holds x now has it out of the tree); x.id out of by_id, x out of nval, up
+    and its parent's kids (when the parent still has them: not when it left first, a
+    subtree's unmapping) and kids; its positions (npos.pop(x)), when it has any, out of the
+    prefix (`remove_pages`, m.L its new L); while it is loading, x out of its request's
+    loading_nodes set (getattr(x.loading, "rid", None))."""
+    npos, by_id, up, kids, nval = ctx[:5]
+    delta, _, dirty, slots, m = step
+    keys, cols, loading_nodes, left = unmapping
+    left.append(x)
+    xid = x.id
+    if xid in by_id:
+        m.req_dirty = True
+    by_id.pop(xid, None)
+    nval.pop(x, None)
+    par = up.pop(x, None)
+    if par in kids:
+        kids[par].discard(x)
+    kids.pop(x, None)
+    holes = npos.pop(x, ())
+    if holes:
+        m.L = py_remove_pages(cols, holes, m.L, keys, npos, delta, dirty, slots)
+    if x.loading is not None:
+        loading_nodes.get(getattr(x.loading, "rid", None), set()).discard(x)
+
+
+def py_unmap_subtree(ctx: tuple, step: tuple, unmapping: tuple, x) -> None:
+    """x, detached from the tree, and every node below it, visited as a stack pops them (each
+    node's children pushed in their dict's order): each mapped one (in npos, ctx[0])
+    unmapped (`unmap_node`)."""
+    npos = ctx[0]
+    stack = [x]
+    while stack:
+        y = stack.pop()
+        if y in npos:
+            py_unmap_node(ctx, step, unmapping, y)
+        stack.extend(y.children.values())
+
+
+def py_remap_journaled(todo, root, ctx: tuple, step: tuple, unmapping: tuple) -> None:
     """`walk_journaled` over ctx[0] (npos: the mapped nodes) with each node in the tree
-    re-mapped by `remap_node(ctx, step, x)`: a sync's re-mapping in one call."""
-    py_walk_journaled(todo, root, ctx[0], partial(py_remap_node, ctx, step), leave)
+    re-mapped by `remap_node(ctx, step, x)` and each detached one unmapped with what hangs
+    below it (`unmap_subtree(ctx, step, unmapping, x)`): a sync's re-mapping in one call."""
+    py_walk_journaled(todo, root, ctx[0], partial(py_remap_node, ctx, step),
+                      partial(py_unmap_subtree, ctx, step, unmapping))
 
 
 def py_shifted(slots) -> list:
@@ -609,6 +655,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
           "renumber": py_renumber, "remove_pages": py_remove_pages,
           "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
+          "unmap_subtree": py_unmap_subtree,
           "shifted": py_shifted,
           "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
@@ -639,6 +686,7 @@ remove_pages = _mod.remove_pages if _mod is not None else py_remove_pages
 walk_journaled = _mod.walk_journaled if _mod is not None else py_walk_journaled
 remap_node = _mod.remap_node if _mod is not None else py_remap_node
 remap_journaled = _mod.remap_journaled if _mod is not None else py_remap_journaled
+unmap_subtree = _mod.unmap_subtree if _mod is not None else py_unmap_subtree
 shifted = _mod.shifted if _mod is not None else py_shifted
 request_step = _mod.request_step if _mod is not None else py_request_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
