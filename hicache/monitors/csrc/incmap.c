@@ -2185,14 +2185,14 @@ static PyObject *walk_journaled(PyObject *self, PyObject *const *a, Py_ssize_t n
     return walk_nodes(a[0], a[1], a[2], visit_by_call, a[3], visit_by_call, a[4]);
 }
 
-static PyObject *s_n, *s_device, *s_loading, *s_stored, *s_hit_count, *s_host, *s_inflight;
+static PyObject *s_n, *s_device, *s_loading, *s_stored, *s_hit_count, *s_host, *s_inflight, *s_discard;
 
-/* the node fields remap_node reads, interned once; 0, or -1 on an error */
+/* the node fields remap_node reads (and the kids' discard), interned once; 0, or -1 on an error */
 static int remap_names(void) {
     static const char *const names[] = {"id", "parent", "n", "device", "loading", "stored", "hit_count", "host",
-                                        "inflight"};
+                                        "inflight", "discard"};
     PyObject **const slots[] = {&s_id, &s_parent, &s_n, &s_device, &s_loading, &s_stored, &s_hit_count, &s_host,
-                                &s_inflight};
+                                &s_inflight, &s_discard};
     return intern_names(names, slots, sizeof names / sizeof names[0]);
 }
 
@@ -2205,27 +2205,31 @@ static int set_like_add(PyObject *s, PyObject *x) {
     return r == NULL ? -1 : 0;
 }
 
+/* s.discard(x) for a set s (PySet_Discard), else the method called; 0, or -1 on an error */
+static int set_like_discard(PyObject *s, PyObject *x) {
+    if (PySet_Check(s))
+        return PySet_Discard(s, x) < 0 ? -1 : 0;
+    PyObject *r = PyObject_CallMethodOneArg(s, s_discard, x);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* `d[key].discard(x)` when the dict d has key (`if key in d`, `d.get(key, set())`: nothing
+ * when absent); 0, or -1 on an error */
+static int discard_from(PyObject *d, PyObject *key, PyObject *x) {
+    PyObject *s = PyDict_GetItemWithError(d, key);
+    if (s == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(s);
+    int rc = set_like_discard(s, x);
+    Py_DECREF(s);
+    return rc;
+}
+
 /* up[x] = par and x moved from kids[was] (when kids has was) to kids.setdefault(par, set()):
  * loops.py's py_remap_node's parent link, when x's parent is no longer `was`; 0, or -1 */
 static int relink(PyObject *up, PyObject *kids, PyObject *x, PyObject *par, PyObject *was) {
-    PyObject *old_kids = PyDict_GetItemWithError(kids, was);
-    if (old_kids == NULL && PyErr_Occurred())
-        return -1;
-    if (old_kids != NULL) {
-        Py_INCREF(old_kids);
-        int rc;
-        if (PySet_Check(old_kids)) {
-            rc = PySet_Discard(old_kids, x) < 0 ? -1 : 0;
-        } else {
-            PyObject *r = PyObject_CallMethod(old_kids, "discard", "O", x);
-            rc = r == NULL ? -1 : 0;
-            Py_XDECREF(r);
-        }
-        Py_DECREF(old_kids);
-        if (rc < 0)
-            return -1;
-    }
-    if (PyDict_SetItem(up, x, par) < 0)
+    if (discard_from(kids, was, x) < 0 || PyDict_SetItem(up, x, par) < 0)
         return -1;
     PyObject *fresh = PySet_New(NULL);
     if (fresh == NULL)
@@ -2537,22 +2541,13 @@ done:
     return err ? -1 : 0;
 }
 
-static PyObject *s_L, *s_children, *s_discard;
+static PyObject *s_L, *s_children;
 
 /* the names the unmapping reads, interned once (besides remap_names'); 0, or -1 */
 static int unmap_names(void) {
-    static const char *const names[] = {"L", "children", "discard", "req_dirty", "rid"};
-    PyObject **const slots[] = {&s_L, &s_children, &s_discard, &s_req_dirty, &s_rid};
+    static const char *const names[] = {"L", "children", "req_dirty", "rid"};
+    PyObject **const slots[] = {&s_L, &s_children, &s_req_dirty, &s_rid};
     return remap_names() < 0 ? -1 : intern_names(names, slots, sizeof names / sizeof names[0]);
-}
-
-/* s.discard(x) for a set s (PySet_Discard), else the method called; 0, or -1 on an error */
-static int set_like_discard(PyObject *s, PyObject *x) {
-    if (PySet_Check(s))
-        return PySet_Discard(s, x) < 0 ? -1 : 0;
-    PyObject *r = PyObject_CallMethodOneArg(s, s_discard, x);
-    Py_XDECREF(r);
-    return r == NULL ? -1 : 0;
 }
 
 /* d.pop(key, None) for a dict d: its value (a new reference), None when absent; NULL on an
@@ -2565,18 +2560,6 @@ static PyObject *dict_pop(PyObject *d, PyObject *key) {
     if (PyDict_DelItem(d, key) < 0)
         Py_CLEAR(v);
     return v;
-}
-
-/* `d[key].discard(x)` when the dict d has key (`if key in d`, `d.get(key, set())`: nothing
- * when absent); 0, or -1 on an error */
-static int discard_from(PyObject *d, PyObject *key, PyObject *x) {
-    PyObject *s = PyDict_GetItemWithError(d, key);
-    if (s == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    Py_INCREF(s);
-    int rc = set_like_discard(s, x);
-    Py_DECREF(s);
-    return rc;
 }
 
 /* x's positions `holes` (not empty) out of the prefix: m.L = remove_pages(cols, holes, m.L,
@@ -2678,18 +2661,18 @@ static int unmap_subtree(PyObject *ctx, PyObject *step, PyObject *unmapping, PyO
     int err = stack == NULL || PyList_Append(stack, x) < 0;
     while (!err && PyList_GET_SIZE(stack) > 0) {
         Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
-        PyObject *y = Py_NewRef(PyList_GET_ITEM(stack, top)), *kids = NULL;
+        PyObject *y = Py_NewRef(PyList_GET_ITEM(stack, top)), *children = NULL;
         int in = PyList_SetSlice(stack, top, top + 1, NULL) < 0 ? -1 : PySequence_Contains(npos, y);
         err = in < 0 || (in && unmap_node(ctx, step, unmapping, y) < 0) ||
-              (kids = PyObject_GetAttr(y, s_children)) == NULL;
-        if (!err && PyDict_CheckExact(kids)) {
+              (children = PyObject_GetAttr(y, s_children)) == NULL;
+        if (!err && PyDict_CheckExact(children)) {
             /* (a dict's values in its order, as values() gives them, without the view) */
             Py_ssize_t it = 0;
             PyObject *k, *v;
-            while (!err && PyDict_Next(kids, &it, &k, &v))
+            while (!err && PyDict_Next(children, &it, &k, &v))
                 err = PyList_Append(stack, v) < 0;
         } else if (!err) {
-            PyObject *vals = PyObject_CallMethod(kids, "values", NULL);
+            PyObject *vals = PyObject_CallMethod(children, "values", NULL);
             PyObject *iter = vals == NULL ? NULL : PyObject_GetIter(vals), *v;
             err = iter == NULL;
             while (!err && (v = PyIter_Next(iter)) != NULL) {
@@ -2700,7 +2683,7 @@ static int unmap_subtree(PyObject *ctx, PyObject *step, PyObject *unmapping, PyO
             Py_XDECREF(iter);
             Py_XDECREF(vals);
         }
-        Py_XDECREF(kids);
+        Py_XDECREF(children);
         Py_DECREF(y);
     }
     Py_XDECREF(stack);
