@@ -14,8 +14,9 @@ module can translate (and/or/not, conditional expressions, comparisons, `in`, ca
 `.__class__`, names and constants) into a C function with the same evaluation order and
 short-circuits, over the same Python objects through the C API (so each operation means what
 it means in Python: `==` is `PyObject_RichCompare`, `in` is `PySequence_Contains` (a TLA+
-interval's own test inlined), a call is a call), and returns a copy of `inc_all` in which the
-loop is one call:
+interval's own test inlined; a constant frozenset of the ints lo..hi, which each `in` of a
+loop keeps from call to call, tested by its bounds: `contains_at`), a call is a call), and
+returns a copy of `inc_all` in which the loop is one call:
 
     if not _native_loop_0(it(D['Nodes']), (<every other name the loop reads>)):
         raise FastPathFailed()
@@ -66,6 +67,7 @@ class _Loop:
     consts: list = field(default_factory=list)
     temps: int = 0
     ints: int = 0
+    ranges: int = 0
 
     def outer_at(self, name: str) -> int:
         if name not in self.outer:
@@ -123,6 +125,13 @@ class _Loop:
         """The index of a new cache of a `C['name']` read (fused_whole's `item_at`), or None:
         an element loop reads no constant by name (they are hoisted out of it)."""
         return None
+
+    def range_site(self) -> str | None:
+        """The name of a new cache of an `x in r` test (`contains_at`, a `RangeSite` the
+        predicate declares), or None where the scope keeps none: an element loop tests each
+        element's values against the same hoisted constant sets (`C['$h12']`, 0..NSlots)."""
+        self.ranges += 1
+        return f"rs{self.ranges - 1}"
 
 
 # ------------------------------------------------------------------------------ the translation
@@ -323,6 +332,15 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
         op = node.ops[0]
         if not isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) and type(op) not in _CMP:
             raise Untranslatable(type(op).__name__)
+        if isinstance(op, (ast.Is, ast.IsNot)) and _class_test(loop, node):
+            # (`x.__class__ is c`, c read where it is: no type held nor released)
+            xo = _operand(loop, node.left.value, out)
+            c = _operand(loop, node.comparators[0], out)[0]
+            out.append(f"{dst} = class_is({xo[0]}, {c}); {_release(xo)}")
+            out.append(f"if ({dst} < 0) goto done;")
+            if isinstance(op, ast.IsNot):
+                out.append(f"{dst} = !{dst};")
+            return
         lo = _operand(loop, node.left, out)
         ro = _operand(loop, node.comparators[0], out)
         left, right = lo[0], ro[0]
@@ -331,6 +349,9 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
         elif isinstance(op, (ast.In, ast.NotIn)) and (site := _member_site(loop, node)) is not None:
             # (an invariant's name in skip, tested at every step)
             out.append(f"{dst} = member_at({right}, {left}, &member_sites[{site}]);")
+        elif isinstance(op, (ast.In, ast.NotIn)) and (rs := loop.range_site()) is not None:
+            # (an element's value in a constant set, tested at every element)
+            out.append(f"{dst} = contains_at({right}, {left}, &{rs});")
         elif isinstance(op, (ast.In, ast.NotIn)):
             out.append(f"{dst} = contains({right}, {left});")
         else:
@@ -343,6 +364,17 @@ def _truth(loop: _Loop, node: ast.expr, out: list[str], dst: str) -> None:
     v = _operand(loop, node, out)
     out.append(f"{dst} = truth({v[0]}); {_release(v)}")
     out.append(f"if ({dst} < 0) goto done;")
+
+
+def _class_test(loop: _Loop, node: ast.Compare) -> bool:
+    """Whether node compares `x.__class__` with a name or constant used where it is (borrowed
+    or the module's `K`: reading it runs nothing, so it may be read before x's class is)."""
+    right = node.comparators[0]
+    if not (isinstance(node.left, ast.Attribute) and node.left.attr == "__class__"):
+        return False
+    if isinstance(right, ast.Name):
+        return loop.borrowed(right.id) is not None
+    return isinstance(right, ast.Constant) and _held_constant(right.value)
 
 
 def _member_site(loop: _Loop, node: ast.Compare) -> int | None:
@@ -393,8 +425,10 @@ def _translate(loop: _Loop, reads: list[ast.Assign], pred: ast.expr, entry: bool
     decl = [f"PyObject {', '.join('*' + o + ' = NULL' for o in objs)};"] if objs else []
     ints = [f"int {', '.join(f't{i} = 0' for i in range(loop.ints))};"] if loop.ints else []
     release = [f"Py_XDECREF({o});" for o in objs]
+    ranges = [f"static RangeSite {', '.join(f'rs{i}' for i in range(loop.ranges))};"] if loop.ranges else []
     return "\n".join([
         f"static int pred_{loop.index}(PyObject *e, PyObject *const *L) {{",
+        *("    " + x for x in ranges),
         "    int ok = 0;",
         *("    " + x for x in decl + ints + body),
         "    if (ok) ok = 1;",
@@ -438,6 +472,21 @@ static Py_ALWAYS_INLINE inline PyObject *class_of(PyObject *x) {
         return (PyObject *)t;
     }
     return PyObject_GetAttrString(x, "__class__");
+}
+
+/* whether x.__class__ is c (-1: an error, raised), as class_of reads it, with no reference
+ * taken nor released where it is x's type (inlined: `x.__class__ is bool` and `is int` are
+ * tested per dirty element and variable) */
+static Py_ALWAYS_INLINE inline int class_is(PyObject *x, PyObject *c) {
+    PyTypeObject *t = Py_TYPE(x);
+    if (%(plain)s || x == Py_None)
+        return (PyObject *)t == c;
+    PyObject *k = PyObject_GetAttrString(x, "__class__");
+    if (k == NULL)
+        return -1;
+    int is = k == c;
+    Py_DECREF(k);
+    return is;
 }
 
 /* *v = the value of x, an exact int, and 1 when it fits 64 bits, else 0 (no error: x is an
@@ -534,6 +583,22 @@ static Py_ALWAYS_INLINE inline PyObject *getitem(PyObject *o, PyObject *x) {
     return PyDict_CheckExact(o) ? dict_item(o, x) : PyObject_GetItem(o, x);
 }
 
+#if PY_VERSION_HEX < 0x030D0000
+/* the key of the used entry of the set s at *pos or after it (borrowed), *pos then past it;
+ * NULL after the last: _PySet_NextEntry's walk, inlined (the pass walks each step's dirty
+ * elements, a call each before). The table and its mask are read anew at each call, as
+ * there: a predicate's Python code may have resized it. */
+static Py_ALWAYS_INLINE inline PyObject *set_next(PyObject *s, Py_ssize_t *pos) {
+    PySetObject *so = (PySetObject *)s;
+    Py_ssize_t i = *pos, mask = so->mask;
+    setentry *table = so->table;
+    while (i <= mask && (table[i].key == NULL || table[i].key == _PySet_Dummy))
+        i++;
+    *pos = i + 1;
+    return i <= mask ? table[i].key : NULL;
+}
+#endif
+
 /* `a.isdisjoint(b)`'s truth where a and b are both exactly set or frozenset, as set.isdisjoint
  * decides it (the smaller one's elements, the receiver's on a tie, looked up in the other);
  * -2 for anything else, which then calls the method (the fast paths test
@@ -554,8 +619,7 @@ static int set_disjoint(PyObject *a, PyObject *b) {
     }
     Py_ssize_t pos = 0;
     PyObject *key;
-    Py_hash_t hash;
-    while (_PySet_NextEntry(a, &pos, &key, &hash)) {
+    while ((key = set_next(a, &pos)) != NULL) {
         Py_INCREF(key);
         int in = PySet_Contains(b, key);
         Py_DECREF(key);
@@ -605,6 +669,70 @@ static Py_ALWAYS_INLINE inline int contains(PyObject *r, PyObject *x) {
     if (PyAnySet_CheckExact(r) && (PyLong_CheckExact(x) || PyUnicode_CheckExact(x)))
         return PySet_Contains(r, x);
     return contains_other(r, x);
+}
+
+/* An `x in r` test's cache in an element loop (`contains_at`): the exact frozenset it last
+ * tested (held, so no other object takes its address), and whether its elements are exactly
+ * the ints lo..hi, each an exact int of 64 bits */
+typedef struct {
+    PyObject *set;
+    int range;
+    long long lo, hi;
+} RangeSite;
+
+/* whether the exact frozenset s holds exactly the ints lo..hi (with *lo and *hi), each an
+ * exact int of 64 bits; 0 from 3.13 (no _PySet_NextEntry) */
+static int int_range_of(PyObject *s, long long *lo, long long *hi) {
+#if PY_VERSION_HEX >= 0x030D0000
+    (void)s; (void)lo; (void)hi;
+    return 0;
+#else
+    Py_ssize_t pos = 0, n = PySet_GET_SIZE(s);
+    PyObject *key;
+    Py_hash_t hash;
+    long long v;
+    if (n == 0)
+        return 0;
+    *lo = LLONG_MAX;
+    *hi = LLONG_MIN;
+    while (_PySet_NextEntry(s, &pos, &key, &hash)) {
+        if (!PyLong_CheckExact(key) || !int64_of(key, &v))
+            return 0;
+        *lo = v < *lo ? v : *lo;
+        *hi = v > *hi ? v : *hi;
+    }
+    /* (n distinct ints within lo..hi are all of them when there are hi - lo + 1; the
+     * difference taken unsigned, exact up to 2**64 - 1) */
+    return (unsigned long long)*hi - (unsigned long long)*lo == (unsigned long long)(n - 1);
+#endif
+}
+
+/* `x in r` as contains decides it, r an exact frozenset (which does not change) first met at
+ * this site: kept, with whether it is an interval of ints */
+static int contains_learn(PyObject *r, PyObject *x, RangeSite *site) {
+    long long lo = 0, hi = -1;
+    int range = int_range_of(r, &lo, &hi);
+    PyObject *old = site->set;
+    site->set = Py_NewRef(r);
+    site->range = range;
+    site->lo = lo;
+    site->hi = hi;
+    Py_XDECREF(old);
+    return contains(r, x);
+}
+
+/* `x in r` as contains decides it. Where r is the frozenset the site kept and holds exactly
+ * the ints lo..hi, an exact int x of 64 bits is in it when lo <= x <= hi: such an x equals
+ * an element only if it is that int (no hash nor comparison of another type is asked). The
+ * fast paths test a node's slot and request numbers in C['$h12'] (0..NSlots) and C['$h14']
+ * at every dirty page (inlined). */
+static Py_ALWAYS_INLINE inline int contains_at(PyObject *r, PyObject *x, RangeSite *site) {
+    long long v;
+    if (r != site->set)
+        return PyFrozenSet_CheckExact(r) ? contains_learn(r, x, site) : contains(r, x);
+    if (site->range && PyLong_CheckExact(x) && int64_of(x, &v))
+        return site->lo <= v && v <= site->hi;
+    return contains(r, x);
 }
 
 /* f(x), a call of one argument, as Python makes it, with no call when f is exactly a dict's

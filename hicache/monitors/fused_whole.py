@@ -78,6 +78,11 @@ class _Scope(_Loop):
         self.members += 1
         return self.members - 1
 
+    def range_site(self) -> None:
+        """None: the set-up tests names in V, which changes at every step (a loop's own
+        predicate keeps its sites)."""
+        return None
+
     def borrowed(self, name: str) -> str | None:
         """None: a name of the function is read into a new reference (`load_name`), which
         checks that it is bound; a slot's value may change while an expression runs."""
@@ -425,13 +430,12 @@ static int each_of_range(long long lo, long long hi, PyObject *const *L,
 
 #if PY_VERSION_HEX < 0x030D0000
 /* every element of the exact set or frozenset dom satisfies pred: 1; one does not: 0; an
- * error: -1 (raised). Walked as its iterator walks it (its table, in order: _PySet_NextEntry),
+ * error: -1 (raised). Walked as its iterator walks it (its table, in order: set_next),
  * with no iterator made, and as the iterator refuses to go on, RuntimeError where its size
  * changed since the walk began (at each next element, and after the last) */
 static int each_of_set(PyObject *dom, PyObject *const *L, int (*pred)(PyObject *, PyObject *const *)) {
     Py_ssize_t pos = 0, used = PySet_GET_SIZE(dom);
     PyObject *key;
-    Py_hash_t hash;
     int ok = 1;
     Py_INCREF(dom);
     while (ok == 1) {
@@ -440,7 +444,7 @@ static int each_of_set(PyObject *dom, PyObject *const *L, int (*pred)(PyObject *
             ok = -1;
             break;
         }
-        if (!_PySet_NextEntry(dom, &pos, &key, &hash))
+        if ((key = set_next(dom, &pos)) == NULL)
             break;
         Py_INCREF(key);
         ok = pred(key, L);

@@ -453,6 +453,65 @@ def test_the_native_pass_releases_what_it_read_on_every_exit(world):
     assert verdicts[True] and verdicts[False], f"{name}: {verdicts}"
 
 
+def _int_range_variants(v: frozenset, k: str) -> list:
+    """Sets in place of the constant v (a frozenset of ints) at an element loop's `x in r`:
+    v itself (an interval lo..hi where the spec's is), a wider interval, and frozensets that
+    are no interval of exact ints (a hole, a str, a float, an int past 64 bits), and a
+    mutable set (which the test changes between calls)."""
+    lo, hi = min(v), max(v)
+    holed = (v - {sorted(v)[len(v) // 2]}) if len(v) > 2 else v | {hi + 2}
+    return [v, v | {hi + 1, lo - 1}, holed, v | {f"x{k}"}, (v - {hi}) | {float(hi)}, v | {2 ** 70}, set(v)]
+
+
+def _odd_value(rng, bounds):
+    """A value an element loop may meet where the spec has an int of an interval: a bool, a
+    float, a str, None, an int past 64 bits, or an int just outside (or at) the bounds."""
+    lo, hi = rng.choice(bounds)
+    return rng.choice((True, False, 1.0, float(hi), "x", None, 2 ** 70, -2 ** 70, lo - 1, hi + 1, lo, hi))
+
+
+def test_the_native_pass_tests_membership_in_int_ranges_as_python_does(world):
+    """An element loop's `x in r` keeps, per site, the frozenset it last met and whether it
+    holds exactly the ints lo..hi (fused_native's contains_at: then a bounds test for an
+    exact int of 64 bits): with those constants replaced, from call to call, by frozensets
+    that are another interval or none (a hole, a str, a float, a big int), by a mutable set
+    changed between calls, or kept, and with function values of other types at random keys
+    (a bool, a float, a str, None, an int past 64 bits or outside the bounds), the pass
+    compiled whole and its loops alone decide as the generated Python."""
+    from hicache.monitors import fused_native, native
+    from hicache.tla.values import Fcn
+    name, _, gen, C, states, _ = world
+    if not gen.INCREMENTAL or native.module() is None or fused_native.translate(gen.inc_all) is None:
+        return
+    ranges = sorted(k for k, v in C.items() if type(v) is frozenset and len(v) > 1 and all(type(x) is int for x in v))
+    if not ranges:
+        return
+    bounds = [(min(C[k]), max(C[k])) for k in ranges]
+    constants = [C]
+    for k in ranges:
+        for r in _int_range_variants(C[k], k):
+            c = dict(C)
+            c[k] = r
+            constants.append(c)
+    forms = (fused_native.native_inc_all(gen), fused_native.loops_native(gen))
+    rng = random.Random(13)
+    decided = collections.Counter()
+    for s in states[:200] + _mutants(states, gen.VARIABLES, rng, 200):
+        sd = _d(gen, s)
+        fcns = [v for v in gen.VARIABLES if type(sd[v]) is Fcn and sd[v].d]
+        if fcns and rng.random() < 0.7:
+            v = rng.choice(fcns)
+            d = dict(sd[v].d)
+            d[rng.choice(sorted(d, key=repr))] = _odd_value(rng, bounds)
+            sd[v] = Fcn(d)
+        c = rng.choice(constants)
+        for r in c.values():
+            if type(r) is set:          # (a mutable set at a site: changed since the last call)
+                r.symmetric_difference_update({rng.choice(bounds)[1] + rng.randrange(-1, 2)})
+        for form in forms:
+            decided[_native_agrees(name, gen, c, form, sd, rng, (0.9, 0.5, 0.7, 0.1))] += 1
+    assert decided[True] and decided[False], f"{name}: {decided}"
+
 # ---------------------------------------------------------------- booleans are not integers
 # Python's True == 1 (and False == 0, with equal hashes): a refinement map that writes a
 # boolean where the spec has an integer (a slot id, NoSlot) or the reverse would pass
