@@ -14,6 +14,11 @@ its 583 events between samples).
 
 The gate keeps the monitor's counters (`steps`, `gap`, `tripped`): one count, whoever made
 the step (`Monitor.steps` reads it; the monitor's Python updates it in place).
+
+The same extension holds strict mode's step (`StrictStep`): runtime.py's
+`Monitor._strict_step` in C, the listener of every event of a strict run on an incremental
+map, keeping that monitor's counters (`steps`, `checked`, `tripped`) the same way; the Python
+step, which defines it, serves where it cannot be built.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from pathlib import Path
 from hicache import buildcache
 
 #: must equal ABI_VERSION in csrc/gate.c (checked on load)
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 class PyGate:
@@ -95,3 +100,6 @@ EXTENSION = buildcache.Extension("gate", "_hicache_gate", Path(__file__).resolve
                                  ABI_VERSION)
 _NATIVE = EXTENSION.module()
 Gate: type = _NATIVE.Gate if _NATIVE is not None else PyGate
+#: strict mode's step in C (runtime.py's Monitor._strict_step, which defines it and serves
+#: where this is None): at every event of a strict run it saves the step's Python frame
+StrictStep: type | None = _NATIVE.StrictStep if _NATIVE is not None else None

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hicache.monitors.fused_native import native_inc_all
-from hicache.monitors.gate import Gate
+from hicache.monitors.gate import Gate, StrictStep
 from hicache.monitors.maps.loops import variables_of as _variables_of    # (a delta's variables)
 from hicache.monitors.rt import Failure, domain_is
 from hicache.tla.values import Fcn
@@ -445,7 +445,7 @@ class Monitor:
         # incremental map as tuples until read: `history`)
         self._history: collections.deque = collections.deque(maxlen=cfg.history)
         self._steps = 0              # events seen (`steps`; gap-counted sample mode: the gate's)
-        self.checked = 0             # steps whose action was checked
+        self._checked = 0            # steps whose action was checked (`checked`; the native strict step's)
         self.cache_checks = 0        # cache checks run
         self._cache: dict = {}
         self._strict = cfg.mode is Mode.STRICT
@@ -620,6 +620,20 @@ class Monitor:
         self._quiet = rmap.quiet if self._fast and hasattr(rmap, "quiet") and self._guard is None \
             and not self._effect_on and not self._breaches else None
         self._scratch_fast = fused_over_all(self.spec, self.invariants, getattr(rmap, "invariant_overrides", {}))
+        # strict mode's step in C (gate.py's StrictStep, whenever it builds): the listener the
+        # bus is given, the keeper of the counters (`steps`, `checked`, `tripped` beside the
+        # monitor's own); _strict_step defines what it does, and serves where it is None
+        self._native = self._native_step() if self._fast and StrictStep is not None else None
+
+    def _native_step(self):
+        """Strict mode's native step over this monitor as it is now: it holds the step's
+        parts fixed at construction (the quiet test, guard, effect check, the cache, the hook
+        lists, which are appended to, never replaced); one made again after a part is
+        replaced (a test's) takes the new part, and starts its counts from zero."""
+        return StrictStep(self, self.rmap, _NAMES, _name_of, self._cache, self._history, quiet=self._quiet,
+                          guard=self._guard, effect=self._effect, effect_on=self._effect_on,
+                          effect_due=self._effect_due, breaches=self._breaches, synced_key=self._synced_key,
+                          step_hooks=self.step_hooks, watch_hooks=self.watch_hooks)
 
     # ------------------------------------------------------------ helpers
     @property
@@ -641,13 +655,21 @@ class Monitor:
         self._history = steps
         if self._gate is not None:
             self._gate.history = steps
+        if self._native is not None:
+            self._native.history = steps
 
     @property
     def steps(self) -> int:
         """Events seen (those the map bound to this spec); gap-counted sample mode's gate
-        counts them."""
-        g = self._gate
+        counts them, and strict mode's native step."""
+        g = self._gate or self._native
         return self._steps if g is None else g.steps
+
+    @property
+    def checked(self) -> int:
+        """Steps whose action was checked (strict mode's native step counts them)."""
+        n = self._native
+        return self._checked if n is None else n.checked
 
     def _recorded(self, fields: dict) -> dict:
         """An event's arguments as the history keeps them (a copy: the bus hands one dict to
@@ -741,6 +763,10 @@ class Monitor:
         either way (called through vectorcall: an instance is called through its type's
         `__call__` slot, with an argument tuple built at every event)."""
         if self._fast and type(self).__call__ is Monitor.__call__:
+            # (the native step only while _strict_step is the one defined here: instrumentation
+            # that wraps it, `listeners_wrapped`, is given the bus's calls)
+            if self._native is not None and vars(Monitor)["_strict_step"] is _strict_step:
+                return self._native
             return self._strict_step
         if self._gate is not None and type(self).__call__ is _monitor_call:
             # (gap-counted sample mode: the gate, which hands the monitor what it decides)
@@ -860,7 +886,7 @@ class Monitor:
         self._mapped = True
         self._history.append(Step(self._steps, name, self._recorded(fields), t))
         if check:
-            self.checked += 1
+            self._checked += 1
             self._check_step(name, fields, steps, self.prev, t)
         self.prev = t
 
@@ -931,7 +957,7 @@ class Monitor:
         leader's sampled steps, `step_hooks`, and numbers them as the leader does)."""
         if self.tripped:
             return
-        self.checked += 1
+        self._checked += 1
         self.cause = self.sampled_by.cause if self.sampled_by is not None else CheckCause.DRAW
         t = self.rmap.state()
         self._history.append(Step(step, name, self._recorded(fields), t))
@@ -947,7 +973,7 @@ class Monitor:
         for the diff only."""
         t = self.rmap.state()
         self._history.append(Step(self.steps, name, self._recorded(fields), t))
-        self.checked += 1
+        self._checked += 1
         prev, self.prev = self.prev, t
         self._check_step(name, fields, steps, prev, t)
 
@@ -982,7 +1008,7 @@ class Monitor:
         # (the bus hands each listener the one dict it built for this event, and no listener
         # writes it: kept as it is, as the unchecked steps of sample mode are)
         self._history.append(Step(self._steps, name, fields, None, delta))
-        self.checked += 1
+        self._checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
         C = self.constants()
@@ -997,7 +1023,14 @@ class Monitor:
         same steps as `_step` -> `_step_incremental` and the step hooks, in one frame (the
         listener of every event of a strict run, `listener`). The map's state is always the
         state before the event (no unchecked step leaves it behind), so the guard always
-        runs."""
+        runs. It defines what csrc/gate.c's StrictStep does (`_native`, the bus's listener
+        whenever it builds), and serves where that is None."""
+        native = self._native
+        if native is not None:
+            # (called as a method: `__call__`, or wrapped by `listeners_wrapped`; the counters
+            # are the native step's)
+            native(action, fields)
+            return
         if self.tripped:
             return
         name = _NAMES.get(action) or _name_of(action)
@@ -1013,7 +1046,7 @@ class Monitor:
             # the constants binding the same, so _check_delta is not run; only after a first
             # check of the whole state) (a Step when the history is read, `history`)
             self._history.append((self._steps, name, fields, None, []))
-            self.checked += 1
+            self._checked += 1
             return
         if self._breaches and rmap.breach is not None:
             self._report_breach()
@@ -1021,7 +1054,7 @@ class Monitor:
         broke = guard(name, fields) if guard is not None else None
         delta, acc = rmap.sync()
         self._history.append((self._steps, name, fields, None, delta))   # (a Step when read)
-        self.checked += 1
+        self._checked += 1
         if broke is not None:
             self.fail("action", name, fields, broke, None, None)
         C = self._cache.get(rmap.synced_key) if self._synced_key else None
@@ -1175,6 +1208,8 @@ class Monitor:
             m.tripped = True
             if m._gate is not None:
                 m._gate.tripped = True      # (its events ignored at the gate from now on)
+            if m._native is not None:
+                m._native.tripped = True
             # (an incremental map journals the runtime's writes for its next sync: none comes)
             stop = getattr(m.rmap, "stop", None)
             if stop is not None:

@@ -755,6 +755,8 @@ def _quiet_run(seed: int, tmp_path, quiet: bool) -> tuple[Monitor, int]:
     mon, taken = _quiet_monitor(cache, tmp_path)
     if not quiet:
         mon._quiet = None
+        if mon._native is not None:
+            mon._native = mon._native_step()     # (the native step holds the quiet test it was made with)
     mon.detach = cache.bus.subscribe(mon)
     run_workload(cache, reqs)
     return mon, taken[0]
@@ -773,6 +775,8 @@ def _quiet_monitor(cache, tmp_path) -> tuple[Monitor, list]:
         taken[0] += q
         return q
     mon._quiet = counted
+    if mon._native is not None:
+        mon._native = mon._native_step()
     return mon, taken
 
 

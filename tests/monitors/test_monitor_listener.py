@@ -1,7 +1,8 @@
 """The listener a bus is given (`Monitor.listener`) and the instrumentation point over it
-(`runtime.listeners_wrapped`): strict mode's bus calls `_strict_step` itself, gap-counted
-sample mode's its gate (monitors/gate.py), any other monitor's its `__call__`; each sees the
-same steps as the monitor called as an instance, and a wrapper sees each event once."""
+(`runtime.listeners_wrapped`): strict mode's bus calls its native step (monitors/gate.py's
+StrictStep), or `_strict_step` itself where that is not built, gap-counted sample mode's its
+gate (monitors/gate.py), any other monitor's its `__call__`; each sees the same steps as the
+monitor called as an instance, and a wrapper sees each event once."""
 from __future__ import annotations
 
 import collections
@@ -9,7 +10,7 @@ import collections
 import pytest
 
 from hicache.monitors import runtime
-from hicache.monitors.gate import Gate
+from hicache.monitors.gate import Gate, StrictStep
 from hicache.monitors.runtime import LISTENERS, Monitor, listeners_wrapped
 
 from tests.monitors.tiny_cache import serve, tiny_cache
@@ -35,17 +36,38 @@ def _counting(seen: collections.Counter):
     return counting
 
 
+def _owner(listener):
+    """The monitor a bus listener is a step of (a bound method's, a native step's), or the
+    listener itself."""
+    return getattr(listener, "__self__", None) or getattr(listener, "monitor", listener)
+
+
 def _on_bus(c, mon) -> list:
-    return [x for x in c.bus.listeners if getattr(x, "__self__", None) in (mon, *mon.companions)]
+    return [x for x in c.bus.listeners if _owner(x) in (mon, *mon.companions)]
 
 
-def test_strict_monitors_are_given_their_one_frame_step_and_sample_monitors_their_gate(tmp_path):
+@pytest.fixture(params=["native", "python"])
+def strict_step(request, monkeypatch):
+    """Which strict step monitors built in the test get: the native one (where it builds) or
+    the Python one, `_strict_step`."""
+    if request.param == "native" and StrictStep is None:
+        pytest.skip("the native strict step is not built")
+    if request.param == "python":
+        monkeypatch.setattr(runtime, "StrictStep", None)
+    return request.param
+
+
+def test_strict_monitors_are_given_their_one_frame_step_and_sample_monitors_their_gate(tmp_path, strict_step):
     c, mon = tiny_cache(tmp_path, {"mode": "strict"})
     try:
         got = _on_bus(c, mon)
         # the HostTier monitor and its device-page companion, each by its strict step
-        assert len(got) == 2 and all(x.__func__ is Monitor._strict_step for x in got)
-        assert mon.listener.__func__ is Monitor._strict_step
+        if strict_step == "native":
+            assert len(got) == 2 and all(type(x) is StrictStep for x in got)
+            assert mon.listener is mon._native and mon._native.monitor is mon
+        else:
+            assert len(got) == 2 and all(x.__func__ is Monitor._strict_step for x in got)
+            assert mon.listener.__func__ is Monitor._strict_step
     finally:
         c.close()
     c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": 0.5, "seed": 3})
@@ -75,7 +97,7 @@ def test_a_class_that_wraps_call_is_given_its_call(tmp_path):
         c.close()
 
 
-def test_the_bus_listener_and_call_take_the_same_steps(tmp_path):
+def test_the_bus_listener_and_call_take_the_same_steps(tmp_path, strict_step):
     """The same workload, its events delivered once to the monitor's `listener` and once to
     the monitor called as an instance: the same steps, checks, history and mapped state
     (the reference numbering: the maps' own positions follow set orders of node objects,
@@ -86,7 +108,7 @@ def test_the_bus_listener_and_call_take_the_same_steps(tmp_path):
         try:
             if direct:
                 # (each monitor of the cache called as an instance instead)
-                c.bus.listeners = [getattr(x, "__self__", x) for x in c.bus.listeners]
+                c.bus.listeners = [_owner(x) for x in c.bus.listeners]
                 assert all(isinstance(x, Monitor) for x in c.bus.listeners)
             _drive(c)
             runs.append([(m.steps, m.checked, [(h.seq, h.action, h.delta is not None) for h in m.history],
@@ -98,7 +120,7 @@ def test_the_bus_listener_and_call_take_the_same_steps(tmp_path):
 
 
 @pytest.mark.parametrize("direct", [False, True])
-def test_a_wrapper_sees_each_event_once_and_the_methods_come_back(tmp_path, direct):
+def test_a_wrapper_sees_each_event_once_and_the_methods_come_back(tmp_path, direct, strict_step):
     kept = {name: vars(Monitor)[name] for name in LISTENERS}
     seen: collections.Counter = collections.Counter()
     counting = _counting(seen)
@@ -107,7 +129,7 @@ def test_a_wrapper_sees_each_event_once_and_the_methods_come_back(tmp_path, dire
         c, mon = tiny_cache(tmp_path, {"mode": "strict"})
         try:
             if direct:
-                c.bus.listeners = [getattr(x, "__self__", x) for x in c.bus.listeners]
+                c.bus.listeners = [_owner(x) for x in c.bus.listeners]
             _drive(c)
         finally:
             c.close()

@@ -27,7 +27,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 typedef struct {
     PyObject_HEAD
@@ -226,27 +226,36 @@ static void gate_dealloc(PyObject *self) {
     Py_TYPE(self)->tp_free(self);
 }
 
-static PyObject *gate_get_history(PyObject *self, void *unused) {
-    Gate *g = (Gate *)self;
-    if (g->history == NULL) {
+/* A listener's history attribute (the gate's, the strict step's): read */
+static PyObject *history_get(PyObject *history) {
+    if (history == NULL) {
         PyErr_SetString(PyExc_AttributeError, "history");
         return NULL;
     }
-    return Py_NewRef(g->history);
+    return Py_NewRef(history);
+}
+
+/* ... and replaced, with the append it calls (`owner`: the type, for the error) */
+static int history_set(PyObject **history, PyObject **append, PyObject *value, const char *owner) {
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "%s: history cannot be deleted", owner);
+        return -1;
+    }
+    PyObject *bound = PyObject_GetAttrString(value, "append");
+    if (bound == NULL)
+        return -1;
+    Py_XSETREF(*append, bound);
+    Py_XSETREF(*history, Py_NewRef(value));
+    return 0;
+}
+
+static PyObject *gate_get_history(PyObject *self, void *unused) {
+    return history_get(((Gate *)self)->history);
 }
 
 static int gate_set_history(PyObject *self, PyObject *value, void *unused) {
     Gate *g = (Gate *)self;
-    if (value == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "Gate: history cannot be deleted");
-        return -1;
-    }
-    PyObject *append = PyObject_GetAttrString(value, "append");
-    if (append == NULL)
-        return -1;
-    Py_XSETREF(g->append, append);
-    Py_XSETREF(g->history, Py_NewRef(value));
-    return 0;
+    return history_set(&g->history, &g->append, value, "Gate");
 }
 
 static PyMemberDef gate_members[] = {
@@ -285,6 +294,438 @@ static PyTypeObject GateType = {
     .tp_doc = "sample mode's listener between samples (monitors.gate.PyGate in C)",
 };
 
+/* Strict mode's step (runtime.py's Monitor._strict_step, which defines it, in C): the listener
+ * a strict monitor on an incremental map gives its bus, called at every event of a strict run.
+ * It makes the same calls, in the same order, with the same arguments, as the Python step:
+ * the name lookup, the map's bind, the quiet-map shortcut, the breach report, the guard, the
+ * sync, the history record, the constants lookup by the map's synced_key, the monitor's
+ * _check_delta when the state or the binding changed, the effect check and the hooks; the
+ * monitor's Python (fail, _report_breach, _check_delta, constants) is called by name on the
+ * monitor at each use, so a subclass or a test that replaces one is followed. What it saves is
+ * the Python frame of the step (~140 opcodes an event) and the bound methods it made.
+ *
+ * Invariants: `steps` counts the events the map bound, `checked` those synced and recorded
+ * (Monitor.steps and Monitor.checked read them); `tripped` is set by the monitor's fail, after
+ * which every event is ignored; the attributes a step reads that the monitor or its map may
+ * change (the map's bind, sync, breach, synced_key and effect_due; the monitor's _checked_C) are
+ * read at each event, those fixed when the monitor was built are held, the hook lists among them
+ * (appended to, never replaced: a hook appended later, the worker watch's, is run). */
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t steps;
+    Py_ssize_t checked;
+    char tripped;
+    char breaches;        /* the map reports other threads' breaches (`breach`) */
+    char synced_key;      /* the map keeps its constants key as `synced_key` */
+    char effect_due;      /* the map narrows the effect check's actions at each sync */
+    PyObject *monitor;    /* the Monitor (fail, _report_breach, _check_delta, constants, hooks) */
+    PyObject *rmap;       /* its incremental map */
+    PyObject *names;      /* a dict: action -> its name (runtime._NAMES) */
+    PyObject *name_of;    /* name_of(action) -> its name (runtime._name_of) */
+    PyObject *cache;      /* a dict: constants key -> binding (the monitor's _cache) */
+    PyObject *quiet;      /* quiet() -> truth, or None */
+    PyObject *guard;      /* guard(name, fields) -> a Failure or None, or None */
+    PyObject *effect;     /* effect(name, fields) -> a Failure or None, or None */
+    PyObject *effect_on;  /* a frozenset of the actions whose effect is checked */
+    PyObject *history;    /* a deque (maxlen: the monitor's history) */
+    PyObject *append;     /* history.append */
+    PyObject *step_hooks; /* the monitor's step_hooks, a list of hook(name, fields) */
+    PyObject *watch_hooks; /* ... and its watch_hooks */
+    vectorcallfunc vectorcall;
+} StrictStep;
+
+/* (interned once, when the module loads) */
+static PyObject *s_bind, *s_sync, *s_breach, *s_synced_key, *s_effect_due, *s_checked_C, *s_fail, *s_report_breach,
+    *s_check_delta, *s_constants, *s_action;
+
+/* monitor.fail("action", name, fields, broke, None, None): raises the violation (NULL) */
+static int step_fail(StrictStep *st, PyObject *name, PyObject *fields, PyObject *broke) {
+    PyObject *argv[7] = {st->monitor, s_action, name, fields, broke, Py_None, Py_None};
+    PyObject *r = PyObject_VectorcallMethod(s_fail, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* Append (steps, name, fields, None, delta) to the history (a new reference to delta taken) */
+static int step_record(StrictStep *st, PyObject *name, PyObject *fields, PyObject *delta) {
+    PyObject *seq = PyLong_FromSsize_t(st->steps);
+    if (seq == NULL)
+        return -1;
+    PyObject *rec = PyTuple_New(5);
+    if (rec == NULL) {
+        Py_DECREF(seq);
+        return -1;
+    }
+    PyTuple_SET_ITEM(rec, 0, seq);
+    PyTuple_SET_ITEM(rec, 1, Py_NewRef(name));
+    PyTuple_SET_ITEM(rec, 2, Py_NewRef(fields));
+    PyTuple_SET_ITEM(rec, 3, Py_NewRef(Py_None));
+    PyTuple_SET_ITEM(rec, 4, Py_NewRef(delta));
+    PyObject *r = PyObject_Vectorcall(st->append, &rec, 1, NULL);
+    Py_DECREF(rec);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* Each hook of a list, hook(name, fields), in order (a hook appended while they run is run
+ * too, as a list iterator would: the length is read at each step) */
+static int step_hooks(PyObject *hooks, PyObject *name, PyObject *fields) {
+    PyObject *argv[2] = {name, fields};
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(hooks); i++) {
+        PyObject *hook = Py_NewRef(PyList_GET_ITEM(hooks, i));
+        PyObject *r = PyObject_Vectorcall(hook, argv, 2, NULL);
+        Py_DECREF(hook);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
+/* delta, acc = pair (a new reference to each; -1: not a pair, the error Python's unpacking raises) */
+static int step_unpack(PyObject *pair, PyObject **delta, PyObject **acc) {
+    if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2) {
+        *delta = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+        *acc = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+        return 0;
+    }
+    PyObject *seq = PySequence_Fast(pair, "cannot unpack non-iterable object");
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n != 2) {
+        PyErr_Format(PyExc_ValueError, n < 2 ? "not enough values to unpack (expected 2, got %zd)"
+                                             : "too many values to unpack (expected 2)", n);
+        Py_DECREF(seq);
+        return -1;
+    }
+    *delta = Py_NewRef(PySequence_Fast_GET_ITEM(seq, 0));
+    *acc = Py_NewRef(PySequence_Fast_GET_ITEM(seq, 1));
+    Py_DECREF(seq);
+    return 0;
+}
+
+/* The step of an event past the binder and the quiet shortcut: breach, guard, sync, record,
+ * constants, invariants, effect, hooks (-1: an error or the violation raised) */
+static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
+    PyObject *rmap = st->rmap;
+    if (st->breaches) {
+        PyObject *breach = PyObject_GetAttr(rmap, s_breach);
+        if (breach == NULL)
+            return -1;
+        int some = breach != Py_None;
+        Py_DECREF(breach);
+        if (some) {
+            PyObject *r = PyObject_VectorcallMethod(s_report_breach, &st->monitor,
+                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (r == NULL)
+                return -1;
+            Py_DECREF(r);
+        }
+    }
+    PyObject *argv[2] = {name, fields};
+    PyObject *broke = NULL;
+    if (st->guard != Py_None) {
+        broke = PyObject_Vectorcall(st->guard, argv, 2, NULL);
+        if (broke == NULL)
+            return -1;
+    }
+    PyObject *pair = PyObject_VectorcallMethod(s_sync, &rmap, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *delta = NULL, *acc = NULL, *C = NULL, *checked_C = NULL;
+    int rc = -1;
+    if (pair == NULL)
+        goto done;
+    int unpacked = step_unpack(pair, &delta, &acc);
+    Py_DECREF(pair);
+    if (unpacked < 0 || step_record(st, name, fields, delta) < 0)
+        goto done;
+    st->checked++;
+    if (broke != NULL && broke != Py_None && step_fail(st, name, fields, broke) < 0)
+        goto done;
+    if (st->synced_key) {
+        PyObject *key = PyObject_GetAttr(rmap, s_synced_key);
+        if (key == NULL)
+            goto done;
+        C = PyDict_GetItemWithError(st->cache, key);     /* (borrowed) */
+        Py_DECREF(key);
+        if (C == NULL && PyErr_Occurred())
+            goto done;
+        Py_XINCREF(C);
+    }
+    if (C == NULL || C == Py_None) {
+        Py_XDECREF(C);
+        C = PyObject_VectorcallMethod(s_constants, &st->monitor, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (C == NULL)
+            goto done;
+    }
+    int changed = PyObject_IsTrue(delta);
+    if (changed < 0)
+        goto done;
+    if (!changed) {
+        checked_C = PyObject_GetAttr(st->monitor, s_checked_C);
+        if (checked_C == NULL)
+            goto done;
+        changed = C != checked_C;
+    }
+    if (changed) {      /* (else the state every invariant last held on) */
+        PyObject *dargv[6] = {st->monitor, name, fields, C, delta, acc};
+        PyObject *r = PyObject_VectorcallMethod(s_check_delta, dargv, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    int due;
+    if (st->effect_due) {
+        PyObject *actions = PyObject_GetAttr(rmap, s_effect_due);
+        if (actions == NULL)
+            goto done;
+        due = PySequence_Contains(actions, name);
+        Py_DECREF(actions);
+    } else {
+        due = PySet_Contains(st->effect_on, name);
+    }
+    if (due < 0)
+        goto done;
+    if (due) {
+        PyObject *eff = PyObject_Vectorcall(st->effect, argv, 2, NULL);
+        if (eff == NULL)
+            goto done;
+        int failed = eff != Py_None && step_fail(st, name, fields, eff) < 0;
+        Py_DECREF(eff);
+        if (failed)
+            goto done;
+    }
+    if (step_hooks(st->step_hooks, name, fields) < 0 || step_hooks(st->watch_hooks, name, fields) < 0)
+        goto done;
+    rc = 0;
+done:
+    Py_XDECREF(broke);
+    Py_XDECREF(delta);
+    Py_XDECREF(acc);
+    Py_XDECREF(C);
+    Py_XDECREF(checked_C);
+    return rc;
+}
+
+/* The quiet-map shortcut's test: quiet is not None and _checked_C is not None and quiet()
+ * and no step hook and no watch hook (-1: an error) */
+static int step_quiet(StrictStep *st) {
+    if (st->quiet == Py_None)
+        return 0;
+    PyObject *checked_C = PyObject_GetAttr(st->monitor, s_checked_C);
+    if (checked_C == NULL)
+        return -1;
+    int first = checked_C == Py_None;
+    Py_DECREF(checked_C);
+    if (first)
+        return 0;
+    PyObject *q = PyObject_CallNoArgs(st->quiet);
+    if (q == NULL)
+        return -1;
+    int quiet = PyObject_IsTrue(q);
+    Py_DECREF(q);
+    if (quiet <= 0)
+        return quiet;
+    return PyList_GET_SIZE(st->step_hooks) == 0 && PyList_GET_SIZE(st->watch_hooks) == 0;
+}
+
+static PyObject *step_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    StrictStep *st = (StrictStep *)self;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_Format(PyExc_TypeError, "step(action, fields) takes 2 positional arguments (%zd given)", n);
+        return NULL;
+    }
+    if (st->tripped)
+        Py_RETURN_NONE;
+    if (st->monitor == NULL) {      /* (cleared by the collector: refused, not called through NULL) */
+        PyErr_SetString(PyExc_RuntimeError, "StrictStep: cleared");
+        return NULL;
+    }
+    PyObject *action = args[0], *fields = args[1];
+    /* name = _NAMES.get(action) or _name_of(action) */
+    PyObject *name = PyDict_GetItemWithError(st->names, action);
+    int named = 0;
+    if (name != NULL) {
+        Py_INCREF(name);
+        named = PyObject_IsTrue(name);
+        if (named < 0) {
+            Py_DECREF(name);
+            return NULL;
+        }
+        if (!named)
+            Py_DECREF(name);
+    } else if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (!named && (name = PyObject_CallOneArg(st->name_of, action)) == NULL)
+        return NULL;
+    PyObject *bargv[3] = {st->rmap, name, fields};
+    PyObject *steps = PyObject_VectorcallMethod(s_bind, bargv, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (steps == NULL || steps == Py_None) {
+        Py_DECREF(name);
+        return steps;
+    }
+    Py_DECREF(steps);
+    st->steps++;
+    int rc = step_quiet(st);
+    if (rc > 0) {
+        /* (a quiet map's sync would return an empty delta: the step is recorded with it, the
+         * constants binding the same, so _check_delta is not run) */
+        PyObject *empty = PyList_New(0);
+        rc = empty == NULL ? -1 : step_record(st, name, fields, empty);
+        Py_XDECREF(empty);
+        if (rc == 0)
+            st->checked++;
+    } else if (rc == 0) {
+        rc = step_checked(st, name, fields);
+    }
+    Py_DECREF(name);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"monitor", "rmap", "names", "name_of", "cache", "history", "quiet", "guard", "effect",
+                         "effect_on", "effect_due", "breaches", "synced_key", "step_hooks", "watch_hooks", NULL};
+    PyObject *monitor, *rmap, *names, *name_of, *cache, *history, *quiet, *guard, *effect, *effect_on, *step_hooks,
+        *watch_hooks;
+    int effect_due, breaches, synced_key;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OO!O$OOOO!pppO!O!:StrictStep", kw, &monitor, &rmap,
+                                     &PyDict_Type, &names, &name_of, &PyDict_Type, &cache, &history, &quiet, &guard,
+                                     &effect, &PyFrozenSet_Type, &effect_on, &effect_due, &breaches, &synced_key,
+                                     &PyList_Type, &step_hooks, &PyList_Type, &watch_hooks))
+        return NULL;
+    if (!PyCallable_Check(name_of) || (quiet != Py_None && !PyCallable_Check(quiet)) ||
+        (guard != Py_None && !PyCallable_Check(guard)) ||
+        ((effect_due || PySet_GET_SIZE(effect_on) > 0) && !PyCallable_Check(effect))) {
+        PyErr_SetString(PyExc_TypeError, "StrictStep: name_of, and quiet, guard, effect where given, must be callable");
+        return NULL;
+    }
+    PyObject *append = PyObject_GetAttrString(history, "append");
+    if (append == NULL)
+        return NULL;
+    StrictStep *st = (StrictStep *)type->tp_alloc(type, 0);
+    if (st == NULL) {
+        Py_DECREF(append);
+        return NULL;
+    }
+    st->monitor = Py_NewRef(monitor);
+    st->rmap = Py_NewRef(rmap);
+    st->names = Py_NewRef(names);
+    st->name_of = Py_NewRef(name_of);
+    st->cache = Py_NewRef(cache);
+    st->quiet = Py_NewRef(quiet);
+    st->guard = Py_NewRef(guard);
+    st->effect = Py_NewRef(effect);
+    st->effect_on = Py_NewRef(effect_on);
+    st->history = Py_NewRef(history);
+    st->append = append;
+    st->step_hooks = Py_NewRef(step_hooks);
+    st->watch_hooks = Py_NewRef(watch_hooks);
+    st->effect_due = (char)effect_due;
+    st->breaches = (char)breaches;
+    st->synced_key = (char)synced_key;
+    st->vectorcall = step_call;
+    return (PyObject *)st;
+}
+
+static int step_traverse(PyObject *self, visitproc visit, void *arg) {
+    StrictStep *st = (StrictStep *)self;
+    Py_VISIT(st->monitor);
+    Py_VISIT(st->rmap);
+    Py_VISIT(st->names);
+    Py_VISIT(st->name_of);
+    Py_VISIT(st->cache);
+    Py_VISIT(st->quiet);
+    Py_VISIT(st->guard);
+    Py_VISIT(st->effect);
+    Py_VISIT(st->effect_on);
+    Py_VISIT(st->history);
+    Py_VISIT(st->append);
+    Py_VISIT(st->step_hooks);
+    Py_VISIT(st->watch_hooks);
+    return 0;
+}
+
+static int step_clear(PyObject *self) {
+    StrictStep *st = (StrictStep *)self;
+    Py_CLEAR(st->monitor);
+    Py_CLEAR(st->rmap);
+    Py_CLEAR(st->names);
+    Py_CLEAR(st->name_of);
+    Py_CLEAR(st->cache);
+    Py_CLEAR(st->quiet);
+    Py_CLEAR(st->guard);
+    Py_CLEAR(st->effect);
+    Py_CLEAR(st->effect_on);
+    Py_CLEAR(st->history);
+    Py_CLEAR(st->append);
+    Py_CLEAR(st->step_hooks);
+    Py_CLEAR(st->watch_hooks);
+    return 0;
+}
+
+static void step_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    step_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *step_get_history(PyObject *self, void *unused) {
+    return history_get(((StrictStep *)self)->history);
+}
+
+static int step_set_history(PyObject *self, PyObject *value, void *unused) {
+    StrictStep *st = (StrictStep *)self;
+    return history_set(&st->history, &st->append, value, "StrictStep");
+}
+
+static PyMemberDef step_members[] = {
+    {"steps", T_PYSSIZET, offsetof(StrictStep, steps), 0, "events the map bound"},
+    {"checked", T_PYSSIZET, offsetof(StrictStep, checked), 0, "events synced and recorded"},
+    {"tripped", T_BOOL, offsetof(StrictStep, tripped), 0, "the monitor reported a violation: events are ignored"},
+    {"monitor", T_OBJECT, offsetof(StrictStep, monitor), READONLY, "the monitor whose step this is"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef step_getset[] = {
+    {"history", step_get_history, step_set_history, "the deque the steps are recorded in", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject StrictStepType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_gate.StrictStep",
+    .tp_basicsize = sizeof(StrictStep),
+    .tp_dealloc = step_dealloc,
+    .tp_traverse = step_traverse,
+    .tp_clear = step_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(StrictStep, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = step_new,
+    .tp_members = step_members,
+    .tp_getset = step_getset,
+    .tp_doc = "strict mode's listener on an incremental map (monitors.runtime.Monitor._strict_step in C)",
+};
+
+static int intern_names(void) {
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&s_bind, "bind"}, {&s_sync, "sync"}, {&s_breach, "breach"}, {&s_synced_key, "synced_key"},
+        {&s_effect_due, "effect_due"}, {&s_checked_C, "_checked_C"}, {&s_fail, "fail"},
+        {&s_report_breach, "_report_breach"},
+        {&s_check_delta, "_check_delta"}, {&s_constants, "constants"}, {&s_action, "action"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -297,12 +738,13 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_gate", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_gate(void) {
-    if (PyType_Ready(&GateType) < 0)
+    if (PyType_Ready(&GateType) < 0 || PyType_Ready(&StrictStepType) < 0 || intern_names() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Gate", (PyObject *)&GateType) < 0) {
+    if (PyModule_AddObjectRef(m, "Gate", (PyObject *)&GateType) < 0 ||
+        PyModule_AddObjectRef(m, "StrictStep", (PyObject *)&StrictStepType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

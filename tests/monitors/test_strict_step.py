@@ -1,0 +1,217 @@
+"""Strict mode's step: csrc/gate.c's StrictStep and its Python twin, runtime.py's
+`Monitor._strict_step`, make the same calls in the same order with the same arguments on
+random events (binder, quiet map, breaches, guard, sync, constants, invariants, effect, hooks,
+each failing or raising at random), and leave the same history, counters and violation; and a
+cache's monitors take the same steps and catch the same bugs with either."""
+from __future__ import annotations
+
+import collections
+import random
+
+import pytest
+
+from hicache.monitors import runtime
+from hicache.monitors.gate import StrictStep
+from hicache.monitors.workload import WorkloadConfig
+from hicache.monitors.zoo import runtime_entry
+
+from tests.monitors.tiny_cache import serve, tiny_cache
+
+native = pytest.mark.skipif(StrictStep is None, reason="the native strict step is not built")
+
+ACTIONS = ["RequestMatch", "DeviceInsert", "HostEvict", "Other"]
+
+
+class Violation(Exception):
+    """What the spy monitor's fail raises."""
+
+
+class _Map:
+    """A map whose answers are drawn from a seeded RNG, logging each call."""
+
+    def __init__(self, rng: random.Random, log: list, effect_due: bool):
+        self.rng, self.log = rng, log
+        self.breach = None
+        self.synced_key = 0
+        if effect_due:
+            self.effect_due = frozenset()
+
+    def bind(self, name, fields):
+        self.log.append(("bind", name, fields["i"]))
+        return None if name == "Other" else ((name, None),)
+
+    def sync(self):
+        r = self.rng.random()
+        self.log.append(("sync",))
+        if r < 0.03:
+            raise KeyError("sync")
+        delta = [("v", self.rng.randrange(3), 0)] if r < 0.6 else []
+        self.synced_key = self.rng.randrange(3)
+        if hasattr(self, "effect_due"):
+            self.effect_due = frozenset(self.rng.sample(ACTIONS, 2))
+        return delta, {"d": self.rng.randrange(5)}
+
+
+class _Spy:
+    """The attributes and methods of a Monitor that the strict step reads and calls."""
+
+    def __init__(self, seed: int, log: list, history: collections.deque):
+        rng = self.rng = random.Random(seed)
+        self.log = log
+        self.rmap = _Map(rng, log, effect_due=rng.random() < 0.5)
+        self._native = None
+        self.tripped = False
+        self._steps = self._checked = 0
+        self._history = history
+        self._checked_C = None
+        self._cache = {0: "C0", 1: "C1"}
+        self._synced_key = rng.random() < 0.7
+        self._breaches = rng.random() < 0.5
+        self._quiet = self.quiet if rng.random() < 0.5 else None
+        self._guard = self.guard if rng.random() < 0.7 else None
+        self._effect = self.effect if rng.random() < 0.7 else None
+        self._effect_on = frozenset(rng.sample(ACTIONS, 2)) if self._effect is not None else frozenset()
+        self._effect_due = self._effect is not None and hasattr(self.rmap, "effect_due")
+        self.step_hooks: list = []
+        self.watch_hooks: list = []
+
+    def _answer(self, what: str, *args, fail: float = 0.05, raise_: float = 0.02):
+        """A logged call's answer: a failure ("broke"), an error, or None."""
+        self.log.append((what, *args))
+        r = self.rng.random()
+        if r < raise_:
+            raise ValueError(what)
+        return f"broke:{what}" if r < raise_ + fail else None
+
+    def quiet(self):
+        self.log.append(("quiet",))
+        return self.rng.random() < 0.6
+
+    def guard(self, name, fields):
+        return self._answer("guard", name, fields["i"])
+
+    def effect(self, name, fields):
+        return self._answer("effect", name, fields["i"])
+
+    def constants(self):
+        self.log.append(("constants",))
+        return "C2"
+
+    def _check_delta(self, name, fields, C, delta, acc):
+        self._checked_C = C
+        if self._answer("check_delta", name, fields["i"], C, list(delta), dict(acc)) is not None:
+            self.fail("invariant", name, fields, "broke", None, None)
+
+    def _report_breach(self):
+        self.log.append(("report_breach", self.rmap.breach))
+        self.rmap.breach = None
+        self.fail("action", "breach", {}, "breached", None, None)
+
+    def fail(self, kind, name, fields, failure, s, t):
+        self.log.append(("fail", kind, name, fields.get("i"), failure, s, t))
+        self.tripped = True
+        if self._native is not None:
+            self._native.tripped = True
+        raise Violation(failure)
+
+    def hook(self, tag):
+        def hook(name, fields):
+            self._answer(tag, name, fields["i"], fail=0)
+        return hook
+
+    def churn(self) -> None:
+        """Between events: a breach found, a hook added (all drawn)."""
+        r = self.rng.random()
+        if self._breaches and r < 0.05:
+            self.rmap.breach = ("B", {}, "f")
+        if r > 0.97:
+            (self.step_hooks if r > 0.985 else self.watch_hooks).append(self.hook(f"hook{len(self.log)}"))
+
+
+def _run(seed: int, use_native: bool) -> tuple:
+    log: list = []
+    history: collections.deque = collections.deque(maxlen=8)
+    spy = _Spy(seed, log, history)
+    if use_native:
+        spy._native = StrictStep(spy, spy.rmap, {}, str, spy._cache, history, quiet=spy._quiet, guard=spy._guard,
+                                 effect=spy._effect, effect_on=spy._effect_on, effect_due=spy._effect_due,
+                                 breaches=spy._breaches, synced_key=spy._synced_key, step_hooks=spy.step_hooks,
+                                 watch_hooks=spy.watch_hooks)
+    step = spy._native if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
+    outcomes = []
+    for i in range(200):
+        spy.churn()
+        try:
+            step(spy.rng.choice(ACTIONS), {"i": i})
+            outcomes.append(None)
+        except (Violation, ValueError, KeyError) as e:
+            outcomes.append(repr(e))
+            if not spy.tripped and spy.rng.random() < 0.5:
+                continue
+            break
+    counts = (spy._native.steps, spy._native.checked, spy._native.tripped) if use_native \
+        else (spy._steps, spy._checked, spy.tripped)
+    return log, list(history), counts, outcomes
+
+
+@native
+@pytest.mark.parametrize("seed", range(60))
+def test_the_native_step_makes_the_python_steps_calls(seed):
+    py, c = _run(seed, False), _run(seed, True)
+    assert c == py
+    assert py[2][0] > 0
+
+
+@native
+def test_the_native_step_checks_its_arguments():
+    with pytest.raises(TypeError):
+        StrictStep(object(), object(), {}, str, {}, collections.deque(), quiet=None, guard=1, effect=None,
+                   effect_on=frozenset(), effect_due=False, breaches=False, synced_key=False,
+                   step_hooks=[], watch_hooks=[])
+    st = StrictStep(object(), object(), {}, str, {}, collections.deque(), quiet=None, guard=None, effect=None,
+                    effect_on=frozenset(), effect_due=False, breaches=False, synced_key=False,
+                    step_hooks=[], watch_hooks=[])
+    with pytest.raises(TypeError):
+        st("a")
+
+
+def _cache_run(tmp_path, use_native: bool, monkeypatch) -> list:
+    """A seeded random workload on a tiny strict-mode cache: what each monitor did."""
+    if not use_native:
+        monkeypatch.setattr(runtime, "StrictStep", None)
+    c, mon = tiny_cache(tmp_path, {"mode": "strict", "history": 16})
+    try:
+        assert (mon._native is not None) == use_native
+        rng = random.Random(7)
+        for _ in range(40):
+            r = rng.random()
+            if r < 0.7:
+                serve(c, [rng.randrange(4) for _ in range(rng.randrange(1, 4))])
+            elif r < 0.9:
+                c.evict_device(rng.randrange(1, 5))     # (room for the next request's pages)
+            else:
+                c.evict_host(rng.randrange(1, 4))
+        return [(m.steps, m.checked, m.tripped,
+                 [(h.seq, h.action, h.args, sorted(v for v, _, _ in h.delta)) for h in m.history],
+                 m.rmap.reference_state()) for m in (mon, *mon.companions)]
+    finally:
+        c.close()
+        monkeypatch.undo()
+
+
+@native
+def test_a_cache_takes_the_same_steps_with_either_step(tmp_path, monkeypatch):
+    py = _cache_run(tmp_path / "py", False, monkeypatch)
+    c = _cache_run(tmp_path / "c", True, monkeypatch)
+    assert c == py
+    assert py[0][0] > 40 and py[0][1] == py[0][0]
+
+
+@native
+@pytest.mark.parametrize("bug", [8, 10, 7])
+def test_the_bugs_are_caught_the_same_with_either_step(bug, tmp_path, monkeypatch):
+    c = runtime_entry(bug, 10, WorkloadConfig(), str(tmp_path / "c"))
+    monkeypatch.setattr(runtime, "StrictStep", None)
+    py = runtime_entry(bug, 10, WorkloadConfig(), str(tmp_path / "py"))
+    fields = ("caught", "property", "steps_after_fault", "clean_alarm")
+    assert [getattr(c, f) for f in fields] == [getattr(py, f) for f in fields] and c.caught
