@@ -705,6 +705,66 @@ def test_walk_journaled_agrees(mod):
         (None, [("enter", "a"), ("enter", "b"), ("leave", "c")], ["a", "b"])
 
 
+class _PageNode(_TreeNode):
+    """A tree node as the tree-form WriteThroughPrefix reads it: its parent (see _TreeNode)
+    and its children (a dict, or `_Kids`, read through `.values()`)."""
+
+    def __init__(self, name, broken=False):
+        super().__init__(name, broken=broken)
+        self.children = {}
+
+    def __deepcopy__(self, memo):
+        return self         # (the tree is read, never written: both runs read the same nodes)
+
+
+class _Kids(collections.UserDict):
+    """Children of another mapping type than dict (their values read as Python reads them)."""
+
+
+def _prefix_tree_case(rng, i):
+    """A random tree of nodes under a root, their pages at positions (keys, npos), a host row
+    and dirty positions; among them nodes without pages, pages the host row lacks (KeyError),
+    a node whose parent cannot be read (AttributeError), children of another mapping type, a
+    node's pages as a tuple, host values that are bools or floats."""
+    root = _PageNode("root")
+    nodes = [root]
+    npos, keys = {}, []
+    for k in range(rng.randint(0, 7)):
+        x = _PageNode(k, broken=i % 9 == 8 and rng.random() < 0.2)
+        par = rng.choice(nodes)
+        x._parent = par
+        par.children[k] = x
+        nodes.append(x)
+        pages = list(range(len(keys), len(keys) + rng.randint(0, 3)))
+        keys.extend((x, j) for j in range(len(pages)))
+        npos[x] = tuple(pages) if i % 5 == 4 and rng.random() < 0.3 else pages
+    if i % 4 == 3:
+        for x in nodes:
+            x.children = _Kids(x.children)
+    if i % 6 == 5:
+        npos[root] = [len(keys)]        # (the root's pages are never its children's parent)
+    n = len(keys)
+    host = {p: rng.choice([0, 0, 1, 2, *([False, True, 1.0, 0.0] if i % 2 else [])])
+            for p in range(n + 1) if i % 7 != 6 or rng.random() < 0.8}
+    positions = frozenset(rng.sample(range(n + 2), rng.randint(0, n + 1)))
+    return [keys, positions, rng.choice([n, n, rng.randint(0, n)]), npos, host, root]
+
+
+def test_tree_prefix_breach_agrees(mod):
+    """Random trees both ways: the same verdict, witness or exception, in nodes_at's order."""
+    rng = random.Random(0)
+    seen = _outcomes("tree_prefix_breach", mod, [_prefix_tree_case(rng, i) for i in range(600)])
+    assert seen["ok"] >= 300 and sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 5, seen
+    assert sum(v for k, v in seen.items() if k.startswith("AttributeError")) >= 3, seen
+    root, a, b = _PageNode("root"), _PageNode("a"), _PageNode("b")
+    a._parent, b._parent, root.children, a.children = root, a, {"a": a}, {"b": b}
+    keys, npos = [(a, 0), (a, 1), (b, 0)], {a: [0, 1], b: [2]}
+    assert mod.tree_prefix_breach(keys, {0}, 3, npos, {0: 3, 1: 4, 2: 5}, root) is None
+    assert mod.tree_prefix_breach(keys, {0}, 3, npos, {0: 3, 1: 0, 2: 5}, root) == (2, 1)    # a child's
+    assert mod.tree_prefix_breach(keys, {2}, 3, npos, {0: 3, 1: 0, 2: 5}, root) == (2, 1)    # its own
+    assert mod.tree_prefix_breach(keys, {2}, 2, npos, {0: 3, 1: 0, 2: 5}, root) is None      # past L
+
+
 def test_shifted_agrees(mod):
     """Runtime slots as spec slots both ways: exact ints (their sum in C, 2**61 and past it
     by Python's +), TRUE, 1.0, an int past 64 bits, and items + 1 refuses (None, a str:

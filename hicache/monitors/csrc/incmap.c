@@ -621,19 +621,57 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
+/* the states slot_owner_breach tells apart, interned */
+static PyObject *s_state_idle, *s_state_reserved;
+
+/* st == text for the interned text `interned`, as PyUnicode_CompareWithASCIIString compares a
+ * str: an interned exact str equals it exactly when it is that object (one interned object a
+ * value), the map's own names; any other str compared */
+static int state_is(PyObject *st, PyObject *interned, const char *text) {
+    if (st == interned)
+        return 1;
+    if (PyUnicode_CheckExact(st) && PyUnicode_CHECK_INTERNED(st))
+        return 0;
+    return PyUnicode_Check(st) && PyUnicode_CompareWithASCIIString(st, text) == 0;
+}
+
+/* refs.get(h, 0) for h of hash `hash`, a new reference; an empty dict is not searched (the
+ * caller hashed h already, as the search would) */
+static PyObject *count_of_h(PyObject *refs, PyObject *h, Py_hash_t hash, PyObject *zero) {
+    PyObject *v = PyDict_GET_SIZE(refs) == 0 ? NULL : dict_get_h(refs, h, hash);
+    if (v == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        v = zero;
+    }
+    return Py_NewRef(v);
+}
+
+/* a count's value when it is an exact int (zero: the count of an absent slot, read as 0) */
+static int count_value(PyObject *c, PyObject *zero, long long *out) {
+    if (c == zero) {
+        *out = 0;
+        return 1;
+    }
+    return int_value(c, out);
+}
+
 /* slot_owner_breach(names, slots, tree_refs, backup_refs, pf_refs): SlotInOneOwner's
  * element-local test over the spec slots h of the iterable `slots` (h > len(names) skipped),
  * in its order: with t = tree_refs.get(h, 0), f = backup_refs.get(h, 0) + pf_refs.get(h, 0)
  * and st = names[h - 1], slot h is owned as its state says when st == "idle": t = f = 0;
  * st == "reserved": t = 0, f = 1; any other state: t = 1, f = 0. None when every one is,
- * else the first that is not, as (h, st, t, f). */
+ * else the first that is not, as (h, st, t, f). An exact int slot is hashed once for its
+ * three gets; f is made only for the witness when its counts are exact ints. */
 static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("slot_owner_breach", n, 5))
         return NULL;
     PyObject *names = a[0], *tree = a[2], *backup = a[3], *pf = a[4];
+    static const char *const state_names[] = {"idle", "reserved"};
+    PyObject **const state_slots[] = {&s_state_idle, &s_state_reserved};
     if (check_type(tree, &PyDict_Type, "slot_owner_breach", "tree_refs") ||
         check_type(backup, &PyDict_Type, "slot_owner_breach", "backup_refs") ||
-        check_type(pf, &PyDict_Type, "slot_owner_breach", "pf_refs"))
+        check_type(pf, &PyDict_Type, "slot_owner_breach", "pf_refs") || intern_names(state_names, state_slots, 2) < 0)
         return NULL;
     Py_ssize_t len = PyObject_Length(names);
     if (len < 0)
@@ -656,28 +694,29 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
             err = 1;
         else if (!beyond) {
             int ints = 0;
-            if ((t = count_of(tree, h, zero)) == NULL || (b = count_of(backup, h, zero)) == NULL ||
-                (p = count_of(pf, h, zero)) == NULL)
+            Py_hash_t hash = hint ? PyObject_Hash(h) : -1;      /* (an exact int's: cannot fail) */
+            if (hint ? (t = count_of_h(tree, h, hash, zero)) == NULL || (b = count_of_h(backup, h, hash, zero)) == NULL ||
+                               (p = count_of_h(pf, h, hash, zero)) == NULL
+                     : (t = count_of(tree, h, zero)) == NULL || (b = count_of(backup, h, zero)) == NULL ||
+                               (p = count_of(pf, h, zero)) == NULL)
                 err = 1;
-            else if ((ints = hint && hv >= 1 && hv <= PySequence_Fast_GET_SIZE(names) && int_value(t, &tv) &&
-                             int_value(b, &bv) && int_value(p, &pv))) {
-                if ((f = PyLong_FromLongLong(bv + pv)) == NULL)
-                    err = 1;
-                else
-                    st = Py_NewRef(PySequence_Fast_GET_ITEM(names, hv - 1));    /* (1 <= h <= len) */
-            } else if ((f = PyNumber_Add(b, p)) == NULL || (idx = PyNumber_Subtract(h, one)) == NULL ||
-                       (st = PyObject_GetItem(names, idx)) == NULL)
+            else if ((ints = hint && hv >= 1 && hv <= PySequence_Fast_GET_SIZE(names) && count_value(t, zero, &tv) &&
+                             count_value(b, zero, &bv) && count_value(p, zero, &pv)))
+                st = Py_NewRef(PySequence_Fast_GET_ITEM(names, hv - 1));    /* (1 <= h <= len) */
+            else if ((f = PyNumber_Add(b, p)) == NULL || (idx = PyNumber_Subtract(h, one)) == NULL ||
+                     (st = PyObject_GetItem(names, idx)) == NULL)
                 err = 1;
             if (!err) {
-                int idle = PyUnicode_Check(st) && PyUnicode_CompareWithASCIIString(st, "idle") == 0;
-                int reserved = !idle && PyUnicode_Check(st) && PyUnicode_CompareWithASCIIString(st, "reserved") == 0;
+                int idle = state_is(st, s_state_idle, "idle");
+                int reserved = !idle && state_is(st, s_state_reserved, "reserved");
                 /* (t, f) must be (0, 0), (0, 1) or (1, 0) */
                 int t_want0 = idle || reserved, f_want1 = reserved;
                 int t_ok = ints ? tv == (t_want0 ? 0 : 1) : equals(t, t_want0 ? zero : one);
                 int f_ok = t_ok == 1 ? (ints ? bv + pv == (f_want1 ? 1 : 0) : equals(f, f_want1 ? one : zero)) : t_ok;
                 if (t_ok < 0 || f_ok < 0)
                     err = 1;
-                else if (!(t_ok && f_ok) && (out = PyTuple_Pack(4, h, st, t, f)) == NULL)
+                else if (!(t_ok && f_ok) && ((ints && (f = PyLong_FromLongLong(bv + pv)) == NULL) ||
+                                             (out = PyTuple_Pack(4, h, st, t, f)) == NULL))
                     err = 1;
             }
         }
@@ -1258,10 +1297,12 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     PyObject *it = PyObject_GetIter(a[1]);
     if (it == NULL)
         return NULL;
-    PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *p;
+    PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *last = NULL, *p;
     int err = zero == NULL || out == NULL;
     /* (the map's own types, a list of (node, index) tuples and exact int positions: compared
-     * and indexed in C; anything else through the object API, as Python does it) */
+     * and indexed in C; anything else through the object API, as Python does it. A node's
+     * pages lie at neighbouring positions, which a set of positions mostly yields in a row:
+     * the node added just before is not added again, a set holding it already) */
     long long lv, pv;
     int lint = PyList_CheckExact(keys) && int_value(L, &lv);
     while (!err && (p = PyIter_Next(it)) != NULL) {
@@ -1270,28 +1311,30 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         if (in < 0) {
             err = 1;
         } else if (in) {
-            PyObject *k = item_at(keys, p);
-            PyObject *x = k == NULL ? NULL : item_at(k, zero);
-            err = x == NULL || PySet_Add(out, x) < 0;
-            Py_XDECREF(x);
+            PyObject *k = NULL, *x;
+            if (pint && pv >= 0 && pv < PyList_GET_SIZE(keys) && PyTuple_CheckExact(PyList_GET_ITEM(keys, pv)) &&
+                PyTuple_GET_SIZE(PyList_GET_ITEM(keys, pv)) > 0)
+                x = Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(keys, pv), 0));     /* (held before any call) */
+            else
+                x = (k = item_at(keys, p)) == NULL ? NULL : item_at(k, zero);
+            err = x == NULL || (x != last && PySet_Add(out, x) < 0);
+            Py_XSETREF(last, x);
             Py_XDECREF(k);
         }
         Py_DECREF(p);
     }
+    Py_XDECREF(last);
     return finish(it, err, out, zero, NULL, NULL);
 }
 
-/* prefix_breach(host, pos, q): along pos in order, each page's parent the page before it (the
- * first's q; None: none), the first (p, parent) with host[p] != 0 and host[parent] == 0;
- * None when there is none. */
-static PyObject *prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("prefix_breach", n, 3))
-        return NULL;
-    PyObject *host = a[0];
-    PyObject *it = PyObject_GetIter(a[1]);
+/* prefix_breach(host, pos, q) (breach_along, also tree_prefix_breach's per-node test): along
+ * pos in order, each page's parent the page before it (the first's q; None: none), the first
+ * (p, parent) with host[p] != 0 and host[parent] == 0; None when there is none. */
+static PyObject *breach_along(PyObject *host, PyObject *pos, PyObject *q0) {
+    PyObject *it = PyObject_GetIter(pos);
     if (it == NULL)
         return NULL;
-    PyObject *zero = PyLong_FromLong(0), *q = Py_NewRef(a[2]), *p, *out = NULL;
+    PyObject *zero = PyLong_FromLong(0), *q = Py_NewRef(q0), *p, *out = NULL;
     int err = zero == NULL;
     while (!err && out == NULL && (p = PyIter_Next(it)) != NULL) {
         if (q != Py_None) {
@@ -1314,6 +1357,12 @@ static PyObject *prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n)
         Py_SETREF(q, p);    /* (takes p's reference) */
     }
     return finish(it, err, out, zero, q, NULL);
+}
+
+static PyObject *prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("prefix_breach", n, 3))
+        return NULL;
+    return breach_along(a[0], a[1], a[2]);
 }
 
 /* ---- HostTier's event binder: hicache/monitors/maps/host_tier.py's HostTierMap.bind and the
@@ -3144,6 +3193,161 @@ static PyObject *holders_outside(PyObject *self, PyObject *const *a, Py_ssize_t 
     return finish(it, err, out, NULL, NULL, NULL);
 }
 
+/* ---- WriteThroughPrefix in tree form over a sync's dirty positions, in one call (the
+ * incremental HostTier map's write_through_prefix_inc; maps/loops.py's py_tree_prefix_breach):
+ * its Python loop over the nodes cost as much as the tests it made. The same reads in the same
+ * order, through the object API where the map's own types are not given. */
+
+static PyObject *s_children, *s_values;
+
+/* seq[-1] (a list's own last item when it is exactly one), a new reference */
+static PyObject *last_item(PyObject *seq) {
+    if (PyList_CheckExact(seq) && PyList_GET_SIZE(seq) > 0)
+        return Py_NewRef(PyList_GET_ITEM(seq, PyList_GET_SIZE(seq) - 1));
+    PyObject *minus1 = PyLong_FromLong(-1);
+    PyObject *v = minus1 == NULL ? NULL : PyObject_GetItem(seq, minus1);
+    Py_XDECREF(minus1);
+    return v;
+}
+
+/* npos.get(x) when it is true (a node with pages), a new reference; NULL with no exception
+ * set when it is absent or false */
+static PyObject *pages_of(PyObject *npos, PyObject *x) {
+    PyObject *pos = PyDict_GetItemWithError(npos, x);
+    if (pos == NULL)
+        return NULL;
+    Py_INCREF(pos);
+    int truth = PyObject_IsTrue(pos);
+    if (truth <= 0)
+        Py_CLEAR(pos);
+    return pos;
+}
+
+/* host[k] compared with 0 (`==` when eq, else `!=`): 1, 0, or -1 on an error */
+static int host_cmp0(PyObject *host, PyObject *k, PyObject *zero, int eq) {
+    long long v;
+    PyObject *h = PyObject_GetItem(host, k);
+    int r = h == NULL ? -1 : int_value(h, &v) ? (eq ? v == 0 : v != 0)
+                                              : PyObject_RichCompareBool(h, zero, eq ? Py_EQ : Py_NE);
+    Py_XDECREF(h);
+    return r;
+}
+
+/* The first child c of x (x.children.values(), in order) whose first page has a host copy
+ * (host[npos[c][0]] != 0), as (that page, q); NULL with no exception when there is none. An
+ * exact dict is walked in place, its size watched as its iterator would watch it. */
+static PyObject *child_breach(PyObject *x, PyObject *npos, PyObject *host, PyObject *q, PyObject *zero) {
+    PyObject *kids = PyObject_GetAttr(x, s_children), *it = NULL, *c, *out = NULL;
+    if (kids == NULL)
+        return NULL;
+    int walk = PyDict_CheckExact(kids), err = 0;
+    Py_ssize_t i = 0, size = walk ? PyDict_GET_SIZE(kids) : 0;
+    if (!walk) {
+        PyObject *vals = PyObject_CallMethodNoArgs(kids, s_values);
+        it = vals == NULL ? NULL : PyObject_GetIter(vals);
+        Py_XDECREF(vals);
+        err = it == NULL;
+    }
+    while (!err && out == NULL) {
+        if (walk) {
+            if (PyDict_GET_SIZE(kids) != size) {
+                PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+                err = 1;
+                break;
+            }
+            if (!PyDict_Next(kids, &i, NULL, &c))
+                break;
+            Py_INCREF(c);
+        } else if ((c = PyIter_Next(it)) == NULL) {
+            break;
+        }
+        PyObject *below = pages_of(npos, c), *b0 = NULL;
+        if (below == NULL) {
+            err = PyErr_Occurred() != NULL;
+        } else if ((b0 = item_at(below, zero)) == NULL) {
+            err = 1;
+        } else {
+            int set = host_cmp0(host, b0, zero, 0);
+            err = set < 0 || (set > 0 && (out = PyTuple_Pack(2, b0, q)) == NULL);
+        }
+        Py_XDECREF(b0);
+        Py_XDECREF(below);
+        Py_DECREF(c);
+    }
+    Py_XDECREF(it);
+    Py_DECREF(kids);
+    if (err || PyErr_Occurred())
+        Py_CLEAR(out);
+    return out;
+}
+
+/* WriteThroughPrefix at node x: its pages along from its parent's last page (none when the
+ * parent is None or root), then, when its own last page q has no host copy, its children's
+ * first pages; the first (page, parent page) that breaks it, a new reference; NULL with no
+ * exception when none does (or x has no pages) */
+static PyObject *node_breach(PyObject *x, PyObject *npos, PyObject *host, PyObject *root, PyObject *zero) {
+    PyObject *pos = pages_of(npos, x);
+    if (pos == NULL)
+        return NULL;
+    PyObject *par = PyObject_GetAttr(x, s_parent), *above = NULL, *q = NULL, *out = NULL;
+    int err = par == NULL;
+    if (!err && par != Py_None && par != root) {
+        above = pages_of(npos, par);
+        err = above == NULL && PyErr_Occurred();
+    }
+    if (!err)
+        err = (q = above == NULL ? Py_NewRef(Py_None) : last_item(above)) == NULL;
+    PyObject *broke = err ? NULL : breach_along(host, pos, q);
+    Py_XDECREF(q);
+    q = NULL;
+    if (broke == NULL) {
+        err = 1;
+    } else if (broke != Py_None) {
+        out = Py_NewRef(broke);
+    } else if ((q = last_item(pos)) == NULL) {
+        err = 1;
+    } else {
+        int gap = host_cmp0(host, q, zero, 1);
+        err = gap < 0;
+        if (gap > 0)
+            out = child_breach(x, npos, host, q, zero);
+    }
+    Py_XDECREF(broke);
+    Py_XDECREF(q);
+    Py_XDECREF(above);
+    Py_XDECREF(par);
+    Py_DECREF(pos);
+    if (err || PyErr_Occurred())
+        Py_CLEAR(out);
+    return out;
+}
+
+/* tree_prefix_breach(keys, positions, L, npos, host, root): WriteThroughPrefix in tree form
+ * at each node of nodes_at(keys, positions, L), in that set's order (node_breach); None, or
+ * the first (page, parent page) that breaks it. */
+static PyObject *tree_prefix_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("tree_prefix_breach", n, 6))
+        return NULL;
+    PyObject *npos = a[3], *host = a[4], *root = a[5];
+    static const char *const names[] = {"children", "values"};
+    PyObject **const slots[] = {&s_children, &s_values};
+    if (check_type(npos, &PyDict_Type, "tree_prefix_breach", "npos") || remap_names() < 0 ||
+        intern_names(names, slots, 2) < 0)
+        return NULL;
+    PyObject *nodes = nodes_at(self, a, 3);
+    if (nodes == NULL)
+        return NULL;
+    PyObject *it = PyObject_GetIter(nodes), *zero = PyLong_FromLong(0), *x, *out = NULL;
+    Py_DECREF(nodes);
+    int err = it == NULL || zero == NULL;
+    while (!err && out == NULL && (x = PyIter_Next(it)) != NULL) {
+        out = node_breach(x, npos, host, root, zero);
+        err = out == NULL && PyErr_Occurred();
+        Py_DECREF(x);
+    }
+    return finish(it, err, out, zero, NULL, NULL);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -3209,6 +3413,8 @@ static PyMethodDef methods[] = {
      "(h, y) for the slots whose holder is a node not named, each run of one holder's slots judged once"},
     {"unmap_subtree", (PyCFunction)(void (*)(void))unmap_subtree_call, METH_FASTCALL,
      "a detached node and the nodes below it unmapped by the incremental HostTier map"},
+    {"tree_prefix_breach", (PyCFunction)(void (*)(void))tree_prefix_breach, METH_FASTCALL,
+     "WriteThroughPrefix in tree form at the nodes of the positions below L: None or the first (page, parent)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -632,24 +632,9 @@ class IncrementalHostTierMap(HostTierMap):
         page i has page i-1 as its parent, its first page the last page of its parent node."""
         if s["policy"] not in C["WriteThrough"]:
             return None
-        host, npos = self.funcs["host"], self.npos
-        root = self.cache.tree.root
-        for x in loops.nodes_at(self.keys, D["Nodes"], self.L):
-            pos = npos.get(x)
-            if not pos:
-                continue
-            par = x.parent
-            above = npos.get(par) if par is not None and par is not root else None
-            broke = loops.prefix_breach(host, pos, above[-1] if above else None)
-            if broke is not None:
-                return _prefix_failure(*broke)
-            q = pos[-1]
-            if host[q] == 0:
-                for c in x.children.values():
-                    below = npos.get(c)
-                    if below and host[below[0]] != 0:
-                        return _prefix_failure(below[0], q)
-        return None
+        broke = loops.tree_prefix_breach(self.keys, D["Nodes"], self.L, self.npos, self.funcs["host"],
+                                         self.cache.tree.root)
+        return None if broke is None else _prefix_failure(*broke)
 
     def slot_in_one_owner_inc(self, C, s, D, V=None):
         """SlotInOneOwner over the dirty slots, from the maintained reference counts."""

@@ -645,6 +645,33 @@ def py_holders_outside(slots, slot_page: dict, ids) -> list:
             out.append((h, y))
     return out
 
+
+def py_tree_prefix_breach(keys, positions, L, npos: dict, host, root):
+    """WriteThroughPrefix in tree form at each node x of py_nodes_at(keys, positions, L), in
+    that set's order: x's pages (npos.get(x); none: x skipped) along from its parent's last
+    page (none when the parent is None or root; py_prefix_breach), then, when x's last page q
+    has no host copy, the first page of each child c (x.children.values()) that has pages:
+    none may have one. None, or the first (page, parent page) that breaks it."""
+    for x in py_nodes_at(keys, positions, L):
+        pos = npos.get(x)
+        if not pos:
+            continue
+        par = x.parent
+        above = npos.get(par) if par is not None and par is not root else None
+        broke = py_prefix_breach(host, pos, above[-1] if above else None)
+        if broke is not None:
+            return broke
+        q = pos[-1]
+        if host[q] == 0:
+            for c in x.children.values():
+                below = npos.get(c)
+                if below:
+                    b0 = below[0]
+                    if host[b0] != 0:
+                        return b0, q
+    return None
+
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "commit_rows": py_commit_rows,
@@ -659,7 +686,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "shifted": py_shifted,
           "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
-          "holders_outside": py_holders_outside}
+          "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -678,8 +705,6 @@ slot_changes = _mod.slot_changes if _mod is not None else py_slot_changes
 first_not_in_state = _mod.first_not_in_state if _mod is not None else py_first_not_in_state
 first_where = _mod.first_where if _mod is not None else py_first_where
 variables_of = _mod.variables_of if _mod is not None else py_variables_of
-nodes_at = _mod.nodes_at if _mod is not None else py_nodes_at
-prefix_breach = _mod.prefix_breach if _mod is not None else py_prefix_breach
 vacate = _mod.vacate if _mod is not None else py_vacate
 renumber = _mod.renumber if _mod is not None else py_renumber
 remove_pages = _mod.remove_pages if _mod is not None else py_remove_pages
@@ -693,3 +718,4 @@ request_binder = _mod.request_binder if _mod is not None else py_request_binder
 journaled = _mod.journaled if _mod is not None else py_journaled
 first_slot_not_in = _mod.first_slot_not_in if _mod is not None else py_first_slot_not_in
 holders_outside = _mod.holders_outside if _mod is not None else py_holders_outside
+tree_prefix_breach = _mod.tree_prefix_breach if _mod is not None else py_tree_prefix_breach
