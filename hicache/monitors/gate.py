@@ -27,7 +27,7 @@ from pathlib import Path
 from hicache import buildcache
 
 #: must equal ABI_VERSION in csrc/gate.c (checked on load)
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 class PyGate:

@@ -628,12 +628,17 @@ class Monitor:
     def _native_step(self):
         """Strict mode's native step over this monitor as it is now: it holds the step's
         parts fixed at construction (the quiet test, guard, effect check, the cache, the hook
-        lists, which are appended to, never replaced); one made again after a part is
-        replaced (a test's) takes the new part, and starts its counts from zero."""
+        lists, which are appended to, never replaced, and the parts of _check_delta, which it
+        runs itself under the last checked constants binding, where the class's is Monitor's);
+        one made again after a part is replaced (a test's) takes the new part, and starts its
+        counts from zero."""
+        checks = (self._own_domains, self._live, self._inc_all, self._fused_skip, self._unfused_checks,
+                  self._unfused_reads, self._inc_checks, _variables_of) \
+            if type(self)._check_delta is Monitor._check_delta else None
         return StrictStep(self, self.rmap, _NAMES, _name_of, self._cache, self._history, quiet=self._quiet,
                           guard=self._guard, effect=self._effect, effect_on=self._effect_on,
                           effect_due=self._effect_due, breaches=self._breaches, synced_key=self._synced_key,
-                          step_hooks=self.step_hooks, watch_hooks=self.watch_hooks)
+                          step_hooks=self.step_hooks, watch_hooks=self.watch_hooks, checks=checks)
 
     # ------------------------------------------------------------ helpers
     @property

@@ -1,8 +1,10 @@
 """Strict mode's step: csrc/gate.c's StrictStep and its Python twin, runtime.py's
 `Monitor._strict_step`, make the same calls in the same order with the same arguments on
 random events (binder, quiet map, breaches, guard, sync, constants, invariants, effect, hooks,
-each failing or raising at random), and leave the same history, counters and violation; and a
-cache's monitors take the same steps and catch the same bugs with either."""
+each failing or raising at random), and leave the same history, counters and violation, whether
+the monitor's _check_delta is its own (called by name) or Monitor's (whose dispatch the native
+step runs itself: domains, fused pass, unfused checks); and a cache's monitors take the same
+steps and catch the same bugs with either."""
 from __future__ import annotations
 
 import collections
@@ -20,6 +22,7 @@ from tests.monitors.tiny_cache import serve, tiny_cache
 native = pytest.mark.skipif(StrictStep is None, reason="the native strict step is not built")
 
 ACTIONS = ["RequestMatch", "DeviceInsert", "HostEvict", "Other"]
+VARIABLES = ["v", "w", "x"]
 
 
 class Violation(Exception):
@@ -45,11 +48,22 @@ class _Map:
         self.log.append(("sync",))
         if r < 0.03:
             raise KeyError("sync")
-        delta = [("v", self.rng.randrange(3), 0)] if r < 0.6 else []
+        delta = [(self.rng.choice(VARIABLES), self.rng.randrange(3), 0) for _ in range(self.rng.randrange(1, 3))] \
+            if r < 0.6 else []
         self.synced_key = self.rng.randrange(3)
         if hasattr(self, "effect_due"):
             self.effect_due = frozenset(self.rng.sample(ACTIONS, 2))
+        if hasattr(self, "own_domains"):
+            self.own_domains = self.rng.random() < 0.5
         return delta, {"d": self.rng.randrange(5)}
+
+    def domains(self, C, dirty):
+        self.log.append(("domains", C, dict(dirty)))
+        return {"d": frozenset(dirty)}
+
+    def live(self):
+        self.log.append(("live",))
+        return {"v": 1}
 
 
 class _Spy:
@@ -64,7 +78,8 @@ class _Spy:
         self._steps = self._checked = 0
         self._history = history
         self._checked_C = None
-        self._cache = {0: "C0", 1: "C1"}
+        self._cache = {0: {"d": 0}, 1: {"d": 1}}
+        self._constants = {"d": 2}
         self._synced_key = rng.random() < 0.7
         self._breaches = rng.random() < 0.5
         self._quiet = self.quiet if rng.random() < 0.5 else None
@@ -74,6 +89,22 @@ class _Spy:
         self._effect_due = self._effect is not None and hasattr(self.rmap, "effect_due")
         self.step_hooks: list = []
         self.watch_hooks: list = []
+        # Monitor's _check_delta (and the parts it reads), or the spy's own
+        self._monitors_checks = rng.random() < 0.7
+        if self._monitors_checks:
+            self._domains = ("d",)
+            if rng.random() < 0.5:
+                self.rmap.own_domains = False
+            self._own_domains = hasattr(self.rmap, "own_domains")
+            self._live = {"v": 0} if rng.random() < 0.5 else None
+            self._inc_checks = [(f"I{i}", self.check(f"inc{i}") if rng.random() < 0.6 else None,
+                                 self.check(f"full{i}"), frozenset(rng.sample(VARIABLES, rng.randrange(1, 3))))
+                                for i in range(rng.randrange(1, 5))]
+            self._inc_all = self.inc_all if rng.random() < 0.7 else None
+            self._fused_skip = frozenset({"I0"})
+            self._unfused_checks = [c for c in self._inc_checks if rng.random() < 0.5] \
+                if self._inc_all is not None else self._inc_checks
+            self._unfused_reads = frozenset().union(*(c[3] for c in self._unfused_checks))
 
     def _answer(self, what: str, *args, fail: float = 0.05, raise_: float = 0.02):
         """A logged call's answer: a failure ("broke"), an error, or None."""
@@ -95,9 +126,25 @@ class _Spy:
 
     def constants(self):
         self.log.append(("constants",))
-        return "C2"
+        return self._constants
+
+    def check(self, tag):
+        """An invariant's form (incremental: C, s, D, changed; full: C, s)."""
+        def check(*args):
+            return self._answer(tag, *args)
+        return check
+
+    def inc_all(self, C, s, D, changed, skip):
+        self.log.append(("inc_all", C, s, D, changed, skip))
+        r = self.rng.random()
+        if r < 0.02:
+            raise ValueError("inc_all")
+        return r < 0.7
 
     def _check_delta(self, name, fields, C, delta, acc):
+        if self._monitors_checks:
+            runtime.Monitor._check_delta(self, name, fields, C, delta, acc)
+            return
         self._checked_C = C
         if self._answer("check_delta", name, fields["i"], C, list(delta), dict(acc)) is not None:
             self.fail("invariant", name, fields, "broke", None, None)
@@ -136,7 +183,10 @@ def _run(seed: int, use_native: bool) -> tuple:
         spy._native = StrictStep(spy, spy.rmap, {}, str, spy._cache, history, quiet=spy._quiet, guard=spy._guard,
                                  effect=spy._effect, effect_on=spy._effect_on, effect_due=spy._effect_due,
                                  breaches=spy._breaches, synced_key=spy._synced_key, step_hooks=spy.step_hooks,
-                                 watch_hooks=spy.watch_hooks)
+                                 watch_hooks=spy.watch_hooks,
+                                 checks=(spy._own_domains, spy._live, spy._inc_all, spy._fused_skip,
+                                         spy._unfused_checks, spy._unfused_reads, spy._inc_checks,
+                                         runtime._variables_of) if spy._monitors_checks else None)
     step = spy._native if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
     outcomes = []
     for i in range(200):

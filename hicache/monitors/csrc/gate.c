@@ -27,7 +27,7 @@
 #include <Python.h>
 #include <structmember.h>
 
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 
 typedef struct {
     PyObject_HEAD
@@ -303,6 +303,10 @@ static PyTypeObject GateType = {
  * monitor's Python (fail, _report_breach, _check_delta, constants) is called by name on the
  * monitor at each use, so a subclass or a test that replaces one is followed. What it saves is
  * the Python frame of the step (~140 opcodes an event) and the bound methods it made.
+ * Where the monitor's _check_delta is Monitor's (the step is given its parts, `checks`), the
+ * step runs it itself under the last checked constants binding, most events' case: the same
+ * calls (the map's domains and live, variables_of, the fused pass, each check whose reads meet
+ * what changed, fail) in the same order; a new binding still goes to _check_delta by name.
  *
  * Invariants: `steps` counts the events the map bound, `checked` those synced and recorded
  * (Monitor.steps and Monitor.checked read them); `tripped` is set by the monitor's fail, after
@@ -332,16 +336,27 @@ typedef struct {
     PyObject *append;     /* history.append */
     PyObject *step_hooks; /* the monitor's step_hooks, a list of hook(name, fields) */
     PyObject *watch_hooks; /* ... and its watch_hooks */
+    /* The invariant checks' parts, where the monitor's _check_delta is Monitor's (`checks`
+     * given; else NULL, and _check_delta is called by name at each check): */
+    char own_domains;     /* the map may report its dirty dict as the domains (`own_domains`) */
+    PyObject *live;       /* the map's live state, one dict for its life, or None: rmap.live() */
+    PyObject *inc_all;    /* the fused pass inc_all(C, s, D, changed, skip) -> holds, or None */
+    PyObject *fused_skip; /* ... its skip */
+    PyObject *unfused_checks; /* a list of (inv, inc, full, reads): what runs when the pass holds */
+    PyObject *unfused_reads;  /* ... the variables any of them reads */
+    PyObject *inc_checks; /* a list of (inv, inc, full, reads): every invariant's */
+    PyObject *variables_of; /* variables_of(delta) -> the set of the variables it writes */
     vectorcallfunc vectorcall;
 } StrictStep;
 
 /* (interned once, when the module loads) */
 static PyObject *s_bind, *s_sync, *s_breach, *s_synced_key, *s_effect_due, *s_checked_C, *s_fail, *s_report_breach,
-    *s_check_delta, *s_constants, *s_action;
+    *s_check_delta, *s_constants, *s_action, *s_own_domains, *s_domains, *s_live, *s_isdisjoint, *s_invariant;
 
-/* monitor.fail("action", name, fields, broke, None, None): raises the violation (NULL) */
-static int step_fail(StrictStep *st, PyObject *name, PyObject *fields, PyObject *broke) {
-    PyObject *argv[7] = {st->monitor, s_action, name, fields, broke, Py_None, Py_None};
+/* monitor.fail(kind, name, fields, broke, None, None), kind "action" or "invariant": raises the
+ * violation (-1) */
+static int step_fail(StrictStep *st, PyObject *kind, PyObject *name, PyObject *fields, PyObject *broke) {
+    PyObject *argv[7] = {st->monitor, kind, name, fields, broke, Py_None, Py_None};
     PyObject *r = PyObject_VectorcallMethod(s_fail, argv, 7 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
@@ -406,6 +421,126 @@ static int step_unpack(PyObject *pair, PyObject **delta, PyObject **acc) {
     return 0;
 }
 
+/* changed.isdisjoint(reads) (-1: an error) */
+static int step_disjoint(PyObject *changed, PyObject *reads) {
+    PyObject *argv[2] = {changed, reads};
+    PyObject *r = PyObject_VectorcallMethod(s_isdisjoint, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    int disjoint = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return disjoint;
+}
+
+/* Each check (inv, inc, full, reads) of a list whose reads meet `changed`: f = full(C, s) if
+ * inc is None else inc(C, s, D, changed), and monitor.fail("invariant", ...) on a failure f
+ * (-1: an error or the violation raised) */
+static int step_run_checks(StrictStep *st, PyObject *checks, PyObject *name, PyObject *fields, PyObject *C,
+                           PyObject *s, PyObject *D, PyObject *changed) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(checks); i++) {
+        PyObject *check = PyList_GET_ITEM(checks, i);
+        if (!PyTuple_Check(check) || PyTuple_GET_SIZE(check) != 4) {
+            PyErr_SetString(PyExc_TypeError, "StrictStep: a check is not a tuple (inv, inc, full, reads)");
+            return -1;
+        }
+        Py_INCREF(check);
+        PyObject *inc = PyTuple_GET_ITEM(check, 1), *full = PyTuple_GET_ITEM(check, 2);
+        int skip = step_disjoint(changed, PyTuple_GET_ITEM(check, 3));
+        PyObject *f = NULL;
+        if (skip == 0) {
+            PyObject *argv[4] = {C, s, D, changed};
+            f = inc == Py_None ? PyObject_Vectorcall(full, argv, 2, NULL) : PyObject_Vectorcall(inc, argv, 4, NULL);
+        }
+        Py_DECREF(check);
+        if (skip < 0 || (skip == 0 && f == NULL))
+            return -1;
+        if (f == NULL)
+            continue;
+        int failed = f != Py_None && step_fail(st, s_invariant, name, fields, f) < 0;
+        Py_DECREF(f);
+        if (failed)
+            return -1;
+    }
+    return 0;
+}
+
+/* Monitor._check_delta under the constants binding of the last checked step (C is
+ * _checked_C), in C: the domains, the changed variables, the fused pass, then the checks it
+ * does not cover, or every check where it does not hold (-1: an error or the violation raised) */
+static int step_check_delta(StrictStep *st, PyObject *name, PyObject *fields, PyObject *C, PyObject *delta,
+                            PyObject *acc) {
+    PyObject *rmap = st->rmap, *D = NULL, *changed = NULL, *s = NULL;
+    int own = 0, rc = -1;
+    if (st->own_domains) {
+        PyObject *o = PyObject_GetAttr(rmap, s_own_domains);
+        if (o == NULL)
+            return -1;
+        own = PyObject_IsTrue(o);
+        Py_DECREF(o);
+        if (own < 0)
+            return -1;
+    }
+    if (own) {
+        D = Py_NewRef(acc);
+    } else {
+        PyObject *argv[3] = {rmap, C, acc};
+        if ((D = PyObject_VectorcallMethod(s_domains, argv, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)) == NULL)
+            return -1;
+    }
+    if ((changed = PyObject_CallOneArg(st->variables_of, delta)) == NULL)
+        goto done;
+    s = st->live != Py_None ? Py_NewRef(st->live)
+                            : PyObject_VectorcallMethod(s_live, &rmap, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (s == NULL)
+        goto done;
+    int holds = 1;
+    if (st->inc_all != Py_None) {
+        PyObject *argv[5] = {C, s, D, changed, st->fused_skip};
+        PyObject *r = PyObject_Vectorcall(st->inc_all, argv, 5, NULL);
+        if (r == NULL)
+            goto done;
+        holds = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (holds < 0)
+            goto done;
+    }
+    PyObject *checks = st->inc_checks;
+    if (holds) {    /* (the checks the fused pass does not cover: every one where there is none) */
+        int disjoint = step_disjoint(changed, st->unfused_reads);
+        if (disjoint != 0) {
+            rc = disjoint < 0 ? -1 : 0;
+            goto done;
+        }
+        checks = st->unfused_checks;
+    }
+    rc = step_run_checks(st, checks, name, fields, C, s, D, changed);
+done:
+    Py_DECREF(D);
+    Py_XDECREF(changed);
+    Py_XDECREF(s);
+    return rc;
+}
+
+/* The invariants after a step that changed the state or the constants binding: C in Monitor's
+ * own _check_delta where the step holds its parts and the binding is the last checked one,
+ * else the monitor's _check_delta by name (-1: an error or the violation raised) */
+static int step_invariants(StrictStep *st, PyObject *name, PyObject *fields, PyObject *C, PyObject *delta,
+                           PyObject *acc) {
+    if (st->inc_checks != NULL) {
+        PyObject *checked_C = PyObject_GetAttr(st->monitor, s_checked_C);
+        if (checked_C == NULL)
+            return -1;
+        int same = C == checked_C;
+        Py_DECREF(checked_C);
+        if (same)
+            return step_check_delta(st, name, fields, C, delta, acc);
+    }
+    PyObject *argv[6] = {st->monitor, name, fields, C, delta, acc};
+    PyObject *r = PyObject_VectorcallMethod(s_check_delta, argv, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
 /* The step of an event past the binder and the quiet shortcut: breach, guard, sync, record,
  * constants, invariants, effect, hooks (-1: an error or the violation raised) */
 static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
@@ -441,7 +576,7 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
     if (unpacked < 0 || step_record(st, name, fields, delta) < 0)
         goto done;
     st->checked++;
-    if (broke != NULL && broke != Py_None && step_fail(st, name, fields, broke) < 0)
+    if (broke != NULL && broke != Py_None && step_fail(st, s_action, name, fields, broke) < 0)
         goto done;
     if (st->synced_key) {
         PyObject *key = PyObject_GetAttr(rmap, s_synced_key);
@@ -468,13 +603,9 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
             goto done;
         changed = C != checked_C;
     }
-    if (changed) {      /* (else the state every invariant last held on) */
-        PyObject *dargv[6] = {st->monitor, name, fields, C, delta, acc};
-        PyObject *r = PyObject_VectorcallMethod(s_check_delta, dargv, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (r == NULL)
-            goto done;
-        Py_DECREF(r);
-    }
+    if (changed && step_invariants(st, name, fields, C, delta, acc) < 0)   /* (else the state every
+                                                                              * invariant last held on) */
+        goto done;
     int due;
     if (st->effect_due) {
         PyObject *actions = PyObject_GetAttr(rmap, s_effect_due);
@@ -491,7 +622,7 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
         PyObject *eff = PyObject_Vectorcall(st->effect, argv, 2, NULL);
         if (eff == NULL)
             goto done;
-        int failed = eff != Py_None && step_fail(st, name, fields, eff) < 0;
+        int failed = eff != Py_None && step_fail(st, s_action, name, fields, eff) < 0;
         Py_DECREF(eff);
         if (failed)
             goto done;
@@ -589,15 +720,36 @@ static PyObject *step_call(PyObject *self, PyObject *const *args, size_t nargsf,
 
 static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"monitor", "rmap", "names", "name_of", "cache", "history", "quiet", "guard", "effect",
-                         "effect_on", "effect_due", "breaches", "synced_key", "step_hooks", "watch_hooks", NULL};
-    PyObject *monitor, *rmap, *names, *name_of, *cache, *history, *quiet, *guard, *effect, *effect_on, *step_hooks,
-        *watch_hooks;
-    int effect_due, breaches, synced_key;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OO!O$OOOO!pppO!O!:StrictStep", kw, &monitor, &rmap,
+                         "effect_on", "effect_due", "breaches", "synced_key", "step_hooks", "watch_hooks", "checks",
+                         NULL};
+    PyObject *monitor, *rmap, *names, *name_of, *cache, *history, *quiet = NULL, *guard = NULL, *effect = NULL,
+        *effect_on = NULL, *step_hooks = NULL, *watch_hooks = NULL, *checks = Py_None;
+    int effect_due = -1, breaches = -1, synced_key = -1;
+    /* (every keyword is optional to the parser, which takes no required one after an optional
+     * one: all but `checks` are required here) */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!OO!O|$OOOO!pppO!O!O:StrictStep", kw, &monitor, &rmap,
                                      &PyDict_Type, &names, &name_of, &PyDict_Type, &cache, &history, &quiet, &guard,
                                      &effect, &PyFrozenSet_Type, &effect_on, &effect_due, &breaches, &synced_key,
-                                     &PyList_Type, &step_hooks, &PyList_Type, &watch_hooks))
+                                     &PyList_Type, &step_hooks, &PyList_Type, &watch_hooks, &checks))
         return NULL;
+    if (quiet == NULL || guard == NULL || effect == NULL || effect_on == NULL || step_hooks == NULL ||
+        watch_hooks == NULL || effect_due < 0 || breaches < 0 || synced_key < 0) {
+        PyErr_SetString(PyExc_TypeError, "StrictStep: every keyword argument but checks is required");
+        return NULL;
+    }
+    /* checks: None, or (own_domains, live, inc_all, fused_skip, unfused_checks, unfused_reads,
+     * inc_checks, variables_of), the parts of Monitor's _check_delta */
+    int own_domains = 0;
+    PyObject *live = NULL, *inc_all = NULL, *fused_skip = NULL, *unfused_checks = NULL, *unfused_reads = NULL,
+             *inc_checks = NULL, *variables_of = NULL;
+    if (checks != Py_None &&
+        (!PyArg_ParseTuple(checks, "pOOOO!OO!O:StrictStep checks", &own_domains, &live, &inc_all, &fused_skip,
+                           &PyList_Type, &unfused_checks, &unfused_reads, &PyList_Type, &inc_checks, &variables_of) ||
+         !PyCallable_Check(variables_of) || (inc_all != Py_None && !PyCallable_Check(inc_all)))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "StrictStep: checks' variables_of, and inc_all where given, must be callable");
+        return NULL;
+    }
     if (!PyCallable_Check(name_of) || (quiet != Py_None && !PyCallable_Check(quiet)) ||
         (guard != Py_None && !PyCallable_Check(guard)) ||
         ((effect_due || PySet_GET_SIZE(effect_on) > 0) && !PyCallable_Check(effect))) {
@@ -628,6 +780,14 @@ static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     st->effect_due = (char)effect_due;
     st->breaches = (char)breaches;
     st->synced_key = (char)synced_key;
+    st->own_domains = (char)own_domains;
+    st->live = Py_XNewRef(live);
+    st->inc_all = Py_XNewRef(inc_all);
+    st->fused_skip = Py_XNewRef(fused_skip);
+    st->unfused_checks = Py_XNewRef(unfused_checks);
+    st->unfused_reads = Py_XNewRef(unfused_reads);
+    st->inc_checks = Py_XNewRef(inc_checks);
+    st->variables_of = Py_XNewRef(variables_of);
     st->vectorcall = step_call;
     return (PyObject *)st;
 }
@@ -647,6 +807,13 @@ static int step_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(st->append);
     Py_VISIT(st->step_hooks);
     Py_VISIT(st->watch_hooks);
+    Py_VISIT(st->live);
+    Py_VISIT(st->inc_all);
+    Py_VISIT(st->fused_skip);
+    Py_VISIT(st->unfused_checks);
+    Py_VISIT(st->unfused_reads);
+    Py_VISIT(st->inc_checks);
+    Py_VISIT(st->variables_of);
     return 0;
 }
 
@@ -665,6 +832,13 @@ static int step_clear(PyObject *self) {
     Py_CLEAR(st->append);
     Py_CLEAR(st->step_hooks);
     Py_CLEAR(st->watch_hooks);
+    Py_CLEAR(st->live);
+    Py_CLEAR(st->inc_all);
+    Py_CLEAR(st->fused_skip);
+    Py_CLEAR(st->unfused_checks);
+    Py_CLEAR(st->unfused_reads);
+    Py_CLEAR(st->inc_checks);
+    Py_CLEAR(st->variables_of);
     return 0;
 }
 
@@ -718,6 +892,8 @@ static int intern_names(void) {
         {&s_effect_due, "effect_due"}, {&s_checked_C, "_checked_C"}, {&s_fail, "fail"},
         {&s_report_breach, "_report_breach"},
         {&s_check_delta, "_check_delta"}, {&s_constants, "constants"}, {&s_action, "action"},
+        {&s_own_domains, "own_domains"}, {&s_domains, "domains"}, {&s_live, "live"}, {&s_isdisjoint, "isdisjoint"},
+        {&s_invariant, "invariant"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
