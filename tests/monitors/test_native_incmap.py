@@ -1441,3 +1441,24 @@ def test_unmap_subtree_agrees(mod):
         seen["written"] += want[2][1] > 0
     assert seen["ok"] >= 300 and seen["left"] >= 400 and seen["written"] >= 200, seen
     assert min(seen[k] for k in ("KeyError", "AttributeError", "TypeError")) >= 5, seen
+
+
+def test_extend_positions_agrees(mod):
+    """A node's new pages both ways: random nodes, positions already held and counts (none
+    new, or fewer than held: nothing appended, the count returned as Python computes it), and
+    a count or L that is no int (a float, TRUE: the same TypeError)."""
+    rng = random.Random(0)
+    cases = []
+    for i in range(300):
+        k = rng.randint(0, 5)
+        pos, L = rng.sample(range(40), k), rng.randint(k, 40)
+        keys = [(("n", j), j) for j in range(rng.randint(0, 3))]
+        n = rng.randint(max(0, k - 2), k + 8)
+        if i % 10 == 9:
+            n, L = rng.choice([(float(n), L), (n, True), (n, 2.0)])
+        cases.append([("node", i), keys, pos, n, L, set(rng.sample(range(50), rng.randint(0, 4)))])
+    seen = _outcomes("extend_positions", mod, cases)
+    assert seen["ok"] >= 250 and seen["TypeError: extend_positions: n and L must be ints"] >= 20, seen
+    keys, pos, dirty = [], [7], set()
+    assert mod.extend_positions("x", keys, pos, 3, 10, dirty) == 12
+    assert (keys, pos, dirty) == ([("x", 1), ("x", 2)], [7, 10, 11], {10, 11})

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 12
+#define ABI_VERSION 13
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -3348,6 +3348,41 @@ static PyObject *tree_prefix_breach(PyObject *self, PyObject *const *a, Py_ssize
     return finish(it, err, out, zero, NULL, NULL);
 }
 
+/* extend_positions(x, keys, pos, n, L, dirty): loops.py's py_extend_positions, node x's pages
+ * len(pos)..n-1 given the positions L onwards, each one's key (x, i) appended to keys, its
+ * position to pos and to dirty; returns L + n - len(pos). (A node's new pages, one call for what
+ * cost a Python frame of three extends over zips and ranges.) */
+static PyObject *extend_positions(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (!arity("extend_positions", nargs, 6))
+        return NULL;
+    PyObject *x = a[0], *keys = a[1], *pos = a[2], *dirty = a[5];
+    if (check_type(keys, &PyList_Type, "extend_positions", "keys") ||
+        check_type(pos, &PyList_Type, "extend_positions", "pos") ||
+        check_type(dirty, &PySet_Type, "extend_positions", "dirty"))
+        return NULL;
+    long long n, L;
+    if (!int_value(a[3], &n) || !int_value(a[4], &L)) {
+        PyErr_SetString(PyExc_TypeError, "extend_positions: n and L must be ints");
+        return NULL;
+    }
+    long long k = PyList_GET_SIZE(pos);
+    for (long long i = k; i < n; i++) {
+        PyObject *idx = PyLong_FromLongLong(i);
+        PyObject *key = idx == NULL ? NULL : PyTuple_Pack(2, x, idx);
+        Py_XDECREF(idx);
+        int err = key == NULL || PyList_Append(keys, key) < 0;
+        Py_XDECREF(key);
+        if (err)
+            return NULL;
+        PyObject *p = PyLong_FromLongLong(L + i - k);
+        err = p == NULL || PyList_Append(pos, p) < 0 || PySet_Add(dirty, p) < 0;
+        Py_XDECREF(p);
+        if (err)
+            return NULL;
+    }
+    return PyLong_FromLongLong(L + n - k);
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -3415,6 +3450,8 @@ static PyMethodDef methods[] = {
      "a detached node and the nodes below it unmapped by the incremental HostTier map"},
     {"tree_prefix_breach", (PyCFunction)(void (*)(void))tree_prefix_breach, METH_FASTCALL,
      "WriteThroughPrefix in tree form at the nodes of the positions below L: None or the first (page, parent)"},
+    {"extend_positions", (PyCFunction)(void (*)(void))extend_positions, METH_FASTCALL,
+     "a node's new pages given the positions from L: keys, pos and dirty extended; the new L"},
     {NULL, NULL, 0, NULL},
 };
 

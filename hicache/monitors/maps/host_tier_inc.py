@@ -32,7 +32,6 @@ Invariant between events: `self.s` equals the reference map's state up to the re
 from __future__ import annotations
 
 import weakref
-from itertools import repeat
 
 from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps import host_tier_guards, loops
@@ -78,6 +77,7 @@ _IDLE = int(HostSlotState.IDLE)
 _diff_bytes = loops.diff_bytes
 _remove_pages, _remap_journaled = loops.remove_pages, loops.remap_journaled
 _request_step = loops.request_step
+_extend_positions = loops.extend_positions
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
 
@@ -303,14 +303,9 @@ class IncrementalHostTierMap(HostTierMap):
     def _extend(self, x, pos: list, n: int) -> None:
         """Node x's pages len(pos)..n-1 take the first spare positions, L onwards (the
         domain grows, doubling, only if the tree outgrows it); each is dirty."""
-        k, p = len(pos), self.L
-        new = range(p, p + n - k)
-        self.keys.extend(zip(repeat(x), range(k, n)))
-        pos.extend(new)
-        self.L = p + n - k
+        self.L = _extend_positions(x, self.keys, pos, n, self.L, self.dirty_nodes)
         while self.L >= self.cap:
             self._grow(2 * self.cap)
-        self.dirty_nodes.update(new)
 
     def _grow(self, cap: int) -> None:
         delta = self.delta
@@ -396,7 +391,6 @@ class IncrementalHostTierMap(HostTierMap):
         (`slot_seen` then holds the new states), or the free count `free` moved, or idle
         slots were shown "reserved" at the last one (`sync` calls it only then: most events
         change no slot)."""
-        c = self.cache
         self.free_seen, raw = free, self.slot_seen
         if hs:
             self.slots_changed = hs
@@ -409,17 +403,29 @@ class IncrementalHostTierMap(HostTierMap):
                 self.slot_changed |= held
         # hidden retention: an IDLE slot missing from the free list maps to "reserved"
         # (the reference map's rule); checked by count, the set only when counts differ
-        idle = raw.count(_IDLE_BYTE)
-        if idle != free or self.adjusted:
-            free = c.host.free_set()
-            self.adjusted = idle != len(free)
-            for h in range(len(self.slot_names)):
-                name = _NAMES[raw[h]]
-                if name == "idle" and self.adjusted and h not in free:
-                    name = "reserved"
-                if self.slot_names[h] != name:
-                    self.slot_names[h] = name
-                    self.dirty_slots.add(h + 1)
+        if raw.count(_IDLE_BYTE) == free and not self.adjusted:
+            if hs:
+                # (no slot shown "reserved" before nor now: every name is its state's, _NAMES is
+                # one-to-one, so each slot of hs changed name and `slot` differs: _set_scalar's
+                # write without its comparison of the whole tuple)
+                s = self.s
+                self.delta.append(("slot", None, s["slot"]))
+                s["slot"] = tuple(self.slot_names)
+            return
+        self._hidden_retention(raw, hs)
+
+    def _hidden_retention(self, raw: bytearray, hs: list) -> None:
+        """The slot names after `_slots` when idle slots are, or were at the last sync, missing
+        from the free list (shown "reserved"): every slot's name re-derived from the free set."""
+        free = self.cache.host.free_set()
+        self.adjusted = raw.count(_IDLE_BYTE) != len(free)
+        for h in range(len(self.slot_names)):
+            name = _NAMES[raw[h]]
+            if name == "idle" and self.adjusted and h not in free:
+                name = "reserved"
+            if self.slot_names[h] != name:
+                self.slot_names[h] = name
+                self.dirty_slots.add(h + 1)
         if hs or self.adjusted or self.dirty_slots:
             self._set_scalar("slot", tuple(self.slot_names))
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import operator
 from functools import partial
+from itertools import repeat
 
 import numpy as np
 
@@ -672,6 +673,20 @@ def py_tree_prefix_breach(keys, positions, L, npos: dict, host, root):
     return None
 
 
+def py_extend_positions(x, keys: list, pos: list, n: int, L: int, dirty: set) -> int:
+    """Node x's pages len(pos)..n-1 given the positions L onwards: each one's key (x, i)
+    appended to keys, its position to pos and to dirty; returns L + n - len(pos). (n and L
+    exact ints, below 2**61: the positions and page counts of a tree.)"""
+    if type(n) is not int or type(L) is not int:
+        raise TypeError("extend_positions: n and L must be ints")
+    k = len(pos)
+    new = range(L, L + n - k)
+    keys.extend(zip(repeat(x), range(k, n)))
+    pos.extend(new)
+    dirty.update(new)
+    return L + n - k
+
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "commit_rows": py_commit_rows,
@@ -686,7 +701,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "shifted": py_shifted,
           "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
-          "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach}
+          "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
+          "extend_positions": py_extend_positions}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -719,3 +735,4 @@ journaled = _mod.journaled if _mod is not None else py_journaled
 first_slot_not_in = _mod.first_slot_not_in if _mod is not None else py_first_slot_not_in
 holders_outside = _mod.holders_outside if _mod is not None else py_holders_outside
 tree_prefix_breach = _mod.tree_prefix_breach if _mod is not None else py_tree_prefix_breach
+extend_positions = _mod.extend_positions if _mod is not None else py_extend_positions
