@@ -432,6 +432,33 @@ def test_first_where_agrees(mod):
     assert mod.first_where({1: 5}, [1], False) is None and mod.first_where({}, [], True) is None
 
 
+def test_first_page_where_agrees(mod):
+    """first_page_where is first_where (its twin is that one): random rows of the map's page
+    values (ints, bools, a large int) and other values (None, a str, one whose truth raises),
+    positions each way (an int past the row: KeyError; a large or non-int position), and want
+    as a bool or any other truthy or falsy object, where C reads through first_where itself."""
+    rng = random.Random(1)
+    cases = []
+    for _ in range(600):
+        n = rng.randint(0, 8)
+        values = [0, 1, 7, -1, False, True] + ([None, "x", 2 ** 40] if rng.random() < 0.3 else [])
+        row = {p: rng.choice(values) for p in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+        if row and rng.random() < 0.1:
+            row[rng.choice(sorted(row))] = _Falsy()
+        if rng.random() < 0.1:
+            row = dict(row) if rng.random() < 0.5 else collections.OrderedDict(row)
+            row[2 ** 40] = 1
+        pos = rng.sample(range(n + 1), rng.randint(0, n + 1))
+        if pos and rng.random() < 0.1:
+            pos[rng.randrange(len(pos))] = rng.choice([2 ** 40, 1.0, -1])
+        cases.append([row, rng.choice([pos, tuple(pos)]), rng.choice([True, False, True, False, 1, ""])])
+    seen = _outcomes("first_page_where", mod, cases)
+    assert seen["ok"] >= 300 and sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 10, seen
+    assert mod.first_page_where({1: 0, 2: 3, 3: True}, [1, 2, 3], True) == 2
+    assert mod.first_page_where({1: 5, 2: False, 3: None}, (1, 2, 3), False) == 2
+    assert mod.first_page_where({-1: 0}, [-1], False) == -1 and mod.first_page_where({}, [], True) is None
+
+
 @pytest.mark.parametrize("seed", range(100))
 def test_first_slot_not_in_agrees(mod, seed):
     """As first_not_in_state over spec slots, or over runtime slots shifted first: slots of

@@ -3383,6 +3383,48 @@ static PyObject *extend_positions(PyObject *self, PyObject *const *a, Py_ssize_t
     return PyLong_FromLongLong(L + n - k);
 }
 
+/* ---- the HostTier guards' per-page tests of a node (maps/loops.py's py_first_page_where) */
+
+/* first_page_where(d, pos, want): first_where(d, pos, want), its reads made directly where d
+ * is an exact dict, pos an exact list or tuple of small exact ints, want True or False and
+ * each value read an exact int or bool (a page's host, backupOp: no Python code runs, so the
+ * values are read borrowed, each position hashed as the int it is). Anything else reached,
+ * first_where itself from the start: the reads before it had no effect. A guard asks this of
+ * each page of its node, two passes an event: the object API's lookup and truth test per
+ * page cost twice these. */
+static PyObject *first_page_where(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("first_page_where", n, 3))
+        return NULL;
+    PyObject *d = a[0], *pos = a[1];
+    if (!PyDict_CheckExact(d) || !(PyList_CheckExact(pos) || PyTuple_CheckExact(pos)) ||
+        (a[2] != Py_True && a[2] != Py_False))
+        return first_where(self, a, n);
+    int want = a[2] == Py_True;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(pos);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *q = PySequence_Fast_GET_ITEM(pos, i);
+        long long k, x;
+        if (!small_int(q, &k))
+            return first_where(self, a, n);
+        PyObject *v = dict_get_h(d, q, k == -1 ? -2 : (Py_hash_t)k);     /* borrowed */
+        if (v == NULL) {
+            if (PyErr_Occurred())
+                return NULL;
+            return first_where(self, a, n);       /* (its KeyError, as d[q] raises it) */
+        }
+        int truth;
+        if (v == Py_True || v == Py_False)
+            truth = v == Py_True;
+        else if (small_int(v, &x))
+            truth = x != 0;
+        else
+            return first_where(self, a, n);
+        if (truth == want)
+            return Py_NewRef(q);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -3452,6 +3494,8 @@ static PyMethodDef methods[] = {
      "WriteThroughPrefix in tree form at the nodes of the positions below L: None or the first (page, parent)"},
     {"extend_positions", (PyCFunction)(void (*)(void))extend_positions, METH_FASTCALL,
      "a node's new pages given the positions from L: keys, pos and dirty extended; the new L"},
+    {"first_page_where", (PyCFunction)(void (*)(void))first_page_where, METH_FASTCALL,
+     "first_where over a node's pages, read directly for an exact dict and ints"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -150,7 +150,7 @@ def _dev_evictable(m, action: str, x, pos: list) -> Failure | None:
         return _fail(action, k, f"node {x.id} is on live request {locker}'s locked prefix (~Locked(n))")
     if f["loadReq"][p]:
         return _fail(action, k, f"a load-back into node {x.id}'s device pages is in flight (loadReq[n] = NoReq)")
-    busy = loops.first_where(f["backupOp"], pos, True)
+    busy = loops.first_page_where(f["backupOp"], pos, True)
     if busy is not None:
         return _fail(action, k, f"a device->host copy still reads node {x.id}'s page at position {busy} "
                                 f"(backupOp[n] = NoSlot)")
@@ -165,7 +165,7 @@ def _device_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     if broke is not None:
         return broke
     f = m.funcs
-    if loops.first_where(f["host"], pos, False) is not None:
+    if loops.first_page_where(f["host"], pos, False) is not None:
         # the disjunct that drops the only copy: never under write_back, a leaf only
         if m.s["policy"] == "write_back":
             return _fail(action, 1, f"write_back dropped node {x.id}'s only copy (host[n] = NoSlot /\\ "
@@ -207,11 +207,11 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     p = pos[-1]
     if not f["dev"][p]:
         return _fail(action, 1, f"node {x.id}'s pages have no device copy to back up (dev[n])")
-    held = loops.first_where(f["host"], pos, True)
+    held = loops.first_page_where(f["host"], pos, True)
     if held is not None:
         return _fail(action, 2, f"node {x.id}'s page at position {held} already has host slot "
                                 f"{f['host'][held]} (host[n] = NoSlot)")
-    going = loops.first_where(f["backupOp"], pos, True)
+    going = loops.first_page_where(f["backupOp"], pos, True)
     if going is not None:
         return _fail(action, 3, f"a device->host copy of node {x.id}'s page at position {going} is already "
                                 f"in flight (backupOp[n] = NoSlot)")
@@ -239,7 +239,7 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
 
 def _backup_finish(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     f = m.funcs
-    idle = loops.first_where(f["backupOp"], pos, False)
+    idle = loops.first_page_where(f["backupOp"], pos, False)
     if idle is not None:
         return _fail(action, 0, f"no device->host copy of node {x.id}'s page at position {idle} is in "
                                 f"flight (backupOp[n] # NoSlot)")

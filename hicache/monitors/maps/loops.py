@@ -687,6 +687,11 @@ def py_extend_positions(x, keys: list, pos: list, n: int, L: int, dirty: set) ->
     return L + n - k
 
 
+#: the guards' per-page test of a node: first_where itself (the C one reads a node's pages
+#: directly, the same values in the same order)
+py_first_page_where = py_first_where
+
+
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "commit_rows": py_commit_rows,
@@ -702,7 +707,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
           "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
-          "extend_positions": py_extend_positions}
+          "extend_positions": py_extend_positions,
+          "first_page_where": py_first_page_where}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -736,3 +742,4 @@ first_slot_not_in = _mod.first_slot_not_in if _mod is not None else py_first_slo
 holders_outside = _mod.holders_outside if _mod is not None else py_holders_outside
 tree_prefix_breach = _mod.tree_prefix_breach if _mod is not None else py_tree_prefix_breach
 extend_positions = _mod.extend_positions if _mod is not None else py_extend_positions
+first_page_where = _mod.first_page_where if _mod is not None else py_first_page_where
