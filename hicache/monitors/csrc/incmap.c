@@ -71,7 +71,7 @@ static inline int int_value(PyObject *x, long long *out) {
 
 /* old and v denote the same value for the map: the same object, or equal with the same type
  * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
-static int same_value(PyObject *old, PyObject *v) {
+static inline int same_value(PyObject *old, PyObject *v) {
     if (old == v)
         return 1;
     if (Py_TYPE(old) != Py_TYPE(v))
@@ -88,7 +88,7 @@ static int same_value(PyObject *old, PyObject *v) {
  * or slot's int: its lookup and write, each hashing it again, were a fifth of a write's cost);
  * hash -1: unknown, hashed here. The known-hash entry points are private C API, exported
  * through 3.12's headers; later versions hash again. */
-static PyObject *dict_get_h(PyObject *d, PyObject *key, Py_hash_t hash) {
+static inline PyObject *dict_get_h(PyObject *d, PyObject *key, Py_hash_t hash) {
 #if PY_VERSION_HEX < 0x030D0000
     if (hash != -1)
         return _PyDict_GetItem_KnownHash(d, key, hash);
@@ -96,7 +96,7 @@ static PyObject *dict_get_h(PyObject *d, PyObject *key, Py_hash_t hash) {
     return PyDict_GetItemWithError(d, key);
 }
 
-static int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash) {
+static inline int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash) {
 #if PY_VERSION_HEX < 0x030D0000
     if (hash != -1)
         return _PyDict_SetItem_KnownHash(d, key, v, hash);
@@ -104,22 +104,24 @@ static int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash) {
     return PyDict_SetItem(d, key, v);
 }
 
-/* d[key] (key's hash: hash, -1 when unknown), a new reference; KeyError when absent (as
- * `d[key]`). */
-static PyObject *dict_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
-    PyObject *v = dict_get_h(d, key, hash);
-    if (v == NULL) {
-        if (!PyErr_Occurred()) {
-            PyObject *args = PyTuple_Pack(1, key);     /* (a tuple key would be taken as the args) */
-            if (args != NULL) {
-                PyErr_SetObject(PyExc_KeyError, args);
-                Py_DECREF(args);
-            }
+/* KeyError(key) raised unless an error is set already; NULL */
+static PyObject *key_missing(PyObject *key) {
+    if (!PyErr_Occurred()) {
+        PyObject *args = PyTuple_Pack(1, key);     /* (a tuple key would be taken as the args) */
+        if (args != NULL) {
+            PyErr_SetObject(PyExc_KeyError, args);
+            Py_DECREF(args);
         }
-        return NULL;
     }
-    Py_INCREF(v);
-    return v;
+    return NULL;
+}
+
+/* d[key] (key's hash: hash, -1 when unknown), a new reference; KeyError when absent (as
+ * `d[key]`). (Inline, as the get and set above and a write's comparison and record: a
+ * call's frame around each cost a fifth of the lookup it makes, at each page and variable.) */
+static inline PyObject *dict_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
+    PyObject *v = dict_get_h(d, key, hash);
+    return v != NULL ? Py_NewRef(v) : key_missing(key);
 }
 
 /* d[key], a new reference; KeyError when absent (as `d[key]`). */
@@ -129,7 +131,7 @@ static PyObject *dict_at(PyObject *d, PyObject *key) {
 
 /* delta.append((var, key, old)) (the tuple filled in place: PyTuple_Pack's variadic loop cost
  * as much again as the allocation, at every delta-recorded write) */
-static int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
+static inline int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
     PyObject *t = PyTuple_New(3);
     if (t == NULL)
         return -1;
@@ -172,8 +174,8 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
 /* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
  * (var, key, old) and key added to dirty (when dirty is not NULL); 1 when it wrote, 0 when
  * not, -1 on an error; key's hash: hash, -1 when unknown. */
-static int write_if_changed_h(PyObject *d, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v, PyObject *var,
-                              PyObject *delta, PyObject *dirty) {
+static inline int write_if_changed_h(PyObject *d, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v, PyObject *var,
+                                     PyObject *delta, PyObject *dirty) {
     int same = same_value(old, v);
     if (same)
         return same < 0 ? -1 : 0;
