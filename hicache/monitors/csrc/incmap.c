@@ -52,22 +52,26 @@ static inline Py_hash_t key_hash(PyObject *key) {
     return PyObject_Hash(key);
 }
 
-/* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
- * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
- * two such values fits 64 bits); any other value goes through the object API */
-static int int_value(PyObject *x, long long *out) {
-    if (!PyLong_CheckExact(x))
-        return 0;
-    if (small_int(x, out))
-        return 1;
+/* int_value of an exact int of more than one digit */
+static int wide_int_value(PyObject *x, long long *out) {
     int over;
     *out = PyLong_AsLongLongAndOverflow(x, &over);
     return !over && *out > -(1LL << 61) && *out < (1LL << 61);
 }
 
+/* *out = x's value when x is exactly an int with |x| < 2**61 (1), else 0: the maps' slot
+ * numbers, counts and pages, whose comparisons and sums the loops then make in C (the sum of
+ * two such values fits 64 bits); any other value goes through the object API. (Inline: the
+ * small ints its callers read, nearly all, are then read with no call.) */
+static inline int int_value(PyObject *x, long long *out) {
+    if (small_int(x, out))
+        return 1;
+    return PyLong_CheckExact(x) && wide_int_value(x, out);
+}
+
 /* old and v denote the same value for the map: the same object, or equal with the same type
  * (1 == True in Python, but a bool in an int variable is a different TLA+ value). -1: error. */
-static int same_value(PyObject *old, PyObject *v) {
+static inline int same_value(PyObject *old, PyObject *v) {
     if (old == v)
         return 1;
     if (Py_TYPE(old) != Py_TYPE(v))
@@ -84,7 +88,7 @@ static int same_value(PyObject *old, PyObject *v) {
  * or slot's int: its lookup and write, each hashing it again, were a fifth of a write's cost);
  * hash -1: unknown, hashed here. The known-hash entry points are private C API, exported
  * through 3.12's headers; later versions hash again. */
-static PyObject *dict_get_h(PyObject *d, PyObject *key, Py_hash_t hash) {
+static inline PyObject *dict_get_h(PyObject *d, PyObject *key, Py_hash_t hash) {
 #if PY_VERSION_HEX < 0x030D0000
     if (hash != -1)
         return _PyDict_GetItem_KnownHash(d, key, hash);
@@ -92,7 +96,7 @@ static PyObject *dict_get_h(PyObject *d, PyObject *key, Py_hash_t hash) {
     return PyDict_GetItemWithError(d, key);
 }
 
-static int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash) {
+static inline int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash) {
 #if PY_VERSION_HEX < 0x030D0000
     if (hash != -1)
         return _PyDict_SetItem_KnownHash(d, key, v, hash);
@@ -100,22 +104,24 @@ static int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t hash) {
     return PyDict_SetItem(d, key, v);
 }
 
-/* d[key] (key's hash: hash, -1 when unknown), a new reference; KeyError when absent (as
- * `d[key]`). */
-static PyObject *dict_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
-    PyObject *v = dict_get_h(d, key, hash);
-    if (v == NULL) {
-        if (!PyErr_Occurred()) {
-            PyObject *args = PyTuple_Pack(1, key);     /* (a tuple key would be taken as the args) */
-            if (args != NULL) {
-                PyErr_SetObject(PyExc_KeyError, args);
-                Py_DECREF(args);
-            }
+/* KeyError(key) raised unless an error is set already; NULL */
+static PyObject *key_missing(PyObject *key) {
+    if (!PyErr_Occurred()) {
+        PyObject *args = PyTuple_Pack(1, key);     /* (a tuple key would be taken as the args) */
+        if (args != NULL) {
+            PyErr_SetObject(PyExc_KeyError, args);
+            Py_DECREF(args);
         }
-        return NULL;
     }
-    Py_INCREF(v);
-    return v;
+    return NULL;
+}
+
+/* d[key] (key's hash: hash, -1 when unknown), a new reference; KeyError when absent (as
+ * `d[key]`). (Inline, as the get and set above and a write's comparison and record: a
+ * call's frame around each cost a fifth of the lookup it makes, at each page and variable.) */
+static inline PyObject *dict_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
+    PyObject *v = dict_get_h(d, key, hash);
+    return v != NULL ? Py_NewRef(v) : key_missing(key);
 }
 
 /* d[key], a new reference; KeyError when absent (as `d[key]`). */
@@ -125,7 +131,7 @@ static PyObject *dict_at(PyObject *d, PyObject *key) {
 
 /* delta.append((var, key, old)) (the tuple filled in place: PyTuple_Pack's variadic loop cost
  * as much again as the allocation, at every delta-recorded write) */
-static int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
+static inline int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
     PyObject *t = PyTuple_New(3);
     if (t == NULL)
         return -1;
@@ -168,8 +174,8 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
 /* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
  * (var, key, old) and key added to dirty (when dirty is not NULL); 1 when it wrote, 0 when
  * not, -1 on an error; key's hash: hash, -1 when unknown. */
-static int write_if_changed_h(PyObject *d, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v, PyObject *var,
-                              PyObject *delta, PyObject *dirty) {
+static inline int write_if_changed_h(PyObject *d, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v, PyObject *var,
+                                     PyObject *delta, PyObject *dirty) {
     int same = same_value(old, v);
     if (same)
         return same < 0 ? -1 : 0;
@@ -376,11 +382,8 @@ static int spare_each(PyObject *d, PyObject *qs, PyObject *v, PyObject *var, PyO
     return 0;
 }
 
-/* the list of range(a, b)'s ints (a and b taken as range takes them, by __index__) */
-static PyObject *range_list(PyObject *a, PyObject *b) {
-    Py_ssize_t lo = PyNumber_AsSsize_t(a, PyExc_OverflowError), hi = PyNumber_AsSsize_t(b, PyExc_OverflowError);
-    if ((lo == -1 || hi == -1) && PyErr_Occurred())
-        return NULL;
+/* the list of the ints lo..hi-1 */
+static PyObject *ints_list(Py_ssize_t lo, Py_ssize_t hi) {
     PyObject *qs = PyList_New(hi > lo ? hi - lo : 0);
     for (Py_ssize_t i = lo; qs != NULL && i < hi; i++) {
         PyObject *q = PyLong_FromSsize_t(i);
@@ -390,6 +393,14 @@ static PyObject *range_list(PyObject *a, PyObject *b) {
             PyList_SET_ITEM(qs, i - lo, q);
     }
     return qs;
+}
+
+/* the list of range(a, b)'s ints (a and b taken as range takes them, by __index__) */
+static PyObject *range_list(PyObject *a, PyObject *b) {
+    Py_ssize_t lo = PyNumber_AsSsize_t(a, PyExc_OverflowError), hi = PyNumber_AsSsize_t(b, PyExc_OverflowError);
+    if ((lo == -1 || hi == -1) && PyErr_Occurred())
+        return NULL;
+    return ints_list(lo, hi);
 }
 
 /* for each p of the list holes whose value h = d[p] is true (a slot), refs[h] -= 1 (from 0
@@ -2023,9 +2034,27 @@ static PyObject *vacate(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return vacate_holes(a[0], a[1]);
 }
 
-/* loops.py's py_renumber over the dict origin: for each q -> src, in its order,
- * k = keys[q] = keys[src]; npos[k[0]][k[1]] = q; q added to the set dirty when src is in it;
- * 0, or -1 on an error */
+/* loops.py's py_renumber for one q -> src (strong references held by the caller):
+ * k = keys[q] = keys[src]; npos[k[0]][k[1]] = q; q added to the set dirty when src is in it
+ * (zero, one: the ints 0 and 1); 0, or -1 on an error */
+static int renumber_one(PyObject *q, PyObject *src, PyObject *keys, PyObject *npos, PyObject *dirty, PyObject *zero,
+                        PyObject *one) {
+    PyObject *k = item_at(keys, src), *node = NULL, *idx = NULL, *row = NULL;
+    int err = k == NULL || item_put(keys, q, k) < 0 || (node = item_at(k, zero)) == NULL ||
+              (row = PyDict_CheckExact(npos) ? dict_at(npos, node) : PyObject_GetItem(npos, node)) == NULL ||
+              (idx = item_at(k, one)) == NULL || item_put(row, idx, q) < 0;
+    if (!err) {
+        int in = PySet_Contains(dirty, src);
+        err = in < 0 || (in && PySet_Add(dirty, q) < 0);
+    }
+    Py_XDECREF(k);
+    Py_XDECREF(node);
+    Py_XDECREF(row);
+    Py_XDECREF(idx);
+    return err ? -1 : 0;
+}
+
+/* renumber_one for each q -> src of the dict origin, in its order; 0, or -1 on an error */
 static int renumber_each(PyObject *origin, PyObject *keys, PyObject *npos, PyObject *dirty) {
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
     int err = zero == NULL || one == NULL;
@@ -2034,21 +2063,21 @@ static int renumber_each(PyObject *origin, PyObject *keys, PyObject *npos, PyObj
     while (!err && PyDict_Next(origin, &it, &q, &src)) {
         Py_INCREF(q);
         Py_INCREF(src);
-        PyObject *k = item_at(keys, src), *node = NULL, *idx = NULL, *row = NULL;
-        err = k == NULL || item_put(keys, q, k) < 0 || (node = item_at(k, zero)) == NULL ||
-              (row = PyDict_CheckExact(npos) ? dict_at(npos, node) : PyObject_GetItem(npos, node)) == NULL ||
-              (idx = item_at(k, one)) == NULL || item_put(row, idx, q) < 0;
-        if (!err) {
-            int in = PySet_Contains(dirty, src);
-            err = in < 0 || (in && PySet_Add(dirty, q) < 0);
-        }
-        Py_XDECREF(k);
-        Py_XDECREF(node);
-        Py_XDECREF(row);
-        Py_XDECREF(idx);
+        err = renumber_one(q, src, keys, npos, dirty, zero, one) < 0;
         Py_DECREF(q);
         Py_DECREF(src);
     }
+    Py_XDECREF(zero);
+    Py_XDECREF(one);
+    return err ? -1 : 0;
+}
+
+/* renumber_one for each step (origin's items, in its order); 0, or -1 on an error */
+static int renumber_steps(Step *steps, Py_ssize_t count, PyObject *keys, PyObject *npos, PyObject *dirty) {
+    PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
+    int err = zero == NULL || one == NULL;
+    for (Py_ssize_t i = 0; !err && i < count; i++)
+        err = renumber_one(steps[i].q, steps[i].src, keys, npos, dirty, zero, one) < 0;
     Py_XDECREF(zero);
     Py_XDECREF(one);
     return err ? -1 : 0;
@@ -2080,6 +2109,115 @@ static int column_of(PyObject *col, PyObject **var, PyObject **d, PyObject **v, 
            (*refs != Py_None && check_type(*refs, &PyDict_Type, "remove_pages", "refs")) ? -1 : 0;
 }
 
+/* a hole of vacate_ints: its int value and its object (borrowed from the holes list) */
+typedef struct {
+    long long v;
+    PyObject *p;
+} Hole;
+
+static int hole_above(const void *a, const void *b) {
+    long long x = ((const Hole *)a)->v, y = ((const Hole *)b)->v;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* vacate_holes over the map's own holes (distinct exact ints each in 0..L0-1, L0 an exact
+ * int) made in C, its origin made as remove_pages' steps directly: the holes taken in
+ * decreasing order, each p != last (= L - 1) filled from last's source (the source of a hole
+ * filled before, now last, else last itself). A hole at or above the new L (L0 - holes) is
+ * always popped again (last sweeps every position down to it): origin keeps exactly the holes
+ * below it, in the order they were taken, so the sources are tracked for the positions new
+ * L..L0-1 only. Each source is one of those positions: its object is qs's (the list of their
+ * ints, qs[i] = new L + i), its index into Seen the same i. 1 with *steps and *count set, 0
+ * when the holes or L0 are not such ints (vacate_holes serves), -1 on an error.
+ * Why: the generic vacate's dict of sources and its int arithmetic in objects, then the steps
+ * read back from that dict, cost ~600 instructions a hole, more than its moves' writes. */
+static int vacate_ints(PyObject *holes, long long L0, PyObject *qs, Step **steps, Py_ssize_t *count) {
+    Py_ssize_t n = PyList_GET_SIZE(holes);
+    long long lo = L0 - n;
+    Hole *order = PyMem_New(Hole, n + 1);
+    long long *src_at = PyMem_New(long long, n + 1);
+    Step *out = PyMem_New(Step, n + 1);
+    int fit = order != NULL && src_at != NULL && out != NULL;
+    for (Py_ssize_t i = 0; fit && i < n; i++) {
+        PyObject *p = PyList_GET_ITEM(holes, i);
+        fit = small_int(p, &order[i].v) && order[i].v >= 0 && order[i].v < L0;
+        order[i].p = p;
+    }
+    if (fit)
+        qsort(order, n, sizeof(Hole), hole_above);
+    for (Py_ssize_t i = 1; fit && i < n; i++)
+        fit = order[i].v < order[i - 1].v;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; fit && i < n; i++)
+        src_at[i] = -1;
+    for (Py_ssize_t i = 0; fit && i < n; i++) {
+        long long p = order[i].v, last = L0 - 1 - i;
+        if (p == last)
+            continue;
+        long long src = src_at[last - lo] >= 0 ? src_at[last - lo] : last;
+        src_at[last - lo] = -1;
+        if (p >= lo) {
+            src_at[p - lo] = src;
+        } else {
+            PyObject *q = order[i].p, *so = PyList_GET_ITEM(qs, src - lo);
+            out[m++] = (Step){Py_NewRef(q), Py_NewRef(so), -1, (Py_ssize_t)(src - lo), (Py_hash_t)p, (Py_hash_t)src};
+        }
+    }
+    PyMem_Free(order);
+    PyMem_Free(src_at);
+    if (!fit) {
+        PyMem_Free(out);
+        if (order == NULL || src_at == NULL || out == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        return 0;
+    }
+    *steps = out;
+    *count = m;
+    return 1;
+}
+
+/* remove_pages' vacate: *steps (origin's items, with their indices into the positions new L..
+ * L0-1), *L (the new L) and *qs (the list of those positions' ints) set, *ints cleared when a
+ * hole is no exact int (the positions it writes are then unseen by the indices); vacate_ints
+ * where the holes are the map's, else vacate_holes' origin read into steps; 0, or -1 on an
+ * error (nothing set) */
+static int removal_steps(PyObject *holes, PyObject *L0, Step **steps, Py_ssize_t *count, PyObject **L, PyObject **qs,
+                         int *ints) {
+    long long l0;
+    Py_ssize_t n = PyList_GET_SIZE(holes);
+    if (small_int(L0, &l0) && l0 >= n) {
+        *qs = ints_list((Py_ssize_t)(l0 - n), (Py_ssize_t)l0);
+        int fast = *qs == NULL ? -1 : vacate_ints(holes, l0, *qs, steps, count);
+        if (fast > 0 && (*L = PyLong_FromLongLong(l0 - n)) == NULL) {
+            steps_free(*steps, *count);
+            fast = -1;
+        }
+        if (fast > 0)
+            return 0;
+        Py_CLEAR(*qs);
+        if (fast < 0)
+            return -1;
+    }
+    PyObject *vac = vacate_holes(holes, L0);
+    if (vac == NULL)
+        return -1;
+    PyObject *origin = PyTuple_GET_ITEM(vac, 0);
+    *L = Py_NewRef(PyTuple_GET_ITEM(vac, 1));
+    *qs = range_list(*L, L0);
+    /* (qs's ints: range_list made them, its first is L's value) */
+    Py_ssize_t m = *qs == NULL ? 0 : PyList_GET_SIZE(*qs);
+    *steps = *qs == NULL ? NULL : steps_of(origin, m ? PyLong_AsLongLong(PyList_GET_ITEM(*qs, 0)) : 0, m, count, ints);
+    Py_DECREF(vac);
+    if (*steps == NULL) {
+        Py_CLEAR(*L);
+        Py_CLEAR(*qs);
+        return -1;
+    }
+    return 0;
+}
+
 /* remove_pages(cols, holes, L, keys, npos, delta, dirty, slots): loops.py's
  * py_remove_pages, the pages at the list holes leaving the prefix 0..L-1 over every column
  * (var, d, spare value, refs or None) of the tuple cols in one call: vacate, then for each
@@ -2099,19 +2237,15 @@ static PyObject *remove_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         check_type(dirty, &PySet_Type, "remove_pages", "dirty") ||
         check_type(slots, &PySet_Type, "remove_pages", "slots"))
         return NULL;
-    PyObject *vac = vacate_holes(holes, L0);
-    if (vac == NULL)
-        return NULL;
-    PyObject *origin = PyTuple_GET_ITEM(vac, 0), *L = PyTuple_GET_ITEM(vac, 1);
-    PyObject *qs = range_list(L, L0);
-    Seen seen = {qs == NULL ? 0 : PyList_GET_SIZE(qs), NULL};
+    Step *steps;
     Py_ssize_t count = 0;
-    int ints = 1, err = qs == NULL;
-    /* (qs's ints: range_list made them, its first is L's value) */
-    Step *steps = err ? NULL : steps_of(origin, seen.n ? PyLong_AsLongLong(PyList_GET_ITEM(qs, 0)) : 0, seen.n,
-                                        &count, &ints);
-    err = err || steps == NULL;
-    if (!err && ints && seen.n > 0) {
+    PyObject *L, *qs;
+    int ints = 1;
+    if (removal_steps(holes, L0, &steps, &count, &L, &qs, &ints) < 0)
+        return NULL;
+    Seen seen = {PyList_GET_SIZE(qs), NULL};
+    int err = 0;
+    if (ints && seen.n > 0) {
         seen.vals = PyMem_Calloc(seen.n, sizeof(PyObject *));
         if (seen.vals == NULL) {
             PyErr_NoMemory();
@@ -2128,10 +2262,9 @@ static PyObject *remove_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) 
             Py_CLEAR(seen.vals[j]);
     }
     PyMem_Free(seen.vals);
-    if (steps != NULL)
-        steps_free(steps, count);
     if (!err)
-        err = renumber_each(origin, keys, npos, dirty) < 0;
+        err = renumber_steps(steps, count, keys, npos, dirty) < 0;
+    steps_free(steps, count);
     if (!err) {
         /* del keys[L:] (a negative L counted from the end, as a slice counts it) */
         Py_ssize_t cut = PyLong_AsSsize_t(L), size = PyList_GET_SIZE(keys);
@@ -2141,10 +2274,10 @@ static PyObject *remove_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     }
     for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(qs); i++)
         err = PySet_Add(dirty, PyList_GET_ITEM(qs, i)) < 0;
-    PyObject *out = err ? NULL : Py_NewRef(L);
-    Py_XDECREF(qs);
-    Py_DECREF(vac);
-    return out;
+    Py_DECREF(qs);
+    if (err)
+        Py_CLEAR(L);
+    return L;
 }
 
 static PyObject *s_id;
