@@ -185,13 +185,6 @@ static inline int write_if_changed_h(PyObject *d, PyObject *key, Py_hash_t hash,
     return 1;
 }
 
-/* write_if_changed_h, key hashed when it writes */
-static int write_if_changed(PyObject *d, PyObject *key, PyObject *old, PyObject *v, PyObject *var,
-                            PyObject *delta, PyObject *dirty) {
-    return write_if_changed_h(d, key, -1, old, v, var, delta, dirty);
-}
-
-/* the public form of CPython's positional-count check (its own is private API) */
 /* each of names[i] interned into *slots[i] where that is still NULL; 0, or -1 on an error
  * (those interned before it are kept: each name is tested alone, so a later call interns
  * only what is missing and no name is ever read NULL after a partial failure) */
@@ -202,6 +195,7 @@ static int intern_names(const char *const *names, PyObject **const *slots, size_
     return 0;
 }
 
+/* the public form of CPython's positional-count check (its own is private API) */
 static int arity(const char *fn, Py_ssize_t n, Py_ssize_t want) {
     if (n == want)
         return 1;
