@@ -762,15 +762,17 @@ class Monitor:
     @property
     def listener(self):
         """What a bus calls at each event: strict mode on an incremental map (what verified
-        mode attaches), `_strict_step` itself, whose one frame is the whole step (the bus
-        calls it at every event of a strict run); any other monitor, and one whose class
+        mode attaches), the native step (gate.c's StrictStep) where it builds, else
+        `_strict_step` itself, whose one frame is the whole step (the bus calls it at every
+        event of a strict run); any other monitor, and one whose class
         wraps `__call__` (a lock around it, SequenceMonitor), its `__call__`. A bound method
         either way (called through vectorcall: an instance is called through its type's
         `__call__` slot, with an argument tuple built at every event)."""
         if self._fast and type(self).__call__ is Monitor.__call__:
-            # (the native step only while _strict_step is the one defined here: instrumentation
-            # that wraps it, `listeners_wrapped`, is given the bus's calls)
-            if self._native is not None and vars(Monitor)["_strict_step"] is _strict_step:
+            # (the native step only while the class's _strict_step is the one defined here:
+            # instrumentation that wraps it, `listeners_wrapped`, and a subclass that overrides
+            # it are given the bus's calls)
+            if self._native is not None and type(self)._strict_step is _strict_step:
                 return self._native
             return self._strict_step
         if self._gate is not None and type(self).__call__ is _monitor_call:

@@ -473,6 +473,46 @@ def test_first_slot_not_in_agrees(mod, seed):
     assert mod.first_slot_not_in(["synced"], [0, -1], "synced", True) == 0        # no slot
     assert mod.first_slot_not_in(["synced"], (1, 1), "synced", False) is None
 
+
+def _mutating_name(slots: list):
+    """A state name whose comparison empties `slots`: the Python code a comparison may run."""
+    class Mutating:
+        def __ne__(self, other):
+            del slots[:]
+            return False
+    return Mutating()
+
+
+@pytest.mark.parametrize("runtime", [False, True])
+def test_first_slot_not_in_reads_the_slots_before_comparing(mod, runtime):
+    """A name's comparison that empties the slots list changes nothing of what is tested
+    (both read the slots first): C once read the list after it, past its end."""
+    got = []
+    for f in (mod.first_slot_not_in, loops.py_first_slot_not_in):
+        slots = [1 - runtime] * 3 + [2 - runtime] * 5
+        names = [_mutating_name(slots), "synced"]
+        got.append(f(names, slots, "synced", runtime))
+    assert got[0] == got[1] is None
+
+
+def test_first_page_where_follows_a_list_a_lookup_changes(mod):
+    """A lookup that runs a colliding key's __eq__, which replaces the positions' items: C
+    reads the list as Python's loop does, its length and each item as they are then."""
+    got = []
+    for f in (mod.first_page_where, loops.py_first_page_where):
+        pos = [1] * 64 + [5] + [1] * 64
+
+        class Colliding:
+            def __hash__(self):
+                return 5
+
+            def __eq__(self, other):
+                pos[:] = [9] * 3
+                return False
+        got.append((f({1: 0, Colliding(): 0, 5: 0, 9: 1}, pos, True), len(pos)))
+    assert got[0] == got[1] and got[1][1] == 3        # (the lookup did replace them)
+
+
 def test_variables_of_agrees(mod):
     """Random deltas: runs of one variable's writes, equal names that are other objects,
     whole-variable entries (key None), and entries with no first item (IndexError) or no

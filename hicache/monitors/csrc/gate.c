@@ -552,8 +552,9 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
         int some = breach != Py_None;
         Py_DECREF(breach);
         if (some) {
-            PyObject *r = PyObject_VectorcallMethod(s_report_breach, &st->monitor,
-                                                    1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            /* (a local vector: the offset flag lets a bound method's call write its slot) */
+            PyObject *self_arg[1] = {st->monitor};
+            PyObject *r = PyObject_VectorcallMethod(s_report_breach, self_arg, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             if (r == NULL)
                 return -1;
             Py_DECREF(r);
@@ -590,7 +591,8 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
     }
     if (C == NULL || C == Py_None) {
         Py_XDECREF(C);
-        C = PyObject_VectorcallMethod(s_constants, &st->monitor, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        PyObject *self_arg[1] = {st->monitor};      /* (a local vector, as for _report_breach) */
+        C = PyObject_VectorcallMethod(s_constants, self_arg, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (C == NULL)
             goto done;
     }

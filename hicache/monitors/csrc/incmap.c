@@ -3236,12 +3236,17 @@ static PyObject *first_slot_not_in(PyObject *self, PyObject *const *a, Py_ssize_
         return NULL;
     int fast = PyList_CheckExact(names) && PyUnicode_CheckExact(state) &&
                (PyList_CheckExact(slots) || PyTuple_CheckExact(slots));
+    /* the slots read once, before any comparison (Python's twin takes a list of them first):
+     * a name's comparison with state runs Python code, which may change slots or names */
     Py_ssize_t count = fast ? PySequence_Fast_GET_SIZE(slots) : 0;
-    long long h;
+    long long *hs = fast ? PyMem_New(long long, count > 0 ? count : 1) : NULL;
+    if (fast && hs == NULL)
+        return PyErr_NoMemory();
     for (Py_ssize_t i = 0; fast && i < count; i++)
-        fast = int_value(PySequence_Fast_GET_ITEM(slots, i), &h);
+        fast = int_value(PySequence_Fast_GET_ITEM(slots, i), &hs[i]);
     if (!fast) {
-        PyObject *spec = runtime ? shifted(self, slots) : Py_NewRef(slots);
+        PyMem_Free(hs);
+        PyObject *spec = runtime ? shifted(self, slots) : PySequence_List(slots);
         if (spec == NULL)
             return NULL;
         PyObject *args[3] = {names, spec, state};
@@ -3249,17 +3254,18 @@ static PyObject *first_slot_not_in(PyObject *self, PyObject *const *a, Py_ssize_
         Py_DECREF(spec);
         return out;
     }
-    /* (no Python code runs below but a name's comparison with state, which may change names:
-     * its length is Python's len(names) of the loop's start, each item read as it is then) */
+    /* (names' length is Python's len(names) of the loop's start, each item read as it is then) */
     Py_ssize_t len = PyList_GET_SIZE(names);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int_value(PySequence_Fast_GET_ITEM(slots, i), &h);
-        h += runtime;
-        if (h <= 0 || h > len)
-            return PyLong_FromLongLong(h);
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; out == NULL && i < count; i++) {
+        long long h = hs[i] + runtime;
+        if (h <= 0 || h > len) {
+            out = PyLong_FromLongLong(h);
+            break;
+        }
         if (h > PyList_GET_SIZE(names)) {
             PyErr_SetString(PyExc_IndexError, "list index out of range");
-            return NULL;
+            break;
         }
         PyObject *st = PyList_GET_ITEM(names, h - 1);
         if (st == state)
@@ -3268,11 +3274,14 @@ static PyObject *first_slot_not_in(PyObject *self, PyObject *const *a, Py_ssize_
         int bad = PyObject_RichCompareBool(st, state, Py_NE);
         Py_DECREF(st);
         if (bad < 0)
-            return NULL;
+            break;
         if (bad)
-            return PyLong_FromLongLong(h);
+            out = PyLong_FromLongLong(h);
     }
-    Py_RETURN_NONE;
+    PyMem_Free(hs);
+    if (out == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return out;
 }
 
 /* holders_outside(slots, slot_page, ids): the list of (h, y) for each h of slots whose
@@ -3513,12 +3522,12 @@ static PyObject *extend_positions(PyObject *self, PyObject *const *a, Py_ssize_t
 /* ---- the HostTier guards' per-page tests of a node (maps/loops.py's py_first_page_where) */
 
 /* first_page_where(d, pos, want): first_where(d, pos, want), its reads made directly where d
- * is an exact dict, pos an exact list or tuple of small exact ints, want True or False and
- * each value read an exact int or bool (a page's host, backupOp: no Python code runs, so the
- * values are read borrowed, each position hashed as the int it is). Anything else reached,
- * first_where itself from the start: the reads before it had no effect. A guard asks this of
- * each page of its node, two passes an event: the object API's lookup and truth test per
- * page cost twice these. */
+ * is an exact dict, pos an exact list or tuple and want True or False: a small exact int
+ * position found in d with an exact int or bool value is read and tested in place (hashed as
+ * the int it is); any other position or value, d[q] and its truth through the object API, as
+ * Python reads them (the same reads in the same order; want anything else, or d or pos of
+ * another type: first_where itself). A guard asks this of each page of its node, two passes
+ * an event: the object API's lookup and truth test per page cost twice these. */
 static PyObject *first_page_where(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("first_page_where", n, 3))
         return NULL;
@@ -3527,27 +3536,29 @@ static PyObject *first_page_where(PyObject *self, PyObject *const *a, Py_ssize_t
         (a[2] != Py_True && a[2] != Py_False))
         return first_where(self, a, n);
     int want = a[2] == Py_True;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(pos);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *q = PySequence_Fast_GET_ITEM(pos, i);
+    /* (as Python's for loop over a list: its length re-read and each item held while it is
+     * used: a lookup may run a colliding key's __eq__, which may change pos) */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(pos); i++) {
+        PyObject *q = Py_NewRef(PySequence_Fast_GET_ITEM(pos, i)), *v;
         long long k, x;
-        if (!small_int(q, &k))
-            return first_where(self, a, n);
-        PyObject *v = dict_get_h(d, q, k == -1 ? -2 : (Py_hash_t)k);     /* borrowed */
-        if (v == NULL) {
-            if (PyErr_Occurred())
-                return NULL;
-            return first_where(self, a, n);       /* (its KeyError, as d[q] raises it) */
-        }
         int truth;
-        if (v == Py_True || v == Py_False)
-            truth = v == Py_True;
-        else if (small_int(v, &x))
-            truth = x != 0;
-        else
-            return first_where(self, a, n);
+        if (small_int(q, &k) && (v = dict_get_h(d, q, k == -1 ? -2 : (Py_hash_t)k)) != NULL &&
+            (v == Py_True || v == Py_False || small_int(v, &x))) {
+            truth = v == Py_True || (v != Py_False && x != 0);      /* (v borrowed: read at once) */
+        } else if (PyErr_Occurred() || (v = PyObject_GetItem(d, q)) == NULL) {
+            Py_DECREF(q);                                        /* (d[q]'s KeyError, as Python's) */
+            return NULL;
+        } else {
+            truth = PyObject_IsTrue(v);                          /* (any other key or value) */
+            Py_DECREF(v);
+            if (truth < 0) {
+                Py_DECREF(q);
+                return NULL;
+            }
+        }
         if (truth == want)
-            return Py_NewRef(q);
+            return q;
+        Py_DECREF(q);
     }
     Py_RETURN_NONE;
 }

@@ -626,7 +626,9 @@ def py_first_slot_not_in(names, slots, state, runtime):
     """first_not_in_state over spec slots `slots`, or, with `runtime` true, over runtime
     slots made spec slots first (shifted): the guards' and frame's test of an event's or a
     node's slots in one call."""
-    return py_first_not_in_state(names, py_shifted(slots) if runtime else slots, state)
+    # (the slots read once, before any comparison: a name's comparison may run Python code)
+    return py_first_not_in_state(names, py_shifted(slots) if runtime else list(slots), state)
+
 
 def py_holders_outside(slots, slot_page: dict, ids) -> list:
     """(h, y) for each slot h of `slots`, in order, whose last holder y = slot_page.get(h) is
