@@ -558,14 +558,38 @@ def effect(m, action: str, fields: dict) -> Failure | None:
     elements it reports for the checks, which over-approximate (a page moved between
     positions is a renaming; a slot's last holder is re-checked whether or not it still
     holds it)."""
-    frame = FRAMES.get(action)
+    changed, slots_changed, left = m.changed, m.slots_changed, m.left
     # (no node changed, most request steps and acks of nothing: no frame to judge; an event
     # naming no node judges none)
-    ids = frame(m, fields) if frame is not None and (m.changed or m.slots_changed or m.left) else None
-    if ids is not None:
-        f = _frame(m, action, ids)
-        if f is not None:
-            return f
+    if changed or slots_changed or left:
+        frame = FRAMES.get(action)
+        if frame is _named_node:
+            # (an eviction's or a copy's start, the common node step: its ids without the call)
+            nid = fields.get("node")
+            ids = None if nid is None else (nid,)
+        else:
+            ids = frame(m, fields) if frame is not None else None
+        if ids is not None:
+            # The frame holds at once, `_frame` finding nothing, when every changed node and
+            # every node that left is one of ids and no changed slot's last holder is outside
+            # them (the common step: one node changed, the event's own); else `_frame` judges.
+            # (loops, not any() over generators: this runs at every node event)
+            judge = False
+            for y in changed:
+                if y.id not in ids:
+                    judge = True
+                    break
+            if not judge and slots_changed:
+                judge = bool(loops.holders_outside(slots_changed, m.slot_page, ids))
+            if not judge and left:
+                for y in left:
+                    if y.id not in ids:
+                        judge = True
+                        break
+            if judge:
+                f = _frame(m, action, ids)
+                if f is not None:
+                    return f
     post = WRITES.get(action)
     return post(m, fields) if post is not None else None
 
@@ -624,9 +648,10 @@ def _slots_after(m, action: str, var: str, nid, slots, state: str, when: str) ->
 def _device_evict_writes(m, fields: dict) -> Failure | None:
     """dev' = [dev EXCEPT ![n] = FALSE], and a node without a host copy leaves (len' = n)."""
     nid = fields.get("node")
-    x, vals, slots = _after(m, nid)
+    x = m.by_id.get(nid)          # (_after, inline: this runs at every eviction)
     if x is None:
         return None
+    vals, slots = m.nval[x]
     if vals[0]:
         return _fail("DeviceEvict", _conjunct_of("DeviceEvict", "dev"),
                      f"node {nid}'s device copy is still there after its eviction")
@@ -639,9 +664,10 @@ def _device_evict_writes(m, fields: dict) -> Failure | None:
 def _host_evict_writes(m, fields: dict) -> Failure | None:
     """host' = [host EXCEPT ![n] = NoSlot], and a host-only node leaves (len' = n)."""
     nid = fields.get("node")
-    x, vals, slots = _after(m, nid)
+    x = m.by_id.get(nid)          # (_after, inline: this runs at every eviction)
     if x is None:
         return None
+    vals, slots = m.nval[x]
     if slots[0] is not None:
         return _fail("HostEvict", _conjunct_of("HostEvict", "host"),
                      f"node {nid}'s host copy (slots {list(slots[0])}) is still there after its eviction")
@@ -655,10 +681,10 @@ def _backup_start_writes(m, fields: dict) -> Failure | None:
     """backupOp' = [backupOp EXCEPT ![n] = h] with slot' = [slot EXCEPT ![h] = "reserved"]:
     the node's copy in flight, into RESERVED slots."""
     nid = fields.get("node")
-    x, vals, slots = _after(m, nid)
+    x = m.by_id.get(nid)          # (_after, inline: this runs at every backup)
     if x is None:
         return None
-    hs, pending, backing = slots
+    hs, pending, backing = m.nval[x][1]
     going = hs if backing else pending
     if going is None:
         return _fail("BackupStart", _conjunct_of("BackupStart", "backupOp"),
@@ -672,11 +698,12 @@ def _backup_finish_writes(m, fields: dict) -> Failure | None:
     copy's ack, `ok` False, is no step of the spec: the runtime drops what it wrote.)"""
     if not fields.get("ok", True):
         return None
+    by_id, nval = m.by_id, m.nval
     for nid in _op_nodes(m, fields):
-        x, vals, slots = _after(m, nid)
+        x = by_id.get(nid)        # (_after, inline: this runs at every ack)
         if x is None:
             continue
-        hs, pending, backing = slots
+        hs, pending, backing = nval[x][1]
         if hs is None or backing or pending is not None:
             what = "no host copy" if hs is None else "its copy still in flight"
             return _fail("BackupFinish", _conjunct_of("BackupFinish", "host"),
