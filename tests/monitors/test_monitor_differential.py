@@ -278,6 +278,17 @@ def _native_agrees(name, gen, C, fast, sd, rng, odds) -> bool:
     return want
 
 
+def _native_pass(name: str, gen):
+    """The spec's fused pass as it serves natively; the test skipped, by name, where there is
+    none to compare (no incremental checks, no native module, a pass that does not translate)."""
+    from hicache.monitors import fused_native, native
+    if not gen.INCREMENTAL:
+        pytest.skip(f"{name} has no incremental checks")
+    if native.module() is None or fused_native.translate(gen.inc_all) is None:
+        pytest.skip(f"no native module, or {name}'s fused pass does not translate")
+    return fused_native.native_inc_all(gen)
+
+
 def test_native_element_loops_decide_as_the_generated_python(world):
     """inc_all with its element loops compiled to C (monitors/fused_native.py: what the
     monitors run where it builds) returns what the generated Python returns, on reachable,
@@ -312,12 +323,9 @@ def test_the_native_pass_reuses_nothing_changed_in_place(world):
     reader): handed the same dict of constants changed in place, the same skip and the same
     state dict whose function values' dicts were replaced, it decides as the generated
     Python does on every call, as it does on fresh objects."""
-    from hicache.monitors import fused_native, native
     from hicache.tla.values import Fcn
     name, _, gen, C, states, _ = world
-    if not gen.INCREMENTAL or native.module() is None or fused_native.translate(gen.inc_all) is None:
-        return
-    fast = fused_native.native_inc_all(gen)
+    fast = _native_pass(name, gen)
     rng = random.Random(11)
     domains = {d for _, doms in gen.INCREMENTAL.values() for d in doms}
     names = sorted(C, key=repr)
@@ -351,12 +359,9 @@ def test_the_native_pass_walks_whole_domains_as_python_does(world):
     pass compiled whole decides as the generated Python on every call: an interval's truth and
     its elements (fused_whole's each) are read off its bounds, and a sequence is read by the
     pass's own reader (SeqAt), on reachable, mutated and crossed states."""
-    from hicache.monitors import fused_native, native
     from hicache.tla.values import Interval
     name, _, gen, C, states, _ = world
-    if not gen.INCREMENTAL or native.module() is None or fused_native.translate(gen.inc_all) is None:
-        return
-    fast = fused_native.native_inc_all(gen)
+    fast = _native_pass(name, gen)
     rng = random.Random(12)
     domains = sorted({d for _, doms in gen.INCREMENTAL.values() for d in doms})
     inputs = states[:200] + _mutants(states, gen.VARIABLES, rng, 100) + \
@@ -427,11 +432,8 @@ def test_the_native_pass_releases_what_it_read_on_every_exit(world):
     whose exit released nothing failed it)."""
     import sys
 
-    from hicache.monitors import fused_native, native
     name, _, gen, C, states, _ = world
-    if not gen.INCREMENTAL or native.module() is None or fused_native.translate(gen.inc_all) is None:
-        return
-    fast = fused_native.native_inc_all(gen)
+    fast = _native_pass(name, gen)
     rng = random.Random(10)
     inputs = states[:200] + _mutants(states, gen.VARIABLES, rng, 100) + \
         [s for s, _ in _holed(states, gen.VARIABLES, rng, 100)]
@@ -478,13 +480,10 @@ def test_the_native_pass_tests_membership_in_int_ranges_as_python_does(world):
     changed between calls, or kept, and with function values of other types at random keys
     (a bool, a float, a str, None, an int past 64 bits or outside the bounds), the pass
     compiled whole and its loops alone decide as the generated Python."""
-    from hicache.monitors import fused_native, native
+    from hicache.monitors import fused_native
     from hicache.tla.values import Fcn
     name, _, gen, C, states, _ = world
-    if not gen.INCREMENTAL:
-        pytest.skip(f"{name} has no incremental checks")
-    if native.module() is None or fused_native.translate(gen.inc_all) is None:
-        pytest.skip("no native module, or its fused pass does not translate")
+    _native_pass(name, gen)
     ranges = sorted(k for k, v in C.items() if type(v) is frozenset and len(v) > 1 and all(type(x) is int for x in v))
     if not ranges:
         pytest.skip(f"{name}'s constants hold no set of ints")
