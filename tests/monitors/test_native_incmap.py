@@ -1302,10 +1302,14 @@ def _named(x):
     return type(x), x
 
 
-def _remap_run(fn, seed: int):
+def _remap_run(fn, seed: int, own=None):
     """Build one random map state and node set from `seed`, re-map a random sequence of its
     nodes with `fn` (their fields changed between some calls), and return (the exception
-    raised, if any, as type and args; the callbacks' calls; every container after)."""
+    raised, if any, as type and args; the callbacks' calls; every container after). `own`: the
+    node_slots the context holds itself (the native module's, which remap_node computes inline,
+    or its Python twin), its calls not recorded, the nodes' slots then also tuples, slots that
+    are no exact ints (a bool, a float: its fallback) and blocking copies' slots longer than
+    the node; else a recording wrapper of host_tier's."""
     from hicache.monitors.maps.host_tier import node_slots
 
     rng = random.Random(seed)
@@ -1324,6 +1328,9 @@ def _remap_run(fn, seed: int):
         x.hit_count = rng.choice([0, 1, 2, 5, True, 1.5])
         x.host = rng.choice([None, None, [rng.randrange(5) for _ in range(rng.randint(0, 5))]])
         x.inflight = rng.choice([None] * 4 + [[], ["w"], ["w"], ["r"]] * 3 + [["boom"]])
+        if own is not None and x.host is not None:
+            x.host = rng.choice([list, tuple])(rng.choice([rng.randrange(600), True, 2.0]) if rng.random() < 0.05
+                                               else rng.randrange(600) for _ in x.host)
 
     for k in range(rng.randint(1, 5)):
         x = _MapNode(f"n{k}")
@@ -1335,6 +1342,9 @@ def _remap_run(fn, seed: int):
     nval = {}
     slot_changed = {x for x in nodes if rng.random() < 0.3}
     sync_backup = {x.name: [rng.randrange(5) for _ in range(rng.randint(0, 3))] for x in nodes if rng.random() < 0.2}
+    if own is not None:
+        sync_backup.update({x.name: rng.choice([list, tuple])(rng.randrange(600) for _ in range(rng.randint(0, 6)))
+                            for x in nodes if rng.random() < 0.2})
     # (positions 9..11 missing in some cases: a KeyError from some write)
     size = 12 if rng.random() < 0.85 else 9
     node_cols = tuple((var, {p: rng.choice(pool) for p in range(size)})
@@ -1366,8 +1376,8 @@ def _remap_run(fn, seed: int):
             raise LookupError("no request slot")
         return x.loading % 3
 
-    ctx = (npos, {}, up, kids, nval, slot_changed, sync_backup, {}, node_cols, slot_cols, in_flight, slots_of,
-           resize, loading_req)
+    ctx = (npos, {}, up, kids, nval, slot_changed, sync_backup, {}, node_cols, slot_cols, in_flight,
+           slots_of if own is None else own, resize, loading_req)
     delta, changed, dirty, slots = [("x", 0, 0)], {}, {11}, {9}
     step = (delta, changed, dirty, slots, "the map")
     exc = None
@@ -1410,6 +1420,47 @@ def test_remap_node_agrees(mod):
         seen["slots"] += want[1][-1][1] > 0
     assert seen["ok"] >= 250 and seen["resized"] >= 200 and seen["slots"] >= 200, seen
     assert min(seen[k] for k in ("KeyError", "ValueError", "RuntimeError", "LookupError")) >= 5, seen
+
+
+def test_remap_node_computes_its_own_node_slots_as_python_does(mod):
+    """The re-mapping with the context's node_slots the native module's own (which remap_node
+    computes in C, its lists not made, each page's value made an object only where written)
+    against the Python re-mapping with node_slots' Python twin: the same writes, delta,
+    reference counts and exceptions, over host slots beyond the small ints, tuples, slots
+    that are no exact ints (the lists' path), blocking copies' slots, nodes holding fewer
+    slots than pages (ValueError)."""
+    seen = collections.Counter()
+    for seed in range(600):
+        want = _remap_run(loops.py_remap_node, seed, loops.py_node_slots)
+        assert _remap_run(mod.remap_node, seed, mod.node_slots) == want, seed
+        seen["ok" if want[0] is None else want[0][0].__name__] += 1
+        seen["slots"] += want[1][-1][1] > 0
+    assert seen["ok"] >= 250 and seen["slots"] >= 200 and seen["ValueError"] >= 5, seen
+
+
+def test_node_slots_agree(mod):
+    """A node's per-page slot values both ways: host slots (a list, a tuple, more than the
+    pages: cut, fewer: ValueError), a blocking copy's slots (cut or padded), neither; backing
+    of either truth; slots that are no ints (TypeError from the +) and a page count that is
+    no int >= 0 (TypeError)."""
+    rng = random.Random(0)
+    cases = []
+    for i in range(400):
+        n = rng.randint(0, 6)
+        hs = rng.choice([None, None, [rng.randrange(700) for _ in range(rng.randint(0, 8))]])
+        pending = rng.choice([None, [rng.randrange(700) for _ in range(rng.randint(0, 8))]])
+        if i % 25 == 24 and hs:
+            hs[0] = rng.choice(["x", 2.5, True])
+        if hs is not None and rng.random() < 0.3:
+            hs = tuple(hs)
+        if pending is not None and rng.random() < 0.3:
+            pending = tuple(pending)
+        if i % 20 == 19:
+            n = rng.choice([2.0, True, -1, "2"])
+        cases.append([hs, pending, n, rng.choice([False, True, 0, 1, None, "w"])])
+    seen = _outcomes("node_slots", mod, cases)
+    assert seen["ok"] >= 250 and sum(v for k, v in seen.items() if k.startswith("ValueError")) >= 20, seen
+    assert seen["TypeError: node_slots: n must be an int >= 0"] >= 10, seen
 
 
 class _SubtreeNode(_MapNode):

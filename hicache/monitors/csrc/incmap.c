@@ -500,6 +500,42 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
     return rc;
 }
 
+/* write_slots_each with the values given as C ints (vals[i] the value of pos[i], i < n: the
+ * slot numbers node_slot_ints computed), each made an int object only where it is written or
+ * compared with an old value that is no exact int: the same reads, comparisons, writes, delta
+ * entries and reference counts as write_slots_each over the list of those ints; 0, or -1 on an
+ * error */
+static int write_slot_ints(PyObject *d, PyObject *pos, const long long *vals, Py_ssize_t n, PyObject *var,
+                           PyObject *refs, PyObject *delta, PyObject *dirty, PyObject *slots) {
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(pos) && i < n; i++) {
+        PyObject *p = PyList_GET_ITEM(pos, i), *v = NULL;
+        Py_INCREF(p);
+        long long ov, vv = vals[i];
+        Py_hash_t hash = key_hash(p);
+        PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
+        int ints = old != NULL && int_value(old, &ov);
+        if (old != NULL && !ints)
+            v = PyLong_FromLongLong(vv);
+        int differ = old == NULL || (!ints && v == NULL) ? -1 : ints ? ov != vv : PyObject_RichCompareBool(old, v, Py_NE);
+        if (differ > 0 && v == NULL && (v = PyLong_FromLongLong(vv)) == NULL)
+            differ = -1;
+        if (differ < 0)
+            rc = -1;
+        else if (differ) {
+            int t_old = 0;
+            if (record(delta, var, p, old) < 0 || dict_set_h(d, p, v, hash) < 0 ||
+                (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 ||
+                (t_old && add_ref(refs, slots, old, -1) < 0) || (vv != 0 && add_ref(refs, slots, v, 1) < 0))
+                rc = -1;
+        }
+        Py_XDECREF(v);
+        Py_XDECREF(old);
+        Py_DECREF(p);
+    }
+    return rc;
+}
+
 /* write_slots(d, pos, values, var, refs, delta, dirty, slots): write_slots_each. */
 static PyObject *write_slots(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("write_slots", n, 8))
@@ -2469,9 +2505,114 @@ static int remap_node_level(PyObject *node_cols, PyObject *vals, PyObject *old_v
     return err ? -1 : 0;
 }
 
+static PyObject *shifted(PyObject *self, PyObject *slots);
+
+/* [0] * n, a new list */
+static PyObject *zeros_list(Py_ssize_t n) {
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++)
+        PyList_SET_ITEM(out, i, PyLong_FromLong(0));       /* (a small int: the interpreter's own, no failure) */
+    return out;
+}
+
+/* n's value when it is an exact int in 0..2**61 (a node's page count); TypeError otherwise, as
+ * py_node_slots refuses it */
+static int page_count(PyObject *nobj, long long *n) {
+    if (int_value(nobj, n) && *n >= 0)
+        return 0;
+    PyErr_SetString(PyExc_TypeError, "node_slots: n must be an int >= 0");
+    return -1;
+}
+
+/* node_slots(hs, pending, n, backing): loops.py's py_node_slots (host_tier's node_slots), the
+ * tuple of the two lists (host[p], backupOp[p]) of a node's n pages; hs and pending read
+ * through the object API (len, hs[:n], shifted) in the order Python reads them. */
+static PyObject *node_slot_lists(PyObject *hs, PyObject *pending, PyObject *nobj, PyObject *backing) {
+    long long n;
+    if (page_count(nobj, &n) < 0)
+        return NULL;
+    PyObject *cut = NULL, *sh = NULL, *z = NULL, *z2 = NULL, *out = NULL;
+    if (hs != Py_None) {
+        Py_ssize_t size = PyObject_Size(hs);
+        if (size < 0)
+            return NULL;
+        if (size < n) {
+            PyErr_Format(PyExc_ValueError, "a node of %lld pages holds %zd host slots", n, size);
+            return NULL;
+        }
+        if ((cut = size > n ? PySequence_GetSlice(hs, 0, (Py_ssize_t)n) : Py_NewRef(hs)) == NULL)
+            return NULL;
+        int back = PyObject_IsTrue(backing);
+        if (back >= 0 && (sh = shifted(NULL, cut)) != NULL && (z = zeros_list((Py_ssize_t)n)) != NULL)
+            out = back ? PyTuple_Pack(2, z, sh) : PyTuple_Pack(2, sh, z);
+    } else if (pending != Py_None) {
+        /* ([0] * n, shifted(pending[:n]) + [0] * (n - len(pending[:n]))) */
+        if ((cut = PySequence_GetSlice(pending, 0, (Py_ssize_t)n)) != NULL && (z = zeros_list((Py_ssize_t)n)) != NULL &&
+            (sh = shifted(NULL, cut)) != NULL) {
+            Py_ssize_t k = PyList_GET_SIZE(sh);
+            z2 = k < n ? zeros_list((Py_ssize_t)n - k) : NULL;
+            if ((k >= n || (z2 != NULL && PyList_SetSlice(sh, k, k, z2) == 0)))
+                out = PyTuple_Pack(2, z, sh);
+        }
+    } else if ((z = zeros_list((Py_ssize_t)n)) != NULL && (z2 = zeros_list((Py_ssize_t)n)) != NULL) {
+        out = PyTuple_Pack(2, z, z2);
+    }
+    Py_XDECREF(cut);
+    Py_XDECREF(sh);
+    Py_XDECREF(z);
+    Py_XDECREF(z2);
+    return out;
+}
+
+/* node_slots(hs, pending, n, backing): node_slot_lists. */
+static PyObject *node_slots_call(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("node_slots", n, 4))
+        return NULL;
+    return node_slot_lists(a[0], a[1], a[2], a[3]);
+}
+
+/* node_slot_lists' values as C ints, hv[i] host's and bv[i] backupOp's for each of the n pages,
+ * where hs (pending when hs is None) is an exact list or tuple of exact ints with |h| < 2**61
+ * (the runtime's slots) and backing True or False: 1; 0 where that is not so (nothing raised:
+ * node_slot_lists then serves), -1 on node_slot_lists' ValueError (a node holding fewer host
+ * slots than pages). Nothing here can run Python code. */
+static int node_slot_ints(PyObject *hs, PyObject *pending, Py_ssize_t n, PyObject *backing, long long *hv,
+                          long long *bv) {
+    PyObject *src = hs != Py_None ? hs : pending;
+    if (backing != Py_True && backing != Py_False)
+        return 0;
+    Py_ssize_t k = 0;
+    if (src != Py_None) {
+        if (!PyList_CheckExact(src) && !PyTuple_CheckExact(src))
+            return 0;
+        k = PySequence_Fast_GET_SIZE(src);
+        if (src == hs && k < n) {
+            PyErr_Format(PyExc_ValueError, "a node of %zd pages holds %zd host slots", n, k);
+            return -1;
+        }
+        if (k > n)
+            k = n;
+    }
+    long long *to = hs != Py_None && backing == Py_False ? hv : bv, *other = to == hv ? bv : hv;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long h = 0;
+        if (i < k) {
+            if (!int_value(PySequence_Fast_GET_ITEM(src, i), &h))
+                return 0;
+            h += 1;
+        }
+        to[i] = h;
+        other[i] = 0;
+    }
+    return 1;
+}
+
 /* the per-page slot values' writes: slot_page[h] = x for each h of hs (not None), then
  * node_slots(hs, pending, len(pos), backing)'s two lists written, host's and backupOp's
- * (zip(slot_cols, them): write_slots_each); 0, or -1 on an error */
+ * (zip(slot_cols, them): write_slots_each). node_slots this module's own (node_slots_call,
+ * which is node_slot_lists): its values computed here in C where node_slot_ints can, no list
+ * nor int object made for a page whose value is unchanged (write_slot_ints); 0, or -1 on an
+ * error */
 static int remap_slots(PyObject *x, PyObject *hs, PyObject *pending, PyObject *backing, PyObject *pos,
                        PyObject *slot_page, PyObject *slot_cols, PyObject *node_slots, PyObject *delta,
                        PyObject *dirty, PyObject *slots) {
@@ -2487,6 +2628,24 @@ static int remap_slots(PyObject *x, PyObject *hs, PyObject *pending, PyObject *b
         Py_DECREF(it);
         if (err || PyErr_Occurred())
             return -1;
+    }
+    if (PyCFunction_Check(node_slots) &&
+        PyCFunction_GET_FUNCTION(node_slots) == (PyCFunction)(void (*)(void))node_slots_call) {
+        Py_ssize_t np = PyList_GET_SIZE(pos);
+        long long *hv = PyMem_New(long long, 2 * np + 1);
+        if (hv == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        int fast = node_slot_ints(hs, pending, np, backing, hv, hv + np), err = fast < 0;
+        for (Py_ssize_t i = 0; fast > 0 && !err && i < PyTuple_GET_SIZE(slot_cols) && i < 2; i++) {
+            PyObject *var, *d, *refs;
+            err = remap_column(PyTuple_GET_ITEM(slot_cols, i), 3, &var, &d, &refs) < 0 ||
+                  write_slot_ints(d, pos, hv + i * np, np, var, refs, delta, dirty, slots) < 0;
+        }
+        PyMem_Free(hv);
+        if (fast != 0)
+            return err ? -1 : 0;
     }
     PyObject *n = PyLong_FromSsize_t(PyList_GET_SIZE(pos));
     if (n == NULL)
@@ -3608,6 +3767,8 @@ static PyMethodDef methods[] = {
     {"remap_journaled", (PyCFunction)(void (*)(void))remap_journaled, METH_FASTCALL,
      "walk_journaled with each node in the tree re-mapped by remap_node"},
     {"shifted", shifted, METH_O, "[h + 1 for h in slots]"},
+    {"node_slots", (PyCFunction)(void (*)(void))node_slots_call, METH_FASTCALL,
+     "(host[p], backupOp[p]) of a node's pages, from its host slots or a blocking copy's"},
     {"request_step", (PyCFunction)(void (*)(void))request_step, METH_FASTCALL,
      "the request rows of the common step written, or None (the full rebuild)"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,

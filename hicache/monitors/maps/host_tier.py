@@ -30,7 +30,7 @@ from types import MappingProxyType
 
 from hicache.monitors import native
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.loops import count_pages, shifted, slot_owner_breach
+from hicache.monitors.maps.loops import count_pages, node_slots, slot_owner_breach
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
@@ -423,29 +423,6 @@ class HostTierMap:
     @property
     def invariant_overrides(self) -> dict:
         return {"WriteThroughPrefix": write_through_prefix_tree, "SlotInOneOwner": slot_in_one_owner_linear}
-
-
-def node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[int]]:
-    """(host[p] per page, backupOp[p] per page) of the n pages of a node with host slots `hs`
-    (or None) and, for a blocking write-back copy, the slots `pending` it is being copied to
-    (or None); `backing`: a device->host write of hs is in flight (`host_write_in_flight`: read
-    from the op, not from the slots' RESERVED state, since a slot state written wrong, SYNCED
-    while the copy still runs or RESERVED after it ended, is what the check is for).
-
-    The slots under an in-flight device->host write are backupOp, not host: the runtime
-    records `node.host` when the write starts, the spec when it ends."""
-    if hs is not None:
-        if len(hs) < n:
-            raise ValueError(f"a node of {n} pages holds {len(hs)} host slots")
-        if len(hs) > n:
-            hs = hs[:n]
-        if not backing:                     # (the common case: every copy done)
-            return shifted(hs), [0] * n
-        return [0] * n, shifted(hs)
-    if pending is not None:
-        pending = pending[:n]
-        return [0] * n, shifted(pending) + [0] * (n - len(pending))
-    return [0] * n, [0] * n
 
 
 def write_through_prefix_tree(C, s):

@@ -499,6 +499,34 @@ def py_shifted(slots) -> list:
     return [h + 1 for h in slots]
 
 
+def py_node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[int]]:
+    """(host[p] per page, backupOp[p] per page) of the n pages of a node with host slots `hs`
+    (or None) and, for a blocking write-back copy, the slots `pending` it is being copied to
+    (or None); `backing`: a device->host write of hs is in flight (`host_write_in_flight`: read
+    from the op, not from the slots' RESERVED state, since a slot state written wrong, SYNCED
+    while the copy still runs or RESERVED after it ended, is what the check is for). n: an
+    exact int >= 0, a node's page count (TypeError otherwise).
+
+    The slots under an in-flight device->host write are backupOp, not host: the runtime
+    records `node.host` when the write starts, the spec when it ends. (host_tier's
+    node_slots; the native one is also what remap_node computes inline, without the lists,
+    when its context's node_slots is it.)"""
+    if type(n) is not int or n < 0:
+        raise TypeError("node_slots: n must be an int >= 0")
+    if hs is not None:
+        if len(hs) < n:
+            raise ValueError(f"a node of {n} pages holds {len(hs)} host slots")
+        if len(hs) > n:
+            hs = hs[:n]
+        if not backing:                     # (the common case: every copy done)
+            return shifted(hs), [0] * n
+        return [0] * n, shifted(hs)
+    if pending is not None:
+        pending = pending[:n]
+        return [0] * n, shifted(pending) + [0] * (n - len(pending))
+    return [0] * n, [0] * n
+
+
 def _request_rows(qtab, phase: dict, req_node: dict, by_id: dict, root, old):
     """The HostTier map's request rows when every row is a live request's (its common step):
     each slot of qtab its request's phase ("idle" for a free slot, or a request with none;
@@ -705,7 +733,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "renumber": py_renumber, "remove_pages": py_remove_pages,
           "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
           "unmap_subtree": py_unmap_subtree,
-          "shifted": py_shifted,
+          "shifted": py_shifted, "node_slots": py_node_slots,
           "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
           "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
@@ -737,6 +765,7 @@ remap_node = _mod.remap_node if _mod is not None else py_remap_node
 remap_journaled = _mod.remap_journaled if _mod is not None else py_remap_journaled
 unmap_subtree = _mod.unmap_subtree if _mod is not None else py_unmap_subtree
 shifted = _mod.shifted if _mod is not None else py_shifted
+node_slots = _mod.node_slots if _mod is not None else py_node_slots
 request_step = _mod.request_step if _mod is not None else py_request_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
 journaled = _mod.journaled if _mod is not None else py_journaled
