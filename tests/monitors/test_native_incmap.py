@@ -116,6 +116,26 @@ def test_an_int_variable_written_a_bool_is_a_write(mod):
     assert [type(d[0]), type(d[1])] == [bool, bool] and delta == [("hits", 0, 1)]
 
 
+def test_a_delta_entry_the_collector_need_not_follow_is_untracked(mod):
+    """A delta entry of a name, a position and an int, bool or None is made untracked by the
+    collector (no cycle can run through it, as its own first pass would decide); one holding a
+    container the collector tracks stays tracked, and a cycle through it is still collected."""
+    delta = []
+    mod.fill({0: 1, 1: True, 2: None}, [0, 1, 2], 5, "hits", delta, set())
+    assert [e[2] for e in delta] == [1, True, None] and not any(gc.is_tracked(e) for e in delta)
+
+    class Value:
+        pass
+    old = Value()
+    delta = []
+    mod.fill({0: old}, [0], 5, "hits", delta, set())
+    assert delta == [("hits", 0, old)] and gc.is_tracked(delta[0])
+    old.delta, gone = delta, weakref.ref(old)
+    del old, delta
+    gc.collect()
+    assert gone() is None
+
+
 @pytest.mark.parametrize("seed", range(60))
 def test_slot_states_diff_agrees(mod, seed):
     rng = np.random.default_rng(seed)

@@ -129,8 +129,19 @@ static PyObject *dict_at(PyObject *d, PyObject *key) {
     return dict_at_h(d, key, -1);
 }
 
+/* o is no object the collector tracks: one of a type it never tracks (tested inline by the
+ * type's flag: a str, an int, a bool, None, nearly every delta entry's items), else as the
+ * collector says */
+static inline int untracked(PyObject *o) {
+    return !PyType_IS_GC(Py_TYPE(o)) || !PyObject_GC_IsTracked(o);
+}
+
 /* delta.append((var, key, old)) (the tuple filled in place: PyTuple_Pack's variadic loop cost
- * as much again as the allocation, at every delta-recorded write) */
+ * as much again as the allocation, at every delta-recorded write). A tuple none of whose items
+ * the collector tracks (a name, a position, an int or bool value: nearly every entry) is
+ * untracked at once, as the collector's own first pass over it would do
+ * (_PyTuple_MaybeUntrack): such a tuple can be in no cycle, and the delta's thousands of them
+ * a replay were traversed by every young collection they lived through before that. */
 static inline int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
     PyObject *t = PyTuple_New(3);
     if (t == NULL)
@@ -138,6 +149,8 @@ static inline int record(PyObject *delta, PyObject *var, PyObject *key, PyObject
     PyTuple_SET_ITEM(t, 0, Py_NewRef(var));
     PyTuple_SET_ITEM(t, 1, Py_NewRef(key));
     PyTuple_SET_ITEM(t, 2, Py_NewRef(old));
+    if (untracked(var) && untracked(key) && untracked(old))
+        PyObject_GC_UnTrack(t);
     int rc = PyList_Append(delta, t);
     Py_DECREF(t);
     return rc;
