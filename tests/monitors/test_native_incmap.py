@@ -677,6 +677,27 @@ def test_remove_pages_agrees(mod):
     assert delta == [("dev", 2, True), ("host", 0, 4), ("host", 2, 5)]
 
 
+def test_remove_pages_takes_holes_in_any_order(mod):
+    """Removals of many holes both ways, given increasing (a node's positions as they were
+    handed out), decreasing, or shuffled, fewer or more than the 64 the native loop sorts by
+    insertion: the same moves, writes and renumbering."""
+    rng = random.Random(2)
+    cases = []
+    for i in range(120):
+        L = rng.randint(1, 160)
+        holes = rng.sample(range(L), rng.randint(1, min(L, rng.choice([8, 30, 64, 65, 100]))))
+        holes.sort(reverse=i % 3 == 1)
+        if i % 3 == 2:
+            rng.shuffle(holes)
+        keys = [(rng.choice("ab"), p) for p in range(L)]
+        npos = {x: list(range(L)) for x in "ab"}
+        cols = (("dev", {p: rng.choice([False, True]) for p in range(L + 1)}, False, None),
+                ("host", {p: rng.choice([0, 1, 2, 3]) for p in range(L + 1)}, 0, {1: 2, 2: 1}))
+        cases.append([cols, holes, L, keys, npos, [], set(rng.sample(range(L), min(L, 5))), set()])
+    seen = _outcomes("remove_pages", mod, cases)
+    assert seen["ok"] == 120, seen
+
+
 class _Node:
     """A tree node as the frame reads it: its id (None: a node without one, AttributeError)."""
 
@@ -1322,7 +1343,7 @@ def _named(x):
     return type(x), x
 
 
-def _remap_run(fn, seed: int, own=None):
+def _remap_run(fn, seed: int, own=None, cls=None):
     """Build one random map state and node set from `seed`, re-map a random sequence of its
     nodes with `fn` (their fields changed between some calls), and return (the exception
     raised, if any, as type and args; the callbacks' calls; every container after). `own`: the
@@ -1353,7 +1374,7 @@ def _remap_run(fn, seed: int, own=None):
                                                else rng.randrange(600) for _ in x.host)
 
     for k in range(rng.randint(1, 5)):
-        x = _MapNode(f"n{k}")
+        x = (cls or _MapNode)(f"n{k}")
         set_fields(x)
         nodes.append(x)
     npos = {x: rng.sample(range(12), rng.randint(0, 4)) for x in nodes if rng.random() < 0.5}
@@ -1411,7 +1432,12 @@ def _remap_run(fn, seed: int, own=None):
     except Exception as e:      # (the same type and message from both)
         exc = type(e), e.args
     calls.append(("slot writes", sum(e[0] in ("host", "backupOp") for e in delta)))
-    return exc, calls, _named((ctx[:10], step[:4], [(x.name, x.id) for x in nodes]))
+    if cls is not None:
+        calls.append(("reads", cls.log[:]))
+    ids = [(x.name, x.id) for x in nodes]
+    if cls is not None:
+        del cls.log[:]
+    return exc, calls, _named((ctx[:10], step[:4], ids))
 
 
 def _seeded_runs_agree(run, py_fn, c_fn, seeds: int = 600) -> list:
@@ -1456,6 +1482,28 @@ def test_remap_node_computes_its_own_node_slots_as_python_does(mod):
         seen["ok" if want[0] is None else want[0][0].__name__] += 1
         seen["slots"] += want[1][-1][1] > 0
     assert seen["ok"] >= 250 and seen["slots"] >= 200 and seen["ValueError"] >= 5, seen
+
+
+class _LoggedNode(_MapNode):
+    """A node whose attribute reads go through a Python __getattribute__, which logs them (the
+    native re-mapping's reads then take the object API's way)."""
+
+    __slots__ = ()
+    log: list = []
+
+    def __getattribute__(self, name):
+        if name != "name":
+            _LoggedNode.log.append((object.__getattribute__(self, "name"), name))
+        return object.__getattribute__(self, name)
+
+
+def test_remap_node_reads_a_node_s_fields_as_python_does(mod):
+    """Nodes whose attribute reads are a Python __getattribute__ (no slot read directly): the
+    same fields read in the same order both ways, the same writes."""
+    for seed in range(150):
+        want = _remap_run(loops.py_remap_node, seed, cls=_LoggedNode)
+        assert _remap_run(mod.remap_node, seed, cls=_LoggedNode) == want, seed
+        assert want[1][-1][0] == "reads" and want[1][-1][1], seed
 
 
 def test_node_slots_agree(mod):

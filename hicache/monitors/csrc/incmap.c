@@ -2163,6 +2163,35 @@ static int hole_above(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* the holes in decreasing order of their values (equal values: in some order): reversed when
+ * increasing, else by insertion up to 64 holes, qsort beyond. Why: a node's holes, ~20, come
+ * mostly in order (its positions as they were given, increasing), where qsort's comparator
+ * calls cost ~2k instructions a removal */
+static void sort_holes(Hole *h, Py_ssize_t n) {
+    Py_ssize_t up = 1;
+    while (up < n && h[up - 1].v < h[up].v)
+        up++;
+    if (up == n) {
+        for (Py_ssize_t i = 0, j = n - 1; i < j; i++, j--) {
+            Hole t = h[i];
+            h[i] = h[j];
+            h[j] = t;
+        }
+        return;
+    }
+    if (n > 64) {
+        qsort(h, n, sizeof(Hole), hole_above);
+        return;
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Hole t = h[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && h[j - 1].v < t.v; j--)
+            h[j] = h[j - 1];
+        h[j] = t;
+    }
+}
+
 /* vacate_holes over the map's own holes (distinct exact ints each in 0..L0-1, L0 an exact
  * int) made in C, its origin made as remove_pages' steps directly: the holes taken in
  * decreasing order, each p != last (= L - 1) filled from last's source (the source of a hole
@@ -2187,7 +2216,7 @@ static int vacate_ints(PyObject *holes, long long L0, PyObject *qs, Step **steps
         order[i].p = p;
     }
     if (fit)
-        qsort(order, n, sizeof(Hole), hole_above);
+        sort_holes(order, n);
     for (Py_ssize_t i = 1; fit && i < n; i++)
         fit = order[i].v < order[i - 1].v;
     Py_ssize_t m = 0;
@@ -2327,6 +2356,27 @@ static PyObject *s_id;
 
 static PyObject *s_parent;
 
+/* x.name (name a str) as PyObject_GetAttr reads it: where x's type reads attributes
+ * generically (PyObject_GenericGetAttr) and name is a data descriptor of that type (a node's
+ * slot, or its journaled field), the descriptor's get called directly, as the generic lookup
+ * calls it, without that lookup's own setup (~45 instructions of its ~127, at each of the nine
+ * fields a re-mapping reads of each node); any other attribute through PyObject_GetAttr */
+static PyObject *field_of(PyObject *x, PyObject *name) {
+#if PY_VERSION_HEX < 0x030D0000
+    PyTypeObject *t = Py_TYPE(x);
+    if (t->tp_getattro == PyObject_GenericGetAttr) {
+        PyObject *d = _PyType_Lookup(t, name);      /* (borrowed: held below across the get) */
+        if (d != NULL && Py_TYPE(d)->tp_descr_get != NULL && Py_TYPE(d)->tp_descr_set != NULL) {
+            Py_INCREF(d);
+            PyObject *r = Py_TYPE(d)->tp_descr_get(d, x, (PyObject *)t);
+            Py_DECREF(d);
+            return r;
+        }
+    }
+#endif
+    return PyObject_GetAttr(x, name);
+}
+
 /* f(x), its result dropped; 0, or -1 on an error */
 static int call_on(PyObject *f, PyObject *x) {
     PyObject *argv[] = {x};
@@ -2358,7 +2408,7 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, vi
     int err = pending == NULL;
     while (!err && (x = PyIter_Next(it)) != NULL) {
         if (x != root) {
-            PyObject *par = PyObject_GetAttr(x, s_parent);
+            PyObject *par = field_of(x, s_parent);
             err = par == NULL || (par == Py_None ? leave(leave_arg, x) : PyList_Append(pending, x)) < 0;
             Py_XDECREF(par);
         }
@@ -2371,7 +2421,7 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, vi
         err = later == NULL;
         for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(pending); i++) {
             x = Py_NewRef(PyList_GET_ITEM(pending, i));
-            PyObject *par = PyObject_GetAttr(x, s_parent);
+            PyObject *par = field_of(x, s_parent);
             if (par == NULL) {
                 err = 1;
             } else if (par == Py_None) {
@@ -2629,7 +2679,21 @@ static int node_slot_ints(PyObject *hs, PyObject *pending, Py_ssize_t n, PyObjec
 static int remap_slots(PyObject *x, PyObject *hs, PyObject *pending, PyObject *backing, PyObject *pos,
                        PyObject *slot_page, PyObject *slot_cols, PyObject *node_slots, PyObject *delta,
                        PyObject *dirty, PyObject *slots) {
-    if (hs != Py_None) {
+    if (hs != Py_None && (PyList_CheckExact(hs) || PyTuple_CheckExact(hs))) {
+        /* (an exact list or tuple by index, its size read at each step, as its iterator reads
+         * it; a slot whose holder is x already is not written again: the same dict after) */
+        int err = 0;
+        for (Py_ssize_t i = 0; !err && i < PySequence_Fast_GET_SIZE(hs); i++) {
+            PyObject *h = Py_NewRef(PySequence_Fast_GET_ITEM(hs, i));
+            Py_hash_t hash = key_hash(h);
+            PyObject *was = hash == -1 ? NULL : dict_get_h(slot_page, h, hash);
+            err = hash == -1 || (was == NULL && PyErr_Occurred()) ||
+                  (was != x && dict_set_h(slot_page, h, x, hash) < 0);
+            Py_DECREF(h);
+        }
+        if (err)
+            return -1;
+    } else if (hs != Py_None) {
         PyObject *it = PyObject_GetIter(hs), *h;
         if (it == NULL)
             return -1;
@@ -2740,8 +2804,8 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
     }
     if (check_type(pos, &PyList_Type, "remap_node", "npos[x]"))
         goto done;
-    if ((xid = PyObject_GetAttr(x, s_id)) == NULL || PyDict_SetItem(by_id, xid, x) < 0 ||
-        (par = PyObject_GetAttr(x, s_parent)) == NULL)
+    if ((xid = field_of(x, s_id)) == NULL || PyDict_SetItem(by_id, xid, x) < 0 ||
+        (par = field_of(x, s_parent)) == NULL)
         goto done;
     was = PyDict_GetItemWithError(up, x);
     if (was == NULL && PyErr_Occurred())
@@ -2750,7 +2814,7 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
     if (par != was && relink(up, kids, x, par, was) < 0)
         goto done;
     /* resized = len(pos) != n */
-    if ((n = PyObject_GetAttr(x, s_n)) == NULL || (item = PyLong_FromSsize_t(PyList_GET_SIZE(pos))) == NULL)
+    if ((n = field_of(x, s_n)) == NULL || (item = PyLong_FromSsize_t(PyList_GET_SIZE(pos))) == NULL)
         goto done;
     int resized = ints_or_compare(item, n, Py_NE);
     Py_CLEAR(item);
@@ -2763,11 +2827,11 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
         Py_CLEAR(item);
     }
     /* the node-level values: (x.device is not None, bool(x.stored), min(x.hit_count, 2), loadReq) */
-    if ((item = PyObject_GetAttr(x, s_device)) == NULL)
+    if ((item = field_of(x, s_device)) == NULL)
         goto done;
     PyObject *dev = item != Py_None ? Py_True : Py_False;
     Py_CLEAR(item);
-    if ((item = PyObject_GetAttr(x, s_loading)) == NULL)
+    if ((item = field_of(x, s_loading)) == NULL)
         goto done;
     if (item == Py_None) {
         lq = PyLong_FromLong(0);
@@ -2776,8 +2840,8 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
         lq = PyObject_Vectorcall(loading_req, argv, 2, NULL);
     }
     Py_CLEAR(item);
-    if (lq == NULL || (hits = PyObject_GetAttr(x, s_hit_count)) == NULL ||
-        (item = PyObject_GetAttr(x, s_stored)) == NULL)
+    if (lq == NULL || (hits = field_of(x, s_hit_count)) == NULL ||
+        (item = field_of(x, s_stored)) == NULL)
         goto done;
     int stored = PyObject_IsTrue(item);
     Py_CLEAR(item);
@@ -2789,13 +2853,13 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
         goto done;
     Py_CLEAR(item);
     /* the slot values: (tuple(x.host) or None, tuple(sync_backup.get(x.id)) or None, backing) */
-    if ((hs = PyObject_GetAttr(x, s_host)) == NULL)
+    if ((hs = field_of(x, s_host)) == NULL)
         goto done;
     pending = PyDict_GetItemWithError(sync_backup, xid);
     if (pending == NULL && PyErr_Occurred())
         goto done;
     pending = Py_NewRef(pending != NULL ? pending : Py_None);
-    if ((item = PyObject_GetAttr(x, s_inflight)) == NULL)
+    if ((item = field_of(x, s_inflight)) == NULL)
         goto done;
     int busy = PyObject_IsTrue(item);
     Py_CLEAR(item);
@@ -2928,7 +2992,7 @@ static int unmap_positions(PyObject *m, PyObject *cols, PyObject *holes, PyObjec
 /* x out of its request's loading_nodes set while it is loading (x.loading not None; the rid,
  * getattr(x.loading, "rid", None)); 0, or -1 on an error */
 static int unmap_loading(PyObject *loading_nodes, PyObject *x) {
-    PyObject *load = PyObject_GetAttr(x, s_loading);
+    PyObject *load = field_of(x, s_loading);
     if (load == NULL || load == Py_None) {
         Py_XDECREF(load);
         return load == NULL ? -1 : 0;
@@ -2970,7 +3034,7 @@ static int unmap_node(PyObject *ctx, PyObject *step, PyObject *unmapping, PyObje
     PyObject *delta = st[0], *dirty = st[2], *slots = st[3], *m = st[4];
     PyObject *xid = NULL, *par = NULL, *holes = NULL, *gone = NULL;
     int err = 1;
-    if (PyList_Append(u[3], x) < 0 || (xid = PyObject_GetAttr(x, s_id)) == NULL)
+    if (PyList_Append(u[3], x) < 0 || (xid = field_of(x, s_id)) == NULL)
         goto done;
     /* (by_id's own entry: `xid in by_id`, then its pop) */
     PyObject *had = PyDict_GetItemWithError(by_id, xid);
@@ -3012,7 +3076,7 @@ static int unmap_subtree(PyObject *ctx, PyObject *step, PyObject *unmapping, PyO
         PyObject *y = Py_NewRef(PyList_GET_ITEM(stack, top)), *children = NULL;
         int in = PyList_SetSlice(stack, top, top + 1, NULL) < 0 ? -1 : PySequence_Contains(npos, y);
         err = in < 0 || (in && unmap_node(ctx, step, unmapping, y) < 0) ||
-              (children = PyObject_GetAttr(y, s_children)) == NULL;
+              (children = field_of(y, s_children)) == NULL;
         if (!err && PyDict_CheckExact(children)) {
             /* (a dict's values in its order, as values() gives them, without the view) */
             Py_ssize_t it = 0;
