@@ -189,7 +189,9 @@ class IncrementalHostTierMap(HostTierMap):
         self.kids: dict = {}                         # node -> its mapped children
         self.slot_changed: set = set()               # nodes holding a slot whose state changed
         # what loops.remap_node re-maps a node with (containers never replaced: built once; the
-        # map's own callbacks unbound, the map given with each sync's containers: none holds it)
+        # map's own callbacks unbound, the map given with each sync's containers: none holds it;
+        # node_slots, loops' native one where it builds, is computed inside the native re-mapping,
+        # with no call nor lists)
         self._remap_ctx = (self.npos, self.by_id, self.up, self.kids, self.nval, self.slot_changed,
                            self.sync_backup, self.slot_page,
                            tuple((var, self.funcs[var]) for var in _NODE_LEVEL),

@@ -8,7 +8,7 @@ the tree-form loops of the HostTier guards (a node's slots in one state) and of
 WriteThroughPrefix (a node's pages), a removal's renaming of positions, the frame's slot
 candidates, the walk of the journaled nodes (parents first), the HostTier map's re-mapping of
 a node (and the walk with it, no call between) and its unmapping of a detached node's subtree,
-runtime slots made spec slots,
+runtime slots made spec slots and a node's per-page slot values (`node_slots`),
 the request rows of the common step and their writes, the request step of the HostTier
 map's bind (`request_binder`: a request's slot taken or freed), and the tracked nodes'
 journaled fields (`journaled`: a data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
