@@ -266,6 +266,210 @@ def test_held_once_or_free_agrees(mod, seed):
 
 
 
+class _Row:
+    """A stand-in for a row value (a function value: its dict as `d`), told apart by identity."""
+    def __init__(self, d):
+        self.d = d
+
+    def __repr__(self):
+        return f"_Row({self.d})"
+
+
+def _chain_case(rng, odd: bool) -> dict:
+    """Random rows of a chain map's state for chains_typed and chains_padded: n chains, each
+    a rotation, a length, a page row (the shared empty one, the row built for it, another)
+    and a host row (the empty one, another); the map's rows and built rows; odd cases add
+    what the map never holds (TRUE, 1.0 or None for a rotation, length or page, a chain past
+    the state or no int, an entry no sequence, a row with no dict)."""
+    n = rng.randint(0, 5)
+    empty, unused = _Row({}), (-1, ())
+    odd_vals = [True, 1.0, None, -2] if odd else []
+    rows, built, rot, ln, page, host = {}, {}, [], [], [], []
+    for c in range(1, n + 1):
+        pages = tuple(rng.choice([-1, 0, 1, 2, 3, *odd_vals]) for _ in range(rng.randint(0, 3)))
+        if rng.random() < 0.8:
+            rows[c] = (0, pages)
+        if rng.random() < 0.7:
+            built[c] = _Row(dict(enumerate(pages)))
+        rot.append(rng.choice([0, 1, -1, 2, *odd_vals]))
+        ln.append(rng.choice([len(pages), len(pages), 0, 5, *odd_vals]))
+        page.append(rng.choice([empty, built.get(c, empty), built.get(c, empty), _Row({0: rng.choice([-1, 1])}),
+                                *(["no row"] if odd else [])]))
+        host.append(rng.choice([empty, empty, empty, _Row({0: -1})]))
+    chains = rng.sample(range(1, n + 1), rng.randint(0, n))
+    if odd and rng.random() < 0.4:
+        chains.insert(rng.randint(0, len(chains)), rng.choice([n + 1, 0, "c", 1.5]))
+    return {"chains": chains, "rows": rows, "built": built, "rot": tuple(rot), "len": tuple(ln),
+            "page": tuple(page), "host": tuple(host), "empty": empty, "unused": unused}
+
+
+def _chains_run(fn, case: dict, L: int, n_ids: int, cp: int, name: str) -> tuple:
+    calls: list = []
+
+    def beyond(row, hrow, ln):
+        calls.append((sorted(row.items()), sorted(hrow.items()), ln))
+        if ln == 5:
+            raise ValueError("beyond")
+        return any(p != -1 for P, p in row.items() if type(ln) is int and P >= ln)
+    k = case
+    if name == "chains_typed":
+        args = (k["chains"], k["rows"], k["built"], k["rot"], k["len"], k["page"], k["host"], k["empty"], L, n_ids,
+                cp, -1, -1, k["unused"])
+    else:
+        args = (k["chains"], k["page"], k["host"], k["len"], k["built"], k["empty"], k["rows"], k["unused"], beyond)
+    try:
+        ret, exc = fn(*args), None
+    except Exception as e:
+        ret, exc = None, type(e)
+    return ret, exc, calls
+
+
+@pytest.mark.parametrize("name", ["chains_typed", "chains_padded"])
+def test_chain_tests_agree(mod, name):
+    """The device-page map's per-chain tests of TypeOK and NoDoubleAllocation both ways on
+    random rows: the same answer, the same calls of the walk (with the same rows), or the same
+    exception (a chain past the state: IndexError; no int: TypeError; a row with no dict:
+    AttributeError; the walk's own)."""
+    rng = random.Random(1)
+    seen = collections.Counter()
+    for i in range(1500):
+        case = _chain_case(rng, i % 3 == 2)
+        L, n_ids, cp = rng.choice([3, 4, 5]), rng.choice([0, 3, 4]), rng.choice([1, 2])
+        want = _chains_run(getattr(loops, "py_" + name), case, L, n_ids, cp, name)
+        assert _chains_run(getattr(mod, name), case, L, n_ids, cp, name) == want, (i, case)
+        seen[str(want[0]) if want[1] is None else want[1].__name__] += 1
+        seen["walked"] += bool(want[2])
+    assert seen["True"] >= 200 and seen["False"] >= 100 and seen["IndexError"] >= 20 and seen["TypeError"] >= 20, seen
+    if name == "chains_padded":
+        assert seen["walked"] >= 200 and seen["ValueError"] >= 20 and seen["AttributeError"] >= 10, seen
+    for fn in (getattr(mod, name), getattr(loops, "py_" + name)):
+        with pytest.raises(TypeError):
+            fn(*([[]] + [[]] * (13 if name == "chains_typed" else 8)))
+
+
+class _Truth:
+    """An object whose truth is drawn (or raises ValueError), each test of it counted."""
+    def __init__(self, value, log: list, label):
+        self.value, self.log, self.label = value, log, label
+
+    def __bool__(self):
+        self.log.append(self.label)
+        if self.value is None:
+            raise ValueError("no truth")
+        return self.value
+
+
+def _table_binds(make, seed: int) -> list:
+    """A steps table's answers on random actions (present with steps, present with None,
+    absent, unhashable) and a fallback that answers or raises, with the fallback's calls."""
+    rng = random.Random(seed)
+    calls: list = []
+
+    def fallback(action, fields):
+        calls.append((action, fields))
+        if fields == "raise":
+            raise RuntimeError("fallback")
+        return ("fallback", action)
+    table = {a: rng.choice([None, (("A", ()),), [], 0]) for a in rng.sample("abcdef", rng.randint(0, 6))}
+    out = []
+    bind = make(table, fallback)
+    for _ in range(8):
+        action = rng.choice(["a", "b", "c", "d", "e", "f", "g", ["unhashable"]])
+        fields = rng.choice([{}, {"k": 1}, "raise"])
+        try:
+            ret, exc = bind(action, fields), None
+        except Exception as e:
+            ret, exc = None, (type(e), str(e).split(":")[0])
+        out.append((ret, exc, list(calls)))
+    return out
+
+
+def test_steps_table_agrees(mod):
+    """A map's bind over a table of steps both ways: a table entry returned itself (an empty
+    or false one too), None and a missing action given to the fallback with the event's
+    fields, an unhashable action's TypeError, a fallback's exception; refusals of what is no
+    dict or no callable."""
+    seen = collections.Counter()
+    for seed in range(300):
+        want = _table_binds(loops.py_steps_table, seed)
+        assert _table_binds(mod.steps_table, seed) == want, seed
+        for ret, exc, _ in want:
+            seen["ok" if exc is None else exc[0].__name__] += 1
+            seen["fallback"] += ret is not None and type(ret) is tuple and ret[:1] == ("fallback",)
+    assert seen["ok"] >= 1000 and seen["TypeError"] >= 50 and seen["RuntimeError"] >= 50, seen
+    assert seen["fallback"] >= 300, seen
+    steps = (("A", ()),)
+    assert mod.steps_table({"a": steps}, lambda a, f: None)("a", {}) is steps
+    for make in (mod.steps_table, loops.py_steps_table):
+        with pytest.raises(TypeError):
+            make([("a", 1)], lambda a, f: None)
+        with pytest.raises(TypeError):
+            make({}, 5)
+
+
+def _probe_runs(make, seed: int) -> list:
+    """A quiet probe's answers on random truths (true, false, raising) of its objects and its
+    attribute (present, absent: AttributeError), with the order of the tests it made."""
+    rng = random.Random(seed)
+    log: list = []
+
+    def obj(i):
+        return rng.choice([[], [i], set(), {i}, _Truth(rng.choice([True, False, False, None]), log, i)])
+
+    class Holder:
+        pass
+    holder = Holder()
+    if rng.random() < 0.9:
+        holder.log = obj(0)
+    before, after = tuple(obj(1 + i) for i in range(rng.randint(0, 3))), tuple(obj(8 + i) for i in range(rng.randint(0, 2)))
+    quiet = make(before, holder, "log", after)
+    out = []
+    for _ in range(3):
+        del log[:]
+        try:
+            ret, exc = quiet(), None
+        except Exception as e:
+            ret, exc = None, type(e)
+        out.append((ret, exc, list(log)))
+        if rng.random() < 0.5:
+            holder.log = obj(0)         # (the attribute read again at each call)
+    return out
+
+
+def test_quiet_probe_agrees(mod):
+    """A map's quiet test both ways: each object before the attribute, the attribute, each
+    after it tested in order until one is true; an object whose truth raises, an attribute
+    missing (AttributeError), the attribute rebound between calls; refusals of parts of other
+    types."""
+    seen = collections.Counter()
+    for seed in range(400):
+        want = _probe_runs(loops.py_quiet_probe, seed)
+        assert _probe_runs(mod.quiet_probe, seed) == want, seed
+        for ret, exc, _ in want:
+            seen[str(ret) if exc is None else exc.__name__] += 1
+    assert seen["True"] >= 100 and seen["False"] >= 300, seen
+    assert seen["ValueError"] >= 50 and seen["AttributeError"] >= 20, seen
+    for make in (mod.quiet_probe, loops.py_quiet_probe):
+        with pytest.raises(TypeError):
+            make([], object(), "x", ())
+        with pytest.raises(TypeError):
+            make((), object(), 5, ())
+        with pytest.raises(TypeError):
+            make((), object(), "x", [])
+    # (it holds what a map's monitor may hold: collected with it)
+    import gc
+    import weakref
+
+    class Cache:
+        pass
+    cache = Cache()
+    cache.probe = mod.quiet_probe((), cache, "probe", ())
+    gone = weakref.ref(cache)
+    del cache
+    gc.collect()
+    assert gone() is None
+
+
 def _padded_row(pages):
     """A stand-in for the maps' padded row: a new value per call, telling the pages apart."""
     return ("row", tuple(pages))

@@ -1066,6 +1066,386 @@ static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return out;
 }
 
+/* ---- the device-page map's per-chain tests of TypeOK and NoDoubleAllocation over the dirty
+ * chains (device_pages.py's type_ok_inc, cp_replay_inc.py's no_double_allocation_inc;
+ * loops.py's py_chains_typed, py_chains_padded): the same reads in the same order, each
+ * chain's a few pages rather than the bytecode of ~100 opcodes a chain */
+
+static PyObject *s_d_attr;
+
+/* the interned name "d" (a function value's dict), or NULL on an error */
+static PyObject *str_d_attr(void) {
+    if (s_d_attr == NULL)
+        s_d_attr = PyUnicode_InternFromString("d");
+    return s_d_attr;
+}
+
+/* c - 1 for a chain id (a new reference) */
+static PyObject *minus_one(PyObject *c) {
+    long long v;
+    if (small_int(c, &v))
+        return PyLong_FromLongLong(v - 1);
+    PyObject *one = PyLong_FromLong(1), *i = one == NULL ? NULL : PyNumber_Subtract(c, one);
+    Py_XDECREF(one);
+    return i;
+}
+
+/* 0 <= x for an exact int x */
+static inline int non_negative(PyObject *x) {
+    return _PyLong_Sign(x) >= 0;
+}
+
+/* len(pages) == n for an exact int n: 1, 0, or -1 on an error */
+static int length_is(PyObject *pages, PyObject *n) {
+    Py_ssize_t k = PyObject_Size(pages);
+    if (k < 0)
+        return -1;
+    int over = 0;
+    long long v = PyLong_AsLongLongAndOverflow(n, &over);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    return !over && v == (long long)k;
+}
+
+/* rows.get(c, unused)[1] (a new reference) for an exact dict rows */
+static PyObject *chain_pages(PyObject *rows, PyObject *c, PyObject *unused) {
+    PyObject *e = PyDict_GetItemWithError(rows, c);
+    if (e == NULL && PyErr_Occurred())
+        return NULL;
+    e = Py_NewRef(e == NULL ? unused : e);
+    PyObject *p = item_k(e, 1);
+    Py_DECREF(e);
+    return p;
+}
+
+/* one chain's test of chains_typed: 1 when it holds, 0, -1 on an error */
+static int chain_typed_built(PyObject *const *a, PyObject *c) {
+    PyObject *rows = a[1], *built = a[2], *rot = a[3], *ln = a[4], *page = a[5], *host = a[6], *empty = a[7],
+             *L = a[8], *n_ids = a[9], *cp = a[10], *no_rot = a[11], *none = a[12], *unused = a[13];
+    PyObject *i = minus_one(c), *n = NULL, *r = NULL, *row = NULL, *h = NULL, *pages = NULL;
+    int ok = -1, t;
+    if (i == NULL || (n = item_at(ln, i)) == NULL || (r = item_at(rot, i)) == NULL)
+        goto done;
+    /* r: an exact int, NoRot or in 0..CP-1; n: an exact int in 0..MaxLen */
+    if (!PyLong_CheckExact(r)) {
+        ok = 0;
+        goto done;
+    }
+    if ((t = PyObject_RichCompareBool(r, no_rot, Py_EQ)) < 0)
+        goto done;
+    if (!t && non_negative(r) && (t = PyObject_RichCompareBool(r, cp, Py_LT)) < 0)
+        goto done;
+    if (!t || !PyLong_CheckExact(n) || !non_negative(n)) {
+        ok = 0;
+        goto done;
+    }
+    if ((t = PyObject_RichCompareBool(n, L, Py_LE)) <= 0) {
+        ok = t;
+        goto done;
+    }
+    if ((row = item_at(page, i)) == NULL || (h = item_at(host, i)) == NULL)
+        goto done;
+    if (h != empty) {
+        ok = 0;
+        goto done;
+    }
+    if (row == empty) {
+        ok = 1;
+        goto done;
+    }
+    if ((pages = chain_pages(rows, c, unused)) == NULL)
+        goto done;
+    PyObject *held = PyDict_GetItemWithError(built, c);    /* (borrowed: only compared) */
+    if (held == NULL && PyErr_Occurred())
+        goto done;
+    if (row != held) {
+        ok = 0;
+        goto done;
+    }
+    if ((t = length_is(pages, n)) <= 0) {
+        ok = t;
+        goto done;
+    }
+    PyObject *argv[3] = {pages, n_ids, none};
+    PyObject *within = ints_within(NULL, argv, 3);
+    ok = within == NULL ? -1 : within == Py_True;
+    Py_XDECREF(within);
+done:
+    Py_XDECREF(i);
+    Py_XDECREF(n);
+    Py_XDECREF(r);
+    Py_XDECREF(row);
+    Py_XDECREF(h);
+    Py_XDECREF(pages);
+    return ok;
+}
+
+/* chains_typed(chains, rows, built, rot, len, page, host, empty, L, n_ids, cp, no_rot, none,
+ * unused): loops.py's py_chains_typed, TypeOK's test of each chain of the iterable chains on
+ * the rows the map built: True when each holds, False at the first that does not. rows and
+ * built are exact dicts. */
+static PyObject *chains_typed(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("chains_typed", n, 14) || check_type(a[1], &PyDict_Type, "chains_typed", "rows") < 0 ||
+        check_type(a[2], &PyDict_Type, "chains_typed", "built") < 0)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]), *c;
+    if (it == NULL)
+        return NULL;
+    int ok = 1;
+    while (ok > 0 && (c = PyIter_Next(it)) != NULL) {
+        ok = chain_typed_built(a, c);
+        Py_DECREF(c);
+    }
+    Py_DECREF(it);
+    if (ok < 0 || PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
+/* one chain's test of chains_padded: 1 when it holds, 0, -1 on an error */
+static int chain_padded(PyObject *const *a, PyObject *c) {
+    PyObject *rows = a[1], *hosts = a[2], *lens = a[3], *built = a[4], *empty = a[5], *chains = a[6],
+             *unused = a[7], *beyond = a[8];
+    PyObject *i = minus_one(c), *row = NULL, *h = NULL, *ln = NULL, *pages = NULL, *rd = NULL, *hd = NULL;
+    int ok = -1, t;
+    if (i == NULL || (row = item_at(rows, i)) == NULL)
+        goto done;
+    PyObject *want = PyDict_GetItemWithError(built, c);     /* (borrowed: only compared) */
+    if (want == NULL && PyErr_Occurred())
+        goto done;
+    if (row == (want == NULL ? empty : want)) {
+        if ((h = item_at(hosts, i)) == NULL)
+            goto done;
+        if (h == empty) {
+            if ((ln = item_at(lens, i)) == NULL || (pages = chain_pages(chains, c, unused)) == NULL)
+                goto done;
+            Py_ssize_t k = PyObject_Size(pages);
+            PyObject *size = k < 0 ? NULL : PyLong_FromSsize_t(k);
+            t = size == NULL ? -1 : PyObject_RichCompareBool(ln, size, Py_EQ);
+            Py_XDECREF(size);
+            if (t != 0) {
+                ok = t < 0 ? -1 : 1;
+                goto done;
+            }
+            Py_CLEAR(ln);
+        }
+        Py_CLEAR(h);
+    }
+    /* beyond_len_used(rows[i].d, hosts[i].d, lens[i]): reads each again, as Python does */
+    Py_CLEAR(row);
+    if ((row = item_at(rows, i)) == NULL || (rd = PyObject_GetAttr(row, str_d_attr())) == NULL ||
+        (h = item_at(hosts, i)) == NULL || (hd = PyObject_GetAttr(h, str_d_attr())) == NULL ||
+        (ln = item_at(lens, i)) == NULL)
+        goto done;
+    PyObject *argv[3] = {rd, hd, ln};
+    PyObject *used = PyObject_Vectorcall(beyond, argv, 3, NULL);
+    t = used == NULL ? -1 : PyObject_IsTrue(used);
+    Py_XDECREF(used);
+    ok = t < 0 ? -1 : !t;
+done:
+    Py_XDECREF(i);
+    Py_XDECREF(row);
+    Py_XDECREF(h);
+    Py_XDECREF(ln);
+    Py_XDECREF(pages);
+    Py_XDECREF(rd);
+    Py_XDECREF(hd);
+    return ok;
+}
+
+/* chains_padded(chains, rows, hosts, lens, built, empty, chain_rows, unused, beyond):
+ * loops.py's py_chains_padded, NoDoubleAllocation's test of each chain of the iterable chains
+ * that no position past its length is used: True when none of them is, False at the first
+ * that is. built and chain_rows are exact dicts. */
+static PyObject *chains_padded(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("chains_padded", n, 9) || check_type(a[4], &PyDict_Type, "chains_padded", "built") < 0 ||
+        check_type(a[6], &PyDict_Type, "chains_padded", "chain_rows") < 0)
+        return NULL;
+    if (str_d_attr() == NULL)
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]), *c;
+    if (it == NULL)
+        return NULL;
+    int ok = 1;
+    while (ok > 0 && (c = PyIter_Next(it)) != NULL) {
+        ok = chain_padded(a, c);
+        Py_DECREF(c);
+    }
+    Py_DECREF(it);
+    if (ok < 0 || PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
+/* ---- the device-page map's per-event calls as objects the monitor calls (cp_replay.py's
+ * bind, device_pages.py's quiet; loops.py's py_steps_table, py_quiet_probe): at every event
+ * of a strict run the monitor's step calls the map's bind and, on a map that can tell, its
+ * quiet test; as Python methods each is a frame entered from C (~1k instructions) around a
+ * dict lookup or four truth tests. */
+
+/* A table's lookup with a fallback: table.get(action) when that is not None, else
+ * fallback(action, fields). Holds the table (a dict of steps) and the fallback (a module's
+ * function): nothing that refers back to a map. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *table, *fallback;
+    vectorcallfunc vectorcall;
+} StepsTable;
+
+static PyObject *steps_table_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    StepsTable *t = (StepsTable *)self;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a steps table takes (action, fields)");
+        return NULL;
+    }
+    PyObject *steps = PyDict_GetItemWithError(t->table, args[0]);     /* (borrowed) */
+    if (steps != NULL && steps != Py_None)
+        return Py_NewRef(steps);
+    if (steps == NULL && PyErr_Occurred())
+        return NULL;
+    return PyObject_Vectorcall(t->fallback, args, 2, NULL);
+}
+
+static void steps_table_dealloc(PyObject *self) {
+    Py_XDECREF(((StepsTable *)self)->table);
+    Py_XDECREF(((StepsTable *)self)->fallback);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject StepsTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.StepsTable",
+    .tp_basicsize = sizeof(StepsTable),
+    .tp_dealloc = steps_table_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(StepsTable, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "table.get(action), or fallback(action, fields) where that is None",
+};
+
+/* steps_table(table, fallback): a StepsTable over an exact dict and a callable */
+static PyObject *steps_table(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("steps_table", n, 2) || check_type(a[0], &PyDict_Type, "steps_table", "table") < 0)
+        return NULL;
+    if (!PyCallable_Check(a[1])) {
+        PyErr_SetString(PyExc_TypeError, "steps_table: fallback must be callable");
+        return NULL;
+    }
+    StepsTable *t = PyObject_New(StepsTable, &StepsTableType);
+    if (t == NULL)
+        return NULL;
+    t->table = Py_NewRef(a[0]);
+    t->fallback = Py_NewRef(a[1]);
+    t->vectorcall = steps_table_call;
+    return (PyObject *)t;
+}
+
+/* A truth test of several objects and one attribute: True when each of `before` is false,
+ * then getattr(holder, name), then each of `after` (in that order, the first true one ending
+ * it: False). Holds what the map holds (its journals, its cache), which may refer back to
+ * the map's monitor: a part of the cyclic collector. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *before, *holder, *name, *after;     /* two tuples, any object, a str */
+    vectorcallfunc vectorcall;
+} QuietProbe;
+
+/* 1 when every item of the tuple is false, 0 at the first true one, -1 on an error */
+static int all_false(PyObject *items) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
+        int t = PyObject_IsTrue(PyTuple_GET_ITEM(items, i));      /* (the tuple holds it) */
+        if (t != 0)
+            return t < 0 ? -1 : 0;
+    }
+    return 1;
+}
+
+static PyObject *quiet_probe_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    QuietProbe *q = (QuietProbe *)self;
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a quiet probe takes no arguments");
+        return NULL;
+    }
+    if (q->before == NULL) {        /* (cleared by the collector) */
+        PyErr_SetString(PyExc_RuntimeError, "quiet probe: cleared");
+        return NULL;
+    }
+    /* (the parts held across the calls: a __bool__ may run anything, a collection included) */
+    PyObject *before = Py_NewRef(q->before), *holder = Py_NewRef(q->holder), *name = Py_NewRef(q->name),
+             *after = Py_NewRef(q->after);
+    int quiet = all_false(before);
+    if (quiet > 0) {
+        PyObject *v = PyObject_GetAttr(holder, name);
+        quiet = v == NULL ? -1 : PyObject_Not(v);
+        Py_XDECREF(v);
+    }
+    if (quiet > 0)
+        quiet = all_false(after);
+    Py_DECREF(before);
+    Py_DECREF(holder);
+    Py_DECREF(name);
+    Py_DECREF(after);
+    if (quiet < 0)
+        return NULL;
+    return PyBool_FromLong(quiet);
+}
+
+static int quiet_probe_traverse(PyObject *self, visitproc visit, void *arg) {
+    QuietProbe *q = (QuietProbe *)self;
+    Py_VISIT(q->before);
+    Py_VISIT(q->holder);
+    Py_VISIT(q->name);
+    Py_VISIT(q->after);
+    return 0;
+}
+
+static int quiet_probe_clear(PyObject *self) {
+    QuietProbe *q = (QuietProbe *)self;
+    Py_CLEAR(q->before);
+    Py_CLEAR(q->holder);
+    Py_CLEAR(q->name);
+    Py_CLEAR(q->after);
+    return 0;
+}
+
+static void quiet_probe_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    quiet_probe_clear(self);
+    PyObject_GC_Del(self);
+}
+
+static PyTypeObject QuietProbeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.QuietProbe",
+    .tp_basicsize = sizeof(QuietProbe),
+    .tp_dealloc = quiet_probe_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(QuietProbe, vectorcall),
+    .tp_traverse = quiet_probe_traverse,
+    .tp_clear = quiet_probe_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "whether each of some objects and one attribute is false",
+};
+
+/* quiet_probe(before, holder, name, after): a QuietProbe over two exact tuples, an object and
+ * a str */
+static PyObject *quiet_probe(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("quiet_probe", n, 4) || check_type(a[0], &PyTuple_Type, "quiet_probe", "before") < 0 ||
+        check_type(a[2], &PyUnicode_Type, "quiet_probe", "name") < 0 ||
+        check_type(a[3], &PyTuple_Type, "quiet_probe", "after") < 0)
+        return NULL;
+    QuietProbe *q = PyObject_GC_New(QuietProbe, &QuietProbeType);
+    if (q == NULL)
+        return NULL;
+    q->before = Py_NewRef(a[0]);
+    q->holder = Py_NewRef(a[1]);
+    q->name = Py_NewRef(a[2]);
+    q->after = Py_NewRef(a[3]);
+    q->vectorcall = quiet_probe_call;
+    PyObject_GC_Track(q);
+    return (PyObject *)q;
+}
+
 /* ---- the fast paths' readers (hicache/monitors/rt.py's fast_ap and no_ap, called once per
  * variable a generated fast path reads, at every strict step): set by configure_readers */
 static PyObject *fcn_type, *py_fast_ap, *no_read, *seq_error, *str_d, *str_getitem;
@@ -3820,6 +4200,14 @@ static PyMethodDef methods[] = {
      "the changed chains' rows, holder counts and sequence variables written"},
     {"held_once_or_free", (PyCFunction)(void (*)(void))held_once_or_free, METH_FASTCALL,
      "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
+    {"chains_typed", (PyCFunction)(void (*)(void))chains_typed, METH_FASTCALL,
+     "TypeOK over the dirty chains' rows as the map built them: False at the first that breaks it"},
+    {"chains_padded", (PyCFunction)(void (*)(void))chains_padded, METH_FASTCALL,
+     "no position past a dirty chain's length used (its built rows, else beyond): False at the first"},
+    {"steps_table", (PyCFunction)(void (*)(void))steps_table, METH_FASTCALL,
+     "a callable (action, fields): table.get(action), or fallback(action, fields) where that is None"},
+    {"quiet_probe", (PyCFunction)(void (*)(void))quiet_probe, METH_FASTCALL,
+     "a callable (): each of before, getattr(holder, name), each of after false"},
     {"slot_changes", (PyCFunction)(void (*)(void))slot_changes, METH_FASTCALL,
      "changed slots' names and dirty spec slots; the set of nodes holding them"},
     {"variables_of", (PyCFunction)(void (*)(void))variables_of, METH_FASTCALL,
@@ -3878,7 +4266,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
-    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&JournaledType) < 0)
+    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&JournaledType) < 0 ||
+        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -36,7 +36,7 @@ from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import ints_within
+from .loops import ints_within, steps_table
 from .steps import capacity
 
 #: each runtime action's compound step (compound_step's shared value) but LoadBackLayer's
@@ -44,6 +44,13 @@ from .steps import capacity
 _STEPS = compound_steps(a for a in HostTierAction if a is not HostTierAction.LoadBackLayer)
 
 _INT = frozenset({int})
+
+
+def _bind_other(action: str, fields: dict):
+    """CPReplayMap.bind of an action with no steps in _STEPS."""
+    if action == "LoadBackLayer":
+        return None      # emitted on the transfer thread; no page moves
+    return compound_step(action)
 
 
 def chain_typed(r, n, cp: int, L: int, no_rot) -> bool:
@@ -98,6 +105,11 @@ class CPReplayMap:
         self.ids: dict = {}
         self.pids = frozenset(range(self.cp * self.local_pages))    # every logical page (fixed)
         self.n_pids = len(self.pids)       # PageIds = 0..n_pids-1, what a page row may hold with NoPage (TypeOK)
+        if type(self).bind is CPReplayMap.bind:
+            # (`bind` as a callable of its own, read off the instance before the class: the
+            # monitor calls it at every event, and as a method each call was a frame entered
+            # from C around one dict lookup; the same lookups and calls)
+            self.bind = steps_table(_STEPS, _bind_other)
 
     def _placement(self, cache) -> None:
         """CP, LocalPages and PageSize of the cache's device pool (a sharded one's layout)."""
@@ -115,13 +127,11 @@ class CPReplayMap:
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
         # (the runtime's actions' steps looked up here, not through compound_step's call:
-        # this runs at every event)
+        # this runs at every event; an instance's own `bind`, made in __init__, does the same)
         steps = _STEPS.get(action)
         if steps is not None:
             return steps
-        if action == "LoadBackLayer":
-            return None      # emitted on the transfer thread; no page moves
-        return compound_step(action)
+        return _bind_other(action, fields)
 
     # ------------------------------------------------------------ constants / state
     def constants(self) -> dict:

@@ -39,7 +39,7 @@ from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_a
 from hicache.monitors.runtime import MISSING, snapshot
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import commit_rows, count_pages, held_once_or_free, overwrite
+from .loops import chains_padded, commit_rows, count_pages, held_once_or_free, overwrite
 from .steps import capacity
 
 #: the per-chain sequence variables, in the order a row gives their values
@@ -72,6 +72,10 @@ class IncrementalRows:
         self.page_rows: dict = {}               # chain id -> the page row built from its pages (if any is not NoPage)
         self.holders: dict[int, int] = {}       # device page -> positions holding it
         self._shape = None                      # (Chains, MaxLen) of the last commit
+        # (constants_key() of the mapped state, as the last commit left it: the first one, below,
+        # writes it, and every later one whose shape differs; n_chains and max_len written
+        # between commits, by `_grow` or the reference map's `state`, take effect at the next)
+        self.synced_key = None
         self.s: dict = {}
         self.delta: list = []
         self.sync()
@@ -120,7 +124,9 @@ class IncrementalRows:
             dirty_chains, dirty_pages = commit_rows(changed, self.rows, self.holders, self.page_rows, s, delta,
                                                     self._empty, self._padded, NONE, moved)
         else:
-            self._shape = (n, L)
+            # (the key of the constants of the state this commit builds, which the monitor
+            # reads off the map after each sync: they change with the shape alone)
+            self._shape = self.synced_key = (n, L)
             self._recount(changed)
             self._write_all_rows(L)
             # (every page: the moved ones among them, each a page id)
@@ -223,17 +229,13 @@ class IncrementalRows:
             return None
         if not held_once_or_free(D["PageIds"], self.holders, s["free"]):
             return no_double_allocation_linear(C, s)
-        rows, hosts, lens = s["page"], s["host"], s["len"]
-        built, empty, chains = self.page_rows, self._empty, self.rows
-        for c in D["Chains"]:
-            i = c - 1
-            # a row this map built from a chain's pages holds NoPage past them, and a host
-            # row NoHost everywhere: no position past len is used when the state holds
-            # those rows and len is the pages' count (else the row is walked)
-            if rows[i] is built.get(c, empty) and hosts[i] is empty and lens[i] == len(chains.get(c, UNUSED)[1]):
-                continue
-            if beyond_len_used(rows[i].d, hosts[i].d, lens[i]):
-                return no_double_allocation_linear(C, s)
+        # a row this map built from a chain's pages holds NoPage past them, and a host row
+        # NoHost everywhere: no position past len is used when the state holds those rows and
+        # len is the pages' count (else the row is walked): one C pass over the dirty chains,
+        # `loops.chains_padded`
+        if not chains_padded(D["Chains"], s["page"], s["host"], s["len"], self.page_rows, self._empty, self.rows,
+                             UNUSED, beyond_len_used):
+            return no_double_allocation_linear(C, s)
         return None
 
 

@@ -34,7 +34,7 @@ import weakref
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_replay import CPReplayMap, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
-from hicache.monitors.maps.loops import count_pages, ints_within, walk_journaled
+from hicache.monitors.maps.loops import chains_typed, count_pages, ints_within, quiet_probe, walk_journaled
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal
 
@@ -131,6 +131,12 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # set, `type_ok_inc`; None and False until the first sync builds one)
         self.free_built: frozenset | None = None
         self.mirror_typed = False
+        if type(self).quiet is IncrementalDevicePagesMap.quiet:
+            # (`quiet` as a callable of its own, read off the instance before the class: the
+            # monitor calls it at every event, and as a method each call was a frame entered
+            # from C around four truth tests; the same tests in the same order. None of the
+            # objects it holds is ever rebound: journal, ops and pending are written in place)
+            self.quiet = quiet_probe((self.journal, self.ops), cache, "alloc_log", (self.pending,))
         super().__init__(cache)
         # (PageIds as a set: its intersection with a call's pages is a set, which the sync
         # takes over as its moved pages, no copy; the first sync, above, rebuilt the mirror
@@ -170,26 +176,14 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
                 return spec.inc_TypeOK(C, s, D, V)
         elif V.isdisjoint(_TYPEOK_READS):
             return None
-        rows, rot, ln, page, host = self.rows, s["rot"], s["len"], s["page"], s["host"]
-        empty, L, n_ids, built = self._empty, C["MaxLen"], self.n_pids, self.page_rows
-        cp, no_rot = C["CP"], C["NoRot"]
-        for c in D["Chains"]:
-            i = c - 1
-            n, r = ln[i], rot[i]
-            if not (r.__class__ is int and (r == no_rot or 0 <= r < cp) and n.__class__ is int
-                    and 0 <= n <= L):       # (chain_typed, without its call)
-                return spec.inc_TypeOK(C, s, D, V)
-            row = page[i]
-            if host[i] is not empty:
-                return spec.inc_TypeOK(C, s, D, V)
-            if row is empty:
-                continue    # (the shared all-NoPage row: NoPage at each position, whatever
-                #             the chain's pages; an evicted node's, a chain no longer used)
-            # (the row the state holds is the one this map built from these pages: its values
-            # are theirs, padded)
-            pages = rows.get(c, UNUSED)[1]
-            if not (row is built.get(c) and len(pages) == n and ints_within(pages, n_ids, NONE)):
-                return spec.inc_TypeOK(C, s, D, V)      # (pages_typed, without its call)
+        # each dirty chain: rot and len typed (chain_typed), its host row the shared all-NoHost
+        # one, and its page row the shared all-NoPage one (NoPage at each position, whatever
+        # the chain's pages: an evicted node's, a chain no longer used) or the very row this
+        # map built from its pages (its values theirs, padded), each page typed (pages_typed):
+        # one C pass over the chains, `loops.chains_typed`
+        if not chains_typed(D["Chains"], self.rows, self.page_rows, s["rot"], s["len"], s["page"], s["host"],
+                            self._empty, C["MaxLen"], self.n_pids, C["CP"], C["NoRot"], NONE, UNUSED):
+            return spec.inc_TypeOK(C, s, D, V)
         if V is None:
             return None     # (free and mixed: decided whole by shape_typed)
         if "free" in V:

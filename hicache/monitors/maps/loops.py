@@ -203,6 +203,79 @@ def py_held_once_or_free(pages, holders: dict, free) -> bool:
     return True
 
 
+def py_chains_typed(chains, rows: dict, built: dict, rot, ln, page, host, empty, L, n_ids, cp, no_rot, none,
+                    unused) -> bool:
+    """TypeOK's test of each chain c of `chains` on a state of a chain map's rows (device
+    pages' type_ok_inc): rot[c - 1] an exact int equal to no_rot or in 0..cp-1, len n an
+    exact int in 0..L, host row `empty`, and a page row that is `empty` or the row `built[c]`
+    the map built from its pages rows.get(c, unused)[1], n of them, each an exact int of
+    0..n_ids-1 or `none`. False at the first chain that fails, else True."""
+    for t, what in ((rows, "rows"), (built, "built")):
+        if type(t) is not dict:
+            raise TypeError(f"chains_typed: {what} must be a dict, not {type(t).__name__}")
+    for c in chains:
+        i = c - 1
+        n, r = ln[i], rot[i]
+        if not (type(r) is int and (r == no_rot or 0 <= r < cp) and type(n) is int and 0 <= n <= L):
+            return False
+        row = page[i]
+        if host[i] is not empty:
+            return False
+        if row is empty:
+            continue    # (the shared all-NoPage row: NoPage at each position)
+        pages = rows.get(c, unused)[1]
+        if not (row is built.get(c) and len(pages) == n and py_ints_within(pages, n_ids, none)):
+            return False
+    return True
+
+
+def py_chains_padded(chains, rows, hosts, lens, built: dict, empty, chain_rows: dict, unused, beyond) -> bool:
+    """NoDoubleAllocation's test that no position past a chain's length is used, for each chain
+    c of `chains` (no_double_allocation_inc): passed over where the state holds the row the
+    map built (`built.get(c, empty)`), the host row `empty` and the count of the chain's pages
+    chain_rows.get(c, unused)[1] as its length; else beyond(page row's dict, host row's dict,
+    len) decides. False at the first chain where a position is used, else True."""
+    for t, what in ((built, "built"), (chain_rows, "chain_rows")):
+        if type(t) is not dict:
+            raise TypeError(f"chains_padded: {what} must be a dict, not {type(t).__name__}")
+    for c in chains:
+        i = c - 1
+        if rows[i] is built.get(c, empty) and hosts[i] is empty and lens[i] == len(chain_rows.get(c, unused)[1]):
+            continue
+        if beyond(rows[i].d, hosts[i].d, lens[i]):
+            return False
+    return True
+
+
+def py_steps_table(table: dict, fallback):
+    """A callable (action, fields): table.get(action) when that is not None, else
+    fallback(action, fields) (a map's bind over its table of compound steps)."""
+    if type(table) is not dict:
+        raise TypeError(f"steps_table: table must be a dict, not {type(table).__name__}")
+    if not callable(fallback):
+        raise TypeError("steps_table: fallback must be callable")
+    get = table.get
+
+    def bind(action, fields):
+        steps = get(action)
+        if steps is not None:
+            return steps
+        return fallback(action, fields)
+    return bind
+
+
+def py_quiet_probe(before: tuple, holder, name: str, after: tuple):
+    """A callable (): True when each of `before`, then getattr(holder, name), then each of
+    `after` is false (the first true one ends the test: False); a map's quiet test."""
+    for what, x, t in (("before", before, tuple), ("name", name, str), ("after", after, tuple)):
+        if type(x) is not t:
+            raise TypeError(f"quiet_probe: {what} must be a {t.__name__}, not {type(x).__name__}")
+
+    def quiet():
+        return not any(before) and not getattr(holder, name) and not any(after)
+    return quiet
+
+
 def py_overwrite(d: dict, values) -> None:
     """d[i] = values[i] for each index i of the sequence values (no delta: a new row's copy)."""
     for i, v in enumerate(values):
@@ -726,6 +799,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
           "commit_rows": py_commit_rows,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
+          "steps_table": py_steps_table, "quiet_probe": py_quiet_probe,
+          "chains_typed": py_chains_typed, "chains_padded": py_chains_padded,
           "ints_within": py_ints_within, "overwrite": py_overwrite,
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
           "first_where": py_first_where, "variables_of": py_variables_of,
@@ -751,6 +826,10 @@ count_pages = _mod.count_pages if _mod is not None else py_count_pages
 commit_rows = _mod.commit_rows if _mod is not None else py_commit_rows
 slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach
 held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
+chains_typed = _mod.chains_typed if _mod is not None else py_chains_typed
+chains_padded = _mod.chains_padded if _mod is not None else py_chains_padded
+steps_table = _mod.steps_table if _mod is not None else py_steps_table
+quiet_probe = _mod.quiet_probe if _mod is not None else py_quiet_probe
 ints_within = _mod.ints_within if _mod is not None else py_ints_within
 overwrite = _mod.overwrite if _mod is not None else py_overwrite
 slot_changes = _mod.slot_changes if _mod is not None else py_slot_changes
