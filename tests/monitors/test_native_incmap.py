@@ -1165,6 +1165,65 @@ class _BindMap:
                 sorted((k, sorted(v) if isinstance(v, set) else v) for k, v in self.loading_nodes.items()))
 
 
+class _PropBindMap(_BindMap):
+    """The flag behind a property whose writes are logged (a data descriptor: the dict entry
+    of its name, kept stale, is never what a read or a write sees) and lock_before a class
+    attribute until written: the binder reads and writes them as Python does."""
+
+    lock_before = "class"
+
+    def __init__(self, rng: random.Random):
+        self.writes = []
+        super().__init__(rng)
+        del self.lock_before
+
+    @property
+    def req_dirty(self):
+        return self.__dict__["_dirty"]
+
+    @req_dirty.setter
+    def req_dirty(self, value):
+        self.writes.append(value)
+        self.__dict__["_dirty"] = value
+        self.__dict__["req_dirty"] = "stale"
+
+    def seen(self) -> tuple:
+        return (*super().seen(), list(self.writes))
+
+
+class _HookBindMap(_BindMap):
+    """Every write through a __setattr__ that logs it, and requeue served by __getattr__:
+    the binder takes their paths, not the dict's."""
+
+    def __init__(self, rng: random.Random):
+        object.__setattr__(self, "writes", [])
+        super().__init__(rng)
+
+    def __setattr__(self, name, value):
+        self.writes.append(name)
+        object.__setattr__(self, "_requeue" if name == "requeue" else name, value)
+
+    def __getattr__(self, name):
+        if name == "requeue":
+            return self._requeue
+        raise AttributeError(name)
+
+    def seen(self) -> tuple:
+        return (*super().seen(), list(self.writes))
+
+
+class _SlotBindMap:
+    """The same map in slots (no instance dict)."""
+
+    __slots__ = ("phase_before", "lock_before", "req_dirty", "requeue", "loading_nodes", "by_id")
+    __init__ = _BindMap.__init__
+    seen = _BindMap.seen
+
+
+#: the maps a run draws from (their attributes read and written by the generic calls' rules)
+_BIND_MAPS = (_BindMap, _BindMap, _PropBindMap, _HookBindMap, _SlotBindMap)
+
+
 def _request_binds(make, seed: int) -> tuple:
     """A random run of request-binder calls made by `make` (the C one or its Python twin):
     (each call's return or exception, the map's and bookkeeping's state after each)."""
@@ -1175,7 +1234,7 @@ def _request_binds(make, seed: int) -> tuple:
     req_node = {r: rng.choice([None, 0, 3]) for r in rng.sample(range(6), 3)}
     qtab = [rng.choice([None, 9, 8]) for _ in range(rng.randint(0, 4))]
     qslot = {r: rng.choice([1, 2, 5, 0, -1, "x"]) for r in rng.sample(range(6), rng.randint(0, 3))}
-    m = _BindMap(rng)
+    m = _BIND_MAPS[seed % len(_BIND_MAPS)](rng)
     calls = []
 
     def binder(action, fields):
@@ -1245,6 +1304,23 @@ def test_request_binders_agree(mod):
     qtab[1] = None
     bind(m, "RequestFinish", {"rid": 5})
     assert qtab == [] and qslot == {} and m.phase_before == "matched"
+
+def test_a_request_binder_sees_a_class_changed_under_it(mod):
+    """The C request step keeps, for each attribute it writes of the map, the type it found
+    without a class attribute of that name (its version tag); a property set on the class
+    afterwards takes the next write, as Python's setattr gives it."""
+    for make in (loops.py_request_binder, mod.request_binder):
+        cls = type("Fresh", (_BindMap,), {})
+        m = cls(random.Random(0))
+        bind = make(lambda action, fields: "steps", {}, set(), {}, {}, [], {}, frozenset(), frozenset())
+        bind(m, "RequestMatch", {"rid": 1})
+        assert m.req_dirty is True
+        writes = []
+        cls.req_dirty = property(lambda self: "prop", lambda self, value: writes.append(value))
+        m.__dict__["req_dirty"] = False
+        bind(m, "RequestMatch", {"rid": 1})
+        assert writes == [True] and m.__dict__["req_dirty"] is False, make
+
 
 # ---------------------------------------------------------------- the fused pass's loops in C
 # A function of the generated fused pass's shape, with what the translator must get right:

@@ -66,13 +66,58 @@ class _Map:
         return {"v": 1}
 
 
+class _PropMap(_Map):
+    """The map's breach and synced_key behind properties (data descriptors, which the
+    instance dict does not shadow) and effect_due a class attribute until a sync writes it:
+    the native step reads them as Python does, not from the dict."""
+
+    effect_due = frozenset(ACTIONS)
+
+    @property
+    def breach(self):
+        return self.__dict__.get("_breach")
+
+    @breach.setter
+    def breach(self, value):
+        self.__dict__["_breach"] = value
+        self.__dict__["breach"] = "shadowed"      # (never read: the property comes first)
+
+    @property
+    def synced_key(self):
+        return self._key
+
+    @synced_key.setter
+    def synced_key(self, value):
+        self._key = value
+
+
+class _SlotMap(_Map):
+    """The map's attributes in slots (member descriptors, before its dict) and synced_key
+    served by __getattr__ (written by __setattr__ elsewhere): the native step reads them as
+    Python does."""
+
+    __slots__ = ("rng", "log", "breach", "effect_due", "own_domains", "_key")
+
+    def __getattr__(self, name):
+        if name == "synced_key":
+            return self._key
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, "_key" if name == "synced_key" else name, value)
+
+
+#: the maps a spy draws from (the reads of their attributes: the generic lookup's outcome)
+_MAPS = (_Map, _Map, _PropMap, _SlotMap)
+
+
 class _Spy:
     """The attributes and methods of a Monitor that the strict step reads and calls."""
 
     def __init__(self, seed: int, log: list, history: collections.deque):
         rng = self.rng = random.Random(seed)
         self.log = log
-        self.rmap = _Map(rng, log, effect_due=rng.random() < 0.5)
+        self.rmap = _MAPS[seed % len(_MAPS)](rng, log, effect_due=rng.random() < 0.5)
         self._native = None
         self.tripped = False
         self._steps = self._checked = 0
@@ -175,10 +220,23 @@ class _Spy:
             (self.step_hooks if r > 0.985 else self.watch_hooks).append(self.hook(f"hook{len(self.log)}"))
 
 
+class _PropSpy(_Spy):
+    """A monitor whose _checked_C is a property (the native step reads it through it)."""
+
+    @property
+    def _checked_C(self):
+        return self.__dict__.get("_cc")
+
+    @_checked_C.setter
+    def _checked_C(self, value):
+        self.__dict__["_cc"] = value
+        self.__dict__["_checked_C"] = "shadowed"      # (never read: the property comes first)
+
+
 def _run(seed: int, use_native: bool) -> tuple:
     log: list = []
     history: collections.deque = collections.deque(maxlen=8)
-    spy = _Spy(seed, log, history)
+    spy = (_PropSpy if seed % 5 == 4 else _Spy)(seed, log, history)
     if use_native:
         spy._native = StrictStep(spy, spy.rmap, {}, str, spy._cache, history, quiet=spy._quiet, guard=spy._guard,
                                  effect=spy._effect, effect_on=spy._effect_on, effect_due=spy._effect_due,
@@ -265,3 +323,36 @@ def test_the_bugs_are_caught_the_same_with_either_step(bug, tmp_path, monkeypatc
     py = runtime_entry(bug, 10, WorkloadConfig(), str(tmp_path / "py"))
     fields = ("caught", "property", "steps_after_fault", "clean_alarm")
     assert [getattr(c, f) for f in fields] == [getattr(py, f) for f in fields] and c.caught
+
+
+@native
+def test_the_native_step_sees_a_class_changed_under_it():
+    """The native step keeps, for each attribute it reads of its map and monitor, the type
+    it found without a class attribute of that name (its version tag); a property set on the
+    class afterwards is what the next step reads, as Python's lookup reads it."""
+    def steps(use_native: bool) -> list:
+        log: list = []
+        spy = _Spy(1, log, collections.deque(maxlen=8))
+        spy._breaches, spy._quiet, spy._guard = True, None, None
+        spy._effect, spy._effect_on, spy._effect_due = None, frozenset(), False
+        spy.rmap = type("Fresh", (_Map,), {})(spy.rng, log, effect_due=False)
+        native_step = StrictStep(spy, spy.rmap, {}, str, spy._cache, spy._history, quiet=None, guard=None,
+                                 effect=None, effect_on=frozenset(), effect_due=False, breaches=True,
+                                 synced_key=spy._synced_key, step_hooks=[], watch_hooks=[])
+        spy._native = native_step if use_native else None
+        step = native_step if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
+        for i in range(6):
+            if i == 3:      # (the dict's None now shadowed by a data descriptor)
+                type(spy.rmap).breach = property(lambda self: ("B", {}, "f"),
+                                                 lambda self, value: self.__dict__.update(breach=value))
+            try:
+                step("RequestMatch", {"i": i})
+            except (Violation, ValueError, KeyError) as e:
+                log.append(repr(e))
+                if spy.tripped:
+                    break
+        return log
+
+    py, c = steps(False), steps(True)
+    assert c == py
+    assert ("report_breach", ("B", {}, "f")) in py

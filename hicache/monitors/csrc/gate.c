@@ -346,6 +346,9 @@ typedef struct {
     PyObject *unfused_reads;  /* ... the variables any of them reads */
     PyObject *inc_checks; /* a list of (inv, inc, full, reads): every invariant's */
     PyObject *variables_of; /* variables_of(delta) -> the set of the variables it writes */
+    /* For each attribute a step reads of its monitor or map (attr_of): the version tag of the
+     * type last found to have no attribute of that name on its MRO (0: none yet) */
+    unsigned int plain_checked_C, plain_breach, plain_synced_key, plain_effect_due, plain_own_domains;
     vectorcallfunc vectorcall;
 } StrictStep;
 
@@ -421,6 +424,41 @@ static int step_unpack(PyObject *pair, PyObject **delta, PyObject **acc) {
     return 0;
 }
 
+/* obj.<name> as PyObject_GetAttr reads it (a new reference; NULL: the error it raises), the
+ * instance dict read directly where the generic lookup would come down to it: the type's
+ * getattro is the generic one, no class on its MRO has `name` (so no descriptor, data or
+ * not, comes before the dict or after it), and the dict holds the name. Anything else (a
+ * property, a __getattr__, slots, a name the dict lacks, a class attribute): PyObject_GetAttr.
+ * `*plain` memoizes the MRO's answer: the version tag of the type found without `name`, which
+ * is its alone (tags are never reused) and is dropped when the type or a base is changed (an
+ * attribute set on a class), so a type whose valid tag it is still has no such attribute.
+ * Why: a step reads three or four attributes of its monitor and map that change between
+ * events (_checked_C, breach, synced_key, effect_due, own_domains), each ~320 instructions
+ * through the generic lookup, ~100 this way. (_PyObject_GetDictPtr gives an object whose
+ * attributes are still kept inline its dict, as reading `obj.__dict__` does: the monitor and
+ * the maps, with more attributes than the inline keys hold, have one already.) */
+static PyObject *attr_of(PyObject *obj, PyObject *name, unsigned int *plain) {
+    PyTypeObject *tp = Py_TYPE(obj);
+    if (tp->tp_getattro == PyObject_GenericGetAttr) {
+        int absent = *plain != 0 && tp->tp_version_tag == *plain && PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
+        if (!absent && _PyType_Lookup(tp, name) == NULL) {
+            absent = 1;
+            /* (the tag the lookup gave the type, where it could: 0, no memo, where not) */
+            *plain = PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+        }
+        PyObject **dictptr = absent ? _PyObject_GetDictPtr(obj) : NULL;
+        if (dictptr != NULL && *dictptr != NULL && PyDict_CheckExact(*dictptr)) {
+            /* (held, as the generic lookup holds it: a key's __eq__ may replace obj's dict) */
+            PyObject *dict = Py_NewRef(*dictptr);
+            PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+            Py_DECREF(dict);
+            if (v != NULL || PyErr_Occurred())
+                return v;
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
 /* changed.isdisjoint(reads) (-1: an error) */
 static int step_disjoint(PyObject *changed, PyObject *reads) {
     PyObject *argv[2] = {changed, reads};
@@ -472,7 +510,7 @@ static int step_check_delta(StrictStep *st, PyObject *name, PyObject *fields, Py
     PyObject *rmap = st->rmap, *D = NULL, *changed = NULL, *s = NULL;
     int own = 0, rc = -1;
     if (st->own_domains) {
-        PyObject *o = PyObject_GetAttr(rmap, s_own_domains);
+        PyObject *o = attr_of(rmap, s_own_domains, &st->plain_own_domains);
         if (o == NULL)
             return -1;
         own = PyObject_IsTrue(o);
@@ -527,7 +565,7 @@ done:
 static int step_invariants(StrictStep *st, PyObject *name, PyObject *fields, PyObject *C, PyObject *delta,
                            PyObject *acc) {
     if (st->inc_checks != NULL) {
-        PyObject *checked_C = PyObject_GetAttr(st->monitor, s_checked_C);
+        PyObject *checked_C = attr_of(st->monitor, s_checked_C, &st->plain_checked_C);
         if (checked_C == NULL)
             return -1;
         int same = C == checked_C;
@@ -546,7 +584,7 @@ static int step_invariants(StrictStep *st, PyObject *name, PyObject *fields, PyO
 static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
     PyObject *rmap = st->rmap;
     if (st->breaches) {
-        PyObject *breach = PyObject_GetAttr(rmap, s_breach);
+        PyObject *breach = attr_of(rmap, s_breach, &st->plain_breach);
         if (breach == NULL)
             return -1;
         int some = breach != Py_None;
@@ -580,7 +618,7 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
     if (broke != NULL && broke != Py_None && step_fail(st, s_action, name, fields, broke) < 0)
         goto done;
     if (st->synced_key) {
-        PyObject *key = PyObject_GetAttr(rmap, s_synced_key);
+        PyObject *key = attr_of(rmap, s_synced_key, &st->plain_synced_key);
         if (key == NULL)
             goto done;
         C = PyDict_GetItemWithError(st->cache, key);     /* (borrowed) */
@@ -600,7 +638,7 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
     if (changed < 0)
         goto done;
     if (!changed) {
-        checked_C = PyObject_GetAttr(st->monitor, s_checked_C);
+        checked_C = attr_of(st->monitor, s_checked_C, &st->plain_checked_C);
         if (checked_C == NULL)
             goto done;
         changed = C != checked_C;
@@ -610,7 +648,7 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
         goto done;
     int due;
     if (st->effect_due) {
-        PyObject *actions = PyObject_GetAttr(rmap, s_effect_due);
+        PyObject *actions = attr_of(rmap, s_effect_due, &st->plain_effect_due);
         if (actions == NULL)
             goto done;
         due = PySequence_Contains(actions, name);
@@ -646,7 +684,7 @@ done:
 static int step_quiet(StrictStep *st) {
     if (st->quiet == Py_None)
         return 0;
-    PyObject *checked_C = PyObject_GetAttr(st->monitor, s_checked_C);
+    PyObject *checked_C = attr_of(st->monitor, s_checked_C, &st->plain_checked_C);
     if (checked_C == NULL)
         return -1;
     int first = checked_C == Py_None;

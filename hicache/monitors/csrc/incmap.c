@@ -2140,11 +2140,67 @@ typedef struct {
     PyObject *phase, *ending, *req_node;        /* HostTierMap's bookkeeping */
     PyObject *qslot, *qtab;                     /* rid -> q; q - 1 -> rid or None */
     PyObject *phase_actions, *req_actions, *backup_actions;
+    /* for each attribute of the map it reads or writes (plain_dict): the version tag of the
+     * type last found to have no attribute of that name on its MRO (0: none yet) */
+    unsigned int plain_phase_before, plain_lock_before, plain_req_dirty, plain_requeue, plain_loading_nodes,
+        plain_by_id;
     vectorcallfunc vectorcall;
 } RequestBinder;
 
 static PyObject *s_get, *s_pop, *s_add, *s_phase_before, *s_lock_before, *s_req_dirty, *s_requeue,
     *s_loading_nodes, *s_by_id;
+
+/* The instance dict PyObject_GetAttr and PyObject_SetAttr come down to for m.<name> (borrowed),
+ * or NULL (nothing raised) where they would not: the type's getattro and setattro are the
+ * generic ones, no class on its MRO has `name` (so no descriptor, data or not, comes first:
+ * a property's setter runs, a class attribute is read, by the generic calls), and m keeps an
+ * exact dict. `*plain` memoizes the MRO's answer: the version tag of the type found without
+ * `name`, which is its alone (tags are never reused) and is dropped when the type or a base
+ * is changed (an attribute set on a class), so a type whose valid tag it is still has no such
+ * attribute. (_PyObject_GetDictPtr gives an object whose attributes are still kept inline its
+ * dict, as reading `m.__dict__` does: the map, with more attributes than the inline keys
+ * hold, has one already.) Why: the request step writes two or three attributes of the map at
+ * every event (phase_before, lock_before, req_dirty), each ~460 instructions through the
+ * generic setattr, ~200 this way. */
+static PyObject *plain_dict(PyObject *m, PyObject *name, unsigned int *plain) {
+    PyTypeObject *tp = Py_TYPE(m);
+    if (tp->tp_getattro != PyObject_GenericGetAttr || tp->tp_setattro != PyObject_GenericSetAttr)
+        return NULL;
+    if (*plain == 0 || tp->tp_version_tag != *plain || !PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        if (_PyType_Lookup(tp, name) != NULL)
+            return NULL;
+        /* (the tag the lookup gave the type, where it could: 0, no memo, where not) */
+        *plain = PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+    }
+    PyObject **dictptr = _PyObject_GetDictPtr(m);
+    return dictptr != NULL && *dictptr != NULL && PyDict_CheckExact(*dictptr) ? *dictptr : NULL;
+}
+
+/* m.<name> = v, as PyObject_SetAttr writes it (-1: an error) */
+static int attr_set(PyObject *m, PyObject *name, PyObject *v, unsigned int *plain) {
+    PyObject *dict = plain_dict(m, name, plain);
+    if (dict == NULL)
+        return PyObject_SetAttr(m, name, v);
+    /* (held: the value it replaces, dropped inside, may run code that replaces m's dict) */
+    Py_INCREF(dict);
+    int rc = PyDict_SetItem(dict, name, v);
+    Py_DECREF(dict);
+    return rc;
+}
+
+/* m.<name>, as PyObject_GetAttr reads it (a new reference) */
+static PyObject *attr_of(PyObject *m, PyObject *name, unsigned int *plain) {
+    PyObject *dict = plain_dict(m, name, plain);
+    if (dict != NULL) {
+        /* (held, as the generic lookup holds it: a key's __eq__ may replace m's dict) */
+        Py_INCREF(dict);
+        PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+        Py_DECREF(dict);
+        if (v != NULL || PyErr_Occurred())
+            return v;
+    }
+    return PyObject_GetAttr(m, name);
+}
 
 /* m.get(key) (a new reference): an exact dict's own lookup, else the method called */
 static PyObject *get_of(PyObject *m, PyObject *key) {
@@ -2158,8 +2214,8 @@ static PyObject *get_of(PyObject *m, PyObject *key) {
 }
 
 /* m.<attr>.get(key) (pop: .pop(key, None)), a new reference */
-static PyObject *attr_get(PyObject *m, PyObject *attr, PyObject *key, int pop) {
-    PyObject *d = PyObject_GetAttr(m, attr);
+static PyObject *attr_get(PyObject *m, PyObject *attr, unsigned int *plain, PyObject *key, int pop) {
+    PyObject *d = attr_of(m, attr, plain);
     if (d == NULL)
         return NULL;
     PyObject *v;
@@ -2182,18 +2238,18 @@ static PyObject *attr_get(PyObject *m, PyObject *attr, PyObject *key, int pop) {
 }
 
 /* `if loading: m.requeue |= loading` (loading: a request's load-back nodes); -1: error */
-static int requeue_loading(PyObject *m, PyObject *loading) {
+static int requeue_loading(RequestBinder *b, PyObject *m, PyObject *loading) {
     int t = PyObject_IsTrue(loading);
     if (t <= 0)
         return t;
-    PyObject *r = PyObject_GetAttr(m, s_requeue);
+    PyObject *r = attr_of(m, s_requeue, &b->plain_requeue);
     if (r == NULL)
         return -1;
     PyObject *u = PyNumber_InPlaceOr(r, loading);
     Py_DECREF(r);
     if (u == NULL)
         return -1;
-    int rc = PyObject_SetAttr(m, s_requeue, u);
+    int rc = attr_set(m, s_requeue, u, &b->plain_requeue);
     Py_DECREF(u);
     return rc;
 }
@@ -2220,10 +2276,10 @@ static int take_q(RequestBinder *b, PyObject *m, PyObject *rid) {
     Py_DECREF(slot);
     if (rc < 0)
         return -1;
-    PyObject *loading = attr_get(m, s_loading_nodes, rid, 0);
+    PyObject *loading = attr_get(m, s_loading_nodes, &b->plain_loading_nodes, rid, 0);
     if (loading == NULL)
         return -1;
-    rc = requeue_loading(m, loading);
+    rc = requeue_loading(b, m, loading);
     Py_DECREF(loading);
     return rc;
 }
@@ -2254,26 +2310,26 @@ static int free_q(RequestBinder *b, PyObject *m, PyObject *rid) {
             return -1;
         n = PyList_GET_SIZE(qtab);
     }
-    PyObject *loading = attr_get(m, s_loading_nodes, rid, 1);
+    PyObject *loading = attr_get(m, s_loading_nodes, &b->plain_loading_nodes, rid, 1);
     if (loading == NULL)
         return -1;
-    rc = requeue_loading(m, loading);
+    rc = requeue_loading(b, m, loading);
     Py_DECREF(loading);
     return rc;
 }
 
 /* `x = m.by_id.get(fields.get("node")); if x is not None: m.requeue.add(x)` */
-static int requeue_node(PyObject *m, PyObject *fields) {
+static int requeue_node(RequestBinder *b, PyObject *m, PyObject *fields) {
     PyObject *node = get_of(fields, s_node);
     if (node == NULL)
         return -1;
-    PyObject *x = attr_get(m, s_by_id, node, 0);
+    PyObject *x = attr_get(m, s_by_id, &b->plain_by_id, node, 0);
     Py_DECREF(node);
     if (x == NULL)
         return -1;
     int rc = 0;
     if (x != Py_None) {
-        PyObject *r = PyObject_GetAttr(m, s_requeue), *done = NULL;
+        PyObject *r = attr_of(m, s_requeue, &b->plain_requeue), *done = NULL;
         if (r == NULL)
             rc = -1;
         else if (PySet_CheckExact(r))
@@ -2300,16 +2356,17 @@ static PyObject *request_binder_call(PyObject *self, PyObject *const *args, size
         return NULL;
     int t;
     if (rid == Py_None) {
-        if (PyObject_SetAttr(m, s_phase_before, Py_None) < 0 || PyObject_SetAttr(m, s_lock_before, Py_None) < 0)
+        if (attr_set(m, s_phase_before, Py_None, &b->plain_phase_before) < 0
+            || attr_set(m, s_lock_before, Py_None, &b->plain_lock_before) < 0)
             goto fail;
     } else {
         if ((t = PySequence_Contains(b->ending, rid)) < 0)
             goto fail;
         before = t ? Py_NewRef(Py_None) : get_of(b->phase, rid);
-        if (before == NULL || PyObject_SetAttr(m, s_phase_before, before) < 0)
+        if (before == NULL || attr_set(m, s_phase_before, before, &b->plain_phase_before) < 0)
             goto fail;
         lock = get_of(b->req_node, rid);
-        if (lock == NULL || PyObject_SetAttr(m, s_lock_before, lock) < 0)
+        if (lock == NULL || attr_set(m, s_lock_before, lock, &b->plain_lock_before) < 0)
             goto fail;
     }
     {
@@ -2319,7 +2376,8 @@ static PyObject *request_binder_call(PyObject *self, PyObject *const *args, size
     if (steps == NULL)
         goto fail;
     if (rid != Py_None) {
-        if (PyObject_SetAttr(m, s_req_dirty, Py_True) < 0 || (t = PySequence_Contains(b->phase_actions, action)) < 0)
+        if (attr_set(m, s_req_dirty, Py_True, &b->plain_req_dirty) < 0
+            || (t = PySequence_Contains(b->phase_actions, action)) < 0)
             goto fail;
         if (t) {
             int live = PyDict_Contains(b->phase, rid), held;
@@ -2329,10 +2387,11 @@ static PyObject *request_binder_call(PyObject *self, PyObject *const *args, size
                 goto fail;
         }
     } else {
-        if ((t = PySequence_Contains(b->req_actions, action)) < 0 || (t && PyObject_SetAttr(m, s_req_dirty, Py_True) < 0))
+        if ((t = PySequence_Contains(b->req_actions, action)) < 0
+            || (t && attr_set(m, s_req_dirty, Py_True, &b->plain_req_dirty) < 0))
             goto fail;
     }
-    if ((t = PySequence_Contains(b->backup_actions, action)) < 0 || (t && requeue_node(m, fields) < 0))
+    if ((t = PySequence_Contains(b->backup_actions, action)) < 0 || (t && requeue_node(b, m, fields) < 0))
         goto fail;
     Py_DECREF(rid);
     Py_XDECREF(before);
@@ -2402,6 +2461,8 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
     b->phase_actions = Py_NewRef(a[6]);
     b->req_actions = Py_NewRef(a[7]);
     b->backup_actions = Py_NewRef(a[8]);
+    b->plain_phase_before = b->plain_lock_before = b->plain_req_dirty = 0;
+    b->plain_requeue = b->plain_loading_nodes = b->plain_by_id = 0;
     b->vectorcall = request_binder_call;
     return (PyObject *)b;
 }
