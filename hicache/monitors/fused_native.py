@@ -68,6 +68,10 @@ class _Loop:
     temps: int = 0
     ints: int = 0
     ranges: int = 0
+    # with `resolve`, the outer names the predicate calls with one argument, in their order:
+    # the caller hands each one's dict after the names (`reader_dict`), at L[len(outer) + j]
+    resolve: bool = False
+    readers: list[str] = field(default_factory=list)
 
     def outer_at(self, name: str) -> int:
         if name not in self.outer:
@@ -107,6 +111,16 @@ class _Loop:
             return f"s{self.shared[name]}"
         return f"L[{self.outer_at(name)}]"
 
+    def reader_at(self, name: str) -> str | None:
+        """With `resolve`, where the predicate calls the outer name `name` with one argument: the
+        C of the dict the caller resolved it to, or NULL (`L[@R<j>]`, numbered after the outer
+        names once they are all known, `_translate`); else None."""
+        if not self.resolve or name == self.element or name in self.shared:
+            return None
+        if name not in self.readers:
+            self.readers.append(name)
+        return f"L[@R{self.readers.index(name)}]"
+
     def int_var(self) -> str:
         self.ints += 1
         return f"t{self.ints - 1}"
@@ -124,6 +138,11 @@ class _Loop:
     def item_site(self) -> int | None:
         """The index of a new cache of a `C['name']` read (fused_whole's `item_at`), or None:
         an element loop reads no constant by name (they are hoisted out of it)."""
+        return None
+
+    def entry_site(self) -> int | None:
+        """The index of a new cache of the entry a `x['name']` read found (fused_whole's
+        `str_item_at`), or None: an element loop reads no dict by name (its reads are hoisted)."""
         return None
 
     def range_site(self) -> str | None:
@@ -213,6 +232,10 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         if len(args) == 1 and site is not None:
             # (a variable's reader made at every step: the last one this site made, while valid)
             out.append(f"{dst} = reader({fn[0]}, {args[0][0]}, &read_sites[{site}]);")
+        elif len(args) == 1 and isinstance(node.func, ast.Name) and (d := loop.reader_at(node.func.id)) is not None:
+            # (a function value's reader handed to the loop: the dict it reads, resolved once
+            # per loop, or NULL and call1)
+            out.append(f"{dst} = call1_dict({fn[0]}, {d}, {args[0][0]});")
         elif len(args) == 1:
             # (a one-argument call: most are a function value's reader, call1's dict lookup)
             out.append(f"{dst} = call1({fn[0]}, {args[0][0]});")
@@ -238,9 +261,14 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         key = _operand(loop, node.slice, out)
         site = loop.item_site() if isinstance(node.value, ast.Name) and node.value.id == "C" \
             and isinstance(node.slice, ast.Constant) and type(node.slice.value) is str else None
+        entry = loop.entry_site() if site is None and isinstance(node.slice, ast.Constant) \
+            and type(node.slice.value) is str else None
         if site is not None:
             # (a constant read at every step: the last value this site read, while valid)
             out.append(f"{dst} = item_at({obj[0]}, {key[0]}, &item_sites[{site}]); {_release(obj, key)}")
+        elif entry is not None:
+            # (a state's or domain's value read by name at every step: at the entry it was last)
+            out.append(f"{dst} = str_item_at({obj[0]}, {key[0]}, &entry_sites[{entry}]); {_release(obj, key)}")
         else:
             out.append(f"{dst} = getitem({obj[0]}, {key[0]}); {_release(obj, key)}")
         out.append(f"if ({dst} == NULL) goto done;")
@@ -274,7 +302,7 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         # (`is`, `in` and `not` make a bool)
         t = loop.int_var()
         _truth(loop, node, out, t)
-        out.append(f"{dst} = PyBool_FromLong({t});")
+        out.append(f"{dst} = Py_NewRef({t} ? Py_True : Py_False);")
         return dst
     if isinstance(node, ast.IfExp):
         t = loop.int_var()
@@ -426,12 +454,19 @@ def _translate(loop: _Loop, reads: list[ast.Assign], pred: ast.expr, entry: bool
     ints = [f"int {', '.join(f't{i} = 0' for i in range(loop.ints))};"] if loop.ints else []
     release = [f"Py_XDECREF({o});" for o in objs]
     ranges = [f"static RangeSite {', '.join(f'rs{i}' for i in range(loop.ranges))};"] if loop.ranges else []
+    # (the readers' dicts follow the outer names, now all numbered)
+    for j in reversed(range(len(loop.readers))):
+        body = [x.replace(f"L[@R{j}]", f"L[{len(loop.outer) + j}]") for x in body]
     return "\n".join([
         f"static int pred_{loop.index}(PyObject *e, PyObject *const *L) {{",
         *("    " + x for x in ranges),
         "    int ok = 0;",
         *("    " + x for x in decl + ints + body),
-        "    if (ok) ok = 1;",
+        # (the predicate's end reached, every temporary is NULL again, released where its
+        # value was used, and only the shared reads are held: released alone; the other
+        # exit, `done`, is taken where an operation failed)
+        *(f"    Py_DECREF({o});" for o in shared),
+        "    return ok ? 1 : 0;",
         "done:",
         *("    " + x for x in release),
         "    return PyErr_Occurred() ? -1 : ok;",
@@ -448,6 +483,17 @@ _PRELUDE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* a dict's entries, as 3.11 lays them out (its keys object: the kind, the entries in
+ * insertion order, each a key and its value, a deleted one's key NULL): read where an entry
+ * can be guessed (`int_entry`, fused_whole's `str_item_at`), each guess checked against the
+ * entry's key, so a wrong one only costs the lookup it did not save */
+#define Py_BUILD_CORE
+#include <internal/pycore_dict.h>
+#undef Py_BUILD_CORE
+#define HICACHE_DICT_ENTRIES 1
+#endif
 
 static PyObject *K[%(nconst)d];
 
@@ -556,9 +602,37 @@ static PyObject *missing_key(PyObject *x) {
     return NULL;
 }
 
+/* The value of the exact dict d at x, an exact int of one digit whose value is i, read off
+ * d's entry number i where that entry is live and its key is exactly an int equal to x (no
+ * error: NULL where it is not, the caller then looks x up). A dict's keys are unique, so the
+ * one live entry whose key equals x holds d[x], wherever it is; and an exact int equals x
+ * exactly when it has x's value, which asks no Python code. A map's function of positions
+ * (`dict.fromkeys(range(cap))`, grown in order, written in place, never deleted from) keeps
+ * position i in entry i: its read is one test, not a probe of the hash table (inlined: the
+ * pass reads each dirty element's values by their position, ~4.5 reads a dirty page). */
+static Py_ALWAYS_INLINE inline PyObject *int_entry(PyObject *d, PyObject *x, Py_ssize_t i) {
+#ifdef HICACHE_DICT_ENTRIES
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *dk = mp->ma_keys;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= i && i < dk->dk_nentries) {
+        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[i];
+        PyObject *k = ep->me_key;
+        /* (a one-digit int: its size -1, 0 or 1 and its digit say its value; a zero's digit is
+         * not read, the small ints, zero among them, being one object each) */
+        if (k == x || (k != NULL && PyLong_CheckExact(k) && Py_SIZE(k) == Py_SIZE(x) && Py_SIZE(x) != 0
+                       && ((PyLongObject *)k)->ob_digit[0] == ((PyLongObject *)x)->ob_digit[0]))
+            return ep->me_value;
+    }
+#else
+    (void)d; (void)x; (void)i;
+#endif
+    return NULL;
+}
+
 /* d[x] for an exact dict d (a new reference), as its subscript decides it: an exact dict asks
  * no `__missing__`; KeyError(x) when x is missing, TypeError when x is unhashable. An int of
- * at most one digit is looked up by the hash Python gives it (its value, but -1's is -2), not
+ * at most one digit is read off the entry its value numbers where that entry holds it
+ * (int_entry), else looked up by the hash Python gives it (its value, but -1's is -2), not
  * computed by a call (inlined: the pass reads each dirty element's values by their position,
  * a lookup each) */
 static Py_ALWAYS_INLINE inline PyObject *dict_item(PyObject *d, PyObject *x) {
@@ -567,7 +641,9 @@ static Py_ALWAYS_INLINE inline PyObject *dict_item(PyObject *d, PyObject *x) {
     Py_ssize_t n;
     if (PyLong_CheckExact(x) && -1 <= (n = Py_SIZE(x)) && n <= 1) {
         Py_hash_t h = (Py_hash_t)n * (Py_hash_t)((PyLongObject *)x)->ob_digit[0];
-        v = _PyDict_GetItem_KnownHash(d, x, h == -1 ? -2 : h);
+        v = int_entry(d, x, h);
+        if (v == NULL)
+            v = _PyDict_GetItem_KnownHash(d, x, h == -1 ? -2 : h);
     } else
 #endif
         v = PyDict_GetItemWithError(d, x);
@@ -599,6 +675,33 @@ static Py_ALWAYS_INLINE inline PyObject *set_next(PyObject *s, Py_ssize_t *pos) 
 }
 #endif
 
+/* `x in s` for s exactly a set or frozenset and x exactly a str whose hash is computed or an
+ * int of one digit (whose hash is its value, but -1's is -2), decided at the first slot of
+ * s's table that x's hash probes: 1 where that slot holds x itself, 0 where it is unused (a
+ * lookup stops at the first unused slot of its probe, and an add puts its key at or before
+ * it; a removed key leaves a dummy, not an unused slot, which only a rebuild of the table
+ * clears, and a rebuild adds every key anew), -1 where the slot cannot tell: another key or
+ * a dummy there (PySet_Contains then decides). The pass tests a variable's name in the
+ * changed variables V ~12 times a step, and a name is the one interned str both sides use
+ * (inlined). */
+static Py_ALWAYS_INLINE inline int set_first_probe(PyObject *s, PyObject *x) {
+    Py_hash_t h;
+    if (PyUnicode_CheckExact(x)) {
+        if ((h = ((PyASCIIObject *)x)->hash) == -1)
+            return -1;
+    } else {
+        Py_ssize_t n = Py_SIZE(x);
+        if (n < -1 || n > 1)
+            return -1;
+        h = (Py_hash_t)n * (Py_hash_t)((PyLongObject *)x)->ob_digit[0];
+        if (h == -1)
+            h = -2;
+    }
+    PySetObject *so = (PySetObject *)s;
+    PyObject *k = so->table[(size_t)h & (size_t)so->mask].key;
+    return k == x ? 1 : k == NULL ? 0 : -1;
+}
+
 /* `a.isdisjoint(b)`'s truth where a and b are both exactly set or frozenset, as set.isdisjoint
  * decides it (the smaller one's elements, the receiver's on a tie, looked up in the other);
  * -2 for anything else, which then calls the method (the fast paths test
@@ -620,9 +723,12 @@ static int set_disjoint(PyObject *a, PyObject *b) {
     Py_ssize_t pos = 0;
     PyObject *key;
     while ((key = set_next(a, &pos)) != NULL) {
-        Py_INCREF(key);
-        int in = PySet_Contains(b, key);
-        Py_DECREF(key);
+        int in = PyLong_CheckExact(key) || PyUnicode_CheckExact(key) ? set_first_probe(b, key) : -1;
+        if (in < 0) {
+            Py_INCREF(key);
+            in = PySet_Contains(b, key);
+            Py_DECREF(key);
+        }
         if (in != 0)
             return in < 0 ? -1 : 0;
     }
@@ -666,8 +772,10 @@ static int contains_other(PyObject *r, PyObject *x) {
  * the fast paths test `'dev' in V` per variable at every step, and membership of an element's
  * values at every dirty element) */
 static Py_ALWAYS_INLINE inline int contains(PyObject *r, PyObject *x) {
-    if (PyAnySet_CheckExact(r) && (PyLong_CheckExact(x) || PyUnicode_CheckExact(x)))
-        return PySet_Contains(r, x);
+    if (PyAnySet_CheckExact(r) && (PyLong_CheckExact(x) || PyUnicode_CheckExact(x))) {
+        int in = set_first_probe(r, x);
+        return in >= 0 ? in : PySet_Contains(r, x);
+    }
     return contains_other(r, x);
 }
 
@@ -778,6 +886,25 @@ static Py_ALWAYS_INLINE inline PyObject *call1(PyObject *f, PyObject *x) {
         return PyObject_Vectorcall(((SeqAt *)f)->real, argv, 1, NULL);
     }
     return PyObject_Vectorcall(f, argv, 1, NULL);
+}
+
+/* the exact dict whose own `__getitem__` f is (exactly a builtin method bound to it, as call1
+ * tests), else NULL: what call1 reads a call of f by, decided once per element loop for each
+ * reader the loop calls (borrowed: f holds it, and a builtin method's self never changes;
+ * the caller holds f for the loop) */
+static PyObject *reader_dict(PyObject *f) {
+    if (Py_TYPE(f) == &PyCFunction_Type && !(((PyCFunctionObject *)f)->m_ml->ml_flags & METH_STATIC)) {
+        PyObject *d = ((PyCFunctionObject *)f)->m_self;
+        if (d != NULL && PyDict_CheckExact(d) && ((PyCFunctionObject *)f)->m_ml->ml_meth == dict_getitem)
+            return d;
+    }
+    return NULL;
+}
+
+/* f(x) as call1 makes it, d being reader_dict(f): that dict's lookup where it is one (the pass
+ * reads ~7 values a dirty page, each by a reader so resolved; inlined) */
+static Py_ALWAYS_INLINE inline PyObject *call1_dict(PyObject *f, PyObject *d, PyObject *x) {
+    return d != NULL ? dict_item(d, x) : call1(f, x);
 }
 
 /* the truth of `a <op> b` as Python decides it (PyObject_RichCompare, then its truth), with

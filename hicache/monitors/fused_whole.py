@@ -65,6 +65,7 @@ class _Scope(_Loop):
     sites: int = 0
     items: int = 0
     members: int = 0
+    entries: int = 0
 
     def read_site(self) -> int:
         self.sites += 1
@@ -73,6 +74,10 @@ class _Scope(_Loop):
     def item_site(self) -> int:
         self.items += 1
         return self.items - 1
+
+    def entry_site(self) -> int:
+        self.entries += 1
+        return self.entries - 1
 
     def member_site(self) -> int:
         self.members += 1
@@ -268,7 +273,7 @@ class _Whole:
 
     def _loop(self, st: ast.For, out: list[str]) -> None:
         element, dom, reads, pred = _element_loop(st)
-        loop = _Loop(len(self.loops), element, consts=self.consts)
+        loop = _Loop(len(self.loops), element, consts=self.consts, resolve=True)
         c = _translate(loop, reads, pred, entry=False)      # (Untranslatable: escaped whole)
         self.loops.append(loop)
         self.preds.append(c)
@@ -279,7 +284,8 @@ class _Whole:
         sc.load_name("it", it_fn, out)
         sc.load_name("D", dom_v, out)
         key = sc.temp()
-        out.append(f"{key} = getitem({dom_v}, K[{sc.const_at(dom)}]); Py_CLEAR({dom_v});")
+        out.append(f"{key} = str_item_at({dom_v}, K[{sc.const_at(dom)}], &entry_sites[{sc.entry_site()}]); "
+                   f"Py_CLEAR({dom_v});")
         out.append(f"if ({key} == NULL) goto done;")
         held, refs = [], []
         for name in loop.outer:
@@ -292,6 +298,9 @@ class _Whole:
                 sc.load_name(name, g, out)
                 held.append(g)
                 refs.append(g)
+        # (after them, the dict each reader the predicate calls reads, resolved for the loop:
+        # borrowed from the reader, which the slot or temporary above holds throughout)
+        refs += [f"reader_dict({refs[loop.outer.index(name)]})" for name in loop.readers]
         r = sc.int_var()
         out.append(f"{{ PyObject *L_{loop.index}[] = {{{', '.join(refs) or 'NULL'}}};")
         out.append(f"  {r} = each({it_fn}, {key}, L_{loop.index}, pred_{loop.index}); }}")
@@ -383,6 +392,7 @@ class _Whole:
             f"#define N_SITES {max(1, sc.sites)}",
             f"#define N_ITEMS {max(1, sc.items)}",
             f"#define N_MEMBERS {max(1, sc.members)}",
+            f"#define N_ENTRIES {max(1, sc.entries)}",
             _PASS_TYPE,
             *self.preds,
             fn,
@@ -608,6 +618,60 @@ static PyObject *item_at(PyObject *o, PyObject *key, ItemSite *site) {
     }
 #endif
     return getitem(o, key);
+}
+
+/* A `x['name']` read's cache (one per such read in the pass of the state, the domains or
+ * any dict but the constants binding, `str_item_at`): the number of the entry where the
+ * last read found the key, in the dict's order of insertion */
+typedef struct {
+    Py_ssize_t ix;
+} EntrySite;
+
+static EntrySite entry_sites[N_ENTRIES];
+
+/* o[key] (key an interned str constant), as getitem reads it, looked up, with the number of
+ * key's entry kept at the site where o is an exact dict of str keys (a hint only) */
+static PyObject *str_item_find(PyObject *o, PyObject *key, EntrySite *site) {
+    PyObject *v = getitem(o, key);
+#ifdef HICACHE_DICT_ENTRIES
+    if (v != NULL && PyDict_CheckExact(o)) {
+        /* (the lookup of a str in a dict of str keys runs no Python code: read anew anyway) */
+        PyDictKeysObject *dk = ((PyDictObject *)o)->ma_keys;
+        if (((PyDictObject *)o)->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE) {
+            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(dk);
+            for (Py_ssize_t i = 0; i < dk->dk_nentries; i++)
+                if (ep[i].me_key == key) {
+                    site->ix = i;
+                    break;
+                }
+        }
+    }
+#else
+    (void)site;
+#endif
+    return v;
+}
+
+/* o[key] (key an interned str constant), as getitem reads it. Where o is an exact dict of str
+ * keys whose entry number site->ix is live and holds key itself, that entry's value: a
+ * dict's keys are unique, so the live entry whose key is key holds o[key], wherever it is
+ * (a wrong hint costs the lookup it did not save). The state s, whose variables are written
+ * in place of their entries, and the dirty domains D keep each key at its entry from step
+ * to step; the pass reads ~15 of them by name at every step, a hash probe and a call each
+ * before (inlined). */
+static Py_ALWAYS_INLINE inline PyObject *str_item_at(PyObject *o, PyObject *key, EntrySite *site) {
+#ifdef HICACHE_DICT_ENTRIES
+    if (PyDict_CheckExact(o)) {
+        PyDictKeysObject *dk = ((PyDictObject *)o)->ma_keys;
+        Py_ssize_t i = site->ix;
+        if (((PyDictObject *)o)->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE && i < dk->dk_nentries) {
+            PyDictUnicodeEntry *ep = &DK_UNICODE_ENTRIES(dk)[i];
+            if (ep->me_key == key && ep->me_value != NULL)
+                return Py_NewRef(ep->me_value);
+        }
+    }
+#endif
+    return str_item_find(o, key, site);
 }
 
 /* A `'name' in skip` test's cache (one per such test in the pass, `member_at`): the

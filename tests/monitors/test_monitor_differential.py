@@ -353,6 +353,68 @@ def test_the_native_pass_reuses_nothing_changed_in_place(world):
     assert decided[True] and decided[False], f"{name}: {decided}"
 
 
+def _moved(d: dict, rng) -> dict:
+    """d's mapping in a dict that holds its keys at other entries than d's order gives them
+    (shuffled), a third of them deleted and added again (their first entries left dead)."""
+    keys = sorted(d, key=repr)
+    rng.shuffle(keys)
+    out = {k: d[k] for k in keys}
+    for k in keys[:len(keys) // 3]:
+        out[k] = out.pop(k)
+    return out
+
+
+def _copy_str(v):
+    """v, a str, as another object equal to it (not the interned name), else v."""
+    return "".join(list(v)) if type(v) is str and len(v) > 1 else v
+
+
+def test_the_native_pass_reads_entries_wherever_they_are(world):
+    """The pass compiled whole reads a function's value at a position off the entry the
+    position numbers, a state's or a domain's value by name off the entry the key was found
+    at last, and tests a name in V at the first slot its hash probes (fused_native's
+    int_entry and set_first_probe, fused_whole's str_item_at), each checked against the key
+    it finds there: on states whose dicts hold their keys elsewhere (shuffled, deleted and
+    added again, a name as an equal str that is not the interned one), on the same state
+    and domain dicts changed so from call to call, and with V holding names removed and
+    added again (dummies in its table), it decides as the generated Python does."""
+    from hicache.tla.values import Fcn
+    name, _, gen, C, states, _ = world
+    fast = _native_pass(name, gen)
+    rng = random.Random(13)
+    domains = sorted({d for _, doms in gen.INCREMENTAL.values() for d in doms})
+    inputs = states[:200] + _mutants(states, gen.VARIABLES, rng, 100) + \
+        _crossed_states(states, gen.VARIABLES, rng, 100)
+    same_s, same_D = {}, {}
+    decided = collections.Counter()
+    for s in inputs:
+        sd = {v: Fcn(_moved(x.d, rng)) if type(x) is Fcn and rng.random() < 0.7 else x
+              for v, x in _d(gen, s).items()}
+        D = {dom: frozenset(x for x in sorted(C[dom], key=repr) if rng.random() < 0.7) for dom in domains}
+        if rng.random() < 0.5:
+            # (the same dicts, each key deleted and added again in another order, or under
+            # an equal str that is not the interned name)
+            for held, new in ((same_s, sd), (same_D, D)):
+                held.clear()
+                for k in sorted(new, key=lambda _: rng.random()):
+                    held[_copy_str(k) if rng.random() < 0.2 else k] = new[k]
+            sd, D = same_s, same_D
+        else:
+            sd, D = _moved(sd, rng), _moved(D, rng)
+        V = None
+        if rng.random() < 0.8:
+            V = {_copy_str(v) if rng.random() < 0.2 else v for v in gen.VARIABLES if rng.random() < 0.5}
+            if rng.random() < 0.5:
+                gone = {f"{v}_gone" for v in gen.VARIABLES}
+                V |= gone
+                V -= gone
+        skip = frozenset(n for n in sorted(gen.INCREMENTAL) if rng.random() < 0.2)
+        want = gen.inc_all(C, sd, D, V, skip)
+        assert fast(C, sd, D, V, skip) is want, f"{name}: native inc_all differs on {sd} (D={D}, V={V})"
+        decided[want] += 1
+    assert decided[True] and decided[False], f"{name}: {decided}"
+
+
 def test_the_native_pass_walks_whole_domains_as_python_does(world):
     """Handed the domains themselves (what the monitor hands over under a new binding, or for
     every request when `len` changed: intervals 1..n among them), or an empty interval, the

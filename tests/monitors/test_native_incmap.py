@@ -667,6 +667,15 @@ def test_first_page_where_agrees(mod):
         n = rng.randint(0, 8)
         values = [0, 1, 7, -1, False, True] + ([None, "x", 2 ** 40] if rng.random() < 0.3 else [])
         row = {p: rng.choice(values) for p in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+        if rng.random() < 0.4:
+            # (in the positions' order, as the map's rows are: position p at entry p where
+            # the row holds every position before it; a position deleted and added again,
+            # its entry then the last: the copy each run takes keeps the order, not the dead
+            # entry, which the asserts below leave in place)
+            row = {p: row[p] for p in sorted(row)}
+            if row and rng.random() < 0.3:
+                p = rng.choice(sorted(row))
+                row[p] = row.pop(p)
         if row and rng.random() < 0.1:
             row[rng.choice(sorted(row))] = _Falsy()
         if rng.random() < 0.1:
@@ -681,6 +690,12 @@ def test_first_page_where_agrees(mod):
     assert mod.first_page_where({1: 0, 2: 3, 3: True}, [1, 2, 3], True) == 2
     assert mod.first_page_where({1: 5, 2: False, 3: None}, (1, 2, 3), False) == 2
     assert mod.first_page_where({-1: 0}, [-1], False) == -1 and mod.first_page_where({}, [], True) is None
+    # (entry 1 holds TRUE, equal to 1 but no int: read by lookup; entry 1 deleted, 1 added again)
+    assert mod.first_page_where({0: 0, True: 1, 2: 0}, [2, 1], True) == 1
+    moved = dict.fromkeys(range(4), 0)
+    del moved[1]
+    moved[1] = 5
+    assert mod.first_page_where(moved, [0, 1], True) == 1
 
 
 @pytest.mark.parametrize("seed", range(100))
@@ -776,12 +791,15 @@ def test_nodes_at_and_prefix_breach_agree(mod):
             positions |= frozenset(rng.sample([-1, True], rng.randint(0, 2)))
         at.append([keys, positions, rng.choice([rng.randint(0, n + 1), True])])
         host = {p: rng.choice([0, 0, 1, 2, False, True, 1.0, 0.0]) for p in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+        if rng.random() < 0.4:
+            host = {p: host[p] for p in sorted(host)}      # (the map's order: position p at entry p)
         along.append([host, rng.sample(range(n + 1), rng.randint(0, n + 1)), rng.choice([None, *range(n + 2)])])
     seen = _outcomes("nodes_at", mod, at)
     assert seen["ok"] >= 100 and seen["IndexError: list index out of range"] >= 5, seen
     seen = _outcomes("prefix_breach", mod, along)
     assert seen["ok"] >= 100 and sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 5, seen
     assert mod.prefix_breach({1: 0, 2: 0, 3: 5}, [2, 3], 1) == (3, 2)
+    assert mod.prefix_breach({0: 1, True: 0, 2: 5}, [2], 1) == (2, 1)
     assert mod.prefix_breach({1: 0, 2: 4, 3: 5}, [2, 3], None) is None     # no parent page: root
     assert mod.prefix_breach({1: 0, 2: 4}, [2], 1) == (2, 1)
 

@@ -1761,6 +1761,48 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return finish(it, err, out, zero, NULL, NULL);
 }
 
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* a dict's entries as 3.11 lays them out (pos_entry) */
+#define Py_BUILD_CORE
+#include <internal/pycore_dict.h>
+#undef Py_BUILD_CORE
+#define HICACHE_POS_ENTRIES 1
+#endif
+
+/* d[q] (borrowed) for the exact dict d and q an exact int of at most one digit whose value is
+ * k, read off d's entry number k where that entry is live and its key is exactly an int of
+ * value k; NULL where it is not (no error: the caller looks q up). A dict's keys are unique,
+ * so the live entry whose key equals q holds d[q], wherever it is, and an exact int equals q
+ * when it has q's value (no Python code asked). A map's function of positions is
+ * `dict.fromkeys(range(cap))`, grown in order and written in place: position k is entry k, so
+ * the guards' per-page reads (first_page_where, breach_along) are one test each, not a probe
+ * of the hash table (a wrong guess costs the lookup it did not save). */
+static inline PyObject *pos_entry(PyObject *d, PyObject *q, long long k) {
+#ifdef HICACHE_POS_ENTRIES
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *dk = mp->ma_keys;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
+        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
+        long long kk;
+        if (ep->me_key == q || (ep->me_key != NULL && small_int(ep->me_key, &kk) && kk == k))
+            return ep->me_value;
+    }
+#else
+    (void)d; (void)q; (void)k;
+#endif
+    return NULL;
+}
+
+/* host[p] (a new reference), as PyObject_GetItem reads it, off its entry where host is an exact
+ * dict and p a small int position held there (pos_entry) */
+static inline PyObject *page_item(PyObject *host, PyObject *p) {
+    long long k;
+    PyObject *v;
+    if (PyDict_CheckExact(host) && small_int(p, &k) && (v = pos_entry(host, p, k)) != NULL)
+        return Py_NewRef(v);
+    return PyObject_GetItem(host, p);
+}
+
 /* prefix_breach(host, pos, q) (breach_along, also tree_prefix_breach's per-node test): along
  * pos in order, each page's parent the page before it (the first's q; None: none), the first
  * (p, parent) with host[p] != 0 and host[parent] == 0; None when there is none. */
@@ -1774,12 +1816,12 @@ static PyObject *breach_along(PyObject *host, PyObject *pos, PyObject *q0) {
         if (q != Py_None) {
             /* (Python's `host[p] != 0 and host[q] == 0`: the second read only if the first held) */
             long long v;
-            PyObject *hp = PyObject_GetItem(host, p);
+            PyObject *hp = page_item(host, p);
             int set = hp == NULL ? -1 : int_value(hp, &v) ? v != 0 : PyObject_RichCompareBool(hp, zero, Py_NE);
             Py_XDECREF(hp);
             int gap = set;
             if (set > 0) {
-                PyObject *hq = PyObject_GetItem(host, q);
+                PyObject *hq = page_item(host, q);
                 gap = hq == NULL ? -1 : int_value(hq, &v) ? v == 0 : PyObject_RichCompareBool(hq, zero, Py_EQ);
                 Py_XDECREF(hq);
             }
@@ -4200,8 +4242,9 @@ static PyObject *extend_positions(PyObject *self, PyObject *const *a, Py_ssize_t
 
 /* first_page_where(d, pos, want): first_where(d, pos, want), its reads made directly where d
  * is an exact dict, pos an exact list or tuple and want True or False: a small exact int
- * position found in d with an exact int or bool value is read and tested in place (hashed as
- * the int it is); any other position or value, d[q] and its truth through the object API, as
+ * position found in d with an exact int or bool value is read and tested in place (off the
+ * entry it numbers where that entry holds it, pos_entry, else hashed as the int it is); any
+ * other position or value, d[q] and its truth through the object API, as
  * Python reads them (the same reads in the same order; want anything else, or d or pos of
  * another type: first_where itself). A guard asks this of each page of its node, two passes
  * an event: the object API's lookup and truth test per page cost twice these. */
@@ -4219,7 +4262,8 @@ static PyObject *first_page_where(PyObject *self, PyObject *const *a, Py_ssize_t
         PyObject *q = Py_NewRef(PySequence_Fast_GET_ITEM(pos, i)), *v;
         long long k, x;
         int truth;
-        if (small_int(q, &k) && (v = dict_get_h(d, q, k == -1 ? -2 : (Py_hash_t)k)) != NULL &&
+        if (small_int(q, &k) && ((v = pos_entry(d, q, k)) != NULL ||
+                                 (v = dict_get_h(d, q, k == -1 ? -2 : (Py_hash_t)k)) != NULL) &&
             (v == Py_True || v == Py_False || small_int(v, &x))) {
             truth = v == Py_True || (v != Py_False && x != 0);      /* (v borrowed: read at once) */
         } else if (PyErr_Occurred() || (v = PyObject_GetItem(d, q)) == NULL) {
