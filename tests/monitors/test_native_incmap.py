@@ -920,6 +920,74 @@ def test_remove_pages_takes_holes_in_any_order(mod):
     assert seen["ok"] == 120, seen
 
 
+class _PlainNode:
+    """A tree node as the map keys it: hashed and compared by identity (object's own), what
+    remove_pages' renumbering reads directly."""
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+def _plain_named(x):
+    """x with each _PlainNode replaced by its name (runs of one case built twice compared)."""
+    if isinstance(x, _PlainNode):
+        return "node", x.name
+    if isinstance(x, dict):
+        return {_plain_named(k): _plain_named(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x), tuple(_plain_named(v) for v in x)
+    if isinstance(x, (set, frozenset)):
+        return type(x), frozenset(_plain_named(v) for v in x)
+    return type(x), x
+
+
+def _plain_removal(rng):
+    """A removal whose keys name nodes of the default hash: the renumbering's direct path, and
+    its fallbacks: a node missing from npos (KeyError), a row too short for its page index
+    (IndexError), a negative page index, keys of lists or of 3-tuples, an empty dirty set."""
+    nodes = [_PlainNode(c) for c in "abcd"]
+    L = rng.randint(0, 14)
+    holes = rng.sample(range(L), rng.randint(0, L))
+    keys = [(rng.choice(nodes), p) for p in range(L)]
+    npos = {x: list(range(L)) for x in nodes}
+    odd = rng.random()
+    if odd < 0.15:
+        for x in rng.sample(nodes, 3):
+            npos.pop(x)
+    elif odd < 0.25:
+        npos[rng.choice(nodes)] = list(range(rng.randint(0, L)))
+    elif odd < 0.35 and L:
+        keys[rng.randrange(L)] = (rng.choice(nodes), -1)
+    elif odd < 0.45:
+        keys = [list(k) if rng.random() < 0.5 else k + (0,) for k in keys]
+    cols = (("dev", {p: rng.choice([False, True]) for p in range(L + 1)}, False, None),
+            ("host", {p: rng.choice([0, 1, 2, 3]) for p in range(L + 1)}, 0, {1: 2, 2: 1}))
+    dirty = set(rng.sample(range(15), rng.choice([0, 0, 3, 6])))
+    return [cols, holes, L, keys, npos, [], dirty, set()]
+
+
+def _run_named(fn, args):
+    try:
+        ret, exc = fn(*args), None
+    except Exception as e:      # (the same type and message must come from both)
+        ret, exc = None, (type(e), _plain_named(e.args))
+    return exc, _plain_named((ret, args))
+
+
+def test_remove_pages_renumbers_plain_nodes_as_python(mod):
+    """remove_pages over nodes hashed by identity (the map's, whose renumbering C makes
+    directly) both ways, each case built twice from one seed: the same keys, node positions,
+    dirt, writes and exceptions, the fallbacks' included."""
+    seen = collections.Counter()
+    for seed in range(300):
+        got = _run_named(mod.remove_pages, _plain_removal(random.Random(seed)))
+        want = _run_named(loops.py_remove_pages, _plain_removal(random.Random(seed)))
+        assert got == want, seed
+        seen["ok" if want[0] is None else want[0][0].__name__] += 1
+    assert seen["ok"] >= 150 and seen["KeyError"] >= 5 and seen["IndexError"] >= 5, seen
+
+
 class _Node:
     """A tree node as the frame reads it: its id (None: a node without one, AttributeError)."""
 

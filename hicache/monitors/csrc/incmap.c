@@ -1598,10 +1598,22 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
      * exact int within all three; read and written directly, else through the object API,
      * which raises what Python raises) */
     int exact = PyByteArray_CheckExact(raw) && PyList_CheckExact(names) && PyList_CheckExact(table);
-    while (!err && (h = PyIter_Next(it)) != NULL) {
-        Py_ssize_t i = exact && PyLong_CheckExact(h) ? PyLong_AsSsize_t(h) : -1;
-        if (i == -1 && PyErr_Occurred())
-            PyErr_Clear();              /* (past Py_ssize_t: the object API raises it below) */
+    /* the last node added to held (borrowed: held keeps it alive, so an equal pointer is that
+     * node, already in held). Why: a node's slots change together and come in a run (hs is in
+     * slot order, a node's slots mostly consecutive): ~9,000 adds a replay of a node just added */
+    PyObject *last = NULL;
+    /* (a list of slots, diff_bytes' own: its items taken directly, each held while used, the
+     * size read again at each, as its iterator reads them; any other iterable iterated) */
+    PyObject *list = PyList_CheckExact(a[0]) ? a[0] : NULL;
+    for (Py_ssize_t k = 0; !err; k++) {
+        h = list == NULL ? PyIter_Next(it) : k < PyList_GET_SIZE(list) ? Py_NewRef(PyList_GET_ITEM(list, k)) : NULL;
+        if (h == NULL)
+            break;
+        long long iv;
+        /* (an exact int: its value, and its hash for slot_page's lookup, read off the object;
+         * any other slot, a wide int included, through the object API, which raises as Python) */
+        int small = exact && small_int(h, &iv);
+        Py_ssize_t i = small ? (Py_ssize_t)iv : -1;
         PyObject *b = NULL, *name = NULL, *spec = NULL;
         if (i >= 0 && i < PyByteArray_GET_SIZE(raw) && i < PyList_GET_SIZE(names) &&
                 (unsigned char)PyByteArray_AS_STRING(raw)[i] < PyList_GET_SIZE(table)) {
@@ -1617,8 +1629,14 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
                   (spec = PyNumber_Add(h, one)) == NULL || PySet_Add(dirty, spec) < 0;
         }
         if (!err) {
-            PyObject *x = PyDict_GetItemWithError(slot_page, h);     /* borrowed */
-            err = (x == NULL && PyErr_Occurred()) || (x != NULL && x != Py_None && PySet_Add(held, x) < 0);
+            /* (borrowed from slot_page, as before; once added, held holds it too, which keeps
+             * `last` alive for the pointer test) */
+            PyObject *x = dict_get_h(slot_page, h, small ? (iv == -1 ? -2 : (Py_hash_t)iv) : -1);
+            err = x == NULL && PyErr_Occurred();
+            if (!err && x != NULL && x != Py_None && x != last) {
+                err = PySet_Add(held, x) < 0;
+                last = x;
+            }
         }
         Py_XDECREF(spec);
         Py_XDECREF(name);
@@ -2598,12 +2616,54 @@ static int renumber_each(PyObject *origin, PyObject *keys, PyObject *npos, PyObj
     return err ? -1 : 0;
 }
 
-/* renumber_one for each step (origin's items, in its order); 0, or -1 on an error */
+/* renumber_one for one step over the map's own types (keys a list holding both positions,
+ * its item an exact (node, page index) pair, npos an exact dict, the node's row a list holding
+ * the index; node of a hash that runs no Python code: the default, a pointer's), made
+ * directly: 1 when it applied, 0 when renumber_one is to serve (nothing written yet), -1 on an
+ * error. Why: renumber_one's generic reads and writes cost ~390 instructions a moved page, a
+ * removal's ~20 of them. */
+static int renumber_fast(Step *st, PyObject *keys, PyObject *npos, PyObject *dirty) {
+    long long q, src, idx;
+    if (!PyList_CheckExact(keys) || !PyDict_CheckExact(npos) || !small_int(st->q, &q) || !small_int(st->src, &src) ||
+        q < 0 || src < 0 || q >= PyList_GET_SIZE(keys) || src >= PyList_GET_SIZE(keys))
+        return 0;
+    PyObject *k = PyList_GET_ITEM(keys, src);
+    if (!PyTuple_CheckExact(k) || PyTuple_GET_SIZE(k) != 2)
+        return 0;
+    PyObject *node = PyTuple_GET_ITEM(k, 0), *ix = PyTuple_GET_ITEM(k, 1);
+    if (Py_TYPE(node)->tp_hash != PyBaseObject_Type.tp_hash || !small_int(ix, &idx) || idx < 0)
+        return 0;
+    /* (the lookup hashes by pointer and finds node by identity, or compares it with keys of
+     * that hash: npos' keys are nodes, of the default comparison, which runs no Python code) */
+    PyObject *row = PyDict_GetItemWithError(npos, node);
+    if (row == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_CheckExact(row) || idx >= PyList_GET_SIZE(row))
+        return 0;
+    /* keys[q] = k (a reference of its own; keys[src] keeps its one), row[idx] = q; the items
+     * they replace released last, after every read */
+    Py_INCREF(k);
+    PyObject *was = PyList_GET_ITEM(keys, q);
+    PyList_SET_ITEM(keys, q, k);
+    PyObject *prev = PyList_GET_ITEM(row, idx);
+    PyList_SET_ITEM(row, idx, Py_NewRef(st->q));
+    /* (dirty's test skipped when it is empty: no page was dirty) */
+    int in = PySet_GET_SIZE(dirty) == 0 ? 0 : PySet_Contains(dirty, st->src);
+    int rc = in < 0 || (in && PySet_Add(dirty, st->q) < 0) ? -1 : 1;
+    Py_DECREF(was);
+    Py_DECREF(prev);
+    return rc;
+}
+
+/* renumber_one for each step (origin's items, in its order), renumber_fast where it
+ * applies; 0, or -1 on an error */
 static int renumber_steps(Step *steps, Py_ssize_t count, PyObject *keys, PyObject *npos, PyObject *dirty) {
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1);
     int err = zero == NULL || one == NULL;
-    for (Py_ssize_t i = 0; !err && i < count; i++)
-        err = renumber_one(steps[i].q, steps[i].src, keys, npos, dirty, zero, one) < 0;
+    for (Py_ssize_t i = 0; !err && i < count; i++) {
+        int fast = renumber_fast(&steps[i], keys, npos, dirty);
+        err = fast < 0 || (fast == 0 && renumber_one(steps[i].q, steps[i].src, keys, npos, dirty, zero, one) < 0);
+    }
     Py_XDECREF(zero);
     Py_XDECREF(one);
     return err ? -1 : 0;
