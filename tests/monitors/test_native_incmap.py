@@ -135,6 +135,29 @@ def test_a_delta_entry_the_collector_need_not_follow_is_untracked(mod):
     gc.collect()
     assert gone() is None
 
+    # a container the collector does not track yet (an empty dict) may be tracked later, once
+    # it holds one: the entry holding it stays tracked, and a cycle closed through it later
+    # is collected
+    class Holder:
+        pass
+    old, delta = {}, []
+    assert not gc.is_tracked(old)
+    mod.fill({0: old}, [0], 5, "hits", delta, set())
+    assert gc.is_tracked(delta[0])
+    holder = Holder()
+    holder.delta, old["x"], gone = delta, holder, weakref.ref(holder)
+    del old, delta, holder
+    gc.collect()
+    assert gone() is None
+    # an exact tuple the collector untracked stays so (its items are fixed): an entry of it is
+    # untracked too
+    inner = (1, "a")
+    gc.collect()
+    assert not gc.is_tracked(inner)
+    delta = []
+    mod.fill({0: inner}, [0], 5, "hits", delta, set())
+    assert not gc.is_tracked(delta[0])
+
 
 @pytest.mark.parametrize("seed", range(60))
 def test_slot_states_diff_agrees(mod, seed):
@@ -1895,6 +1918,10 @@ def test_node_slots_agree(mod):
     seen = _outcomes("node_slots", mod, cases)
     assert seen["ok"] >= 250 and sum(v for k, v in seen.items() if k.startswith("ValueError")) >= 20, seen
     assert seen["TypeError: node_slots: n must be an int >= 0"] >= 10, seen
+    # (a count past 2**61 pages, which no node has, is refused alike: the C reads counts below it)
+    seen = _outcomes("node_slots", mod, [[None, None, 1 << 61, False], [[1, 2], None, (1 << 61) + 5, True],
+                                         [None, None, 1 << 70, False]])
+    assert seen == {"OverflowError: node_slots: n is past 2**61 pages": 3}, seen
 
 
 class _SubtreeNode(_MapNode):

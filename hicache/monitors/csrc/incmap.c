@@ -129,11 +129,14 @@ static PyObject *dict_at(PyObject *d, PyObject *key) {
     return dict_at_h(d, key, -1);
 }
 
-/* o is no object the collector tracks: one of a type it never tracks (tested inline by the
- * type's flag: a str, an int, a bool, None, nearly every delta entry's items), else as the
- * collector says */
+/* o is no object the collector tracks nor ever will: one of a type it never tracks (tested
+ * inline by the type's flag: a str, an int, a bool, None, nearly every delta entry's items),
+ * or an exact tuple it untracked (whose items are fixed: it stays untracked). Not "untracked
+ * now" in general: a dict starts untracked while it holds no container and is tracked once it
+ * does, so a delta entry untracked on its word could later close a cycle the collector never
+ * sees (CPython's own rule, _PyTuple_MaybeUntrack, trusts only these two cases too). */
 static inline int untracked(PyObject *o) {
-    return !PyType_IS_GC(Py_TYPE(o)) || !PyObject_GC_IsTracked(o);
+    return !PyType_IS_GC(Py_TYPE(o)) || (PyTuple_CheckExact(o) && !PyObject_GC_IsTracked(o));
 }
 
 /* delta.append((var, key, old)) (the tuple filled in place: PyTuple_Pack's variadic loop cost
@@ -3121,12 +3124,16 @@ static PyObject *zeros_list(Py_ssize_t n) {
     return out;
 }
 
-/* n's value when it is an exact int in 0..2**61 (a node's page count); TypeError otherwise, as
- * py_node_slots refuses it */
+/* n's value when it is an exact int in 0..2**61 (a node's page count); TypeError when it is no
+ * exact int >= 0, as py_node_slots refuses it, and OverflowError past 2**61 (no node has such a
+ * count: both twins refuse it alike) */
 static int page_count(PyObject *nobj, long long *n) {
     if (int_value(nobj, n) && *n >= 0)
         return 0;
-    PyErr_SetString(PyExc_TypeError, "node_slots: n must be an int >= 0");
+    if (PyLong_CheckExact(nobj) && _PyLong_Sign(nobj) > 0)
+        PyErr_SetString(PyExc_OverflowError, "node_slots: n is past 2**61 pages");
+    else
+        PyErr_SetString(PyExc_TypeError, "node_slots: n must be an int >= 0");
     return -1;
 }
 

@@ -586,6 +586,8 @@ def py_node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[i
     when its context's node_slots is it.)"""
     if type(n) is not int or n < 0:
         raise TypeError("node_slots: n must be an int >= 0")
+    if n >= 1 << 61:
+        raise OverflowError("node_slots: n is past 2**61 pages")
     if hs is not None:
         if len(hs) < n:
             raise ValueError(f"a node of {n} pages holds {len(hs)} host slots")
