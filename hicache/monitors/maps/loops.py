@@ -175,6 +175,102 @@ def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s:
     return dirty_chains, dirty_pages
 
 
+def py_device_sync(m, ctx: tuple):
+    """The device-page map's sync past its quiet test (device_pages.py's
+    IncrementalDevicePagesMap.sync: `_enter` over the journaled nodes, `_free`, `_grow`,
+    `_commit`) on its common path, in one call: the same reads and writes in the same order.
+    None, before anything is written, where the path does not apply (a journaled node that
+    is not entered at the walk's first pass over it: one detached, or below a node not
+    mapped yet, or journaled with a detached one; an allocation logged or pending; no mirror,
+    or an overflowed journal): the map's own sync runs then. A detached node is left by
+    `m._leave_subtree`, a new node's chain id is `m._id`'s, a mirror whose size
+    disagrees with the allocator's free count is `m._rebuilt()`'s, and a commit of another
+    shape (or growth) is `m._commit`'s: the map's own methods, called where its sync calls
+    them. ctx: (journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none,
+    missing, vars(m)), the objects the map holds for its life (the native form reads and
+    writes m's attributes in the last, m's own dict: no class of the map defines a data
+    descriptor of their names)."""
+    journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, _ = ctx
+    mirror = m.mirror
+    if mirror is None or ops.overflowed or cache.alloc_log or pending:
+        return None
+    # (walk_journaled's first pass over each journaled node: every one detached, which that
+    # pass leaves in the journal's order (`m._leave_subtree`: an eviction's), or every one in
+    # the tree below the root or a mapped node, which its second pass enters in that order
+    # (`_enter`, below); a node's parent is a journaled field, read without a side effect)
+    leaving = None
+    for x in journal:
+        if x is not root:
+            par = x.parent
+            if leaving is None:
+                leaving = par is None
+            elif leaving != (par is None):
+                return None
+            if par is not None and par is not root and par not in node_pages:
+                return None
+    changed: dict = {}
+    m._changed = changed
+    todo = list(journal)
+    journal.clear()
+    for x in todo:
+        if x is root:
+            continue
+        if leaving:
+            m._leave_subtree(x)
+            continue
+        pages = tuple(x.device) if x.device is not None else (none,) * x.n     # (_enter)
+        if node_pages.get(x) == pages:
+            continue
+        node_pages[x] = pages
+        c = cid.get(x)
+        changed[m._id(x) if c is None else c] = (0, pages)
+    if not ops:                                                 # (_free)
+        free = s["free"]
+    else:
+        moved = None
+        typed, n = m.mirror_typed, m.n_pids
+        for released, pages in ops:
+            got = pid_set.intersection(pages)
+            if released:
+                mirror.update(got)
+                typed = typed and py_ints_within(pages, n, 0)
+            else:
+                mirror.difference_update(got)
+            if moved is None:
+                moved = got
+            else:
+                moved |= got
+        del ops[:]
+        if len(mirror) != dev.free:
+            mirror, typed = m._rebuilt()
+            moved = None
+        m.free_moved = moved
+        m.mirror_typed = typed
+        free = m.free_built = frozenset(mirror)
+    longest = 1
+    for _, pages in changed.values():
+        if len(pages) > longest:
+            longest = len(pages)
+    if m.next_id - 1 > m.n_chains or longest > m.max_len:
+        m._grow(m.next_id - 1, longest)
+    # (_commit, on a state of the current shape whose free and mixed are written: most syncs)
+    n, L = m.n_chains, m.max_len
+    old_free = s.get("free", missing)
+    if m._shape != (n, L) or old_free is missing or "mixed" not in s:
+        return m._commit(changed, free)
+    delta = m.delta = []
+    free_changed = old_free is not free and old_free != free
+    moved = m.free_moved if free_changed else None
+    dirty_chains, dirty_pages = py_commit_rows(changed, m.rows, m.holders, m.page_rows, s, delta, m._empty,
+                                               m._padded, none, moved)
+    if free_changed:
+        delta.append(("free", None, old_free))
+        s["free"] = free
+        if moved is None:
+            dirty_pages |= old_free ^ free
+    return delta, {"Chains": dirty_chains, "PageIds": dirty_pages}
+
+
 def py_slot_owner_breach(names, slots, tree_refs: dict, backup_refs: dict, pf_refs: dict):
     """SlotInOneOwner's element-local test over the spec slots of `slots` (those past
     len(names) skipped), in their order: slot h with t tree references, f backup and fetch
@@ -824,6 +920,7 @@ write_slots = _mod.write_slots if _mod is not None else py_write_slots
 diff_bytes = _mod.diff_bytes if _mod is not None else py_diff_bytes
 count_pages = _mod.count_pages if _mod is not None else py_count_pages
 commit_rows = _mod.commit_rows if _mod is not None else py_commit_rows
+device_sync = _mod.device_sync if _mod is not None else py_device_sync
 slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach
 held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
 chains_typed = _mod.chains_typed if _mod is not None else py_chains_typed
