@@ -876,9 +876,9 @@ def test_the_native_sync_agrees_with_its_python_twin(seed, tmp_path):
 
 @pytest.mark.parametrize("impl", ["device_sync", "py_device_sync"])
 def test_the_common_path_sync_passes_on_a_failing_call_as_the_twin_does(impl, tmp_path):
-    """A call of the map's own methods that fails inside the common path (a new node's chain
-    id) propagates its error, the journal already taken (as the map's sync leaves it); a
-    context of another form is refused."""
+    """A step that fails inside the common path (a new node's chain id counted on from a
+    next id that is no int) propagates its error, the journal already taken (as the map's
+    sync leaves it), the node given no id; a context of another form is refused."""
     from hicache.monitors.maps import loops
     f = getattr(loops, impl)
     wcfg = WorkloadConfig(requests=4)
@@ -887,12 +887,11 @@ def test_the_common_path_sync_passes_on_a_failing_call_as_the_twin_does(impl, tm
     rmap = IncrementalDevicePagesMap(cache)
     serve_one(cache, *reqs[0])
     assert rmap.journal and not cache.alloc_log and not rmap.pending
-
-    def refused(key):
-        raise LookupError("no id")
-    rmap._id = refused
-    with pytest.raises(LookupError, match="no id"):
+    new = [x for x in rmap.journal if x not in rmap.cid and x is not cache.tree.root]
+    assert new and not rmap.spare
+    rmap.next_id = "no id"
+    with pytest.raises(TypeError):
         f(rmap, rmap._sync_ctx)
-    assert not rmap.journal
+    assert not rmap.journal and new[0] not in rmap.cid
     with pytest.raises((TypeError, ValueError)):
         f(rmap, rmap._sync_ctx[:-1])

@@ -1068,26 +1068,29 @@ static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
 
 /* ---- the device-page map's sync on its common path (loops.py's py_device_sync, which states
  * it: the same reads, writes and calls in the same order), one call for the Python glue of
- * device_pages.py's sync, _enter, _free and _commit */
+ * device_pages.py's sync, _enter or _leave_subtree (with _id, _release_id), _free and _commit:
+ * ~5 frames a sync, most of its cost besides commit_rows */
 
 static PyObject *s_ds_mirror, *s_ds_overflowed, *s_ds_alloc_log, *s_ds_parent, *s_ds_device, *s_ds_n, *s_ds_changed,
-    *s_ds_id, *s_ds_leave, *s_ds_mirror_typed, *s_ds_n_pids, *s_ds_intersection, *s_ds_update, *s_ds_diff_update,
+    *s_ds_mirror_typed, *s_ds_n_pids, *s_ds_intersection, *s_ds_update, *s_ds_diff_update,
     *s_ds_free, *s_ds_rebuilt, *s_ds_free_moved, *s_ds_free_built, *s_ds_next_id, *s_ds_n_chains, *s_ds_max_len,
     *s_ds_grow, *s_ds_shape, *s_ds_commit, *s_ds_delta, *s_ds_rows, *s_ds_holders, *s_ds_page_rows, *s_ds_empty,
-    *s_ds_padded, *s_ds_mixed, *s_ds_chains, *s_ds_page_ids;
+    *s_ds_padded, *s_ds_mixed, *s_ds_chains, *s_ds_page_ids, *s_ds_children, *s_ds_values;
 
 static PyObject *field_of(PyObject *x, PyObject *name);     /* (below, with the walks) */
 
 static int ds_names(void) {
     static const char *const names[] = {"mirror", "overflowed", "alloc_log", "parent", "device", "n", "_changed",
-        "_id", "_leave_subtree", "mirror_typed", "n_pids", "intersection", "update", "difference_update", "free",
+        "mirror_typed", "n_pids", "intersection", "update", "difference_update", "free",
         "_rebuilt", "free_moved", "free_built", "next_id", "n_chains", "max_len", "_grow", "_shape", "_commit",
-        "delta", "rows", "holders", "page_rows", "_empty", "_padded", "mixed", "Chains", "PageIds"};
+        "delta", "rows", "holders", "page_rows", "_empty", "_padded", "mixed", "Chains", "PageIds", "children",
+        "values"};
     PyObject **const slots[] = {&s_ds_mirror, &s_ds_overflowed, &s_ds_alloc_log, &s_ds_parent, &s_ds_device, &s_ds_n,
-        &s_ds_changed, &s_ds_id, &s_ds_leave, &s_ds_mirror_typed, &s_ds_n_pids, &s_ds_intersection, &s_ds_update,
+        &s_ds_changed, &s_ds_mirror_typed, &s_ds_n_pids, &s_ds_intersection, &s_ds_update,
         &s_ds_diff_update, &s_ds_free, &s_ds_rebuilt, &s_ds_free_moved, &s_ds_free_built, &s_ds_next_id,
         &s_ds_n_chains, &s_ds_max_len, &s_ds_grow, &s_ds_shape, &s_ds_commit, &s_ds_delta, &s_ds_rows, &s_ds_holders,
-        &s_ds_page_rows, &s_ds_empty, &s_ds_padded, &s_ds_mixed, &s_ds_chains, &s_ds_page_ids};
+        &s_ds_page_rows, &s_ds_empty, &s_ds_padded, &s_ds_mixed, &s_ds_chains, &s_ds_page_ids, &s_ds_children,
+        &s_ds_values};
     return intern_names(names, slots, sizeof(names) / sizeof(names[0]));
 }
 
@@ -1117,7 +1120,8 @@ static int attr_true(PyObject *o, PyObject *name) {
 
 /* _enter(x) (py_device_sync's walk, a node in the tree): its pages, written where they differ
  * from the mapped ones, its chain's entry in changed; 0, or -1 on an error */
-static int ds_enter(PyObject *m, PyObject *md, PyObject *x, PyObject *node_pages, PyObject *cid, PyObject *changed, PyObject *none) {
+static int ds_enter(PyObject *m, PyObject *md, PyObject *x, PyObject *node_pages, PyObject *cid, PyObject *changed,
+                    PyObject *none, PyObject *spare, PyObject *pop) {
     PyObject *dev = field_of(x, s_ds_device), *pages = NULL, *old = NULL, *c = NULL, *row = NULL;
     int rc = -1;
     if (dev == NULL)
@@ -1154,8 +1158,28 @@ static int ds_enter(PyObject *m, PyObject *md, PyObject *x, PyObject *node_pages
     PyObject *zero = PyLong_FromLong(0);
     row = zero == NULL ? NULL : PyTuple_Pack(2, zero, pages);
     Py_XDECREF(zero);
-    if (row == NULL || (c == NULL && (c = PyObject_CallMethodOneArg(m, s_ds_id, x)) == NULL) ||
-        PyDict_SetItem(changed, c, row) < 0)
+    if (row == NULL)
+        goto done;
+    if (c == NULL) {
+        /* (_id: the lowest id given back, heappop(spare), else m.next_id, counted on) */
+        int some = PyObject_IsTrue(spare);
+        if (some < 0)
+            goto done;
+        if (some) {
+            PyObject *argv[] = {spare};
+            c = PyObject_Vectorcall(pop, argv, 1, NULL);
+        } else if ((c = m_get(md, m, s_ds_next_id)) != NULL) {
+            PyObject *one = PyLong_FromLong(1), *next = one == NULL ? NULL : PyNumber_Add(c, one);
+            int bad = next == NULL || m_set(md, s_ds_next_id, next) < 0;
+            Py_XDECREF(one);
+            Py_XDECREF(next);
+            if (bad)
+                goto done;
+        }
+        if (c == NULL || PyDict_SetItem(cid, x, c) < 0)
+            goto done;
+    }
+    if (PyDict_SetItem(changed, c, row) < 0)
         goto done;
     rc = 0;
 done:
@@ -1165,6 +1189,52 @@ done:
     Py_XDECREF(c);
     Py_XDECREF(row);
     return rc;
+}
+
+/* _leave_subtree(x) (py_device_sync's walk, a detached node): each mapped node of x's subtree
+ * (a stack, popped from its end, each node's children pushed in their order) unmapped, its
+ * chain's id popped from cid and given back, push(spare, c), changed[c] = unused; 0, or -1 */
+static int ds_leave(PyObject *x, PyObject *node_pages, PyObject *cid, PyObject *spare, PyObject *push,
+                    PyObject *changed, PyObject *unused) {
+    PyObject *stack = PyList_New(0);
+    int err = stack == NULL || PyList_Append(stack, x) < 0;
+    while (!err && PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *y = Py_NewRef(PyList_GET_ITEM(stack, top)), *was = NULL, *c = NULL, *kids = NULL;
+        err = PyList_SetSlice(stack, top, top + 1, NULL) < 0;
+        /* node_pages.pop(y, None) */
+        if (!err && (was = PyDict_GetItemWithError(node_pages, y)) != NULL) {
+            Py_INCREF(was);
+            err = PyDict_DelItem(node_pages, y) < 0;
+        } else if (!err && PyErr_Occurred())
+            err = 1;
+        if (!err && was != NULL && was != Py_None) {
+            /* _release_id(y): cid.pop(y), KeyError where it has none */
+            if ((c = PyDict_GetItemWithError(cid, y)) == NULL)
+                err = 1, key_missing(y);
+            else {
+                Py_INCREF(c);
+                PyObject *argv[] = {spare, c}, *r = NULL;
+                err = PyDict_DelItem(cid, y) < 0 || (r = PyObject_Vectorcall(push, argv, 2, NULL)) == NULL ||
+                      PyDict_SetItem(changed, c, unused) < 0;
+                Py_XDECREF(r);
+            }
+        }
+        /* stack.extend(y.children.values()) */
+        if (!err && (kids = field_of(y, s_ds_children)) != NULL) {
+            PyObject *vals = PyObject_CallMethodNoArgs(kids, s_ds_values);
+            Py_ssize_t end = PyList_GET_SIZE(stack);
+            err = vals == NULL || PyList_SetSlice(stack, end, end, vals) < 0;
+            Py_XDECREF(vals);
+        } else if (!err)
+            err = 1;
+        Py_DECREF(y);
+        Py_XDECREF(was);
+        Py_XDECREF(c);
+        Py_XDECREF(kids);
+    }
+    Py_XDECREF(stack);
+    return err ? -1 : 0;
 }
 
 /* pid_set.intersection(pages), a new set: for an exact set and a list or tuple of pages, the
@@ -1408,14 +1478,16 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     PyObject *m = a[0], *ctx = a[1];
     if (check_type(ctx, &PyTuple_Type, "device_sync", "ctx") || ds_names() < 0)
         return NULL;
-    if (PyTuple_GET_SIZE(ctx) != 13) {
-        PyErr_SetString(PyExc_TypeError, "device_sync: ctx must hold 13 items");
+    if (PyTuple_GET_SIZE(ctx) != 17) {
+        PyErr_SetString(PyExc_TypeError, "device_sync: ctx must hold 17 items");
         return NULL;
     }
     PyObject *journal = PyTuple_GET_ITEM(ctx, 0), *ops = PyTuple_GET_ITEM(ctx, 1), *node_pages = PyTuple_GET_ITEM(ctx, 2),
              *cid = PyTuple_GET_ITEM(ctx, 3), *root = PyTuple_GET_ITEM(ctx, 4), *cache = PyTuple_GET_ITEM(ctx, 5),
              *pending = PyTuple_GET_ITEM(ctx, 6), *pid_set = PyTuple_GET_ITEM(ctx, 7), *dev = PyTuple_GET_ITEM(ctx, 8),
-             *s = PyTuple_GET_ITEM(ctx, 9), *none = PyTuple_GET_ITEM(ctx, 10), *missing = PyTuple_GET_ITEM(ctx, 11), *md = PyTuple_GET_ITEM(ctx, 12);
+             *s = PyTuple_GET_ITEM(ctx, 9), *none = PyTuple_GET_ITEM(ctx, 10), *missing = PyTuple_GET_ITEM(ctx, 11), *md = PyTuple_GET_ITEM(ctx, 12),
+             *spare = PyTuple_GET_ITEM(ctx, 13), *push = PyTuple_GET_ITEM(ctx, 14), *pop = PyTuple_GET_ITEM(ctx, 15),
+             *unused = PyTuple_GET_ITEM(ctx, 16);
     if (!PySet_Check(journal) || !PyList_Check(ops) || check_type(node_pages, &PyDict_Type, "device_sync", "node_pages") ||
         check_type(cid, &PyDict_Type, "device_sync", "cid") || check_type(s, &PyDict_Type, "device_sync", "s") ||
         check_type(md, &PyDict_Type, "device_sync", "the map's dict")) {
@@ -1468,12 +1540,8 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         PyObject *x = PyList_GET_ITEM(todo, i);     /* (todo holds it) */
         if (x == root)
             continue;
-        if (leaving > 0) {
-            PyObject *r = PyObject_CallMethodOneArg(m, s_ds_leave, x);
-            if (r == NULL)
-                goto done;
-            Py_DECREF(r);
-        } else if (ds_enter(m, md, x, node_pages, cid, changed, none) < 0)
+        if (leaving > 0 ? ds_leave(x, node_pages, cid, spare, push, changed, unused) < 0
+                        : ds_enter(m, md, x, node_pages, cid, changed, none, spare, pop) < 0)
             goto done;
     }
     int any = PyObject_IsTrue(ops);

@@ -149,7 +149,8 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # where the native one reads and writes the map's attributes: no class of the map
         # defines a data descriptor of their names)
         self._sync_ctx = (self.journal, self.ops, self.node_pages, self.cid, cache.tree.root, cache, self.pending,
-                          self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, vars(self))
+                          self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, vars(self), self.spare,
+                          heapq.heappush, heapq.heappop, UNUSED)
 
     @property
     def incremental_overrides(self) -> dict:

@@ -177,25 +177,25 @@ def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s:
 
 def py_device_sync(m, ctx: tuple):
     """The device-page map's sync past its quiet test (device_pages.py's
-    IncrementalDevicePagesMap.sync: `_enter` over the journaled nodes, `_free`, `_grow`,
-    `_commit`) on its common path, in one call: the same reads and writes in the same order.
-    None, before anything is written, where the path does not apply (a journaled node that
-    is not entered at the walk's first pass over it: one detached, or below a node not
-    mapped yet, or journaled with a detached one; an allocation logged or pending; no mirror,
-    or an overflowed journal): the map's own sync runs then. A detached node is left by
-    `m._leave_subtree`, a new node's chain id is `m._id`'s, a mirror whose size
-    disagrees with the allocator's free count is `m._rebuilt()`'s, and a commit of another
-    shape (or growth) is `m._commit`'s: the map's own methods, called where its sync calls
-    them. ctx: (journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none,
-    missing, vars(m)), the objects the map holds for its life (the native form reads and
-    writes m's attributes in the last, m's own dict: no class of the map defines a data
-    descriptor of their names)."""
-    journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, _ = ctx
+    IncrementalDevicePagesMap.sync: walk_journaled's `_enter` or `_leave_subtree` over the
+    journaled nodes, with `_id` and `_release_id`; `_free`, `_grow`, `_commit`) on its common
+    path, in one call: the same reads and writes in the same order. None, before anything is
+    written, where the path does not apply (journaled nodes that the walk would not take in
+    one pass, all detached or all below the root or a mapped node; an allocation logged or
+    pending; no mirror, or an overflowed journal): the map's own sync runs then. A mirror
+    whose size disagrees with the allocator's free count is `m._rebuilt()`'s, growth is
+    `m._grow`'s and a commit of another shape `m._commit`'s: the map's own methods, called
+    where its sync calls them. ctx: (journal, ops, node_pages, cid, root, cache, pending,
+    pid_set, dev, s, none, missing, vars(m), spare, heappush, heappop, UNUSED), what the map
+    holds for its life (the native form reads and writes m's attributes in vars(m), m's own
+    dict: no class of the map defines a data descriptor of their names)."""
+    journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, _, spare, push, pop, \
+        unused = ctx
     mirror = m.mirror
     if mirror is None or ops.overflowed or cache.alloc_log or pending:
         return None
     # (walk_journaled's first pass over each journaled node: every one detached, which that
-    # pass leaves in the journal's order (`m._leave_subtree`: an eviction's), or every one in
+    # pass leaves in the journal's order (`_leave_subtree`: an eviction's), or every one in
     # the tree below the root or a mapped node, which its second pass enters in that order
     # (`_enter`, below); a node's parent is a journaled field, read without a side effect)
     leaving = None
@@ -216,14 +216,31 @@ def py_device_sync(m, ctx: tuple):
         if x is root:
             continue
         if leaving:
-            m._leave_subtree(x)
+            # (_leave_subtree: each mapped node of the subtree unmapped, its chain ending and
+            # its id given back, `_release_id`)
+            stack = [x]
+            while stack:
+                y = stack.pop()
+                if node_pages.pop(y, None) is not None:
+                    c = cid.pop(y)
+                    push(spare, c)
+                    changed[c] = unused
+                stack.extend(y.children.values())
             continue
         pages = tuple(x.device) if x.device is not None else (none,) * x.n     # (_enter)
         if node_pages.get(x) == pages:
             continue
         node_pages[x] = pages
         c = cid.get(x)
-        changed[m._id(x) if c is None else c] = (0, pages)
+        if c is None:
+            # (`_id`: the lowest id given back, else the next new one)
+            if spare:
+                c = pop(spare)
+            else:
+                c = m.next_id
+                m.next_id = c + 1
+            cid[x] = c
+        changed[c] = (0, pages)
     if not ops:                                                 # (_free)
         free = s["free"]
     else:
