@@ -910,7 +910,7 @@ py_first_page_where = py_first_where
 
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
-          "commit_rows": py_commit_rows,
+          "commit_rows": py_commit_rows, "device_sync": py_device_sync,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
           "steps_table": py_steps_table, "quiet_probe": py_quiet_probe,
           "chains_typed": py_chains_typed, "chains_padded": py_chains_padded,
