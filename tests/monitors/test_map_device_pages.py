@@ -825,3 +825,73 @@ def test_a_device_page_written_at_a_step_that_moves_none_is_caught_at_it(tmp_pat
     assert hit and quiet_steps[0] > 0
     assert (e.action, e.property, e.failure.index) == ("RequestMatch", "NoDoubleAllocation", 1)
     assert mon.history[-1].args["seq"] == hit[0]
+
+
+def _sync_run(seed: int, tmp_path, impl) -> tuple[list, int]:
+    """A seeded workload under a strict device-page monitor whose common-path sync is `impl`
+    (loops' native device_sync or its Python twin): what each sync returned and left in the
+    map, chain-numbered, and how many syncs took the common path."""
+    from hicache.monitors.maps import device_pages
+    wcfg = WorkloadConfig(requests=60)
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    outs, taken = [], [0]
+
+    def step(m, ctx):
+        out = impl(m, ctx)
+        taken[0] += out is not None
+        return out
+
+    class Recorded(IncrementalDevicePagesMap):
+        def sync(self):
+            delta, dirty = super().sync()
+            outs.append((list(delta), {k: set(v) for k, v in dirty.items()}, canonical(self.state()),
+                         sorted(self.mirror), self.free_moved, self.mirror_typed, dict(self.holders),
+                         {self.cid[x]: p for x, p in self.node_pages.items()}, sorted(self.spare), self.next_id,
+                         self.n_chains, self.max_len, dict(self.rows), dict(self.page_rows)))
+            return delta, dirty
+    saved = device_pages.device_sync
+    device_pages.device_sync = step
+    try:
+        mon = Monitor(Recorded(cache), VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+        mon.detach = cache.bus.subscribe(mon)
+        run_workload(cache, reqs)
+    finally:
+        device_pages.device_sync = saved
+    return outs, taken[0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_native_sync_agrees_with_its_python_twin(seed, tmp_path):
+    """loops.device_sync (native where it builds) and py_device_sync on the same seeded
+    workloads (splits, evictions, load-backs, prefetches, aborts): every sync returns the
+    same delta and dirty elements and leaves the same state, mirror, free-set bookkeeping,
+    holder counts, chain numbering and rows; most syncs take the common path."""
+    from hicache.monitors.maps import loops
+    native, taken = _sync_run(seed, tmp_path, loops.device_sync)
+    twin, taken_py = _sync_run(seed, tmp_path, loops.py_device_sync)
+    assert native == twin and taken == taken_py
+    assert len(native) > 20 and taken > len(native) // 2
+
+
+@pytest.mark.parametrize("impl", ["device_sync", "py_device_sync"])
+def test_the_common_path_sync_passes_on_a_failing_call_as_the_twin_does(impl, tmp_path):
+    """A step that fails inside the common path (a new node's chain id counted on from a
+    next id that is no int) propagates its error, the journal already taken (as the map's
+    sync leaves it), the node given no id; a context of another form is refused."""
+    from hicache.monitors.maps import loops
+    f = getattr(loops, impl)
+    wcfg = WorkloadConfig(requests=4)
+    policy, reqs = plan(0, wcfg)
+    cache = make_cache(wcfg, policy)
+    rmap = IncrementalDevicePagesMap(cache)
+    serve_one(cache, *reqs[0])
+    assert rmap.journal and not cache.alloc_log and not rmap.pending
+    new = [x for x in rmap.journal if x not in rmap.cid and x is not cache.tree.root]
+    assert new and not rmap.spare
+    rmap.next_id = "no id"
+    with pytest.raises(TypeError):
+        f(rmap, rmap._sync_ctx)
+    assert not rmap.journal and new[0] not in rmap.cid
+    with pytest.raises((TypeError, ValueError)):
+        f(rmap, rmap._sync_ctx[:-1])

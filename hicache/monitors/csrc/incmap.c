@@ -1069,6 +1069,504 @@ static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return out;
 }
 
+/* ---- the device-page map's sync on its common path (loops.py's py_device_sync, which states
+ * it: the same reads, writes and calls in the same order), one call for the Python glue of
+ * device_pages.py's sync, _enter or _leave_subtree (with _id, _release_id), _free and _commit:
+ * ~5 frames a sync, most of its cost besides commit_rows */
+
+static PyObject *s_ds_mirror, *s_ds_overflowed, *s_ds_alloc_log, *s_ds_parent, *s_ds_device, *s_ds_n, *s_ds_changed,
+    *s_ds_mirror_typed, *s_ds_n_pids, *s_ds_intersection, *s_ds_update, *s_ds_diff_update,
+    *s_ds_free, *s_ds_rebuilt, *s_ds_free_moved, *s_ds_free_built, *s_ds_next_id, *s_ds_n_chains, *s_ds_max_len,
+    *s_ds_grow, *s_ds_shape, *s_ds_commit, *s_ds_delta, *s_ds_rows, *s_ds_holders, *s_ds_page_rows, *s_ds_empty,
+    *s_ds_padded, *s_ds_mixed, *s_ds_chains, *s_ds_page_ids, *s_ds_children, *s_ds_values;
+
+static PyObject *field_of(PyObject *x, PyObject *name);     /* (below, with the walks) */
+
+static int ds_names(void) {
+    static const char *const names[] = {"mirror", "overflowed", "alloc_log", "parent", "device", "n", "_changed",
+        "mirror_typed", "n_pids", "intersection", "update", "difference_update", "free",
+        "_rebuilt", "free_moved", "free_built", "next_id", "n_chains", "max_len", "_grow", "_shape", "_commit",
+        "delta", "rows", "holders", "page_rows", "_empty", "_padded", "mixed", "Chains", "PageIds", "children",
+        "values"};
+    PyObject **const slots[] = {&s_ds_mirror, &s_ds_overflowed, &s_ds_alloc_log, &s_ds_parent, &s_ds_device, &s_ds_n,
+        &s_ds_changed, &s_ds_mirror_typed, &s_ds_n_pids, &s_ds_intersection, &s_ds_update,
+        &s_ds_diff_update, &s_ds_free, &s_ds_rebuilt, &s_ds_free_moved, &s_ds_free_built, &s_ds_next_id,
+        &s_ds_n_chains, &s_ds_max_len, &s_ds_grow, &s_ds_shape, &s_ds_commit, &s_ds_delta, &s_ds_rows, &s_ds_holders,
+        &s_ds_page_rows, &s_ds_empty, &s_ds_padded, &s_ds_mixed, &s_ds_chains, &s_ds_page_ids, &s_ds_children,
+        &s_ds_values};
+    return intern_names(names, slots, sizeof(names) / sizeof(names[0]));
+}
+
+/* m.name as Python reads it, a new reference: from md, m's own dict (ctx's: no class of the
+ * map defines a data descriptor of any name read here, so Python's lookup finds an instance's
+ * value there first, ~40 instructions against GetAttr's ~160, at each of a sync's ~28 reads),
+ * else through PyObject_GetAttr (a class's default: free_moved; a method) */
+static PyObject *m_get(PyObject *md, PyObject *m, PyObject *name) {
+    PyObject *v = PyDict_GetItemWithError(md, name);
+    if (v != NULL)
+        return Py_NewRef(v);
+    return PyErr_Occurred() ? NULL : PyObject_GetAttr(m, name);
+}
+
+/* m.name = v, into m's own dict md (as Python's store does: no data descriptor of the name) */
+static inline int m_set(PyObject *md, PyObject *name, PyObject *v) {
+    return PyDict_SetItem(md, name, v);
+}
+
+/* the truth of o.name, -1 on an error */
+static int attr_true(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    int t = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    return t;
+}
+
+/* _enter(x) (py_device_sync's walk, a node in the tree): its pages, written where they differ
+ * from the mapped ones, its chain's entry in changed; 0, or -1 on an error */
+static int ds_enter(PyObject *m, PyObject *md, PyObject *x, PyObject *node_pages, PyObject *cid, PyObject *changed,
+                    PyObject *none, PyObject *spare, PyObject *pop) {
+    PyObject *dev = field_of(x, s_ds_device), *pages = NULL, *old = NULL, *c = NULL, *row = NULL;
+    int rc = -1;
+    if (dev == NULL)
+        goto done;
+    if (dev != Py_None) {
+        PyObject *again = field_of(x, s_ds_device);     /* (read again, as _enter reads it) */
+        pages = again == NULL ? NULL : PySequence_Tuple(again);
+        Py_XDECREF(again);
+    } else {
+        PyObject *n = field_of(x, s_ds_n), *one = n == NULL ? NULL : PyTuple_Pack(1, none);
+        pages = one == NULL ? NULL : PyNumber_Multiply(one, n);
+        Py_XDECREF(n);
+        Py_XDECREF(one);
+    }
+    if (pages == NULL)
+        goto done;
+    old = PyDict_GetItemWithError(node_pages, x);
+    if (old == NULL && PyErr_Occurred())
+        goto done;
+    old = Py_NewRef(old == NULL ? Py_None : old);
+    PyObject *same = PyObject_RichCompare(old, pages, Py_EQ);
+    int eq = same == NULL ? -1 : PyObject_IsTrue(same);
+    Py_XDECREF(same);
+    if (eq != 0) {
+        rc = eq < 0 ? -1 : 0;
+        goto done;
+    }
+    if (PyDict_SetItem(node_pages, x, pages) < 0)
+        goto done;
+    c = PyDict_GetItemWithError(cid, x);
+    if (c == NULL && PyErr_Occurred())
+        goto done;
+    Py_XINCREF(c);
+    PyObject *zero = PyLong_FromLong(0);
+    row = zero == NULL ? NULL : PyTuple_Pack(2, zero, pages);
+    Py_XDECREF(zero);
+    if (row == NULL)
+        goto done;
+    if (c == NULL) {
+        /* (_id: the lowest id given back, heappop(spare), else m.next_id, counted on) */
+        int some = PyObject_IsTrue(spare);
+        if (some < 0)
+            goto done;
+        if (some) {
+            PyObject *argv[] = {spare};
+            c = PyObject_Vectorcall(pop, argv, 1, NULL);
+        } else if ((c = m_get(md, m, s_ds_next_id)) != NULL) {
+            PyObject *one = PyLong_FromLong(1), *next = one == NULL ? NULL : PyNumber_Add(c, one);
+            int bad = next == NULL || m_set(md, s_ds_next_id, next) < 0;
+            Py_XDECREF(one);
+            Py_XDECREF(next);
+            if (bad)
+                goto done;
+        }
+        if (c == NULL || PyDict_SetItem(cid, x, c) < 0)
+            goto done;
+    }
+    if (PyDict_SetItem(changed, c, row) < 0)
+        goto done;
+    rc = 0;
+done:
+    Py_XDECREF(dev);
+    Py_XDECREF(pages);
+    Py_XDECREF(old);
+    Py_XDECREF(c);
+    Py_XDECREF(row);
+    return rc;
+}
+
+/* _leave_subtree(x) (py_device_sync's walk, a detached node): each mapped node of x's subtree
+ * (a stack, popped from its end, each node's children pushed in their order) unmapped, its
+ * chain's id popped from cid and given back, push(spare, c), changed[c] = unused; 0, or -1 */
+static int ds_leave(PyObject *x, PyObject *node_pages, PyObject *cid, PyObject *spare, PyObject *push,
+                    PyObject *changed, PyObject *unused) {
+    PyObject *stack = PyList_New(0);
+    int err = stack == NULL || PyList_Append(stack, x) < 0;
+    while (!err && PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *y = Py_NewRef(PyList_GET_ITEM(stack, top)), *was = NULL, *c = NULL, *kids = NULL;
+        err = PyList_SetSlice(stack, top, top + 1, NULL) < 0;
+        /* node_pages.pop(y, None) */
+        if (!err && (was = PyDict_GetItemWithError(node_pages, y)) != NULL) {
+            Py_INCREF(was);
+            err = PyDict_DelItem(node_pages, y) < 0;
+        } else if (!err && PyErr_Occurred())
+            err = 1;
+        if (!err && was != NULL && was != Py_None) {
+            /* _release_id(y): cid.pop(y), KeyError where it has none */
+            if ((c = PyDict_GetItemWithError(cid, y)) == NULL)
+                err = 1, key_missing(y);
+            else {
+                Py_INCREF(c);
+                PyObject *argv[] = {spare, c}, *r = NULL;
+                err = PyDict_DelItem(cid, y) < 0 || (r = PyObject_Vectorcall(push, argv, 2, NULL)) == NULL ||
+                      PyDict_SetItem(changed, c, unused) < 0;
+                Py_XDECREF(r);
+            }
+        }
+        /* stack.extend(y.children.values()) */
+        if (!err && (kids = field_of(y, s_ds_children)) != NULL) {
+            PyObject *vals = PyObject_CallMethodNoArgs(kids, s_ds_values);
+            Py_ssize_t end = PyList_GET_SIZE(stack);
+            err = vals == NULL || PyList_SetSlice(stack, end, end, vals) < 0;
+            Py_XDECREF(vals);
+        } else if (!err)
+            err = 1;
+        Py_DECREF(y);
+        Py_XDECREF(was);
+        Py_XDECREF(c);
+        Py_XDECREF(kids);
+    }
+    Py_XDECREF(stack);
+    return err ? -1 : 0;
+}
+
+/* pid_set.intersection(pages), a new set: for an exact set and a list or tuple of pages, the
+ * pages that are in it, each the call's own object, in the call's order (as set.intersection
+ * builds it from a sequence); anything else through the method */
+static PyObject *ds_intersection(PyObject *pid_set, PyObject *pages) {
+    if (!PySet_CheckExact(pid_set) || !(PyList_CheckExact(pages) || PyTuple_CheckExact(pages)))
+        return PyObject_CallMethodOneArg(pid_set, s_ds_intersection, pages);
+    PyObject *got = PySet_New(NULL);
+    for (Py_ssize_t i = 0; got != NULL && i < PySequence_Fast_GET_SIZE(pages); i++) {
+        PyObject *p = Py_NewRef(PySequence_Fast_GET_ITEM(pages, i));
+        int in = PySet_Contains(pid_set, p);
+        if (in < 0 || (in && PySet_Add(got, p) < 0))
+            Py_CLEAR(got);
+        Py_DECREF(p);
+    }
+    return got;
+}
+
+/* _free's pass over the allocator's calls (ops non-empty, not overflowed, a mirror): the new
+ * free set (free_built), or NULL on an error */
+static PyObject *ds_free(PyObject *m, PyObject *md, PyObject *ops, PyObject *mirror, PyObject *pid_set, PyObject *dev) {
+    PyObject *moved = NULL, *typed = NULL, *n = NULL, *zero = PyLong_FromLong(0), *free_n = NULL, *built = NULL;
+    Py_INCREF(mirror);
+    int err = zero == NULL || (typed = m_get(md, m, s_ds_mirror_typed)) == NULL ||
+              (n = m_get(md, m, s_ds_n_pids)) == NULL;
+    /* (ops is a list: its items read by index, each held across the calls below) */
+    for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(ops); i++) {
+        PyObject *op = Py_NewRef(PyList_GET_ITEM(ops, i)), *released = NULL, *pages = NULL, *got = NULL;
+        int rel = -1;
+        if ((released = item_k(op, 0)) == NULL || (pages = item_k(op, 1)) == NULL ||
+            (got = ds_intersection(pid_set, pages)) == NULL || (rel = PyObject_IsTrue(released)) < 0)
+            err = 1;
+        else {
+            /* (mirror.update(got), mirror.difference_update(got): for an exact set and the set
+             * got, what |= and -= do in place, without the methods' lookups) */
+            PyObject *r = PySet_CheckExact(mirror) ? (rel ? PyNumber_InPlaceOr(mirror, got)
+                                                          : PyNumber_InPlaceSubtract(mirror, got))
+                                                   : PyObject_CallMethodOneArg(mirror, rel ? s_ds_update
+                                                                                           : s_ds_diff_update, got);
+            err = r == NULL;
+            Py_XDECREF(r);
+            if (!err && rel) {
+                /* typed = typed and ints_within(pages, n, 0) */
+                int t = PyObject_IsTrue(typed);
+                if (t < 0)
+                    err = 1;
+                else if (t) {
+                    PyObject *argv[] = {pages, n, zero}, *w = ints_within(NULL, argv, 3);
+                    if (w == NULL)
+                        err = 1;
+                    else
+                        Py_SETREF(typed, w);
+                }
+            }
+            if (!err) {
+                if (moved == NULL)
+                    moved = Py_NewRef(got);
+                else {
+                    PyObject *u = PyNumber_InPlaceOr(moved, got);
+                    err = u == NULL;
+                    if (u != NULL)
+                        Py_SETREF(moved, u);
+                }
+            }
+        }
+        Py_XDECREF(op);
+        Py_XDECREF(released);
+        Py_XDECREF(pages);
+        Py_XDECREF(got);
+    }
+    int ne = 0;
+    if (!err) {     /* del ops[:]; then len(mirror) != dev.free */
+        Py_ssize_t size;
+        PyObject *len = NULL;
+        err = PyList_SetSlice(ops, 0, PY_SSIZE_T_MAX, NULL) < 0 || (size = PyObject_Size(mirror)) < 0 ||
+              (len = PyLong_FromSsize_t(size)) == NULL || (free_n = PyObject_GetAttr(dev, s_ds_free)) == NULL ||
+              (ne = ints_or_compare(len, free_n, Py_NE)) < 0;
+        Py_XDECREF(len);
+    }
+    if (!err && ne) {
+        PyObject *r = PyObject_CallMethodNoArgs(m, s_ds_rebuilt);
+        PyObject *mi = r == NULL ? NULL : item_k(r, 0), *ty = mi == NULL ? NULL : item_k(r, 1);
+        Py_XDECREF(r);
+        if (ty == NULL) {
+            Py_XDECREF(mi);
+            err = 1;
+        } else {
+            Py_SETREF(mirror, mi);
+            Py_SETREF(typed, ty);
+            Py_CLEAR(moved);
+        }
+    }
+    if (!err)
+        err = m_set(md, s_ds_free_moved, moved == NULL ? Py_None : moved) < 0 ||
+              m_set(md, s_ds_mirror_typed, typed) < 0 || (built = PyFrozenSet_New(mirror)) == NULL ||
+              m_set(md, s_ds_free_built, built) < 0;
+    Py_DECREF(mirror);
+    Py_XDECREF(moved);
+    Py_XDECREF(typed);
+    Py_XDECREF(n);
+    Py_XDECREF(zero);
+    Py_XDECREF(free_n);
+    if (err) {
+        Py_XDECREF(built);
+        return NULL;
+    }
+    return built;
+}
+
+/* longest = max(1, the pages' count of each changed chain); then m._grow(next_id - 1,
+ * longest) where either grew; 0, or -1 on an error */
+static int ds_grow(PyObject *m, PyObject *md, PyObject *changed) {
+    Py_ssize_t longest = 1, pos = 0;
+    PyObject *c, *new;
+    while (PyDict_Next(changed, &pos, &c, &new)) {
+        PyObject *pages = item_k(new, 1);
+        Py_ssize_t k = pages == NULL ? -1 : PyObject_Size(pages);
+        Py_XDECREF(pages);
+        if (k < 0)
+            return -1;
+        if (k > longest)
+            longest = k;
+    }
+    PyObject *next = m_get(md, m, s_ds_next_id), *one = PyLong_FromLong(1), *used = NULL, *nc = NULL,
+             *lg = PyLong_FromSsize_t(longest), *ml = NULL;
+    int rc = -1, grow = 0;
+    if (next == NULL || one == NULL || lg == NULL || (used = PyNumber_Subtract(next, one)) == NULL ||
+        (nc = m_get(md, m, s_ds_n_chains)) == NULL || (grow = PyObject_RichCompareBool(used, nc, Py_GT)) < 0)
+        goto done;
+    if (!grow && ((ml = m_get(md, m, s_ds_max_len)) == NULL || (grow = PyObject_RichCompareBool(lg, ml, Py_GT)) < 0))
+        goto done;
+    if (grow) {
+        PyObject *r = PyObject_CallMethodObjArgs(m, s_ds_grow, used, lg, NULL);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    rc = 0;
+done:
+    Py_XDECREF(next);
+    Py_XDECREF(one);
+    Py_XDECREF(used);
+    Py_XDECREF(nc);
+    Py_XDECREF(lg);
+    Py_XDECREF(ml);
+    return rc;
+}
+
+/* _commit on a state of the current shape whose free and mixed are written (else m._commit):
+ * (delta, {"Chains": ..., "PageIds": ...}), or NULL on an error */
+static PyObject *ds_commit(PyObject *m, PyObject *md, PyObject *changed, PyObject *free, PyObject *s, PyObject *none,
+                           PyObject *missing) {
+    PyObject *n = NULL, *L = NULL, *shape = NULL, *old_free = NULL, *delta = NULL, *moved = NULL, *out = NULL,
+             *cargs[10] = {NULL}, *dirty = NULL, *dict = NULL;
+    int same = 0, has_mixed = 0;
+    if ((n = m_get(md, m, s_ds_n_chains)) == NULL || (L = m_get(md, m, s_ds_max_len)) == NULL ||
+        (shape = m_get(md, m, s_ds_shape)) == NULL)
+        goto done;
+    old_free = PyDict_GetItemWithError(s, s_ds_free);
+    if (old_free == NULL && PyErr_Occurred())
+        goto done;
+    old_free = Py_NewRef(old_free == NULL ? missing : old_free);
+    if (PyTuple_CheckExact(shape) && PyTuple_GET_SIZE(shape) == 2) {
+        /* m._shape != (n, L), as tuples compare: each item identity first, then == */
+        same = PyObject_RichCompareBool(PyTuple_GET_ITEM(shape, 0), n, Py_EQ);
+        if (same > 0)
+            same = PyObject_RichCompareBool(PyTuple_GET_ITEM(shape, 1), L, Py_EQ);
+        if (same < 0)
+            goto done;
+    }
+    if (same && old_free != missing && (has_mixed = PyDict_Contains(s, s_ds_mixed)) < 0)
+        goto done;
+    if (!same || old_free == missing || !has_mixed) {
+        out = PyObject_CallMethodObjArgs(m, s_ds_commit, changed, free, NULL);
+        goto done;
+    }
+    if ((delta = PyList_New(0)) == NULL || m_set(md, s_ds_delta, delta) < 0)
+        goto done;
+    int free_changed = old_free != free ? PyObject_RichCompareBool(old_free, free, Py_NE) : 0;
+    if (free_changed < 0)
+        goto done;
+    if (free_changed) {
+        if ((moved = m_get(md, m, s_ds_free_moved)) == NULL)
+            goto done;
+    } else
+        moved = Py_NewRef(Py_None);
+    PyObject *const names[] = {s_ds_rows, s_ds_holders, s_ds_page_rows};
+    cargs[0] = Py_NewRef(changed);
+    for (int k = 0; k < 3; k++)
+        if ((cargs[1 + k] = m_get(md, m, names[k])) == NULL)
+            goto done;
+    cargs[4] = Py_NewRef(s);
+    cargs[5] = Py_NewRef(delta);
+    if ((cargs[6] = m_get(md, m, s_ds_empty)) == NULL || (cargs[7] = m_get(md, m, s_ds_padded)) == NULL)
+        goto done;
+    cargs[8] = Py_NewRef(none);
+    cargs[9] = Py_NewRef(moved);
+    if ((dirty = commit_rows(NULL, cargs, 10)) == NULL)
+        goto done;
+    PyObject *dchains = PyTuple_GET_ITEM(dirty, 0), *dpages = PyTuple_GET_ITEM(dirty, 1);
+    if (free_changed) {
+        if (record(delta, s_ds_free, Py_None, old_free) < 0 || PyDict_SetItem(s, s_ds_free, free) < 0)
+            goto done;
+        if (moved == Py_None) {
+            PyObject *x = PyNumber_Xor(old_free, free), *u = x == NULL ? NULL : PyNumber_InPlaceOr(dpages, x);
+            Py_XDECREF(x);
+            if (u == NULL)
+                goto done;
+            /* (dpages is a set: |= updates it in place and returns it) */
+            if (u != dpages) {
+                Py_DECREF(u);
+                PyErr_SetString(PyExc_TypeError, "device_sync: dirty pages must be a set");
+                goto done;
+            }
+            Py_DECREF(u);
+        }
+    }
+    if ((dict = PyDict_New()) == NULL || PyDict_SetItem(dict, s_ds_chains, dchains) < 0 ||
+        PyDict_SetItem(dict, s_ds_page_ids, dpages) < 0)
+        goto done;
+    out = PyTuple_Pack(2, delta, dict);
+done:
+    Py_XDECREF(n);
+    Py_XDECREF(L);
+    Py_XDECREF(shape);
+    Py_XDECREF(old_free);
+    Py_XDECREF(delta);
+    Py_XDECREF(moved);
+    for (int k = 0; k < 10; k++)
+        Py_XDECREF(cargs[k]);
+    Py_XDECREF(dirty);
+    Py_XDECREF(dict);
+    return out;
+}
+
+/* device_sync(m, ctx): loops.py's py_device_sync */
+static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("device_sync", n, 2))
+        return NULL;
+    PyObject *m = a[0], *ctx = a[1];
+    if (check_type(ctx, &PyTuple_Type, "device_sync", "ctx") || ds_names() < 0)
+        return NULL;
+    if (PyTuple_GET_SIZE(ctx) != 17) {
+        PyErr_SetString(PyExc_TypeError, "device_sync: ctx must hold 17 items");
+        return NULL;
+    }
+    PyObject *journal = PyTuple_GET_ITEM(ctx, 0), *ops = PyTuple_GET_ITEM(ctx, 1), *node_pages = PyTuple_GET_ITEM(ctx, 2),
+             *cid = PyTuple_GET_ITEM(ctx, 3), *root = PyTuple_GET_ITEM(ctx, 4), *cache = PyTuple_GET_ITEM(ctx, 5),
+             *pending = PyTuple_GET_ITEM(ctx, 6), *pid_set = PyTuple_GET_ITEM(ctx, 7), *dev = PyTuple_GET_ITEM(ctx, 8),
+             *s = PyTuple_GET_ITEM(ctx, 9), *none = PyTuple_GET_ITEM(ctx, 10), *missing = PyTuple_GET_ITEM(ctx, 11), *md = PyTuple_GET_ITEM(ctx, 12),
+             *spare = PyTuple_GET_ITEM(ctx, 13), *push = PyTuple_GET_ITEM(ctx, 14), *pop = PyTuple_GET_ITEM(ctx, 15),
+             *unused = PyTuple_GET_ITEM(ctx, 16);
+    if (!PySet_Check(journal) || !PyList_Check(ops) || check_type(node_pages, &PyDict_Type, "device_sync", "node_pages") ||
+        check_type(cid, &PyDict_Type, "device_sync", "cid") || check_type(s, &PyDict_Type, "device_sync", "s") ||
+        check_type(md, &PyDict_Type, "device_sync", "the map's dict")) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "device_sync: journal must be a set and ops a list");
+        return NULL;
+    }
+    /* (the ctx tuple holds its items for the call: the caller's, never rebound) */
+    Py_INCREF(ctx);
+    PyObject *mirror = NULL, *todo = NULL, *changed = NULL, *free = NULL, *out = NULL;
+    int t, leaving = -1, fits = 1;
+    if ((mirror = m_get(md, m, s_ds_mirror)) == NULL)
+        goto done;
+    if (mirror == Py_None)
+        fits = 0;
+    else if ((t = attr_true(ops, s_ds_overflowed)) != 0 || (t = attr_true(cache, s_ds_alloc_log)) != 0 ||
+             (t = PyObject_IsTrue(pending)) != 0) {
+        if (t < 0)
+            goto done;
+        fits = 0;
+    }
+    /* the journal listed (its own order, as list(journal) makes it), each node's parent read */
+    if (fits && (todo = PySequence_List(journal)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; fits && i < PyList_GET_SIZE(todo); i++) {
+        PyObject *x = PyList_GET_ITEM(todo, i);
+        if (x == root)
+            continue;
+        PyObject *par = field_of(x, s_ds_parent);
+        if (par == NULL)
+            goto done;
+        int detached = par == Py_None, in = 1;
+        if (leaving < 0)
+            leaving = detached;
+        else if (leaving != detached)
+            fits = 0;
+        if (fits && !detached && par != root && (in = PyDict_Contains(node_pages, par)) <= 0)
+            fits = 0;
+        Py_DECREF(par);
+        if (in < 0)
+            goto done;
+    }
+    if (!fits) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((changed = PyDict_New()) == NULL || m_set(md, s_ds_changed, changed) < 0 || PySet_Clear(journal) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(todo); i++) {
+        PyObject *x = PyList_GET_ITEM(todo, i);     /* (todo holds it) */
+        if (x == root)
+            continue;
+        if (leaving > 0 ? ds_leave(x, node_pages, cid, spare, push, changed, unused) < 0
+                        : ds_enter(m, md, x, node_pages, cid, changed, none, spare, pop) < 0)
+            goto done;
+    }
+    int any = PyObject_IsTrue(ops);
+    if (any < 0)
+        goto done;
+    if (!any) {
+        if ((free = dict_at(s, s_ds_free)) == NULL)
+            goto done;
+    } else if ((free = ds_free(m, md, ops, mirror, pid_set, dev)) == NULL)
+        goto done;
+    if (ds_grow(m, md, changed) < 0)
+        goto done;
+    out = ds_commit(m, md, changed, free, s, none, missing);
+done:
+    Py_DECREF(ctx);
+    Py_XDECREF(mirror);
+    Py_XDECREF(todo);
+    Py_XDECREF(changed);
+    Py_XDECREF(free);
+    return out;
+}
+
 /* ---- the device-page map's per-chain tests of TypeOK and NoDoubleAllocation over the dirty
  * chains (device_pages.py's type_ok_inc, cp_replay_inc.py's no_double_allocation_inc;
  * loops.py's py_chains_typed, py_chains_padded): the same reads in the same order, each
@@ -4370,6 +4868,8 @@ static PyMethodDef methods[] = {
      "every item an exact int in 0..n-1 or equal to none"},
     {"commit_rows", (PyCFunction)(void (*)(void))commit_rows, METH_FASTCALL,
      "the changed chains' rows, holder counts and sequence variables written"},
+    {"device_sync", (PyCFunction)(void (*)(void))device_sync, METH_FASTCALL,
+     "the device-page map's sync on its common path: (delta, dirty), or None where it does not apply"},
     {"held_once_or_free", (PyCFunction)(void (*)(void))held_once_or_free, METH_FASTCALL,
      "NoDoubleAllocation over dirty pages: each held at most once, free exactly when unheld"},
     {"chains_typed", (PyCFunction)(void (*)(void))chains_typed, METH_FASTCALL,

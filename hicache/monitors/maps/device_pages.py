@@ -34,9 +34,10 @@ import weakref
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_replay import CPReplayMap, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
-from hicache.monitors.maps.loops import chains_typed, count_pages, ints_within, quiet_probe, walk_journaled
+from hicache.monitors.maps.loops import chains_typed, count_pages, device_sync, ints_within, quiet_probe, walk_journaled
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal
+from hicache.monitors.runtime import MISSING
 
 #: what this map's monitor checks: at CP = 1 every page is owner class 0 (p % 1 = 0), so
 #: PositionOwner, ExtensionKeepsRotation, ChainBalanced and PlacementBijection hold in every
@@ -131,6 +132,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # set, `type_ok_inc`; None and False until the first sync builds one)
         self.free_built: frozenset | None = None
         self.mirror_typed = False
+        self._sync_ctx = None
         if type(self).quiet is IncrementalDevicePagesMap.quiet:
             # (`quiet` as a callable of its own, read off the instance before the class: the
             # monitor calls it at every event, and as a method each call was a frame entered
@@ -142,6 +144,13 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # takes over as its moved pages, no copy; the first sync, above, rebuilt the mirror
         # from the allocator and read none)
         self.pid_set = set(self.pids)
+        # (what `loops.device_sync` reads, none of it rebound for the map's life: after the
+        # first sync, which builds the state and the mirror; the last, the map's own dict,
+        # where the native one reads and writes the map's attributes: no class of the map
+        # defines a data descriptor of their names)
+        self._sync_ctx = (self.journal, self.ops, self.node_pages, self.cid, cache.tree.root, cache, self.pending,
+                          self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, vars(self), self.spare,
+                          heapq.heappush, heapq.heappop, UNUSED)
 
     @property
     def incremental_overrides(self) -> dict:
@@ -222,6 +231,13 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         if self.quiet():
             self.delta = []
             return self.delta, _NOTHING
+        # (the common path, a node or two entered, a call or two of the allocator, no
+        # allocation pending, in one call, `loops.device_sync`: its Python glue of ~5 frames
+        # was most of a sync's cost; None where it does not apply, nothing written: below)
+        if self._sync_ctx is not None:
+            out = device_sync(self, self._sync_ctx)
+            if out is not None:
+                return out
         # (the chains this sync changed -> their (rot, pages), UNUSED for a chain that ends:
         # an attribute, which the walk's calls of _enter and _leave_subtree write)
         changed: dict = {}
@@ -313,13 +329,19 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
             mirror = None
             ops.clear()
         if mirror is None or len(mirror) != dev.free:
-            mirror = self.mirror = set(pids & dev.free_set())
-            typed = n > 0 and ints_within(mirror, n, 0)
+            mirror, typed = self._rebuilt()
             moved = None
         self.free_moved = moved
         self.mirror_typed = typed
         self.free_built = frozenset(mirror)
         return self.free_built
+
+    def _rebuilt(self) -> tuple[set, bool]:
+        """The mirror taken from the allocator's free set, and whether each of its pages is an
+        exact int of PageIds (`_free`, and `loops.device_sync`'s, when the mirror's size
+        disagrees with the allocator's free count)."""
+        mirror = self.mirror = set(self.pids & self.cache.dev_alloc.free_set())
+        return mirror, self.n_pids > 0 and ints_within(mirror, self.n_pids, 0)
 
     def _pending(self, changed: dict, free: frozenset) -> None:
         """The pending allocations, newest first (a page freed and handed out again belongs

@@ -175,6 +175,119 @@ def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s:
     return dirty_chains, dirty_pages
 
 
+def py_device_sync(m, ctx: tuple):
+    """The device-page map's sync past its quiet test (device_pages.py's
+    IncrementalDevicePagesMap.sync: walk_journaled's `_enter` or `_leave_subtree` over the
+    journaled nodes, with `_id` and `_release_id`; `_free`, `_grow`, `_commit`) on its common
+    path, in one call: the same reads and writes in the same order. None, before anything is
+    written, where the path does not apply (journaled nodes that the walk would not take in
+    one pass, all detached or all below the root or a mapped node; an allocation logged or
+    pending; no mirror, or an overflowed journal): the map's own sync runs then. A mirror
+    whose size disagrees with the allocator's free count is `m._rebuilt()`'s, growth is
+    `m._grow`'s and a commit of another shape `m._commit`'s: the map's own methods, called
+    where its sync calls them. ctx: (journal, ops, node_pages, cid, root, cache, pending,
+    pid_set, dev, s, none, missing, vars(m), spare, heappush, heappop, UNUSED), what the map
+    holds for its life (the native form reads and writes m's attributes in vars(m), m's own
+    dict: no class of the map defines a data descriptor of their names)."""
+    journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, _, spare, push, pop, \
+        unused = ctx
+    mirror = m.mirror
+    if mirror is None or ops.overflowed or cache.alloc_log or pending:
+        return None
+    # (walk_journaled's first pass over each journaled node: every one detached, which that
+    # pass leaves in the journal's order (`_leave_subtree`: an eviction's), or every one in
+    # the tree below the root or a mapped node, which its second pass enters in that order
+    # (`_enter`, below); a node's parent is a journaled field, read without a side effect)
+    leaving = None
+    for x in journal:
+        if x is not root:
+            par = x.parent
+            if leaving is None:
+                leaving = par is None
+            elif leaving != (par is None):
+                return None
+            if par is not None and par is not root and par not in node_pages:
+                return None
+    changed: dict = {}
+    m._changed = changed
+    todo = list(journal)
+    journal.clear()
+    for x in todo:
+        if x is root:
+            continue
+        if leaving:
+            # (_leave_subtree: each mapped node of the subtree unmapped, its chain ending and
+            # its id given back, `_release_id`)
+            stack = [x]
+            while stack:
+                y = stack.pop()
+                if node_pages.pop(y, None) is not None:
+                    c = cid.pop(y)
+                    push(spare, c)
+                    changed[c] = unused
+                stack.extend(y.children.values())
+            continue
+        pages = tuple(x.device) if x.device is not None else (none,) * x.n     # (_enter)
+        if node_pages.get(x) == pages:
+            continue
+        node_pages[x] = pages
+        c = cid.get(x)
+        if c is None:
+            # (`_id`: the lowest id given back, else the next new one)
+            if spare:
+                c = pop(spare)
+            else:
+                c = m.next_id
+                m.next_id = c + 1
+            cid[x] = c
+        changed[c] = (0, pages)
+    if not ops:                                                 # (_free)
+        free = s["free"]
+    else:
+        moved = None
+        typed, n = m.mirror_typed, m.n_pids
+        for released, pages in ops:
+            got = pid_set.intersection(pages)
+            if released:
+                mirror.update(got)
+                typed = typed and py_ints_within(pages, n, 0)
+            else:
+                mirror.difference_update(got)
+            if moved is None:
+                moved = got
+            else:
+                moved |= got
+        del ops[:]
+        if len(mirror) != dev.free:
+            mirror, typed = m._rebuilt()
+            moved = None
+        m.free_moved = moved
+        m.mirror_typed = typed
+        free = m.free_built = frozenset(mirror)
+    longest = 1
+    for _, pages in changed.values():
+        if len(pages) > longest:
+            longest = len(pages)
+    if m.next_id - 1 > m.n_chains or longest > m.max_len:
+        m._grow(m.next_id - 1, longest)
+    # (_commit, on a state of the current shape whose free and mixed are written: most syncs)
+    n, L = m.n_chains, m.max_len
+    old_free = s.get("free", missing)
+    if m._shape != (n, L) or old_free is missing or "mixed" not in s:
+        return m._commit(changed, free)
+    delta = m.delta = []
+    free_changed = old_free is not free and old_free != free
+    moved = m.free_moved if free_changed else None
+    dirty_chains, dirty_pages = py_commit_rows(changed, m.rows, m.holders, m.page_rows, s, delta, m._empty,
+                                               m._padded, none, moved)
+    if free_changed:
+        delta.append(("free", None, old_free))
+        s["free"] = free
+        if moved is None:
+            dirty_pages |= old_free ^ free
+    return delta, {"Chains": dirty_chains, "PageIds": dirty_pages}
+
+
 def py_slot_owner_breach(names, slots, tree_refs: dict, backup_refs: dict, pf_refs: dict):
     """SlotInOneOwner's element-local test over the spec slots of `slots` (those past
     len(names) skipped), in their order: slot h with t tree references, f backup and fetch
@@ -799,7 +912,7 @@ py_first_page_where = py_first_where
 
 PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_release,
           "write_slots": py_write_slots, "diff_bytes": py_diff_bytes, "count_pages": py_count_pages,
-          "commit_rows": py_commit_rows,
+          "commit_rows": py_commit_rows, "device_sync": py_device_sync,
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
           "steps_table": py_steps_table, "quiet_probe": py_quiet_probe,
           "chains_typed": py_chains_typed, "chains_padded": py_chains_padded,
@@ -826,6 +939,7 @@ write_slots = _mod.write_slots if _mod is not None else py_write_slots
 diff_bytes = _mod.diff_bytes if _mod is not None else py_diff_bytes
 count_pages = _mod.count_pages if _mod is not None else py_count_pages
 commit_rows = _mod.commit_rows if _mod is not None else py_commit_rows
+device_sync = _mod.device_sync if _mod is not None else py_device_sync
 slot_owner_breach = _mod.slot_owner_breach if _mod is not None else py_slot_owner_breach
 held_once_or_free = _mod.held_once_or_free if _mod is not None else py_held_once_or_free
 chains_typed = _mod.chains_typed if _mod is not None else py_chains_typed
