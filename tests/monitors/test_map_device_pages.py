@@ -895,3 +895,41 @@ def test_the_common_path_sync_passes_on_a_failing_call_as_the_twin_does(impl, tm
     assert not rmap.journal and new[0] not in rmap.cid
     with pytest.raises((TypeError, ValueError)):
         f(rmap, rmap._sync_ctx[:-1])
+
+
+def test_a_map_class_with_a_property_of_a_synced_name_keeps_the_python_sync(tmp_path):
+    """The native common-path sync reads and writes the map's attributes in its own dict, as
+    Python's lookup would only while no class of the map makes one of those names a data
+    descriptor: a subclass that does (a property over `next_id`, which the sync counts chain
+    ids on) gets no native context, and its property sees every read and write the sync makes,
+    with the same mapped states as the plain map's."""
+    from hicache.monitors.maps import device_pages
+    seen = collections.Counter()
+
+    class Watched(IncrementalDevicePagesMap):
+        @property
+        def next_id(self):
+            seen["read"] += 1
+            return self.__dict__["_next"]
+
+        @next_id.setter
+        def next_id(self, v):
+            seen["write"] += 1
+            self.__dict__["_next"] = v
+
+    assert not device_pages._plain_attrs(Watched, device_pages._SYNC_ATTRS)
+    assert device_pages._plain_attrs(IncrementalDevicePagesMap, device_pages._SYNC_ATTRS)
+    states = []
+    for cls in (IncrementalDevicePagesMap, Watched):
+        wcfg = WorkloadConfig(requests=30)
+        policy, reqs = plan(3, wcfg)
+        cache = make_cache(wcfg, policy)
+        rmap = cls(cache)
+        assert (rmap._sync_ctx is None) == (cls is Watched)
+        run = []
+        for r in reqs:
+            serve_one(cache, *r)
+            rmap.sync()
+            run.append(canonical(rmap.state()))
+        states.append(run)
+    assert states[0] == states[1] and seen["read"] > 0 and seen["write"] > 0

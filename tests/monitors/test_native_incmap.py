@@ -430,6 +430,24 @@ def test_steps_table_agrees(mod):
             make({}, 5)
 
 
+@pytest.mark.parametrize("twin", ["native", "python"])
+def test_a_steps_table_in_a_cycle_is_collected(mod, twin):
+    """A table whose fallback refers back to its holder (a bound method of the map that holds
+    the table) is in a cycle the collector frees, as the Python twin's closure is."""
+    make = mod.steps_table if twin == "native" else loops.py_steps_table
+
+    class Holder:
+        def other(self, action, fields):
+            return ("fallback", action)
+    h = Holder()
+    h.bind = make({}, h.other)
+    assert h.bind("a", {}) == ("fallback", "a")
+    gone = weakref.ref(h)
+    del h
+    gc.collect()
+    assert gone() is None
+
+
 def _probe_runs(make, seed: int) -> list:
     """A quiet probe's answers on random truths (true, false, raising) of its objects and its
     attribute (present, absent: AttributeError), with the order of the tests it made."""

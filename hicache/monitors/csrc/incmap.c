@@ -1786,7 +1786,8 @@ static PyObject *chains_padded(PyObject *self, PyObject *const *a, Py_ssize_t n)
 
 /* A table's lookup with a fallback: table.get(action) when that is not None, else
  * fallback(action, fields). Holds the table (a dict of steps) and the fallback (a module's
- * function): nothing that refers back to a map. */
+ * function, as cp_replay.py gives it: nothing that refers back to a map); a collected type all
+ * the same, as a bound method for a fallback would close a cycle through its map. */
 typedef struct {
     PyObject_HEAD
     PyObject *table, *fallback;
@@ -1799,18 +1800,41 @@ static PyObject *steps_table_call(PyObject *self, PyObject *const *args, size_t 
         PyErr_SetString(PyExc_TypeError, "a steps table takes (action, fields)");
         return NULL;
     }
-    PyObject *steps = PyDict_GetItemWithError(t->table, args[0]);     /* (borrowed) */
-    if (steps != NULL && steps != Py_None)
-        return Py_NewRef(steps);
-    if (steps == NULL && PyErr_Occurred())
+    if (t->table == NULL || t->fallback == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a steps table cleared by the collector was called");
         return NULL;
-    return PyObject_Vectorcall(t->fallback, args, 2, NULL);
+    }
+    /* (both held across the lookup, whose key comparison may run Python code, and the call:
+     * a collection there may clear the table) */
+    PyObject *table = Py_NewRef(t->table), *fallback = Py_NewRef(t->fallback), *out;
+    PyObject *steps = PyDict_GetItemWithError(table, args[0]);     /* (borrowed) */
+    if (steps != NULL && steps != Py_None)
+        out = Py_NewRef(steps);
+    else if (steps == NULL && PyErr_Occurred())
+        out = NULL;
+    else
+        out = PyObject_Vectorcall(fallback, args, 2, NULL);
+    Py_DECREF(table);
+    Py_DECREF(fallback);
+    return out;
+}
+
+static int steps_table_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(((StepsTable *)self)->table);
+    Py_VISIT(((StepsTable *)self)->fallback);
+    return 0;
+}
+
+static int steps_table_clear(PyObject *self) {
+    Py_CLEAR(((StepsTable *)self)->table);
+    Py_CLEAR(((StepsTable *)self)->fallback);
+    return 0;
 }
 
 static void steps_table_dealloc(PyObject *self) {
-    Py_XDECREF(((StepsTable *)self)->table);
-    Py_XDECREF(((StepsTable *)self)->fallback);
-    Py_TYPE(self)->tp_free(self);
+    PyObject_GC_UnTrack(self);
+    steps_table_clear(self);
+    PyObject_GC_Del(self);
 }
 
 static PyTypeObject StepsTableType = {
@@ -1820,7 +1844,9 @@ static PyTypeObject StepsTableType = {
     .tp_dealloc = steps_table_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(StepsTable, vectorcall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = steps_table_traverse,
+    .tp_clear = steps_table_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "table.get(action), or fallback(action, fields) where that is None",
 };
 
@@ -1832,12 +1858,13 @@ static PyObject *steps_table(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         PyErr_SetString(PyExc_TypeError, "steps_table: fallback must be callable");
         return NULL;
     }
-    StepsTable *t = PyObject_New(StepsTable, &StepsTableType);
+    StepsTable *t = PyObject_GC_New(StepsTable, &StepsTableType);
     if (t == NULL)
         return NULL;
     t->table = Py_NewRef(a[0]);
     t->fallback = Py_NewRef(a[1]);
     t->vectorcall = steps_table_call;
+    PyObject_GC_Track(t);
     return (PyObject *)t;
 }
 

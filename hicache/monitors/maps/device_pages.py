@@ -53,6 +53,29 @@ DEVICE_FIELDS = ("parent", "n", "device")
 
 _NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that found no change
 
+#: the map's attributes `loops.device_sync` reads and writes in the map's own dict (its
+#: methods, _rebuilt, _grow, _commit, _empty, _padded, it looks up as Python does)
+_SYNC_ATTRS = ("_changed", "delta", "free_built", "free_moved", "max_len", "mirror", "mirror_typed", "n_chains",
+               "n_pids", "next_id", "_shape")
+
+
+def _plain_attrs(cls: type, names) -> bool:
+    """Whether reading and writing each of `names` on an instance of cls goes to the instance
+    dict as Python's own lookup would: the generic attribute hooks, and no class of its MRO
+    defining the name as a data descriptor (a property, a slot), which Python's lookup would
+    take before the dict."""
+    if cls.__getattribute__ is not object.__getattribute__ or cls.__setattr__ is not object.__setattr__ or \
+            cls.__delattr__ is not object.__delattr__:
+        return False
+    for name in names:
+        for k in cls.__mro__:
+            if name in vars(k):
+                attr = type(vars(k)[name])
+                if hasattr(attr, "__set__") or hasattr(attr, "__delete__"):
+                    return False
+                break
+    return True
+
 
 class OpJournal(list):
     """The allocator's calls since the last sync, bounded: past `LIMIT` entries (a monitor
@@ -146,11 +169,13 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         self.pid_set = set(self.pids)
         # (what `loops.device_sync` reads, none of it rebound for the map's life: after the
         # first sync, which builds the state and the mirror; the last, the map's own dict,
-        # where the native one reads and writes the map's attributes: no class of the map
-        # defines a data descriptor of their names)
-        self._sync_ctx = (self.journal, self.ops, self.node_pages, self.cid, cache.tree.root, cache, self.pending,
-                          self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, vars(self), self.spare,
-                          heapq.heappush, heapq.heappop, UNUSED)
+        # where the native one reads and writes the map's attributes: right only while no class
+        # of the map defines a data descriptor of their names, checked here; a map class that
+        # does keeps the Python sync, which honours it)
+        if _plain_attrs(type(self), _SYNC_ATTRS):
+            self._sync_ctx = (self.journal, self.ops, self.node_pages, self.cid, cache.tree.root, cache,
+                              self.pending, self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, vars(self),
+                              self.spare, heapq.heappush, heapq.heappop, UNUSED)
 
     @property
     def incremental_overrides(self) -> dict:
