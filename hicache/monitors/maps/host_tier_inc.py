@@ -181,6 +181,12 @@ class IncrementalHostTierMap(HostTierMap):
         self.qslot: dict[int, int] = {}              # rid -> q
         self.requeue: set = set()                    # nodes to re-map for non-field reasons
         self._bind_step = self._request_binder(loops.request_binder)     # (bind's request step)
+        if type(self).bind is IncrementalHostTierMap.bind:
+            # (`bind` as a callable of its own, read off the instance before the class, as
+            # HostTierMap's native binder is: the monitor calls it at every event, and as a
+            # method each call was a frame entered from C around one set test and one call;
+            # the same tests and calls, loops.load_bind; python_bind drops it)
+            self.bind = loops.load_bind(weakref.ref(self), _LOAD_EVENTS, IncrementalHostTierMap.bind)
         self.by_id: dict = {}                        # node id -> mapped node
         self.nval: dict = {}                         # node -> values last written for it
         # the tree's shape as of the last sync (mapped nodes): what the guards read
