@@ -1950,19 +1950,35 @@ def _slow_bind(m, action, fields):
     return None if action == "LoadBackLayer" else m._bind_step(m, action, fields)
 
 
+_BindMap.bind = _slow_bind
+
+
+class _PatchedBindMap(_BindMap):
+    """A subclass whose own bind (a profiler's wrapper, say) load_bind must call instead."""
+
+    def bind(self, action, fields):
+        self.log.append(("patched", action))
+        return _slow_bind(self, action, fields)
+
+
+class _NoneBindMap(_BindMap):
+    bind = None
+
+
 def test_load_binds_agree(mod):
     """IncrementalHostTierMap's bind as a callable both ways on random events: the load-back
     events by the class's bind, the others by the map's request step read off it at each call
     (replaced between calls, as python_bind does), errors from either (the same exception, the
     same calls before it), a non-string action (unhashable: TypeError from the set test), and
-    a call after the map is gone (ReferenceError)."""
+    a call after the map is gone (ReferenceError); a class whose bind is another (a subclass's:
+    called, bound to the map) or None (its call's TypeError)."""
     events = frozenset({"LoadBackLayer", "LoadBackStart", "LoadBackFinish", "LoadBackFail"})
     actions = [*events, "RequestMatch", "BackupStart", "DeviceEvict", ["unhashable"]]
 
     def run(make, seed):
         rng = random.Random(seed)
         log: list = []
-        m = _BindMap(log)
+        m = rng.choice([_BindMap, _BindMap, _BindMap, _PatchedBindMap, _NoneBindMap])(log)
         bind = make(weakref.ref(m), events, _slow_bind)
         out = []
         for i in range(40):
@@ -1991,6 +2007,7 @@ def test_load_binds_agree(mod):
     assert kinds["ok"] >= 1000 and kinds["KeyError"] >= 10 and kinds["ValueError"] >= 20, kinds
     assert kinds["TypeError"] >= 20 and kinds["ReferenceError"] == 60, kinds
     assert kinds["slow"] >= 500 and kinds["step"] >= 200 and kinds["replaced"] >= 50, kinds
+    assert kinds["patched"] >= 100 and kinds["TypeError"] >= 100, kinds
     with pytest.raises(TypeError):
         mod.load_bind(lambda: None, events, _slow_bind)
     with pytest.raises(TypeError):

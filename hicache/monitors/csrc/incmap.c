@@ -2472,8 +2472,9 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
  * bind is IncrementalHostTierMap's; loops.py's py_load_bind, the same reads and calls): the
  * events of a load-back's course (`events`) by the class's own bind, slow(m, action, fields),
  * every other by the map's request step, m._bind_step(m, action, fields), read off the map at
- * each call (python_bind replaces it). Why: as a method each event entered a frame from C for
- * one set test and one call. It refers to its map weakly (the map's dict holds it: a strong
+ * each call (python_bind replaces it); while the class's bind is not `slow` (a subclass's, or
+ * one patched on the class: a profiler's wrapper), that one is called instead, bound to the
+ * map. Why: as a method each event entered a frame from C for one set test and one call. It refers to its map weakly (the map's dict holds it: a strong
  * reference would make every map a cycle, kept until the collector runs); a call after the
  * map is gone raises ReferenceError. */
 typedef struct {
@@ -2485,7 +2486,7 @@ typedef struct {
     vectorcallfunc vectorcall;
 } LoadBind;
 
-static PyObject *s_bind_step;
+static PyObject *s_bind_step, *s_bind_name;
 
 static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     LoadBind *b = (LoadBind *)self;
@@ -2502,6 +2503,26 @@ static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t na
     }
     Py_INCREF(m);
     PyObject *argv[3] = {m, args[0], args[1]}, *r = NULL;
+    /* (the class's bind as the instance's would be looked up without this attribute: while it
+     * is not `slow`, a subclass's or a patched one, it is called instead, bound to the map) */
+    PyObject *cls_bind = _PyType_Lookup(Py_TYPE(m), s_bind_name);     /* (borrowed) */
+    if (cls_bind != b->slow) {
+        PyObject *bound = NULL;
+        if (cls_bind == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "bind: the map's class has none");
+        } else {
+            Py_INCREF(cls_bind);
+            descrgetfunc get = Py_TYPE(cls_bind)->tp_descr_get;
+            bound = get == NULL ? Py_NewRef(cls_bind) : get(cls_bind, m, (PyObject *)Py_TYPE(m));
+            Py_DECREF(cls_bind);
+        }
+        if (bound != NULL) {
+            r = PyObject_Vectorcall(bound, args, 2, NULL);
+            Py_DECREF(bound);
+        }
+        Py_DECREF(m);
+        return r;
+    }
     int special = PySet_Contains(b->events, args[0]);
     if (special > 0) {
         r = PyObject_Vectorcall(b->slow, argv, 3, NULL);
@@ -2549,7 +2570,8 @@ static PyObject *load_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         PyErr_SetString(PyExc_TypeError, "load_bind: slow must be callable");
         return NULL;
     }
-    if (s_bind_step == NULL && (s_bind_step = PyUnicode_InternFromString("_bind_step")) == NULL)
+    if ((s_bind_step == NULL && (s_bind_step = PyUnicode_InternFromString("_bind_step")) == NULL) ||
+        (s_bind_name == NULL && (s_bind_name = PyUnicode_InternFromString("bind")) == NULL))
         return NULL;
     LoadBind *b = PyObject_New(LoadBind, &LoadBindType);
     if (b == NULL)

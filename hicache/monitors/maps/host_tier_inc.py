@@ -181,12 +181,12 @@ class IncrementalHostTierMap(HostTierMap):
         self.qslot: dict[int, int] = {}              # rid -> q
         self.requeue: set = set()                    # nodes to re-map for non-field reasons
         self._bind_step = self._request_binder(loops.request_binder)     # (bind's request step)
-        if type(self).bind is IncrementalHostTierMap.bind:
+        if type(self).bind is _OWN_BIND:
             # (`bind` as a callable of its own, read off the instance before the class, as
             # HostTierMap's native binder is: the monitor calls it at every event, and as a
             # method each call was a frame entered from C around one set test and one call;
             # the same tests and calls, loops.load_bind; python_bind drops it)
-            self.bind = loops.load_bind(weakref.ref(self), _LOAD_EVENTS, IncrementalHostTierMap.bind)
+            self.bind = loops.load_bind(weakref.ref(self), _LOAD_EVENTS, _OWN_BIND)
         self.by_id: dict = {}                        # node id -> mapped node
         self.nval: dict = {}                         # node -> values last written for it
         # the tree's shape as of the last sync (mapped nodes): what the guards read
@@ -660,6 +660,12 @@ class IncrementalHostTierMap(HostTierMap):
         # the witness, as the tree form of WriteThroughPrefix names its pages
         return Failure("SlotInOneOwner", 1, text + f"  [h = {h} (runtime slot {h - 1}): slot[h] = \"{st}\" "
                                                    f"with t = {t} tree, f = {f} backup/fetch references]", loc)
+
+
+#: the class's own bind, as defined above (a bind patched on the class later, a profiler's
+#: wrapper, is not it: a map built then binds by the patched one, and load_bind, which calls
+#: the class's bind whenever it is not this, follows a patch made after it was built)
+_OWN_BIND = IncrementalHostTierMap.bind
 
 
 def _prefix_failure(p: int, q: int) -> Failure:

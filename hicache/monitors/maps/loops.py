@@ -712,16 +712,34 @@ def py_request_binder(binder, phase: dict, ending: set, req_node: dict, qslot: d
     return bind
 
 
+_NO_ATTR = object()
+
+
+def _class_attr(cls: type, name: str):
+    """The class attribute `name` as the MRO holds it (no descriptor called), _NO_ATTR without one."""
+    for k in cls.__mro__:
+        if name in vars(k):
+            return vars(k)[name]
+    return _NO_ATTR
+
+
 def py_load_bind(ref, events, slow):
     """IncrementalHostTierMap's `bind` as a callable of its own over a weak reference to its
     map (the map's instance attribute: its dict holds it): the events of a load-back's course
     (`events`) by the class's bind, slow(m, action, fields), every other by the map's request
-    step, m._bind_step(m, action, fields), read off the map at each call. ReferenceError once
-    the map is gone."""
+    step, m._bind_step(m, action, fields), read off the map at each call; while the class's
+    bind is not `slow` (a subclass's, or one patched on the class), that one instead, bound to
+    the map. ReferenceError once the map is gone."""
     def bind(action, fields):
         m = ref()
         if m is None:
             raise ReferenceError("bind: its map is gone")
+        cls_bind = _class_attr(type(m), "bind")
+        if cls_bind is not slow:
+            if cls_bind is _NO_ATTR:
+                raise AttributeError("bind: the map's class has none")
+            get = getattr(type(cls_bind), "__get__", None)
+            return (cls_bind if get is None else get(cls_bind, m, type(m)))(action, fields)
         if action in events:
             return slow(m, action, fields)
         return m._bind_step(m, action, fields)
