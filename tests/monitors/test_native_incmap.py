@@ -2059,3 +2059,87 @@ def test_extend_positions_agrees(mod):
     keys, pos, dirty = [], [7], set()
     assert mod.extend_positions("x", keys, pos, 3, 10, dirty) == 12
     assert (keys, pos, dirty) == ([("x", 1), ("x", 2)], [7, 10, 11], {10, 11})
+
+
+class _BindMap:
+    """A map as load_bind calls it: its request step, `_bind_step`, logs and answers."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def _bind_step(self, m, action, fields):
+        self.log.append(("step", m is self, action, dict(fields)))
+        if fields.get("fail"):
+            raise KeyError("step")
+        return ("steps", action)
+
+
+def _slow_bind(m, action, fields):
+    m.log.append(("slow", action, dict(fields)))
+    if fields.get("fail"):
+        raise ValueError("slow")
+    return None if action == "LoadBackLayer" else m._bind_step(m, action, fields)
+
+
+_BindMap.bind = _slow_bind
+
+
+class _PatchedBindMap(_BindMap):
+    """A subclass whose own bind (a profiler's wrapper, say) load_bind must call instead."""
+
+    def bind(self, action, fields):
+        self.log.append(("patched", action))
+        return _slow_bind(self, action, fields)
+
+
+class _NoneBindMap(_BindMap):
+    bind = None
+
+
+def test_load_binds_agree(mod):
+    """IncrementalHostTierMap's bind as a callable both ways on random events: the load-back
+    events by the class's bind, the others by the map's request step read off it at each call
+    (replaced between calls, as python_bind does), errors from either (the same exception, the
+    same calls before it), a non-string action (unhashable: TypeError from the set test), and
+    a call after the map is gone (ReferenceError); a class whose bind is another (a subclass's:
+    called, bound to the map) or None (its call's TypeError)."""
+    events = frozenset({"LoadBackLayer", "LoadBackStart", "LoadBackFinish", "LoadBackFail"})
+    actions = [*events, "RequestMatch", "BackupStart", "DeviceEvict", ["unhashable"]]
+
+    def run(make, seed):
+        rng = random.Random(seed)
+        log: list = []
+        m = rng.choice([_BindMap, _BindMap, _BindMap, _PatchedBindMap, _NoneBindMap])(log)
+        bind = make(weakref.ref(m), events, _slow_bind)
+        out = []
+        for i in range(40):
+            if rng.random() < 0.03:
+                m._bind_step = lambda m2, a, f, log=log: log.append(("replaced", a)) or "replaced"
+            action = rng.choice(actions)
+            fields = {"rid": rng.randint(0, 3), "fail": rng.random() < 0.1}
+            try:
+                out.append(("ok", bind(action, fields)))
+            except Exception as e:
+                out.append((type(e), e.args))
+        del m       # (no cycle holds it: gone at once)
+        try:
+            bind("RequestMatch", {})
+        except ReferenceError as e:
+            out.append((ReferenceError, e.args))
+        return out, log
+
+    kinds: collections.Counter = collections.Counter()
+    for seed in range(60):
+        got, want = run(mod.load_bind, seed), run(loops.py_load_bind, seed)
+        assert _typed(got) == _typed(want), seed
+        for r in want[0]:
+            kinds[r[0] if r[0] == "ok" else r[0].__name__] += 1
+        kinds.update(entry[0] for entry in want[1])
+    assert kinds["ok"] >= 1000 and kinds["KeyError"] >= 10 and kinds["ValueError"] >= 20, kinds
+    assert kinds["TypeError"] >= 20 and kinds["ReferenceError"] == 60, kinds
+    assert kinds["slow"] >= 500 and kinds["step"] >= 200 and kinds["replaced"] >= 50, kinds
+    assert kinds["patched"] >= 100 and kinds["TypeError"] >= 100, kinds
+    with pytest.raises(TypeError):
+        mod.load_bind(lambda: None, events, _slow_bind)
+    with pytest.raises(TypeError):
+        mod.load_bind(weakref.ref(_BindMap([])), set(events), _slow_bind)

@@ -3055,6 +3055,123 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
     return (PyObject *)b;
 }
 
+/* ---- IncrementalHostTierMap's `bind` as a callable of its own (host_tier_inc.py installs it
+ * as the map's instance attribute, what a monitor calls at every event, while the class's
+ * bind is IncrementalHostTierMap's; loops.py's py_load_bind, the same reads and calls): the
+ * events of a load-back's course (`events`) by the class's own bind, slow(m, action, fields),
+ * every other by the map's request step, m._bind_step(m, action, fields), read off the map at
+ * each call (python_bind replaces it); while the class's bind is not `slow` (a subclass's, or
+ * one patched on the class: a profiler's wrapper), that one is called instead, bound to the
+ * map. Why: as a method each event entered a frame from C for one set test and one call. It refers to its map weakly (the map's dict holds it: a strong
+ * reference would make every map a cycle, kept until the collector runs); a call after the
+ * map is gone raises ReferenceError. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ref;        /* a weak reference to the map */
+    PyObject *events;     /* a frozenset of the actions slow binds */
+    PyObject *slow;       /* slow(m, action, fields): the class's bind */
+    unsigned int plain_bind_step;
+    vectorcallfunc vectorcall;
+} LoadBind;
+
+static PyObject *s_bind_step, *s_bind_name;
+
+static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    LoadBind *b = (LoadBind *)self;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a load bind takes (action, fields)");
+        return NULL;
+    }
+    PyObject *m = PyWeakref_GetObject(b->ref);      /* (borrowed; held below) */
+    if (m == NULL)
+        return NULL;
+    if (m == Py_None) {
+        PyErr_SetString(PyExc_ReferenceError, "bind: its map is gone");
+        return NULL;
+    }
+    Py_INCREF(m);
+    PyObject *argv[3] = {m, args[0], args[1]}, *r = NULL;
+    /* (the class's bind as the instance's would be looked up without this attribute: while it
+     * is not `slow`, a subclass's or a patched one, it is called instead, bound to the map) */
+    PyObject *cls_bind = _PyType_Lookup(Py_TYPE(m), s_bind_name);     /* (borrowed) */
+    if (cls_bind != b->slow) {
+        PyObject *bound = NULL;
+        if (cls_bind == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "bind: the map's class has none");
+        } else {
+            Py_INCREF(cls_bind);
+            descrgetfunc get = Py_TYPE(cls_bind)->tp_descr_get;
+            bound = get == NULL ? Py_NewRef(cls_bind) : get(cls_bind, m, (PyObject *)Py_TYPE(m));
+            Py_DECREF(cls_bind);
+        }
+        if (bound != NULL) {
+            r = PyObject_Vectorcall(bound, args, 2, NULL);
+            Py_DECREF(bound);
+        }
+        Py_DECREF(m);
+        return r;
+    }
+    int special = PySet_Contains(b->events, args[0]);
+    if (special > 0) {
+        r = PyObject_Vectorcall(b->slow, argv, 3, NULL);
+    } else if (special == 0) {
+        PyObject *step = attr_of(m, s_bind_step, &b->plain_bind_step);
+        if (step != NULL) {
+            r = PyObject_Vectorcall(step, argv, 3, NULL);
+            Py_DECREF(step);
+        }
+    }
+    Py_DECREF(m);
+    return r;
+}
+
+static void load_bind_dealloc(PyObject *self) {
+    LoadBind *b = (LoadBind *)self;
+    Py_XDECREF(b->ref);
+    Py_XDECREF(b->events);
+    Py_XDECREF(b->slow);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject LoadBindType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.LoadBind",
+    .tp_basicsize = sizeof(LoadBind),
+    .tp_dealloc = load_bind_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(LoadBind, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "IncrementalHostTierMap.bind over one map (weakly held)",
+};
+
+/* load_bind(ref, events, slow): a LoadBind over a weak reference, a frozenset and a callable */
+static PyObject *load_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("load_bind", n, 3))
+        return NULL;
+    if (!PyWeakref_CheckRef(a[0])) {
+        PyErr_SetString(PyExc_TypeError, "load_bind: ref must be a weak reference");
+        return NULL;
+    }
+    if (check_type(a[1], &PyFrozenSet_Type, "load_bind", "events") < 0)
+        return NULL;
+    if (!PyCallable_Check(a[2])) {
+        PyErr_SetString(PyExc_TypeError, "load_bind: slow must be callable");
+        return NULL;
+    }
+    if ((s_bind_step == NULL && (s_bind_step = PyUnicode_InternFromString("_bind_step")) == NULL) ||
+        (s_bind_name == NULL && (s_bind_name = PyUnicode_InternFromString("bind")) == NULL))
+        return NULL;
+    LoadBind *b = PyObject_New(LoadBind, &LoadBindType);
+    if (b == NULL)
+        return NULL;
+    b->ref = Py_NewRef(a[0]);
+    b->events = Py_NewRef(a[1]);
+    b->slow = Py_NewRef(a[2]);
+    b->plain_bind_step = 0;
+    b->vectorcall = load_bind_call;
+    return (PyObject *)b;
+}
+
 /* loops.py's py_vacate: the holes are taken as sorted(holes, reverse=True) takes them
  * (reversed, sorted stably, reversed back: equal items keep their order); `p != last` is
  * Python's comparison (no identity shortcut) unless both are exact ints. The tuple (origin,
@@ -4944,6 +5061,8 @@ static PyMethodDef methods[] = {
     {"request_binder", (PyCFunction)(void (*)(void))request_binder, METH_FASTCALL,
      "IncrementalHostTierMap.bind's request step over (binder, phase, ending, req_node, qslot, qtab, "
      "phase_actions, req_actions, backup_actions)"},
+    {"load_bind", (PyCFunction)(void (*)(void))load_bind, METH_FASTCALL,
+     "IncrementalHostTierMap.bind over (a weak reference to the map, the load events, the class's bind)"},
     {"journaled", (PyCFunction)(void (*)(void))journaled, METH_FASTCALL,
      "a data descriptor over a slot whose writes add the object to each journal"},
     {"abi", abi, METH_NOARGS, "the module's ABI version"},
@@ -4965,7 +5084,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
-    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&JournaledType) < 0 ||
+    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&LoadBindType) < 0 || PyType_Ready(&JournaledType) < 0 ||
         PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -39,7 +39,7 @@ from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tr
                                              node_slots, prefetch_row)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
-from hicache.runtime.allocator import HostSlotState
+from hicache.runtime.allocator import HostSlots, HostSlotState
 from hicache.runtime.cache import host_write_in_flight
 from hicache.runtime.radix import Node
 from hicache.tla.values import Fcn
@@ -80,6 +80,7 @@ _request_step = loops.request_step
 _extend_positions = loops.extend_positions
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
+_HOST_FREE = HostSlots.free
 
 
 def _tracked_class(journals: dict) -> type:
@@ -181,6 +182,12 @@ class IncrementalHostTierMap(HostTierMap):
         self.qslot: dict[int, int] = {}              # rid -> q
         self.requeue: set = set()                    # nodes to re-map for non-field reasons
         self._bind_step = self._request_binder(loops.request_binder)     # (bind's request step)
+        if type(self).bind is _OWN_BIND:
+            # (`bind` as a callable of its own, read off the instance before the class, as
+            # HostTierMap's native binder is: the monitor calls it at every event, and as a
+            # method each call was a frame entered from C around one set test and one call;
+            # the same tests and calls, loops.load_bind; python_bind drops it)
+            self.bind = loops.load_bind(weakref.ref(self), _LOAD_EVENTS, _OWN_BIND)
         self.by_id: dict = {}                        # node id -> mapped node
         self.nval: dict = {}                         # node -> values last written for it
         # the tree's shape as of the last sync (mapped nodes): what the guards read
@@ -217,6 +224,13 @@ class IncrementalHostTierMap(HostTierMap):
         # the slots' states at the last sync (a copy of the state array's bytes, compared
         # whole at each sync: a write that bypasses the allocator's API is seen as well)
         self.slot_seen = bytearray(host.state.tobytes()) if host is not None else bytearray()
+        # what sync reads of the host slots at every event, taken once (the cache's allocator
+        # and its state array are its own for its life, written in place): a view of the state
+        # array (its buffer taken here, not at each comparison) and what holds the free count
+        # (`host.free` is HostSlots' property over its free list's plain count: the list read
+        # directly, without the property's call)
+        self._states = memoryview(host.state) if host is not None else None
+        self._free_of = host._pages if type(host) is HostSlots and type(host).free is _HOST_FREE else host
         self.slot_names = [_NAMES[x] for x in self.slot_seen] if host is not None else ["idle"]
         self.adjusted = False                        # idle slots shown "reserved" (hidden retention)
         self.free_seen = host.free if host is not None else 0   # the free count at the last sync
@@ -507,12 +521,12 @@ class IncrementalHostTierMap(HostTierMap):
         if self.dirty_reqs:
             self.dirty_reqs = set()
         c = self.cache
-        host = c.host
-        if host is not None:
+        states = self._states
+        if states is not None:
             # (the slots whose state changed since the last sync, one C pass that also
             # brings slot_seen up to date; _slots only when one did or the free count moved)
-            free = host.free
-            hs = _diff_bytes(host.state, self.slot_seen)
+            free = self._free_of.free
+            hs = _diff_bytes(states, self.slot_seen)
             if hs or free != self.free_seen or self.adjusted:
                 self._slots(hs, free)
         L0 = self.L
@@ -654,6 +668,12 @@ class IncrementalHostTierMap(HostTierMap):
         # the witness, as the tree form of WriteThroughPrefix names its pages
         return Failure("SlotInOneOwner", 1, text + f"  [h = {h} (runtime slot {h - 1}): slot[h] = \"{st}\" "
                                                    f"with t = {t} tree, f = {f} backup/fetch references]", loc)
+
+
+#: the class's own bind, as defined above (a bind patched on the class later, a profiler's
+#: wrapper, is not it: a map built then binds by the patched one, and load_bind, which calls
+#: the class's bind whenever it is not this, follows a patch made after it was built)
+_OWN_BIND = IncrementalHostTierMap.bind
 
 
 def _prefix_failure(p: int, q: int) -> Failure:

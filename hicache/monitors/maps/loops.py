@@ -827,6 +827,40 @@ def py_request_binder(binder, phase: dict, ending: set, req_node: dict, qslot: d
     return bind
 
 
+_NO_ATTR = object()
+
+
+def _class_attr(cls: type, name: str):
+    """The class attribute `name` as the MRO holds it (no descriptor called), _NO_ATTR without one."""
+    for k in cls.__mro__:
+        if name in vars(k):
+            return vars(k)[name]
+    return _NO_ATTR
+
+
+def py_load_bind(ref, events, slow):
+    """IncrementalHostTierMap's `bind` as a callable of its own over a weak reference to its
+    map (the map's instance attribute: its dict holds it): the events of a load-back's course
+    (`events`) by the class's bind, slow(m, action, fields), every other by the map's request
+    step, m._bind_step(m, action, fields), read off the map at each call; while the class's
+    bind is not `slow` (a subclass's, or one patched on the class), that one instead, bound to
+    the map. ReferenceError once the map is gone."""
+    def bind(action, fields):
+        m = ref()
+        if m is None:
+            raise ReferenceError("bind: its map is gone")
+        cls_bind = _class_attr(type(m), "bind")
+        if cls_bind is not slow:
+            if cls_bind is _NO_ATTR:
+                raise AttributeError("bind: the map's class has none")
+            get = getattr(type(cls_bind), "__get__", None)
+            return (cls_bind if get is None else get(cls_bind, m, type(m)))(action, fields)
+        if action in events:
+            return slow(m, action, fields)
+        return m._bind_step(m, action, fields)
+    return bind
+
+
 def py_journaled(slot, journals: list, name: str) -> property:
     """A field over `slot` (a __slots__ member descriptor) read as the slot, written through
     it, then the object added to each journal in `journals` (read at each write: maps add and
@@ -924,7 +958,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
           "unmap_subtree": py_unmap_subtree,
           "shifted": py_shifted, "node_slots": py_node_slots,
-          "request_step": py_request_step, "request_binder": py_request_binder, "journaled": py_journaled,
+          "request_step": py_request_step, "request_binder": py_request_binder, "load_bind": py_load_bind,
+          "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
           "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
           "extend_positions": py_extend_positions,
@@ -963,6 +998,7 @@ shifted = _mod.shifted if _mod is not None else py_shifted
 node_slots = _mod.node_slots if _mod is not None else py_node_slots
 request_step = _mod.request_step if _mod is not None else py_request_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
+load_bind = _mod.load_bind if _mod is not None else py_load_bind
 journaled = _mod.journaled if _mod is not None else py_journaled
 first_slot_not_in = _mod.first_slot_not_in if _mod is not None else py_first_slot_not_in
 holders_outside = _mod.holders_outside if _mod is not None else py_holders_outside
