@@ -105,9 +105,17 @@ def check(m, action: str, fields: dict) -> Failure | None:
     """The guard of `action` on map m's state before the event: None, or the failed
     conjunct (None too for an action without a guard here). m is an IncrementalHostTierMap
     not yet synced for this event (its funcs, positions and slot names are the pre-state)."""
-    # (the request guards first: a run's events are mostly its requests' own)
+    # (the request guards first: a run's events are mostly its requests' own; a live
+    # request's finish or abort, and a match of one not live, the most common, pass here
+    # without the guard's call)
     fn = REQUEST_GUARDS.get(action)
     if fn is not None:
+        if fn is _request_live:
+            if m.phase_before is not None:
+                return None
+        elif fn is _request_match:
+            if m.phase_before is None:
+                return None
         return fn(m, action, fields)
     fn = NODE_GUARDS.get(action)
     if fn is None:
@@ -115,8 +123,10 @@ def check(m, action: str, fields: dict) -> Failure | None:
     nid = fields.get("node")
     if nid is None and action in _ACKS:
         return None      # (an op whose node the runtime no longer holds: nothing of the tree to judge)
-    x, pos = _mapped(m, nid)
-    if x is None:
+    # (_mapped, inline: this runs at every node event)
+    x = m.by_id.get(nid)
+    pos = m.npos.get(x) if x is not None else None
+    if not pos:
         return _fail(action, 0, f"node {nid} has no page in the tree before the event "
                                 f"({_NOT_IN_TREE.get(action, 'InTree(n)')})")
     return fn(m, action, x, pos, fields)
@@ -154,9 +164,12 @@ def _dev_evictable(m, action: str, x, pos: list) -> Failure | None:
     if busy is not None:
         return _fail(action, k, f"a device->host copy still reads node {x.id}'s page at position {busy} "
                                 f"(backupOp[n] = NoSlot)")
-    below = [c for c in _children(m, x) if f["dev"][m.npos[c][0]]]
-    if below:
-        return _fail(action, k, f"child node {below[0].id} keeps a device copy (~dev[n + 1])")
+    # (the first of _children(m, x) with a device copy, in their order: a loop, no lists)
+    dev, npos = f["dev"], m.npos
+    for c in m.kids.get(x, ()):
+        cp = npos.get(c)
+        if cp and dev[cp[0]]:
+            return _fail(action, k, f"child node {c.id} keeps a device copy (~dev[n + 1])")
     return None
 
 
@@ -180,14 +193,22 @@ def _device_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
 def _host_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
     f = m.funcs
     host = f["host"]
-    hs = [host[p] for p in pos]
+    hs = list(map(host.__getitem__, pos))
     if not all(hs):
         return _fail(action, 0, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
-    children = _children(m, x)
-    below = [c for c in children if f["host"][m.npos[c][0]] or f["backupOp"][m.npos[c][0]]]
-    if below:
-        return _fail(action, 0, f"child node {below[0].id} keeps a host copy or one being written "
-                                f"(host[n + 1] = NoSlot /\\ backupOp[n + 1] = NoSlot)")
+    # (_children(m, x) in one loop, no lists: the first with a host copy or one being
+    # written fails; `child`, the first of them, is what the host-only test reads below)
+    backup, npos = f["backupOp"], m.npos
+    child = None
+    for c in m.kids.get(x, ()):
+        cp = npos.get(c)
+        if cp:
+            if child is None:
+                child = c
+            q = cp[0]
+            if host[q] or backup[q]:
+                return _fail(action, 0, f"child node {c.id} keeps a host copy or one being written "
+                                        f"(host[n + 1] = NoSlot /\\ backupOp[n + 1] = NoSlot)")
     broke = _slots_in(m, action, 0, "node {}'s", x.id, hs, "synced")
     if broke is not None:
         return broke
@@ -196,8 +217,8 @@ def _host_evict(m, action: str, x, pos: list, fields: dict) -> Failure | None:
         if locker is not None:
             return _fail(action, 0, f"host-only node {x.id} is on live request {locker}'s locked prefix "
                                     f"(dev[n] \\/ ~Locked(n))")
-        if children:
-            return _fail(action, 0, f"host-only node {x.id} left the tree with child node {children[0].id} "
+        if child is not None:
+            return _fail(action, 0, f"host-only node {x.id} left the tree with child node {child.id} "
                                     f"still in it (dev[n] \\/ n = len - 1)")
     return None
 
@@ -233,7 +254,7 @@ def _backup_start(m, action: str, x, pos: list, fields: dict) -> Failure | None:
                 return _fail(action, 5, f"parent node {par.id} has no host copy and none being written "
                                         f"(ParentBackedOrGoing(n): host[n - 1] # NoSlot \\/ "
                                         f"backupOp[n - 1] # NoSlot)")
-    return _slots_in(m, action, 6, "node {}'s", x.id, _event_slots(fields), "idle", "h \\in IdleSlots",
+    return _slots_in(m, action, 6, "node {}'s", x.id, fields.get("slots") or (), "idle", "h \\in IdleSlots",
                      runtime=True)
 
 
@@ -287,9 +308,8 @@ def _device_insert(m, action: str, fields: dict) -> Failure | None:
     q matched) give a legal-looking tree whose pages hold another prefix's KV: a later match
     of that prefix would read them. The node's place is read from the tree as the insert
     left it (a new node is not mapped before the event)."""
-    broke = _request_live(m, action, fields)
-    if broke is not None:
-        return broke
+    if m.phase_before is None:        # (_request_live, inline: the common step passes without the call)
+        return _request_live(m, action, fields)
     rid = fields.get("rid")
     held = m.by_id.get(m.lock_before)
     if held is None:
@@ -297,9 +317,12 @@ def _device_insert(m, action: str, fields: dict) -> Failure | None:
     nid = fields.get("node")
     x = m.by_id.get(nid)
     if x is None:
-        x = next((y for y in m.journal if y.id == nid), None)
-    if x is None:
-        return None
+        for y in m.journal:           # (a loop, no generator: a new node is the common insert)
+            if y.id == nid:
+                x = y
+                break
+        else:
+            return None
     y = x
     while y is not None and y is not held:
         y = y.parent
@@ -315,9 +338,8 @@ def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
     whose slots nothing would then free), under a write-through policy the node it fetches
     below has a readable host copy (HostTail: host[len - 1] # NoSlot; a page whose copy is
     still in flight is backupOp in the map, as in the spec), and its slots were IDLE."""
-    broke = _request_live(m, action, fields)
-    if broke is not None:
-        return broke
+    if m.phase_before is None:        # (_request_live, inline: the common step passes without the call)
+        return _request_live(m, action, fields)
     rid = fields.get("rid")
     if rid in m.fetching:
         return _fail(action, 1, f"request {rid} already has a fetch in flight (pfSlot[q] = NoSlot)")
@@ -328,7 +350,7 @@ def _prefetch_start(m, action: str, fields: dict) -> Failure | None:
         if x is not None and not m.funcs["host"][pos[-1]]:
             return _fail(action, 5, f"request {rid}'s prefix ends at node {x.id}, whose last page has no "
                                     f"host copy (HostTail: host[len - 1] # NoSlot)")
-    return _slots_in(m, action, 6, "request {}'s prefetch", rid, _event_slots(fields), "idle", "h \\in IdleSlots",
+    return _slots_in(m, action, 6, "request {}'s prefetch", rid, fields.get("slots") or (), "idle", "h \\in IdleSlots",
                      runtime=True)
 
 
@@ -342,14 +364,14 @@ def _prefetch_end(m, action: str, fields: dict) -> Failure | None:
         if rid in m.fetching:
             return None
         return _fail(action, 0, f"request {rid} has no fetch in flight (pfSlot[q] # NoSlot)")
-    return _slots_in(m, action, 0, "request {}'s abandoned fetch", fields.get("rid"), _event_slots(fields),
+    return _slots_in(m, action, 0, "request {}'s abandoned fetch", fields.get("rid"), fields.get("slots") or (),
                      "reserved", "pfSlot[q] # NoSlot: the fetch holds them", runtime=True)
 
 
 def _load_end(m, action: str, fields: dict) -> Failure | None:
     """LoadEnd(q)'s req[q] = "loading" in tree form: the slots the ack releases were held
     by a load-back in flight (PROTECTED), which the load of q holds while q is loading."""
-    return _slots_in(m, action, 0, "request {}'s load-back", fields.get("rid"), _event_slots(fields), "protected",
+    return _slots_in(m, action, 0, "request {}'s load-back", fields.get("rid"), fields.get("slots") or (), "protected",
                      "LoadEnd(q): req[q] = \"loading\", its load holding them", runtime=True)
 
 
@@ -385,9 +407,8 @@ def layer_of_no_load(fields: dict) -> Failure:
 
 
 def _load_back_start(m, action: str, fields: dict) -> Failure | None:
-    broke = _request_live(m, action, fields)
-    if broke is not None:
-        return broke
+    if m.phase_before is None:        # (_request_live, inline: the common step passes without the call)
+        return _request_live(m, action, fields)
     f = m.funcs
     for nid in fields.get("nodes") or ():
         x, pos = _mapped(m, nid)
@@ -421,16 +442,10 @@ def _storage_backup_finish(m, action: str, x, pos: list, fields: dict) -> Failur
 def _host_slots(m, action: str, k_host: int, k_state: int, x, pos: list, state: str) -> Failure | None:
     """Conjunct k_host fails unless every page of x has a host copy (host[n] # NoSlot),
     conjunct k_state unless each one's slot was `state` (slot[host[n]] = state)."""
-    host = m.funcs["host"]
-    hs = [host[p] for p in pos]
+    hs = list(map(m.funcs["host"].__getitem__, pos))
     if not all(hs):
         return _fail(action, k_host, f"node {x.id}'s pages have no host copy (host[n] # NoSlot)")
     return _slots_in(m, action, k_state, "node {}'s", x.id, hs, state)
-
-
-def _event_slots(fields: dict):
-    """The runtime slots of the event's `slots` field (`_slots_in`'s with runtime=True)."""
-    return fields.get("slots") or ()
 
 
 def _slots_in(m, action: str, k: int, whose: str, of, slots, state: str,
@@ -689,6 +704,8 @@ def _backup_start_writes(m, fields: dict) -> Failure | None:
     if going is None:
         return _fail("BackupStart", _conjunct_of("BackupStart", "backupOp"),
                      f"node {nid} has no copy in flight after its backup started")
+    if loops.first_slot_not_in(m.slot_names, going, "reserved", True) is None:
+        return None               # (_slots_after's passing test, inline: this runs at every backup)
     return _slots_after(m, "BackupStart", "backupOp", nid, going, "reserved", "after its backup started")
 
 
@@ -708,6 +725,8 @@ def _backup_finish_writes(m, fields: dict) -> Failure | None:
             what = "no host copy" if hs is None else "its copy still in flight"
             return _fail("BackupFinish", _conjunct_of("BackupFinish", "host"),
                          f"node {nid} has {what} after its backup's ack")
+        if loops.first_slot_not_in(m.slot_names, hs, "synced", True) is None:
+            continue              # (_slots_after's passing test, inline: this runs at every ack)
         f = _slots_after(m, "BackupFinish", "slot", nid, hs, "synced", "after its backup's ack")
         if f is not None:
             return f
