@@ -2096,6 +2096,23 @@ class _NoneBindMap(_BindMap):
     bind = None
 
 
+@pytest.mark.parametrize("twin", ["native", "python"])
+def test_a_load_bind_in_a_cycle_is_collected(mod, twin):
+    """A load bind whose slow path is a bound method of its map (the map's dict holds the
+    bind: a cycle) is freed by the collector, as the Python twin's closure is."""
+    make = mod.load_bind if twin == "native" else loops.py_load_bind
+
+    class Holder:
+        def other(self, action, fields):
+            return ("slow", action)
+    h = Holder()
+    h.bind = make(weakref.ref(h), frozenset({"x"}), h.other)
+    gone = weakref.ref(h)
+    del h
+    gc.collect()
+    assert gone() is None
+
+
 def test_load_binds_agree(mod):
     """IncrementalHostTierMap's bind as a callable both ways on random events: the load-back
     events by the class's bind, the others by the map's request step read off it at each call

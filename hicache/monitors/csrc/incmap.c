@@ -1481,21 +1481,29 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     PyObject *m = a[0], *ctx = a[1];
     if (check_type(ctx, &PyTuple_Type, "device_sync", "ctx") || ds_names() < 0)
         return NULL;
-    if (PyTuple_GET_SIZE(ctx) != 17) {
-        PyErr_SetString(PyExc_TypeError, "device_sync: ctx must hold 17 items");
+    if (PyTuple_GET_SIZE(ctx) != 16) {
+        PyErr_SetString(PyExc_TypeError, "device_sync: ctx must hold 16 items");
         return NULL;
     }
     PyObject *journal = PyTuple_GET_ITEM(ctx, 0), *ops = PyTuple_GET_ITEM(ctx, 1), *node_pages = PyTuple_GET_ITEM(ctx, 2),
              *cid = PyTuple_GET_ITEM(ctx, 3), *root = PyTuple_GET_ITEM(ctx, 4), *cache = PyTuple_GET_ITEM(ctx, 5),
              *pending = PyTuple_GET_ITEM(ctx, 6), *pid_set = PyTuple_GET_ITEM(ctx, 7), *dev = PyTuple_GET_ITEM(ctx, 8),
-             *s = PyTuple_GET_ITEM(ctx, 9), *none = PyTuple_GET_ITEM(ctx, 10), *missing = PyTuple_GET_ITEM(ctx, 11), *md = PyTuple_GET_ITEM(ctx, 12),
-             *spare = PyTuple_GET_ITEM(ctx, 13), *push = PyTuple_GET_ITEM(ctx, 14), *pop = PyTuple_GET_ITEM(ctx, 15),
-             *unused = PyTuple_GET_ITEM(ctx, 16);
+             *s = PyTuple_GET_ITEM(ctx, 9), *none = PyTuple_GET_ITEM(ctx, 10), *missing = PyTuple_GET_ITEM(ctx, 11),
+             *spare = PyTuple_GET_ITEM(ctx, 12), *push = PyTuple_GET_ITEM(ctx, 13), *pop = PyTuple_GET_ITEM(ctx, 14),
+             *unused = PyTuple_GET_ITEM(ctx, 15);
     if (!PySet_Check(journal) || !PyList_Check(ops) || check_type(node_pages, &PyDict_Type, "device_sync", "node_pages") ||
-        check_type(cid, &PyDict_Type, "device_sync", "cid") || check_type(s, &PyDict_Type, "device_sync", "s") ||
-        check_type(md, &PyDict_Type, "device_sync", "the map's dict")) {
+        check_type(cid, &PyDict_Type, "device_sync", "cid") || check_type(s, &PyDict_Type, "device_sync", "s")) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "device_sync: journal must be a set and ops a list");
+        return NULL;
+    }
+    /* m's own dict, taken at each call (not kept in ctx, which m's dict holds: a cycle that
+     * kept the map's dict, and the cache through ctx, alive until a collection) */
+    PyObject *md = PyObject_GenericGetDict(m, NULL);
+    if (md == NULL)
+        return NULL;
+    if (check_type(md, &PyDict_Type, "device_sync", "the map's dict")) {
+        Py_DECREF(md);
         return NULL;
     }
     /* (the ctx tuple holds its items for the call: the caller's, never rebound) */
@@ -1560,6 +1568,7 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     out = ds_commit(m, md, changed, free, s, none, missing);
 done:
     Py_DECREF(ctx);
+    Py_DECREF(md);
     Py_XDECREF(mirror);
     Py_XDECREF(todo);
     Py_XDECREF(changed);
@@ -3082,6 +3091,10 @@ static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t na
         PyErr_SetString(PyExc_TypeError, "a load bind takes (action, fields)");
         return NULL;
     }
+    if (b->ref == NULL || b->events == NULL || b->slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a load bind cleared by the collector was called");
+        return NULL;
+    }
     PyObject *m = PyWeakref_GetObject(b->ref);      /* (borrowed; held below) */
     if (m == NULL)
         return NULL;
@@ -3090,11 +3103,14 @@ static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t na
         return NULL;
     }
     Py_INCREF(m);
+    /* (events and slow held across the calls below, which may run a collection that clears
+     * this object) */
+    PyObject *events = Py_NewRef(b->events), *slow = Py_NewRef(b->slow);
     PyObject *argv[3] = {m, args[0], args[1]}, *r = NULL;
     /* (the class's bind as the instance's would be looked up without this attribute: while it
      * is not `slow`, a subclass's or a patched one, it is called instead, bound to the map) */
     PyObject *cls_bind = _PyType_Lookup(Py_TYPE(m), s_bind_name);     /* (borrowed) */
-    if (cls_bind != b->slow) {
+    if (cls_bind != slow) {
         PyObject *bound = NULL;
         if (cls_bind == NULL) {
             PyErr_SetString(PyExc_AttributeError, "bind: the map's class has none");
@@ -3108,29 +3124,46 @@ static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t na
             r = PyObject_Vectorcall(bound, args, 2, NULL);
             Py_DECREF(bound);
         }
-        Py_DECREF(m);
-        return r;
-    }
-    int special = PySet_Contains(b->events, args[0]);
-    if (special > 0) {
-        r = PyObject_Vectorcall(b->slow, argv, 3, NULL);
-    } else if (special == 0) {
-        PyObject *step = attr_of(m, s_bind_step, &b->plain_bind_step);
-        if (step != NULL) {
-            r = PyObject_Vectorcall(step, argv, 3, NULL);
-            Py_DECREF(step);
+    } else {
+        int special = PySet_Contains(events, args[0]);
+        if (special > 0) {
+            r = PyObject_Vectorcall(slow, argv, 3, NULL);
+        } else if (special == 0) {
+            PyObject *step = attr_of(m, s_bind_step, &b->plain_bind_step);
+            if (step != NULL) {
+                r = PyObject_Vectorcall(step, argv, 3, NULL);
+                Py_DECREF(step);
+            }
         }
     }
+    Py_DECREF(events);
+    Py_DECREF(slow);
     Py_DECREF(m);
     return r;
 }
 
-static void load_bind_dealloc(PyObject *self) {
+/* (a collected type: `slow` may be any callable, a bound method of the map among them, which
+ * would close a cycle through the map's dict that holds this) */
+static int load_bind_traverse(PyObject *self, visitproc visit, void *arg) {
     LoadBind *b = (LoadBind *)self;
-    Py_XDECREF(b->ref);
-    Py_XDECREF(b->events);
-    Py_XDECREF(b->slow);
-    Py_TYPE(self)->tp_free(self);
+    Py_VISIT(b->ref);
+    Py_VISIT(b->events);
+    Py_VISIT(b->slow);
+    return 0;
+}
+
+static int load_bind_clear(PyObject *self) {
+    LoadBind *b = (LoadBind *)self;
+    Py_CLEAR(b->ref);
+    Py_CLEAR(b->events);
+    Py_CLEAR(b->slow);
+    return 0;
+}
+
+static void load_bind_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    load_bind_clear(self);
+    PyObject_GC_Del(self);
 }
 
 static PyTypeObject LoadBindType = {
@@ -3140,7 +3173,9 @@ static PyTypeObject LoadBindType = {
     .tp_dealloc = load_bind_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(LoadBind, vectorcall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = load_bind_traverse,
+    .tp_clear = load_bind_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "IncrementalHostTierMap.bind over one map (weakly held)",
 };
 
@@ -3161,7 +3196,7 @@ static PyObject *load_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if ((s_bind_step == NULL && (s_bind_step = PyUnicode_InternFromString("_bind_step")) == NULL) ||
         (s_bind_name == NULL && (s_bind_name = PyUnicode_InternFromString("bind")) == NULL))
         return NULL;
-    LoadBind *b = PyObject_New(LoadBind, &LoadBindType);
+    LoadBind *b = PyObject_GC_New(LoadBind, &LoadBindType);
     if (b == NULL)
         return NULL;
     b->ref = Py_NewRef(a[0]);
@@ -3169,6 +3204,7 @@ static PyObject *load_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     b->slow = Py_NewRef(a[2]);
     b->plain_bind_step = 0;
     b->vectorcall = load_bind_call;
+    PyObject_GC_Track(b);
     return (PyObject *)b;
 }
 

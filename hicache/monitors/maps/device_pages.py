@@ -53,10 +53,14 @@ DEVICE_FIELDS = ("parent", "n", "device")
 
 _NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that found no change
 
-#: the map's attributes `loops.device_sync` reads and writes in the map's own dict (its
-#: methods, _rebuilt, _grow, _commit, _empty, _padded, it looks up as Python does)
+#: the names `loops.device_sync` reads or writes in the map's own dict before the class (the
+#: map's attributes, and the methods it calls, _rebuilt, _grow, _commit, _empty, _padded,
+#: found there only if an instance held one, as Python's lookup would)
 _SYNC_ATTRS = ("_changed", "delta", "free_built", "free_moved", "max_len", "mirror", "mirror_typed", "n_chains",
-               "n_pids", "next_id", "_shape")
+               "n_pids", "next_id", "_shape", "rows", "holders", "page_rows", "_empty", "_padded", "_rebuilt",
+               "_grow", "_commit")
+#: the map's methods whose work `loops.device_sync` does itself on its common path
+_SYNC_INLINED = ("_enter", "_leave_subtree", "_id", "_release_id", "_free", "_commit")
 
 
 def _plain_attrs(cls: type, names) -> bool:
@@ -168,14 +172,17 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # from the allocator and read none)
         self.pid_set = set(self.pids)
         # (what `loops.device_sync` reads, none of it rebound for the map's life: after the
-        # first sync, which builds the state and the mirror; the last, the map's own dict,
-        # where the native one reads and writes the map's attributes: right only while no class
-        # of the map defines a data descriptor of their names, checked here; a map class that
-        # does keeps the Python sync, which honours it)
-        if _plain_attrs(type(self), _SYNC_ATTRS):
+        # first sync, which builds the state and the mirror. The native sync reads and writes
+        # the map's attributes in its own dict and does the work of the methods it inlines:
+        # right only while no class of the map defines a data descriptor of those names nor
+        # overrides those methods, checked here; a map class that does keeps the Python sync,
+        # which honours both)
+        cls = type(self)
+        if _plain_attrs(cls, _SYNC_ATTRS) and \
+                all(getattr(cls, name) is getattr(IncrementalDevicePagesMap, name) for name in _SYNC_INLINED):
             self._sync_ctx = (self.journal, self.ops, self.node_pages, self.cid, cache.tree.root, cache,
-                              self.pending, self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, vars(self),
-                              self.spare, heapq.heappush, heapq.heappop, UNUSED)
+                              self.pending, self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, self.spare,
+                              heapq.heappush, heapq.heappop, UNUSED)
 
     @property
     def incremental_overrides(self) -> dict:

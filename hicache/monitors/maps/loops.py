@@ -186,10 +186,11 @@ def py_device_sync(m, ctx: tuple):
     whose size disagrees with the allocator's free count is `m._rebuilt()`'s, growth is
     `m._grow`'s and a commit of another shape `m._commit`'s: the map's own methods, called
     where its sync calls them. ctx: (journal, ops, node_pages, cid, root, cache, pending,
-    pid_set, dev, s, none, missing, vars(m), spare, heappush, heappop, UNUSED), what the map
-    holds for its life (the native form reads and writes m's attributes in vars(m), m's own
-    dict: no class of the map defines a data descriptor of their names)."""
-    journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, _, spare, push, pop, \
+    pid_set, dev, s, none, missing, spare, heappush, heappop, UNUSED), what the map holds for
+    its life (the native form reads and writes m's attributes in m's own dict, vars(m), taken
+    at each call: the map gives it the ctx only while no class of the map defines a data
+    descriptor of their names nor overrides the methods this inlines)."""
+    journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, spare, push, pop, \
         unused = ctx
     mirror = m.mirror
     if mirror is None or ops.overflowed or cache.alloc_log or pending:
