@@ -34,7 +34,8 @@ import weakref
 from hicache.monitors.generated import cp_sharding as spec
 from hicache.monitors.maps.cp_replay import CPReplayMap, shape_typed
 from hicache.monitors.maps.cp_replay_inc import UNUSED, IncrementalRows
-from hicache.monitors.maps.loops import chains_typed, count_pages, device_sync, ints_within, quiet_probe, walk_journaled
+from hicache.monitors.maps.loops import (chains_typed, count_pages, device_sync, ints_within, mirror_calls, quiet_probe,
+                                        walk_journaled)
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal
 from hicache.monitors.runtime import MISSING
@@ -328,7 +329,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
     def _free(self) -> frozenset:
         """The free pages, from the allocator's calls since the last sync (its own free set
         when the mirror's size disagrees with its free count)."""
-        dev, pids, ops = self.cache.dev_alloc, self.pids, self.ops
+        dev, ops = self.cache.dev_alloc, self.ops
         mirror = self.mirror
         if mirror is not None and not ops:
             return self.s["free"]
@@ -336,24 +337,10 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # so the commit's dirty pages need not diff the two free sets; None when the mirror
         # is rebuilt, and the commit diffs them)
         moved: set | None = None
-        typed, n = self.mirror_typed, self.n_pids
+        typed = self.mirror_typed
         if mirror is not None and not ops.overflowed:
-            pid_set = self.pid_set
-            for released, pages in ops:
-                got = pid_set.intersection(pages)       # (the pages of the call that are pages)
-                if released:
-                    mirror.update(got)
-                    # (the call's own objects, which may equal a page id without being an
-                    # exact int, TRUE for 1: a release's are tested, one C pass over its
-                    # list, while the mirror is typed; any other item makes it untyped)
-                    typed = typed and ints_within(pages, n, 0)
-                else:
-                    mirror.difference_update(got)
-                # (the first call's own new set, no copy: most syncs follow one call)
-                if moved is None:
-                    moved = got
-                else:
-                    moved |= got
+            # (a release's pages tested by one C pass over its list)
+            moved, typed = mirror_calls(ops, mirror, self.pid_set, typed, self.n_pids, ints_within)
             # (the list's own clear, no frame: not overflowed, OpJournal.clear's reset has
             # nothing to undo)
             del ops[:]

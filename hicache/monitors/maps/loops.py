@@ -175,6 +175,32 @@ def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s:
     return dirty_chains, dirty_pages
 
 
+def mirror_calls(ops, mirror: set, pid_set: set, typed: bool, n: int, within) -> tuple:
+    """The device-page map's mirror of the allocator's free set brought up to date with the
+    allocator's logged calls `ops` ((released, pages) each, in order: a release's pages of
+    PageIds join it, an allocation's leave it); (moved, typed): the pages the calls moved (the
+    first call's own new set, no copy: most syncs follow one call; None for no call) and
+    whether the mirror is still typed (`typed`, and each released list's items exact ints
+    below n: `within(pages, n, 0)`, loops' ints_within or its twin). The map's `_free` and
+    `py_device_sync` both apply the calls through it."""
+    moved = None
+    for released, pages in ops:
+        got = pid_set.intersection(pages)       # (the pages of the call that are pages)
+        if released:
+            mirror.update(got)
+            # (the call's own objects, which may equal a page id without being an exact int,
+            # TRUE for 1: a release's are tested while the mirror is typed; any other item
+            # makes it untyped)
+            typed = typed and within(pages, n, 0)
+        else:
+            mirror.difference_update(got)
+        if moved is None:
+            moved = got
+        else:
+            moved |= got
+    return moved, typed
+
+
 def py_device_sync(m, ctx: tuple):
     """The device-page map's sync past its quiet test (device_pages.py's
     IncrementalDevicePagesMap.sync: walk_journaled's `_enter` or `_leave_subtree` over the
@@ -245,19 +271,7 @@ def py_device_sync(m, ctx: tuple):
     if not ops:                                                 # (_free)
         free = s["free"]
     else:
-        moved = None
-        typed, n = m.mirror_typed, m.n_pids
-        for released, pages in ops:
-            got = pid_set.intersection(pages)
-            if released:
-                mirror.update(got)
-                typed = typed and py_ints_within(pages, n, 0)
-            else:
-                mirror.difference_update(got)
-            if moved is None:
-                moved = got
-            else:
-                moved |= got
+        moved, typed = mirror_calls(ops, mirror, pid_set, m.mirror_typed, m.n_pids, py_ints_within)
         del ops[:]
         if len(mirror) != dev.free:
             mirror, typed = m._rebuilt()
