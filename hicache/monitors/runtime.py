@@ -631,7 +631,11 @@ class Monitor:
         lists, which are appended to, never replaced, and the parts of _check_delta, which it
         runs itself under the last checked constants binding, where the class's is Monitor's);
         one made again after a part is replaced (a test's) takes the new part, and starts its
-        counts from zero."""
+        counts from zero. Made once per monitor outside tests (at construction), and again
+        only before a bus is given `listener`: a bus keeps the step it was given, which would
+        go on taking the events while the monitor counted by the new one (what changes after
+        that is read by reference or at each event: the hook lists, the map's `bind`, the
+        history through its setter; test_monitor_listener.py)."""
         checks = (self._own_domains, self._live, self._inc_all, self._fused_skip, self._unfused_checks,
                   self._unfused_reads, self._inc_checks, _variables_of) \
             if type(self)._check_delta is Monitor._check_delta else None

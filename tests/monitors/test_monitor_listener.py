@@ -206,3 +206,47 @@ def test_a_wrapper_sees_each_sample_mode_event_once(tmp_path):
         finally:
             c.close()
     assert seen == {id(mon): c.bus.seq} and mon.steps > len(REQUESTS)
+
+
+def test_what_changes_after_the_bus_holds_a_strict_step_reaches_that_one_step(tmp_path, strict_step):
+    """Strict mode's step is made once, with its monitor (`Monitor._native_step`, never again
+    outside tests, which remake it before the bus is given anything), and holds the parts
+    that are changed afterwards by reference or reads them at each event: the hook lists
+    (appended to), the map's `bind` (read at each event: python_bind takes effect), the
+    history (the monitor's setter hands the step the new one). So with all of these changed
+    after the bus was given the step, and a second monitor subscribed to the same bus, the bus
+    holds one listener per monitor, the one each monitor names, and every event is taken once
+    by each: the same steps, checks and history as a run with nothing changed."""
+    from hicache.monitors.attach import monitor_cache
+    from hicache.monitors.runtime import VerifyConfig
+    runs = []
+    for changed in (False, True):
+        c, mon = tiny_cache(tmp_path / str(changed), {"mode": "strict"})
+        try:
+            hooked: collections.Counter = collections.Counter()
+            monitors = [mon, *mon.companions]
+            if changed:
+                steps = {id(m): m.listener for m in monitors}
+                mon.rmap.python_bind()
+                mon.step_hooks.append(lambda name, fields: hooked.update(["step"]))
+                mon.watch_hooks.append(lambda name, fields: hooked.update(["watch"]))
+                for m in monitors:
+                    m.history = collections.deque(maxlen=m.history.maxlen)
+                other = monitor_cache(c, VerifyConfig(mode="strict", violation_dir=str(tmp_path / "other")))
+                monitors += [other, *other.companions]
+                # (the listener each monitor names is still the one the bus was given: the same
+                # native step, or a bound method of the same function and monitor)
+                assert all(m.listener == steps[id(m)] for m in monitors[:2])
+            _drive(c)
+            held = collections.Counter(id(_owner(x)) for x in c.bus.listeners)
+            assert all(held[id(m)] == 1 for m in monitors) and len(c.bus.listeners) == len(monitors)
+            assert all(any(x == m.listener for x in c.bus.listeners) for m in monitors)
+            if changed:
+                assert hooked == {"step": mon.steps, "watch": mon.steps}
+            runs.append([(m.steps, m.checked, [(h.seq, str(h.action), h.delta is not None) for h in m.history])
+                         for m in monitors])
+        finally:
+            c.close()
+    plain, changed = runs
+    assert changed[:2] == plain and changed[2:] == plain
+    assert plain[0][0] > len(REQUESTS) and plain[0][1] == plain[0][0] and len(plain[0][2]) == plain[0][0]
