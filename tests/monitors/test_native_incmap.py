@@ -2160,3 +2160,57 @@ def test_load_binds_agree(mod):
         mod.load_bind(lambda: None, events, _slow_bind)
     with pytest.raises(TypeError):
         mod.load_bind(weakref.ref(_BindMap([])), set(events), _slow_bind)
+
+
+#: 3.13's PyWeakref_GetRef over 3.11's API, as pythoncapi_compat defines it (its documented
+#: contract: 1 and a new reference, 0 and NULL when the referent is gone, -1 and NULL on error)
+_GET_REF = """#include <Python.h>
+static int PyWeakref_GetRef(PyObject *ref, PyObject **pobj) {
+    if (ref == NULL || !PyWeakref_Check(ref)) {
+        *pobj = NULL;
+        PyErr_SetString(PyExc_TypeError, "expected a weakref");
+        return -1;
+    }
+    PyObject *obj = PyWeakref_GetObject(ref);
+    *pobj = NULL;
+    if (obj == NULL)
+        return -1;
+    if (obj == Py_None)
+        return 0;
+    *pobj = Py_NewRef(obj);
+    return 1;
+}
+"""
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="the module built here takes the 3.13 branch itself")
+def test_load_bind_on_the_3_13_weakref_api(mod, tmp_path):
+    """load_bind's 3.13 branch (PyWeakref_GetRef: PyWeakref_GetObject is deprecated there),
+    built here with the branch forced on over a GetRef of 3.11's API: the same calls and
+    errors as the Python twin, collected in a cycle, the map's reference count unchanged by
+    calls (the new reference released on every path), ReferenceError once the map is gone."""
+    source = (native.SOURCE.read_text().replace("#include <Python.h>\n", _GET_REF, 1))
+    branch = "#if PY_VERSION_HEX >= 0x030D0000\n    /* (PyWeakref_GetObject is deprecated"
+    assert source.count(branch) == 1
+    path = tmp_path / "incmap313.c"
+    path.write_text(source.replace(branch, "#if 1\n    /* (PyWeakref_GetObject is deprecated"))
+    try:
+        m313 = buildcache.Extension("incmap313", native.NAME, path, native.ABI_VERSION).load()
+    except (buildcache.BuildFailed, ImportError, OSError) as e:
+        pytest.skip(f"not built: {e}")
+    test_load_binds_agree(m313)
+    test_a_load_bind_in_a_cycle_is_collected(m313, "native")
+    for cls in (_BindMap, _PatchedBindMap):
+        m = cls([])
+        bind = m313.load_bind(weakref.ref(m), frozenset({"LoadBackLayer"}), _slow_bind)
+        held = sys.getrefcount(m)
+        for action in ("LoadBackLayer", "RequestMatch"):
+            for fail in (False, True):
+                try:
+                    bind(action, {"fail": fail})
+                except (KeyError, ValueError):
+                    assert fail
+        assert sys.getrefcount(m) == held
+        del m
+        with pytest.raises(ReferenceError, match="its map is gone"):
+            bind("RequestMatch", {})

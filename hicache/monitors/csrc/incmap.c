@@ -3095,7 +3095,20 @@ static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t na
         PyErr_SetString(PyExc_RuntimeError, "a load bind cleared by the collector was called");
         return NULL;
     }
-    PyObject *m = PyWeakref_GetObject(b->ref);      /* (borrowed; held below) */
+    /* m: the map, a new reference (released below) */
+    PyObject *m;
+#if PY_VERSION_HEX >= 0x030D0000
+    /* (PyWeakref_GetObject is deprecated from 3.13, to be removed: GetRef returns 1 with m a
+     * new reference, 0 with m NULL when the map is gone, -1 with m NULL and an error set) */
+    int alive = PyWeakref_GetRef(b->ref, &m);
+    if (alive < 0)
+        return NULL;
+    if (alive == 0) {
+        PyErr_SetString(PyExc_ReferenceError, "bind: its map is gone");
+        return NULL;
+    }
+#else
+    m = PyWeakref_GetObject(b->ref);      /* (borrowed: None when the map is gone) */
     if (m == NULL)
         return NULL;
     if (m == Py_None) {
@@ -3103,6 +3116,7 @@ static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t na
         return NULL;
     }
     Py_INCREF(m);
+#endif
     /* (events and slow held across the calls below, which may run a collection that clears
      * this object) */
     PyObject *events = Py_NewRef(b->events), *slow = Py_NewRef(b->slow);
