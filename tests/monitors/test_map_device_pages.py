@@ -1035,3 +1035,90 @@ def test_syncs_several_events_apart_keep_the_from_scratch_state(seed, impl, tmp_
     cache.bus.subscribe(event)
     run_workload(cache, reqs)
     assert seen["syncs"] > 15 and seen["perturbed"] > 0 and taken[True] > 2, (seen, taken)
+
+
+def _subtree(x) -> list:
+    out, stack = [], [x]
+    while stack:
+        y = stack.pop()
+        out.append(y)
+        stack.extend(y.children.values())
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_detached_subtree_with_children_syncs_as_the_twin_and_the_scratch_map(seed, monkeypatch):
+    """The common-path sync's walk of a detached node (`_leave_subtree`) into its children:
+    a mapped node cut from the tree with its subtree (its parent written None, a journaled
+    write; its descendants' fields untouched, so a mapped child is unmapped only by that walk
+    of the children), one or two at a sync, their pages released to the allocator or not,
+    after seeded workloads. Two maps on one cache, one synced by the native device_sync and
+    one by its Python twin, both taking the common path: the same delta and state (chain
+    numbers too), the from-scratch map's state up to chain numbers, undoing the delta gives
+    the state before, and every mapped node below a detached one is unmapped."""
+    from hicache.monitors.attach import unmonitored
+    from hicache.monitors.maps import device_pages, loops
+    from hicache.monitors.runtime import snapshot
+    if loops._mod is None:
+        pytest.skip("no native module: device_sync is its Python twin")
+    taken = collections.Counter()
+    maps: list = []
+
+    def dispatch(m, ctx):
+        native = m is maps[0]
+        out = (loops._mod.device_sync if native else loops.py_device_sync)(m, ctx)
+        taken[native, out is not None] += 1
+        return out
+    monkeypatch.setattr(device_pages, "device_sync", dispatch)
+    rng = random.Random(seed)
+    wcfg = WorkloadConfig(requests=40)
+    policy, reqs = plan(seed, wcfg)
+    with unmonitored():
+        cache = make_cache(wcfg, policy)
+    maps += [IncrementalDevicePagesMap(cache), IncrementalDevicePagesMap(cache)]
+    prev = [snapshot(maps[0].state())]
+
+    def sync_both() -> list:
+        outs = [m.sync() for m in maps]
+        (native, _), (twin, _) = outs
+        assert native == twin and maps[0].state() == maps[1].state()
+        assert maps[0].node_pages == maps[1].node_pages and maps[0].cid == maps[1].cid
+        now = snapshot(maps[0].state())
+        assert undo(now, native) == prev[0]
+        assert canonical(maps[0].state()) == canonical(DevicePagesMap(cache).state())
+        prev[0] = now
+        return outs
+
+    def event(action, fields) -> None:
+        if action != "LoadBackLayer" and rng.random() < 0.3:
+            sync_both()
+    cache.bus.subscribe(event)
+    run_workload(cache, reqs)
+    sync_both()
+    cut = 0
+    for _ in range(4):
+        node_pages = maps[0].node_pages
+        # mapped nodes in the tree with a mapped child
+        roots = [x for x in node_pages if x.parent is not None and any(y in node_pages for y in x.children.values())]
+        if not roots:
+            break
+        picks = rng.sample(roots, min(len(roots), rng.choice([1, 1, 2])))
+        for x in picks:
+            par = x.parent
+            if par is None:
+                continue        # (cut already, below the other pick)
+            (key,) = [k for k, y in par.children.items() if y is x]
+            del par.children[key]
+            x.parent = None                      # (journaled: the sync sees the node detached)
+        below = {y for x in picks for y in _subtree(x)[1:] if y not in picks}
+        hidden = [y for y in below if y in node_pages]
+        assert hidden and not any(y in m.journal for y in hidden for m in maps)
+        assert all(y is cache.tree.root or y.parent is None for y in maps[0].journal)
+        if rng.random() < 0.5:
+            cache.dev_alloc.release([p for x in picks for y in _subtree(x) if y.device for p in y.device])
+        before = taken.copy()
+        sync_both()
+        assert taken - before == {(True, True): 1, (False, True): 1}     # (both on the common path)
+        assert not any(y in m.node_pages or y in m.cid for y in hidden for m in maps)
+        cut += len(hidden)
+    assert cut > 0
