@@ -100,6 +100,52 @@ def test_writes_agree_with_the_python_loops(mod, seed):
     _agree("write_slots", mod, [slots_d, pos, rng.choice([values, tuple(values)]), "backupOp", refs, [], set(), set()])
 
 
+def _scrambled(rng, values: dict) -> dict:
+    """values (positions -> values) as a dict whose entries are not its positions in order:
+    inserted shuffled, after keys deleted (entries left dead), a position keyed by an equal
+    TRUE or 1.0, or an extra key first; the native loops read a position off its entry only
+    where that entry holds it, else look it up."""
+    items = list(values.items())
+    kind = rng.randrange(5)
+    if kind == 0:
+        rng.shuffle(items)
+    d = {}
+    if kind == 1:
+        d.update({-7: 0, 10**12: 1})
+        for k in list(d):
+            del d[k]
+    elif kind == 2:
+        d["x"] = 0
+    for p, v in items:
+        d[True if p == 1 and kind == 3 else 1.0 if p == 1 and kind == 4 else p] = v
+    return d
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_writes_agree_on_positions_off_their_entries(mod, seed):
+    """fill, move, spare, release and remove_pages both ways on dicts of positions laid out
+    otherwise than the map's (`_scrambled`): the same reads, writes, delta and exceptions."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 12)
+    pool = [0, 1, 2, 3, True, False]
+
+    def fresh():
+        return _scrambled(rng, {p: rng.choice(pool) for p in range(n)})
+
+    pos = rng.sample(range(n + 1), rng.randint(0, n))
+    _agree("fill", mod, [fresh(), pos, rng.choice(pool), "dev", [], set()])
+    origin = {q: rng.randrange(n + 1) for q in rng.sample(range(n + 1), rng.randint(0, n))}
+    _agree("move", mod, [fresh(), origin, "host", []])
+    lo = rng.randint(0, n)
+    _agree("spare", mod, [fresh(), lo, rng.randint(lo, n + 1), 0, "stor", []])
+    _agree("release", mod, [fresh(), pos, {h: rng.choice([-1, 0, 1, 2]) for h in range(1, 4)}, set()])
+    L = rng.randint(0, n)
+    holes = rng.sample(range(L), rng.randint(0, L))
+    cols = (("dev", fresh(), False, None), ("host", fresh(), 0, {1: 2, 2: 1, 3: 0}))
+    keys = [(rng.choice("ab"), p) for p in range(L)]
+    _agree("remove_pages", mod, [cols, holes, L, keys, {x: list(range(L)) for x in "ab"}, [], set(), set()])
+
+
 def test_a_write_that_fails_leaves_what_it_wrote_recorded(mod):
     """Position 5 is outside the domain: the writes before it are made and in the delta,
     KeyError(5) is raised, as the Python loop does."""

@@ -104,6 +104,38 @@ static inline int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t 
     return PyDict_SetItem(d, key, v);
 }
 
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* a dict's entries as 3.11 lays them out (pos_entry) */
+#define Py_BUILD_CORE
+#include <internal/pycore_dict.h>
+#undef Py_BUILD_CORE
+#define HICACHE_POS_ENTRIES 1
+#endif
+
+/* d[q] (borrowed) for the exact dict d and q an exact int of at most one digit whose value is
+ * k, read off d's entry number k where that entry is live and its key is exactly an int of
+ * value k; NULL where it is not (no error: the caller looks q up). A dict's keys are unique,
+ * so the live entry whose key equals q holds d[q], wherever it is, and an exact int equals q
+ * when it has q's value (no Python code asked). A map's function of positions is
+ * `dict.fromkeys(range(cap))`, grown in order and written in place: position k is entry k, so
+ * the guards' per-page reads (first_page_where, breach_along) are one test each, not a probe
+ * of the hash table (a wrong guess costs the lookup it did not save). */
+static inline PyObject *pos_entry(PyObject *d, PyObject *q, long long k) {
+#ifdef HICACHE_POS_ENTRIES
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *dk = mp->ma_keys;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
+        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
+        long long kk;
+        if (ep->me_key == q || (ep->me_key != NULL && small_int(ep->me_key, &kk) && kk == k))
+            return ep->me_value;
+    }
+#else
+    (void)d; (void)q; (void)k;
+#endif
+    return NULL;
+}
+
 /* KeyError(key) raised unless an error is set already; NULL */
 static PyObject *key_missing(PyObject *key) {
     if (!PyErr_Occurred()) {
@@ -127,6 +159,19 @@ static inline PyObject *dict_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
 /* d[key], a new reference; KeyError when absent (as `d[key]`). */
 static PyObject *dict_at(PyObject *d, PyObject *key) {
     return dict_at_h(d, key, -1);
+}
+
+/* dict_at_h for a dict d of positions (a map's function of positions, or any dict): an exact
+ * int key read off its entry where that entry holds it (pos_entry), else looked up as
+ * dict_at_h looks it up. Why: the removal's moves, spares and releases and a node's fills
+ * read ~28k positions a replay, each a probe of the hash table of ~50 instructions; the
+ * entry's test is ~10. */
+static inline PyObject *pos_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
+    long long k;
+    PyObject *v;
+    if (PyDict_CheckExact(d) && small_int(key, &k) && (v = pos_entry(d, key, k)) != NULL)
+        return Py_NewRef(v);
+    return dict_at_h(d, key, hash);
 }
 
 /* o is no object the collector tracks nor ever will: one of a type it never tracks (tested
@@ -272,7 +317,7 @@ static int fill_each(PyObject *d, PyObject *pos, PyObject *v, PyObject *var, PyO
         PyObject *p = PyList_GET_ITEM(pos, i);
         Py_INCREF(p);
         Py_hash_t hash = key_hash(p);
-        PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
+        PyObject *old = hash == -1 ? NULL : pos_at_h(d, p, hash);
         int rc = old == NULL ? -1 : write_if_changed_h(d, p, hash, old, v, var, delta, dirty);
         Py_XDECREF(old);
         Py_DECREF(p);
@@ -356,8 +401,8 @@ static void steps_free(Step *steps, Py_ssize_t count) {
 static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, PyObject *delta, Seen *seen) {
     for (Py_ssize_t i = 0; i < count; i++) {
         Step *st = &steps[i];
-        PyObject *old = dict_at_h(d, st->q, st->qh);
-        PyObject *v = old == NULL ? NULL : dict_at_h(d, st->src, st->sh);
+        PyObject *old = pos_at_h(d, st->q, st->qh);
+        PyObject *v = old == NULL ? NULL : pos_at_h(d, st->src, st->sh);
         int rc = v == NULL ? -1 : write_if_changed_h(d, st->q, st->qh, old, v, var, delta, NULL);
         if (rc >= 0 && seen != NULL) {
             if (st->si >= 0)
@@ -382,7 +427,7 @@ static int spare_each(PyObject *d, PyObject *qs, PyObject *v, PyObject *var, PyO
         PyObject *q = Py_NewRef(PyList_GET_ITEM(qs, i));
         Py_hash_t qh = key_hash(q);
         PyObject *old = qh == -1 ? NULL
-                        : seen != NULL && seen->vals[i] != NULL ? Py_NewRef(seen->vals[i]) : dict_at_h(d, q, qh);
+                        : seen != NULL && seen->vals[i] != NULL ? Py_NewRef(seen->vals[i]) : pos_at_h(d, q, qh);
         int rc = old == NULL ? -1 : write_if_changed_h(d, q, qh, old, v, var, delta, NULL);
         Py_XDECREF(old);
         Py_DECREF(q);
@@ -420,8 +465,10 @@ static int release_each(PyObject *d, PyObject *holes, PyObject *refs, PyObject *
         PyObject *p = PyList_GET_ITEM(holes, i);
         Py_INCREF(p);
         Py_hash_t ph = key_hash(p);
-        PyObject *h = ph == -1 ? NULL : dict_at_h(d, p, ph);
-        int truth = h == NULL ? -1 : PyObject_IsTrue(h);
+        PyObject *h = ph == -1 ? NULL : pos_at_h(d, p, ph);
+        long long hv;
+        /* (an exact int's truth, a slot number's, tested in C) */
+        int truth = h == NULL ? -1 : int_value(h, &hv) ? hv != 0 : PyObject_IsTrue(h);
         int rc = truth < 0 ? -1 : truth ? add_ref(refs, slots, h, -1) : 0;
         Py_XDECREF(h);
         Py_DECREF(p);
@@ -2314,38 +2361,6 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     }
     Py_XDECREF(last);
     return finish(it, err, out, zero, NULL, NULL);
-}
-
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-/* a dict's entries as 3.11 lays them out (pos_entry) */
-#define Py_BUILD_CORE
-#include <internal/pycore_dict.h>
-#undef Py_BUILD_CORE
-#define HICACHE_POS_ENTRIES 1
-#endif
-
-/* d[q] (borrowed) for the exact dict d and q an exact int of at most one digit whose value is
- * k, read off d's entry number k where that entry is live and its key is exactly an int of
- * value k; NULL where it is not (no error: the caller looks q up). A dict's keys are unique,
- * so the live entry whose key equals q holds d[q], wherever it is, and an exact int equals q
- * when it has q's value (no Python code asked). A map's function of positions is
- * `dict.fromkeys(range(cap))`, grown in order and written in place: position k is entry k, so
- * the guards' per-page reads (first_page_where, breach_along) are one test each, not a probe
- * of the hash table (a wrong guess costs the lookup it did not save). */
-static inline PyObject *pos_entry(PyObject *d, PyObject *q, long long k) {
-#ifdef HICACHE_POS_ENTRIES
-    PyDictObject *mp = (PyDictObject *)d;
-    PyDictKeysObject *dk = mp->ma_keys;
-    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
-        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
-        long long kk;
-        if (ep->me_key == q || (ep->me_key != NULL && small_int(ep->me_key, &kk) && kk == k))
-            return ep->me_value;
-    }
-#else
-    (void)d; (void)q; (void)k;
-#endif
-    return NULL;
 }
 
 /* host[p] (a new reference), as PyObject_GetItem reads it, off its entry where host is an exact
