@@ -111,6 +111,11 @@ class _Loop:
             return f"s{self.shared[name]}"
         return f"L[{self.outer_at(name)}]"
 
+    def borrowed_at(self, name: str, out: list[str]) -> str | None:
+        """`borrowed`, where an operand reads `name`: the scope may append to `out` the C that
+        makes the use valid (fused_whole's test that a global is bound)."""
+        return self.borrowed(name)
+
     def reader_at(self, name: str) -> str | None:
         """With `resolve`, where the predicate calls the outer name `name` with one argument: the
         C of the dict the caller resolved it to, or NULL (`L[@R<j>]`, numbered after the outer
@@ -168,7 +173,7 @@ def _operand(loop: _Loop, node: ast.expr, out: list[str]) -> tuple[str, bool]:
     (`_value`). What an operation only reads takes operands; what keeps a value (a BoolOp's
     or IfExp's result, a tuple's item) takes `_value`'s new references."""
     if isinstance(node, ast.Name):
-        src = loop.borrowed(node.id)
+        src = loop.borrowed_at(node.id, out)
         if src is not None:
             return src, False
     if isinstance(node, ast.Constant) and _held_constant(node.value):
@@ -654,9 +659,19 @@ static Py_ALWAYS_INLINE inline PyObject *dict_item(PyObject *d, PyObject *x) {
 
 /* o[x] as Python decides it (PyObject_GetItem), with no dispatch through the type's mapping
  * slots when o is an exact dict (the pass reads C[...], s[...] and D[...] at every step:
- * inlined) */
+ * inlined), nor when o is an exact tuple and x an exact int of one digit indexing it from
+ * its start (its item: the set-up reads `_R_inv_<I>[0]` per conjunct at every step) */
 static Py_ALWAYS_INLINE inline PyObject *getitem(PyObject *o, PyObject *x) {
-    return PyDict_CheckExact(o) ? dict_item(o, x) : PyObject_GetItem(o, x);
+    if (PyDict_CheckExact(o))
+        return dict_item(o, x);
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyTuple_CheckExact(o) && PyLong_CheckExact(x) && 0 <= Py_SIZE(x) && Py_SIZE(x) <= 1) {
+        Py_ssize_t i = Py_SIZE(x) == 0 ? 0 : (Py_ssize_t)((PyLongObject *)x)->ob_digit[0];
+        if (i < PyTuple_GET_SIZE(o))
+            return Py_NewRef(PyTuple_GET_ITEM(o, i));
+    }
+#endif
+    return PyObject_GetItem(o, x);
 }
 
 #if PY_VERSION_HEX < 0x030D0000
@@ -857,15 +872,28 @@ static Py_ALWAYS_INLINE inline int contains_at(PyObject *r, PyObject *x, RangeSi
  * a sequence (SeqAt) and x an int in its 1..n (the element). Any other callable (a subclass's
  * method, a Python function) is called, and SeqAt's reader on any other x. */
 static PyCFunction dict_getitem, dict_get;    /* the C functions of `{}.__getitem__`, `{}.get` */
-/* the type of a sequence's reader made by a pass's `reader` site (fused_whole's SeqAt: its seq
- * and the reader rt's fast_ap made of it, which decides any call but an index in 1..n), or
- * NULL where there is none (a module of element loops alone) */
+/* the type of a sequence's reader made by a pass's `reader` site (fused_whole's SeqAt: its seq,
+ * and the reader `real` rt's fast_ap `maker` makes of it, which decides any call but an index
+ * in 1..n: made at the first such call, NULL until then), or NULL where there is none (a
+ * module of element loops alone) */
 static PyTypeObject *seq_at_type;
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyObject *seq, *real;
+    PyObject *seq, *real, *maker;
 } SeqAt;
+
+/* r's reader of its seq, maker(seq), made at its first use (borrowed: r holds it), NULL on an
+ * error. rt's fast_ap makes of a tuple a reader of it and does nothing else: made later, it
+ * reads alike (a pass reads a sequence by index in 1..n, and a changed one is read anew at
+ * every step: ~250 instructions a step for a reader no call used) */
+static PyObject *seq_at_real(SeqAt *r) {
+    if (r->real == NULL) {
+        PyObject *argv[] = {r->seq};
+        r->real = PyObject_Vectorcall(r->maker, argv, 1, NULL);
+    }
+    return r->real;
+}
 
 static Py_ALWAYS_INLINE inline PyObject *call1(PyObject *f, PyObject *x) {
     PyObject *argv[] = {x};
@@ -888,7 +916,8 @@ static Py_ALWAYS_INLINE inline PyObject *call1(PyObject *f, PyObject *x) {
         long long i;
         if (PyLong_CheckExact(x) && int64_of(x, &i) && 1 <= i && i <= PyTuple_GET_SIZE(seq))
             return Py_NewRef(PyTuple_GET_ITEM(seq, i - 1));
-        return PyObject_Vectorcall(((SeqAt *)f)->real, argv, 1, NULL);
+        PyObject *real = seq_at_real((SeqAt *)f);
+        return real == NULL ? NULL : PyObject_Vectorcall(real, argv, 1, NULL);
     }
     return PyObject_Vectorcall(f, argv, 1, NULL);
 }

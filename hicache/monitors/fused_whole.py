@@ -66,6 +66,10 @@ class _Scope(_Loop):
     items: int = 0
     members: int = 0
     entries: int = 0
+    # the slots bound wherever the statement being translated runs: the parameters, and each
+    # name a statement before it assigned in its block or an enclosing one (or in both
+    # branches of an `if` before it), `_Whole.statement`
+    bound: set[str] = field(default_factory=lambda: set(PARAMS))
 
     def read_site(self) -> int:
         self.sites += 1
@@ -89,9 +93,30 @@ class _Scope(_Loop):
         return None
 
     def borrowed(self, name: str) -> str | None:
-        """None: a name of the function is read into a new reference (`load_name`), which
-        checks that it is bound; a slot's value may change while an expression runs."""
-        return None
+        """A slot bound wherever this use runs (`bound`): its own `F[i]`, used where it is, no
+        reference counted nor test of its binding. Only a statement's last act assigns a slot
+        (`Py_XSETREF`, after its expression's value is made), and Python code an expression
+        calls cannot reach the C's slots: so while an expression runs, each slot holds the
+        value it held when the expression began, and its reference. (Read into a new
+        reference each, with its test, the set-up's ~100 reads a node event were ~10
+        instructions each.) Else None: a global, or a slot that may be unbound here, is read
+        into a new reference (`load_name`), which checks that it is bound."""
+        i = self.slots.get(name)
+        return f"F[{i}]" if i is not None and name in self.bound else None
+
+    def borrowed_at(self, name: str, out: list[str]) -> str | None:
+        """`borrowed`, and a global's value where it is, in the pass's tuple of them (held by
+        the pass, which its caller holds for the call), after the test that it is bound (a
+        NameError where it is not, as `global_at`): no call nor reference counted (the set-up
+        reads ~14 globals a step, `fast_ap`, `no_ap`, `it`, ...)."""
+        got = self.borrowed(name)
+        if got is not None or name in self.slots:
+            return got
+        if name not in self.globals:
+            self.globals.append(name)
+        j = self.globals.index(name)
+        out.append(f"if (PyTuple_GET_ITEM(P->values, {j}) == P->missing) {{ global_missing(P, {j}); goto done; }}")
+        return f"PyTuple_GET_ITEM(P->values, {j})"
 
     def load_name(self, name: str, dst: str, out: list[str]) -> None:
         i = self.slots.get(name)
@@ -99,8 +124,14 @@ class _Scope(_Loop):
             if name not in self.globals:
                 self.globals.append(name)
             out.append(f"{dst} = global_at(P, {self.globals.index(name)}); if ({dst} == NULL) goto done;")
+        elif name in self.bound:
+            out.append(f"{dst} = F[{i}]; Py_INCREF({dst});")
         else:
             out.append(f"if (F[{i}] == NULL) goto unbound; {dst} = F[{i}]; Py_INCREF({dst});")
+
+    def unbound_test(self, name: str) -> list[str]:
+        """The C that takes `unbound` where slot `name` is not bound: none where it is."""
+        return [] if name in self.bound else [f"if (F[{self.slots[name]}] == NULL) goto unbound;"]
 
 
 def _stored(node: ast.AST) -> set[str]:
@@ -239,12 +270,14 @@ class _Whole:
         instructions a call.)"""
         sc = self.scope
         temps, ints = sc.temps, sc.ints
-        mark = len(out)
+        mark, bound = len(out), set(sc.bound)
         try:
             self._translated(st, out)
         except Untranslatable:
-            # (the temporaries and constants it took stay declared, unused)
+            # (the temporaries and constants it took stay declared, unused; an escaped
+            # statement binds no slot)
             del out[mark:]
+            sc.bound = bound
             self._escape(st, out)
         self.temps, self.ints = max(self.temps, sc.temps), max(self.ints, sc.ints)
         sc.temps, sc.ints = temps, ints
@@ -254,18 +287,24 @@ class _Whole:
         if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
             v = _value(sc, st.value, out)
             out.append(f"Py_XSETREF(F[{sc.slots[st.targets[0].id]}], {v}); {v} = NULL;")
+            sc.bound.add(st.targets[0].id)
         elif isinstance(st, ast.If):
             t = sc.int_var()
             _truth(sc, st.test, out, t)
+            before = set(sc.bound)
             out.append(f"if ({t}) {{")
             self.statements(st.body, out)
+            after_body, sc.bound = sc.bound, before
             out.append("} else {")
             self.statements(st.orelse, out)
             out.append("}")
+            # (bound after it: what both branches bound)
+            sc.bound = after_body & sc.bound
         elif _is_fail(st):
+            # (a statement's start, where every temporary is NULL: none to release)
             out.append("goto fail;")
         elif isinstance(st, ast.Return) and isinstance(st.value, ast.Constant) and st.value.value is True:
-            out.append("ok = 1; goto done;")
+            out.append("ok = 1; goto out;")
         elif isinstance(st, ast.For) and _element_loop(st) is not None:
             self._loop(st, out)
         else:
@@ -279,32 +318,36 @@ class _Whole:
         self.preds.append(c)
         sc = self.scope
         # the names its predicate reads, in its order: the function's slots (their references
-        # are held by F for the call) or globals (new references, released after)
-        it_fn, dom_v = sc.temp(), sc.temp()
-        sc.load_name("it", it_fn, out)
-        sc.load_name("D", dom_v, out)
-        key = sc.temp()
-        out.append(f"{key} = str_item_at({dom_v}, K[{sc.const_at(dom)}], &entry_sites[{sc.entry_site()}]); "
-                   f"Py_CLEAR({dom_v});")
-        out.append(f"if ({key} == NULL) goto done;")
+        # are held by F for the call) or globals (borrowed from the pass, `borrowed_at`), each
+        # else (a slot maybe unbound) a new reference, released after
         held, refs = [], []
+
+        def name_ref(name: str) -> str:
+            got = sc.borrowed_at(name, out)
+            if got is None:
+                got = sc.temp()
+                sc.load_name(name, got, out)
+                held.append(got)
+            return got
+        it_fn = name_ref("it")
+        dom_v = name_ref("D")
+        key = sc.temp()
+        out.append(f"{key} = str_item_at({dom_v}, K[{sc.const_at(dom)}], &entry_sites[{sc.entry_site()}]);")
+        out.append(f"if ({key} == NULL) goto done;")
         for name in loop.outer:
             i = sc.slots.get(name)
             if i is not None:
-                out.append(f"if (F[{i}] == NULL) goto unbound;")
+                out.extend(sc.unbound_test(name))
                 refs.append(f"F[{i}]")
             else:
-                g = sc.temp()
-                sc.load_name(name, g, out)
-                held.append(g)
-                refs.append(g)
+                refs.append(name_ref(name))
         # (after them, the dict each reader the predicate calls reads, resolved for the loop:
         # borrowed from the reader, which the slot or temporary above holds throughout)
         refs += [f"reader_dict({refs[loop.outer.index(name)]})" for name in loop.readers]
         r = sc.int_var()
         out.append(f"{{ PyObject *L_{loop.index}[] = {{{', '.join(refs) or 'NULL'}}};")
         out.append(f"  {r} = each({it_fn}, {key}, L_{loop.index}, pred_{loop.index}); }}")
-        for t in (it_fn, key, *held):
+        for t in (key, *held):
             out.append(f"Py_CLEAR({t});")
         out.append(f"if ({r} < 0) goto done;")
         out.append(f"if ({r} == 0) goto fail;")
@@ -333,9 +376,8 @@ class _Whole:
         self.escapes.append(ast.fix_missing_locations(fdef))
         refs = []
         for a in args:
-            i = sc.slots[a]
-            out.append(f"if (F[{i}] == NULL) goto unbound;")
-            refs.append(f"F[{i}]")
+            out.extend(sc.unbound_test(a))
+            refs.append(f"F[{sc.slots[a]}]")
         r = sc.temp()
         out.append(f"{{ PyObject *A_{k}[] = {{{', '.join(refs) or 'NULL'}}};")
         out.append(f"  {r} = PyObject_Vectorcall(PyTuple_GET_ITEM(P->escapes, {k}), A_{k}, {len(args)}, NULL); }}")
@@ -371,10 +413,17 @@ class _Whole:
             "    if (nargs < 5) F[4] = Py_NewRef(empty_frozenset);",
             *("    " + x for x in out),
             "unbound:         /* a local read before it was assigned: UnboundLocalError */",
+            "    ok = 0;",
+            "    goto done;",
+            # (`goto fail` and the success's `goto out` are taken at a statement's start, where
+            # every temporary is NULL (`statement`): their releases are skipped, ~25 calls a
+            # step; an error's `goto done`, in an expression, releases what it holds)
             "fail:",
             "    ok = 0;",
+            "    goto out;",
             "done:",
             *(f"    Py_XDECREF({t});" for t in temps),
+            "out:",
             f"    for (int i = 0; i < {nslots}; i++) Py_XDECREF(F[i]);",
             "    if (PyErr_Occurred()) {",
             "        if (!PyErr_ExceptionMatches(PyExc_Exception))",
@@ -413,14 +462,18 @@ typedef struct {
 
 static PyObject *empty_frozenset, *iter_values;
 
+/* the NameError, an Exception, of a read of global j, which nothing bound (NULL) */
+static PyObject *global_missing(FusedPass *P, Py_ssize_t j) {
+    PyErr_Format(PyExc_NameError, "name '%U' is not defined", PyTuple_GET_ITEM(P->names, j));
+    return NULL;
+}
+
 /* global j's value (a new reference), resolved when the pass was made; a NameError, an
  * Exception, when nothing bound it */
 static PyObject *global_at(FusedPass *P, Py_ssize_t j) {
     PyObject *v = PyTuple_GET_ITEM(P->values, j);
-    if (v == P->missing) {
-        PyErr_Format(PyExc_NameError, "name '%U' is not defined", PyTuple_GET_ITEM(P->names, j));
-        return NULL;
-    }
+    if (v == P->missing)
+        return global_missing(P, j);
     return Py_NewRef(v);
 }
 
@@ -502,16 +555,19 @@ static int each(PyObject *it, PyObject *dom, PyObject *const *L, int (*pred)(PyO
 }
 
 /* A sequence's reader as a pass's `reader` site hands it on: rt's fast_ap's reader `real` of the
- * tuple seq, which call1 reads an index in 1..n of directly (as the reader reads it) and calls
- * for anything else; called itself, the reader decides. (A pass reads a sequence, `slot` or a
- * request's row, at every dirty element: a call through vectorcall each, before.) */
+ * tuple seq (`seq_at_real`), which call1 reads an index in 1..n of directly (as the reader reads
+ * it) and calls for anything else; called itself, the reader decides. (A pass reads a
+ * sequence, `slot` or a request's row, at every dirty element: a call through vectorcall
+ * each, before.) */
 static PyObject *seq_at_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    return PyObject_Vectorcall(((SeqAt *)self)->real, args, nargsf, kwnames);
+    PyObject *real = seq_at_real((SeqAt *)self);
+    return real == NULL ? NULL : PyObject_Vectorcall(real, args, nargsf, kwnames);
 }
 
 static void seq_at_dealloc(PyObject *self) {
     Py_XDECREF(((SeqAt *)self)->seq);
     Py_XDECREF(((SeqAt *)self)->real);
+    Py_XDECREF(((SeqAt *)self)->maker);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -526,17 +582,31 @@ static PyTypeObject SeqAtType = {
     .tp_doc = "a fused pass's reader of one sequence (hicache.monitors.fused_whole)",
 };
 
-/* a SeqAt of seq (an exact tuple) over its reader `real` (stolen), NULL with real released on
- * an error */
-static PyObject *seq_at_new(PyObject *seq, PyObject *real) {
-    SeqAt *r = PyObject_New(SeqAt, &SeqAtType);
-    if (r == NULL) {
-        Py_DECREF(real);
-        return NULL;
+/* a SeqAt of seq (an exact tuple) whose reader `maker` makes at its first use, or NULL on an
+ * error. Where `old`, the SeqAt the site kept, is held by the site alone (its one reference:
+ * nothing else can read it), old itself, now of seq (a new reference): no reader is freed and
+ * made anew each time a changed sequence is read (a request's row, `slot`, at most steps) */
+static PyObject *seq_at_new(PyObject *seq, PyObject *maker, PyObject *old) {
+    if (old != NULL && Py_TYPE(old) == &SeqAtType && Py_REFCNT(old) == 1) {
+        SeqAt *r = (SeqAt *)old;
+        PyObject *os = r->seq, *oreal = r->real, *om = r->maker;
+        r->seq = Py_NewRef(seq);
+        r->real = NULL;
+        r->maker = Py_NewRef(maker);
+        Py_INCREF(old);
+        /* (released last: their deallocation may run code, which finds r whole) */
+        Py_XDECREF(os);
+        Py_XDECREF(oreal);
+        Py_XDECREF(om);
+        return old;
     }
+    SeqAt *r = PyObject_New(SeqAt, &SeqAtType);
+    if (r == NULL)
+        return NULL;
     r->vectorcall = seq_at_call;
     r->seq = Py_NewRef(seq);
-    r->real = real;
+    r->real = NULL;
+    r->maker = Py_NewRef(maker);
     return (PyObject *)r;
 }
 
@@ -562,16 +632,15 @@ static PyObject *fcn_dict(PyObject *x) {
  * of an exact tuple a reader of that tuple (immutable), and of exactly an Fcn its dict's
  * `__getitem__`: so the reader made of the same tuple, or of an Fcn holding the same dict,
  * reads alike (the pass only calls it, through call1), and none is made nor freed again. A
- * tuple's reader is handed on as a SeqAt over it (call1 then reads the tuple itself). The
- * site holds what it keeps (no other object can take their addresses). */
+ * tuple's reader is handed on as a SeqAt over it (call1 then reads the tuple itself), which
+ * makes rt's fast_ap's reader only if a call needs it (`seq_at_real`). The site holds what it
+ * keeps (no other object can take their addresses). */
 static PyObject *reader(PyObject *f, PyObject *x, ReadSite *site) {
     PyObject *d = fcn_dict(x);
     int plain = f == rt_fast_ap && (PyTuple_CheckExact(x) || d != NULL);
     if (plain && site->r != NULL && site->x == x && site->d == d)
         return Py_NewRef(site->r);
-    PyObject *r = call1(f, x);
-    if (r != NULL && plain && d == NULL)
-        r = seq_at_new(x, r);
+    PyObject *r = plain && d == NULL ? seq_at_new(x, f, site->r) : call1(f, x);
     if (r != NULL && plain) {
         PyObject *ox = site->x, *od = site->d, *orr = site->r;
         site->x = Py_NewRef(x);

@@ -1660,6 +1660,71 @@ def test_a_whole_pass_lets_what_is_no_exception_through(mod):
     assert whole(C, {"f": f}, {"X": nothing, "Y": nothing, "Z": frozenset({2}), "W": nothing}) is True
 
 
+_kept_readers: list = []
+
+
+def _sample_seq_reads(C, s, D, V=None, skip=frozenset()):
+    """A sample pass reading a sequence through its reader at every element (fused_whole's
+    SeqAt, made anew, or the one its site keeps reused, as the sequence changes; rt's reader
+    of it made only for a read outside 1..n), a constant indexed by an int (a tuple's item
+    read off it), a name that may be unbound and a global nothing binds."""
+    try:
+        _a0 = fast_ap(s["q"])
+        if C.get("keep"):
+            _kept_readers.append(_a0)        # (a Python statement: the reader held past the pass)
+        _r1 = C["R"][1]
+        _r2 = C["R"][0]
+        if C.get("m"):
+            _r3 = _bound_nowhere             # noqa: F821 (a NameError where read)
+        for e_X in it(D["X"]):
+            if not (_a0(e_X) != _r1 and _r2 != e_X):
+                raise FastPathFailed()
+        if D["Y"]:
+            for e_Y in it(D["Y"]):
+                if not (e_Y != _r3):          # (_r3 unbound unless C["m"]: UnboundLocalError)
+                    raise FastPathFailed()
+        return True
+    except Exception:
+        return False
+
+
+def test_a_whole_pass_reads_sequences_constants_and_globals_as_its_python(mod):
+    """The set-up's reads where it borrows them (names bound at every use, globals, tuples
+    indexed by an int) and a sequence's reader, made again or reused in place as the
+    sequence changes from step to step, and kept whole while a statement holds it: the
+    pass decides as the Python does, and a held reader still reads its own sequence."""
+    from hicache.monitors import fused_native, fused_whole
+    csrc, escapes = fused_whole.translate(_sample_seq_reads)
+    assert len(escapes) == 1 and "global_missing" in csrc
+    gen = _sample_module(_sample_seq_reads)
+    gen._kept_readers = _kept_readers
+    whole = fused_native.native_inc_all(gen)
+    assert type(whole).__name__ == "FusedPass"
+    rng = random.Random(6)
+    values = [0, 1, 2, "a", None, True]
+    seqs = [tuple(rng.choice(values) for _ in range(rng.randint(0, 4))) for _ in range(6)]
+    seen = collections.Counter()
+    kept = []
+    for _ in range(3000):
+        q = rng.choice(seqs) if rng.random() < 0.5 else tuple(rng.choice(values) for _ in range(rng.randint(0, 4)))
+        R = rng.choice([(0, 5), (7, "a", 3), (1,), (), [2, 1], {0: 1, 1: 2}, (True, None)])
+        C = {"R": R, "m": rng.random() < 0.1, "keep": rng.random() < 0.05}
+        D = {"X": frozenset(rng.sample([-1, 0, 1, 2, 3, 4, 5, True, "a"], rng.randint(0, 3))),
+             "Y": frozenset(rng.sample([0, 5], rng.randint(0, 1)))}
+        want = _sample_seq_reads(C, {"q": q}, D)
+        del _kept_readers[:]
+        assert whole(C, {"q": q}, D) is want, (q, C, D)
+        kept += [(r, q) for r in _kept_readers]
+        del _kept_readers[:]
+        seen[want] += 1
+    assert seen[True] > 300 and seen[False] > 300, seen
+    assert kept
+    for r, q in kept:
+        assert [r(i) for i in range(1, len(q) + 1)] == list(q)
+        with pytest.raises(Exception):
+            r(len(q) + 1)
+
+
 def _keeps_a_name(C, s, D, V=None, skip=frozenset()):
     """An untranslatable statement (a lambda) binding a name a later statement reads."""
     try:
