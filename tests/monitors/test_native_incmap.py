@@ -100,6 +100,46 @@ def test_writes_agree_with_the_python_loops(mod, seed):
     _agree("write_slots", mod, [slots_d, pos, rng.choice([values, tuple(values)]), "backupOp", refs, [], set(), set()])
 
 
+def _laid_out(rng, n, pool):
+    """A dict of the positions 0..n-1 with values from pool, laid out one of several ways: in
+    order (position k at entry k, what the writes read off the entry), shuffled, with entries
+    deleted and put back (dummies before them), with a key put as the bool or float equal to
+    it (True at entry 1, 2.0 at entry 2), or with a position past 2**30 (no small int)."""
+    keys = list(range(n))
+    how = rng.choice(["order", "order", "shuffled", "deleted", "equal", "wide"])
+    if how == "shuffled":
+        rng.shuffle(keys)
+    d = {}
+    for k in keys:
+        if how == "equal" and k in (1, 2) and rng.random() < 0.7:
+            k = {1: True, 2: 2.0}[k]
+        d[k] = rng.choice(pool)
+    if how == "deleted" and n:
+        for k in rng.sample(range(n), rng.randint(1, n)):
+            del d[k]
+            d[k] = rng.choice(pool)
+    if how == "wide":
+        d[1 << 40] = rng.choice(pool)
+    return d
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_page_reads_off_their_entries_agree_however_the_dict_is_laid_out(mod, seed):
+    """The writes read each page's value off the entry its position numbers where that entry
+    holds it, else look it up: both ways agree whatever the dict's layout (see _laid_out), for
+    positions held, absent (KeyError), equal to a bool or float key, or past a small int."""
+    rng = random.Random(seed)
+    for _ in range(20):
+        n = rng.randint(0, 10)
+        pos = rng.sample([*range(n + 2), 1 << 40], rng.randint(0, n + 1))
+        d = _laid_out(rng, n, VALUES)
+        _agree("fill", mod, [d, pos, rng.choice(VALUES), "dev", [("x", 0, 0)], {99}])
+        slots_d = _laid_out(rng, n, [0, 0, 1, 2, 3, True, None])
+        refs = {h: rng.choice([0, 1, 2]) for h in range(1, 5)}
+        values = [rng.choice([0, 1, 2, 3, 4, True]) for _ in range(rng.randint(0, n + 1))]
+        _agree("write_slots", mod, [slots_d, pos, values, "host", refs, [], set(), set()])
+
+
 def test_a_write_that_fails_leaves_what_it_wrote_recorded(mod):
     """Position 5 is outside the domain: the writes before it are made and in the delta,
     KeyError(5) is raised, as the Python loop does."""
