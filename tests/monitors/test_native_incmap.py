@@ -100,37 +100,40 @@ def test_writes_agree_with_the_python_loops(mod, seed):
     _agree("write_slots", mod, [slots_d, pos, rng.choice([values, tuple(values)]), "backupOp", refs, [], set(), set()])
 
 
-def _scrambled(rng, values: dict) -> dict:
-    """values (positions -> values) as a dict whose entries are not its positions in order:
-    inserted shuffled, after keys deleted (entries left dead), a position keyed by an equal
-    TRUE or 1.0, or an extra key first; the native loops read a position off its entry only
-    where that entry holds it, else look it up."""
-    items = list(values.items())
-    kind = rng.randrange(5)
-    if kind == 0:
-        rng.shuffle(items)
-    d = {}
-    if kind == 1:
-        d.update({-7: 0, 10**12: 1})
-        for k in list(d):
+def _laid_out(rng, n, pool):
+    """A dict of the positions 0..n-1 with values from pool, laid out one of several ways: in
+    order (position k at entry k, what the writes read off the entry), shuffled, with entries
+    deleted and put back (dummies before them), with a key put as the bool or float equal to
+    it (True at entry 1, 2.0 at entry 2), with a position past 2**30 (no small int), or with
+    another key first (every position one entry off its number)."""
+    keys = list(range(n))
+    how = rng.choice(["order", "order", "shuffled", "deleted", "equal", "wide", "extra"])
+    if how == "shuffled":
+        rng.shuffle(keys)
+    d = {"x": rng.choice(pool)} if how == "extra" else {}
+    for k in keys:
+        if how == "equal" and k in (1, 2) and rng.random() < 0.7:
+            k = {1: True, 2: 2.0}[k]
+        d[k] = rng.choice(pool)
+    if how == "deleted" and n:
+        for k in rng.sample(range(n), rng.randint(1, n)):
             del d[k]
-    elif kind == 2:
-        d["x"] = 0
-    for p, v in items:
-        d[True if p == 1 and kind == 3 else 1.0 if p == 1 and kind == 4 else p] = v
+            d[k] = rng.choice(pool)
+    if how == "wide":
+        d[1 << 40] = rng.choice(pool)
     return d
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_writes_agree_on_positions_off_their_entries(mod, seed):
     """fill, move, spare, release and remove_pages both ways on dicts of positions laid out
-    otherwise than the map's (`_scrambled`): the same reads, writes, delta and exceptions."""
+    otherwise than the map's as well (`_laid_out`): the same reads, writes, delta and exceptions."""
     rng = random.Random(seed)
     n = rng.randint(1, 12)
     pool = [0, 1, 2, 3, True, False]
 
     def fresh():
-        return _scrambled(rng, {p: rng.choice(pool) for p in range(n)})
+        return _laid_out(rng, n, pool)
 
     pos = rng.sample(range(n + 1), rng.randint(0, n))
     _agree("fill", mod, [fresh(), pos, rng.choice(pool), "dev", [], set()])
@@ -144,6 +147,23 @@ def test_writes_agree_on_positions_off_their_entries(mod, seed):
     cols = (("dev", fresh(), False, None), ("host", fresh(), 0, {1: 2, 2: 1, 3: 0}))
     keys = [(rng.choice("ab"), p) for p in range(L)]
     _agree("remove_pages", mod, [cols, holes, L, keys, {x: list(range(L)) for x in "ab"}, [], set(), set()])
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_page_reads_off_their_entries_agree_however_the_dict_is_laid_out(mod, seed):
+    """The writes read each page's value off the entry its position numbers where that entry
+    holds it, else look it up: both ways agree whatever the dict's layout (see _laid_out), for
+    positions held, absent (KeyError), equal to a bool or float key, or past a small int."""
+    rng = random.Random(seed)
+    for _ in range(20):
+        n = rng.randint(0, 10)
+        pos = rng.sample([*range(n + 2), 1 << 40], rng.randint(0, n + 1))
+        d = _laid_out(rng, n, VALUES)
+        _agree("fill", mod, [d, pos, rng.choice(VALUES), "dev", [("x", 0, 0)], {99}])
+        slots_d = _laid_out(rng, n, [0, 0, 1, 2, 3, True, None])
+        refs = {h: rng.choice([0, 1, 2]) for h in range(1, 5)}
+        values = [rng.choice([0, 1, 2, 3, 4, True]) for _ in range(rng.randint(0, n + 1))]
+        _agree("write_slots", mod, [slots_d, pos, values, "host", refs, [], set(), set()])
 
 
 def test_a_write_that_fails_leaves_what_it_wrote_recorded(mod):

@@ -163,9 +163,9 @@ static PyObject *dict_at(PyObject *d, PyObject *key) {
 
 /* dict_at_h for a dict d of positions (a map's function of positions, or any dict): an exact
  * int key read off its entry where that entry holds it (pos_entry), else looked up as
- * dict_at_h looks it up. Why: the removal's moves, spares and releases and a node's fills
- * read ~28k positions a replay, each a probe of the hash table of ~50 instructions; the
- * entry's test is ~10. */
+ * dict_at_h looks it up. Why: the removal's moves, spares and releases, a node's fills and
+ * the re-mapping's slot writes read ~46k positions a replay, each a probe of the hash table of
+ * ~50 instructions; the entry's test is ~10. */
 static inline PyObject *pos_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
     long long k;
     PyObject *v;
@@ -541,7 +541,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
         Py_INCREF(p);
         Py_INCREF(v);
         Py_hash_t hash = key_hash(p);
-        PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
+        PyObject *old = hash == -1 ? NULL : pos_at_h(d, p, hash);
         long long ov, vv;
         /* (exact ints, the slot numbers the map writes: compared and tested in C) */
         int ints = old != NULL && int_value(old, &ov) && int_value(v, &vv);
@@ -576,7 +576,7 @@ static int write_slot_ints(PyObject *d, PyObject *pos, const long long *vals, Py
         Py_INCREF(p);
         long long ov, vv = vals[i];
         Py_hash_t hash = key_hash(p);
-        PyObject *old = hash == -1 ? NULL : dict_at_h(d, p, hash);
+        PyObject *old = hash == -1 ? NULL : pos_at_h(d, p, hash);
         int ints = old != NULL && int_value(old, &ov);
         if (old != NULL && !ints)
             v = PyLong_FromLongLong(vv);
