@@ -46,7 +46,11 @@ def test_the_native_loops_load_where_they_can_be_built():
 
 def _outcome(fn, args):
     """(exception type and args or None, return value, the arguments after the call)."""
-    args = copy.deepcopy(args)
+    return _called(fn, copy.deepcopy(args))
+
+
+def _called(fn, args):
+    """_outcome on `args` themselves (written by the call), not on a copy."""
     try:
         ret = fn(*args)
         exc = None
@@ -60,6 +64,16 @@ def _agree(name, mod, args):
     want = _outcome(loops.PYTHON[name], args)
     # (compared with the values' types: True == 1 would hide a write the loops must not make)
     assert _typed(got) == _typed(want), (name, args)
+    return want
+
+
+def _agree_made(name, mod, make):
+    """_agree on arguments made afresh for each side by `make()` (the same each time), not
+    deep-copied: a copy of a dict is built anew, its entries in order with no dead ones, so a
+    dict laid out otherwise (`_laid_out`) would reach the loops only through its copy."""
+    got = _called(getattr(mod, name), make())
+    want = _called(loops.PYTHON[name], make())
+    assert _typed(got) == _typed(want), (name, make())
     return want
 
 
@@ -131,22 +145,28 @@ def test_writes_agree_on_positions_off_their_entries(mod, seed):
     rng = random.Random(seed)
     n = rng.randint(1, 12)
     pool = [0, 1, 2, 3, True, False]
+    # (each dict made from its own seed, the same layout for both sides: _agree_made)
+    seeds = [rng.random() for _ in range(6)]
 
-    def fresh():
-        return _laid_out(rng, n, pool)
+    def fresh(i):
+        return _laid_out(random.Random(seeds[i]), n, pool)
 
     pos = rng.sample(range(n + 1), rng.randint(0, n))
-    _agree("fill", mod, [fresh(), pos, rng.choice(pool), "dev", [], set()])
+    v = rng.choice(pool)
+    _agree_made("fill", mod, lambda: [fresh(0), pos, v, "dev", [], set()])
     origin = {q: rng.randrange(n + 1) for q in rng.sample(range(n + 1), rng.randint(0, n))}
-    _agree("move", mod, [fresh(), origin, "host", []])
+    _agree_made("move", mod, lambda: [fresh(1), dict(origin), "host", []])
     lo = rng.randint(0, n)
-    _agree("spare", mod, [fresh(), lo, rng.randint(lo, n + 1), 0, "stor", []])
-    _agree("release", mod, [fresh(), pos, {h: rng.choice([-1, 0, 1, 2]) for h in range(1, 4)}, set()])
+    hi = rng.randint(lo, n + 1)
+    _agree_made("spare", mod, lambda: [fresh(2), lo, hi, 0, "stor", []])
+    refs = {h: rng.choice([-1, 0, 1, 2]) for h in range(1, 4)}
+    _agree_made("release", mod, lambda: [fresh(3), list(pos), dict(refs), set()])
     L = rng.randint(0, n)
     holes = rng.sample(range(L), rng.randint(0, L))
-    cols = (("dev", fresh(), False, None), ("host", fresh(), 0, {1: 2, 2: 1, 3: 0}))
     keys = [(rng.choice("ab"), p) for p in range(L)]
-    _agree("remove_pages", mod, [cols, holes, L, keys, {x: list(range(L)) for x in "ab"}, [], set(), set()])
+    _agree_made("remove_pages", mod,
+                lambda: [(("dev", fresh(4), False, None), ("host", fresh(5), 0, {1: 2, 2: 1, 3: 0})), list(holes),
+                         L, list(keys), {x: list(range(L)) for x in "ab"}, [], set(), set()])
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -158,12 +178,14 @@ def test_page_reads_off_their_entries_agree_however_the_dict_is_laid_out(mod, se
     for _ in range(20):
         n = rng.randint(0, 10)
         pos = rng.sample([*range(n + 2), 1 << 40], rng.randint(0, n + 1))
-        d = _laid_out(rng, n, VALUES)
-        _agree("fill", mod, [d, pos, rng.choice(VALUES), "dev", [("x", 0, 0)], {99}])
-        slots_d = _laid_out(rng, n, [0, 0, 1, 2, 3, True, None])
+        s_d, s_slots, v = rng.random(), rng.random(), rng.choice(VALUES)
+        _agree_made("fill", mod, lambda: [_laid_out(random.Random(s_d), n, VALUES), list(pos), v, "dev",
+                                          [("x", 0, 0)], {99}])
         refs = {h: rng.choice([0, 1, 2]) for h in range(1, 5)}
         values = [rng.choice([0, 1, 2, 3, 4, True]) for _ in range(rng.randint(0, n + 1))]
-        _agree("write_slots", mod, [slots_d, pos, values, "host", refs, [], set(), set()])
+        _agree_made("write_slots", mod,
+                    lambda: [_laid_out(random.Random(s_slots), n, [0, 0, 1, 2, 3, True, None]), list(pos),
+                             list(values), "host", dict(refs), [], set(), set()])
 
 
 def test_a_write_that_fails_leaves_what_it_wrote_recorded(mod):
