@@ -127,7 +127,8 @@ class _Scope(_Loop):
         elif name in self.bound:
             out.append(f"{dst} = F[{i}]; Py_INCREF({dst});")
         else:
-            out.append(f"if (F[{i}] == NULL) goto unbound; {dst} = F[{i}]; Py_INCREF({dst});")
+            out.append(f"if (F[{i}] == NULL) goto unbound;")
+            out.append(f"{dst} = F[{i}]; Py_INCREF({dst});")
 
     def unbound_test(self, name: str) -> list[str]:
         """The C that takes `unbound` where slot `name` is not bound: none where it is."""
@@ -412,9 +413,11 @@ class _Whole:
             "    if (nargs < 4) F[3] = Py_NewRef(Py_None);",
             "    if (nargs < 5) F[4] = Py_NewRef(empty_frozenset);",
             *("    " + x for x in out),
-            "unbound:         /* a local read before it was assigned: UnboundLocalError */",
-            "    ok = 0;",
-            "    goto done;",
+            # (only where a read may find its slot unbound: a pass whose every read is of a
+            # bound name has no such exit, and an unused label is a compiler warning)
+            *(["unbound:         /* a local read before it was assigned: UnboundLocalError */",
+               "    ok = 0;",
+               "    goto done;"] if any("goto unbound" in x for x in out) else []),
             # (`goto fail` and the success's `goto out` are taken at a statement's start, where
             # every temporary is NULL (`statement`): their releases are skipped, ~25 calls a
             # step; an error's `goto done`, in an expression, releases what it holds)
