@@ -263,6 +263,21 @@ def test_page_counts_agree(mod, seed):
     assert _typed(got) == _typed({1: 3, 2: 2})     # (True is page 1; True + 1 is the int 2)
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_page_counts_agree_on_counts_in_page_order(mod, seed):
+    """Counts laid out as the device-page map's (`dict.fromkeys` of the pages: page p at entry
+    p, read off it) and otherwise (`_laid_out`), pages absent from them, an unhashable page
+    (the lookup's TypeError, after the counts before it)."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 12)
+    counts = {p: rng.choice([0, 1, 2]) for p in range(n)} if seed % 2 else _laid_out(rng, n, [0, 1, 2])
+    pages = [rng.randrange(-1, n + 3) for _ in range(rng.randint(0, 10))]
+    if seed % 5 == 4:
+        pages.insert(rng.randint(0, len(pages)), [1])
+    _agree("count_pages", mod, [counts, rng.choice([pages, tuple(pages)]), rng.choice([1, -1]),
+                                rng.choice([None, set()]), -1])
+
+
 @pytest.mark.parametrize("seed", range(120))
 def test_slot_owner_test_agrees(mod, seed):
     """Exact int slots and counts over a tuple or list of names take the C path; a slot of 0,

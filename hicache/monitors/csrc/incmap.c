@@ -699,7 +699,16 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         if (is_none < 0)
             rc = -1;
         else if (!is_none) {
-            PyObject *cur = PyDict_GetItemWithError(counts, p), *nv;
+            /* (p hashed once for its read and write; the read off p's entry where it holds p:
+             * the device-page holder counts are `dict.fromkeys` of the pages, page p at entry p,
+             * as pos_at_h reads a position, but absent here is a count of 0, not a KeyError) */
+            Py_hash_t ph = key_hash(p);
+            long long pk;
+            PyObject *cur = NULL, *nv;
+            if (ph != -1 && PyDict_CheckExact(counts) && small_int(p, &pk))
+                cur = pos_entry(counts, p, pk);
+            if (cur == NULL && ph != -1)
+                cur = dict_get_h(counts, p, ph);
             if (cur != NULL && kint && int_value(cur, &cv))
                 nv = PyLong_FromLongLong(cv + kv);
             else if (cur != NULL)
@@ -713,7 +722,7 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
                 nv = zero == NULL ? NULL : PyNumber_Add(zero, k);
                 Py_XDECREF(zero);
             }
-            if (nv == NULL || PyDict_SetItem(counts, p, nv) < 0 || (dirty != Py_None && PySet_Add(dirty, p) < 0))
+            if (nv == NULL || dict_set_h(counts, p, nv, ph) < 0 || (dirty != Py_None && PySet_Add(dirty, p) < 0))
                 rc = -1;
             Py_XDECREF(nv);
         }
