@@ -285,6 +285,21 @@ def test_page_counts_agree(mod, seed):
     assert _typed(got) == _typed({1: 3, 2: 2})     # (True is page 1; True + 1 is the int 2)
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_page_counts_agree_on_counts_in_page_order(mod, seed):
+    """Counts laid out as the device-page map's (`dict.fromkeys` of the pages: page p at entry
+    p, read off it) and otherwise (`_laid_out`), pages absent from them, an unhashable page
+    (the lookup's TypeError, after the counts before it)."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 12)
+    counts = {p: rng.choice([0, 1, 2]) for p in range(n)} if seed % 2 else _laid_out(rng, n, [0, 1, 2])
+    pages = [rng.randrange(-1, n + 3) for _ in range(rng.randint(0, 10))]
+    if seed % 5 == 4:
+        pages.insert(rng.randint(0, len(pages)), [1])
+    _agree("count_pages", mod, [counts, rng.choice([pages, tuple(pages)]), rng.choice([1, -1]),
+                                rng.choice([None, set()]), -1])
+
+
 @pytest.mark.parametrize("seed", range(120))
 def test_slot_owner_test_agrees(mod, seed):
     """Exact int slots and counts over a tuple or list of names take the C path; a slot of 0,
@@ -2093,6 +2108,142 @@ def test_node_slots_agree(mod):
     seen = _outcomes("node_slots", mod, [[None, None, 1 << 61, False], [[1, 2], None, (1 << 61) + 5, True],
                                          [None, None, 1 << 70, False]])
     assert seen == {"OverflowError: node_slots: n is past 2**61 pages": 3}, seen
+
+
+class _Op:
+    """An op in a node's `inflight` as host_write_in_flight reads it: its writes_host a plain
+    value, absent, or a property that raises (AttributeError: taken as absent by getattr's
+    default; any other error: raised), its reads logged."""
+
+    def __init__(self, log, name, how):
+        self._log, self._name, self._how = log, name, how
+
+    def __getattr__(self, attr):     # (writes_host only: the others are the instance's own)
+        self._log.append(("op", self._name, attr))
+        if self._how == "absent":
+            raise AttributeError(attr)
+        if self._how == "boom":
+            raise RuntimeError("no writes_host to read")
+        return self._how
+
+
+class _Truthy:
+    """A value whose truth test is logged, or raises."""
+
+    def __init__(self, log, value):
+        self._log, self._value = log, value
+
+    def __bool__(self):
+        self._log.append(("bool", self._value))
+        if self._value == "boom":
+            raise ValueError("no truth")
+        return bool(self._value)
+
+
+class _Ops(list):
+    """A list of ops (no exact list: read through the object API) whose truth and iteration
+    are logged, or raise."""
+
+    def __init__(self, log, ops, how=None):
+        super().__init__(ops)
+        self._log, self._how = log, how
+
+    def __bool__(self):
+        self._log.append(("ops bool", self._how))
+        if self._how == "bool":
+            raise ValueError("no truth")
+        return len(self) > 0
+
+    def __iter__(self):
+        self._log.append(("ops iter", self._how))
+        if self._how == "iter":
+            raise TypeError("not iterable now")
+        return super().__iter__()
+
+
+class _InflightNode:
+    """A node whose `inflight` reads are logged (each read gives `values[i]`, the i-th read's),
+    or raise AttributeError when it has none."""
+
+    def __init__(self, log, values):
+        self._log, self._values, self._reads = log, values, 0
+
+    @property
+    def inflight(self):
+        self._log.append(("inflight", self._reads))
+        if self._values is None:
+            raise AttributeError("inflight")
+        v = self._values[min(self._reads, len(self._values) - 1)]
+        self._reads += 1
+        return v
+
+
+class _PlainOp:
+    """An op with a plain writes_host attribute (read directly, no __getattr__)."""
+
+    def __init__(self, writes_host):
+        self.writes_host = writes_host
+
+
+def _in_flight_run(fn, seed: int):
+    """One random node, built from `seed`, given to `fn`: (its result with its type, or the
+    exception's type and args; every read and truth test made, in order)."""
+    rng = random.Random(seed)
+    log = []
+
+    def op(i):
+        how = rng.choice([True, False, 0, 1, "", "w", None, "absent", "absent", "boom", "truthy", "truthy"])
+        if how == "truthy":
+            how = _Truthy(log, rng.choice([True, False, 0, "boom"]))
+        if how in ("absent", "boom") or rng.random() < 0.6:
+            return _Op(log, i, how)
+        return _PlainOp(how)
+
+    def ops():
+        items = [op(i) for i in range(rng.choice([0, 0, 1, 1, 2, 3]))]
+        kind = rng.choice(["list", "list", "tuple", "set", "deque", "logged", "logged", "bad", "none", "int"])
+        if kind == "tuple":
+            return tuple(items)
+        if kind == "set":
+            return set(items[:1])       # (one op: a set of several iterates them by their ids)
+        if kind == "deque":
+            return collections.deque(items)
+        if kind == "logged":
+            return _Ops(log, items)
+        if kind == "bad":
+            return _Ops(log, items or [op(0)], rng.choice(["bool", "iter"]))
+        if kind == "none":
+            return None
+        if kind == "int":
+            return rng.choice([0, 3])       # (true, then not iterable: TypeError)
+        return items
+
+    reads = None if rng.random() < 0.05 else [ops() for _ in range(rng.choice([1, 1, 2]))]
+    x = _InflightNode(log, reads)
+    try:
+        r = fn(x)
+        out = (type(r), r)
+    except Exception as e:      # (the same type and message from both)
+        out = (type(e), e.args)
+    return out, log
+
+
+def test_host_write_in_flight_agrees(mod):
+    """Whether a node's host copy is being written, both ways (the runtime's own function, the
+    native one): the same answer (a bool), the same reads of `inflight` (twice: tested, then
+    iterated) and of each op's writes_host up to the first true one, the same truth tests, the
+    same exception at the same point: no `inflight` (AttributeError), an op's writes_host
+    absent (False) or raising, a truth test or an iteration that raises, an `inflight` that is
+    true but no iterable (TypeError); ops in a list, tuple, set, deque or a list subclass."""
+    from hicache.runtime.cache import host_write_in_flight
+    assert loops.py_host_write_in_flight is host_write_in_flight
+    seen = collections.Counter()
+    for seed in range(1500):
+        want = _in_flight_run(host_write_in_flight, seed)
+        assert _in_flight_run(mod.host_write_in_flight, seed) == want, seed
+        seen[want[0][1] if want[0][0] is bool else want[0][0].__name__] += 1
+    assert seen[True] >= 150 and seen[False] >= 300, seen
+    assert min(seen[k] for k in ("AttributeError", "RuntimeError", "ValueError", "TypeError")) >= 10, seen
 
 
 class _SubtreeNode(_MapNode):

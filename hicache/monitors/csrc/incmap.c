@@ -699,7 +699,16 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         if (is_none < 0)
             rc = -1;
         else if (!is_none) {
-            PyObject *cur = PyDict_GetItemWithError(counts, p), *nv;
+            /* (p hashed once for its read and write; the read off p's entry where it holds p:
+             * the device-page holder counts are `dict.fromkeys` of the pages, page p at entry p,
+             * as pos_at_h reads a position, but absent here is a count of 0, not a KeyError) */
+            Py_hash_t ph = key_hash(p);
+            long long pk;
+            PyObject *cur = NULL, *nv;
+            if (ph != -1 && PyDict_CheckExact(counts) && small_int(p, &pk))
+                cur = pos_entry(counts, p, pk);
+            if (cur == NULL && ph != -1)
+                cur = dict_get_h(counts, p, ph);
             if (cur != NULL && kint && int_value(cur, &cv))
                 nv = PyLong_FromLongLong(cv + kv);
             else if (cur != NULL)
@@ -713,7 +722,7 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
                 nv = zero == NULL ? NULL : PyNumber_Add(zero, k);
                 Py_XDECREF(zero);
             }
-            if (nv == NULL || PyDict_SetItem(counts, p, nv) < 0 || (dirty != Py_None && PySet_Add(dirty, p) < 0))
+            if (nv == NULL || dict_set_h(counts, p, nv, ph) < 0 || (dirty != Py_None && PySet_Add(dirty, p) < 0))
                 rc = -1;
             Py_XDECREF(nv);
         }
@@ -3891,6 +3900,54 @@ static PyObject *node_slots_call(PyObject *self, PyObject *const *a, Py_ssize_t 
     return node_slot_lists(a[0], a[1], a[2], a[3]);
 }
 
+static PyObject *s_writes_host;
+
+/* host_write_in_flight(v): hicache.runtime.cache's host_write_in_flight, `bool(v.inflight) and
+ * any(getattr(op, "writes_host", False) for op in v.inflight)`, with the same reads in the same
+ * order (v.inflight read and tested, read again and iterated, each op's writes_host read as
+ * getattr with a default reads it, AttributeError alone taken as absent, and tested, up to the
+ * first true one): True or False, NULL on an error. Why: a node with a write in flight is
+ * re-mapped about once a sync, and the Python function's frame and generator cost ~3.4k
+ * instructions against this one's few hundred. */
+static PyObject *host_write_in_flight(PyObject *self, PyObject *v) {
+    if (remap_names() < 0 ||
+        (s_writes_host == NULL && (s_writes_host = PyUnicode_InternFromString("writes_host")) == NULL))
+        return NULL;
+    PyObject *ops = field_of(v, s_inflight);
+    if (ops == NULL)
+        return NULL;
+    int found = PyObject_IsTrue(ops);
+    Py_DECREF(ops);
+    if (found <= 0)
+        return found < 0 ? NULL : Py_NewRef(Py_False);
+    if ((ops = field_of(v, s_inflight)) == NULL)
+        return NULL;
+    PyObject *it = PyObject_GetIter(ops), *op;
+    Py_DECREF(ops);
+    if (it == NULL)
+        return NULL;
+    found = 0;
+    while (found == 0 && (op = PyIter_Next(it)) != NULL) {
+        PyObject *w;
+#if PY_VERSION_HEX >= 0x030D0000
+        int has = PyObject_GetOptionalAttr(op, s_writes_host, &w);
+#else
+        int has = _PyObject_LookupAttr(op, s_writes_host, &w);
+#endif
+        Py_DECREF(op);
+        if (has > 0) {
+            found = PyObject_IsTrue(w);
+            Py_DECREF(w);
+        } else if (has < 0) {
+            found = -1;
+        }
+    }
+    Py_DECREF(it);
+    if (found < 0 || (found == 0 && PyErr_Occurred()))
+        return NULL;
+    return Py_NewRef(found ? Py_True : Py_False);
+}
+
 /* node_slot_lists' values as C ints, hv[i] host's and bv[i] backupOp's for each of the n pages,
  * where hs (pending when hs is None) is an exact list or tuple of exact ints with |h| < 2**61
  * (the runtime's slots) and backing True or False: 1; 0 where that is not so (nothing raised:
@@ -4022,6 +4079,55 @@ static int unpack(PyObject *t, Py_ssize_t size, const char *what, PyObject **out
     return 0;
 }
 
+/* `a == b` (op Py_EQ) or `a != b` (Py_NE) as Python decides it for the values a re-mapping keeps
+ * (nval's (node values, slot values) and their halves: exact tuples of bools, ints, None and
+ * tuples of slots), decided in C for two exact tuples: tuple comparison's own rule (the items
+ * at each index up to the shorter length compared as PyObject_RichCompareBool compares them,
+ * the identity first, the first unequal pair deciding, else the lengths), an item pair of two
+ * exact tuples compared so in turn, of two exact ints or bools by value (int's own __eq__, 1 ==
+ * True), any other pair through PyObject_RichCompareBool; a or b no exact tuple:
+ * ints_or_compare. -1: error. Why: the rich comparison of those nested tuples, at each node
+ * a sync re-maps, cost ~430 instructions, its items' comparisons nearly all a call each. */
+static int same_items(PyObject *a, PyObject *b);
+
+static int kept_values_compare(PyObject *a, PyObject *b, int op) {
+    if (!PyTuple_CheckExact(a) || !PyTuple_CheckExact(b))
+        return ints_or_compare(a, b, op);
+    int eq = same_items(a, b);
+    return eq < 0 ? -1 : op == Py_EQ ? eq : !eq;
+}
+
+/* a == b for two exact tuples (kept_values_compare's rule); -1: error */
+static int same_items(PyObject *a, PyObject *b) {
+    Py_ssize_t na = PyTuple_GET_SIZE(a), nb = PyTuple_GET_SIZE(b);
+    for (Py_ssize_t i = 0; i < na && i < nb; i++) {
+        PyObject *x = PyTuple_GET_ITEM(a, i), *y = PyTuple_GET_ITEM(b, i);
+        if (x == y)
+            continue;
+        long long u, v;
+        int eq;
+        if (PyTuple_CheckExact(x) && PyTuple_CheckExact(y)) {
+            if (Py_EnterRecursiveCall(" in comparison"))
+                return -1;
+            eq = same_items(x, y);
+            Py_LeaveRecursiveCall();
+        } else if ((PyBool_Check(x) ? (u = x == Py_True, 1) : int_value(x, &u)) &&
+                   (PyBool_Check(y) ? (v = y == Py_True, 1) : int_value(y, &v))) {
+            eq = u == v;
+        } else {
+            /* (a and b hold x and y: the call may run Python code, not change them) */
+            Py_INCREF(x);
+            Py_INCREF(y);
+            eq = PyObject_RichCompareBool(x, y, Py_EQ);
+            Py_DECREF(x);
+            Py_DECREF(y);
+        }
+        if (eq <= 0)
+            return eq;
+    }
+    return na == nb;
+}
+
 /* loops.py's py_remap_node(ctx, step, x), the same reads of x's fields, lookups, calls (resize,
  * loading_req, in_flight, node_slots) and writes, in the same order; 0, or -1 on an error.
  * Why: per node, the bytecode around its few C loops cost more than the loops (~25k
@@ -4143,7 +4249,7 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
     int forced = PySet_Contains(slot_changed, x);
     if (forced < 0)
         goto done;
-    int same = old != NULL && !resized ? ints_or_compare(old, new, Py_EQ) : 0;
+    int same = old != NULL && !resized ? kept_values_compare(old, new, Py_EQ) : 0;
     if (same < 0)
         goto done;
     if (same && !forced) {
@@ -4170,7 +4276,7 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
         PyObject *zero = PyLong_FromLong(0);
         item = zero == NULL ? NULL : item_at(old, zero);
         Py_XDECREF(zero);
-        int differ = item == NULL ? -1 : ints_or_compare(item, node_vals, Py_NE);
+        int differ = item == NULL ? -1 : kept_values_compare(item, node_vals, Py_NE);
         if (differ < 0 || (differ && remap_node_level(node_cols, node_vals, item, 0, pos, delta, page_dirty) < 0))
             goto done;
         Py_CLEAR(item);
@@ -4180,7 +4286,7 @@ static int remap_entry(PyObject *ctx, PyObject *step, PyObject *x) {
         PyObject *one = PyLong_FromLong(1);
         item = one == NULL ? NULL : item_at(old, one);
         Py_XDECREF(one);
-        slots_differ = item == NULL ? -1 : ints_or_compare(item, slot_vals, Py_NE);
+        slots_differ = item == NULL ? -1 : kept_values_compare(item, slot_vals, Py_NE);
         Py_CLEAR(item);
         if (slots_differ < 0)
             goto done;
@@ -5113,6 +5219,8 @@ static PyMethodDef methods[] = {
     {"remap_journaled", (PyCFunction)(void (*)(void))remap_journaled, METH_FASTCALL,
      "walk_journaled with each node in the tree re-mapped by remap_node"},
     {"shifted", shifted, METH_O, "[h + 1 for h in slots]"},
+    {"host_write_in_flight", (PyCFunction)host_write_in_flight, METH_O,
+     "host_write_in_flight(v): bool(v.inflight) and any(getattr(op, 'writes_host', False) for op in v.inflight)"},
     {"node_slots", (PyCFunction)(void (*)(void))node_slots_call, METH_FASTCALL,
      "(host[p], backupOp[p]) of a node's pages, from its host slots or a blocking copy's"},
     {"request_step", (PyCFunction)(void (*)(void))request_step, METH_FASTCALL,

@@ -40,7 +40,6 @@ from hicache.monitors.maps.host_tier import (_NAMES, _PHASE, HostTierMap, _in_tr
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import MISSING as _MISSING, snapshot
 from hicache.runtime.allocator import HostSlots, HostSlotState
-from hicache.runtime.cache import host_write_in_flight
 from hicache.runtime.radix import Node
 from hicache.tla.values import Fcn
 
@@ -198,13 +197,14 @@ class IncrementalHostTierMap(HostTierMap):
         # what loops.remap_node re-maps a node with (containers never replaced: built once; the
         # map's own callbacks unbound, the map given with each sync's containers: none holds it;
         # node_slots, loops' native one where it builds, is computed inside the native re-mapping,
-        # with no call nor lists)
+        # with no call nor lists; host_write_in_flight loops' too, the runtime's own function's
+        # reads made in C)
         self._remap_ctx = (self.npos, self.by_id, self.up, self.kids, self.nval, self.slot_changed,
                            self.sync_backup, self.slot_page,
                            tuple((var, self.funcs[var]) for var in _NODE_LEVEL),
                            (("host", self.funcs["host"], self.tree_refs),
                             ("backupOp", self.funcs["backupOp"], self.backup_refs)),
-                           host_write_in_flight, node_slots, type(self)._resize, type(self)._loading_req)
+                           loops.host_write_in_flight, node_slots, type(self)._resize, type(self)._loading_req)
         self.req_dirty = True                        # request-side variables need rebuilding
         self.phase_before = None                     # the last event's request's phase before it (None: not live)
         self.lock_before = None                      # ... the node id its lock was on before it (None: none)

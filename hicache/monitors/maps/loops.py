@@ -31,6 +31,7 @@ from itertools import repeat
 import numpy as np
 
 from hicache.monitors import native
+from hicache.runtime.cache import host_write_in_flight as _runtime_host_write_in_flight   # (py_host_write_in_flight)
 
 
 def py_fill(d: dict, pos: list, v, var: str, delta: list, dirty: set) -> None:
@@ -695,6 +696,13 @@ def py_remap_journaled(todo, root, ctx: tuple, step: tuple, unmapping: tuple) ->
                       partial(py_unmap_subtree, ctx, step, unmapping))
 
 
+#: whether a device->host copy of node v's host slots is in flight: the runtime's own
+#: `host_write_in_flight` (hicache.runtime.cache), which defines it, is the twin; the native
+#: one makes the same reads in the same order (what remap_node's context calls, for each node
+#: with an op in flight)
+py_host_write_in_flight = _runtime_host_write_in_flight
+
+
 def py_shifted(slots) -> list:
     """[h + 1 for h in slots]: runtime slots as spec slots (NoSlot is 0)."""
     return [h + 1 for h in slots]
@@ -972,7 +980,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "renumber": py_renumber, "remove_pages": py_remove_pages,
           "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
           "unmap_subtree": py_unmap_subtree,
-          "shifted": py_shifted, "node_slots": py_node_slots,
+          "shifted": py_shifted, "node_slots": py_node_slots, "host_write_in_flight": py_host_write_in_flight,
           "request_step": py_request_step, "request_binder": py_request_binder, "load_bind": py_load_bind,
           "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
@@ -1011,6 +1019,7 @@ remap_journaled = _mod.remap_journaled if _mod is not None else py_remap_journal
 unmap_subtree = _mod.unmap_subtree if _mod is not None else py_unmap_subtree
 shifted = _mod.shifted if _mod is not None else py_shifted
 node_slots = _mod.node_slots if _mod is not None else py_node_slots
+host_write_in_flight = _mod.host_write_in_flight if _mod is not None else py_host_write_in_flight
 request_step = _mod.request_step if _mod is not None else py_request_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
 load_bind = _mod.load_bind if _mod is not None else py_load_bind
