@@ -2129,6 +2129,8 @@ class _Op:
             raise AttributeError(attr)
         if self._how == "boom":
             raise RuntimeError("no writes_host to read")
+        if self._how == "stop":
+            raise StopIteration("no writes_host")   # (in the twin's generator: RuntimeError)
         return self._how
 
 
@@ -2197,10 +2199,10 @@ def _in_flight_run(fn, seed: int):
     log = []
 
     def op(i):
-        how = rng.choice([True, False, 0, 1, "", "w", None, "absent", "absent", "boom", "truthy", "truthy"])
+        how = rng.choice([True, False, 0, 1, "", "w", None, "absent", "absent", "boom", "stop", "truthy", "truthy"])
         if how == "truthy":
             how = _Truthy(log, rng.choice([True, False, 0, "boom"]))
-        if how in ("absent", "boom") or rng.random() < 0.6:
+        if how in ("absent", "boom", "stop") or rng.random() < 0.6:
             return _Op(log, i, how)
         return _PlainOp(how)
 
@@ -2228,8 +2230,9 @@ def _in_flight_run(fn, seed: int):
     try:
         r = fn(x)
         out = (type(r), r)
-    except Exception as e:      # (the same type and message from both)
-        out = (type(e), e.args)
+    except Exception as e:      # (the same type and message from both, and the same cause)
+        cause = e.__cause__
+        out = (type(e), e.args, None if cause is None else (type(cause), cause.args), e.__context__ is cause)
     return out, log
 
 
@@ -2249,6 +2252,12 @@ def test_host_write_in_flight_agrees(mod):
         seen[want[0][1] if want[0][0] is bool else want[0][0].__name__] += 1
     assert seen[True] >= 150 and seen[False] >= 300, seen
     assert min(seen[k] for k in ("AttributeError", "RuntimeError", "ValueError", "TypeError")) >= 10, seen
+    # (an op's StopIteration comes out of both as the generator's RuntimeError, caused by it)
+    stop = _Op([], 0, "stop")
+    node = _InflightNode([], [[stop]])
+    with pytest.raises(RuntimeError, match="generator raised StopIteration") as got:
+        mod.host_write_in_flight(node)
+    assert type(got.value.__cause__) is StopIteration and got.value.__context__ is got.value.__cause__
 
 
 class _SubtreeNode(_MapNode):

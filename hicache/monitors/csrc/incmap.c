@@ -3902,6 +3902,33 @@ static PyObject *node_slots_call(PyObject *self, PyObject *const *a, Py_ssize_t 
 
 static PyObject *s_writes_host;
 
+/* The StopIteration set replaced by RuntimeError("generator raised StopIteration"), the
+ * StopIteration its cause and context, as a generator's frame turns one raised in it (PEP 479):
+ * where the twin reads inside a generator expression, what the C reads in its place raises. */
+static void stop_in_generator(void) {
+    PyObject *type, *stop, *tb;
+    PyErr_Fetch(&type, &stop, &tb);
+    PyErr_NormalizeException(&type, &stop, &tb);
+    if (tb != NULL && stop != NULL)
+        PyException_SetTraceback(stop, tb);
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    PyErr_SetString(PyExc_RuntimeError, "generator raised StopIteration");
+    if (stop == NULL)
+        return;
+    PyObject *rtype, *err, *rtb;
+    PyErr_Fetch(&rtype, &err, &rtb);
+    PyErr_NormalizeException(&rtype, &err, &rtb);
+    if (err != NULL) {
+        /* (each setter takes a reference: stop's own, and one more) */
+        PyException_SetCause(err, Py_NewRef(stop));
+        PyException_SetContext(err, stop);
+    } else {
+        Py_DECREF(stop);
+    }
+    PyErr_Restore(rtype, err, rtb);
+}
+
 /* host_write_in_flight(v): hicache.runtime.cache's host_write_in_flight, `bool(v.inflight) and
  * any(getattr(op, "writes_host", False) for op in v.inflight)`, with the same reads in the same
  * order (v.inflight read and tested, read again and iterated, each op's writes_host read as
@@ -3910,6 +3937,7 @@ static PyObject *s_writes_host;
  * re-mapped about once a sync, and the Python function's frame and generator cost ~3.4k
  * instructions against this one's few hundred. */
 static PyObject *host_write_in_flight(PyObject *self, PyObject *v) {
+    (void)self;
     if (remap_names() < 0 ||
         (s_writes_host == NULL && (s_writes_host = PyUnicode_InternFromString("writes_host")) == NULL))
         return NULL;
@@ -3940,6 +3968,8 @@ static PyObject *host_write_in_flight(PyObject *self, PyObject *v) {
             Py_DECREF(w);
         } else if (has < 0) {
             found = -1;
+            if (PyErr_ExceptionMatches(PyExc_StopIteration))
+                stop_in_generator();
         }
     }
     Py_DECREF(it);
