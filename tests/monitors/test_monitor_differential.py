@@ -369,6 +369,14 @@ def _copy_str(v):
     return "".join(list(v)) if type(v) is str and len(v) > 1 else v
 
 
+def _domains_and_inputs(gen, states: list, rng: random.Random) -> tuple[list, list]:
+    """The domains the pass's invariants range over (sorted) and the states to run it on: 200
+    reachable ones, 100 mutated and 100 crossed (drawn from rng, in that order)."""
+    domains = sorted({d for _, doms in gen.INCREMENTAL.values() for d in doms})
+    return domains, states[:200] + _mutants(states, gen.VARIABLES, rng, 100) + \
+        _crossed_states(states, gen.VARIABLES, rng, 100)
+
+
 def test_the_native_pass_reads_entries_wherever_they_are(world):
     """The pass compiled whole reads a function's value at a position off the entry the
     position numbers, a state's or a domain's value by name off the entry the key was found
@@ -382,9 +390,7 @@ def test_the_native_pass_reads_entries_wherever_they_are(world):
     name, _, gen, C, states, _ = world
     fast = _native_pass(name, gen)
     rng = random.Random(13)
-    domains = sorted({d for _, doms in gen.INCREMENTAL.values() for d in doms})
-    inputs = states[:200] + _mutants(states, gen.VARIABLES, rng, 100) + \
-        _crossed_states(states, gen.VARIABLES, rng, 100)
+    domains, inputs = _domains_and_inputs(gen, states, rng)
     same_s, same_D = {}, {}
     decided = collections.Counter()
     for s in inputs:
@@ -425,9 +431,7 @@ def test_the_native_pass_walks_whole_domains_as_python_does(world):
     name, _, gen, C, states, _ = world
     fast = _native_pass(name, gen)
     rng = random.Random(12)
-    domains = sorted({d for _, doms in gen.INCREMENTAL.values() for d in doms})
-    inputs = states[:200] + _mutants(states, gen.VARIABLES, rng, 100) + \
-        _crossed_states(states, gen.VARIABLES, rng, 100)
+    domains, inputs = _domains_and_inputs(gen, states, rng)
     decided = collections.Counter()
     for s in inputs:
         sd = _d(gen, s)

@@ -174,6 +174,14 @@ static inline PyObject *pos_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
     return dict_at_h(d, key, hash);
 }
 
+/* The dealloc of this module's collected types (StepsTable, QuietProbe, LoadBind, Journaled):
+ * untracked, their references dropped by their own tp_clear, freed. */
+static void gc_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    Py_TYPE(self)->tp_clear(self);
+    PyObject_GC_Del(self);
+}
+
 /* o is no object the collector tracks nor ever will: one of a type it never tracks (tested
  * inline by the type's flag: a str, an int, a bool, None, nearly every delta entry's items),
  * or an exact tuple it untracked (whose items are fixed: it stays untracked). Not "untracked
@@ -1896,17 +1904,11 @@ static int steps_table_clear(PyObject *self) {
     return 0;
 }
 
-static void steps_table_dealloc(PyObject *self) {
-    PyObject_GC_UnTrack(self);
-    steps_table_clear(self);
-    PyObject_GC_Del(self);
-}
-
 static PyTypeObject StepsTableType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "_hicache_incmap.StepsTable",
     .tp_basicsize = sizeof(StepsTable),
-    .tp_dealloc = steps_table_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(StepsTable, vectorcall),
     .tp_traverse = steps_table_traverse,
@@ -2001,17 +2003,11 @@ static int quiet_probe_clear(PyObject *self) {
     return 0;
 }
 
-static void quiet_probe_dealloc(PyObject *self) {
-    PyObject_GC_UnTrack(self);
-    quiet_probe_clear(self);
-    PyObject_GC_Del(self);
-}
-
 static PyTypeObject QuietProbeType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "_hicache_incmap.QuietProbe",
     .tp_basicsize = sizeof(QuietProbe),
-    .tp_dealloc = quiet_probe_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(QuietProbe, vectorcall),
     .tp_traverse = quiet_probe_traverse,
@@ -3198,17 +3194,11 @@ static int load_bind_clear(PyObject *self) {
     return 0;
 }
 
-static void load_bind_dealloc(PyObject *self) {
-    PyObject_GC_UnTrack(self);
-    load_bind_clear(self);
-    PyObject_GC_Del(self);
-}
-
 static PyTypeObject LoadBindType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "_hicache_incmap.LoadBind",
     .tp_basicsize = sizeof(LoadBind),
-    .tp_dealloc = load_bind_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(LoadBind, vectorcall),
     .tp_traverse = load_bind_traverse,
@@ -4806,17 +4796,11 @@ static int journaled_clear(PyObject *self) {
     return 0;
 }
 
-static void journaled_dealloc(PyObject *self) {
-    PyObject_GC_UnTrack(self);
-    journaled_clear(self);
-    PyObject_GC_Del(self);
-}
-
 static PyTypeObject JournaledType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "_hicache_incmap.Journaled",
     .tp_basicsize = sizeof(Journaled),
-    .tp_dealloc = journaled_dealloc,
+    .tp_dealloc = gc_dealloc,
     .tp_descr_get = journaled_get,
     .tp_descr_set = journaled_set,
     .tp_traverse = journaled_traverse,
