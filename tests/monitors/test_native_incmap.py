@@ -276,11 +276,19 @@ def test_the_writes_in_place_renew_the_version_tag(mod, seed):
     before, tag = dict(d), _version(d)
     mod.fill(d, pos, v, "dev", [], set())
     assert (_version(d) != tag) == (d != before or any(type(d[p]) is not type(before[p]) for p in d))
-    slots_d = dict.fromkeys(range(n + 1), 0)
+    # (reference counts laid out by slot, as the map's: each count written in its entry too;
+    # and their own dict's tag renewed)
+    slots_d, refs = dict.fromkeys(range(n + 1), 0), dict.fromkeys(range(5), 0)
     values = [rng.choice([0, 1, 2, 3]) for _ in pos]
-    tag = _version(slots_d)
-    mod.write_slots(slots_d, list(pos), values, "host", {}, [], set(), set())
-    assert (_version(slots_d) != tag) == any(values)
+    tags = _version(slots_d), _version(refs)
+    args = [slots_d, list(pos), values, "host", refs, [], set(), set()]
+    _agree("write_slots", mod, args)
+    mod.write_slots(*args)
+    assert (_version(slots_d) != tags[0]) == any(values) == (_version(refs) != tags[1])
+    tag = _version(refs)
+    _agree("release", mod, [slots_d, list(pos), refs, set()])
+    mod.release(slots_d, list(pos), refs, set())
+    assert (_version(refs) != tag) == any(slots_d[p] for p in pos)
     origin = {q: rng.randrange(n + 1) for q in rng.sample(range(n + 1), rng.randint(0, n))}
     before, tag = dict(d), _version(d)
     mod.move(d, origin, "host", [])
@@ -2086,6 +2094,9 @@ def _remap_run(fn, seed: int, own=None, cls=None):
                                         ("hits", [0, 1, 2, True]), ("loadReq", [0, 1, 5, False])))
     tree_refs = {h: rng.choice([0, 1, 2]) for h in range(1, 6) if rng.random() < 0.5}
     backup_refs = {h: rng.choice([0, 1]) for h in range(1, 6) if rng.random() < 0.5}
+    if rng.random() < 0.5:
+        # (laid out by slot, as the map's: the counts written in their entries)
+        tree_refs, backup_refs = ({**dict.fromkeys(range(6), 0), **refs} for refs in (tree_refs, backup_refs))
     slot_cols = (("host", {p: rng.choice(slot_pool) for p in range(size)}, tree_refs),
                  ("backupOp", {p: rng.choice(slot_pool) for p in range(size)}, backup_refs))
 
@@ -2430,6 +2441,9 @@ def _unmap_run(fn, seed: int):
     size = L + 1 if rng.random() < 0.9 else max(L - 1, 0)        # (short: a KeyError)
     tree_refs = {h: rng.choice([0, 1, 2]) for h in range(1, 5) if rng.random() < 0.5}
     backup_refs = {h: rng.choice([0, 1]) for h in range(1, 5) if rng.random() < 0.5}
+    if rng.random() < 0.5:
+        # (laid out by slot, as the map's: the released counts written in their entries)
+        tree_refs, backup_refs = ({**dict.fromkeys(range(5), 0), **refs} for refs in (tree_refs, backup_refs))
     cols = (("dev", {p: rng.choice([False, True]) for p in range(size)}, False, None),
             ("host", {p: rng.choice([0, 1, 2, 3]) for p in range(size)}, 0, tree_refs),
             ("backupOp", {p: rng.choice([0, 0, 4]) for p in range(size)}, 0, backup_refs))

@@ -212,34 +212,6 @@ static inline int record(PyObject *delta, PyObject *var, PyObject *key, PyObject
     return rc;
 }
 
-/* refs[h] = refs.get(h, 0) + k; slots.add(h) */
-static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
-    Py_hash_t hash = key_hash(h);
-    if (hash == -1)
-        return -1;
-    PyObject *cur = dict_get_h(refs, h, hash);
-    if (cur == NULL && PyErr_Occurred())
-        return -1;
-    long long c;
-    PyObject *nv;
-    if (cur != NULL && int_value(cur, &c)) {
-        nv = PyLong_FromLongLong(c + k);        /* (a count: its sum in C) */
-    } else {
-        PyObject *step = PyLong_FromLong(k);
-        if (step == NULL)
-            return -1;
-        nv = cur == NULL ? (Py_INCREF(step), step) : PyNumber_Add(cur, step);
-        Py_DECREF(step);
-    }
-    if (nv == NULL)
-        return -1;
-    int rc = dict_set_h(refs, h, nv, hash);
-    Py_DECREF(nv);
-    if (rc < 0)
-        return -1;
-    return PySet_Add(slots, h);
-}
-
 /* A run of writes to one dict of positions d (a map's function of positions) by one loop:
  * where pos_entry finds a position's entry, the write replaces the entry's value in place, as
  * the dict's own replacement of an existing key's value does it (insertdict: the entry's value
@@ -249,13 +221,14 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
  * is made again through the dict's API: the entry given back the value it replaced, then
  * written its value, which renews the tag once for the run. Once the loop returns, d holds
  * what the same writes through the API leave and its tag is new, as after them; inside the
- * run, only Python code the loop's own allocations could run (a finalizer of the collector's)
- * could read d with its contents ahead of its tag. A value the collector tracks is written in
- * place only into a dict it tracks already (else through the API, which starts tracking it:
- * MAINTAIN_TRACKING). Why: a write through the API costs ~110 instructions, hashing and
- * probing d's table again for the entry the read before it found; in place ~15 (the map's
- * ~16k delta-recorded writes a replay). 3.11 only (pos_entry's layout): elsewhere every write
- * goes through the API. */
+ * run, only Python code the loop itself runs (a comparison or truth test of a value that is no
+ * int, a finalizer its allocations let the collector run) could read d with its contents ahead
+ * of its tag (nothing keys what it reads of a map's dict by the tag). A value the collector
+ * tracks is written in place only into a dict it tracks already (else through the API, which
+ * starts tracking it: MAINTAIN_TRACKING). Why: a write through the API costs ~110
+ * instructions, hashing and probing d's table again for the entry the read before it found;
+ * in place ~15 (the map's ~16k delta-recorded writes a replay). 3.11 only (pos_entry's
+ * layout): elsewhere every write goes through the API. */
 typedef struct {
     PyObject *d;        /* the dict the run writes (borrowed: its loop's caller holds it) */
     long long k;        /* the position the last write in place wrote, -1: none yet */
@@ -354,6 +327,60 @@ static int in_place_end(InPlace *ip, int err) {
         return err;
     }
     return rc;
+}
+
+/* refs[h] = refs.get(h, 0) + k; slots.add(h): refs the run rp's dict, h's count read off
+ * its entry where that entry holds h (pos_entry_at) and written in place there (as
+ * in_place_set writes), else through the API.
+ * Why: the map's reference counts are laid out by slot (host_tier_inc: dict.fromkeys over
+ * every spec slot), so each count's update, ~12k a replay, is its entry's read and write, not
+ * two probes of the table (~160 instructions). */
+static int add_ref(InPlace *rp, PyObject *slots, PyObject *h, long k) {
+    PyObject *refs = rp->d;
+    long long c;
+#ifdef HICACHE_POS_ENTRIES
+    long long hk;
+    PyDictKeyEntry *ep;
+    if (PyDict_CheckExact(refs) && small_int(h, &hk) && (ep = pos_entry_at(refs, hk)) != NULL &&
+        int_value(ep->me_value, &c)) {
+        /* (the count in h's entry, an exact int: its sum made in C and written there, as
+         * in_place_set writes, the entry found once; making an int runs no code) */
+        PyObject *nv = PyLong_FromLongLong(c + k);
+        if (nv == NULL)
+            return -1;
+        PyObject *was = ep->me_value;
+        ep->me_value = nv;
+        rp->k = hk;
+        Py_XSETREF(rp->prev, was);
+        return PySet_Add(slots, h);
+    }
+#endif
+    Py_hash_t hash = key_hash(h);
+    if (hash == -1)
+        return -1;
+    PyObject *cur = dict_get_h(refs, h, hash);
+    if (cur == NULL && PyErr_Occurred())
+        return -1;
+    PyObject *nv;
+    if (cur != NULL && int_value(cur, &c)) {
+        nv = PyLong_FromLongLong(c + k);        /* (a count: its sum in C; no code runs) */
+    } else {
+        PyObject *step = PyLong_FromLong(k);
+        if (step == NULL)
+            return -1;
+        /* (cur held across the sum, which may run code) */
+        Py_XINCREF(cur);
+        nv = cur == NULL ? (Py_INCREF(step), step) : PyNumber_Add(cur, step);
+        Py_XDECREF(cur);
+        Py_DECREF(step);
+    }
+    if (nv == NULL)
+        return -1;
+    int rc = in_place_set(rp, h, hash, nv);
+    Py_DECREF(nv);
+    if (rc < 0)
+        return -1;
+    return PySet_Add(slots, h);
 }
 
 /* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
@@ -586,7 +613,9 @@ static PyObject *range_list(PyObject *a, PyObject *b) {
 /* for each p of the list holes whose value h = d[p] is true (a slot), refs[h] -= 1 (from 0
  * when absent) and h added to slots; 0, or -1 on an error */
 static int release_each(PyObject *d, PyObject *holes, PyObject *refs, PyObject *slots) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(holes); i++) {
+    InPlace rp = {refs, -1, NULL};
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc >= 0 && i < PyList_GET_SIZE(holes); i++) {
         PyObject *p = PyList_GET_ITEM(holes, i);
         Py_INCREF(p);
         Py_hash_t ph = key_hash(p);
@@ -594,13 +623,11 @@ static int release_each(PyObject *d, PyObject *holes, PyObject *refs, PyObject *
         long long hv;
         /* (an exact int's truth, a slot number's, tested in C) */
         int truth = h == NULL ? -1 : int_value(h, &hv) ? hv != 0 : PyObject_IsTrue(h);
-        int rc = truth < 0 ? -1 : truth ? add_ref(refs, slots, h, -1) : 0;
+        rc = truth < 0 ? -1 : truth ? add_ref(&rp, slots, h, -1) : 0;
         Py_XDECREF(h);
         Py_DECREF(p);
-        if (rc < 0)
-            return -1;
     }
-    return 0;
+    return in_place_end(&rp, rc < 0 ? -1 : 0);
 }
 
 /* move(d, origin, var, delta): move_each over the dict origin. */
@@ -660,6 +687,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
     if (vals == NULL)
         return -1;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(vals);
+    InPlace rp = {refs, -1, NULL};
     int rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(pos) && i < m; i++) {
         PyObject *p = PyList_GET_ITEM(pos, i), *v = PySequence_Fast_GET_ITEM(vals, i);
@@ -676,8 +704,8 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
         else if (differ) {
             int t_old = 0, t_v = 0;
             if (record(delta, var, p, old) < 0 || dict_set_h(d, p, v, hash) < 0 ||
-                (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
-                (t_v = ints ? vv != 0 : PyObject_IsTrue(v)) < 0 || (t_v && add_ref(refs, slots, v, 1) < 0))
+                (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(&rp, slots, old, -1) < 0) ||
+                (t_v = ints ? vv != 0 : PyObject_IsTrue(v)) < 0 || (t_v && add_ref(&rp, slots, v, 1) < 0))
                 rc = -1;
         }
         Py_XDECREF(old);
@@ -685,7 +713,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
         Py_DECREF(p);
     }
     Py_DECREF(vals);
-    return rc;
+    return in_place_end(&rp, rc);
 }
 
 /* write_slots_each with the values given as C ints (vals[i] the value of pos[i], i < n: the
@@ -695,7 +723,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
  * error */
 static int write_slot_ints(PyObject *d, PyObject *pos, const long long *vals, Py_ssize_t n, PyObject *var,
                            PyObject *refs, PyObject *delta, PyObject *dirty, PyObject *slots) {
-    InPlace ip = {d, -1, NULL};
+    InPlace ip = {d, -1, NULL}, rp = {refs, -1, NULL};
     int rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(pos) && i < n; i++) {
         PyObject *p = PyList_GET_ITEM(pos, i), *v = NULL;
@@ -715,14 +743,16 @@ static int write_slot_ints(PyObject *d, PyObject *pos, const long long *vals, Py
             int t_old = 0;
             if (record(delta, var, p, old) < 0 || in_place_set(&ip, p, hash, v) < 0 ||
                 (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 ||
-                (t_old && add_ref(refs, slots, old, -1) < 0) || (vv != 0 && add_ref(refs, slots, v, 1) < 0))
+                (t_old && add_ref(&rp, slots, old, -1) < 0) || (vv != 0 && add_ref(&rp, slots, v, 1) < 0))
                 rc = -1;
         }
         Py_XDECREF(v);
         Py_XDECREF(old);
         Py_DECREF(p);
     }
-    return in_place_end(&ip, rc);
+    /* (both runs end, each renewing its dict's tag; the first error kept) */
+    rc = in_place_end(&ip, rc);
+    return in_place_end(&rp, rc);
 }
 
 /* write_slots(d, pos, values, var, refs, delta, dirty, slots): write_slots_each. */

@@ -167,8 +167,12 @@ class IncrementalHostTierMap(HostTierMap):
         host_cap = cache.host.capacity if cache.host is not None else 0
         self.cap = cache.cfg.device_pages + host_cap + 1
         self.funcs = {v: dict.fromkeys(range(self.cap), SPARE[v]) for v in NODE_VARS}
-        self.tree_refs: dict[int, int] = {}          # spec slot -> pages with host = slot
-        self.backup_refs: dict[int, int] = {}        # spec slot -> pages with backupOp = slot
+        # spec slot -> pages with host = slot, and with backupOp = slot: read as .get(h, 0) (a
+        # slot no page holds counts 0, present or not), laid out by slot (entry h holds slot h,
+        # every spec slot 0..host_cap from the start), so that each update of a count, the
+        # native writes' (loops: add_ref), is read and written in its entry, not looked up
+        self.tree_refs: dict[int, int] = dict.fromkeys(range(host_cap + 1), 0)
+        self.backup_refs: dict[int, int] = dict.fromkeys(range(host_cap + 1), 0)
         self.pf_refs: dict[int, int] = {}            # spec slot -> prefetch pseudo-requests
         # _remove's columns, one per variable of PAGE_VARS: (var, its dict, its spare value,
         # the slot reference counts its values hold, None for a variable holding no slot)
