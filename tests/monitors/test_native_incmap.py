@@ -864,6 +864,9 @@ def test_slot_changes_agree(mod):
             names = rng.choice([names, tuple(names)])
             table = rng.choice([table, tuple(table)])
         slot_page = {h: rng.choice(["x", "y", None]) for h in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+        if i % 2:
+            # (laid out by slot, as the map's: each holder read off its entry)
+            slot_page = {**dict.fromkeys(range(n + 1)), **slot_page}
         cases.append([rng.choice([hs, tuple(hs)]), raw, names, table, slot_page, {99}])
     seen = _outcomes("slot_changes", mod, cases)
     assert seen["ok"] >= 100, seen
@@ -1287,6 +1290,9 @@ def test_holders_outside_agree(mod):
         if i % 3 == 0:      # (runs: a node's slots together)
             run = rng.choice(nodes)
             slot_page.update((h, run) for h in range(rng.randint(0, 4), rng.randint(4, 8)))
+        if i % 2:
+            # (laid out by slot, as the map's: each holder read off its entry)
+            slot_page = {**dict.fromkeys(range(9)), **slot_page}
         slots = rng.sample(range(9), rng.randint(0, 9))
         if i % 7 == 6:
             slots.insert(rng.randint(0, len(slots)), [1])
@@ -2121,7 +2127,10 @@ def _remap_run(fn, seed: int, own=None, cls=None):
             raise LookupError("no request slot")
         return x.loading % 3
 
-    ctx = (npos, {}, up, kids, nval, slot_changed, sync_backup, {}, node_cols, slot_cols, in_flight,
+    # (slot_page empty, or laid out by slot as the map's: its holders read and written in their
+    # entries)
+    slot_page = dict.fromkeys(range(8 if own is None else 600)) if len(nodes) % 2 else {}
+    ctx = (npos, {}, up, kids, nval, slot_changed, sync_backup, slot_page, node_cols, slot_cols, in_flight,
            slots_of if own is None else own, resize, loading_req)
     delta, changed, dirty, slots = [("x", 0, 0)], {}, {11}, {9}
     step = (delta, changed, dirty, slots, "the map")

@@ -2346,7 +2346,7 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         h = list == NULL ? PyIter_Next(it) : k < PyList_GET_SIZE(list) ? Py_NewRef(PyList_GET_ITEM(list, k)) : NULL;
         if (h == NULL)
             break;
-        long long iv;
+        long long iv = 0;
         /* (an exact int: its value, and its hash for slot_page's lookup, read off the object;
          * any other slot, a wide int included, through the object API, which raises as Python) */
         int small = exact && small_int(h, &iv);
@@ -2367,8 +2367,11 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         }
         if (!err) {
             /* (borrowed from slot_page, as before; once added, held holds it too, which keeps
-             * `last` alive for the pointer test) */
-            PyObject *x = dict_get_h(slot_page, h, small ? (iv == -1 ? -2 : (Py_hash_t)iv) : -1);
+             * `last` alive for the pointer test. Read off its entry where that entry holds h:
+             * the map's slot_page is laid out by slot, pos_entry) */
+            PyObject *x = small && PyDict_CheckExact(slot_page) ? pos_entry(slot_page, h, iv) : NULL;
+            if (x == NULL)
+                x = dict_get_h(slot_page, h, small ? (iv == -1 ? -2 : (Py_hash_t)iv) : -1);
             err = x == NULL && PyErr_Occurred();
             if (!err && x != NULL && x != Py_None && x != last) {
                 err = PySet_Add(held, x) < 0;
@@ -4163,17 +4166,23 @@ static int remap_slots(PyObject *x, PyObject *hs, PyObject *pending, PyObject *b
                        PyObject *dirty, PyObject *slots) {
     if (hs != Py_None && (PyList_CheckExact(hs) || PyTuple_CheckExact(hs))) {
         /* (an exact list or tuple by index, its size read at each step, as its iterator reads
-         * it; a slot whose holder is x already is not written again: the same dict after) */
+         * it; a slot whose holder is x already is not written again: the same dict after.
+         * slot_page is laid out by slot (host_tier_inc): each holder read off its entry and
+         * written there in place, a run of in_place_set) */
+        InPlace sp = {slot_page, -1, NULL};
         int err = 0;
         for (Py_ssize_t i = 0; !err && i < PySequence_Fast_GET_SIZE(hs); i++) {
             PyObject *h = Py_NewRef(PySequence_Fast_GET_ITEM(hs, i));
+            long long k;
             Py_hash_t hash = key_hash(h);
-            PyObject *was = hash == -1 ? NULL : dict_get_h(slot_page, h, hash);
-            err = hash == -1 || (was == NULL && PyErr_Occurred()) ||
-                  (was != x && dict_set_h(slot_page, h, x, hash) < 0);
+            PyObject *was = hash == -1 ? NULL
+                            : PyDict_CheckExact(slot_page) && small_int(h, &k) ? pos_entry(slot_page, h, k) : NULL;
+            if (hash != -1 && was == NULL)
+                was = dict_get_h(slot_page, h, hash);
+            err = hash == -1 || (was == NULL && PyErr_Occurred()) || (was != x && in_place_set(&sp, h, hash, x) < 0);
             Py_DECREF(h);
         }
-        if (err)
+        if (in_place_end(&sp, err ? -1 : 0) < 0)
             return -1;
     } else if (hs != Py_None) {
         PyObject *it = PyObject_GetIter(hs), *h;
@@ -5063,7 +5072,12 @@ static PyObject *holders_outside(PyObject *self, PyObject *const *a, Py_ssize_t 
     PyObject *out = PyList_New(0), *h, *last = NULL;
     int err = out == NULL, outside = 0;
     while (!err && (h = PyIter_Next(it)) != NULL) {
-        PyObject *y = PyDict_GetItemWithError(slot_page, h);     /* borrowed */
+        /* (borrowed; off its entry where that entry holds h: the map's slot_page is laid out
+         * by slot, pos_entry) */
+        long long k;
+        PyObject *y = PyDict_CheckExact(slot_page) && small_int(h, &k) ? pos_entry(slot_page, h, k) : NULL;
+        if (y == NULL)
+            y = PyDict_GetItemWithError(slot_page, h);
         if (y == NULL) {
             err = PyErr_Occurred() != NULL;
         } else if (y != Py_None) {

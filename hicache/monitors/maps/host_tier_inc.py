@@ -179,7 +179,11 @@ class IncrementalHostTierMap(HostTierMap):
         self.page_cols = tuple((var, self.funcs[var], SPARE[var],
                                 self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None)
                                for var in PAGE_VARS)
-        self.slot_page: dict[int, Node] = {}         # runtime slot -> node holding it in x.host
+        # runtime slot -> node holding it in x.host, None where none has (read as .get(h): None
+        # present or absent alike), laid out by slot (entry h holds slot h, every runtime slot
+        # from the start), so that the native reads and writes of a holder (loops: remap_node's,
+        # slot_changes', holders_outside's) are made in its entry, not looked up
+        self.slot_page: dict[int, Node | None] = dict.fromkeys(range(host_cap), None)
         self.loading_nodes: dict[int, set] = {}      # rid -> nodes whose load-back it is
         self.qtab: list = []                         # request slot q-1 -> rid or None
         self.qslot: dict[int, int] = {}              # rid -> q
