@@ -6,6 +6,7 @@ The build, the cache and the fallback are tested in subprocesses on a private ca
 """
 import collections
 import copy
+import ctypes
 import gc
 import os
 import random
@@ -245,6 +246,126 @@ def test_a_delta_entry_the_collector_need_not_follow_is_untracked(mod):
     delta = []
     mod.fill({0: inner}, [0], 5, "hits", delta, set())
     assert not gc.is_tracked(delta[0])
+
+
+def _version(d):
+    """d's version tag (PEP 509), read off the object as CPython 3.11 lays a dict out (after
+    the object header and ma_used): what every change of a dict renews."""
+    return ctypes.c_uint64.from_address(id(d) + 2 * ctypes.sizeof(ctypes.c_void_p) + ctypes.sizeof(ctypes.c_ssize_t)).value
+
+
+_TAGGED = sys.version_info[:2] == (3, 11) and sys.implementation.name == "cpython"
+
+
+@pytest.mark.skipif(not _TAGGED, reason="the version tag read as CPython 3.11 lays a dict out")
+@pytest.mark.parametrize("seed", range(40))
+def test_the_writes_in_place_renew_the_version_tag(mod, seed):
+    """The position writes made in place in a dict's entries (in_place_set) leave the dict's
+    version tag renewed once the call returns, as the writes through the dict's API do: a
+    reader that keys what it read by the tag (as the fused passes' constant reads do) never
+    takes a changed dict for the one it read. A call that wrote nothing leaves the tag as it
+    was, as the Python loop does."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 12)
+    pool = [0, 1, 2, 3, True, False]
+    d = dict.fromkeys(range(n + 1), 0)
+    for p in d:
+        d[p] = rng.choice(pool)
+    pos = rng.sample(range(n + 1), rng.randint(0, n))
+    v = rng.choice(pool)
+    before, tag = dict(d), _version(d)
+    mod.fill(d, pos, v, "dev", [], set())
+    assert (_version(d) != tag) == (d != before or any(type(d[p]) is not type(before[p]) for p in d))
+    # (reference counts laid out by slot, as the map's: each count written in its entry too;
+    # and their own dict's tag renewed)
+    slots_d, refs = dict.fromkeys(range(n + 1), 0), dict.fromkeys(range(5), 0)
+    values = [rng.choice([0, 1, 2, 3]) for _ in pos]
+    tags = _version(slots_d), _version(refs)
+    args = [slots_d, list(pos), values, "host", refs, [], set(), set()]
+    _agree("write_slots", mod, args)
+    mod.write_slots(*args)
+    assert (_version(slots_d) != tags[0]) == any(values) == (_version(refs) != tags[1])
+    tag = _version(refs)
+    _agree("release", mod, [slots_d, list(pos), refs, set()])
+    mod.release(slots_d, list(pos), refs, set())
+    assert (_version(refs) != tag) == any(slots_d[p] for p in pos)
+    origin = {q: rng.randrange(n + 1) for q in rng.sample(range(n + 1), rng.randint(0, n))}
+    before, tag = dict(d), _version(d)
+    mod.move(d, origin, "host", [])
+    assert (_version(d) != tag) == (d != before or any(type(d[p]) is not type(before[p]) for p in d))
+    before, tag = dict(d), _version(d)
+    mod.spare(d, 0, n + 1, 0, "stor", [])
+    assert (_version(d) != tag) == (d != before or any(type(d[p]) is not type(before[p]) for p in d))
+
+
+@pytest.mark.skipif(not _TAGGED, reason="the version tag read as CPython 3.11 lays a dict out")
+def test_a_write_that_fails_after_writes_in_place_renews_the_tag(mod):
+    """Position 5 is outside the domain: the writes made in place before the KeyError are
+    made, recorded, and the dict's tag renewed all the same; the KeyError is the one raised."""
+    d = dict.fromkeys(range(4), False)
+    tag, delta = _version(d), []
+    with pytest.raises(KeyError) as e:
+        mod.fill(d, [0, 1, 5, 2], True, "dev", delta, set())
+    assert e.value.args == (5,) and _version(d) != tag
+    assert d == {0: True, 1: True, 2: False, 3: False} and delta == [("dev", 0, False), ("dev", 1, False)]
+
+
+@pytest.mark.skipif(not _TAGGED, reason="the version tag read as CPython 3.11 lays a dict out")
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_dict_changed_under_a_run_of_writes_ends_as_python_leaves_it(mod, moved):
+    """A comparison of a page's value may run code (here its __eq__, at the page after the
+    last one written, which takes the last written position out of the dict and puts it back:
+    its entry moves; or, with `moved` False, writes another position's value again): the dict
+    ends with the contents, order and delta the Python loop leaves, and its tag renewed (the
+    last write in place made again through the API, where its entry moved as where not)."""
+    def run(fill):
+        d = {}
+
+        class Value:
+            __hash__ = None
+
+            def __init__(self, i):
+                self.i = i
+
+            def __eq__(self, other):
+                if self.i == 3 and 2 in d:
+                    if moved:
+                        d[2] = d.pop(2)
+                    else:
+                        d[4] = d[4]
+                return self.i == 3          # (position 3 holds the value written: no write)
+        for p in range(5):
+            d[p] = Value(p)
+        delta = []
+        tag = _version(d)
+        fill(d, [0, 1, 2, 3], Value(9), "hits", delta, set())
+        return ([(k, v.i) for k, v in d.items()], [(var, p, old.i) for var, p, old in delta], _version(d) != tag)
+
+    assert run(mod.fill) == run(loops.py_fill)
+    items, delta, renewed = run(mod.fill)
+    assert renewed and delta == [("hits", 0, 0), ("hits", 1, 1), ("hits", 2, 2)]
+    assert items == ([(0, 9), (1, 9), (3, 3), (4, 4), (2, 9)] if moved else [(0, 9), (1, 9), (2, 9), (3, 3), (4, 4)])
+
+
+def test_a_value_the_collector_tracks_written_in_place_tracks_the_dict(mod):
+    """A dict of ints only is not tracked by the collector; a write of a value it tracks makes
+    it tracked (the dict's own rule), so a cycle through the dict is collected: the native
+    writes, in place or not, leave the dict tracked exactly when the Python loop does."""
+    for fn in (mod.fill, loops.py_fill):
+        d = dict.fromkeys(range(4), 0)
+        assert not gc.is_tracked(d)
+        fn(d, [1, 2], 0, "hits", [], set())
+        assert not gc.is_tracked(d)
+
+        class Value:
+            pass
+        value = Value()
+        fn(d, [1, 2], value, "hits", [], set())
+        assert gc.is_tracked(d) and d[1] is value and d[2] is value
+        value.d, gone = d, weakref.ref(value)
+        del value, d
+        gc.collect()
+        assert gone() is None
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -743,6 +864,9 @@ def test_slot_changes_agree(mod):
             names = rng.choice([names, tuple(names)])
             table = rng.choice([table, tuple(table)])
         slot_page = {h: rng.choice(["x", "y", None]) for h in rng.sample(range(n + 1), rng.randint(0, n + 1))}
+        if i % 2:
+            # (laid out by slot, as the map's: each holder read off its entry)
+            slot_page = {**dict.fromkeys(range(n + 1)), **slot_page}
         cases.append([rng.choice([hs, tuple(hs)]), raw, names, table, slot_page, {99}])
     seen = _outcomes("slot_changes", mod, cases)
     assert seen["ok"] >= 100, seen
@@ -1166,6 +1290,9 @@ def test_holders_outside_agree(mod):
         if i % 3 == 0:      # (runs: a node's slots together)
             run = rng.choice(nodes)
             slot_page.update((h, run) for h in range(rng.randint(0, 4), rng.randint(4, 8)))
+        if i % 2:
+            # (laid out by slot, as the map's: each holder read off its entry)
+            slot_page = {**dict.fromkeys(range(9)), **slot_page}
         slots = rng.sample(range(9), rng.randint(0, 9))
         if i % 7 == 6:
             slots.insert(rng.randint(0, len(slots)), [1])
@@ -1973,6 +2100,9 @@ def _remap_run(fn, seed: int, own=None, cls=None):
                                         ("hits", [0, 1, 2, True]), ("loadReq", [0, 1, 5, False])))
     tree_refs = {h: rng.choice([0, 1, 2]) for h in range(1, 6) if rng.random() < 0.5}
     backup_refs = {h: rng.choice([0, 1]) for h in range(1, 6) if rng.random() < 0.5}
+    if rng.random() < 0.5:
+        # (laid out by slot, as the map's: the counts written in their entries)
+        tree_refs, backup_refs = ({**dict.fromkeys(range(6), 0), **refs} for refs in (tree_refs, backup_refs))
     slot_cols = (("host", {p: rng.choice(slot_pool) for p in range(size)}, tree_refs),
                  ("backupOp", {p: rng.choice(slot_pool) for p in range(size)}, backup_refs))
 
@@ -1997,7 +2127,10 @@ def _remap_run(fn, seed: int, own=None, cls=None):
             raise LookupError("no request slot")
         return x.loading % 3
 
-    ctx = (npos, {}, up, kids, nval, slot_changed, sync_backup, {}, node_cols, slot_cols, in_flight,
+    # (slot_page empty, or laid out by slot as the map's: its holders read and written in their
+    # entries)
+    slot_page = dict.fromkeys(range(8 if own is None else 600)) if len(nodes) % 2 else {}
+    ctx = (npos, {}, up, kids, nval, slot_changed, sync_backup, slot_page, node_cols, slot_cols, in_flight,
            slots_of if own is None else own, resize, loading_req)
     delta, changed, dirty, slots = [("x", 0, 0)], {}, {11}, {9}
     step = (delta, changed, dirty, slots, "the map")
@@ -2317,6 +2450,9 @@ def _unmap_run(fn, seed: int):
     size = L + 1 if rng.random() < 0.9 else max(L - 1, 0)        # (short: a KeyError)
     tree_refs = {h: rng.choice([0, 1, 2]) for h in range(1, 5) if rng.random() < 0.5}
     backup_refs = {h: rng.choice([0, 1]) for h in range(1, 5) if rng.random() < 0.5}
+    if rng.random() < 0.5:
+        # (laid out by slot, as the map's: the released counts written in their entries)
+        tree_refs, backup_refs = ({**dict.fromkeys(range(5), 0), **refs} for refs in (tree_refs, backup_refs))
     cols = (("dev", {p: rng.choice([False, True]) for p in range(size)}, False, None),
             ("host", {p: rng.choice([0, 1, 2, 3]) for p in range(size)}, 0, tree_refs),
             ("backupOp", {p: rng.choice([0, 0, 4]) for p in range(size)}, 0, backup_refs))

@@ -212,28 +212,171 @@ static inline int record(PyObject *delta, PyObject *var, PyObject *key, PyObject
     return rc;
 }
 
-/* refs[h] = refs.get(h, 0) + k; slots.add(h) */
-static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
+/* A run of writes to one dict of positions d (a map's function of positions) by one loop:
+ * where pos_entry finds a position's entry, the write replaces the entry's value in place, as
+ * the dict's own replacement of an existing key's value does it (insertdict: the entry's value
+ * swapped, the one it held released), save the version tag (PEP 509), which only the dict's
+ * own writes can renew (its counter is no exported symbol). So the run keeps its last such
+ * write (the position and the value it replaced), and when it ends (in_place_end) that write
+ * is made again through the dict's API: the entry given back the value it replaced, then
+ * written its value, which renews the tag once for the run. Once the loop returns, d holds
+ * what the same writes through the API leave and its tag is new, as after them; inside the
+ * run, only Python code the loop itself runs (a comparison or truth test of a value that is no
+ * int, a finalizer its allocations let the collector run) could read d with its contents ahead
+ * of its tag (nothing keys what it reads of a map's dict by the tag). A value the collector
+ * tracks is written in place only into a dict it tracks already (else through the API, which
+ * starts tracking it: MAINTAIN_TRACKING). Why: a write through the API costs ~110
+ * instructions, hashing and probing d's table again for the entry the read before it found;
+ * in place ~15 (the map's ~16k delta-recorded writes a replay). 3.11 only (pos_entry's
+ * layout): elsewhere every write goes through the API. */
+typedef struct {
+    PyObject *d;        /* the dict the run writes (borrowed: its loop's caller holds it) */
+    long long k;        /* the position the last write in place wrote, -1: none yet */
+    PyObject *prev;     /* the value it replaced (the reference d held), NULL: none */
+} InPlace;
+
+#ifdef HICACHE_POS_ENTRIES
+/* d's entry k when it holds a live key that is exactly an int of value k (pos_entry's
+ * test), else NULL */
+static inline PyDictKeyEntry *pos_entry_at(PyObject *d, long long k) {
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *dk = mp->ma_keys;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
+        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
+        long long kk;
+        if (ep->me_key != NULL && ep->me_value != NULL && small_int(ep->me_key, &kk) && kk == k)
+            return ep;
+    }
+    return NULL;
+}
+#endif
+
+/* d[key] = v (hash: key's, -1 when unknown) for the run ip of writes to d: in place where
+ * pos_entry_at finds key's entry, else through the API; 0, or -1 on an error. (Inline: a
+ * call's frame cost as much again as the write in place.) */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int in_place_set(InPlace *ip, PyObject *key, Py_hash_t hash, PyObject *v) {
+#ifdef HICACHE_POS_ENTRIES
+    long long k;
+    PyDictKeyEntry *ep;
+    if (PyDict_CheckExact(ip->d) && small_int(key, &k) && (!PyType_IS_GC(Py_TYPE(v)) || PyObject_GC_IsTracked(ip->d)) &&
+        (ep = pos_entry_at(ip->d, k)) != NULL) {
+        PyObject *was = ep->me_value;
+        ep->me_value = Py_NewRef(v);
+        ip->k = k;
+        /* (d's reference to the value replaced kept for in_place_end; the one kept before
+         * released last, as insertdict releases the value it replaces: it may run code) */
+        Py_XSETREF(ip->prev, was);
+        return 0;
+    }
+#endif
+    return dict_set_h(ip->d, key, v, hash);
+}
+
+/* the run ip ends: when some write was made in place, d's version tag renewed by the last one
+ * made again through the API (its entry given back the value it replaced, then written its
+ * value); where d changed under the run so that the entry is not where it was, or holds that
+ * value again, by two writes of the position through the API (a value of another identity,
+ * then its own; a position no longer in d put in and taken out). On an error already set
+ * (err < 0) the renewal is made all the same and that error kept. err, or -1 when the
+ * renewal failed. */
+static int in_place_end(InPlace *ip, int err) {
+    PyObject *prev = ip->prev;
+    if (prev == NULL)
+        return err;
+    long long k = ip->k;
+    ip->prev = NULL;
+    ip->k = -1;
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (err < 0)
+        PyErr_Fetch(&type, &value, &tb);
+    PyObject *d = ip->d;
+    int rc = -1;
+#ifdef HICACHE_POS_ENTRIES
+    PyDictKeyEntry *ep = pos_entry_at(d, k);
+    if (ep != NULL && ep->me_value != prev) {
+        /* (the entry's value taken with d's reference, prev given d's; the write through the
+         * API then puts the value back, releasing prev: the tag renewed) */
+        PyObject *key = Py_NewRef(ep->me_key), *cur = ep->me_value;
+        ep->me_value = prev;
+        prev = NULL;
+        rc = dict_set_h(d, key, cur, key_hash(key));
+        Py_DECREF(cur);
+        Py_DECREF(key);
+    }
+#endif
+    if (prev != NULL) {
+        Py_DECREF(prev);
+        PyObject *key = PyLong_FromLongLong(k), *cur = key == NULL ? NULL : PyDict_GetItemWithError(d, key);
+        if (cur != NULL) {
+            Py_INCREF(cur);
+            PyObject *other = cur != Py_None ? Py_None : Py_False;
+            rc = PyDict_SetItem(d, key, other) < 0 || PyDict_SetItem(d, key, cur) < 0 ? -1 : 0;
+            Py_DECREF(cur);
+        } else if (key != NULL && !PyErr_Occurred()) {
+            rc = PyDict_SetItem(d, key, Py_None) < 0 || PyDict_DelItem(d, key) < 0 ? -1 : 0;
+        }
+        Py_XDECREF(key);
+    }
+    if (err < 0) {
+        if (rc < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+        return err;
+    }
+    return rc;
+}
+
+/* refs[h] = refs.get(h, 0) + k; slots.add(h): refs the run rp's dict, h's count read off
+ * its entry where that entry holds h (pos_entry_at) and written in place there (as
+ * in_place_set writes), else through the API.
+ * Why: the map's reference counts are laid out by slot (host_tier_inc: dict.fromkeys over
+ * every spec slot), so each count's update, ~12k a replay, is its entry's read and write, not
+ * two probes of the table (~160 instructions). */
+static int add_ref(InPlace *rp, PyObject *slots, PyObject *h, long k) {
+    PyObject *refs = rp->d;
+    long long c;
+#ifdef HICACHE_POS_ENTRIES
+    long long hk;
+    PyDictKeyEntry *ep;
+    if (PyDict_CheckExact(refs) && small_int(h, &hk) && (ep = pos_entry_at(refs, hk)) != NULL &&
+        int_value(ep->me_value, &c)) {
+        /* (the count in h's entry, an exact int: its sum made in C and written there, as
+         * in_place_set writes, the entry found once; making an int runs no code) */
+        PyObject *nv = PyLong_FromLongLong(c + k);
+        if (nv == NULL)
+            return -1;
+        PyObject *was = ep->me_value;
+        ep->me_value = nv;
+        rp->k = hk;
+        Py_XSETREF(rp->prev, was);
+        return PySet_Add(slots, h);
+    }
+#endif
     Py_hash_t hash = key_hash(h);
     if (hash == -1)
         return -1;
     PyObject *cur = dict_get_h(refs, h, hash);
     if (cur == NULL && PyErr_Occurred())
         return -1;
-    long long c;
     PyObject *nv;
     if (cur != NULL && int_value(cur, &c)) {
-        nv = PyLong_FromLongLong(c + k);        /* (a count: its sum in C) */
+        nv = PyLong_FromLongLong(c + k);        /* (a count: its sum in C; no code runs) */
     } else {
         PyObject *step = PyLong_FromLong(k);
         if (step == NULL)
             return -1;
+        /* (cur held across the sum, which may run code) */
+        Py_XINCREF(cur);
         nv = cur == NULL ? (Py_INCREF(step), step) : PyNumber_Add(cur, step);
+        Py_XDECREF(cur);
         Py_DECREF(step);
     }
     if (nv == NULL)
         return -1;
-    int rc = dict_set_h(refs, h, nv, hash);
+    int rc = in_place_set(rp, h, hash, nv);
     Py_DECREF(nv);
     if (rc < 0)
         return -1;
@@ -242,13 +385,13 @@ static int add_ref(PyObject *refs, PyObject *slots, PyObject *h, long k) {
 
 /* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
  * (var, key, old) and key added to dirty (when dirty is not NULL); 1 when it wrote, 0 when
- * not, -1 on an error; key's hash: hash, -1 when unknown. */
-static inline int write_if_changed_h(PyObject *d, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v, PyObject *var,
-                                     PyObject *delta, PyObject *dirty) {
+ * not, -1 on an error; key's hash: hash, -1 when unknown; d the run ip's (in_place_set). */
+static inline int write_if_changed_h(InPlace *ip, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v,
+                                     PyObject *var, PyObject *delta, PyObject *dirty) {
     int same = same_value(old, v);
     if (same)
         return same < 0 ? -1 : 0;
-    if (record(delta, var, key, old) < 0 || dict_set_h(d, key, v, hash) < 0 ||
+    if (record(delta, var, key, old) < 0 || in_place_set(ip, key, hash, v) < 0 ||
         (dirty != NULL && PySet_Add(dirty, key) < 0))
         return -1;
     return 1;
@@ -321,18 +464,18 @@ static int ints_or_compare(PyObject *a, PyObject *b, int op) {
  * (var, p, old) and p added to dirty (unless dirty is NULL: pos known dirty already); 0, or -1
  * on an error */
 static int fill_each(PyObject *d, PyObject *pos, PyObject *v, PyObject *var, PyObject *delta, PyObject *dirty) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(pos); i++) {
+    InPlace ip = {d, -1, NULL};
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc >= 0 && i < PyList_GET_SIZE(pos); i++) {
         PyObject *p = PyList_GET_ITEM(pos, i);
         Py_INCREF(p);
         Py_hash_t hash = key_hash(p);
         PyObject *old = hash == -1 ? NULL : pos_at_h(d, p, hash);
-        int rc = old == NULL ? -1 : write_if_changed_h(d, p, hash, old, v, var, delta, dirty);
+        rc = old == NULL ? -1 : write_if_changed_h(&ip, p, hash, old, v, var, delta, dirty);
         Py_XDECREF(old);
         Py_DECREF(p);
-        if (rc < 0)
-            return -1;
     }
-    return 0;
+    return in_place_end(&ip, rc < 0 ? -1 : 0);
 }
 
 /* fill(d, pos, v, var, delta, dirty): fill_each. */
@@ -407,11 +550,12 @@ static void steps_free(Step *steps, Py_ssize_t count) {
  * recorded as (var, q, old), the values read and left at Seen's positions kept in seen (when
  * not NULL); 0, or -1 on an error */
 static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, PyObject *delta, Seen *seen) {
+    InPlace ip = {d, -1, NULL};
     for (Py_ssize_t i = 0; i < count; i++) {
         Step *st = &steps[i];
         PyObject *old = pos_at_h(d, st->q, st->qh);
         PyObject *v = old == NULL ? NULL : pos_at_h(d, st->src, st->sh);
-        int rc = v == NULL ? -1 : write_if_changed_h(d, st->q, st->qh, old, v, var, delta, NULL);
+        int rc = v == NULL ? -1 : write_if_changed_h(&ip, st->q, st->qh, old, v, var, delta, NULL);
         if (rc >= 0 && seen != NULL) {
             if (st->si >= 0)
                 Py_XSETREF(seen->vals[st->si], Py_NewRef(v));
@@ -422,27 +566,27 @@ static int move_each(PyObject *d, Step *steps, Py_ssize_t count, PyObject *var, 
         Py_XDECREF(old);
         Py_XDECREF(v);
         if (rc < 0)
-            return -1;
+            return in_place_end(&ip, -1);
     }
-    return 0;
+    return in_place_end(&ip, 0);
 }
 
 /* d[q] = v for each key q of the list qs where the value differs, each write recorded as
  * (var, q, old), d[q] read from seen where it knows it (seen: NULL, or indexed as qs);
  * 0, or -1 on an error */
 static int spare_each(PyObject *d, PyObject *qs, PyObject *v, PyObject *var, PyObject *delta, Seen *seen) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(qs); i++) {
+    InPlace ip = {d, -1, NULL};
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc >= 0 && i < PyList_GET_SIZE(qs); i++) {
         PyObject *q = Py_NewRef(PyList_GET_ITEM(qs, i));
         Py_hash_t qh = key_hash(q);
         PyObject *old = qh == -1 ? NULL
                         : seen != NULL && seen->vals[i] != NULL ? Py_NewRef(seen->vals[i]) : pos_at_h(d, q, qh);
-        int rc = old == NULL ? -1 : write_if_changed_h(d, q, qh, old, v, var, delta, NULL);
+        rc = old == NULL ? -1 : write_if_changed_h(&ip, q, qh, old, v, var, delta, NULL);
         Py_XDECREF(old);
         Py_DECREF(q);
-        if (rc < 0)
-            return -1;
     }
-    return 0;
+    return in_place_end(&ip, rc < 0 ? -1 : 0);
 }
 
 /* the list of the ints lo..hi-1 */
@@ -469,7 +613,9 @@ static PyObject *range_list(PyObject *a, PyObject *b) {
 /* for each p of the list holes whose value h = d[p] is true (a slot), refs[h] -= 1 (from 0
  * when absent) and h added to slots; 0, or -1 on an error */
 static int release_each(PyObject *d, PyObject *holes, PyObject *refs, PyObject *slots) {
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(holes); i++) {
+    InPlace rp = {refs, -1, NULL};
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc >= 0 && i < PyList_GET_SIZE(holes); i++) {
         PyObject *p = PyList_GET_ITEM(holes, i);
         Py_INCREF(p);
         Py_hash_t ph = key_hash(p);
@@ -477,13 +623,11 @@ static int release_each(PyObject *d, PyObject *holes, PyObject *refs, PyObject *
         long long hv;
         /* (an exact int's truth, a slot number's, tested in C) */
         int truth = h == NULL ? -1 : int_value(h, &hv) ? hv != 0 : PyObject_IsTrue(h);
-        int rc = truth < 0 ? -1 : truth ? add_ref(refs, slots, h, -1) : 0;
+        rc = truth < 0 ? -1 : truth ? add_ref(&rp, slots, h, -1) : 0;
         Py_XDECREF(h);
         Py_DECREF(p);
-        if (rc < 0)
-            return -1;
     }
-    return 0;
+    return in_place_end(&rp, rc < 0 ? -1 : 0);
 }
 
 /* move(d, origin, var, delta): move_each over the dict origin. */
@@ -543,6 +687,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
     if (vals == NULL)
         return -1;
     Py_ssize_t m = PySequence_Fast_GET_SIZE(vals);
+    InPlace rp = {refs, -1, NULL};
     int rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(pos) && i < m; i++) {
         PyObject *p = PyList_GET_ITEM(pos, i), *v = PySequence_Fast_GET_ITEM(vals, i);
@@ -559,8 +704,8 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
         else if (differ) {
             int t_old = 0, t_v = 0;
             if (record(delta, var, p, old) < 0 || dict_set_h(d, p, v, hash) < 0 ||
-                (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(refs, slots, old, -1) < 0) ||
-                (t_v = ints ? vv != 0 : PyObject_IsTrue(v)) < 0 || (t_v && add_ref(refs, slots, v, 1) < 0))
+                (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 || (t_old && add_ref(&rp, slots, old, -1) < 0) ||
+                (t_v = ints ? vv != 0 : PyObject_IsTrue(v)) < 0 || (t_v && add_ref(&rp, slots, v, 1) < 0))
                 rc = -1;
         }
         Py_XDECREF(old);
@@ -568,7 +713,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
         Py_DECREF(p);
     }
     Py_DECREF(vals);
-    return rc;
+    return in_place_end(&rp, rc);
 }
 
 /* write_slots_each with the values given as C ints (vals[i] the value of pos[i], i < n: the
@@ -578,6 +723,7 @@ static int write_slots_each(PyObject *d, PyObject *pos, PyObject *values, PyObje
  * error */
 static int write_slot_ints(PyObject *d, PyObject *pos, const long long *vals, Py_ssize_t n, PyObject *var,
                            PyObject *refs, PyObject *delta, PyObject *dirty, PyObject *slots) {
+    InPlace ip = {d, -1, NULL}, rp = {refs, -1, NULL};
     int rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(pos) && i < n; i++) {
         PyObject *p = PyList_GET_ITEM(pos, i), *v = NULL;
@@ -595,16 +741,18 @@ static int write_slot_ints(PyObject *d, PyObject *pos, const long long *vals, Py
             rc = -1;
         else if (differ) {
             int t_old = 0;
-            if (record(delta, var, p, old) < 0 || dict_set_h(d, p, v, hash) < 0 ||
+            if (record(delta, var, p, old) < 0 || in_place_set(&ip, p, hash, v) < 0 ||
                 (dirty != NULL && PySet_Add(dirty, p) < 0) || (t_old = ints ? ov != 0 : PyObject_IsTrue(old)) < 0 ||
-                (t_old && add_ref(refs, slots, old, -1) < 0) || (vv != 0 && add_ref(refs, slots, v, 1) < 0))
+                (t_old && add_ref(&rp, slots, old, -1) < 0) || (vv != 0 && add_ref(&rp, slots, v, 1) < 0))
                 rc = -1;
         }
         Py_XDECREF(v);
         Py_XDECREF(old);
         Py_DECREF(p);
     }
-    return rc;
+    /* (both runs end, each renewing its dict's tag; the first error kept) */
+    rc = in_place_end(&ip, rc);
+    return in_place_end(&rp, rc);
 }
 
 /* write_slots(d, pos, values, var, refs, delta, dirty, slots): write_slots_each. */
@@ -2198,7 +2346,7 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         h = list == NULL ? PyIter_Next(it) : k < PyList_GET_SIZE(list) ? Py_NewRef(PyList_GET_ITEM(list, k)) : NULL;
         if (h == NULL)
             break;
-        long long iv;
+        long long iv = 0;
         /* (an exact int: its value, and its hash for slot_page's lookup, read off the object;
          * any other slot, a wide int included, through the object API, which raises as Python) */
         int small = exact && small_int(h, &iv);
@@ -2219,8 +2367,11 @@ static PyObject *slot_changes(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         }
         if (!err) {
             /* (borrowed from slot_page, as before; once added, held holds it too, which keeps
-             * `last` alive for the pointer test) */
-            PyObject *x = dict_get_h(slot_page, h, small ? (iv == -1 ? -2 : (Py_hash_t)iv) : -1);
+             * `last` alive for the pointer test. Read off its entry where that entry holds h:
+             * the map's slot_page is laid out by slot, pos_entry) */
+            PyObject *x = small && PyDict_CheckExact(slot_page) ? pos_entry(slot_page, h, iv) : NULL;
+            if (x == NULL)
+                x = dict_get_h(slot_page, h, small ? (iv == -1 ? -2 : (Py_hash_t)iv) : -1);
             err = x == NULL && PyErr_Occurred();
             if (!err && x != NULL && x != Py_None && x != last) {
                 err = PySet_Add(held, x) < 0;
@@ -4015,17 +4166,23 @@ static int remap_slots(PyObject *x, PyObject *hs, PyObject *pending, PyObject *b
                        PyObject *dirty, PyObject *slots) {
     if (hs != Py_None && (PyList_CheckExact(hs) || PyTuple_CheckExact(hs))) {
         /* (an exact list or tuple by index, its size read at each step, as its iterator reads
-         * it; a slot whose holder is x already is not written again: the same dict after) */
+         * it; a slot whose holder is x already is not written again: the same dict after.
+         * slot_page is laid out by slot (host_tier_inc): each holder read off its entry and
+         * written there in place, a run of in_place_set) */
+        InPlace sp = {slot_page, -1, NULL};
         int err = 0;
         for (Py_ssize_t i = 0; !err && i < PySequence_Fast_GET_SIZE(hs); i++) {
             PyObject *h = Py_NewRef(PySequence_Fast_GET_ITEM(hs, i));
+            long long k;
             Py_hash_t hash = key_hash(h);
-            PyObject *was = hash == -1 ? NULL : dict_get_h(slot_page, h, hash);
-            err = hash == -1 || (was == NULL && PyErr_Occurred()) ||
-                  (was != x && dict_set_h(slot_page, h, x, hash) < 0);
+            PyObject *was = hash == -1 ? NULL
+                            : PyDict_CheckExact(slot_page) && small_int(h, &k) ? pos_entry(slot_page, h, k) : NULL;
+            if (hash != -1 && was == NULL)
+                was = dict_get_h(slot_page, h, hash);
+            err = hash == -1 || (was == NULL && PyErr_Occurred()) || (was != x && in_place_set(&sp, h, hash, x) < 0);
             Py_DECREF(h);
         }
-        if (err)
+        if (in_place_end(&sp, err ? -1 : 0) < 0)
             return -1;
     } else if (hs != Py_None) {
         PyObject *it = PyObject_GetIter(hs), *h;
@@ -4915,7 +5072,12 @@ static PyObject *holders_outside(PyObject *self, PyObject *const *a, Py_ssize_t 
     PyObject *out = PyList_New(0), *h, *last = NULL;
     int err = out == NULL, outside = 0;
     while (!err && (h = PyIter_Next(it)) != NULL) {
-        PyObject *y = PyDict_GetItemWithError(slot_page, h);     /* borrowed */
+        /* (borrowed; off its entry where that entry holds h: the map's slot_page is laid out
+         * by slot, pos_entry) */
+        long long k;
+        PyObject *y = PyDict_CheckExact(slot_page) && small_int(h, &k) ? pos_entry(slot_page, h, k) : NULL;
+        if (y == NULL)
+            y = PyDict_GetItemWithError(slot_page, h);
         if (y == NULL) {
             err = PyErr_Occurred() != NULL;
         } else if (y != Py_None) {

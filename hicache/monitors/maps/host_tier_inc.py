@@ -167,15 +167,23 @@ class IncrementalHostTierMap(HostTierMap):
         host_cap = cache.host.capacity if cache.host is not None else 0
         self.cap = cache.cfg.device_pages + host_cap + 1
         self.funcs = {v: dict.fromkeys(range(self.cap), SPARE[v]) for v in NODE_VARS}
-        self.tree_refs: dict[int, int] = {}          # spec slot -> pages with host = slot
-        self.backup_refs: dict[int, int] = {}        # spec slot -> pages with backupOp = slot
+        # spec slot -> pages with host = slot, and with backupOp = slot: read as .get(h, 0) (a
+        # slot no page holds counts 0, present or not), laid out by slot (entry h holds slot h,
+        # every spec slot 0..host_cap from the start), so that each update of a count, the
+        # native writes' (loops: add_ref), is read and written in its entry, not looked up
+        self.tree_refs: dict[int, int] = dict.fromkeys(range(host_cap + 1), 0)
+        self.backup_refs: dict[int, int] = dict.fromkeys(range(host_cap + 1), 0)
         self.pf_refs: dict[int, int] = {}            # spec slot -> prefetch pseudo-requests
         # _remove's columns, one per variable of PAGE_VARS: (var, its dict, its spare value,
         # the slot reference counts its values hold, None for a variable holding no slot)
         self.page_cols = tuple((var, self.funcs[var], SPARE[var],
                                 self.tree_refs if var == "host" else self.backup_refs if var == "backupOp" else None)
                                for var in PAGE_VARS)
-        self.slot_page: dict[int, Node] = {}         # runtime slot -> node holding it in x.host
+        # runtime slot -> node holding it in x.host, None where none has (read as .get(h): None
+        # present or absent alike), laid out by slot (entry h holds slot h, every runtime slot
+        # from the start), so that the native reads and writes of a holder (loops: remap_node's,
+        # slot_changes', holders_outside's) are made in its entry, not looked up
+        self.slot_page: dict[int, Node | None] = dict.fromkeys(range(host_cap), None)
         self.loading_nodes: dict[int, set] = {}      # rid -> nodes whose load-back it is
         self.qtab: list = []                         # request slot q-1 -> rid or None
         self.qslot: dict[int, int] = {}              # rid -> q
