@@ -811,6 +811,40 @@ def test_overwrite_agrees(mod, seed):
         mod.overwrite({}, 5)
 
 
+def _row_of(d, kk):
+    """padded_row's fcn in the tests: the copy's items in their order, and kk"""
+    return list(d.items()), kk
+
+
+class _PadDict(dict):
+    """a dict of another type: no pad"""
+
+
+def _no_row(d, kk):
+    raise ValueError("no row", len(d), kk)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_padded_row_agrees(mod, seed):
+    """A chain's page row both ways: the pad (laid out as the map's, position k at entry k, or
+    otherwise, `_laid_out`) copied, the pages over its first positions (fewer or more than it
+    holds: a key it lacked is added, as the Python loop adds it; a tuple or a list), fcn called
+    on the copy and kk; the pad itself left as it was. A pad that is no exact dict, pages that
+    are no sequence and a failing fcn raise the same in both."""
+    rng = random.Random(seed)
+    pad = _laid_out(rng, rng.randint(0, 8), [-1, 0, 1, True])
+    pages = [rng.choice(VALUES) for _ in range(rng.randint(0, 10))]
+    _agree("padded_row", mod, [pad, rng.choice([pages, tuple(pages)]), _row_of, rng.choice([2, None])])
+    _agree("padded_row", mod, [pad, pages, _no_row, 2])
+    for bad in ([_PadDict(pad), pages, _row_of, 2], [list(pad), pages, _row_of, 2]):
+        _agree("padded_row", mod, bad)
+    for f in (mod.padded_row, loops.py_padded_row):
+        with pytest.raises(TypeError):
+            f(pad, 5, _row_of, 2)       # (pages no sequence: the messages differ, as overwrite's)
+    with pytest.raises(TypeError):
+        mod.padded_row(pad, pages, _row_of)
+
+
 @pytest.mark.parametrize("seed", range(80))
 def test_ints_within_agrees(mod, seed):
     """A row's pages are PageIds or NoPage, exact ints: the C pass and the Python loop agree

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 13
+#define ABI_VERSION 14
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -1078,6 +1078,69 @@ static PyObject *overwrite(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     Py_RETURN_NONE;
 }
 
+/* d[k] = v for the dict d, a copy made by the caller that no one else has seen, where its entry
+ * number k is live and holds exactly an int of value k (pos_entry's test: a copy of
+ * `dict.fromkeys(range(L))` keeps its entries in order): written in that entry, no probe of the
+ * table (1); else nothing written (0), the caller sets it. (The entry's old value is released
+ * after the write; a value a pad holds too, which the copy shares with it, is not freed.) */
+static inline int fresh_pos_put(PyObject *d, long long k, PyObject *v) {
+#ifdef HICACHE_POS_ENTRIES
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *dk = mp->ma_keys;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
+        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
+        long long kk;
+        if (ep->me_key != NULL && ep->me_value != NULL && small_int(ep->me_key, &kk) && kk == k) {
+            PyObject *old = ep->me_value;
+            ep->me_value = Py_NewRef(v);
+            Py_DECREF(old);
+            return 1;
+        }
+    }
+#else
+    (void)d; (void)k; (void)v;
+#endif
+    return 0;
+}
+
+/* padded_row(pad, pages, fcn, kk): fcn(d, kk) for d a copy of the exact dict pad with
+ * d[i] = pages[i] for each index i of the sequence pages (loops.py's py_padded_row: a chain's
+ * page row, the all-NoPage row's dict of positions 0..MaxLen-1 with the chain's pages over its
+ * first positions, IncrementalRows._padded). Why in C: it was a frame around a copy, the
+ * overwrite's probe of the table at each page and Fcn's call, ~5.4k instructions a row; the
+ * copy is written in its entries here (fresh_pos_put). */
+static PyObject *padded_make(PyObject *pad, PyObject *pages, PyObject *fcn, PyObject *kk) {
+    if (check_type(pad, &PyDict_Type, "padded_row", "pad"))
+        return NULL;
+    PyObject *seq = PySequence_Fast(pages, "padded_row: pages must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    PyObject *d = PyDict_Copy(pad), *out = NULL;
+    int rc = d == NULL ? -1 : 0;
+    /* (no Python code runs in the loop: int keys, and each replaced value the pad holds too) */
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *v = PySequence_Fast_GET_ITEM(seq, i);
+        if (fresh_pos_put(d, i, v))
+            continue;
+        PyObject *k = PyLong_FromSsize_t(i);
+        rc = k == NULL ? -1 : PyDict_SetItem(d, k, v);
+        Py_XDECREF(k);
+    }
+    Py_DECREF(seq);
+    if (rc == 0) {
+        PyObject *argv[] = {d, kk};
+        out = PyObject_Vectorcall(fcn, argv, 2, NULL);
+    }
+    Py_XDECREF(d);
+    return out;
+}
+
+static PyObject *padded_row(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("padded_row", n, 4))
+        return NULL;
+    return padded_make(a[0], a[1], a[2], a[3]);
+}
+
 /* ints_within(pages, n, none): whether every item of the iterable pages is an exact int
  * that is in 0..n-1 or equal to `none` (a device page row's pages: PageIds or NoPage, no
  * bool, no float equal to one of them); stops at the first that is not. n and none are
@@ -1136,18 +1199,59 @@ static int some_page(PyObject *pages, PyObject *none) {
     return some;
 }
 
-/* *copy = list(seq) at the first edit (NULL before), then copy[i] = v; 0, or -1 on an error */
-static int edit(PyObject **copy, PyObject *seq, PyObject *i, PyObject *v) {
-    if (*copy == NULL && (*copy = PySequence_List(seq)) == NULL)
-        return -1;
+/* list(seq), a new reference, for an exact tuple seq a new tuple of its items instead, which
+ * edit_put writes in place before anyone else sees it and commit_rows then takes as the
+ * variable's new value itself (no list made and turned into a tuple: ~500 instructions a
+ * variable, three at most syncs) */
+static PyObject *edit_copy(PyObject *seq) {
+    if (!PyTuple_CheckExact(seq))
+        return PySequence_List(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    PyObject *t = PyTuple_New(n);
+    for (Py_ssize_t k = 0; t != NULL && k < n; k++)
+        PyTuple_SET_ITEM(t, k, Py_NewRef(PyTuple_GET_ITEM(seq, k)));
+    return t;
+}
+
+/* (*copy)[i] = v for a copy edit_copy made, as a list's item is written (item_put): a tuple
+ * copy's item in place at an index 0 <= i < len, else the copy turned into a list first (a
+ * list's negative index, or its IndexError or TypeError); 0, or -1 on an error */
+static int edit_put(PyObject **copy, PyObject *i, PyObject *v) {
+    long long k;
+    if (PyTuple_CheckExact(*copy)) {
+        if (int_value(i, &k) && k >= 0 && k < PyTuple_GET_SIZE(*copy)) {
+            PyObject *old = PyTuple_GET_ITEM(*copy, k);
+            PyTuple_SET_ITEM(*copy, k, Py_NewRef(v));
+            Py_DECREF(old);
+            return 0;
+        }
+        PyObject *l = PySequence_List(*copy);
+        if (l == NULL)
+            return -1;
+        Py_SETREF(*copy, l);
+    }
     return item_put(*copy, i, v);
 }
 
+/* *copy = list(seq) at the first edit (NULL before; edit_copy), then copy[i] = v; 0, or -1 on
+ * an error */
+static int edit(PyObject **copy, PyObject *seq, PyObject *i, PyObject *v) {
+    if (*copy == NULL && (*copy = edit_copy(seq)) == NULL)
+        return -1;
+    return edit_put(copy, i, v);
+}
+
+/* how commit_rows builds a chain's page row: fn(pages), or, fn NULL, padded_make(pad, pages,
+ * fcn, kk) (the device-page sync's, for the map's own _padded: its work, with no frame) */
+typedef struct {
+    PyObject *fn, *pad, *fcn, *kk;
+} Padding;
+
 /* the writes commit_rows makes for one chain c of changed, new its (rot, pages); 0, or -1 on
  * an error (the order of loops.py's py_commit_rows: its reads, writes and calls) */
-static int commit_chain(PyObject *const *a, PyObject *c, PyObject *new, PyObject *unused, PyObject *const *seq0,
-                        PyObject **seq1, PyObject *dchains, PyObject *dpages) {
-    PyObject *rows = a[1], *holders = a[2], *page_rows = a[3], *empty = a[6], *padded = a[7], *none = a[8];
+static int commit_chain(PyObject *const *a, const Padding *padded, PyObject *c, PyObject *new, PyObject *unused,
+                        PyObject *const *seq0, PyObject **seq1, PyObject *dchains, PyObject *dpages) {
+    PyObject *rows = a[1], *holders = a[2], *page_rows = a[3], *empty = a[6], *none = a[8];
     PyObject *old = PyDict_GetItemWithError(rows, c);
     if (old == NULL && PyErr_Occurred())
         return -1;
@@ -1176,18 +1280,20 @@ static int commit_chain(PyObject *const *a, PyObject *c, PyObject *new, PyObject
         if ((x = count_pages(NULL, inc, 5)) == NULL)
             goto done;
         Py_DECREF(x);
-        if (seq1[2] == NULL && (seq1[2] = PySequence_List(seq0[2])) == NULL)
+        if (seq1[2] == NULL && (seq1[2] = edit_copy(seq0[2])) == NULL)
             goto done;
         int some = some_page(pages, none);
         if (some < 0)
             goto done;
         if (some) {
             PyObject *argv[] = {pages};
-            if ((v = PyObject_Vectorcall(padded, argv, 1, NULL)) == NULL || item_put(seq1[2], i, v) < 0 ||
+            v = padded->fn != NULL ? PyObject_Vectorcall(padded->fn, argv, 1, NULL)
+                                   : padded_make(padded->pad, pages, padded->fcn, padded->kk);
+            if (v == NULL || edit_put(&seq1[2], i, v) < 0 ||
                 PyDict_SetItem(page_rows, c, v) < 0)
                 goto done;
         } else {
-            if (item_put(seq1[2], i, empty) < 0)
+            if (edit_put(&seq1[2], i, empty) < 0)
                 goto done;
             PyObject *held = PyDict_GetItemWithError(page_rows, c);
             if ((held == NULL && PyErr_Occurred()) || (held != NULL && PyDict_DelItem(page_rows, c) < 0))
@@ -1226,9 +1332,17 @@ done:
  * py_commit_rows, the incremental chain maps' commit of the chains in `changed` on a state of
  * the current shape, in one pass over it: (dirty chains, dirty pages), the dirty pages added
  * to the set `dirty` (a new one when it is None), which is returned. */
+static PyObject *commit_rows_with(PyObject *const *a, const Padding *padded);
+
 static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("commit_rows", n, 10))
         return NULL;
+    Padding padded = {a[7], NULL, NULL, NULL};
+    return commit_rows_with(a, &padded);
+}
+
+/* commit_rows, each page row built as `padded` says (a[7] not read) */
+static PyObject *commit_rows_with(PyObject *const *a, const Padding *padded) {
     PyObject *changed = a[0], *s = a[4], *delta = a[5];
     if (check_type(changed, &PyDict_Type, "commit_rows", "changed") ||
         check_type(a[1], &PyDict_Type, "commit_rows", "rows") ||
@@ -1252,7 +1366,7 @@ static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     while (!err && PyDict_Next(changed, &pos, &c, &new)) {
         Py_INCREF(c);
         Py_INCREF(new);
-        err = commit_chain(a, c, new, unused, seq0, seq1, dchains, dpages) < 0;
+        err = commit_chain(a, padded, c, new, unused, seq0, seq1, dchains, dpages) < 0;
         Py_DECREF(c);
         Py_DECREF(new);
         if (!err && PyDict_GET_SIZE(changed) != size) {     /* (as a dict's iterator refuses it) */
@@ -1264,7 +1378,8 @@ static PyObject *commit_rows(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     for (int k = 0; !err && k < 3; k++) {
         if (seq1[k] == NULL)
             continue;
-        PyObject *t = PyList_AsTuple(seq1[k]);
+        /* (a tuple copy: itself, written only here) */
+        PyObject *t = PyTuple_CheckExact(seq1[k]) ? Py_NewRef(seq1[k]) : PyList_AsTuple(seq1[k]);
         err = t == NULL || record(delta, vars[k], Py_None, seq0[k]) < 0 || PyDict_SetItem(s, vars[k], t) < 0;
         Py_XDECREF(t);
     }
@@ -1290,23 +1405,29 @@ static PyObject *s_ds_mirror, *s_ds_overflowed, *s_ds_alloc_log, *s_ds_parent, *
     *s_ds_mirror_typed, *s_ds_n_pids, *s_ds_intersection, *s_ds_update, *s_ds_diff_update,
     *s_ds_free, *s_ds_rebuilt, *s_ds_free_moved, *s_ds_free_built, *s_ds_next_id, *s_ds_n_chains, *s_ds_max_len,
     *s_ds_grow, *s_ds_shape, *s_ds_commit, *s_ds_delta, *s_ds_rows, *s_ds_holders, *s_ds_page_rows, *s_ds_empty,
-    *s_ds_padded, *s_ds_mixed, *s_ds_chains, *s_ds_page_ids, *s_ds_children, *s_ds_values;
+    *s_ds_padded, *s_ds_mixed, *s_ds_chains, *s_ds_page_ids, *s_ds_children, *s_ds_values, *s_ds_pad;
 
 static PyObject *field_of(PyObject *x, PyObject *name);     /* (below, with the walks) */
 
 static int ds_names(void) {
+    static int interned;    /* (each name's test, ~170 instructions a sync, once) */
+    if (interned)
+        return 0;
     static const char *const names[] = {"mirror", "overflowed", "alloc_log", "parent", "device", "n", "_changed",
         "mirror_typed", "n_pids", "intersection", "update", "difference_update", "free",
         "_rebuilt", "free_moved", "free_built", "next_id", "n_chains", "max_len", "_grow", "_shape", "_commit",
         "delta", "rows", "holders", "page_rows", "_empty", "_padded", "mixed", "Chains", "PageIds", "children",
-        "values"};
+        "values", "_pad"};
     PyObject **const slots[] = {&s_ds_mirror, &s_ds_overflowed, &s_ds_alloc_log, &s_ds_parent, &s_ds_device, &s_ds_n,
         &s_ds_changed, &s_ds_mirror_typed, &s_ds_n_pids, &s_ds_intersection, &s_ds_update,
         &s_ds_diff_update, &s_ds_free, &s_ds_rebuilt, &s_ds_free_moved, &s_ds_free_built, &s_ds_next_id,
         &s_ds_n_chains, &s_ds_max_len, &s_ds_grow, &s_ds_shape, &s_ds_commit, &s_ds_delta, &s_ds_rows, &s_ds_holders,
         &s_ds_page_rows, &s_ds_empty, &s_ds_padded, &s_ds_mixed, &s_ds_chains, &s_ds_page_ids, &s_ds_children,
-        &s_ds_values};
-    return intern_names(names, slots, sizeof(names) / sizeof(names[0]));
+        &s_ds_values, &s_ds_pad};
+    if (intern_names(names, slots, sizeof(names) / sizeof(names[0])) < 0)
+        return -1;
+    interned = 1;
+    return 0;
 }
 
 /* m.name as Python reads it, a new reference: from md, m's own dict (ctx's: no class of the
@@ -1469,6 +1590,40 @@ static PyObject *ds_intersection(PyObject *pid_set, PyObject *pages) {
     return got;
 }
 
+/* pid_set.intersection(pages) where pages is a list or tuple of exact ints of one digit and
+ * the map's PageIds, pid_set, is set(range(npids)) (ctx's invariant): a page is in pid_set
+ * exactly when 0 <= p < npids, decided with no probe of the set; *within, whether each page is
+ * in 0..npids-1 or is 0 (ints_within(pages, npids, 0), the same pass). A new set, the call's own
+ * objects added in its order (as ds_intersection builds it); NULL with no error set where it
+ * does not apply (an item of another kind: ds_intersection and ints_within then), or NULL on
+ * an error. Why: the probes of pid_set and ints_within's pass were ~1.2k instructions of a
+ * sync's logged call of ~10 pages. */
+static PyObject *ds_pages_in(PyObject *pages, long long npids, int *within) {
+    if (!PyList_CheckExact(pages) && !PyTuple_CheckExact(pages))
+        return NULL;
+    /* (the set made first: its allocation may run a collection, and a finalizer change the
+     * list; past it, int keys run no Python code and allocate no collected object, so the
+     * list cannot change under the two passes) */
+    PyObject *got = PySet_New(NULL);
+    if (got == NULL)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(pages);
+    PyObject **items = PySequence_Fast_ITEMS(pages);
+    long long v;
+    *within = 1;
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (!small_int(items[i], &v)) {
+            Py_DECREF(got);     /* (an empty set: nothing of its release runs code) */
+            return NULL;
+        }
+        *within = *within && ((0 <= v && v < npids) || v == 0);
+    }
+    for (Py_ssize_t i = 0; got != NULL && i < k; i++)
+        if (small_int(items[i], &v) && 0 <= v && v < npids && PySet_Add(got, items[i]) < 0)
+            Py_CLEAR(got);
+    return got;
+}
+
 /* _free's pass over the allocator's calls (ops non-empty, not overflowed, a mirror): the new
  * free set (free_built), or NULL on an error */
 static PyObject *ds_free(PyObject *m, PyObject *md, PyObject *ops, PyObject *mirror, PyObject *pid_set, PyObject *dev) {
@@ -1476,12 +1631,23 @@ static PyObject *ds_free(PyObject *m, PyObject *md, PyObject *ops, PyObject *mir
     Py_INCREF(mirror);
     int err = zero == NULL || (typed = m_get(md, m, s_ds_mirror_typed)) == NULL ||
               (n = m_get(md, m, s_ds_n_pids)) == NULL;
+    long long npids = 0;
+    /* (pid_set is set(range(n_pids)), PageIds, for the map's life: ctx's invariant, which the
+     * size test below only corroborates; ds_pages_in then decides membership by value) */
+    int arith = !err && PySet_CheckExact(pid_set) && small_int(n, &npids) && PySet_GET_SIZE(pid_set) == npids;
     /* (ops is a list: its items read by index, each held across the calls below) */
     for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(ops); i++) {
         PyObject *op = Py_NewRef(PyList_GET_ITEM(ops, i)), *released = NULL, *pages = NULL, *got = NULL;
-        int rel = -1;
-        if ((released = item_k(op, 0)) == NULL || (pages = item_k(op, 1)) == NULL ||
-            (got = ds_intersection(pid_set, pages)) == NULL || (rel = PyObject_IsTrue(released)) < 0)
+        /* (within: ints_within(pages, n, 0) as ds_pages_in found it, -1 while not known; taken
+         * only where the truth tests between ran no code, of bools, so pages is as it found them) */
+        int rel = -1, within = -1;
+        if ((released = item_k(op, 0)) == NULL || (pages = item_k(op, 1)) == NULL)
+            err = 1;
+        else if (arith && (got = ds_pages_in(pages, npids, &within)) == NULL && PyErr_Occurred())
+            err = 1;
+        else if (got == NULL && (within = -1, got = ds_intersection(pid_set, pages)) == NULL)
+            err = 1;
+        else if ((rel = PyObject_IsTrue(released)) < 0)
             err = 1;
         else {
             /* (mirror.update(got), mirror.difference_update(got): for an exact set and the set
@@ -1497,6 +1663,8 @@ static PyObject *ds_free(PyObject *m, PyObject *md, PyObject *ops, PyObject *mir
                 int t = PyObject_IsTrue(typed);
                 if (t < 0)
                     err = 1;
+                else if (t && within >= 0 && PyBool_Check(released) && PyBool_Check(typed))
+                    Py_SETREF(typed, PyBool_FromLong(within));
                 else if (t) {
                     PyObject *argv[] = {pages, n, zero}, *w = ints_within(NULL, argv, 3);
                     if (w == NULL)
@@ -1602,7 +1770,7 @@ done:
 /* _commit on a state of the current shape whose free and mixed are written (else m._commit):
  * (delta, {"Chains": ..., "PageIds": ...}), or NULL on an error */
 static PyObject *ds_commit(PyObject *m, PyObject *md, PyObject *changed, PyObject *free, PyObject *s, PyObject *none,
-                           PyObject *missing) {
+                           PyObject *missing, PyObject *fcn, PyObject *kk) {
     PyObject *n = NULL, *L = NULL, *shape = NULL, *old_free = NULL, *delta = NULL, *moved = NULL, *out = NULL,
              *cargs[10] = {NULL}, *dirty = NULL, *dict = NULL;
     int same = 0, has_mixed = 0;
@@ -1644,11 +1812,24 @@ static PyObject *ds_commit(PyObject *m, PyObject *md, PyObject *changed, PyObjec
             goto done;
     cargs[4] = Py_NewRef(s);
     cargs[5] = Py_NewRef(delta);
-    if ((cargs[6] = m_get(md, m, s_ds_empty)) == NULL || (cargs[7] = m_get(md, m, s_ds_padded)) == NULL)
+    if ((cargs[6] = m_get(md, m, s_ds_empty)) == NULL)
         goto done;
+    /* (m._padded: an instance's own where it holds one, else the map's method, whose work,
+     * padded_row(m._pad, pages, Fcn, KK_INT), commit_rows does without its frame: no class of
+     * the map overrides it, ctx's condition) */
+    Padding padded = {NULL, NULL, fcn, kk};
+    PyObject *own = PyDict_GetItemWithError(md, s_ds_padded);
+    if (own != NULL)
+        padded.fn = cargs[7] = Py_NewRef(own);      /* (cargs holds it for the call) */
+    else if (PyErr_Occurred() || (padded.pad = m_get(md, m, s_ds_pad)) == NULL)
+        goto done;
+    else
+        cargs[7] = Py_NewRef(Py_None);
     cargs[8] = Py_NewRef(none);
     cargs[9] = Py_NewRef(moved);
-    if ((dirty = commit_rows(NULL, cargs, 10)) == NULL)
+    dirty = commit_rows_with(cargs, &padded);
+    Py_XDECREF(padded.pad);
+    if (dirty == NULL)
         goto done;
     PyObject *dchains = PyTuple_GET_ITEM(dirty, 0), *dpages = PyTuple_GET_ITEM(dirty, 1);
     if (free_changed) {
@@ -1686,6 +1867,29 @@ done:
     return out;
 }
 
+/* list(s) for a set s, a new reference: for an exact set its entries in its own order, as its
+ * iterator yields them, into a list of their number (list()'s generic extend was ~420
+ * instructions for a journal of one node) */
+static PyObject *set_list(PyObject *s) {
+    if (!PySet_CheckExact(s))
+        return PySequence_List(s);
+    Py_ssize_t n = PySet_GET_SIZE(s), pos = 0, k = 0;
+    PyObject *out = PyList_New(n), *key;
+    if (out == NULL)
+        return NULL;
+    if (PySet_GET_SIZE(s) != n) {
+        /* (the list's allocation ran a collection whose finalizer changed the set: list()'s
+         * own way, an empty list dropped first) */
+        Py_DECREF(out);
+        return PySequence_List(s);
+    }
+    Py_hash_t hash;
+    /* (no Python code runs in the walk, nor is anything allocated: the set cannot change) */
+    while (k < n && _PySet_NextEntry(s, &pos, &key, &hash))
+        PyList_SET_ITEM(out, k++, Py_NewRef(key));
+    return out;
+}
+
 /* device_sync(m, ctx): loops.py's py_device_sync */
 static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("device_sync", n, 2))
@@ -1693,8 +1897,8 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     PyObject *m = a[0], *ctx = a[1];
     if (check_type(ctx, &PyTuple_Type, "device_sync", "ctx") || ds_names() < 0)
         return NULL;
-    if (PyTuple_GET_SIZE(ctx) != 16) {
-        PyErr_SetString(PyExc_TypeError, "device_sync: ctx must hold 16 items");
+    if (PyTuple_GET_SIZE(ctx) != 18) {
+        PyErr_SetString(PyExc_TypeError, "device_sync: ctx must hold 18 items");
         return NULL;
     }
     PyObject *journal = PyTuple_GET_ITEM(ctx, 0), *ops = PyTuple_GET_ITEM(ctx, 1), *node_pages = PyTuple_GET_ITEM(ctx, 2),
@@ -1702,7 +1906,7 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
              *pending = PyTuple_GET_ITEM(ctx, 6), *pid_set = PyTuple_GET_ITEM(ctx, 7), *dev = PyTuple_GET_ITEM(ctx, 8),
              *s = PyTuple_GET_ITEM(ctx, 9), *none = PyTuple_GET_ITEM(ctx, 10), *missing = PyTuple_GET_ITEM(ctx, 11),
              *spare = PyTuple_GET_ITEM(ctx, 12), *push = PyTuple_GET_ITEM(ctx, 13), *pop = PyTuple_GET_ITEM(ctx, 14),
-             *unused = PyTuple_GET_ITEM(ctx, 15);
+             *unused = PyTuple_GET_ITEM(ctx, 15), *fcn = PyTuple_GET_ITEM(ctx, 16), *kk = PyTuple_GET_ITEM(ctx, 17);
     if (!PySet_Check(journal) || !PyList_Check(ops) || check_type(node_pages, &PyDict_Type, "device_sync", "node_pages") ||
         check_type(cid, &PyDict_Type, "device_sync", "cid") || check_type(s, &PyDict_Type, "device_sync", "s")) {
         if (!PyErr_Occurred())
@@ -1733,7 +1937,7 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         fits = 0;
     }
     /* the journal listed (its own order, as list(journal) makes it), each node's parent read */
-    if (fits && (todo = PySequence_List(journal)) == NULL)
+    if (fits && (todo = set_list(journal)) == NULL)
         goto done;
     for (Py_ssize_t i = 0; fits && i < PyList_GET_SIZE(todo); i++) {
         PyObject *x = PyList_GET_ITEM(todo, i);
@@ -1777,7 +1981,7 @@ static PyObject *device_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         goto done;
     if (ds_grow(m, md, changed) < 0)
         goto done;
-    out = ds_commit(m, md, changed, free, s, none, missing);
+    out = ds_commit(m, md, changed, free, s, none, missing, fcn, kk);
 done:
     Py_DECREF(ctx);
     Py_DECREF(md);
@@ -5355,6 +5559,7 @@ static PyMethodDef methods[] = {
     {"slot_owner_breach", (PyCFunction)(void (*)(void))slot_owner_breach, METH_FASTCALL,
      "SlotInOneOwner over slots: None or the first (h, st, t, f) that breaks it"},
     {"overwrite", (PyCFunction)(void (*)(void))overwrite, METH_FASTCALL, "d[i] = values[i] for each index i"},
+    {"padded_row", (PyCFunction)(void (*)(void))padded_row, METH_FASTCALL, "fcn(pad's copy with pages over it, kk)"},
     {"ints_within", (PyCFunction)(void (*)(void))ints_within, METH_FASTCALL,
      "every item an exact int in 0..n-1 or equal to none"},
     {"commit_rows", (PyCFunction)(void (*)(void))commit_rows, METH_FASTCALL,

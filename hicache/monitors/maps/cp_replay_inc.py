@@ -39,7 +39,7 @@ from hicache.monitors.maps.cp_sharding import NONE, beyond_len_used, no_double_a
 from hicache.monitors.runtime import MISSING, snapshot
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import chains_padded, commit_rows, count_pages, held_once_or_free, overwrite
+from .loops import chains_padded, commit_rows, count_pages, held_once_or_free, padded_row
 from .steps import capacity
 
 #: the per-chain sequence variables, in the order a row gives their values
@@ -186,11 +186,10 @@ class IncrementalRows:
 
     def _padded(self, pages) -> Fcn:
         """`row(pages, L)` for the current MaxLen L: the all-NoPage row copied, the chain's
-        pages written over its first positions (two C-level passes, the second over the
-        chain's pages only; the same keys in the same order as `row` builds)."""
-        d = self._pad.copy()
-        overwrite(d, pages)
-        return Fcn(d, KK_INT)
+        pages written over its first positions (C-level passes, the second over the chain's
+        pages only; the same keys in the same order as `row` builds). The device-page map's
+        native sync does this work itself where no class overrides it (`loops.device_sync`)."""
+        return padded_row(self._pad, pages, Fcn, KK_INT)
 
     # ------------------------------------------------------------ monitor interface
     def live(self) -> dict:

@@ -39,6 +39,7 @@ from hicache.monitors.maps.loops import (chains_typed, count_pages, device_sync,
 from hicache.monitors.maps.cp_sharding import NONE
 from hicache.monitors.maps.host_tier_inc import journal_tree, stop_journal
 from hicache.monitors.runtime import MISSING
+from hicache.tla.values import KK_INT, Fcn
 
 #: what this map's monitor checks: at CP = 1 every page is owner class 0 (p % 1 = 0), so
 #: PositionOwner, ExtensionKeepsRotation, ChainBalanced and PlacementBijection hold in every
@@ -56,12 +57,13 @@ _NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that foun
 
 #: the names `loops.device_sync` reads or writes in the map's own dict before the class (the
 #: map's attributes, and the methods it calls, _rebuilt, _grow, _commit, _empty, _padded,
-#: found there only if an instance held one, as Python's lookup would)
+#: found there only if an instance held one, as Python's lookup would; where none holds a
+#: _padded, the sync does its work, from the map's _pad)
 _SYNC_ATTRS = ("_changed", "delta", "free_built", "free_moved", "max_len", "mirror", "mirror_typed", "n_chains",
-               "n_pids", "next_id", "_shape", "rows", "holders", "page_rows", "_empty", "_padded", "_rebuilt",
-               "_grow", "_commit")
+               "n_pids", "next_id", "_shape", "rows", "holders", "page_rows", "_empty", "_pad", "_padded",
+               "_rebuilt", "_grow", "_commit")
 #: the map's methods whose work `loops.device_sync` does itself on its common path
-_SYNC_INLINED = ("_enter", "_leave_subtree", "_id", "_release_id", "_free", "_commit")
+_SYNC_INLINED = ("_enter", "_leave_subtree", "_id", "_release_id", "_free", "_commit", "_padded")
 
 
 def _plain_attrs(cls: type, names) -> bool:
@@ -183,7 +185,7 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
                 all(getattr(cls, name) is getattr(IncrementalDevicePagesMap, name) for name in _SYNC_INLINED):
             self._sync_ctx = (self.journal, self.ops, self.node_pages, self.cid, cache.tree.root, cache,
                               self.pending, self.pid_set, cache.dev_alloc, self.s, NONE, MISSING, self.spare,
-                              heapq.heappush, heapq.heappop, UNUSED)
+                              heapq.heappush, heapq.heappop, UNUSED, Fcn, KK_INT)
 
     @property
     def incremental_overrides(self) -> dict:

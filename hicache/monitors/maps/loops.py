@@ -213,12 +213,15 @@ def py_device_sync(m, ctx: tuple):
     whose size disagrees with the allocator's free count is `m._rebuilt()`'s, growth is
     `m._grow`'s and a commit of another shape `m._commit`'s: the map's own methods, called
     where its sync calls them. ctx: (journal, ops, node_pages, cid, root, cache, pending,
-    pid_set, dev, s, none, missing, spare, heappush, heappop, UNUSED), what the map holds for
-    its life (the native form reads and writes m's attributes in m's own dict, vars(m), taken
-    at each call: the map gives it the ctx only while no class of the map defines a data
-    descriptor of their names nor overrides the methods this inlines)."""
+    pid_set, dev, s, none, missing, spare, heappush, heappop, UNUSED, Fcn, KK_INT), what the map
+    holds for its life, pid_set the set of PageIds, set(range(m.n_pids)) (the native form
+    reads and writes m's attributes in m's own dict, vars(m), taken at each call: the map gives
+    it the ctx only while no class of the map defines a data descriptor of their names nor
+    overrides the methods this inlines; where m holds no `_padded` of its own it builds a
+    chain's page row as the map's `_padded` does, padded_row(m._pad, pages, Fcn, KK_INT), and
+    it decides a page's membership in pid_set by its value)."""
     journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, spare, push, pop, \
-        unused = ctx
+        unused, _, _ = ctx
     mirror = m.mirror
     if mirror is None or ops.overflowed or cache.alloc_log or pending:
         return None
@@ -409,6 +412,17 @@ def py_overwrite(d: dict, values) -> None:
     """d[i] = values[i] for each index i of the sequence values (no delta: a new row's copy)."""
     for i, v in enumerate(values):
         d[i] = v
+
+
+def py_padded_row(pad: dict, pages, fcn, kk):
+    """fcn(d, kk) for d a copy of the dict pad with d[i] = pages[i] for each index i of the
+    sequence pages (IncrementalRows._padded: a chain's page row, the all-NoPage row's dict of
+    positions 0..MaxLen-1 with the chain's pages over its first positions)."""
+    if type(pad) is not dict:
+        raise TypeError(f"padded_row: pad must be a dict, not {type(pad).__name__}")
+    d = pad.copy()
+    py_overwrite(d, pages)
+    return fcn(d, kk)
 
 
 def py_ints_within(pages, n: int, none: int) -> bool:
@@ -973,7 +987,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "slot_owner_breach": py_slot_owner_breach, "held_once_or_free": py_held_once_or_free,
           "steps_table": py_steps_table, "quiet_probe": py_quiet_probe,
           "chains_typed": py_chains_typed, "chains_padded": py_chains_padded,
-          "ints_within": py_ints_within, "overwrite": py_overwrite,
+          "ints_within": py_ints_within, "overwrite": py_overwrite, "padded_row": py_padded_row,
           "slot_changes": py_slot_changes, "first_not_in_state": py_first_not_in_state,
           "first_where": py_first_where, "variables_of": py_variables_of,
           "nodes_at": py_nodes_at, "prefix_breach": py_prefix_breach, "vacate": py_vacate,
@@ -1006,6 +1020,7 @@ steps_table = _mod.steps_table if _mod is not None else py_steps_table
 quiet_probe = _mod.quiet_probe if _mod is not None else py_quiet_probe
 ints_within = _mod.ints_within if _mod is not None else py_ints_within
 overwrite = _mod.overwrite if _mod is not None else py_overwrite
+padded_row = _mod.padded_row if _mod is not None else py_padded_row
 slot_changes = _mod.slot_changes if _mod is not None else py_slot_changes
 first_not_in_state = _mod.first_not_in_state if _mod is not None else py_first_not_in_state
 first_where = _mod.first_where if _mod is not None else py_first_where
