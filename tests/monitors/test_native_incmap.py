@@ -254,7 +254,27 @@ def _version(d):
     return ctypes.c_uint64.from_address(id(d) + 2 * ctypes.sizeof(ctypes.c_void_p) + ctypes.sizeof(ctypes.c_ssize_t)).value
 
 
-_TAGGED = sys.version_info[:2] == (3, 11) and sys.implementation.name == "cpython"
+# (a --with-trace-refs build puts two more words before the tag: not read there)
+_TAGGED = sys.version_info[:2] == (3, 11) and sys.implementation.name == "cpython" and not hasattr(sys, "getobjects")
+
+
+def _tags(dicts) -> list:
+    """Each dict's version tag and contents (its items, values by identity), before a call
+    that may write them in place (`_renewed_where_changed` after it); [] where tags are not
+    read."""
+    return [(d, _version(d), [(k, id(v)) for k, v in d.items()]) for d in dicts] if _TAGGED else []
+
+
+def _stale(tagged: list) -> list:
+    """The dicts `_tags` saw whose contents the call changed under the same version tag (to be
+    none, raised or not: a write in place, in_place_set, is always followed by its run's
+    renewal, in_place_end, as each write through the API renews it)."""
+    return [d for d, tag, items in tagged if [(k, id(v)) for k, v in d.items()] != items and _version(d) == tag]
+
+
+def _renewed_where_changed(tagged: list) -> None:
+    stale = _stale(tagged)
+    assert not stale, stale
 
 
 @pytest.mark.skipif(not _TAGGED, reason="the version tag read as CPython 3.11 lays a dict out")
@@ -345,6 +365,34 @@ def test_a_dict_changed_under_a_run_of_writes_ends_as_python_leaves_it(mod, move
     items, delta, renewed = run(mod.fill)
     assert renewed and delta == [("hits", 0, 0), ("hits", 1, 1), ("hits", 2, 2)]
     assert items == ([(0, 9), (1, 9), (3, 3), (4, 4), (2, 9)] if moved else [(0, 9), (1, 9), (2, 9), (3, 3), (4, 4)])
+
+
+def test_no_collection_finds_the_dict_untracked_while_it_holds_a_tracked_value(mod):
+    """Mid-run too: a value the collector tracks is written in place only into a dict it
+    tracks already (else through the API, which starts tracking it), so no collection the
+    run's own allocations start (threshold 1: one at nearly every allocation) finds the dict
+    holding it untracked, where a cycle through the dict would be missed. (The run's end
+    writes its last value through the API, which tracks the dict: only a collection inside
+    the run sees the difference. The Python twin writes through the API only, and its delta
+    tuples come off the tuple free list, which starts no collection.)"""
+    class Value:
+        pass
+    d, value, seen = dict.fromkeys(range(200), 0), Value(), []
+
+    def look(phase, info):
+        if phase == "start":
+            seen.append((gc.is_tracked(d), any(v is value for v in d.values())))
+    threshold = gc.get_threshold()
+    gc.callbacks.append(look)
+    gc.set_threshold(1)
+    try:
+        mod.fill(d, list(range(200)), value, "hits", [], set())
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(look)
+    assert sum(held for _, held in seen) >= 50, seen        # (collections ran mid-run, the value held)
+    assert all(tracked for tracked, held in seen if held), seen
+    assert gc.is_tracked(d) and all(d[p] is value for p in d)
 
 
 def test_a_value_the_collector_tracks_written_in_place_tracks_the_dict(mod):
@@ -2169,15 +2217,23 @@ def _remap_run(fn, seed: int, own=None, cls=None):
     delta, changed, dirty, slots = [("x", 0, 0)], {}, {11}, {9}
     step = (delta, changed, dirty, slots, "the map")
     exc = None
+    # (the dicts the re-mapping writes by position, in place where it can: slot_page, the
+    # node and slot columns, the reference counts)
+    written, stale = [slot_page, *(col for _, col in node_cols), *(d for _, col, refs in slot_cols for d in (col, refs))], []
     try:
         for i in range(rng.randint(1, 8)):
             x = rng.choice(nodes)
             if rng.random() < 0.3:
                 set_fields(x)
             calls.append(("remap", x.name))
-            fn(ctx, step, x)
+            tagged = _tags(written)
+            try:
+                fn(ctx, step, x)
+            finally:
+                stale += _stale(tagged)          # (each call's, raised or not)
     except Exception as e:      # (the same type and message from both)
         exc = type(e), e.args
+    assert not stale, stale
     calls.append(("slot writes", sum(e[0] in ("host", "backupOp") for e in delta)))
     if cls is not None:
         calls.append(("reads", cls.log[:]))
@@ -2503,10 +2559,12 @@ def _unmap_run(fn, seed: int):
     step = ([("x", 0, 0)], {}, {11}, {9}, m)
     unmapping = (keys, cols, loading_nodes, [])
     exc = None
+    tagged = _tags([d for _, col, _, refs in cols for d in (col, refs) if d is not None])
     try:
         fn(ctx, step, unmapping, rng.choice(nodes))
     except Exception as e:      # (the same type and message from both)
         exc = type(e), e.args
+    _renewed_where_changed(tagged)
     state = (ctx[:5], step[:4], unmapping, getattr(m, "L", None), m.req_dirty)
     return exc, _named(state), (len(unmapping[3]), len(step[0]) - 1)
 
