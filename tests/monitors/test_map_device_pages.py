@@ -828,10 +828,12 @@ def test_a_device_page_written_at_a_step_that_moves_none_is_caught_at_it(tmp_pat
     assert mon.history[-1].args["seq"] == hit[0]
 
 
-def _sync_run(seed: int, tmp_path, impl) -> tuple[list, int]:
+def _sync_run(seed: int, tmp_path, impl, shifted: bool = False) -> tuple[list, int]:
     """A seeded workload under a strict device-page monitor whose common-path sync is `impl`
     (loops' native device_sync or its Python twin): what each sync returned and left in the
-    map, chain-numbered, and how many syncs took the common path."""
+    map, chain-numbered, and how many syncs took the common path. `shifted`: PageIds of the
+    same size that is not 0..n_pids-1 (page 0 out, page n_pids in), which the map says
+    (`pids_by_value` False), so no page's membership is decided by its value."""
     from hicache.monitors.maps import device_pages
     wcfg = WorkloadConfig(requests=60)
     policy, reqs = plan(seed, wcfg)
@@ -844,6 +846,13 @@ def _sync_run(seed: int, tmp_path, impl) -> tuple[list, int]:
         return out
 
     class Recorded(IncrementalDevicePagesMap):
+        def __init__(self, cache):
+            super().__init__(cache)
+            if shifted:
+                self.pid_set.discard(0)
+                self.pid_set.add(self.n_pids)
+                self.pids_by_value = self.pid_set == set(range(self.n_pids))
+
         def sync(self):
             delta, dirty = super().sync()
             outs.append((list(delta), {k: set(v) for k, v in dirty.items()}, canonical(self.state()),
@@ -875,6 +884,19 @@ def test_the_native_sync_agrees_with_its_python_twin(seed, tmp_path):
     twin, taken_py = _sync_run(seed, tmp_path, loops.py_device_sync)
     assert native == twin and taken == taken_py
     assert len(native) > 20 and taken > len(native) // 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_native_sync_agrees_on_page_ids_that_are_not_a_range(seed, tmp_path):
+    """PageIds of n_pids pages that is not 0..n_pids-1: the native sync intersects the
+    allocator's pages with the set, as its twin does, rather than deciding by value (a
+    reviewer's case: with the decision by the set's size alone, the two disagreed)."""
+    from hicache.monitors.maps import loops
+    if loops._mod is None:
+        pytest.skip("no native module: device_sync is its Python twin")
+    native, taken = _sync_run(seed, tmp_path, loops.device_sync, shifted=True)
+    twin, taken_py = _sync_run(seed, tmp_path, loops.py_device_sync, shifted=True)
+    assert native == twin and taken == taken_py and taken > 0
 
 
 @pytest.mark.parametrize("impl", ["device_sync", "py_device_sync"])

@@ -891,6 +891,53 @@ def test_padded_row_agrees(mod, seed):
             f(pad, 5, _row_of, 2)       # (pages no sequence: the messages differ, as overwrite's)
     with pytest.raises(TypeError):
         mod.padded_row(pad, pages, _row_of)
+    # (a pad laid out with dead entries reaches the loop only made afresh, not deep-copied)
+    made = random.Random(seed).random()
+
+    def make():
+        r = random.Random(made)
+        pad = _laid_out(r, r.randint(0, 8), [-1, 0, 1, True])
+        return [pad, [r.choice(VALUES) for _ in range(r.randint(0, 10))], _row_of, 2]
+    _agree_made("padded_row", mod, make)
+
+
+def test_a_padded_row_tracks_its_copy_as_python_does(mod):
+    """The copy of a pad of ints only, which the collector does not track, is tracked once it
+    holds a value the collector tracks (the dict's own rule, which the write in the copy's entry
+    keeps): a cycle through it is collected; no reference to a value written is leaked."""
+    class Box:
+        pass
+    for f in (mod.padded_row, loops.py_padded_row):
+        assert f({0: -1, 1: -1}, [[]], lambda d, kk: gc.is_tracked(d), None) is True
+        assert f({0: -1, 1: -1}, [5], lambda d, kk: gc.is_tracked(d), None) is False
+        box = Box()
+        gone = weakref.ref(box)
+        f({0: -1}, [box], lambda d, kk: setattr(d[0], "d", d), None)
+        del box
+        gc.collect()
+        assert gone() is None
+        v, pad = object(), dict.fromkeys(range(5), -1)
+        before = sys.getrefcount(v)
+        for _ in range(100):
+            f(pad, [v, v], lambda d, kk: None, None)
+        assert sys.getrefcount(v) == before and pad == dict.fromkeys(range(5), -1)
+
+
+def test_commit_rows_leaves_a_tracked_rot_tuple_tracked(mod):
+    """A collection between commit_rows' copy of `rot` and a later chain's write of a value the
+    collector tracks (run here in `padded`, as any allocation could) may untrack the copy, then
+    of ints only: the published tuple is tracked, as the twin's list turned into a tuple is."""
+    def run(commit_rows):
+        tracked = []
+
+        def padded(pages):
+            gc.collect()
+            return ("row", tuple(pages))
+        s = {"rot": (0, 0), "len": (0, 0), "page": ("e", "e")}
+        commit_rows({1: (7, [5]), 2: (tracked, [6])}, {}, {}, {}, s, [], "e", padded, -1, None)
+        gc.collect()
+        return gc.is_tracked(s["rot"]), s["rot"]
+    assert run(mod.commit_rows) == run(loops.py_commit_rows) == (True, (7, []))
 
 
 @pytest.mark.parametrize("seed", range(80))

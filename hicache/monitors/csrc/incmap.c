@@ -1087,7 +1087,10 @@ static inline int fresh_pos_put(PyObject *d, long long k, PyObject *v) {
 #ifdef HICACHE_POS_ENTRIES
     PyDictObject *mp = (PyDictObject *)d;
     PyDictKeysObject *dk = mp->ma_keys;
-    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
+    /* (a value the collector tracks only into a dict it tracks: the copy of an untracked pad
+     * is untracked, and the API's write would start tracking it, MAINTAIN_TRACKING) */
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries &&
+        (!PyType_IS_GC(Py_TYPE(v)) || PyObject_GC_IsTracked(d))) {
         PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
         long long kk;
         if (ep->me_key != NULL && ep->me_value != NULL && small_int(ep->me_key, &kk) && kk == k) {
@@ -1222,6 +1225,11 @@ static int edit_put(PyObject **copy, PyObject *i, PyObject *v) {
         if (int_value(i, &k) && k >= 0 && k < PyTuple_GET_SIZE(*copy)) {
             PyObject *old = PyTuple_GET_ITEM(*copy, k);
             PyTuple_SET_ITEM(*copy, k, Py_NewRef(v));
+            /* (a collection between the copy and this write, which Python code may run, can
+             * have untracked the copy, then holding none but atomic items: tracked again
+             * before it holds a value the collector tracks, as a list turned into a tuple is) */
+            if (PyObject_IS_GC(v) && !PyObject_GC_IsTracked(*copy))
+                PyObject_GC_Track(*copy);
             Py_DECREF(old);
             return 0;
         }
@@ -1402,7 +1410,7 @@ static PyObject *commit_rows_with(PyObject *const *a, const Padding *padded) {
  * ~5 frames a sync, most of its cost besides commit_rows */
 
 static PyObject *s_ds_mirror, *s_ds_overflowed, *s_ds_alloc_log, *s_ds_parent, *s_ds_device, *s_ds_n, *s_ds_changed,
-    *s_ds_mirror_typed, *s_ds_n_pids, *s_ds_intersection, *s_ds_update, *s_ds_diff_update,
+    *s_ds_mirror_typed, *s_ds_n_pids, *s_ds_pids_by_value, *s_ds_intersection, *s_ds_update, *s_ds_diff_update,
     *s_ds_free, *s_ds_rebuilt, *s_ds_free_moved, *s_ds_free_built, *s_ds_next_id, *s_ds_n_chains, *s_ds_max_len,
     *s_ds_grow, *s_ds_shape, *s_ds_commit, *s_ds_delta, *s_ds_rows, *s_ds_holders, *s_ds_page_rows, *s_ds_empty,
     *s_ds_padded, *s_ds_mixed, *s_ds_chains, *s_ds_page_ids, *s_ds_children, *s_ds_values, *s_ds_pad;
@@ -1414,12 +1422,12 @@ static int ds_names(void) {
     if (interned)
         return 0;
     static const char *const names[] = {"mirror", "overflowed", "alloc_log", "parent", "device", "n", "_changed",
-        "mirror_typed", "n_pids", "intersection", "update", "difference_update", "free",
+        "mirror_typed", "n_pids", "pids_by_value", "intersection", "update", "difference_update", "free",
         "_rebuilt", "free_moved", "free_built", "next_id", "n_chains", "max_len", "_grow", "_shape", "_commit",
         "delta", "rows", "holders", "page_rows", "_empty", "_padded", "mixed", "Chains", "PageIds", "children",
         "values", "_pad"};
     PyObject **const slots[] = {&s_ds_mirror, &s_ds_overflowed, &s_ds_alloc_log, &s_ds_parent, &s_ds_device, &s_ds_n,
-        &s_ds_changed, &s_ds_mirror_typed, &s_ds_n_pids, &s_ds_intersection, &s_ds_update,
+        &s_ds_changed, &s_ds_mirror_typed, &s_ds_n_pids, &s_ds_pids_by_value, &s_ds_intersection, &s_ds_update,
         &s_ds_diff_update, &s_ds_free, &s_ds_rebuilt, &s_ds_free_moved, &s_ds_free_built, &s_ds_next_id,
         &s_ds_n_chains, &s_ds_max_len, &s_ds_grow, &s_ds_shape, &s_ds_commit, &s_ds_delta, &s_ds_rows, &s_ds_holders,
         &s_ds_page_rows, &s_ds_empty, &s_ds_padded, &s_ds_mixed, &s_ds_chains, &s_ds_page_ids, &s_ds_children,
@@ -1627,19 +1635,24 @@ static PyObject *ds_pages_in(PyObject *pages, long long npids, int *within) {
 /* _free's pass over the allocator's calls (ops non-empty, not overflowed, a mirror): the new
  * free set (free_built), or NULL on an error */
 static PyObject *ds_free(PyObject *m, PyObject *md, PyObject *ops, PyObject *mirror, PyObject *pid_set, PyObject *dev) {
-    PyObject *moved = NULL, *typed = NULL, *n = NULL, *zero = PyLong_FromLong(0), *free_n = NULL, *built = NULL;
+    PyObject *moved = NULL, *typed = NULL, *n = NULL, *zero = PyLong_FromLong(0), *free_n = NULL, *built = NULL,
+             *by_value = NULL;
     Py_INCREF(mirror);
     int err = zero == NULL || (typed = m_get(md, m, s_ds_mirror_typed)) == NULL ||
-              (n = m_get(md, m, s_ds_n_pids)) == NULL;
+              (n = m_get(md, m, s_ds_n_pids)) == NULL || (by_value = m_get(md, m, s_ds_pids_by_value)) == NULL;
     long long npids = 0;
-    /* (pid_set is set(range(n_pids)), PageIds, for the map's life: ctx's invariant, which the
-     * size test below only corroborates; ds_pages_in then decides membership by value) */
-    int arith = !err && PySet_CheckExact(pid_set) && small_int(n, &npids) && PySet_GET_SIZE(pid_set) == npids;
+    /* (ds_pages_in decides membership by value only where the map found pid_set to be
+     * set(range(n_pids)) when it made it, `pids_by_value`, and the set still has that size:
+     * the map never writes pid_set after; any other PageIds is intersected as Python does) */
+    int arith = !err && by_value == Py_True && PySet_CheckExact(pid_set) && small_int(n, &npids) &&
+                PySet_GET_SIZE(pid_set) == npids;
+    Py_XDECREF(by_value);
     /* (ops is a list: its items read by index, each held across the calls below) */
     for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(ops); i++) {
         PyObject *op = Py_NewRef(PyList_GET_ITEM(ops, i)), *released = NULL, *pages = NULL, *got = NULL;
         /* (within: ints_within(pages, n, 0) as ds_pages_in found it, -1 while not known; taken
-         * only where the truth tests between ran no code, of bools, so pages is as it found them) */
+         * only where nothing between ran code, the truth tests of bools and an exact set's
+         * update, so pages is as it found them) */
         int rel = -1, within = -1;
         if ((released = item_k(op, 0)) == NULL || (pages = item_k(op, 1)) == NULL)
             err = 1;
@@ -1663,7 +1676,7 @@ static PyObject *ds_free(PyObject *m, PyObject *md, PyObject *ops, PyObject *mir
                 int t = PyObject_IsTrue(typed);
                 if (t < 0)
                     err = 1;
-                else if (t && within >= 0 && PyBool_Check(released) && PyBool_Check(typed))
+                else if (t && within >= 0 && PyBool_Check(released) && PyBool_Check(typed) && PySet_CheckExact(mirror))
                     Py_SETREF(typed, PyBool_FromLong(within));
                 else if (t) {
                     PyObject *argv[] = {pages, n, zero}, *w = ints_within(NULL, argv, 3);
@@ -1871,6 +1884,10 @@ done:
  * iterator yields them, into a list of their number (list()'s generic extend was ~420
  * instructions for a journal of one node) */
 static PyObject *set_list(PyObject *s) {
+#if PY_VERSION_HEX >= 0x030D0000
+    /* (_PySet_NextEntry left the public headers in 3.13: list()'s own way there) */
+    return PySequence_List(s);
+#else
     if (!PySet_CheckExact(s))
         return PySequence_List(s);
     Py_ssize_t n = PySet_GET_SIZE(s), pos = 0, k = 0;
@@ -1888,6 +1905,7 @@ static PyObject *set_list(PyObject *s) {
     while (k < n && _PySet_NextEntry(s, &pos, &key, &hash))
         PyList_SET_ITEM(out, k++, Py_NewRef(key));
     return out;
+#endif
 }
 
 /* device_sync(m, ctx): loops.py's py_device_sync */

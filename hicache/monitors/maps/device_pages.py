@@ -60,7 +60,7 @@ _NOTHING = {"Chains": frozenset(), "PageIds": frozenset()}    # a sync that foun
 #: found there only if an instance held one, as Python's lookup would; where none holds a
 #: _padded, the sync does its work, from the map's _pad)
 _SYNC_ATTRS = ("_changed", "delta", "free_built", "free_moved", "max_len", "mirror", "mirror_typed", "n_chains",
-               "n_pids", "next_id", "_shape", "rows", "holders", "page_rows", "_empty", "_pad", "_padded",
+               "n_pids", "pids_by_value", "next_id", "_shape", "rows", "holders", "page_rows", "_empty", "_pad", "_padded",
                "_rebuilt", "_grow", "_commit")
 #: the map's methods whose work `loops.device_sync` does itself on its common path
 _SYNC_INLINED = ("_enter", "_leave_subtree", "_id", "_release_id", "_free", "_commit", "_padded")
@@ -174,6 +174,9 @@ class IncrementalDevicePagesMap(IncrementalRows, DevicePagesMap):
         # takes over as its moved pages, no copy; the first sync, above, rebuilt the mirror
         # from the allocator and read none)
         self.pid_set = set(self.pids)
+        # (whether PageIds is 0..n_pids-1, as every map's is today: then the native sync decides
+        # a page's membership by its value, no probe of the set; pid_set is never written after)
+        self.pids_by_value = self.pid_set == set(range(self.n_pids))
         # (what `loops.device_sync` reads, none of it rebound for the map's life: after the
         # first sync, which builds the state and the mirror. The native sync reads and writes
         # the map's attributes in its own dict and does the work of the methods it inlines:
