@@ -214,12 +214,13 @@ def py_device_sync(m, ctx: tuple):
     `m._grow`'s and a commit of another shape `m._commit`'s: the map's own methods, called
     where its sync calls them. ctx: (journal, ops, node_pages, cid, root, cache, pending,
     pid_set, dev, s, none, missing, spare, heappush, heappop, UNUSED, Fcn, KK_INT), what the map
-    holds for its life, pid_set the set of PageIds, set(range(m.n_pids)) (the native form
+    holds for its life, pid_set the set of PageIds, never written after the map made it (the native form
     reads and writes m's attributes in m's own dict, vars(m), taken at each call: the map gives
     it the ctx only while no class of the map defines a data descriptor of their names nor
     overrides the methods this inlines; where m holds no `_padded` of its own it builds a
     chain's page row as the map's `_padded` does, padded_row(m._pad, pages, Fcn, KK_INT), and
-    it decides a page's membership in pid_set by its value)."""
+    where m.pids_by_value says pid_set is set(range(m.n_pids)) it decides a page's membership
+    in pid_set by its value)."""
     journal, ops, node_pages, cid, root, cache, pending, pid_set, dev, s, none, missing, spare, push, pop, \
         unused, _, _ = ctx
     mirror = m.mirror
