@@ -337,7 +337,8 @@ def test_a_dict_changed_under_a_run_of_writes_ends_as_python_leaves_it(mod, move
     last one written, which takes the last written position out of the dict and puts it back:
     its entry moves; or, with `moved` False, writes another position's value again): the dict
     ends with the contents, order and delta the Python loop leaves, and its tag renewed (the
-    last write in place made again through the API, where its entry moved as where not)."""
+    last write in place made again through the API; where its entry moved, by the write through
+    the API that moved it, after every write in place)."""
     def run(fill):
         d = {}
 

@@ -120,20 +120,32 @@ static inline int dict_set_h(PyObject *d, PyObject *key, PyObject *v, Py_hash_t 
  * `dict.fromkeys(range(cap))`, grown in order and written in place: position k is entry k, so
  * the guards' per-page reads (first_page_where, breach_along) are one test each, not a probe
  * of the hash table (a wrong guess costs the lookup it did not save). */
-static inline PyObject *pos_entry(PyObject *d, PyObject *q, long long k) {
 #ifdef HICACHE_POS_ENTRIES
+/* d's entry number k where it is live and its key is q itself or exactly an int of value k
+ * (q NULL: the latter only), else NULL: the one test behind pos_entry's reads and the writes
+ * in an entry (in_place_set, add_ref, fresh_pos_put) */
+static inline PyDictKeyEntry *pos_entry_at(PyObject *d, PyObject *q, long long k) {
     PyDictObject *mp = (PyDictObject *)d;
     PyDictKeysObject *dk = mp->ma_keys;
     if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
         PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
         long long kk;
-        if (ep->me_key == q || (ep->me_key != NULL && small_int(ep->me_key, &kk) && kk == k))
-            return ep->me_value;
+        if (ep->me_key != NULL && ep->me_value != NULL &&
+            (ep->me_key == q || (small_int(ep->me_key, &kk) && kk == k)))
+            return ep;
     }
+    return NULL;
+}
+#endif
+
+static inline PyObject *pos_entry(PyObject *d, PyObject *q, long long k) {
+#ifdef HICACHE_POS_ENTRIES
+    PyDictKeyEntry *ep = pos_entry_at(d, q, k);
+    return ep != NULL ? ep->me_value : NULL;
 #else
     (void)d; (void)q; (void)k;
-#endif
     return NULL;
+#endif
 }
 
 /* KeyError(key) raised unless an error is set already; NULL */
@@ -235,21 +247,6 @@ typedef struct {
     PyObject *prev;     /* the value it replaced (the reference d held), NULL: none */
 } InPlace;
 
-#ifdef HICACHE_POS_ENTRIES
-/* d's entry k when it holds a live key that is exactly an int of value k (pos_entry's
- * test), else NULL */
-static inline PyDictKeyEntry *pos_entry_at(PyObject *d, long long k) {
-    PyDictObject *mp = (PyDictObject *)d;
-    PyDictKeysObject *dk = mp->ma_keys;
-    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries) {
-        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
-        long long kk;
-        if (ep->me_key != NULL && ep->me_value != NULL && small_int(ep->me_key, &kk) && kk == k)
-            return ep;
-    }
-    return NULL;
-}
-#endif
 
 /* d[key] = v (hash: key's, -1 when unknown) for the run ip of writes to d: in place where
  * pos_entry_at finds key's entry, else through the API; 0, or -1 on an error. (Inline: a
@@ -262,7 +259,7 @@ static inline int in_place_set(InPlace *ip, PyObject *key, Py_hash_t hash, PyObj
     long long k;
     PyDictKeyEntry *ep;
     if (PyDict_CheckExact(ip->d) && small_int(key, &k) && (!PyType_IS_GC(Py_TYPE(v)) || PyObject_GC_IsTracked(ip->d)) &&
-        (ep = pos_entry_at(ip->d, k)) != NULL) {
+        (ep = pos_entry_at(ip->d, key, k)) != NULL) {
         PyObject *was = ep->me_value;
         ep->me_value = Py_NewRef(v);
         ip->k = k;
@@ -277,11 +274,11 @@ static inline int in_place_set(InPlace *ip, PyObject *key, Py_hash_t hash, PyObj
 
 /* the run ip ends: when some write was made in place, d's version tag renewed by the last one
  * made again through the API (its entry given back the value it replaced, then written its
- * value); where d changed under the run so that the entry is not where it was, or holds that
- * value again, by two writes of the position through the API (a value of another identity,
- * then its own; a position no longer in d put in and taken out). On an error already set
- * (err < 0) the renewal is made all the same and that error kept. err, or -1 when the
- * renewal failed. */
+ * value). Where that entry is no longer found, or holds the value it replaced again, nothing is
+ * made again: only a write through the API after the last write in place can have moved it or
+ * put the value back, and that write renewed the tag (or the value written in place was the
+ * one it replaced, a value unequal to itself: d unchanged). On an error already set (err < 0)
+ * the renewal is made all the same and that error kept. err, or -1 when the renewal failed. */
 static int in_place_end(InPlace *ip, int err) {
     PyObject *prev = ip->prev;
     if (prev == NULL)
@@ -293,9 +290,9 @@ static int in_place_end(InPlace *ip, int err) {
     if (err < 0)
         PyErr_Fetch(&type, &value, &tb);
     PyObject *d = ip->d;
-    int rc = -1;
+    int rc = 0;
 #ifdef HICACHE_POS_ENTRIES
-    PyDictKeyEntry *ep = pos_entry_at(d, k);
+    PyDictKeyEntry *ep = pos_entry_at(d, NULL, k);
     if (ep != NULL && ep->me_value != prev) {
         /* (the entry's value taken with d's reference, prev given d's; the write through the
          * API then puts the value back, releasing prev: the tag renewed) */
@@ -306,20 +303,10 @@ static int in_place_end(InPlace *ip, int err) {
         Py_DECREF(cur);
         Py_DECREF(key);
     }
+#else
+    (void)k;
 #endif
-    if (prev != NULL) {
-        Py_DECREF(prev);
-        PyObject *key = PyLong_FromLongLong(k), *cur = key == NULL ? NULL : PyDict_GetItemWithError(d, key);
-        if (cur != NULL) {
-            Py_INCREF(cur);
-            PyObject *other = cur != Py_None ? Py_None : Py_False;
-            rc = PyDict_SetItem(d, key, other) < 0 || PyDict_SetItem(d, key, cur) < 0 ? -1 : 0;
-            Py_DECREF(cur);
-        } else if (key != NULL && !PyErr_Occurred()) {
-            rc = PyDict_SetItem(d, key, Py_None) < 0 || PyDict_DelItem(d, key) < 0 ? -1 : 0;
-        }
-        Py_XDECREF(key);
-    }
+    Py_XDECREF(prev);
     if (err < 0) {
         if (rc < 0)
             PyErr_Clear();
@@ -341,7 +328,7 @@ static int add_ref(InPlace *rp, PyObject *slots, PyObject *h, long k) {
 #ifdef HICACHE_POS_ENTRIES
     long long hk;
     PyDictKeyEntry *ep;
-    if (PyDict_CheckExact(refs) && small_int(h, &hk) && (ep = pos_entry_at(refs, hk)) != NULL &&
+    if (PyDict_CheckExact(refs) && small_int(h, &hk) && (ep = pos_entry_at(refs, h, hk)) != NULL &&
         int_value(ep->me_value, &c)) {
         /* (the count in h's entry, an exact int: its sum made in C and written there, as
          * in_place_set writes, the entry found once; making an int runs no code) */
@@ -1085,20 +1072,14 @@ static PyObject *overwrite(PyObject *self, PyObject *const *a, Py_ssize_t n) {
  * after the write; a value a pad holds too, which the copy shares with it, is not freed.) */
 static inline int fresh_pos_put(PyObject *d, long long k, PyObject *v) {
 #ifdef HICACHE_POS_ENTRIES
-    PyDictObject *mp = (PyDictObject *)d;
-    PyDictKeysObject *dk = mp->ma_keys;
     /* (a value the collector tracks only into a dict it tracks: the copy of an untracked pad
      * is untracked, and the API's write would start tracking it, MAINTAIN_TRACKING) */
-    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_GENERAL && 0 <= k && k < dk->dk_nentries &&
-        (!PyType_IS_GC(Py_TYPE(v)) || PyObject_GC_IsTracked(d))) {
-        PyDictKeyEntry *ep = &DK_ENTRIES(dk)[k];
-        long long kk;
-        if (ep->me_key != NULL && ep->me_value != NULL && small_int(ep->me_key, &kk) && kk == k) {
-            PyObject *old = ep->me_value;
-            ep->me_value = Py_NewRef(v);
-            Py_DECREF(old);
-            return 1;
-        }
+    PyDictKeyEntry *ep;
+    if ((!PyType_IS_GC(Py_TYPE(v)) || PyObject_GC_IsTracked(d)) && (ep = pos_entry_at(d, NULL, k)) != NULL) {
+        PyObject *old = ep->me_value;
+        ep->me_value = Py_NewRef(v);
+        Py_DECREF(old);
+        return 1;
     }
 #else
     (void)d; (void)k; (void)v;
