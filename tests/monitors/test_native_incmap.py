@@ -600,6 +600,8 @@ def _chain_case(rng, odd: bool) -> dict:
     chains = rng.sample(range(1, n + 1), rng.randint(0, n))
     if odd and rng.random() < 0.4:
         chains.insert(rng.randint(0, len(chains)), rng.choice([n + 1, 0, "c", 1.5]))
+    if len(chains) % 3 == 1:
+        chains = set(chains)        # (a sync's dirty chains: a set, read off its table)
     return {"chains": chains, "rows": rows, "built": built, "rot": tuple(rot), "len": tuple(ln),
             "page": tuple(page), "host": tuple(host), "empty": empty, "unused": unused}
 
@@ -2808,3 +2810,129 @@ def test_load_bind_on_the_3_13_weakref_api(mod, tmp_path):
         del m
         with pytest.raises(ReferenceError, match="its map is gone"):
             bind("RequestMatch", {})
+
+
+class _Touching:
+    """A count (or a holder) whose comparisons and hash change the set a loop walks, once: a
+    step that runs Python code. `keep`: the change keeps the set's size (one item out, another
+    in), which the set iterator does not see; else one item is added, which it reports at its
+    next step (RuntimeError). `eq`: the value it equals (so that the loop goes on past it)."""
+
+    def __init__(self, target: set, keep: bool, eq):
+        self.target, self.keep, self.eq, self.done = target, keep, eq, False
+
+    def _touch(self):
+        if not self.done:
+            self.done = True
+            if self.keep:
+                self.target.discard(min(self.target))
+            self.target.add(50)
+
+    def __eq__(self, other):
+        self._touch()
+        return other == self.eq
+
+    def __gt__(self, other):
+        self._touch()
+        return False
+
+    def __lt__(self, other):
+        self._touch()
+        return False
+
+    def __hash__(self):
+        self._touch()
+        return 7
+
+
+class _TouchingIds(tuple):
+    """Ids whose search runs `touching`'s change of a set (when set)."""
+    touching = None
+
+    def __contains__(self, x):
+        if self.touching is not None:
+            self.touching._touch()
+        return tuple.__contains__(self, x)
+
+
+def _walked_set(rng, items, mode):
+    """A set (or frozenset) of `items`, laid out as a dirty set is: built in order, or with
+    items deleted and put back (dummies in its table before them), or copied afresh."""
+    s = set()
+    for x in items:
+        s.add(x)
+    if mode == "deleted" and s:
+        for x in rng.sample(sorted(s), rng.randint(1, len(s))):
+            s.discard(x)
+            s.add(x + 100)
+            s.discard(x + 100)
+            s.add(x)
+    return frozenset(s) if mode == "frozen" else s
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_dirty_set_walks_agree(mod, seed):
+    """The loops over a sync's dirty sets (slot_owner_breach, held_once_or_free, nodes_at,
+    holders_outside) read an exact set or frozenset off its table: the same items in the set
+    iterator's order, over tables with dummies, and, where a step runs Python code that changes
+    the set (a count's comparison, a holder's hash, an id's search), the iterator's
+    RuntimeError at the next step (a change of its size) or the same walk on (size kept).
+    The reference counts laid out by slot (dict.fromkeys), read off their entries."""
+    rng = random.Random(seed)
+    mode = rng.choice(["order", "deleted", "frozen"])
+    items = rng.sample(range(1, 9), rng.randint(1, 8))
+    touch = rng.choice([None, False, True]) if mode != "frozen" else None
+    states = ("idle", "reserved", "synced")
+    names = tuple(rng.choice(states) for _ in range(8))
+
+    def owner_args():
+        r = random.Random(seed)
+        s = _walked_set(r, items, mode)
+        refs = []
+        for _ in range(2):
+            d = dict.fromkeys(range(10), 0) if r.random() < 0.7 else {}
+            d.update({h: r.choice([0, 0, 1, 1, 2]) for h in r.sample(range(1, 9), r.randint(0, 8))})
+            refs.append(d)
+        if touch is not None:
+            h = min(items)
+            refs[0][h] = _Touching(s, touch, 0 if names[h - 1] in ("idle", "reserved") else 1)
+            refs[1][h] = 1 if names[h - 1] == "reserved" else 0
+        return [names, s, refs[0], refs[1], r.choice([{}, {2: 1}])]
+
+    def held_args():
+        r = random.Random(seed)
+        s = _walked_set(r, [p - 1 for p in items], mode)
+        holders = {p: r.choice([0, 1, 1]) for p in r.sample(range(8), r.randint(0, 8))}
+        free = frozenset(p for p in range(8) if holders.get(p, 0) == 0 and r.random() < 0.9)
+        if touch is not None:
+            p = min(s)
+            holders[p] = _Touching(s, touch, 1)
+            free -= {p}
+        return [s, holders, free]
+
+    def nodes_args():
+        r = random.Random(seed)
+        s = _walked_set(r, items, mode)
+        keys = [(r.choice("abc"), i) for i in range(10)]
+        if touch is not None:
+            keys[min(items)] = (_Touching(s, touch, None), 0)
+        return [keys, s, r.randint(0, 10)]
+
+    def holders_args():
+        r = random.Random(seed)
+        s = _walked_set(r, items, mode)
+        nodes = [_Node(k) for k in range(3)]
+        slot_page = {**dict.fromkeys(range(10)), **{h: r.choice([*nodes, None]) for h in range(1, 9)}}
+
+        ids = _TouchingIds(r.sample(range(3), r.randint(0, 2)))
+        if touch is not None:
+            ids.touching = _Touching(s, touch, None)
+        return [s, slot_page, ids]
+
+    for name, make in (("slot_owner_breach", owner_args), ("held_once_or_free", held_args),
+                       ("nodes_at", nodes_args), ("holders_outside", holders_args)):
+        _agree_made(name, mod, make)
+    if touch is False:
+        # (the change of size reported, as by the set iterator, by every loop whose step ran it)
+        exc, _, _ = _called(mod.nodes_at, nodes_args())
+        assert exc is None or exc[0] is RuntimeError

@@ -186,6 +186,63 @@ static inline PyObject *pos_at_h(PyObject *d, PyObject *key, Py_hash_t hash) {
     return dict_at_h(d, key, hash);
 }
 
+/* The items of an iterable as its iterator yields them, for the loops over a sync's dirty
+ * elements (slots, pages, positions: sets nearly always): an exact set's or frozenset's read
+ * off its table in place (_PySet_NextEntry, which scans the table in the set iterator's own
+ * order, from the position it left), with the set iterator's RuntimeError where the set's size
+ * changed between two items (Python code a step ran, a comparison's or a hash's, changed it:
+ * the iterator tests the size at each step, before its scan, as here); any other iterable
+ * through its iterator. The set is the caller's argument, which its caller holds (borrowed).
+ * Why: a set iterator's step is a call of ~50 instructions, ~20k a replay over the dirty sets;
+ * the scan in place ~15. (Before 3.13 only: _PySet_NextEntry left the public headers there.) */
+typedef struct {
+    PyObject *it;       /* the iterator (any other iterable), else NULL */
+    PyObject *set;      /* the set read in place (borrowed), NULL once it ended or failed */
+    Py_ssize_t pos;     /* the scan's next table index */
+    Py_ssize_t used;    /* the set's size when the walk began */
+} Items;
+
+/* the walk of x's items begun; 0, or -1 on an error (x not iterable: its iterator's error) */
+static int items_begin(Items *w, PyObject *x) {
+    w->it = NULL;
+    w->set = NULL;
+    w->pos = 0;
+    w->used = 0;
+#if PY_VERSION_HEX < 0x030D0000
+    if (PyAnySet_CheckExact(x)) {
+        w->set = x;
+        w->used = PySet_GET_SIZE(x);
+        return 0;
+    }
+#endif
+    w->it = PyObject_GetIter(x);
+    return w->it == NULL ? -1 : 0;
+}
+
+/* the walk's next item, a new reference; NULL at its end or on an error (PyErr_Occurred) */
+static inline PyObject *items_next(Items *w) {
+    if (w->it != NULL)
+        return PyIter_Next(w->it);
+#if PY_VERSION_HEX < 0x030D0000
+    if (w->set == NULL)
+        return NULL;
+    if (PySet_GET_SIZE(w->set) != w->used) {
+        PyErr_SetString(PyExc_RuntimeError, "Set changed size during iteration");
+        w->set = NULL;
+        return NULL;
+    }
+    PyObject *key;
+    Py_hash_t hash;
+    if (_PySet_NextEntry(w->set, &w->pos, &key, &hash) <= 0) {
+        w->set = NULL;      /* (its end; an error, -1, only for no set: it is one) */
+        return NULL;
+    }
+    return Py_NewRef(key);
+#else
+    return NULL;
+#endif
+}
+
 /* The dealloc of this module's collected types (StepsTable, QuietProbe, LoadBind, Journaled):
  * untracked, their references dropped by their own tp_clear, freed. */
 static void gc_dealloc(PyObject *self) {
@@ -892,9 +949,16 @@ static int state_is(PyObject *st, PyObject *interned, const char *text) {
 }
 
 /* refs.get(h, 0) for h of hash `hash`, a new reference; an empty dict is not searched (the
- * caller hashed h already, as the search would) */
+ * caller hashed h already, as the search would), and a small exact int h is read off its
+ * entry where that entry holds it (pos_entry: the map's reference counts are laid out by slot,
+ * `dict.fromkeys` over every spec slot, slot h at entry h; ~15k reads a replay, each a probe
+ * of the table of ~50 instructions against the entry's test of ~10) */
 static PyObject *count_of_h(PyObject *refs, PyObject *h, Py_hash_t hash, PyObject *zero) {
-    PyObject *v = PyDict_GET_SIZE(refs) == 0 ? NULL : dict_get_h(refs, h, hash);
+    long long k;
+    PyObject *v = NULL;
+    if (PyDict_GET_SIZE(refs) != 0 && (!PyDict_CheckExact(refs) || !small_int(h, &k) ||
+                                       (v = pos_entry(refs, h, k)) == NULL))
+        v = dict_get_h(refs, h, hash);
     if (v == NULL) {
         if (PyErr_Occurred())
             return NULL;
@@ -932,8 +996,8 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
     Py_ssize_t len = PyObject_Length(names);
     if (len < 0)
         return NULL;
-    PyObject *it = PyObject_GetIter(a[1]);
-    if (it == NULL)
+    Items w;
+    if (items_begin(&w, a[1]) < 0)
         return NULL;
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1), *nlen = PyLong_FromSsize_t(len);
     PyObject *h, *out = NULL;
@@ -941,7 +1005,7 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
     /* (the map's own types, a tuple of names and exact int slots and counts: indexed, added
      * and compared in C; anything else through the object API, as Python does it) */
     int seq = PyTuple_CheckExact(names) || PyList_CheckExact(names);
-    while (!err && out == NULL && (h = PyIter_Next(it)) != NULL) {
+    while (!err && out == NULL && (h = items_next(&w)) != NULL) {
         PyObject *t = NULL, *b = NULL, *p = NULL, *f = NULL, *idx = NULL, *st = NULL;
         long long hv, tv, bv, pv;
         int hint = seq && int_value(h, &hv);
@@ -984,7 +1048,7 @@ static PyObject *slot_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_
         Py_XDECREF(st);
         Py_DECREF(h);
     }
-    Py_DECREF(it);
+    Py_XDECREF(w.it);
     Py_XDECREF(zero);
     Py_XDECREF(one);
     Py_XDECREF(nlen);
@@ -1007,12 +1071,12 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
     PyObject *holders = a[1], *free_ = a[2];
     if (check_type(holders, &PyDict_Type, "held_once_or_free", "holders"))
         return NULL;
-    PyObject *it = PyObject_GetIter(a[0]);
-    if (it == NULL)
+    Items w;
+    if (items_begin(&w, a[0]) < 0)
         return NULL;
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1), *p;
     int ok = zero != NULL && one != NULL, err = !ok;
-    while (ok && (p = PyIter_Next(it)) != NULL) {
+    while (ok && (p = items_next(&w)) != NULL) {
         /* (Python's order: k > 1, k < 0, then k == 1 against p in free, each only if needed) */
         PyObject *k = count_of(holders, p, zero);
         int above, below, once;
@@ -1034,7 +1098,7 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
         Py_XDECREF(k);
         Py_DECREF(p);
     }
-    Py_DECREF(it);
+    Py_XDECREF(w.it);
     Py_XDECREF(zero);
     Py_XDECREF(one);
     if (err || PyErr_Occurred())
@@ -2113,15 +2177,16 @@ static PyObject *chains_typed(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     if (!arity("chains_typed", n, 14) || check_type(a[1], &PyDict_Type, "chains_typed", "rows") < 0 ||
         check_type(a[2], &PyDict_Type, "chains_typed", "built") < 0)
         return NULL;
-    PyObject *it = PyObject_GetIter(a[0]), *c;
-    if (it == NULL)
+    Items w;
+    PyObject *c;
+    if (items_begin(&w, a[0]) < 0)
         return NULL;
     int ok = 1;
-    while (ok > 0 && (c = PyIter_Next(it)) != NULL) {
+    while (ok > 0 && (c = items_next(&w)) != NULL) {
         ok = chain_typed_built(a, c);
         Py_DECREF(c);
     }
-    Py_DECREF(it);
+    Py_XDECREF(w.it);
     if (ok < 0 || PyErr_Occurred())
         return NULL;
     return PyBool_FromLong(ok);
@@ -2188,15 +2253,16 @@ static PyObject *chains_padded(PyObject *self, PyObject *const *a, Py_ssize_t n)
         return NULL;
     if (str_d_attr() == NULL)
         return NULL;
-    PyObject *it = PyObject_GetIter(a[0]), *c;
-    if (it == NULL)
+    Items w;
+    PyObject *c;
+    if (items_begin(&w, a[0]) < 0)
         return NULL;
     int ok = 1;
-    while (ok > 0 && (c = PyIter_Next(it)) != NULL) {
+    while (ok > 0 && (c = items_next(&w)) != NULL) {
         ok = chain_padded(a, c);
         Py_DECREF(c);
     }
-    Py_DECREF(it);
+    Py_XDECREF(w.it);
     if (ok < 0 || PyErr_Occurred())
         return NULL;
     return PyBool_FromLong(ok);
@@ -2689,8 +2755,8 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("nodes_at", n, 3))
         return NULL;
     PyObject *keys = a[0], *L = a[2];
-    PyObject *it = PyObject_GetIter(a[1]);
-    if (it == NULL)
+    Items w;
+    if (items_begin(&w, a[1]) < 0)
         return NULL;
     PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *last = NULL, *p;
     int err = zero == NULL || out == NULL;
@@ -2700,7 +2766,7 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
      * the node added just before is not added again, a set holding it already) */
     long long lv, pv;
     int lint = PyList_CheckExact(keys) && int_value(L, &lv);
-    while (!err && (p = PyIter_Next(it)) != NULL) {
+    while (!err && (p = items_next(&w)) != NULL) {
         int pint = lint && int_value(p, &pv);
         int in = pint ? pv < lv : PyObject_RichCompareBool(p, L, Py_LT);
         if (in < 0) {
@@ -2719,7 +2785,7 @@ static PyObject *nodes_at(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         Py_DECREF(p);
     }
     Py_XDECREF(last);
-    return finish(it, err, out, zero, NULL, NULL);
+    return finish(w.it, err, out, zero, NULL, NULL);
 }
 
 /* host[p] (a new reference), as PyObject_GetItem reads it, off its entry where host is an exact
@@ -4007,12 +4073,12 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, vi
                             visit_fn leave, void *leave_arg) {
     if (s_parent == NULL && (s_parent = PyUnicode_InternFromString("parent")) == NULL)
         return NULL;
-    PyObject *it = PyObject_GetIter(todo);
-    if (it == NULL)
+    Items w;
+    if (items_begin(&w, todo) < 0)
         return NULL;
     PyObject *pending = PyList_New(0), *later = NULL, *x;
     int err = pending == NULL;
-    while (!err && (x = PyIter_Next(it)) != NULL) {
+    while (!err && (x = items_next(&w)) != NULL) {
         if (x != root) {
             PyObject *par = field_of(x, s_parent);
             err = par == NULL || (par == Py_None ? leave(leave_arg, x) : PyList_Append(pending, x)) < 0;
@@ -4055,7 +4121,7 @@ static PyObject *walk_nodes(PyObject *todo, PyObject *root, PyObject *mapped, vi
     }
     Py_XDECREF(later);
     Py_XDECREF(pending);
-    return finish(it, err, NULL, NULL, NULL, NULL);
+    return finish(w.it, err, NULL, NULL, NULL, NULL);
 }
 
 /* walk_journaled(todo, root, mapped, enter, leave): loops.py's py_walk_journaled, walk_nodes
@@ -5269,12 +5335,12 @@ static PyObject *holders_outside(PyObject *self, PyObject *const *a, Py_ssize_t 
         return NULL;
     if (s_id == NULL && (s_id = PyUnicode_InternFromString("id")) == NULL)
         return NULL;
-    PyObject *it = PyObject_GetIter(a[0]);
-    if (it == NULL)
+    Items w;
+    if (items_begin(&w, a[0]) < 0)
         return NULL;
     PyObject *out = PyList_New(0), *h, *last = NULL;
     int err = out == NULL, outside = 0;
-    while (!err && (h = PyIter_Next(it)) != NULL) {
+    while (!err && (h = items_next(&w)) != NULL) {
         /* (borrowed; off its entry where that entry holds h: the map's slot_page is laid out
          * by slot, pos_entry) */
         long long k;
@@ -5304,7 +5370,7 @@ static PyObject *holders_outside(PyObject *self, PyObject *const *a, Py_ssize_t 
         Py_DECREF(h);
     }
     Py_XDECREF(last);
-    return finish(it, err, out, NULL, NULL, NULL);
+    return finish(w.it, err, out, NULL, NULL, NULL);
 }
 
 /* ---- WriteThroughPrefix in tree form over a sync's dirty positions, in one call (the
@@ -5451,15 +5517,17 @@ static PyObject *tree_prefix_breach(PyObject *self, PyObject *const *a, Py_ssize
     PyObject *nodes = nodes_at(self, a, 3);
     if (nodes == NULL)
         return NULL;
-    PyObject *it = PyObject_GetIter(nodes), *zero = PyLong_FromLong(0), *x, *out = NULL;
-    Py_DECREF(nodes);
-    int err = it == NULL || zero == NULL;
-    while (!err && out == NULL && (x = PyIter_Next(it)) != NULL) {
+    /* (nodes, this call's own set, held to the end: the walk reads it in place) */
+    Items w;
+    PyObject *zero = PyLong_FromLong(0), *x, *out = NULL;
+    int err = items_begin(&w, nodes) < 0 || zero == NULL;
+    while (!err && out == NULL && (x = items_next(&w)) != NULL) {
         out = node_breach(x, npos, host, root, zero);
         err = out == NULL && PyErr_Occurred();
         Py_DECREF(x);
     }
-    return finish(it, err, out, zero, NULL, NULL);
+    Py_DECREF(nodes);
+    return finish(w.it, err, out, zero, NULL, NULL);
 }
 
 /* extend_positions(x, keys, pos, n, L, dirty): loops.py's py_extend_positions, node x's pages
