@@ -67,7 +67,7 @@ class _Map:
 
 
 class _PropMap(_Map):
-    """The map's breach and synced_key behind properties (data descriptors, which the
+    """The map's breach, synced_key and bind behind properties (data descriptors, which the
     instance dict does not shadow) and effect_due a class attribute until a sync writes it:
     the native step reads them as Python does, not from the dict."""
 
@@ -85,6 +85,11 @@ class _PropMap(_Map):
     @property
     def synced_key(self):
         return self._key
+
+    @property
+    def bind(self):
+        """(a data descriptor: a bind the relay puts in the dict is never called)"""
+        return lambda name, fields: _Map.bind(self, name, fields)
 
     @synced_key.setter
     def synced_key(self, value):
@@ -212,12 +217,49 @@ class _Spy:
         return hook
 
     def churn(self) -> None:
-        """Between events: a breach found, a hook added (all drawn)."""
+        """Between events: a breach found, a hook added, the dicts relaid, a bind of the map's
+        own, a binding replaced (all drawn)."""
         r = self.rng.random()
         if self._breaches and r < 0.05:
             self.rmap.breach = ("B", {}, "f")
         if r > 0.97:
             (self.step_hooks if r > 0.985 else self.watch_hooks).append(self.hook(f"hook{len(self.log)}"))
+        self.relay()
+
+    def relay(self) -> None:
+        """The monitor's and the map's dicts relaid (drawn): an attribute the step reads taken
+        out and put back (at a new entry), the dict grown and shrunk (its entries renumbered), a
+        bind of the map's own put in its dict or taken out, the cache's binding of a key
+        replaced or a key's binding made anew (a new key object equal to the old): the native
+        step, which keeps the entry it last read each at and the last binding it found, must
+        read what Python reads."""
+        for obj in (self, self.rmap):
+            d = getattr(obj, "__dict__", None)
+            r = self.rng.random()
+            if d is None or r > 0.3:
+                continue
+            if r < 0.1:
+                keys = [k for k in ("_checked_C", "breach", "synced_key", "effect_due", "own_domains", "bind") if k in d]
+                if keys:
+                    k = self.rng.choice(keys)
+                    d[k] = d.pop(k)
+            elif r < 0.15:
+                for j in range(40):
+                    d[f"_pad{j}"] = j
+                for j in range(40):
+                    del d[f"_pad{j}"]
+            elif r < 0.25 and obj is self.rmap:
+                if "bind" in d:
+                    del d["bind"]
+                else:
+                    tag = f"own{len(self.log)}"
+                    d["bind"] = lambda name, fields, tag=tag: self.log.append((tag, name)) or ((name, tag),)
+            elif obj is self:
+                k = self.rng.randrange(3)
+                if self.rng.random() < 0.5:
+                    self._cache[k] = {"d": len(self.log)}
+                elif k in self._cache:
+                    self._cache[k] = self._cache.pop(k)
 
 
 class _PropSpy(_Spy):

@@ -294,6 +294,22 @@ static PyTypeObject GateType = {
     .tp_doc = "sample mode's listener between samples (monitors.gate.PyGate in C)",
 };
 
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+/* a dict's entries as 3.11 lays them out (entry_at_hint) */
+#define Py_BUILD_CORE
+#include <internal/pycore_dict.h>
+#undef Py_BUILD_CORE
+#define HICACHE_HINTS 1
+#endif
+
+/* What attr_of keeps of one attribute it reads (see there): the version tag of the type found
+ * without the name on its MRO (0: none yet), and the entry of the instance dict that held it at
+ * the last read (-1: none yet) */
+typedef struct {
+    unsigned int plain;
+    Py_ssize_t hint;
+} AttrMemo;
+
 /* Strict mode's step (runtime.py's Monitor._strict_step, which defines it, in C): the listener
  * a strict monitor on an incremental map gives its bus, called at every event of a strict run.
  * It makes the same calls, in the same order, with the same arguments, as the Python step:
@@ -347,8 +363,16 @@ typedef struct {
     PyObject *inc_checks; /* a list of (inv, inc, full, reads): every invariant's */
     PyObject *variables_of; /* variables_of(delta) -> the set of the variables it writes */
     /* For each attribute a step reads of its monitor or map (attr_of): the version tag of the
-     * type last found to have no attribute of that name on its MRO (0: none yet) */
-    unsigned int plain_checked_C, plain_breach, plain_synced_key, plain_effect_due, plain_own_domains;
+     * type last found to have no attribute of that name on its MRO (0: none yet), and the entry
+     * of the instance dict that held it (-1: none yet) */
+    AttrMemo plain_checked_C, plain_breach, plain_synced_key, plain_effect_due, plain_own_domains;
+    /* ... and for the map's bind (step_bind): the version tag of the type found with no data
+     * descriptor of that name, and the entry of the map's dict that held its callable */
+    AttrMemo plain_bind;
+    /* The last constants lookup (step_constants): its key, the binding it found (NULL: none) and
+     * the cache dict's version tag after it */
+    PyObject *last_key, *last_C;
+    uint64_t last_version;
     vectorcallfunc vectorcall;
 } StrictStep;
 
@@ -424,33 +448,84 @@ static int step_unpack(PyObject *pair, PyObject **delta, PyObject **acc) {
     return 0;
 }
 
+/* d[name] (borrowed) off d's entry number `hint` where that entry holds name itself, else NULL
+ * (nothing raised: the caller looks name up; NULL too where the entry's value was deleted), for
+ * an exact dict d and an interned str name: 3.11's layout of a dict of str keys only (any other
+ * dict, any other version: NULL). The entry that holds name itself is the one a lookup finds (a
+ * dict's keys are unique); entries move only when the dict is rebuilt (a resize, or a rebuild
+ * after deletions), which the test sees. */
+static inline PyObject *entry_at_hint(PyObject *d, PyObject *name, Py_ssize_t hint) {
+#ifdef HICACHE_HINTS
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *dk = mp->ma_keys;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE && 0 <= hint && hint < dk->dk_nentries) {
+        PyDictUnicodeEntry *ep = &DK_UNICODE_ENTRIES(dk)[hint];
+        if (ep->me_key == name)
+            return ep->me_value;
+    }
+#else
+    (void)d; (void)name; (void)hint;
+#endif
+    return NULL;
+}
+
+/* The number of d's entry holding name itself with value v (3.11's layout of a dict of str keys
+ * only), else -1: the hint of the next read */
+static Py_ssize_t entry_of(PyObject *d, PyObject *name, PyObject *v) {
+#ifdef HICACHE_HINTS
+    PyDictObject *mp = (PyDictObject *)d;
+    PyDictKeysObject *dk = mp->ma_keys;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE) {
+        PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(dk);
+        for (Py_ssize_t k = 0; k < dk->dk_nentries; k++) {
+            if (ep[k].me_key == name && ep[k].me_value == v)
+                return k;
+        }
+    }
+#else
+    (void)d; (void)name; (void)v;
+#endif
+    return -1;
+}
+
 /* obj.<name> as PyObject_GetAttr reads it (a new reference; NULL: the error it raises), the
  * instance dict read directly where the generic lookup would come down to it: the type's
  * getattro is the generic one, no class on its MRO has `name` (so no descriptor, data or
  * not, comes before the dict or after it), and the dict holds the name. Anything else (a
  * property, a __getattr__, slots, a name the dict lacks, a class attribute): PyObject_GetAttr.
- * `*plain` memoizes the MRO's answer: the version tag of the type found without `name`, which
- * is its alone (tags are never reused) and is dropped when the type or a base is changed (an
- * attribute set on a class), so a type whose valid tag it is still has no such attribute.
+ * `memo->plain` memoizes the MRO's answer: the version tag of the type found without `name`,
+ * which is its alone (tags are never reused) and is dropped when the type or a base is changed
+ * (an attribute set on a class), so a type whose valid tag it is still has no such attribute.
+ * In the dict, the entry that held the name at the last read (`memo->hint`) is read where it
+ * still holds it (entry_at_hint: what the interpreter's own reads of an attribute do,
+ * LOAD_ATTR_WITH_HINT), else the name is looked up and the entry holding it kept.
  * Why: a step reads three or four attributes of its monitor and map that change between
  * events (_checked_C, breach, synced_key, effect_due, own_domains), each ~320 instructions
- * through the generic lookup, ~100 this way. (_PyObject_GetDictPtr gives an object whose
- * attributes are still kept inline its dict, as reading `obj.__dict__` does: the monitor and
- * the maps, with more attributes than the inline keys hold, have one already.) */
-static PyObject *attr_of(PyObject *obj, PyObject *name, unsigned int *plain) {
+ * through the generic lookup, ~135 with a lookup in the dict (~7k reads a kv_bytes replay).
+ * (_PyObject_GetDictPtr gives an object whose attributes are still kept inline its dict, as
+ * reading `obj.__dict__` does: the monitor and the maps, with more attributes than the inline
+ * keys hold, have one already.) */
+static PyObject *attr_of(PyObject *obj, PyObject *name, AttrMemo *memo) {
     PyTypeObject *tp = Py_TYPE(obj);
     if (tp->tp_getattro == PyObject_GenericGetAttr) {
-        int absent = *plain != 0 && tp->tp_version_tag == *plain && PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
+        int absent = memo->plain != 0 && tp->tp_version_tag == memo->plain &&
+                     PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
         if (!absent && _PyType_Lookup(tp, name) == NULL) {
             absent = 1;
             /* (the tag the lookup gave the type, where it could: 0, no memo, where not) */
-            *plain = PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+            memo->plain = PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
         }
         PyObject **dictptr = absent ? _PyObject_GetDictPtr(obj) : NULL;
         if (dictptr != NULL && *dictptr != NULL && PyDict_CheckExact(*dictptr)) {
+            /* (no code runs between the entry's test and the reference taken) */
+            PyObject *v = entry_at_hint(*dictptr, name, memo->hint);
+            if (v != NULL)
+                return Py_NewRef(v);
             /* (held, as the generic lookup holds it: a key's __eq__ may replace obj's dict) */
             PyObject *dict = Py_NewRef(*dictptr);
-            PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+            v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+            if (v != NULL)
+                memo->hint = entry_of(dict, name, v);
             Py_DECREF(dict);
             if (v != NULL || PyErr_Occurred())
                 return v;
@@ -579,6 +654,100 @@ static int step_invariants(StrictStep *st, PyObject *name, PyObject *fields, PyO
     return r == NULL ? -1 : 0;
 }
 
+/* rmap.bind(name, fields), as PyObject_VectorcallMethod calls it (a new reference): where the
+ * map's type has the generic getattro and no data descriptor named `bind` on its MRO (memo:
+ * the type's version tag, as attr_of keeps it) and the map's dict holds `bind`, the callable
+ * there is called directly, as the generic lookup finds it (the instance dict before a non-data
+ * descriptor of the class: each map's bind is a callable of its own in its dict, steps_table's
+ * or load_bind's), read off the entry the last call found it at where that entry still holds
+ * it (entry_at_hint); else by name. Why: the lookup by name probed the map's dict for `bind` at
+ * every event of both monitors (~100 instructions each). */
+static PyObject *step_bind(StrictStep *st, PyObject *name, PyObject *fields) {
+    PyObject *rmap = st->rmap;
+    PyTypeObject *tp = Py_TYPE(rmap);
+    AttrMemo *memo = &st->plain_bind;
+    int plain = 0;
+    if (tp->tp_getattro == PyObject_GenericGetAttr) {
+        plain = memo->plain != 0 && tp->tp_version_tag == memo->plain &&
+                PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
+        if (!plain) {
+            PyObject *descr = _PyType_Lookup(tp, s_bind);      /* (borrowed) */
+            if (descr == NULL || Py_TYPE(descr)->tp_descr_set == NULL) {
+                plain = 1;
+                /* (the tag the lookup gave the type, where it could: 0, no memo, where not) */
+                memo->plain = PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+            }
+        }
+    }
+    PyObject **dictptr = plain ? _PyObject_GetDictPtr(rmap) : NULL;
+    if (dictptr != NULL && *dictptr != NULL && PyDict_CheckExact(*dictptr)) {
+        /* (the callable held from the entry's test on: no code runs in between) */
+        PyObject *f = Py_XNewRef(entry_at_hint(*dictptr, s_bind, memo->hint));
+        if (f == NULL) {
+            /* (held, as the generic lookup holds it: a key's __eq__ may replace the map's dict) */
+            PyObject *dict = Py_NewRef(*dictptr);
+            f = Py_XNewRef(PyDict_GetItemWithError(dict, s_bind));
+            if (f != NULL)
+                memo->hint = entry_of(dict, s_bind, f);
+            Py_DECREF(dict);
+            if (f == NULL && PyErr_Occurred())
+                return NULL;
+        }
+        if (f != NULL) {
+            PyObject *argv[2] = {name, fields};
+            PyObject *r = PyObject_Vectorcall(f, argv, 2, NULL);
+            Py_DECREF(f);
+            return r;
+        }
+    }
+    PyObject *bargv[3] = {rmap, name, fields};
+    return PyObject_VectorcallMethod(s_bind, bargv, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+#ifdef HICACHE_HINTS
+/* Whether key's hash and equality are fixed for its life: an exact int or str, or an exact tuple
+ * of those (a constants key: the map's counts) */
+static int fixed_key(PyObject *key) {
+    if (PyLong_CheckExact(key) || PyUnicode_CheckExact(key))
+        return 1;
+    if (!PyTuple_CheckExact(key))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); i++) {
+        PyObject *k = PyTuple_GET_ITEM(key, i);
+        if (!PyLong_CheckExact(k) && !PyUnicode_CheckExact(k))
+            return 0;
+    }
+    return 1;
+}
+#endif
+
+/* The monitor's cache dict at key (a new reference; NULL: absent, or an error set): the binding
+ * the last lookup found where key is the very object that lookup was made with, one whose hash
+ * and equality are fixed (fixed_key), and the dict has not been written since (its version tag,
+ * 3.11: any write that changes a value renews it), else looked up. The same key object in the
+ * same mapping finds the same value. Why: the key, the map's synced_key, is a tuple rebuilt only
+ * when the constants change, and hashing and looking it up cost ~150 instructions at each
+ * checked event of both monitors. */
+static PyObject *step_constants(StrictStep *st, PyObject *key) {
+#ifdef HICACHE_HINTS
+    if (key == st->last_key && ((PyDictObject *)st->cache)->ma_version_tag == st->last_version)
+        return Py_XNewRef(st->last_C);
+#endif
+    /* (the dict held across the lookup, which may run a key's __eq__) */
+    PyObject *cache = Py_NewRef(st->cache);
+    PyObject *C = Py_XNewRef(PyDict_GetItemWithError(cache, key));
+#ifdef HICACHE_HINTS
+    if ((C != NULL || !PyErr_Occurred()) && fixed_key(key) && cache == st->cache) {
+        /* (the tag read after the lookup: a key's __eq__ that wrote the dict renewed it first) */
+        Py_XSETREF(st->last_key, Py_NewRef(key));
+        Py_XSETREF(st->last_C, Py_XNewRef(C));
+        st->last_version = ((PyDictObject *)cache)->ma_version_tag;
+    }
+#endif
+    Py_DECREF(cache);
+    return C;
+}
+
 /* The step of an event past the binder and the quiet shortcut: breach, guard, sync, record,
  * constants, invariants, effect, hooks (-1: an error or the violation raised) */
 static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
@@ -621,11 +790,10 @@ static int step_checked(StrictStep *st, PyObject *name, PyObject *fields) {
         PyObject *key = attr_of(rmap, s_synced_key, &st->plain_synced_key);
         if (key == NULL)
             goto done;
-        C = PyDict_GetItemWithError(st->cache, key);     /* (borrowed) */
+        C = step_constants(st, key);
         Py_DECREF(key);
         if (C == NULL && PyErr_Occurred())
             goto done;
-        Py_XINCREF(C);
     }
     if (C == NULL || C == Py_None) {
         Py_XDECREF(C);
@@ -732,8 +900,7 @@ static PyObject *step_call(PyObject *self, PyObject *const *args, size_t nargsf,
     }
     if (!named && (name = PyObject_CallOneArg(st->name_of, action)) == NULL)
         return NULL;
-    PyObject *bargv[3] = {st->rmap, name, fields};
-    PyObject *steps = PyObject_VectorcallMethod(s_bind, bargv, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    PyObject *steps = step_bind(st, name, fields);
     if (steps == NULL || steps == Py_None) {
         Py_DECREF(name);
         return steps;
@@ -828,6 +995,10 @@ static PyObject *step_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     st->unfused_reads = Py_XNewRef(unfused_reads);
     st->inc_checks = Py_XNewRef(inc_checks);
     st->variables_of = Py_XNewRef(variables_of);
+    AttrMemo *memos[] = {&st->plain_checked_C, &st->plain_breach, &st->plain_synced_key, &st->plain_effect_due,
+                         &st->plain_own_domains, &st->plain_bind};
+    for (size_t i = 0; i < sizeof memos / sizeof memos[0]; i++)
+        *memos[i] = (AttrMemo){0, -1};
     st->vectorcall = step_call;
     return (PyObject *)st;
 }
@@ -854,6 +1025,8 @@ static int step_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(st->unfused_reads);
     Py_VISIT(st->inc_checks);
     Py_VISIT(st->variables_of);
+    Py_VISIT(st->last_key);
+    Py_VISIT(st->last_C);
     return 0;
 }
 
@@ -879,6 +1052,8 @@ static int step_clear(PyObject *self) {
     Py_CLEAR(st->unfused_reads);
     Py_CLEAR(st->inc_checks);
     Py_CLEAR(st->variables_of);
+    Py_CLEAR(st->last_key);
+    Py_CLEAR(st->last_C);
     return 0;
 }
 
