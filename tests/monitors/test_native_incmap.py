@@ -2936,3 +2936,71 @@ def test_dirty_set_walks_agree(mod, seed):
         # (the change of size reported, as by the set iterator, by every loop whose step ran it)
         exc, _, _ = _called(mod.nodes_at, nodes_args())
         assert exc is None or exc[0] is RuntimeError
+
+
+class _ReversedSet(set):
+    """A set subclass iterating in reverse of its table's order: the loops walk it through its
+    own __iter__, as Python's for statement does, never off its table."""
+
+    def __iter__(self):
+        return iter(list(super().__iter__())[::-1])
+
+
+def test_dirty_set_subclasses_walk_by_their_own_iter(mod):
+    """Only an exact set or frozenset is read off its table: a subclass's own order is what both
+    forms see (holders_outside lists its holders in the walk's order)."""
+    def holders_args():
+        nodes = [_Node(k) for k in range(3)]
+        slot_page = {**dict.fromkeys(range(10)), 1: nodes[0], 2: nodes[1], 3: nodes[2]}
+        return [_ReversedSet([1, 2, 3]), slot_page, _TouchingIds([])]
+
+    got = _agree_made("holders_outside", mod, holders_args)
+    assert [h for h, _ in got[1]] == [3, 2, 1], got
+
+
+class _Mutating:
+    """A walk's callback that adds to (or, size kept, swaps an item of) the set being walked
+    the first time it is called."""
+
+    def __init__(self, s: set, grow: bool):
+        self.s, self.grow, self.calls = s, grow, []
+
+    def __call__(self, x):
+        self.calls.append(getattr(x, "id", None))
+        if len(self.calls) == 1:
+            if self.grow:
+                self.s.add(_Free(99))
+            else:
+                self.s.discard(x)
+                self.s.add(_Free(98))
+
+
+class _Free:
+    """A journaled node whose parent link is cut (what `leave` takes), hashed by its id: the
+    set's table is laid out the same in both runs (an address hash would differ)."""
+
+    def __init__(self, nid):
+        self.id, self.parent = nid, None
+
+    def __hash__(self):
+        return self.id
+
+
+@pytest.mark.parametrize("grow", [True, False])
+def test_walk_journaled_agrees_when_leave_changes_the_set(mod, grow):
+    """walk_journaled reads an exact todo set off its table: a `leave` callback that changes the
+    set's size makes both forms raise the iterator's RuntimeError at the next item; one that
+    keeps it walks on the same way in both."""
+    def run(walk):
+        todo = {_Free(k) for k in range(4)}
+        leave = _Mutating(todo, grow)
+        try:
+            walk(todo, object(), set(), lambda x: None, leave)
+            err = None
+        except RuntimeError as e:
+            err = str(e)
+        return err, leave.calls
+
+    got, want = run(mod.walk_journaled), run(loops.PYTHON["walk_journaled"])
+    assert got == want
+    assert (want[0] is not None) == grow

@@ -398,3 +398,138 @@ def test_the_native_step_sees_a_class_changed_under_it():
     py, c = steps(False), steps(True)
     assert c == py
     assert ("report_breach", ("B", {}, "f")) in py
+
+
+@native
+def test_the_native_step_sees_a_bind_descriptor_become_a_data_descriptor():
+    """A class attribute `bind` of a mutable descriptor class that gains a __set__ later beats
+    the map's own `bind` in its dict from then on (Python's lookup asks the descriptor's type at
+    each read); the map type's version tag does not change, so the native step must not have
+    memoized "no data descriptor" for such a descriptor."""
+    def binds(use_native: bool) -> list:
+        log: list = []
+
+        class Desc:         # (a non-data descriptor until __set__ is added below)
+            def __get__(self, obj, tp=None):
+                return lambda name, fields: (log.append(("class_bind", name)), ((name, None),))[1]
+
+        spy = _Spy(1, log, collections.deque(maxlen=8))
+        spy._breaches, spy._quiet, spy._guard = False, None, None
+        spy._effect, spy._effect_on, spy._effect_due = None, frozenset(), False
+        spy.rmap = type("DescMap", (_Map,), {"bind": Desc()})(spy.rng, log, effect_due=False)
+        spy.rmap.__dict__["bind"] = lambda name, fields: (log.append(("own_bind", name)), None)[1]
+        native_step = StrictStep(spy, spy.rmap, {}, str, spy._cache, spy._history, quiet=None, guard=None,
+                                 effect=None, effect_on=frozenset(), effect_due=False, breaches=False,
+                                 synced_key=spy._synced_key, step_hooks=[], watch_hooks=[])
+        step = native_step if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
+        for i in range(4):
+            if i == 2:
+                Desc.__set__ = lambda self, obj, value: None
+            try:
+                step("RequestMatch", {"i": i})
+            except (Violation, ValueError, KeyError) as e:
+                log.append(repr(e))
+        return [e for e in log if e[0] in ("own_bind", "class_bind")]
+
+    py, c = binds(False), binds(True)
+    assert py == [("own_bind", "RequestMatch")] * 2 + [("class_bind", "RequestMatch")] * 2
+    assert c == py
+
+
+@native
+def test_the_native_step_sees_a_binding_written_by_the_release_of_the_last_one():
+    """The native step's last constants lookup is kept with the cache's version tag read right
+    after it: a finalizer run when it lets the previous binding go, writing the cache, makes the
+    next step look the key up again, and find what the finalizer wrote."""
+    seen: list = []
+
+    class Map:
+        synced_key = 0
+
+        def bind(self, name, fields):
+            return ((name, None),)
+
+        def sync(self):
+            return [], {}
+
+    class Mon:
+        def __init__(self):
+            self.rmap, self._cache, self._checked_C = Map(), {}, None
+
+        def constants(self):
+            return {"tag": "fresh"}
+
+        def _check_delta(self, name, fields, C, delta, acc):
+            seen.append(C["tag"])
+
+        def fail(self, *a):
+            raise AssertionError(a)
+
+    mon = Mon()
+
+    class Fin:
+        def __del__(self):
+            mon._cache[0] = {"tag": "C2"}
+
+    mon._cache[0] = {"tag": "C0", "fin": Fin()}
+    st = StrictStep(mon, mon.rmap, {}, str, mon._cache, collections.deque(maxlen=8), quiet=None, guard=None,
+                    effect=None, effect_on=frozenset(), effect_due=False, breaches=False, synced_key=True,
+                    step_hooks=[], watch_hooks=[])
+    st("A", {})
+    mon._cache[0] = {"tag": "C1"}   # (C0 stays alive: the step holds it as its last lookup's)
+    for _ in range(3):
+        st("A", {})
+    assert seen == ["C0", "C1", "C2", "C2"] and mon._cache[0]["tag"] == "C2"
+
+
+class _GetattributeMap(_Map):
+    """A map whose __getattribute__ serves its own `bind` (and counts the reads): the generic
+    lookup, which would find the dict's, is not how Python reads it."""
+
+    def __getattribute__(self, name):
+        if name == "bind":
+            log = object.__getattribute__(self, "log")
+            return lambda n, fields: (log.append(("getattribute_bind", n)), ((n, None),))[1]
+        return object.__getattribute__(self, name)
+
+
+@native
+@pytest.mark.parametrize("odd", ["getattribute", "non_str_keys"])
+def test_the_native_step_reads_odd_maps_as_python_does(odd):
+    """Maps and monitors the native step's reads at remembered dict entries must not be taken
+    in by: a map class serving `bind` through __getattribute__ while its dict holds one too,
+    and instance dicts holding a non-str key (another entry layout) while their attributes
+    change between steps."""
+    def steps(use_native: bool) -> list:
+        log: list = []
+        spy = _Spy(3, log, collections.deque(maxlen=8))
+        spy._breaches, spy._quiet, spy._guard = True, None, None
+        spy._effect, spy._effect_on, spy._effect_due = None, frozenset(), False
+        cls = _GetattributeMap if odd == "getattribute" else _Map
+        spy.rmap = cls(spy.rng, log, effect_due=False)
+        spy.rmap.__dict__["bind"] = lambda n, fields: (log.append(("own_bind", n)), ((n, None),))[1]
+        if odd == "non_str_keys":
+            spy.__dict__[7] = "seven"
+            spy.rmap.__dict__[(1, 2)] = "pair"
+        native_step = StrictStep(spy, spy.rmap, {}, str, spy._cache, spy._history, quiet=None, guard=None,
+                                 effect=None, effect_on=frozenset(), effect_due=False, breaches=True,
+                                 synced_key=spy._synced_key, step_hooks=[], watch_hooks=[])
+        step = native_step if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
+        for i in range(8):
+            if i == 4:      # (attributes read at remembered entries, moved: deleted and put back)
+                b = spy.rmap.__dict__.pop("breach")
+                spy.rmap.__dict__["breach"] = b
+                c = spy.__dict__.pop("_checked_C")
+                spy.__dict__["_checked_C"] = c
+            try:
+                step("RequestMatch", {"i": i})
+            except (Violation, ValueError, KeyError) as e:
+                log.append(repr(e))
+                if spy.tripped:
+                    break
+        return log
+
+    py, c = steps(False), steps(True)
+    assert c == py
+    expected = "getattribute_bind" if odd == "getattribute" else "own_bind"
+    assert (expected, "RequestMatch") in py

@@ -674,8 +674,13 @@ static PyObject *step_bind(StrictStep *st, PyObject *name, PyObject *fields) {
             PyObject *descr = _PyType_Lookup(tp, s_bind);      /* (borrowed) */
             if (descr == NULL || Py_TYPE(descr)->tp_descr_set == NULL) {
                 plain = 1;
-                /* (the tag the lookup gave the type, where it could: 0, no memo, where not) */
-                memo->plain = PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+                /* (the tag the lookup gave the type, where it could: 0, no memo, where not. The
+                 * type's tag covers what its MRO holds, not what the descriptor's own class
+                 * does: a class given a __set__ later, or the descriptor's __class__ replaced,
+                 * leaves the tag as it was, so only no descriptor, or one of an immutable type,
+                 * a function's, is memoized; another is asked again at each call) */
+                int fixed = descr == NULL || PyType_HasFeature(Py_TYPE(descr), Py_TPFLAGS_IMMUTABLETYPE);
+                memo->plain = fixed && PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
             }
         }
     }
@@ -738,10 +743,17 @@ static PyObject *step_constants(StrictStep *st, PyObject *key) {
     PyObject *C = Py_XNewRef(PyDict_GetItemWithError(cache, key));
 #ifdef HICACHE_HINTS
     if ((C != NULL || !PyErr_Occurred()) && fixed_key(key) && cache == st->cache) {
-        /* (the tag read after the lookup: a key's __eq__ that wrote the dict renewed it first) */
-        Py_XSETREF(st->last_key, Py_NewRef(key));
-        Py_XSETREF(st->last_C, Py_XNewRef(C));
-        st->last_version = ((PyDictObject *)cache)->ma_version_tag;
+        /* (the tag read right after the lookup, before anything else can run: a key's __eq__
+         * that wrote the dict renewed it first; and the old key and binding released only once
+         * the new ones and their tag are in place: a finalizer run by that release that writes
+         * the dict renews the tag after it was read, so the next step looks the key up again) */
+        uint64_t version = ((PyDictObject *)cache)->ma_version_tag;
+        PyObject *old_key = st->last_key, *old_C = st->last_C;
+        st->last_key = Py_NewRef(key);
+        st->last_C = Py_XNewRef(C);
+        st->last_version = version;
+        Py_XDECREF(old_key);
+        Py_XDECREF(old_C);
     }
 #endif
     Py_DECREF(cache);
