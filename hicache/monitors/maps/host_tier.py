@@ -458,13 +458,30 @@ def slot_in_one_owner_linear(C, s):
     bd = backup.d if type(backup) is Fcn else dict(enumerate(backup, 1))
     tree: dict = {}
     other: dict = {}
-    count_pages(tree, list(map(hd.__getitem__, range(min(s["len"], n_nodes)))), 1, None, 0)
-    count_pages(other, list(map(bd.__getitem__, range(n_nodes))), 1, None, 0)
+    count_pages(tree, _values_below(host, hd, min(s["len"], n_nodes)), 1, None, 0)
+    count_pages(other, _values_below(backup, bd, n_nodes), 1, None, 0)
     count_pages(other, s["pfSlot"], 1, None, 0)
     if slot_owner_breach(slot, range(1, len(slot) + 1), tree, other, {}) is not None:
         text, loc = spec._T_inv_SlotInOneOwner[0]
         return Failure("SlotInOneOwner", 1, text, loc)
     return None
+
+
+def _values_below(f, d: dict, k: int) -> list:
+    """The values of d (f's dict) at the keys 0..k-1, in some order: what count_pages
+    counts, which no order changes. d's values alone where f is a function whose keys are
+    exactly 0..len(d)-1 (KK_DENSE0) and those are 0..k-1, or 0..k with an int 0 (NoSlot,
+    which count_pages does not count) at k: the spare page `state` maps (len + 1 =
+    NNodes); otherwise read key by key (a KeyError where one is missing)."""
+    if type(f) is Fcn and f.kk is not None and f.kk & KK_DENSE0 and type(k) is int and k >= 0:
+        n = len(d)
+        if n == k:
+            return list(d.values())
+        if n == k + 1:
+            v = d[k]
+            if type(v) is int and v == 0:
+                return list(d.values())
+    return list(map(d.__getitem__, range(k)))
 
 
 def _in_tree(tree, node) -> bool:
