@@ -16,7 +16,7 @@ from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_work
 from hicache.protocol.vocabulary import HostTier as A
 from hicache.monitors.zoo import _close_quietly
 from hicache.tla.itf import decode, read_itf
-from hicache.tla.values import Fcn
+from hicache.tla.values import KK_DENSE0, KK_INT, Fcn
 
 W = WorkloadConfig(requests=25)
 
@@ -554,12 +554,42 @@ def test_linear_slot_in_one_owner_agrees_with_generated(tmp_path):
             n = rng.randrange(len(host))
             host[n] = rng.randrange(0, len(slot) + 1)
             variants.append(dict(s, host=Fcn(host)))
+            # ... and with the key kinds the map gives its functions (read by their values
+            # alone, `_values_below`), the spare page's slot included
+            variants.append(dict(s, host=Fcn(host, KK_INT | KK_DENSE0)))
+            backup = dict(s["backupOp"].d)
+            backup[rng.randrange(len(backup))] = rng.randrange(0, len(slot) + 1)
+            variants.append(dict(s, backupOp=Fcn(backup, KK_INT | KK_DENSE0)))
         for v in variants:
             want = host_tier.inv_SlotInOneOwner(C, v)
             got = slot_in_one_owner_linear(C, v)
             assert (want is None) == (got is None)
             checked += 1
     assert checked > 100
+
+
+def test_values_below_counts_what_a_read_key_by_key_counts():
+    """`_values_below` (the values alone, where the keys allow) counts as reading keys
+    0..k-1 one by one does, or fails as that does, on random functions over 0..n-1."""
+    from hicache.monitors.maps.host_tier import _values_below
+    from hicache.monitors.maps.loops import count_pages
+    rng = random.Random(11)
+    for _ in range(2000):
+        n = rng.randrange(0, 8)
+        d = {i: rng.choice((0, 0, 1, 2, 3, False, True, 0.0)) for i in range(n)}
+        f = Fcn(d, rng.choice((None, KK_INT, KK_INT | KK_DENSE0)))
+        k = rng.randrange(-1, n + 2)
+        try:
+            want: dict | None = {}
+            count_pages(want, [d[i] for i in range(k)], 1, None, 0)
+        except KeyError:
+            want = None
+        try:
+            got: dict | None = {}
+            count_pages(got, _values_below(f, d, k), 1, None, 0)
+        except KeyError:
+            got = None
+        assert got == want, (d, f.kk, k)
 
 
 def test_tree_write_through_prefix_equals_spec_on_a_chain():

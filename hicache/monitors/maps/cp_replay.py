@@ -86,6 +86,9 @@ class CPReplayMap:
     #: the rows of the last state built: (MaxLen, the shared all-NoPage row, chain -> (its page
     #: row, the pages it was built from)); what TypeOK is decided by on that state
     built: tuple = (0, None, {})
+    #: MaxLen positions of NoPage (position -> NoPage): what `state` copies each row from;
+    #: never handed out (a copy is)
+    _blank: dict = {}
 
     @property
     def invariant_overrides(self) -> dict:
@@ -201,8 +204,14 @@ class CPReplayMap:
         if longest > self.max_len:
             self.max_len = capacity(longest, self.max_len)
         L = self.max_len
+        # each row a copy of the all-NoPage row with the chain's pages written over its
+        # first positions: the same keys in the same order and the same values as `row`
+        # builds, at a fraction of its cost (a copy of a dict is one C-level block copy)
+        blank = self._blank
+        if len(blank) != L:
+            blank = self._blank = dict.fromkeys(range(L), NONE)
+        empty = Fcn(blank.copy(), KK_INT)
         rot, ln, page = [], [], []
-        empty = self.row((), L)
         built = {}
         # chains 1..n_chains in order: each variable is a sequence, the value mk_fcn makes of
         # a function on 1..n (a tuple; () for n = 0), built as one
@@ -213,7 +222,12 @@ class CPReplayMap:
             if pages:
                 # (a chain of no device page, a node whose copies left the device, has the
                 # all-NoPage row: the state's shared one, as its host row)
-                row = empty if pages.count(NONE) == len(pages) else self.row(pages, L)
+                if pages.count(NONE) == len(pages):
+                    row = empty
+                else:
+                    d = blank.copy()
+                    d.update(enumerate(pages))
+                    row = Fcn(d, KK_INT)
                 page.append(row)
                 built[c] = (row, pages)
             else:

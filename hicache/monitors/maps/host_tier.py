@@ -45,6 +45,7 @@ _SLOT_NAME = {
 _NAMES = [None] * (max(int(s) for s in HostSlotState) + 1)
 for _s, _n in _SLOT_NAME.items():
     _NAMES[int(_s)] = _n
+_IDLE = int(HostSlotState.IDLE)     # (the one state named "idle")
 
 #: events that name the node a request's lock now holds (field `node`)
 _MOVES_LOCK = frozenset({"RequestMatch", "DeviceInsert", "PrefetchFinish"})
@@ -314,54 +315,58 @@ class HostTierMap:
     # ------------------------------------------------------------ state
     def state(self) -> dict:
         c = self.cache
-        # the slot states as bytes: indexing them is far cheaper than a numpy array's
-        raw = c.host.state.tobytes() if c.host else b""
-        nslots = len(raw) if c.host else 1
-        slot = [_NAMES[b] for b in raw] if c.host else ["idle"]
         if c.host:
+            # the slot states as bytes: indexing them is far cheaper than a numpy array's
+            raw = c.host.state.tobytes()
+            slot = tuple(map(_NAMES.__getitem__, raw))
             # an IDLE slot missing from the free list is held by nobody yet never reusable
             # (hidden retention): the spec's "idle" means free, so it maps to "reserved"
+            # (only IDLE's byte is named "idle": the bytes count them)
             free = c.host.free_set()
-            if len(free) != slot.count("idle"):
-                for h, name in enumerate(slot):
-                    if name == "idle" and h not in free:
-                        slot[h] = "reserved"
-        slot = tuple(slot)
+            if len(free) != raw.count(_IDLE):
+                slot = tuple("reserved" if name == "idle" and h not in free else name
+                             for h, name in enumerate(slot))
+        else:
+            slot = ("idle",)
         rids = sorted(self.phase)
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
-        dev, host, stor, hits, backup, loadreq, parent = [], [], [], [], [], [], []
+        # a node's pages share its node-level values: those are kept once per node (`runs`
+        # gives each its page count) and spread over the pages when the functions are
+        # built; host and backupOp are per page (`node_slots`)
+        runs, dev, stor, hits, loadreq, host, backup, parent = [], [], [], [], [], [], [], []
         last_page: dict[int, int] = {}     # node id -> its last page's index (the tree's nodes)
         sync_backup = self.sync_backup
+        start = 0                          # the node's first page
+        loading = False                    # whether some node has a load's loadReq
         for x in c.tree.nodes():            # preorder: a parent's pages come before its children's
             p = x.parent
-            first_parent = last_page.get(p.id, -1) if p is not None else -1
-            d = x.device is not None
-            hs = x.host
-            pending = sync_backup.get(x.id)
+            n = x.n
             lq = 0
             if x.loading is not None:
                 # whatever the node's device state: a load whose device pages were dropped
                 # under it is still reading its host slots (PendingLoadLocked)
                 rid = getattr(x.loading, "rid", None)
                 lq = load_req(qidx.get(rid, 0), rid)
-            n, start = x.n, len(dev)
-            # a node's pages share its node-level values; page i's parent is page i-1
+                loading = loading or (lq != 0 and n != 0)
+            # page i's parent is page i-1
             if n:
-                parent.append(first_parent)
+                parent.append(last_page.get(p.id, -1) if p is not None else -1)
                 parent.extend(range(start, start + n - 1))
-            dev.extend([d] * n)
-            stor.extend([bool(x.stored)] * n)
-            hits.extend([min(x.hit_count, 2)] * n)
-            loadreq.extend([lq] * n)
-            hv, bv = node_slots(hs, pending, n, host_write_in_flight(x))
+            runs.append(n)
+            dev.append(x.device is not None)
+            stor.append(bool(x.stored))
+            hits.append(min(x.hit_count, 2))
+            loadreq.append(lq)
+            hv, bv = node_slots(x.host, sync_backup.get(x.id), n, host_write_in_flight(x))
             host.extend(hv)
             backup.extend(bv)
-            last_page[x.id] = len(dev) - 1
-        n = len(dev)
+            start += n
+            last_page[x.id] = start - 1
+        n = start
         # one spare node outside the tree (NNodes = len + 1): a locked prefix that left the
         # tree is then expressible (reqLen = len + 1) and NNodes >= 1 always holds
-        for lst, v in ((dev, False), (host, 0), (stor, False), (hits, 0), (backup, 0), (loadreq, 0)):
-            lst.append(v)
+        host.append(0)
+        backup.append(0)
         req, pfslot, pfabort, reqlen = [], [], [], []
         root = c.tree.root.id
         for rid in rids:
@@ -370,19 +375,21 @@ class HostTierMap:
             pfabort.append(False)
             reqlen.append(lock_len(self.req_node.get(rid), lambda nid: nid == root or nid in last_page, n))
         for op, orphan in self._prefetch_ops():
-            for h in op.slots:
-                req.append(prefetch_row(orphan, _in_tree(c.tree, op.anchor), n, pfslot, pfabort, reqlen, h))
+            if op.slots:
+                anchored = _in_tree(c.tree, op.anchor)
+                for h in op.slots:
+                    req.append(prefetch_row(orphan, anchored, n, pfslot, pfabort, reqlen, h))
         if not req:
             req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
         nq = len(req)
         # (loadDone is 0 everywhere, and so are backupOp and loadReq but while a copy or a
         # load runs: those share one function, built once; the lists hold ints only)
-        zeros = _fn0([0] * len(dev))
+        zeros = Fcn(dict.fromkeys(range(n + 1), 0), KK_INT | KK_DENSE0)
         return {
             "policy": str(c.cfg.write_policy), "len": n,
-            "dev": _fn0(dev), "host": _fn0(host), "stor": _fn0(stor), "hits": _fn0(hits),
-            "slot": slot if nslots else (), "backupOp": _zeros_or_fn0(backup, zeros),
-            "loadReq": _zeros_or_fn0(loadreq, zeros), "loadDone": zeros,
+            "dev": _spread(dev, runs, n, False), "host": _fn0(host), "stor": _spread(stor, runs, n, False),
+            "hits": _spread(hits, runs, n, 0), "slot": slot, "backupOp": _zeros_or_fn0(backup, zeros),
+            "loadReq": _spread(loadreq, runs, n, 0) if loading else zeros, "loadDone": zeros,
             "req": tuple(req), "reqLen": tuple(reqlen), "pfSlot": tuple(pfslot), "pfNode": (0,) * nq,
             "pfAbort": tuple(pfabort),
             "_parent": tuple(parent),
@@ -451,13 +458,30 @@ def slot_in_one_owner_linear(C, s):
     bd = backup.d if type(backup) is Fcn else dict(enumerate(backup, 1))
     tree: dict = {}
     other: dict = {}
-    count_pages(tree, list(map(hd.__getitem__, range(min(s["len"], n_nodes)))), 1, None, 0)
-    count_pages(other, list(map(bd.__getitem__, range(n_nodes))), 1, None, 0)
+    count_pages(tree, _values_below(host, hd, min(s["len"], n_nodes)), 1, None, 0)
+    count_pages(other, _values_below(backup, bd, n_nodes), 1, None, 0)
     count_pages(other, s["pfSlot"], 1, None, 0)
     if slot_owner_breach(slot, range(1, len(slot) + 1), tree, other, {}) is not None:
         text, loc = spec._T_inv_SlotInOneOwner[0]
         return Failure("SlotInOneOwner", 1, text, loc)
     return None
+
+
+def _values_below(f, d: dict, k: int) -> list:
+    """The values of d (f's dict) at the keys 0..k-1, in some order: what count_pages
+    counts, which no order changes. d's values alone where f is a function whose keys are
+    exactly 0..len(d)-1 (KK_DENSE0) and those are 0..k-1, or 0..k with an int 0 (NoSlot,
+    which count_pages does not count) at k: the spare page `state` maps (len + 1 =
+    NNodes); otherwise read key by key (a KeyError where one is missing)."""
+    if type(f) is Fcn and f.kk is not None and f.kk & KK_DENSE0 and type(k) is int and k >= 0:
+        n = len(d)
+        if n == k:
+            return list(d.values())
+        if n == k + 1:
+            v = d[k]
+            if type(v) is int and v == 0:
+                return list(d.values())
+    return list(map(d.__getitem__, range(k)))
 
 
 def _in_tree(tree, node) -> bool:
@@ -471,6 +495,22 @@ def _zeros_or_fn0(values: list, zeros):
     0. The lists `state` passes hold ints only (spec slots, request slots, ENDED_REQ: never a
     boolean, which `count(0)` would take for 0 where TLA+ tells FALSE from it)."""
     return zeros if values.count(0) == len(values) else _fn0(values)
+
+
+def _spread(values: list, runs: list, n: int, spare):
+    """_fn0 of the n pages' values and one more page's, `spare`: values[i] is node i's,
+    held by its runs[i] pages (sum(runs) = n). One value for every node (a run's stor,
+    FALSE everywhere) is one C-level build over the pages; `values` holds one type (no 1
+    beside a TRUE, which the count would take for equal)."""
+    if values and values.count(values[0]) == len(values):
+        d = dict.fromkeys(range(n), values[0])
+        d[n] = spare
+        return Fcn(d, KK_INT | KK_DENSE0)
+    pages = []
+    for v, k in zip(values, runs):
+        pages.extend([v] * k)
+    pages.append(spare)
+    return Fcn(dict(enumerate(pages)), KK_INT | KK_DENSE0)
 
 
 def _fn0(values: list):
