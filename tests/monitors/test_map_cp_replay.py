@@ -339,3 +339,19 @@ def test_the_incremental_map_reports_what_the_from_scratch_map_reports_at_the_sa
     want = {"offset": ("PositionOwner", 1), "leak": ("NoDoubleAllocation", 4),
             "use_after_free": ("NoDoubleAllocation", 2)}[case]
     assert all((prop, k) == want for _, _, prop, k in found), found
+
+
+def test_the_from_scratch_rows_are_each_states_own(tmp_path):
+    """Each state's rows are dicts of its own: writing one (as nothing should, but a check
+    that did) changes no later state: the all-NoPage row they are copied from is never
+    handed out."""
+    cache = make(cp=2)
+    ref = CPReplayMap(cache)
+    serve(cache, workload(0))
+    first = ref.state()
+    fresh = CPReplayMap(cache).state()
+    for row in (*first["page"], *first["host"]):
+        for k in list(row.d):
+            row.d[k] = -77
+    assert ref.state() == fresh
+    cache.close()

@@ -576,9 +576,14 @@ def test_values_below_counts_what_a_read_key_by_key_counts():
     rng = random.Random(11)
     for _ in range(2000):
         n = rng.randrange(0, 8)
-        d = {i: rng.choice((0, 0, 1, 2, 3, False, True, 0.0)) for i in range(n)}
-        f = Fcn(d, rng.choice((None, KK_INT, KK_INT | KK_DENSE0)))
-        k = rng.randrange(-1, n + 2)
+        kk = rng.choice((None, KK_INT, KK_INT | KK_DENSE0))
+        # (keys 0..n-1, or, where the kind does not claim them dense, some missing and one
+        # past them: as many keys as a dense function over 0..k-1 has, but not those keys)
+        keys = list(range(n)) if kk == KK_INT | KK_DENSE0 or rng.random() < 0.5 else \
+            [i for i in range(n) if rng.random() < 0.7] + [n + 3]
+        d = {i: rng.choice((0, 0, 1, 2, 3, False, True, 0.0)) for i in keys}
+        f = Fcn(d, kk)
+        k = rng.choice((len(d), len(d) - 1, rng.randrange(-1, n + 2)))
         try:
             want: dict | None = {}
             count_pages(want, [d[i] for i in range(k)], 1, None, 0)
@@ -1024,3 +1029,24 @@ def test_a_map_writing_booleans_for_slot_ids_fails_typeok(tmp_path, monkeypatch,
     # strict: at the event after which the map wrote it (the copy to host acknowledged);
     # sample mode (nothing drawn): at the cache check
     assert e.action == ("BackupFinish" if mode == "strict" else "cache_check")
+
+
+def test_hidden_retention_maps_only_the_retained_idle_slots_reserved():
+    """An IDLE slot missing from the free list (taken off it with no state change: held by
+    nobody, never reusable) maps to "reserved"; every IDLE slot still on the free list stays
+    "idle", and no other slot's name changes."""
+    policy, reqs = plan(0, W)
+    cache = make_cache(W, policy)
+    try:
+        run_workload(cache, reqs)
+        m = HostTierMap(cache)
+        before = m.state()["slot"]
+        idle = [h for h, name in enumerate(before) if name == "idle"]
+        assert len(idle) >= 2
+        taken = cache.host._pages.alloc(1)           # (the allocator's free list only)
+        assert taken and before[taken[0]] == "idle"
+        after = m.state()["slot"]
+        assert after[taken[0]] == "reserved"
+        assert [h for h in range(len(after)) if after[h] != before[h]] == taken
+    finally:
+        _close_quietly(cache)
