@@ -135,6 +135,11 @@ class _Loop:
         an element loop makes no readers (they are hoisted out of it)."""
         return None
 
+    def reads_no_ap(self) -> bool:
+        """Whether a `no_ap(x)` call may be fused_whole's `no_reader`: not in an element loop
+        (its readers are hoisted out of it)."""
+        return False
+
     def member_site(self) -> int | None:
         """The index of a new cache of a `'name' in skip` test (fused_whole's `member_at`), or
         None: an element loop tests no invariant's skip."""
@@ -237,6 +242,9 @@ def _value(loop: _Loop, node: ast.expr, out: list[str]) -> str:
         if len(args) == 1 and site is not None:
             # (a variable's reader made at every step: the last one this site made, while valid)
             out.append(f"{dst} = reader({fn[0]}, {args[0][0]}, &read_sites[{site}]);")
+        elif len(args) == 1 and isinstance(node.func, ast.Name) and node.func.id == "no_ap" and loop.reads_no_ap():
+            # (the reader of a variable no running conjunct reads: rt's no_ap's one answer)
+            out.append(f"{dst} = no_reader({fn[0]}, {args[0][0]});")
         elif len(args) == 1 and isinstance(node.func, ast.Name) and (d := loop.reader_at(node.func.id)) is not None:
             # (a function value's reader handed to the loop: the dict it reads, resolved once
             # per loop, or NULL and call1)
@@ -525,10 +533,8 @@ static Py_ALWAYS_INLINE inline PyObject *class_of(PyObject *x) {
     return PyObject_GetAttrString(x, "__class__");
 }
 
-/* whether x.__class__ is c (-1: an error, raised), as class_of reads it, with no reference
- * taken nor released where it is x's type (inlined: `x.__class__ is bool` and `is int` are
- * tested per dirty element and variable) */
-static Py_ALWAYS_INLINE inline int class_is(PyObject *x, PyObject *c) {
+/* class_is for an x whose type is none of int, bool and str (not inlined) */
+static int class_is_other(PyObject *x, PyObject *c) {
     PyTypeObject *t = Py_TYPE(x);
     if (%(plain)s || x == Py_None)
         return (PyObject *)t == c;
@@ -538,6 +544,19 @@ static Py_ALWAYS_INLINE inline int class_is(PyObject *x, PyObject *c) {
     int is = k == c;
     Py_DECREF(k);
     return is;
+}
+
+/* whether x.__class__ is c (-1: an error, raised), as class_of reads it, with no reference
+ * taken nor released where it is x's type (inlined: `x.__class__ is bool` and `is int` are
+ * tested per dirty element and variable). The three types the fast paths' values have are
+ * tested here, the other plain types apart: the compiler evaluates a chain of comparisons
+ * this short without branches, and it did so for all nine and None (~30 instructions a
+ * test, ~22k tests a kv_bytes replay's strict steps) */
+static Py_ALWAYS_INLINE inline int class_is(PyObject *x, PyObject *c) {
+    PyTypeObject *t = Py_TYPE(x);
+    if (t == &PyLong_Type || t == &PyBool_Type || t == &PyUnicode_Type)
+        return (PyObject *)t == c;
+    return class_is_other(x, c);
 }
 
 /* *v = the value of x, an exact int, and 1 when it fits 64 bits, else 0 (no error: x is an

@@ -75,6 +75,9 @@ class _Scope(_Loop):
         self.sites += 1
         return self.sites - 1
 
+    def reads_no_ap(self) -> bool:
+        return True
+
     def item_site(self) -> int:
         self.items += 1
         return self.items - 1
@@ -621,6 +624,9 @@ typedef struct {
 
 static ReadSite read_sites[N_SITES];
 static PyObject *rt_fast_ap, *fcn_type;
+/* rt's no_ap and what it returns for any value, rt._NO_READ (rt configures the C no_ap with
+ * it, and the Python one returns it), held for the module's life */
+static PyObject *rt_no_ap, *rt_no_read;
 static Py_ssize_t off_fcn_d = -1;       /* where an Fcn keeps its dict (its slot `d`), -1 if not */
 
 /* x's dict when x is exactly an Fcn (borrowed), else NULL */
@@ -654,6 +660,15 @@ static PyObject *reader(PyObject *f, PyObject *x, ReadSite *site) {
         Py_XDECREF(orr);
     }
     return r;
+}
+
+/* f(x) where the pass calls `no_ap(x)` at every step, once per variable its running conjuncts
+ * do not read (~7 a step): rt's no_read where f is rt's no_ap, which returns it for any x and
+ * does nothing else (a call through vectorcall each, before); any other f is called */
+static Py_ALWAYS_INLINE inline PyObject *no_reader(PyObject *f, PyObject *x) {
+    if (f == rt_no_ap)
+        return Py_NewRef(rt_no_read);
+    return call1(f, x);
 }
 
 /* A `C['name']` read's cache (one per such read in the pass, `item_at`): the exact dict it
@@ -858,9 +873,11 @@ PyMODINIT_FUNC PyInit_%(name)s(void) {
     PyObject *rt = PyImport_ImportModule("hicache.monitors.rt");
     if (rt == NULL) return NULL;
     rt_fast_ap = PyObject_GetAttrString(rt, "fast_ap");
+    rt_no_ap = PyObject_GetAttrString(rt, "no_ap");
+    rt_no_read = rt_no_ap == NULL ? NULL : PyObject_GetAttrString(rt, "_NO_READ");
     fcn_type = PyObject_GetAttrString(rt, "Fcn");
     Py_DECREF(rt);
-    if (rt_fast_ap == NULL || fcn_type == NULL) return NULL;
+    if (rt_fast_ap == NULL || fcn_type == NULL || rt_no_ap == NULL || rt_no_read == NULL) return NULL;
     if (PyType_Check(fcn_type)) {
         PyObject *name_d = PyUnicode_InternFromString("d");
         if (name_d == NULL) return NULL;

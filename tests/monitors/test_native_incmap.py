@@ -1981,6 +1981,62 @@ def test_a_whole_pass_lets_what_is_no_exception_through(mod):
     assert whole(C, {"f": f}, {"X": nothing, "Y": nothing, "Z": frozenset({2}), "W": nothing}) is True
 
 
+def _sample_no_reads(C, s, D, V=None, skip=frozenset()):
+    """A sample pass whose readers are no_ap's where V leaves their conjuncts out, and whose
+    loop applies the one it holds whichever it is."""
+    try:
+        _u0 = V is None or "f" in V
+        _a0 = fast_ap(s["f"]) if _u0 else no_ap(s["f"])
+        _a1 = no_ap(s["g"])
+        for e_X in it(D["X"]):
+            if not (_a0(e_X) != 3 and _a1(e_X) != 4):
+                raise FastPathFailed()
+        return True
+    except Exception:
+        return False
+
+
+def test_a_whole_pass_reads_no_ap_as_its_python(mod):
+    """The set-up's `no_ap(x)` is rt's no_ap's one answer, rt._NO_READ, with no call, where the
+    module's no_ap is rt's (fused_whole's no_reader); a module binding another no_ap has it
+    called, once a call, with what it returns applied: the pass decides as the Python does,
+    and calls that no_ap as often."""
+    import types
+    from hicache.monitors import fused_native, fused_whole, rt
+    from hicache.tla.values import Fcn
+    assert "no_reader(" in fused_whole.translate(_sample_no_reads)[0]
+    calls = []
+
+    def other_no_ap(f):
+        calls.append(f)
+        return f.d.get if type(f) is Fcn else rt._NO_READ
+
+    rng = random.Random(15)
+    for no_ap_of in (no_ap, rt.py_no_ap, other_no_ap):
+        # (a copy of the function reading this no_ap, as its module does: a pass is made once
+        # per function)
+        names = dict(_sample_no_reads.__globals__, no_ap=no_ap_of)
+        fn = types.FunctionType(_sample_no_reads.__code__, names, "inc_all", _sample_no_reads.__defaults__)
+        gen = _sample_module(fn)
+        gen.no_ap = no_ap_of
+        whole = fused_native.native_inc_all(gen)
+        assert type(whole).__name__ == "FusedPass"
+        seen = collections.Counter()
+        for _ in range(1500):
+            s = {v: Fcn({k: rng.choice([0, 3, 4]) for k in range(4) if rng.random() < 0.9}) if rng.random() < 0.9
+                 else rng.choice([(3, 4), None, 4]) for v in "fg"}
+            D = {"X": frozenset(rng.sample(range(4), rng.randint(0, 3)))}
+            V = rng.choice([None, frozenset(), frozenset({"f"}), {"g"}])
+            del calls[:]
+            want = fn({}, s, D, V)
+            called = list(calls)
+            del calls[:]
+            assert whole({}, s, D, V) is want, (no_ap_of, s, D, V)
+            assert calls == called
+            seen[want] += 1
+        assert seen[True] > 100 and seen[False] > 100, (no_ap_of, seen)
+
+
 _kept_readers: list = []
 
 
