@@ -589,6 +589,28 @@ def test_held_once_or_free_agrees_on_holders_in_page_order(mod, seed):
     assert mod.held_once_or_free([2, 1], {1: 1, 2: 0}, {1, 2}) is False
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_held_once_or_free_asks_a_free_set_of_collisions_and_dummies(mod, seed):
+    """The free set's membership read off the slot a page's hash starts at (set_has_small) on
+    sets whose pages collide in their tables (p and p + 32k), hold dummies (pages discarded),
+    TRUE for 1, 1.0 for 1, ints past one digit, NoPage (-1, whose hash is -2): as `in` decides."""
+    rng = random.Random(seed)
+    pool = [*range(-2, 40), *range(32, 200, 32), 2 ** 40, 2 ** 40 + 1]
+    free = set(rng.sample(pool, rng.randint(0, 30)))
+    for p in rng.sample(sorted(free), rng.randint(0, len(free))):
+        free.discard(p)      # (dummies where they were)
+    if rng.random() < 0.3:
+        free.add(rng.choice([True, 1.0, False]))
+    free = rng.choice([free, frozenset(free)])
+    pages = rng.sample(pool, rng.randint(0, 20))
+    holders = {p: rng.choice([0, 1]) for p in pool if rng.random() < 0.8}
+    _agree("held_once_or_free", mod, [pages, holders, free])
+    # (each page alone: the answer of `in` for each, both ways)
+    for p in pages:
+        _agree("held_once_or_free", mod, [[p], {p: 1}, free])
+        _agree("held_once_or_free", mod, [[p], {}, free])
+
+
 class _FreeSet(frozenset):
     """A free set whose `in` is its own (the C path takes only an exact set or frozenset)."""
     def __contains__(self, p):
@@ -614,6 +636,19 @@ def test_holder_counts_written_in_place_renew_the_tag(mod, seed):
     mod.count_pages(counts, pages, k, dirty, -1)
     assert _typed(counts) == _typed(want) and dirty == {p for p in pages if p != -1}
     _renewed_where_changed(tagged)
+    # (dirty pages holding some of the pages already, TRUE for 1, dummies where pages left:
+    # the pages the pass adds, as dirty.add adds them)
+    ds = rng.random()
+
+    def dirty():    # (made afresh for each side: a copy of a set has no dummies)
+        r = random.Random(ds)
+        start = set(r.sample(range(-1, 40), r.randint(0, 12))) | ({True} if seed % 3 == 0 else set())
+        for p in r.sample(sorted(start, key=repr), r.randint(0, len(start))):
+            start.discard(p)
+            if r.random() < 0.5:
+                start.add(p)
+        return start
+    _agree_made("count_pages", mod, lambda: [dict.fromkeys(range(8), 1), pages, k, dirty(), -1])
     case = _commit_case(rng, False)
     case[2] = dict.fromkeys(range(8), 0) | case[2]
     py = copy.deepcopy(case)

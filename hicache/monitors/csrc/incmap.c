@@ -231,6 +231,24 @@ static inline PyObject *items_next(Items *w) {
         w->set = NULL;
         return NULL;
     }
+#ifdef HICACHE_POS_ENTRIES
+    /* (3.11's set_next, the scan _PySet_NextEntry makes, inline: the table and mask read at each
+     * step as it reads them, each unused or dummy slot passed over. Why: the call's frame and
+     * its type test were as much again as the scan of a sparse table, at ~20k items a replay) */
+    PySetObject *so = (PySetObject *)w->set;
+    Py_ssize_t i = w->pos, mask = so->mask;
+    setentry *e = &so->table[i];
+    while (i <= mask && (e->key == NULL || e->key == _PySet_Dummy)) {
+        i++;
+        e++;
+    }
+    w->pos = i + 1;
+    if (i > mask) {
+        w->set = NULL;      /* (its end) */
+        return NULL;
+    }
+    return Py_NewRef(e->key);
+#else
     PyObject *key;
     Py_hash_t hash;
     if (_PySet_NextEntry(w->set, &w->pos, &key, &hash) <= 0) {
@@ -238,9 +256,35 @@ static inline PyObject *items_next(Items *w) {
         return NULL;
     }
     return Py_NewRef(key);
+#endif
 #else
     return NULL;
 #endif
+}
+
+/* p in so for an exact set or frozenset so and an exact int p of at most one digit of value v,
+ * decided off the slot its hash starts the probe at, as 3.11's set_lookkey decides it there:
+ * an unused slot (no key) ends the probe, not found (0); a slot holding p itself, or an exact
+ * int of p's hash and value (equal to p, as the comparison lookkey would make says, which runs
+ * no code), found (1); anything else, -2: the caller asks PySet_Contains (its full probe).
+ * Why: NoDoubleAllocation's test asks the free set about each dirty page, ~3.5k a replay, and
+ * the call's hashing and probe loop were ~65 instructions against this test's ~10; the holder
+ * counts' pass (count_pages_run) asks it of the dirty pages before adding a page, most of
+ * which the allocator's calls made dirty already. */
+static inline int set_has_small(PyObject *so, PyObject *p, long long v) {
+#ifdef HICACHE_POS_ENTRIES
+    PySetObject *s = (PySetObject *)so;
+    Py_hash_t h = v == -1 ? -2 : (Py_hash_t)v;
+    setentry *e = &s->table[(size_t)h & (size_t)s->mask];
+    long long kv;
+    if (e->key == NULL)
+        return 0;
+    if (e->hash == h && (e->key == p || (small_int(e->key, &kv) && kv == v)))
+        return 1;
+#else
+    (void)so; (void)p; (void)v;
+#endif
+    return -2;
 }
 
 /* The dealloc of this module's collected types (StepsTable, QuietProbe, LoadBind, Journaled):
@@ -917,7 +961,10 @@ static int count_pages_run(InPlace *ip, PyObject *pages, PyObject *k, PyObject *
                     ep->me_value = nv;
                     ip->k = pk;
                     Py_XSETREF(ip->prev, was);
-                    if (dirty != Py_None && PySet_Add(dirty, p) < 0)
+                    /* (dirty.add(p), passed over where dirty, an exact set, holds p already:
+                     * the add would find it and change nothing) */
+                    if (dirty != Py_None && !(PySet_CheckExact(dirty) && set_has_small(dirty, p, pk) == 1) &&
+                        PySet_Add(dirty, p) < 0)
                         rc = -1;
                 }
                 Py_DECREF(p);
@@ -1131,9 +1178,14 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
         /* (p in free: for an exact set or frozenset and an exact int p, its own lookup,
          * PySet_Contains, which `in` reaches through the sequence protocol's dispatch; a set p
          * (which `in` retries as a frozenset) or any other free as `in` decides it) */
-        int in_free = below != 0 || once < 0 ? -1
-                      : PyAnySet_CheckExact(free_) && PyLong_CheckExact(p) ? PySet_Contains(free_, p)
-                                                                           : PySequence_Contains(free_, p);
+        int in_free = -1;
+        long long pv;
+        if (below == 0 && once >= 0) {
+            if (!PyAnySet_CheckExact(free_) || !PyLong_CheckExact(p))
+                in_free = PySequence_Contains(free_, p);
+            else if (!small_int(p, &pv) || (in_free = set_has_small(free_, p, pv)) == -2)
+                in_free = PySet_Contains(free_, p);
+        }
         if (above < 0 || (above == 0 && below < 0) || (below == 0 && (once < 0 || in_free < 0)))
             err = 1;
         ok = !err && below == 0 && once != in_free;
