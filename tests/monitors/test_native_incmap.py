@@ -566,6 +566,98 @@ def test_held_once_or_free_agrees(mod, seed):
     assert mod.held_once_or_free([3], {}, frozenset()) is False            # lost: neither
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_held_once_or_free_agrees_on_holders_in_page_order(mod, seed):
+    """Holder counts laid out as the device-page map's (page p at entry p, read off it) and
+    otherwise (`_laid_out`), a free set, frozenset, subclass or list, and pages that are no
+    exact int (TRUE, 2.0, a frozenset; a set or a list: the counts' lookup's TypeError)."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 10)
+    s = rng.random()
+
+    def holders():
+        r = random.Random(s)
+        return dict.fromkeys(range(n), 0) | {p: r.choice([0, 1, 1, 2]) for p in range(n)} if seed % 2 else \
+            _laid_out(r, n, [0, 1, 1, 1, 2, -1, True])
+    free = rng.sample(range(n + 2), rng.randint(0, n + 2))
+    free = rng.choice([frozenset(free), set(free), _FreeSet(free), list(free)])
+    pages = rng.sample(range(n + 2), rng.randint(0, n + 2))
+    if seed % 5 == 4:
+        pages.insert(rng.randint(0, len(pages)), rng.choice([True, 2.0, frozenset({1}), {1}, [1]]))
+    _agree_made("held_once_or_free", mod, lambda: [list(pages), holders(), free])
+    assert mod.held_once_or_free([2, 1], {1: 1, 2: 0}, frozenset({2})) is True
+    assert mod.held_once_or_free([2, 1], {1: 1, 2: 0}, {1, 2}) is False
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_held_once_or_free_asks_a_free_set_of_collisions_and_dummies(mod, seed):
+    """The free set's membership read off the slot a page's hash starts at (set_has_small) on
+    sets whose pages collide in their tables (p and p + 32k), hold dummies (pages discarded),
+    TRUE for 1, 1.0 for 1, ints past one digit, NoPage (-1, whose hash is -2): as `in` decides."""
+    rng = random.Random(seed)
+    pool = [*range(-2, 40), *range(32, 200, 32), 2 ** 40, 2 ** 40 + 1]
+    free = set(rng.sample(pool, rng.randint(0, 30)))
+    for p in rng.sample(sorted(free), rng.randint(0, len(free))):
+        free.discard(p)      # (dummies where they were)
+    if rng.random() < 0.3:
+        free.add(rng.choice([True, 1.0, False]))
+    free = rng.choice([free, frozenset(free)])
+    pages = rng.sample(pool, rng.randint(0, 20))
+    holders = {p: rng.choice([0, 1]) for p in pool if rng.random() < 0.8}
+    _agree("held_once_or_free", mod, [pages, holders, free])
+    # (each page alone: the answer of `in` for each, both ways)
+    for p in pages:
+        _agree("held_once_or_free", mod, [[p], {p: 1}, free])
+        _agree("held_once_or_free", mod, [[p], {}, free])
+
+
+class _FreeSet(frozenset):
+    """A free set whose `in` is its own (the C path takes only an exact set or frozenset)."""
+    def __contains__(self, p):
+        return frozenset.__contains__(self, p) != (p == 0)
+
+
+@pytest.mark.skipif(not _TAGGED, reason="the version tag read as CPython 3.11 lays a dict out")
+@pytest.mark.parametrize("seed", range(30))
+def test_holder_counts_written_in_place_renew_the_tag(mod, seed):
+    """count_pages and commit_rows write a holder count in its entry where the counts are laid
+    out by page (the device-page map's): the same counts, dirty pages and state as the Python
+    loops, and the counts' version tag renewed once the call returns when a count changed."""
+    rng = random.Random(seed)
+    counts = dict.fromkeys(range(8), 0)
+    for p in counts:
+        counts[p] = rng.choice([0, 1, 2])
+    pages = tuple(rng.choice([-1, *range(10)]) for _ in range(rng.randint(0, 6)))
+    k = rng.choice([1, -1])
+    want = dict(counts)
+    loops.PYTHON["count_pages"](want, pages, k, set(), -1)
+    tagged = _tags([counts])
+    dirty = set()
+    mod.count_pages(counts, pages, k, dirty, -1)
+    assert _typed(counts) == _typed(want) and dirty == {p for p in pages if p != -1}
+    _renewed_where_changed(tagged)
+    # (dirty pages holding some of the pages already, TRUE for 1, dummies where pages left:
+    # the pages the pass adds, as dirty.add adds them)
+    ds = rng.random()
+
+    def dirty():    # (made afresh for each side: a copy of a set has no dummies)
+        r = random.Random(ds)
+        start = set(r.sample(range(-1, 40), r.randint(0, 12))) | ({True} if seed % 3 == 0 else set())
+        for p in r.sample(sorted(start, key=repr), r.randint(0, len(start))):
+            start.discard(p)
+            if r.random() < 0.5:
+                start.add(p)
+        return start
+    _agree_made("count_pages", mod, lambda: [dict.fromkeys(range(8), 1), pages, k, dirty(), -1])
+    case = _commit_case(rng, False)
+    case[2] = dict.fromkeys(range(8), 0) | case[2]
+    py = copy.deepcopy(case)
+    tagged = _tags([case[2]])
+    got = _outcome(mod.commit_rows, case)
+    assert _typed(got) == _typed(_outcome(loops.PYTHON["commit_rows"], py))
+    _renewed_where_changed(tagged)
+
+
 
 class _Row:
     """A stand-in for a row value (a function value: its dict as `d`), told apart by identity."""

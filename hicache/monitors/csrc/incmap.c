@@ -231,6 +231,24 @@ static inline PyObject *items_next(Items *w) {
         w->set = NULL;
         return NULL;
     }
+#ifdef HICACHE_POS_ENTRIES
+    /* (3.11's set_next, the scan _PySet_NextEntry makes, inline: the table and mask read at each
+     * step as it reads them, each unused or dummy slot passed over. Why: the call's frame and
+     * its type test were as much again as the scan of a sparse table, at ~20k items a replay) */
+    PySetObject *so = (PySetObject *)w->set;
+    Py_ssize_t i = w->pos, mask = so->mask;
+    setentry *e = &so->table[i];
+    while (i <= mask && (e->key == NULL || e->key == _PySet_Dummy)) {
+        i++;
+        e++;
+    }
+    w->pos = i + 1;
+    if (i > mask) {
+        w->set = NULL;      /* (its end) */
+        return NULL;
+    }
+    return Py_NewRef(e->key);
+#else
     PyObject *key;
     Py_hash_t hash;
     if (_PySet_NextEntry(w->set, &w->pos, &key, &hash) <= 0) {
@@ -238,9 +256,35 @@ static inline PyObject *items_next(Items *w) {
         return NULL;
     }
     return Py_NewRef(key);
+#endif
 #else
     return NULL;
 #endif
+}
+
+/* p in so for an exact set or frozenset so and an exact int p of at most one digit of value v,
+ * decided off the slot its hash starts the probe at, as 3.11's set_lookkey decides it there:
+ * an unused slot (no key) ends the probe, not found (0); a slot holding p itself, or an exact
+ * int of p's hash and value (equal to p, as the comparison lookkey would make says, which runs
+ * no code), found (1); anything else, -2: the caller asks PySet_Contains (its full probe).
+ * Why: NoDoubleAllocation's test asks the free set about each dirty page, ~3.5k a replay, and
+ * the call's hashing and probe loop were ~65 instructions against this test's ~10; the holder
+ * counts' pass (count_pages_run) asks it of the dirty pages before adding a page, most of
+ * which the allocator's calls made dirty already. */
+static inline int set_has_small(PyObject *so, PyObject *p, long long v) {
+#ifdef HICACHE_POS_ENTRIES
+    PySetObject *s = (PySetObject *)so;
+    Py_hash_t h = v == -1 ? -2 : (Py_hash_t)v;
+    setentry *e = &s->table[(size_t)h & (size_t)s->mask];
+    long long kv;
+    if (e->key == NULL)
+        return 0;
+    if (e->hash == h && (e->key == p || (small_int(e->key, &kv) && kv == v)))
+        return 1;
+#else
+    (void)so; (void)p; (void)v;
+#endif
+    return -2;
 }
 
 /* The dealloc of this module's collected types (StepsTable, QuietProbe, LoadBind, Journaled):
@@ -871,21 +915,21 @@ static int equals(PyObject *x, PyObject *k) {
     return PyObject_RichCompareBool(x, k, Py_EQ);
 }
 
-/* count_pages(counts, pages, k, dirty, none): counts[p] += k (from 0) for each p of the
- * sequence pages (None: none) that is not `none`, each added to dirty unless it is None. */
-static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("count_pages", n, 5))
-        return NULL;
-    PyObject *counts = a[0], *pages = a[1], *k = a[2], *dirty = a[3], *none = a[4];
-    if (check_type(counts, &PyDict_Type, "count_pages", "counts"))
-        return NULL;
-    if (dirty != Py_None && check_type(dirty, &PySet_Type, "count_pages", "dirty"))
-        return NULL;
+/* count_pages's work for the run ip of writes to counts (ip->d): counts[p] += k (from 0) for each
+ * p of the sequence pages (None: none) that is not `none`, each added to dirty unless it is
+ * None; 0, or -1 on an error. A count read off p's entry (pos_entry_at) is written back there,
+ * as in_place_set writes (the run's end, in_place_end, renews counts' tag): the device-page
+ * holder counts are keyed in the order the allocator first handed the pages out, page p at
+ * entry p nearly always. Why: the write through the API, ~110 instructions, probed the table
+ * again for the entry the read found, at each of ~3.5k counts a replay; the commit
+ * (commit_rows) keeps one run over all its chains, so the tag is renewed once a commit. */
+static int count_pages_run(InPlace *ip, PyObject *pages, PyObject *k, PyObject *dirty, PyObject *none) {
+    PyObject *counts = ip->d;
     if (pages == Py_None)
-        Py_RETURN_NONE;
+        return 0;
     PyObject *seq = PySequence_Fast(pages, "count_pages: pages must be a sequence");
     if (seq == NULL)
-        return NULL;
+        return -1;
     int rc = 0;
     long long nv_, kv;
     int nint = int_value(none, &nv_), kint = int_value(k, &kv);
@@ -899,12 +943,34 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         if (is_none < 0)
             rc = -1;
         else if (!is_none) {
-            /* (p hashed once for its read and write; the read off p's entry where it holds p:
-             * the device-page holder counts are `dict.fromkeys` of the pages, page p at entry p,
+            /* (p hashed once for its read and write; the read off p's entry where it holds p,
              * as pos_at_h reads a position, but absent here is a count of 0, not a KeyError) */
             Py_hash_t ph = key_hash(p);
             long long pk;
             PyObject *cur = NULL, *nv;
+#ifdef HICACHE_POS_ENTRIES
+            PyDictKeyEntry *ep;
+            if (ph != -1 && kint && PyDict_CheckExact(counts) && small_int(p, &pk) &&
+                (ep = pos_entry_at(counts, p, pk)) != NULL && int_value(ep->me_value, &cv)) {
+                /* (an exact int count in p's entry: the sum made in C and written there, as
+                 * in_place_set writes, the entry found once; making an int runs no code) */
+                if ((nv = PyLong_FromLongLong(cv + kv)) == NULL) {
+                    rc = -1;
+                } else {
+                    PyObject *was = ep->me_value;
+                    ep->me_value = nv;
+                    ip->k = pk;
+                    Py_XSETREF(ip->prev, was);
+                    /* (dirty.add(p), passed over where dirty, an exact set, holds p already:
+                     * the add would find it and change nothing) */
+                    if (dirty != Py_None && !(PySet_CheckExact(dirty) && set_has_small(dirty, p, pk) == 1) &&
+                        PySet_Add(dirty, p) < 0)
+                        rc = -1;
+                }
+                Py_DECREF(p);
+                continue;
+            }
+#endif
             if (ph != -1 && PyDict_CheckExact(counts) && small_int(p, &pk))
                 cur = pos_entry(counts, p, pk);
             if (cur == NULL && ph != -1)
@@ -929,7 +995,21 @@ static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         Py_DECREF(p);
     }
     Py_DECREF(seq);
-    if (rc < 0)
+    return rc;
+}
+
+/* count_pages(counts, pages, k, dirty, none): counts[p] += k (from 0) for each p of the
+ * sequence pages (None: none) that is not `none`, each added to dirty unless it is None. */
+static PyObject *count_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("count_pages", n, 5))
+        return NULL;
+    PyObject *counts = a[0], *dirty = a[3];
+    if (check_type(counts, &PyDict_Type, "count_pages", "counts"))
+        return NULL;
+    if (dirty != Py_None && check_type(dirty, &PySet_Type, "count_pages", "dirty"))
+        return NULL;
+    InPlace ip = {counts, -1, NULL};
+    if (in_place_end(&ip, count_pages_run(&ip, a[1], a[2], dirty, a[4])) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -1077,8 +1157,12 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
     PyObject *zero = PyLong_FromLong(0), *one = PyLong_FromLong(1), *p;
     int ok = zero != NULL && one != NULL, err = !ok;
     while (ok && (p = items_next(&w)) != NULL) {
-        /* (Python's order: k > 1, k < 0, then k == 1 against p in free, each only if needed) */
-        PyObject *k = count_of(holders, p, zero);
+        /* (Python's order: k > 1, k < 0, then k == 1 against p in free, each only if needed;
+         * k read off p's entry where it holds p, count_of_h: the holder counts are keyed in the
+         * order the pages were first handed out, page p at entry p nearly always, ~3.5k reads a
+         * replay, each a probe of the table of ~70 instructions against the entry's ~10) */
+        Py_hash_t ph = key_hash(p);
+        PyObject *k = ph == -1 ? NULL : count_of_h(holders, p, ph, zero);
         int above, below, once;
         long long kv;
         if (k != NULL && int_value(k, &kv)) {
@@ -1091,7 +1175,17 @@ static PyObject *held_once_or_free(PyObject *self, PyObject *const *a, Py_ssize_
             below = above != 0 ? above : PyObject_RichCompareBool(k, zero, Py_LT);
             once = below != 0 ? -1 : PyObject_RichCompareBool(k, one, Py_EQ);
         }
-        int in_free = below != 0 || once < 0 ? -1 : PySequence_Contains(free_, p);
+        /* (p in free: for an exact set or frozenset and an exact int p, its own lookup,
+         * PySet_Contains, which `in` reaches through the sequence protocol's dispatch; a set p
+         * (which `in` retries as a frozenset) or any other free as `in` decides it) */
+        int in_free = -1;
+        long long pv;
+        if (below == 0 && once >= 0) {
+            if (!PyAnySet_CheckExact(free_) || !PyLong_CheckExact(p))
+                in_free = PySequence_Contains(free_, p);
+            else if (!small_int(p, &pv) || (in_free = set_has_small(free_, p, pv)) == -2)
+                in_free = PySet_Contains(free_, p);
+        }
         if (above < 0 || (above == 0 && below < 0) || (below == 0 && (once < 0 || in_free < 0)))
             err = 1;
         ok = !err && below == 0 && once != in_free;
@@ -1302,9 +1396,10 @@ typedef struct {
 
 /* the writes commit_rows makes for one chain c of changed, new its (rot, pages); 0, or -1 on
  * an error (the order of loops.py's py_commit_rows: its reads, writes and calls) */
-static int commit_chain(PyObject *const *a, const Padding *padded, PyObject *c, PyObject *new, PyObject *unused,
-                        PyObject *const *seq0, PyObject **seq1, PyObject *dchains, PyObject *dpages) {
-    PyObject *rows = a[1], *holders = a[2], *page_rows = a[3], *empty = a[6], *none = a[8];
+static int commit_chain(PyObject *const *a, const Padding *padded, InPlace *hp, PyObject *c, PyObject *new,
+                        PyObject *unused, PyObject *const *seq0, PyObject **seq1, PyObject *dchains,
+                        PyObject *dpages) {
+    PyObject *rows = a[1], *page_rows = a[3], *empty = a[6], *none = a[8];
     PyObject *old = PyDict_GetItemWithError(rows, c);
     if (old == NULL && PyErr_Occurred())
         return -1;
@@ -1323,16 +1418,13 @@ static int commit_chain(PyObject *const *a, const Padding *padded, PyObject *c, 
     if (paged < 0)
         goto done;
     if (paged) {
+        /* (count_pages(holders, old_pages, -1, dpages, none), then the new pages' with 1: in
+         * the commit's run of writes to holders, hp) */
         PyObject *minus = PyLong_FromLong(-1);
-        PyObject *dec[] = {holders, old_pages, minus, dpages, none}, *inc[] = {holders, pages, one, dpages, none};
-        PyObject *x = minus == NULL ? NULL : count_pages(NULL, dec, 5);
+        int bad = minus == NULL || count_pages_run(hp, old_pages, minus, dpages, none) < 0;
         Py_XDECREF(minus);
-        if (x == NULL)
+        if (bad || count_pages_run(hp, pages, one, dpages, none) < 0)
             goto done;
-        Py_DECREF(x);
-        if ((x = count_pages(NULL, inc, 5)) == NULL)
-            goto done;
-        Py_DECREF(x);
         if (seq1[2] == NULL && (seq1[2] = edit_copy(seq0[2])) == NULL)
             goto done;
         int some = some_page(pages, none);
@@ -1416,10 +1508,12 @@ static PyObject *commit_rows_with(PyObject *const *a, const Padding *padded) {
         err = (seq0[k] = dict_at(s, vars[k])) == NULL;
     PyObject *c, *new;
     Py_ssize_t pos = 0, size = err ? 0 : PyDict_GET_SIZE(changed);
+    /* (the holder counts' writes of every chain, one run: holders' tag renewed once, below) */
+    InPlace hp = {a[2], -1, NULL};
     while (!err && PyDict_Next(changed, &pos, &c, &new)) {
         Py_INCREF(c);
         Py_INCREF(new);
-        err = commit_chain(a, padded, c, new, unused, seq0, seq1, dchains, dpages) < 0;
+        err = commit_chain(a, padded, &hp, c, new, unused, seq0, seq1, dchains, dpages) < 0;
         Py_DECREF(c);
         Py_DECREF(new);
         if (!err && PyDict_GET_SIZE(changed) != size) {     /* (as a dict's iterator refuses it) */
@@ -1427,6 +1521,7 @@ static PyObject *commit_rows_with(PyObject *const *a, const Padding *padded) {
             err = 1;
         }
     }
+    err = in_place_end(&hp, err ? -1 : 0) < 0;
     /* (each variable an entry was edited in: replaced by a tuple, its old value in the delta) */
     for (int k = 0; !err && k < 3; k++) {
         if (seq1[k] == NULL)
