@@ -663,12 +663,38 @@ static PyObject *reader(PyObject *f, PyObject *x, ReadSite *site) {
 }
 
 /* f(x) where the pass calls `no_ap(x)` at every step, once per variable its running conjuncts
- * do not read (~7 a step): rt's no_read where f is rt's no_ap, which returns it for any x and
- * does nothing else (a call through vectorcall each, before); any other f is called */
+ * do not read (~7 a step): rt_no_read where f is rt_no_ap, which returns it for any x and does
+ * nothing else (a call through vectorcall each, before); any other f is called. rt_no_ap is
+ * NULL (no f is it) unless no_reader_configure found rt's no_ap to be the native loops' one */
 static Py_ALWAYS_INLINE inline PyObject *no_reader(PyObject *f, PyObject *x) {
     if (f == rt_no_ap)
         return Py_NewRef(rt_no_read);
     return call1(f, x);
+}
+
+/* rt_no_ap and rt_no_read set where rt's no_ap is the native loops' no_ap (hicache.monitors.
+ * native's module, which rt configured with the value it returns: configure_readers takes that
+ * value once per process, so every call returns this one), the value asked of it once here;
+ * else left NULL (any other no_ap, a Python one whose answer a rebinding could change, is
+ * called at each read). 0, or -1 on an error */
+static int no_reader_configure(PyObject *rt) {
+    PyObject *f = PyObject_GetAttrString(rt, "no_ap");
+    PyObject *native = f == NULL ? NULL : PyImport_ImportModule("hicache.monitors.native");
+    PyObject *mod = native == NULL ? NULL : PyObject_CallMethod(native, "module", NULL);
+    PyObject *own = mod == NULL || mod == Py_None ? NULL : PyObject_GetAttrString(mod, "no_ap");
+    int rc = f == NULL || native == NULL || mod == NULL || (mod != Py_None && own == NULL) ? -1 : 0;
+    if (rc == 0 && own != NULL && f == own) {
+        rt_no_read = PyObject_CallOneArg(f, Py_None);
+        if (rt_no_read == NULL)
+            rc = -1;
+        else
+            rt_no_ap = Py_NewRef(f);
+    }
+    Py_XDECREF(own);
+    Py_XDECREF(mod);
+    Py_XDECREF(native);
+    Py_XDECREF(f);
+    return rc;
 }
 
 /* A `C['name']` read's cache (one per such read in the pass, `item_at`): the exact dict it
@@ -873,11 +899,12 @@ PyMODINIT_FUNC PyInit_%(name)s(void) {
     PyObject *rt = PyImport_ImportModule("hicache.monitors.rt");
     if (rt == NULL) return NULL;
     rt_fast_ap = PyObject_GetAttrString(rt, "fast_ap");
-    rt_no_ap = PyObject_GetAttrString(rt, "no_ap");
-    rt_no_read = rt_no_ap == NULL ? NULL : PyObject_GetAttrString(rt, "_NO_READ");
-    fcn_type = PyObject_GetAttrString(rt, "Fcn");
+    fcn_type = rt_fast_ap == NULL ? NULL : PyObject_GetAttrString(rt, "Fcn");
+    if (rt_fast_ap == NULL || fcn_type == NULL || no_reader_configure(rt) < 0) {
+        Py_DECREF(rt);
+        return NULL;
+    }
     Py_DECREF(rt);
-    if (rt_fast_ap == NULL || fcn_type == NULL || rt_no_ap == NULL || rt_no_read == NULL) return NULL;
     if (PyType_Check(fcn_type)) {
         PyObject *name_d = PyUnicode_InternFromString("d");
         if (name_d == NULL) return NULL;

@@ -1924,6 +1924,17 @@ class _SaysInt:
         return False
 
 
+class _IntSaysBool(int):
+    """An int subclass whose `__class__` says bool: not one of the exact types the class test
+    decides inline (its attribute is read, as for any other value)."""
+    __class__ = property(lambda self: bool)
+
+
+class _StrSaysInt(str):
+    """A str subclass whose `__class__` says int (see _IntSaysBool)."""
+    __class__ = property(lambda self: int)
+
+
 def _sample_fused(C, s, D, V=None, skip=frozenset()):
     try:
         _a0 = s["f"].__getitem__
@@ -1964,7 +1975,8 @@ def test_a_fused_pass_translates_as_its_python_decides(mod):
     whole = fused_native.native_inc_all(gen)
     assert type(whole).__name__ == "FusedPass"
     rng = random.Random(3)
-    values = [0, 1, 2, True, False, "ok", "no", None, 'qu"o\\te\u00e9\0', (1,), 1.5, _SaysInt()]
+    values = [0, 1, 2, True, False, "ok", "no", None, 'qu"o\\te\u00e9\0', (1,), 1.5, _SaysInt(), _IntSaysBool(0),
+              _StrSaysInt("")]
     seen = collections.Counter()
     for _ in range(3000):
         keys = list(range(6)) + ['qu"o\\te\u00e9\0']
@@ -2104,7 +2116,9 @@ def test_a_whole_pass_reads_no_ap_as_its_python(mod):
         return f.d.get if type(f) is Fcn else rt._NO_READ
 
     rng = random.Random(15)
-    for no_ap_of in (no_ap, rt.py_no_ap, other_no_ap):
+    # (calls.append: a builtin other than rt's no_ap, returning None, which no running conjunct
+    # reads: called as the Python calls it)
+    for no_ap_of in (no_ap, rt.py_no_ap, other_no_ap, calls.append):
         # (a copy of the function reading this no_ap, as its module does: a pass is made once
         # per function)
         names = dict(_sample_no_reads.__globals__, no_ap=no_ap_of)
@@ -3152,3 +3166,17 @@ def test_walk_journaled_agrees_when_leave_changes_the_set(mod, grow):
     got, want = run(mod.walk_journaled), run(loops.PYTHON["walk_journaled"])
     assert got == want
     assert (want[0] is not None) == grow
+
+
+def test_no_read_is_configured_once(mod):
+    """The native no_ap's answer is set once per process (the compiled fused passes take it
+    in place of its calls): configuring the same object again is allowed, another refused,
+    and no_ap still answers the first."""
+    from hicache.monitors import rt
+    if rt.no_ap is not mod.no_ap:
+        pytest.skip("rt reads through its Python no_ap")
+    mod.configure_readers(rt.Fcn, rt.py_fast_ap, rt._NO_READ, rt.seq_error)
+    with pytest.raises(RuntimeError, match="set once per process"):
+        mod.configure_readers(rt.Fcn, rt.py_fast_ap, lambda x: 4, rt.seq_error)
+    assert mod.no_ap(object()) is rt._NO_READ
+

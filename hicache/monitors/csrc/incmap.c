@@ -2610,12 +2610,18 @@ static PyTypeObject SeqReaderType = {
 
 /* configure_readers(Fcn, fast_ap, no_read, seq_error): the function value class, the
  * Python fast_ap (what serves for any value but a function or a tuple), what no_ap returns,
- * and what builds a sequence reader's EvalError (seq_error(x, seq)) */
+ * and what builds a sequence reader's EvalError (seq_error(x, seq)). no_read is set once per
+ * process (a later call must give the same object): the compiled fused passes ask no_ap for
+ * it once, when they load, and use it in place of its calls (fused_whole's no_reader) */
 static PyObject *configure_readers(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("configure_readers", n, 4))
         return NULL;
     if (!PyType_Check(a[0])) {
         PyErr_SetString(PyExc_TypeError, "configure_readers: Fcn must be a class");
+        return NULL;
+    }
+    if (no_read != NULL && a[2] != no_read) {
+        PyErr_SetString(PyExc_RuntimeError, "configure_readers: no_read is set once per process, to another object");
         return NULL;
     }
     if (str_d == NULL && ((str_d = PyUnicode_InternFromString("d")) == NULL ||
