@@ -367,6 +367,21 @@ def test_the_bugs_are_caught_the_same_with_either_step(bug, tmp_path, monkeypatc
     assert [getattr(c, f) for f in fields] == [getattr(py, f) for f in fields] and c.caught
 
 
+def _request_steps(step, spy, log: list, n: int, at: int, change) -> list:
+    """n RequestMatch events through `step`, `change()` made before the one numbered `at`;
+    each violation or error the step raised logged (and the run stopped once it tripped)."""
+    for i in range(n):
+        if i == at:
+            change()
+        try:
+            step("RequestMatch", {"i": i})
+        except (Violation, ValueError, KeyError) as e:
+            log.append(repr(e))
+            if spy.tripped:
+                break
+    return log
+
+
 @native
 def test_the_native_step_sees_a_class_changed_under_it():
     """The native step keeps, for each attribute it reads of its map and monitor, the type
@@ -383,17 +398,10 @@ def test_the_native_step_sees_a_class_changed_under_it():
                                  synced_key=spy._synced_key, step_hooks=[], watch_hooks=[])
         spy._native = native_step if use_native else None
         step = native_step if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
-        for i in range(6):
-            if i == 3:      # (the dict's None now shadowed by a data descriptor)
-                type(spy.rmap).breach = property(lambda self: ("B", {}, "f"),
-                                                 lambda self, value: self.__dict__.update(breach=value))
-            try:
-                step("RequestMatch", {"i": i})
-            except (Violation, ValueError, KeyError) as e:
-                log.append(repr(e))
-                if spy.tripped:
-                    break
-        return log
+        def shadow():       # (the dict's None now shadowed by a data descriptor)
+            type(spy.rmap).breach = property(lambda self: ("B", {}, "f"),
+                                             lambda self, value: self.__dict__.update(breach=value))
+        return _request_steps(step, spy, log, 6, 3, shadow)
 
     py, c = steps(False), steps(True)
     assert c == py
@@ -422,13 +430,9 @@ def test_the_native_step_sees_a_bind_descriptor_become_a_data_descriptor():
                                  effect=None, effect_on=frozenset(), effect_due=False, breaches=False,
                                  synced_key=spy._synced_key, step_hooks=[], watch_hooks=[])
         step = native_step if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
-        for i in range(4):
-            if i == 2:
-                Desc.__set__ = lambda self, obj, value: None
-            try:
-                step("RequestMatch", {"i": i})
-            except (Violation, ValueError, KeyError) as e:
-                log.append(repr(e))
+        def make_data_descriptor():
+            Desc.__set__ = lambda self, obj, value: None
+        _request_steps(step, spy, log, 4, 2, make_data_descriptor)
         return [e for e in log if e[0] in ("own_bind", "class_bind")]
 
     py, c = binds(False), binds(True)
@@ -515,19 +519,10 @@ def test_the_native_step_reads_odd_maps_as_python_does(odd):
                                  effect=None, effect_on=frozenset(), effect_due=False, breaches=True,
                                  synced_key=spy._synced_key, step_hooks=[], watch_hooks=[])
         step = native_step if use_native else (lambda a, f: runtime.Monitor._strict_step(spy, a, f))
-        for i in range(8):
-            if i == 4:      # (attributes read at remembered entries, moved: deleted and put back)
-                b = spy.rmap.__dict__.pop("breach")
-                spy.rmap.__dict__["breach"] = b
-                c = spy.__dict__.pop("_checked_C")
-                spy.__dict__["_checked_C"] = c
-            try:
-                step("RequestMatch", {"i": i})
-            except (Violation, ValueError, KeyError) as e:
-                log.append(repr(e))
-                if spy.tripped:
-                    break
-        return log
+        def move():         # (attributes read at remembered entries, moved: deleted and put back)
+            for d, name in ((spy.rmap.__dict__, "breach"), (spy.__dict__, "_checked_C")):
+                d[name] = d.pop(name)
+        return _request_steps(step, spy, log, 8, 4, move)
 
     py, c = steps(False), steps(True)
     assert c == py
