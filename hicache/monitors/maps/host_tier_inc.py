@@ -262,8 +262,9 @@ class IncrementalHostTierMap(HostTierMap):
         self.dirty_nodes: set = set()
         self.dirty_slots: set = set()
         self.dirty_reqs: set = set()
-        # the dict each sync returns, the one dict, holding the dirty sets above (each replaced
-        # in both at once) and the dirty requests or None (every request: len changed)
+        # the dict each sync returns, the one dict, holding the dirty sets above (each the map's
+        # one set for its life, emptied in place by each sync) and the dirty requests or None
+        # (every request: len changed)
         self.dirty = {"Nodes": self.dirty_nodes, "HSlots": self.dirty_slots, "Reqs": self.dirty_reqs}
         # whether `domains` under this map's own constants binding returns `dirty` itself
         # (the monitor then skips the call; see `domains`): when the last sync left len as it was
@@ -512,22 +513,31 @@ class IncrementalHostTierMap(HostTierMap):
 
         The delta lists (variable, key, old value) of every write (key None: a whole
         variable), so the states before this event can be rebuilt (`undo`)."""
-        self.delta = []
+        delta = self.delta = []        # (this sync's one delta list: nothing it calls rebinds it)
         if self.effect_due is not self._effect_unchanged:
             # (the last sync changed a node's values or a slot's state, or a node left: each
-            # write of changed, slots_changed or left sets effect_due, `_slots`, `_map_nodes`)
-            self.left, self.changed, self.slots_changed = [], {}, []
+            # write of changed, slots_changed or left sets effect_due, `_slots`, `_map_nodes`;
+            # each replaced only when filled: an empty one is as empty as a new one, and most
+            # such syncs follow one that changed a node's values and left no node nor slot)
+            if self.left:
+                self.left = []
+            if self.changed:
+                self.changed = {}
+            if self.slots_changed:
+                self.slots_changed = []
             self.effect_due = self._effect_unchanged
         # (the dirty sets are handed to the checks, which only read them and keep none past
-        # the step: a set the last sync left empty, most events' dirty slots or requests,
-        # serves as this sync's; a filled one is replaced by a new one)
+        # the step: each is the map's one set for its life, emptied in place, so `dirty`
+        # holds the same three always (Reqs: or None). Cleared, not replaced: a set has no
+        # free list, and a new one and the old one's release cost ~0.4M instructions a
+        # kv_bytes replay, most of it the request events' dirty row)
         dirty = self.dirty
         if self.dirty_nodes:
-            self.dirty_nodes = dirty["Nodes"] = set()
+            self.dirty_nodes.clear()
         if self.dirty_slots:
-            self.dirty_slots = dirty["HSlots"] = set()
+            self.dirty_slots.clear()
         if self.dirty_reqs:
-            self.dirty_reqs = set()
+            self.dirty_reqs.clear()
         c = self.cache
         states = self._states
         if states is not None:
@@ -540,8 +550,10 @@ class IncrementalHostTierMap(HostTierMap):
         L0 = self.L
         if self.journal or self.requeue:
             self._map_nodes()
-        if self.s["len"] != self.L:          # (_set_scalar's test, without its call at every event)
-            self._set_scalar("len", self.L)
+            # (L moves only in a re-mapping, whose _extend and _remove write it, so len, equal
+            # to L after every sync, is tested only after one: _set_scalar's test, without its call)
+            if self.s["len"] != self.L:
+                self._set_scalar("len", self.L)
         # request-side variables: rebuilt after a request event, or while a prefetch is in
         # flight or was at the last rebuild (its pseudo-requests read the tree and leave
         # when the prefetch table drops them, which a poll may do under any event)
@@ -556,7 +568,7 @@ class IncrementalHostTierMap(HostTierMap):
             # other values are all 0/FALSE (the common step: one C call, which writes `req`;
             # the others' rows change only with their number); else the full rebuild
             grew = None if inflight or self.pf_refs else \
-                _request_step(self.qtab, self.phase, self.req_node, self.by_id, c.tree.root.id, self.s, self.delta,
+                _request_step(self.qtab, self.phase, self.req_node, self.by_id, c.tree.root.id, self.s, delta,
                               self.dirty_reqs)
             if grew is None:
                 self._requests()
@@ -571,7 +583,7 @@ class IncrementalHostTierMap(HostTierMap):
         own = self.own_domains = self.L == L0
         dirty["Reqs"] = self.dirty_reqs if own else None
         # (dirty slots are spec slots, >= 1: NoSlot references are never counted)
-        return self.delta, dirty
+        return delta, dirty
 
     def _map_nodes(self) -> None:
         """Re-map every journaled or requeued node."""
@@ -625,7 +637,7 @@ class IncrementalHostTierMap(HostTierMap):
         binding of domains at least that large, this map's own (`constants`), every one is
         in its domain and the sets the sync built are handed on as they are, not copied nor
         searched (the checks only read them, and keep none past the step, after which the
-        next sync fills new ones, or ones still empty): the sync's
+        next sync empties them in place and fills them again): the sync's
         own dict itself, unless every request is to be checked (each sync says which, as
         `own_domains`: the monitor then takes the dict without this call); under a smaller
         binding they are filtered."""
