@@ -13,7 +13,7 @@ import pytest
 
 from hicache.monitors.maps.host_tier import HostTierMap
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.host_tier_inc import REQ_VARS, IncrementalHostTierMap
+from hicache.monitors.maps.host_tier_inc import NODE_VARS, REQ_VARS, IncrementalHostTierMap
 from hicache.monitors.runtime import Monitor, ProtocolViolation, VerifyConfig, undo
 from hicache.monitors.workload import WorkloadConfig, failing_copies, make_cache, plan, run_workload, serve_one
 from hicache.protocol.vocabulary import HostTier as A
@@ -149,6 +149,11 @@ def expected_dirty(before: dict, after: dict, keys0: list, keys1: list) -> dict:
     return {"Nodes": nodes, "HSlots": slots, "Reqs": reqs}
 
 
+#: the variables whose writes make a host slot dirty, and those that make a page dirty
+_SLOT_VARS = frozenset({"slot", "host", "backupOp", "pfSlot"})
+_PAGE_WRITES = frozenset(NODE_VARS) | {"len", "slot"}
+
+
 @pytest.mark.parametrize("seed", range(16))
 def test_dirty_elements_cover_every_change(seed):
     """The incremental checks are sound only if the map reports dirty every element whose
@@ -166,7 +171,13 @@ def test_dirty_elements_cover_every_change(seed):
         inc.bind(str(action), fields)
         if action == LOADER_EVENT:
             return
-        _, acc = inc.sync()
+        delta, acc = inc.sync()
+        # (each sync's dirty sets are its own: the map clears them in place at every sync, so a
+        # set left filled would carry an earlier event's elements into this one's checks; a
+        # sync that wrote no variable a slot's or a page's predicate reads reports none dirty)
+        wrote = {var for var, _, _ in delta}
+        assert not acc["HSlots"] or wrote & _SLOT_VARS, (action, sorted(acc["HSlots"]), sorted(wrote))
+        assert not acc["Nodes"] or wrote & _PAGE_WRITES, (action, sorted(acc["Nodes"]), sorted(wrote))
         # (what `domains` hands on unsearched under the map's own binding: every dirty
         # position one of its positions, every dirty request a row of its req)
         assert all(0 <= p < inc.cap for p in acc["Nodes"]), (action, sorted(acc["Nodes"]), inc.cap)
