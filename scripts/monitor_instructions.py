@@ -11,6 +11,7 @@ figures, `hicache bench monitors`.
         [--replays 2] [--limit 200]
         [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method] [--keep DIR]
     python scripts/monitor_instructions.py --whole --mode off|floor|sample_floor|sample|strict [--rate 0]
+        [--cache-sim [--ll-bytes 2097152]]
 
 prints one JSON object: instructions inside the monitors (their listeners, and cache checks
 not nested in one) over `--replays` replays, per replay and per listener call; with the
@@ -23,7 +24,17 @@ instructions, measured in the same run on calls of a function that does nothing:
 included): two modes' counts make a ratio that repeats to ~2 %, like the benchmark's
 scheduler-thread CPU ratio (the transfer threads' copies are not in it, so it reads higher
 than the wall-clock one; OpenMP's idle threads are made passive, `OMP_WAIT_POLICY=PASSIVE`,
-unless the environment sets it). Needs valgrind with its `valgrind/callgrind.h` header and a C
+unless the environment sets it).
+
+`--cache-sim` (with --whole) also runs callgrind's cache simulation and reports each replay's
+misses: L1 instruction, L1 data read and write, and last level, a cache of `--ll-bytes`
+(default 2 MiB, one core's L2 here: the 260 MiB L3 the cores share would hold all of a
+replay's data, so a last-level miss in this simulation is a reach past the core's own
+caches). They say why a mode's time grows faster than its instructions: the misses it adds
+(counted only; no prefetching nor out-of-order overlap is simulated, so they say where, not
+how long).
+
+Needs valgrind with its `valgrind/callgrind.h` header and a C
 compiler (a four-line library turns collection on and off around the monitors' code and
 dumps the calibrations apart: callgrind client requests, no-ops outside valgrind). Each run
 takes ~2.5 min here: valgrind runs the whole process, imports included, and instruments
@@ -270,12 +281,42 @@ def child(args: argparse.Namespace) -> None:
     Path(args.report).write_text(json.dumps(counts))
 
 
-def summary(path: Path) -> int:
-    """The instructions a callgrind output file counted (its `summary:` line)."""
+def totals(path: Path) -> dict[str, int]:
+    """Each event a callgrind output file counted, by its name (`events:` and `summary:`
+    lines): Ir, the instructions, always; with the cache simulation also its misses."""
+    names = values = None
     for line in path.read_text().splitlines():
-        if line.startswith("summary:"):
-            return int(line.split()[1])
-    raise ValueError(f"{path}: no summary line")
+        if line.startswith("events:"):
+            names = line.split()[1:]
+        elif line.startswith("summary:"):
+            values = [int(x) for x in line.split()[1:]]
+    # (callgrind's format leaves out a line's trailing zero counts: a calibration part that
+    # missed nothing in the last level has a shorter summary)
+    if names is None or values is None or not values or len(values) > len(names) or "Ir" not in names:
+        raise ValueError(f"{path}: no summary line (an events line, Ir among them, and a summary no longer)")
+    return dict(zip(names, values + [0] * (len(names) - len(values))))
+
+
+def summary(path: Path) -> int:
+    """The instructions a callgrind output file counted."""
+    return totals(path)["Ir"]
+
+
+#: --cache-sim's report: callgrind's miss events by what they count
+MISSES = {"I1mr": "L1_instruction", "D1mr": "L1_data_read", "D1mw": "L1_data_write",
+          "ILmr": "LL_instruction", "DLmr": "LL_data_read", "DLmw": "LL_data_write"}
+
+
+def simulated_caches(path: Path) -> dict[str, str]:
+    """The caches callgrind simulated (its `desc: I1 cache: ...` lines), as it names them."""
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("desc:") and " cache:" in line:
+            name, _, what = line[len("desc:"):].partition(" cache:")
+            out[name.strip()] = what.strip()
+        elif line.startswith(("events:", "summary:")):
+            break
+    return out
 
 
 def main() -> None:
@@ -305,6 +346,12 @@ def main() -> None:
                                    "CPSharding); cache checks then not collected")
     ap.add_argument("--within", help="only inside this function's calls made by the listener calls selected "
                                      "(module:function or module:Class.method, patched where it is looked up)")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="with --whole: also simulate the caches and report each replay's misses (L1 instruction, "
+                         "L1 data, last level), ~1.5x the run's time")
+    ap.add_argument("--ll-bytes", type=int, default=2 * 1024 * 1024,
+                    help="--cache-sim's last-level cache in bytes (16-way, 64-byte lines; default 2 MiB, the L2 "
+                         "of one core here; a power of two of at least 64 KiB)")
     ap.add_argument("--keep", metavar="DIR",
                     help="also copy the counted thread's callgrind output to DIR (its path is printed as `kept`): "
                          "`callgrind_annotate --inclusive=no FILE` then names the C functions the count went to")
@@ -318,6 +365,12 @@ def main() -> None:
     filters = {k: v for k, v in (("events", args.events), ("spec", args.spec), ("within", args.within)) if v}
     if args.whole and filters:
         sys.exit("monitor_instructions: --whole counts whole replays: no --events, --spec or --within")
+    if args.cache_sim and not args.whole:
+        sys.exit("monitor_instructions: --cache-sim counts whole replays: add --whole")
+    # (callgrind refuses a cache whose set count is not a power of two: said here, before
+    # minutes under valgrind)
+    if args.ll_bytes < 64 * 1024 or args.ll_bytes & (args.ll_bytes - 1):
+        sys.exit(f"monitor_instructions: --ll-bytes {args.ll_bytes}: a power of two of at least 65536")
     if args.rate is not None and (args.mode != "sample" or not 0.0 <= args.rate <= 1.0):
         sys.exit("monitor_instructions: --rate is sample mode's, between 0 and 1")
     if args.no_budget and args.mode != "sample":
@@ -337,7 +390,8 @@ def main() -> None:
         folder = Path(tmp)
         lib = build_toggle(folder)
         report = folder / "report.json"
-        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
+        sim = ["--cache-sim=yes", f"--LL={args.ll_bytes},16,64"] if args.cache_sim else []
+        cmd = ["valgrind", "--tool=callgrind", *sim, "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
                "--report", str(report), "--mode", args.mode, "--replay", args.replay, "--replays", str(args.replays),
                "--limit", str(args.limit),
@@ -362,7 +416,9 @@ def main() -> None:
         if len(main_thread) != 1 or any(len(p) != 1 for p in parts):
             sys.exit(f"monitor_instructions: expected one thread-1 output of each part, found "
                      f"{sorted(p.name for p in folder.glob('cg.*'))}")
-        n = summary(main_thread[0])
+        whole = totals(main_thread[0])
+        n = whole["Ir"]
+        caches = simulated_caches(main_thread[0]) if args.cache_sim else {}
         per_call, per_within = (summary(p[0]) / CALIBRATION_CALLS for p in parts)
         counts = json.loads(report.read_text())
         kept = {}
@@ -374,7 +430,12 @@ def main() -> None:
         print(json.dumps({"mode": args.mode, "replay": args.replay, "replays": args.replays, "requests": args.limit,
                           "whole": True,
                           **({"rate": args.rate} if args.rate is not None else {}),
-                          "instructions": n, "per_replay": n // max(args.replays, 1), **kept}))
+                          "instructions": n, "per_replay": n // max(args.replays, 1),
+                          **({"caches": caches,
+                              "misses_per_replay": {label: whole[e] // max(args.replays, 1)
+                                                    for e, label in MISSES.items() if e in whole}}
+                             if args.cache_sim else {}),
+                          **kept}))
         return
     if filters and not calls:
         sys.exit(f"monitor_instructions: no listener call matched {filters} (--events takes action names such "

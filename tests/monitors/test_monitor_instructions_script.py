@@ -36,6 +36,46 @@ def test_summary_reads_callgrinds_total_and_refuses_a_file_without_one(tmp_path)
         mod.summary(out)
 
 
+def test_totals_reads_each_event_of_a_cache_simulation_and_the_caches_simulated(tmp_path):
+    mod = _script()
+    out = tmp_path / "cg.1-01"
+    out.write_text("version: 1\ncreator: callgrind-3.19.0\n"
+                   "desc: I1 cache: 32768 B, 64 B, 8-way associative\n"
+                   "desc: D1 cache: 49152 B, 64 B, 12-way associative\n"
+                   "desc: LL cache: 2097152 B, 64 B, 16-way associative\n"
+                   "desc: Timerange: Basic block 1 - 2\n"
+                   "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n"
+                   "summary: 415 131 65 11 4 1 7 2 3\n")
+    got = mod.totals(out)
+    assert got == {"Ir": 415, "Dr": 131, "Dw": 65, "I1mr": 11, "D1mr": 4, "D1mw": 1, "ILmr": 7, "DLmr": 2, "DLmw": 3}
+    # (the instructions are the first event's, Ir, with or without the simulation)
+    assert mod.summary(out) == 415
+    assert mod.simulated_caches(out) == {"I1": "32768 B, 64 B, 8-way associative",
+                                         "D1": "49152 B, 64 B, 12-way associative",
+                                         "LL": "2097152 B, 64 B, 16-way associative"}
+    # each miss event the report names is one callgrind writes, each named once
+    assert set(mod.MISSES) <= set(got) and len(set(mod.MISSES.values())) == len(mod.MISSES)
+    # callgrind leaves out a summary's trailing zeros: they read as 0
+    out.write_text("events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\nsummary: 415 131 65 11\n")
+    assert mod.totals(out) == {"Ir": 415, "Dr": 131, "Dw": 65, "I1mr": 11, "D1mr": 0, "D1mw": 0, "ILmr": 0,
+                               "DLmr": 0, "DLmw": 0}
+    # a summary with more counts than events is refused, not read short
+    out.write_text("events: Ir I1mr\nsummary: 415 3 9\n")
+    with pytest.raises(ValueError, match="no summary"):
+        mod.totals(out)
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--cache-sim", "--mode", "strict"], "--cache-sim counts whole replays: add --whole"),
+    (["--whole", "--cache-sim", "--ll-bytes", "3000000"], "--ll-bytes 3000000: a power of two of at least 65536"),
+    (["--whole", "--cache-sim", "--ll-bytes", "32768"], "--ll-bytes 32768: a power of two of at least 65536"),
+])
+def test_the_cache_simulation_options_are_refused_before_valgrind_runs(argv, said):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert said in proc.stderr
+
+
 @needs_toggle
 @pytest.mark.parametrize("mode", ["strict", "sample"])
 def test_the_child_replays_with_the_monitors_wrapped_and_counts_their_calls(tmp_path, monkeypatch, mode):
