@@ -391,7 +391,8 @@ def main() -> None:
         lib = build_toggle(folder)
         report = folder / "report.json"
         sim = ["--cache-sim=yes", f"--LL={args.ll_bytes},16,64"] if args.cache_sim else []
-        cmd = ["valgrind", "--tool=callgrind", *sim, "--instr-atstart=no", "--collect-atstart=no", "--separate-threads=yes",
+        cmd = ["valgrind", "--tool=callgrind", *sim, "--instr-atstart=no", "--collect-atstart=no",
+               "--separate-threads=yes",
                f"--callgrind-out-file={folder}/cg.%p", sys.executable, __file__, "--child", "--lib", str(lib),
                "--report", str(report), "--mode", args.mode, "--replay", args.replay, "--replays", str(args.replays),
                "--limit", str(args.limit),
