@@ -272,10 +272,15 @@ def _binding_key(spec, raw: dict) -> tuple | None:
     return (spec, *items)
 
 
-def binding(spec, raw: dict) -> dict:
+_UNKEYED = object()     # binding's `key` not given: computed there
+
+
+def binding(spec, raw: dict, key=_UNKEYED) -> dict:
     """`spec.constants(raw)`, shared with every other monitor of the process that asked for
-    the same constants (read it, never write it)."""
-    key = _binding_key(spec, raw)
+    the same constants (read it, never write it). `key`: `_binding_key(spec, raw)`, when the
+    caller has it already (None: not shared)."""
+    if key is _UNKEYED:
+        key = _binding_key(spec, raw)
     if key is None:
         return spec.constants(raw)
     C = _BINDINGS.get(key)
@@ -753,13 +758,25 @@ class Monitor:
 
     def constants(self) -> dict:
         fast = self._constants_key
-        raw = None if fast is not None else self.rmap.constants()
-        key = fast() if fast is not None else tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
+        if fast is not None:
+            key = fast()
+            C = self._cache.get(key)
+            return C if C is not None else self._bound(key, self.rmap.constants(), _UNKEYED)
+        raw = self.rmap.constants()
+        # (a map with no constants key, sample mode's from-scratch ones: the process-wide
+        # binding's key is this monitor's too, one key built a call, not two (~14 us a call
+        # of a sample-mode replay's eight, each on a new monitor); a value no binding shares
+        # is keyed by its frozen form)
+        shared = _binding_key(self.spec, raw)
+        key = shared if shared is not None else tuple(sorted((k, _freeze(v)) for k, v in raw.items()))
         C = self._cache.get(key)
-        if C is None:
-            if len(self._cache) >= 64:       # bounded: each binding holds materialized sets
-                self._cache.pop(next(iter(self._cache)))
-            C = self._cache[key] = binding(self.spec, raw if raw is not None else self.rmap.constants())
+        return C if C is not None else self._bound(key, raw, shared)
+
+    def _bound(self, key, raw: dict, shared) -> dict:
+        """The binding of `raw` (`shared`: its binding key, or _UNKEYED), kept under `key`."""
+        if len(self._cache) >= 64:       # bounded: each binding holds materialized sets
+            self._cache.pop(next(iter(self._cache)))
+        C = self._cache[key] = binding(self.spec, raw, shared)
         return C
 
     # ------------------------------------------------------------ listener

@@ -82,3 +82,88 @@ def test_a_module_of_the_same_name_gets_its_own_binding(counted):
     a = runtime.binding(host_tier, _raw())
     b = runtime.binding(other, _raw())
     assert b is not a and b["edited"] and "edited" not in a
+
+
+def test_a_known_key_is_not_built_again_and_none_is_never_shared(counted):
+    key = runtime._binding_key(host_tier, _raw())
+    a = runtime.binding(host_tier, _raw(), key)
+    assert runtime.binding(host_tier, _raw()) is a and len(counted) == 1
+    # (None: the caller found the constants unshareable; built each time, kept nowhere)
+    b = runtime.binding(host_tier, _raw(), None)
+    assert b is not a and b == a and len(counted) == 2 and len(runtime._BINDINGS) == 1
+
+
+class _GivenConstants:
+    """A map whose constants are what a test sets (`raw`), with no constants key: a monitor
+    keys its own bindings by the constants themselves, as on sample mode's from-scratch maps."""
+    spec = host_tier
+    needs_prestate = False
+
+    def __init__(self, cache):
+        from hicache.monitors.maps.host_tier import HostTierMap
+        self._map = HostTierMap(cache)
+        self.raw = _raw()
+
+    def __getattr__(self, name):
+        return getattr(self._map, name)
+
+    def constants(self) -> dict:
+        return dict(self.raw)
+
+
+def test_a_monitors_own_bindings_tell_false_from_zero(counted, tmp_path):
+    """The monitor's own cache of bindings (what each of its checks asks first) is keyed as
+    the shared ones are: constants equal in Python but not in the spec (FALSE and 0, {TRUE}
+    and {1}) get their own binding, so the ASSUME a changed constant breaks is evaluated, not
+    skipped by a hit on the binding of the value it equals."""
+    from hicache.monitors.workload import WorkloadConfig, make_cache, plan
+    policy, _ = plan(1, WorkloadConfig(requests=4))
+    cache = make_cache(WorkloadConfig(requests=4), policy)
+    try:
+        rmap = _GivenConstants(cache)
+        mon = runtime.Monitor(rmap, runtime.VerifyConfig(mode="sample", sample_budget=None,
+                                                         violation_dir=str(tmp_path)))
+        assert not hasattr(rmap, "constants_key") and mon._constants_key is None
+        a = mon.constants()
+        assert mon.constants() is a and len(counted) == 1
+        rmap.raw = _raw(BugEvictDuringLoad=0)
+        with pytest.raises(ValueError, match="ASSUME"):
+            mon.constants()
+        rmap.raw = _raw(NNodes=9)
+        assert mon.constants()["Nodes"] == frozenset(range(9)) and len(counted) == 3
+        rmap.raw = _raw()
+        assert mon.constants() is a and len(counted) == 3
+    finally:
+        cache.close()
+
+
+def test_the_cp_maps_constants_key_names_what_their_constants_depend_on():
+    """CPReplayMap's `constants_key` (the from-scratch map's, which sample mode's monitor keys
+    its bindings by, and the incremental map's): over a replay whose chains and rows grow,
+    states whose key is equal have equal constants, and the key changed whenever they did."""
+    from hicache.monitors.maps.device_pages import DevicePagesMap
+    from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
+    policy, reqs = plan(3, WorkloadConfig(requests=40))
+    cache = make_cache(WorkloadConfig(requests=40), policy)
+    rmap = DevicePagesMap(cache)
+    seen: dict = {}
+    keys = []
+
+    def look(action, fields):
+        rmap.state()            # (the rows, and the capacities the constants read, brought up to date)
+        key, C = rmap.constants_key(), rmap.constants()
+        assert seen.setdefault(key, C) == C, (action, key)
+        keys.append(key)
+    cache.bus.subscribe(look)
+    try:
+        run_workload(cache, reqs)
+    finally:
+        cache.close()
+    # (the replay grew the chains past their first capacity: keys changed)
+    assert len(set(keys)) >= 2, keys
+    # each capacity the constants read moves the key on its own (a replay grows MaxLen
+    # with the chains, so each is moved here alone)
+    for attr in ("n_chains", "max_len"):
+        key, C = rmap.constants_key(), rmap.constants()
+        setattr(rmap, attr, getattr(rmap, attr) * 2)
+        assert rmap.constants() != C and rmap.constants_key() != key, attr

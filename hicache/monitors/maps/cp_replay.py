@@ -137,6 +137,12 @@ class CPReplayMap:
         return _bind_other(action, fields)
 
     # ------------------------------------------------------------ constants / state
+    def constants_key(self) -> tuple:
+        """What `constants()` depends on that can change (CP, LocalPages and PageSize are the
+        pool's, fixed): the monitor keeps its bindings by it, so a check builds no key of the
+        Chains set (~10 us a call)."""
+        return (self.n_chains, self.max_len)
+
     def constants(self) -> dict:
         return {"CP": self.cp, "LocalPages": self.local_pages, "PageSize": self.page_size,
                 "ArithPages": arith_pages(self.local_pages),

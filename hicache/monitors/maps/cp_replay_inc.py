@@ -206,9 +206,6 @@ class IncrementalRows:
     def reference_constants(self) -> dict:
         return self.constants()
 
-    def constants_key(self) -> tuple:
-        return (self.n_chains, self.max_len)
-
     def domains(self, C: dict, dirty: dict) -> dict:
         """The dirty chains and pages: the sets the sync built (not copied: the next sync
         builds new ones, the checks only read). Each dirty chain is one of this map's
