@@ -314,7 +314,7 @@ class Step:
     action: str
     args: dict
     state: dict | None        # mapped state after the event (None: not mapped, sample mode)
-    delta: list | None = None  # incremental maps: the writes of this event (undo rebuilds states)
+    delta: list | None = None  # incremental maps: the writes of this event, flat (undo rebuilds states)
     spec: str | None = None    # one spec step of an event that is several (its action)
 
 
@@ -1371,7 +1371,7 @@ def link(*monitors: Monitor) -> None:
 
 MISSING = object()     # in a delta: the key was not in the function's domain before
 
-_first = operator.itemgetter(0)    # a delta entry's variable
+_first = operator.itemgetter(0)    # (a pair's first item: a binding key's constant name)
 
 _clock = time.perf_counter        # the budget's clock: wall time, as the overhead it bounds
 
@@ -1384,11 +1384,20 @@ def snapshot(s: dict) -> dict:
     return {k: Fcn(dict(v.d)) if type(v) is Fcn else v for k, v in s.items()}
 
 
+def delta_entries(delta: list) -> list[tuple]:
+    """A delta's writes as (variable, key or None, old value) triples. A delta is flat, three
+    items a write in the order made (incmap.c's `record`, the maps' `extend`): no tuple of
+    its own per entry, as thousands of them a replay live as long as their step's history."""
+    return list(zip(delta[0::3], delta[1::3], delta[2::3]))
+
+
 def undo(s: dict, delta: list) -> dict:
-    """The state before `delta` (a list of (variable, key or None, old value)) was applied
-    to state `s`, as a new snapshot (key None: the whole variable's old value)."""
+    """The state before `delta` (flat: variable, key or None, old value, for each write in
+    turn; `delta_entries`) was applied to state `s`, as a new snapshot (key None: the whole
+    variable's old value)."""
     out = snapshot(s)
-    for var, key, old in reversed(delta):
+    for i in range(len(delta) - 3, -1, -3):
+        var, key, old = delta[i], delta[i + 1], delta[i + 2]
         if key is None:
             if old is MISSING:
                 out.pop(var, None)

@@ -175,7 +175,7 @@ def test_dirty_elements_cover_every_change(seed):
         # (each sync's dirty sets are its own: the map clears them in place at every sync, so a
         # set left filled would carry an earlier event's elements into this one's checks; a
         # sync that wrote no variable a slot's or a page's predicate reads reports none dirty)
-        wrote = {var for var, _, _ in delta}
+        wrote = set(delta[0::3])       # (a delta is flat: variable, key, old value a write)
         assert not acc["HSlots"] or wrote & _SLOT_VARS, (action, sorted(acc["HSlots"]), sorted(wrote))
         assert not acc["Nodes"] or wrote & _PAGE_WRITES, (action, sorted(acc["Nodes"]), sorted(wrote))
         # (what `domains` hands on unsearched under the map's own binding: every dirty

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 14
+#define ABI_VERSION 15
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -295,34 +295,22 @@ static void gc_dealloc(PyObject *self) {
     PyObject_GC_Del(self);
 }
 
-/* o is no object the collector tracks nor ever will: one of a type it never tracks (tested
- * inline by the type's flag: a str, an int, a bool, None, nearly every delta entry's items),
- * or an exact tuple it untracked (whose items are fixed: it stays untracked). Not "untracked
- * now" in general: a dict starts untracked while it holds no container and is tracked once it
- * does, so a delta entry untracked on its word could later close a cycle the collector never
- * sees (CPython's own rule, _PyTuple_MaybeUntrack, trusts only these two cases too). */
-static inline int untracked(PyObject *o) {
-    return !PyType_IS_GC(Py_TYPE(o)) || (PyTuple_CheckExact(o) && !PyObject_GC_IsTracked(o));
-}
-
-/* delta.append((var, key, old)) (the tuple filled in place: PyTuple_Pack's variadic loop cost
- * as much again as the allocation, at every delta-recorded write). A tuple none of whose items
- * the collector tracks (a name, a position, an int or bool value: nearly every entry) is
- * untracked at once, as the collector's own first pass over it would do
- * (_PyTuple_MaybeUntrack): such a tuple can be in no cycle, and the delta's thousands of them
- * a replay were traversed by every young collection they lived through before that. */
+/* A delta-recorded write: var, key and old appended to the delta, which is flat (three items an
+ * entry, no tuple of its own: the ~11k entries of a strict replay, each kept until its step
+ * leaves the history, were as many tuples allocated and released, ~2M instructions a replay).
+ * All three or none: an append that fails (memory) takes back the ones before it, so the delta
+ * stays whole entries (undo reads it three items at a time), as a Python `extend` of the
+ * three leaves it. */
 static inline int record(PyObject *delta, PyObject *var, PyObject *key, PyObject *old) {
-    PyObject *t = PyTuple_New(3);
-    if (t == NULL)
-        return -1;
-    PyTuple_SET_ITEM(t, 0, Py_NewRef(var));
-    PyTuple_SET_ITEM(t, 1, Py_NewRef(key));
-    PyTuple_SET_ITEM(t, 2, Py_NewRef(old));
-    if (untracked(var) && untracked(key) && untracked(old))
-        PyObject_GC_UnTrack(t);
-    int rc = PyList_Append(delta, t);
-    Py_DECREF(t);
-    return rc;
+    Py_ssize_t n = PyList_GET_SIZE(delta);
+    if (PyList_Append(delta, var) == 0 && PyList_Append(delta, key) == 0 && PyList_Append(delta, old) == 0)
+        return 0;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyList_SetSlice(delta, n, PY_SSIZE_T_MAX, NULL) < 0)
+        PyErr_Clear();      /* (a shrink that fails: the append's own error is the one raised) */
+    PyErr_Restore(type, value, tb);
+    return -1;
 }
 
 /* A run of writes to one dict of positions d (a map's function of positions) by one loop:
@@ -472,7 +460,7 @@ static int add_ref(InPlace *rp, PyObject *slots, PyObject *h, long k) {
 }
 
 /* d[key] = v unless old (d[key] as read before) is the same value, the write recorded as
- * (var, key, old) and key added to dirty (when dirty is not NULL); 1 when it wrote, 0 when
+ * var, key, old (`record`) and key added to dirty (when dirty is not NULL); 1 when it wrote, 0 when
  * not, -1 on an error; key's hash: hash, -1 when unknown; d the run ip's (in_place_set). */
 static inline int write_if_changed_h(InPlace *ip, PyObject *key, Py_hash_t hash, PyObject *old, PyObject *v,
                                      PyObject *var, PyObject *delta, PyObject *dirty) {
@@ -2821,34 +2809,30 @@ static PyObject *first_where(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return finish(it, err, out, NULL, NULL, NULL);
 }
 
-/* variables_of(delta): the set of e[0] for each entry e of delta (a sync's writes, each
- * (variable, key, old value): the variables it wrote). An entry whose first item is the very
- * object the entry before it had is not added again (a run of one variable's writes). */
+/* variables_of(delta): the set of the variables a sync's delta wrote, delta[0::3] (a delta is
+ * flat: variable, key, old value, then the next write's, `record`). A variable that is the very
+ * object the entry before named is not added again (a run of one variable's writes). */
 static PyObject *variables_of(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("variables_of", n, 1))
         return NULL;
-    /* (an exact list, a delta, indexed as its iterator walks it: no iterator made) */
-    PyObject *delta = a[0], *it = PyList_CheckExact(delta) ? NULL : PyObject_GetIter(delta);
-    if (it == NULL && !PyList_CheckExact(delta))
+    if (!PyList_CheckExact(a[0]) && !PyTuple_CheckExact(a[0])) {
+        PyErr_Format(PyExc_TypeError, "variables_of: a delta is a list or a tuple, not %.100s", Py_TYPE(a[0])->tp_name);
         return NULL;
-    PyObject *zero = PyLong_FromLong(0), *out = PySet_New(NULL), *last = NULL, *e;
-    int err = zero == NULL || out == NULL;
-    for (Py_ssize_t i = 0; !err; i++) {
-        if (it != NULL)
-            e = PyIter_Next(it);
-        else
-            e = i < PyList_GET_SIZE(delta) ? Py_NewRef(PyList_GET_ITEM(delta, i)) : NULL;
-        if (e == NULL)
-            break;
-        /* (e[0]: a tuple's first item read directly, anything else as Python indexes it) */
-        PyObject *v = PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) > 0 ? Py_NewRef(PyTuple_GET_ITEM(e, 0))
-                                                                         : PyObject_GetItem(e, zero);
-        err = v == NULL || (v != last && PySet_Add(out, v) < 0);
-        Py_XSETREF(last, v);
-        Py_DECREF(e);
     }
-    Py_XDECREF(last);
-    return finish(it, err, out, zero, NULL, NULL);
+    PyObject *delta = a[0], *out = PySet_New(NULL), *last = NULL;
+    if (out == NULL)
+        return NULL;
+    /* (the size read at each entry: adding to the set runs no Python code, but a list is read
+     * as it is) */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(delta); i += 3) {
+        PyObject *v = PySequence_Fast_GET_ITEM(delta, i);
+        if (v != last && PySet_Add(out, v) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        last = v;
+    }
+    return out;
 }
 
 /* nodes_at(keys, positions, L): the set of keys[p][0] for each p of positions with p < L. */
@@ -5238,9 +5222,7 @@ static PyObject *request_step(PyObject *self, PyObject *const *a, Py_ssize_t n) 
         if (PyList_GET_SIZE(changed) > 0 || nq != n0) {
             for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(changed); i++)
                 err = PySet_Add(dirty, PyList_GET_ITEM(changed, i)) < 0;
-            PyObject *entry = err ? NULL : PyTuple_Pack(3, s_req, Py_None, old);
-            err = entry == NULL || PyList_Append(delta, entry) < 0 || PyDict_SetItem(s, s_req, req) < 0;
-            Py_XDECREF(entry);
+            err = err || record(delta, s_req, Py_None, old) < 0 || PyDict_SetItem(s, s_req, req) < 0;
         }
         out = err ? NULL : PyBool_FromLong(nq != n0);
         Py_DECREF(req);
@@ -5747,7 +5729,7 @@ static PyMethodDef methods[] = {
     {"slot_changes", (PyCFunction)(void (*)(void))slot_changes, METH_FASTCALL,
      "changed slots' names and dirty spec slots; the set of nodes holding them"},
     {"variables_of", (PyCFunction)(void (*)(void))variables_of, METH_FASTCALL,
-     "the set of each delta entry's first item"},
+     "the set of the variables a (flat) delta wrote, delta[0::3]"},
     {"first_where", (PyCFunction)(void (*)(void))first_where, METH_FASTCALL,
      "the first position whose value's truth is the one asked, or None"},
     {"first_not_in_state", (PyCFunction)(void (*)(void))first_not_in_state, METH_FASTCALL,

@@ -132,12 +132,12 @@ class IncrementalRows:
             # (every page: the moved ones among them, each a page id)
             dirty_chains, dirty_pages = set(range(1, n + 1)), set(self.pids)
         if free_changed:
-            delta.append(("free", None, old_free))
+            delta.extend(("free", None, old_free))
             s["free"] = free
             if old_free is not MISSING and moved is None:
                 dirty_pages |= old_free ^ free
         if "mixed" not in s:
-            delta.append(("mixed", None, MISSING))
+            delta.extend(("mixed", None, MISSING))
             s["mixed"] = False
         return delta, {"Chains": dirty_chains, "PageIds": dirty_pages}
 
@@ -174,7 +174,7 @@ class IncrementalRows:
             else:
                 vals["page"][c - 1] = empty
         for var in ROW_VARS:
-            delta.append((var, None, s.get(var, MISSING)))
+            delta.extend((var, None, s.get(var, MISSING)))
             s[var] = tuple(vals[var])
 
     def _empty_row(self, L: int):

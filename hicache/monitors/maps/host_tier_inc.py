@@ -321,7 +321,7 @@ class IncrementalHostTierMap(HostTierMap):
     def _set_scalar(self, var: str, v) -> None:
         old = self.s.get(var, _MISSING)
         if old is _MISSING or old != v:
-            self.delta.append((var, None, old))
+            self.delta.extend((var, None, old))
             self.s[var] = v
 
     # ------------------------------------------------------------ positions
@@ -338,7 +338,7 @@ class IncrementalHostTierMap(HostTierMap):
             v = SPARE[var]
             for q in range(self.cap, cap):
                 d[q] = v
-                delta.append((var, q, _MISSING))
+                delta.extend((var, q, _MISSING))
         self.dirty_nodes.update(range(self.cap, cap))     # new elements: checked once
         self.cap = cap
         self.synced_key = self.constants_key()
@@ -434,7 +434,7 @@ class IncrementalHostTierMap(HostTierMap):
                 # one-to-one, so each slot of hs changed name and `slot` differs: _set_scalar's
                 # write without its comparison of the whole tuple)
                 s = self.s
-                self.delta.append(("slot", None, s["slot"]))
+                self.delta.extend(("slot", None, s["slot"]))
                 s["slot"] = tuple(self.slot_names)
             return
         self._hidden_retention(raw, hs)
@@ -511,8 +511,9 @@ class IncrementalHostTierMap(HostTierMap):
     def sync(self) -> tuple[list, dict]:
         """Bring the mapped state up to date; returns (delta, dirty elements per domain).
 
-        The delta lists (variable, key, old value) of every write (key None: a whole
-        variable), so the states before this event can be rebuilt (`undo`)."""
+        The delta holds variable, key, old value of every write in turn (flat, three items a
+        write; key None: a whole variable), so the states before this event can be rebuilt
+        (`undo`)."""
         delta = self.delta = []        # (this sync's one delta list: nothing it calls rebinds it)
         if self.effect_due is not self._effect_unchanged:
             # (the last sync changed a node's values or a slot's state, or a node left: each

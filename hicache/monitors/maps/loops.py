@@ -41,7 +41,7 @@ def py_fill(d: dict, pos: list, v, var: str, delta: list, dirty: set) -> None:
         old = d[p]
         if old is v or old == v and type(old) is tv:
             continue
-        delta.append((var, p, old))
+        delta.extend((var, p, old))
         d[p] = v
         dirty.add(p)
 
@@ -51,7 +51,7 @@ def py_move(d: dict, origin: dict, var: str, delta: list) -> None:
     for q, src in origin.items():
         old, v = d[q], d[src]
         if old is not v and not (old == v and type(old) is type(v)):
-            delta.append((var, q, old))
+            delta.extend((var, q, old))
             d[q] = v
 
 
@@ -60,7 +60,7 @@ def py_spare(d: dict, lo: int, hi: int, v, var: str, delta: list) -> None:
     for q in range(lo, hi):
         old = d[q]
         if old is not v and not (old == v and type(old) is type(v)):
-            delta.append((var, q, old))
+            delta.extend((var, q, old))
             d[q] = v
 
 
@@ -81,7 +81,7 @@ def py_write_slots(d: dict, pos: list, values, var: str, refs: dict, delta: list
     for p, v in zip(pos, values):
         old = d[p]
         if old != v:
-            delta.append((var, p, old))
+            delta.extend((var, p, old))
             d[p] = v
             dirty.add(p)
             if old:
@@ -171,7 +171,7 @@ def py_commit_rows(changed: dict, rows: dict, holders: dict, page_rows: dict, s:
                 seq1[k][i] = v
     for var, was, edited in zip(("rot", "len", "page"), seq0, seq1):
         if edited is not None:
-            delta.append((var, None, was))
+            delta.extend((var, None, was))
             s[var] = tuple(edited)
     return dirty_chains, dirty_pages
 
@@ -301,7 +301,7 @@ def py_device_sync(m, ctx: tuple):
     dirty_chains, dirty_pages = py_commit_rows(changed, m.rows, m.holders, m.page_rows, s, delta, m._empty,
                                                m._padded, none, moved)
     if free_changed:
-        delta.append(("free", None, old_free))
+        delta.extend(("free", None, old_free))
         s["free"] = free
         if moved is None:
             dirty_pages |= old_free ^ free
@@ -465,8 +465,11 @@ def py_first_not_in_state(names, slots, state):
 
 
 def py_variables_of(delta) -> set:
-    """The variables a sync's delta wrote: the set of each entry's first item."""
-    return {e[0] for e in delta}
+    """The variables a sync's delta wrote: each write's first item (a delta is flat, three
+    items a write)."""
+    if type(delta) is not list and type(delta) is not tuple:
+        raise TypeError(f"variables_of: a delta is a list or a tuple, not {type(delta).__name__}")
+    return set(delta[0::3])
 
 
 def py_first_where(d, pos, want: bool):
@@ -796,7 +799,7 @@ def py_request_step(qtab, phase: dict, req_node: dict, by_id: dict, root, s: dic
     req, changed = rows
     if changed or len(req) != len(old):
         dirty.update(changed)
-        delta.append(("req", None, old))
+        delta.extend(("req", None, old))
         s["req"] = req
     return len(req) != len(old)
 
