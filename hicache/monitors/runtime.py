@@ -1396,8 +1396,7 @@ def undo(s: dict, delta: list) -> dict:
     turn; `delta_entries`) was applied to state `s`, as a new snapshot (key None: the whole
     variable's old value)."""
     out = snapshot(s)
-    for i in range(len(delta) - 3, -1, -3):
-        var, key, old = delta[i], delta[i + 1], delta[i + 2]
+    for var, key, old in reversed(delta_entries(delta)):
         if key is None:
             if old is MISSING:
                 out.pop(var, None)

@@ -2822,16 +2822,19 @@ static PyObject *variables_of(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     PyObject *delta = a[0], *out = PySet_New(NULL), *last = NULL;
     if (out == NULL)
         return NULL;
-    /* (the size read at each entry: adding to the set runs no Python code, but a list is read
-     * as it is) */
+    /* (adding to the set may run an item's __hash__ or __eq__, which may change a list: its
+     * size is read at each entry, and the item added and the last one are held) */
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(delta); i += 3) {
-        PyObject *v = PySequence_Fast_GET_ITEM(delta, i);
+        PyObject *v = Py_NewRef(PySequence_Fast_GET_ITEM(delta, i));
         if (v != last && PySet_Add(out, v) < 0) {
+            Py_DECREF(v);
+            Py_XDECREF(last);
             Py_DECREF(out);
             return NULL;
         }
-        last = v;
+        Py_XSETREF(last, v);
     }
+    Py_XDECREF(last);
     return out;
 }
 
