@@ -281,11 +281,24 @@ def child(args: argparse.Namespace) -> None:
     Path(args.report).write_text(json.dumps(counts))
 
 
+def _header(path: Path) -> list[str]:
+    """A callgrind output file's header lines: its `desc:` lines, `events:` and `summary:`, which
+    it writes before the cost lines (the whole file, a megabyte or more, is not read for them;
+    a file with no summary line is read to its end)."""
+    out = []
+    with path.open() as f:
+        for line in f:
+            out.append(line.rstrip("\n"))
+            if line.startswith("summary:"):
+                break
+    return out
+
+
 def totals(path: Path) -> dict[str, int]:
     """Each event a callgrind output file counted, by its name (`events:` and `summary:`
     lines): Ir, the instructions, always; with the cache simulation also its misses."""
     names = values = None
-    for line in path.read_text().splitlines():
+    for line in _header(path):
         if line.startswith("events:"):
             names = line.split()[1:]
         elif line.startswith("summary:"):
@@ -310,12 +323,10 @@ MISSES = {"I1mr": "L1_instruction", "D1mr": "L1_data_read", "D1mw": "L1_data_wri
 def simulated_caches(path: Path) -> dict[str, str]:
     """The caches callgrind simulated (its `desc: I1 cache: ...` lines), as it names them."""
     out = {}
-    for line in path.read_text().splitlines():
+    for line in _header(path):
         if line.startswith("desc:") and " cache:" in line:
             name, _, what = line[len("desc:"):].partition(" cache:")
             out[name.strip()] = what.strip()
-        elif line.startswith(("events:", "summary:")):
-            break
     return out
 
 
