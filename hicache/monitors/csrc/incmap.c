@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 15
+#define ABI_VERSION 16
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -3592,6 +3592,52 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
     return (PyObject *)b;
 }
 
+/* The map a callable of its own refers to weakly (load_bind's, host_sync_step's): a new
+ * reference, or NULL with ReferenceError ("<what>: its map is gone") once it is gone. */
+static PyObject *map_of(PyObject *ref, const char *what) {
+    PyObject *m;
+#if PY_VERSION_HEX >= 0x030D0000
+    /* (PyWeakref_GetObject is deprecated from 3.13, to be removed: GetRef returns 1 with m a
+     * new reference, 0 with m NULL when the map is gone, -1 with m NULL and an error set) */
+    int alive = PyWeakref_GetRef(ref, &m);
+    if (alive < 0)
+        return NULL;
+    if (alive == 0) {
+        PyErr_Format(PyExc_ReferenceError, "%s: its map is gone", what);
+        return NULL;
+    }
+#else
+    m = PyWeakref_GetObject(ref);      /* (borrowed: None when the map is gone) */
+    if (m == NULL)
+        return NULL;
+    if (m == Py_None) {
+        PyErr_Format(PyExc_ReferenceError, "%s: its map is gone", what);
+        return NULL;
+    }
+    Py_INCREF(m);
+#endif
+    return m;
+}
+
+/* The class's `name` as the instance's would be looked up without the map's own attribute:
+ * where it is not `own` (a subclass's, or one patched on the class: a profiler's wrapper), *out
+ * is it bound to m (a new reference) and 1 is returned; 0 where it is `own`; -1 on an error
+ * (AttributeError, "<what>: the map's class has none", where the class has none). */
+static int overridden(PyObject *m, PyObject *name, PyObject *own, PyObject **out, const char *what) {
+    PyObject *attr = _PyType_Lookup(Py_TYPE(m), name);     /* (borrowed) */
+    if (attr == own)
+        return 0;
+    if (attr == NULL) {
+        PyErr_Format(PyExc_AttributeError, "%s: the map's class has none", what);
+        return -1;
+    }
+    Py_INCREF(attr);
+    descrgetfunc get = Py_TYPE(attr)->tp_descr_get;
+    *out = get == NULL ? Py_NewRef(attr) : get(attr, m, (PyObject *)Py_TYPE(m));
+    Py_DECREF(attr);
+    return *out == NULL ? -1 : 1;
+}
+
 /* ---- IncrementalHostTierMap's `bind` as a callable of its own (host_tier_inc.py installs it
  * as the map's instance attribute, what a monitor calls at every event, while the class's
  * bind is IncrementalHostTierMap's; loops.py's py_load_bind, the same reads and calls): the
@@ -3623,50 +3669,18 @@ static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t na
         PyErr_SetString(PyExc_RuntimeError, "a load bind cleared by the collector was called");
         return NULL;
     }
-    /* m: the map, a new reference (released below) */
-    PyObject *m;
-#if PY_VERSION_HEX >= 0x030D0000
-    /* (PyWeakref_GetObject is deprecated from 3.13, to be removed: GetRef returns 1 with m a
-     * new reference, 0 with m NULL when the map is gone, -1 with m NULL and an error set) */
-    int alive = PyWeakref_GetRef(b->ref, &m);
-    if (alive < 0)
-        return NULL;
-    if (alive == 0) {
-        PyErr_SetString(PyExc_ReferenceError, "bind: its map is gone");
-        return NULL;
-    }
-#else
-    m = PyWeakref_GetObject(b->ref);      /* (borrowed: None when the map is gone) */
+    PyObject *m = map_of(b->ref, "bind");     /* (released below) */
     if (m == NULL)
         return NULL;
-    if (m == Py_None) {
-        PyErr_SetString(PyExc_ReferenceError, "bind: its map is gone");
-        return NULL;
-    }
-    Py_INCREF(m);
-#endif
     /* (events and slow held across the calls below, which may run a collection that clears
      * this object) */
     PyObject *events = Py_NewRef(b->events), *slow = Py_NewRef(b->slow);
-    PyObject *argv[3] = {m, args[0], args[1]}, *r = NULL;
-    /* (the class's bind as the instance's would be looked up without this attribute: while it
-     * is not `slow`, a subclass's or a patched one, it is called instead, bound to the map) */
-    PyObject *cls_bind = _PyType_Lookup(Py_TYPE(m), s_bind_name);     /* (borrowed) */
-    if (cls_bind != slow) {
-        PyObject *bound = NULL;
-        if (cls_bind == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "bind: the map's class has none");
-        } else {
-            Py_INCREF(cls_bind);
-            descrgetfunc get = Py_TYPE(cls_bind)->tp_descr_get;
-            bound = get == NULL ? Py_NewRef(cls_bind) : get(cls_bind, m, (PyObject *)Py_TYPE(m));
-            Py_DECREF(cls_bind);
-        }
-        if (bound != NULL) {
-            r = PyObject_Vectorcall(bound, args, 2, NULL);
-            Py_DECREF(bound);
-        }
-    } else {
+    PyObject *argv[3] = {m, args[0], args[1]}, *r = NULL, *other = NULL;
+    int over = overridden(m, s_bind_name, slow, &other, "bind");
+    if (over > 0) {
+        r = PyObject_Vectorcall(other, args, 2, NULL);
+        Py_DECREF(other);
+    } else if (over == 0) {
         int special = PySet_Contains(events, args[0]);
         if (special > 0) {
             r = PyObject_Vectorcall(slow, argv, 3, NULL);
@@ -5697,6 +5711,634 @@ static PyObject *first_page_where(PyObject *self, PyObject *const *a, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* ---- IncrementalHostTierMap.sync (loops.py's py_host_sync: the same reads, writes and calls in
+ * the same order): host_sync(m, ctx), and the map's `sync` as a callable of its own,
+ * host_sync_step(ref, ctx, own), which host_tier_inc.py installs as the map's instance
+ * attribute while the class's sync is `own` (a weak reference, as load_bind's: the map's dict
+ * holds it). ctx: what the map never rebinds (dirty, dirty_nodes, dirty_slots, dirty_reqs,
+ * cache, states, free_of, seen, journal, s, qtab, phase, req_node, by_id, root, prefetching,
+ * orphans, unchanged, empty); what it rebinds is read and written on m (its own dict where no
+ * class on its MRO names the attribute: plain_dict), its rare steps are its methods. Why: the
+ * sync runs at every event of a strict run, and its bytecode, ~146 opcodes a call, was 30 % of
+ * the monitors' Python. */
+#define HS_CTX 29
+enum { HS_DIRTY, HS_DIRTY_NODES, HS_DIRTY_SLOTS, HS_DIRTY_REQS, HS_CACHE, HS_STATES, HS_FREE_OF, HS_SEEN,
+       HS_JOURNAL, HS_S, HS_QTAB, HS_PHASE, HS_REQ_NODE, HS_BY_ID, HS_ROOT, HS_PREFETCHING, HS_ORPHANS,
+       HS_UNCHANGED, HS_EMPTY,
+       /* (what the class's _map_nodes and _slots read that the map never rebinds, and the
+        * two methods themselves: each is done here while the map's class has that one) */
+       HS_CHANGED_ACTIONS, HS_REMAP_CTX, HS_KEYS, HS_PAGE_COLS, HS_LOADING_NODES, HS_SLOT_CHANGED, HS_SLOT_NAMES,
+       HS_SLOT_PAGE, HS_OWN_MAP_NODES, HS_OWN_SLOTS };
+
+static PyObject *hs_delta, *hs_effect_due, *hs_left, *hs_changed, *hs_slots_changed, *hs_free, *hs_free_seen,
+    *hs_adjusted, *hs_slots_m, *hs_L, *hs_requeue, *hs_map_nodes, *hs_len, *hs_set_scalar, *hs_prefetcher, *hs_acks,
+    *hs_req_dirty, *hs_pf_refs, *hs_id, *hs_requests, *hs_synced_key, *hs_constants_key, *hs_zero_rows, *hs_req,
+    *hs_fetching, *hs_own_domains, *hs_reqs, *hs_sync, *hs_slot, *hs_hidden_retention, *hs_names_table,
+    *hs_idle_byte, *hs_count;
+/* What host_sync keeps of one attribute it reads or writes: plain_dict's memo of the type, and
+ * the entry of the instance dict that held the name at the last read (-1: none yet). One per
+ * name and role for every object read so: a memo names a type version and a hint an entry whose
+ * key is tested, so objects of two types, or two dicts, only look up again, never misread. */
+typedef struct {
+    unsigned int plain;
+    Py_ssize_t hint;
+} HsMemo;
+
+static HsMemo hm_delta = {0, -1}, hm_effect_due = {0, -1}, hm_left = {0, -1}, hm_changed = {0, -1},
+    hm_slots_changed = {0, -1}, hm_free_seen = {0, -1}, hm_adjusted = {0, -1}, hm_L = {0, -1}, hm_requeue = {0, -1},
+    hm_req_dirty = {0, -1}, hm_pf_refs = {0, -1}, hm_synced_key = {0, -1}, hm_fetching = {0, -1},
+    hm_own_domains = {0, -1};
+
+/* obj.<name> as PyObject_GetAttr reads it (a new reference): where the generic lookup comes
+ * down to obj's own dict (plain_dict), the entry that held the name at the last read is read
+ * where it still holds the name itself (what the interpreter's LOAD_ATTR_WITH_HINT does),
+ * else the name is looked up there and its entry kept. Why: a sync reads ~12 attributes of
+ * its map, each a probe of the map's large dict (~80 instructions) where the bytecode it
+ * replaces read them by hint. 3.11's layout only (elsewhere: the lookup). */
+static PyObject *hs_get(PyObject *obj, PyObject *name, HsMemo *memo) {
+    PyObject *dict = plain_dict(obj, name, &memo->plain);
+    if (dict == NULL)
+        return PyObject_GetAttr(obj, name);
+#ifdef HICACHE_POS_ENTRIES
+    PyDictObject *mp = (PyDictObject *)dict;
+    PyDictKeysObject *dk = mp->ma_keys;
+    Py_ssize_t i = memo->hint;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE && 0 <= i && i < dk->dk_nentries) {
+        PyDictUnicodeEntry *ep = &DK_UNICODE_ENTRIES(dk)[i];
+        if (ep->me_key == name && ep->me_value != NULL)
+            return Py_NewRef(ep->me_value);
+    }
+#endif
+    /* (held, as the generic lookup holds it: a key's __eq__ may replace obj's dict) */
+    Py_INCREF(dict);
+    PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+#ifdef HICACHE_POS_ENTRIES
+    if (v != NULL) {
+        mp = (PyDictObject *)dict;
+        dk = mp->ma_keys;
+        memo->hint = -1;
+        if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE) {
+            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(dk);
+            for (Py_ssize_t k = 0; k < dk->dk_nentries; k++)
+                if (ep[k].me_key == name) {
+                    memo->hint = k;
+                    break;
+                }
+        }
+    }
+#endif
+    Py_DECREF(dict);
+    if (v != NULL || PyErr_Occurred())
+        return v;
+    return PyObject_GetAttr(obj, name);
+}
+
+/* obj.<name> = v, as PyObject_SetAttr writes it (through the dict's API: its version renewed) */
+static int hs_set(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
+    return attr_set(obj, name, v, &memo->plain);
+}
+
+/* obj.<name> = v unless obj.<name> is v already (a write of the value it holds leaves the
+ * object as it was: skipped, the read by hint ~20 instructions where the write through the
+ * dict's API costs ~150: the flags a sync writes at every event mostly keep their values) */
+static int hs_put(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
+    PyObject *cur = hs_get(obj, name, memo);
+    if (cur == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+    }
+    int same = cur == v;
+    Py_XDECREF(cur);
+    return same ? 0 : hs_set(obj, name, v, memo);
+}
+
+static int host_sync_names(void) {
+    static const char *const names[] = {"delta", "effect_due", "left", "changed", "slots_changed", "free", "free_seen",
+                                        "adjusted", "_slots", "L", "requeue", "_map_nodes", "len", "_set_scalar",
+                                        "prefetcher", "acks", "req_dirty", "pf_refs", "id", "_requests", "synced_key",
+                                        "constants_key", "_zero_rows", "req", "fetching", "own_domains", "Reqs",
+                                        "sync", "slot", "_hidden_retention", "count"};
+    PyObject **const slots[] = {&hs_delta, &hs_effect_due, &hs_left, &hs_changed, &hs_slots_changed, &hs_free,
+                                &hs_free_seen, &hs_adjusted, &hs_slots_m, &hs_L, &hs_requeue, &hs_map_nodes, &hs_len,
+                                &hs_set_scalar, &hs_prefetcher, &hs_acks, &hs_req_dirty, &hs_pf_refs, &hs_id,
+                                &hs_requests, &hs_synced_key, &hs_constants_key, &hs_zero_rows, &hs_req, &hs_fetching,
+                                &hs_own_domains, &hs_reqs, &hs_sync, &hs_slot, &hs_hidden_retention, &hs_count};
+    return intern_names(names, slots, sizeof(names) / sizeof(names[0]));
+}
+
+/* the truth of m.<name> (-1: an error) */
+static int attr_truth(PyObject *m, PyObject *name, HsMemo *plain) {
+    PyObject *v = hs_get(m, name, plain);
+    if (v == NULL)
+        return -1;
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return t;
+}
+
+/* `if m.<name>: m.<name> = fresh()` (fresh: an empty list or dict); -1: an error */
+static int refill(PyObject *m, PyObject *name, HsMemo *plain, int dict) {
+    int t = attr_truth(m, name, plain);
+    if (t <= 0)
+        return t;
+    PyObject *fresh = dict ? PyDict_New() : PyList_New(0);
+    if (fresh == NULL)
+        return -1;
+    int rc = hs_set(m, name, fresh, plain);
+    Py_DECREF(fresh);
+    return rc;
+}
+
+/* `if x: x.clear()` for an exact set (the dirty sets) */
+static int clear_filled(PyObject *x) {
+    if (PySet_GET_SIZE(x) > 0)
+        return PySet_Clear(x);
+    return 0;
+}
+
+/* m.<name>() or m.<name>(arg...) with its result dropped; -1: an error */
+static int call_method(PyObject *m, PyObject *name, PyObject *a, PyObject *b) {
+    PyObject *argv[3] = {m, a, b};
+    size_t n = a == NULL ? 1 : b == NULL ? 2 : 3;
+    PyObject *r = PyObject_VectorcallMethod(name, argv, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* m.synced_key = m.constants_key() */
+static int rekey(PyObject *m) {
+    PyObject *argv[1] = {m};
+    PyObject *key = PyObject_VectorcallMethod(hs_constants_key, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (key == NULL)
+        return -1;
+    int rc = hs_set(m, hs_synced_key, key, &hm_synced_key);
+    Py_DECREF(key);
+    return rc;
+}
+
+/* whether any prefetch op may hold slots: the cache's live ones, its orphans, or ops its
+ * prefetcher still has to acknowledge (-1: an error) */
+static int prefetch_inflight(PyObject *const *ctx) {
+    int t = PyObject_IsTrue(ctx[HS_PREFETCHING]);
+    if (t != 0)
+        return t;
+    if ((t = PyObject_IsTrue(ctx[HS_ORPHANS])) != 0)
+        return t;
+    PyObject *p = PyObject_GetAttr(ctx[HS_CACHE], hs_prefetcher);
+    if (p == NULL)
+        return -1;
+    t = 0;
+    if (p != Py_None) {
+        PyObject *acks = PyObject_GetAttr(p, hs_acks);
+        t = acks == NULL ? -1 : PyObject_IsTrue(acks);
+        Py_XDECREF(acks);
+    }
+    Py_DECREF(p);
+    return t;
+}
+
+/* m.L compared with L0 (op: Py_NE or Py_EQ); -1: an error */
+static int L_compare(PyObject *m, PyObject *L0, int op) {
+    PyObject *L = hs_get(m, hs_L, &hm_L);
+    if (L == NULL)
+        return -1;
+    int r = PyObject_RichCompareBool(L, L0, op);
+    Py_DECREF(L);
+    return r;
+}
+
+/* the finally of _map_nodes, with the error of its body (err < 0, set) kept unless this raises
+ * one of its own: m.slot_changed cleared; if m.changed or m.left: m.effect_due = the changed
+ * actions */
+static int map_nodes_finally(PyObject *m, PyObject *const *ctx, int err) {
+    PyObject *et = NULL, *ev = NULL, *tb = NULL;
+    if (err < 0)
+        PyErr_Fetch(&et, &ev, &tb);
+    int t = PySet_Clear(ctx[HS_SLOT_CHANGED]);
+    if (t == 0 && (t = attr_truth(m, hs_changed, &hm_changed)) == 0)
+        t = attr_truth(m, hs_left, &hm_left);
+    if (t > 0)
+        t = hs_set(m, hs_effect_due, ctx[HS_CHANGED_ACTIONS], &hm_effect_due);
+    if (t < 0) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    if (err < 0)
+        PyErr_Restore(et, ev, tb);
+    return err < 0 ? -1 : 0;
+}
+
+/* m._map_nodes() (IncrementalHostTierMap's, done here while the map's class has that one,
+ * ctx[HS_OWN_MAP_NODES]; else the method called): every journaled or requeued node re-mapped
+ * by remap_journaled over the map's containers, the journal emptied and requeue a new set
+ * first; its finally (map_nodes_finally) whatever the re-mapping did. */
+static int host_sync_map_nodes(PyObject *m, PyObject *const *ctx) {
+    if (_PyType_Lookup(Py_TYPE(m), hs_map_nodes) != ctx[HS_OWN_MAP_NODES])
+        return call_method(m, hs_map_nodes, NULL, NULL);
+    PyObject *requeue = hs_get(m, hs_requeue, &hm_requeue);
+    if (requeue == NULL)
+        return -1;
+    PyObject *todo = PyNumber_Or(ctx[HS_JOURNAL], requeue);
+    Py_DECREF(requeue);
+    if (todo == NULL)
+        return -1;
+    PyObject *fresh = NULL, *delta = NULL, *changed = NULL, *left = NULL, *step = NULL, *unmapping = NULL;
+    int rc = -1;
+    if (PySet_Clear(ctx[HS_JOURNAL]) < 0 || (fresh = PySet_New(NULL)) == NULL ||
+        hs_set(m, hs_requeue, fresh, &hm_requeue) < 0)
+        goto done;
+    /* (the body: its error, if any, kept through the finally) */
+    if ((delta = hs_get(m, hs_delta, &hm_delta)) == NULL || (changed = hs_get(m, hs_changed, &hm_changed)) == NULL ||
+        (step = PyTuple_Pack(5, delta, changed, ctx[HS_DIRTY_NODES], ctx[HS_DIRTY_SLOTS], m)) == NULL ||
+        (left = hs_get(m, hs_left, &hm_left)) == NULL ||
+        (unmapping = PyTuple_Pack(4, ctx[HS_KEYS], ctx[HS_PAGE_COLS], ctx[HS_LOADING_NODES], left)) == NULL) {
+        rc = map_nodes_finally(m, ctx, -1);
+        goto done;
+    }
+    {
+        PyObject *ra[5] = {todo, ctx[HS_ROOT], ctx[HS_REMAP_CTX], step, unmapping};
+        PyObject *r = remap_journaled(NULL, ra, 5);
+        Py_XDECREF(r);
+        rc = map_nodes_finally(m, ctx, r == NULL ? -1 : 0);
+    }
+done:
+    Py_DECREF(todo);
+    Py_XDECREF(fresh);
+    Py_XDECREF(delta);
+    Py_XDECREF(changed);
+    Py_XDECREF(left);
+    Py_XDECREF(step);
+    Py_XDECREF(unmapping);
+    return rc;
+}
+
+/* `if held: m.<name> |= held` (m.<name> a set the map rebinds, requeue, or ctx's set: name NULL) */
+static int or_into(PyObject *m, PyObject *name, HsMemo *memo, PyObject *set, PyObject *held) {
+    PyObject *cur = set != NULL ? Py_NewRef(set) : hs_get(m, name, memo);
+    if (cur == NULL)
+        return -1;
+    PyObject *u = PyNumber_InPlaceOr(cur, held);
+    int rc = u == NULL ? -1 : 0;
+    if (rc == 0 && name != NULL)
+        rc = hs_set(m, name, u, memo);
+    Py_XDECREF(u);
+    Py_DECREF(cur);
+    return rc;
+}
+
+/* m._slots(hs, free) (IncrementalHostTierMap's, done here while the map's class has that one,
+ * ctx[HS_OWN_SLOTS]; else the method called): the free count seen; each changed slot's name,
+ * dirty spec slot and holding nodes (slot_changes; those nodes requeued); the `slot` variable
+ * rewritten when a slot changed and no idle slot is, nor was, shown "reserved", else
+ * m._hidden_retention(raw, hs). */
+static int host_sync_slots_of(PyObject *m, PyObject *const *ctx, PyObject *hs, PyObject *free) {
+    if (_PyType_Lookup(Py_TYPE(m), hs_slots_m) != ctx[HS_OWN_SLOTS])
+        return call_method(m, hs_slots_m, hs, free);
+    if (hs_names_table == NULL) {
+        /* (host_tier's _NAMES and host_tier_inc's _IDLE_BYTE, read once: module constants) */
+        PyObject *mod = PyImport_ImportModule("hicache.monitors.maps.host_tier_inc");
+        if (mod == NULL)
+            return -1;
+        PyObject *names = PyObject_GetAttrString(mod, "_NAMES"), *idle = PyObject_GetAttrString(mod, "_IDLE_BYTE");
+        Py_DECREF(mod);
+        if (names == NULL || idle == NULL) {
+            Py_XDECREF(names);
+            Py_XDECREF(idle);
+            return -1;
+        }
+        hs_names_table = names;
+        hs_idle_byte = idle;
+    }
+    PyObject *raw = ctx[HS_SEEN];
+    if (hs_set(m, hs_free_seen, free, &hm_free_seen) < 0)
+        return -1;
+    int t = PyObject_IsTrue(hs);
+    if (t < 0)
+        return -1;
+    if (t) {
+        if (hs_set(m, hs_slots_changed, hs, &hm_slots_changed) < 0 ||
+            hs_set(m, hs_effect_due, ctx[HS_CHANGED_ACTIONS], &hm_effect_due) < 0)
+            return -1;
+        PyObject *sa[6] = {hs, raw, ctx[HS_SLOT_NAMES], hs_names_table, ctx[HS_SLOT_PAGE], ctx[HS_DIRTY_SLOTS]};
+        PyObject *held = slot_changes(NULL, sa, 6);
+        if (held == NULL)
+            return -1;
+        int h = PyObject_IsTrue(held), rc = h;
+        if (h > 0)
+            rc = or_into(m, hs_requeue, &hm_requeue, NULL, held) < 0 ||
+                 or_into(m, NULL, NULL, ctx[HS_SLOT_CHANGED], held) < 0 ? -1 : 0;
+        Py_DECREF(held);
+        if (rc < 0)
+            return -1;
+    }
+    /* if raw.count(IDLE) == free and not m.adjusted: (the names are the states') */
+    PyObject *ca[2] = {raw, hs_idle_byte};
+    PyObject *count = PyObject_VectorcallMethod(hs_count, ca,
+                                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (count == NULL)
+        return -1;
+    int eq = PyObject_RichCompareBool(count, free, Py_EQ);
+    Py_DECREF(count);
+    if (eq > 0) {
+        int adjusted = attr_truth(m, hs_adjusted, &hm_adjusted);
+        if (adjusted < 0)
+            return -1;
+        eq = !adjusted;
+    }
+    if (eq < 0)
+        return -1;
+    if (!eq)
+        return call_method(m, hs_hidden_retention, raw, hs);
+    if (!t)
+        return 0;
+    /* (every slot of hs changed name: `slot` differs, written without _set_scalar's comparison) */
+    PyObject *s = ctx[HS_S];
+    PyObject *old = PyObject_GetItem(s, hs_slot);
+    if (old == NULL)
+        return -1;
+    PyObject *delta = hs_get(m, hs_delta, &hm_delta), *names = NULL;
+    int rc = delta == NULL ? -1 : record(delta, hs_slot, Py_None, old);
+    if (rc == 0)
+        rc = (names = PySequence_Tuple(ctx[HS_SLOT_NAMES])) == NULL ? -1 : PyObject_SetItem(s, hs_slot, names);
+    Py_XDECREF(names);
+    Py_XDECREF(delta);
+    Py_DECREF(old);
+    return rc;
+}
+
+/* the slots part: `free = free_of.free; hs = diff_bytes(states, seen); if hs or free !=
+ * m.free_seen or m.adjusted: m._slots(hs, free)` */
+static int host_sync_slots(PyObject *m, PyObject *const *ctx) {
+    PyObject *free = PyObject_GetAttr(ctx[HS_FREE_OF], hs_free);
+    if (free == NULL)
+        return -1;
+    PyObject *da[2] = {ctx[HS_STATES], ctx[HS_SEEN]};
+    PyObject *hs = diff_bytes(NULL, da, 2);
+    int rc = -1, t = 0;
+    if (hs == NULL)
+        goto done;
+    t = PyObject_IsTrue(hs);
+    if (t == 0) {
+        PyObject *seen = hs_get(m, hs_free_seen, &hm_free_seen);
+        if (seen == NULL)
+            goto done;
+        t = PyObject_RichCompareBool(free, seen, Py_NE);
+        Py_DECREF(seen);
+    }
+    if (t == 0)
+        t = attr_truth(m, hs_adjusted, &hm_adjusted);
+    if (t < 0)
+        goto done;
+    rc = t ? host_sync_slots_of(m, ctx, hs, free) : 0;
+done:
+    Py_XDECREF(hs);
+    Py_DECREF(free);
+    return rc;
+}
+
+/* the request-side part, past its test: m.req_dirty = False; the common step or the rebuild */
+static int host_sync_requests(PyObject *m, PyObject *const *ctx, PyObject *delta, int inflight) {
+    if (hs_put(m, hs_req_dirty, Py_False, &hm_req_dirty) < 0)
+        return -1;
+    PyObject *grew = Py_None;     /* (borrowed None, or a new reference) */
+    int t = inflight;
+    if (!t && (t = attr_truth(m, hs_pf_refs, &hm_pf_refs)) < 0)
+        return -1;
+    if (!t) {
+        PyObject *root_id = PyObject_GetAttr(ctx[HS_ROOT], hs_id);
+        if (root_id == NULL)
+            return -1;
+        PyObject *ra[8] = {ctx[HS_QTAB], ctx[HS_PHASE], ctx[HS_REQ_NODE], ctx[HS_BY_ID], root_id, ctx[HS_S], delta,
+                           ctx[HS_DIRTY_REQS]};
+        grew = request_step(NULL, ra, 8);
+        Py_DECREF(root_id);
+        if (grew == NULL)
+            return -1;
+    } else {
+        Py_INCREF(grew);
+    }
+    int rc = 0;
+    if (grew == Py_None) {
+        rc = call_method(m, hs_requests, NULL, NULL) < 0 || rekey(m) < 0 ? -1 : 0;
+    } else {
+        t = PyObject_IsTrue(grew);
+        if (t < 0) {
+            rc = -1;
+        } else if (t) {
+            /* m._zero_rows(len(s["req"])) */
+            PyObject *req = PyObject_GetItem(ctx[HS_S], hs_req), *nq = NULL;
+            Py_ssize_t n = req == NULL ? -1 : PyObject_Length(req);
+            Py_XDECREF(req);
+            if (n < 0 || (nq = PyLong_FromSsize_t(n)) == NULL)
+                rc = -1;
+            else
+                rc = call_method(m, hs_zero_rows, nq, NULL) < 0 || rekey(m) < 0 ? -1 : 0;
+            Py_XDECREF(nq);
+        }
+        if (rc == 0)
+            rc = hs_put(m, hs_fetching, ctx[HS_EMPTY], &hm_fetching);
+    }
+    Py_DECREF(grew);
+    return rc;
+}
+
+/* d[key] = v unless d[key] is v already (d an exact dict) */
+static int dict_put(PyObject *d, PyObject *key, PyObject *v) {
+    PyObject *cur = PyDict_GetItemWithError(d, key);
+    if (cur == v)
+        return 0;
+    return cur == NULL && PyErr_Occurred() ? -1 : PyDict_SetItem(d, key, v);
+}
+
+/* host_sync's work over a checked ctx (its items borrowed: the tuple is held by the caller) */
+static PyObject *host_sync_on(PyObject *m, PyObject *const *ctx) {
+    if (hs_delta == NULL && host_sync_names() < 0)
+        return NULL;
+    PyObject *delta = PyList_New(0), *L0 = NULL, *out = NULL;
+    if (delta == NULL || hs_set(m, hs_delta, delta, &hm_delta) < 0)
+        goto done;
+    {
+        PyObject *due = hs_get(m, hs_effect_due, &hm_effect_due);
+        if (due == NULL)
+            goto done;
+        int other = due != ctx[HS_UNCHANGED];
+        Py_DECREF(due);
+        if (other && (refill(m, hs_left, &hm_left, 0) < 0 || refill(m, hs_changed, &hm_changed, 1) < 0 ||
+                      refill(m, hs_slots_changed, &hm_slots_changed, 0) < 0 ||
+                      hs_set(m, hs_effect_due, ctx[HS_UNCHANGED], &hm_effect_due) < 0))
+            goto done;
+    }
+    if (clear_filled(ctx[HS_DIRTY_NODES]) < 0 || clear_filled(ctx[HS_DIRTY_SLOTS]) < 0 ||
+        clear_filled(ctx[HS_DIRTY_REQS]) < 0)
+        goto done;
+    if (ctx[HS_STATES] != Py_None && host_sync_slots(m, ctx) < 0)
+        goto done;
+    if ((L0 = hs_get(m, hs_L, &hm_L)) == NULL)
+        goto done;
+    {
+        int t = PySet_GET_SIZE(ctx[HS_JOURNAL]) > 0;
+        if (!t && (t = attr_truth(m, hs_requeue, &hm_requeue)) < 0)
+            goto done;
+        if (t) {
+            if (host_sync_map_nodes(m, ctx) < 0)
+                goto done;
+            /* if s["len"] != m.L: m._set_scalar("len", m.L) */
+            PyObject *len = PyObject_GetItem(ctx[HS_S], hs_len), *L = NULL;
+            int ne = len == NULL || (L = hs_get(m, hs_L, &hm_L)) == NULL ? -1 : PyObject_RichCompareBool(len, L, Py_NE);
+            if (ne > 0)
+                ne = call_method(m, hs_set_scalar, hs_len, L) < 0 ? -1 : 0;
+            Py_XDECREF(len);
+            Py_XDECREF(L);
+            if (ne < 0)
+                goto done;
+        }
+    }
+    {
+        int inflight = prefetch_inflight(ctx), t;
+        if (inflight < 0 || (t = attr_truth(m, hs_req_dirty, &hm_req_dirty)) < 0)
+            goto done;
+        if (!t)
+            t = inflight;
+        if (!t && (t = attr_truth(m, hs_pf_refs, &hm_pf_refs)) < 0)
+            goto done;
+        if (!t && (t = L_compare(m, L0, Py_NE)) < 0)
+            goto done;
+        if (t && host_sync_requests(m, ctx, delta, inflight) < 0)
+            goto done;
+    }
+    {
+        int own = L_compare(m, L0, Py_EQ);
+        if (own < 0 || hs_put(m, hs_own_domains, own ? Py_True : Py_False, &hm_own_domains) < 0 ||
+            dict_put(ctx[HS_DIRTY], hs_reqs, own ? ctx[HS_DIRTY_REQS] : Py_None) < 0)
+            goto done;
+    }
+    out = PyTuple_Pack(2, delta, ctx[HS_DIRTY]);
+done:
+    Py_XDECREF(L0);
+    Py_XDECREF(delta);
+    return out;
+}
+
+/* ctx checked: a tuple of HS_CTX items, the containers of their exact types (what the loops
+ * it calls check again: diff_bytes, request_step) */
+static int host_sync_ctx(PyObject *ctx, const char *fn) {
+    if (!PyTuple_CheckExact(ctx) || PyTuple_GET_SIZE(ctx) != HS_CTX) {
+        PyErr_Format(PyExc_TypeError, "%s: ctx must be a tuple of %d items", fn, HS_CTX);
+        return -1;
+    }
+    PyObject *const *c = &PyTuple_GET_ITEM(ctx, 0);
+    if (check_type(c[HS_DIRTY], &PyDict_Type, fn, "dirty") < 0 ||
+        check_type(c[HS_DIRTY_NODES], &PySet_Type, fn, "dirty_nodes") < 0 ||
+        check_type(c[HS_DIRTY_SLOTS], &PySet_Type, fn, "dirty_slots") < 0 ||
+        check_type(c[HS_DIRTY_REQS], &PySet_Type, fn, "dirty_reqs") < 0 ||
+        check_type(c[HS_JOURNAL], &PySet_Type, fn, "journal") < 0)
+        return -1;
+    return 0;
+}
+
+/* host_sync(m, ctx): (delta, dirty) */
+static PyObject *host_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("host_sync", n, 2) || host_sync_ctx(a[1], "host_sync") < 0)
+        return NULL;
+    PyObject *ctx = Py_NewRef(a[1]);      /* (held: a method it calls may drop the map's ctx) */
+    PyObject *out = host_sync_on(a[0], &PyTuple_GET_ITEM(ctx, 0));
+    Py_DECREF(ctx);
+    return out;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ref;        /* a weak reference to the map */
+    PyObject *ctx;        /* host_sync's ctx, checked */
+    PyObject *own;        /* IncrementalHostTierMap.sync: the class's sync this stands for */
+    vectorcallfunc vectorcall;
+} HostSyncStep;
+
+static PyObject *host_sync_step_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    HostSyncStep *st = (HostSyncStep *)self;
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a map's sync takes no arguments");
+        return NULL;
+    }
+    if (st->ref == NULL || st->ctx == NULL || st->own == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a host sync step cleared by the collector was called");
+        return NULL;
+    }
+    if (hs_sync == NULL && host_sync_names() < 0)
+        return NULL;
+    PyObject *m = map_of(st->ref, "sync");
+    if (m == NULL)
+        return NULL;
+    PyObject *ctx = Py_NewRef(st->ctx), *own = Py_NewRef(st->own), *r = NULL, *other = NULL;
+    int over = overridden(m, hs_sync, own, &other, "sync");
+    if (over > 0) {
+        r = PyObject_CallNoArgs(other);
+        Py_DECREF(other);
+    } else if (over == 0) {
+        r = host_sync_on(m, &PyTuple_GET_ITEM(ctx, 0));
+    }
+    Py_DECREF(ctx);
+    Py_DECREF(own);
+    Py_DECREF(m);
+    return r;
+}
+
+static int host_sync_step_traverse(PyObject *self, visitproc visit, void *arg) {
+    HostSyncStep *st = (HostSyncStep *)self;
+    Py_VISIT(st->ref);
+    Py_VISIT(st->ctx);
+    Py_VISIT(st->own);
+    return 0;
+}
+
+static int host_sync_step_clear(PyObject *self) {
+    HostSyncStep *st = (HostSyncStep *)self;
+    Py_CLEAR(st->ref);
+    Py_CLEAR(st->ctx);
+    Py_CLEAR(st->own);
+    return 0;
+}
+
+static PyTypeObject HostSyncStepType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.HostSyncStep",
+    .tp_basicsize = sizeof(HostSyncStep),
+    .tp_dealloc = gc_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(HostSyncStep, vectorcall),
+    .tp_traverse = host_sync_step_traverse,
+    .tp_clear = host_sync_step_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "IncrementalHostTierMap.sync over one map (weakly held)",
+};
+
+/* host_sync_step(ref, ctx, own): a HostSyncStep over a weak reference, a checked ctx and the
+ * class's sync it stands for */
+static PyObject *host_sync_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("host_sync_step", n, 3))
+        return NULL;
+    if (!PyWeakref_CheckRef(a[0])) {
+        PyErr_SetString(PyExc_TypeError, "host_sync_step: ref must be a weak reference");
+        return NULL;
+    }
+    if (host_sync_ctx(a[1], "host_sync_step") < 0 || (hs_sync == NULL && host_sync_names() < 0))
+        return NULL;
+    HostSyncStep *st = PyObject_GC_New(HostSyncStep, &HostSyncStepType);
+    if (st == NULL)
+        return NULL;
+    st->ref = Py_NewRef(a[0]);
+    st->ctx = Py_NewRef(a[1]);
+    st->own = Py_NewRef(a[2]);
+    st->vectorcall = host_sync_step_call;
+    PyObject_GC_Track(st);
+    return (PyObject *)st;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -5759,6 +6401,10 @@ static PyMethodDef methods[] = {
      "(host[p], backupOp[p]) of a node's pages, from its host slots or a blocking copy's"},
     {"request_step", (PyCFunction)(void (*)(void))request_step, METH_FASTCALL,
      "the request rows of the common step written, or None (the full rebuild)"},
+    {"host_sync", (PyCFunction)(void (*)(void))host_sync, METH_FASTCALL,
+     "IncrementalHostTierMap.sync over (the map, what it never rebinds): (delta, dirty)"},
+    {"host_sync_step", (PyCFunction)(void (*)(void))host_sync_step, METH_FASTCALL,
+     "IncrementalHostTierMap.sync as a callable over (a weak reference to the map, host_sync's ctx, the class's sync)"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},
@@ -5792,7 +6438,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NU
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
     if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&LoadBindType) < 0 || PyType_Ready(&JournaledType) < 0 ||
-        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0)
+        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&HostSyncStepType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -75,7 +75,7 @@ _IDLE = int(HostSlotState.IDLE)
 # the loops over positions and slots (native when built: maps/loops.py)
 _diff_bytes = loops.diff_bytes
 _remove_pages, _remap_journaled = loops.remove_pages, loops.remap_journaled
-_request_step = loops.request_step
+_host_sync = loops.host_sync
 _extend_positions = loops.extend_positions
 _EMPTY: frozenset = frozenset()
 _IDLE_BYTE = bytes([_IDLE])
@@ -276,6 +276,20 @@ class IncrementalHostTierMap(HostTierMap):
         # constants_key()'s value, kept by the writes of cap and of the rows of `req` (_grow,
         # sync): the monitor reads it, not the method, at every event
         self.synced_key = self.constants_key()
+        # what sync reads that the map never rebinds (loops.host_sync's ctx)
+        # (then what `_map_nodes` and `_slots` read that the map never rebinds, and the two
+        # methods, which the native sync does itself while the map's class has these ones)
+        self._sync_ctx = (self.dirty, self.dirty_nodes, self.dirty_slots, self.dirty_reqs, cache, self._states,
+                          self._free_of, self.slot_seen, self.journal, self.s, self.qtab, self.phase, self.req_node,
+                          self.by_id, tree.root, cache._prefetching, cache._orphans, self._effect_unchanged, _EMPTY,
+                          self._effect_changed, self._remap_ctx, self.keys, self.page_cols, self.loading_nodes,
+                          self.slot_changed, self.slot_names, self.slot_page, _OWN_MAP_NODES, _OWN_SLOTS)
+        if type(self).sync is _OWN_SYNC:
+            # (`sync` as a callable of its own, read off the instance before the class, as
+            # `bind` is: the monitor calls it at every event, and as a method each call was a
+            # frame entered from C around one call; loops.host_sync_step calls the class's
+            # sync instead while it is another, a profiler's wrapper)
+            self.sync = loops.host_sync_step(weakref.ref(self), self._sync_ctx, _OWN_SYNC)
         self.journal.update(tree.nodes())
         self.sync()
         self.delta = []
@@ -456,7 +470,7 @@ class IncrementalHostTierMap(HostTierMap):
 
     def _requests(self) -> None:
         """The request-side variables rebuilt from the live requests' phases and locks and the
-        prefetch rows (`sync` takes the common step itself, `_request_step`, and this where
+        prefetch rows (`sync` takes the common step itself, `loops.request_step`, and this where
         that does not apply: a prefetch in flight or one at the last rebuild, a locked node
         out of the tree, no rows yet)."""
         s = self.s
@@ -513,78 +527,10 @@ class IncrementalHostTierMap(HostTierMap):
 
         The delta holds variable, key, old value of every write in turn (flat, three items a
         write; key None: a whole variable), so the states before this event can be rebuilt
-        (`undo`)."""
-        delta = self.delta = []        # (this sync's one delta list: nothing it calls rebinds it)
-        if self.effect_due is not self._effect_unchanged:
-            # (the last sync changed a node's values or a slot's state, or a node left: each
-            # write of changed, slots_changed or left sets effect_due, `_slots`, `_map_nodes`;
-            # each replaced only when filled: an empty one is as empty as a new one, and most
-            # such syncs follow one that changed a node's values and left no node nor slot)
-            if self.left:
-                self.left = []
-            if self.changed:
-                self.changed = {}
-            if self.slots_changed:
-                self.slots_changed = []
-            self.effect_due = self._effect_unchanged
-        # (the dirty sets are handed to the checks, which only read them and keep none past
-        # the step: each is the map's one set for its life, emptied in place, so `dirty`
-        # holds the same three always (Reqs: or None). Cleared, not replaced: a set has no
-        # free list, and a new one and the old one's release cost ~0.4M instructions a
-        # kv_bytes replay, most of it the request events' dirty row)
-        dirty = self.dirty
-        if self.dirty_nodes:
-            self.dirty_nodes.clear()
-        if self.dirty_slots:
-            self.dirty_slots.clear()
-        if self.dirty_reqs:
-            self.dirty_reqs.clear()
-        c = self.cache
-        states = self._states
-        if states is not None:
-            # (the slots whose state changed since the last sync, one C pass that also
-            # brings slot_seen up to date; _slots only when one did or the free count moved)
-            free = self._free_of.free
-            hs = _diff_bytes(states, self.slot_seen)
-            if hs or free != self.free_seen or self.adjusted:
-                self._slots(hs, free)
-        L0 = self.L
-        if self.journal or self.requeue:
-            self._map_nodes()
-            # (L moves only in a re-mapping, whose _extend and _remove write it, so len, equal
-            # to L after every sync, is tested only after one: _set_scalar's test, without its call)
-            if self.s["len"] != self.L:
-                self._set_scalar("len", self.L)
-        # request-side variables: rebuilt after a request event, or while a prefetch is in
-        # flight or was at the last rebuild (its pseudo-requests read the tree and leave
-        # when the prefetch table drops them, which a poll may do under any event)
-        # whether any prefetch op may hold slots: the cache's live ones, its orphans, or ops
-        # its prefetcher still has to acknowledge (their rows are then rebuilt)
-        inflight = c._prefetching or c._orphans or (c.prefetcher is not None and c.prefetcher.acks)
-        if self.req_dirty or inflight or self.pf_refs or self.L != L0:
-            self.req_dirty = False
-            # no prefetch row now nor at the last rebuild (a prefetch row always references a
-            # slot): unless there are no rows yet, or a locked node is out of the tree, now or
-            # at the last rebuild (request_step: None), every row is a live request's, whose
-            # other values are all 0/FALSE (the common step: one C call, which writes `req`;
-            # the others' rows change only with their number); else the full rebuild
-            grew = None if inflight or self.pf_refs else \
-                _request_step(self.qtab, self.phase, self.req_node, self.by_id, c.tree.root.id, self.s, delta,
-                              self.dirty_reqs)
-            if grew is None:
-                self._requests()
-                self.synced_key = self.constants_key()
-            else:
-                if grew:
-                    self._zero_rows(len(self.s["req"]))
-                    self.synced_key = self.constants_key()
-                self.fetching = _EMPTY
-        # a request's row is checked when it changed; all of them when len did (what
-        # LockedNodesKept reads of the state besides the row)
-        own = self.own_domains = self.L == L0
-        dirty["Reqs"] = self.dirty_reqs if own else None
-        # (dirty slots are spec slots, >= 1: NoSlot references are never counted)
-        return delta, dirty
+        (`undo`). (loops.host_sync, native where it builds, over what the map never rebinds,
+        `_sync_ctx`; the map's own instance attribute `sync`, installed while the class's sync
+        is this one, calls it without this frame: the monitor syncs at every event.)"""
+        return _host_sync(self, self._sync_ctx)
 
     def _map_nodes(self) -> None:
         """Re-map every journaled or requeued node."""
@@ -695,6 +641,9 @@ class IncrementalHostTierMap(HostTierMap):
 #: wrapper, is not it: a map built then binds by the patched one, and load_bind, which calls
 #: the class's bind whenever it is not this, follows a patch made after it was built)
 _OWN_BIND = IncrementalHostTierMap.bind
+_OWN_SYNC = IncrementalHostTierMap.sync
+_OWN_MAP_NODES = IncrementalHostTierMap._map_nodes
+_OWN_SLOTS = IncrementalHostTierMap._slots
 
 
 def _prefix_failure(p: int, q: int) -> Failure:

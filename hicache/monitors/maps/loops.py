@@ -804,6 +804,108 @@ def py_request_step(qtab, phase: dict, req_node: dict, by_id: dict, root, s: dic
     return len(req) != len(old)
 
 
+def py_host_sync(m, ctx: tuple) -> tuple[list, dict]:
+    """IncrementalHostTierMap.sync (host_tier_inc.py) over the map m: bring its mapped state up
+    to date; (delta, dirty). ctx: what the map holds for its life and never rebinds (its
+    dirty dict and the three dirty sets in it, the cache, the host slots' state view or
+    None, what holds their free count, the states seen, the node journal, the state s, the
+    request table, phases and locks, the mapped nodes by id, the tree's root, the cache's
+    prefetch set and orphan list, the effect actions of a sync that changed nothing, the
+    empty frozenset; then what the map's `_map_nodes` and `_slots` read that it never
+    rebinds, and those two methods of IncrementalHostTierMap, which the native form does
+    itself, no call, while the map's class has them); what it rebinds (delta, effect_due, left, changed, slots_changed, L,
+    requeue, req_dirty, pf_refs, fetching, synced_key, own_domains, free_seen, adjusted) is
+    read and written on m, and its rare steps are its methods (`_slots`, `_map_nodes`,
+    `_set_scalar`, `_requests`, `_zero_rows`, `constants_key`), called where the sync calls
+    them. The native form (incmap.c's host_sync, and host_sync_step: the map's `sync` as a
+    callable of its own) makes the same reads, writes and calls in the same order.
+
+    The delta holds variable, key, old value of every write in turn (flat, three items a
+    write; key None: a whole variable), so the states before this event can be rebuilt
+    (`undo`)."""
+    dirty, dirty_nodes, dirty_slots, dirty_reqs, c, states, free_of, seen, journal, s, qtab, phase, req_node, \
+        by_id, root, prefetching, orphans, unchanged, empty = ctx[:19]
+    delta = m.delta = []        # (this sync's one delta list: nothing it calls rebinds it)
+    if m.effect_due is not unchanged:
+        # (the last sync changed a node's values or a slot's state, or a node left: each
+        # write of changed, slots_changed or left sets effect_due, `_slots`, `_map_nodes`;
+        # each replaced only when filled: an empty one is as empty as a new one, and most
+        # such syncs follow one that changed a node's values and left no node nor slot)
+        if m.left:
+            m.left = []
+        if m.changed:
+            m.changed = {}
+        if m.slots_changed:
+            m.slots_changed = []
+        m.effect_due = unchanged
+    # (the dirty sets are handed to the checks, which only read them and keep none past the
+    # step: each is the map's one set for its life, emptied in place, so `dirty` holds the
+    # same three always (Reqs: or None). Cleared, not replaced: a set has no free list, and a
+    # new one and the old one's release cost ~0.4M instructions a kv_bytes replay, most of it
+    # the request events' dirty row)
+    if dirty_nodes:
+        dirty_nodes.clear()
+    if dirty_slots:
+        dirty_slots.clear()
+    if dirty_reqs:
+        dirty_reqs.clear()
+    if states is not None:
+        # (the slots whose state changed since the last sync, one pass that also brings the
+        # states seen up to date; _slots only when one did or the free count moved)
+        free = free_of.free
+        hs = diff_bytes(states, seen)
+        if hs or free != m.free_seen or m.adjusted:
+            m._slots(hs, free)
+    L0 = m.L
+    if journal or m.requeue:
+        m._map_nodes()
+        # (L moves only in a re-mapping, whose _extend and _remove write it, so len, equal
+        # to L after every sync, is tested only after one: _set_scalar's test, without its call)
+        if s["len"] != m.L:
+            m._set_scalar("len", m.L)
+    # request-side variables: rebuilt after a request event, or while a prefetch is in
+    # flight or was at the last rebuild (its pseudo-requests read the tree and leave when the
+    # prefetch table drops them, which a poll may do under any event); whether any prefetch
+    # op may hold slots: the cache's live ones, its orphans, or ops its prefetcher still has
+    # to acknowledge (their rows are then rebuilt)
+    inflight = prefetching or orphans or ((p := c.prefetcher) is not None and p.acks)
+    if m.req_dirty or inflight or m.pf_refs or m.L != L0:
+        m.req_dirty = False
+        # no prefetch row now nor at the last rebuild (a prefetch row always references a
+        # slot): unless there are no rows yet, or a locked node is out of the tree, now or at
+        # the last rebuild (request_step: None), every row is a live request's, whose other
+        # values are all 0/FALSE (the common step: one call, which writes `req`; the others'
+        # rows change only with their number); else the full rebuild
+        grew = None if inflight or m.pf_refs else \
+            request_step(qtab, phase, req_node, by_id, root.id, s, delta, dirty_reqs)
+        if grew is None:
+            m._requests()
+            m.synced_key = m.constants_key()
+        else:
+            if grew:
+                m._zero_rows(len(s["req"]))
+                m.synced_key = m.constants_key()
+            m.fetching = empty
+    # a request's row is checked when it changed; all of them when len did (what
+    # LockedNodesKept reads of the state besides the row)
+    own = m.own_domains = m.L == L0
+    dirty["Reqs"] = dirty_reqs if own else None
+    return delta, dirty
+
+
+def py_host_sync_step(ref, ctx: tuple, own):
+    """IncrementalHostTierMap's `sync` as a callable of its own over a weak reference to its
+    map (the map's instance attribute, as `load_bind` is its bind): host_sync(m, ctx) while
+    the class's sync is `own` (IncrementalHostTierMap.sync); while it is another (a
+    subclass's, or one patched on the class: a profiler's wrapper), that one, bound to the
+    map. ReferenceError once the map is gone."""
+    def sync():
+        m = _map_of(ref, "sync")
+        other = _overridden(m, "sync", own)
+        return other() if other is not _NO_ATTR else py_host_sync(m, ctx)
+    return sync
+
+
 def py_request_binder(binder, phase: dict, ending: set, req_node: dict, qslot: dict, qtab: list, phase_actions,
                       req_actions, backup_actions):
     """IncrementalHostTierMap.bind's request step, called (map m, action, fields) after the
@@ -879,6 +981,27 @@ def _class_attr(cls: type, name: str):
     return _NO_ATTR
 
 
+def _map_of(ref, what: str):
+    """The map a callable of its own refers to weakly (`ref`); ReferenceError once it is gone."""
+    m = ref()
+    if m is None:
+        raise ReferenceError(f"{what}: its map is gone")
+    return m
+
+
+def _overridden(m, name: str, own):
+    """The class's `name` bound to map m where it is not `own` (a subclass's, or one patched on
+    the class: what a lookup without m's own attribute would find; None stays None, whose call
+    raises), else _NO_ATTR; AttributeError where the class has none."""
+    attr = _class_attr(type(m), name)
+    if attr is own:
+        return _NO_ATTR
+    if attr is _NO_ATTR:
+        raise AttributeError(f"{name}: the map's class has none")
+    get = getattr(type(attr), "__get__", None)
+    return attr if get is None else get(attr, m, type(m))
+
+
 def py_load_bind(ref, events, slow):
     """IncrementalHostTierMap's `bind` as a callable of its own over a weak reference to its
     map (the map's instance attribute: its dict holds it): the events of a load-back's course
@@ -887,15 +1010,10 @@ def py_load_bind(ref, events, slow):
     bind is not `slow` (a subclass's, or one patched on the class), that one instead, bound to
     the map. ReferenceError once the map is gone."""
     def bind(action, fields):
-        m = ref()
-        if m is None:
-            raise ReferenceError("bind: its map is gone")
-        cls_bind = _class_attr(type(m), "bind")
-        if cls_bind is not slow:
-            if cls_bind is _NO_ATTR:
-                raise AttributeError("bind: the map's class has none")
-            get = getattr(type(cls_bind), "__get__", None)
-            return (cls_bind if get is None else get(cls_bind, m, type(m)))(action, fields)
+        m = _map_of(ref, "bind")
+        other = _overridden(m, "bind", slow)
+        if other is not _NO_ATTR:
+            return other(action, fields)
         if action in events:
             return slow(m, action, fields)
         return m._bind_step(m, action, fields)
@@ -999,7 +1117,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "walk_journaled": py_walk_journaled, "remap_node": py_remap_node, "remap_journaled": py_remap_journaled,
           "unmap_subtree": py_unmap_subtree,
           "shifted": py_shifted, "node_slots": py_node_slots, "host_write_in_flight": py_host_write_in_flight,
-          "request_step": py_request_step, "request_binder": py_request_binder, "load_bind": py_load_bind,
+          "request_step": py_request_step, "host_sync": py_host_sync,
+          "host_sync_step": py_host_sync_step, "request_binder": py_request_binder, "load_bind": py_load_bind,
           "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
           "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
@@ -1040,6 +1159,8 @@ shifted = _mod.shifted if _mod is not None else py_shifted
 node_slots = _mod.node_slots if _mod is not None else py_node_slots
 host_write_in_flight = _mod.host_write_in_flight if _mod is not None else py_host_write_in_flight
 request_step = _mod.request_step if _mod is not None else py_request_step
+host_sync = _mod.host_sync if _mod is not None else py_host_sync
+host_sync_step = _mod.host_sync_step if _mod is not None else py_host_sync_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
 load_bind = _mod.load_bind if _mod is not None else py_load_bind
 journaled = _mod.journaled if _mod is not None else py_journaled

@@ -1,0 +1,166 @@
+"""The HostTier map's sync in C (incmap.c's host_sync and host_sync_step, the map's own `sync`)
+against its Python twin (loops.py_host_sync, py_host_sync_step): the same delta, dirty elements,
+state and bookkeeping after every event of seeded workloads; a class's sync, _map_nodes or
+_slots other than IncrementalHostTierMap's is called, not done inline; a failing re-mapping
+leaves the map as the Python finally does."""
+from __future__ import annotations
+
+import weakref
+
+import pytest
+
+from hicache.monitors.maps import host_tier_inc, loops
+from hicache.monitors.maps.host_tier import HostTierMap
+from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
+from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
+
+from tests.monitors.test_host_tier_incremental import LOADER_EVENT, canonical
+
+needs_native = pytest.mark.skipif(loops._mod is None, reason="no native module: host_sync is its Python twin")
+
+#: what a sync leaves on the map besides its state (each compared between the two maps)
+_KEPT = ("L", "effect_due", "changed", "left", "slots_changed", "own_domains", "fetching", "synced_key", "free_seen",
+         "adjusted", "req_dirty", "pf_refs")
+
+
+def _twin(m: IncrementalHostTierMap) -> None:
+    """m synced by the Python twin from now on (its own instance attribute, as the native step is)."""
+    m.sync = loops.py_host_sync_step(weakref.ref(m), m._sync_ctx, host_tier_inc._OWN_SYNC)
+
+
+def _map(step: str, seed: int, requests: int, cls=IncrementalHostTierMap):
+    """(the cache of a seeded workload, a map of class cls on it synced by `step`: the native
+    form or the twin, the workload's requests)."""
+    if step == "native" and loops._mod is None:
+        pytest.skip("no native module: host_sync is its Python twin")
+    wcfg = WorkloadConfig(requests=requests)
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    m = cls(cache)
+    if step == "twin":
+        _twin(m)
+    return cache, m, reqs
+
+
+def _kept(m) -> tuple:
+    return tuple((name, getattr(m, name)) for name in _KEPT) + (("requeue", set(m.requeue)),)
+
+
+@needs_native
+@pytest.mark.hicache_unmonitored
+@pytest.mark.parametrize("seed", range(8))
+def test_the_native_sync_agrees_with_its_python_twin(seed):
+    wcfg = WorkloadConfig()
+    policy, reqs = plan(seed, wcfg)
+    cache = make_cache(wcfg, policy)
+    native, twin = IncrementalHostTierMap(cache), IncrementalHostTierMap(cache)
+    assert type(native.sync).__name__ == "HostSyncStep"
+    _twin(twin)
+    ref = HostTierMap(cache)
+    seen = {"events": 0, "slots": 0, "nodes": 0}
+
+    def both(action, fields):
+        ref.bind(str(action), fields)
+        for m in (native, twin):
+            m.bind(str(action), fields)
+        if action == LOADER_EVENT:
+            return
+        journaled = bool(native.journal or native.requeue)
+        (d0, dirty0), (d1, dirty1) = native.sync(), twin.sync()
+        seen["events"] += 1
+        seen["nodes"] += journaled
+        seen["slots"] += bool(native.slots_changed)
+        assert d0 == d1, (seen["events"], action)
+        assert {k: None if v is None else set(v) for k, v in dirty0.items()} == \
+            {k: None if v is None else set(v) for k, v in dirty1.items()}
+        assert native.state() == twin.state() and native.delta is d0 and twin.delta is d1
+        assert _kept(native) == _kept(twin), (seen["events"], action)
+        assert canonical(native, native.state()) == canonical(ref, ref.state())
+    cache.bus.subscribe(both)
+    run_workload(cache, reqs)
+    # (the paths the native form does inline ran: re-mappings and slot changes)
+    assert seen["events"] > 20 and seen["nodes"] > 5 and seen["slots"] > 0
+
+
+@pytest.mark.hicache_unmonitored
+@pytest.mark.parametrize("step", ["native", "twin"])
+def test_a_sync_patched_on_the_class_is_called_by_the_map_own_step(step, monkeypatch):
+    """The map's own `sync` stands for the class's only while that is IncrementalHostTierMap's:
+    one patched on the class later (a profiler's wrapper) is what a call runs, bound to the map."""
+    _, m, _ = _map(step, 1, 6)
+    calls = []
+    own = IncrementalHostTierMap.sync
+
+    def wrapper(self):
+        calls.append(self)
+        return own(self)
+    monkeypatch.setattr(IncrementalHostTierMap, "sync", wrapper)
+    delta, dirty = m.sync()
+    assert calls == [m] and delta is m.delta and dirty is m.dirty
+
+
+@pytest.mark.hicache_unmonitored
+@pytest.mark.parametrize("step", ["native", "twin"])
+def test_a_subclass_map_nodes_and_slots_are_called_not_inlined(step):
+    """A map class whose _map_nodes or _slots is its own: the sync calls them (the native form
+    does IncrementalHostTierMap's inline only), and the state stays the reference map's."""
+    counts = {"nodes": 0, "slots": 0}
+
+    class Counted(IncrementalHostTierMap):
+        def _map_nodes(self):
+            counts["nodes"] += 1
+            super()._map_nodes()
+
+        def _slots(self, hs, free):
+            counts["slots"] += 1
+            super()._slots(hs, free)
+    cache, m, reqs = _map(step, 3, 30, Counted)
+    ref = HostTierMap(cache)
+
+    def listener(action, fields):
+        ref.bind(str(action), fields)
+        m.bind(str(action), fields)
+        if action != LOADER_EVENT:
+            m.sync()
+            assert canonical(m, m.state()) == canonical(ref, ref.state())
+    cache.bus.subscribe(listener)
+    run_workload(cache, reqs)
+    assert counts["nodes"] > 5 and counts["slots"] > 0
+
+
+@pytest.mark.hicache_unmonitored
+@pytest.mark.parametrize("step", ["native", "twin"])
+def test_a_failing_re_mapping_raises_and_leaves_the_map_as_the_finally_does(step):
+    """Something in the journal that is no node: the re-mapping raises its error, the journal
+    already emptied and requeue a new set, and the finally ran (slot_changed cleared); the
+    twin and the native form alike."""
+    cache, m, reqs = _map(step, 2, 6)
+    run_workload(cache, reqs)
+    m.sync()
+    before = m.requeue
+    m.journal.add(object())
+    m.slot_changed.add("stale")
+    with pytest.raises(AttributeError):
+        m.sync()
+    assert not m.journal and m.requeue is not before and m.requeue == set() and not m.slot_changed
+
+
+@needs_native
+def test_the_native_step_refuses_a_gone_map_and_a_bad_ctx():
+    wcfg = WorkloadConfig(requests=2)
+    policy, _ = plan(0, wcfg)
+    cache = make_cache(wcfg, policy)
+    m = IncrementalHostTierMap(cache)
+    ctx = m._sync_ctx
+    with pytest.raises(TypeError, match="ctx must be a tuple"):
+        loops.host_sync_step(weakref.ref(m), ctx[:-1], host_tier_inc._OWN_SYNC)
+    with pytest.raises(TypeError, match="dirty_nodes must be a set"):
+        loops.host_sync(m, (ctx[0], frozenset()) + ctx[2:])
+
+    class Gone:
+        pass
+    g = Gone()
+    step = loops.host_sync_step(weakref.ref(g), ctx, host_tier_inc._OWN_SYNC)
+    del g
+    with pytest.raises(ReferenceError):
+        step()
