@@ -3594,7 +3594,7 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
 
 /* The map a callable of its own refers to weakly (load_bind's, host_sync_step's): a new
  * reference, or NULL with ReferenceError ("<what>: its map is gone") once it is gone. */
-static PyObject *map_of(PyObject *ref, const char *what) {
+static inline PyObject *map_of(PyObject *ref, const char *what) {
     PyObject *m;
 #if PY_VERSION_HEX >= 0x030D0000
     /* (PyWeakref_GetObject is deprecated from 3.13, to be removed: GetRef returns 1 with m a
@@ -3623,7 +3623,7 @@ static PyObject *map_of(PyObject *ref, const char *what) {
  * where it is not `own` (a subclass's, or one patched on the class: a profiler's wrapper), *out
  * is it bound to m (a new reference) and 1 is returned; 0 where it is `own`; -1 on an error
  * (AttributeError, "<what>: the map's class has none", where the class has none). */
-static int overridden(PyObject *m, PyObject *name, PyObject *own, PyObject **out, const char *what) {
+static inline int overridden(PyObject *m, PyObject *name, PyObject *own, PyObject **out, const char *what) {
     PyObject *attr = _PyType_Lookup(Py_TYPE(m), name);     /* (borrowed) */
     if (attr == own)
         return 0;
