@@ -2,14 +2,15 @@
 against its Python twin (loops.py_host_sync, py_host_sync_step): the same delta, dirty elements,
 state and bookkeeping after every event of seeded workloads; a class's sync, _map_nodes or
 _slots other than IncrementalHostTierMap's is called, not done inline; a failing re-mapping
-leaves the map as the Python finally does."""
+leaves the map as the Python finally does. And the map's guard dispatch in C (guard_step, the
+map's own `guard`) against host_tier_guards.check, which defines it."""
 from __future__ import annotations
 
 import weakref
 
 import pytest
 
-from hicache.monitors.maps import host_tier_inc, loops
+from hicache.monitors.maps import host_tier_guards, host_tier_inc, loops
 from hicache.monitors.maps.host_tier import HostTierMap
 from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
@@ -164,3 +165,79 @@ def test_the_native_step_refuses_a_gone_map_and_a_bad_ctx():
     del g
     with pytest.raises(ReferenceError):
         step()
+
+
+def _guard_twin(m):
+    return loops.py_guard_step(weakref.ref(m), host_tier_guards.guard_tables(m), host_tier_inc._OWN_GUARD)
+
+
+@needs_native
+@pytest.mark.hicache_unmonitored
+@pytest.mark.parametrize("seed", range(6))
+def test_the_native_guard_agrees_with_check_on_every_event_and_on_broken_ones(seed):
+    """Before each event's sync (the state the guards judge): the map's own guard, its twin and
+    check itself give the same verdict; then events that break a guard (a request finished
+    twice, matched while live, a node event of a node not in the tree, an ack of no node) on
+    the final state, the same failures."""
+    cache, m, reqs = _map("native", seed, 40)
+    assert type(m.guard).__name__ == "GuardStep"
+    twin = _guard_twin(m)
+    verdicts = []
+
+    def listener(action, fields):
+        m.bind(str(action), fields)
+        if action == LOADER_EVENT:
+            return
+        got = (m.guard(action, fields), twin(action, fields), host_tier_guards.check(m, action, fields))
+        assert got[0] == got[1] == got[2], (action, fields, got)
+        verdicts.append(got[0])
+        m.sync()
+    cache.bus.subscribe(listener)
+    run_workload(cache, reqs)
+    assert len(verdicts) > 20
+    live = next(iter(m.phase), None)
+    broken = [("RequestFinish", {"rid": 10 ** 9}), ("HostEvict", {"node": 10 ** 9}),
+              ("BackupFinish", {"node": None}), ("BackupFinish", {"node": 10 ** 9}), ("DeviceEvict", {}),
+              ("NoSuchAction", {"node": 1})]
+    if live is not None:
+        broken.append(("RequestMatch", {"rid": live}))
+    failed = 0
+    for action, fields in broken:
+        m.phase_before = m.phase.get(fields.get("rid")) if "rid" in fields else None
+        got = (m.guard(action, fields), twin(action, fields), host_tier_guards.check(m, action, fields))
+        assert got[0] == got[1] == got[2], (action, got)
+        failed += got[0] is not None
+    assert failed >= 3
+
+
+@pytest.mark.hicache_unmonitored
+@pytest.mark.parametrize("step", ["native", "twin"])
+def test_a_guard_patched_on_the_class_is_called_by_the_map_own_guard(step, monkeypatch):
+    cache, m, _ = _map(step, 1, 4)
+    if step == "twin":
+        m.guard = _guard_twin(m)
+    calls = []
+
+    def other(self, action, fields):
+        calls.append((self, action))
+        return "judged"
+    monkeypatch.setattr(IncrementalHostTierMap, "guard", other)
+    assert m.guard("RequestMatch", {"rid": 1}) == "judged" and calls == [(m, "RequestMatch")]
+
+
+@needs_native
+def test_the_native_guard_refuses_bad_tables_and_a_gone_map():
+    cache, m, _ = _map("native", 0, 2)
+    tables = host_tier_guards.guard_tables(m)
+    with pytest.raises(TypeError, match="ctx must be a tuple"):
+        loops.guard_step(weakref.ref(m), tables[:-1], host_tier_inc._OWN_GUARD)
+    with pytest.raises(TypeError, match="npos must be a dict"):
+        loops.guard_step(weakref.ref(m), tables[:6] + ([],) + tables[7:], host_tier_inc._OWN_GUARD)
+
+    class Gone:
+        pass
+    g = Gone()
+    step = loops.guard_step(weakref.ref(g), tables, host_tier_inc._OWN_GUARD)
+    del g
+    with pytest.raises(ReferenceError, match="guard: its map is gone"):
+        step("RequestMatch", {})

@@ -6339,6 +6339,176 @@ static PyObject *host_sync_step(PyObject *self, PyObject *const *a, Py_ssize_t n
     return (PyObject *)st;
 }
 
+/* ---- The HostTier map's action guards' dispatch (host_tier_guards.check, which defines it) as
+ * the map's own `guard`, a callable (action, fields) over a weak reference to the map, which
+ * host_tier_inc.py installs while the class's guard is `own` (check): the request guards by
+ * action, of which a live request's finish or abort and a match of a request not live (most
+ * request events) pass on the phase before the event alone; the node guards given the node and
+ * its positions before the event. The guards themselves are check's, called. Why: the monitor
+ * called check at every event, a frame entered from C for ~31 opcodes, most events' whole guard.
+ * ctx: (REQUEST_GUARDS, NODE_GUARDS, _request_live, _request_match, _ACKS, the map's by_id and
+ * npos (never rebound), no_page(action, nid): the failure of a node event whose node has no page
+ * in the tree). */
+#define GS_CTX 8
+enum { GS_REQUEST, GS_NODE, GS_LIVE, GS_MATCH, GS_ACKS, GS_BY_ID, GS_NPOS, GS_NO_PAGE };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ref;        /* a weak reference to the map */
+    PyObject *ctx;        /* the tables, checked */
+    PyObject *own;        /* host_tier_guards.check: the class's guard this stands for */
+    vectorcallfunc vectorcall;
+} GuardStep;
+
+static PyObject *gs_guard, *gs_phase_before, *gs_node;
+static HsMemo hm_phase_before = {0, -1};
+
+/* check(m, action, fields) over the checked ctx c (borrowed items) */
+static PyObject *guard_on(PyObject *m, PyObject *const *c, PyObject *action, PyObject *fields) {
+    PyObject *fn = PyDict_GetItemWithError(c[GS_REQUEST], action);     /* (borrowed) */
+    if (fn != NULL) {
+        if (fn == c[GS_LIVE] || fn == c[GS_MATCH]) {
+            PyObject *before = hs_get(m, gs_phase_before, &hm_phase_before);
+            if (before == NULL)
+                return NULL;
+            int live = before != Py_None;
+            Py_DECREF(before);
+            if (live == (fn == c[GS_LIVE]))
+                Py_RETURN_NONE;
+        }
+        PyObject *argv[3] = {m, action, fields};
+        Py_INCREF(fn);      /* (held across its call: the table may be changed by it) */
+        PyObject *r = PyObject_Vectorcall(fn, argv, 3, NULL);
+        Py_DECREF(fn);
+        return r;
+    }
+    if (PyErr_Occurred() || (fn = PyDict_GetItemWithError(c[GS_NODE], action)) == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(fn);
+    PyObject *nid = get_of(fields, gs_node), *x = NULL, *pos = NULL, *r = NULL;
+    if (nid == NULL)
+        goto done;
+    if (nid == Py_None) {
+        int ack = PySet_Contains(c[GS_ACKS], action);
+        if (ack != 0) {
+            r = ack < 0 ? NULL : Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    if ((x = get_of(c[GS_BY_ID], nid)) == NULL)
+        goto done;
+    if (x != Py_None && (pos = get_of(c[GS_NPOS], x)) == NULL)
+        goto done;
+    int has = pos == NULL ? 0 : PyObject_IsTrue(pos);
+    if (has < 0)
+        goto done;
+    if (!has) {
+        PyObject *argv[2] = {action, nid};
+        r = PyObject_Vectorcall(c[GS_NO_PAGE], argv, 2, NULL);
+    } else {
+        PyObject *argv[5] = {m, action, x, pos, fields};
+        r = PyObject_Vectorcall(fn, argv, 5, NULL);
+    }
+done:
+    Py_DECREF(fn);
+    Py_XDECREF(nid);
+    Py_XDECREF(x);
+    Py_XDECREF(pos);
+    return r;
+}
+
+static PyObject *guard_step_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    GuardStep *st = (GuardStep *)self;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a map's guard takes (action, fields)");
+        return NULL;
+    }
+    if (st->ref == NULL || st->ctx == NULL || st->own == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a guard step cleared by the collector was called");
+        return NULL;
+    }
+    PyObject *m = map_of(st->ref, "guard");
+    if (m == NULL)
+        return NULL;
+    PyObject *ctx = Py_NewRef(st->ctx), *own = Py_NewRef(st->own), *r = NULL, *other = NULL;
+    int over = overridden(m, gs_guard, own, &other, "guard");
+    if (over > 0) {
+        /* (another guard on the class: a function there, called as the bound method it is) */
+        r = PyObject_Vectorcall(other, args, 2, NULL);
+        Py_DECREF(other);
+    } else if (over == 0) {
+        r = guard_on(m, &PyTuple_GET_ITEM(ctx, 0), args[0], args[1]);
+    }
+    Py_DECREF(ctx);
+    Py_DECREF(own);
+    Py_DECREF(m);
+    return r;
+}
+
+static int guard_step_traverse(PyObject *self, visitproc visit, void *arg) {
+    GuardStep *st = (GuardStep *)self;
+    Py_VISIT(st->ref);
+    Py_VISIT(st->ctx);
+    Py_VISIT(st->own);
+    return 0;
+}
+
+static int guard_step_clear(PyObject *self) {
+    GuardStep *st = (GuardStep *)self;
+    Py_CLEAR(st->ref);
+    Py_CLEAR(st->ctx);
+    Py_CLEAR(st->own);
+    return 0;
+}
+
+static PyTypeObject GuardStepType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.GuardStep",
+    .tp_basicsize = sizeof(GuardStep),
+    .tp_dealloc = gc_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(GuardStep, vectorcall),
+    .tp_traverse = guard_step_traverse,
+    .tp_clear = guard_step_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "host_tier_guards.check over one map (weakly held)",
+};
+
+/* guard_step(ref, ctx, own): a GuardStep over a weak reference, the checked tables and the
+ * class's guard it stands for */
+static PyObject *guard_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("guard_step", n, 3))
+        return NULL;
+    if (!PyWeakref_CheckRef(a[0])) {
+        PyErr_SetString(PyExc_TypeError, "guard_step: ref must be a weak reference");
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(a[1]) || PyTuple_GET_SIZE(a[1]) != GS_CTX) {
+        PyErr_Format(PyExc_TypeError, "guard_step: ctx must be a tuple of %d items", GS_CTX);
+        return NULL;
+    }
+    PyObject *const *c = &PyTuple_GET_ITEM(a[1], 0);
+    if (check_type(c[GS_REQUEST], &PyDict_Type, "guard_step", "request_guards") < 0 ||
+        check_type(c[GS_NODE], &PyDict_Type, "guard_step", "node_guards") < 0 ||
+        check_type(c[GS_ACKS], &PyFrozenSet_Type, "guard_step", "acks") < 0 ||
+        check_type(c[GS_BY_ID], &PyDict_Type, "guard_step", "by_id") < 0 ||
+        check_type(c[GS_NPOS], &PyDict_Type, "guard_step", "npos") < 0)
+        return NULL;
+    static const char *const names[] = {"guard", "phase_before", "node"};
+    PyObject **const slots[] = {&gs_guard, &gs_phase_before, &gs_node};
+    if (intern_names(names, slots, 3) < 0)
+        return NULL;
+    GuardStep *st = PyObject_GC_New(GuardStep, &GuardStepType);
+    if (st == NULL)
+        return NULL;
+    st->ref = Py_NewRef(a[0]);
+    st->ctx = Py_NewRef(a[1]);
+    st->own = Py_NewRef(a[2]);
+    st->vectorcall = guard_step_call;
+    PyObject_GC_Track(st);
+    return (PyObject *)st;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -6405,6 +6575,8 @@ static PyMethodDef methods[] = {
      "IncrementalHostTierMap.sync over (the map, what it never rebinds): (delta, dirty)"},
     {"host_sync_step", (PyCFunction)(void (*)(void))host_sync_step, METH_FASTCALL,
      "IncrementalHostTierMap.sync as a callable over (a weak reference to the map, host_sync's ctx, the class's sync)"},
+    {"guard_step", (PyCFunction)(void (*)(void))guard_step, METH_FASTCALL,
+     "host_tier_guards.check as a callable (action, fields) over (a weak reference to the map, its tables, check)"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},
@@ -6438,7 +6610,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NU
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
     if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&LoadBindType) < 0 || PyType_Ready(&JournaledType) < 0 ||
-        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&HostSyncStepType) < 0)
+        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&HostSyncStepType) < 0 ||
+        PyType_Ready(&GuardStepType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

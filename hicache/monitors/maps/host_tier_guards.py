@@ -104,7 +104,9 @@ _WRITE_THROUGH = frozenset(_DUE_HITS)
 def check(m, action: str, fields: dict) -> Failure | None:
     """The guard of `action` on map m's state before the event: None, or the failed
     conjunct (None too for an action without a guard here). m is an IncrementalHostTierMap
-    not yet synced for this event (its funcs, positions and slot names are the pre-state)."""
+    not yet synced for this event (its funcs, positions and slot names are the pre-state).
+    (loops.guard_step, native where it builds, is this dispatch as the map's own `guard`:
+    `guard_tables` is what it reads.)"""
     # (the request guards first: a run's events are mostly its requests' own; a live
     # request's finish or abort, and a match of one not live, the most common, pass here
     # without the guard's call)
@@ -127,9 +129,14 @@ def check(m, action: str, fields: dict) -> Failure | None:
     x = m.by_id.get(nid)
     pos = m.npos.get(x) if x is not None else None
     if not pos:
-        return _fail(action, 0, f"node {nid} has no page in the tree before the event "
-                                f"({_NOT_IN_TREE.get(action, 'InTree(n)')})")
+        return no_page(action, nid)
     return fn(m, action, x, pos, fields)
+
+
+def no_page(action: str, nid) -> Failure:
+    """The failure of node event `action` whose node `nid` has no page in the tree before it."""
+    return _fail(action, 0, f"node {nid} has no page in the tree before the event "
+                            f"({_NOT_IN_TREE.get(action, 'InTree(n)')})")
 
 
 def _mapped(m, node_id) -> tuple:
@@ -892,3 +899,11 @@ _ACKS = frozenset({"BackupFinish", "StorageBackupFinish"})
 
 #: what a node event's guard says of a node with no page in the tree, where not InTree(n)
 _NOT_IN_TREE = {"BackupFinish": "so no copy of its pages is in flight: backupOp[n] # NoSlot"}
+
+
+def guard_tables(m) -> tuple:
+    """What `check` reads that map m never rebinds, for loops.guard_step: the guard tables, the
+    two request guards decided on the phase before the event alone, the acks that may name no
+    node, the map's mapped nodes by id and their positions, and the failure of a node not in
+    the tree."""
+    return (REQUEST_GUARDS, NODE_GUARDS, _request_live, _request_match, _ACKS, m.by_id, m.npos, no_page)

@@ -290,6 +290,12 @@ class IncrementalHostTierMap(HostTierMap):
             # frame entered from C around one call; loops.host_sync_step calls the class's
             # sync instead while it is another, a profiler's wrapper)
             self.sync = loops.host_sync_step(weakref.ref(self), self._sync_ctx, _OWN_SYNC)
+        if type(self).guard is _OWN_GUARD:
+            # (the guard's dispatch as a callable of its own, as `sync` is: the monitor, which
+            # reads `guard` once, calls it before every event's sync, and most request events'
+            # guards pass on the phase before the event alone: loops.guard_step decides those
+            # without a frame)
+            self.guard = loops.guard_step(weakref.ref(self), host_tier_guards.guard_tables(self), _OWN_GUARD)
         self.journal.update(tree.nodes())
         self.sync()
         self.delta = []
@@ -642,6 +648,7 @@ class IncrementalHostTierMap(HostTierMap):
 #: the class's bind whenever it is not this, follows a patch made after it was built)
 _OWN_BIND = IncrementalHostTierMap.bind
 _OWN_SYNC = IncrementalHostTierMap.sync
+_OWN_GUARD = IncrementalHostTierMap.guard
 _OWN_MAP_NODES = IncrementalHostTierMap._map_nodes
 _OWN_SLOTS = IncrementalHostTierMap._slots
 

@@ -906,6 +906,19 @@ def py_host_sync_step(ref, ctx: tuple, own):
     return sync
 
 
+def py_guard_step(ref, ctx: tuple, own):
+    """The HostTier map's guard dispatch (host_tier_guards.check, `own`) as the map's own
+    `guard`, a callable (action, fields) over a weak reference to the map, while the class's
+    guard is `own`; another one there (a subclass's, or one patched on the class) is called
+    instead, bound to the map. ctx: host_tier_guards.guard_tables(m), which the native form
+    reads as check does; the twin calls check itself."""
+    def guard(action, fields):
+        m = _map_of(ref, "guard")
+        other = _overridden(m, "guard", own)
+        return other(action, fields) if other is not _NO_ATTR else own(m, action, fields)
+    return guard
+
+
 def py_request_binder(binder, phase: dict, ending: set, req_node: dict, qslot: dict, qtab: list, phase_actions,
                       req_actions, backup_actions):
     """IncrementalHostTierMap.bind's request step, called (map m, action, fields) after the
@@ -1118,7 +1131,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "unmap_subtree": py_unmap_subtree,
           "shifted": py_shifted, "node_slots": py_node_slots, "host_write_in_flight": py_host_write_in_flight,
           "request_step": py_request_step, "host_sync": py_host_sync,
-          "host_sync_step": py_host_sync_step, "request_binder": py_request_binder, "load_bind": py_load_bind,
+          "host_sync_step": py_host_sync_step, "guard_step": py_guard_step,
+          "request_binder": py_request_binder, "load_bind": py_load_bind,
           "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
           "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
@@ -1160,6 +1174,7 @@ node_slots = _mod.node_slots if _mod is not None else py_node_slots
 host_write_in_flight = _mod.host_write_in_flight if _mod is not None else py_host_write_in_flight
 request_step = _mod.request_step if _mod is not None else py_request_step
 host_sync = _mod.host_sync if _mod is not None else py_host_sync
+guard_step = _mod.guard_step if _mod is not None else py_guard_step
 host_sync_step = _mod.host_sync_step if _mod is not None else py_host_sync_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
 load_bind = _mod.load_bind if _mod is not None else py_load_bind
