@@ -55,7 +55,7 @@ def test_the_native_sync_agrees_with_its_python_twin(seed):
     policy, reqs = plan(seed, wcfg)
     cache = make_cache(wcfg, policy)
     native, twin = IncrementalHostTierMap(cache), IncrementalHostTierMap(cache)
-    assert type(native.sync).__name__ == "HostSyncStep"
+    assert type(native.sync).__name__ == "MapStep"
     _twin(twin)
     ref = HostTierMap(cache)
     seen = {"events": 0, "slots": 0, "nodes": 0}
@@ -171,6 +171,46 @@ def _guard_twin(m):
     return loops.py_guard_step(weakref.ref(m), host_tier_guards.guard_tables(m), host_tier_inc._OWN_GUARD)
 
 
+def _effect_twin(m):
+    return loops.py_effect_step(weakref.ref(m), host_tier_guards.effect_tables(m), host_tier_inc._OWN_EFFECT)
+
+
+@needs_native
+@pytest.mark.hicache_unmonitored
+@pytest.mark.parametrize("seed", range(6))
+def test_the_native_effect_agrees_with_effect_after_every_sync_and_on_foreign_steps(seed):
+    """After each event's sync: the map's own effect, its twin and host_tier_guards.effect give
+    the same verdict on the event, and on the same changes claimed by a step of a node not in
+    the tree (a frame that fails: the changed nodes are not its own), by a step naming no
+    node (nothing to judge) and by an action with neither frame nor writes."""
+    cache, m, reqs = _map("native", seed, 40)
+    assert type(m.effect).__name__ == "MapStep"
+    twin = _effect_twin(m)
+    seen = {"events": 0, "foreign_failed": 0}
+
+    def verdicts(action, fields):
+        got = (m.effect(action, fields), twin(action, fields), host_tier_guards.effect(m, action, fields))
+        assert got[0] == got[1] == got[2], (action, fields, got)
+        return got[0]
+
+    def listener(action, fields):
+        m.bind(str(action), fields)
+        if action == LOADER_EVENT:
+            return
+        m.sync()
+        seen["events"] += 1
+        if str(action) in m.effect_actions:
+            verdicts(action, fields)
+        if m.changed or m.left or m.slots_changed:
+            seen["foreign_failed"] += verdicts("DeviceEvict", {"node": 10 ** 9}) is not None
+            verdicts("BackupStart", {"node": None})
+            verdicts("BackupFinish", {"node": None, "held": ()})
+            assert verdicts("NoSuchAction", {"node": 1}) is None     # (no frame, no writes)
+    cache.bus.subscribe(listener)
+    run_workload(cache, reqs)
+    assert seen["events"] > 20 and seen["foreign_failed"] > 3
+
+
 @needs_native
 @pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("seed", range(6))
@@ -180,7 +220,7 @@ def test_the_native_guard_agrees_with_check_on_every_event_and_on_broken_ones(se
     twice, matched while live, a node event of a node not in the tree, an ack of no node) on
     the final state, the same failures."""
     cache, m, reqs = _map("native", seed, 40)
-    assert type(m.guard).__name__ == "GuardStep"
+    assert type(m.guard).__name__ == "MapStep"
     twin = _guard_twin(m)
     verdicts = []
 
@@ -212,17 +252,21 @@ def test_the_native_guard_agrees_with_check_on_every_event_and_on_broken_ones(se
 
 @pytest.mark.hicache_unmonitored
 @pytest.mark.parametrize("step", ["native", "twin"])
-def test_a_guard_patched_on_the_class_is_called_by_the_map_own_guard(step, monkeypatch):
+@pytest.mark.parametrize("method,event", [("guard", ("RequestMatch", {"rid": 1})),
+                                          ("effect", ("HostEvict", {"node": 1}))])
+def test_a_guard_or_effect_patched_on_the_class_is_called_by_the_map_own_one(step, method, event, monkeypatch):
+    """As sync: the map's own guard and effect stand for the class's only while it is
+    IncrementalHostTierMap's; one patched on the class later is called, bound to the map."""
     cache, m, _ = _map(step, 1, 4)
     if step == "twin":
-        m.guard = _guard_twin(m)
+        setattr(m, method, {"guard": _guard_twin, "effect": _effect_twin}[method](m))
     calls = []
 
     def other(self, action, fields):
         calls.append((self, action))
         return "judged"
-    monkeypatch.setattr(IncrementalHostTierMap, "guard", other)
-    assert m.guard("RequestMatch", {"rid": 1}) == "judged" and calls == [(m, "RequestMatch")]
+    monkeypatch.setattr(IncrementalHostTierMap, method, other)
+    assert getattr(m, method)(*event) == "judged" and calls == [(m, event[0])]
 
 
 @needs_native

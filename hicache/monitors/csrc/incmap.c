@@ -287,7 +287,7 @@ static inline int set_has_small(PyObject *so, PyObject *p, long long v) {
     return -2;
 }
 
-/* The dealloc of this module's collected types (StepsTable, QuietProbe, LoadBind, Journaled):
+/* The dealloc of this module's collected types (StepsTable, QuietProbe, MapStep, Journaled):
  * untracked, their references dropped by their own tp_clear, freed. */
 static void gc_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
@@ -3592,6 +3592,79 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
     return (PyObject *)b;
 }
 
+/* What host_sync keeps of one attribute it reads or writes: plain_dict's memo of the type, and
+ * the entry of the instance dict that held the name at the last read (-1: none yet). One per
+ * name and role for every object read so: a memo names a type version and a hint an entry whose
+ * key is tested, so objects of two types, or two dicts, only look up again, never misread. */
+typedef struct {
+    unsigned int plain;
+    Py_ssize_t hint;
+} HsMemo;
+
+/* obj.<name> as PyObject_GetAttr reads it (a new reference): where the generic lookup comes
+ * down to obj's own dict (plain_dict), the entry that held the name at the last read is read
+ * where it still holds the name itself (what the interpreter's LOAD_ATTR_WITH_HINT does),
+ * else the name is looked up there and its entry kept. Why: a sync reads ~12 attributes of
+ * its map, each a probe of the map's large dict (~80 instructions) where the bytecode it
+ * replaces read them by hint. 3.11's layout only (elsewhere: the lookup). */
+static PyObject *hs_get(PyObject *obj, PyObject *name, HsMemo *memo) {
+    PyObject *dict = plain_dict(obj, name, &memo->plain);
+    if (dict == NULL)
+        return PyObject_GetAttr(obj, name);
+#ifdef HICACHE_POS_ENTRIES
+    PyDictObject *mp = (PyDictObject *)dict;
+    PyDictKeysObject *dk = mp->ma_keys;
+    Py_ssize_t i = memo->hint;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE && 0 <= i && i < dk->dk_nentries) {
+        PyDictUnicodeEntry *ep = &DK_UNICODE_ENTRIES(dk)[i];
+        if (ep->me_key == name && ep->me_value != NULL)
+            return Py_NewRef(ep->me_value);
+    }
+#endif
+    /* (held, as the generic lookup holds it: a key's __eq__ may replace obj's dict) */
+    Py_INCREF(dict);
+    PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+#ifdef HICACHE_POS_ENTRIES
+    if (v != NULL) {
+        mp = (PyDictObject *)dict;
+        dk = mp->ma_keys;
+        memo->hint = -1;
+        if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE) {
+            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(dk);
+            for (Py_ssize_t k = 0; k < dk->dk_nentries; k++)
+                if (ep[k].me_key == name) {
+                    memo->hint = k;
+                    break;
+                }
+        }
+    }
+#endif
+    Py_DECREF(dict);
+    if (v != NULL || PyErr_Occurred())
+        return v;
+    return PyObject_GetAttr(obj, name);
+}
+
+/* obj.<name> = v, as PyObject_SetAttr writes it (through the dict's API: its version renewed) */
+static int hs_set(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
+    return attr_set(obj, name, v, &memo->plain);
+}
+
+/* obj.<name> = v unless obj.<name> is v already (a write of the value it holds leaves the
+ * object as it was: skipped, the read by hint ~20 instructions where the write through the
+ * dict's API costs ~150: the flags a sync writes at every event mostly keep their values) */
+static int hs_put(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
+    PyObject *cur = hs_get(obj, name, memo);
+    if (cur == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+    }
+    int same = cur == v;
+    Py_XDECREF(cur);
+    return same ? 0 : hs_set(obj, name, v, memo);
+}
+
 /* The map a callable of its own refers to weakly (load_bind's, host_sync_step's): a new
  * reference, or NULL with ReferenceError ("<what>: its map is gone") once it is gone. */
 static inline PyObject *map_of(PyObject *ref, const char *what) {
@@ -3638,105 +3711,146 @@ static inline int overridden(PyObject *m, PyObject *name, PyObject *own, PyObjec
     return *out == NULL ? -1 : 1;
 }
 
-/* ---- IncrementalHostTierMap's `bind` as a callable of its own (host_tier_inc.py installs it
- * as the map's instance attribute, what a monitor calls at every event, while the class's
- * bind is IncrementalHostTierMap's; loops.py's py_load_bind, the same reads and calls): the
- * events of a load-back's course (`events`) by the class's own bind, slow(m, action, fields),
- * every other by the map's request step, m._bind_step(m, action, fields), read off the map at
- * each call (python_bind replaces it); while the class's bind is not `slow` (a subclass's, or
- * one patched on the class: a profiler's wrapper), that one is called instead, bound to the
- * map. Why: as a method each event entered a frame from C for one set test and one call. It refers to its map weakly (the map's dict holds it: a strong
- * reference would make every map a cycle, kept until the collector runs); a call after the
- * map is gone raises ReferenceError. */
+/* A map's method as a callable of its own (the map's instance attribute, read off the instance
+ * before the class: host_tier_inc.py installs them), over a weak reference to the map (its dict
+ * holds this: a strong one would make every map a cycle, kept until the collector runs), what
+ * the method reads that the map never rebinds (`ctx`, checked once by the constructor) and the
+ * class's method it stands for (`own`): while the class's `name` is `own`, impl(m, ctx, args)
+ * does the method's work; while it is another (a subclass's, or one patched on the class: a
+ * profiler's wrapper), that one is called instead, bound to the map. The map's sync
+ * (host_sync_step), guard (guard_step) and effect (effect_step). Why: the monitor calls each at
+ * every event it concerns, and as a method each call was a frame entered from C. */
+typedef PyObject *(*map_step_fn)(PyObject *m, PyObject *const *ctx, PyObject *const *args);
+
 typedef struct {
     PyObject_HEAD
     PyObject *ref;        /* a weak reference to the map */
-    PyObject *events;     /* a frozenset of the actions slow binds */
-    PyObject *slow;       /* slow(m, action, fields): the class's bind */
-    unsigned int plain_bind_step;
+    PyObject *ctx;        /* the method's reads, checked */
+    PyObject *own;        /* the class's method this stands for */
+    PyObject *name;       /* its name (interned) */
+    const char *what;     /* ... as the errors say it */
+    Py_ssize_t nargs;     /* the arguments it takes */
+    map_step_fn impl;
     vectorcallfunc vectorcall;
-} LoadBind;
+} MapStep;
 
-static PyObject *s_bind_step, *s_bind_name;
-
-static PyObject *load_bind_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    LoadBind *b = (LoadBind *)self;
-    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "a load bind takes (action, fields)");
+static PyObject *map_step_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    MapStep *st = (MapStep *)self;
+    if (PyVectorcall_NARGS(nargsf) != st->nargs || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_Format(PyExc_TypeError, "a map's %s takes %zd positional arguments", st->what, st->nargs);
         return NULL;
     }
-    if (b->ref == NULL || b->events == NULL || b->slow == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "a load bind cleared by the collector was called");
+    if (st->ref == NULL || st->ctx == NULL || st->own == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "a map's %s cleared by the collector was called", st->what);
         return NULL;
     }
-    PyObject *m = map_of(b->ref, "bind");     /* (released below) */
+    PyObject *m = map_of(st->ref, st->what);
     if (m == NULL)
         return NULL;
-    /* (events and slow held across the calls below, which may run a collection that clears
-     * this object) */
-    PyObject *events = Py_NewRef(b->events), *slow = Py_NewRef(b->slow);
-    PyObject *argv[3] = {m, args[0], args[1]}, *r = NULL, *other = NULL;
-    int over = overridden(m, s_bind_name, slow, &other, "bind");
+    /* (ctx and own held across the calls below, which may run a collection that clears this) */
+    PyObject *ctx = Py_NewRef(st->ctx), *own = Py_NewRef(st->own), *r = NULL, *other = NULL;
+    int over = overridden(m, st->name, own, &other, st->what);
     if (over > 0) {
-        r = PyObject_Vectorcall(other, args, 2, NULL);
+        r = PyObject_Vectorcall(other, args, st->nargs, NULL);
         Py_DECREF(other);
     } else if (over == 0) {
-        int special = PySet_Contains(events, args[0]);
-        if (special > 0) {
-            r = PyObject_Vectorcall(slow, argv, 3, NULL);
-        } else if (special == 0) {
-            PyObject *step = attr_of(m, s_bind_step, &b->plain_bind_step);
-            if (step != NULL) {
-                r = PyObject_Vectorcall(step, argv, 3, NULL);
-                Py_DECREF(step);
-            }
-        }
+        r = st->impl(m, &PyTuple_GET_ITEM(ctx, 0), args);
     }
-    Py_DECREF(events);
-    Py_DECREF(slow);
+    Py_DECREF(ctx);
+    Py_DECREF(own);
     Py_DECREF(m);
     return r;
 }
 
-/* (a collected type: `slow` may be any callable, a bound method of the map among them, which
- * would close a cycle through the map's dict that holds this) */
-static int load_bind_traverse(PyObject *self, visitproc visit, void *arg) {
-    LoadBind *b = (LoadBind *)self;
-    Py_VISIT(b->ref);
-    Py_VISIT(b->events);
-    Py_VISIT(b->slow);
+static int map_step_traverse(PyObject *self, visitproc visit, void *arg) {
+    MapStep *st = (MapStep *)self;
+    Py_VISIT(st->ref);
+    Py_VISIT(st->ctx);
+    Py_VISIT(st->own);
     return 0;
 }
 
-static int load_bind_clear(PyObject *self) {
-    LoadBind *b = (LoadBind *)self;
-    Py_CLEAR(b->ref);
-    Py_CLEAR(b->events);
-    Py_CLEAR(b->slow);
+static int map_step_clear(PyObject *self) {
+    MapStep *st = (MapStep *)self;
+    Py_CLEAR(st->ref);
+    Py_CLEAR(st->ctx);
+    Py_CLEAR(st->own);
     return 0;
 }
 
-static PyTypeObject LoadBindType = {
+static PyTypeObject MapStepType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_hicache_incmap.LoadBind",
-    .tp_basicsize = sizeof(LoadBind),
+    .tp_name = "_hicache_incmap.MapStep",
+    .tp_basicsize = sizeof(MapStep),
     .tp_dealloc = gc_dealloc,
     .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(LoadBind, vectorcall),
-    .tp_traverse = load_bind_traverse,
-    .tp_clear = load_bind_clear,
+    .tp_vectorcall_offset = offsetof(MapStep, vectorcall),
+    .tp_traverse = map_step_traverse,
+    .tp_clear = map_step_clear,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "IncrementalHostTierMap.bind over one map (weakly held)",
+    .tp_doc = "a map's method over the map (weakly held), what it reads and the class's method",
 };
 
-/* load_bind(ref, events, slow): a LoadBind over a weak reference, a frozenset and a callable */
+/* A MapStep of `fn` (its constructor's name: the errors') over a[0] (a weak reference), a[1] (a
+ * tuple of `size` items, its further checks the caller's) and a[2]; NULL on an error */
+static PyObject *map_step_new(const char *fn, PyObject *const *a, Py_ssize_t n, Py_ssize_t size, PyObject *name,
+                              const char *what, Py_ssize_t nargs, map_step_fn impl) {
+    if (!arity(fn, n, 3))
+        return NULL;
+    if (!PyWeakref_CheckRef(a[0])) {
+        PyErr_Format(PyExc_TypeError, "%s: ref must be a weak reference", fn);
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(a[1]) || PyTuple_GET_SIZE(a[1]) != size) {
+        PyErr_Format(PyExc_TypeError, "%s: ctx must be a tuple of %zd items", fn, size);
+        return NULL;
+    }
+    MapStep *st = PyObject_GC_New(MapStep, &MapStepType);
+    if (st == NULL)
+        return NULL;
+    st->ref = Py_NewRef(a[0]);
+    st->ctx = Py_NewRef(a[1]);
+    st->own = Py_NewRef(a[2]);
+    st->name = name;
+    st->what = what;
+    st->nargs = nargs;
+    st->impl = impl;
+    st->vectorcall = map_step_call;
+    PyObject_GC_Track(st);
+    return (PyObject *)st;
+}
+
+/* ---- IncrementalHostTierMap's `bind` as a callable of its own (host_tier_inc.py installs it
+ * as the map's instance attribute, what a monitor calls at every event, while the class's
+ * bind is IncrementalHostTierMap's; loops.py's py_load_bind, the same reads and calls): a
+ * MapStep whose work is: the events of a load-back's course (`events`) by the class's own
+ * bind, slow(m, action, fields), every other by the map's request step, m._bind_step(m,
+ * action, fields), read off the map at each call (python_bind replaces it). Why: as a method
+ * each event entered a frame from C for one set test and one call. */
+static PyObject *s_bind_step, *s_bind_name;
+static HsMemo hm_bind_step = {0, -1};
+
+static PyObject *load_bind_impl(PyObject *m, PyObject *const *ctx, PyObject *const *args) {
+    /* ctx: (events, slow) */
+    int special = PySet_Contains(ctx[0], args[0]);
+    if (special < 0)
+        return NULL;
+    PyObject *argv[3] = {m, args[0], args[1]};
+    if (special)
+        return PyObject_Vectorcall(ctx[1], argv, 3, NULL);
+    PyObject *step = hs_get(m, s_bind_step, &hm_bind_step);
+    if (step == NULL)
+        return NULL;
+    PyObject *r = PyObject_Vectorcall(step, argv, 3, NULL);
+    Py_DECREF(step);
+    return r;
+}
+
+/* load_bind(ref, events, slow): the map's bind as a MapStep (action, fields) over a weak
+ * reference, a frozenset and the class's bind it stands for */
 static PyObject *load_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("load_bind", n, 3))
         return NULL;
-    if (!PyWeakref_CheckRef(a[0])) {
-        PyErr_SetString(PyExc_TypeError, "load_bind: ref must be a weak reference");
-        return NULL;
-    }
     if (check_type(a[1], &PyFrozenSet_Type, "load_bind", "events") < 0)
         return NULL;
     if (!PyCallable_Check(a[2])) {
@@ -3746,16 +3860,13 @@ static PyObject *load_bind(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if ((s_bind_step == NULL && (s_bind_step = PyUnicode_InternFromString("_bind_step")) == NULL) ||
         (s_bind_name == NULL && (s_bind_name = PyUnicode_InternFromString("bind")) == NULL))
         return NULL;
-    LoadBind *b = PyObject_GC_New(LoadBind, &LoadBindType);
-    if (b == NULL)
+    PyObject *ctx = PyTuple_Pack(2, a[1], a[2]);
+    if (ctx == NULL)
         return NULL;
-    b->ref = Py_NewRef(a[0]);
-    b->events = Py_NewRef(a[1]);
-    b->slow = Py_NewRef(a[2]);
-    b->plain_bind_step = 0;
-    b->vectorcall = load_bind_call;
-    PyObject_GC_Track(b);
-    return (PyObject *)b;
+    PyObject *argv[3] = {a[0], ctx, a[2]};
+    PyObject *st = map_step_new("load_bind", argv, 3, 2, s_bind_name, "bind", 2, load_bind_impl);
+    Py_DECREF(ctx);
+    return st;
 }
 
 /* loops.py's py_vacate: the holes are taken as sorted(holes, reverse=True) takes them
@@ -5735,83 +5846,10 @@ static PyObject *hs_delta, *hs_effect_due, *hs_left, *hs_changed, *hs_slots_chan
     *hs_req_dirty, *hs_pf_refs, *hs_id, *hs_requests, *hs_synced_key, *hs_constants_key, *hs_zero_rows, *hs_req,
     *hs_fetching, *hs_own_domains, *hs_reqs, *hs_sync, *hs_slot, *hs_hidden_retention, *hs_names_table,
     *hs_idle_byte, *hs_count;
-/* What host_sync keeps of one attribute it reads or writes: plain_dict's memo of the type, and
- * the entry of the instance dict that held the name at the last read (-1: none yet). One per
- * name and role for every object read so: a memo names a type version and a hint an entry whose
- * key is tested, so objects of two types, or two dicts, only look up again, never misread. */
-typedef struct {
-    unsigned int plain;
-    Py_ssize_t hint;
-} HsMemo;
-
 static HsMemo hm_delta = {0, -1}, hm_effect_due = {0, -1}, hm_left = {0, -1}, hm_changed = {0, -1},
     hm_slots_changed = {0, -1}, hm_free_seen = {0, -1}, hm_adjusted = {0, -1}, hm_L = {0, -1}, hm_requeue = {0, -1},
     hm_req_dirty = {0, -1}, hm_pf_refs = {0, -1}, hm_synced_key = {0, -1}, hm_fetching = {0, -1},
     hm_own_domains = {0, -1};
-
-/* obj.<name> as PyObject_GetAttr reads it (a new reference): where the generic lookup comes
- * down to obj's own dict (plain_dict), the entry that held the name at the last read is read
- * where it still holds the name itself (what the interpreter's LOAD_ATTR_WITH_HINT does),
- * else the name is looked up there and its entry kept. Why: a sync reads ~12 attributes of
- * its map, each a probe of the map's large dict (~80 instructions) where the bytecode it
- * replaces read them by hint. 3.11's layout only (elsewhere: the lookup). */
-static PyObject *hs_get(PyObject *obj, PyObject *name, HsMemo *memo) {
-    PyObject *dict = plain_dict(obj, name, &memo->plain);
-    if (dict == NULL)
-        return PyObject_GetAttr(obj, name);
-#ifdef HICACHE_POS_ENTRIES
-    PyDictObject *mp = (PyDictObject *)dict;
-    PyDictKeysObject *dk = mp->ma_keys;
-    Py_ssize_t i = memo->hint;
-    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE && 0 <= i && i < dk->dk_nentries) {
-        PyDictUnicodeEntry *ep = &DK_UNICODE_ENTRIES(dk)[i];
-        if (ep->me_key == name && ep->me_value != NULL)
-            return Py_NewRef(ep->me_value);
-    }
-#endif
-    /* (held, as the generic lookup holds it: a key's __eq__ may replace obj's dict) */
-    Py_INCREF(dict);
-    PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
-#ifdef HICACHE_POS_ENTRIES
-    if (v != NULL) {
-        mp = (PyDictObject *)dict;
-        dk = mp->ma_keys;
-        memo->hint = -1;
-        if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE) {
-            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(dk);
-            for (Py_ssize_t k = 0; k < dk->dk_nentries; k++)
-                if (ep[k].me_key == name) {
-                    memo->hint = k;
-                    break;
-                }
-        }
-    }
-#endif
-    Py_DECREF(dict);
-    if (v != NULL || PyErr_Occurred())
-        return v;
-    return PyObject_GetAttr(obj, name);
-}
-
-/* obj.<name> = v, as PyObject_SetAttr writes it (through the dict's API: its version renewed) */
-static int hs_set(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
-    return attr_set(obj, name, v, &memo->plain);
-}
-
-/* obj.<name> = v unless obj.<name> is v already (a write of the value it holds leaves the
- * object as it was: skipped, the read by hint ~20 instructions where the write through the
- * dict's API costs ~150: the flags a sync writes at every event mostly keep their values) */
-static int hs_put(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
-    PyObject *cur = hs_get(obj, name, memo);
-    if (cur == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return -1;
-        PyErr_Clear();
-    }
-    int same = cur == v;
-    Py_XDECREF(cur);
-    return same ? 0 : hs_set(obj, name, v, memo);
-}
 
 static int host_sync_names(void) {
     static const char *const names[] = {"delta", "effect_due", "left", "changed", "slots_changed", "free", "free_seen",
@@ -6251,92 +6289,16 @@ static PyObject *host_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return out;
 }
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *ref;        /* a weak reference to the map */
-    PyObject *ctx;        /* host_sync's ctx, checked */
-    PyObject *own;        /* IncrementalHostTierMap.sync: the class's sync this stands for */
-    vectorcallfunc vectorcall;
-} HostSyncStep;
-
-static PyObject *host_sync_step_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    HostSyncStep *st = (HostSyncStep *)self;
-    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "a map's sync takes no arguments");
-        return NULL;
-    }
-    if (st->ref == NULL || st->ctx == NULL || st->own == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "a host sync step cleared by the collector was called");
-        return NULL;
-    }
-    if (hs_sync == NULL && host_sync_names() < 0)
-        return NULL;
-    PyObject *m = map_of(st->ref, "sync");
-    if (m == NULL)
-        return NULL;
-    PyObject *ctx = Py_NewRef(st->ctx), *own = Py_NewRef(st->own), *r = NULL, *other = NULL;
-    int over = overridden(m, hs_sync, own, &other, "sync");
-    if (over > 0) {
-        r = PyObject_CallNoArgs(other);
-        Py_DECREF(other);
-    } else if (over == 0) {
-        r = host_sync_on(m, &PyTuple_GET_ITEM(ctx, 0));
-    }
-    Py_DECREF(ctx);
-    Py_DECREF(own);
-    Py_DECREF(m);
-    return r;
+static PyObject *host_sync_impl(PyObject *m, PyObject *const *ctx, PyObject *const *args) {
+    (void)args;
+    return host_sync_on(m, ctx);
 }
 
-static int host_sync_step_traverse(PyObject *self, visitproc visit, void *arg) {
-    HostSyncStep *st = (HostSyncStep *)self;
-    Py_VISIT(st->ref);
-    Py_VISIT(st->ctx);
-    Py_VISIT(st->own);
-    return 0;
-}
-
-static int host_sync_step_clear(PyObject *self) {
-    HostSyncStep *st = (HostSyncStep *)self;
-    Py_CLEAR(st->ref);
-    Py_CLEAR(st->ctx);
-    Py_CLEAR(st->own);
-    return 0;
-}
-
-static PyTypeObject HostSyncStepType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_hicache_incmap.HostSyncStep",
-    .tp_basicsize = sizeof(HostSyncStep),
-    .tp_dealloc = gc_dealloc,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(HostSyncStep, vectorcall),
-    .tp_traverse = host_sync_step_traverse,
-    .tp_clear = host_sync_step_clear,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "IncrementalHostTierMap.sync over one map (weakly held)",
-};
-
-/* host_sync_step(ref, ctx, own): a HostSyncStep over a weak reference, a checked ctx and the
- * class's sync it stands for */
+/* host_sync_step(ref, ctx, own): the map's sync as a MapStep (no arguments) */
 static PyObject *host_sync_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("host_sync_step", n, 3))
+    if ((hs_sync == NULL && host_sync_names() < 0) || (n == 3 && host_sync_ctx(a[1], "host_sync_step") < 0))
         return NULL;
-    if (!PyWeakref_CheckRef(a[0])) {
-        PyErr_SetString(PyExc_TypeError, "host_sync_step: ref must be a weak reference");
-        return NULL;
-    }
-    if (host_sync_ctx(a[1], "host_sync_step") < 0 || (hs_sync == NULL && host_sync_names() < 0))
-        return NULL;
-    HostSyncStep *st = PyObject_GC_New(HostSyncStep, &HostSyncStepType);
-    if (st == NULL)
-        return NULL;
-    st->ref = Py_NewRef(a[0]);
-    st->ctx = Py_NewRef(a[1]);
-    st->own = Py_NewRef(a[2]);
-    st->vectorcall = host_sync_step_call;
-    PyObject_GC_Track(st);
-    return (PyObject *)st;
+    return map_step_new("host_sync_step", a, n, HS_CTX, hs_sync, "sync", 0, host_sync_impl);
 }
 
 /* ---- The HostTier map's action guards' dispatch (host_tier_guards.check, which defines it) as
@@ -6352,19 +6314,12 @@ static PyObject *host_sync_step(PyObject *self, PyObject *const *a, Py_ssize_t n
 #define GS_CTX 8
 enum { GS_REQUEST, GS_NODE, GS_LIVE, GS_MATCH, GS_ACKS, GS_BY_ID, GS_NPOS, GS_NO_PAGE };
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *ref;        /* a weak reference to the map */
-    PyObject *ctx;        /* the tables, checked */
-    PyObject *own;        /* host_tier_guards.check: the class's guard this stands for */
-    vectorcallfunc vectorcall;
-} GuardStep;
-
 static PyObject *gs_guard, *gs_phase_before, *gs_node;
 static HsMemo hm_phase_before = {0, -1};
 
-/* check(m, action, fields) over the checked ctx c (borrowed items) */
-static PyObject *guard_on(PyObject *m, PyObject *const *c, PyObject *action, PyObject *fields) {
+/* check(m, action, fields) over the checked ctx c (borrowed items), args: (action, fields) */
+static PyObject *guard_on(PyObject *m, PyObject *const *c, PyObject *const *args) {
+    PyObject *action = args[0], *fields = args[1];
     PyObject *fn = PyDict_GetItemWithError(c[GS_REQUEST], action);     /* (borrowed) */
     if (fn != NULL) {
         if (fn == c[GS_LIVE] || fn == c[GS_MATCH]) {
@@ -6417,96 +6372,153 @@ done:
     return r;
 }
 
-static PyObject *guard_step_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    GuardStep *st = (GuardStep *)self;
-    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "a map's guard takes (action, fields)");
+/* guard_step(ref, ctx, own): the map's guard as a MapStep (action, fields) */
+static PyObject *guard_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    static const char *const names[] = {"guard", "phase_before", "node"};
+    PyObject **const slots[] = {&gs_guard, &gs_phase_before, &gs_node};
+    if (intern_names(names, slots, 3) < 0 || (hs_delta == NULL && host_sync_names() < 0))
         return NULL;
+    if (n == 3 && PyTuple_CheckExact(a[1]) && PyTuple_GET_SIZE(a[1]) == GS_CTX) {
+        PyObject *const *c = &PyTuple_GET_ITEM(a[1], 0);
+        if (check_type(c[GS_REQUEST], &PyDict_Type, "guard_step", "request_guards") < 0 ||
+            check_type(c[GS_NODE], &PyDict_Type, "guard_step", "node_guards") < 0 ||
+            check_type(c[GS_ACKS], &PyFrozenSet_Type, "guard_step", "acks") < 0 ||
+            check_type(c[GS_BY_ID], &PyDict_Type, "guard_step", "by_id") < 0 ||
+            check_type(c[GS_NPOS], &PyDict_Type, "guard_step", "npos") < 0)
+            return NULL;
     }
-    if (st->ref == NULL || st->ctx == NULL || st->own == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "a guard step cleared by the collector was called");
-        return NULL;
+    return map_step_new("guard_step", a, n, GS_CTX, gs_guard, "guard", 2, guard_on);
+}
+
+/* ---- The HostTier steps' frame and writes check (host_tier_guards.effect, which defines it) as
+ * the map's own `effect`, a callable (action, fields) over a weak reference to the map, which
+ * host_tier_inc.py installs while the class's effect is `own` (effect): on the map just synced,
+ * when the sync changed a node's values, a slot's state or took a node out, the frame holds at
+ * once where every such node is one the event names and no changed slot's last holder is
+ * outside them, else host_tier_guards._frame judges; then the action's own writes (WRITES), its
+ * function called. Why: the monitor called effect after each node event's sync, a frame entered
+ * from C for ~80 opcodes. ctx: (FRAMES, WRITES, _named_node, _frame, the map's slot_page, never
+ * rebound). */
+#define ES_CTX 5
+enum { ES_FRAMES, ES_WRITES, ES_NAMED, ES_FRAME, ES_SLOT_PAGE };
+
+static PyObject *es_effect, *es_id;
+
+/* whether some node y of `nodes` (an iterable: a dict's keys, a list) has y.id not in ids (-1: an
+ * error) */
+static int some_outside(PyObject *nodes, PyObject *ids) {
+    PyObject *it = PyObject_GetIter(nodes);
+    if (it == NULL)
+        return -1;
+    PyObject *y;
+    int out = 0;
+    while (out == 0 && (y = PyIter_Next(it)) != NULL) {
+        PyObject *yid = PyObject_GetAttr(y, es_id);
+        Py_DECREF(y);
+        int in = yid == NULL ? -1 : PySequence_Contains(ids, yid);
+        Py_XDECREF(yid);
+        out = in < 0 ? -1 : !in;
     }
-    PyObject *m = map_of(st->ref, "guard");
-    if (m == NULL)
-        return NULL;
-    PyObject *ctx = Py_NewRef(st->ctx), *own = Py_NewRef(st->own), *r = NULL, *other = NULL;
-    int over = overridden(m, gs_guard, own, &other, "guard");
-    if (over > 0) {
-        /* (another guard on the class: a function there, called as the bound method it is) */
-        r = PyObject_Vectorcall(other, args, 2, NULL);
-        Py_DECREF(other);
-    } else if (over == 0) {
-        r = guard_on(m, &PyTuple_GET_ITEM(ctx, 0), args[0], args[1]);
+    Py_DECREF(it);
+    return out == 0 && PyErr_Occurred() ? -1 : out;
+}
+
+/* effect(m, action, fields) over the checked ctx c (borrowed items), args: (action, fields) */
+static PyObject *effect_on(PyObject *m, PyObject *const *c, PyObject *const *args) {
+    PyObject *action = args[0], *fields = args[1];
+    PyObject *changed = hs_get(m, hs_changed, &hm_changed), *slots_changed = NULL, *left = NULL, *ids = NULL,
+             *r = NULL;
+    if (changed == NULL || (slots_changed = hs_get(m, hs_slots_changed, &hm_slots_changed)) == NULL ||
+        (left = hs_get(m, hs_left, &hm_left)) == NULL)
+        goto done;
+    /* (the truth of each read as Python's `or` reads it: in turn, up to the first true) */
+    int any = PyObject_IsTrue(changed);
+    if (any == 0)
+        any = PyObject_IsTrue(slots_changed);
+    if (any == 0)
+        any = PyObject_IsTrue(left);
+    if (any < 0)
+        goto done;
+    if (any) {
+        PyObject *frame = PyDict_GetItemWithError(c[ES_FRAMES], action);      /* (borrowed) */
+        if (frame == NULL && PyErr_Occurred())
+            goto done;
+        if (frame == c[ES_NAMED]) {
+            PyObject *nid = get_of(fields, gs_node);
+            if (nid == NULL)
+                goto done;
+            ids = nid == Py_None ? Py_NewRef(Py_None) : PyTuple_Pack(1, nid);
+            Py_DECREF(nid);
+            if (ids == NULL)
+                goto done;
+        } else if (frame != NULL) {
+            PyObject *argv[2] = {m, fields};
+            Py_INCREF(frame);
+            ids = PyObject_Vectorcall(frame, argv, 2, NULL);
+            Py_DECREF(frame);
+            if (ids == NULL)
+                goto done;
+        } else {
+            ids = Py_NewRef(Py_None);
+        }
+        if (ids != Py_None) {
+            int judge = some_outside(changed, ids), t;
+            if (judge == 0 && (t = PyObject_IsTrue(slots_changed)) != 0) {
+                PyObject *ha[3] = {slots_changed, c[ES_SLOT_PAGE], ids};
+                PyObject *out = t < 0 ? NULL : holders_outside(NULL, ha, 3);
+                judge = out == NULL ? -1 : PyObject_IsTrue(out);
+                Py_XDECREF(out);
+            }
+            if (judge == 0 && (t = PyObject_IsTrue(left)) != 0)
+                judge = t < 0 ? -1 : some_outside(left, ids);
+            if (judge < 0)
+                goto done;
+            if (judge) {
+                PyObject *argv[3] = {m, action, ids};
+                PyObject *f = PyObject_Vectorcall(c[ES_FRAME], argv, 3, NULL);
+                if (f == NULL)
+                    goto done;
+                if (f != Py_None) {
+                    r = f;
+                    goto done;
+                }
+                Py_DECREF(f);
+            }
+        }
     }
-    Py_DECREF(ctx);
-    Py_DECREF(own);
-    Py_DECREF(m);
+    {
+        PyObject *post = PyDict_GetItemWithError(c[ES_WRITES], action);
+        if (post == NULL) {
+            r = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        } else {
+            PyObject *argv[2] = {m, fields};
+            Py_INCREF(post);
+            r = PyObject_Vectorcall(post, argv, 2, NULL);
+            Py_DECREF(post);
+        }
+    }
+done:
+    Py_XDECREF(changed);
+    Py_XDECREF(slots_changed);
+    Py_XDECREF(left);
+    Py_XDECREF(ids);
     return r;
 }
 
-static int guard_step_traverse(PyObject *self, visitproc visit, void *arg) {
-    GuardStep *st = (GuardStep *)self;
-    Py_VISIT(st->ref);
-    Py_VISIT(st->ctx);
-    Py_VISIT(st->own);
-    return 0;
-}
-
-static int guard_step_clear(PyObject *self) {
-    GuardStep *st = (GuardStep *)self;
-    Py_CLEAR(st->ref);
-    Py_CLEAR(st->ctx);
-    Py_CLEAR(st->own);
-    return 0;
-}
-
-static PyTypeObject GuardStepType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_hicache_incmap.GuardStep",
-    .tp_basicsize = sizeof(GuardStep),
-    .tp_dealloc = gc_dealloc,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(GuardStep, vectorcall),
-    .tp_traverse = guard_step_traverse,
-    .tp_clear = guard_step_clear,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "host_tier_guards.check over one map (weakly held)",
-};
-
-/* guard_step(ref, ctx, own): a GuardStep over a weak reference, the checked tables and the
- * class's guard it stands for */
-static PyObject *guard_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("guard_step", n, 3))
+/* effect_step(ref, ctx, own): the map's effect as a MapStep (action, fields) */
+static PyObject *effect_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    static const char *const names[] = {"effect", "id", "node"};
+    PyObject **const slots[] = {&es_effect, &es_id, &gs_node};
+    if (intern_names(names, slots, 3) < 0 || (hs_delta == NULL && host_sync_names() < 0))
         return NULL;
-    if (!PyWeakref_CheckRef(a[0])) {
-        PyErr_SetString(PyExc_TypeError, "guard_step: ref must be a weak reference");
-        return NULL;
+    if (n == 3 && PyTuple_CheckExact(a[1]) && PyTuple_GET_SIZE(a[1]) == ES_CTX) {
+        PyObject *const *c = &PyTuple_GET_ITEM(a[1], 0);
+        if (check_type(c[ES_FRAMES], &PyDict_Type, "effect_step", "frames") < 0 ||
+            check_type(c[ES_WRITES], &PyDict_Type, "effect_step", "writes") < 0 ||
+            check_type(c[ES_SLOT_PAGE], &PyDict_Type, "effect_step", "slot_page") < 0)
+            return NULL;
     }
-    if (!PyTuple_CheckExact(a[1]) || PyTuple_GET_SIZE(a[1]) != GS_CTX) {
-        PyErr_Format(PyExc_TypeError, "guard_step: ctx must be a tuple of %d items", GS_CTX);
-        return NULL;
-    }
-    PyObject *const *c = &PyTuple_GET_ITEM(a[1], 0);
-    if (check_type(c[GS_REQUEST], &PyDict_Type, "guard_step", "request_guards") < 0 ||
-        check_type(c[GS_NODE], &PyDict_Type, "guard_step", "node_guards") < 0 ||
-        check_type(c[GS_ACKS], &PyFrozenSet_Type, "guard_step", "acks") < 0 ||
-        check_type(c[GS_BY_ID], &PyDict_Type, "guard_step", "by_id") < 0 ||
-        check_type(c[GS_NPOS], &PyDict_Type, "guard_step", "npos") < 0)
-        return NULL;
-    static const char *const names[] = {"guard", "phase_before", "node"};
-    PyObject **const slots[] = {&gs_guard, &gs_phase_before, &gs_node};
-    if (intern_names(names, slots, 3) < 0)
-        return NULL;
-    GuardStep *st = PyObject_GC_New(GuardStep, &GuardStepType);
-    if (st == NULL)
-        return NULL;
-    st->ref = Py_NewRef(a[0]);
-    st->ctx = Py_NewRef(a[1]);
-    st->own = Py_NewRef(a[2]);
-    st->vectorcall = guard_step_call;
-    PyObject_GC_Track(st);
-    return (PyObject *)st;
+    return map_step_new("effect_step", a, n, ES_CTX, es_effect, "effect", 2, effect_on);
 }
 
 static PyObject *abi(PyObject *self, PyObject *unused) {
@@ -6577,6 +6589,8 @@ static PyMethodDef methods[] = {
      "IncrementalHostTierMap.sync as a callable over (a weak reference to the map, host_sync's ctx, the class's sync)"},
     {"guard_step", (PyCFunction)(void (*)(void))guard_step, METH_FASTCALL,
      "host_tier_guards.check as a callable (action, fields) over (a weak reference to the map, its tables, check)"},
+    {"effect_step", (PyCFunction)(void (*)(void))effect_step, METH_FASTCALL,
+     "host_tier_guards.effect as a callable (action, fields) over (a weak reference to the map, its tables, effect)"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},
@@ -6609,9 +6623,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
-    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&LoadBindType) < 0 || PyType_Ready(&JournaledType) < 0 ||
-        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&HostSyncStepType) < 0 ||
-        PyType_Ready(&GuardStepType) < 0)
+    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&JournaledType) < 0 ||
+        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&MapStepType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -579,7 +579,8 @@ def effect(m, action: str, fields: dict) -> Failure | None:
     own node (WRITES). Read node by node off what the sync wrote, not off the dirty
     elements it reports for the checks, which over-approximate (a page moved between
     positions is a renaming; a slot's last holder is re-checked whether or not it still
-    holds it)."""
+    holds it). (loops.effect_step, native where it builds, is this check as the map's own
+    `effect`: `effect_tables` is what it reads.)"""
     changed, slots_changed, left = m.changed, m.slots_changed, m.left
     # (no node changed, most request steps and acks of nothing: no frame to judge; an event
     # naming no node judges none)
@@ -907,3 +908,9 @@ def guard_tables(m) -> tuple:
     node, the map's mapped nodes by id and their positions, and the failure of a node not in
     the tree."""
     return (REQUEST_GUARDS, NODE_GUARDS, _request_live, _request_match, _ACKS, m.by_id, m.npos, no_page)
+
+
+def effect_tables(m) -> tuple:
+    """What `effect` reads that map m never rebinds, for loops.effect_step: the frame and write
+    tables, the frame of a node the event names, the frame's judge and the map's slot holders."""
+    return (FRAMES, WRITES, _named_node, _frame, m.slot_page)

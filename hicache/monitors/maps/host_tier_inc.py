@@ -296,6 +296,9 @@ class IncrementalHostTierMap(HostTierMap):
             # guards pass on the phase before the event alone: loops.guard_step decides those
             # without a frame)
             self.guard = loops.guard_step(weakref.ref(self), host_tier_guards.guard_tables(self), _OWN_GUARD)
+        if type(self).effect is _OWN_EFFECT:
+            # (... and the effect check's, after each node event's sync: loops.effect_step)
+            self.effect = loops.effect_step(weakref.ref(self), host_tier_guards.effect_tables(self), _OWN_EFFECT)
         self.journal.update(tree.nodes())
         self.sync()
         self.delta = []
@@ -649,6 +652,7 @@ class IncrementalHostTierMap(HostTierMap):
 _OWN_BIND = IncrementalHostTierMap.bind
 _OWN_SYNC = IncrementalHostTierMap.sync
 _OWN_GUARD = IncrementalHostTierMap.guard
+_OWN_EFFECT = IncrementalHostTierMap.effect
 _OWN_MAP_NODES = IncrementalHostTierMap._map_nodes
 _OWN_SLOTS = IncrementalHostTierMap._slots
 

@@ -919,6 +919,17 @@ def py_guard_step(ref, ctx: tuple, own):
     return guard
 
 
+def py_effect_step(ref, ctx: tuple, own):
+    """The HostTier steps' frame and writes check (host_tier_guards.effect, `own`) as the map's
+    own `effect`, as py_guard_step is its guard: ctx host_tier_guards.effect_tables(m), which
+    the native form reads as effect does; the twin calls effect itself."""
+    def effect(action, fields):
+        m = _map_of(ref, "effect")
+        other = _overridden(m, "effect", own)
+        return other(action, fields) if other is not _NO_ATTR else own(m, action, fields)
+    return effect
+
+
 def py_request_binder(binder, phase: dict, ending: set, req_node: dict, qslot: dict, qtab: list, phase_actions,
                       req_actions, backup_actions):
     """IncrementalHostTierMap.bind's request step, called (map m, action, fields) after the
@@ -1131,7 +1142,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "unmap_subtree": py_unmap_subtree,
           "shifted": py_shifted, "node_slots": py_node_slots, "host_write_in_flight": py_host_write_in_flight,
           "request_step": py_request_step, "host_sync": py_host_sync,
-          "host_sync_step": py_host_sync_step, "guard_step": py_guard_step,
+          "host_sync_step": py_host_sync_step, "guard_step": py_guard_step, "effect_step": py_effect_step,
           "request_binder": py_request_binder, "load_bind": py_load_bind,
           "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
@@ -1174,6 +1185,7 @@ node_slots = _mod.node_slots if _mod is not None else py_node_slots
 host_write_in_flight = _mod.host_write_in_flight if _mod is not None else py_host_write_in_flight
 request_step = _mod.request_step if _mod is not None else py_request_step
 host_sync = _mod.host_sync if _mod is not None else py_host_sync
+effect_step = _mod.effect_step if _mod is not None else py_effect_step
 guard_step = _mod.guard_step if _mod is not None else py_guard_step
 host_sync_step = _mod.host_sync_step if _mod is not None else py_host_sync_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
