@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from hicache.monitors.maps.loops import watch_probe
 from hicache.monitors.rt import Failure
 from hicache.storage.base import StorageBackend
 
@@ -196,7 +197,8 @@ def watch(cache, monitor) -> WorkerWatch:
     w = WorkerWatch(cache, monitor)
     # a hook of the monitor, not a listener of its own: it runs after the events the
     # monitor checks (events of no protocol step, such as LoadBackLayer, are not), at no
-    # cost on the others
-    monitor.watch_hooks.append(w.check)
+    # cost on the others; its common case, nothing to judge, decided by loops.watch_probe
+    # (native where it builds), which calls the check otherwise
+    monitor.watch_hooks.append(watch_probe(cache, w, KeyAudit, w.check))
     monitor.cache_check_hooks.append(lambda: w.check("cache_check", {}))
     return w

@@ -6521,6 +6521,180 @@ static PyObject *effect_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return map_step_new("effect_step", a, n, ES_CTX, es_effect, "effect", 2, effect_on);
 }
 
+/* ---- An attribute of an object whose attributes are kept inline (3.11's "values" of a type
+ * with a managed dict: the cache, its workers, the watch; none has a dict of its own until
+ * something asks for one, and a dict made then would slow every later read of the runtime's
+ * own, which the interpreter makes by index), read by the index of its name in the type's
+ * shared keys, kept with the type's version tag: what the interpreter's LOAD_ATTR_INSTANCE_VALUE
+ * reads (the same guard: the type unchanged since, the object's values still inline, the slot
+ * filled). Elsewhere, or on any miss: PyObject_GetAttr, which never makes the dict. */
+typedef struct {
+    unsigned int tag;     /* the type's version tag the index was found under (0: none) */
+    Py_ssize_t ix;
+} IvMemo;
+
+static PyObject *iv_get(PyObject *obj, PyObject *name, IvMemo *memo) {
+#ifdef HICACHE_POS_ENTRIES
+    PyTypeObject *tp = Py_TYPE(obj);
+    int inline_ok = (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && tp->tp_getattro == PyObject_GenericGetAttr &&
+                    PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
+    if (inline_ok && memo->tag != 0 && memo->tag == tp->tp_version_tag) {
+        PyDictValues *values = *(((PyDictValues **)obj) - 4);     /* (_PyObject_ValuesPointer) */
+        if (values != NULL && values->values[memo->ix] != NULL)
+            return Py_NewRef(values->values[memo->ix]);
+    }
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v != NULL && inline_ok && _PyType_Lookup(tp, name) == NULL &&
+        PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        /* (the name's index in the shared keys, where it is there: kept for the next read) */
+        PyDictKeysObject *keys = ((PyHeapTypeObject *)tp)->ht_cached_keys;
+        memo->tag = 0;
+        if (keys != NULL && DK_IS_UNICODE(keys)) {
+            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(keys);
+            for (Py_ssize_t k = 0; k < keys->dk_nentries; k++)
+                if (ep[k].me_key == name) {
+                    memo->ix = k;
+                    memo->tag = tp->tp_version_tag;
+                    break;
+                }
+        }
+    }
+    return v;
+#else
+    (void)memo;
+    return PyObject_GetAttr(obj, name);
+#endif
+}
+
+/* ---- The worker watch's common case (monitors/workers.py's WorkerWatch.check, which defines
+ * it and is `slow` here) as a callable (name, fields) of its own, the HostTier monitor's watch
+ * hook: None at once when the cache's storage is no KeyAudit of ours with a breach the watch
+ * has not reported (len(breaches) > watch._seen) and no worker of the cache has an ack queued,
+ * most events; else slow(name, fields), which judges (a queued ack's worker thread alive, or
+ * the breach reported). Why: the monitor called the check at every event, a frame entered from
+ * C for ~42 opcodes whose answer was nearly always this one. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *cache;
+    PyObject *watch;
+    PyObject *audit;      /* the KeyAudit type */
+    PyObject *slow;       /* WorkerWatch.check bound to the watch */
+    IvMemo m_storage, m_breaches, m_seen, m_workers[4], m_acks[4];
+    vectorcallfunc vectorcall;
+} WatchProbe;
+
+static PyObject *wp_storage, *wp_breaches, *wp_seen, *wp_acks, *wp_workers[4];
+
+/* whether the watch has something to judge (-1: an error) */
+static int watch_due(WatchProbe *p) {
+    PyObject *storage = iv_get(p->cache, wp_storage, &p->m_storage);
+    if (storage == NULL)
+        return -1;
+    int due = 0;
+    if ((PyObject *)Py_TYPE(storage) == p->audit) {
+        PyObject *breaches = iv_get(storage, wp_breaches, &p->m_breaches), *seen = NULL, *n = NULL;
+        Py_ssize_t len = breaches == NULL ? -1 : PyObject_Length(breaches);
+        if (len < 0 || (seen = iv_get(p->watch, wp_seen, &p->m_seen)) == NULL || (n = PyLong_FromSsize_t(len)) == NULL)
+            due = -1;
+        else
+            due = PyObject_RichCompareBool(n, seen, Py_GT);
+        Py_XDECREF(breaches);
+        Py_XDECREF(seen);
+        Py_XDECREF(n);
+    }
+    Py_DECREF(storage);
+    for (int i = 0; due == 0 && i < 4; i++) {
+        PyObject *w = iv_get(p->cache, wp_workers[i], &p->m_workers[i]);
+        if (w == NULL)
+            return -1;
+        if (w != Py_None) {
+            PyObject *acks = iv_get(w, wp_acks, &p->m_acks[i]);
+            due = acks == NULL ? -1 : PyObject_IsTrue(acks);
+            Py_XDECREF(acks);
+        }
+        Py_DECREF(w);
+    }
+    return due;
+}
+
+static PyObject *watch_probe_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    WatchProbe *p = (WatchProbe *)self;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a watch probe takes (name, fields)");
+        return NULL;
+    }
+    if (p->cache == NULL || p->slow == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a watch probe cleared by the collector was called");
+        return NULL;
+    }
+    Py_INCREF(self);      /* (held: the calls below may run a collection that clears it) */
+    int due = watch_due(p);
+    PyObject *r = due < 0 ? NULL : due == 0 ? Py_NewRef(Py_None) : PyObject_Vectorcall(p->slow, args, 2, NULL);
+    Py_DECREF(self);
+    return r;
+}
+
+static int watch_probe_traverse(PyObject *self, visitproc visit, void *arg) {
+    WatchProbe *p = (WatchProbe *)self;
+    Py_VISIT(p->cache);
+    Py_VISIT(p->watch);
+    Py_VISIT(p->audit);
+    Py_VISIT(p->slow);
+    return 0;
+}
+
+static int watch_probe_clear(PyObject *self) {
+    WatchProbe *p = (WatchProbe *)self;
+    Py_CLEAR(p->cache);
+    Py_CLEAR(p->watch);
+    Py_CLEAR(p->audit);
+    Py_CLEAR(p->slow);
+    return 0;
+}
+
+static PyTypeObject WatchProbeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.WatchProbe",
+    .tp_basicsize = sizeof(WatchProbe),
+    .tp_dealloc = gc_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(WatchProbe, vectorcall),
+    .tp_traverse = watch_probe_traverse,
+    .tp_clear = watch_probe_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "WorkerWatch.check's common case: None unless the watch has something to judge",
+};
+
+/* watch_probe(cache, watch, audit, slow): a WatchProbe */
+static PyObject *watch_probe(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("watch_probe", n, 4))
+        return NULL;
+    if (!PyType_Check(a[2]) || !PyCallable_Check(a[3])) {
+        PyErr_SetString(PyExc_TypeError, "watch_probe: audit must be a type and slow callable");
+        return NULL;
+    }
+    static const char *const names[] = {"storage", "breaches", "_seen", "acks", "loader", "writer", "prefetcher",
+                                        "backuper"};
+    PyObject **const slots[] = {&wp_storage, &wp_breaches, &wp_seen, &wp_acks, &wp_workers[0], &wp_workers[1],
+                                &wp_workers[2], &wp_workers[3]};
+    if (intern_names(names, slots, 8) < 0)
+        return NULL;
+    WatchProbe *p = PyObject_GC_New(WatchProbe, &WatchProbeType);
+    if (p == NULL)
+        return NULL;
+    p->cache = Py_NewRef(a[0]);
+    p->watch = Py_NewRef(a[1]);
+    p->audit = Py_NewRef(a[2]);
+    p->slow = Py_NewRef(a[3]);
+    IvMemo none = {0, 0};
+    p->m_storage = p->m_breaches = p->m_seen = none;
+    for (int i = 0; i < 4; i++)
+        p->m_workers[i] = p->m_acks[i] = none;
+    p->vectorcall = watch_probe_call;
+    PyObject_GC_Track(p);
+    return (PyObject *)p;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -6591,6 +6765,8 @@ static PyMethodDef methods[] = {
      "host_tier_guards.check as a callable (action, fields) over (a weak reference to the map, its tables, check)"},
     {"effect_step", (PyCFunction)(void (*)(void))effect_step, METH_FASTCALL,
      "host_tier_guards.effect as a callable (action, fields) over (a weak reference to the map, its tables, effect)"},
+    {"watch_probe", (PyCFunction)(void (*)(void))watch_probe, METH_FASTCALL,
+     "WorkerWatch.check's common case over (cache, watch, KeyAudit, the watch's check)"},
     {"configure_readers", (PyCFunction)(void (*)(void))configure_readers, METH_FASTCALL,
      "(Fcn, the Python fast_ap, what no_ap returns)"},
     {"fast_ap", fast_ap, METH_O, "f.d.__getitem__ for a Fcn, a SeqReader for a tuple, else the Python fast_ap(f)"},
@@ -6624,7 +6800,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NU
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
     if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&JournaledType) < 0 ||
-        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&MapStepType) < 0)
+        PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&MapStepType) < 0 ||
+        PyType_Ready(&WatchProbeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -930,6 +930,28 @@ def py_effect_step(ref, ctx: tuple, own):
     return effect
 
 
+#: the cache's workers whose queued acks the worker watch judges (WorkerWatch.check's order)
+WATCHED_WORKERS = ("loader", "writer", "prefetcher", "backuper")
+
+
+def py_watch_probe(cache, watch, audit: type, slow):
+    """The worker watch's common case (monitors/workers.py's WorkerWatch.check, `slow`, which
+    judges) as a callable (name, fields): None when the cache's storage is no `audit` (the
+    KeyAudit type) with a breach the watch has not reported and no worker of the cache has an
+    ack queued, most events; else slow(name, fields)."""
+    def probe(name, fields):
+        storage = cache.storage
+        due = type(storage) is audit and len(storage.breaches) > watch._seen
+        if not due:
+            for attr in WATCHED_WORKERS:
+                w = getattr(cache, attr)
+                if w is not None and w.acks:
+                    due = True
+                    break
+        return slow(name, fields) if due else None
+    return probe
+
+
 def py_request_binder(binder, phase: dict, ending: set, req_node: dict, qslot: dict, qtab: list, phase_actions,
                       req_actions, backup_actions):
     """IncrementalHostTierMap.bind's request step, called (map m, action, fields) after the
@@ -1143,6 +1165,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "shifted": py_shifted, "node_slots": py_node_slots, "host_write_in_flight": py_host_write_in_flight,
           "request_step": py_request_step, "host_sync": py_host_sync,
           "host_sync_step": py_host_sync_step, "guard_step": py_guard_step, "effect_step": py_effect_step,
+          "watch_probe": py_watch_probe,
           "request_binder": py_request_binder, "load_bind": py_load_bind,
           "journaled": py_journaled,
           "first_slot_not_in": py_first_slot_not_in,
@@ -1185,6 +1208,7 @@ node_slots = _mod.node_slots if _mod is not None else py_node_slots
 host_write_in_flight = _mod.host_write_in_flight if _mod is not None else py_host_write_in_flight
 request_step = _mod.request_step if _mod is not None else py_request_step
 host_sync = _mod.host_sync if _mod is not None else py_host_sync
+watch_probe = _mod.watch_probe if _mod is not None else py_watch_probe
 effect_step = _mod.effect_step if _mod is not None else py_effect_step
 guard_step = _mod.guard_step if _mod is not None else py_guard_step
 host_sync_step = _mod.host_sync_step if _mod is not None else py_host_sync_step
