@@ -3245,6 +3245,15 @@ static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)b;
 }
 
+/* What host_sync keeps of one attribute it reads or writes: plain_dict's memo of the type, and
+ * the entry of the instance dict that held the name at the last read (-1: none yet). One per
+ * name and role for every object read so: a memo names a type version and a hint an entry whose
+ * key is tested, so objects of two types, or two dicts, only look up again, never misread. */
+typedef struct {
+    unsigned int plain;
+    Py_ssize_t hint;
+} HsMemo;
+
 /* ---- IncrementalHostTierMap's bind after its load-backs' bookkeeping (host_tier_inc.py's
  * `bind`; loops.py's py_request_binder, the same reads, writes and calls in the same order):
  * the event's request's phase and lock before it (the request guards' pre-state, written to
@@ -3325,6 +3334,71 @@ static PyObject *attr_of(PyObject *m, PyObject *name, unsigned int *plain) {
             return v;
     }
     return PyObject_GetAttr(m, name);
+}
+
+
+/* obj.<name> as PyObject_GetAttr reads it (a new reference): where the generic lookup comes
+ * down to obj's own dict (plain_dict), the entry that held the name at the last read is read
+ * where it still holds the name itself (what the interpreter's LOAD_ATTR_WITH_HINT does),
+ * else the name is looked up there and its entry kept. Why: a sync reads ~12 attributes of
+ * its map, each a probe of the map's large dict (~80 instructions) where the bytecode it
+ * replaces read them by hint. 3.11's layout only (elsewhere: the lookup). */
+static PyObject *hs_get(PyObject *obj, PyObject *name, HsMemo *memo) {
+    PyObject *dict = plain_dict(obj, name, &memo->plain);
+    if (dict == NULL)
+        return PyObject_GetAttr(obj, name);
+#ifdef HICACHE_POS_ENTRIES
+    PyDictObject *mp = (PyDictObject *)dict;
+    PyDictKeysObject *dk = mp->ma_keys;
+    Py_ssize_t i = memo->hint;
+    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE && 0 <= i && i < dk->dk_nentries) {
+        PyDictUnicodeEntry *ep = &DK_UNICODE_ENTRIES(dk)[i];
+        if (ep->me_key == name && ep->me_value != NULL)
+            return Py_NewRef(ep->me_value);
+    }
+#endif
+    /* (held, as the generic lookup holds it: a key's __eq__ may replace obj's dict) */
+    Py_INCREF(dict);
+    PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
+#ifdef HICACHE_POS_ENTRIES
+    if (v != NULL) {
+        mp = (PyDictObject *)dict;
+        dk = mp->ma_keys;
+        memo->hint = -1;
+        if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE) {
+            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(dk);
+            for (Py_ssize_t k = 0; k < dk->dk_nentries; k++)
+                if (ep[k].me_key == name) {
+                    memo->hint = k;
+                    break;
+                }
+        }
+    }
+#endif
+    Py_DECREF(dict);
+    if (v != NULL || PyErr_Occurred())
+        return v;
+    return PyObject_GetAttr(obj, name);
+}
+
+/* obj.<name> = v, as PyObject_SetAttr writes it (through the dict's API: its version renewed) */
+static int hs_set(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
+    return attr_set(obj, name, v, &memo->plain);
+}
+
+/* obj.<name> = v unless obj.<name> is v already (a write of the value it holds leaves the
+ * object as it was: skipped, the read by hint ~20 instructions where the write through the
+ * dict's API costs ~150: the flags a sync writes at every event mostly keep their values) */
+static int hs_put(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
+    PyObject *cur = hs_get(obj, name, memo);
+    if (cur == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+    }
+    int same = cur == v;
+    Py_XDECREF(cur);
+    return same ? 0 : hs_set(obj, name, v, memo);
 }
 
 /* m.get(key) (a new reference): an exact dict's own lookup, else the method called */
@@ -3592,77 +3666,49 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
     return (PyObject *)b;
 }
 
-/* What host_sync keeps of one attribute it reads or writes: plain_dict's memo of the type, and
- * the entry of the instance dict that held the name at the last read (-1: none yet). One per
- * name and role for every object read so: a memo names a type version and a hint an entry whose
- * key is tested, so objects of two types, or two dicts, only look up again, never misread. */
+/* ---- An attribute of an object whose attributes are kept inline (3.11's "values" of a type
+ * with a managed dict: the cache, its workers, the watch; none has a dict of its own until
+ * something asks for one, and a dict made then would slow every later read of the runtime's
+ * own, which the interpreter makes by index), read by the index of its name in the type's
+ * shared keys, kept with the type's version tag: what the interpreter's LOAD_ATTR_INSTANCE_VALUE
+ * reads (the same guard: the type unchanged since, the object's values still inline, the slot
+ * filled). Elsewhere, or on any miss: PyObject_GetAttr, which never makes the dict. */
 typedef struct {
-    unsigned int plain;
-    Py_ssize_t hint;
-} HsMemo;
+    unsigned int tag;     /* the type's version tag the index was found under (0: none) */
+    Py_ssize_t ix;
+} IvMemo;
 
-/* obj.<name> as PyObject_GetAttr reads it (a new reference): where the generic lookup comes
- * down to obj's own dict (plain_dict), the entry that held the name at the last read is read
- * where it still holds the name itself (what the interpreter's LOAD_ATTR_WITH_HINT does),
- * else the name is looked up there and its entry kept. Why: a sync reads ~12 attributes of
- * its map, each a probe of the map's large dict (~80 instructions) where the bytecode it
- * replaces read them by hint. 3.11's layout only (elsewhere: the lookup). */
-static PyObject *hs_get(PyObject *obj, PyObject *name, HsMemo *memo) {
-    PyObject *dict = plain_dict(obj, name, &memo->plain);
-    if (dict == NULL)
-        return PyObject_GetAttr(obj, name);
+static PyObject *iv_get(PyObject *obj, PyObject *name, IvMemo *memo) {
 #ifdef HICACHE_POS_ENTRIES
-    PyDictObject *mp = (PyDictObject *)dict;
-    PyDictKeysObject *dk = mp->ma_keys;
-    Py_ssize_t i = memo->hint;
-    if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE && 0 <= i && i < dk->dk_nentries) {
-        PyDictUnicodeEntry *ep = &DK_UNICODE_ENTRIES(dk)[i];
-        if (ep->me_key == name && ep->me_value != NULL)
-            return Py_NewRef(ep->me_value);
+    PyTypeObject *tp = Py_TYPE(obj);
+    int inline_ok = (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && tp->tp_getattro == PyObject_GenericGetAttr &&
+                    PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
+    if (inline_ok && memo->tag != 0 && memo->tag == tp->tp_version_tag) {
+        PyDictValues *values = *(((PyDictValues **)obj) - 4);     /* (_PyObject_ValuesPointer) */
+        if (values != NULL && values->values[memo->ix] != NULL)
+            return Py_NewRef(values->values[memo->ix]);
     }
-#endif
-    /* (held, as the generic lookup holds it: a key's __eq__ may replace obj's dict) */
-    Py_INCREF(dict);
-    PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
-#ifdef HICACHE_POS_ENTRIES
-    if (v != NULL) {
-        mp = (PyDictObject *)dict;
-        dk = mp->ma_keys;
-        memo->hint = -1;
-        if (mp->ma_values == NULL && dk->dk_kind == DICT_KEYS_UNICODE) {
-            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(dk);
-            for (Py_ssize_t k = 0; k < dk->dk_nentries; k++)
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v != NULL && inline_ok && _PyType_Lookup(tp, name) == NULL &&
+        PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        /* (the name's index in the shared keys, where it is there: kept for the next read) */
+        PyDictKeysObject *keys = ((PyHeapTypeObject *)tp)->ht_cached_keys;
+        memo->tag = 0;
+        if (keys != NULL && DK_IS_UNICODE(keys)) {
+            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(keys);
+            for (Py_ssize_t k = 0; k < keys->dk_nentries; k++)
                 if (ep[k].me_key == name) {
-                    memo->hint = k;
+                    memo->ix = k;
+                    memo->tag = tp->tp_version_tag;
                     break;
                 }
         }
     }
-#endif
-    Py_DECREF(dict);
-    if (v != NULL || PyErr_Occurred())
-        return v;
+    return v;
+#else
+    (void)memo;
     return PyObject_GetAttr(obj, name);
-}
-
-/* obj.<name> = v, as PyObject_SetAttr writes it (through the dict's API: its version renewed) */
-static int hs_set(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
-    return attr_set(obj, name, v, &memo->plain);
-}
-
-/* obj.<name> = v unless obj.<name> is v already (a write of the value it holds leaves the
- * object as it was: skipped, the read by hint ~20 instructions where the write through the
- * dict's API costs ~150: the flags a sync writes at every event mostly keep their values) */
-static int hs_put(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
-    PyObject *cur = hs_get(obj, name, memo);
-    if (cur == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return -1;
-        PyErr_Clear();
-    }
-    int same = cur == v;
-    Py_XDECREF(cur);
-    return same ? 0 : hs_set(obj, name, v, memo);
+#endif
 }
 
 /* The map a callable of its own refers to weakly (load_bind's, host_sync_step's): a new
@@ -5846,6 +5892,8 @@ static PyObject *hs_delta, *hs_effect_due, *hs_left, *hs_changed, *hs_slots_chan
     *hs_req_dirty, *hs_pf_refs, *hs_id, *hs_requests, *hs_synced_key, *hs_constants_key, *hs_zero_rows, *hs_req,
     *hs_fetching, *hs_own_domains, *hs_reqs, *hs_sync, *hs_slot, *hs_hidden_retention, *hs_names_table,
     *hs_idle_byte, *hs_count;
+/* (the cache's, its prefetcher's and the host free list's attributes: kept inline, read by index) */
+static IvMemo im_prefetcher = {0, 0}, im_acks = {0, 0}, im_free = {0, 0};
 static HsMemo hm_delta = {0, -1}, hm_effect_due = {0, -1}, hm_left = {0, -1}, hm_changed = {0, -1},
     hm_slots_changed = {0, -1}, hm_free_seen = {0, -1}, hm_adjusted = {0, -1}, hm_L = {0, -1}, hm_requeue = {0, -1},
     hm_req_dirty = {0, -1}, hm_pf_refs = {0, -1}, hm_synced_key = {0, -1}, hm_fetching = {0, -1},
@@ -5925,12 +5973,12 @@ static int prefetch_inflight(PyObject *const *ctx) {
         return t;
     if ((t = PyObject_IsTrue(ctx[HS_ORPHANS])) != 0)
         return t;
-    PyObject *p = PyObject_GetAttr(ctx[HS_CACHE], hs_prefetcher);
+    PyObject *p = iv_get(ctx[HS_CACHE], hs_prefetcher, &im_prefetcher);
     if (p == NULL)
         return -1;
     t = 0;
     if (p != Py_None) {
-        PyObject *acks = PyObject_GetAttr(p, hs_acks);
+        PyObject *acks = iv_get(p, hs_acks, &im_acks);
         t = acks == NULL ? -1 : PyObject_IsTrue(acks);
         Py_XDECREF(acks);
     }
@@ -6112,7 +6160,7 @@ static int host_sync_slots_of(PyObject *m, PyObject *const *ctx, PyObject *hs, P
 /* the slots part: `free = free_of.free; hs = diff_bytes(states, seen); if hs or free !=
  * m.free_seen or m.adjusted: m._slots(hs, free)` */
 static int host_sync_slots(PyObject *m, PyObject *const *ctx) {
-    PyObject *free = PyObject_GetAttr(ctx[HS_FREE_OF], hs_free);
+    PyObject *free = iv_get(ctx[HS_FREE_OF], hs_free, &im_free);
     if (free == NULL)
         return -1;
     PyObject *da[2] = {ctx[HS_STATES], ctx[HS_SEEN]};
@@ -6519,51 +6567,6 @@ static PyObject *effect_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
             return NULL;
     }
     return map_step_new("effect_step", a, n, ES_CTX, es_effect, "effect", 2, effect_on);
-}
-
-/* ---- An attribute of an object whose attributes are kept inline (3.11's "values" of a type
- * with a managed dict: the cache, its workers, the watch; none has a dict of its own until
- * something asks for one, and a dict made then would slow every later read of the runtime's
- * own, which the interpreter makes by index), read by the index of its name in the type's
- * shared keys, kept with the type's version tag: what the interpreter's LOAD_ATTR_INSTANCE_VALUE
- * reads (the same guard: the type unchanged since, the object's values still inline, the slot
- * filled). Elsewhere, or on any miss: PyObject_GetAttr, which never makes the dict. */
-typedef struct {
-    unsigned int tag;     /* the type's version tag the index was found under (0: none) */
-    Py_ssize_t ix;
-} IvMemo;
-
-static PyObject *iv_get(PyObject *obj, PyObject *name, IvMemo *memo) {
-#ifdef HICACHE_POS_ENTRIES
-    PyTypeObject *tp = Py_TYPE(obj);
-    int inline_ok = (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && tp->tp_getattro == PyObject_GenericGetAttr &&
-                    PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
-    if (inline_ok && memo->tag != 0 && memo->tag == tp->tp_version_tag) {
-        PyDictValues *values = *(((PyDictValues **)obj) - 4);     /* (_PyObject_ValuesPointer) */
-        if (values != NULL && values->values[memo->ix] != NULL)
-            return Py_NewRef(values->values[memo->ix]);
-    }
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v != NULL && inline_ok && _PyType_Lookup(tp, name) == NULL &&
-        PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
-        /* (the name's index in the shared keys, where it is there: kept for the next read) */
-        PyDictKeysObject *keys = ((PyHeapTypeObject *)tp)->ht_cached_keys;
-        memo->tag = 0;
-        if (keys != NULL && DK_IS_UNICODE(keys)) {
-            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(keys);
-            for (Py_ssize_t k = 0; k < keys->dk_nentries; k++)
-                if (ep[k].me_key == name) {
-                    memo->ix = k;
-                    memo->tag = tp->tp_version_tag;
-                    break;
-                }
-        }
-    }
-    return v;
-#else
-    (void)memo;
-    return PyObject_GetAttr(obj, name);
-#endif
 }
 
 /* ---- The worker watch's common case (monitors/workers.py's WorkerWatch.check, which defines
