@@ -73,7 +73,6 @@ _BACKUP_ACTIONS = frozenset({"BackupStart", "BackupFinish"})
 
 _IDLE = int(HostSlotState.IDLE)
 # the loops over positions and slots (native when built: maps/loops.py)
-_diff_bytes = loops.diff_bytes
 _remove_pages, _remap_journaled = loops.remove_pages, loops.remap_journaled
 _host_sync = loops.host_sync
 _extend_positions = loops.extend_positions
@@ -276,9 +275,9 @@ class IncrementalHostTierMap(HostTierMap):
         # constants_key()'s value, kept by the writes of cap and of the rows of `req` (_grow,
         # sync): the monitor reads it, not the method, at every event
         self.synced_key = self.constants_key()
-        # what sync reads that the map never rebinds (loops.host_sync's ctx)
-        # (then what `_map_nodes` and `_slots` read that the map never rebinds, and the two
-        # methods, which the native sync does itself while the map's class has these ones)
+        # what sync reads that the map never rebinds (loops.host_sync's ctx), then what
+        # `_map_nodes` and `_slots` read that it never rebinds and the two methods, which the
+        # native sync does itself while the map's class has these ones
         self._sync_ctx = (self.dirty, self.dirty_nodes, self.dirty_slots, self.dirty_reqs, cache, self._states,
                           self._free_of, self.slot_seen, self.journal, self.s, self.qtab, self.phase, self.req_node,
                           self.by_id, tree.root, cache._prefetching, cache._orphans, self._effect_unchanged, _EMPTY,

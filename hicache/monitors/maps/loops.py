@@ -813,9 +813,9 @@ def py_host_sync(m, ctx: tuple) -> tuple[list, dict]:
     prefetch set and orphan list, the effect actions of a sync that changed nothing, the
     empty frozenset; then what the map's `_map_nodes` and `_slots` read that it never
     rebinds, and those two methods of IncrementalHostTierMap, which the native form does
-    itself, no call, while the map's class has them); what it rebinds (delta, effect_due, left, changed, slots_changed, L,
-    requeue, req_dirty, pf_refs, fetching, synced_key, own_domains, free_seen, adjusted) is
-    read and written on m, and its rare steps are its methods (`_slots`, `_map_nodes`,
+    itself, no call, while the map's class has them); what it rebinds (delta, effect_due,
+    left, changed, slots_changed, L, requeue, req_dirty, pf_refs, fetching, synced_key,
+    own_domains, free_seen, adjusted) is read and written on m, and its rare steps are its methods (`_slots`, `_map_nodes`,
     `_set_scalar`, `_requests`, `_zero_rows`, `constants_key`), called where the sync calls
     them. The native form (incmap.c's host_sync, and host_sync_step: the map's `sync` as a
     callable of its own) makes the same reads, writes and calls in the same order.
@@ -890,44 +890,39 @@ def py_host_sync(m, ctx: tuple) -> tuple[list, dict]:
     # LockedNodesKept reads of the state besides the row)
     own = m.own_domains = m.L == L0
     dirty["Reqs"] = dirty_reqs if own else None
+    # (dirty slots are spec slots, >= 1: NoSlot references are never counted)
     return delta, dirty
 
 
+def _py_map_step(ref, name: str, own, impl):
+    """A map's method `name` as a callable of its own over a weak reference to its map (the
+    map's instance attribute, incmap.c's MapStep): impl(m, *args) while the class's `name` is
+    `own`; while it is another (a subclass's, or one patched on the class: a profiler's
+    wrapper), that one, bound to the map. ReferenceError once the map is gone."""
+    def step(*args):
+        m = _map_of(ref, name)
+        other = _overridden(m, name, own)
+        return other(*args) if other is not _NO_ATTR else impl(m, *args)
+    return step
+
+
 def py_host_sync_step(ref, ctx: tuple, own):
-    """IncrementalHostTierMap's `sync` as a callable of its own over a weak reference to its
-    map (the map's instance attribute, as `load_bind` is its bind): host_sync(m, ctx) while
-    the class's sync is `own` (IncrementalHostTierMap.sync); while it is another (a
-    subclass's, or one patched on the class: a profiler's wrapper), that one, bound to the
-    map. ReferenceError once the map is gone."""
-    def sync():
-        m = _map_of(ref, "sync")
-        other = _overridden(m, "sync", own)
-        return other() if other is not _NO_ATTR else py_host_sync(m, ctx)
-    return sync
+    """IncrementalHostTierMap's `sync` (`own`) as the map's own: py_host_sync(m, ctx)."""
+    return _py_map_step(ref, "sync", own, lambda m: py_host_sync(m, ctx))
 
 
 def py_guard_step(ref, ctx: tuple, own):
     """The HostTier map's guard dispatch (host_tier_guards.check, `own`) as the map's own
-    `guard`, a callable (action, fields) over a weak reference to the map, while the class's
-    guard is `own`; another one there (a subclass's, or one patched on the class) is called
-    instead, bound to the map. ctx: host_tier_guards.guard_tables(m), which the native form
-    reads as check does; the twin calls check itself."""
-    def guard(action, fields):
-        m = _map_of(ref, "guard")
-        other = _overridden(m, "guard", own)
-        return other(action, fields) if other is not _NO_ATTR else own(m, action, fields)
-    return guard
+    `guard`, a callable (action, fields). ctx: host_tier_guards.guard_tables(m), which the
+    native form reads as check does; the twin calls check itself."""
+    return _py_map_step(ref, "guard", own, own)
 
 
 def py_effect_step(ref, ctx: tuple, own):
     """The HostTier steps' frame and writes check (host_tier_guards.effect, `own`) as the map's
-    own `effect`, as py_guard_step is its guard: ctx host_tier_guards.effect_tables(m), which
+    own `effect`, a callable (action, fields). ctx: host_tier_guards.effect_tables(m), which
     the native form reads as effect does; the twin calls effect itself."""
-    def effect(action, fields):
-        m = _map_of(ref, "effect")
-        other = _overridden(m, "effect", own)
-        return other(action, fields) if other is not _NO_ATTR else own(m, action, fields)
-    return effect
+    return _py_map_step(ref, "effect", own, own)
 
 
 #: the cache's workers whose queued acks the worker watch judges (WorkerWatch.check's order)
@@ -1055,15 +1050,11 @@ def py_load_bind(ref, events, slow):
     step, m._bind_step(m, action, fields), read off the map at each call; while the class's
     bind is not `slow` (a subclass's, or one patched on the class), that one instead, bound to
     the map. ReferenceError once the map is gone."""
-    def bind(action, fields):
-        m = _map_of(ref, "bind")
-        other = _overridden(m, "bind", slow)
-        if other is not _NO_ATTR:
-            return other(action, fields)
+    def bound(m, action, fields):
         if action in events:
             return slow(m, action, fields)
         return m._bind_step(m, action, fields)
-    return bind
+    return _py_map_step(ref, "bind", slow, bound)
 
 
 def py_journaled(slot, journals: list, name: str) -> property:
