@@ -168,10 +168,12 @@ class WorkerWatch:
             self._seen = len(audit.breaches)
             self._fail(ONE_KEY_DERIVATION, f"{thread} asked batch_get for {key[:16]}..., which no batch_exists "
                                            f"on that thread confirmed", name, fields)
-        # (the common case inline, at every checked event: no worker with ops left in its ack
-        # queue has a dead thread; `stranded` counts them only when one has. One expression
-        # over the four workers, `stranded`'s, read at each event (a fault may replace one):
-        # no tuple of them built nor iterated, most events find every queue empty)
+        # (the common case inline: no worker with ops left in its ack queue has a dead thread;
+        # `stranded` counts them only when one has. One expression over the four workers,
+        # `stranded`'s, read at each call (a fault may replace one): no tuple of them built nor
+        # iterated. The monitor's events reach this only with an ack queued or a new breach
+        # (loops.watch_probe decides the rest), cache checks always: kept inline, not
+        # `stranded`'s loop, which cost these calls ~0.35M instructions a kv_bytes replay more)
         if ((w := c.loader) is None or not w.acks or w._thread.is_alive()) \
                 and ((w := c.writer) is None or not w.acks or w._thread.is_alive()) \
                 and ((w := c.prefetcher) is None or not w.acks or w._thread.is_alive()) \

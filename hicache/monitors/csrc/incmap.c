@@ -3245,14 +3245,17 @@ static PyObject *binder(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)b;
 }
 
-/* What host_sync keeps of one attribute it reads or writes: plain_dict's memo of the type, and
- * the entry of the instance dict that held the name at the last read (-1: none yet). One per
- * name and role for every object read so: a memo names a type version and a hint an entry whose
- * key is tested, so objects of two types, or two dicts, only look up again, never misread. */
+/* What attr_of and attr_set keep of one attribute of an object they read or write: plain_dict's
+ * memo of the type, and the entry of the instance dict that held the name at the last read (-1:
+ * none yet). One per name and role for every object read so: a memo names a type version and a
+ * hint an entry whose key is tested, so objects of two types, or two dicts, only look up again,
+ * never misread. */
 typedef struct {
     unsigned int plain;
     Py_ssize_t hint;
-} HsMemo;
+} AttrMemo;
+
+#define ATTR_MEMO_INIT {0, -1}
 
 /* ---- IncrementalHostTierMap's bind after its load-backs' bookkeeping (host_tier_inc.py's
  * `bind`; loops.py's py_request_binder, the same reads, writes and calls in the same order):
@@ -3274,9 +3277,8 @@ typedef struct {
     PyObject *phase, *ending, *req_node;        /* HostTierMap's bookkeeping */
     PyObject *qslot, *qtab;                     /* rid -> q; q - 1 -> rid or None */
     PyObject *phase_actions, *req_actions, *backup_actions;
-    /* for each attribute of the map it reads or writes (plain_dict): the version tag of the
-     * type last found to have no attribute of that name on its MRO (0: none yet) */
-    unsigned int plain_phase_before, plain_lock_before, plain_req_dirty, plain_requeue, plain_loading_nodes,
+    /* for each attribute of the map it reads or writes (attr_of, attr_set) */
+    AttrMemo plain_phase_before, plain_lock_before, plain_req_dirty, plain_requeue, plain_loading_nodes,
         plain_by_id;
     vectorcallfunc vectorcall;
 } RequestBinder;
@@ -3310,9 +3312,10 @@ static PyObject *plain_dict(PyObject *m, PyObject *name, unsigned int *plain) {
     return dictptr != NULL && *dictptr != NULL && PyDict_CheckExact(*dictptr) ? *dictptr : NULL;
 }
 
-/* m.<name> = v, as PyObject_SetAttr writes it (-1: an error) */
-static int attr_set(PyObject *m, PyObject *name, PyObject *v, unsigned int *plain) {
-    PyObject *dict = plain_dict(m, name, plain);
+/* m.<name> = v, as PyObject_SetAttr writes it, through the dict's API (its version renewed;
+ * -1: an error) */
+static int attr_set(PyObject *m, PyObject *name, PyObject *v, AttrMemo *memo) {
+    PyObject *dict = plain_dict(m, name, &memo->plain);
     if (dict == NULL)
         return PyObject_SetAttr(m, name, v);
     /* (held: the value it replaces, dropped inside, may run code that replaces m's dict) */
@@ -3322,28 +3325,14 @@ static int attr_set(PyObject *m, PyObject *name, PyObject *v, unsigned int *plai
     return rc;
 }
 
-/* m.<name>, as PyObject_GetAttr reads it (a new reference) */
-static PyObject *attr_of(PyObject *m, PyObject *name, unsigned int *plain) {
-    PyObject *dict = plain_dict(m, name, plain);
-    if (dict != NULL) {
-        /* (held, as the generic lookup holds it: a key's __eq__ may replace m's dict) */
-        Py_INCREF(dict);
-        PyObject *v = Py_XNewRef(PyDict_GetItemWithError(dict, name));
-        Py_DECREF(dict);
-        if (v != NULL || PyErr_Occurred())
-            return v;
-    }
-    return PyObject_GetAttr(m, name);
-}
-
-
 /* obj.<name> as PyObject_GetAttr reads it (a new reference): where the generic lookup comes
  * down to obj's own dict (plain_dict), the entry that held the name at the last read is read
  * where it still holds the name itself (what the interpreter's LOAD_ATTR_WITH_HINT does),
  * else the name is looked up there and its entry kept. Why: a sync reads ~12 attributes of
- * its map, each a probe of the map's large dict (~80 instructions) where the bytecode it
- * replaces read them by hint. 3.11's layout only (elsewhere: the lookup). */
-static PyObject *hs_get(PyObject *obj, PyObject *name, HsMemo *memo) {
+ * its map and the request step several, each a probe of the map's large dict (~80
+ * instructions) where the bytecode they replace read them by hint. 3.11's layout only
+ * (elsewhere: the lookup). */
+static PyObject *attr_of(PyObject *obj, PyObject *name, AttrMemo *memo) {
     PyObject *dict = plain_dict(obj, name, &memo->plain);
     if (dict == NULL)
         return PyObject_GetAttr(obj, name);
@@ -3381,16 +3370,11 @@ static PyObject *hs_get(PyObject *obj, PyObject *name, HsMemo *memo) {
     return PyObject_GetAttr(obj, name);
 }
 
-/* obj.<name> = v, as PyObject_SetAttr writes it (through the dict's API: its version renewed) */
-static int hs_set(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
-    return attr_set(obj, name, v, &memo->plain);
-}
-
 /* obj.<name> = v unless obj.<name> is v already (a write of the value it holds leaves the
  * object as it was: skipped, the read by hint ~20 instructions where the write through the
  * dict's API costs ~150: the flags a sync writes at every event mostly keep their values) */
-static int hs_put(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
-    PyObject *cur = hs_get(obj, name, memo);
+static int attr_put(PyObject *obj, PyObject *name, PyObject *v, AttrMemo *memo) {
+    PyObject *cur = attr_of(obj, name, memo);
     if (cur == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
             return -1;
@@ -3398,7 +3382,7 @@ static int hs_put(PyObject *obj, PyObject *name, PyObject *v, HsMemo *memo) {
     }
     int same = cur == v;
     Py_XDECREF(cur);
-    return same ? 0 : hs_set(obj, name, v, memo);
+    return same ? 0 : attr_set(obj, name, v, memo);
 }
 
 /* m.get(key) (a new reference): an exact dict's own lookup, else the method called */
@@ -3413,7 +3397,7 @@ static PyObject *get_of(PyObject *m, PyObject *key) {
 }
 
 /* m.<attr>.get(key) (pop: .pop(key, None)), a new reference */
-static PyObject *attr_get(PyObject *m, PyObject *attr, unsigned int *plain, PyObject *key, int pop) {
+static PyObject *attr_get(PyObject *m, PyObject *attr, AttrMemo *plain, PyObject *key, int pop) {
     PyObject *d = attr_of(m, attr, plain);
     if (d == NULL)
         return NULL;
@@ -3660,8 +3644,9 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
     b->phase_actions = Py_NewRef(a[6]);
     b->req_actions = Py_NewRef(a[7]);
     b->backup_actions = Py_NewRef(a[8]);
-    b->plain_phase_before = b->plain_lock_before = b->plain_req_dirty = 0;
-    b->plain_requeue = b->plain_loading_nodes = b->plain_by_id = 0;
+    AttrMemo none = ATTR_MEMO_INIT;
+    b->plain_phase_before = b->plain_lock_before = b->plain_req_dirty = none;
+    b->plain_requeue = b->plain_loading_nodes = b->plain_by_id = none;
     b->vectorcall = request_binder_call;
     return (PyObject *)b;
 }
@@ -3874,7 +3859,7 @@ static PyObject *map_step_new(const char *fn, PyObject *const *a, Py_ssize_t n, 
  * action, fields), read off the map at each call (python_bind replaces it). Why: as a method
  * each event entered a frame from C for one set test and one call. */
 static PyObject *s_bind_step, *s_bind_name;
-static HsMemo hm_bind_step = {0, -1};
+static AttrMemo hm_bind_step = ATTR_MEMO_INIT;
 
 static PyObject *load_bind_impl(PyObject *m, PyObject *const *ctx, PyObject *const *args) {
     /* ctx: (events, slow) */
@@ -3884,7 +3869,7 @@ static PyObject *load_bind_impl(PyObject *m, PyObject *const *ctx, PyObject *con
     PyObject *argv[3] = {m, args[0], args[1]};
     if (special)
         return PyObject_Vectorcall(ctx[1], argv, 3, NULL);
-    PyObject *step = hs_get(m, s_bind_step, &hm_bind_step);
+    PyObject *step = attr_of(m, s_bind_step, &hm_bind_step);
     if (step == NULL)
         return NULL;
     PyObject *r = PyObject_Vectorcall(step, argv, 3, NULL);
@@ -5878,26 +5863,25 @@ static PyObject *first_page_where(PyObject *self, PyObject *const *a, Py_ssize_t
  * class on its MRO names the attribute: plain_dict), its rare steps are its methods. Why: the
  * sync runs at every event of a strict run, and its bytecode, ~146 opcodes a call, was 30 % of
  * the monitors' Python. */
-#define HS_CTX 29
+#define HS_CTX 31
 enum { HS_DIRTY, HS_DIRTY_NODES, HS_DIRTY_SLOTS, HS_DIRTY_REQS, HS_CACHE, HS_STATES, HS_FREE_OF, HS_SEEN,
        HS_JOURNAL, HS_S, HS_QTAB, HS_PHASE, HS_REQ_NODE, HS_BY_ID, HS_ROOT, HS_PREFETCHING, HS_ORPHANS,
        HS_UNCHANGED, HS_EMPTY,
        /* (what the class's _map_nodes and _slots read that the map never rebinds, and the
         * two methods themselves: each is done here while the map's class has that one) */
        HS_CHANGED_ACTIONS, HS_REMAP_CTX, HS_KEYS, HS_PAGE_COLS, HS_LOADING_NODES, HS_SLOT_CHANGED, HS_SLOT_NAMES,
-       HS_SLOT_PAGE, HS_OWN_MAP_NODES, HS_OWN_SLOTS };
+       HS_SLOT_PAGE, HS_NAMES, HS_IDLE_BYTE, HS_OWN_MAP_NODES, HS_OWN_SLOTS };
 
 static PyObject *hs_delta, *hs_effect_due, *hs_left, *hs_changed, *hs_slots_changed, *hs_free, *hs_free_seen,
     *hs_adjusted, *hs_slots_m, *hs_L, *hs_requeue, *hs_map_nodes, *hs_len, *hs_set_scalar, *hs_prefetcher, *hs_acks,
     *hs_req_dirty, *hs_pf_refs, *hs_id, *hs_requests, *hs_synced_key, *hs_constants_key, *hs_zero_rows, *hs_req,
-    *hs_fetching, *hs_own_domains, *hs_reqs, *hs_sync, *hs_slot, *hs_hidden_retention, *hs_names_table,
-    *hs_idle_byte, *hs_count;
+    *hs_fetching, *hs_own_domains, *hs_reqs, *hs_sync, *hs_slot, *hs_hidden_retention, *hs_count;
 /* (the cache's, its prefetcher's and the host free list's attributes: kept inline, read by index) */
 static IvMemo im_prefetcher = {0, 0}, im_acks = {0, 0}, im_free = {0, 0};
-static HsMemo hm_delta = {0, -1}, hm_effect_due = {0, -1}, hm_left = {0, -1}, hm_changed = {0, -1},
-    hm_slots_changed = {0, -1}, hm_free_seen = {0, -1}, hm_adjusted = {0, -1}, hm_L = {0, -1}, hm_requeue = {0, -1},
-    hm_req_dirty = {0, -1}, hm_pf_refs = {0, -1}, hm_synced_key = {0, -1}, hm_fetching = {0, -1},
-    hm_own_domains = {0, -1};
+static AttrMemo hm_delta = ATTR_MEMO_INIT, hm_effect_due = ATTR_MEMO_INIT, hm_left = ATTR_MEMO_INIT, hm_changed = ATTR_MEMO_INIT,
+    hm_slots_changed = ATTR_MEMO_INIT, hm_free_seen = ATTR_MEMO_INIT, hm_adjusted = ATTR_MEMO_INIT, hm_L = ATTR_MEMO_INIT, hm_requeue = ATTR_MEMO_INIT,
+    hm_req_dirty = ATTR_MEMO_INIT, hm_pf_refs = ATTR_MEMO_INIT, hm_synced_key = ATTR_MEMO_INIT, hm_fetching = ATTR_MEMO_INIT,
+    hm_own_domains = ATTR_MEMO_INIT;
 
 static int host_sync_names(void) {
     static const char *const names[] = {"delta", "effect_due", "left", "changed", "slots_changed", "free", "free_seen",
@@ -5914,8 +5898,8 @@ static int host_sync_names(void) {
 }
 
 /* the truth of m.<name> (-1: an error) */
-static int attr_truth(PyObject *m, PyObject *name, HsMemo *plain) {
-    PyObject *v = hs_get(m, name, plain);
+static int attr_truth(PyObject *m, PyObject *name, AttrMemo *plain) {
+    PyObject *v = attr_of(m, name, plain);
     if (v == NULL)
         return -1;
     int t = PyObject_IsTrue(v);
@@ -5924,14 +5908,14 @@ static int attr_truth(PyObject *m, PyObject *name, HsMemo *plain) {
 }
 
 /* `if m.<name>: m.<name> = fresh()` (fresh: an empty list or dict); -1: an error */
-static int refill(PyObject *m, PyObject *name, HsMemo *plain, int dict) {
+static int refill(PyObject *m, PyObject *name, AttrMemo *plain, int dict) {
     int t = attr_truth(m, name, plain);
     if (t <= 0)
         return t;
     PyObject *fresh = dict ? PyDict_New() : PyList_New(0);
     if (fresh == NULL)
         return -1;
-    int rc = hs_set(m, name, fresh, plain);
+    int rc = attr_set(m, name, fresh, plain);
     Py_DECREF(fresh);
     return rc;
 }
@@ -5960,7 +5944,7 @@ static int rekey(PyObject *m) {
     PyObject *key = PyObject_VectorcallMethod(hs_constants_key, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (key == NULL)
         return -1;
-    int rc = hs_set(m, hs_synced_key, key, &hm_synced_key);
+    int rc = attr_set(m, hs_synced_key, key, &hm_synced_key);
     Py_DECREF(key);
     return rc;
 }
@@ -5988,7 +5972,7 @@ static int prefetch_inflight(PyObject *const *ctx) {
 
 /* m.L compared with L0 (op: Py_NE or Py_EQ); -1: an error */
 static int L_compare(PyObject *m, PyObject *L0, int op) {
-    PyObject *L = hs_get(m, hs_L, &hm_L);
+    PyObject *L = attr_of(m, hs_L, &hm_L);
     if (L == NULL)
         return -1;
     int r = PyObject_RichCompareBool(L, L0, op);
@@ -6007,7 +5991,7 @@ static int map_nodes_finally(PyObject *m, PyObject *const *ctx, int err) {
     if (t == 0 && (t = attr_truth(m, hs_changed, &hm_changed)) == 0)
         t = attr_truth(m, hs_left, &hm_left);
     if (t > 0)
-        t = hs_set(m, hs_effect_due, ctx[HS_CHANGED_ACTIONS], &hm_effect_due);
+        t = attr_set(m, hs_effect_due, ctx[HS_CHANGED_ACTIONS], &hm_effect_due);
     if (t < 0) {
         Py_XDECREF(et);
         Py_XDECREF(ev);
@@ -6026,7 +6010,7 @@ static int map_nodes_finally(PyObject *m, PyObject *const *ctx, int err) {
 static int host_sync_map_nodes(PyObject *m, PyObject *const *ctx) {
     if (_PyType_Lookup(Py_TYPE(m), hs_map_nodes) != ctx[HS_OWN_MAP_NODES])
         return call_method(m, hs_map_nodes, NULL, NULL);
-    PyObject *requeue = hs_get(m, hs_requeue, &hm_requeue);
+    PyObject *requeue = attr_of(m, hs_requeue, &hm_requeue);
     if (requeue == NULL)
         return -1;
     PyObject *todo = PyNumber_Or(ctx[HS_JOURNAL], requeue);
@@ -6036,12 +6020,12 @@ static int host_sync_map_nodes(PyObject *m, PyObject *const *ctx) {
     PyObject *fresh = NULL, *delta = NULL, *changed = NULL, *left = NULL, *step = NULL, *unmapping = NULL;
     int rc = -1;
     if (PySet_Clear(ctx[HS_JOURNAL]) < 0 || (fresh = PySet_New(NULL)) == NULL ||
-        hs_set(m, hs_requeue, fresh, &hm_requeue) < 0)
+        attr_set(m, hs_requeue, fresh, &hm_requeue) < 0)
         goto done;
     /* (the body: its error, if any, kept through the finally) */
-    if ((delta = hs_get(m, hs_delta, &hm_delta)) == NULL || (changed = hs_get(m, hs_changed, &hm_changed)) == NULL ||
+    if ((delta = attr_of(m, hs_delta, &hm_delta)) == NULL || (changed = attr_of(m, hs_changed, &hm_changed)) == NULL ||
         (step = PyTuple_Pack(5, delta, changed, ctx[HS_DIRTY_NODES], ctx[HS_DIRTY_SLOTS], m)) == NULL ||
-        (left = hs_get(m, hs_left, &hm_left)) == NULL ||
+        (left = attr_of(m, hs_left, &hm_left)) == NULL ||
         (unmapping = PyTuple_Pack(4, ctx[HS_KEYS], ctx[HS_PAGE_COLS], ctx[HS_LOADING_NODES], left)) == NULL) {
         rc = map_nodes_finally(m, ctx, -1);
         goto done;
@@ -6064,14 +6048,14 @@ done:
 }
 
 /* `if held: m.<name> |= held` (m.<name> a set the map rebinds, requeue, or ctx's set: name NULL) */
-static int or_into(PyObject *m, PyObject *name, HsMemo *memo, PyObject *set, PyObject *held) {
-    PyObject *cur = set != NULL ? Py_NewRef(set) : hs_get(m, name, memo);
+static int or_into(PyObject *m, PyObject *name, AttrMemo *memo, PyObject *set, PyObject *held) {
+    PyObject *cur = set != NULL ? Py_NewRef(set) : attr_of(m, name, memo);
     if (cur == NULL)
         return -1;
     PyObject *u = PyNumber_InPlaceOr(cur, held);
     int rc = u == NULL ? -1 : 0;
     if (rc == 0 && name != NULL)
-        rc = hs_set(m, name, u, memo);
+        rc = attr_set(m, name, u, memo);
     Py_XDECREF(u);
     Py_DECREF(cur);
     return rc;
@@ -6085,32 +6069,17 @@ static int or_into(PyObject *m, PyObject *name, HsMemo *memo, PyObject *set, PyO
 static int host_sync_slots_of(PyObject *m, PyObject *const *ctx, PyObject *hs, PyObject *free) {
     if (_PyType_Lookup(Py_TYPE(m), hs_slots_m) != ctx[HS_OWN_SLOTS])
         return call_method(m, hs_slots_m, hs, free);
-    if (hs_names_table == NULL) {
-        /* (host_tier's _NAMES and host_tier_inc's _IDLE_BYTE, read once: module constants) */
-        PyObject *mod = PyImport_ImportModule("hicache.monitors.maps.host_tier_inc");
-        if (mod == NULL)
-            return -1;
-        PyObject *names = PyObject_GetAttrString(mod, "_NAMES"), *idle = PyObject_GetAttrString(mod, "_IDLE_BYTE");
-        Py_DECREF(mod);
-        if (names == NULL || idle == NULL) {
-            Py_XDECREF(names);
-            Py_XDECREF(idle);
-            return -1;
-        }
-        hs_names_table = names;
-        hs_idle_byte = idle;
-    }
     PyObject *raw = ctx[HS_SEEN];
-    if (hs_set(m, hs_free_seen, free, &hm_free_seen) < 0)
+    if (attr_set(m, hs_free_seen, free, &hm_free_seen) < 0)
         return -1;
     int t = PyObject_IsTrue(hs);
     if (t < 0)
         return -1;
     if (t) {
-        if (hs_set(m, hs_slots_changed, hs, &hm_slots_changed) < 0 ||
-            hs_set(m, hs_effect_due, ctx[HS_CHANGED_ACTIONS], &hm_effect_due) < 0)
+        if (attr_set(m, hs_slots_changed, hs, &hm_slots_changed) < 0 ||
+            attr_set(m, hs_effect_due, ctx[HS_CHANGED_ACTIONS], &hm_effect_due) < 0)
             return -1;
-        PyObject *sa[6] = {hs, raw, ctx[HS_SLOT_NAMES], hs_names_table, ctx[HS_SLOT_PAGE], ctx[HS_DIRTY_SLOTS]};
+        PyObject *sa[6] = {hs, raw, ctx[HS_SLOT_NAMES], ctx[HS_NAMES], ctx[HS_SLOT_PAGE], ctx[HS_DIRTY_SLOTS]};
         PyObject *held = slot_changes(NULL, sa, 6);
         if (held == NULL)
             return -1;
@@ -6123,7 +6092,7 @@ static int host_sync_slots_of(PyObject *m, PyObject *const *ctx, PyObject *hs, P
             return -1;
     }
     /* if raw.count(IDLE) == free and not m.adjusted: (the names are the states') */
-    PyObject *ca[2] = {raw, hs_idle_byte};
+    PyObject *ca[2] = {raw, ctx[HS_IDLE_BYTE]};
     PyObject *count = PyObject_VectorcallMethod(hs_count, ca,
                                                 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     if (count == NULL)
@@ -6147,7 +6116,7 @@ static int host_sync_slots_of(PyObject *m, PyObject *const *ctx, PyObject *hs, P
     PyObject *old = PyObject_GetItem(s, hs_slot);
     if (old == NULL)
         return -1;
-    PyObject *delta = hs_get(m, hs_delta, &hm_delta), *names = NULL;
+    PyObject *delta = attr_of(m, hs_delta, &hm_delta), *names = NULL;
     int rc = delta == NULL ? -1 : record(delta, hs_slot, Py_None, old);
     if (rc == 0)
         rc = (names = PySequence_Tuple(ctx[HS_SLOT_NAMES])) == NULL ? -1 : PyObject_SetItem(s, hs_slot, names);
@@ -6170,7 +6139,7 @@ static int host_sync_slots(PyObject *m, PyObject *const *ctx) {
         goto done;
     t = PyObject_IsTrue(hs);
     if (t == 0) {
-        PyObject *seen = hs_get(m, hs_free_seen, &hm_free_seen);
+        PyObject *seen = attr_of(m, hs_free_seen, &hm_free_seen);
         if (seen == NULL)
             goto done;
         t = PyObject_RichCompareBool(free, seen, Py_NE);
@@ -6189,7 +6158,7 @@ done:
 
 /* the request-side part, past its test: m.req_dirty = False; the common step or the rebuild */
 static int host_sync_requests(PyObject *m, PyObject *const *ctx, PyObject *delta, int inflight) {
-    if (hs_put(m, hs_req_dirty, Py_False, &hm_req_dirty) < 0)
+    if (attr_put(m, hs_req_dirty, Py_False, &hm_req_dirty) < 0)
         return -1;
     PyObject *grew = Py_None;     /* (borrowed None, or a new reference) */
     int t = inflight;
@@ -6227,7 +6196,7 @@ static int host_sync_requests(PyObject *m, PyObject *const *ctx, PyObject *delta
             Py_XDECREF(nq);
         }
         if (rc == 0)
-            rc = hs_put(m, hs_fetching, ctx[HS_EMPTY], &hm_fetching);
+            rc = attr_put(m, hs_fetching, ctx[HS_EMPTY], &hm_fetching);
     }
     Py_DECREF(grew);
     return rc;
@@ -6241,22 +6210,24 @@ static int dict_put(PyObject *d, PyObject *key, PyObject *v) {
     return cur == NULL && PyErr_Occurred() ? -1 : PyDict_SetItem(d, key, v);
 }
 
-/* host_sync's work over a checked ctx (its items borrowed: the tuple is held by the caller) */
-static PyObject *host_sync_on(PyObject *m, PyObject *const *ctx) {
+/* host_sync's work over a checked ctx (its items borrowed: the tuple is held by the caller; no
+ * arguments: `args` unused, the MapStep signature) */
+static PyObject *host_sync_on(PyObject *m, PyObject *const *ctx, PyObject *const *args) {
+    (void)args;
     if (hs_delta == NULL && host_sync_names() < 0)
         return NULL;
     PyObject *delta = PyList_New(0), *L0 = NULL, *out = NULL;
-    if (delta == NULL || hs_set(m, hs_delta, delta, &hm_delta) < 0)
+    if (delta == NULL || attr_set(m, hs_delta, delta, &hm_delta) < 0)
         goto done;
     {
-        PyObject *due = hs_get(m, hs_effect_due, &hm_effect_due);
+        PyObject *due = attr_of(m, hs_effect_due, &hm_effect_due);
         if (due == NULL)
             goto done;
         int other = due != ctx[HS_UNCHANGED];
         Py_DECREF(due);
         if (other && (refill(m, hs_left, &hm_left, 0) < 0 || refill(m, hs_changed, &hm_changed, 1) < 0 ||
                       refill(m, hs_slots_changed, &hm_slots_changed, 0) < 0 ||
-                      hs_set(m, hs_effect_due, ctx[HS_UNCHANGED], &hm_effect_due) < 0))
+                      attr_set(m, hs_effect_due, ctx[HS_UNCHANGED], &hm_effect_due) < 0))
             goto done;
     }
     if (clear_filled(ctx[HS_DIRTY_NODES]) < 0 || clear_filled(ctx[HS_DIRTY_SLOTS]) < 0 ||
@@ -6264,7 +6235,7 @@ static PyObject *host_sync_on(PyObject *m, PyObject *const *ctx) {
         goto done;
     if (ctx[HS_STATES] != Py_None && host_sync_slots(m, ctx) < 0)
         goto done;
-    if ((L0 = hs_get(m, hs_L, &hm_L)) == NULL)
+    if ((L0 = attr_of(m, hs_L, &hm_L)) == NULL)
         goto done;
     {
         int t = PySet_GET_SIZE(ctx[HS_JOURNAL]) > 0;
@@ -6275,7 +6246,7 @@ static PyObject *host_sync_on(PyObject *m, PyObject *const *ctx) {
                 goto done;
             /* if s["len"] != m.L: m._set_scalar("len", m.L) */
             PyObject *len = PyObject_GetItem(ctx[HS_S], hs_len), *L = NULL;
-            int ne = len == NULL || (L = hs_get(m, hs_L, &hm_L)) == NULL ? -1 : PyObject_RichCompareBool(len, L, Py_NE);
+            int ne = len == NULL || (L = attr_of(m, hs_L, &hm_L)) == NULL ? -1 : PyObject_RichCompareBool(len, L, Py_NE);
             if (ne > 0)
                 ne = call_method(m, hs_set_scalar, hs_len, L) < 0 ? -1 : 0;
             Py_XDECREF(len);
@@ -6299,7 +6270,7 @@ static PyObject *host_sync_on(PyObject *m, PyObject *const *ctx) {
     }
     {
         int own = L_compare(m, L0, Py_EQ);
-        if (own < 0 || hs_put(m, hs_own_domains, own ? Py_True : Py_False, &hm_own_domains) < 0 ||
+        if (own < 0 || attr_put(m, hs_own_domains, own ? Py_True : Py_False, &hm_own_domains) < 0 ||
             dict_put(ctx[HS_DIRTY], hs_reqs, own ? ctx[HS_DIRTY_REQS] : Py_None) < 0)
             goto done;
     }
@@ -6332,21 +6303,16 @@ static PyObject *host_sync(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("host_sync", n, 2) || host_sync_ctx(a[1], "host_sync") < 0)
         return NULL;
     PyObject *ctx = Py_NewRef(a[1]);      /* (held: a method it calls may drop the map's ctx) */
-    PyObject *out = host_sync_on(a[0], &PyTuple_GET_ITEM(ctx, 0));
+    PyObject *out = host_sync_on(a[0], &PyTuple_GET_ITEM(ctx, 0), NULL);
     Py_DECREF(ctx);
     return out;
-}
-
-static PyObject *host_sync_impl(PyObject *m, PyObject *const *ctx, PyObject *const *args) {
-    (void)args;
-    return host_sync_on(m, ctx);
 }
 
 /* host_sync_step(ref, ctx, own): the map's sync as a MapStep (no arguments) */
 static PyObject *host_sync_step(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if ((hs_sync == NULL && host_sync_names() < 0) || (n == 3 && host_sync_ctx(a[1], "host_sync_step") < 0))
         return NULL;
-    return map_step_new("host_sync_step", a, n, HS_CTX, hs_sync, "sync", 0, host_sync_impl);
+    return map_step_new("host_sync_step", a, n, HS_CTX, hs_sync, "sync", 0, host_sync_on);
 }
 
 /* ---- The HostTier map's action guards' dispatch (host_tier_guards.check, which defines it) as
@@ -6363,7 +6329,7 @@ static PyObject *host_sync_step(PyObject *self, PyObject *const *a, Py_ssize_t n
 enum { GS_REQUEST, GS_NODE, GS_LIVE, GS_MATCH, GS_ACKS, GS_BY_ID, GS_NPOS, GS_NO_PAGE };
 
 static PyObject *gs_guard, *gs_phase_before, *gs_node;
-static HsMemo hm_phase_before = {0, -1};
+static AttrMemo hm_phase_before = ATTR_MEMO_INIT;
 
 /* check(m, action, fields) over the checked ctx c (borrowed items), args: (action, fields) */
 static PyObject *guard_on(PyObject *m, PyObject *const *c, PyObject *const *args) {
@@ -6371,7 +6337,7 @@ static PyObject *guard_on(PyObject *m, PyObject *const *c, PyObject *const *args
     PyObject *fn = PyDict_GetItemWithError(c[GS_REQUEST], action);     /* (borrowed) */
     if (fn != NULL) {
         if (fn == c[GS_LIVE] || fn == c[GS_MATCH]) {
-            PyObject *before = hs_get(m, gs_phase_before, &hm_phase_before);
+            PyObject *before = attr_of(m, gs_phase_before, &hm_phase_before);
             if (before == NULL)
                 return NULL;
             int live = before != Py_None;
@@ -6474,10 +6440,10 @@ static int some_outside(PyObject *nodes, PyObject *ids) {
 /* effect(m, action, fields) over the checked ctx c (borrowed items), args: (action, fields) */
 static PyObject *effect_on(PyObject *m, PyObject *const *c, PyObject *const *args) {
     PyObject *action = args[0], *fields = args[1];
-    PyObject *changed = hs_get(m, hs_changed, &hm_changed), *slots_changed = NULL, *left = NULL, *ids = NULL,
+    PyObject *changed = attr_of(m, hs_changed, &hm_changed), *slots_changed = NULL, *left = NULL, *ids = NULL,
              *r = NULL;
-    if (changed == NULL || (slots_changed = hs_get(m, hs_slots_changed, &hm_slots_changed)) == NULL ||
-        (left = hs_get(m, hs_left, &hm_left)) == NULL)
+    if (changed == NULL || (slots_changed = attr_of(m, hs_slots_changed, &hm_slots_changed)) == NULL ||
+        (left = attr_of(m, hs_left, &hm_left)) == NULL)
         goto done;
     /* (the truth of each read as Python's `or` reads it: in turn, up to the first true) */
     int any = PyObject_IsTrue(changed);

@@ -282,7 +282,8 @@ class IncrementalHostTierMap(HostTierMap):
                           self._free_of, self.slot_seen, self.journal, self.s, self.qtab, self.phase, self.req_node,
                           self.by_id, tree.root, cache._prefetching, cache._orphans, self._effect_unchanged, _EMPTY,
                           self._effect_changed, self._remap_ctx, self.keys, self.page_cols, self.loading_nodes,
-                          self.slot_changed, self.slot_names, self.slot_page, _OWN_MAP_NODES, _OWN_SLOTS)
+                          self.slot_changed, self.slot_names, self.slot_page, _NAMES, _IDLE_BYTE, _OWN_MAP_NODES,
+                          _OWN_SLOTS)
         if type(self).sync is _OWN_SYNC:
             # (`sync` as a callable of its own, read off the instance before the class, as
             # `bind` is: the monitor calls it at every event, and as a method each call was a

@@ -812,7 +812,8 @@ def py_host_sync(m, ctx: tuple) -> tuple[list, dict]:
     request table, phases and locks, the mapped nodes by id, the tree's root, the cache's
     prefetch set and orphan list, the effect actions of a sync that changed nothing, the
     empty frozenset; then what the map's `_map_nodes` and `_slots` read that it never
-    rebinds, and those two methods of IncrementalHostTierMap, which the native form does
+    rebinds, the slot states' names and the idle state's byte, and those two methods of
+    IncrementalHostTierMap, which the native form does
     itself, no call, while the map's class has them); what it rebinds (delta, effect_due,
     left, changed, slots_changed, L, requeue, req_dirty, pf_refs, fetching, synced_key,
     own_domains, free_seen, adjusted) is read and written on m, and its rare steps are its methods (`_slots`, `_map_nodes`,
