@@ -2278,59 +2278,127 @@ class _Journal:
 
 
 @pytest.mark.parametrize("make", ["native", "python"])
-def test_a_journaled_field_reads_and_writes_the_slot_and_journals_each_write(mod, make):
-    """Both forms of `journaled` (C and the property that defines it): reads are the slot's
-    (AttributeError while unset), each write stores and adds the object to every journal in
-    the list as it is at that write (a journal appended later sees the writes after), a
-    delete is refused and leaves the value, and the class reads the descriptor itself."""
-    fn = mod.journaled if make == "native" else loops.py_journaled
-    journals: list = [set()]
-    cls = type("T", (_Slotted,), {"__slots__": (), "a": fn(_Slotted.__dict__["a"], journals, "a")})
+def test_a_tracked_class_journals_each_write_of_a_journaled_field(mod, make):
+    """Both forms of `tracked_class` (C and the Python that defines it): a field keeps the
+    base's slot (AttributeError while unset, and the class reads the slot's descriptor), each
+    write of a journaled field stores and adds the object to every journal in that field's
+    list as it is at that write (a journal appended later sees the writes after), a write of
+    another field journals nothing, a delete of a journaled field is refused and leaves the
+    value while another field's goes through; it cannot be subclassed (a subclass's writes
+    would be the generic ones)."""
+    fn = mod.tracked_class if make == "native" else loops.py_tracked_class
+    journals: dict = {"a": [set()]}
+    cls = fn(_Slotted, journals, "T")
+    assert cls.__name__ == "T" and cls.__slots__ == () and cls.__mro__[1] is _Slotted
+    fixed = cls.__dict__["_hicache_journals"]
+    assert dict(fixed) == journals and fixed["a"] is journals["a"] and cls.a is _Slotted.__dict__["a"]
+    with pytest.raises(TypeError):
+        fixed["b"] = []         # (read-only: the journaled names are the class's for good)
+    journals["b"] = [set()]     # (the caller's dict is not the class's: b stays unjournaled)
     x, y = cls(), cls()
     with pytest.raises(AttributeError):
         x.a
     x.a = 1
-    assert x.a == 1 and journals[0] == {x}
+    assert x.a == 1 and journals["a"][0] == {x}
     later = _Journal()
-    journals.append(later)
+    journals["a"].append(later)
     y.a = "v"
-    y.a = None
-    x.b = 2                     # (a plain slot: journals nothing)
+    setattr(y, "a", None)
+    x.b = 2                     # (not journaled)
     assert (x.a, y.a, x.b) == (1, None, 2)
-    assert journals[0] == {x, y} and later.seen == [y, y]
-    with pytest.raises(AttributeError):
+    assert journals["a"][0] == {x, y} and later.seen == [y, y] and journals["b"][0] == set()
+    with pytest.raises(AttributeError, match="journaled field 'a'"):
         del y.a
     assert y.a is None and later.seen == [y, y]
-    del journals[0]
+    del x.b
+    with pytest.raises(AttributeError):
+        x.b
+    del journals["a"][0]
     x.a = 3
     assert later.seen == [y, y, x]
-    assert type(cls.__dict__["a"]) is type(cls.a)
+    with pytest.raises(TypeError, match="cannot be subclassed"):
+        type("U", (cls,), {"__slots__": ()})
+    with pytest.raises(AttributeError):
+        x.c = 1                 # (no such slot: the base's refusal)
     with pytest.raises(TypeError):
-        cls.a.__set__(object(), 1)      # (the slot's own refusal of another class's object)
+        setattr(x, 7, 1)
+    assert later.seen == [y, y, x]
 
 
 @pytest.mark.parametrize("make", ["native", "python"])
-def test_a_journaled_class_whose_journal_holds_its_object_is_collected(mod, make):
-    """The cycle class -> field -> journals -> journal -> object -> class, referenced from
-    nowhere else, is garbage: the collector must see the field's references (a C field it
-    could not traverse would keep the cycle alive as if referenced from outside)."""
-    fn = mod.journaled if make == "native" else loops.py_journaled
-    journals: list = [set()]
-    cls = type("T", (_Slotted,), {"__slots__": (), "a": fn(_Slotted.__dict__["a"], journals, "a")})
+def test_a_tracked_class_journals_the_object_after_the_store(mod, make):
+    """The object is journaled after its write is stored (a journal reading the field at the
+    add sees the new value), and a write the base refuses journals nothing."""
+    fn = mod.tracked_class if make == "native" else loops.py_tracked_class
+    seen = []
+
+    class Reading:
+        def add(self, obj):
+            seen.append(obj.a)
+    reading = Reading()
+    journals = {"a": [reading], "c": [reading]}
+    cls = fn(_Slotted, journals, "T")
+    x = cls()
+    x.a = "new"
+    assert seen == ["new"]
+    with pytest.raises(AttributeError):
+        x.c = 1                 # (journaled, but no such slot: refused before any journal)
+    assert seen == ["new"]
+
+
+@pytest.mark.parametrize("make", ["native", "python"])
+def test_many_tracked_classes_each_journal_their_own_fields(mod, make):
+    """More journaled names than the C side's pointer filter holds (32): each class still
+    journals exactly its own fields, and a field another class journals, written on this
+    one, journals nothing."""
+    fields = [f"f{i}" for i in range(40)]
+    base = type("Wide", (), {"__slots__": tuple(fields)})
+    fn = mod.tracked_class if make == "native" else loops.py_tracked_class
+    made = [(f, fn(base, {f: [set()]}, f"T{f}")) for f in fields]
+    for i, (f, cls) in enumerate(made):
+        x = cls()
+        setattr(x, f, i)
+        other = fields[(i + 1) % len(fields)]
+        setattr(x, other, -i)
+        mine = cls._hicache_journals[f][0]
+        assert mine == {x} and getattr(x, f) == i and getattr(x, other) == -i
+    for f, cls in made:
+        assert len(cls._hicache_journals[f][0]) == 1
+
+
+@pytest.mark.parametrize("make", ["native", "python"])
+def test_a_tracked_class_whose_journal_holds_its_object_is_collected(mod, make):
+    """The cycle class -> journals -> journal -> object -> class, referenced from nowhere else,
+    is garbage."""
+    fn = mod.tracked_class if make == "native" else loops.py_tracked_class
+    journals: dict = {"a": [set()]}
+    cls = fn(_Slotted, journals, "T")
     x = cls()
     x.a = 1
-    assert journals[0] == {x}
+    assert journals["a"][0] == {x}
     ref = weakref.ref(cls)
     del cls, x, journals
     gc.collect()
     assert ref() is None
 
 
-def test_journaled_refuses_what_is_not_a_slot(mod):
+@pytest.mark.parametrize("make", ["native", "python"])
+def test_tracked_class_refuses_what_it_cannot_track(mod, make):
+    fn = mod.tracked_class if make == "native" else loops.py_tracked_class
+
+    class Own:
+        __slots__ = ("a",)
+
+        def __setattr__(self, k, v):
+            object.__setattr__(self, k, v)
     with pytest.raises(TypeError, match="journals"):
-        mod.journaled(_Slotted.__dict__["a"], (), "a")
-    with pytest.raises(TypeError, match="data descriptor"):
-        mod.journaled(len, [], "a")
+        fn(_Slotted, [], "T")
+    with pytest.raises(TypeError, match="journals"):
+        fn(_Slotted, {"a": set()}, "T")
+    with pytest.raises(TypeError, match="generic way"):
+        fn(Own, {}, "T")
+    with pytest.raises(TypeError):
+        fn(len, {}, "T")
 
 
 class _MapNode:

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 16
+#define ABI_VERSION 17
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -287,7 +287,7 @@ static inline int set_has_small(PyObject *so, PyObject *p, long long v) {
     return -2;
 }
 
-/* The dealloc of this module's collected types (StepsTable, QuietProbe, MapStep, Journaled):
+/* The dealloc of this module's collected types (StepsTable, QuietProbe, MapStep, WatchProbe):
  * untracked, their references dropped by their own tp_clear, freed. */
 static void gc_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
@@ -5391,47 +5391,102 @@ static PyObject *request_step(PyObject *self, PyObject *const *a, Py_ssize_t n) 
     return out;
 }
 
-/* ---- the tree nodes' journaled fields (maps/host_tier_inc.py's _tracked_class; its
- * py_journaled, a property, is the same descriptor in Python): a data descriptor over the base
- * class's slot (its member descriptor) whose reads are the slot's and whose writes store
- * through the slot, then add the node to each journal of `journals` (the list of sets
- * journal_tree keeps: appended to and pruned as maps come and go, so read at each write).
- * Why: the runtime reads these fields ~8,000 times a bench replay and writes them ~900 times;
- * a property's getter is one more call and its setter a Python frame, here neither. */
-typedef struct {
-    PyObject_HEAD
-    PyObject *slot;
-    PyObject *journals;
-    PyObject *name;
-} Journaled;
+/* ---- the tree nodes' journaled fields (maps/host_tier_inc.py's _tracked_class; loops.py's
+ * py_tracked_class, whose __setattr__ and __delattr__ do the same in Python): a subclass of the
+ * runtime's node class, no slots of its own, whose writes of a field named in its
+ * `_hicache_journals` (a dict: field name -> the list of journals journal_tree keeps, appended
+ * to and pruned as maps come and go, so read at each write) store as any write does, then add
+ * the node to each journal of that field's list. The class's own attribute-setting slot does
+ * it (tp_setattro): its fields stay the base class's slot descriptors.
+ * Why: as data descriptors of the subclass (the form before this one) every read of a
+ * journaled field, ~8,500 a bench replay by the runtime alone, took the generic lookup and
+ * the descriptor's call (~270 instructions; the interpreter specializes a read only of a plain
+ * slot); now those reads are the interpreter's specialized slot read, and the cost moves to
+ * the writes, ~3,700 a replay, which the interpreter no longer specializes either (~150
+ * instructions more each).
+ * Invariant: a write through the class's attribute protocol (x.f = v, setattr) journals the
+ * node exactly when f is named in the dict; a delete of such a field is refused (the map
+ * would read a field it cannot map), any other attribute's goes through as written. */
+static PyObject *s_journals;
 
-static PyObject *journaled_get(PyObject *self, PyObject *obj, PyObject *type) {
-    if (obj == NULL)
-        return Py_NewRef(self);     /* (read on the class: the descriptor, as a property is) */
-    PyObject *slot = ((Journaled *)self)->slot;
-    if (slot == NULL) {             /* (cleared by the collector: its class is being torn down) */
-        PyErr_SetString(PyExc_AttributeError, "journaled field cleared");
-        return NULL;
-    }
-    return Py_TYPE(slot)->tp_descr_get(slot, obj, type);
+/* every name some tracked class journals, interned (each class's, added when it is made): a
+ * write of another name journals nothing on any tracked class, decided by comparing pointers
+ * (PyObject_SetAttr interns the name before it calls the class's slot). Exact because a
+ * class's journaled names never change (its `_hicache_journals` is a read-only copy). Beyond
+ * TRACKED_NAMES_MAX names (a test's many classes), every write takes the class's own look-up. */
+#define TRACKED_NAMES_MAX 32
+static PyObject *tracked_names[TRACKED_NAMES_MAX];
+static int n_tracked_names, tracked_names_full;
+
+/* whether `name` may be journaled by some tracked class (1), or surely not (0) */
+static int maybe_tracked(PyObject *name) {
+    if (tracked_names_full || !PyUnicode_CheckExact(name) || !PyUnicode_CHECK_INTERNED(name))
+        return 1;
+    for (int i = 0; i < n_tracked_names; i++)
+        if (tracked_names[i] == name)
+            return 1;
+    return 0;
 }
 
-static int journaled_set(PyObject *self, PyObject *obj, PyObject *value) {
-    Journaled *j = (Journaled *)self;
-    if (j->slot == NULL || j->journals == NULL || j->name == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "journaled field cleared");
+/* `name` (a str) among the names writes journal (interned, kept for the module's life); 0, or
+ * -1 on an error */
+static int note_tracked(PyObject *name) {
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    for (int i = 0; i < n_tracked_names; i++)
+        if (tracked_names[i] == name) {
+            Py_DECREF(name);
+            return 0;
+        }
+    if (n_tracked_names == TRACKED_NAMES_MAX) {
+        tracked_names_full = 1;
+        Py_DECREF(name);
+        return 0;
+    }
+    tracked_names[n_tracked_names++] = name;
+    return 0;
+}
+
+/* the journals of obj's class for the field `name` (a new reference to a list), NULL where
+ * the field is not journaled or on an error (set) */
+static PyObject *journals_of(PyObject *obj, PyObject *name) {
+    PyObject *by_field = _PyType_Lookup(Py_TYPE(obj), s_journals);     /* (borrowed: the class's mapping) */
+    if (by_field == NULL || !PyUnicode_Check(name))
+        return NULL;
+    Py_INCREF(by_field);
+    PyObject *lists = PyObject_GetItem(by_field, name);
+    Py_DECREF(by_field);
+    if (lists == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_KeyError))
+            PyErr_Clear();
+        return NULL;
+    }
+    if (!PyList_CheckExact(lists)) {
+        PyErr_Format(PyExc_TypeError, "_hicache_journals['%U'] must be a list", name);
+        Py_DECREF(lists);
+        return NULL;
+    }
+    return lists;
+}
+
+static int tracked_setattro(PyObject *obj, PyObject *name, PyObject *value) {
+    if (!maybe_tracked(name))
+        return PyObject_GenericSetAttr(obj, name, value);
+    PyObject *lists = journals_of(obj, name);
+    if (lists == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        return PyObject_GenericSetAttr(obj, name, value);
+    }
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "can't delete journaled field '%U'", name);
+        Py_DECREF(lists);
         return -1;
     }
-    if (value == NULL) {            /* (a property with no deleter refuses the same way) */
-        PyErr_Format(PyExc_AttributeError, "can't delete journaled field '%U'", j->name);
-        return -1;
-    }
-    if (Py_TYPE(j->slot)->tp_descr_set(j->slot, obj, value) < 0)
-        return -1;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(j->journals); i++) {
-        /* (held: adding may run Python, a hash or an `add`, that changes the list) */
-        PyObject *journal = Py_NewRef(PyList_GET_ITEM(j->journals, i));
-        int err;
+    /* (lists held: adding may run Python, a hash or an `add`, that changes the list) */
+    int err = PyObject_GenericSetAttr(obj, name, value);
+    for (Py_ssize_t i = 0; !err && i < PyList_GET_SIZE(lists); i++) {
+        PyObject *journal = Py_NewRef(PyList_GET_ITEM(lists, i));
         if (PySet_Check(journal)) {
             err = PySet_Add(journal, obj);
         } else {
@@ -5440,63 +5495,75 @@ static int journaled_set(PyObject *self, PyObject *obj, PyObject *value) {
             Py_XDECREF(r);
         }
         Py_DECREF(journal);
-        if (err < 0)
-            return -1;
     }
-    return 0;
+    Py_DECREF(lists);
+    return err ? -1 : 0;
 }
 
-/* (collectable: the journals hold nodes, whose class holds this descriptor; a reference the
- * collector could not see would keep such a cycle alive as if referenced from outside) */
-static int journaled_traverse(PyObject *self, visitproc visit, void *arg) {
-    Journaled *j = (Journaled *)self;
-    Py_VISIT(j->slot);
-    Py_VISIT(j->journals);
-    Py_VISIT(j->name);
-    return 0;
+/* the tracked class's __init_subclass__: refused, since a subclass's attribute-setting slot
+ * would be the generic one again (the interpreter sets a new class's slots from the
+ * __setattr__ it finds, object's here), and its writes would journal nothing */
+static PyObject *tracked_init_subclass(PyObject *self, PyObject *args, PyObject *kw) {
+    PyErr_SetString(PyExc_TypeError, "a tracked class cannot be subclassed: the subclass's writes would not journal");
+    return NULL;
 }
 
-static int journaled_clear(PyObject *self) {
-    Journaled *j = (Journaled *)self;
-    Py_CLEAR(j->slot);
-    Py_CLEAR(j->journals);
-    Py_CLEAR(j->name);
-    return 0;
-}
+static PyMethodDef tracked_init_subclass_def = {"__init_subclass__", (PyCFunction)(void (*)(void))tracked_init_subclass,
+                                                METH_VARARGS | METH_KEYWORDS, NULL};
 
-static PyTypeObject JournaledType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_hicache_incmap.Journaled",
-    .tp_basicsize = sizeof(Journaled),
-    .tp_dealloc = gc_dealloc,
-    .tp_descr_get = journaled_get,
-    .tp_descr_set = journaled_set,
-    .tp_traverse = journaled_traverse,
-    .tp_clear = journaled_clear,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "a slot whose writes journal the object (host_tier_inc._tracked_class)",
-};
-
-/* journaled(slot, journals, name): a Journaled over a member descriptor (a __slots__ field),
- * a list of journals, and the field's name (for the refusal to delete) */
-static PyObject *journaled(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("journaled", n, 3))
+/* tracked_class(base, journals, name): the class `name`, a subclass of the type base (which
+ * sets attributes the generic way, PyObject_GenericSetAttr) with __slots__ () and
+ * _hicache_journals a read-only copy of journals (a dict of str -> list: the same lists), whose
+ * writes of a field named there journal the object (tracked_setattro), and which cannot be
+ * subclassed */
+static PyObject *tracked_class(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("tracked_class", n, 3))
         return NULL;
-    if (check_type(a[1], &PyList_Type, "journaled", "journals") < 0
-        || check_type(a[2], &PyUnicode_Type, "journaled", "name") < 0)
-        return NULL;
-    if (Py_TYPE(a[0])->tp_descr_get == NULL || Py_TYPE(a[0])->tp_descr_set == NULL) {
-        PyErr_SetString(PyExc_TypeError, "journaled: slot must be a data descriptor (a __slots__ member)");
+    if (!PyType_Check(a[0])) {
+        PyErr_SetString(PyExc_TypeError, "tracked_class: base must be a class");
         return NULL;
     }
-    Journaled *j = PyObject_GC_New(Journaled, &JournaledType);
-    if (j == NULL)
+    if (check_type(a[1], &PyDict_Type, "tracked_class", "journals") < 0 ||
+        check_type(a[2], &PyUnicode_Type, "tracked_class", "name") < 0)
         return NULL;
-    j->slot = Py_NewRef(a[0]);
-    j->journals = Py_NewRef(a[1]);
-    j->name = Py_NewRef(a[2]);
-    PyObject_GC_Track(j);
-    return (PyObject *)j;
+    if (((PyTypeObject *)a[0])->tp_setattro != PyObject_GenericSetAttr) {
+        PyErr_SetString(PyExc_TypeError, "tracked_class: base must set attributes the generic way");
+        return NULL;
+    }
+    if (s_journals == NULL && (s_journals = PyUnicode_InternFromString("_hicache_journals")) == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    PyObject *key, *val;
+    while (PyDict_Next(a[1], &pos, &key, &val)) {
+        if (!PyUnicode_CheckExact(key) || !PyList_CheckExact(val)) {
+            PyErr_SetString(PyExc_TypeError, "tracked_class: journals must map field names (str) to lists");
+            return NULL;
+        }
+    }
+    pos = 0;
+    while (PyDict_Next(a[1], &pos, &key, &val))
+        if (note_tracked(key) < 0)
+            return NULL;
+    PyObject *copy = PyDict_Copy(a[1]);
+    PyObject *fixed = copy == NULL ? NULL : PyDictProxy_New(copy);
+    Py_XDECREF(copy);
+    PyObject *slots = PyTuple_New(0);
+    PyObject *fn = PyCFunction_New(&tracked_init_subclass_def, NULL);
+    PyObject *init = fn == NULL ? NULL : PyClassMethod_New(fn);
+    PyObject *ns = slots == NULL || init == NULL || fixed == NULL ? NULL
+                   : Py_BuildValue("{sOsOsO}", "__slots__", slots, "_hicache_journals", fixed, "__init_subclass__", init);
+    Py_XDECREF(fixed);
+    PyObject *cls = ns == NULL ? NULL : PyObject_CallFunction((PyObject *)&PyType_Type, "O(O)O", a[2], a[0], ns);
+    Py_XDECREF(slots);
+    Py_XDECREF(fn);
+    Py_XDECREF(init);
+    Py_XDECREF(ns);
+    if (cls == NULL)
+        return NULL;
+    /* (a class made here, of the generic setattr before: its instances' writes come here) */
+    ((PyTypeObject *)cls)->tp_setattro = tracked_setattro;
+    PyType_Modified((PyTypeObject *)cls);
+    return cls;
 }
 
 /* ---- the HostTier guards' and frame's tests of a node's or an event's slots in one call
@@ -6747,8 +6814,8 @@ static PyMethodDef methods[] = {
      "phase_actions, req_actions, backup_actions)"},
     {"load_bind", (PyCFunction)(void (*)(void))load_bind, METH_FASTCALL,
      "IncrementalHostTierMap.bind over (a weak reference to the map, the load events, the class's bind)"},
-    {"journaled", (PyCFunction)(void (*)(void))journaled, METH_FASTCALL,
-     "a data descriptor over a slot whose writes add the object to each journal"},
+    {"tracked_class", (PyCFunction)(void (*)(void))tracked_class, METH_FASTCALL,
+     "a subclass of a node class whose writes of a journaled field add the object to each journal"},
     {"abi", abi, METH_NOARGS, "the module's ABI version"},
     {"first_slot_not_in", (PyCFunction)(void (*)(void))first_slot_not_in, METH_FASTCALL,
      "first_not_in_state over spec slots, or runtime slots made spec slots"},
@@ -6768,7 +6835,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
-    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 || PyType_Ready(&JournaledType) < 0 ||
+    if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 ||
         PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&MapStepType) < 0 ||
         PyType_Ready(&WatchProbeType) < 0)
         return NULL;

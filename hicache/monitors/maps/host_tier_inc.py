@@ -85,17 +85,13 @@ def _tracked_class(journals: dict) -> type:
     """A Node subclass (same slots) whose writes of a WATCHED field add the node to every
     journal in `journals[field]` (the maps of the tree that read that field).
 
-    Each watched field becomes a data descriptor over the base class's slot
-    (`loops.journaled`: a C type when the native module loads, else a property): reads are
-    the slot's, writes store through the slot and journal the node; every other field
-    (locks, LRU ticks, heap flags: the runtime's hottest writes) keeps its plain slot. The
-    runtime reads watched fields ~8,000 times in the bench's replay and writes them ~900
-    times, so each costs what a slot's access costs plus, on a write, the journals' adds.
+    `loops.tracked_class` makes it: in C, the class's own attribute-setting slot journals the
+    write after storing it (a `__setattr__` in Python); every field stays the base class's
+    slot, so the runtime's reads of them (~8,500 in the bench's replay, ~3,500 of them
+    `parent`) are the interpreter's specialized slot reads, and each of its writes (~3,700,
+    ~900 of them journaled) takes the generic store and a look-up of the field's journals.
     """
-    ns: dict = {"__slots__": (), "_hicache_journals": journals}
-    for name in WATCHED:
-        ns[name] = loops.journaled(Node.__dict__[name], journals[name], name)
-    return type("TrackedNode", (Node,), ns)
+    return loops.tracked_class(Node, journals, "TrackedNode")
 
 
 def journal_tree(tree, journal: set, owner, fields=WATCHED) -> list:

@@ -10,8 +10,8 @@ candidates, the walk of the journaled nodes (parents first), the HostTier map's 
 a node (and the walk with it, no call between) and its unmapping of a detached node's subtree,
 runtime slots made spec slots and a node's per-page slot values (`node_slots`),
 the request rows of the common step and their writes, the request step of the HostTier
-map's bind (`request_binder`: a request's slot taken or freed), and the tracked nodes'
-journaled fields (`journaled`: a data descriptor, a property here). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
+map's bind (`request_binder`: a request's slot taken or freed), and the tracked nodes' class
+(`tracked_class`: its writes of a journaled field journal the node; here a `__setattr__`). These Python loops define the functions; `hicache/monitors/csrc/incmap.c` is the
 same loops in C over the same dicts, lists and sets (`hicache.monitors.native` builds and
 loads it, once per process), used whenever it loads: in strict mode they run for every page
 an event touches, and in bytecode each step of them costs ~25 opcodes around its few dict and
@@ -27,6 +27,7 @@ from __future__ import annotations
 import operator
 from functools import partial
 from itertools import repeat
+from types import MappingProxyType
 
 import numpy as np
 
@@ -1058,15 +1059,40 @@ def py_load_bind(ref, events, slow):
     return _py_map_step(ref, "bind", slow, bound)
 
 
-def py_journaled(slot, journals: list, name: str) -> property:
-    """A field over `slot` (a __slots__ member descriptor) read as the slot, written through
-    it, then the object added to each journal in `journals` (read at each write: maps add and
-    drop theirs), never deleted."""
-    def setter(obj, value, _store=slot.__set__):
-        _store(obj, value)
-        for j in journals:
-            j.add(obj)
-    return property(slot.__get__, setter, doc=f"journaled field {name!r}")
+def py_tracked_class(base: type, journals: dict, name: str) -> type:
+    """The class `name`, a subclass of `base` (whose writes are the generic ones) with no slots
+    of its own and `_hicache_journals` a read-only copy of `journals` (field name -> the list
+    of journals, the same lists: read at each write, maps add and drop theirs), whose writes
+    of a field named there store as any write does, then add the object to each journal of
+    the field's list, and whose deletes of such a field are refused; every other attribute is
+    written and deleted as the base would. It cannot be subclassed (the C class's subclass
+    would write the generic way, unjournaled)."""
+    if not isinstance(base, type) or base.__setattr__ is not object.__setattr__:
+        raise TypeError("tracked_class: base must be a class that sets attributes the generic way")
+    if type(journals) is not dict or type(name) is not str:
+        raise TypeError("tracked_class: journals must be a dict and name a str")
+    if any(type(k) is not str or type(v) is not list for k, v in journals.items()):
+        raise TypeError("tracked_class: journals must map field names (str) to lists")
+    fixed = MappingProxyType(dict(journals))
+    _store, _drop = object.__setattr__, object.__delattr__
+
+    def __setattr__(self, field, value):
+        lists = fixed.get(field) if type(field) is str else None
+        _store(self, field, value)
+        if lists is not None:
+            for j in lists:
+                j.add(self)
+
+    def __delattr__(self, field):
+        if field in fixed:
+            raise AttributeError(f"can't delete journaled field {field!r}")
+        _drop(self, field)
+
+    def __init_subclass__(cls, **kw):
+        # (as the C class: whose subclass's writes would be the generic ones, unjournaled)
+        raise TypeError("a tracked class cannot be subclassed: the subclass's writes would not journal")
+    return type(name, (base,), {"__slots__": (), "_hicache_journals": fixed, "__setattr__": __setattr__,
+                                "__delattr__": __delattr__, "__init_subclass__": classmethod(__init_subclass__)})
 
 
 def py_first_slot_not_in(names, slots, state, runtime):
@@ -1159,7 +1185,7 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "host_sync_step": py_host_sync_step, "guard_step": py_guard_step, "effect_step": py_effect_step,
           "watch_probe": py_watch_probe,
           "request_binder": py_request_binder, "load_bind": py_load_bind,
-          "journaled": py_journaled,
+          "tracked_class": py_tracked_class,
           "first_slot_not_in": py_first_slot_not_in,
           "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
           "extend_positions": py_extend_positions,
@@ -1206,7 +1232,7 @@ guard_step = _mod.guard_step if _mod is not None else py_guard_step
 host_sync_step = _mod.host_sync_step if _mod is not None else py_host_sync_step
 request_binder = _mod.request_binder if _mod is not None else py_request_binder
 load_bind = _mod.load_bind if _mod is not None else py_load_bind
-journaled = _mod.journaled if _mod is not None else py_journaled
+tracked_class = _mod.tracked_class if _mod is not None else py_tracked_class
 first_slot_not_in = _mod.first_slot_not_in if _mod is not None else py_first_slot_not_in
 holders_outside = _mod.holders_outside if _mod is not None else py_holders_outside
 tree_prefix_breach = _mod.tree_prefix_breach if _mod is not None else py_tree_prefix_breach
