@@ -2324,6 +2324,11 @@ def test_a_tracked_class_journals_each_write_of_a_journaled_field(mod, make):
         setattr(x, 7, 1)
     assert later.seen == [y, y, x]
 
+    class Name(str):
+        pass
+    setattr(x, Name("a"), 5)    # (a str subclass equal to the field's name is that field)
+    assert x.a == 5 and later.seen == [y, y, x, x]
+
 
 @pytest.mark.parametrize("make", ["native", "python"])
 def test_a_tracked_class_journals_the_object_after_the_store(mod, make):

@@ -5394,18 +5394,19 @@ static PyObject *request_step(PyObject *self, PyObject *const *a, Py_ssize_t n) 
 /* ---- the tree nodes' journaled fields (maps/host_tier_inc.py's _tracked_class; loops.py's
  * py_tracked_class, whose __setattr__ and __delattr__ do the same in Python): a subclass of the
  * runtime's node class, no slots of its own, whose writes of a field named in its
- * `_hicache_journals` (a dict: field name -> the list of journals journal_tree keeps, appended
- * to and pruned as maps come and go, so read at each write) store as any write does, then add
- * the node to each journal of that field's list. The class's own attribute-setting slot does
- * it (tp_setattro): its fields stay the base class's slot descriptors.
+ * `_hicache_journals` (a read-only mapping, fixed when the class is made: field name -> the
+ * list of journals journal_tree keeps, appended to and pruned as maps come and go, so read at
+ * each write) store as any write does, then add the node to each journal of that field's list.
+ * The class's own attribute-setting slot does it (tp_setattro): its fields stay the base
+ * class's slot descriptors.
  * Why: as data descriptors of the subclass (the form before this one) every read of a
  * journaled field, ~8,500 a bench replay by the runtime alone, took the generic lookup and
- * the descriptor's call (~270 instructions; the interpreter specializes a read only of a plain
- * slot); now those reads are the interpreter's specialized slot read, and the cost moves to
- * the writes, ~3,700 a replay, which the interpreter no longer specializes either (~150
- * instructions more each).
+ * the descriptor's call (17 ns; the interpreter specializes a read only of a plain slot); now
+ * those reads are the interpreter's specialized slot read (2.9 ns), and the cost moves to the
+ * writes, ~3,700 a replay, which the interpreter no longer specializes either (25 ns for a
+ * field not journaled, 45 ns for a journaled one, against a slot's 3.4 ns).
  * Invariant: a write through the class's attribute protocol (x.f = v, setattr) journals the
- * node exactly when f is named in the dict; a delete of such a field is refused (the map
+ * node exactly when f is named in the mapping; a delete of such a field is refused (the map
  * would read a field it cannot map), any other attribute's goes through as written. */
 static PyObject *s_journals;
 

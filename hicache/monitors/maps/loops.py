@@ -1077,7 +1077,8 @@ def py_tracked_class(base: type, journals: dict, name: str) -> type:
     _store, _drop = object.__setattr__, object.__delattr__
 
     def __setattr__(self, field, value):
-        lists = fixed.get(field) if type(field) is str else None
+        # (a str subclass equal to a field's name is that field, as the C class's look-up finds it)
+        lists = fixed.get(field) if isinstance(field, str) else None
         _store(self, field, value)
         if lists is not None:
             for j in lists:
