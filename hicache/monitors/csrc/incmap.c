@@ -5429,23 +5429,22 @@ static int maybe_tracked(PyObject *name) {
     return 0;
 }
 
-/* `name` (a str) among the names writes journal (interned, kept for the module's life); 0, or
- * -1 on an error */
-static int note_tracked(PyObject *name) {
+/* `name` (an exact str) among the names writes journal (interned, kept for the module's life;
+ * past TRACKED_NAMES_MAX the filter is off for good) */
+static void note_tracked(PyObject *name) {
     Py_INCREF(name);
     PyUnicode_InternInPlace(&name);
     for (int i = 0; i < n_tracked_names; i++)
         if (tracked_names[i] == name) {
             Py_DECREF(name);
-            return 0;
+            return;
         }
     if (n_tracked_names == TRACKED_NAMES_MAX) {
         tracked_names_full = 1;
         Py_DECREF(name);
-        return 0;
+        return;
     }
     tracked_names[n_tracked_names++] = name;
-    return 0;
 }
 
 /* the journals of obj's class for the field `name` (a new reference to a list), NULL where
@@ -5540,11 +5539,9 @@ static PyObject *tracked_class(PyObject *self, PyObject *const *a, Py_ssize_t n)
             PyErr_SetString(PyExc_TypeError, "tracked_class: journals must map field names (str) to lists");
             return NULL;
         }
+        /* (noted even if a later entry is refused: the filter only needs a superset) */
+        note_tracked(key);
     }
-    pos = 0;
-    while (PyDict_Next(a[1], &pos, &key, &val))
-        if (note_tracked(key) < 0)
-            return NULL;
     PyObject *copy = PyDict_Copy(a[1]);
     PyObject *fixed = copy == NULL ? NULL : PyDictProxy_New(copy);
     Py_XDECREF(copy);
