@@ -1,8 +1,9 @@
 """`hicache bench monitors`: the same trace replay with verify off, sample and strict.
 
 One process, one parsed trace, the replay driver of hicache.replay run three ways (best of
-`--runs` each, the modes interleaved so drift hits all alike, their order turned round by
-round and the garbage of the replay before collected outside the timing, so no mode pays
+`--runs` each, the modes interleaved so drift hits all alike, their order changed round by
+round so that each mode runs in each place and after each other mode alike (`williams_orders`),
+and the garbage of the replay before collected outside the timing, so no mode pays
 for its place); ratios are against off.
 Three replays:
   kv_bytes       the replay with KV bytes (kv=small: every load, backup and prefetch copies
@@ -22,7 +23,9 @@ replaying thread's own CPU time (`thread_cpu_ratio`: the monitor runs on that th
 neither the transfer threads nor waits count, so it is the steadiest figure on a shared
 machine; it is above the wall ratio because the copies overlap the scheduler's work), the
 `paired` ratios (each round's replay against the same round's off replay: their median and
-quartiles, the noise the best-of ratio hides), the monitor's cost per protocol event in us,
+quartiles, the noise the best-of ratio hides), an A/A comparison (`off_vs_off`: off replayed
+a second time each round and compared with off as the modes are, so its ratios show how far
+the run's noise alone moves a ratio from 1), the monitor's cost per protocol event in us,
 and in strict mode per event type
 (`strict_us_by_event`: where the cost goes). Two floors, in the same interleaved runs:
 `attached_floor` (strict's monitor attached, node journaling and event dispatch included, but
@@ -42,6 +45,30 @@ from pathlib import Path
 TRACE = Path("/work/shared/traces/conversation_trace.jsonl")
 PAGE = 64
 MODES = ("off", "sample", "strict")
+#: the replays of a round: the three modes and off once more, "off_again" (an A/A
+#: comparison: two sets of off replays measured alike, whose ratio is what this run's noise
+#: alone makes a ratio read when nothing differs)
+ROUND = (*MODES, "off_again")
+
+
+def williams_orders(n: int) -> list[tuple[int, ...]]:
+    """The rows of a Williams square of even order n: n orders of 0..n-1 in which each item
+    takes each place once and follows each other item exactly once (row 0 is 0, 1, n-1, 2,
+    n-2, ...; row k adds k mod n). Rounds run in these orders, in turn, so that what one
+    replay leaves behind (the caches it warmed, the memory it freed or fragmented) falls
+    on each other mode alike: turning one order round instead keeps each mode behind the
+    same predecessor in every round."""
+    if n < 2 or n % 2:
+        raise ValueError(f"a Williams square of this form needs an even order >= 2, not {n}")
+    first = [0]
+    lo, hi = 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    return [tuple((x + k) % n for x in first) for k in range(n)]
 SWEEP = (0.0, 0.002, 0.01)      # further sample rates measured on the KV-bytes replay (0: the floor)
 
 
@@ -198,9 +225,9 @@ def _paired(mode_walls: list[float], off_walls: list[float]) -> dict:
 
 
 def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
-    walls: dict[str, list[float]] = {m: [] for m in MODES}   # each round's wall time, per mode
-    cpu = {m: float("inf") for m in MODES}
-    thread = {m: float("inf") for m in MODES}
+    walls: dict[str, list[float]] = {m: [] for m in ROUND}   # each round's wall time, per mode
+    cpu = {m: float("inf") for m in ROUND}
+    thread = {m: float("inf") for m in ROUND}
     swept = {r: float("inf") for r in sweep}
     swept_thread = {r: float("inf") for r in sweep}
     # sample mode at the default rate with no budget: every drawn sample checked (what the
@@ -212,12 +239,14 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
     # runs first (with --runs 1, all of them on off)
     for mode in MODES:
         _replay_once(mode, cfg, reqs)
+    orders = williams_orders(len(ROUND))
     for k in range(runs):
-        # the modes' order turns round by round: a replay's place in the round (after which
-        # other replay, on caches the one before warmed or filled) moves its time by a few
-        # percent, as much as the ratios' targets leave; turned, no mode keeps one place
-        for mode in MODES[k % len(MODES):] + MODES[:k % len(MODES)]:
-            w, c, t = _replay_once(mode, cfg, reqs)
+        # the order changes round by round (williams_orders): a replay's place in the round,
+        # and which replay ran before it (on caches it warmed or filled), moves its time by a
+        # few percent, as much as the ratios' targets leave; no mode keeps one place or one
+        # predecessor
+        for mode in (ROUND[i] for i in orders[k % len(orders)]):
+            w, c, t = _replay_once("off" if mode == "off_again" else mode, cfg, reqs)
             walls[mode].append(w)
             cpu[mode] = min(cpu[mode], c)
             thread[mode] = min(thread[mode], t)
@@ -228,10 +257,11 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
         unbudgeted, unbudgeted_thread = min(unbudgeted, w), min(unbudgeted_thread, t)
         w, t, delivered = _attached_once(cfg, reqs)
         attached, attached_thread = min(attached, w), min(attached_thread, t)
-    best = {m: min(w) for m, w in walls.items()}
+    best = {m: min(walls[m]) for m in MODES}
     off, off_cpu, off_thread = best["off"], cpu["off"], thread["off"]
     events, by_event, by_monitor = _strict_profile(cfg, reqs, runs)
-    out = {"seconds": best, "cpu_seconds": cpu, "thread_cpu_seconds": thread, "events": events,
+    out = {"seconds": best, "cpu_seconds": {m: cpu[m] for m in MODES},
+           "thread_cpu_seconds": {m: thread[m] for m in MODES}, "events": events,
            # what the monitor adds per protocol event, the machine-independent figure
            "monitor_us_per_event": {m: round((best[m] - off) / max(events, 1) * 1e6, 2) for m in ("sample", "strict")},
            # ... and per event type in strict mode (the time inside the monitor's listener)
@@ -249,6 +279,14 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
                                  "thread_cpu_ratio": _ratio(thread[mode], off_thread),
                                  "target": f"ratio <= {target}", "meets_target": best[mode] / off <= target,
                                  "paired": _paired(walls[mode], walls["off"])}
+    # the A/A comparison: off's second set of replays against its first, each figure taken
+    # as the modes' are. Nothing differs between them, so how far its ratios stray from 1 is
+    # how far this run's noise alone moves a ratio: a mode's ratio nearer its target than
+    # that reads the same on either side of it
+    again = min(walls["off_again"])
+    out["off_vs_off"] = {"off_again_s": again, "off_s": off, "ratio": again / off,
+                         "thread_cpu_ratio": _ratio(thread["off_again"], off_thread),
+                         "paired": _paired(walls["off_again"], walls["off"])}
     from hicache.monitors.runtime import VerifyConfig
     out["sample_budget"] = VerifyConfig().sample_budget
     # ... what it checked in one replay (drawn samples the budget let go included)

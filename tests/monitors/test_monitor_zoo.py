@@ -485,6 +485,10 @@ def test_bench_compares_the_three_modes_on_one_replay():
     for mode in ("sample", "strict"):
         p = out[f"{mode}_vs_off"]["paired"]
         assert p["rounds"] == 1 and p["q1"] == p["median"] == p["q3"] == out[f"{mode}_vs_off"]["ratio"]
+    # the A/A comparison: off's second replay of the round against its first, as a mode's is
+    aa = out["off_vs_off"]
+    assert aa["off_s"] == s["off_s"] and aa["off_again_s"] > 0 and aa["ratio"] == aa["off_again_s"] / aa["off_s"]
+    assert aa["paired"]["rounds"] == 1 and aa["paired"]["median"] == aa["ratio"] and aa["thread_cpu_ratio"] > 0
     # default sample mode's checks, and the same rate with no budget, in the same runs
     assert out["sample_budget"] == 0.02
     checks = out["sample_checks"]
