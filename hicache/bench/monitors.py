@@ -50,6 +50,7 @@ MODES = ("off", "sample", "strict")
 #: comparison: two sets of off replays measured alike, whose ratio is what this run's noise
 #: alone makes a ratio read when nothing differs)
 ROUND = (*MODES, "off_again")
+SWEEP = (0.0, 0.002, 0.01)      # further sample rates measured on the KV-bytes replay (0: the floor)
 
 
 def williams_orders(n: int) -> list[tuple[int, ...]]:
@@ -70,7 +71,6 @@ def williams_orders(n: int) -> list[tuple[int, ...]]:
             first.append(hi)
             hi -= 1
     return [tuple((x + k) % n for x in first) for k in range(n)]
-SWEEP = (0.0, 0.002, 0.01)      # further sample rates measured on the KV-bytes replay (0: the floor)
 
 
 DEFAULT = object()   # VerifyConfig's own default
@@ -282,8 +282,8 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
                                  "paired": _paired(walls[mode], walls["off"])}
     # the A/A comparison: off's second set of replays against its first, each figure taken
     # as the modes' are. Nothing differs between them, so how far its ratios stray from 1 is
-    # how far this run's noise alone moves a ratio: a mode's ratio nearer its target than
-    # that reads the same on either side of it
+    # how far this run's noise alone moves a ratio: a mode's ratio within that distance of
+    # its target cannot be told apart from it
     again = min(walls["off_again"])
     out["off_vs_off"] = {"off_again_s": again, "off_s": off, "ratio": again / off,
                          "thread_cpu_ratio": _ratio(thread["off_again"], off_thread),
