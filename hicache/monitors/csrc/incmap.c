@@ -4274,7 +4274,7 @@ static PyObject *s_parent;
 
 /* x.name (name a str) as PyObject_GetAttr reads it: where x's type reads attributes
  * generically (PyObject_GenericGetAttr) and name is a data descriptor of that type (a node's
- * slot, or its journaled field), the descriptor's get called directly, as the generic lookup
+ * slot: a tracked node's fields stay its base class's slots), the descriptor's get called directly, as the generic lookup
  * calls it, without that lookup's own setup (~45 instructions of its ~127, at each of the nine
  * fields a re-mapping reads of each node); any other attribute through PyObject_GetAttr */
 static PyObject *field_of(PyObject *x, PyObject *name) {
