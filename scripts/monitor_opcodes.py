@@ -14,7 +14,7 @@ copying KV bytes, the GIL) is not in them, which `scripts/monitor_instructions.p
 at ~1.5 % of noise between equal runs and minutes under valgrind a run. Opcodes say where
 Python work is, not what a change saves: bytecodes differ in cost by tens of times, and a
 loop moved into C builtins (`map`, `zip`, `dict.update`) runs fewer of them in as much time
-or more (docs/benchmarks.md, 2026-12-03 16:52: -450k opcodes, +15 % instructions); judge a
+or more (docs/monitors-bench-log.md, 2026-12-03 16:52: -450k opcodes, +15 % instructions); judge a
 change by instructions.
 
     python scripts/monitor_opcodes.py [--mode sample|strict] [--rate R] [--no-budget]

@@ -21,7 +21,7 @@ checked, `sample_unbudgeted_vs_off` what the same rate costs with no budget. Eac
 wall-clock ratio (the target's), the ratio of the process's CPU time, the ratio of the
 replaying thread's own CPU time (`thread_cpu_ratio`: the monitor runs on that thread, and
 neither the transfer threads nor waits count, though on a loaded shared VM it was measured no
-steadier than the wall clock (docs/benchmarks.md, 2026-12-06 09:40); it is above the wall
+steadier than the wall clock (docs/monitors-bench-log.md, 2026-12-06 09:40); it is above the wall
 ratio because the copies overlap the scheduler's work), the
 `paired` ratios (each round's replay against the same round's off replay: their median and
 quartiles, the noise the best-of ratio hides), an A/A comparison (`off_vs_off`: off replayed
