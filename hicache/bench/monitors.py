@@ -286,6 +286,7 @@ def _compare(cfg, reqs, runs: int, sweep: tuple = ()) -> dict:
     # its target cannot be told apart from it
     again = min(walls["off_again"])
     out["off_vs_off"] = {"off_again_s": again, "off_s": off, "ratio": again / off,
+                         "cpu_ratio": _ratio(cpu["off_again"], off_cpu),
                          "thread_cpu_ratio": _ratio(thread["off_again"], off_thread),
                          "paired": _paired(walls["off_again"], walls["off"])}
     from hicache.monitors.runtime import VerifyConfig

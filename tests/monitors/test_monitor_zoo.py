@@ -489,6 +489,7 @@ def test_bench_compares_the_three_modes_on_one_replay():
     aa = out["off_vs_off"]
     assert aa["off_s"] == s["off_s"] and aa["off_again_s"] > 0 and aa["ratio"] == aa["off_again_s"] / aa["off_s"]
     assert aa["paired"]["rounds"] == 1 and aa["paired"]["median"] == aa["ratio"] and aa["thread_cpu_ratio"] > 0
+    assert aa["cpu_ratio"] > 0      # (the process CPU ratio too, as a mode's comparison has it)
     # default sample mode's checks, and the same rate with no budget, in the same runs
     assert out["sample_budget"] == 0.02
     checks = out["sample_checks"]
