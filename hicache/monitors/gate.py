@@ -15,6 +15,18 @@ its 583 events between samples).
 The gate keeps the monitor's counters (`steps`, `gap`, `tripped`): one count, whoever made
 the step (`Monitor.steps` reads it; the monitor's Python updates it in place).
 
+Deferred binding (`unbound`: the map's `unbound_actions`, the actions its `bind` may map to no
+step, as it maps every other one to a step): an event between samples whose action is none of
+`special`, `weighted` or `unbound` is only held, counted in the gap at once, and bound,
+counted in `steps` and recorded later, in order, by `flush`: before the gate's next event that
+is not held, when DEFER_CAP are held, and when the monitor calls it, before it reads its
+counters, history or map (`Monitor._flush`). Run at each event, the binder's call and the
+history record found their code and data cold, evicted by the runtime's own work since the
+last event; run in a batch, warm. Nothing is decided differently while the map keeps its
+contract (a held event that binds to None after all is uncounted at the flush, gap += 1, so
+the sample may come an event later; a binder's error is raised at the flush, after the rest
+of the batch is bound). Measured: csrc/gate.c's comment.
+
 The same extension holds strict mode's step (`StrictStep`): runtime.py's
 `Monitor._strict_step` in C, the listener of every event of a strict run on an incremental
 map, keeping that monitor's counters (`steps`, `checked`, `tripped`) the same way; the Python
@@ -27,17 +39,20 @@ from pathlib import Path
 from hicache import buildcache
 
 #: must equal ABI_VERSION in csrc/gate.c (checked on load)
-ABI_VERSION = 4
+ABI_VERSION = 5
+#: events held at most before a flush (DEFER_CAP in csrc/gate.c)
+DEFER_CAP = 64
 
 
 class PyGate:
     """The gate in Python (see the module docstring; csrc/gate.c in C)."""
 
     __slots__ = ("steps", "gap", "tripped", "bind", "special", "slow", "weighted", "draw", "trigger", "trigger_on",
-                 "weighed", "_history", "_append")
+                 "weighed", "unbound", "_immediate", "_hold", "_flushing", "_history", "_append")
 
     def __init__(self, bind, special: frozenset, slow, history, weighted: dict | None = None, draw=None,
-                 trigger=None, trigger_on: frozenset = frozenset(), weighed=None) -> None:
+                 trigger=None, trigger_on: frozenset = frozenset(), weighed=None,
+                 unbound: frozenset | None = None) -> None:
         if not (callable(bind) and callable(slow)):
             raise TypeError("Gate: bind and slow must be callable")
         for name, v in (("special", special), ("trigger_on", trigger_on)):
@@ -49,6 +64,8 @@ class PyGate:
             raise TypeError("Gate: weighted events need draw and weighed callables")
         if trigger is not None and not callable(trigger):
             raise TypeError("Gate: trigger must be callable or None")
+        if unbound is not None and type(unbound) is not frozenset:
+            raise TypeError(f"Gate: unbound must be a frozenset or None, not {type(unbound).__name__}")
         self.bind, self.special, self.slow = bind, special, slow
         self.weighted = dict(weighted or {})
         self.draw, self.trigger, self.trigger_on, self.weighed = draw, trigger, trigger_on, weighed
@@ -56,6 +73,45 @@ class PyGate:
         self.gap = 0
         self.tripped = False
         self.history = history
+        self.unbound = unbound
+        # (never held: the events the monitor or the draw decides, and those bound to nothing)
+        self._immediate = None if unbound is None else special | frozenset(self.weighted) | unbound
+        self._hold: list = []          # held events, (action, fields), oldest first
+        self._flushing = False
+
+    @property
+    def held(self) -> int:
+        """Events held, to be bound at the next flush."""
+        return len(self._hold)
+
+    def flush(self) -> None:
+        """Bind, count and record the held events, in order (none while tripped: released)."""
+        if self._flushing or not self._hold:
+            return
+        self._flushing = True
+        batch, self._hold = self._hold, []
+        error = None
+        try:
+            for action, fields in batch:
+                if self.tripped:
+                    break
+                try:
+                    self._record(action, fields)
+                except Exception as e:       # (the first raised once the rest are bound)
+                    if error is None:
+                        error = e
+        finally:
+            self._flushing = False
+        if error is not None:
+            raise error
+
+    def _record(self, action, fields: dict) -> None:
+        """A held event bound, counted and recorded, as `__call__`'s last case does it."""
+        if self.bind(action, fields) is None:
+            self.gap += 1        # (uncounted after all: see the module docstring)
+            return
+        self._append((self.steps + 1, action, fields))
+        self.steps += 1
 
     @property
     def history(self):
@@ -70,6 +126,17 @@ class PyGate:
     def __call__(self, action, fields: dict) -> None:
         if self.tripped:
             return
+        if self._immediate is not None:
+            if self.gap > 0 and action not in self._immediate:
+                if len(self._hold) == DEFER_CAP:
+                    self.flush()
+                if len(self._hold) < DEFER_CAP:      # (full still only while another flush runs)
+                    self._hold.append((action, fields))
+                    self.gap -= 1
+                    return
+            self.flush()
+            if self.tripped:
+                return
         if self.gap <= 0:
             self.slow(action, fields, None)
             return

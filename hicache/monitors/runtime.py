@@ -516,9 +516,12 @@ class Monitor:
             # the gate records the events between samples and draws the weighted ones; it
             # hands the monitor the drawn sample, the always-checked events and a weighted
             # one drawn or triggered
+            # ... and holds the events it would only bind and record, binding them in a batch
+            # before anything reads what binding changes, where the map says which of its
+            # events bind to no step (`unbound_actions`; see gate.py)
             self._gate = Gate(rmap.bind, self._always, self._gated, self._history, weighted=self._weighted,
                               draw=self.rng.random, trigger=self._trigger, trigger_on=self._trigger_on,
-                              weighed=self._weighed)
+                              weighed=self._weighed, unbound=getattr(rmap, "unbound_actions", None))
             self._gate.gap = gap
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
@@ -656,6 +659,7 @@ class Monitor:
         record of an event, and each becomes its Step here, when something reads the history
         (a violation, a trace): gap-counted sample mode's unsampled event as (seq, action,
         args), strict mode's step on an incremental map as (seq, action, args, None, delta)."""
+        self._flush()
         h = self._history
         if self._gate is not None or self._fast:     # (no other monitor records a tuple: read as kept)
             for i in range(len(h)):
@@ -666,6 +670,7 @@ class Monitor:
 
     @history.setter
     def history(self, steps: collections.deque) -> None:
+        self._flush()      # (the held events recorded where the steps before them are)
         self._history = steps
         if self._gate is not None:
             self._gate.history = steps
@@ -676,8 +681,17 @@ class Monitor:
     def steps(self) -> int:
         """Events seen (those the map bound to this spec); gap-counted sample mode's gate
         counts them, and strict mode's native step."""
+        self._flush()
         g = self._gate or self._native
         return self._steps if g is None else g.steps
+
+    def _flush(self) -> None:
+        """The events the gate holds bound, counted and recorded (gap-counted sample mode with
+        deferred binding, gate.py): before anything reads the counters, the history or the
+        map's bookkeeping that binding writes."""
+        g = self._gate
+        if g is not None and g.held:
+            g.flush()
 
     @property
     def checked(self) -> int:
@@ -1192,6 +1206,7 @@ class Monitor:
         count of events when None."""
         if self.tripped:
             return
+        self._flush()      # (the map's bookkeeping up to this moment: every event bound)
         self.cache_checks += 1
         # (the cause of a violation found here; the steps after it are checked for their own)
         before, self.cause = self.cause, CheckCause.CACHE_CHECK

@@ -187,3 +187,151 @@ def test_the_native_gate_loads_where_an_extension_builds():
     if not buildcache.can_build_extensions() or buildcache.disabled():
         pytest.skip("no C compiler or Python headers here, or HICACHE_NATIVE=0: the Python gate serves")
     assert G.Gate is G.EXTENSION.module().Gate and G.EXTENSION.unavailable_reason() == ""
+
+
+# ------------------------------------------------------------ deferred binding (`unbound`)
+def _holding_gate(kind, unbound=frozenset({"other"}), maxlen=128, draws=(), triggers=()):
+    spy = _Weighing(draws, triggers)
+    g = kind(spy.bind, frozenset({"always"}), spy.take, collections.deque(maxlen=maxlen), weighted={"w": 0.5, "t": 0.5},
+             draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh, unbound=unbound)
+    return g, spy
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_held_events_are_counted_at_once_and_bound_in_order_before_the_next_event_not_held(kind):
+    g, spy = _holding_gate(kind)
+    g.gap = 5
+    a, b = {"i": 0}, {"i": 1}
+    g("a", a)
+    g("b", b)
+    # held: the gap counts them now (the sample's place is the same), nothing bound or recorded yet
+    assert spy.bound == [] and g.held == 2 and g.gap == 3 and g.steps == 0 and len(g.history) == 0
+    g("always", {"i": 2})       # special: the held ones bound first, in order, then it
+    assert spy.bound == ["a", "b", "always"] and g.held == 0 and g.steps == 2 and g.gap == 3
+    assert list(g.history) == [(1, "a", a), (2, "b", b)]
+    assert spy.slow == [("always", 2, (("step", "always"),))]
+    g("c", {"i": 3})
+    g("other", {"i": 4})        # unbound: never held, the held one bound before it
+    assert spy.bound == ["a", "b", "always", "c", "other"] and g.steps == 3 and g.gap == 2
+    g("d", {"i": 5})
+    g.gap = 0                   # (as if the gap ran out at d: the next event is the sample)
+    g("e", {"i": 6})
+    assert spy.bound[-1] == "d" and spy.slow[-1] == ("e", 6, None) and g.steps == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_flush_binds_the_held_events_and_a_full_hold_flushes_itself(kind):
+    g, spy = _holding_gate(kind)
+    g.gap = 1000
+    n = G.DEFER_CAP + 6
+    for i in range(n):
+        g("a", {"i": i})
+    assert len(spy.bound) == G.DEFER_CAP and g.held == 6 and g.steps == G.DEFER_CAP and g.gap == 1000 - n
+    g.flush()
+    assert len(spy.bound) == n and g.held == 0 and g.steps == n
+    assert [r[0] for r in g.history] == list(range(1, n + 1)) and [r[2]["i"] for r in g.history] == list(range(n))
+    g.flush()       # (nothing held: nothing done)
+    assert len(spy.bound) == n and g.steps == n
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_held_event_bound_to_nothing_after_all_is_uncounted(kind):
+    """A map that breaks its contract (binds to None an event it did not name unbound): the
+    event is uncounted at the flush, the gap given back, as if it had not been held."""
+    g, spy = _holding_gate(kind, unbound=frozenset())
+    g.gap = 4
+    g("a", {})
+    g("other", {})       # (held: the map did not say it may bind to nothing)
+    g("b", {})
+    assert g.gap == 1
+    g.flush()
+    assert spy.bound == ["a", "other", "b"] and g.steps == 2 and g.gap == 2
+    assert [r[1] for r in g.history] == ["a", "b"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_binder_error_at_a_flush_is_raised_once_the_rest_are_bound(kind):
+    bound = []
+
+    def bind(action, fields):
+        bound.append(action)
+        if action == "bad":
+            raise KeyError("bind")
+        return ()
+    g = kind(bind, frozenset(), lambda *a: None, collections.deque(), unbound=frozenset())
+    g.gap = 10
+    for action in ("a", "bad", "b", "bad", "c"):
+        g(action, {})
+    with pytest.raises(KeyError, match="bind"):
+        g.flush()
+    assert bound == ["a", "bad", "b", "bad", "c"] and g.held == 0
+    assert [r[1] for r in g.history] == ["a", "b", "c"] and g.steps == 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_tripped_gate_releases_its_held_events_unbound(kind):
+    g, spy = _holding_gate(kind)
+    g.gap = 5
+    g("a", {})
+    g.tripped = True
+    g.flush()
+    g("always", {})
+    assert spy.bound == spy.slow == [] and g.held == 0 and g.steps == 0 and len(g.history) == 0
+
+
+def _drive_both(kind, seed: int, n: int = 400) -> None:
+    """A seeded stream of events through a holding gate and the same gate holding nothing,
+    each with the same scripted draws and a slow path that draws the next gap: the same gap
+    after every event, and at random points (the holding gate flushed there) the same binds
+    in the same order, the same records, counts, slow and weighed calls."""
+    import random
+    rng = random.Random(seed)
+    actions = ["a", "b", "other", "always", "w", "t"]
+    events = [(rng.choice(actions), {"i": i}) for i in range(n)]
+    draws = [rng.random() for _ in range(n)]
+    triggers = [rng.random() < 0.2 for _ in range(n)]
+    gaps = [rng.randrange(0, 12) for _ in range(n)]
+    checkpoints = {rng.randrange(n) for _ in range(n // 20)} | {n - 1}
+    gates = []
+    for unbound in (frozenset({"other"}), None):
+        spy, nxt, box = _Weighing(draws, triggers), iter(gaps), []
+
+        def take(action, fields, bound, spy=spy, nxt=nxt, box=box):
+            spy.slow.append((action, fields.get("i"), bound))
+            if bound is None:           # (the drawn sample: the monitor binds it, counts it, draws anew)
+                (g,) = box
+                if spy.bind(action, fields) is not None:
+                    g.steps += 1
+                g.gap = next(nxt)
+        g = kind(spy.bind, frozenset({"always"}), take, collections.deque(maxlen=128), weighted={"w": 0.5, "t": 0.5},
+                 draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh, unbound=unbound)
+        box.append(g)
+        g.gap = 3
+        gates.append((g, spy))
+    (held, hspy), (plain, pspy) = gates
+    assert plain.unbound is None and held.unbound == frozenset({"other"})
+    for i, (action, fields) in enumerate(events):
+        held(action, fields)
+        plain(action, fields)
+        assert held.gap == plain.gap, (seed, i)
+        assert plain.held == 0
+        if i in checkpoints:
+            held.flush()
+            assert (hspy.bound, hspy.slow, hspy.weighed, hspy.log) == (pspy.bound, pspy.slow, pspy.weighed, pspy.log)
+            assert (held.steps, list(held.history)) == (plain.steps, list(plain.history)), (seed, i)
+    assert pspy.slow and pspy.weighed and held.steps > 100 and len(held.history) == 128
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(6))
+def test_a_holding_gate_decides_as_one_that_holds_nothing(kind, seed):
+    _drive_both(kind, seed)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unbound_is_validated(kind):
+    ok = lambda *a: None        # noqa: E731
+    with pytest.raises(TypeError, match="unbound"):
+        kind(ok, frozenset(), ok, collections.deque(), unbound={"a"})      # (a set, not a frozenset)
+    g = kind(ok, frozenset(), ok, collections.deque())
+    assert g.unbound is None and g.held == 0

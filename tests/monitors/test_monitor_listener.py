@@ -155,17 +155,20 @@ def _sample_run(tmp_path, gate_kind: str | None, rate: float = 0.5) -> list:
     """The workload in gap-counted sample mode (a seeded rate of a half, every drawn sample
     checked: no budget, so the run is the seed's alone), its events reaching the monitor
     through the gate the bus holds (`gate_kind` None), through `Monitor.__call__` (the
-    monitor on the bus as an instance: "call"), or through the Python gate ("python") in
-    place of the one built; what each monitor did."""
+    monitor on the bus as an instance: "call"), through the Python gate ("python") in
+    place of the one built, or through the gate built again holding no event ("unheld":
+    each bound at its event, no deferred binding); what each monitor did."""
     from hicache.monitors.gate import PyGate
     c, mon = tiny_cache(tmp_path, {"mode": "sample", "sample_rate": rate, "seed": 3, "sample_budget": None})
     try:
         g = mon._gate
         if gate_kind == "call":
             c.bus.listeners = [mon if x is g else x for x in c.bus.listeners]
-        elif gate_kind == "python":
-            py = PyGate(g.bind, g.special, g.slow, g.history, weighted=dict(g.weighted), draw=g.draw,
-                        trigger=g.trigger, trigger_on=g.trigger_on, weighed=g.weighed)
+        elif gate_kind in ("python", "unheld"):
+            assert g.unbound == frozenset({"LoadBackLayer"})      # (the map's: events are held)
+            kind, unbound = (PyGate, g.unbound) if gate_kind == "python" else (type(g), None)
+            py = kind(g.bind, g.special, g.slow, g.history, weighted=dict(g.weighted), draw=g.draw,
+                      trigger=g.trigger, trigger_on=g.trigger_on, weighed=g.weighed, unbound=unbound)
             py.gap, py.steps = g.gap, g.steps
             mon._gate = py
             c.bus.listeners = [py if x is g else x for x in c.bus.listeners]
@@ -177,9 +180,9 @@ def _sample_run(tmp_path, gate_kind: str | None, rate: float = 0.5) -> list:
 
 
 @pytest.mark.parametrize("rate", [0.5, 0.1])
-def test_sample_mode_takes_the_same_steps_through_its_gate_its_call_and_the_python_gate(tmp_path, rate):
-    runs = {kind: _sample_run(tmp_path / str(kind), kind, rate) for kind in (None, "call", "python")}
-    assert runs[None] == runs["call"] == runs["python"]
+def test_sample_mode_takes_the_same_steps_through_its_gate_its_call_the_python_gate_and_no_holding(tmp_path, rate):
+    runs = {kind: _sample_run(tmp_path / str(kind), kind, rate) for kind in (None, "call", "python", "unheld")}
+    assert runs[None] == runs["call"] == runs["python"] == runs["unheld"]
     (steps, checked, _, _, history), _ = runs[None]
     # a seeded fraction of the events checked (their states mapped), every other one recorded
     # by the gate as a tuple and read back as its Step, in order

@@ -383,6 +383,96 @@ def test_a_fetch_whose_anchor_is_released_triggers_no_check(tmp_path, monkeypatc
     assert len(anchored) >= 3 and triggered == []
 
 
+def _twin_listener(cache, answers: collections.Counter):
+    """A listener over a HostTierMap of its own on `cache`, fed every event: its bind maps to no
+    step exactly the events of `unbound_actions` (the contract that lets sample mode's gate
+    hold the others, deferred binding), and its native trigger (installed where the extension
+    builds) answers every event as the Python `trigger` that defines it does."""
+    m = HostTierMap(cache)
+    assert "trigger" in vars(m) or native.module() is None
+
+    def note(action, fields) -> None:
+        bound = m.bind(action, fields)
+        assert (bound is None) == (action in HostTierMap.unbound_actions), (action, fields)
+        want = HostTierMap.trigger(m, str(action), fields)
+        assert m.trigger(action, fields) is want, (action, fields)
+        answers[(str(action) in HostTierMap.trigger_events, want)] += 1
+    return note
+
+
+def test_the_native_trigger_answers_as_the_python_one_and_bind_keeps_its_contract(tmp_path, monkeypatch):
+    """Over workloads whose evictions take held nodes (bugs 7, 10, 12: the trigger's True) and
+    clean shapes with ops and fetches in flight (prefetch joins, failing copies, acks held:
+    its False with something to look at), at every event."""
+    from hicache.monitors import workload, zoo
+    from hicache.monitors.faults import RUNTIME_FAULTS
+    from hicache.monitors.workload import own_cache
+    answers: collections.Counter = collections.Counter()
+    for bug in (7, 10, 12):
+        for seed in range(6):
+            policy, reqs = plan(seed, W)
+            cache = own_cache(W, policy, cls=RUNTIME_FAULTS[bug])
+            cache.bus.subscribe(_twin_listener(cache, answers))
+            try:
+                run_workload(cache, reqs)
+            except Exception:       # noqa: BLE001 - a faulted cache's own checks may stop it
+                pass
+            _close_quietly(cache)
+    made: list = []
+    make = workload.make_cache
+
+    def making(*a, **kw):
+        made.append(make(*a, **kw))
+        made[-1].bus.subscribe(_twin_listener(made[-1], answers))
+        return made[-1]
+    monkeypatch.setattr(workload, "make_cache", making)
+    shapes = [s for s in zoo.CLEAN_SHAPES if isinstance(s, zoo.CleanShape)]     # (their caches: make_cache's)
+    for shape in shapes:
+        for seed in range(2):
+            assert zoo.run_clean_shape(shape, seed, str(tmp_path)) is None
+    assert len(made) == 2 * len(shapes) >= 8
+    # evictions answered True and False, and other events (False: no eviction names a node
+    # of those, or nothing in flight)
+    assert answers[(True, True)] > 0 and answers[(True, False)] > 100 and answers[(False, False)] > 1000, answers
+
+
+def test_sample_mode_decides_the_same_holding_events_or_not_and_with_either_trigger(tmp_path):
+    """Sample mode over the clean workloads, four monitors on one cache's bus (one stream of
+    events: the acks' order varies from run to run), their gates holding the events between
+    samples (deferred binding, the map's `unbound_actions`) or binding each at once, and their
+    maps asking the native or the Python trigger: the same steps, checks and history."""
+    held_at_end = 0
+    for seed in range(8):
+        policy, reqs = plan(seed, W)
+        cache = make_cache(W, policy)
+        mons = {}
+        for hold in (True, False):
+            for native_trigger in (True, False):
+                m = HostTierMap(cache)
+                if not hold:
+                    m.unbound_actions = None
+                if not native_trigger:
+                    m.python_trigger()
+                mon = Monitor(m, VerifyConfig(mode="sample", sample_rate=0.2, seed=seed, sample_budget=None,
+                                              violation_dir=str(tmp_path / f"{seed}-{hold}-{native_trigger}")))
+                assert (mon._gate.unbound is not None) == hold
+                cache.bus.subscribe(mon)
+                mons[(hold, native_trigger)] = mon
+        run_workload(cache, reqs)
+        held_at_end += mons[(True, True)]._gate.held > 0
+        assert mons[(False, True)]._gate.held == 0
+        runs = {}
+        for key, mon in mons.items():
+            mon.cache_check()
+            runs[key] = (mon.steps, mon.checked, mon.triggered, mon.cache_checks,
+                         [(h.seq, str(h.action), h.args.get("seq"), h.state is not None) for h in mon.history])
+        cache.close()
+        first = runs[(True, True)]
+        assert all(r == first for r in runs.values()), seed
+        assert first[0] > 50 and 0 < first[1] < first[0]
+    assert held_at_end >= 2       # (events still held when the workload ended: bound at the check)
+
+
 def test_sample_mode_catches_at_cache_check(tmp_path):
     policy, reqs = plan(0, W)
     cache = make_cache(W, policy)

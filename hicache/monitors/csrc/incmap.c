@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 17
+#define ABI_VERSION 18
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -2533,6 +2533,247 @@ static PyObject *quiet_probe(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     q->vectorcall = quiet_probe_call;
     PyObject_GC_Track(q);
     return (PyObject *)q;
+}
+
+/* ---- HostTierMap.trigger (host_tier.py, which defines it: the same reads, tests and calls in
+ * the same order) over one cache, a callable (action, fields) -> bool: whether an eviction took a
+ * node that an op in flight or a prefetch's anchor still holds. Sample mode's gate asks it at
+ * every eviction; as a method each call was a Python frame entered from C around ~10 attribute
+ * reads, most evictions finding nothing in flight (~0.6-1.3 % of the monitors bench's kv_bytes
+ * replay, 112 evictions). Holds the cache (which holds its bus, its gate, the monitor and the
+ * map): a part of the cyclic collector. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *cache;
+    vectorcallfunc vectorcall;
+} TriggerProbe;
+
+static PyObject *tp_node, *tp_get, *tp_loader, *tp_writer, *tp_prefetcher, *tp_backuper, *tp_acks, *tp_prefetching,
+    *tp_orphans, *tp_device_evict, *tp_anchor, *tp_id, *tp_lock_ref, *tp_host_ref, *tp_pins_device, *tp_nodes;
+
+static int tp_names(void) {
+    static const char *const names[] = {"node", "get", "loader", "writer", "prefetcher", "backuper", "acks",
+        "_prefetching", "_orphans", "DeviceEvict", "anchor", "id", "lock_ref", "host_ref", "pins_device", "nodes"};
+    PyObject **const slots[] = {&tp_node, &tp_get, &tp_loader, &tp_writer, &tp_prefetcher, &tp_backuper, &tp_acks,
+        &tp_prefetching, &tp_orphans, &tp_device_evict, &tp_anchor, &tp_id, &tp_lock_ref, &tp_host_ref,
+        &tp_pins_device, &tp_nodes};
+    return intern_names(names, slots, sizeof names / sizeof names[0]);
+}
+
+/* the truth of o.name (-1: an error) */
+static int tp_attr_true(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    int t = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    return t;
+}
+
+/* x.id == nid, as Python's == then its truth (-1: an error) */
+static int tp_id_is(PyObject *x, PyObject *nid) {
+    PyObject *id = PyObject_GetAttr(x, tp_id);
+    if (id == NULL)
+        return -1;
+    PyObject *eq = PyObject_RichCompare(id, nid, Py_EQ);
+    Py_DECREF(id);
+    int t = eq == NULL ? -1 : PyObject_IsTrue(eq);
+    Py_XDECREF(eq);
+    return t;
+}
+
+/* the anchor test of one op: 1 when its anchor is node nid and held (lock_ref, or host_ref when
+ * not `device`), 0 when not, -1 on an error */
+static int tp_anchor_holds(PyObject *op, PyObject *nid, int device) {
+    PyObject *anchor;
+    if (_PyObject_LookupAttr(op, tp_anchor, &anchor) < 0)
+        return -1;
+    if (anchor == NULL || anchor == Py_None) {
+        Py_XDECREF(anchor);
+        return 0;
+    }
+    int t = tp_id_is(anchor, nid);
+    if (t > 0) {
+        t = tp_attr_true(anchor, tp_lock_ref);
+        if (t == 0 && !device)
+            t = tp_attr_true(anchor, tp_host_ref);
+    }
+    Py_DECREF(anchor);
+    return t;
+}
+
+/* the op test of one op in flight: 1 when one of its nodes is nid (an op pinning device pages
+ * only, for a device eviction), 0 when not, -1 on an error */
+static int tp_op_holds(PyObject *op, PyObject *nid, int device) {
+    if (device) {
+        int pins = tp_attr_true(op, tp_pins_device);
+        if (pins <= 0)
+            return pins;
+    }
+    PyObject *nodes = PyObject_GetAttr(op, tp_nodes);
+    PyObject *it = nodes == NULL ? NULL : PyObject_GetIter(nodes);
+    Py_XDECREF(nodes);
+    if (it == NULL)
+        return -1;
+    int t = 0;
+    PyObject *x;
+    while (t == 0 && (x = PyIter_Next(it)) != NULL) {
+        t = tp_id_is(x, nid);
+        Py_DECREF(x);
+    }
+    Py_DECREF(it);
+    return t == 0 && PyErr_Occurred() ? -1 : t;
+}
+
+/* the decision over the cache c: 1, 0, or -1 on an error */
+static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
+    /* nid = fields.get("node") */
+    PyObject *nid;
+    if (PyDict_CheckExact(fields)) {
+        nid = PyDict_GetItemWithError(fields, tp_node);
+        if (nid == NULL && PyErr_Occurred())
+            return -1;
+        Py_XINCREF(nid);
+    } else {
+        nid = PyObject_CallMethodOneArg(fields, tp_get, tp_node);
+        if (nid == NULL)
+            return -1;
+    }
+    if (nid == NULL || nid == Py_None) {
+        Py_XDECREF(nid);
+        return 0;
+    }
+    int rc = -1;
+    PyObject *in_flight = PyList_New(0), *all = NULL, *pre = NULL, *orph = NULL;
+    if (in_flight == NULL)
+        goto done;
+    /* for w in (c.loader, c.writer, c.prefetcher, c.backuper): their acks, listed */
+    PyObject *const workers[] = {tp_loader, tp_writer, tp_prefetcher, tp_backuper};
+    for (int i = 0; i < 4; i++) {
+        PyObject *w = PyObject_GetAttr(c, workers[i]);
+        if (w == NULL)
+            goto done;
+        int err = 0;
+        if (w != Py_None) {
+            /* (`w.acks` then `list(w.acks)`: read twice, as Python reads it) */
+            PyObject *acks = NULL, *got = NULL, *r = NULL;
+            int busy = tp_attr_true(w, tp_acks);
+            if (busy > 0)
+                err = (acks = PyObject_GetAttr(w, tp_acks)) == NULL || (got = PySequence_List(acks)) == NULL ||
+                      (r = _PyList_Extend((PyListObject *)in_flight, got)) == NULL;
+            err = err || busy < 0;
+            Py_XDECREF(r);
+            Py_XDECREF(got);
+            Py_XDECREF(acks);
+        }
+        Py_DECREF(w);
+        if (err)
+            goto done;
+    }
+    /* if not in_flight and not c._prefetching and not c._orphans: nothing in flight (most
+     * evictions) */
+    if (PyList_GET_SIZE(in_flight) == 0) {
+        int busy = tp_attr_true(c, tp_prefetching);
+        if (busy == 0)
+            busy = tp_attr_true(c, tp_orphans);
+        if (busy <= 0) {
+            rc = busy;
+            goto done;
+        }
+    }
+    int device = PyObject_RichCompareBool(action, tp_device_evict, Py_EQ);
+    if (device < 0 || (pre = PyObject_GetAttr(c, tp_prefetching)) == NULL ||
+        (orph = PyObject_GetAttr(c, tp_orphans)) == NULL)
+        goto done;
+    /* for op in (*c._prefetching, *c._orphans, *in_flight): the anchors */
+    if ((all = PySequence_List(pre)) == NULL)
+        goto done;
+    PyObject *more = _PyList_Extend((PyListObject *)all, orph);
+    if (more == NULL)
+        goto done;
+    Py_DECREF(more);
+    if ((more = _PyList_Extend((PyListObject *)all, in_flight)) == NULL)
+        goto done;
+    Py_DECREF(more);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(all); i++) {
+        PyObject *op = Py_NewRef(PyList_GET_ITEM(all, i));
+        int held = tp_anchor_holds(op, nid, device);
+        Py_DECREF(op);
+        if (held != 0) {
+            rc = held;
+            goto done;
+        }
+    }
+    /* for op in in_flight: the nodes it holds */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(in_flight); i++) {
+        PyObject *op = Py_NewRef(PyList_GET_ITEM(in_flight, i));
+        int held = tp_op_holds(op, nid, device);
+        Py_DECREF(op);
+        if (held != 0) {
+            rc = held;
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_DECREF(nid);
+    Py_XDECREF(in_flight);
+    Py_XDECREF(all);
+    Py_XDECREF(pre);
+    Py_XDECREF(orph);
+    return rc;
+}
+
+static PyObject *trigger_probe_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    TriggerProbe *t = (TriggerProbe *)self;
+    if (PyVectorcall_NARGS(nargsf) != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "a trigger takes 2 positional arguments (action, fields)");
+        return NULL;
+    }
+    if (t->cache == NULL) {        /* (cleared by the collector) */
+        PyErr_SetString(PyExc_RuntimeError, "trigger: cleared");
+        return NULL;
+    }
+    PyObject *c = Py_NewRef(t->cache);
+    int rc = trigger_decide(c, args[0], args[1]);
+    Py_DECREF(c);
+    if (rc < 0)
+        return NULL;
+    return PyBool_FromLong(rc);
+}
+
+static int trigger_probe_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(((TriggerProbe *)self)->cache);
+    return 0;
+}
+
+static int trigger_probe_clear(PyObject *self) {
+    Py_CLEAR(((TriggerProbe *)self)->cache);
+    return 0;
+}
+
+static PyTypeObject TriggerProbeType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_incmap.TriggerProbe",
+    .tp_basicsize = sizeof(TriggerProbe),
+    .tp_dealloc = gc_dealloc,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(TriggerProbe, vectorcall),
+    .tp_traverse = trigger_probe_traverse,
+    .tp_clear = trigger_probe_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "HostTierMap.trigger over one cache: whether an eviction took a node something holds",
+};
+
+/* trigger_probe(cache): a TriggerProbe over the cache */
+static PyObject *trigger_probe(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("trigger_probe", n, 1) || tp_names() < 0)
+        return NULL;
+    TriggerProbe *t = PyObject_GC_New(TriggerProbe, &TriggerProbeType);
+    if (t == NULL)
+        return NULL;
+    t->cache = Py_NewRef(a[0]);
+    t->vectorcall = trigger_probe_call;
+    PyObject_GC_Track(t);
+    return (PyObject *)t;
 }
 
 /* ---- the fast paths' readers (hicache/monitors/rt.py's fast_ap and no_ap, called once per
@@ -6827,6 +7068,8 @@ static PyMethodDef methods[] = {
      "a node's new pages given the positions from L: keys, pos and dirty extended; the new L"},
     {"first_page_where", (PyCFunction)(void (*)(void))first_page_where, METH_FASTCALL,
      "first_where over a node's pages, read directly for an exact dict and ints"},
+    {"trigger_probe", (PyCFunction)(void (*)(void))trigger_probe, METH_FASTCALL,
+     "HostTierMap.trigger over one cache, a callable (action, fields) -> bool"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -6835,7 +7078,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_incmap", NU
 PyMODINIT_FUNC PyInit__hicache_incmap(void) {
     if (PyType_Ready(&SeqReaderType) < 0 || PyType_Ready(&BinderType) < 0 || PyType_Ready(&RequestBinderType) < 0 ||
         PyType_Ready(&StepsTableType) < 0 || PyType_Ready(&QuietProbeType) < 0 || PyType_Ready(&MapStepType) < 0 ||
-        PyType_Ready(&WatchProbeType) < 0)
+        PyType_Ready(&WatchProbeType) < 0 || PyType_Ready(&TriggerProbeType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -120,6 +120,11 @@ class HostTierMap:
     #: ... and checks one whatever the draw and the budget when `trigger` says it took a node
     #: something still holds (see there)
     trigger_events = frozenset(_EVICTIONS)
+    #: the events `bind` maps to no step (LoadBackLayer, the loader thread's, which binds
+    #: nothing either); it maps every other event to one, so sample mode's gate may hold those
+    #: and bind them later, in order (deferred binding: monitors/gate.py). The incremental map
+    #: inherits it and is never gated (strict mode steps it at every event)
+    unbound_actions = frozenset({"LoadBackLayer"})
 
     def __init__(self, cache):
         self.cache = cache
@@ -137,6 +142,12 @@ class HostTierMap:
         self._nbind = _native_binder(self)
         if self._nbind is not None and type(self).bind is HostTierMap.bind:
             self.bind = self._nbind
+        # ... and `trigger` in C over this cache (csrc/incmap.c's trigger_probe: `trigger`
+        # below defines it), sample mode's question at every eviction, where it builds and no
+        # subclass defines its own
+        mod = native.module()
+        if mod is not None and type(self).trigger is HostTierMap.trigger:
+            self.trigger = mod.trigger_probe(cache)
 
     # ------------------------------------------------------------ events
     def bind(self, action: str, fields: dict):
@@ -215,6 +226,11 @@ class HostTierMap:
         the two)."""
         self.__dict__.pop("bind", None)
         self._nbind = None
+
+    def python_trigger(self) -> None:
+        """Ask the Python `trigger` from now on (the native one set aside: tests compare the
+        two)."""
+        self.__dict__.pop("trigger", None)
 
     def trigger(self, action: str, fields: dict) -> bool:
         """Whether an eviction (`trigger_events`) took a node that something still holds, by
