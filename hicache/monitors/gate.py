@@ -19,13 +19,14 @@ Deferred binding (`unbound`: the map's `unbound_actions`, the actions its `bind`
 step, as it maps every other one to a step): an event between samples whose action is none of
 `special`, `weighted` or `unbound` is only held, counted in the gap at once, and bound,
 counted in `steps` and recorded later, in order, by `flush`: before the gate's next event that
-is not held, when DEFER_CAP are held, and when the monitor calls it, before it reads its
-counters, history or map (`Monitor._flush`). Run at each event, the binder's call and the
-history record found their code and data cold, evicted by the runtime's own work since the
-last event; run in a batch, warm. Nothing is decided differently while the map keeps its
-contract (a held event that binds to None after all is uncounted at the flush, gap += 1, so
-the sample may come an event later; a binder's error is raised at the flush, after the rest
-of the batch is bound). Measured: csrc/gate.c's comment.
+is not held (an `unbound` one is bound first, and flushes nothing when it binds to nothing: so
+the loader thread's LoadBackLayer never binds the scheduler's held events), when DEFER_CAP are
+held, and when the monitor calls it, before it reads its counters, history or map
+(`Monitor._flush`). Run at each event, the binder's call and the history record found their
+code and data cold, evicted by the runtime's own work since the last event; run in a batch,
+warm. Nothing is decided differently while the map keeps its contract: `bind` maps exactly the
+`unbound` actions to no step, and changes nothing then (broken: csrc/gate.c's comment says
+what follows). A binder's error is raised at the flush, after the rest of the batch is bound.
 
 The same extension holds strict mode's step (`StrictStep`): runtime.py's
 `Monitor._strict_step` in C, the listener of every event of a strict run on an incremental
@@ -126,6 +127,7 @@ class PyGate:
     def __call__(self, action, fields: dict) -> None:
         if self.tripped:
             return
+        bound = None
         if self._immediate is not None:
             if self.gap > 0 and action not in self._immediate:
                 if len(self._hold) == DEFER_CAP:
@@ -134,15 +136,24 @@ class PyGate:
                     self._hold.append((action, fields))
                     self.gap -= 1
                     return
+            if action in self.unbound:
+                # (bound first; bound to nothing, it changed nothing and needs no flush: held
+                # events are bound only on the thread that holds them, not the loader's)
+                bound = self.bind(action, fields)
+                if bound is None:
+                    return
+                if self.gap <= 0:
+                    bound = None     # (the contract broken at a sample: the monitor binds it again)
             self.flush()
             if self.tripped:
                 return
         if self.gap <= 0:
             self.slow(action, fields, None)
             return
-        bound = self.bind(action, fields)
         if bound is None:
-            return
+            bound = self.bind(action, fields)
+            if bound is None:
+                return
         if action in self.special:
             self.slow(action, fields, bound)
             return

@@ -385,15 +385,21 @@ def test_a_fetch_whose_anchor_is_released_triggers_no_check(tmp_path, monkeypatc
 
 def _twin_listener(cache, answers: collections.Counter):
     """A listener over a HostTierMap of its own on `cache`, fed every event: its bind maps to no
-    step exactly the events of `unbound_actions` (the contract that lets sample mode's gate
-    hold the others, deferred binding), and its native trigger (installed where the extension
+    step exactly the events of `unbound_actions`, changing nothing of its bookkeeping then (the
+    contract that lets sample mode's gate hold the others, deferred binding), and its native trigger (installed where the extension
     builds) answers every event as the Python `trigger` that defines it does."""
     m = HostTierMap(cache)
     assert "trigger" in vars(m) or native.module() is None
 
+    def books() -> tuple:
+        return (dict(m.phase), dict(m.loads), set(m.ending), dict(m.req_node),
+                {k: list(v) for k, v in m.sync_backup.items()})
+
     def note(action, fields) -> None:
+        before = books() if action in HostTierMap.unbound_actions else None
         bound = m.bind(action, fields)
         assert (bound is None) == (action in HostTierMap.unbound_actions), (action, fields)
+        assert before is None or books() == before, (action, fields)      # (bound to nothing: nothing changed)
         want = HostTierMap.trigger(m, str(action), fields)
         assert m.trigger(action, fields) is want, (action, fields)
         answers[(str(action) in HostTierMap.trigger_events, want)] += 1

@@ -21,17 +21,20 @@
  * Deferred binding (`unbound` given: the map's `unbound_actions`, the actions its bind may map to
  * no step; it maps every other one to a step): an event at gap > 0 whose action is none of
  * special, weighted or unbound is only held (gap -= 1) and bound, counted and recorded later, in
- * order, by `flush`: before the gate's next event that is not held, when DEFER_CAP are held, and
+ * order, by `flush`: before the gate's next event that is not held (an event of `unbound` is
+ * bound first, and flushes nothing when it binds to nothing), when DEFER_CAP are held, and
  * when the monitor calls it (before it reads its counters, history or map). What such an event
  * costs at its publish is then two stores, not the binder's call and a history record: run at
  * the event, those paths' code and data are cold, the runtime's own work having evicted them
  * since the last event (on the monitors bench's kv_bytes replay, sample mode at rate 0 read
  * ~1.045x off with the gate and ~1.02x with a listener that does nothing, 120 interleaved
  * rounds; what holding takes off: docs/benchmarks.md, "Monitors"); run in a batch, warm. Nothing is decided differently: the same binds in the same
- * order, the same counts, records and draws, as long as the map keeps its contract (a held
- * event that binds to None after all is uncounted at the flush, gap += 1, so the sample may come
- * one event later than without holding; an error of the binder is raised at the flush, after the
- * rest of the batch is bound).
+ * order (but for the events bound to nothing, which change nothing), the same counts, records
+ * and draws, as long as the map keeps its contract: `bind` maps exactly the actions of `unbound`
+ * to no step, and changes nothing then. (Broken, a held event bound to None is uncounted at the
+ * flush, gap += 1, so the sample may come an event later; an `unbound` event bound to a step is
+ * bound before the held ones, and at a sample bound again by the monitor.) An error of the
+ * binder is raised at the flush, after the rest of the batch is bound.
  *
  * Invariants: `steps` counts the bound events the gate recorded plus those the monitor counted
  * (its Python updates the gate's counters itself), not the held ones; `gap` is never
@@ -155,6 +158,7 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
         PyErr_SetString(PyExc_RuntimeError, "Gate: cleared");
         return NULL;
     }
+    PyObject *bound = NULL;
     if (g->immediate != NULL) {
         if (g->gap > 0) {
             int now = PySet_Contains(g->immediate, args[0]);
@@ -172,17 +176,36 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
                 Py_RETURN_NONE;
             }
         }
-        if (gate_flush(g) < 0)
+        /* an action the map binds to nothing is bound first, and one bound to nothing (which
+         * then changed nothing: the contract) needs no flush: so held events are bound only on
+         * the thread that holds them, never on the loader's, whose LoadBackLayer is such an
+         * event (a flush there could run while the scheduler's thread reads the map) */
+        int nothing = PySet_Contains(g->unbound, args[0]);
+        if (nothing < 0)
             return NULL;
-        if (g->tripped)
+        if (nothing) {
+            PyObject *bargv[2] = {args[0], args[1]};
+            bound = PyObject_Vectorcall(g->bind, bargv, 2, NULL);
+            if (bound == NULL || bound == Py_None)
+                return bound;
+            if (g->gap <= 0)        /* (the contract broken at a sample: the monitor binds it again) */
+                Py_CLEAR(bound);
+        }
+        if (gate_flush(g) < 0 || g->tripped) {
+            Py_XDECREF(bound);
+            if (PyErr_Occurred())
+                return NULL;
             Py_RETURN_NONE;
+        }
     }
     PyObject *argv[3] = {args[0], args[1], Py_None};
     if (g->gap <= 0)
         return PyObject_Vectorcall(g->slow, argv, 3, NULL);
-    PyObject *bound = PyObject_Vectorcall(g->bind, argv, 2, NULL);
-    if (bound == NULL || bound == Py_None)
-        return bound;
+    if (bound == NULL) {
+        bound = PyObject_Vectorcall(g->bind, argv, 2, NULL);
+        if (bound == NULL || bound == Py_None)
+            return bound;
+    }
     int special = PySet_Contains(g->special, args[0]);
     if (special != 0) {
         PyObject *r = NULL;

@@ -120,9 +120,9 @@ class HostTierMap:
     #: ... and checks one whatever the draw and the budget when `trigger` says it took a node
     #: something still holds (see there)
     trigger_events = frozenset(_EVICTIONS)
-    #: the events `bind` maps to no step (LoadBackLayer, the loader thread's, which binds
-    #: nothing either); it maps every other event to one, so sample mode's gate may hold those
-    #: and bind them later, in order (deferred binding: monitors/gate.py). The incremental map
+    #: the events `bind` maps to no step, changing nothing (LoadBackLayer, the loader
+    #: thread's); it maps every other event to one, so sample mode's gate may hold those and
+    #: bind them later, in order (deferred binding: monitors/gate.py). The incremental map
     #: inherits it and is never gated (strict mode steps it at every event)
     unbound_actions = frozenset({"LoadBackLayer"})
 
