@@ -2539,8 +2539,8 @@ static PyObject *quiet_probe(PyObject *self, PyObject *const *a, Py_ssize_t n) {
  * the same order) over one cache, a callable (action, fields) -> bool: whether an eviction took a
  * node that an op in flight or a prefetch's anchor still holds. Sample mode's gate asks it at
  * every eviction; as a method each call was a Python frame entered from C around ~10 attribute
- * reads, most evictions finding nothing in flight (~0.6-1.3 % of the monitors bench's kv_bytes
- * replay, 112 evictions). Holds the cache (which holds its bus, its gate, the monitor and the
+ * reads, most evictions finding nothing in flight (~0.5-1.3 % of the monitors bench's kv_bytes
+ * replay, 112 evictions, measured without any trigger: docs/monitors-bench-log.md). Holds the cache (which holds its bus, its gate, the monitor and the
  * map): a part of the cyclic collector. */
 typedef struct {
     PyObject_HEAD
@@ -2558,14 +2558,6 @@ static int tp_names(void) {
         &tp_prefetching, &tp_orphans, &tp_device_evict, &tp_anchor, &tp_id, &tp_lock_ref, &tp_host_ref,
         &tp_pins_device, &tp_nodes};
     return intern_names(names, slots, sizeof names / sizeof names[0]);
-}
-
-/* the truth of o.name (-1: an error) */
-static int tp_attr_true(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    int t = v == NULL ? -1 : PyObject_IsTrue(v);
-    Py_XDECREF(v);
-    return t;
 }
 
 /* x.id == nid, as Python's == then its truth (-1: an error) */
@@ -2592,9 +2584,9 @@ static int tp_anchor_holds(PyObject *op, PyObject *nid, int device) {
     }
     int t = tp_id_is(anchor, nid);
     if (t > 0) {
-        t = tp_attr_true(anchor, tp_lock_ref);
+        t = attr_true(anchor, tp_lock_ref);
         if (t == 0 && !device)
-            t = tp_attr_true(anchor, tp_host_ref);
+            t = attr_true(anchor, tp_host_ref);
     }
     Py_DECREF(anchor);
     return t;
@@ -2604,7 +2596,7 @@ static int tp_anchor_holds(PyObject *op, PyObject *nid, int device) {
  * only, for a device eviction), 0 when not, -1 on an error */
 static int tp_op_holds(PyObject *op, PyObject *nid, int device) {
     if (device) {
-        int pins = tp_attr_true(op, tp_pins_device);
+        int pins = attr_true(op, tp_pins_device);
         if (pins <= 0)
             return pins;
     }
@@ -2655,7 +2647,7 @@ static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
         if (w != Py_None) {
             /* (`w.acks` then `list(w.acks)`: read twice, as Python reads it) */
             PyObject *acks = NULL, *got = NULL, *r = NULL;
-            int busy = tp_attr_true(w, tp_acks);
+            int busy = attr_true(w, tp_acks);
             if (busy > 0)
                 err = (acks = PyObject_GetAttr(w, tp_acks)) == NULL || (got = PySequence_List(acks)) == NULL ||
                       (r = _PyList_Extend((PyListObject *)in_flight, got)) == NULL;
@@ -2671,9 +2663,9 @@ static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
     /* if not in_flight and not c._prefetching and not c._orphans: nothing in flight (most
      * evictions) */
     if (PyList_GET_SIZE(in_flight) == 0) {
-        int busy = tp_attr_true(c, tp_prefetching);
+        int busy = attr_true(c, tp_prefetching);
         if (busy == 0)
-            busy = tp_attr_true(c, tp_orphans);
+            busy = attr_true(c, tp_orphans);
         if (busy <= 0) {
             rc = busy;
             goto done;
