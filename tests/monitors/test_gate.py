@@ -55,10 +55,13 @@ class _Weighing(_Spy):
         self.weighed.append((action, fields.get("i"), bound, triggered))
 
 
-def _weighted_gate(kind, draws, triggers):
+def _weighted_gate(kind, draws, triggers, unbound=None, maxlen=None):
+    """A gate with a special ("always"), two weighted events ("w", "t": "t" asked of the
+    trigger) and scripted draws and trigger answers; holding none (unbound None) or those of
+    `unbound`'s contract (deferred binding). Its gap: 10."""
     spy = _Weighing(draws, triggers)
-    g = kind(spy.bind, frozenset({"always"}), spy.take, collections.deque(), weighted={"w": 0.5, "t": 0.5},
-             draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh)
+    g = kind(spy.bind, frozenset({"always"}), spy.take, collections.deque(maxlen=maxlen), weighted={"w": 0.5, "t": 0.5},
+             draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh, unbound=unbound)
     g.gap = 10
     return g, spy
 
@@ -191,10 +194,7 @@ def test_the_native_gate_loads_where_an_extension_builds():
 
 # ------------------------------------------------------------ deferred binding (`unbound`)
 def _holding_gate(kind, unbound=frozenset({"other"}), maxlen=128, draws=(), triggers=()):
-    spy = _Weighing(draws, triggers)
-    g = kind(spy.bind, frozenset({"always"}), spy.take, collections.deque(maxlen=maxlen), weighted={"w": 0.5, "t": 0.5},
-             draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh, unbound=unbound)
-    return g, spy
+    return _weighted_gate(kind, draws, triggers, unbound=unbound, maxlen=maxlen)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -2615,6 +2615,19 @@ static int tp_op_holds(PyObject *op, PyObject *nid, int device) {
     return t == 0 && PyErr_Occurred() ? -1 : t;
 }
 
+/* the first op of the list `ops` that `holds` (1), none (0), or -1 on an error: each op held
+ * across its test (the list may change under a call into Python) */
+static int tp_first_holds(PyObject *ops, PyObject *nid, int device, int (*holds)(PyObject *, PyObject *, int)) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ops); i++) {
+        PyObject *op = Py_NewRef(PyList_GET_ITEM(ops, i));
+        int held = holds(op, nid, device);
+        Py_DECREF(op);
+        if (held != 0)
+            return held;
+    }
+    return 0;
+}
+
 /* the decision over the cache c: 1, 0, or -1 on an error */
 static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
     /* nid = fields.get("node") */
@@ -2685,26 +2698,10 @@ static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
     if ((more = _PyList_Extend((PyListObject *)all, in_flight)) == NULL)
         goto done;
     Py_DECREF(more);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(all); i++) {
-        PyObject *op = Py_NewRef(PyList_GET_ITEM(all, i));
-        int held = tp_anchor_holds(op, nid, device);
-        Py_DECREF(op);
-        if (held != 0) {
-            rc = held;
-            goto done;
-        }
-    }
+    rc = tp_first_holds(all, nid, device, tp_anchor_holds);
     /* for op in in_flight: the nodes it holds */
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(in_flight); i++) {
-        PyObject *op = Py_NewRef(PyList_GET_ITEM(in_flight, i));
-        int held = tp_op_holds(op, nid, device);
-        Py_DECREF(op);
-        if (held != 0) {
-            rc = held;
-            goto done;
-        }
-    }
-    rc = 0;
+    if (rc == 0)
+        rc = tp_first_holds(in_flight, nid, device, tp_op_holds);
 done:
     Py_DECREF(nid);
     Py_XDECREF(in_flight);
