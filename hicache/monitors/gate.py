@@ -28,6 +28,17 @@ warm. Nothing is decided differently while the map keeps its contract: `bind` ma
 `unbound` actions to no step, and changes nothing then (broken: csrc/gate.c's comment says
 what follows). A binder's error is raised at the flush, after the rest of the batch is bound.
 
+Letting go (`clock` and `let_go`: sample mode under a budget): a drawn sample the monitor's
+budget would let go (the gap's sample of an action neither special, weighted nor unbound, a
+drawn weighted event not triggered) is let go by the gate while `clock() < closed_until`, the
+time from which the budget affords the next sample, which the monitor keeps
+(`Monitor._close_gate`): bound, counted and recorded as an unsampled event, then handed to
+`let_go(action, fields, weighted)` (the monitor's count, cause and cheap runtime checks; a
+gap's sample answered with the next gap). The monitor's own path for such a sample was five
+frames (its dispatch, the bind, the draw of the next gap, the budget's look under its lock,
+the record), ~7-10 us each on the monitors bench's kv_bytes replay, where ~42 of the ~46
+samples a replay draws are let go.
+
 The same extension holds strict mode's step (`StrictStep`): runtime.py's
 `Monitor._strict_step` in C, the listener of every event of a strict run on an incremental
 map, keeping that monitor's counters (`steps`, `checked`, `tripped`) the same way; the Python
@@ -35,12 +46,13 @@ step, which defines it, serves where it cannot be built.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from hicache import buildcache
 
 #: must equal ABI_VERSION in csrc/gate.c (checked on load)
-ABI_VERSION = 5
+ABI_VERSION = 6
 #: events held at most before a flush (DEFER_CAP in csrc/gate.c)
 DEFER_CAP = 64
 
@@ -49,11 +61,12 @@ class PyGate:
     """The gate in Python (see the module docstring; csrc/gate.c in C)."""
 
     __slots__ = ("steps", "gap", "tripped", "bind", "special", "slow", "weighted", "draw", "trigger", "trigger_on",
-                 "weighed", "unbound", "_immediate", "_hold", "_flushing", "_history", "_append")
+                 "weighed", "unbound", "clock", "let_go", "closed_until", "_immediate", "_hold", "_flushing",
+                 "_history", "_append")
 
     def __init__(self, bind, special: frozenset, slow, history, weighted: dict | None = None, draw=None,
                  trigger=None, trigger_on: frozenset = frozenset(), weighed=None,
-                 unbound: frozenset | None = None) -> None:
+                 unbound: frozenset | None = None, clock=None, let_go=None) -> None:
         if not (callable(bind) and callable(slow)):
             raise TypeError("Gate: bind and slow must be callable")
         for name, v in (("special", special), ("trigger_on", trigger_on)):
@@ -67,6 +80,8 @@ class PyGate:
             raise TypeError("Gate: trigger must be callable or None")
         if unbound is not None and type(unbound) is not frozenset:
             raise TypeError(f"Gate: unbound must be a frozenset or None, not {type(unbound).__name__}")
+        if (clock is None) != (let_go is None) or (clock is not None and not (callable(clock) and callable(let_go))):
+            raise TypeError("Gate: clock and let_go must both be callable, or both None")
         self.bind, self.special, self.slow = bind, special, slow
         self.weighted = dict(weighted or {})
         self.draw, self.trigger, self.trigger_on, self.weighed = draw, trigger, trigger_on, weighed
@@ -75,6 +90,8 @@ class PyGate:
         self.tripped = False
         self.history = history
         self.unbound = unbound
+        self.clock, self.let_go = clock, let_go
+        self.closed_until = -math.inf
         # (never held: the events the monitor or the draw decides, and those bound to nothing)
         self._immediate = None if unbound is None else special | frozenset(self.weighted) | unbound
         self._hold: list = []          # held events, (action, fields), oldest first
@@ -124,18 +141,54 @@ class PyGate:
         self._append = value.append
         self._history = value
 
+    def _held(self, action, fields: dict) -> bool:
+        """Whether the event is held (a full hold flushed first; full still only while
+        another flush runs)."""
+        if len(self._hold) == DEFER_CAP:
+            self.flush()
+        if len(self._hold) < DEFER_CAP:
+            self._hold.append((action, fields))
+            return True
+        return False
+
+    def _weigh(self, action, fields: dict, p: float) -> tuple[bool, bool]:
+        """(drawn, triggered): the draw first, whatever the trigger says (the seed's draws
+        are the same whether or not anything triggers), then the trigger of trigger_on's."""
+        drawn = self.draw() < p
+        triggered = self.trigger is not None and action in self.trigger_on and bool(self.trigger(action, fields))
+        return drawn, triggered
+
+    def _closed(self) -> bool:
+        """Whether a drawn sample is let go here: the budget's clock before closed_until."""
+        return self.let_go is not None and self.closed_until > -math.inf and self.clock() < self.closed_until
+
+    def _let_go(self, action, fields: dict, weighted: bool) -> None:
+        """A drawn sample let go (bound by the caller): recorded and counted, then the
+        monitor's let_go, whose answer to a gap's sample is the next gap."""
+        self._append((self.steps + 1, action, fields))
+        self.steps += 1
+        gap = self.let_go(action, fields, weighted)
+        if not weighted:
+            self.gap = int(gap)
+
+    def _weighed_out(self, action, fields: dict, bound, triggered: bool) -> None:
+        if not triggered and self._closed():
+            self._let_go(action, fields, True)
+            return
+        self.weighed(action, fields, bound, triggered)
+
+    def _plain(self, action) -> bool:
+        return action not in self.special and action not in self.weighted and \
+            (self.unbound is None or action not in self.unbound)
+
     def __call__(self, action, fields: dict) -> None:
         if self.tripped:
             return
         bound = None
         if self._immediate is not None:
-            if self.gap > 0 and action not in self._immediate:
-                if len(self._hold) == DEFER_CAP:
-                    self.flush()
-                if len(self._hold) < DEFER_CAP:      # (full still only while another flush runs)
-                    self._hold.append((action, fields))
-                    self.gap -= 1
-                    return
+            if self.gap > 0 and action not in self._immediate and self._held(action, fields):
+                self.gap -= 1
+                return
             if action in self.unbound:
                 # (bound first; bound to nothing, it changed nothing and needs no flush: held
                 # events are bound only on the thread that holds them, not the loader's)
@@ -148,6 +201,12 @@ class PyGate:
             if self.tripped:
                 return
         if self.gap <= 0:
+            # the gap's sample: let go here while the budget is closed (a plain action: the
+            # monitor decides the others), else to the monitor, unbound
+            if bound is None and self.let_go is not None and self._plain(action) and self._closed():
+                if self.bind(action, fields) is not None:
+                    self._let_go(action, fields, False)
+                return
             self.slow(action, fields, None)
             return
         if bound is None:
@@ -159,12 +218,9 @@ class PyGate:
             return
         p = self.weighted.get(action)
         if p is not None:
-            # (the draw first, whatever the trigger says: the seed's draws are the same
-            # whether or not anything triggers)
-            drawn = self.draw() < p
-            triggered = self.trigger is not None and action in self.trigger_on and bool(self.trigger(action, fields))
+            drawn, triggered = self._weigh(action, fields, p)
             if triggered or drawn:
-                self.weighed(action, fields, bound, triggered)
+                self._weighed_out(action, fields, bound, triggered)
                 return
         self._append((self.steps + 1, action, fields))
         self.steps += 1

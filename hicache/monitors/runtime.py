@@ -519,9 +519,14 @@ class Monitor:
             # ... and holds the events it would only bind and record, binding them in a batch
             # before anything reads what binding changes, where the map says which of its
             # events bind to no step (`unbound_actions`; see gate.py)
+            # ... and, under a budget, lets go itself a drawn sample the budget would let go
+            # (its `closed_until`, kept by _afford and _charge): bound, counted and recorded
+            # there, and only the let-go's own work (`_gate_let_go`) here
+            budgeted = self._budget is not None
             self._gate = Gate(rmap.bind, self._always, self._gated, self._history, weighted=self._weighted,
                               draw=self.rng.random, trigger=self._trigger, trigger_on=self._trigger_on,
-                              weighed=self._weighed, unbound=getattr(rmap, "unbound_actions", None))
+                              weighed=self._weighed, unbound=getattr(rmap, "unbound_actions", None),
+                              clock=_clock if budgeted else None, let_go=self._gate_let_go if budgeted else None)
             self._gate.gap = gap
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
@@ -746,6 +751,7 @@ class Monitor:
             if self._credit >= self._last_cost:
                 return True
             self.budget_skipped += 1
+            self._close_gate()
             return False
 
     def _charge(self, cost: float) -> None:
@@ -755,6 +761,39 @@ class Monitor:
         with self._budget_lock:
             self._spent += cost
             self._credit -= cost
+            self._close_gate()
+
+    def _close_gate(self) -> None:
+        """The gate's `closed_until` (under the budget's lock, after the bucket changed): the
+        clock time at which the credit, filling at `sample_budget` a second, reaches the next
+        sample's estimated cost, before which `_afford` would let a drawn sample go; -inf
+        while it affords one now. Until the bucket changes again (only a check, the charge
+        that follows it, or `_afford` change it) the gate's test, `clock() < closed_until`,
+        is `_afford`'s, credit + b x (now - filled) < last_cost, up to the rounding of that
+        instant: the cap, max(b x window, last_cost), is not below last_cost, so it never
+        decides one way where the other did not. A drawn sample the gate lets go updates
+        nothing here; `_afford`, asked later, brings the bucket up to date at once, as
+        the same steps taken one by one would have."""
+        g = self._gate
+        if g is None or self._budget is None:
+            return
+        deficit = self._last_cost - self._credit
+        g.closed_until = self._filled + deficit / self._budget if deficit > 0 else -math.inf
+
+    def _gate_let_go(self, action, fields: dict, weighted: bool) -> int | None:
+        """A drawn sample the gate let go for the budget (its `closed_until`), bound, counted
+        and recorded there: what `_drawn_sample` does with one `_afford` lets go besides
+        those (counted, its cause set, the cheap runtime checks run at it), and, for the
+        gap's sample (not `weighted`), the next gap, which `_sample_step` draws before it."""
+        gap = None if weighted else self._next_gap()
+        self.budget_skipped += 1
+        self.sampled = False
+        self.cause = CheckCause.WEIGHTED_DRAW if weighted else CheckCause.DRAW
+        if self.watch_hooks:
+            name = _NAMES.get(action) or _name_of(action)
+            for hook in self.watch_hooks:
+                hook(name, fields)
+        return gap
 
     def let_go(self) -> int:
         """Drawn samples the budget let go (a companion's: its leader's, whose samples are
@@ -845,9 +884,9 @@ class Monitor:
         finally:
             if self.sampled or self._mapped:
                 cost = _clock() - t0
-                self._charge(cost)
                 if self.sampled:
                     self._last_cost = cost
+                self._charge(cost)
 
     def _gated(self, action, fields: dict, steps) -> None:
         """Gap-counted sample mode: an event the gate hands over (the gate records the
@@ -989,9 +1028,9 @@ class Monitor:
                 hook(name, fields)
         finally:
             cost = _clock() - t0
-            self._charge(cost)
             if cause in _DRAWN:
                 self._last_cost = cost
+            self._charge(cost)
 
     def check_sampled(self, name: str, fields: dict, step: int) -> None:
         """Every invariant on the current mapped state, as the leader's step `step`, event

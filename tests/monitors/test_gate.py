@@ -365,3 +365,150 @@ def test_unbound_is_validated(kind):
         kind(ok, frozenset(), ok, collections.deque(), unbound={"a"})      # (a set, not a frozenset)
     g = kind(ok, frozenset(), ok, collections.deque())
     assert g.unbound is None and g.held == 0
+
+
+class _Budget:
+    """A scripted budget: the clock a gate reads and the monitor's let-go, which answers a
+    gap's sample with the next gap of `gaps`."""
+
+    def __init__(self, gaps=()):
+        self.now, self.gaps, self.let = 0.0, list(gaps), []
+
+    def clock(self):
+        return self.now
+
+    def let_go(self, action, fields, weighted):
+        self.let.append((action, fields.get("i"), weighted))
+        return None if weighted else self.gaps.pop(0)
+
+
+def _budgeted_gate(kind, draws=(), triggers=(), unbound=frozenset({"other"}), gaps=()):
+    spy = _Weighing(draws, triggers)
+    budget = _Budget(gaps)
+    g = kind(spy.bind, frozenset({"always"}), spy.take, collections.deque(), weighted={"w": 0.5, "t": 0.5},
+             draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh, unbound=unbound,
+             clock=budget.clock, let_go=budget.let_go)
+    return g, spy, budget
+
+
+@pytest.mark.parametrize("holding", [True, False], ids=["holding", "plain"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_drawn_sample_before_closed_until_is_let_go_by_the_gate(kind, holding):
+    """While the clock reads before `closed_until`, the gap's sample of a plain action is
+    bound, counted and recorded by the gate and handed to `let_go`, whose answer is the next
+    gap; a drawn weighted event likewise (no gap); a triggered one, a special one and a
+    sample from `closed_until` on go to the monitor as before."""
+    g, spy, budget = _budgeted_gate(kind, draws=[0.1, 0.9, 0.1], triggers=[True], gaps=[2],
+                                    unbound=frozenset({"other"}) if holding else None)
+    assert g.closed_until == float("-inf") and g.clock == budget.clock and g.let_go == budget.let_go
+    g.closed_until = 10.0
+    g.gap = 0
+    g("a", {"i": 0})                    # the gap's sample, let go: bound, recorded, the next gap
+    assert budget.let == [("a", 0, False)] and spy.slow == [] and spy.bound == ["a"]
+    assert g.steps == 1 and g.gap == 2 and list(g.history) == [(1, "a", {"i": 0})]
+    g("w", {"i": 1})                    # drawn (0.1), let go: recorded, the gap untouched
+    g("t", {"i": 2})                    # triggered: the monitor's whatever the budget
+    assert budget.let[-1] == ("w", 1, True) and spy.weighed == [("t", 2, (("step", "t"),), True)]
+    assert g.steps == 2 and g.gap == 2
+    g.gap = 0
+    g("always", {"i": 3})               # special at the gap's end: the monitor's
+    assert spy.slow == [("always", 3, None)]
+    budget.now = 10.0                   # from closed_until on: the monitor's as before
+    g("b", {"i": 4})
+    g.gap = 5
+    g("w", {"i": 5})                    # drawn (0.1)
+    assert spy.slow[-1] == ("b", 4, None) and spy.weighed[-1] == ("w", 5, (("step", "w"),), False)
+    assert len(budget.let) == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_let_go_error_passes_through_with_the_event_recorded(kind):
+    g, spy, budget = _budgeted_gate(kind, gaps=[])
+    g.closed_until = 1.0
+    g.gap = 0
+    with pytest.raises(IndexError):     # (the scripted gaps ran out)
+        g("a", {"i": 0})
+    assert g.steps == 1 and g.gap == 0 and budget.let == [("a", 0, False)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_clock_and_let_go_come_together(kind):
+    ok = lambda *a: None        # noqa: E731
+    with pytest.raises(TypeError, match="clock and let_go"):
+        kind(ok, frozenset(), ok, collections.deque(), clock=ok)
+    with pytest.raises(TypeError, match="clock and let_go"):
+        kind(ok, frozenset(), ok, collections.deque(), clock=1, let_go=ok)
+    g = kind(ok, frozenset(), ok, collections.deque())
+    assert g.clock is None and g.let_go is None and g.closed_until == float("-inf")
+
+
+def _drive_budgeted(kind, seed: int, n: int = 400) -> None:
+    """`_drive_both` with a budget: both gates read the same scripted clock against the same
+    `closed_until`, moved at random, and let go the same samples."""
+    import random
+    rng = random.Random(seed)
+    actions = ["a", "b", "other", "always", "w", "t"]
+    events = [(rng.choice(actions), {"i": i}) for i in range(n)]
+    draws = [rng.random() for _ in range(2 * n)]
+    triggers = [rng.random() < 0.2 for _ in range(n)]
+    gaps = [rng.randrange(0, 6) for _ in range(2 * n)]
+    closes = [rng.choice([float("-inf"), 5.0, 15.0]) for _ in range(n)]
+    runs = []
+    for unbound in (frozenset({"other"}), None):
+        spy, nxt, box, budget = _Weighing(draws, triggers), iter(gaps), [], _Budget()
+        budget.let_go = lambda action, fields, weighted, budget=budget, nxt=nxt: (
+            budget.let.append((action, fields.get("i"), weighted)) or (None if weighted else next(nxt)))
+
+        def take(action, fields, bound, spy=spy, nxt=nxt, box=box):
+            spy.slow.append((action, fields.get("i"), bound))
+            if bound is None:
+                (g,) = box
+                if spy.bind(action, fields) is not None:
+                    g.steps += 1
+                    g.gap = next(nxt)
+        g = kind(spy.bind, frozenset({"always"}), take, collections.deque(maxlen=128), weighted={"w": 0.5, "t": 0.5},
+                 draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh, unbound=unbound,
+                 clock=budget.clock, let_go=budget.let_go)
+        box.append(g)
+        g.gap = 2
+        budget.now = 10.0
+        runs.append((g, spy, budget))
+    (held, hspy, hb), (plain, pspy, pb) = runs
+    for i, (action, fields) in enumerate(events):
+        for g, _, _ in runs:
+            g.closed_until = closes[i]
+            g(action, fields)
+        assert held.gap == plain.gap, (seed, i)
+    held.flush()
+    assert [a for a in hspy.bound if a != "other"] == [a for a in pspy.bound if a != "other"]
+    assert hb.let == pb.let and hb.let and (hspy.weighed, hspy.log) == (pspy.weighed, pspy.log)
+    assert [x for x in hspy.slow if x[0] != "other"] == [x for x in pspy.slow if x[0] != "other"]
+    assert (held.steps, list(held.history)) == (plain.steps, list(plain.history))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("seed", range(6))
+def test_a_budgeted_holding_gate_lets_go_as_one_that_holds_nothing(kind, seed):
+    _drive_budgeted(kind, seed)
+
+
+def test_the_two_gates_let_go_alike():
+    """The C gate and the Python one on the same budgeted stream: the same let-gos, records
+    and calls."""
+    if G.EXTENSION.module() is None:
+        pytest.skip("the C gate is not built here")
+    import random
+    outs = []
+    for kind in (G.PyGate, G.EXTENSION.module().Gate):
+        rng = random.Random(7)
+        g, spy, budget = _budgeted_gate(kind, draws=[rng.random() for _ in range(800)],
+                                        triggers=[rng.random() < 0.2 for _ in range(800)],
+                                        gaps=[rng.randrange(0, 6) for _ in range(800)])
+        budget.now = 10.0
+        for i in range(400):
+            g.closed_until = rng.choice([float("-inf"), 5.0, 15.0])
+            g.gap = g.gap if g.gap > 0 or rng.random() < 0.5 else rng.randrange(0, 4)
+            g(rng.choice(["a", "b", "other", "always", "w", "t"]), {"i": i})
+        g.flush()
+        outs.append((budget.let, spy.bound, spy.slow, spy.weighed, spy.log, g.steps, g.gap, list(g.history)))
+    assert outs[0] == outs[1] and outs[0][0]

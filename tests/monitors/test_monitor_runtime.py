@@ -900,6 +900,55 @@ def test_no_sample_budget_checks_every_drawn_sample(monkeypatch, tmp_path):
     assert mon.checked == mon.steps > 200 and mon.budget_skipped == 0
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_gate_lets_go_the_samples_the_budget_would(monkeypatch, tmp_path, seed):
+    """The gate lets a drawn sample go itself while the clock is before its `closed_until`,
+    which the monitor keeps at each change of its bucket: `_afford`'s decision. On a fake
+    clock of binary fractions (no rounding at a boundary), every sample the gate lets go is
+    one `_afford` would let go at that instant (its test on a copy of the bucket), and every
+    one the gate hands over `_afford` affords: the gate lets go exactly those the budget
+    would, gap samples and drawn evictions alike. (The event order of a threaded workload
+    varies from run to run: checked within one run, not against a second.)"""
+    from hicache.monitors import runtime
+    def would_afford() -> bool:
+        b, now = mon._budget, runtime._clock()
+        credit = min(max(b * mon._window, mon._last_cost), mon._credit + b * (now - mon._filled))
+        return credit >= mon._last_cost
+    let, refused, weighing = [], [], []
+    own_let_go, own_afford, own_weighted_step = Monitor._gate_let_go, Monitor._afford, Monitor._weighted_step
+
+    def let_go(self, action, fields, weighted):
+        let.append((action, weighted, would_afford()))
+        return own_let_go(self, action, fields, weighted)
+
+    def afford(self):
+        ok = own_afford(self)
+        if not ok and not weighing:
+            refused.append(self.steps)
+        return ok
+
+    def weighted_step(self, *a):
+        # (a weighted event at the gap's end, which the gate hands over whatever the budget:
+        # drawn on its own there, `_afford` may let it go)
+        weighing.append(1)
+        try:
+            return own_weighted_step(self, *a)
+        finally:
+            weighing.pop()
+    monkeypatch.setattr(Monitor, "_gate_let_go", let_go)
+    monkeypatch.setattr(Monitor, "_afford", afford)
+    monkeypatch.setattr(Monitor, "_weighted_step", weighted_step)
+    # (patched first: the gate holds the let-go it was given)
+    cache, rmap, clock, reqs = _timed_cache(monkeypatch, HostTierMap, "state", per_event=0.125, seed=seed)
+    mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=0.3, seed=seed, sample_budget=0.25,
+                                     violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon.listener)
+    run_workload(cache, reqs)
+    assert not [x for x in let if x[2]] and refused == []
+    assert mon.budget_skipped >= len(let) > 10 and mon.checked > 3
+    assert any(w for _, w, _ in let) and any(not w for _, w, _ in let)       # (drawn evictions, gap samples)
+
+
 def test_sample_budget_keeps_the_seeded_draws(monkeypatch, tmp_path):
     """The budget lets drawn samples go but never draws others: the steps checked under a
     budget are a subset of those the same seed checks without one."""
