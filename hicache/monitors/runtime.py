@@ -786,7 +786,8 @@ class Monitor:
         those (counted, its cause set, the cheap runtime checks run at it), and, for the
         gap's sample (not `weighted`), the next gap, which `_sample_step` draws before it."""
         gap = None if weighted else self._next_gap()
-        self.budget_skipped += 1
+        with self._budget_lock:      # (as _afford counts the ones it lets go)
+            self.budget_skipped += 1
         self.sampled = False
         self.cause = CheckCause.WEIGHTED_DRAW if weighted else CheckCause.DRAW
         if self.watch_hooks:
