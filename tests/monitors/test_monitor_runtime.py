@@ -910,7 +910,9 @@ def test_the_gate_lets_go_the_samples_the_budget_would(monkeypatch, tmp_path, se
     would, gap samples and drawn evictions alike. (The event order of a threaded workload
     varies from run to run: checked within one run, not against a second.)"""
     from hicache.monitors import runtime
+
     def would_afford() -> bool:
+        # (`_afford`'s test on a copy of the bucket of `mon`, made below)
         b, now = mon._budget, runtime._clock()
         credit = min(max(b * mon._window, mon._last_cost), mon._credit + b * (now - mon._filled))
         return credit >= mon._last_cost
