@@ -7,15 +7,16 @@
  *
  * An event, `gate(action, fields)`:
  *   - tripped: nothing (the monitor reported a violation and checks nothing more);
- *   - gap <= 0 (this event is the drawn sample): slow(action, fields, None), unbound;
+ *   - gap <= 0 (this event is the drawn sample): slow(action, fields, None), unbound (or let go
+ *     here while the budget is closed: "Letting go" below);
  *   - else bound = bind(action, fields); None: not this spec's event, nothing more;
  *   - an action in `special` (the map's always-checked events): slow(action, fields, bound),
  *     uncounted (the monitor counts it);
  *   - an action of `weighted` (action -> p: drawn each on its own, the gap untouched): the
  *     draw, draw() < p, made first and once; then, for an action of `trigger_on`, the map's
  *     trigger(action, fields); triggered: weighed(action, fields, bound, True), else drawn:
- *     weighed(action, fields, bound, False), both uncounted; else it is recorded as below,
- *     the gap untouched;
+ *     weighed(action, fields, bound, False) (or let go here, as above), both uncounted; else
+ *     it is recorded as below, the gap untouched;
  *   - else steps += 1, gap -= 1, and (steps, action, fields) appended to `history`.
  *
  * Deferred binding (`unbound` given: the map's `unbound_actions`, the actions its bind may map to
