@@ -2535,6 +2535,18 @@ static PyObject *quiet_probe(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)q;
 }
 
+/* m.get(key) (a new reference): an exact dict's own lookup, else m's method named `get` (an
+ * interned "get", which the caller's names hold) called */
+static PyObject *get_via(PyObject *m, PyObject *key, PyObject *get) {
+    if (PyDict_CheckExact(m)) {
+        PyObject *v = PyDict_GetItemWithError(m, key);
+        if (v == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        return Py_NewRef(v);
+    }
+    return PyObject_CallMethodOneArg(m, get, key);
+}
+
 /* ---- HostTierMap.trigger (host_tier.py, which defines it: the same reads, tests and calls in
  * the same order) over one cache, a callable (action, fields) -> bool: whether an eviction took a
  * node that an op in flight or a prefetch's anchor still holds. Sample mode's gate asks it at
@@ -2630,20 +2642,11 @@ static int tp_first_holds(PyObject *ops, PyObject *nid, int device, int (*holds)
 
 /* the decision over the cache c: 1, 0, or -1 on an error */
 static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
-    /* nid = fields.get("node") */
-    PyObject *nid;
-    if (PyDict_CheckExact(fields)) {
-        nid = PyDict_GetItemWithError(fields, tp_node);
-        if (nid == NULL && PyErr_Occurred())
-            return -1;
-        Py_XINCREF(nid);
-    } else {
-        nid = PyObject_CallMethodOneArg(fields, tp_get, tp_node);
-        if (nid == NULL)
-            return -1;
-    }
-    if (nid == NULL || nid == Py_None) {
-        Py_XDECREF(nid);
+    PyObject *nid = get_via(fields, tp_node, tp_get);       /* fields.get("node") */
+    if (nid == NULL)
+        return -1;
+    if (nid == Py_None) {
+        Py_DECREF(nid);
         return 0;
     }
     int rc = -1;
@@ -3615,15 +3618,9 @@ static int attr_put(PyObject *obj, PyObject *name, PyObject *v, AttrMemo *memo) 
     return same ? 0 : attr_set(obj, name, v, memo);
 }
 
-/* m.get(key) (a new reference): an exact dict's own lookup, else the method called */
+/* m.get(key) (a new reference): get_via with the map writes' interned "get" */
 static PyObject *get_of(PyObject *m, PyObject *key) {
-    if (PyDict_CheckExact(m)) {
-        PyObject *v = PyDict_GetItemWithError(m, key);
-        if (v == NULL)
-            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
-        return Py_NewRef(v);
-    }
-    return PyObject_CallMethodOneArg(m, s_get, key);
+    return get_via(m, key, s_get);
 }
 
 /* m.<attr>.get(key) (pop: .pop(key, None)), a new reference */
