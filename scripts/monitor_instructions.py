@@ -11,7 +11,7 @@ figures, `hicache bench monitors`.
         [--replays 2] [--limit 200]
         [--events RequestMatch,RequestFinish] [--spec HostTier] [--within module:Class.method] [--keep DIR]
     python scripts/monitor_instructions.py --whole --mode off|floor|sample_floor|sample|strict [--rate 0]
-        [--cache-sim [--ll-bytes 2097152]]
+        [--cache-sim [--ll-bytes 2097152]] [--around module:Class.method]
 
 prints one JSON object: instructions inside the monitors (their listeners, and cache checks
 not nested in one) over `--replays` replays, per replay and per listener call; with the
@@ -25,6 +25,11 @@ included): two modes' counts make a ratio that repeats to ~2 %, like the benchma
 scheduler-thread CPU ratio (the transfer threads' copies are not in it, so it reads higher
 than the wall-clock one; OpenMP's idle threads are made passive, `OMP_WAIT_POLICY=PASSIVE`,
 unless the environment sets it).
+
+`--around` (with --whole) counts only inside one function's outermost calls during the
+replays, wherever they come from: attaching the monitors (`hicache.monitors.attach:attach`),
+the cache checks (`hicache.monitors.runtime:Monitor.cache_check`), what no listener call
+holds; `net` then leaves out its calls' toggles.
 
 `--cache-sim` (with --whole) also runs callgrind's cache simulation and reports each replay's
 misses: L1 instruction, L1 data read and write, and last level, a cache of `--ll-bytes`
@@ -43,6 +48,7 @@ from the warm-up replay on.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import importlib
 import inspect
@@ -86,7 +92,7 @@ def build_toggle(folder: Path) -> Path:
     return lib
 
 
-def resolve(target: str):
+def resolve(target: str, option: str = "--within"):
     """(owner, attribute name) of `module:Qualified.name` (a module-level function, or a
     method of a class in that module), refused with a clear error when it does not exist."""
     modname, _, qual = target.partition(":")
@@ -95,12 +101,35 @@ def resolve(target: str):
         *path, name = qual.split(".")
         for part in path:
             owner = getattr(owner, part)
-        if isinstance(inspect.getattr_static(owner, name), classmethod):
+        try:
+            found = inspect.getattr_static(owner, name)
+        except AttributeError:
+            # (getattr_static's error names the attribute alone)
+            raise AttributeError(f"{getattr(owner, '__name__', owner)!s} has no attribute {name!r}") from None
+        if isinstance(found, classmethod):
             raise ValueError(f"{qual} is a classmethod")
     except (ImportError, AttributeError, ValueError) as e:
-        sys.exit(f"monitor_instructions: --within {target!r}: {e} (expected module:function or "
+        sys.exit(f"monitor_instructions: {option} {target!r}: {e} (expected module:function or "
                  f"module:Class.method)")
     return owner, name
+
+
+@contextlib.contextmanager
+def patched(owner, name: str, wrap):
+    """owner.name replaced by wrap(its current value) inside the block, and put back after
+    it: patched where its callers look it up (a class attribute, a module's function read
+    at each call), a staticmethod kept one; an inherited method's copy is removed again."""
+    stored = inspect.getattr_static(owner, name)
+    own = name in vars(owner)
+    wrapper = wrap(getattr(owner, name))
+    setattr(owner, name, staticmethod(wrapper) if isinstance(stored, staticmethod) else wrapper)
+    try:
+        yield
+    finally:
+        if own:
+            setattr(owner, name, stored)
+        else:
+            delattr(owner, name)
 
 
 def calibrate(cg) -> None:
@@ -138,30 +167,41 @@ def whole_replays(cg, bm, args, cfg, reqs) -> None:
     """--whole: collection on around each replay, whatever the mode (off included): the
     scheduler thread's instructions for the whole replay, monitors and cache alike, so that
     two modes' counts give the ratio of the benchmark's scheduler-thread CPU times without
-    their noise (the transfer threads' copies, and their waits, are not in it)."""
-    from hicache.replay import driver
-    replay = driver.replay_requests
+    their noise (the transfer threads' copies, and their waits, are not in it).
 
-    def collected(*a, **kw):
-        # (the replay alone: the cache's construction, monitors included, to its close and
-        # final check; not the full collection the bench runs before each replay, outside
-        # its timing: counted, it added ~58M instructions to every mode alike, a third of
-        # off's replay, and read every mode's ratio to off that much lower)
-        cg.hicache_cg_toggle()
-        try:
-            return replay(*a, **kw)
-        finally:
-            cg.hicache_cg_toggle()
-    driver.replay_requests = collected
-    try:
+    With --around, collection is on inside the outermost calls of that function during the
+    replays instead, wherever they come from: what no listener call contains (attaching a
+    monitor, a cache's final check), which --within cannot select."""
+    around = getattr(args, "around", None)
+    # (the replay alone by default: the cache's construction, monitors included, to its
+    # close and final check; not the full collection the bench runs before each replay,
+    # outside its timing: counted, it added ~58M instructions to every mode alike, a third
+    # of off's replay, and read every mode's ratio to off that much lower)
+    owner, name = resolve(around, "--around") if around else resolve("hicache.replay.driver:replay_requests")
+    state = {"calls": 0, "depth": 0}
+
+    def collecting(target):
+        def collected(*a, **kw):
+            outer = state["depth"] == 0      # (a nested call is inside the outer one)
+            state["depth"] += 1
+            if outer:
+                state["calls"] += 1
+                cg.hicache_cg_toggle()
+            try:
+                return target(*a, **kw)
+            finally:
+                state["depth"] -= 1
+                if outer:
+                    cg.hicache_cg_toggle()
+        return collected
+    with patched(owner, name, collecting):
         for _ in range(args.replays):
             if args.mode in FLOORS:
                 bm._attached_once(cfg, reqs, FLOORS[args.mode])      # (a mode's monitors attached, deaf)
             else:
                 bm._replay_once(args.mode, cfg, reqs, rate=getattr(args, "rate", None), **_budget(args))
-    finally:
-        driver.replay_requests = replay
-    Path(args.report).write_text(json.dumps({"listener_calls": 0, "collected_calls": args.replays}))
+    Path(args.report).write_text(json.dumps({"listener_calls": 0, "collected_calls": state["calls"],
+                                             **({"around_calls": state["calls"]} if around else {})}))
 
 
 def _budget(args) -> dict:
@@ -239,15 +279,7 @@ def child(args: argparse.Namespace) -> None:
             state["depth"] -= 1
             if outer:
                 toggle()
-    R.Monitor.cache_check, R.Monitor.__init__ = counted_check, kept_init
-    if within is not None:
-        # (patched where the monitors look it up: a class attribute, a module's function
-        # read at each call or when a monitor is built, as the spec module's inc_all is)
-        owner, name = within
-        stored = inspect.getattr_static(owner, name)
-        own = name in vars(owner)
-        target = getattr(owner, name)
-
+    def within_collecting(target):
         def counted_within(*a, **kw):
             if not state["inside"]:
                 return target(*a, **kw)
@@ -260,18 +292,18 @@ def child(args: argparse.Namespace) -> None:
             finally:
                 toggle()
                 state["inside"] = True
-        setattr(owner, name, staticmethod(counted_within) if isinstance(stored, staticmethod) else counted_within)
+        return counted_within
+    R.Monitor.cache_check, R.Monitor.__init__ = counted_check, kept_init
     try:
-        with R.listeners_wrapped(counting):
+        # (--within's target patched where the monitors look it up: a class attribute, a
+        # module's function read at each call or when a monitor is built, as the spec
+        # module's inc_all is)
+        with patched(*within, within_collecting) if within is not None else contextlib.nullcontext(), \
+                R.listeners_wrapped(counting):
             for _ in range(args.replays):
                 bm._replay_once(args.mode, cfg, reqs, rate=rate, **_budget(args))
     finally:
         R.Monitor.cache_check, R.Monitor.__init__ = check, init
-        if within is not None:
-            if own:
-                setattr(owner, name, stored)
-            else:
-                delattr(owner, name)     # (an inherited method: the subclass's copy goes)
     # (sample mode's budget is wall-clock time: under valgrind it affords other samples than
     # natively, so the steps checked are reported beside the count they cost)
     counts = {"listener_calls": state["calls"], "collected_calls": state["toggled"],
@@ -357,6 +389,9 @@ def main() -> None:
                                    "CPSharding); cache checks then not collected")
     ap.add_argument("--within", help="only inside this function's calls made by the listener calls selected "
                                      "(module:function or module:Class.method, patched where it is looked up)")
+    ap.add_argument("--around", help="with --whole: only inside the outermost calls of this function during the "
+                                     "replays, wherever they come from (module:function or module:Class.method; "
+                                     "e.g. hicache.monitors.attach:attach, hicache.monitors.runtime:Monitor.cache_check)")
     ap.add_argument("--cache-sim", action="store_true",
                     help="with --whole: also simulate the caches and report each replay's misses (L1 instruction, "
                          "L1 data, last level), ~1.5x the run's time")
@@ -376,6 +411,10 @@ def main() -> None:
     filters = {k: v for k, v in (("events", args.events), ("spec", args.spec), ("within", args.within)) if v}
     if args.whole and filters:
         sys.exit("monitor_instructions: --whole counts whole replays: no --events, --spec or --within")
+    if args.around and not args.whole:
+        sys.exit("monitor_instructions: --around counts inside whole replays: add --whole")
+    if args.around:
+        resolve(args.around, "--around")
     if args.cache_sim and not args.whole:
         sys.exit("monitor_instructions: --cache-sim counts whole replays: add --whole")
     # (callgrind refuses a cache whose set count is not a power of two: said here, before
@@ -408,6 +447,7 @@ def main() -> None:
                "--report", str(report), "--mode", args.mode, "--replay", args.replay, "--replays", str(args.replays),
                "--limit", str(args.limit),
                *[f"--{k}={v}" for k, v in filters.items()], *(["--whole"] if args.whole else []),
+               *([f"--around={args.around}"] if args.around else []),
                *([f"--rate={args.rate}"] if args.rate is not None else []),
                *(["--no-budget"] if args.no_budget else [])]
         try:
@@ -443,6 +483,9 @@ def main() -> None:
                           "whole": True,
                           **({"rate": args.rate} if args.rate is not None else {}),
                           "instructions": n, "per_replay": n // max(args.replays, 1),
+                          **({"around": args.around, "around_calls": counts["around_calls"],
+                              "net": max(0, round(n - per_within * counts["around_calls"]))}
+                             if args.around else {}),
                           **({"caches": caches,
                               "misses_per_replay": {label: whole[e] // max(args.replays, 1)
                                                     for e, label in MISSES.items() if e in whole}}

@@ -194,6 +194,10 @@ def test_the_calibration_toggles_around_each_shape_and_dumps_each_apart():
     (["--rate", "0"], "--rate is sample mode's, between 0 and 1"),
     (["--mode", "sample", "--rate", "1.5"], "--rate is sample mode's, between 0 and 1"),
     (["--no-budget"], "--no-budget is sample mode's"),
+    (["--around", "hicache.monitors.attach:attach"], "--around counts inside whole replays: add --whole"),
+    (["--whole", "--around", "hicache.monitors.attach:no_such_function"],
+     "--around 'hicache.monitors.attach:no_such_function': hicache.monitors.attach has no attribute "
+     "'no_such_function'"),
 ])
 def test_whole_replay_counts_refuse_what_they_cannot_mean_before_valgrind_runs(argv, message):
     proc = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120)
@@ -235,3 +239,60 @@ def test_the_whole_replay_child_collects_each_replay_once_and_wraps_no_monitor(t
     assert len(seen) == 5 and all(cfg == mod.REPLAYS[replay](bench, 8) for cfg in seen)
     assert json.loads(report.read_text()) == {"listener_calls": 0, "collected_calls": 3}
     assert tuple(vars(runtime.Monitor)[name] for name in names) == kept
+
+
+@needs_toggle
+@pytest.mark.parametrize("mode, around, calls_per_replay", [
+    # one cache a replay: one attach (its companions attached inside it), and one final
+    # check (the device pages' check runs inside HostTier's: collected once)
+    ("sample", "hicache.monitors.attach:attach", 1),
+    ("strict", "hicache.monitors.runtime:Monitor.cache_check", 1),
+    ("off", "hicache.monitors.runtime:Monitor.cache_check", 0),
+])
+def test_the_whole_replay_child_collects_around_the_target_alone_and_puts_it_back(tmp_path, mode, around,
+                                                                                   calls_per_replay):
+    from hicache.bench import monitors as bench
+    from hicache.replay import driver
+    if not bench.TRACE.exists():
+        pytest.skip("trace not present")
+    mod = _script()
+    owner, name = mod.resolve(around, "--around")
+    before, replay = vars(owner)[name], driver.replay_requests
+    report = tmp_path / "report.json"
+    args = type("A", (), {"lib": str(mod.build_toggle(tmp_path)), "mode": mode, "limit": 8, "replays": 3,
+                          "report": str(report), "whole": True, "replay": "kv_bytes", "around": around})()
+    mod.child(args)
+    n = 3 * calls_per_replay
+    assert json.loads(report.read_text()) == {"listener_calls": 0, "collected_calls": n, "around_calls": n}
+    # (the target put back, and the replay not wrapped: collection was around the target alone)
+    assert vars(owner)[name] is before and driver.replay_requests is replay
+
+
+def test_patched_puts_back_a_staticmethod_and_removes_an_inherited_methods_copy():
+    mod = _script()
+
+    class Base:
+        def f(self):
+            return "base"
+
+    class Sub(Base):
+        @staticmethod
+        def g():
+            return "g"
+    seen = []
+
+    def wrap(target):
+        def wrapper(*a):
+            seen.append(target.__name__)
+            return target(*a)
+        return wrapper
+    with mod.patched(Sub, "f", wrap), mod.patched(Sub, "g", wrap):
+        assert Sub().f() == "base" and Sub.g() == "g" and Sub().g() == "g"
+        assert "f" in vars(Sub)
+    assert seen == ["f", "g", "g"]
+    assert "f" not in vars(Sub) and Sub().f() == "base"
+    assert isinstance(vars(Sub)["g"], staticmethod)
+    # (put back when the block raises too)
+    with pytest.raises(KeyError), mod.patched(Base, "f", wrap):
+        raise KeyError
+    assert Base().f() == "base" and seen == ["f", "g", "g"]
