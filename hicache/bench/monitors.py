@@ -16,8 +16,10 @@ Three replays:
                  (at most FIT_RUNS rounds).
 Targets (issue 6): strict <= 1.5x off, sample <= 1.05x off. Sample mode runs with
 VerifyConfig's defaults (rate 0.05, a 2% checking budget: drawn samples are let go while
-the monitor's checking time exceeds 2% of its lifetime); `sample_checks` says what it
-checked, `sample_unbudgeted_vs_off` what the same rate costs with no budget. Each comparison reports the
+the monitor's bucket, filled at 2% of the time that passes, holds less than a check's cost);
+`sample_checks` says what it checked in one replay (and, on HostTier's monitor, the budget's
+leader, its checks' seconds beside its lifetime: `checking_s`, `alive_s`),
+`sample_unbudgeted_vs_off` what the same rate costs with no budget. Each comparison reports the
 wall-clock ratio (the target's), the ratio of the process's CPU time, the ratio of the
 replaying thread's own CPU time (`thread_cpu_ratio`: the monitor runs on that thread, and
 neither the transfer threads nor waits count, though on a loaded shared VM it was measured no
@@ -183,8 +185,10 @@ def _strict_profile(cfg, reqs, runs: int) -> tuple[int, dict, dict]:
 def _sample_counts(cfg, reqs) -> dict:
     """What default sample mode checked in one replay, per monitor of the cache: events,
     sampled steps checked (`triggered`: of them, those its map's trigger asked for: none
-    in a clean replay), drawn samples its budget let go, cache checks."""
+    in a clean replay), drawn samples its budget let go, cache checks; on the budget's
+    leader also the seconds its checks took and the seconds it lived (`Monitor.checking`)."""
     from hicache.monitors import runtime
+    from hicache.monitors.runtime import checking_fields
     seen: list = []
     init = runtime.Monitor.__init__
 
@@ -198,7 +202,7 @@ def _sample_counts(cfg, reqs) -> dict:
         runtime.Monitor.__init__ = init
     return {_monitor_name(m): {"events": m.steps, "checked": m.checked, "triggered": m.triggered,
                                "budget_skipped": m.budget_skipped,
-                               "cache_checks": m.cache_checks} for m in seen}
+                               "cache_checks": m.cache_checks, **checking_fields(m.checking())} for m in seen}
 
 
 def _monitor_name(m) -> str:

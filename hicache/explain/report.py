@@ -74,6 +74,11 @@ def to_text(e: Explanation) -> str:
         if sampled and v.get("budget_skipped"):
             # (drawn samples the budget let go: the seed's steps that were not checked)
             sampled += f", {v['budget_skipped']} drawn samples let go by the budget {v.get('sample_budget')}"
+        spent, alive = v.get("checking_s"), v.get("alive_s")
+        if sampled and isinstance(spent, (int, float)) and isinstance(alive, (int, float)) and alive > 0:
+            # (what the budget bounds, as spent up to the violation: why more was not checked)
+            sampled += f" (checking took {spent * 1e3:.1f} ms of the monitor's {alive * 1e3:.1f} ms, " \
+                       f"{100 * spent / alive:.1f} %)"
         because = e.trace.violation.checked_because
         if sampled and because:
             # (what a sample-mode catch owes its check to: a draw, the map's trigger, a cache check)

@@ -13,7 +13,8 @@ Two writers are understood, and any ITF trace degrades gracefully:
 Optional fields read when present: `#meta.constants` (ITF-encoded, the constants the run
 used), `#meta.config` (a config file path, as `hicache check` writes it, or the monitor's
 verify settings {mode, seed, sample_rate, sample_budget, budget_window, budget_skipped, history,
-sample_probabilities, sample_triggers, triggered, action_checks}), and a `rank`/`stage` in
+sample_probabilities, sample_triggers, triggered, action_checks}, and under a budget checking_s
+and alive_s: the seconds spent checking and since the monitor was made), and a `rank`/`stage` in
 a state's `#meta` or its args (timeline lanes).
 """
 from __future__ import annotations

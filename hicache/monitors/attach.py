@@ -13,7 +13,7 @@ import contextvars
 import sys
 import weakref
 
-from hicache.monitors.runtime import Mode, Monitor, VerifyConfig, link
+from hicache.monitors.runtime import Mode, Monitor, VerifyConfig, checking_fields, link
 
 # cache (or draft set) -> a weak reference to its monitor. Weak both ways: the monitor holds
 # its cache (its map reads it), so a strong value would keep every monitored cache of the
@@ -210,12 +210,15 @@ def monitor_report(cache) -> list[dict] | None:
     """What the monitors attached to `cache` checked: per monitor its spec, what of the
     runtime it maps (`what`), events seen, steps checked (`triggered`: of them, those its
     map's trigger asked for), drawn samples let go and cache checks run (None: none
-    attached)."""
+    attached); in sample mode under a budget, also the seconds spent checking (`checking_s`:
+    sampled steps and cache checks, a companion's inside its leader's) and the seconds since
+    attaching (`alive_s`), on the leader alone."""
     mon = _registered(cache)
     if mon is None:
         return None
     return [{"spec": m.spec.SPEC, "what": getattr(m.rmap, "what", None), "events": m.steps, "checked": m.checked,
-             "cache_checks": m.cache_checks, "budget_skipped": m.let_go(), "triggered": m.triggered}
+             "cache_checks": m.cache_checks, "budget_skipped": m.let_go(), "triggered": m.triggered,
+             **checking_fields(m.checking())}
             for m in (mon, *mon.companions)]
 
 
@@ -232,7 +235,21 @@ def describe(m: dict) -> str:
     held = m.get("triggered")
     # (events its map's trigger asked to check, outside the draw: evictions of a held node)
     held = f", {held} of them at the map's trigger" if held else ""
-    return f"{m['spec']}{what}: {m['checked']} of {m['events']} events checked{held}{budget}"
+    return f"{m['spec']}{what}: {m['checked']} of {m['events']} events checked{held}{budget}{_spent(m)}"
+
+
+def _spent(m: dict) -> str:
+    """A budgeted monitor's checking time beside its lifetime, in words ("" without them)."""
+    spent, alive = m.get("checking_s"), m.get("alive_s")
+    if spent is None or alive is None:
+        return ""
+    share = f" ({100 * spent / alive:.1f} %)" if alive > 0 else ""
+    return f"; checking took {_ms(spent)} of its {_ms(alive)}{share}"
+
+
+def _ms(seconds: float) -> str:
+    """A duration for a report: ms below 10 s, else s."""
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
 def cache_check(cache) -> None:

@@ -464,6 +464,7 @@ class Monitor:
         self._budget_lock = threading.Lock()
         self._credit = 0.0           # seconds of checking afforded now (< 0: a debt being repaid)
         self._filled = _clock()      # when the credit was last brought up to date
+        self._born = self._filled    # when the monitor was made (`checking`: the time since)
         self._spent = 0.0            # seconds spent checking in all
         self._last_cost = 0.0        # what the last sampled check cost (the next one's estimate)
         self._mapped = False         # whether the event being handled mapped a state (charged)
@@ -633,6 +634,12 @@ class Monitor:
         self._quiet = rmap.quiet if self._fast and hasattr(rmap, "quiet") and self._guard is None \
             and not self._effect_on and not self._breaches else None
         self._scratch_fast = fused_over_all(self.spec, self.invariants, getattr(rmap, "invariant_overrides", {}))
+        if self._scratch_fast is not None:
+            # its native form built now (once a process, fused_native), not at the first
+            # check that takes it: there the build (tens of ms) would be charged to the budget
+            # as that sample's cost, the next one's estimate, and a fresh process's monitor
+            # would then check nothing for seconds
+            native_inc_all(self.spec)
         # strict mode's step in C (gate.py's StrictStep, whenever it builds): the listener the
         # bus is given, the keeper of the counters (`steps`, `checked`, `tripped` beside the
         # monitor's own); _strict_step defines what it does, and serves where it is None
@@ -795,6 +802,18 @@ class Monitor:
             for hook in self.watch_hooks:
                 hook(name, fields)
         return gap
+
+    def checking(self) -> tuple[float, float] | None:
+        """(seconds this monitor spent checking, seconds since it was made) in sample mode
+        under a budget: what the budget bounds (sampled steps, always-checked and triggered
+        events, cache checks, a companion's checks run inside them), beside the time it is
+        a share of. None with no budget, and for a companion (its checks are its leader's).
+        Not the whole overhead: the events' path between checks and the attaching are not
+        in it (docs/benchmarks.md, "Where the cost is")."""
+        if self._budget is None or self.sampled_by is not None:
+            return None
+        with self._budget_lock:
+            return self._spent, _clock() - self._born
 
     def let_go(self) -> int:
         """Drawn samples the budget let go (a companion's: its leader's, whose samples are
@@ -1376,6 +1395,8 @@ class Monitor:
                                     "sample_budget": self.cfg.sample_budget,
                                     "budget_window": self.cfg.budget_window,
                                     "budget_skipped": self.let_go(), "history": self.cfg.history,
+                                    # (sample mode under a budget: its checking and lifetime so far)
+                                    **checking_fields(self.checking()),
                                     # the events drawn apart and their probability (sample_weights)
                                     "sample_probabilities": dict(self._weighted),
                                     # ... the events the map's trigger may ask to check whatever
@@ -1387,6 +1408,15 @@ class Monitor:
         # (named by the failing step: the last of the history, a companion's by its leader)
         at = history[-1].seq if history else self.steps
         return write_trace_file(self.cfg.violation_dir, f"{self.spec.MODULE}-step{at}", doc)
+
+
+def checking_fields(checking: tuple[float, float] | None) -> dict:
+    """`Monitor.checking` as a report's and a trace's fields: checking_s and alive_s (seconds),
+    none when it is None."""
+    if checking is None:
+        return {}
+    spent, alive = checking
+    return {"checking_s": spent, "alive_s": alive}
 
 
 #: strict mode's one-frame listener, as Monitor defines it (`__call__` delegates to it)

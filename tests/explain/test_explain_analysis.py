@@ -351,6 +351,12 @@ def test_monitor_config_is_read_and_sample_mode_noted(tmp_path, pipeline_trace):
     doc["#meta"]["config"].update(sample_budget=0.02, budget_skipped=3)
     p.write_text(json.dumps(doc))
     assert "sample rate 0.25, 3 drawn samples let go by the budget 0.02\n" in to_text(explain(p))
+    # ... with what the budget had spent up to the violation, beside the monitor's lifetime
+    doc["#meta"]["config"].update(checking_s=0.0015, alive_s=0.06)
+    p.write_text(json.dumps(doc))
+    assert ("3 drawn samples let go by the budget 0.02 (checking took 1.5 ms of the monitor's 60.0 ms, 2.5 %)\n"
+            in to_text(explain(p)))
+    del doc["#meta"]["config"]["checking_s"], doc["#meta"]["config"]["alive_s"]
     # ... and the events drawn apart at a multiple of the rate (HostTier's evictions)
     doc["#meta"]["config"].update(sample_probabilities={"HostEvict": 0.07 * 5, "DeviceEvict": 1.0})
     p.write_text(json.dumps(doc))

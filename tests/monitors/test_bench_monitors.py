@@ -38,6 +38,11 @@ def test_each_replay_reports_both_modes_against_off(report):
         assert r["events"] > 0
         for mode in ("strict_vs_off", "sample_vs_off", "off_vs_off"):
             assert r[mode]["ratio"] > 0, (replay, mode, r[mode])
+        # sample mode's checks in one replay: the budget's leader (HostTier's) says what its
+        # checks took of its life (the final cache check at least), its companion nothing
+        leader = r["sample_checks"]["spec/HostTier.tla"]
+        assert 0 < leader["checking_s"] <= leader["alive_s"] and leader["cache_checks"] == 1
+        assert all("checking_s" not in m for name, m in r["sample_checks"].items() if name != "spec/HostTier.tla")
 
 
 @pytest.mark.parametrize("n", [2, 4, 6, 8])

@@ -493,6 +493,9 @@ def test_sample_mode_catches_at_cache_check(tmp_path):
     # the trace records the draws in effect: at rate 0 an eviction is never drawn either
     config = read_itf(ei.value.trace_path)["#meta"]["config"]
     assert config["sample_probabilities"] == {"DeviceEvict": 0.0, "HostEvict": 0.0}
+    # ... and what the budget had spent up to the violating check (written before it is
+    # charged: nothing before it was checked), beside the monitor's lifetime
+    assert config["checking_s"] == 0.0 and config["alive_s"] > 0
 
 
 def test_verify_config_from_env():
@@ -898,6 +901,55 @@ def test_no_sample_budget_checks_every_drawn_sample(monkeypatch, tmp_path):
     cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=None)
     run_workload(cache, reqs)
     assert mon.checked == mon.steps > 200 and mon.budget_skipped == 0
+    assert mon.checking() is None          # (nothing to bound: no budget's time to report)
+
+
+def test_a_budgeted_monitor_reports_its_checking_beside_its_lifetime(monkeypatch, tmp_path):
+    """`checking()`: the seconds charged to the budget (each checked sample's map and
+    checks, the cache check) and the seconds since the monitor was made, on its clock; what
+    the report and the trace carry as checking_s and alive_s."""
+    from hicache.monitors.attach import describe
+    from hicache.monitors.runtime import checking_fields
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5)
+    born = clock.now                 # (made at this instant: the fake clock moves with events only)
+    run_workload(cache, reqs)
+    mon.cache_check()
+    spent, alive = mon.checking()
+    # each checked sample and the cache check map the state once, 1 s each on this clock
+    assert spent == (mon.checked + 1) * clock.per_map > 0
+    assert alive == clock.now - born
+    # over the whole run the budget held: half the time, plus the cache check run over it
+    assert spent <= 0.5 * alive + clock.per_map
+    m = {"spec": "spec/HostTier.tla", "events": mon.steps, "checked": mon.checked, "budget_skipped": 0,
+         **checking_fields(mon.checking())}
+    assert describe(m).endswith(f"; checking took {spent:.1f} s of its {alive:.1f} s ({100 * spent / alive:.1f} %)")
+    assert checking_fields(None) == {}
+
+
+def test_the_checks_native_form_is_built_with_the_monitor_not_charged_to_a_sample(monkeypatch, tmp_path):
+    """The fused check's native form is built once a process; a sample-mode monitor builds it
+    when it is made. Built at the first check instead, its cost (tens of ms) was charged to
+    the budget as that sample's and taken as the next one's estimate: a fresh process then
+    checked nothing for seconds."""
+    from hicache.monitors import fused_native, fused_whole
+    cache, rmap, clock, reqs = _timed_cache(monkeypatch, HostTierMap, "state")
+    monkeypatch.setattr(fused_native, "_done", {})       # (as in a fresh process)
+    build = fused_whole.build
+    built = []
+
+    def slow_build(*a, **kw):
+        built.append(clock.now)
+        clock.now += 100.0           # (a build that costs far more than any check)
+        return build(*a, **kw)
+    monkeypatch.setattr(fused_whole, "build", slow_build)
+    mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=1.0, seed=0, sample_budget=0.5,
+                                     violation_dir=str(tmp_path)))
+    assert built == [0.0] and mon._scratch_fast is not None     # (built while the monitor was made)
+    cache.bus.subscribe(mon)
+    run_workload(cache, reqs)
+    # the samples are charged their own cost alone (one 1 s map each), the build none of it
+    assert len(built) == 1 and mon.checked > 3
+    assert mon._last_cost == clock.per_map and mon.checking()[0] == mon.checked * clock.per_map
 
 
 @pytest.mark.parametrize("seed", range(3))

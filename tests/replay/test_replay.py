@@ -2,6 +2,7 @@
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -113,6 +114,32 @@ def test_cli_verify_runs_the_replay_under_the_monitors(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--plot", "x.png", "--json"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 150 and "--evaluate" in json.loads(proc.stdout.splitlines()[-1])["error"]
+
+
+def test_cli_verify_sample_reports_what_the_budget_spent_checking(tmp_path):
+    """--verify sample: the leader's report (HostTier's) carries the seconds its budget spent
+    checking and the seconds it lived, in the JSON and in words; its companion, checked at
+    the leader's samples and charged to the leader, carries neither."""
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--verify", "sample",
+                           "--limit", "40", "--sync", "--page-size", "16", "--device-tokens", "2048",
+                           "--host-tokens", "8192", "--violation-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = proc.stdout
+    assert "verify sample: no violation (spec/HostTier.tla: " in text
+    m = re.search(r"checking took ([0-9.]+) ms of its ([0-9.]+) ms \(([0-9.]+) %\)", text)
+    assert m is not None, text
+    spent, alive, share = map(float, m.groups())
+    # (at least the final cache check was charged; the share is the two figures' ratio)
+    assert 0 < spent <= alive and share == pytest.approx(100 * spent / alive, abs=0.1)
+    proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--verify", "sample",
+                           "--limit", "40", "--sync", "--page-size", "16", "--device-tokens", "2048",
+                           "--host-tokens", "8192", "--violation-dir", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    leader, companion = json.loads(proc.stdout.splitlines()[-1])["verify"]["monitors"]
+    assert 0 < leader["checking_s"] <= leader["alive_s"]
+    assert "checking_s" not in companion and "alive_s" not in companion
 
 
 def test_cli_verify_follows_hicache_verify_and_off_holds_over_it(tmp_path):
