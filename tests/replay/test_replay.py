@@ -129,9 +129,10 @@ def test_cli_verify_sample_reports_what_the_budget_spent_checking(tmp_path):
     assert "verify sample: no violation (spec/HostTier.tla: " in text
     m = re.search(r"checking took ([0-9.]+) ms of its ([0-9.]+) ms \(([0-9.]+) %\)", text)
     assert m is not None, text
+    # (at least the final cache check was charged; the share's arithmetic, on unrounded
+    # figures, is describe's test's: test_monitor_runtime.py)
     spent, alive, share = map(float, m.groups())
-    # (at least the final cache check was charged; the share is the two figures' ratio)
-    assert 0 < spent <= alive and share == pytest.approx(100 * spent / alive, abs=0.1)
+    assert 0 < spent <= alive and 0 <= share <= 100
     proc = subprocess.run([sys.executable, "-m", "hicache.cli", "replay", SYN, "--verify", "sample",
                            "--limit", "40", "--sync", "--page-size", "16", "--device-tokens", "2048",
                            "--host-tokens", "8192", "--violation-dir", str(tmp_path), "--json"],
