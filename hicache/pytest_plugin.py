@@ -115,6 +115,24 @@ def pytest_report_header(config) -> str | None:
     return f"hicache verified mode: {mode} (violation traces: {config._hicache_verify_config.violation_dir})"
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """What the session's verified mode checked: per mode, the monitored caches and draft sets
+    closed and their monitors' counts (a suite whose caches got no monitor, or were never
+    closed, says so here rather than passing as verified)."""
+    mode = getattr(config, "_hicache_verify", None)
+    if not mode:
+        return
+    from hicache.monitors.attach import closed_counts, open_count, summary_line
+    counts = closed_counts()
+    if not counts:
+        terminalreporter.write_line(f"hicache verified mode {mode}: no monitored cache or draft set was closed")
+        return
+    still_open = open_count()
+    for i, (m, c) in enumerate(sorted(counts.items(), key=lambda mc: (mc[0] != mode, mc[0]))):
+        # (the open ones are named once, on the session mode's line)
+        terminalreporter.write_line(summary_line(m, c, still_open if i == 0 else 0))
+
+
 def pytest_unconfigure(config) -> None:
     if getattr(config, "_hicache_verify", None):
         from hicache import verified

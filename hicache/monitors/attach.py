@@ -8,9 +8,11 @@ through `attach` without that side effect.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import sys
+import threading
 import weakref
 
 from hicache.monitors.runtime import Mode, Monitor, VerifyConfig, checking_fields, link
@@ -257,3 +259,65 @@ def cache_check(cache) -> None:
     mon = _registered(cache)
     if mon is not None:
         mon.cache_check()
+
+
+# what the monitors of the runtimes closed so far checked, summed per verify mode (the pytest
+# plugin's summary line: what a suite's verified mode really checked): mode -> counts. Added
+# at each runtime's final check, once (`final_check`), under a lock (a draft set is closed by
+# its cache's close, a sharded cache's ranks from their own threads)
+_closed: dict[str, collections.Counter] = {}
+_closed_lock = threading.Lock()
+
+#: the counts kept per mode: a runtime closed, then its monitors' (`monitor_report`'s) sums
+TALLIED = ("runtimes", "events", "checked", "cache_checks", "budget_skipped", "checking_s")
+
+
+def final_check(obj) -> None:
+    """A cache's or a draft set's final cache check at its close, then its monitors' counts
+    added to the closed runtimes' (`closed_counts`), whether or not the check found a
+    violation (the violation is raised after). The runtimes call it once (their close is
+    idempotent)."""
+    mon = _registered(obj)
+    if mon is None:
+        return
+    try:
+        mon.cache_check()
+    finally:
+        # (the leader's counts: its companions see the same events, are checked at its
+        # sampled steps and cache checks, and their budget is its own)
+        leader = (monitor_report(obj) or [{}])[0]
+        with _closed_lock:
+            c = _closed.setdefault(str(mon.cfg.mode), collections.Counter())
+            c["runtimes"] += 1
+            for k in TALLIED[1:]:
+                c[k] += leader.get(k) or 0
+
+
+def closed_counts() -> dict[str, dict]:
+    """What the monitors of the runtimes closed so far checked, per verify mode: the number
+    of runtimes (caches, draft sets) and, summed over them, their leading monitor's events,
+    steps checked, cache checks, drawn samples let go and seconds spent checking (sample mode
+    under a budget). A copy; the runtimes still open, and those dropped without a close, are
+    not in it."""
+    with _closed_lock:
+        return {mode: {k: c[k] for k in TALLIED} for mode, c in _closed.items()}
+
+
+def open_count() -> int:
+    """Runtimes that carry a monitor and are not closed yet (alive now)."""
+    return sum(1 for obj in list(_monitors.keys()) if not getattr(obj, "_closed", False))
+
+
+def summary_line(mode: str, counts: dict, still_open: int) -> str:
+    """`closed_counts()[mode]` in words (the pytest plugin's terminal summary)."""
+    n = counts["runtimes"]
+    line = (f"hicache verified mode {mode}: {n:,} monitored cache{'s' if n != 1 else ''} or draft set"
+            f"{'s' if n != 1 else ''} closed; their monitors saw {counts['events']:,} events, checked "
+            f"{counts['checked']:,} steps and ran {counts['cache_checks']:,} cache checks")
+    if counts["budget_skipped"]:
+        line += f" ({counts['budget_skipped']:,} drawn samples let go by the budget)"
+    if counts["checking_s"]:
+        line += f"; checking under the budget took {_ms(counts['checking_s'])}"
+    if still_open:
+        line += f"; {still_open:,} monitored runtime{'s' if still_open != 1 else ''} still open"
+    return line

@@ -1188,8 +1188,8 @@ class HiCache:
         if self.deps is not None:  # every transfer applied: the dependent pools' end of use too
             self.deps.close()
         if self._verified:         # the final cache check of verified mode
-            from hicache.monitors.attach import cache_check
-            cache_check(self)
+            from hicache.monitors.attach import final_check
+            final_check(self)
 
     # ------------------------------------------------------------------ introspection
     def host_partition(self) -> tuple[set[int], set[int], set[int]]:

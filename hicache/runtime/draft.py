@@ -276,8 +276,8 @@ class DependentSet:
             return
         self._closed = True
         if self._verified:
-            from hicache.monitors.attach import cache_check
-            cache_check(self)
+            from hicache.monitors.attach import final_check
+            final_check(self)
 
     # ------------------------------------------------------------------ pools
     def attach(self, cache) -> None:

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from hicache.monitors.digest import LocalCollective, contribution, verdict
-from hicache.monitors.workload import WorkloadConfig
+from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload, serve_one
 from hicache.monitors.zoo import pipeline_entry, pipeline_run, ranks_entry, runtime_entry, spec_entry
 from hicache.storage.faulty import InjectedFault
 from hicache.tla.itf import decode, read_itf
@@ -207,6 +207,52 @@ def test_pytest_plugin_reports_bad_settings_as_usage_errors(monkeypatch):
         pytest_plugin.pytest_configure(FakeConfig("sample"))
 
 
+def test_the_final_check_adds_a_closed_runtimes_counts_once_violation_or_not(tmp_path):
+    """`final_check` (a runtime's close): the leader's counts added to its mode's, once per
+    close, also when the check raises; what the pytest plugin's summary line says."""
+    from hicache import verified
+    from hicache.monitors.attach import closed_counts, monitor_report, open_count, summary_line
+    from hicache.monitors.runtime import ProtocolViolation
+
+    def delta(before, after):
+        return {k: after[k] - before.get(k, 0) for k in after}
+    verified.enable("sample", sample_rate=0.2, violation_dir=str(tmp_path))
+    try:
+        policy, reqs = plan(0, W)
+        cache = make_cache(W, policy)
+        before = closed_counts().get("sample", {})
+        run_workload(cache, reqs)         # (which closes the cache at its end)
+        cache.close()                     # (idempotent: tallied once)
+        leader = monitor_report(cache)[0]
+        got = delta(before, closed_counts()["sample"])
+        assert got == {"runtimes": 1, "events": leader["events"], "checked": leader["checked"], "cache_checks": 1,
+                       "budget_skipped": leader["budget_skipped"], "checking_s": pytest.approx(leader["checking_s"])}
+        assert leader["events"] > 100 and leader["checking_s"] > 0
+        # a monitored runtime not closed yet is open, and no longer once closed
+        other = make_cache(W, policy)
+        still = open_count()
+        assert still >= 1
+        other.close()
+        assert open_count() == still - 1
+        # a close whose final check finds a violation is tallied too (the violation raised after)
+        cache = make_cache(W, policy)
+        for toks, what in reqs[:5]:
+            serve_one(cache, toks, what)
+        cache.drain()
+        assert cache.host.reserve(1)      # a slot RESERVED by nobody, with no event
+        before = closed_counts()["sample"]
+        with pytest.raises(ProtocolViolation):
+            cache.close()
+        assert delta(before, closed_counts()["sample"])["runtimes"] == 1
+    finally:
+        verified.disable()
+    line = summary_line("sample", {"runtimes": 2, "events": 1234, "checked": 5, "cache_checks": 2,
+                                   "budget_skipped": 7, "checking_s": 0.0031}, 1)
+    assert line == ("hicache verified mode sample: 2 monitored caches or draft sets closed; their monitors saw 1,234 "
+                    "events, checked 5 steps and ran 2 cache checks (7 drawn samples let go by the budget); checking "
+                    "under the budget took 3.1 ms; 1 monitored runtime still open")
+
+
 def test_pytest_option_off_holds_over_hicache_verify(monkeypatch):
     """--hicache-verify=off with HICACHE_VERIFY=strict in the environment: off (the cache
     attached its own strict monitor from the variable)."""
@@ -275,6 +321,10 @@ def test_pytest_marker_leaves_a_tests_caches_unmonitored(tmp_path, monkeypatch):
                               capture_output=True, text=True, cwd=tmp_path, timeout=300)
     run = run_suite(_MARKED_SUITE, "--strict-markers")
     assert run.returncode == 0 and "3 passed" in run.stdout, run.stdout + run.stderr
+    # the session's summary counts the monitored caches closed: the unmarked tests' three
+    # (the marked test's two had no monitor), each with its final cache check
+    assert ("hicache verified mode strict: 3 monitored caches or draft sets closed; their monitors saw 0 events, "
+            "checked 0 steps and ran 3 cache checks\n") in run.stdout, run.stdout
     # without the marker's effect the marked test fails: the same suite with the marker
     # taken off the test
     run = run_suite(_MARKED_SUITE.replace("@pytest.mark.hicache_unmonitored\n", ""))
