@@ -311,13 +311,18 @@ def open_count() -> int:
 def summary_line(mode: str, counts: dict, still_open: int) -> str:
     """`closed_counts()[mode]` in words (the pytest plugin's terminal summary)."""
     n = counts["runtimes"]
-    line = (f"hicache verified mode {mode}: {n:,} monitored cache{'s' if n != 1 else ''} or draft set"
-            f"{'s' if n != 1 else ''} closed; their monitors saw {counts['events']:,} events, checked "
-            f"{counts['checked']:,} steps and ran {counts['cache_checks']:,} cache checks")
+    line = (f"hicache verified mode {mode}: {_count(n, 'monitored cache')} or draft set{'s' if n != 1 else ''} "
+            f"closed; their monitors saw {_count(counts['events'], 'event')}, checked "
+            f"{_count(counts['checked'], 'step')} and ran {_count(counts['cache_checks'], 'cache check')}")
     if counts["budget_skipped"]:
-        line += f" ({counts['budget_skipped']:,} drawn samples let go by the budget)"
+        line += f" ({_count(counts['budget_skipped'], 'drawn sample')} let go by the budget)"
     if counts["checking_s"]:
         line += f"; checking under the budget took {_ms(counts['checking_s'])}"
     if still_open:
-        line += f"; {still_open:,} monitored runtime{'s' if still_open != 1 else ''} still open"
+        line += f"; {_count(still_open, 'monitored runtime')} still open"
     return line
+
+
+def _count(n: int, noun: str) -> str:
+    """n and its noun, plural but for one ("1 event", "1,234 events")."""
+    return f"{n:,} {noun}{'s' if n != 1 else ''}"

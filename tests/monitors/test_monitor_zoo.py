@@ -251,6 +251,10 @@ def test_the_final_check_adds_a_closed_runtimes_counts_once_violation_or_not(tmp
     assert line == ("hicache verified mode sample: 2 monitored caches or draft sets closed; their monitors saw 1,234 "
                     "events, checked 5 steps and ran 2 cache checks (7 drawn samples let go by the budget); checking "
                     "under the budget took 3.1 ms; 1 monitored runtime still open")
+    one = summary_line("strict", {"runtimes": 1, "events": 1, "checked": 1, "cache_checks": 1, "budget_skipped": 1,
+                                  "checking_s": 0.0}, 0)
+    assert one == ("hicache verified mode strict: 1 monitored cache or draft set closed; their monitors saw 1 event, "
+                   "checked 1 step and ran 1 cache check (1 drawn sample let go by the budget)")
 
 
 def test_pytest_option_off_holds_over_hicache_verify(monkeypatch):
