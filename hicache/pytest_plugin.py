@@ -117,8 +117,8 @@ def pytest_report_header(config) -> str | None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """What the session's verified mode checked: per mode, the monitored caches and draft sets
-    closed and their monitors' counts (a suite whose caches got no monitor, or were never
-    closed, says so here rather than passing as verified)."""
+    closed and their monitors' counts, and the monitored ones still open (a suite whose caches
+    got no monitor, or were never closed, shows it here)."""
     mode = getattr(config, "_hicache_verify", None)
     if not mode:
         return
