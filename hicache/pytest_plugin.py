@@ -124,13 +124,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         return
     from hicache.monitors.attach import closed_counts, open_count, summary_line
     counts = closed_counts()
-    if not counts:
-        terminalreporter.write_line(f"hicache verified mode {mode}: no monitored cache or draft set was closed")
-        return
     still_open = open_count()
-    for i, (m, c) in enumerate(sorted(counts.items(), key=lambda mc: (mc[0] != mode, mc[0]))):
-        # (the open ones are named once, on the session mode's line)
-        terminalreporter.write_line(summary_line(m, c, still_open if i == 0 else 0))
+    # the session's mode first (said even when none of its runtimes was closed), then any
+    # other a test enabled itself; the open ones named once, on the first line
+    modes = [mode, *sorted(m for m in counts if m != mode)]
+    for i, m in enumerate(modes):
+        terminalreporter.write_line(summary_line(m, counts.get(m), still_open if i == 0 else 0))
 
 
 def pytest_unconfigure(config) -> None:

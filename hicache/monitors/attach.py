@@ -263,12 +263,13 @@ def cache_check(cache) -> None:
 
 # what the monitors of the runtimes closed so far checked, summed per verify mode (the pytest
 # plugin's summary line: what a suite's verified mode really checked): mode -> counts. Added
-# at each runtime's final check, once (`final_check`), under a lock (a draft set is closed by
-# its cache's close, a sharded cache's ranks from their own threads)
+# at each runtime's final check, once (`final_check`), under a lock (runtimes may be closed
+# from more than one thread)
 _closed: dict[str, collections.Counter] = {}
 _closed_lock = threading.Lock()
 
-#: the counts kept per mode: a runtime closed, then its monitors' (`monitor_report`'s) sums
+#: the counts kept per mode: the runtimes closed, then their leading monitor's
+#: `monitor_report` counts, summed
 TALLIED = ("runtimes", "events", "checked", "cache_checks", "budget_skipped", "checking_s")
 
 
@@ -308,8 +309,12 @@ def open_count() -> int:
     return sum(1 for obj in list(_monitors.keys()) if not getattr(obj, "_closed", False))
 
 
-def summary_line(mode: str, counts: dict, still_open: int) -> str:
-    """`closed_counts()[mode]` in words (the pytest plugin's terminal summary)."""
+def summary_line(mode: str, counts: dict | None, still_open: int) -> str:
+    """`closed_counts()[mode]` in words (the pytest plugin's terminal summary; None: no
+    monitored runtime of that mode was closed), with the monitored runtimes still open."""
+    opened = f"; {_count(still_open, 'monitored runtime')} still open" if still_open else ""
+    if counts is None:
+        return f"hicache verified mode {mode}: no monitored cache or draft set was closed{opened}"
     n = counts["runtimes"]
     line = (f"hicache verified mode {mode}: {_count(n, 'monitored cache')} or draft set{'s' if n != 1 else ''} "
             f"closed; their monitors saw {_count(counts['events'], 'event')}, checked "
@@ -318,9 +323,7 @@ def summary_line(mode: str, counts: dict, still_open: int) -> str:
         line += f" ({_count(counts['budget_skipped'], 'drawn sample')} let go by the budget)"
     if counts["checking_s"]:
         line += f"; checking under the budget took {_ms(counts['checking_s'])}"
-    if still_open:
-        line += f"; {_count(still_open, 'monitored runtime')} still open"
-    return line
+    return line + opened
 
 
 def _count(n: int, noun: str) -> str:

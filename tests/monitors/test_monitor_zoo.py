@@ -255,6 +255,8 @@ def test_the_final_check_adds_a_closed_runtimes_counts_once_violation_or_not(tmp
                                   "checking_s": 0.0}, 0)
     assert one == ("hicache verified mode strict: 1 monitored cache or draft set closed; their monitors saw 1 event, "
                    "checked 1 step and ran 1 cache check (1 drawn sample let go by the budget)")
+    assert summary_line("sample", None, 2) == ("hicache verified mode sample: no monitored cache or draft set was "
+                                               "closed; 2 monitored runtimes still open")
 
 
 def test_pytest_option_off_holds_over_hicache_verify(monkeypatch):
@@ -333,6 +335,12 @@ def test_pytest_marker_leaves_a_tests_caches_unmonitored(tmp_path, monkeypatch):
     # taken off the test
     run = run_suite(_MARKED_SUITE.replace("@pytest.mark.hicache_unmonitored\n", ""))
     assert run.returncode == 1 and "1 failed, 2 passed" in run.stdout, run.stdout + run.stderr
+    # a suite whose monitored cache is never closed says so (kept alive to the session's end)
+    run = run_suite(_MARKED_SUITE.split("@pytest.fixture")[0] + "KEPT = []\n\n\ndef test_left_open():\n"
+                    "    KEPT.append(_cache())\n    assert verified.monitor_of(KEPT[0]) is not None\n")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert ("hicache verified mode strict: no monitored cache or draft set was closed; 1 monitored runtime still "
+            "open\n") in run.stdout, run.stdout
 
 
 def test_bugzoo_cli_json(tmp_path, capsys):
