@@ -250,8 +250,8 @@ def _spent(m: dict) -> str:
 
 
 def _ms(seconds: float) -> str:
-    """A duration for a report: ms below 10 s, else s."""
-    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+    """A duration for a report: ms below a second, else s."""
+    return f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def cache_check(cache) -> None:

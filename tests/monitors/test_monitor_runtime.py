@@ -922,7 +922,7 @@ def test_a_budgeted_monitor_reports_its_checking_beside_its_lifetime(monkeypatch
     assert spent <= 0.5 * alive + clock.per_map
     m = {"spec": "spec/HostTier.tla", "events": mon.steps, "checked": mon.checked, "budget_skipped": 0,
          **checking_fields(mon.checking())}
-    assert describe(m).endswith(f"; checking took {spent:.1f} s of its {alive:.1f} s ({100 * spent / alive:.1f} %)")
+    assert describe(m).endswith(f"; checking took {spent:.2f} s of its {alive:.2f} s ({100 * spent / alive:.1f} %)")
     assert checking_fields(None) == {}
 
 
