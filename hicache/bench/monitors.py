@@ -188,7 +188,6 @@ def _sample_counts(cfg, reqs) -> dict:
     in a clean replay), drawn samples its budget let go, cache checks; on the budget's
     leader also the seconds its checks took and the seconds it lived (`Monitor.checking`)."""
     from hicache.monitors import runtime
-    from hicache.monitors.runtime import checking_fields
     seen: list = []
     init = runtime.Monitor.__init__
 
@@ -202,7 +201,7 @@ def _sample_counts(cfg, reqs) -> dict:
         runtime.Monitor.__init__ = init
     return {_monitor_name(m): {"events": m.steps, "checked": m.checked, "triggered": m.triggered,
                                "budget_skipped": m.budget_skipped,
-                               "cache_checks": m.cache_checks, **checking_fields(m.checking())} for m in seen}
+                               "cache_checks": m.cache_checks, **runtime.checking_fields(m.checking())} for m in seen}
 
 
 def _monitor_name(m) -> str:
