@@ -897,6 +897,35 @@ def test_sample_budget_lets_samples_go_once_checking_exceeds_its_share(monkeypat
     assert mon.cache_checks == 1 and mon._spent == spent + clock.per_map
 
 
+def test_sample_budget_keeps_the_next_cache_checks_cost_in_the_bucket(monkeypatch, tmp_path):
+    """A drawn sample is afforded only with the next cache check's estimated cost left over
+    after it (`_need`: before any cache check, the sample's own, as here: both map the
+    state once, 1 s). The first sample runs on no credit (its cost was unknown); the second
+    waits until that debt is repaid and both costs are in the bucket. From then on, after
+    every event, what the monitor spent plus the final check close() would run then is
+    within the budget's share of its life, and so is the whole after that check: the final
+    check no longer comes on top of a full share of samples. Then the cache check's own
+    cost is the estimate."""
+    cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5)
+    born, over = clock.now, []
+
+    def look(action, fields):        # (after the monitor: what close() would leave now)
+        if mon.checked >= 2:
+            over.append(mon._spent + clock.per_map - 0.5 * (clock.now - born))
+    cache.bus.subscribe(look)
+    run_workload(cache, reqs)
+    assert mon.checked > 10 and len(over) > 100
+    assert max(over) <= 1e-9
+    mon.cache_check()
+    spent, alive = mon.checking()
+    assert spent == (mon.checked + 1) * clock.per_map and spent <= 0.5 * alive
+    assert mon._cache_cost == clock.per_map and mon._need() == 2 * clock.per_map
+    # the estimate follows the cache check's cost
+    clock.per_map = 3.0
+    mon.cache_check()
+    assert mon._need() == 1.0 + 3.0
+
+
 def test_no_sample_budget_checks_every_drawn_sample(monkeypatch, tmp_path):
     cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=None)
     run_workload(cache, reqs)
@@ -965,9 +994,9 @@ def test_the_gate_lets_go_the_samples_the_budget_would(monkeypatch, tmp_path, se
 
     def would_afford() -> bool:
         # (`_afford`'s test on a copy of the bucket of `mon`, made below)
-        b, now = mon._budget, runtime._clock()
-        credit = min(max(b * mon._window, mon._last_cost), mon._credit + b * (now - mon._filled))
-        return credit >= mon._last_cost
+        b, now, need = mon._budget, runtime._clock(), mon._need()
+        credit = min(max(b * mon._window, need), mon._credit + b * (now - mon._filled))
+        return credit >= need
     let, refused, weighing = [], [], []
     own_let_go, own_afford, own_weighted_step = Monitor._gate_let_go, Monitor._afford, Monitor._weighted_step
 
