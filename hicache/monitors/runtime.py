@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hicache.monitors.fused_native import native_inc_all
-from hicache.monitors.gate import Gate, StrictStep
+from hicache.monitors.gate import Gate, LetGo, StrictStep
 from hicache.monitors.maps.loops import variables_of as _variables_of    # (a delta's variables)
 from hicache.monitors.rt import Failure, domain_is
 from hicache.tla.values import Fcn
@@ -471,7 +471,7 @@ class Monitor:
         # is afforded only with that much credit left over after it (`_need`)
         self._cache_cost: float | None = None
         self._mapped = False         # whether the event being handled mapped a state (charged)
-        self.budget_skipped = 0      # drawn samples let go because the budget was spent
+        self._skipped = 0            # drawn samples the budget let go here (`budget_skipped`)
         # a map may name what its constants depend on (cheaper than freezing them all), and
         # keep that key as an attribute its writes update (`synced_key`: read by C calls, no
         # frame of the map's, at every event)
@@ -493,6 +493,11 @@ class Monitor:
         # gap drawn here, where the seed's draws have always been made)
         gap = self._next_gap() if gap_counted else -1
         self._gate = None
+        self._let_go = None          # the gate's let-go in C (LetGo), where it builds
+        # cheap runtime checks (the worker watch: a dead worker would hang the next drain),
+        # run at every checked event and at every drawn sample the budget lets go (made
+        # before the gate: its let-go reads the list, which is appended to, never replaced)
+        self.watch_hooks: list = []
         # events such a sample mode checks whatever the draw (the map's `always_check`: it
         # checks them on the state before the map lets their evidence go, which only an
         # invariant-only map defers; one with action checks would see it gone)
@@ -526,11 +531,19 @@ class Monitor:
             # ... and, under a budget, lets go itself a drawn sample the budget would let go
             # (its `closed_until`, kept by _afford and _charge): bound, counted and recorded
             # there, and only the let-go's own work (`_gate_let_go`) here
+            # ... whose own part, with the C gate, is in C too (LetGo: `_gate_let_go` without
+            # its frame; the gate calls it, and `budget_skipped` adds its count)
             budgeted = self._budget is not None
+            let_go = None
+            if budgeted:
+                let_go = self._gate_let_go
+                if LetGo is not None:
+                    let_go = self._let_go = LetGo(self, self.rng.random, cfg.sample_rate, self.watch_hooks, _NAMES,
+                                                  _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
             self._gate = Gate(rmap.bind, self._always, self._gated, self._history, weighted=self._weighted,
                               draw=self.rng.random, trigger=self._trigger, trigger_on=self._trigger_on,
                               weighed=self._weighed, unbound=getattr(rmap, "unbound_actions", None),
-                              clock=_clock if budgeted else None, let_go=self._gate_let_go if budgeted else None)
+                              clock=_clock if budgeted else None, let_go=let_go)
             self._gate.gap = gap
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
@@ -553,9 +566,6 @@ class Monitor:
         self.cache_check_hooks: list = []        # further checks a cache check runs (fn())
         self.companions: list = []               # monitors of other specs on the same runtime
         self.step_hooks: list = []               # ... and a checked event (fn(name, fields))
-        # ... and cheap runtime checks (the worker watch: a dead worker would hang the next
-        # drain), run at every checked event and at every drawn sample the budget lets go
-        self.watch_hooks: list = []
         self.sampled_by: Monitor | None = None   # a companion's leader (its samples are the leader's)
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
         self.invariants = dict(self.spec.INVARIANTS)
@@ -774,7 +784,7 @@ class Monitor:
             # kept, not overshot by one check; the first sample, whose cost is unknown, runs)
             if self._credit >= need:
                 return True
-            self.budget_skipped += 1
+            self._skipped += 1
             self._close_gate()
             return False
 
@@ -811,7 +821,7 @@ class Monitor:
         gap's sample (not `weighted`), the next gap, which `_sample_step` draws before it."""
         gap = None if weighted else self._next_gap()
         with self._budget_lock:      # (as _afford counts the ones it lets go)
-            self.budget_skipped += 1
+            self._skipped += 1
         self.sampled = False
         self.cause = CheckCause.WEIGHTED_DRAW if weighted else CheckCause.DRAW
         if self.watch_hooks:
@@ -831,6 +841,13 @@ class Monitor:
             return None
         with self._budget_lock:
             return self._spent, _clock() - self._born
+
+    @property
+    def budget_skipped(self) -> int:
+        """Drawn samples this monitor let go because the budget was spent (its own and its
+        gate's let-go's, `LetGo`)."""
+        lg = self._let_go
+        return self._skipped if lg is None else self._skipped + lg.count
 
     def let_go(self) -> int:
         """Drawn samples the budget let go (a companion's: its leader's, whose samples are

@@ -477,3 +477,68 @@ def test_the_two_gates_let_go_alike():
         g.flush()
         outs.append((budget.let, spy.bound, spy.slow, spy.weighed, spy.log, g.steps, g.gap, list(g.history)))
     assert outs[0] == outs[1] and outs[0][0]
+
+
+# ---------------------------------------------------------------- the monitor's let-go in C
+class _Owner:
+    """What a LetGo writes: the monitor's `sampled` and `cause`."""
+    sampled, cause = True, None
+
+
+@pytest.mark.skipif(G.LetGo is None, reason="the gate extension is not built here")
+@pytest.mark.parametrize("rate", [0.05, 0.3, 1.0, 0.0])
+def test_letgo_draws_the_gaps_and_runs_the_hooks_as_the_monitors_let_go(tmp_path, rate):
+    """LetGo, the gate's let-go in C, against `Monitor._gate_let_go`, which defines it: from
+    the same seed, the same next gaps (a gap's sample) or None (a weighted one), the same
+    count, `sampled` False and the draw's cause, and each watch hook called with the event's
+    name (through `name_of` for an action the names lack) and fields, in order."""
+    import random
+
+    from hicache.monitors.maps.host_tier import HostTierMap
+    from hicache.monitors.runtime import _NAMES, CheckCause, Monitor, VerifyConfig, _name_of
+    from hicache.monitors.workload import WorkloadConfig, make_cache, plan
+    cache = make_cache(WorkloadConfig(), plan(0, WorkloadConfig(requests=1))[0])
+    try:
+        mon = Monitor(HostTierMap(cache), VerifyConfig(mode="sample", sample_rate=rate, seed=7, sample_budget=0.5,
+                                                       violation_dir=str(tmp_path)))
+    finally:
+        cache.close()
+    seen_py, seen_c = [], []
+    mon.watch_hooks[:] = [lambda name, fields: seen_py.append((name, fields["i"], mon.sampled, mon.cause))]
+    owner = _Owner()
+    hooks = [lambda name, fields: seen_c.append((name, fields["i"], owner.sampled, owner.cause))]
+    rng = random.Random(7)
+    lg = G.LetGo(owner, rng.random, rate, hooks, _NAMES, _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
+    mon.rng = random.Random(7)
+    actions = ["RequestMatch", "DeviceEvict", "BackupStart", "HostEvict", "RequestFinish"]
+    for i in range(200):
+        action, weighted = actions[i % len(actions)], i % 3 == 0
+        mon.sampled = owner.sampled = True
+        assert lg(action, {"i": i}, weighted) == mon._gate_let_go(action, {"i": i}, weighted)
+        if i == 100:
+            hooks.append(lambda name, fields: seen_c.append(("second", fields["i"], None, None)))
+            mon.watch_hooks.append(lambda name, fields: seen_py.append(("second", fields["i"], None, None)))
+    assert lg.count == mon._skipped == 200 and lg.rate == rate
+    assert seen_c == seen_py and len(seen_c) == 200 + 99
+    assert {c for *_, c in seen_c} == {CheckCause.DRAW, CheckCause.WEIGHTED_DRAW, None}
+
+
+@pytest.mark.skipif(G.LetGo is None, reason="the gate extension is not built here")
+def test_letgo_counts_before_a_hook_error_passes_through_and_is_validated():
+    from hicache.monitors.runtime import _NAMES, CheckCause, _name_of
+
+    def failing(name, fields):
+        raise RuntimeError("the watch's violation")
+    owner = _Owner()
+    lg = G.LetGo(owner, lambda: 0.5, 0.05, [failing], _NAMES, _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
+    with pytest.raises(RuntimeError, match="the watch's violation"):
+        lg("RequestMatch", {}, False)
+    assert lg.count == 1 and owner.sampled is False and owner.cause is CheckCause.DRAW
+    with pytest.raises(TypeError, match="3 positional"):
+        lg("RequestMatch", {})
+    with pytest.raises(ValueError, match="rate"):
+        G.LetGo(owner, lambda: 0.5, 1.5, [], _NAMES, _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
+    with pytest.raises(TypeError, match="callable"):
+        G.LetGo(owner, None, 0.5, [], _NAMES, _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
+    with pytest.raises(TypeError):
+        G.LetGo(owner, lambda: 0.5, 0.5, (), _NAMES, _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)

@@ -11,7 +11,7 @@ from hicache.monitors import native
 from hicache.monitors.faults import AbortKeepsSlots, EvictDuringLoad
 from hicache.monitors.generated import host_tier
 from hicache.monitors.maps.host_tier import HostTierMap, slot_in_one_owner_linear, write_through_prefix_tree
-from hicache.monitors.runtime import Mode, Monitor, ProtocolViolation, Step, VerifyConfig
+from hicache.monitors.runtime import CheckCause, Mode, Monitor, ProtocolViolation, Step, VerifyConfig
 from hicache.monitors.workload import WorkloadConfig, make_cache, plan, run_workload
 from hicache.protocol.vocabulary import HostTier as A
 from hicache.monitors.zoo import _close_quietly
@@ -981,16 +981,24 @@ def test_the_checks_native_form_is_built_with_the_monitor_not_charged_to_a_sampl
     assert mon._last_cost == clock.per_map and mon.checking()[0] == mon.checked * clock.per_map
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["LetGo", "python"])
 @pytest.mark.parametrize("seed", range(3))
-def test_the_gate_lets_go_the_samples_the_budget_would(monkeypatch, tmp_path, seed):
+def test_the_gate_lets_go_the_samples_the_budget_would(monkeypatch, tmp_path, seed, native):
     """The gate lets a drawn sample go itself while the clock is before its `closed_until`,
     which the monitor keeps at each change of its bucket: `_afford`'s decision. On a fake
     clock of binary fractions (no rounding at a boundary), every sample the gate lets go is
     one `_afford` would let go at that instant (its test on a copy of the bucket), and every
     one the gate hands over `_afford` affords: the gate lets go exactly those the budget
-    would, gap samples and drawn evictions alike. (The event order of a threaded workload
-    varies from run to run: checked within one run, not against a second.)"""
-    from hicache.monitors import runtime
+    would, gap samples and drawn evictions alike; with the monitor's let-go in C (`LetGo`)
+    and in Python (`_gate_let_go`). A let-go is seen by the watch hooks, which every let-go
+    runs, the monitor's `sampled` False and its `cause` the draw's. (The event order of a
+    threaded workload varies from run to run: checked within one run, not against a
+    second.)"""
+    from hicache.monitors import gate, runtime
+    if native and gate.LetGo is None:
+        pytest.skip("the gate extension is not built here")
+    if not native:
+        monkeypatch.setattr(runtime, "LetGo", None)
 
     def would_afford() -> bool:
         # (`_afford`'s test on a copy of the bucket of `mon`, made below)
@@ -998,11 +1006,7 @@ def test_the_gate_lets_go_the_samples_the_budget_would(monkeypatch, tmp_path, se
         credit = min(max(b * mon._window, need), mon._credit + b * (now - mon._filled))
         return credit >= need
     let, refused, weighing = [], [], []
-    own_let_go, own_afford, own_weighted_step = Monitor._gate_let_go, Monitor._afford, Monitor._weighted_step
-
-    def let_go(self, action, fields, weighted):
-        let.append((action, weighted, would_afford()))
-        return own_let_go(self, action, fields, weighted)
+    own_afford, own_weighted_step = Monitor._afford, Monitor._weighted_step
 
     def afford(self):
         ok = own_afford(self)
@@ -1018,18 +1022,23 @@ def test_the_gate_lets_go_the_samples_the_budget_would(monkeypatch, tmp_path, se
             return own_weighted_step(self, *a)
         finally:
             weighing.pop()
-    monkeypatch.setattr(Monitor, "_gate_let_go", let_go)
     monkeypatch.setattr(Monitor, "_afford", afford)
     monkeypatch.setattr(Monitor, "_weighted_step", weighted_step)
-    # (patched first: the gate holds the let-go it was given)
     cache, rmap, clock, reqs = _timed_cache(monkeypatch, HostTierMap, "state", per_event=0.125, seed=seed)
     mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=0.3, seed=seed, sample_budget=0.25,
                                      violation_dir=str(tmp_path)))
+    assert (mon._let_go is not None) == native
+
+    def watch(name, fields):
+        if not mon.sampled:
+            let.append((mon.cause, would_afford()))
+    mon.watch_hooks.append(watch)
     cache.bus.subscribe(mon.listener)
     run_workload(cache, reqs)
-    assert not [x for x in let if x[2]] and refused == []
-    assert mon.budget_skipped >= len(let) > 10 and mon.checked > 3
-    assert any(w for _, w, _ in let) and any(not w for _, w, _ in let)       # (drawn evictions, gap samples)
+    assert not [x for x in let if x[1]] and refused == []
+    assert mon.budget_skipped == len(let) > 10 and mon.checked > 3
+    causes = {c for c, _ in let}
+    assert causes == {CheckCause.DRAW, CheckCause.WEIGHTED_DRAW}       # (gap samples, drawn evictions)
 
 
 def test_sample_budget_keeps_the_seeded_draws(monkeypatch, tmp_path):

@@ -57,8 +57,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <math.h>
 
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 
 /* events held at most before a flush (deferred binding) */
 #define DEFER_CAP 64
@@ -1430,6 +1431,188 @@ static PyTypeObject StrictStepType = {
     .tp_doc = "strict mode's listener on an incremental map (monitors.runtime.Monitor._strict_step in C)",
 };
 
+/* The monitor's let-go (runtime.py's Monitor._gate_let_go, which defines it, in C): what a
+ * drawn sample the gate let go for the budget costs the monitor, called by the gate as its
+ * `let_go`. Most drawn samples of a budgeted canary are let go (~42 of the ~46 a kv_bytes
+ * replay of the monitors bench draws), and in Python each was a frame, the next gap's draw,
+ * the budget's lock and the worker watch's call: ~10k instructions. Here, in
+ * `_gate_let_go`'s order:
+ *   - a gap's sample (not weighted): the next gap, int(log(1 - draw()) / log1p(-rate)) (0 at
+ *     rate >= 1, 2**62 at rate <= 0), as `Monitor._next_gap` draws it from the same seeded
+ *     draw: the same libm calls on the same doubles, so the same gaps;
+ *   - the count (`count`: the monitor's `budget_skipped` adds it to its own);
+ *   - the monitor's `sampled` = False and `cause` = cause_draw or cause_weighted;
+ *   - each of the monitor's watch hooks (the list, read at each call: appended to after the
+ *     gate was made), hook(name, fields), name = names.get(action) or name_of(action).
+ * It returns the gap (a gap's sample) or None; an error of a hook propagates after the count,
+ * as the Python's does. */
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t count;
+    double rate;
+    PyObject *owner;          /* the monitor */
+    PyObject *draw;           /* its seeded draw, rng.random */
+    PyObject *hooks;          /* its watch_hooks (a list) */
+    PyObject *names;          /* a dict: action -> its name */
+    PyObject *name_of;        /* name_of(action), for an action names lacks */
+    PyObject *cause_draw;     /* the cause of a gap's sample let go */
+    PyObject *cause_weighted; /* ... and of a drawn weighted event's */
+    vectorcallfunc vectorcall;
+} LetGo;
+
+static PyObject *s_sampled, *s_cause;
+
+/* The next gap, drawn as Monitor._next_gap draws it: a new int, or NULL with an error set */
+static PyObject *letgo_next_gap(LetGo *lg) {
+    if (lg->rate >= 1.0)
+        return PyLong_FromLong(0);
+    if (lg->rate <= 0.0)
+        return PyLong_FromLongLong(1LL << 62);
+    PyObject *u = PyObject_CallNoArgs(lg->draw);
+    if (u == NULL)
+        return NULL;
+    double x = PyFloat_AsDouble(u);
+    Py_DECREF(u);
+    if (x == -1.0 && PyErr_Occurred())
+        return NULL;
+    return PyLong_FromDouble(log(1.0 - x) / log1p(-lg->rate));
+}
+
+static PyObject *letgo_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    LetGo *lg = (LetGo *)self;
+    if (PyVectorcall_NARGS(nargsf) != 3 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "let_go(action, fields, weighted) takes 3 positional arguments");
+        return NULL;
+    }
+    if (lg->owner == NULL) {      /* (cleared by the collector) */
+        PyErr_SetString(PyExc_RuntimeError, "LetGo: cleared");
+        return NULL;
+    }
+    PyObject *action = args[0], *fields = args[1];
+    int weighted = PyObject_IsTrue(args[2]);
+    if (weighted < 0)
+        return NULL;
+    PyObject *gap = Py_None;
+    if (!weighted && (gap = letgo_next_gap(lg)) == NULL)
+        return NULL;
+    if (weighted)
+        Py_INCREF(gap);
+    lg->count++;
+    if (PyObject_SetAttr(lg->owner, s_sampled, Py_False) < 0 ||
+        PyObject_SetAttr(lg->owner, s_cause, weighted ? lg->cause_weighted : lg->cause_draw) < 0)
+        goto fail;
+    if (PyList_GET_SIZE(lg->hooks) > 0) {
+        PyObject *name = PyDict_GetItemWithError(lg->names, action);     /* (borrowed) */
+        if (name == NULL && PyErr_Occurred())
+            goto fail;
+        int truth = name == NULL ? 0 : PyObject_IsTrue(name);
+        if (truth < 0)
+            goto fail;
+        name = truth ? Py_NewRef(name) : PyObject_CallOneArg(lg->name_of, action);
+        if (name == NULL)
+            goto fail;
+        /* (by index, the list read at each step: a hook may append to it, as the Python's
+         * `for` sees an append) */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lg->hooks); i++) {
+            PyObject *hook = Py_NewRef(PyList_GET_ITEM(lg->hooks, i));
+            PyObject *argv[2] = {name, fields};
+            PyObject *r = PyObject_Vectorcall(hook, argv, 2, NULL);
+            Py_DECREF(hook);
+            if (r == NULL) {
+                Py_DECREF(name);
+                goto fail;
+            }
+            Py_DECREF(r);
+        }
+        Py_DECREF(name);
+    }
+    return gap;
+fail:
+    Py_DECREF(gap);
+    return NULL;
+}
+
+static PyObject *letgo_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kw[] = {"owner", "draw", "rate", "hooks", "names", "name_of", "cause_draw", "cause_weighted", NULL};
+    PyObject *owner, *draw, *hooks, *names, *name_of, *cause_draw, *cause_weighted;
+    double rate;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOdO!O!OOO:LetGo", kw, &owner, &draw, &rate, &PyList_Type, &hooks,
+                                     &PyDict_Type, &names, &name_of, &cause_draw, &cause_weighted))
+        return NULL;
+    if (!PyCallable_Check(draw) || !PyCallable_Check(name_of)) {
+        PyErr_SetString(PyExc_TypeError, "LetGo: draw and name_of must be callable");
+        return NULL;
+    }
+    if (!(rate >= 0.0 && rate <= 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "LetGo: rate must be in [0, 1]");
+        return NULL;
+    }
+    LetGo *lg = (LetGo *)type->tp_alloc(type, 0);
+    if (lg == NULL)
+        return NULL;
+    lg->rate = rate;
+    lg->owner = Py_NewRef(owner);
+    lg->draw = Py_NewRef(draw);
+    lg->hooks = Py_NewRef(hooks);
+    lg->names = Py_NewRef(names);
+    lg->name_of = Py_NewRef(name_of);
+    lg->cause_draw = Py_NewRef(cause_draw);
+    lg->cause_weighted = Py_NewRef(cause_weighted);
+    lg->vectorcall = letgo_call;
+    return (PyObject *)lg;
+}
+
+static int letgo_traverse(PyObject *self, visitproc visit, void *arg) {
+    LetGo *lg = (LetGo *)self;
+    Py_VISIT(lg->owner);
+    Py_VISIT(lg->draw);
+    Py_VISIT(lg->hooks);
+    Py_VISIT(lg->names);
+    Py_VISIT(lg->name_of);
+    Py_VISIT(lg->cause_draw);
+    Py_VISIT(lg->cause_weighted);
+    return 0;
+}
+
+static int letgo_clear(PyObject *self) {
+    LetGo *lg = (LetGo *)self;
+    Py_CLEAR(lg->owner);
+    Py_CLEAR(lg->draw);
+    Py_CLEAR(lg->hooks);
+    Py_CLEAR(lg->names);
+    Py_CLEAR(lg->name_of);
+    Py_CLEAR(lg->cause_draw);
+    Py_CLEAR(lg->cause_weighted);
+    return 0;
+}
+
+static void letgo_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    letgo_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyMemberDef letgo_members[] = {
+    {"count", T_PYSSIZET, offsetof(LetGo, count), READONLY, "drawn samples let go"},
+    {"rate", T_DOUBLE, offsetof(LetGo, rate), READONLY, "the sample rate the gaps are drawn at"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject LetGoType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_hicache_gate.LetGo",
+    .tp_basicsize = sizeof(LetGo),
+    .tp_dealloc = letgo_dealloc,
+    .tp_traverse = letgo_traverse,
+    .tp_clear = letgo_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(LetGo, vectorcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = letgo_new,
+    .tp_members = letgo_members,
+    .tp_doc = "a budgeted sample-mode monitor's let-go (monitors.runtime.Monitor._gate_let_go in C)",
+};
+
 static int intern_names(void) {
     struct { PyObject **slot; const char *text; } names[] = {
         {&s_bind, "bind"}, {&s_sync, "sync"}, {&s_breach, "breach"}, {&s_synced_key, "synced_key"},
@@ -1437,7 +1620,7 @@ static int intern_names(void) {
         {&s_report_breach, "_report_breach"},
         {&s_check_delta, "_check_delta"}, {&s_constants, "constants"}, {&s_action, "action"},
         {&s_own_domains, "own_domains"}, {&s_domains, "domains"}, {&s_live, "live"}, {&s_isdisjoint, "isdisjoint"},
-        {&s_invariant, "invariant"},
+        {&s_invariant, "invariant"}, {&s_sampled, "sampled"}, {&s_cause, "cause"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].slot == NULL && (*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL)
@@ -1458,13 +1641,15 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hicache_gate", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hicache_gate(void) {
-    if (PyType_Ready(&GateType) < 0 || PyType_Ready(&StrictStepType) < 0 || intern_names() < 0)
+    if (PyType_Ready(&GateType) < 0 || PyType_Ready(&StrictStepType) < 0 || PyType_Ready(&LetGoType) < 0 ||
+        intern_names() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "Gate", (PyObject *)&GateType) < 0 ||
-        PyModule_AddObjectRef(m, "StrictStep", (PyObject *)&StrictStepType) < 0) {
+        PyModule_AddObjectRef(m, "StrictStep", (PyObject *)&StrictStepType) < 0 ||
+        PyModule_AddObjectRef(m, "LetGo", (PyObject *)&LetGoType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
