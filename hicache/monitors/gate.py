@@ -37,7 +37,10 @@ time from which the budget affords the next sample, which the monitor keeps
 gap's sample answered with the next gap). The monitor's own path for such a sample was five
 frames (its dispatch, the bind, the draw of the next gap, the budget's look under its lock,
 the record), ~7-10 us each on the monitors bench's kv_bytes replay, where ~42 of the ~46
-samples a replay draws are let go.
+samples a replay draws are let go. The monitor's `let_go` is itself C where this extension
+builds (`LetGo`: `Monitor._gate_let_go`, which defines it, without its frame: the next gap
+from the monitor's seeded draw, the count, `sampled` and `cause`, the worker watch's hook;
+~10k instructions a let-go in Python, ~0.45M a replay).
 
 The same extension holds strict mode's step (`StrictStep`): runtime.py's
 `Monitor._strict_step` in C, the listener of every event of a strict run on an incremental
