@@ -1287,3 +1287,20 @@ def test_hidden_retention_maps_only_the_retained_idle_slots_reserved():
         assert [h for h in range(len(after)) if after[h] != before[h]] == taken
     finally:
         _close_quietly(cache)
+
+
+def test_fused_over_all_is_answered_once_per_spec_and_names():
+    """fused_over_all reads only the names of the invariants and overrides: a second monitor
+    of the same map gets the answer the first computed (the same object), while another
+    set of names, or another spec, is computed on its own and equals a fresh computation."""
+    from hicache.monitors import runtime
+    from hicache.monitors.maps.host_tier import HostTierMap
+    spec = HostTierMap.spec
+    over = {"WriteThroughPrefix": None, "SlotInOneOwner": None}
+    first = runtime.fused_over_all(spec, dict(spec.INVARIANTS), over)
+    assert first is not None and runtime.fused_over_all(spec, dict(spec.INVARIANTS), dict(over)) is first
+    assert first == runtime._fused_over_all(spec, dict(spec.INVARIANTS), over)
+    fewer = {n: f for n, f in spec.INVARIANTS.items() if n != sorted(first[0])[0]}
+    other = runtime.fused_over_all(spec, fewer, over)
+    assert other == runtime._fused_over_all(spec, fewer, over) and other[0] == first[0] - {sorted(first[0])[0]}
+    assert runtime.fused_over_all(spec, dict(spec.INVARIANTS), {}) == runtime._fused_over_all(spec, spec.INVARIANTS, {})
