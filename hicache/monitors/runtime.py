@@ -396,7 +396,7 @@ def state_diff(s: dict | None, t: dict) -> dict:
 
 #: fused_over_all's answers: (spec module, invariant names, overridden names) -> it. A pure
 #: function of those (read-only tuples of frozensets and str), asked by every monitor made
-#: (~21k instructions of a HostTier monitor's ~175k construction; twice in every bench replay);
+#: (~21k of the ~196k instructions a monitor's construction took, two monitors a bench replay);
 #: bounded, as _BINDINGS (a generated module per edited spec in the generator's tests)
 _FUSED: dict = {}
 
