@@ -587,8 +587,10 @@ class Monitor:
         self.step_hooks: list = []               # ... and a checked event (fn(name, fields))
         self.sampled_by: Monitor | None = None   # a companion's leader (its samples are the leader's)
         self.prev: dict | None = self.rmap.state() if self._check_next and self.needs_prestate else None
+        # a map's own forms of some invariants (read once: a map's property builds the dict)
+        overridden = getattr(rmap, "invariant_overrides", {})
         self.invariants = dict(self.spec.INVARIANTS)
-        self.invariants.update(getattr(rmap, "invariant_overrides", {}))
+        self.invariants.update(overridden)
         # a map may check a subset of the spec's invariants (`checked_invariants`): those
         # its instance of the spec can break (CPSharding at CP = 1: the placement ones hold
         # by arithmetic in every state TypeOK allows, see maps/device_pages.py)
@@ -600,7 +602,7 @@ class Monitor:
         # reads (CONST_READS) changed value since it last held, not at every step
         reads_of = getattr(self.spec, "READS", {})
         const_reads = getattr(self.spec, "CONST_READS", {})
-        overridden = getattr(rmap, "invariant_overrides", {})    # (a map's own forms may read state)
+        # (not an invariant the map overrides: its own form may read state)
         # constant-level invariant -> the constants it reads, in a fixed order (its verdict key)
         self._const_level = {n: tuple(sorted(const_reads.get(n, self.spec.CONSTANTS))) for n in self.invariants
                              if not reads_of.get(n, True) and n not in overridden}
@@ -665,7 +667,7 @@ class Monitor:
         # (no guard, no effect check, no breach to report, no hooks) it is only recorded
         self._quiet = rmap.quiet if self._fast and hasattr(rmap, "quiet") and self._guard is None \
             and not self._effect_on and not self._breaches else None
-        self._scratch_fast = fused_over_all(self.spec, self.invariants, getattr(rmap, "invariant_overrides", {}))
+        self._scratch_fast = fused_over_all(self.spec, self.invariants, overridden)
         if self._scratch_fast is not None:
             # its native form built now (once a process, fused_native), not at the first
             # check that takes it: there the build (tens of ms) would be charged to the budget
