@@ -3,7 +3,6 @@ requests do nothing outside valgrind), and the reading of callgrind's output; th
 under valgrind itself takes minutes and is not part of the suite."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -11,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts_loader import load_script, script_path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "monitor_instructions.py"
+SCRIPT = script_path("monitor_instructions")
 
 #: the tests that build the toggle library
 needs_toggle = pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/include/valgrind/callgrind.h").exists(),
@@ -20,10 +20,7 @@ needs_toggle = pytest.mark.skipif(shutil.which("cc") is None or not Path("/usr/i
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("monitor_instructions", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("monitor_instructions")
 
 
 def test_summary_reads_callgrinds_total_and_refuses_a_file_without_one(tmp_path):

@@ -2,19 +2,12 @@
 against a verify mode, repeating exactly from run to run where nothing depends on time."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "monitor_opcodes.py"
+from scripts_loader import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("monitor_opcodes", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("monitor_opcodes")
 
 
 @pytest.fixture

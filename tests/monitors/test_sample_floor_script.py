@@ -2,17 +2,11 @@
 as it found it (the timings themselves are the script's output, not asserted here)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sample_floor.py"
+from scripts_loader import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("sample_floor", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("sample_floor")
 
 
 def test_each_variant_attaches_and_publishes_what_it_says_and_restores_what_it_patched():
