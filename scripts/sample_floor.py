@@ -18,10 +18,11 @@ let-go: the floor) with parts taken away:
 
 Rounds run in the orders of a Williams square (bench.monitors.williams_orders), after two
 rounds of warm-up. Prints one JSON object: for each variant its best-of and paired-median
-ratios to off, wall clock and the scheduler thread's CPU, the caches verified mode attached
-monitors to and the events they published (their buses' `seq`), of its last replay. The differences of consecutive variants are the parts'
-shares, within the spread an A/A comparison shows (the bench's `off_vs_off`). Time, not
-instructions: `scripts/monitor_instructions.py --whole` counts those.
+ratios to off, wall clock and the scheduler thread's CPU, and, of its last replay, the
+caches verified mode attached monitors to and the events they published (their buses'
+`seq`). The differences of consecutive variants are the parts' shares, within the spread
+an A/A comparison shows (the bench's `off_vs_off`). Time, not instructions:
+`scripts/monitor_instructions.py --whole` counts those.
 """
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ import contextlib
 import gc
 import json
 import operator
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -91,10 +91,13 @@ def replay_once(name: str, cfg, reqs) -> tuple[float, float, int, int]:
 
 
 def measure(rounds: int, limit: int, variants=VARIANTS) -> dict:
+    """`rounds` interleaved rounds (after two of warm-up) of each of `variants` (off first:
+    the ratios' denominator) on the kv_bytes replay of `limit` requests: the report the
+    module docstring describes."""
     from hicache.bench import monitors as bm
     from hicache.replay.driver import load_requests
-    if len(variants) % 2:
-        raise ValueError("a Williams square needs an even number of variants")
+    if not variants or variants[0] != "off" or len(variants) % 2:
+        raise ValueError("the variants: off first, an even number of them (a Williams square's order)")
     reqs = load_requests(str(bm.TRACE), bm.PAGE, limit)
     cfg = bm.REPLAYS["kv_bytes"](limit)
     walls = {v: [] for v in variants}
@@ -108,16 +111,15 @@ def measure(rounds: int, limit: int, variants=VARIANTS) -> dict:
             if r >= 2:
                 walls[v].append(wall)
                 threads[v].append(thread)
-    off = variants[0]
 
-    out = {"requests": len(reqs), "rounds": rounds, "off_best_wall_s": min(walls[off]), "variants": {}}
+    def ratios(xs: list, off: list) -> dict:
+        # (the paired median as the bench computes it: each round's replay against off's)
+        return {"best_of": min(xs) / min(off), "paired_median": bm._paired(xs, off)["median"]}
+    out = {"requests": len(reqs), "rounds": rounds, "off_best_wall_s": min(walls["off"]), "variants": {}}
     for v in variants:
-        out["variants"][v] = {
-            "wall": {"best_of": min(walls[v]) / min(walls[off]),
-                     "paired_median": statistics.median(a / b for a, b in zip(walls[v], walls[off]))},
-            "thread_cpu": {"best_of": min(threads[v]) / min(threads[off]),
-                           "paired_median": statistics.median(a / b for a, b in zip(threads[v], threads[off]))},
-            "events_published": events[v], "caches_attached": attached[v]}
+        out["variants"][v] = {"wall": ratios(walls[v], walls["off"]),
+                              "thread_cpu": ratios(threads[v], threads["off"]),
+                              "events_published": events[v], "caches_attached": attached[v]}
     return out
 
 
