@@ -19,9 +19,10 @@ let-go: the floor) with parts taken away:
 Rounds run in the orders of a Williams square (bench.monitors.williams_orders), after two
 rounds of warm-up. Prints one JSON object: for each variant its best-of and paired-median
 ratios to off, wall clock and the scheduler thread's CPU, and, of its last replay, the
-caches verified mode attached monitors to and the events they published (their buses'
-`seq`). The differences of consecutive variants are the parts' shares, within the spread
-an A/A comparison shows (the bench's `off_vs_off`). Time, not instructions:
+caches verified mode attached monitors to, the events they published (their buses' `seq`)
+and the events their monitors counted (`steps`: none where the listener is not theirs).
+The differences of consecutive variants are the parts' shares, within the spread an A/A
+comparison shows (the bench's `off_vs_off`). Time, not instructions:
 `scripts/monitor_instructions.py --whole` counts those.
 """
 from __future__ import annotations
@@ -61,7 +62,7 @@ def _variant(name: str, caches: list):
         mon = attach(cache, cfg)
         if mon is None:       # (off: the registry attaches nothing)
             return mon
-        caches.append((cache, cache.bus.listeners))
+        caches.append((cache, cache.bus.listeners, mon))
         if name == "attached":
             cache.bus.listeners = []
         elif name == "deaf":
@@ -77,9 +78,9 @@ def _variant(name: str, caches: list):
         verified.disable()
 
 
-def replay_once(name: str, cfg, reqs) -> tuple[float, float, int, int]:
+def replay_once(name: str, cfg, reqs) -> tuple[float, float, int, int, int]:
     """(wall seconds, the scheduler thread's CPU seconds, events published, caches
-    attached) of one replay in variant `name`."""
+    attached, events their HostTier monitors counted) of one replay in variant `name`."""
     from hicache.replay.driver import replay_requests
     caches: list = []
     with _variant(name, caches):
@@ -87,7 +88,7 @@ def replay_once(name: str, cfg, reqs) -> tuple[float, float, int, int]:
         s0, t0 = time.thread_time(), time.perf_counter()
         replay_requests(cfg, reqs)
         wall, thread = time.perf_counter() - t0, time.thread_time() - s0
-    return wall, thread, sum(c.bus.seq for c, _ in caches), len(caches)
+    return wall, thread, sum(c.bus.seq for c, _, _ in caches), len(caches), sum(m.steps for _, _, m in caches)
 
 
 def measure(rounds: int, limit: int, variants=VARIANTS) -> dict:
@@ -102,12 +103,12 @@ def measure(rounds: int, limit: int, variants=VARIANTS) -> dict:
     cfg = bm.REPLAYS["kv_bytes"](limit)
     walls = {v: [] for v in variants}
     threads = {v: [] for v in variants}
-    events, attached = {}, {}
+    events, attached, seen = {}, {}, {}
     orders = bm.williams_orders(len(variants))
     for r in range(rounds + 2):
         for i in orders[r % len(orders)]:
             v = variants[i]
-            wall, thread, events[v], attached[v] = replay_once(v, cfg, reqs)
+            wall, thread, events[v], attached[v], seen[v] = replay_once(v, cfg, reqs)
             if r >= 2:
                 walls[v].append(wall)
                 threads[v].append(thread)
@@ -119,7 +120,8 @@ def measure(rounds: int, limit: int, variants=VARIANTS) -> dict:
     for v in variants:
         out["variants"][v] = {"wall": ratios(walls[v], walls["off"]),
                               "thread_cpu": ratios(threads[v], threads["off"]),
-                              "events_published": events[v], "caches_attached": attached[v]}
+                              "events_published": events[v], "caches_attached": attached[v],
+                              "events_monitors_counted": seen[v]}
     return out
 
 

@@ -26,6 +26,10 @@ def test_each_variant_attaches_and_publishes_what_it_says_and_restores_what_it_p
     assert got["attached"]["events_published"] == 0
     published = {got[v]["events_published"] for v in ("deaf", "events", "rate0", "sample")}
     assert len(published) == 1 and published.pop() > 0
+    # ... and only the monitors' own listeners count them: `deaf` publishes to a listener of
+    # its own
+    assert got["attached"]["events_monitors_counted"] == got["deaf"]["events_monitors_counted"] == 0
+    assert all(got[v]["events_monitors_counted"] > 0 for v in ("events", "rate0", "sample"))
     # ratios are to off's replays of the same rounds
     assert got["off"]["wall"] == {"best_of": 1.0, "paired_median": 1.0}
     assert all(got[v]["wall"]["best_of"] > 0 for v in mod.VARIANTS)
