@@ -730,6 +730,23 @@ static int step_record(StrictStep *st, PyObject *name, PyObject *fields, PyObjec
 
 /* Each hook of a list, hook(name, fields), in order (a hook appended while they run is run
  * too, as a list iterator would: the length is read at each step) */
+/* An action's name as the monitors record it: names.get(action) or name_of(action) (runtime's
+ * _NAMES and _name_of); a new reference, or NULL with an error set */
+static PyObject *action_name(PyObject *names, PyObject *name_of, PyObject *action) {
+    PyObject *name = PyDict_GetItemWithError(names, action);     /* (borrowed) */
+    if (name == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_CallOneArg(name_of, action);
+    }
+    Py_INCREF(name);
+    int named = PyObject_IsTrue(name);
+    if (named > 0)
+        return name;
+    Py_DECREF(name);
+    return named < 0 ? NULL : PyObject_CallOneArg(name_of, action);
+}
+
 static int step_hooks(PyObject *hooks, PyObject *name, PyObject *fields) {
     PyObject *argv[2] = {name, fields};
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(hooks); i++) {
@@ -1213,22 +1230,8 @@ static PyObject *step_call(PyObject *self, PyObject *const *args, size_t nargsf,
         return NULL;
     }
     PyObject *action = args[0], *fields = args[1];
-    /* name = _NAMES.get(action) or _name_of(action) */
-    PyObject *name = PyDict_GetItemWithError(st->names, action);
-    int named = 0;
-    if (name != NULL) {
-        Py_INCREF(name);
-        named = PyObject_IsTrue(name);
-        if (named < 0) {
-            Py_DECREF(name);
-            return NULL;
-        }
-        if (!named)
-            Py_DECREF(name);
-    } else if (PyErr_Occurred()) {
-        return NULL;
-    }
-    if (!named && (name = PyObject_CallOneArg(st->name_of, action)) == NULL)
+    PyObject *name = action_name(st->names, st->name_of, action);
+    if (name == NULL)
         return NULL;
     PyObject *steps = step_bind(st, name, fields);
     if (steps == NULL || steps == Py_None) {
@@ -1502,29 +1505,15 @@ static PyObject *letgo_call(PyObject *self, PyObject *const *args, size_t nargsf
         PyObject_SetAttr(lg->owner, s_cause, weighted ? lg->cause_weighted : lg->cause_draw) < 0)
         goto fail;
     if (PyList_GET_SIZE(lg->hooks) > 0) {
-        PyObject *name = PyDict_GetItemWithError(lg->names, action);     /* (borrowed) */
-        if (name == NULL && PyErr_Occurred())
-            goto fail;
-        int truth = name == NULL ? 0 : PyObject_IsTrue(name);
-        if (truth < 0)
-            goto fail;
-        name = truth ? Py_NewRef(name) : PyObject_CallOneArg(lg->name_of, action);
+        PyObject *name = action_name(lg->names, lg->name_of, action);
         if (name == NULL)
             goto fail;
-        /* (by index, the list read at each step: a hook may append to it, as the Python's
-         * `for` sees an append) */
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lg->hooks); i++) {
-            PyObject *hook = Py_NewRef(PyList_GET_ITEM(lg->hooks, i));
-            PyObject *argv[2] = {name, fields};
-            PyObject *r = PyObject_Vectorcall(hook, argv, 2, NULL);
-            Py_DECREF(hook);
-            if (r == NULL) {
-                Py_DECREF(name);
-                goto fail;
-            }
-            Py_DECREF(r);
-        }
+        /* (step_hooks reads the list by index at each step: a hook may append to it, as the
+         * Python's `for` sees an append) */
+        int rc = step_hooks(lg->hooks, name, fields);
         Py_DECREF(name);
+        if (rc < 0)
+            goto fail;
     }
     return gap;
 fail:
