@@ -11,8 +11,9 @@ let-go: the floor) with parts taken away:
              final check;
   deaf       the events published to a listener that does nothing (`operator.is_`), no
              final check: what publishing costs the runtime and the bus;
-  events     the monitors' own listeners (the gate: binding, holding, the history, the
-             weighted draws and the trigger), no final check;
+  events     the monitors' own listeners (the gate: counting, the history, the weighted
+             draws and the trigger; binding only the events it hands on, the map reading
+             the requests off the runtime), no final check;
   rate0      as `events`, with the final check at close;
   sample     sample mode at its defaults (rate, budget): the floor and the budgeted checks.
 

@@ -172,13 +172,16 @@ def monitor_cache(cache, cfg: VerifyConfig) -> Monitor:
     and, on the CP replay's sharded cache, a CPSharding monitor of its page placement
     (hicache.monitors.maps.cp_replay), all on the cache's bus; not registered (the bug zoo
     and its tests give each run its own)."""
-    from hicache.monitors.maps.host_tier import HostTierMap
+    from hicache.monitors.maps.host_tier import HostTierMap, Requests
     from hicache.monitors.maps.host_tier_inc import IncrementalHostTierMap
     from hicache.monitors.workers import watch
     # strict checks every event: the incremental map (its cost follows what an event
     # changed); sample mode checks a few: the from-scratch map, which costs nothing between
-    # samples (the incremental one would journal every change to serve the next sample)
-    rmap = IncrementalHostTierMap(cache) if cfg.mode is Mode.STRICT else HostTierMap(cache)
+    # samples (the incremental one would journal every change to serve the next sample),
+    # reading the requests off the runtime's table when it maps a state, so an event
+    # between samples is only counted and recorded (following the requests through every
+    # event was most of what one cost)
+    rmap = IncrementalHostTierMap(cache) if cfg.mode is Mode.STRICT else HostTierMap(cache, Requests.RUNTIME)
     mon = Monitor(rmap, cfg)
     # (a bound method, not the monitor: called through vectorcall, where an instance is
     # called through its type's `__call__` slot, with an argument tuple built and the method

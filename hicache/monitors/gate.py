@@ -28,6 +28,12 @@ warm. Nothing is decided differently while the map keeps its contract: `bind` ma
 `unbound` actions to no step, and changes nothing then (broken: csrc/gate.c's comment says
 what follows). A binder's error is raised at the flush, after the rest of the batch is bound.
 
+A pure binder (`pure`, with `unbound`: the map's `pure_bind`, a `bind` that maps an event to
+its step and keeps nothing, the map reading what it needs off the runtime when it maps a
+state: HostTierMap under Requests.RUNTIME): such an event is neither held nor bound, only
+counted (gap and steps) and recorded at once. The same counts and records as binding it
+would make, under the same contract, at a store or two and a record an event.
+
 Letting go (`clock` and `let_go`: sample mode under a budget): a drawn sample the monitor's
 budget would let go (the gap's sample of an action neither special, weighted nor unbound, a
 drawn weighted event not triggered) is let go by the gate while `clock() < closed_until`, the
@@ -55,7 +61,7 @@ from pathlib import Path
 from hicache import buildcache
 
 #: must equal ABI_VERSION in csrc/gate.c (checked on load)
-ABI_VERSION = 7
+ABI_VERSION = 8
 #: events held at most before a flush (DEFER_CAP in csrc/gate.c)
 DEFER_CAP = 64
 
@@ -64,12 +70,12 @@ class PyGate:
     """The gate in Python (see the module docstring; csrc/gate.c in C)."""
 
     __slots__ = ("steps", "gap", "tripped", "bind", "special", "slow", "weighted", "draw", "trigger", "trigger_on",
-                 "weighed", "unbound", "clock", "let_go", "closed_until", "_immediate", "_hold", "_flushing",
+                 "weighed", "unbound", "pure", "clock", "let_go", "closed_until", "_immediate", "_hold", "_flushing",
                  "_history", "_append")
 
     def __init__(self, bind, special: frozenset, slow, history, weighted: dict | None = None, draw=None,
                  trigger=None, trigger_on: frozenset = frozenset(), weighed=None,
-                 unbound: frozenset | None = None, clock=None, let_go=None) -> None:
+                 unbound: frozenset | None = None, clock=None, let_go=None, pure: bool = False) -> None:
         if not (callable(bind) and callable(slow)):
             raise TypeError("Gate: bind and slow must be callable")
         for name, v in (("special", special), ("trigger_on", trigger_on)):
@@ -83,6 +89,8 @@ class PyGate:
             raise TypeError("Gate: trigger must be callable or None")
         if unbound is not None and type(unbound) is not frozenset:
             raise TypeError(f"Gate: unbound must be a frozenset or None, not {type(unbound).__name__}")
+        if type(pure) is not bool or (pure and unbound is None):
+            raise TypeError("Gate: pure must be a bool, and True only with unbound given")
         if (clock is None) != (let_go is None) or (clock is not None and not (callable(clock) and callable(let_go))):
             raise TypeError("Gate: clock and let_go must both be callable, or both None")
         self.bind, self.special, self.slow = bind, special, slow
@@ -93,6 +101,7 @@ class PyGate:
         self.tripped = False
         self.history = history
         self.unbound = unbound
+        self.pure = pure
         self.clock, self.let_go = clock, let_go
         self.closed_until = -math.inf
         # (never held: the events the monitor or the draw decides, and those bound to nothing)
@@ -189,9 +198,17 @@ class PyGate:
             return
         bound = None
         if self._immediate is not None:
-            if self.gap > 0 and action not in self._immediate and self._held(action, fields):
-                self.gap -= 1
-                return
+            if self.gap > 0 and action not in self._immediate:
+                if self.pure:
+                    # (a pure binder maps it to a step and keeps nothing: counted and
+                    # recorded, never bound)
+                    self._append((self.steps + 1, action, fields))
+                    self.steps += 1
+                    self.gap -= 1
+                    return
+                if self._held(action, fields):
+                    self.gap -= 1
+                    return
             if action in self.unbound:
                 # (bound first; bound to nothing, it changed nothing and needs no flush: held
                 # events are bound only on the thread that holds them, not the loader's)

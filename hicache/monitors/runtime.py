@@ -559,10 +559,14 @@ class Monitor:
                 if LetGo is not None:
                     let_go = self._let_go = LetGo(self, self.rng.random, cfg.sample_rate, self.watch_hooks, _NAMES,
                                                   _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
+            # ... and, where the map's bind is pure (keeps nothing: the map reads its
+            # bookkeeping off the runtime when it maps a state), neither holds nor binds them
+            unbound = getattr(rmap, "unbound_actions", None)
             self._gate = Gate(rmap.bind, self._always, self._gated, self._history, weighted=self._weighted,
                               draw=self.rng.random, trigger=self._trigger, trigger_on=self._trigger_on,
-                              weighed=self._weighed, unbound=getattr(rmap, "unbound_actions", None),
-                              clock=_clock if budgeted else None, let_go=let_go)
+                              weighed=self._weighed, unbound=unbound,
+                              clock=_clock if budgeted else None, let_go=let_go,
+                              pure=unbound is not None and getattr(rmap, "pure_bind", False) is True)
             self._gate.gap = gap
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "

@@ -18,6 +18,7 @@ Request lifecycle (what the scheduler calls):
 from __future__ import annotations
 
 import dataclasses
+import enum
 import numbers
 import sys
 import time
@@ -86,6 +87,16 @@ def _is_page_id(p) -> bool:
     return isinstance(p, numbers.Integral) and not isinstance(p, bool)
 
 
+class RequestPhase(enum.StrEnum):
+    """Where a request is in its life, as HostTier's `req` names it: matched (its prefix
+    locked), loading (its last step started a load-back of its own), running (its last
+    step finished one, or inserted its pages). Set where the step's event is emitted, so it
+    is the phase of the request's last event (the spec's phase after that step)."""
+    MATCHED = "matched"
+    LOADING = "loading"
+    RUNNING = "running"
+
+
 @dataclasses.dataclass(slots=True, eq=False)
 class Request:
     """One request's view of the cache. Invariant: `node` is locked while not finished."""
@@ -99,6 +110,13 @@ class Request:
     loads: list = dataclasses.field(default_factory=list)
     prefetch: Any = None
     done: bool = False
+    phase: RequestPhase = RequestPhase.MATCHED
+
+
+def own_loads(req: Request) -> int:
+    """req's own load-backs (those it started, not joined) whose completion is not applied
+    yet: what its LoadBackStart events opened and no LoadBackFinish or LoadBackFail closed."""
+    return sum(1 for op in req.loads if op.rid == req.rid and not op.applied)
 
 
 def _hold(req: Request, op: LoadOp) -> None:
@@ -159,6 +177,16 @@ class HiCache:
                 self.host_pool = deps.host_pool()
         self._threshold = BACKUP_THRESHOLD[cfg.write_policy]
         self._rid = 0
+        # the requests by id: each live one (matched, not finished nor aborted), and each
+        # ended one while a load-back it started is still to be applied (its load still
+        # reads host slots: HostTier's request stays "loading" until then). Entered at the
+        # match, dropped at the end or at that load's completion (`_forget`); a request
+        # matched again under a live id takes its place. The sample-mode monitor reads its
+        # requests here at a sampled step instead of following them through every event
+        self.requests: dict[int, Request] = {}
+        # a blocking device->host copy in flight (write_back's, `_backup_sync`): (node id,
+        # its slots) from its BackupStart to its BackupFinish, else None
+        self.sync_backup: tuple[int, list[int]] | None = None
         # one worker per direction: completions of one direction stay in issue order
         self.loader = Worker("load") if self.host else None
         self.writer = Worker("write") if self.host else None
@@ -244,6 +272,7 @@ class HiCache:
         req = Request(rid, key, n_tokens, m.node, device_hit=m.device_pages)
         for op in m.loads or ():
             _hold(req, op)
+        self.requests[rid] = req
         met = self.metrics
         met.requests += 1
         met.input_tokens += n_tokens
@@ -515,6 +544,7 @@ class HiCache:
         self.tree.lock(node)
         self.tree.unlock(req.node)
         req.node = node
+        req.phase = RequestPhase.RUNNING
         self._emit(A.DeviceInsert, rid=req.rid, node=node.id, new_pages=n - dup)
         if self.host is not None and self._threshold != float("inf"):
             self._write_through(node)
@@ -667,6 +697,7 @@ class HiCache:
         if slots is None:
             return False
         # blocking: the node's host copy is recorded when the copy ends, not before it
+        self.sync_backup = (v.id, slots)
         self._emit(A.BackupStart, node=v.id, slots=slots, blocking=True)
         tid = self.deps.launch(_draft_kind("backup"), v.device, slots) if self.deps is not None else None
         try:
@@ -682,11 +713,13 @@ class HiCache:
                 self.deps.abort(tid)
             self.host.move(slots, S.RESERVED, S.IDLE)
             self.metrics.backup_failures += 1
+            self.sync_backup = None
             self._emit(A.BackupFinish, node=v.id, slots=slots, ok=False)
             return False
         self.tree.set_host(v, slots)
         self.host.move(slots, S.RESERVED, S.SYNCED)
         self.metrics.backup_tokens += v.n * self.cfg.page_size
+        self.sync_backup = None
         self._emit(A.BackupFinish, node=v.id, slots=slots)
         if self.storage is not None:
             self._storage_backup_start(v)
@@ -747,6 +780,7 @@ class HiCache:
         else:
             req.storage_hit += len(pages)
             self.metrics.storage_hit_tokens += loaded
+        req.phase = RequestPhase.LOADING
         self._launch(self.loader, op, A.LoadBackStart, rid=req.rid, nodes=op.node_ids, slots=slots, pages=pages)
         return op
 
@@ -775,6 +809,12 @@ class HiCache:
         self._detach(op)
         op.applied = True       # no request joins it from here on (its nodes' `loading` is cleared)
         self._release_load(op)
+        req = self.requests.get(op.rid)
+        if req is not None:
+            if not req.done:
+                req.phase = RequestPhase.RUNNING
+            else:
+                self._forget(req)
         met = self.metrics
         if op.error is None:       # (a failed one moved nothing: counted in load_failures)
             met.load_tokens += len(op.pages) * self.cfg.page_size
@@ -1034,6 +1074,7 @@ class HiCache:
         self.tree.unlock(req.node)
         req.done = True
         self._release_loads(req)
+        self._forget(req)
         self._emit(A.RequestFinish, rid=req.rid)
 
     def abort(self, req: Request) -> None:
@@ -1049,6 +1090,7 @@ class HiCache:
         self.tree.unlock(req.node)
         req.done = True
         self._release_loads(req)
+        self._forget(req)
         self._emit(A.RequestAbort, rid=req.rid)
 
     def _abort_draft(self, op) -> None:
@@ -1058,6 +1100,12 @@ class HiCache:
         err = op.error
         if err is not None and self.deps is not None and not is_violation(err):
             self.deps.abort(getattr(op, "draft_tid", None))
+
+    def _forget(self, req: Request) -> None:
+        """An ended request leaves `requests` once no load-back of its own is still to be
+        applied (else that load's completion calls this again)."""
+        if not own_loads(req) and self.requests.get(req.rid) is req:
+            del self.requests[req.rid]
 
     def _release_loads(self, req: Request) -> None:
         """req reads its load-backs no more (it ended)."""

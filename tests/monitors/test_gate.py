@@ -317,13 +317,15 @@ class _Budget:
         return None if weighted else next(self.gaps)
 
 
-def _drive_both(kind, seed: int, n: int = 400, budgeted: bool = False) -> None:
+def _drive_both(kind, seed: int, n: int = 400, budgeted: bool = False, pure: bool = False) -> None:
     """A seeded stream of events through a holding gate and the same gate holding nothing,
     each with the same scripted draws and a slow path that draws the next gap: the same gap
     after every event, and at random points (the holding gate flushed there) the same binds
     in the same order, the same records, counts, slow and weighed calls. `budgeted`: both
     also read one scripted clock against the same `closed_until`, moved at random before
-    each event, and let go the same samples."""
+    each event, and let go the same samples. `pure`: the first gate's binder is pure
+    (`pure=True`): it decides the same, and binds an event between samples never (the
+    binder is asked only about the immediate actions and the samples)."""
     import random
     rng = random.Random(seed)
     actions = ["a", "b", "other", "always", "w", "t"]
@@ -347,6 +349,8 @@ def _drive_both(kind, seed: int, n: int = 400, budgeted: bool = False) -> None:
                     g.steps += 1
                     g.gap = next(nxt)
         clocked = dict(clock=budget.clock, let_go=budget.let_go) if budgeted else {}
+        if pure and unbound is not None:
+            clocked["pure"] = True
         g = kind(spy.bind, frozenset({"always"}), take, collections.deque(maxlen=128), weighted={"w": 0.5, "t": 0.5},
                  draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh, unbound=unbound,
                  **clocked)
@@ -365,7 +369,16 @@ def _drive_both(kind, seed: int, n: int = 400, budgeted: bool = False) -> None:
             held.flush()
             # (an event bound to nothing, "other", is bound at its publish by both: the holding
             # gate binds it before the events it holds, which it changes nothing for)
-            assert [a for a in hspy.bound if a != "other"] == [a for a in pspy.bound if a != "other"], (seed, i)
+            if pure:
+                # (a plain action bound only as a sample: by the monitor, or by the gate
+                # letting it go)
+                plain_actions = ("a", "b")
+                sampled = sum(1 for x in hspy.slow if x[0] in plain_actions and x[2] is None)
+                let = sum(1 for x in hb.let if x[0] in plain_actions and not x[2])
+                assert sum(1 for a in hspy.bound if a in plain_actions) == sampled + let, (seed, i)
+                assert held.held == 0
+            else:
+                assert [a for a in hspy.bound if a != "other"] == [a for a in pspy.bound if a != "other"], (seed, i)
             assert hspy.bound.count("other") == pspy.bound.count("other")
             # (... and at a sample the holding gate lets it go itself, where the other hands it
             # to the monitor, which binds it to nothing and lets it go)
@@ -386,6 +399,42 @@ def test_a_holding_gate_decides_as_one_that_holds_nothing(kind, seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_a_budgeted_holding_gate_lets_go_as_one_that_holds_nothing(kind, seed):
     _drive_both(kind, seed, budgeted=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("budgeted", [False, True], ids=["free", "budgeted"])
+@pytest.mark.parametrize("seed", range(4))
+def test_a_pure_gate_decides_as_one_that_binds_every_event(kind, budgeted, seed):
+    _drive_both(kind, seed, budgeted=budgeted, pure=True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_pure_gate_records_an_event_between_samples_without_binding_it(kind):
+    spy = _Spy()
+    g = kind(spy.bind, frozenset({"always"}), spy.take, collections.deque(maxlen=8), unbound=frozenset({"other"}),
+             pure=True)
+    assert g.pure is True
+    g.gap = 3
+    events = [("a", {"i": 0}), ("other", {"i": 1}), ("b", {"i": 2}), ("always", {"i": 3}), ("c", {"i": 4}),
+              ("d", {"i": 5})]
+    for action, fields in events:
+        g(action, fields)
+    # ("other" asked, bound to nothing: uncounted; "always" bound and handed on; the fourth
+    # plain event is the sample, handed on unbound)
+    assert spy.bound == ["other", "always"] and g.held == 0
+    assert spy.slow == [("always", 3, (("step", "always"),)), ("d", 5, None)]
+    assert g.steps == 3 and g.gap == 0
+    assert list(g.history) == [(1, "a", events[0][1]), (2, "b", events[2][1]), (3, "c", events[4][1])]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pure_is_validated(kind):
+    ok = lambda *a: None        # noqa: E731
+    with pytest.raises(TypeError, match="pure"):
+        kind(ok, frozenset(), ok, collections.deque(), pure=True)             # (no unbound: no contract)
+    with pytest.raises(TypeError, match="pure"):
+        kind(ok, frozenset(), ok, collections.deque(), unbound=frozenset(), pure=1)
+    assert kind(ok, frozenset(), ok, collections.deque()).pure is False
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -37,6 +37,10 @@
  * bound before the held ones, and at a sample bound again by the monitor.) An error of the
  * binder is raised at the flush, after the rest of the batch is bound.
  *
+ * A pure binder (`pure`, only with `unbound`: the map's bind maps an event to its step and
+ * keeps nothing, the map reading its bookkeeping off the runtime when it maps a state): such an
+ * event at gap > 0 is neither held nor bound: steps += 1, gap -= 1 and the record, at once.
+ *
  * Letting go (`clock` and `let_go` given: sample mode under a budget): the monitor keeps
  * `closed_until`, the clock time from which its budget affords the next sample (-inf while it
  * affords one now; Monitor._close_gate, at each change of its bucket). A drawn sample the
@@ -59,7 +63,7 @@
 #include <structmember.h>
 #include <math.h>
 
-#define ABI_VERSION 7
+#define ABI_VERSION 8
 
 /* events held at most before a flush (deferred binding) */
 #define DEFER_CAP 64
@@ -80,6 +84,7 @@ typedef struct {
     PyObject *trigger_on; /* a frozenset of the actions the trigger is asked about */
     PyObject *weighed;    /* weighed(action, fields, bound, triggered) */
     PyObject *unbound;    /* a frozenset (deferred binding: see above), or NULL: none held */
+    char pure;            /* the binder is pure: an event to be held is recorded at once, unbound */
     PyObject *immediate;  /* special | weighted's actions | unbound: never held (NULL with unbound) */
     PyObject *clock;      /* clock() -> seconds, the budget's clock, or None: no sample let go here */
     PyObject *let_go;     /* let_go(action, fields, weighted) -> the next gap (a gap's sample) or None */
@@ -300,6 +305,13 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
             int now = PySet_Contains(g->immediate, action);
             if (now < 0)
                 return NULL;
+            if (!now && g->pure) {
+                /* (a pure binder's event: counted and recorded, never bound) */
+                if (gate_append(g, action, fields) < 0)
+                    return NULL;
+                g->gap--;
+                Py_RETURN_NONE;
+            }
             if (!now) {
                 /* held: counted now (the sample's place is the gap's), bound at the flush (full
                  * still only while another thread's flush runs: then bound below, now) */
@@ -398,13 +410,18 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
 
 static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kw[] = {"bind", "special", "slow", "history", "weighted", "draw", "trigger", "trigger_on",
-                         "weighed", "unbound", "clock", "let_go", NULL};
+                         "weighed", "unbound", "clock", "let_go", "pure", NULL};
     PyObject *bind, *special, *slow, *history, *weighted = NULL, *draw = Py_None, *trigger = Py_None,
-             *trigger_on = NULL, *weighed = Py_None, *unbound = Py_None, *clock = Py_None, *let_go = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OO|O!OOO!OOOO:Gate", kw, &bind, &PyFrozenSet_Type, &special,
+             *trigger_on = NULL, *weighed = Py_None, *unbound = Py_None, *clock = Py_None, *let_go = Py_None,
+             *pure = Py_False;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!OO|O!OOO!OOOOO:Gate", kw, &bind, &PyFrozenSet_Type, &special,
                                      &slow, &history, &PyDict_Type, &weighted, &draw, &trigger, &PyFrozenSet_Type,
-                                     &trigger_on, &weighed, &unbound, &clock, &let_go))
+                                     &trigger_on, &weighed, &unbound, &clock, &let_go, &pure))
         return NULL;
+    if (!PyBool_Check(pure) || (pure == Py_True && unbound == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "Gate: pure must be a bool, and True only with unbound given");
+        return NULL;
+    }
     if ((clock == Py_None) != (let_go == Py_None) ||
         (clock != Py_None && (!PyCallable_Check(clock) || !PyCallable_Check(let_go)))) {
         PyErr_SetString(PyExc_TypeError, "Gate: clock and let_go must both be callable, or both None");
@@ -453,6 +470,7 @@ static PyObject *gate_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     g->clock = Py_NewRef(clock);
     g->let_go = Py_NewRef(let_go);
     g->closed_until = -Py_HUGE_VAL;
+    g->pure = pure == Py_True;
     if (unbound != Py_None) {
         /* (what is never held: the events the monitor or the draw decides, and those that may
          * bind to nothing) */
@@ -573,6 +591,7 @@ static PyMemberDef gate_members[] = {
     {"gap", T_LONGLONG, offsetof(Gate, gap), 0, "events to record before the next sample"},
     {"tripped", T_BOOL, offsetof(Gate, tripped), 0, "the monitor reported a violation: events are ignored"},
     {"bind", T_OBJECT, offsetof(Gate, bind), READONLY, "the map's binder"},
+    {"pure", T_BOOL, offsetof(Gate, pure), READONLY, "the binder is pure: events between samples are not bound"},
     {"special", T_OBJECT, offsetof(Gate, special), READONLY, "the actions the monitor decides"},
     {"slow", T_OBJECT, offsetof(Gate, slow), READONLY, "the monitor's path: slow(action, fields, bound)"},
     {"weighted", T_OBJECT, offsetof(Gate, weighted), READONLY, "action -> probability (a copy)"},

@@ -11,7 +11,8 @@ the runtime has a radix tree of multi-page nodes and multi-slot transfers. The a
   * host[n] / backupOp[n]: the page's slot; a slot still RESERVED under an in-flight
                       device->host write is backupOp (the runtime records `node.host` when
                       the write starts, the spec when it ends).
-  * spec request q  = a live request (from the events), or one slot of an in-flight
+  * spec request q  = a live request (followed through the events, or read off the
+                      runtime's request table: `Requests`), or one slot of an in-flight
                       prefetch: the spec gives a prefetch one slot, the runtime many, so each
                       prefetch slot is its own pseudo-request (req "matched", pfSlot = slot,
                       pfAbort = its request was aborted).
@@ -26,6 +27,7 @@ reports every event as a compound step and the monitor checks the invariants aft
 """
 from __future__ import annotations
 
+import enum
 from types import MappingProxyType
 
 from hicache.monitors import native
@@ -35,7 +37,7 @@ from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.runtime.allocator import HostSlotState
-from hicache.runtime.cache import host_write_in_flight
+from hicache.runtime.cache import host_write_in_flight, own_loads
 from hicache.tla.values import KK_DENSE0, KK_INT, Fcn, mk_fcn
 
 _SLOT_NAME = {
@@ -65,6 +67,14 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
 ENDED_REQ = -1
 #: each runtime action's compound step (compound_step's shared value), for `bind`
 _STEPS = compound_steps(HostTierAction)
+
+
+def _step_of(action, fields: dict):
+    """`bind` under Requests.RUNTIME: the event's compound step (None: LoadBackLayer, the
+    loader thread's, which maps to no variable), nothing kept."""
+    if action == "LoadBackLayer":
+        return None
+    return _STEPS.get(action) or compound_step(action)
 
 
 def lock_len(node, in_tree, n: int) -> int:
@@ -102,6 +112,22 @@ def prefetch_row(orphan: bool, anchored: bool, n: int, pfslot: list, pfabort: li
     return "matched"
 
 
+class Requests(enum.Enum):
+    """Where a HostTierMap learns the requests' bookkeeping (phases, own loads, locked
+    nodes, a blocking copy's slots), which the runtime's tree and slots do not show.
+
+    EVENTS: `bind` follows them through every event, the map's own record of what the
+    events said (strict mode's incremental map needs it at each step). RUNTIME: read off the
+    runtime's request table (`HiCache.requests`, each request's phase, node and own loads,
+    and `HiCache.sync_backup`) when a state is mapped; `bind` keeps nothing, so a
+    sample-mode gate counts and records an event between samples without binding it
+    (`pure_bind`). The two agree at every event of a run
+    (tests/monitors/test_host_tier_requests.py compares them over the clean sweep's and the
+    bug zoo's workloads)."""
+    EVENTS = "events"
+    RUNTIME = "runtime"
+
+
 #: sample mode draws an eviction at this many times its rate (the gap counts the other events):
 #: an eviction is where most of the reference's breaches begin (a page or slot taken while a
 #: lock, a load, a copy or a fetch still holds it: bugs 7, 9, 10, 12), and a breach the
@@ -126,8 +152,14 @@ class HostTierMap:
     #: inherits it and is never gated (strict mode steps it at every event)
     unbound_actions = frozenset({"LoadBackLayer"})
 
-    def __init__(self, cache):
+    def __init__(self, cache, requests: Requests = Requests.EVENTS):
+        if not isinstance(requests, Requests):
+            raise TypeError(f"requests: a Requests, not {requests!r}")
         self.cache = cache
+        self.requests = requests
+        #: whether `bind` changes nothing (it maps an event to its step and keeps no
+        #: bookkeeping): a gate may then count an event without calling it (monitors/gate.py)
+        self.pure_bind = requests is Requests.RUNTIME
         self.phase: dict[int, str] = {}      # live request id -> spec phase
         self.loads: dict[int, int] = {}      # request id -> its loads whose LoadBackFinish is to come
         self.ending: set[int] = set()        # ended (finished/aborted) with a load still to finish
@@ -139,9 +171,13 @@ class HostTierMap:
         # states, which serve where it cannot be built), None without it. It serves as this
         # map's `bind` (an instance attribute: what a monitor calls at every event); a
         # subclass that binds more calls it from its own `bind`
-        self._nbind = _native_binder(self)
+        self._nbind = _native_binder(self) if not self.pure_bind else None
         if self._nbind is not None and type(self).bind is HostTierMap.bind:
             self.bind = self._nbind
+        elif self.pure_bind:
+            if type(self).bind is not HostTierMap.bind:
+                raise TypeError(f"{type(self).__name__}: its own bind follows the events (Requests.EVENTS)")
+            self.bind = _step_of
         # ... and `trigger` in C over this cache (csrc/incmap.c's trigger_probe: `trigger`
         # below defines it), sample mode's question at every eviction, where it builds and no
         # subclass defines its own
@@ -269,6 +305,32 @@ class HostTierMap:
                     return True
         return False
 
+    def _read_requests(self) -> None:
+        """The bookkeeping `bind` keeps under Requests.EVENTS, read off the runtime's request
+        table instead (Requests.RUNTIME; in place: the dicts are the map's for good). A live
+        request has its phase and its lock's node; an ended one with a load of its own still
+        to be applied stays "loading", unlocked (`ending`); either counts those loads."""
+        phase, loads, ending, req_node = self.phase, self.loads, self.ending, self.req_node
+        phase.clear()
+        loads.clear()
+        ending.clear()
+        req_node.clear()
+        for rid, req in self.cache.requests.items():
+            own = own_loads(req)
+            if own:
+                loads[rid] = own
+            if req.done:
+                if own:
+                    ending.add(rid)
+                    phase[rid] = "loading"
+                continue
+            phase[rid] = req.phase.value
+            req_node[rid] = req.node.id
+        self.sync_backup.clear()
+        busy = self.cache.sync_backup
+        if busy is not None:
+            self.sync_backup[busy[0]] = list(busy[1])
+
     def _request_event(self, action: str, rid: int) -> None:
         """A request's phase through its events. Only a match starts a request: a later
         event of one that has ended must not bring it back (it did, as a request "running"
@@ -303,6 +365,8 @@ class HostTierMap:
 
     # ------------------------------------------------------------ constants
     def constants(self) -> dict:
+        if self.pure_bind:
+            self._read_requests()
         c = self.cache
         pages = sum(x.n for x in c.tree.nodes())
         nreqs = max(1, self._nreqs())
@@ -330,6 +394,8 @@ class HostTierMap:
 
     # ------------------------------------------------------------ state
     def state(self) -> dict:
+        if self.pure_bind:
+            self._read_requests()
         c = self.cache
         if c.host:
             # the slot states as bytes: indexing them is far cheaper than a numpy array's
