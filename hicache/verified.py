@@ -7,7 +7,7 @@
 off      nothing is attached: the runtime runs exactly its own code
 sample   a seeded fraction of events is checked (HICACHE_VERIFY_RATE, HICACHE_VERIFY_SEED)
          while the monitor's checking time stays within HICACHE_VERIFY_BUDGET of the time
-         that passed (default 0.02; `none`: every drawn sample; a quiet spell's credit kept
+         that passed (default 0.01; `none`: every drawn sample; a quiet spell's credit kept
          for HICACHE_VERIFY_BUDGET_WINDOW seconds, default 1), plus every invariant at each
          cache check: `cache_check(cache)`, which a scheduler calls at its check points,
          and `close()`

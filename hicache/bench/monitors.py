@@ -15,8 +15,8 @@ Three replays:
                  node ~100 pages, so the monitors' per-page work is the most of the three
                  (at most FIT_RUNS rounds).
 Targets (issue 6): strict <= 1.5x off, sample <= 1.05x off. Sample mode runs with
-VerifyConfig's defaults (rate 0.05, a 2% checking budget: drawn samples are let go while
-the monitor's bucket, filled at 2% of the time that passes, holds less than a check's cost);
+VerifyConfig's defaults (rate 0.05, a 1% checking budget: drawn samples are let go while
+the monitor's bucket, filled at 1% of the time that passes, holds less than a check's cost);
 `sample_checks` says what it checked in one replay (and, on HostTier's monitor, the budget's
 leader, its checks' seconds beside its lifetime: `checking_s`, `alive_s`),
 `sample_unbudgeted_vs_off` what the same rate costs with no budget. Each comparison reports the
@@ -34,7 +34,7 @@ and in strict mode per event type
 `attached_floor` (strict's monitor attached, node journaling and event dispatch included, but
 a listener that returns at once and no final check: a final check after a replay whose events
 were never synced would map the whole replay's changes at once, which a checking run spreads
-over its events) and sample mode at rate 0 in the sweep (dispatch, binding and history per
+over its events) and sample mode at rate 0 in the sweep (dispatch, counting and history per
 event and the final check, no sampled step: the least sample mode can cost).
 """
 from __future__ import annotations

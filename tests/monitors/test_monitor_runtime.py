@@ -1210,12 +1210,12 @@ def test_sample_budget_charges_from_two_threads_are_never_lost(monkeypatch):
 
 
 def test_sample_budget_is_validated_and_read_from_the_environment():
-    assert VerifyConfig().sample_budget == 0.02
+    assert VerifyConfig().sample_budget == 0.01
     assert VerifyConfig(sample_budget=None).sample_budget is None
     for bad in (0.0, 1.5, float("nan"), "0.1", True):
         with pytest.raises(ValueError, match="sample_budget"):
             VerifyConfig(mode="sample", sample_budget=bad)
-    assert VerifyConfig.from_env({"HICACHE_VERIFY": "sample"}).sample_budget == 0.02
+    assert VerifyConfig.from_env({"HICACHE_VERIFY": "sample"}).sample_budget == 0.01
     assert VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET": " 0.1 "}).sample_budget == 0.1
     assert VerifyConfig.from_env({"HICACHE_VERIFY_BUDGET": "None"}).sample_budget is None
     for bad in ("0", "2", "x", "nan"):

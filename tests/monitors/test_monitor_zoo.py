@@ -553,7 +553,7 @@ def test_bench_compares_the_three_modes_on_one_replay():
     assert aa["paired"]["rounds"] == 1 and aa["paired"]["median"] == aa["ratio"] and aa["thread_cpu_ratio"] > 0
     assert aa["cpu_ratio"] > 0      # (the process CPU ratio too, as a mode's comparison has it)
     # default sample mode's checks, and the same rate with no budget, in the same runs
-    assert out["sample_budget"] == 0.02
+    assert out["sample_budget"] == 0.01
     checks = out["sample_checks"]
     assert set(checks) == {"spec/HostTier.tla", "spec/CPSharding.tla (device pages, CP = 1)"}
     counts = checks["spec/HostTier.tla"]
@@ -756,7 +756,7 @@ def test_monitor_traces_record_constants_and_config(tmp_path):
     consts = {k: decode(v) for k, v in meta["constants"].items()}
     assert set(consts) == {"NNodes", "NSlots", "NLayers", "NReqs", "Policies", "BugEvictDuringLoad", "BugAbortLeak"}
     assert consts["NSlots"] == W.host_pages and consts["BugAbortLeak"] is False
-    assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "sample_budget": 0.02, "budget_window": 1.0,
+    assert meta["config"] == {"mode": "strict", "seed": 0, "sample_rate": 0.05, "sample_budget": 0.01, "budget_window": 1.0,
                               "budget_skipped": 0, "history": 64, "sample_probabilities": {}, "sample_triggers": [],
                               "triggered": 0, "action_checks": False}
     s = spec_entry(13, 10, str(tmp_path))
