@@ -168,3 +168,23 @@ def test_the_runtime_reading_binds_nothing():
     with pytest.raises(TypeError, match="Requests"):
         HostTierMap(cache, "runtime")
     cache.close()
+
+
+def test_verified_sample_mode_reads_the_runtime_and_binds_no_event_between_samples(tmp_path):
+    """What verified mode attaches in sample mode: the map reading the runtime's table, its
+    gate pure (no event bound between samples); in strict mode the incremental map, which
+    follows the events."""
+    from hicache.monitors.attach import monitor_cache
+    from hicache.monitors.runtime import VerifyConfig
+    wcfg = WorkloadConfig(requests=30)
+    policy, reqs = plan(0, wcfg)
+    sample = own_cache(wcfg, policy)
+    mon = monitor_cache(sample, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
+    assert mon.rmap.requests is Requests.RUNTIME and mon._gate.pure is True
+    run_workload(sample, reqs)
+    assert mon.steps > 100
+    strict = own_cache(wcfg, policy)
+    smon = monitor_cache(strict, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
+    assert smon.rmap.requests is Requests.EVENTS and not smon.rmap.pure_bind
+    run_workload(strict, reqs)
+    assert smon.steps == mon.steps          # (the same events counted as steps either way)
