@@ -180,11 +180,11 @@ def test_verified_sample_mode_reads_the_runtime_and_binds_no_event_between_sampl
     policy, reqs = plan(0, wcfg)
     sample = own_cache(wcfg, policy)
     mon = monitor_cache(sample, VerifyConfig(mode="sample", violation_dir=str(tmp_path)))
-    assert mon.rmap.requests is Requests.RUNTIME and mon._gate.pure is True
+    assert mon.rmap.requests_from is Requests.RUNTIME and mon._gate.pure is True
     run_workload(sample, reqs)
     assert mon.steps > 100
     strict = own_cache(wcfg, policy)
     smon = monitor_cache(strict, VerifyConfig(mode="strict", violation_dir=str(tmp_path)))
-    assert smon.rmap.requests is Requests.EVENTS and not smon.rmap.pure_bind
+    assert smon.rmap.requests_from is Requests.EVENTS and not smon.rmap.pure_bind
     run_workload(strict, reqs)
     assert smon.steps == mon.steps          # (the same events counted as steps either way)

@@ -156,7 +156,7 @@ class HostTierMap:
         if not isinstance(requests, Requests):
             raise TypeError(f"requests: a Requests, not {requests!r}")
         self.cache = cache
-        self.requests = requests
+        self.requests_from = requests
         #: whether `bind` changes nothing (it maps an event to its step and keeps no
         #: bookkeeping): a gate may then count an event without calling it (monitors/gate.py)
         self.pure_bind = requests is Requests.RUNTIME
