@@ -80,8 +80,9 @@ class VerifyConfig:
     # lets drawn samples go (None: every drawn sample is checked, whatever it costs; see
     # Monitor._afford). 1 %: a check costs the runtime about 1.7 times its own duration (it
     # evicts the runtime's code and data from the core's caches), and the events' path and
-    # the final check cost ~3 % of the monitors bench's replay, so 1 % keeps sample mode's
-    # whole cost within issue 6's 1.05x (docs/benchmarks.md, "Monitors"); 2 % read 1.05x-1.07x
+    # the final check cost ~3 % of the monitors bench's replay, so 1 % brings sample mode's
+    # whole cost to issue 6's 1.05x, a point either side (docs/benchmarks.md, "Monitors");
+    # 2 % read 1.05x-1.07x
     sample_budget: float | None = 0.01
     # ... over what span, in seconds: the credit a quiet spell earns is kept up to
     # sample_budget x budget_window (so it is spent in no long burst of checks later)
