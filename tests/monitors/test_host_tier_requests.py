@@ -41,6 +41,10 @@ class Twin:
     def __call__(self, action, fields: dict) -> None:
         bound = self.events.bind(action, fields)
         assert self.runtime.bind(action, fields) == bound, action     # (the same step, or None)
+        if bound is None:
+            # (LoadBackLayer, the loader thread's: no step, nothing bound; the table is the
+            # scheduler's, read only on its thread, as the monitor reads it)
+            return
         self.runtime._read_requests()
         got, want = _bookkeeping(self.runtime), _bookkeeping(self.events)
         assert got == want, (str(action), fields, got, want)
