@@ -135,13 +135,17 @@ class PyGate:
         if error is not None:
             raise error
 
+    def _count(self, action, fields: dict) -> None:
+        """(steps + 1, action, fields) recorded, then steps += 1 (csrc/gate.c's gate_append)."""
+        self._append((self.steps + 1, action, fields))
+        self.steps += 1
+
     def _record(self, action, fields: dict) -> None:
         """A held event bound, counted and recorded, as `__call__`'s last case does it."""
         if self.bind(action, fields) is None:
             self.gap += 1        # (uncounted after all: see the module docstring)
             return
-        self._append((self.steps + 1, action, fields))
-        self.steps += 1
+        self._count(action, fields)
 
     @property
     def history(self):
@@ -177,8 +181,7 @@ class PyGate:
     def _let_go(self, action, fields: dict, weighted: bool) -> None:
         """A drawn sample let go (bound by the caller): recorded and counted, then the
         monitor's let_go, whose answer to a gap's sample is the next gap."""
-        self._append((self.steps + 1, action, fields))
-        self.steps += 1
+        self._count(action, fields)
         gap = self.let_go(action, fields, weighted)
         if not weighted:
             self.gap = int(gap)
@@ -202,8 +205,7 @@ class PyGate:
                 if self.pure:
                     # (a pure binder maps it to a step and keeps nothing: counted and
                     # recorded, never bound)
-                    self._append((self.steps + 1, action, fields))
-                    self.steps += 1
+                    self._count(action, fields)
                     self.gap -= 1
                     return
                 if self._held(action, fields):
@@ -242,8 +244,7 @@ class PyGate:
             if triggered or drawn:
                 self._weighed_out(action, fields, bound, triggered)
                 return
-        self._append((self.steps + 1, action, fields))
-        self.steps += 1
+        self._count(action, fields)
         if p is None:
             self.gap -= 1       # (the gap counts the events that are not drawn on their own)
 

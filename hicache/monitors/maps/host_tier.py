@@ -70,8 +70,9 @@ _STEPS = compound_steps(HostTierAction)
 
 
 def _step_of(action, fields: dict):
-    """`bind` under Requests.RUNTIME: the event's compound step (None: LoadBackLayer, the
-    loader thread's, which maps to no variable), nothing kept."""
+    """`bind` under Requests.RUNTIME, and what `bind` returns under Requests.EVENTS: the
+    event's compound step, looked up here, not through compound_step's call (None:
+    LoadBackLayer, the loader thread's, which maps to no variable), nothing kept."""
     if action == "LoadBackLayer":
         return None
     return _STEPS.get(action) or compound_step(action)
@@ -196,9 +197,8 @@ class HostTierMap:
             self._bind_any(action, fields)
         else:
             binder(self, action, fields)
-        # invariants only (see module docstring); the actions' steps looked up here, not
-        # through compound_step's call
-        return _STEPS.get(action) or compound_step(action)
+        # invariants only (see module docstring): the event's step, as under Requests.RUNTIME
+        return _step_of(action, fields)
 
     def _bind_any(self, action: str, fields: dict) -> None:
         """What any event moves: its request's phase and lock (`rid`), a blocking copy's slots."""
