@@ -32,7 +32,8 @@ A pure binder (`pure`, with `unbound`: the map's `pure_bind`, a `bind` that maps
 its step and keeps nothing, the map reading what it needs off the runtime when it maps a
 state: HostTierMap under Requests.RUNTIME): such an event is neither held nor bound, only
 counted (gap and steps) and recorded at once. The same counts and records as binding it
-would make, under the same contract, at a store or two and a record an event.
+would make, under the same contract, at a store or two and a record an event. A weighted
+event (an eviction) is bound only when the draw or the trigger hands it on.
 
 Letting go (`clock` and `let_go`: sample mode under a budget): a drawn sample the monitor's
 budget would let go (the gap's sample of an action neither special, weighted nor unbound, a
@@ -190,6 +191,10 @@ class PyGate:
         if not triggered and self._closed():
             self._let_go(action, fields, True)
             return
+        if bound is None:
+            bound = self.bind(action, fields)      # (a pure binder's event, bound now: handed on)
+            if bound is None:
+                return
         self.weighed(action, fields, bound, triggered)
 
     def _plain(self, action) -> bool:
@@ -231,7 +236,9 @@ class PyGate:
                 return
             self.slow(action, fields, None)
             return
-        if bound is None:
+        # (a pure binder's weighted event: bound only when the draw or the trigger hands it on,
+        # `_weighed_out`; it maps to its step, the contract, and binding keeps nothing)
+        if bound is None and not (self.pure and action not in self.special and action in self.weighted):
             bound = self.bind(action, fields)
             if bound is None:
                 return

@@ -325,7 +325,8 @@ def _drive_both(kind, seed: int, n: int = 400, budgeted: bool = False, pure: boo
     also read one scripted clock against the same `closed_until`, moved at random before
     each event, and let go the same samples. `pure`: the first gate's binder is pure
     (`pure=True`): it decides the same, and binds an event between samples never (the
-    binder is asked only about the immediate actions and the samples)."""
+    binder is asked only about the immediate actions and the samples; a weighted one only
+    when the draw or the trigger hands it on)."""
     import random
     rng = random.Random(seed)
     actions = ["a", "b", "other", "always", "w", "t"]
@@ -376,6 +377,12 @@ def _drive_both(kind, seed: int, n: int = 400, budgeted: bool = False, pure: boo
                 sampled = sum(1 for x in hspy.slow if x[0] in plain_actions and x[2] is None)
                 let = sum(1 for x in hb.let if x[0] in plain_actions and not x[2])
                 assert sum(1 for a in hspy.bound if a in plain_actions) == sampled + let, (seed, i)
+                # (... and a weighted one only when handed on: to weighed, bound, or as the
+                # gap's sample, to the monitor, which binds it)
+                weighted_actions = ("w", "t")
+                handed = sum(1 for x in hspy.weighed if x[2] is not None) + \
+                    sum(1 for x in hspy.slow if x[0] in weighted_actions and x[2] is None)
+                assert sum(1 for a in hspy.bound if a in weighted_actions) == handed, (seed, i)
                 assert held.held == 0
             else:
                 assert [a for a in hspy.bound if a != "other"] == [a for a in pspy.bound if a != "other"], (seed, i)
@@ -387,6 +394,8 @@ def _drive_both(kind, seed: int, n: int = 400, budgeted: bool = False, pure: boo
             assert (held.steps, list(held.history)) == (plain.steps, list(plain.history)), (seed, i)
     assert pspy.slow and pspy.weighed and held.steps > 100 and len(held.history) == 128
     assert bool(hb.let) == budgeted
+    if pure:        # (the weighted events the pure gate recorded without binding them)
+        assert sum(1 for a in hspy.bound if a in ("w", "t")) < sum(1 for a in pspy.bound if a in ("w", "t"))
 
 
 @pytest.mark.parametrize("kind", KINDS)

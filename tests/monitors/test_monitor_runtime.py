@@ -659,12 +659,43 @@ def test_linear_slot_in_one_owner_agrees_with_generated(tmp_path):
             backup = dict(s["backupOp"].d)
             backup[rng.randrange(len(backup))] = rng.randrange(0, len(slot) + 1)
             variants.append(dict(s, backupOp=Fcn(backup, KK_INT | KK_DENSE0)))
+            # ... and a value that is no exact int (TRUE: slot 1 by equality, counted by the
+            # generic loops, not the one C pass)
+            host[n] = True
+            variants.append(dict(s, host=Fcn(host, KK_INT | KK_DENSE0)))
         for v in variants:
             want = host_tier.inv_SlotInOneOwner(C, v)
             got = slot_in_one_owner_linear(C, v)
             assert (want is None) == (got is None)
             checked += 1
     assert checked > 100
+
+
+def test_mapped_states_share_the_flat_functions_while_the_tree_keeps_its_pages():
+    """The functions that are 0 (or FALSE) on every page are kept from one mapped state to
+    the next while the tree has as many pages, and built anew when it has not; each state's
+    functions are those of a map that kept nothing (a fresh one), value for value."""
+    policy, reqs = plan(2, W)
+    cache = make_cache(W, policy)
+    m = HostTierMap(cache)
+    seen = collections.Counter()
+    last: list = []
+
+    def compare(action, fields):
+        if action == A.LoadBackLayer:       # (the loader's: the tree may be mid-change)
+            return
+        s, fresh = m.state(), HostTierMap(cache).state()
+        assert s == fresh and {k: type(v) for k, v in s.items()} == {k: type(v) for k, v in fresh.items()}
+        for k in ("dev", "stor", "hits", "loadReq", "backupOp", "host"):
+            assert [type(v) for v in s[k].d.values()] == [type(v) for v in fresh[k].d.values()], k
+        if last and last[0]["len"] == s["len"]:
+            seen["kept"] += s["loadDone"] is last[0]["loadDone"]
+        elif last:
+            seen["built"] += s["loadDone"] is not last[0]["loadDone"]
+        last[:] = [s]
+    cache.bus.subscribe(compare)
+    run_workload(cache, reqs)
+    assert seen["kept"] > 20 and seen["built"] > 5, seen
 
 
 def test_values_below_counts_what_a_read_key_by_key_counts():

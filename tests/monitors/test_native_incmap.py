@@ -2639,6 +2639,172 @@ def test_node_slots_agree(mod):
     assert seen == {"OverflowError: node_slots: n is past 2**61 pages": 3}, seen
 
 
+def test_spread_and_enumerated_agree(mod):
+    """The from-scratch HostTier map's per-page functions both ways: node values (of any
+    kind, TRUE beside 1 kept apart) over runs of pages (0 pages too) and the spare page;
+    runs that are no exact ints >= 0 (TypeError), lists of two lengths (ValueError), no
+    lists (TypeError), and more than 2**61 pages (OverflowError, refused alike)."""
+    rng = random.Random(0)
+    cases = []
+    for i in range(400):
+        k = rng.randint(0, 7)
+        values = [rng.choice([0, 1, 2, True, False, "x", None, 2.5]) for _ in range(k)]
+        runs = [rng.choice([0, 1, 1, 3, 18, 300]) for _ in range(k)]
+        if i % 20 == 19 and runs:
+            runs[rng.randrange(k)] = rng.choice([True, 2.0, -1, "3", None])
+        if i % 30 == 29:
+            runs.append(1)
+        spare = rng.choice([0, False, -1])
+        if i % 40 == 39:
+            cases.append([tuple(values), runs, spare] if i % 80 == 39 else [values, tuple(runs), spare])
+        else:
+            cases.append([values, runs, spare])
+    seen = _outcomes("spread", mod, cases)
+    assert seen["ok"] >= 300 and seen["TypeError: spread: runs must hold exact ints >= 0"] >= 5, seen
+    assert seen["ValueError: spread: values and runs differ in length"] >= 5, seen
+    assert sum(v for k, v in seen.items() if k.startswith("TypeError: spread: values must be a list")) >= 2, seen
+    seen = _outcomes("spread", mod, [[[1, 2], [1 << 60, (1 << 60) + 1], 0], [[1], [1 << 70], 0], [[1, 2], [2, 1 << 61], 0]])
+    assert seen == {"OverflowError: spread: past 2**61 pages": 3}, seen
+    assert mod.spread([True, 1], [2, 1], False) == {0: True, 1: True, 2: 1, 3: False}
+    assert [type(v) for v in mod.spread([True, 1], [2, 1], False).values()] == [bool, bool, int, bool]
+    seen = _outcomes("enumerated", mod, [[[rng.choice([0, True, "y", 7]) for _ in range(rng.randint(0, 300))]]
+                                         for _ in range(60)] + [[(1, 2)], [None]])
+    assert seen["ok"] == 60 and sum(seen.values()) == 62, seen
+
+
+def test_one_owner_breach_agrees(mod):
+    """SlotInOneOwner from a state's values both ways: slot states (interned names, equal
+    strs made anew, other objects), references in and out of the slots' range (NoSlot, a
+    negative, one past the last) on the tree, backup and fetch sides, breaches of each kind
+    and none; NotImplemented where a value is no exact int (TRUE, 2.0); sequences that are
+    no tuple or list (TypeError). And where it answers, it names what the generic count
+    (`count_pages`, `slot_owner_breach`) names."""
+    rng = random.Random(0)
+    states = ["idle", "reserved", "synced", "protected", "".join(["re", "served"]), None]
+    cases = []
+    for i in range(500):
+        n = rng.randint(0, 9)
+        names = tuple(rng.choice(states) for _ in range(n)) if i % 50 else [rng.choice(states) for _ in range(n)]
+        vals = [[rng.choice([0, 0, 1, 2, 3, n, n + 1, -1, rng.randint(0, n)]) for _ in range(rng.randint(0, 9))]
+                for _ in range(3)]
+        if i % 25 == 24 and vals[i % 3]:
+            vals[i % 3][0] = rng.choice([True, 2.0, "1"])
+        if i % 60 == 59:
+            vals[1] = set(vals[1])
+        cases.append([names, vals[0], tuple(vals[1]) if i % 2 and type(vals[1]) is list else vals[1], tuple(vals[2])])
+    seen = collections.Counter()
+    for args in cases:
+        exc, got, _ = _agree("one_owner_breach", mod, args)
+        seen["error" if exc else "NotImplemented" if got is NotImplemented else "none" if got is None else "breach"] += 1
+        if exc is None and got is not NotImplemented:
+            tree, other = {}, {}
+            loops.py_count_pages(tree, list(args[1]), 1, None, 0)
+            loops.py_count_pages(other, list(args[2]) + list(args[3]), 1, None, 0)
+            assert got == loops.py_slot_owner_breach(args[0], range(1, len(args[0]) + 1), tree, other, {}), args
+    assert seen["breach"] >= 200 and seen["none"] >= 20 and seen["NotImplemented"] >= 10 and seen["error"] >= 5, seen
+
+
+def test_parent_breach_agrees(mod):
+    """WriteThroughPrefix in tree form both ways: random forests of pages (a parent page
+    before its child), host copies or none, a breach or none; values that are no exact ints
+    (TRUE, 0.0, a str: compared as Python compares them), a parent page missing from host
+    (KeyError), parents that are no tuple or list, a host that is no dict (TypeError)."""
+    rng = random.Random(0)
+    cases = []
+    for i in range(500):
+        n = rng.randint(0, 12)
+        parent = tuple(rng.randrange(-1, k) if k else -1 for k in range(n))
+        host = {k: rng.choice([0, 0, 3, 5, 7]) for k in range(n)}
+        if i % 20 == 19 and n:
+            host[rng.randrange(n)] = rng.choice([True, False, 0.0, "x", None])
+        if i % 40 == 39 and n:
+            del host[rng.randrange(n)]
+        args = [parent if i % 30 else list(parent), host]
+        if i % 90 == 89:
+            args = [set(parent), host] if i % 180 == 89 else [parent, list(host.values())]
+        cases.append(args)
+    seen = _outcomes("parent_breach", mod, cases)
+    assert seen["ok"] >= 400 and sum(v for k, v in seen.items() if k.startswith("KeyError")) >= 3, seen
+    assert sum(v for k, v in seen.items() if k.startswith("TypeError")) >= 4, seen
+    breaches = sum(1 for args in cases if _called(loops.py_parent_breach, args)[1])
+    assert breaches >= 100, breaches
+
+
+class _Writer:
+    """An op in flight as host_write_in_flight reads it: its writes_host a plain attribute."""
+
+    def __init__(self, writes_host):
+        self.writes_host = writes_host
+
+
+def _tree_pages_case(rng, i: int):
+    """A random forest of _MapNodes in preorder (each node's parent before it; now and then
+    a parent outside the walk), their fields of the runtime's kinds and of others (a TRUE, a
+    2.5, a truthy object), a blocking copy's slots for some, and a load_req_of that logs its
+    calls: (make, calls) where make() builds the arguments afresh."""
+    def make():
+        r = random.Random(i)
+        nodes, calls = [], []
+        outside = _MapNode("outside")
+        outside.id = 10_000
+        for k in range(r.randint(0, 7)):
+            x = _MapNode(f"x{k}")
+            x.id = k if k % 3 else f"id{k}"
+            x.parent = r.choice([None, outside, *nodes[-3:]]) if nodes or k else None
+            x.n = r.choice([0, 1, 2, 3, 5, 18])
+            if i % 25 == 24 and k == 1:
+                x.n = r.choice([True, -1, 2.0, "2", 1 << 62])
+            x.device = r.choice([None, list(range(3))])
+            x.loading = r.choice([None, None, "load"])
+            x.stored = r.choice([False, True, 0, 1, [], [1]])
+            x.hit_count = r.choice([0, 1, 2, 3, 7, True, 2.5])
+            x.host = r.choice([None, [r.randrange(1, 200) for _ in range(x.n if type(x.n) is int and 0 <= x.n < 30 else 2)]])
+            x.inflight = r.choice([[], [], [_Writer(True)], [_Writer(False), _Writer(1)]])
+            nodes.append(x)
+        sync = {x.id: [r.randrange(1, 200) for _ in range(4)] for x in nodes if r.random() < 0.2}
+
+        def load_req_of(x):
+            calls.append(x.name)
+            return r.choice([0, 3, 7, -1, True])
+        # (the module's own node_slots, computed inline by the C walk, or another called:
+        # a stand-in that maps the slots wrong, one whose result does not unpack into two)
+        slots = [loops.node_slots, loops.node_slots, loops.py_node_slots, _flagged_slots, _one_list][i % 5] \
+            if i % 7 else _one_list
+        return [iter(nodes) if i % 2 else nodes, sync, load_req_of, slots], calls
+    return make
+
+
+def _flagged_slots(hs, pending, n, backing):
+    host, backup = loops.py_node_slots(hs, pending, n, backing)
+    return [h != 0 for h in host], tuple(backup)
+
+
+def _one_list(hs, pending, n, backing):
+    return loops.py_node_slots(hs, pending, n, backing)[:1]
+
+
+def test_tree_pages_agrees(mod):
+    """The from-scratch HostTier map's walk both ways over random forests: the same lists,
+    the same `loading`, the same calls of load_req_of in the same order; the module's own
+    node_slots or another (a wrong one, one whose result does not unpack: ValueError); a
+    node's n that is no int in [0, 2**61) (TypeError), a sync_backup that is no dict
+    (TypeError)."""
+    rng = random.Random(0)
+    seen = collections.Counter()
+    for i in range(400):
+        make = _tree_pages_case(rng, i)
+        (args, calls), (args2, calls2) = make(), make()
+        got, want = _called(mod.tree_pages, args), _called(loops.PYTHON["tree_pages"], args2)
+        assert _named(got[:2]) == _named(want[:2]) and calls == calls2, i
+        exc, ret = want[0], want[1]
+        seen["error" if exc else "loading" if ret[8] else "pages" if ret[5] else "empty"] += 1
+    assert seen["pages"] >= 80 and seen["loading"] >= 80 and seen["error"] >= 50 and seen["empty"] >= 20, seen
+    (args, _), = [_tree_pages_case(rng, 0)()]
+    args[1] = list(args[1].items())
+    assert _named(_called(mod.tree_pages, args)[:2]) == _named(_called(loops.PYTHON["tree_pages"], args)[:2])
+    assert _called(mod.tree_pages, args)[0][0] is TypeError
+
+
 class _Op:
     """An op in a node's `inflight` as host_write_in_flight reads it: its writes_host a plain
     value, absent, or a property that raises (AttributeError: taken as absent by getattr's

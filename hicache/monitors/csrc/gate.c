@@ -39,7 +39,8 @@
  *
  * A pure binder (`pure`, only with `unbound`: the map's bind maps an event to its step and
  * keeps nothing, the map reading its bookkeeping off the runtime when it maps a state): such an
- * event at gap > 0 is neither held nor bound: steps += 1, gap -= 1 and the record, at once.
+ * event at gap > 0 is neither held nor bound: steps += 1, gap -= 1 and the record, at once; and
+ * a weighted event is bound only when the draw or the trigger hands it on.
  *
  * Letting go (`clock` and `let_go` given: sample mode under a budget): the monitor keeps
  * `closed_until`, the clock time from which its budget affords the next sample (-inf while it
@@ -258,11 +259,18 @@ static PyObject *gate_weighed_out(Gate *g, PyObject *action, PyObject *fields, P
         int closed = gate_closed(g);
         if (closed != 0) {
             int rc = closed < 0 ? -1 : gate_let_go(g, action, fields, 1);
-            Py_DECREF(bound);
+            Py_XDECREF(bound);
             if (rc < 0)
                 return NULL;
             Py_RETURN_NONE;
         }
+    }
+    if (bound == NULL) {
+        /* (a pure binder's event, bound now that it is handed on) */
+        PyObject *bargv[2] = {action, fields};
+        bound = PyObject_Vectorcall(g->bind, bargv, 2, NULL);
+        if (bound == NULL || bound == Py_None)
+            return bound;
     }
     PyObject *wargv[4] = {action, fields, bound, triggered ? Py_True : Py_False};
     PyObject *r = PyObject_Vectorcall(g->weighed, wargv, 4, NULL);
@@ -368,7 +376,19 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
         Py_XDECREF(bound);
         return PyObject_Vectorcall(g->slow, argv, 3, NULL);
     }
-    if (bound == NULL) {
+    /* a pure binder's weighted event is bound only when the draw or the trigger hands it on
+     * (gate_weighed_out): it maps to its step, none but `unbound`'s to nothing (the contract),
+     * and binding keeps nothing, so an event recorded here needs no bind (~600 instructions an
+     * eviction: a Python frame entered from here) */
+    int lazy = 0;
+    if (bound == NULL && g->pure) {
+        int sp = PySet_Contains(g->special, action);
+        int wt = sp == 0 ? PyDict_Contains(g->weighted, action) : 0;
+        if (sp < 0 || wt < 0)
+            return NULL;
+        lazy = wt;
+    }
+    if (bound == NULL && !lazy) {
         bound = PyObject_Vectorcall(g->bind, argv, 2, NULL);
         if (bound == NULL || bound == Py_None)
             return bound;
@@ -380,12 +400,12 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
             argv[2] = bound;
             r = PyObject_Vectorcall(g->slow, argv, 3, NULL);
         }
-        Py_DECREF(bound);
+        Py_XDECREF(bound);
         return r;
     }
     PyObject *p = PyDict_GetItemWithError(g->weighted, action);     /* (borrowed) */
     if (p == NULL && PyErr_Occurred()) {
-        Py_DECREF(bound);
+        Py_XDECREF(bound);
         return NULL;
     }
     int weighted = p != NULL;
@@ -394,13 +414,13 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
          * or not anything triggers) */
         int drawn, triggered;
         if (gate_weigh(g, p, action, fields, &drawn, &triggered) < 0) {
-            Py_DECREF(bound);
+            Py_XDECREF(bound);
             return NULL;
         }
         if (triggered || drawn)
             return gate_weighed_out(g, action, fields, bound, triggered);
     }
-    Py_DECREF(bound);
+    Py_XDECREF(bound);
     if (gate_append(g, action, fields) < 0)
         return NULL;
     if (!weighted)

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 18
+#define ABI_VERSION 19
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -2547,6 +2547,51 @@ static PyObject *get_via(PyObject *m, PyObject *key, PyObject *get) {
     return PyObject_CallMethodOneArg(m, get, key);
 }
 
+/* ---- An attribute of an object whose attributes are kept inline (3.11's "values" of a type
+ * with a managed dict: the cache, its workers, the watch; none has a dict of its own until
+ * something asks for one, and a dict made then would slow every later read of the runtime's
+ * own, which the interpreter makes by index), read by the index of its name in the type's
+ * shared keys, kept with the type's version tag: what the interpreter's LOAD_ATTR_INSTANCE_VALUE
+ * reads (the same guard: the type unchanged since, the object's values still inline, the slot
+ * filled). Elsewhere, or on any miss: PyObject_GetAttr, which never makes the dict. */
+typedef struct {
+    unsigned int tag;     /* the type's version tag the index was found under (0: none) */
+    Py_ssize_t ix;
+} IvMemo;
+
+static PyObject *iv_get(PyObject *obj, PyObject *name, IvMemo *memo) {
+#ifdef HICACHE_POS_ENTRIES
+    PyTypeObject *tp = Py_TYPE(obj);
+    int inline_ok = (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && tp->tp_getattro == PyObject_GenericGetAttr &&
+                    PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
+    if (inline_ok && memo->tag != 0 && memo->tag == tp->tp_version_tag) {
+        PyDictValues *values = *(((PyDictValues **)obj) - 4);     /* (_PyObject_ValuesPointer) */
+        if (values != NULL && values->values[memo->ix] != NULL)
+            return Py_NewRef(values->values[memo->ix]);
+    }
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (v != NULL && inline_ok && _PyType_Lookup(tp, name) == NULL &&
+        PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        /* (the name's index in the shared keys, where it is there: kept for the next read) */
+        PyDictKeysObject *keys = ((PyHeapTypeObject *)tp)->ht_cached_keys;
+        memo->tag = 0;
+        if (keys != NULL && DK_IS_UNICODE(keys)) {
+            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(keys);
+            for (Py_ssize_t k = 0; k < keys->dk_nentries; k++)
+                if (ep[k].me_key == name) {
+                    memo->ix = k;
+                    memo->tag = tp->tp_version_tag;
+                    break;
+                }
+        }
+    }
+    return v;
+#else
+    (void)memo;
+    return PyObject_GetAttr(obj, name);
+#endif
+}
+
 /* ---- HostTierMap.trigger (host_tier.py, which defines it: the same reads, tests and calls in
  * the same order) over one cache, a callable (action, fields) -> bool: whether an eviction took a
  * node that an op in flight or a prefetch's anchor still holds. Sample mode's gate asks it at
@@ -2557,6 +2602,9 @@ static PyObject *get_via(PyObject *m, PyObject *key, PyObject *get) {
 typedef struct {
     PyObject_HEAD
     PyObject *cache;
+    /* (where the cache's and its workers' attributes sit: read as the interpreter reads them,
+     * iv_get, ~20 instructions a read where PyObject_GetAttr took ~150; ten reads an eviction) */
+    IvMemo m_workers[4], m_acks[4], m_prefetching, m_orphans;
     vectorcallfunc vectorcall;
 } TriggerProbe;
 
@@ -2640,8 +2688,16 @@ static int tp_first_holds(PyObject *ops, PyObject *nid, int device, int (*holds)
     return 0;
 }
 
-/* the decision over the cache c: 1, 0, or -1 on an error */
-static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
+/* iv_get's read followed by its truth (attr_true through the memo): 1, 0, or -1 on an error */
+static int iv_true(PyObject *o, PyObject *name, IvMemo *memo) {
+    PyObject *v = iv_get(o, name, memo);
+    int t = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    return t;
+}
+
+/* the decision over the probe's cache c: 1, 0, or -1 on an error */
+static int trigger_decide(TriggerProbe *t, PyObject *c, PyObject *action, PyObject *fields) {
     PyObject *nid = get_via(fields, tp_node, tp_get);       /* fields.get("node") */
     if (nid == NULL)
         return -1;
@@ -2650,22 +2706,22 @@ static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
         return 0;
     }
     int rc = -1;
-    PyObject *in_flight = PyList_New(0), *all = NULL, *pre = NULL, *orph = NULL;
-    if (in_flight == NULL)
-        goto done;
+    /* (made at the first busy worker: most evictions find none) */
+    PyObject *in_flight = NULL, *all = NULL, *pre = NULL, *orph = NULL;
     /* for w in (c.loader, c.writer, c.prefetcher, c.backuper): their acks, listed */
     PyObject *const workers[] = {tp_loader, tp_writer, tp_prefetcher, tp_backuper};
     for (int i = 0; i < 4; i++) {
-        PyObject *w = PyObject_GetAttr(c, workers[i]);
+        PyObject *w = iv_get(c, workers[i], &t->m_workers[i]);
         if (w == NULL)
             goto done;
         int err = 0;
         if (w != Py_None) {
             /* (`w.acks` then `list(w.acks)`: read twice, as Python reads it) */
             PyObject *acks = NULL, *got = NULL, *r = NULL;
-            int busy = attr_true(w, tp_acks);
+            int busy = iv_true(w, tp_acks, &t->m_acks[i]);
             if (busy > 0)
-                err = (acks = PyObject_GetAttr(w, tp_acks)) == NULL || (got = PySequence_List(acks)) == NULL ||
+                err = (in_flight == NULL && (in_flight = PyList_New(0)) == NULL) ||
+                      (acks = iv_get(w, tp_acks, &t->m_acks[i])) == NULL || (got = PySequence_List(acks)) == NULL ||
                       (r = _PyList_Extend((PyListObject *)in_flight, got)) == NULL;
             err = err || busy < 0;
             Py_XDECREF(r);
@@ -2678,18 +2734,20 @@ static int trigger_decide(PyObject *c, PyObject *action, PyObject *fields) {
     }
     /* if not in_flight and not c._prefetching and not c._orphans: nothing in flight (most
      * evictions) */
-    if (PyList_GET_SIZE(in_flight) == 0) {
-        int busy = attr_true(c, tp_prefetching);
+    if (in_flight == NULL || PyList_GET_SIZE(in_flight) == 0) {
+        int busy = iv_true(c, tp_prefetching, &t->m_prefetching);
         if (busy == 0)
-            busy = attr_true(c, tp_orphans);
+            busy = iv_true(c, tp_orphans, &t->m_orphans);
         if (busy <= 0) {
             rc = busy;
             goto done;
         }
     }
+    if (in_flight == NULL && (in_flight = PyList_New(0)) == NULL)
+        goto done;
     int device = PyObject_RichCompareBool(action, tp_device_evict, Py_EQ);
-    if (device < 0 || (pre = PyObject_GetAttr(c, tp_prefetching)) == NULL ||
-        (orph = PyObject_GetAttr(c, tp_orphans)) == NULL)
+    if (device < 0 || (pre = iv_get(c, tp_prefetching, &t->m_prefetching)) == NULL ||
+        (orph = iv_get(c, tp_orphans, &t->m_orphans)) == NULL)
         goto done;
     /* for op in (*c._prefetching, *c._orphans, *in_flight): the anchors */
     if ((all = PySequence_List(pre)) == NULL)
@@ -2725,7 +2783,7 @@ static PyObject *trigger_probe_call(PyObject *self, PyObject *const *args, size_
         return NULL;
     }
     PyObject *c = Py_NewRef(t->cache);
-    int rc = trigger_decide(c, args[0], args[1]);
+    int rc = trigger_decide(t, c, args[0], args[1]);
     Py_DECREF(c);
     if (rc < 0)
         return NULL;
@@ -2763,6 +2821,10 @@ static PyObject *trigger_probe(PyObject *self, PyObject *const *a, Py_ssize_t n)
     if (t == NULL)
         return NULL;
     t->cache = Py_NewRef(a[0]);
+    IvMemo none = {0, 0};
+    t->m_prefetching = t->m_orphans = none;
+    for (int i = 0; i < 4; i++)
+        t->m_workers[i] = t->m_acks[i] = none;
     t->vectorcall = trigger_probe_call;
     PyObject_GC_Track(t);
     return (PyObject *)t;
@@ -3876,51 +3938,6 @@ static PyObject *request_binder(PyObject *self, PyObject *const *a, Py_ssize_t n
     b->plain_requeue = b->plain_loading_nodes = b->plain_by_id = none;
     b->vectorcall = request_binder_call;
     return (PyObject *)b;
-}
-
-/* ---- An attribute of an object whose attributes are kept inline (3.11's "values" of a type
- * with a managed dict: the cache, its workers, the watch; none has a dict of its own until
- * something asks for one, and a dict made then would slow every later read of the runtime's
- * own, which the interpreter makes by index), read by the index of its name in the type's
- * shared keys, kept with the type's version tag: what the interpreter's LOAD_ATTR_INSTANCE_VALUE
- * reads (the same guard: the type unchanged since, the object's values still inline, the slot
- * filled). Elsewhere, or on any miss: PyObject_GetAttr, which never makes the dict. */
-typedef struct {
-    unsigned int tag;     /* the type's version tag the index was found under (0: none) */
-    Py_ssize_t ix;
-} IvMemo;
-
-static PyObject *iv_get(PyObject *obj, PyObject *name, IvMemo *memo) {
-#ifdef HICACHE_POS_ENTRIES
-    PyTypeObject *tp = Py_TYPE(obj);
-    int inline_ok = (tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) && tp->tp_getattro == PyObject_GenericGetAttr &&
-                    PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG);
-    if (inline_ok && memo->tag != 0 && memo->tag == tp->tp_version_tag) {
-        PyDictValues *values = *(((PyDictValues **)obj) - 4);     /* (_PyObject_ValuesPointer) */
-        if (values != NULL && values->values[memo->ix] != NULL)
-            return Py_NewRef(values->values[memo->ix]);
-    }
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v != NULL && inline_ok && _PyType_Lookup(tp, name) == NULL &&
-        PyType_HasFeature(tp, Py_TPFLAGS_VALID_VERSION_TAG)) {
-        /* (the name's index in the shared keys, where it is there: kept for the next read) */
-        PyDictKeysObject *keys = ((PyHeapTypeObject *)tp)->ht_cached_keys;
-        memo->tag = 0;
-        if (keys != NULL && DK_IS_UNICODE(keys)) {
-            PyDictUnicodeEntry *ep = DK_UNICODE_ENTRIES(keys);
-            for (Py_ssize_t k = 0; k < keys->dk_nentries; k++)
-                if (ep[k].me_key == name) {
-                    memo->ix = k;
-                    memo->tag = tp->tp_version_tag;
-                    break;
-                }
-        }
-    }
-    return v;
-#else
-    (void)memo;
-    return PyObject_GetAttr(obj, name);
-#endif
 }
 
 /* The map a callable of its own refers to weakly (load_bind's, host_sync_step's): a new
@@ -6956,12 +6973,413 @@ static PyObject *watch_probe(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return (PyObject *)p;
 }
 
+/* ---- The from-scratch HostTier map's per-page functions (host_tier.py's `state`: a dict over
+ * the pages 0..n of each per-page variable, n + 1 entries, built at each sampled step and cache
+ * check), made at their final size, one insert a page: `dict(enumerate(pages))` over a list
+ * grown a node at a time resized the dict five times on the way and cost ~4 us a variable */
+
+/* d[p] = v for the page p, a new key object each (the interpreter's own for p <= 256): 0, or -1 */
+static inline int page_set(PyObject *d, Py_ssize_t p, PyObject *v) {
+    PyObject *key = PyLong_FromSsize_t(p);
+    if (key == NULL)
+        return -1;
+    int rc = PyDict_SetItem(d, key, v);
+    Py_DECREF(key);
+    return rc;
+}
+
+/* ---- The from-scratch HostTier map's linear invariant forms (host_tier.py's
+ * `slot_in_one_owner_linear` and `write_through_prefix_tree`) over a state's values: a check
+ * reads every page and every host slot once, ~130 of each on the monitors bench's replay, where
+ * the dicts the generic loops count into took ~160k and ~100k instructions a check */
+
+/* a sequence the functions below index: an exact tuple or list, else TypeError */
+static int fast_seq(PyObject *o, const char *fn, const char *what) {
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o))
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s: %s must be a tuple or list, not %.100s", fn, what, Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+/* one_owner_breach(names, tree_vals, backup_vals, pf_vals): loops.py's py_one_owner_breach */
+static PyObject *one_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("one_owner_breach", n, 4))
+        return NULL;
+    static const char *const state_names[] = {"idle", "reserved"};
+    PyObject **const state_slots[] = {&s_state_idle, &s_state_reserved};
+    if (fast_seq(a[0], "one_owner_breach", "names") || fast_seq(a[1], "one_owner_breach", "tree_vals") ||
+        fast_seq(a[2], "one_owner_breach", "backup_vals") || fast_seq(a[3], "one_owner_breach", "pf_vals") ||
+        intern_names(state_names, state_slots, 2) < 0)
+        return NULL;
+    /* every value an exact int, or the caller counts by equality (a TRUE is slot 1 there) */
+    for (int k = 1; k <= 3; k++)
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(a[k]); i++)
+            if (!PyLong_CheckExact(PySequence_Fast_GET_ITEM(a[k], i)))
+                Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(a[0]);
+    /* refs[2h] the tree's references to slot h, refs[2h + 1] the backups' and fetches' (a
+     * value outside 1..len, NoSlot = 0 among them, names no slot checked: not counted) */
+    long long *refs = PyMem_Calloc(2 * (size_t)len + 2, sizeof(long long));
+    if (refs == NULL)
+        return PyErr_NoMemory();
+    for (int k = 1; k <= 3; k++)
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(a[k]); i++) {
+            long long h;
+            if (int_value(PySequence_Fast_GET_ITEM(a[k], i), &h) && h >= 1 && h <= len)
+                refs[2 * h + (k > 1)]++;
+        }
+    PyObject *out = Py_None;
+    for (Py_ssize_t h = 1; h <= len && out == Py_None; h++) {
+        PyObject *st = PySequence_Fast_GET_ITEM(a[0], h - 1);
+        int idle = state_is(st, s_state_idle, "idle");
+        int reserved = !idle && state_is(st, s_state_reserved, "reserved");
+        long long t = refs[2 * h], f = refs[2 * h + 1];
+        /* (t, f) must be (0, 0) idle, (0, 1) reserved, (1, 0) any other state */
+        if (!(t == (idle || reserved ? 0 : 1) && f == (reserved ? 1 : 0)))
+            out = Py_BuildValue("(nOLL)", h, st, t, f);
+    }
+    PyMem_Free(refs);
+    return out == Py_None ? Py_NewRef(Py_None) : out;
+}
+
+/* host[key] of a dict, a new reference; KeyError(key) when it is missing */
+static PyObject *page_value(PyObject *host, PyObject *key) {
+    PyObject *v = PyDict_GetItemWithError(host, key);
+    if (v == NULL) {
+        if (!PyErr_Occurred())
+            _PyErr_SetKeyError(key);
+        return NULL;
+    }
+    return Py_NewRef(v);
+}
+
+/* v <op> 0 (Py_NE or Py_EQ) as Python compares: an exact int's value, else the object API */
+static int vs_zero(PyObject *v, PyObject *zero, int op) {
+    long long x;
+    if (int_value(v, &x))
+        return op == Py_NE ? x != 0 : x == 0;
+    return PyObject_RichCompareBool(v, zero, op);
+}
+
+/* parent_breach(parent, host): loops.py's py_parent_breach */
+static PyObject *parent_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("parent_breach", n, 2))
+        return NULL;
+    PyObject *parent = a[0], *host = a[1];
+    if (fast_seq(parent, "parent_breach", "parent") || check_type(host, &PyDict_Type, "parent_breach", "host"))
+        return NULL;
+    PyObject *zero = PyLong_FromLong(0), *out = NULL;
+    int err = 0;
+    Py_INCREF(parent);      /* (held: a comparison below may run Python code) */
+    for (Py_ssize_t i = 0; !err && out == NULL && i < PySequence_Fast_GET_SIZE(parent); i++) {
+        PyObject *p = Py_NewRef(PySequence_Fast_GET_ITEM(parent, i)), *key = NULL, *hn = NULL, *hp = NULL;
+        long long pv;
+        int ge = int_value(p, &pv) ? pv >= 0 : PyObject_RichCompareBool(p, zero, Py_GE);
+        int ne = 0, eq = 0;
+        if (ge < 0)
+            err = 1;
+        else if (ge) {
+            if ((key = PyLong_FromSsize_t(i)) == NULL || (hn = page_value(host, key)) == NULL ||
+                (ne = vs_zero(hn, zero, Py_NE)) < 0)
+                err = 1;
+            else if (ne && ((hp = page_value(host, p)) == NULL || (eq = vs_zero(hp, zero, Py_EQ)) < 0))
+                err = 1;
+            else if (ne && eq && (out = PyTuple_Pack(2, key, p)) == NULL)
+                err = 1;
+        }
+        Py_DECREF(p);
+        Py_XDECREF(key);
+        Py_XDECREF(hn);
+        Py_XDECREF(hp);
+    }
+    Py_DECREF(parent);
+    Py_DECREF(zero);
+    if (err) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    return out != NULL ? out : Py_NewRef(Py_None);
+}
+
+/* the pages a spread may hold (no tree has as many: both twins refuse more alike) */
+#define SPREAD_MAX (1LL << 61)
+
+/* spread(values, runs, spare): loops.py's py_spread, a new dict */
+static PyObject *spread(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("spread", n, 3))
+        return NULL;
+    PyObject *values = a[0], *runs = a[1], *spare = a[2];
+    if (check_type(values, &PyList_Type, "spread", "values") || check_type(runs, &PyList_Type, "spread", "runs"))
+        return NULL;
+    Py_ssize_t k = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(runs) != k) {
+        PyErr_SetString(PyExc_ValueError, "spread: values and runs differ in length");
+        return NULL;
+    }
+    /* the runs read first, into C (an allocation below may run a collection, and a finalizer
+     * could change a list: the walk never reads past the values it still has), so the dict
+     * is made at its size */
+    long long *counts = PyMem_Malloc((k > 0 ? (size_t)k : 1) * sizeof(long long)), total = 0;
+    if (counts == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *ro = PyList_GET_ITEM(runs, i);
+        long long r;
+        if (!int_value(ro, &r) || r < 0) {
+            if (PyLong_CheckExact(ro) && _PyLong_Sign(ro) > 0)
+                r = SPREAD_MAX + 1;         /* (an int too wide to read: past the bound below) */
+            else {
+                PyMem_Free(counts);
+                PyErr_SetString(PyExc_TypeError, "spread: runs must hold exact ints >= 0");
+                return NULL;
+            }
+        }
+        if (r > SPREAD_MAX - total) {
+            PyMem_Free(counts);
+            PyErr_SetString(PyExc_OverflowError, "spread: past 2**61 pages");
+            return NULL;
+        }
+        counts[i] = r;
+        total += r;
+    }
+    PyObject *d = _PyDict_NewPresized((Py_ssize_t)total + 1);
+    Py_ssize_t p = 0;
+    int err = d == NULL;
+    for (Py_ssize_t i = 0; !err && i < k && i < PyList_GET_SIZE(values); i++) {
+        PyObject *v = Py_NewRef(PyList_GET_ITEM(values, i));
+        for (long long j = 0; !err && j < counts[i]; j++, p++)
+            err = page_set(d, p, v) < 0;
+        Py_DECREF(v);
+    }
+    PyMem_Free(counts);
+    if (err || page_set(d, p, spare) < 0) {
+        Py_XDECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* enumerated(values): loops.py's py_enumerated, a new dict */
+static PyObject *enumerated(PyObject *self, PyObject *values) {
+    if (check_type(values, &PyList_Type, "enumerated", "values"))
+        return NULL;
+    Py_ssize_t k = PyList_GET_SIZE(values);
+    PyObject *d = _PyDict_NewPresized(k);
+    if (d == NULL)
+        return NULL;
+    /* (the list's size read at each page: a collection's finalizer could change it) */
+    for (Py_ssize_t p = 0; p < PyList_GET_SIZE(values); p++) {
+        PyObject *v = Py_NewRef(PyList_GET_ITEM(values, p));
+        int rc = page_set(d, p, v);
+        Py_DECREF(v);
+        if (rc < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+/* ---- tree_pages(nodes, sync_backup, load_req_of, node_slots): loops.py's py_tree_pages, the
+ * from-scratch HostTier map's walk of the tree (host_tier.py's `state`), which defines it: the
+ * same reads, calls and results in the same order, the nodes' fields read as remap_node reads
+ * them (field_of: a slot's descriptor, no instance dict), each node's slot lists
+ * node_slot_lists's where node_slots is this module's own (any other, a test's stand-in for a
+ * map that maps slots wrong, is called). In Python the walk was ~40 opcodes a node, a third of
+ * a state's mapping */
+
+/* `hv, bv = node_slots(hs, pending, n, backing)` as Python unpacks it: a new 2-tuple */
+static PyObject *slot_lists_via(PyObject *fn, PyObject *hs, PyObject *pending, PyObject *nobj, PyObject *backing) {
+    if (PyCFunction_Check(fn) && PyCFunction_GET_FUNCTION(fn) == (PyCFunction)(void (*)(void))node_slots_call)
+        return node_slot_lists(hs, pending, nobj, backing);
+    PyObject *argv[4] = {hs, pending, nobj, backing};
+    PyObject *r = PyObject_Vectorcall(fn, argv, 4, NULL);
+    if (r == NULL)
+        return NULL;
+    PyObject *seq = PySequence_Fast(r, "");
+    if (seq == NULL) {
+        PyErr_Format(PyExc_TypeError, "cannot unpack non-iterable %.100s object", Py_TYPE(r)->tp_name);
+        Py_DECREF(r);
+        return NULL;
+    }
+    Py_DECREF(r);
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = NULL;
+    if (k > 2)
+        PyErr_SetString(PyExc_ValueError, "too many values to unpack (expected 2)");
+    else if (k < 2)
+        PyErr_Format(PyExc_ValueError, "not enough values to unpack (expected 2, got %zd)", k);
+    else
+        out = PyTuple_Pack(2, PySequence_Fast_GET_ITEM(seq, 0), PySequence_Fast_GET_ITEM(seq, 1));
+    Py_DECREF(seq);
+    return out;
+}
+
+/* list.append(v) of a new reference v (consumed): 0, or -1 */
+static inline int append_new(PyObject *list, PyObject *v) {
+    if (v == NULL)
+        return -1;
+    int rc = PyList_Append(list, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* `a != 0` (op Py_NE) as Python decides it: an exact int's value, else the object API */
+static int tp_nonzero(PyObject *a, PyObject *zero) {
+    long long v;
+    if (int_value(a, &v))
+        return v != 0;
+    return PyObject_RichCompareBool(a, zero, Py_NE);
+}
+
+static PyObject *tree_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (!arity("tree_pages", n, 4) || remap_names() < 0)
+        return NULL;
+    PyObject *sync_backup = a[1], *load_req_of = a[2], *slots_of = a[3];
+    if (check_type(sync_backup, &PyDict_Type, "tree_pages", "sync_backup"))
+        return NULL;
+    PyObject *it = PyObject_GetIter(a[0]);
+    if (it == NULL)
+        return NULL;
+    /* runs, dev, stor, hits, loadreq, host, backup, parent */
+    PyObject *lists[8] = {NULL};
+    PyObject *last_page = PyDict_New(), *zero = PyLong_FromLong(0), *two = PyLong_FromLong(2),
+             *minus = PyLong_FromLong(-1), *out = NULL, *x = NULL;
+    int err = last_page == NULL || zero == NULL || two == NULL || minus == NULL, loading = 0;
+    for (int i = 0; !err && i < 8; i++)
+        err = (lists[i] = PyList_New(0)) == NULL;
+    PyObject *runs = lists[0], *dev = lists[1], *stor = lists[2], *hits = lists[3], *loadreq = lists[4],
+             *host = lists[5], *backup = lists[6], *parent = lists[7];
+    long long start = 0;
+    while (!err && (x = PyIter_Next(it)) != NULL) {
+        PyObject *p = NULL, *nobj = NULL, *ld = NULL, *lq = NULL, *v = NULL, *hs = NULL, *id = NULL, *pending = NULL,
+                 *backing = NULL, *sl = NULL;
+        long long pages;
+        err = (p = field_of(x, s_parent)) == NULL || (nobj = field_of(x, s_n)) == NULL;
+        if (!err && (!int_value(nobj, &pages) || pages < 0 || pages >= (1LL << 61))) {
+            PyErr_SetString(PyExc_TypeError, "tree_pages: a node's n must be an int in [0, 2**61)");
+            err = 1;
+        }
+        if (!err)
+            err = (ld = field_of(x, s_loading)) == NULL;
+        if (!err) {
+            if (ld != Py_None) {
+                err = (lq = PyObject_CallOneArg(load_req_of, x)) == NULL;
+                if (!err && !loading) {
+                    /* loading = loading or (lq != 0 and n != 0) */
+                    int nz = tp_nonzero(lq, zero);
+                    err = nz < 0;
+                    loading = nz > 0 && pages != 0;
+                }
+            } else
+                lq = Py_NewRef(zero);
+        }
+        if (!err && pages) {
+            /* the node's first page's parent: its parent node's last page (-1: none) */
+            PyObject *up = minus;
+            if (p != Py_None) {
+                PyObject *pid = field_of(p, s_id);
+                if (pid == NULL)
+                    err = 1;
+                else {
+                    PyObject *got = PyDict_GetItemWithError(last_page, pid);
+                    Py_DECREF(pid);
+                    if (got != NULL)
+                        up = got;
+                    else if (PyErr_Occurred())
+                        err = 1;
+                }
+            }
+            err = err || PyList_Append(parent, up) < 0;
+            for (long long q = start; !err && q < start + pages - 1; q++)
+                err = append_new(parent, PyLong_FromLongLong(q)) < 0;
+        }
+        if (!err)
+            err = PyList_Append(runs, nobj) < 0 || (v = field_of(x, s_device)) == NULL ||
+                  PyList_Append(dev, v != Py_None ? Py_True : Py_False) < 0;
+        Py_XDECREF(v);
+        v = NULL;
+        if (!err) {
+            int t = (v = field_of(x, s_stored)) == NULL ? -1 : PyObject_IsTrue(v);
+            err = t < 0 || PyList_Append(stor, t ? Py_True : Py_False) < 0;
+        }
+        Py_XDECREF(v);
+        v = NULL;
+        if (!err && (v = field_of(x, s_hit_count)) == NULL)
+            err = 1;
+        if (!err) {
+            /* min(hit_count, 2): 2 when 2 < hit_count, else hit_count (Python's min) */
+            long long h;
+            int above = int_value(v, &h) ? h > 2 : PyObject_RichCompareBool(two, v, Py_LT);
+            err = above < 0 || PyList_Append(hits, above ? two : v) < 0;
+        }
+        if (!err)
+            err = PyList_Append(loadreq, lq) < 0 || (hs = field_of(x, s_host)) == NULL || (id = field_of(x, s_id)) == NULL;
+        if (!err) {
+            pending = PyDict_GetItemWithError(sync_backup, id);      /* (borrowed) */
+            if (pending == NULL && PyErr_Occurred())
+                err = 1;
+            else
+                pending = Py_NewRef(pending != NULL ? pending : Py_None);
+        }
+        if (!err)
+            err = (backing = host_write_in_flight(NULL, x)) == NULL ||
+                  (sl = slot_lists_via(slots_of, hs, pending, nobj, backing)) == NULL;
+        if (!err) {
+            PyObject *hv = PyTuple_GET_ITEM(sl, 0), *bv = PyTuple_GET_ITEM(sl, 1);
+            PyObject *r1 = _PyList_Extend((PyListObject *)host, hv), *r2 = r1 == NULL ? NULL
+                : _PyList_Extend((PyListObject *)backup, bv);
+            err = r1 == NULL || r2 == NULL;
+            Py_XDECREF(r1);
+            Py_XDECREF(r2);
+        }
+        if (!err) {
+            start += pages;
+            PyObject *last = PyLong_FromLongLong(start - 1);
+            err = last == NULL || PyDict_SetItem(last_page, id, last) < 0;
+            Py_XDECREF(last);
+        }
+        Py_XDECREF(p);
+        Py_XDECREF(nobj);
+        Py_XDECREF(ld);
+        Py_XDECREF(lq);
+        Py_XDECREF(v);
+        Py_XDECREF(hs);
+        Py_XDECREF(id);
+        Py_XDECREF(pending);
+        Py_XDECREF(backing);
+        Py_XDECREF(sl);
+        Py_DECREF(x);
+    }
+    if (!err && PyErr_Occurred())
+        err = 1;
+    if (!err)
+        out = Py_BuildValue("(OOOOOOOOOO)", runs, dev, stor, hits, loadreq, host, backup, parent,
+                            loading ? Py_True : Py_False, last_page);
+    for (int i = 0; i < 8; i++)
+        Py_XDECREF(lists[i]);
+    Py_DECREF(it);
+    Py_XDECREF(last_page);
+    Py_XDECREF(zero);
+    Py_XDECREF(two);
+    Py_XDECREF(minus);
+    return out;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
 
 static PyMethodDef methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, "d[p] = v for p in pos, delta-recorded"},
+    {"spread", (PyCFunction)(void (*)(void))spread, METH_FASTCALL, "{page: its node's value} over runs, then spare"},
+    {"tree_pages", (PyCFunction)(void (*)(void))tree_pages, METH_FASTCALL,
+     "the from-scratch HostTier map's per-node and per-page lists over the tree's nodes"},
+    {"one_owner_breach", (PyCFunction)(void (*)(void))one_owner_breach, METH_FASTCALL,
+     "SlotInOneOwner's first breach over every spec slot, from the reference values"},
+    {"parent_breach", (PyCFunction)(void (*)(void))parent_breach, METH_FASTCALL,
+     "WriteThroughPrefix's first page with a host copy under a parent page without one"},
+    {"enumerated", (PyCFunction)enumerated, METH_O, "dict(enumerate(values)) of a list, made at its size"},
     {"move", (PyCFunction)(void (*)(void))move, METH_FASTCALL, "d[q] = d[src] for q, src in origin, delta-recorded"},
     {"spare", (PyCFunction)(void (*)(void))spare, METH_FASTCALL, "d[q] = v for q in range(lo, hi), delta-recorded"},
     {"release", (PyCFunction)(void (*)(void))release, METH_FASTCALL, "release the slot references of pages"},

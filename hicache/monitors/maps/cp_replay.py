@@ -36,7 +36,7 @@ from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import ints_within, steps_table
+from .loops import ints_within, padded_row, steps_table
 from .steps import capacity
 
 #: each runtime action's compound step (compound_step's shared value) but LoadBackLayer's
@@ -231,9 +231,7 @@ class CPReplayMap:
                 if pages.count(NONE) == len(pages):
                     row = empty
                 else:
-                    d = blank.copy()
-                    d.update(enumerate(pages))
-                    row = Fcn(d, KK_INT)
+                    row = padded_row(blank, pages, Fcn, KK_INT)     # (the copy and its writes in C)
                 page.append(row)
                 built[c] = (row, pages)
             else:

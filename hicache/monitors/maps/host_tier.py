@@ -32,12 +32,13 @@ from types import MappingProxyType
 
 from hicache.monitors import native
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.loops import count_pages, node_slots, slot_owner_breach
+from hicache.monitors.maps.loops import (count_pages, enumerated, node_slots, one_owner_breach, parent_breach,
+                                         slot_owner_breach, spread, tree_pages)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.runtime.allocator import HostSlotState
-from hicache.runtime.cache import host_write_in_flight, own_loads
+from hicache.runtime.cache import own_loads
 from hicache.tla.values import KK_DENSE0, KK_INT, Fcn, mk_fcn
 
 _SLOT_NAME = {
@@ -65,6 +66,8 @@ _PHASE = {"RequestMatch": "matched", "LoadBackStart": "loading", "LoadBackFinish
 #: LoadBackFinish came and went): no request, and not NoReq either (the node says a load is
 #: pending), so TypeOK refuses it: `node.loading` was never cleared
 ENDED_REQ = -1
+#: the sequences the linear invariant forms' C passes index (a state's own: tuples)
+_SEQS = (tuple, list)
 #: each runtime action's compound step (compound_step's shared value), for `bind`
 _STEPS = compound_steps(HostTierAction)
 
@@ -168,6 +171,7 @@ class HostTierMap:
         # from the events that move a request's node (match, insert, prefetch join)
         self.req_node: dict[int, int] = {}
         self.sync_backup: dict[int, list[int]] = {}   # write_back: node id -> slots being copied
+        self._flat: tuple | None = None      # (n, the flat functions over pages 0..n): `_flats`
         # `bind` in C over this bookkeeping (csrc/incmap.c's binder: the rules `bind` below
         # states, which serve where it cannot be built), None without it. It serves as this
         # map's `bind` (an instance attribute: what a monitor calls at every event); a
@@ -414,37 +418,16 @@ class HostTierMap:
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
         # a node's pages share its node-level values: those are kept once per node (`runs`
         # gives each its page count) and spread over the pages when the functions are
-        # built; host and backupOp are per page (`node_slots`)
-        runs, dev, stor, hits, loadreq, host, backup, parent = [], [], [], [], [], [], [], []
-        last_page: dict[int, int] = {}     # node id -> its last page's index (the tree's nodes)
-        sync_backup = self.sync_backup
-        start = 0                          # the node's first page
-        loading = False                    # whether some node has a load's loadReq
-        for x in c.tree.nodes():            # preorder: a parent's pages come before its children's
-            p = x.parent
-            n = x.n
-            lq = 0
-            if x.loading is not None:
-                # whatever the node's device state: a load whose device pages were dropped
-                # under it is still reading its host slots (PendingLoadLocked)
-                rid = getattr(x.loading, "rid", None)
-                lq = load_req(qidx.get(rid, 0), rid)
-                loading = loading or (lq != 0 and n != 0)
-            # page i's parent is page i-1
-            if n:
-                parent.append(last_page.get(p.id, -1) if p is not None else -1)
-                parent.extend(range(start, start + n - 1))
-            runs.append(n)
-            dev.append(x.device is not None)
-            stor.append(bool(x.stored))
-            hits.append(min(x.hit_count, 2))
-            loadreq.append(lq)
-            hv, bv = node_slots(x.host, sync_backup.get(x.id), n, host_write_in_flight(x))
-            host.extend(hv)
-            backup.extend(bv)
-            start += n
-            last_page[x.id] = start - 1
-        n = start
+        # built; host and backupOp are per page (`node_slots`); the walk in preorder (a
+        # parent's pages come before its children's), in C where it builds (loops.tree_pages)
+
+        def load_req_of(x) -> int:
+            rid = getattr(x.loading, "rid", None)
+            return load_req(qidx.get(rid, 0), rid)
+        # (last_page: each node's id -> its last page: the ids of the tree's nodes)
+        runs, dev, stor, hits, loadreq, host, backup, parent, loading, last_page = \
+            tree_pages(c.tree.nodes(), self.sync_backup, load_req_of, node_slots)
+        n = len(host)
         # one spare node outside the tree (NNodes = len + 1): a locked prefix that left the
         # tree is then expressible (reqLen = len + 1) and NNodes >= 1 always holds
         host.append(0)
@@ -465,17 +448,31 @@ class HostTierMap:
             req, pfslot, pfabort, reqlen = ["idle"], [0], [False], [0]
         nq = len(req)
         # (loadDone is 0 everywhere, and so are backupOp and loadReq but while a copy or a
-        # load runs: those share one function, built once; the lists hold ints only)
-        zeros = Fcn(dict.fromkeys(range(n + 1), 0), KK_INT | KK_DENSE0)
+        # load runs, hits on a cold tree, and stor and dev are FALSE on every page of a tree
+        # with no storage or device copy: those share the two flat functions, kept while the
+        # tree has n pages; the lists hold ints only)
+        zeros, falses = self._flats(n)
         return {
             "policy": str(c.cfg.write_policy), "len": n,
-            "dev": _spread(dev, runs, n, False), "host": _fn0(host), "stor": _spread(stor, runs, n, False),
-            "hits": _spread(hits, runs, n, 0), "slot": slot, "backupOp": _zeros_or_fn0(backup, zeros),
-            "loadReq": _spread(loadreq, runs, n, 0) if loading else zeros, "loadDone": zeros,
+            "dev": _spread(dev, runs, False, falses), "host": _fn0(host), "stor": _spread(stor, runs, False, falses),
+            "hits": _spread(hits, runs, 0, zeros), "slot": slot, "backupOp": _zeros_or_fn0(backup, zeros),
+            "loadReq": _spread(loadreq, runs, 0, zeros) if loading else zeros, "loadDone": zeros,
             "req": tuple(req), "reqLen": tuple(reqlen), "pfSlot": tuple(pfslot), "pfNode": (0,) * nq,
             "pfAbort": tuple(pfabort),
             "_parent": tuple(parent),
         }
+
+    def _flats(self, n: int) -> tuple:
+        """(0 on every page, FALSE on every page): the two flat functions over the pages
+        0..n, kept from one mapped state to the next while the tree has n pages (a function
+        is immutable: states share it, as one state's variables share `zeros`; ~4 us each to
+        build, two or three of a state's seven per-page functions)."""
+        got = self._flat
+        if got is None or got[0] != n:
+            pages = range(n + 1)
+            got = self._flat = (n, Fcn(dict.fromkeys(pages, 0), KK_INT | KK_DENSE0),
+                                Fcn(dict.fromkeys(pages, False), KK_INT | KK_DENSE0))
+        return got[1], got[2]
 
     def reference_constants(self) -> dict:
         """The constants of `reference_state()`."""
@@ -519,10 +516,13 @@ def write_through_prefix_tree(C, s):
     if s["policy"] not in C["WriteThrough"]:
         return None
     host = s["host"].d if s["len"] else {}
-    for n, p in enumerate(s["_parent"]):
-        if p >= 0 and host[n] != 0 and host[p] == 0:
-            text, loc = spec._T_inv_WriteThroughPrefix[0]
-            return Failure("WriteThroughPrefix", 1, text + f"  [tree form: page {n}'s parent page {p}]", loc)
+    parent = s["_parent"]
+    # (one C pass, loops.parent_breach, over the state's own tuple and dict)
+    got = parent_breach(parent if type(parent) in _SEQS else tuple(parent), host if type(host) is dict else dict(host))
+    if got is not None:
+        n, p = got
+        text, loc = spec._T_inv_WriteThroughPrefix[0]
+        return Failure("WriteThroughPrefix", 1, text + f"  [tree form: page {n}'s parent page {p}]", loc)
     return None
 
 
@@ -531,19 +531,26 @@ def slot_in_one_owner_linear(C, s):
     tree, backup and fetch references, then applies the spec's CASE per slot in order.
     tests/monitors/test_monitor_runtime.py checks it against the generated check.
 
-    The counting and the CASE are the C loops of the incremental form (`count_pages`,
-    `slot_owner_breach`, maps/loops.py); the references to NoSlot (0) are not counted, as
-    no slot 0 is checked."""
+    The counting and the CASE are one C pass over the values where each is an exact int
+    (`one_owner_breach`, maps/loops.py), else the C loops of the incremental form
+    (`count_pages`, `slot_owner_breach`), which count by equality; the references to NoSlot
+    (0) are not counted, as no slot 0 is checked."""
     n_nodes = C["NNodes"]
-    host, backup, slot = s["host"], s["backupOp"], s["slot"]
+    host, backup, slot, pf = s["host"], s["backupOp"], s["slot"], s["pfSlot"]
     hd = host.d if type(host) is Fcn else dict(enumerate(host, 1))
     bd = backup.d if type(backup) is Fcn else dict(enumerate(backup, 1))
-    tree: dict = {}
-    other: dict = {}
-    count_pages(tree, _values_below(host, hd, min(s["len"], n_nodes)), 1, None, 0)
-    count_pages(other, _values_below(backup, bd, n_nodes), 1, None, 0)
-    count_pages(other, s["pfSlot"], 1, None, 0)
-    if slot_owner_breach(slot, range(1, len(slot) + 1), tree, other, {}) is not None:
+    tree_vals = _values_below(host, hd, min(s["len"], n_nodes))
+    backup_vals = _values_below(backup, bd, n_nodes)
+    breach = one_owner_breach(slot, tree_vals, backup_vals, pf) if type(slot) in _SEQS and type(pf) in _SEQS \
+        else NotImplemented
+    if breach is NotImplemented:
+        tree: dict = {}
+        other: dict = {}
+        count_pages(tree, tree_vals, 1, None, 0)
+        count_pages(other, backup_vals, 1, None, 0)
+        count_pages(other, pf, 1, None, 0)
+        breach = slot_owner_breach(slot, range(1, len(slot) + 1), tree, other, {})
+    if breach is not None:
         text, loc = spec._T_inv_SlotInOneOwner[0]
         return Failure("SlotInOneOwner", 1, text, loc)
     return None
@@ -579,27 +586,22 @@ def _zeros_or_fn0(values: list, zeros):
     return zeros if values.count(0) == len(values) else _fn0(values)
 
 
-def _spread(values: list, runs: list, n: int, spare):
+def _spread(values: list, runs: list, spare, flat):
     """_fn0 of the n pages' values and one more page's, `spare`: values[i] is node i's,
-    held by its runs[i] pages (sum(runs) = n). One value for every node (a run's stor,
-    FALSE everywhere) is one C-level build over the pages; `values` holds one type (no 1
-    beside a TRUE, which the count would take for equal)."""
-    if values and values.count(values[0]) == len(values):
-        d = dict.fromkeys(range(n), values[0])
-        d[n] = spare
-        return Fcn(d, KK_INT | KK_DENSE0)
-    pages = []
-    for v, k in zip(values, runs):
-        pages.extend([v] * k)
-    pages.append(spare)
-    return Fcn(dict(enumerate(pages)), KK_INT | KK_DENSE0)
+    held by its runs[i] pages (sum(runs) = n); `flat`, the function with `spare` on every
+    one of those pages, when every node's value is `spare` (a tree with no storage copy:
+    stor). `values` holds one type, spare's (no 1 beside a TRUE, which the count would take
+    for equal)."""
+    if values.count(spare) == len(values) and (not values or type(values[0]) is type(spare)):
+        return flat
+    return Fcn(spread(values, runs, spare), KK_INT | KK_DENSE0)
 
 
 def _fn0(values: list):
     """A function over 0..len-1 (not a sequence: its domain starts at 0), its key kinds
     given (the integers 0..len-1: what a domain test would otherwise find by looking at each
     key, `rt.domain_is`)."""
-    return Fcn(dict(enumerate(values)), KK_INT | KK_DENSE0) if values else mk_fcn({})
+    return Fcn(enumerated(values), KK_INT | KK_DENSE0) if values else mk_fcn({})
 
 
 def _bind_table(mod) -> dict:

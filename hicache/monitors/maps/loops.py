@@ -727,6 +727,134 @@ def py_shifted(slots) -> list:
     return [h + 1 for h in slots]
 
 
+def py_tree_pages(nodes, sync_backup: dict, load_req_of, node_slots) -> tuple:
+    """The from-scratch HostTier map's walk of the tree (host_tier's `state`): over `nodes`,
+    the tree's nodes in preorder (a parent before its children), (runs, dev, stor, hits,
+    loadreq, host, backup, parent, loading, last_page). Per node i: runs[i] its pages (`n`, an exact int
+    in [0, 2**61): TypeError otherwise), dev[i] whether it has a device copy, stor[i]
+    bool(stored), hits[i] min(hit_count, 2), loadreq[i] load_req_of(node) for a node with a
+    pending load (`loading` not None), else 0. Per page, in the nodes' order: host and backup
+    (`node_slots` of its host slots, its blocking copy's slots sync_backup.get(id), and
+    whether a device->host write of them is in flight: the map's node_slots, which a test may
+    replace by a wrong one), parent its parent page (the page
+    before it in its node; a node's first page's, the last page of its parent node, -1
+    under the root or a node outside the walk). `loading`: whether some node with pages has
+    a loadreq other than 0; `last_page`: each node's id -> its last page (a node of no pages:
+    the page before it), the walk's nodes' ids. sync_backup a dict (TypeError otherwise)."""
+    if type(sync_backup) is not dict:
+        raise TypeError(f"tree_pages: sync_backup must be a dict, not {type(sync_backup).__name__}")
+    runs, dev, stor, hits, loadreq, host, backup, parent = [], [], [], [], [], [], [], []
+    last_page: dict = {}        # node id -> its last page
+    start = 0                   # the node's first page
+    loading = False
+    for x in nodes:
+        p = x.parent
+        n = x.n
+        if type(n) is not int or not 0 <= n < 1 << 61:
+            raise TypeError("tree_pages: a node's n must be an int in [0, 2**61)")
+        lq = 0
+        if x.loading is not None:
+            # whatever the node's device state: a load whose device pages were dropped under
+            # it is still reading its host slots (PendingLoadLocked)
+            lq = load_req_of(x)
+            loading = loading or (lq != 0 and n != 0)
+        if n:
+            parent.append(last_page.get(p.id, -1) if p is not None else -1)
+            parent.extend(range(start, start + n - 1))
+        runs.append(n)
+        dev.append(x.device is not None)
+        stor.append(bool(x.stored))
+        hits.append(min(x.hit_count, 2))
+        loadreq.append(lq)
+        hv, bv = node_slots(x.host, sync_backup.get(x.id), n, py_host_write_in_flight(x))
+        host.extend(hv)
+        backup.extend(bv)
+        start += n
+        last_page[x.id] = start - 1
+    return runs, dev, stor, hits, loadreq, host, backup, parent, loading, last_page
+
+
+def _fast_seq(o, fn: str, what: str) -> None:
+    if type(o) is not tuple and type(o) is not list:
+        raise TypeError(f"{fn}: {what} must be a tuple or list, not {type(o).__name__}")
+
+
+def py_one_owner_breach(names, tree_vals, backup_vals, pf_vals):
+    """SlotInOneOwner over every spec slot h of 1..len(names), in order, from the state's
+    values: the tree's references to h among `tree_vals` (host[p] of the tree's pages), the
+    other references among `backup_vals` and `pf_vals` (backupOp, pfSlot); NoSlot = 0, and
+    any value naming no slot checked, counted for none. The first breach of the spec's CASE
+    (py_slot_owner_breach's) as (h, names[h - 1], t, f), or None; NotImplemented when a value
+    is no exact int (a TRUE or a 2.0 names a slot by equality: the caller's generic count).
+    Tuples or lists each (TypeError otherwise)."""
+    for what, v in (("names", names), ("tree_vals", tree_vals), ("backup_vals", backup_vals), ("pf_vals", pf_vals)):
+        _fast_seq(v, "one_owner_breach", what)
+    for vals in (tree_vals, backup_vals, pf_vals):
+        for v in vals:
+            if type(v) is not int:
+                return NotImplemented
+    tree: dict = {}
+    other: dict = {}
+    for v in tree_vals:
+        if v != 0:
+            tree[v] = tree.get(v, 0) + 1
+    for vals in (backup_vals, pf_vals):
+        for v in vals:
+            if v != 0:
+                other[v] = other.get(v, 0) + 1
+    return py_slot_owner_breach(names, range(1, len(names) + 1), tree, other, {})
+
+
+def py_parent_breach(parent, host: dict):
+    """WriteThroughPrefix in tree form over a state's pages: page n's parent page is
+    parent[n] (< 0: none). The first (n, p), in page order, with p >= 0, host[n] != 0 and
+    host[p] == 0; None when there is none. A tuple or list and a dict (TypeError otherwise);
+    a page missing from host: KeyError."""
+    _fast_seq(parent, "parent_breach", "parent")
+    if type(host) is not dict:
+        raise TypeError(f"parent_breach: host must be a dict, not {type(host).__name__}")
+    for n, p in enumerate(parent):
+        if p >= 0 and host[n] != 0 and host[p] == 0:
+            return n, p
+    return None
+
+
+def py_spread(values: list, runs: list, spare) -> dict:
+    """{page: value} over pages numbered from 0: values[i] at each of the next runs[i] pages
+    (an exact int >= 0: TypeError otherwise), then `spare` at one more page; OverflowError
+    past 2**61 pages (no tree has as many). Lists both, of one length (ValueError
+    otherwise). The from-scratch HostTier map's per-page functions of a node-level value
+    (host_tier's `_spread`)."""
+    for what, v in (("values", values), ("runs", runs)):
+        if type(v) is not list:
+            raise TypeError(f"spread: {what} must be a list, not {type(v).__name__}")
+    if len(values) != len(runs):
+        raise ValueError("spread: values and runs differ in length")
+    total = 0
+    for r in runs:
+        if type(r) is not int or r < 0:
+            raise TypeError("spread: runs must hold exact ints >= 0")
+        total += r
+        if total > 1 << 61:
+            raise OverflowError("spread: past 2**61 pages")
+    d = {}
+    p = 0
+    for v, r in zip(values, runs):
+        for _ in range(r):
+            d[p] = v
+            p += 1
+    d[p] = spare
+    return d
+
+
+def py_enumerated(values: list) -> dict:
+    """dict(enumerate(values)) of a list (TypeError otherwise): the from-scratch HostTier
+    map's per-page functions of a per-page value (host_tier's `_fn0`)."""
+    if type(values) is not list:
+        raise TypeError(f"enumerated: values must be a list, not {type(values).__name__}")
+    return dict(enumerate(values))
+
+
 def py_node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[int]]:
     """(host[p] per page, backupOp[p] per page) of the n pages of a node with host slots `hs`
     (or None) and, for a blocking write-back copy, the slots `pending` it is being copied to
@@ -1190,7 +1318,9 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "first_slot_not_in": py_first_slot_not_in,
           "holders_outside": py_holders_outside, "tree_prefix_breach": py_tree_prefix_breach,
           "extend_positions": py_extend_positions,
-          "first_page_where": py_first_page_where}
+          "first_page_where": py_first_page_where, "spread": py_spread, "enumerated": py_enumerated,
+          "one_owner_breach": py_one_owner_breach, "parent_breach": py_parent_breach,
+          "tree_pages": py_tree_pages}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -1239,3 +1369,8 @@ holders_outside = _mod.holders_outside if _mod is not None else py_holders_outsi
 tree_prefix_breach = _mod.tree_prefix_breach if _mod is not None else py_tree_prefix_breach
 extend_positions = _mod.extend_positions if _mod is not None else py_extend_positions
 first_page_where = _mod.first_page_where if _mod is not None else py_first_page_where
+spread = _mod.spread if _mod is not None else py_spread
+enumerated = _mod.enumerated if _mod is not None else py_enumerated
+one_owner_breach = _mod.one_owner_breach if _mod is not None else py_one_owner_breach
+parent_breach = _mod.parent_breach if _mod is not None else py_parent_breach
+tree_pages = _mod.tree_pages if _mod is not None else py_tree_pages
