@@ -7224,14 +7224,6 @@ static inline int append_new(PyObject *list, PyObject *v) {
     return rc;
 }
 
-/* `a != 0` (op Py_NE) as Python decides it: an exact int's value, else the object API */
-static int tp_nonzero(PyObject *a, PyObject *zero) {
-    long long v;
-    if (int_value(a, &v))
-        return v != 0;
-    return PyObject_RichCompareBool(a, zero, Py_NE);
-}
-
 static PyObject *tree_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("tree_pages", n, 4) || remap_names() < 0)
         return NULL;
@@ -7267,7 +7259,7 @@ static PyObject *tree_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
                 err = (lq = PyObject_CallOneArg(load_req_of, x)) == NULL;
                 if (!err && !loading) {
                     /* loading = loading or (lq != 0 and n != 0) */
-                    int nz = tp_nonzero(lq, zero);
+                    int nz = vs_zero(lq, zero, Py_NE);
                     err = nz < 0;
                     loading = nz > 0 && pages != 0;
                 }

@@ -793,15 +793,12 @@ def py_one_owner_breach(names, tree_vals, backup_vals, pf_vals):
         for v in vals:
             if type(v) is not int:
                 return NotImplemented
+    # (the generic count: the incremental form's loops, NoSlot = 0 not counted)
     tree: dict = {}
     other: dict = {}
-    for v in tree_vals:
-        if v != 0:
-            tree[v] = tree.get(v, 0) + 1
-    for vals in (backup_vals, pf_vals):
-        for v in vals:
-            if v != 0:
-                other[v] = other.get(v, 0) + 1
+    py_count_pages(tree, tree_vals, 1, None, 0)
+    py_count_pages(other, backup_vals, 1, None, 0)
+    py_count_pages(other, pf_vals, 1, None, 0)
     return py_slot_owner_breach(names, range(1, len(names) + 1), tree, other, {})
 
 
