@@ -7042,17 +7042,6 @@ static PyObject *one_owner_breach(PyObject *self, PyObject *const *a, Py_ssize_t
     return out == Py_None ? Py_NewRef(Py_None) : out;
 }
 
-/* host[key] of a dict, a new reference; KeyError(key) when it is missing */
-static PyObject *page_value(PyObject *host, PyObject *key) {
-    PyObject *v = PyDict_GetItemWithError(host, key);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            _PyErr_SetKeyError(key);
-        return NULL;
-    }
-    return Py_NewRef(v);
-}
-
 /* v <op> 0 (Py_NE or Py_EQ) as Python compares: an exact int's value, else the object API */
 static int vs_zero(PyObject *v, PyObject *zero, int op) {
     long long x;
@@ -7061,7 +7050,8 @@ static int vs_zero(PyObject *v, PyObject *zero, int op) {
     return PyObject_RichCompareBool(v, zero, op);
 }
 
-/* parent_breach(parent, host): loops.py's py_parent_breach */
+/* parent_breach(parent, host): loops.py's py_parent_breach (host's pages read as a position's
+ * value is read, pos_at_h: off the entry where page p sits at entry p) */
 static PyObject *parent_breach(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("parent_breach", n, 2))
         return NULL;
@@ -7079,10 +7069,10 @@ static PyObject *parent_breach(PyObject *self, PyObject *const *a, Py_ssize_t n)
         if (ge < 0)
             err = 1;
         else if (ge) {
-            if ((key = PyLong_FromSsize_t(i)) == NULL || (hn = page_value(host, key)) == NULL ||
+            if ((key = PyLong_FromSsize_t(i)) == NULL || (hn = pos_at_h(host, key, -1)) == NULL ||
                 (ne = vs_zero(hn, zero, Py_NE)) < 0)
                 err = 1;
-            else if (ne && ((hp = page_value(host, p)) == NULL || (eq = vs_zero(hp, zero, Py_EQ)) < 0))
+            else if (ne && ((hp = pos_at_h(host, p, -1)) == NULL || (eq = vs_zero(hp, zero, Py_EQ)) < 0))
                 err = 1;
             else if (ne && eq && (out = PyTuple_Pack(2, key, p)) == NULL)
                 err = 1;
