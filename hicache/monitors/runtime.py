@@ -211,7 +211,11 @@ class RefinementMap(Protocol):
     invariant-only map draws it at w times the rate), `trigger_events` with
     `trigger(action, fields) -> bool` (one of those events it names is checked whatever the
     draw and the budget, on an invariant-only map), `spec_args()` (the spec's binding of the event
-    just bound, where the map renames: recorded beside the event's fields).
+    just bound, where the map renames: recorded beside the event's fields),
+    `state_constants_key(t)` with `state_constants(t)` (a from-scratch map: the constants of a
+    state it mapped, read off that state instead of the runtime, and a key for them; equal keys
+    mean equal constants, class for class: the process's monitors share one binding per key,
+    `Monitor._constants_at(t)`).
     """
     spec: Any
 
@@ -256,6 +260,14 @@ _BINDINGS_LOCK = threading.Lock()
 _KEY_ATOMS = (int, str, bool, type(None))
 
 
+#: bindings by a map's own key for the constants of a state it mapped (`state_constants_key`):
+#: (spec module, key) -> the binding; bounded and locked as _BINDINGS. A fresh monitor's
+#: first check (a sample-mode replay's every check) finds the binding here with one tuple
+#: hashed, where the general key (`_binding_key`) reads and sorts every constant
+#: (~17 us a monitor's check, cold, in the monitors bench's replay).
+_STATE_BINDINGS: dict = {}
+
+
 def _binding_key(spec, raw: dict) -> tuple | None:
     """`raw`'s key in _BINDINGS, or None (not shared) for a value of another type. Each
     value is keyed with its class, so 1 and TRUE (equal and of equal hash in Python) never
@@ -289,12 +301,17 @@ def binding(spec, raw: dict, key=_UNKEYED) -> dict:
         return spec.constants(raw)
     C = _BINDINGS.get(key)
     if C is None:
-        C = spec.constants(raw)
-        with _BINDINGS_LOCK:
-            if len(_BINDINGS) >= _BINDINGS_MAX:
-                _BINDINGS.pop(next(iter(_BINDINGS)), None)
-            C = _BINDINGS.setdefault(key, C)      # (another thread's, built meanwhile: one binding)
+        C = _kept(_BINDINGS, key, spec.constants(raw))
     return C
+
+
+def _kept(table: dict, key, C: dict) -> dict:
+    """C kept in `table` under key (the oldest dropped past _BINDINGS_MAX), or the binding
+    another thread kept there meanwhile: one binding a key."""
+    with _BINDINGS_LOCK:
+        if len(table) >= _BINDINGS_MAX:
+            table.pop(next(iter(table)), None)
+        return table.setdefault(key, C)
 
 
 def compound_step(action) -> tuple:
@@ -502,6 +519,10 @@ class Monitor:
             else getattr(rmap, "constants_key", None)
         # (the strict step reads `synced_key` off the map itself: no call at every event)
         self._synced_key = hasattr(rmap, "synced_key")
+        # a from-scratch map's key for the constants of a state it mapped (None: none, or a
+        # monitor class with constants of its own, which `_constants_at` then asks)
+        self._state_key = getattr(rmap, "state_constants_key", None) \
+            if type(self).constants is Monitor.constants else None
         self._check_next = self._strict or self._draw()
         # a map whose events are all compound steps (no action checks) never needs the
         # state before an event
@@ -892,6 +913,17 @@ class Monitor:
             return 1 << 62
         return int(math.log(1.0 - self.rng.random()) / math.log1p(-r))
 
+    def _constants_at(self, t: dict) -> dict:
+        """`constants()` at a state t the map has just mapped from scratch: the binding of
+        that state's constants where the map reads them off it (`state_constants_key`)."""
+        if self._state_key is None:
+            return self.constants()
+        key = (self.spec, self._state_key(t))
+        C = _STATE_BINDINGS.get(key)
+        if C is None:
+            C = _kept(_STATE_BINDINGS, key, binding(self.spec, self.rmap.state_constants(t)))
+        return C
+
     def constants(self) -> dict:
         fast = self._constants_key
         if fast is not None:
@@ -1126,7 +1158,7 @@ class Monitor:
         t = self.rmap.state()
         self._history.append(Step(step, name, self._recorded(fields), t))
         prev, self.prev = self.prev, t
-        C = self.constants()
+        C = self._constants_at(t)
         f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
         if f is not None:
             self.fail("invariant", name, fields, f, prev, t, step=step)
@@ -1289,7 +1321,7 @@ class Monitor:
                 self.fail("invariant", name, fields, f, None, None)
 
     def _check_step(self, name, fields, steps, s, t) -> None:
-        C = self.constants()
+        C = self._constants_at(t)
         if s is not None and len(steps) == 1:
             act, params = steps[0]
             entry = self.spec.ACTIONS.get(act)
@@ -1354,7 +1386,7 @@ class Monitor:
             history, prev = [Step(at, CACHE_CHECK, {}, t)], None
         else:
             t = self.rmap.state()
-            C = self.constants()
+            C = self._constants_at(t)
             self._history.append(Step(at, CACHE_CHECK, {}, t))
             history, prev = None, self.prev
         f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))

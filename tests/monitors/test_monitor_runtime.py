@@ -673,8 +673,10 @@ def test_linear_slot_in_one_owner_agrees_with_generated(tmp_path):
 
 def test_mapped_states_share_the_flat_functions_while_the_tree_keeps_its_pages():
     """The functions that are 0 (or FALSE) on every page are kept from one mapped state to
-    the next while the tree has as many pages, and built anew when it has not; each state's
-    functions are those of a map that kept nothing (a fresh one), value for value."""
+    the next while the tree has as many pages, and built anew when it has not, shared by
+    every map of the process (a fresh map's state has the same ones); each state's functions
+    are those of a fresh map, value for value. The table of them stays bounded."""
+    from hicache.monitors.maps import host_tier
     policy, reqs = plan(2, W)
     cache = make_cache(W, policy)
     m = HostTierMap(cache)
@@ -686,6 +688,7 @@ def test_mapped_states_share_the_flat_functions_while_the_tree_keeps_its_pages()
             return
         s, fresh = m.state(), HostTierMap(cache).state()
         assert s == fresh and {k: type(v) for k, v in s.items()} == {k: type(v) for k, v in fresh.items()}
+        assert fresh["loadDone"] is s["loadDone"] and len(host_tier._FLATS) <= host_tier._FLATS_MAX
         for k in ("dev", "stor", "hits", "loadReq", "backupOp", "host"):
             assert [type(v) for v in s[k].d.values()] == [type(v) for v in fresh[k].d.values()], k
         if last and last[0]["len"] == s["len"]:

@@ -106,6 +106,9 @@ class CPReplayMap:
         # chain ids are kept while their node (or pending allocation) lives and reused once
         # it is gone, so consecutive mapped states (and a trace's diffs) name chains stably
         self.ids: dict = {}
+        if type(self).state is not CPReplayMap.state or type(self).constants is not CPReplayMap.constants:
+            # (a map with a state or constants of its own: its constants are its constants())
+            self.state_constants_key = None
         self.pids = frozenset(range(self.cp * self.local_pages))    # every logical page (fixed)
         self.n_pids = len(self.pids)       # PageIds = 0..n_pids-1, what a page row may hold with NoPage (TypeOK)
         if type(self).bind is CPReplayMap.bind:
@@ -142,6 +145,15 @@ class CPReplayMap:
         pool's, fixed): the monitor keeps its bindings by it, so a check builds no key of the
         Chains set (~10 us a call)."""
         return (self.n_chains, self.max_len)
+
+    def state_constants_key(self, t: dict) -> tuple:
+        """The key of `state_constants(t)`, ints all: the pool's placement and the chains'
+        capacities as the state t, the last this map mapped, left them."""
+        return self.cp, self.local_pages, self.page_size, self.n_chains, self.max_len
+
+    def state_constants(self, t: dict) -> dict:
+        """`constants()` of the moment t was mapped: the capacities `state` grew for it."""
+        return self.constants()
 
     def constants(self) -> dict:
         return {"CP": self.cp, "LocalPages": self.local_pages, "PageSize": self.page_size,

@@ -28,6 +28,7 @@ reports every event as a compound step and the monitor checks the invariants aft
 from __future__ import annotations
 
 import enum
+import threading
 from types import MappingProxyType
 
 from hicache.monitors import native
@@ -143,6 +144,29 @@ EVICTION_WEIGHT = 5
 _EVICTIONS = ("DeviceEvict", "HostEvict")
 
 
+#: the flat functions by page count: n -> (0 on every page 0..n, FALSE on every page 0..n),
+#: kept for every from-scratch map of the process (a function is immutable: states share it,
+#: as one state's variables share `zeros`); built, ~22k instructions each, two or three of a
+#: state's seven per-page functions, and at a fresh map's first state (each replay of the
+#: monitors bench) for want of a map's own. Bounded, the oldest dropped first; held to add one
+_FLATS: dict = {}
+_FLATS_MAX = 16
+_FLATS_LOCK = threading.Lock()
+
+
+def _flats(n: int) -> tuple:
+    """(0 on every page, FALSE on every page): the two flat functions over the pages 0..n."""
+    got = _FLATS.get(n)
+    if got is None:
+        pages = range(n + 1)
+        got = (Fcn(dict.fromkeys(pages, 0), KK_INT | KK_DENSE0), Fcn(dict.fromkeys(pages, False), KK_INT | KK_DENSE0))
+        with _FLATS_LOCK:
+            if len(_FLATS) >= _FLATS_MAX:
+                _FLATS.pop(next(iter(_FLATS)), None)
+            got = _FLATS.setdefault(n, got)
+    return got
+
+
 class HostTierMap:
     spec = spec
     needs_prestate = False     # every event is a compound step: invariants only
@@ -171,7 +195,9 @@ class HostTierMap:
         # from the events that move a request's node (match, insert, prefetch join)
         self.req_node: dict[int, int] = {}
         self.sync_backup: dict[int, list[int]] = {}   # write_back: node id -> slots being copied
-        self._flat: tuple | None = None      # (n, the flat functions over pages 0..n): `_flats`
+        if type(self).state is not HostTierMap.state or type(self).constants is not HostTierMap.constants:
+            # (a map with a state or constants of its own: its constants are its constants())
+            self.state_constants_key = None
         # `bind` in C over this bookkeeping (csrc/incmap.c's binder: the rules `bind` below
         # states, which serve where it cannot be built), None without it. It serves as this
         # map's `bind` (an instance attribute: what a monitor calls at every event); a
@@ -378,6 +404,22 @@ class HostTierMap:
                 "NReqs": nreqs, "Policies": frozenset({str(c.cfg.write_policy)}),
                 "BugEvictDuringLoad": False, "BugAbortLeak": False}
 
+    def state_constants_key(self, t: dict) -> tuple:
+        """The key of `state_constants(t)`: (NNodes, NSlots, NReqs, NLayers, the policy), what
+        they depend on, ints and a str by construction (the bug flags are False always)."""
+        c = self.cache
+        return t["len"] + 1, c.host.capacity if c.host else 1, len(t["req"]), c.cfg.layers, t["policy"]
+
+    def state_constants(self, t: dict) -> dict:
+        """`constants()` of the moment t was mapped (by this map's own `state`), read off t:
+        NNodes is its pages plus the spare node, NReqs its rows of `req` (its requests, one
+        row per prefetch slot, or the one idle row), no second walk of the tree and the
+        request table."""
+        c = self.cache
+        return {"NNodes": t["len"] + 1, "NSlots": c.host.capacity if c.host else 1, "NLayers": c.cfg.layers,
+                "NReqs": len(t["req"]), "Policies": frozenset({t["policy"]}),
+                "BugEvictDuringLoad": False, "BugAbortLeak": False}
+
     def _prefetch_ops(self):
         """(op, orphan) for each prefetch holding host slots: the cache's live prefetches
         and orphans, and any op its worker still runs that the cache no longer tracks (what
@@ -449,9 +491,9 @@ class HostTierMap:
         nq = len(req)
         # (loadDone is 0 everywhere, and so are backupOp and loadReq but while a copy or a
         # load runs, hits on a cold tree, and stor and dev are FALSE on every page of a tree
-        # with no storage or device copy: those share the two flat functions, kept while the
-        # tree has n pages; the lists hold ints only)
-        zeros, falses = self._flats(n)
+        # with no storage or device copy: those share the two flat functions of n pages, the
+        # process's (`_FLATS`); the lists hold ints only)
+        zeros, falses = _flats(n)
         return {
             "policy": str(c.cfg.write_policy), "len": n,
             "dev": _spread(dev, runs, False, falses), "host": _fn0(host), "stor": _spread(stor, runs, False, falses),
@@ -462,17 +504,6 @@ class HostTierMap:
             "_parent": tuple(parent),
         }
 
-    def _flats(self, n: int) -> tuple:
-        """(0 on every page, FALSE on every page): the two flat functions over the pages
-        0..n, kept from one mapped state to the next while the tree has n pages (a function
-        is immutable: states share it, as one state's variables share `zeros`; ~4 us each to
-        build, two or three of a state's seven per-page functions)."""
-        got = self._flat
-        if got is None or got[0] != n:
-            pages = range(n + 1)
-            got = self._flat = (n, Fcn(dict.fromkeys(pages, 0), KK_INT | KK_DENSE0),
-                                Fcn(dict.fromkeys(pages, False), KK_INT | KK_DENSE0))
-        return got[1], got[2]
 
     def reference_constants(self) -> dict:
         """The constants of `reference_state()`."""
