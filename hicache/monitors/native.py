@@ -16,7 +16,7 @@ from hicache import buildcache
 SOURCE = Path(__file__).resolve().parent / "csrc" / "incmap.c"
 NAME = "_hicache_incmap"
 #: must equal ABI_VERSION in incmap.c (checked on load)
-ABI_VERSION = 19
+ABI_VERSION = 26
 
 _EXTENSION = buildcache.Extension(
     "incmap", NAME, SOURCE, ABI_VERSION,

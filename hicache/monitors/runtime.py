@@ -459,17 +459,20 @@ def incremental_domains(spec) -> tuple:
     return tuple(sorted({d for _, doms in spec.INCREMENTAL.values() for d in doms}))
 
 
-def first_failure(spec, fast: tuple | None, C: dict, t: dict, invs: dict) -> Failure | None:
+def first_failure(spec, fast: tuple | None, C: dict, t: dict, invs: dict, inc_all=None) -> Failure | None:
     """The first of `invs` (name -> exact form) failing on state t, mapped from scratch,
     under constants C; None when all hold. `fast` (fused_over_all's) first: when t's
     functions have the domains its element-wise conjuncts take as given and the fast path
     holds, the invariants it covers hold and only the others run; otherwise every exact form
-    runs, in order, so the failure named is the one they name."""
+    runs, in order, so the failure named is the one they name. `inc_all`: the fast path's
+    pass, native_inc_all(spec) when None."""
     rest = invs.values()
     if fast is not None:
         fused, skip, domains, given = fast
+        if inc_all is None:
+            inc_all = native_inc_all(spec)
         if fused <= invs.keys() and all(domain_is(t.get(v), C[d]) for v, d in given) \
-                and native_inc_all(spec)(C, t, {d: C[d] for d in domains}, None, skip):
+                and inc_all(C, t, {d: C[d] for d in domains}, None, skip):
             rest = [inv for n, inv in invs.items() if n not in fused]
     for inv in rest:
         f = inv(C, t)
@@ -697,12 +700,12 @@ class Monitor:
         self._quiet = rmap.quiet if self._fast and hasattr(rmap, "quiet") and self._guard is None \
             and not self._effect_on and not self._breaches else None
         self._scratch_fast = fused_over_all(self.spec, self.invariants, overridden)
-        if self._scratch_fast is not None:
-            # its native form built now (once a process, fused_native), not at the first
-            # check that takes it: there the build (tens of ms) would be charged to the budget
-            # as that sample's cost, the next one's estimate, and a fresh process's monitor
-            # would then check nothing for seconds
-            native_inc_all(self.spec)
+        # its native form built now (once a process, fused_native), not at the first check
+        # that takes it: there the build (tens of ms) would be charged to the budget as that
+        # sample's cost, the next one's estimate, and a fresh process's monitor would then
+        # check nothing for seconds; and kept, so a check does not ask again (each ask reads
+        # the environment's HICACHE_NATIVE, ~2k instructions)
+        self._scratch_inc = native_inc_all(self.spec) if self._scratch_fast is not None else None
         # strict mode's step in C (gate.py's StrictStep, whenever it builds): the listener the
         # bus is given, the keeper of the counters (`steps`, `checked`, `tripped` beside the
         # monitor's own); _strict_step defines what it does, and serves where it is None
@@ -1159,7 +1162,7 @@ class Monitor:
         self._history.append(Step(step, name, self._recorded(fields), t))
         prev, self.prev = self.prev, t
         C = self._constants_at(t)
-        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
+        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C), self._scratch_inc)
         if f is not None:
             self.fail("invariant", name, fields, f, prev, t, step=step)
 
@@ -1329,7 +1332,7 @@ class Monitor:
                 f = entry[0](C, s, t, *params)
                 if f is not None:
                     self.fail("action", name, fields, f, s, t)
-        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
+        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C), self._scratch_inc)
         if f is not None:
             self.fail("invariant", name, fields, f, s, t)
 
@@ -1389,7 +1392,7 @@ class Monitor:
             C = self._constants_at(t)
             self._history.append(Step(at, CACHE_CHECK, {}, t))
             history, prev = None, self.prev
-        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C))
+        f = first_failure(self.spec, self._scratch_fast, C, t, self._invariants_for(C), self._scratch_inc)
         if f is not None:
             self.fail("invariant", CACHE_CHECK, {}, f, prev, t, history, step=at)
         for hook in self.cache_check_hooks:

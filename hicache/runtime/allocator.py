@@ -58,7 +58,10 @@ class PageAllocator:
         self.free += len(free) - n
 
     def free_set(self) -> set[int]:
-        return set(self._free) | set(range(self._next, self.capacity))
+        # (one set, the never-used tail added to it: a monitor's check asks at every state)
+        out = set(self._free)
+        out.update(range(self._next, self.capacity))
+        return out
 
 
 class HostSlotState(enum.IntEnum):

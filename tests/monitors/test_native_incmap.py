@@ -1007,6 +1007,92 @@ def test_padded_row_agrees(mod, seed):
     _agree_made("padded_row", mod, make)
 
 
+def test_tree_nodes_walks_as_the_tree_does(mod):
+    """The nodes under a root both ways, in radix.Tree.nodes()'s order: on random trees of
+    the runtime's own (inserted, split, evicted), and on nodes whose children are no dict
+    (TypeError) or no attribute at all (AttributeError)."""
+    from hicache.runtime.radix import RadixTree
+    rng = random.Random(9)
+    walked = 0
+    for _ in range(40):
+        tree = RadixTree(page_size=1, seed=b"s")
+        for _ in range(rng.randint(0, 12)):
+            # (pages of one of two byte strings: the keys share prefixes, and nodes split)
+            pages = rng.randint(1, 5)
+            key = b"".join(rng.choice([b"\0", b"\1"]) * tree.pb for _ in range(pages))
+            tree.insert(key, list(range(pages)))
+        want = list(tree.nodes())
+        for f in (mod.tree_nodes, loops.py_tree_nodes):
+            got = f(tree.root)
+            assert type(got) is list and len(got) == len(want) and all(a is b for a, b in zip(got, want))
+        walked += len(want)
+    assert walked > 100
+    bad = _WalkNode("bad")
+    bad.children = [1]
+    for root_children in ({0: bad}, [bad]):
+        top = _WalkNode("top")
+        top.children = root_children
+        _agree_made("tree_nodes", mod, lambda: [top])
+        assert _called(mod.tree_nodes, [top])[0][0] is TypeError
+    assert _called(mod.tree_nodes, [object()])[0][0] is AttributeError
+    assert _called(loops.py_tree_nodes, [object()])[0][0] is AttributeError
+
+
+def test_byte_names_agrees(mod):
+    """The slot names of state bytes both ways: every byte through the table (a list or a
+    tuple, entries of any kind), a byte past it the table's IndexError; raw that is no exact
+    bytes, a table that is no list or tuple: TypeError."""
+    rng = random.Random(3)
+    for _ in range(300):
+        table = [rng.choice(VALUES) for _ in range(rng.randint(0, 6))]
+        raw = bytes(rng.randrange(0, len(table) + (2 if rng.random() < 0.2 else 0) or 1)
+                    for _ in range(rng.randint(0, 20)))
+        _agree("byte_names", mod, [raw, rng.choice([table, tuple(table)])])
+    for args in ([bytearray(b"\x00"), ["idle"]], [b"\x00", {0: "idle"}], [b"\x00", "idle"], [[0], ["idle"]]):
+        _agree("byte_names", mod, args)
+        assert _outcome(mod.byte_names, args)[0][0] is TypeError
+    assert mod.byte_names(b"\x01\x00\x01", ("a", "b")) == ("b", "a", "b")
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_chain_rows_agrees(mod, seed):
+    """The from-scratch chain map's rows both ways: chains 1..n, some with no entry (the
+    unused chain), some with pages (a list or a tuple, none of them, some or all NoPage, values
+    equal to NoPage without being it: True, 1.0 against NoPage 1), rot whatever the entry
+    holds; keys past n and of other kinds ignored. Refused alike: rows no exact dict, n no
+    exact int in [0, 2**31), an entry no 2-tuple, pages no list or tuple, a failing fcn."""
+    rng = random.Random(seed)
+    none = rng.choice([-1, 1])
+    pool = [none, none, 0, 2, 3, True, 1.0, "a", None]
+    n = rng.randint(0, 9)
+    rows = {}
+    for c in range(1, n + 3):
+        if rng.random() < 0.7:
+            pages = [rng.choice(pool) for _ in range(rng.choice([0, 1, 3, 6]))]
+            rows[c] = (rng.choice([0, 1, none, "r", None]), rng.choice([pages, tuple(pages)]))
+    rows["x"] = (0, [5])
+    pad = dict.fromkeys(range(rng.randint(0, 8)), none)
+    empty = ("empty",)
+    got = _agree("chain_rows", mod, [rows, n, pad, empty, _row_of, 2, none])
+    exc, ret, _ = got
+    assert exc is None and len(ret[0]) == len(ret[1]) == len(ret[2]) == n
+    # (the shared empty row is the one given, by identity, for chains of no page)
+    for f in (mod.chain_rows, loops.py_chain_rows):
+        _, ln, page, built = f(rows, n, pad, empty, _row_of, 2, none)
+        assert all((page[c - 1] is empty) == (c not in built or built[c][0] is empty) for c in range(1, n + 1))
+        assert set(built) == {c for c in range(1, n + 1) if ln[c - 1]}
+    _agree("chain_rows", mod, [rows, n, pad, empty, _no_row, 2, none])
+    bad_rows = dict(rows, **{})
+    bad_rows[1] = rng.choice([(0, [1], 2), [0, [1]], (0, {1: 2}), (0, 3), None])
+    for args in ([bad_rows, max(n, 1), pad, empty, _row_of, 2, none],
+                 [list(rows.items()), n, pad, empty, _row_of, 2, none],
+                 [rows, rng.choice([-1, 1 << 31, 2.0, True, "3"]), pad, empty, _row_of, 2, none],
+                 [rows, n, list(pad), empty, _row_of, 2, none]):
+        _agree("chain_rows", mod, args)
+    with pytest.raises(TypeError):
+        mod.chain_rows(rows, n, pad, empty, _row_of, 2)
+
+
 def test_a_padded_row_tracks_its_copy_as_python_does(mod):
     """The copy of a pad of ints only, which the collector does not track, is tracked once it
     holds a value the collector tracks (the dict's own rule, which the write in the copy's entry
@@ -2672,6 +2758,49 @@ def test_spread_and_enumerated_agree(mod):
     assert seen["ok"] == 60 and sum(seen.values()) == 62, seen
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_spread_and_enumerated_over_a_pad_agree(mod, seed):
+    """Both per-page functions built over a pad: a dict of the result's size (laid out as the
+    map's flat function is, position k at entry k, or otherwise, `_laid_out`: its copy then
+    keeps its order, a key missing from it added), one of another size (not used: a new
+    dict), None; a pad that is no exact dict refused alike (TypeError). Over the flat
+    function's own pad the result equals the one built without it, in the same key order,
+    value and type for value and type, and the pad is left as it was."""
+    rng = random.Random(seed)
+    k = rng.randint(0, 6)
+    values = [rng.choice([0, 1, True, False, "x", (1,), None]) for _ in range(k)]
+    runs = [rng.choice([0, 1, 3, 9]) for _ in range(k)]
+    total = sum(runs)
+    spare = rng.choice([0, False])
+    made = rng.random()
+
+    def pad_of(r, size):
+        how = r.random()
+        return dict.fromkeys(range(size), r.choice([0, False])) if how < 0.5 else _laid_out(r, size, [0, -1, True])
+
+    def make_spread():
+        r = random.Random(made)
+        return [list(values), list(runs), spare, pad_of(r, r.choice([total + 1, total + 1, total, total + 2]))]
+    _agree_made("spread", mod, make_spread)
+
+    def make_enumerated():
+        r = random.Random(made)
+        return [list(values), pad_of(r, r.choice([k, k, k + 1]))]
+    _agree_made("enumerated", mod, make_enumerated)
+    for f, g in ((mod.spread, loops.py_spread), (mod.enumerated, loops.py_enumerated)):
+        flat = dict.fromkeys(range(total + 1 if f is mod.spread else k), 0)
+        before = dict(flat)
+        args = [values, runs, spare] if f is mod.spread else [values]
+        for h in (f, g):
+            over, plain = h(*args, flat), h(*args)
+            assert list(over.items()) == list(plain.items())
+            assert [type(v) for v in over.values()] == [type(v) for v in plain.values()]
+            assert flat == before and all(type(v) is int for v in flat.values())
+        for bad in ([1], "pad", frozenset()):
+            _agree("spread" if f is mod.spread else "enumerated", mod, [*args, bad])
+            assert _outcome(f, [*args, bad])[0][0] is TypeError
+
+
 def test_one_owner_breach_agrees(mod):
     """SlotInOneOwner from a state's values both ways: slot states (interned names, equal
     strs made anew, other objects), references in and out of the slots' range (NoSlot, a
@@ -2803,6 +2932,105 @@ def test_tree_pages_agrees(mod):
     args[1] = list(args[1].items())
     assert _named(_called(mod.tree_pages, args)[:2]) == _named(_called(loops.PYTHON["tree_pages"], args)[:2])
     assert _called(mod.tree_pages, args)[0][0] is TypeError
+
+
+class _WalkNode(_MapNode):
+    """A tree node as chain_walk reads it: its device pages, page count and children."""
+
+    __slots__ = ("children",)
+
+
+def _chain_walk_case(rng, i: int):
+    """chain_walk's arguments over a random forest, made afresh by make(): nodes with device
+    pages (a list, a tuple, None; pages of several kinds, repeated ones) or none, n an int
+    (0, negative: no page) or now and then no int, children a dict or now and then not; bases
+    ints or None; cp a positive int."""
+    def make():
+        r = random.Random(i)
+        bad = r.random() < 0.25
+
+        def node(name, depth):
+            x = _WalkNode(name)
+            x.n = r.choice([0, 1, 2, 3, 5, -1]) if not (bad and r.random() < 0.1) else r.choice([2.5, "2", None])
+            x.device = r.choice([None, None, [r.choice([0, 1, 7, 7, True, -1]) for _ in range(r.randint(0, 4))],
+                                 (3, 4), 5 if bad and r.random() < 0.2 else None])
+            kids = [node(f"{name}.{k}", depth + 1) for k in range(r.randint(0, 3 if depth < 3 else 0))]
+            x.children = {k: c for k, c in enumerate(kids)}
+            if bad and r.random() < 0.1:
+                x.children = list(kids)
+            return x
+        roots = [node(f"r{k}", 0) for k in range(r.randint(0, 4))]
+        bases = [r.choice([None, 0, 1, 3, 10]) for _ in roots]
+        if bad and r.random() < 0.2:
+            bases = bases[:-1] or [0]
+        return [rng_choice(r, [roots, tuple(roots)]), bases, r.choice([1, 2, 4]), r.choice([-1, 0])]
+    return make
+
+
+def rng_choice(r, options):
+    return options[r.randrange(len(options))]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pending_allocs_agrees(mod, seed):
+    """The chain map's pass over the allocation log both ways: entries newest first, pages
+    still allocated and in no row kept (the others NoPage), an entry with none kept dropped
+    from the log, the others appended to rows with their rotation; the log, the held set and
+    the rows as they are left, compared. Refused alike: an entry no 3-tuple, pages no
+    iterable, the log no dict, held no set, rows no list (TypeError), aids that do not sort."""
+    rng = random.Random(seed)
+    none = -1
+    log = {}
+    for aid in rng.sample(range(1, 40), rng.randint(0, 12)):
+        pages = [rng.choice([0, 1, 2, 3, 4, 5, 6, 7, none]) for _ in range(rng.randint(0, 5))]
+        log[aid] = (rng.choice([0, 1, 3]), rng.choice([0, 2, 5]), rng.choice([pages, tuple(pages)]))
+    allocated = set(rng.sample(range(8), rng.randint(0, 8)))
+    held = set(rng.sample(range(8), rng.randint(0, 3)))
+    cp = rng.choice([1, 2, 4])
+    rows = [("node", 0, [1])]
+    want = _agree("pending_allocs", mod, [log, rng.choice([allocated, frozenset(allocated)]), held, cp, none, rows])
+    assert want[0] is None
+    if log:
+        bad = dict(log)
+        aid = rng.choice(list(bad))
+        bad[aid] = rng.choice([list(bad[aid]), bad[aid][:2], (0, 0, 5)])
+        got = _agree("pending_allocs", mod, [bad, allocated, held, cp, none, rows])
+        assert got[0] is not None and got[0][0] is TypeError
+    for args in ([list(log.items()), allocated, held, cp, none, rows], [log, allocated, frozenset(held), cp, none, rows],
+                 [log, allocated, held, cp, none, tuple(rows)], [{1: (0, 0, [1]), "a": (0, 0, [2])}, allocated, held,
+                                                                  cp, none, rows]):
+        got = _agree("pending_allocs", mod, args)
+        assert got[0] is not None and got[0][0] is TypeError
+
+
+def test_pending_allocs_drops_the_settled_and_keeps_the_newest_claim(mod):
+    """A page in two entries belongs to the newer (the older one keeps NoPage there); an
+    entry whose pages are all inserted or freed leaves the log."""
+    for f in (mod.pending_allocs, loops.py_pending_allocs):
+        log = {1: (0, 0, [3, 4]), 2: (1, 0, [4, 5]), 3: (0, 0, [6])}
+        held, rows = {6}, []
+        f(log, {3, 4, 5, 6}, held, 2, -1, rows)
+        assert rows == [(("alloc", 2), 1, [4, 5]), (("alloc", 1), 0, [3, -1])]
+        assert list(log) == [1, 2] and held == {3, 4, 5, 6}
+
+
+def test_chain_walk_agrees(mod):
+    """The from-scratch chain map's walk of the tree both ways over random forests: the same
+    rows (node, rot, pages) in the same order, the same held pages, the same error (a node's
+    n no int where its pages are made of it, its device pages no iterable, its children no
+    dict, roots and bases of other lengths or kinds)."""
+    rng = random.Random(5)
+    seen = collections.Counter()
+    for i in range(400):
+        make = _chain_walk_case(rng, i)
+        got, want = _called(mod.chain_walk, make()), _called(loops.PYTHON["chain_walk"], make())
+        assert _named(got[:2]) == _named(want[:2]), i
+        exc, ret = want[0], want[1]
+        seen["error" if exc else "held" if ret[1] else "rows" if ret[0] else "empty"] += 1
+    assert seen["held"] >= 100 and seen["error"] >= 30 and seen["empty"] >= 10, seen
+    for args in ([{}, [], 1, -1], [[], None, 1, -1], [[], [0], 1, -1]):
+        assert _named(_called(mod.chain_walk, args)[:2]) == _named(_called(loops.py_chain_walk, args)[:2])
+        assert _called(mod.chain_walk, args)[0][0] is TypeError
 
 
 class _Op:

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#define ABI_VERSION 19
+#define ABI_VERSION 26
 
 /* *out = x's value when x is exactly an int of at most one digit (|x| < 2**30: the positions,
  * slots and counts the maps hold), read off the object itself (1), else 0: PyLong_AsLong's
@@ -1269,6 +1269,144 @@ static PyObject *padded_row(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     if (!arity("padded_row", n, 4))
         return NULL;
     return padded_make(a[0], a[1], a[2], a[3]);
+}
+
+/* byte_names(raw, table): tuple(table[b] for b in raw), raw exact bytes and table a list or
+ * a tuple (loops.py's py_byte_names, which defines it: the from-scratch HostTier map's slot
+ * names, one a host slot, ~150 instructions a slot through map() and the table's
+ * __getitem__). A byte past the table: the table's own IndexError. */
+static PyObject *byte_names(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (!arity("byte_names", nargs, 2))
+        return NULL;
+    PyObject *raw = a[0], *table = a[1];
+    if (!PyBytes_CheckExact(raw)) {
+        PyErr_Format(PyExc_TypeError, "byte_names: raw must be bytes, not %.100s", Py_TYPE(raw)->tp_name);
+        return NULL;
+    }
+    if (!PyList_CheckExact(table) && !PyTuple_CheckExact(table)) {
+        PyErr_Format(PyExc_TypeError, "byte_names: table must be a list or a tuple, not %.100s",
+                     Py_TYPE(table)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* (the table read at each byte, as map() reads it: no Python code runs in between) */
+        PyObject *v = b[i] < PySequence_Fast_GET_SIZE(table) ? Py_NewRef(PySequence_Fast_GET_ITEM(table, b[i]))
+                                                             : PySequence_GetItem(table, b[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+/* chain_rows(rows, n, pad, empty, fcn, kk, none): the from-scratch chain map's variables over
+ * its chains 1..n, (rot, len, page, built) (loops.py's py_chain_rows, which defines it:
+ * CPReplayMap.state). Why in C: the loop was ~40 bytecodes a chain around padded_row's call,
+ * in every sample-mode check (a from-scratch map's state). */
+static PyObject *chain_rows(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (!arity("chain_rows", nargs, 7))
+        return NULL;
+    PyObject *rows = a[0], *pad = a[2], *empty = a[3], *fcn = a[4], *kk = a[5], *none = a[6];
+    if (check_type(rows, &PyDict_Type, "chain_rows", "rows"))
+        return NULL;
+    Py_ssize_t n = -1;
+    if (PyLong_CheckExact(a[1])) {
+        int over = 0;
+        long long v = PyLong_AsLongLongAndOverflow(a[1], &over);
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (!over && v >= 0 && v < (1LL << 31))
+            n = (Py_ssize_t)v;
+    }
+    if (n < 0) {
+        PyErr_SetString(PyExc_TypeError, "chain_rows: n must be an int in [0, 2**31)");
+        return NULL;
+    }
+    PyObject *rot = PyTuple_New(n), *ln = PyTuple_New(n), *page = PyTuple_New(n), *built = PyDict_New();
+    PyObject *out = NULL;
+    if (rot == NULL || ln == NULL || page == NULL || built == NULL)
+        goto done;
+    for (Py_ssize_t c = 1; c <= n; c++) {
+        PyObject *key = PyLong_FromSsize_t(c);
+        if (key == NULL)
+            goto done;
+        PyObject *entry = PyDict_GetItemWithError(rows, key);   /* (borrowed) */
+        if (entry == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            goto done;
+        }
+        PyObject *r = none, *pages = NULL;
+        Py_ssize_t len = 0;
+        if (entry != NULL) {
+            if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
+                PyErr_Format(PyExc_TypeError, "chain_rows: chain %zd's entry must be a tuple (rot, pages)", c);
+                Py_DECREF(key);
+                goto done;
+            }
+            r = PyTuple_GET_ITEM(entry, 0);
+            pages = PyTuple_GET_ITEM(entry, 1);
+            if (!PyList_CheckExact(pages) && !PyTuple_CheckExact(pages)) {
+                PyErr_Format(PyExc_TypeError, "chain_rows: chain %zd's pages must be a list or a tuple, not %.100s",
+                             c, Py_TYPE(pages)->tp_name);
+                Py_DECREF(key);
+                goto done;
+            }
+            len = PySequence_Fast_GET_SIZE(pages);
+        }
+        PyTuple_SET_ITEM(rot, c - 1, Py_NewRef(r));
+        PyObject *count = PyLong_FromSsize_t(len);
+        if (count == NULL) {
+            Py_DECREF(key);
+            goto done;
+        }
+        PyTuple_SET_ITEM(ln, c - 1, count);
+        PyObject *row = NULL;
+        if (len > 0) {
+            /* (pages.count(none) == len: every page compared as list.count compares, the
+             * identity first; the pages held while the comparisons may run Python code) */
+            Py_INCREF(pages);
+            Py_ssize_t nones = 0;
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(pages); i++) {
+                PyObject *p = Py_NewRef(PySequence_Fast_GET_ITEM(pages, i));
+                int eq = PyObject_RichCompareBool(p, none, Py_EQ);
+                Py_DECREF(p);
+                if (eq < 0) {
+                    Py_DECREF(pages);
+                    Py_DECREF(key);
+                    goto done;
+                }
+                nones += eq;
+            }
+            row = nones == PySequence_Fast_GET_SIZE(pages) ? Py_NewRef(empty) : padded_make(pad, pages, fcn, kk);
+            PyObject *pair = row == NULL ? NULL : PyTuple_Pack(2, row, pages);
+            int rc = pair == NULL ? -1 : PyDict_SetItem(built, key, pair);
+            Py_XDECREF(pair);
+            Py_DECREF(pages);
+            if (rc < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(key);
+                goto done;
+            }
+        } else {
+            row = Py_NewRef(empty);
+        }
+        Py_DECREF(key);
+        PyTuple_SET_ITEM(page, c - 1, row);
+    }
+    out = PyTuple_Pack(4, rot, ln, page, built);
+done:
+    Py_XDECREF(rot);
+    Py_XDECREF(ln);
+    Py_XDECREF(page);
+    Py_XDECREF(built);
+    return out;
 }
 
 /* ints_within(pages, n, none): whether every item of the iterable pages is an exact int
@@ -7094,11 +7232,34 @@ static PyObject *parent_breach(PyObject *self, PyObject *const *a, Py_ssize_t n)
 /* the pages a spread may hold (no tree has as many: both twins refuse more alike) */
 #define SPREAD_MAX (1LL << 61)
 
-/* spread(values, runs, spare): loops.py's py_spread, a new dict */
+/* a copy of pad when it is a dict of `size` entries, else a new dict made at that size (pad
+ * NULL or None); a pad of another type: TypeError (loops.py's _padded_dict). *copied: whether
+ * it is pad's copy (its values then written in its entries, fresh_pos_put) */
+static PyObject *padded_dict(PyObject *pad, Py_ssize_t size, const char *fn, int *copied) {
+    *copied = 0;
+    if (pad != NULL && pad != Py_None) {
+        if (!PyDict_CheckExact(pad)) {
+            PyErr_Format(PyExc_TypeError, "%s: pad must be a dict or None, not %.100s", fn, Py_TYPE(pad)->tp_name);
+            return NULL;
+        }
+        if (PyDict_GET_SIZE(pad) == size) {
+            *copied = 1;
+            return PyDict_Copy(pad);
+        }
+    }
+    return _PyDict_NewPresized(size);
+}
+
+/* d[p] = v, in p's entry where d is a pad's copy laid out for it */
+static inline int page_put(PyObject *d, Py_ssize_t p, PyObject *v, int copied) {
+    return copied && fresh_pos_put(d, p, v) ? 0 : page_set(d, p, v);
+}
+
+/* spread(values, runs, spare[, pad]): loops.py's py_spread, a new dict */
 static PyObject *spread(PyObject *self, PyObject *const *a, Py_ssize_t n) {
-    if (!arity("spread", n, 3))
+    if (n != 4 && !arity("spread", n, 3))
         return NULL;
-    PyObject *values = a[0], *runs = a[1], *spare = a[2];
+    PyObject *values = a[0], *runs = a[1], *spare = a[2], *pad = n == 4 ? a[3] : NULL;
     if (check_type(values, &PyList_Type, "spread", "values") || check_type(runs, &PyList_Type, "spread", "runs"))
         return NULL;
     Py_ssize_t k = PyList_GET_SIZE(values);
@@ -7132,35 +7293,39 @@ static PyObject *spread(PyObject *self, PyObject *const *a, Py_ssize_t n) {
         counts[i] = r;
         total += r;
     }
-    PyObject *d = _PyDict_NewPresized((Py_ssize_t)total + 1);
+    int copied;
+    PyObject *d = padded_dict(pad, (Py_ssize_t)total + 1, "spread", &copied);
     Py_ssize_t p = 0;
     int err = d == NULL;
     for (Py_ssize_t i = 0; !err && i < k && i < PyList_GET_SIZE(values); i++) {
         PyObject *v = Py_NewRef(PyList_GET_ITEM(values, i));
         for (long long j = 0; !err && j < counts[i]; j++, p++)
-            err = page_set(d, p, v) < 0;
+            err = page_put(d, p, v, copied) < 0;
         Py_DECREF(v);
     }
     PyMem_Free(counts);
-    if (err || page_set(d, p, spare) < 0) {
+    if (err || page_put(d, p, spare, copied) < 0) {
         Py_XDECREF(d);
         return NULL;
     }
     return d;
 }
 
-/* enumerated(values): loops.py's py_enumerated, a new dict */
-static PyObject *enumerated(PyObject *self, PyObject *values) {
+/* enumerated(values[, pad]): loops.py's py_enumerated, a new dict */
+static PyObject *enumerated(PyObject *self, PyObject *const *a, Py_ssize_t n) {
+    if (n != 2 && !arity("enumerated", n, 1))
+        return NULL;
+    PyObject *values = a[0];
     if (check_type(values, &PyList_Type, "enumerated", "values"))
         return NULL;
-    Py_ssize_t k = PyList_GET_SIZE(values);
-    PyObject *d = _PyDict_NewPresized(k);
+    int copied;
+    PyObject *d = padded_dict(n == 2 ? a[1] : NULL, PyList_GET_SIZE(values), "enumerated", &copied);
     if (d == NULL)
         return NULL;
     /* (the list's size read at each page: a collection's finalizer could change it) */
     for (Py_ssize_t p = 0; p < PyList_GET_SIZE(values); p++) {
         PyObject *v = Py_NewRef(PyList_GET_ITEM(values, p));
-        int rc = page_set(d, p, v);
+        int rc = page_put(d, p, v, copied);
         Py_DECREF(v);
         if (rc < 0) {
             Py_DECREF(d);
@@ -7348,6 +7513,250 @@ static PyObject *tree_pages(PyObject *self, PyObject *const *a, Py_ssize_t n) {
     return out;
 }
 
+/* chain_walk(roots, bases, cp, none): the from-scratch chain map's walk of the tree,
+ * (rows, held) (loops.py's py_chain_walk, which defines it: CPReplayMap._rows). Each node's
+ * attributes are read, and its rot and depth computed, as the Python does (the number
+ * protocol: any ints), in the same order; the stack holds (node, depth, base) tuples. */
+static PyObject *chain_walk(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (!arity("chain_walk", nargs, 4) || ds_names() < 0)
+        return NULL;
+    PyObject *roots = a[0], *bases = a[1], *cp = a[2], *none = a[3];
+    const char *what[] = {"roots", "bases"};
+    for (int i = 0; i < 2; i++)
+        if (!PyList_CheckExact(a[i]) && !PyTuple_CheckExact(a[i])) {
+            PyErr_Format(PyExc_TypeError, "chain_walk: %s must be a list or a tuple, not %.100s", what[i],
+                         Py_TYPE(a[i])->tp_name);
+            return NULL;
+        }
+    if (PySequence_Fast_GET_SIZE(roots) != PySequence_Fast_GET_SIZE(bases)) {
+        PyErr_SetString(PyExc_TypeError, "chain_walk: roots and bases must be as many");
+        return NULL;
+    }
+    PyObject *rows = PyList_New(0), *held = PySet_New(NULL), *stack = PyList_New(0), *zero = PyLong_FromLong(0);
+    PyObject *one_none = NULL, *out = NULL;
+    if (rows == NULL || held == NULL || stack == NULL || zero == NULL || (one_none = PyList_New(1)) == NULL)
+        goto done;
+    PyList_SET_ITEM(one_none, 0, Py_NewRef(none));
+    for (Py_ssize_t i = PySequence_Fast_GET_SIZE(roots) - 1; i >= 0; i--) {
+        PyObject *entry = PyTuple_Pack(3, PySequence_Fast_GET_ITEM(roots, i), zero, PySequence_Fast_GET_ITEM(bases, i));
+        int rc = entry == NULL ? -1 : PyList_Append(stack, entry);
+        Py_XDECREF(entry);
+        if (rc < 0)
+            goto done;
+    }
+    while (PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *entry = Py_NewRef(PyList_GET_ITEM(stack, top));
+        if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+            Py_DECREF(entry);
+            goto done;
+        }
+        PyObject *x = PyTuple_GET_ITEM(entry, 0), *depth = PyTuple_GET_ITEM(entry, 1),
+                 *base = PyTuple_GET_ITEM(entry, 2);
+        PyObject *pages = NULL, *rot = NULL, *row = NULL, *n = NULL, *below = NULL, *children = NULL;
+        int ok = 0;
+        PyObject *dev = PyObject_GetAttr(x, s_ds_device);
+        if (dev == NULL)
+            goto node_done;
+        if (dev != Py_None) {
+            if ((pages = PySequence_List(dev)) == NULL)
+                goto node_done;
+            for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pages); k++)
+                if (PySet_Add(held, PyList_GET_ITEM(pages, k)) < 0)
+                    goto node_done;
+        } else {
+            if ((n = PyObject_GetAttr(x, s_ds_n)) == NULL || (pages = PyNumber_Multiply(one_none, n)) == NULL)
+                goto node_done;
+            Py_CLEAR(n);
+        }
+        if (base == Py_None) {
+            rot = Py_NewRef(none);
+        } else {
+            PyObject *sum = PyNumber_Add(base, depth);
+            rot = sum == NULL ? NULL : PyNumber_Remainder(sum, cp);
+            Py_XDECREF(sum);
+            if (rot == NULL)
+                goto node_done;
+        }
+        if ((row = PyTuple_Pack(3, x, rot, pages)) == NULL || PyList_Append(rows, row) < 0)
+            goto node_done;
+        if ((children = PyObject_GetAttr(x, s_ds_children)) == NULL)
+            goto node_done;
+        if (!PyDict_CheckExact(children)) {
+            PyErr_Format(PyExc_TypeError, "chain_walk: a node's children must be a dict, not %.100s",
+                         Py_TYPE(children)->tp_name);
+            goto node_done;
+        }
+        if ((n = PyObject_GetAttr(x, s_ds_n)) == NULL || (below = PyNumber_Add(depth, n)) == NULL)
+            goto node_done;
+        {
+            /* (children.values() reversed: pushed last to first, so the first is popped next) */
+            PyObject *vals = PyDict_Values(children);
+            if (vals == NULL)
+                goto node_done;
+            int rc = 0;
+            for (Py_ssize_t k = PyList_GET_SIZE(vals) - 1; rc == 0 && k >= 0; k--) {
+                PyObject *e = PyTuple_Pack(3, PyList_GET_ITEM(vals, k), below, base);
+                rc = e == NULL ? -1 : PyList_Append(stack, e);
+                Py_XDECREF(e);
+            }
+            Py_DECREF(vals);
+            if (rc < 0)
+                goto node_done;
+        }
+        ok = 1;
+    node_done:
+        Py_XDECREF(dev);
+        Py_XDECREF(pages);
+        Py_XDECREF(rot);
+        Py_XDECREF(row);
+        Py_XDECREF(n);
+        Py_XDECREF(below);
+        Py_XDECREF(children);
+        Py_DECREF(entry);
+        if (!ok)
+            goto done;
+    }
+    out = PyTuple_Pack(2, rows, held);
+done:
+    Py_XDECREF(rows);
+    Py_XDECREF(held);
+    Py_XDECREF(stack);
+    Py_XDECREF(zero);
+    Py_XDECREF(one_none);
+    return out;
+}
+
+/* tree_nodes(root): the nodes under root as a list, in radix.Tree.nodes()'s order (loops.py's
+ * py_tree_nodes, which defines it: the from-scratch HostTier map's walk, whose generator's
+ * frames were ~4k instructions a node). */
+static PyObject *tree_nodes(PyObject *self, PyObject *root) {
+    if (ds_names() < 0)
+        return NULL;
+    PyObject *out = PyList_New(0), *stack = PyList_New(0);
+    PyObject *x = Py_NewRef(root);
+    while (out != NULL && stack != NULL) {
+        PyObject *children = PyObject_GetAttr(x, s_ds_children);
+        Py_DECREF(x);
+        x = NULL;
+        if (children == NULL)
+            break;
+        if (!PyDict_CheckExact(children)) {
+            PyErr_Format(PyExc_TypeError, "tree_nodes: a node's children must be a dict, not %.100s",
+                         Py_TYPE(children)->tp_name);
+            Py_DECREF(children);
+            break;
+        }
+        PyObject *vals = PyDict_Values(children);
+        Py_DECREF(children);
+        if (vals == NULL)
+            break;
+        Py_ssize_t end = PyList_GET_SIZE(stack);
+        int rc = PyList_SetSlice(stack, end, end, vals);
+        Py_DECREF(vals);
+        if (rc < 0)
+            break;
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        if (top < 0) {
+            Py_DECREF(stack);
+            return out;
+        }
+        x = Py_NewRef(PyList_GET_ITEM(stack, top));
+        if (PyList_SetSlice(stack, top, top + 1, NULL) < 0 || PyList_Append(out, x) < 0)
+            break;
+    }
+    Py_XDECREF(x);
+    Py_XDECREF(out);
+    Py_XDECREF(stack);
+    return NULL;
+}
+
+/* pending_allocs(log, allocated, held, cp, none, rows): loops.py's py_pending_allocs, which
+ * defines it (CPReplayMap._rows' pass over the allocation log: in sample mode the log holds
+ * every allocation since the last check, ~185 on the monitors bench's replay, ~140k
+ * instructions a check in Python). The same comparisons, membership tests and arithmetic
+ * through the object protocol, in the same order. */
+static PyObject *pending_allocs(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (!arity("pending_allocs", nargs, 6))
+        return NULL;
+    PyObject *log = a[0], *allocated = a[1], *held = a[2], *cp = a[3], *none = a[4], *rows = a[5];
+    if (check_type(log, &PyDict_Type, "pending_allocs", "log") || check_type(held, &PySet_Type, "pending_allocs", "held")
+        || check_type(rows, &PyList_Type, "pending_allocs", "rows"))
+        return NULL;
+    PyObject *aids = PyDict_Keys(log), *tag = PyUnicode_InternFromString("alloc");
+    /* (sorted(log, reverse=True) as list.sort does it: reversed, sorted, reversed again, the
+     * same comparisons in the same order) */
+    if (aids == NULL || tag == NULL || PyList_Reverse(aids) < 0 || PyList_Sort(aids) < 0 || PyList_Reverse(aids) < 0)
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(aids); i++) {
+        PyObject *aid = PyList_GET_ITEM(aids, i);
+        PyObject *entry = PyObject_GetItem(log, aid), *pending = NULL, *pages = NULL;
+        int ok = 0;
+        if (entry == NULL)
+            goto entry_done;
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            PyObject *r = PyObject_Repr(aid);
+            if (r != NULL)
+                PyErr_Format(PyExc_TypeError,
+                             "pending_allocs: allocation %U's entry must be a tuple (base, start, pages)", r);
+            Py_XDECREF(r);
+            goto entry_done;
+        }
+        if ((pages = PySequence_List(PyTuple_GET_ITEM(entry, 2))) == NULL ||
+            (pending = PyList_New(PyList_GET_SIZE(pages))) == NULL)
+            goto entry_done;
+        int every_none = 1;
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pages); k++) {
+            PyObject *p = PyList_GET_ITEM(pages, k);
+            int in = PySequence_Contains(allocated, p);
+            int kept = in < 0 ? -1 : in ? PySet_Contains(held, p) : 1;
+            if (kept < 0)
+                goto entry_done;
+            PyList_SET_ITEM(pending, k, Py_NewRef(in && !kept ? p : none));
+        }
+        for (Py_ssize_t k = 0; every_none && k < PyList_GET_SIZE(pending); k++) {
+            int eq = PyObject_RichCompareBool(PyList_GET_ITEM(pending, k), none, Py_EQ);
+            if (eq < 0)
+                goto entry_done;
+            every_none = eq;
+        }
+        if (every_none) {
+            ok = PyObject_DelItem(log, aid) == 0;
+            goto entry_done;
+        }
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(pending); k++) {
+            PyObject *p = PyList_GET_ITEM(pending, k);
+            int ne = PyObject_RichCompareBool(p, none, Py_NE);
+            if (ne < 0 || (ne && PySet_Add(held, p) < 0))
+                goto entry_done;
+        }
+        {
+            PyObject *key = PyTuple_Pack(2, tag, aid), *sum = PyNumber_Add(PyTuple_GET_ITEM(entry, 0),
+                                                                               PyTuple_GET_ITEM(entry, 1));
+            PyObject *rot = sum == NULL ? NULL : PyNumber_Remainder(sum, cp);
+            PyObject *row = key == NULL || rot == NULL ? NULL : PyTuple_Pack(3, key, rot, pending);
+            ok = row != NULL && PyList_Append(rows, row) == 0;
+            Py_XDECREF(key);
+            Py_XDECREF(sum);
+            Py_XDECREF(rot);
+            Py_XDECREF(row);
+        }
+    entry_done:
+        Py_XDECREF(entry);
+        Py_XDECREF(pages);
+        Py_XDECREF(pending);
+        if (!ok)
+            goto fail;
+    }
+    Py_DECREF(aids);
+    Py_DECREF(tag);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(aids);
+    Py_XDECREF(tag);
+    return NULL;
+}
+
 static PyObject *abi(PyObject *self, PyObject *unused) {
     return PyLong_FromLong(ABI_VERSION);
 }
@@ -7355,13 +7764,21 @@ static PyObject *abi(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, "d[p] = v for p in pos, delta-recorded"},
     {"spread", (PyCFunction)(void (*)(void))spread, METH_FASTCALL, "{page: its node's value} over runs, then spare"},
+    {"chain_walk", (PyCFunction)(void (*)(void))chain_walk, METH_FASTCALL,
+     "the from-scratch chain map's rows of the tree's nodes, and the device pages they hold"},
+    {"byte_names", (PyCFunction)(void (*)(void))byte_names, METH_FASTCALL, "tuple(table[b] for b in raw)"},
+    {"tree_nodes", tree_nodes, METH_O, "the nodes under root, in radix.Tree.nodes()'s order"},
+    {"pending_allocs", (PyCFunction)(void (*)(void))pending_allocs, METH_FASTCALL,
+     "the chain map's pending allocations, newest first, the log's settled ones dropped"},
+    {"chain_rows", (PyCFunction)(void (*)(void))chain_rows, METH_FASTCALL,
+     "the from-scratch chain map's rot, len and page over its chains, and the rows it built"},
     {"tree_pages", (PyCFunction)(void (*)(void))tree_pages, METH_FASTCALL,
      "the from-scratch HostTier map's per-node and per-page lists over the tree's nodes"},
     {"one_owner_breach", (PyCFunction)(void (*)(void))one_owner_breach, METH_FASTCALL,
      "SlotInOneOwner's first breach over every spec slot, from the reference values"},
     {"parent_breach", (PyCFunction)(void (*)(void))parent_breach, METH_FASTCALL,
      "WriteThroughPrefix's first page with a host copy under a parent page without one"},
-    {"enumerated", (PyCFunction)enumerated, METH_O, "dict(enumerate(values)) of a list, made at its size"},
+    {"enumerated", (PyCFunction)(void (*)(void))enumerated, METH_FASTCALL, "dict(enumerate(values)) of a list, made at its size"},
     {"move", (PyCFunction)(void (*)(void))move, METH_FASTCALL, "d[q] = d[src] for q, src in origin, delta-recorded"},
     {"spare", (PyCFunction)(void (*)(void))spare, METH_FASTCALL, "d[q] = v for q in range(lo, hi), delta-recorded"},
     {"release", (PyCFunction)(void (*)(void))release, METH_FASTCALL, "release the slot references of pages"},

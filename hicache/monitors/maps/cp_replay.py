@@ -36,7 +36,7 @@ from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.tla.values import KK_INT, Fcn
 
-from .loops import ints_within, padded_row, steps_table
+from .loops import chain_rows, chain_walk, ints_within, pending_allocs, steps_table
 from .steps import capacity
 
 #: each runtime action's compound step (compound_step's shared value) but LoadBackLayer's
@@ -165,31 +165,15 @@ class CPReplayMap:
         """Chain id -> (rot, device pages or NoPage per position): one chain per tree node,
         one per pending allocation."""
         cache, cp = self.cache, self.cp
-        rows: list[tuple[object, int, list]] = []    # (node or allocation id, rot, pages)
-        held: set[int] = set()
-        stack = []
-        for x in reversed(list(cache.tree.root.children.values())):
-            stack.append((x, 0, self._subtree_base(x)))
-        while stack:
-            x, depth, base = stack.pop()
-            if x.device is not None:
-                pages = list(x.device)
-                held.update(pages)
-            else:
-                pages = [NONE] * x.n
-            rows.append((x, NONE if base is None else (base + depth) % cp, pages))
-            for c in reversed(list(x.children.values())):
-                stack.append((c, depth + x.n, base))
-        log = cache.alloc_log
-        # newest first: a page freed and handed out again belongs to the newer allocation
-        for aid in sorted(log, reverse=True):
-            base, start, pages = log[aid]
-            pending = [p if p in allocated and p not in held else NONE for p in pages]
-            if all(p == NONE for p in pending):
-                del log[aid]       # inserted (or freed) by now
-                continue
-            held.update(p for p in pending if p != NONE)
-            rows.append((("alloc", aid), (base + start) % cp, pending))
+        # (node or allocation id, rot, pages) of each node in preorder, and the device pages
+        # the tree holds (loops.chain_walk, in C where it builds)
+        roots = list(cache.tree.root.children.values())
+        rows, held = chain_walk(roots, [self._subtree_base(x) for x in roots], cp, NONE)
+        # the pending allocations, newest first (a page freed and handed out again belongs to
+        # the newer one), those inserted or freed by now dropped from the log (in sample mode
+        # it holds every allocation since the last check: loops.pending_allocs, in C where
+        # it builds)
+        pending_allocs(cache.alloc_log, allocated, held, cp, NONE, rows)
         return self._number(rows)
 
     def _number(self, rows: list) -> dict[int, tuple[int, list]]:
@@ -229,27 +213,14 @@ class CPReplayMap:
         if len(blank) != L:
             blank = self._blank = dict.fromkeys(range(L), NONE)
         empty = Fcn(blank.copy(), KK_INT)
-        rot, ln, page = [], [], []
-        built = {}
         # chains 1..n_chains in order: each variable is a sequence, the value mk_fcn makes of
-        # a function on 1..n (a tuple; () for n = 0), built as one
-        for c in range(1, self.n_chains + 1):
-            r, pages = rows.get(c, (NONE, []))
-            rot.append(r)
-            ln.append(len(pages))
-            if pages:
-                # (a chain of no device page, a node whose copies left the device, has the
-                # all-NoPage row: the state's shared one, as its host row)
-                if pages.count(NONE) == len(pages):
-                    row = empty
-                else:
-                    row = padded_row(blank, pages, Fcn, KK_INT)     # (the copy and its writes in C)
-                page.append(row)
-                built[c] = (row, pages)
-            else:
-                page.append(empty)
+        # a function on 1..n (a tuple; () for n = 0), built as one; a chain of no device page
+        # (a node whose copies left the device) has the all-NoPage row, the state's shared
+        # one, as its host row; the others are copies of it with their pages over it
+        # (loops.chain_rows, in C where it builds)
+        rot, ln, page, built = chain_rows(rows, self.n_chains, blank, empty, Fcn, KK_INT, NONE)
         self.built = (L, empty, built)
-        return {"rot": tuple(rot), "len": tuple(ln), "page": tuple(page), "host": (empty,) * self.n_chains,
+        return {"rot": rot, "len": ln, "page": page, "host": (empty,) * self.n_chains,
                 "free": free, "mixed": False}
 
     def no_double_allocation_built(self, C, s) -> Failure | None:

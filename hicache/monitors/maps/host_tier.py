@@ -33,8 +33,8 @@ from types import MappingProxyType
 
 from hicache.monitors import native
 from hicache.monitors.generated import host_tier as spec
-from hicache.monitors.maps.loops import (count_pages, enumerated, node_slots, one_owner_breach, parent_breach,
-                                         slot_owner_breach, spread, tree_pages)
+from hicache.monitors.maps.loops import (byte_names, count_pages, enumerated, node_slots, one_owner_breach,
+                                         parent_breach, slot_owner_breach, spread, tree_nodes, tree_pages)
 from hicache.monitors.rt import Failure
 from hicache.monitors.runtime import compound_step, compound_steps
 from hicache.protocol.vocabulary import HostTier as HostTierAction
@@ -446,7 +446,7 @@ class HostTierMap:
         if c.host:
             # the slot states as bytes: indexing them is far cheaper than a numpy array's
             raw = c.host.state.tobytes()
-            slot = tuple(map(_NAMES.__getitem__, raw))
+            slot = byte_names(raw, _NAMES)
             # an IDLE slot missing from the free list is held by nobody yet never reusable
             # (hidden retention): the spec's "idle" means free, so it maps to "reserved"
             # (only IDLE's byte is named "idle": the bytes count them)
@@ -460,15 +460,16 @@ class HostTierMap:
         qidx = {rid: i + 1 for i, rid in enumerate(rids)}
         # a node's pages share its node-level values: those are kept once per node (`runs`
         # gives each its page count) and spread over the pages when the functions are
-        # built; host and backupOp are per page (`node_slots`); the walk in preorder (a
-        # parent's pages come before its children's), in C where it builds (loops.tree_pages)
+        # built; host and backupOp are per page (`node_slots`); the walk in the tree's own
+        # order, `Tree.nodes()`'s (a parent's pages come before its children's), in C where
+        # it builds (loops.tree_nodes and loops.tree_pages)
 
         def load_req_of(x) -> int:
             rid = getattr(x.loading, "rid", None)
             return load_req(qidx.get(rid, 0), rid)
         # (last_page: each node's id -> its last page: the ids of the tree's nodes)
         runs, dev, stor, hits, loadreq, host, backup, parent, loading, last_page = \
-            tree_pages(c.tree.nodes(), self.sync_backup, load_req_of, node_slots)
+            tree_pages(tree_nodes(c.tree.root), self.sync_backup, load_req_of, node_slots)
         n = len(host)
         # one spare node outside the tree (NNodes = len + 1): a locked prefix that left the
         # tree is then expressible (reqLen = len + 1) and NNodes >= 1 always holds
@@ -496,7 +497,8 @@ class HostTierMap:
         zeros, falses = _flats(n)
         return {
             "policy": str(c.cfg.write_policy), "len": n,
-            "dev": _spread(dev, runs, False, falses), "host": _fn0(host), "stor": _spread(stor, runs, False, falses),
+            "dev": _spread(dev, runs, False, falses), "host": _fn0(host, zeros),
+            "stor": _spread(stor, runs, False, falses),
             "hits": _spread(hits, runs, 0, zeros), "slot": slot, "backupOp": _zeros_or_fn0(backup, zeros),
             "loadReq": _spread(loadreq, runs, 0, zeros) if loading else zeros, "loadDone": zeros,
             "req": tuple(req), "reqLen": tuple(reqlen), "pfSlot": tuple(pfslot), "pfNode": (0,) * nq,
@@ -614,7 +616,7 @@ def _zeros_or_fn0(values: list, zeros):
     """_fn0(values), or `zeros` (that function for a list of as many 0s) when every value is
     0. The lists `state` passes hold ints only (spec slots, request slots, ENDED_REQ: never a
     boolean, which `count(0)` would take for 0 where TLA+ tells FALSE from it)."""
-    return zeros if values.count(0) == len(values) else _fn0(values)
+    return zeros if values.count(0) == len(values) else _fn0(values, zeros)
 
 
 def _spread(values: list, runs: list, spare, flat):
@@ -622,17 +624,18 @@ def _spread(values: list, runs: list, spare, flat):
     held by its runs[i] pages (sum(runs) = n); `flat`, the function with `spare` on every
     one of those pages, when every node's value is `spare` (a tree with no storage copy:
     stor). `values` holds one type, spare's (no 1 beside a TRUE, which the count would take
-    for equal)."""
+    for equal). Built over a copy of flat's dict, the same pages in the same order."""
     if values.count(spare) == len(values) and (not values or type(values[0]) is type(spare)):
         return flat
-    return Fcn(spread(values, runs, spare), KK_INT | KK_DENSE0)
+    return Fcn(spread(values, runs, spare, flat.d), KK_INT | KK_DENSE0)
 
 
-def _fn0(values: list):
+def _fn0(values: list, flat=None):
     """A function over 0..len-1 (not a sequence: its domain starts at 0), its key kinds
     given (the integers 0..len-1: what a domain test would otherwise find by looking at each
-    key, `rt.domain_is`)."""
-    return Fcn(enumerated(values), KK_INT | KK_DENSE0) if values else mk_fcn({})
+    key, `rt.domain_is`); `flat`, a function over the same pages, whose dict's copy it is
+    built over where it has as many."""
+    return Fcn(enumerated(values, None if flat is None else flat.d), KK_INT | KK_DENSE0) if values else mk_fcn({})
 
 
 def _bind_table(mod) -> dict:

@@ -427,6 +427,125 @@ def py_padded_row(pad: dict, pages, fcn, kk):
     return fcn(d, kk)
 
 
+def py_tree_nodes(root) -> list:
+    """The nodes under root, as a list in the order radix.Tree.nodes() yields them (the
+    from-scratch HostTier map's walk reads them so: its pages are numbered in that order):
+    the last child first, each node before the nodes under it. Every node's children must be
+    a dict (TypeError otherwise)."""
+    out = []
+    stack: list = []
+    x = root
+    while True:
+        children = x.children
+        if type(children) is not dict:
+            raise TypeError(f"tree_nodes: a node's children must be a dict, not {type(children).__name__}")
+        stack.extend(children.values())
+        if not stack:
+            return out
+        x = stack.pop()
+        out.append(x)
+
+
+def py_byte_names(raw: bytes, table) -> tuple:
+    """(table[b] for each byte b of raw) as a tuple: the from-scratch HostTier map's slot
+    names of the host's state bytes. raw exact bytes, table a list or a tuple (TypeError
+    otherwise); a byte past the table: its IndexError."""
+    if type(raw) is not bytes:
+        raise TypeError(f"byte_names: raw must be bytes, not {type(raw).__name__}")
+    if type(table) is not list and type(table) is not tuple:
+        raise TypeError(f"byte_names: table must be a list or a tuple, not {type(table).__name__}")
+    return tuple(map(table.__getitem__, raw))
+
+
+def py_pending_allocs(log: dict, allocated, held: set, cp, none, rows: list) -> None:
+    """The from-scratch chain map's pending allocations (CPReplayMap._rows, after the walk of
+    the tree): newest first (a page freed and handed out again belongs to the newer one),
+    each entry log[aid] = (base, start, pages) of the runtime's allocation log, a tuple of 3
+    (TypeError otherwise), keeps those of its pages still allocated and in no row yet
+    (`allocated`, a set; `held`, the set of those in rows, updated), `none` for the others;
+    an entry left with none of its pages is dropped from the log (inserted or freed by now),
+    any other appended to rows as (("alloc", aid), (base + start) % cp, its pending pages).
+    log a dict, held a set, rows a list (TypeError otherwise)."""
+    for o, t, what in ((log, dict, "log"), (held, set, "held"), (rows, list, "rows")):
+        if type(o) is not t:
+            raise TypeError(f"pending_allocs: {what} must be a {t.__name__}, not {type(o).__name__}")
+    for aid in sorted(log, reverse=True):
+        entry = log[aid]
+        if type(entry) is not tuple or len(entry) != 3:
+            raise TypeError(f"pending_allocs: allocation {aid!r}'s entry must be a tuple (base, start, pages)")
+        base, start, pages = entry
+        pending = [p if p in allocated and p not in held else none for p in pages]
+        if all(p == none for p in pending):
+            del log[aid]       # inserted (or freed) by now
+            continue
+        held.update(p for p in pending if p != none)
+        rows.append((("alloc", aid), (base + start) % cp, pending))
+
+
+def py_chain_walk(roots, bases, cp, none) -> tuple[list, set]:
+    """The from-scratch chain map's walk of the tree (CPReplayMap._rows): (rows, held). From
+    each of `roots` (the root's children, in order) with its subtree's rotation base (bases,
+    as many: an int, or None for no rotation), in preorder, a node's children in order:
+    rows gets (node, its rot, its pages) for each node, its pages list(node.device) (its
+    device pages, each then in `held`) or n times `none` for a node with no device copy
+    (`device` None), its rot (base + depth) % cp, depth the pages above it in its subtree
+    (`none` where base is None). roots and bases must be lists or tuples of one length, a
+    node's children a dict (TypeError otherwise)."""
+    for o, what in ((roots, "roots"), (bases, "bases")):
+        if type(o) is not list and type(o) is not tuple:
+            raise TypeError(f"chain_walk: {what} must be a list or a tuple, not {type(o).__name__}")
+    if len(roots) != len(bases):
+        raise TypeError("chain_walk: roots and bases must be as many")
+    rows: list = []
+    held: set = set()
+    stack = [(x, 0, base) for x, base in zip(reversed(roots), reversed(bases))]
+    while stack:
+        x, depth, base = stack.pop()
+        if x.device is not None:
+            pages = list(x.device)
+            held.update(pages)
+        else:
+            pages = [none] * x.n
+        rows.append((x, none if base is None else (base + depth) % cp, pages))
+        children = x.children
+        if type(children) is not dict:
+            raise TypeError(f"chain_walk: a node's children must be a dict, not {type(children).__name__}")
+        below = depth + x.n
+        stack.extend((c, below, base) for c in reversed(children.values()))
+    return rows, held
+
+
+def py_chain_rows(rows: dict, n: int, pad: dict, empty, fcn, kk, none) -> tuple:
+    """The from-scratch chain map's variables over its chains 1..n (CPReplayMap.state):
+    (rot, len, page, built). Chain c's entry rows.get(c, (none, [])), a tuple (its rot, its
+    pages: a list or a tuple; TypeError otherwise), gives rot[c - 1] and len[c - 1] (the
+    pages' count); its page row is `empty` for a chain of no page or of `none` pages only,
+    else padded_row(pad, pages, fcn, kk); built[c] = (row, pages) for a chain with pages. The
+    three variables are tuples. n: an exact int in [0, 2**31) (TypeError otherwise)."""
+    if type(rows) is not dict:
+        raise TypeError(f"chain_rows: rows must be a dict, not {type(rows).__name__}")
+    if type(n) is not int or not 0 <= n < 1 << 31:
+        raise TypeError("chain_rows: n must be an int in [0, 2**31)")
+    rot, ln, page, built = [], [], [], {}
+    unused = (none, [])
+    for c in range(1, n + 1):
+        entry = rows.get(c, unused)
+        if type(entry) is not tuple or len(entry) != 2:
+            raise TypeError(f"chain_rows: chain {c}'s entry must be a tuple (rot, pages)")
+        r, pages = entry
+        if type(pages) is not list and type(pages) is not tuple:
+            raise TypeError(f"chain_rows: chain {c}'s pages must be a list or a tuple, not {type(pages).__name__}")
+        rot.append(r)
+        ln.append(len(pages))
+        if pages:
+            row = empty if pages.count(none) == len(pages) else py_padded_row(pad, pages, fcn, kk)
+            page.append(row)
+            built[c] = (row, pages)
+        else:
+            page.append(empty)
+    return tuple(rot), tuple(ln), tuple(page), built
+
+
 def py_ints_within(pages, n: int, none: int) -> bool:
     """Whether every item of pages is an exact int in 0..n-1 or equal to `none` (a device
     page row's pages: PageIds or NoPage; a bool or a float equal to one is not). n and none
@@ -816,12 +935,25 @@ def py_parent_breach(parent, host: dict):
     return None
 
 
-def py_spread(values: list, runs: list, spare) -> dict:
+def _padded_dict(pad, size: int, fn: str) -> dict:
+    """A copy of pad when it is a dict of `size` entries (a dict of pages 0..size-1 in order,
+    the result's keys: its values are then written over the copy's), else a new dict; pad
+    None or a dict (TypeError otherwise)."""
+    if pad is None:
+        return {}
+    if type(pad) is not dict:
+        raise TypeError(f"{fn}: pad must be a dict or None, not {type(pad).__name__}")
+    return pad.copy() if len(pad) == size else {}
+
+
+def py_spread(values: list, runs: list, spare, pad=None) -> dict:
     """{page: value} over pages numbered from 0: values[i] at each of the next runs[i] pages
     (an exact int >= 0: TypeError otherwise), then `spare` at one more page; OverflowError
     past 2**61 pages (no tree has as many). Lists both, of one length (ValueError
     otherwise). The from-scratch HostTier map's per-page functions of a node-level value
-    (host_tier's `_spread`)."""
+    (host_tier's `_spread`). `pad`: a dict of the result's keys in order (the flat function
+    over the same pages), copied and written over (`_padded_dict`: a copy is one block, ~40
+    instructions a page fewer than each page's insert)."""
     for what, v in (("values", values), ("runs", runs)):
         if type(v) is not list:
             raise TypeError(f"spread: {what} must be a list, not {type(v).__name__}")
@@ -834,7 +966,7 @@ def py_spread(values: list, runs: list, spare) -> dict:
         total += r
         if total > 1 << 61:
             raise OverflowError("spread: past 2**61 pages")
-    d = {}
+    d = _padded_dict(pad, total + 1, "spread")
     p = 0
     for v, r in zip(values, runs):
         for _ in range(r):
@@ -844,12 +976,15 @@ def py_spread(values: list, runs: list, spare) -> dict:
     return d
 
 
-def py_enumerated(values: list) -> dict:
+def py_enumerated(values: list, pad=None) -> dict:
     """dict(enumerate(values)) of a list (TypeError otherwise): the from-scratch HostTier
-    map's per-page functions of a per-page value (host_tier's `_fn0`)."""
+    map's per-page functions of a per-page value (host_tier's `_fn0`); `pad` as spread's."""
     if type(values) is not list:
         raise TypeError(f"enumerated: values must be a list, not {type(values).__name__}")
-    return dict(enumerate(values))
+    d = _padded_dict(pad, len(values), "enumerated")
+    for p, v in enumerate(values):
+        d[p] = v
+    return d
 
 
 def py_node_slots(hs, pending, n: int, backing: bool) -> tuple[list[int], list[int]]:
@@ -1317,7 +1452,8 @@ PYTHON = {"fill": py_fill, "move": py_move, "spare": py_spare, "release": py_rel
           "extend_positions": py_extend_positions,
           "first_page_where": py_first_page_where, "spread": py_spread, "enumerated": py_enumerated,
           "one_owner_breach": py_one_owner_breach, "parent_breach": py_parent_breach,
-          "tree_pages": py_tree_pages}
+          "tree_pages": py_tree_pages, "chain_rows": py_chain_rows, "chain_walk": py_chain_walk,
+          "byte_names": py_byte_names, "tree_nodes": py_tree_nodes, "pending_allocs": py_pending_allocs}
 
 _mod = native.module()
 fill = _mod.fill if _mod is not None else py_fill
@@ -1371,3 +1507,8 @@ enumerated = _mod.enumerated if _mod is not None else py_enumerated
 one_owner_breach = _mod.one_owner_breach if _mod is not None else py_one_owner_breach
 parent_breach = _mod.parent_breach if _mod is not None else py_parent_breach
 tree_pages = _mod.tree_pages if _mod is not None else py_tree_pages
+chain_rows = _mod.chain_rows if _mod is not None else py_chain_rows
+chain_walk = _mod.chain_walk if _mod is not None else py_chain_walk
+byte_names = _mod.byte_names if _mod is not None else py_byte_names
+tree_nodes = _mod.tree_nodes if _mod is not None else py_tree_nodes
+pending_allocs = _mod.pending_allocs if _mod is not None else py_pending_allocs
