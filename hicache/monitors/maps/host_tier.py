@@ -506,7 +506,6 @@ class HostTierMap:
             "_parent": tuple(parent),
         }
 
-
     def reference_constants(self) -> dict:
         """The constants of `reference_state()`."""
         return self.constants()

@@ -501,8 +501,9 @@ def py_chain_walk(roots, bases, cp, none) -> tuple[list, set]:
     stack = [(x, 0, base) for x, base in zip(reversed(roots), reversed(bases))]
     while stack:
         x, depth, base = stack.pop()
-        if x.device is not None:
-            pages = list(x.device)
+        device = x.device
+        if device is not None:
+            pages = list(device)
             held.update(pages)
         else:
             pages = [none] * x.n
