@@ -301,17 +301,18 @@ def binding(spec, raw: dict, key=_UNKEYED) -> dict:
         return spec.constants(raw)
     C = _BINDINGS.get(key)
     if C is None:
-        C = _kept(_BINDINGS, key, spec.constants(raw))
+        C = kept(_BINDINGS, key, spec.constants(raw))
     return C
 
 
-def _kept(table: dict, key, C: dict) -> dict:
-    """C kept in `table` under key (the oldest dropped past _BINDINGS_MAX), or the binding
-    another thread kept there meanwhile: one binding a key."""
+def kept(table: dict, key, value, most: int | None = None):
+    """value kept in the process-wide `table` under key (the oldest dropped past `most`,
+    _BINDINGS_MAX when None), or the value another thread kept there meanwhile: one value a key
+    (a binding, a map's shared functions). A lookup needs no lock."""
     with _BINDINGS_LOCK:
-        if len(table) >= _BINDINGS_MAX:
+        if len(table) >= (_BINDINGS_MAX if most is None else most):
             table.pop(next(iter(table)), None)
-        return table.setdefault(key, C)
+        return table.setdefault(key, value)
 
 
 def compound_step(action) -> tuple:
@@ -924,7 +925,7 @@ class Monitor:
         key = (self.spec, self._state_key(t))
         C = _STATE_BINDINGS.get(key)
         if C is None:
-            C = _kept(_STATE_BINDINGS, key, binding(self.spec, self.rmap.state_constants(t)))
+            C = kept(_STATE_BINDINGS, key, binding(self.spec, self.rmap.state_constants(t)))
         return C
 
     def constants(self) -> dict:

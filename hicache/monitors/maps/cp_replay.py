@@ -149,7 +149,7 @@ class CPReplayMap:
     def state_constants_key(self, t: dict) -> tuple:
         """The key of `state_constants(t)`, ints all: the pool's placement and the chains'
         capacities as the state t, the last this map mapped, left them."""
-        return self.cp, self.local_pages, self.page_size, self.n_chains, self.max_len
+        return self.cp, self.local_pages, self.page_size, *self.constants_key()
 
     def state_constants(self, t: dict) -> dict:
         """`constants()` of the moment t was mapped: the capacities `state` grew for it."""

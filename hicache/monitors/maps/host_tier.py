@@ -28,7 +28,6 @@ reports every event as a compound step and the monitor checks the invariants aft
 from __future__ import annotations
 
 import enum
-import threading
 from types import MappingProxyType
 
 from hicache.monitors import native
@@ -36,7 +35,7 @@ from hicache.monitors.generated import host_tier as spec
 from hicache.monitors.maps.loops import (byte_names, count_pages, enumerated, node_slots, one_owner_breach,
                                          parent_breach, slot_owner_breach, spread, tree_nodes, tree_pages)
 from hicache.monitors.rt import Failure
-from hicache.monitors.runtime import compound_step, compound_steps
+from hicache.monitors.runtime import compound_step, compound_steps, kept
 from hicache.protocol.vocabulary import HostTier as HostTierAction
 from hicache.runtime.allocator import HostSlotState
 from hicache.runtime.cache import own_loads
@@ -148,10 +147,9 @@ _EVICTIONS = ("DeviceEvict", "HostEvict")
 #: kept for every from-scratch map of the process (a function is immutable: states share it,
 #: as one state's variables share `zeros`); built, ~22k instructions each, two or three of a
 #: state's seven per-page functions, and at a fresh map's first state (each replay of the
-#: monitors bench) for want of a map's own. Bounded, the oldest dropped first; held to add one
+#: monitors bench) for want of a map's own. Bounded, the oldest dropped first (`runtime.kept`)
 _FLATS: dict = {}
 _FLATS_MAX = 16
-_FLATS_LOCK = threading.Lock()
 
 
 def _flats(n: int) -> tuple:
@@ -159,11 +157,8 @@ def _flats(n: int) -> tuple:
     got = _FLATS.get(n)
     if got is None:
         pages = range(n + 1)
-        got = (Fcn(dict.fromkeys(pages, 0), KK_INT | KK_DENSE0), Fcn(dict.fromkeys(pages, False), KK_INT | KK_DENSE0))
-        with _FLATS_LOCK:
-            if len(_FLATS) >= _FLATS_MAX:
-                _FLATS.pop(next(iter(_FLATS)), None)
-            got = _FLATS.setdefault(n, got)
+        got = kept(_FLATS, n, (Fcn(dict.fromkeys(pages, 0), KK_INT | KK_DENSE0),
+                               Fcn(dict.fromkeys(pages, False), KK_INT | KK_DENSE0)), _FLATS_MAX)
     return got
 
 
@@ -397,11 +392,15 @@ class HostTierMap:
     def constants(self) -> dict:
         if self.pure_bind:
             self._read_requests()
+        pages = sum(x.n for x in self.cache.tree.nodes())
+        return self._constants(pages, max(1, self._nreqs()), str(self.cache.cfg.write_policy))
+
+    def _constants(self, pages: int, nreqs: int, policy: str) -> dict:
+        """The constants of a tree of `pages` pages, `nreqs` request rows and `policy`, the
+        cache's slots and layers."""
         c = self.cache
-        pages = sum(x.n for x in c.tree.nodes())
-        nreqs = max(1, self._nreqs())
         return {"NNodes": pages + 1, "NSlots": c.host.capacity if c.host else 1, "NLayers": c.cfg.layers,
-                "NReqs": nreqs, "Policies": frozenset({str(c.cfg.write_policy)}),
+                "NReqs": nreqs, "Policies": frozenset({policy}),
                 "BugEvictDuringLoad": False, "BugAbortLeak": False}
 
     def state_constants_key(self, t: dict) -> tuple:
@@ -415,10 +414,7 @@ class HostTierMap:
         NNodes is its pages plus the spare node, NReqs its rows of `req` (its requests, one
         row per prefetch slot, or the one idle row), no second walk of the tree and the
         request table."""
-        c = self.cache
-        return {"NNodes": t["len"] + 1, "NSlots": c.host.capacity if c.host else 1, "NLayers": c.cfg.layers,
-                "NReqs": len(t["req"]), "Policies": frozenset({t["policy"]}),
-                "BugEvictDuringLoad": False, "BugAbortLeak": False}
+        return self._constants(t["len"], len(t["req"]), t["policy"])
 
     def _prefetch_ops(self):
         """(op, orphan) for each prefetch holding host slots: the cache's live prefetches
