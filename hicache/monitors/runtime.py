@@ -510,7 +510,8 @@ class Monitor:
         self._filled = _clock()      # when the credit was last brought up to date
         self._born = self._filled    # when the monitor was made (`checking`: the time since)
         self._spent = 0.0            # seconds spent checking in all
-        self._last_cost = 0.0        # what the last sampled check cost (the next one's estimate)
+        # what the last sampled check cost (the next one's estimate; None: none checked yet)
+        self._last_cost: float | None = None
         # what the last cache check cost (None: none yet), the next one's estimate: a sample
         # is afforded only with that much credit left over after it (`_need`)
         self._cache_cost: float | None = None
@@ -597,6 +598,8 @@ class Monitor:
                               clock=_clock if budgeted else None, let_go=let_go,
                               pure=unbound is not None and getattr(rmap, "pure_bind", False) is True)
             self._gate.gap = gap
+            if budgeted:
+                self._close_gate()      # (no credit yet: closed until the first sample's is earned)
         if self._always and cfg.mode is Mode.SAMPLE and self.needs_prestate:
             raise ValueError(f"{type(rmap).__name__}: sample mode checks its always-checked events "
                              f"({', '.join(sorted(self._always))}) on an invariant-only map: build it "
@@ -800,15 +803,27 @@ class Monitor:
         return drawn and (self._budget is None or self._afford())
 
     def _need(self) -> float:
-        """The credit a drawn sample needs: its estimated cost (the last drawn sample's)
-        and the next cache check's (the last cache check's; before any, the sample's own:
-        on a from-scratch map both map the state and check every invariant), which is kept
-        in the bucket. Cache checks run whatever the budget (close() runs the last one):
-        with the next one's cost kept, what a monitor spends checking over its life, its
-        final check included, stays within the budget's share of that life (plus the first
-        sample's cost, whose estimate is unknown). Without it, the final check came on top
-        of a full share of samples: a 2 % budget spent ~3 % of a 45 ms replay's time."""
+        """The credit a drawn sample needs: its estimated cost (the last drawn sample's;
+        before any, the last cache check's) and the next cache check's (the last cache
+        check's; before any, the sample's own: on a from-scratch map both map the state and
+        check every invariant), which is kept in the bucket. Cache checks run whatever the
+        budget (close() runs the last one): with the next one's cost kept, what a monitor
+        spends checking over its life, its final check included, stays within the budget's
+        share of that life. Without it, the final check came on top of a full share of
+        samples: a 2 % budget spent ~3 % of a 45 ms replay's time.
+
+        Before any check there is no estimate: the first sample then needs a full bucket,
+        sample_budget x budget_window (the most credit the bucket holds: 10 ms after a
+        second at the defaults), so the budget advances no credit it has not earned. Run
+        on no credit, as it was, a fresh monitor's first sample came on top of the budget:
+        on the monitors bench's ~45 ms replay a sample and the final check, ~0.55 ms, where
+        1 % of the replay is ~0.45 ms; a process making short-lived caches paid one
+        unbudgeted check for each."""
         c = self._last_cost
+        if c is None:
+            c = self._cache_cost
+            if c is None:
+                return self._budget * self._window
         return c + (c if self._cache_cost is None else self._cache_cost)
 
     def _afford(self) -> bool:
@@ -835,7 +850,8 @@ class Monitor:
             cap = max(b * self._window, need)
             self._credit, self._filled = (cap if credit > cap else credit), now
             # (with the sample's estimated cost and the next cache check's, so the budget is
-            # kept, not overshot by one check; the first sample, whose cost is unknown, runs)
+            # kept, not overshot by one check; the first sample, whose cost is unknown, waits
+            # for a full bucket)
             if self._credit >= need:
                 return True
             self._skipped += 1

@@ -361,7 +361,8 @@ def test_sample_modes_device_page_checks_are_numbered_as_host_tiers_steps(tmp_pa
     from hicache.tla.itf import read_itf
     wcfg = WorkloadConfig(requests=40, storage=False, prefetch_rate=0.0, abort_rate=0.0)
     policy, reqs = plan(1, wcfg)
-    verified.enable("sample", sample_rate=1.0, sample_budget=1e-9, violation_dir=str(tmp_path))
+    # (a bucket full after 1 us, so the first sample runs; its cost then keeps it in debt)
+    verified.enable("sample", sample_rate=1.0, sample_budget=1e-9, budget_window=1e-6, violation_dir=str(tmp_path))
     try:
         cache = make_cache(wcfg, "write_through", cls=LosesAPage)
         mon = monitor_of(cache)

@@ -934,12 +934,12 @@ def test_sample_budget_lets_samples_go_once_checking_exceeds_its_share(monkeypat
 def test_sample_budget_keeps_the_next_cache_checks_cost_in_the_bucket(monkeypatch, tmp_path):
     """A drawn sample is afforded only with the next cache check's estimated cost left over
     after it (`_need`: before any cache check, the sample's own, as here: both map the
-    state once, 1 s). The first sample runs on no credit (its cost was unknown); the second
-    waits until that debt is repaid and both costs are in the bucket. From then on, after
-    every event, what the monitor spent plus the final check close() would run then is
-    within the budget's share of its life, and so is the whole after that check: the final
-    check no longer comes on top of a full share of samples. Then the cache check's own
-    cost is the estimate."""
+    state once, 1 s). The first sample waits for a full bucket (its cost unknown); the
+    second until both costs are in the bucket again. From then on, after every event, what
+    the monitor spent plus the final check close() would run then is within the budget's
+    share of its life, and so is the whole after that check: the final check no longer
+    comes on top of a full share of samples. Then the cache check's own cost is the
+    estimate."""
     cache, mon, clock, reqs = _budgeted(monkeypatch, tmp_path, budget=0.5)
     born, over = clock.now, []
 
@@ -958,6 +958,32 @@ def test_sample_budget_keeps_the_next_cache_checks_cost_in_the_bucket(monkeypatc
     clock.per_map = 3.0
     mon.cache_check()
     assert mon._need() == 1.0 + 3.0
+
+
+def test_a_fresh_monitors_first_sample_waits_for_a_full_bucket(monkeypatch, tmp_path):
+    """Before any check a sample's cost is unknown: the first drawn sample is afforded only
+    once the bucket is full (sample_budget x budget_window, here 0.5 x 2 s = 1 s, which
+    half the time's credit fills after 2 s), every sample drawn before is let go, and from
+    the first event on, what the monitor has spent checking is within the budget's share
+    of its life, the sample that spends the bucket included (1 s checked after >= 2 s).
+    Run on no credit, as it was, the first sample spent 1 s in the first 0.1 s."""
+    cache, rmap, clock, reqs = _timed_cache(monkeypatch, HostTierMap, "state")
+    mon = Monitor(rmap, VerifyConfig(mode="sample", sample_rate=1.0, seed=0, sample_budget=0.5,
+                                     budget_window=2.0, violation_dir=str(tmp_path)))
+    cache.bus.subscribe(mon)
+    born, seen = clock.now, []
+
+    def look(action, fields):        # (after the monitor: its bucket after each event)
+        seen.append((clock.now - born, mon.checked, mon.steps - mon.budget_skipped, mon._spent))
+    cache.bus.subscribe(look)
+    assert mon._need() == 0.5 * 2.0
+    run_workload(cache, reqs)
+    first = next(i for i, (_, checked, _, _) in enumerate(seen) if checked)
+    # every step before it was drawn (rate 1) and let go; it came once 2 s had passed
+    assert first >= 19 and seen[first - 1][0] < 2.0 and seen[first][1] == 1
+    assert all(not_let_go == 0 for _, _, not_let_go, _ in seen[:first]) and seen[first][2] == 1
+    assert all(spent <= 0.5 * t + 1e-9 for t, _, _, spent in seen)
+    assert mon._last_cost == clock.per_map and mon._need() == 2 * clock.per_map
 
 
 def test_no_sample_budget_checks_every_drawn_sample(monkeypatch, tmp_path):
