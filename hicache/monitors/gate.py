@@ -49,6 +49,15 @@ builds (`LetGo`: `Monitor._gate_let_go`, which defines it, without its frame: th
 from the monitor's seeded draw, the count, `sampled` and `cause`, the worker watch's hook;
 ~10k instructions a let-go in Python, ~0.45M a replay).
 
+The C gate keeps the kind of each action object it has seen (special, weighted with its
+probability, unbound, asked of the trigger; up to 16 objects, the rest looked up at each
+event): the runtime publishes the same vocabulary members at every event, so an action's kind
+is one pointer compare in the gate's own memory instead of up to six set and dict lookups,
+each a table and a key string cold at an event between samples (in the monitors bench's
+replay, the gate's time a replay 0.72 -> 0.63 ms, an eviction ~0.3-0.5 us less). A kind once
+found never changes: the sets are frozensets and `weighted` the gate's own copy, which both
+gates show as a read-only view.
+
 The same extension holds strict mode's step (`StrictStep`): runtime.py's
 `Monitor._strict_step` in C, the listener of every event of a strict run on an incremental
 map, keeping that monitor's counters (`steps`, `checked`, `tripped`) the same way; the Python
@@ -58,11 +67,12 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import MappingProxyType
 
 from hicache import buildcache
 
 #: must equal ABI_VERSION in csrc/gate.c (checked on load)
-ABI_VERSION = 8
+ABI_VERSION = 9
 #: events held at most before a flush (DEFER_CAP in csrc/gate.c)
 DEFER_CAP = 64
 
@@ -95,7 +105,7 @@ class PyGate:
         if (clock is None) != (let_go is None) or (clock is not None and not (callable(clock) and callable(let_go))):
             raise TypeError("Gate: clock and let_go must both be callable, or both None")
         self.bind, self.special, self.slow = bind, special, slow
-        self.weighted = dict(weighted or {})
+        self.weighted = MappingProxyType(dict(weighted or {}))     # (a read-only view, as the C gate's)
         self.draw, self.trigger, self.trigger_on, self.weighed = draw, trigger, trigger_on, weighed
         self.steps = 0
         self.gap = 0

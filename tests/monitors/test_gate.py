@@ -600,3 +600,70 @@ def test_letgo_counts_before_a_hook_error_passes_through_and_is_validated():
         G.LetGo(owner, None, 0.5, [], _NAMES, _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
     with pytest.raises(TypeError):
         G.LetGo(owner, lambda: 0.5, 0.5, (), _NAMES, _name_of, CheckCause.DRAW, CheckCause.WEIGHTED_DRAW)
+
+
+class _Named(str):
+    """An action as a str subclass, as the runtime's vocabulary members are (compared by value
+    with the gate's plain-str sets)."""
+
+
+def _stream_through(kind, seed: int, fresh: bool) -> tuple:
+    """A seeded stream of events (plain, special, weighted, triggered, bound to nothing)
+    through a pure gate with scripted draws, trigger answers and next gaps; the actions are
+    the same str-subclass objects at every event (`fresh` False: as the runtime publishes its
+    vocabulary's members) or a new object equal by value at each (more than the gate keeps
+    kinds of); what it recorded, counted, drew, asked and handed on."""
+    import random
+    rng = random.Random(seed)
+    names = ["a", "b", "always", "w", "t", "other"]
+    members = {a: _Named(a) for a in names}
+    n = 300
+    draws = [rng.random() for _ in range(n)]
+    triggers = [rng.random() < 0.2 for _ in range(n)]
+    gaps = iter([rng.randrange(0, 9) for _ in range(n)])
+    spy, box = _Weighing(draws, triggers), []
+
+    def take(action, fields, bound):
+        spy.slow.append((str(action), fields["i"], bound))
+        if bound is None:
+            (g,) = box
+            g.steps += 1
+            g.gap = next(gaps)
+    g = kind(spy.bind, frozenset({"always"}), take, collections.deque(maxlen=64), weighted={"w": 0.5, "t": 0.3},
+             draw=spy.draw, trigger=spy.trigger, trigger_on=frozenset({"t"}), weighed=spy.weigh,
+             unbound=frozenset({"other"}), pure=True)
+    box.append(g)
+    g.gap = 2
+    for i in range(n):
+        name = rng.choice(names)
+        action = _Named("".join(name)) if fresh else members[name]
+        assert (action is members[name]) != fresh
+        g(action, {"i": i})
+    return ([(s, str(a), f["i"]) for s, a, f in g.history], g.steps, g.gap, spy.log, spy.weighed, spy.slow,
+            spy.bound)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_gate_decides_the_same_whether_an_action_is_one_object_or_a_new_one_each_event(seed):
+    """The C gate keeps the kind of each action object it has seen (special, weighted and its
+    probability, unbound, asked of the trigger), up to 16, and looks up the rest at each
+    event: the runtime's actions, the same members every time, and actions made anew at each
+    event (past the 16 kept) are decided the same, and as the Python twin decides them."""
+    got = {(k.values[0].__name__, fresh): _stream_through(k.values[0], seed, fresh)
+           for k in KINDS for fresh in (False, True)}
+    first = next(iter(got.values()))
+    assert first[1] > 50 and first[4] and first[5]        # (recorded, handed on, sampled)
+    assert all(v == first for v in got.values())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_gates_weights_are_a_read_only_copy(kind):
+    weights = {"w": 0.5}
+    g, _ = _weighted_gate(kind, draws=[], triggers=[])
+    assert dict(g.weighted) == {"w": 0.5, "t": 0.5}
+    with pytest.raises(TypeError):
+        g.weighted["w"] = 1.0
+    g2 = kind(lambda a, f: (), frozenset(), lambda *a: None, collections.deque(), weighted=weights,
+              draw=lambda: 0.0, weighed=lambda *a: None)
+    weights["w"] = 0.0           # (the caller's dict changed afterwards: the gate's copy is not)
+    assert dict(g2.weighted) == {"w": 0.5}

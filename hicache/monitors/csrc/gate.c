@@ -64,16 +64,38 @@
 #include <structmember.h>
 #include <math.h>
 
-#define ABI_VERSION 8
+#define ABI_VERSION 9
 
 /* events held at most before a flush (deferred binding) */
 #define DEFER_CAP 64
+
+/* actions whose kind the gate keeps (gate_kind) */
+#define KINDS 16
+/* an action's kind, bits: in special, in weighted (its probability kept), in unbound, in
+ * immediate (any of the three, with unbound given), in trigger_on */
+#define K_SPECIAL 1
+#define K_WEIGHTED 2
+#define K_UNBOUND 4
+#define K_IMMEDIATE 8
+#define K_TRIGGER 16
 
 typedef struct {
     PyObject_HEAD
     Py_ssize_t steps;
     long long gap;
     char tripped;
+    /* The kinds of the actions seen, by identity (gate_kind): the runtime publishes the same
+     * vocabulary members at every event, so an action's kind is one pointer compare in the
+     * gate's own lines, not up to six hash lookups, each a set's or dict's table and its key
+     * string (a str, the action a str subclass: compared by value), cold at an event between
+     * samples (~100 ns apiece in the monitors bench's replay; an eviction, weighted, paid ~1 us
+     * more than an unweighted event). Strong references; the sets are frozensets and the
+     * weighted dict the gate's own copy, read-only outside (`weighted` is a mapping proxy), so
+     * a kind once found never changes. */
+    int nkinds;
+    PyObject *kind_action[KINDS];
+    PyObject *kind_p[KINDS];      /* weighted: its probability (else NULL) */
+    unsigned char kind_bits[KINDS];
     PyObject *bind;       /* bind(action, fields) -> the spec steps, or None */
     PyObject *special;    /* a frozenset of the actions the monitor decides */
     PyObject *slow;       /* slow(action, fields, bound or None) */
@@ -95,6 +117,50 @@ typedef struct {
     PyObject *hold[2 * DEFER_CAP];
     vectorcallfunc vectorcall;
 } Gate;
+
+/* An action's kind: its K_ bits, and for a weighted one its probability (*p, borrowed: the
+ * gate keeps it), from the gate's kept kinds, or found by the sets' and dict's lookups and kept
+ * (up to KINDS actions; past that each is looked up, the same answer). 0, or -1 with an error */
+static int gate_kind(Gate *g, PyObject *action, int *bits, PyObject **p) {
+    for (int i = 0; i < g->nkinds; i++) {
+        if (g->kind_action[i] == action) {
+            *bits = g->kind_bits[i];
+            *p = g->kind_p[i];
+            return 0;
+        }
+    }
+    int b = 0, r;
+    if ((r = PySet_Contains(g->special, action)) < 0)
+        return -1;
+    if (r)
+        b |= K_SPECIAL;
+    PyObject *w = PyDict_GetItemWithError(g->weighted, action);       /* (borrowed) */
+    if (w == NULL && PyErr_Occurred())
+        return -1;
+    if (w != NULL)
+        b |= K_WEIGHTED;
+    if (g->unbound != NULL) {
+        if ((r = PySet_Contains(g->unbound, action)) < 0)
+            return -1;
+        if (r)
+            b |= K_UNBOUND;
+        if (b)
+            b |= K_IMMEDIATE;
+    }
+    if ((r = PySet_Contains(g->trigger_on, action)) < 0)
+        return -1;
+    if (r)
+        b |= K_TRIGGER;
+    if (g->nkinds < KINDS) {
+        int i = g->nkinds++;
+        g->kind_action[i] = Py_NewRef(action);
+        g->kind_p[i] = Py_XNewRef(w);
+        g->kind_bits[i] = (unsigned char)b;
+    }
+    *bits = b;
+    *p = w;
+    return 0;
+}
 
 /* (steps + 1, action, fields) appended to the history, then steps += 1 (counted once recorded:
  * a failed append leaves the counters as they were); 0, or -1 with an error set */
@@ -182,7 +248,8 @@ static int gate_hold(Gate *g, PyObject *action, PyObject *fields) {
 
 /* A weighted event's draw, draw() < p, made first and once, then for an action of trigger_on
  * the map's trigger(action, fields): 0 with *drawn and *triggered set, or -1 with an error set */
-static int gate_weigh(Gate *g, PyObject *p, PyObject *action, PyObject *fields, int *drawn, int *triggered) {
+static int gate_weigh(Gate *g, PyObject *p, int bits, PyObject *action, PyObject *fields, int *drawn,
+                      int *triggered) {
     Py_INCREF(p);
     PyObject *u = PyObject_CallNoArgs(g->draw);
     int d = -1;
@@ -197,8 +264,8 @@ static int gate_weigh(Gate *g, PyObject *p, PyObject *action, PyObject *fields, 
     Py_DECREF(p);
     int t = 0;
     if (d >= 0 && g->trigger != Py_None) {
-        t = PySet_Contains(g->trigger_on, action);
-        if (t > 0) {
+        t = (bits & K_TRIGGER) != 0;
+        if (t) {
             PyObject *argv[2] = {action, fields};
             PyObject *r = PyObject_Vectorcall(g->trigger, argv, 2, NULL);
             t = r == NULL ? -1 : PyObject_IsTrue(r);
@@ -278,19 +345,10 @@ static PyObject *gate_weighed_out(Gate *g, PyObject *action, PyObject *fields, P
     return r;
 }
 
-/* Whether an action is a plain one, neither special, weighted nor unbound (a gap's sample of
- * which the gate may let go): 1, 0, or -1 with an error set */
-static int gate_plain(Gate *g, PyObject *action) {
-    int r = PySet_Contains(g->special, action);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
-    r = PyDict_Contains(g->weighted, action);
-    if (r != 0)
-        return r < 0 ? -1 : 0;
-    if (g->unbound == NULL)
-        return 1;
-    r = PySet_Contains(g->unbound, action);
-    return r < 0 ? -1 : !r;
+/* Whether an action of kind `bits` is a plain one, neither special, weighted nor unbound (a
+ * gap's sample of which the gate may let go) */
+static int gate_plain(int bits) {
+    return !(bits & (K_SPECIAL | K_WEIGHTED | K_UNBOUND));
 }
 
 static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -308,11 +366,13 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
     }
     PyObject *action = args[0], *fields = args[1];
     PyObject *bound = NULL;
+    int bits;
+    PyObject *p;        /* (a weighted action's probability, borrowed: the gate keeps it) */
+    if (gate_kind(g, action, &bits, &p) < 0)
+        return NULL;
     if (g->immediate != NULL) {
         if (g->gap > 0) {
-            int now = PySet_Contains(g->immediate, action);
-            if (now < 0)
-                return NULL;
+            int now = (bits & K_IMMEDIATE) != 0;
             if (!now && g->pure) {
                 /* (a pure binder's event: counted and recorded, never bound) */
                 if (gate_append(g, action, fields) < 0)
@@ -336,10 +396,7 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
          * then changed nothing: the contract) needs no flush: so held events are bound only on
          * the thread that holds them, never on the loader's, whose LoadBackLayer is such an
          * event (a flush there could run while the scheduler's thread reads the map) */
-        int nothing = PySet_Contains(g->unbound, action);
-        if (nothing < 0)
-            return NULL;
-        if (nothing) {
+        if (bits & K_UNBOUND) {
             PyObject *bargv[2] = {action, fields};
             bound = PyObject_Vectorcall(g->bind, bargv, 2, NULL);
             if (bound == NULL || bound == Py_None)
@@ -359,8 +416,7 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
         /* the gap's sample: let go here while the budget is closed (a plain action: the
          * monitor decides the others), else to the monitor, unbound */
         if (bound == NULL && g->let_go != NULL && g->let_go != Py_None) {
-            int plain = gate_plain(g, action);
-            int closed = plain > 0 ? gate_closed(g) : plain;
+            int closed = gate_plain(bits) ? gate_closed(g) : 0;
             if (closed < 0)
                 return NULL;
             if (closed) {
@@ -380,40 +436,24 @@ static PyObject *gate_call(PyObject *self, PyObject *const *args, size_t nargsf,
      * (gate_weighed_out): it maps to its step, none but `unbound`'s to nothing (the contract),
      * and binding keeps nothing, so an event recorded here needs no bind (~600 instructions an
      * eviction: a Python frame entered from here) */
-    int lazy = 0;
-    if (bound == NULL && g->pure) {
-        int sp = PySet_Contains(g->special, action);
-        int wt = sp == 0 ? PyDict_Contains(g->weighted, action) : 0;
-        if (sp < 0 || wt < 0)
-            return NULL;
-        lazy = wt;
-    }
+    int lazy = bound == NULL && g->pure && !(bits & K_SPECIAL) && (bits & K_WEIGHTED);
     if (bound == NULL && !lazy) {
         bound = PyObject_Vectorcall(g->bind, argv, 2, NULL);
         if (bound == NULL || bound == Py_None)
             return bound;
     }
-    int special = PySet_Contains(g->special, action);
-    if (special != 0) {
-        PyObject *r = NULL;
-        if (special > 0) {
-            argv[2] = bound;
-            r = PyObject_Vectorcall(g->slow, argv, 3, NULL);
-        }
+    if (bits & K_SPECIAL) {
+        argv[2] = bound;
+        PyObject *r = PyObject_Vectorcall(g->slow, argv, 3, NULL);
         Py_XDECREF(bound);
         return r;
     }
-    PyObject *p = PyDict_GetItemWithError(g->weighted, action);     /* (borrowed) */
-    if (p == NULL && PyErr_Occurred()) {
-        Py_XDECREF(bound);
-        return NULL;
-    }
-    int weighted = p != NULL;
+    int weighted = (bits & K_WEIGHTED) != 0;
     if (weighted) {
         /* (the draw first, whatever the trigger says: the seed's draws are the same whether
          * or not anything triggers) */
         int drawn, triggered;
-        if (gate_weigh(g, p, action, fields, &drawn, &triggered) < 0) {
+        if (gate_weigh(g, p, bits, action, fields, &drawn, &triggered) < 0) {
             Py_XDECREF(bound);
             return NULL;
         }
@@ -542,6 +582,10 @@ static int gate_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(g->let_go);
     for (Py_ssize_t i = 0; i < 2 * g->held; i++)
         Py_VISIT(g->hold[i]);
+    for (int i = 0; i < g->nkinds; i++) {
+        Py_VISIT(g->kind_action[i]);
+        Py_VISIT(g->kind_p[i]);
+    }
     return 0;
 }
 
@@ -561,6 +605,12 @@ static int gate_clear(PyObject *self) {
     Py_CLEAR(g->immediate);
     Py_CLEAR(g->clock);
     Py_CLEAR(g->let_go);
+    int k = g->nkinds;
+    g->nkinds = 0;
+    for (int i = 0; i < k; i++) {
+        Py_CLEAR(g->kind_action[i]);
+        Py_CLEAR(g->kind_p[i]);
+    }
     Py_ssize_t n = g->held;
     g->held = 0;
     for (Py_ssize_t i = 0; i < 2 * n; i++)
@@ -614,7 +664,6 @@ static PyMemberDef gate_members[] = {
     {"pure", T_BOOL, offsetof(Gate, pure), READONLY, "the binder is pure: events between samples are not bound"},
     {"special", T_OBJECT, offsetof(Gate, special), READONLY, "the actions the monitor decides"},
     {"slow", T_OBJECT, offsetof(Gate, slow), READONLY, "the monitor's path: slow(action, fields, bound)"},
-    {"weighted", T_OBJECT, offsetof(Gate, weighted), READONLY, "action -> probability (a copy)"},
     {"draw", T_OBJECT, offsetof(Gate, draw), READONLY, "the seeded draw"},
     {"trigger", T_OBJECT, offsetof(Gate, trigger), READONLY, "the map's trigger, or None"},
     {"trigger_on", T_OBJECT, offsetof(Gate, trigger_on), READONLY, "the actions the trigger is asked about"},
@@ -629,8 +678,19 @@ static PyMemberDef gate_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+/* gate.weighted: a read-only view of the gate's copy (its kinds kept by gate_kind stay true) */
+static PyObject *gate_get_weighted(PyObject *self, void *unused) {
+    Gate *g = (Gate *)self;
+    if (g->weighted == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "weighted");
+        return NULL;
+    }
+    return PyDictProxy_New(g->weighted);
+}
+
 static PyGetSetDef gate_getset[] = {
     {"history", gate_get_history, gate_set_history, "the deque unsampled events are recorded in", NULL},
+    {"weighted", gate_get_weighted, NULL, "action -> probability (a read-only view of the gate's copy)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
