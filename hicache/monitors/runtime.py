@@ -85,7 +85,8 @@ class VerifyConfig:
     # 2 % read 1.05x-1.07x
     sample_budget: float | None = 0.01
     # ... over what span, in seconds: the credit a quiet spell earns is kept up to
-    # sample_budget x budget_window (so it is spent in no long burst of checks later)
+    # sample_budget x budget_window (so it is spent in no long burst of checks later); a
+    # fresh monitor's first sample, its cost unknown, waits for that much (Monitor._need)
     budget_window: float = 1.0
     history: int = 64             # events kept for the violation report and trace
     # where violation traces go: a str or os.PathLike (a pathlib.Path), kept as its str
