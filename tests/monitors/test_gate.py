@@ -636,7 +636,7 @@ def _stream_through(kind, seed: int, fresh: bool) -> tuple:
     g.gap = 2
     for i in range(n):
         name = rng.choice(names)
-        action = _Named("".join(name)) if fresh else members[name]
+        action = _Named(name) if fresh else members[name]
         assert (action is members[name]) != fresh
         g(action, {"i": i})
     return ([(s, str(a), f["i"]) for s, a, f in g.history], g.steps, g.gap, spy.log, spy.weighed, spy.slow,
