@@ -820,11 +820,9 @@ class Monitor:
         on the monitors bench's ~45 ms replay a sample and the final check, ~0.55 ms, where
         1 % of the replay is ~0.45 ms; a process making short-lived caches paid one
         unbudgeted check for each."""
-        c = self._last_cost
+        c = self._cache_cost if self._last_cost is None else self._last_cost
         if c is None:
-            c = self._cache_cost
-            if c is None:
-                return self._budget * self._window
+            return self._budget * self._window
         return c + (c if self._cache_cost is None else self._cache_cost)
 
     def _afford(self) -> bool:
